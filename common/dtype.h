@@ -1,0 +1,120 @@
+/* dtype: element types of tensors on disk and in memory, and scalar conversions on the CPU.
+ *
+ * BF16 is stored as uint16_t (the top half of an IEEE float32). FP8 e4m3 is the OCP "e4m3fn"
+ * format (bias 7, no infinities, 0x7f/0xff are NaN, max finite 448), stored as uint8_t. The
+ * conversions here are the reference every GPU kernel is checked against: float -> bf16 rounds to
+ * nearest even; float -> fp8 e4m3 rounds to nearest even and saturates at +-448. Pure functions,
+ * any thread.
+ */
+#ifndef PD_DTYPE_H
+#define PD_DTYPE_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef enum {
+    PD_DTYPE_F32 = 0,
+    PD_DTYPE_F16,
+    PD_DTYPE_BF16,
+    PD_DTYPE_F8_E4M3,
+    PD_DTYPE_F64,
+    PD_DTYPE_I8,
+    PD_DTYPE_U8,
+    PD_DTYPE_I16,
+    PD_DTYPE_I32,
+    PD_DTYPE_I64,
+    PD_DTYPE_BOOL,
+    PD_DTYPE__COUNT
+} pd_dtype_t;
+
+/* Size of one element in bytes. */
+size_t pd_dtype_size(pd_dtype_t dt);
+
+/* Safetensors spelling ("BF16", "F8_E4M3", ...). */
+const char *pd_dtype_name(pd_dtype_t dt);
+
+/* Parses a safetensors dtype string; returns 0 and writes *dt_p, or -1 when unknown. */
+int pd_dtype_parse(const char *name, pd_dtype_t *dt_p);
+
+static inline float pd_bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t pd_f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static inline float pd_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
+    float f;
+    if (exp == 0) {
+        f = ldexpf((float)man, -24);
+        return sign ? -f : f;
+    }
+    if (exp == 31)
+        u = sign | 0x7f800000u | (man << 13);
+    else
+        u = sign | ((exp + 112) << 23) | (man << 13);
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* FP8 e4m3fn -> float (exact). */
+static inline float pd_fp8_to_f32(uint8_t v)
+{
+    int sign = v >> 7, exp = (v >> 3) & 0xf, man = v & 7;
+    float f;
+    if (exp == 0xf && man == 7)
+        return NAN;
+    if (exp == 0)
+        f = ldexpf((float)man, -9); /* subnormal: man/8 * 2^-6 */
+    else
+        f = ldexpf(1.0f + (float)man / 8.0f, exp - 7);
+    return sign ? -f : f;
+}
+
+/* float -> FP8 e4m3fn, round to nearest even, saturating at +-448; NaN -> 0x7f. */
+static inline uint8_t pd_f32_to_fp8(float f)
+{
+    uint8_t sign = signbit(f) ? 0x80 : 0;
+    float a = fabsf(f);
+    int e;
+    if (isnan(f))
+        return 0x7f;
+    if (a >= 448.0f)
+        return sign | 0x7e;
+    if (a < ldexpf(1.0f, -6)) {
+        /* subnormal grid: multiples of 2^-9 */
+        float q = nearbyintf(a * 512.0f); /* default rounding mode: nearest even */
+        return sign | (uint8_t)q;         /* q == 8 becomes the smallest normal, 0x08 */
+    }
+    frexpf(a, &e); /* a = m * 2^e, m in [0.5, 1) */
+    e -= 1;        /* a = (1.f) * 2^e */
+    float scaled = ldexpf(a, 3 - e); /* in [8, 16) */
+    float q = nearbyintf(scaled);    /* 8..16 */
+    if (q >= 16.0f) {
+        q = 8.0f;
+        e += 1;
+    }
+    if (e > 8)
+        return sign | 0x7e;
+    uint8_t out = (uint8_t)(((e + 7) << 3) | ((int)q - 8));
+    if (out == 0x7f)
+        out = 0x7e;
+    return sign | out;
+}
+
+#endif
