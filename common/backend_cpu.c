@@ -1,0 +1,535 @@
+/* The CPU backend: plain C reference implementations of every op (the oracle for the CUDA
+ * kernels), parallelized over output rows with a thread pool. Every output element is computed
+ * by one thread in a fixed order, so results do not depend on the number of threads. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "dtype.h"
+#include "log.h"
+#include "threadpool.h"
+
+typedef struct {
+    threadpool_t *pool;
+    float fp8_lut[256];
+} cpu_t;
+
+static cpu_t *cpu__get(pd_backend_t *be)
+{
+    return be->impl;
+}
+
+/* ==== memory ==== */
+
+static pd_status_t cpu_alloc(pd_backend_t *be, size_t bytes, void **ptr_p)
+{
+    void *p;
+    (void)be;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0)
+        return PD_ERR_NOMEM;
+    *ptr_p = p;
+    return PD_OK;
+}
+
+static void cpu_free(pd_backend_t *be, void *ptr)
+{
+    (void)be;
+    free(ptr);
+}
+
+static pd_status_t cpu_copy(pd_backend_t *be, void *dst, const void *src, size_t bytes)
+{
+    (void)be;
+    if (bytes)
+        memmove(dst, src, bytes);
+    return PD_OK;
+}
+
+static pd_status_t cpu_memset(pd_backend_t *be, void *dst, int value, size_t bytes)
+{
+    (void)be;
+    memset(dst, value, bytes);
+    return PD_OK;
+}
+
+static pd_status_t cpu_sync(pd_backend_t *be)
+{
+    (void)be;
+    return PD_OK;
+}
+
+/* ==== elementwise ==== */
+
+static void cpu_embed(pd_backend_t *be, float *out, const uint16_t *table, const int32_t *ids,
+                      int n, int d)
+{
+    (void)be;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < d; j++)
+            out[(size_t)i * d + j] = pd_bf16_to_f32(table[(size_t)ids[i] * d + j]);
+}
+
+static void cpu_rmsnorm(pd_backend_t *be, float *out, const float *x, const uint16_t *w, int n,
+                        int d, float eps)
+{
+    (void)be;
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + (size_t)i * d;
+        float *oi = out + (size_t)i * d;
+        float ss = 0.0f;
+        for (int j = 0; j < d; j++)
+            ss += xi[j] * xi[j];
+        float inv = 1.0f / sqrtf(ss / (float)d + eps);
+        for (int j = 0; j < d; j++)
+            oi[j] = (xi[j] * inv) * pd_bf16_to_f32(w[j]);
+    }
+}
+
+static void cpu_add(pd_backend_t *be, float *x, const float *y, size_t n)
+{
+    (void)be;
+    for (size_t i = 0; i < n; i++)
+        x[i] += y[i];
+}
+
+static void cpu_rope(pd_backend_t *be, float *x, const int32_t *pos, const float *inv_freq, int n,
+                     int n_heads, int head_dim)
+{
+    const int half = head_dim / 2;
+    (void)be;
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j < half; j++) {
+            float ang = (float)pos[i] * inv_freq[j];
+            float c = cosf(ang), s = sinf(ang);
+            for (int h = 0; h < n_heads; h++) {
+                float *v = x + ((size_t)i * n_heads + h) * head_dim;
+                float a = v[j], b = v[j + half];
+                v[j] = a * c - b * s;
+                v[j + half] = b * c + a * s;
+            }
+        }
+    }
+}
+
+static void cpu_silu_mul(pd_backend_t *be, float *out, const float *gu, int n, int f)
+{
+    (void)be;
+    for (int i = 0; i < n; i++) {
+        const float *g = gu + (size_t)i * 2 * f, *u = g + f;
+        for (int j = 0; j < f; j++)
+            out[(size_t)i * f + j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+    }
+}
+
+/* ==== matmul ==== */
+
+static float cpu__dot(const float *a, const float *b, int64_t k)
+{
+    float acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= k; i += 8)
+        for (int j = 0; j < 8; j++)
+            acc[j] += a[i + j] * b[i + j];
+    for (; i < k; i++)
+        acc[0] += a[i] * b[i];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+/* Weight row r as f32 into buf (k); for fp8 without its row scale (applied after the dot). */
+static void cpu__weight_row(const cpu_t *c, float *buf, const pd_weight_t *w, int64_t r)
+{
+    if (w->fmt == PD_WFMT_FP8) {
+        const uint8_t *q = (const uint8_t *)w->data + r * w->k;
+        for (int64_t i = 0; i < w->k; i++)
+            buf[i] = c->fp8_lut[q[i]];
+    } else {
+        quant_dequant_row(buf, w, r);
+    }
+}
+
+typedef struct {
+    const cpu_t *c;
+    float *out;
+    const float *x; /* (n, k): f32 input, or for fp8 the dequantized-without-scale fp8 values */
+    const float *xscale; /* fp8: (n) */
+    const pd_weight_t *w;
+    int n;
+} matmul_job_t;
+
+static void cpu__matmul_rows(void *arg, size_t r0, size_t r1)
+{
+    const matmul_job_t *j = arg;
+    const int64_t k = j->w->k, N = j->w->n;
+    float *buf = malloc((size_t)k * sizeof *buf);
+    PD_ASSERT(buf);
+    for (size_t r = r0; r < r1; r++) {
+        cpu__weight_row(j->c, buf, j->w, (int64_t)r);
+        float ws = j->w->fmt == PD_WFMT_FP8 ? ((const float *)j->w->scales)[r] : 1.0f;
+        for (int i = 0; i < j->n; i++) {
+            float v = cpu__dot(j->x + (size_t)i * k, buf, k);
+            if (j->xscale)
+                v = v * j->xscale[i] * ws;
+            j->out[(size_t)i * N + r] = v;
+        }
+    }
+    free(buf);
+}
+
+/* Quantizes x (n, k) per row to fp8 and writes the fp8 values back as f32 (unscaled) into xq,
+ * scales into xs. This is the activation side of the W8A8 FP8 matmul. */
+static void cpu__quant_act_fp8(const cpu_t *c, float *xq, float *xs, const float *x, int n,
+                               int64_t k)
+{
+    uint8_t *q = malloc((size_t)k);
+    PD_ASSERT(q);
+    for (int i = 0; i < n; i++) {
+        xs[i] = quant_fp8_vec(q, x + (size_t)i * k, k);
+        for (int64_t t = 0; t < k; t++)
+            xq[(size_t)i * k + t] = c->fp8_lut[q[t]];
+    }
+    free(q);
+}
+
+static void cpu__matmul(const cpu_t *c, threadpool_t *pool, float *out, const float *x,
+                        const pd_weight_t *w, int n)
+{
+    matmul_job_t j = {c, out, x, NULL, w, n};
+    float *xq = NULL, *xs = NULL;
+
+    if (w->fmt == PD_WFMT_FP8) {
+        xq = malloc((size_t)n * (size_t)w->k * sizeof *xq);
+        xs = malloc((size_t)n * sizeof *xs);
+        PD_ASSERT(xq && xs);
+        cpu__quant_act_fp8(c, xq, xs, x, n, w->k);
+        j.x = xq;
+        j.xscale = xs;
+    }
+    threadpool_for(pool, (size_t)w->n, cpu__matmul_rows, &j);
+    free(xq);
+    free(xs);
+}
+
+static void cpu_matmul(pd_backend_t *be, float *out, const float *x, const pd_weight_t *w, int n)
+{
+    cpu_t *c = cpu__get(be);
+    cpu__matmul(c, c->pool, out, x, w, n);
+}
+
+/* ==== paged KV ==== */
+
+static void cpu__kv_store(const kv_layout_t *l, uint8_t *page, int layer, int side, int tok,
+                          const float *src /* (n_kv_heads, head_dim) */)
+{
+    const int H = l->n_kv_heads, D = l->head_dim;
+    uint8_t *data = page + kv_layout_data_off(l, layer, side);
+    for (int h = 0; h < H; h++) {
+        const float *s = src + (size_t)h * D;
+        size_t base = ((size_t)tok * H + h) * D;
+        if (l->fmt == PD_KV_F32) {
+            memcpy((float *)data + base, s, (size_t)D * 4);
+        } else if (l->fmt == PD_KV_BF16) {
+            for (int d = 0; d < D; d++)
+                ((uint16_t *)data)[base + d] = pd_f32_to_bf16(s[d]);
+        } else {
+            float *scales = (float *)(page + kv_layout_scale_off(l, layer, side));
+            scales[(size_t)tok * H + h] = quant_fp8_vec(data + base, s, D);
+        }
+    }
+}
+
+static void cpu_kv_write(pd_backend_t *be, void *arena, const kv_layout_t *l, int layer,
+                         const float *k, const float *v, const int32_t *slots, int n)
+{
+    const size_t row = (size_t)l->n_kv_heads * l->head_dim;
+    (void)be;
+    for (int i = 0; i < n; i++) {
+        int32_t page = slots[i] / l->page_tokens, tok = slots[i] % l->page_tokens;
+        uint8_t *p = (uint8_t *)arena + (size_t)page * l->page_bytes;
+        cpu__kv_store(l, p, layer, 0, tok, k + i * row);
+        cpu__kv_store(l, p, layer, 1, tok, v + i * row);
+    }
+}
+
+/* Reads one (token, head) vector of K or V as f32 into dst (head_dim). */
+static void cpu__kv_load(const kv_layout_t *l, const uint8_t *page, int layer, int side, int tok,
+                         int h, float *dst)
+{
+    const int H = l->n_kv_heads, D = l->head_dim;
+    const uint8_t *data = page + kv_layout_data_off(l, layer, side);
+    size_t base = ((size_t)tok * H + h) * D;
+    if (l->fmt == PD_KV_F32) {
+        memcpy(dst, (const float *)data + base, (size_t)D * 4);
+    } else if (l->fmt == PD_KV_BF16) {
+        for (int d = 0; d < D; d++)
+            dst[d] = pd_bf16_to_f32(((const uint16_t *)data)[base + d]);
+    } else {
+        float s = ((const float *)(page + kv_layout_scale_off(l, layer, side)))[(size_t)tok * H + h];
+        for (int d = 0; d < D; d++)
+            dst[d] = pd_fp8_to_f32(data[base + d]) * s;
+    }
+}
+
+typedef struct {
+    float *out;
+    const float *q;
+    const uint8_t *arena;
+    const kv_layout_t *l;
+    int layer, n_heads;
+    const pd_attn_batch_t *b;
+    int32_t n_rows;
+} attn_job_t;
+
+static void cpu__attn_rows(void *arg, size_t r0, size_t r1)
+{
+    const attn_job_t *j = arg;
+    const kv_layout_t *l = j->l;
+    const int D = l->head_dim, group = j->n_heads / l->n_kv_heads, P = l->page_tokens;
+    const float scale = 1.0f / sqrtf((float)D);
+    int max_ctx = 0;
+    for (int s = 0; s < j->b->n_seqs; s++)
+        if (j->b->ctx_len[s] > max_ctx)
+            max_ctx = j->b->ctx_len[s];
+    float *scores = malloc(((size_t)max_ctx + 1) * sizeof *scores);
+    float *kv = malloc((size_t)D * sizeof *kv);
+    PD_ASSERT(scores && kv);
+
+    for (size_t task = r0; task < r1; task++) {
+        int32_t row = (int32_t)(task / (size_t)j->n_heads);
+        int h = (int)(task % (size_t)j->n_heads), kvh = h / group, s = 0;
+        while (j->b->q_start[s + 1] <= row)
+            s++;
+        int32_t q_len = j->b->q_start[s + 1] - j->b->q_start[s];
+        int32_t pos = j->b->ctx_len[s] - q_len + (row - j->b->q_start[s]);
+        const int32_t *bt = j->b->block_tables + (size_t)s * j->b->max_pages;
+        const float *q = j->q + ((size_t)row * j->n_heads + h) * D;
+        float *o = j->out + ((size_t)row * j->n_heads + h) * D;
+        float mx = -INFINITY, sum = 0.0f;
+
+        for (int32_t t = 0; t <= pos; t++) {
+            const uint8_t *page = j->arena + (size_t)bt[t / P] * l->page_bytes;
+            cpu__kv_load(l, page, j->layer, 0, t % P, kvh, kv);
+            scores[t] = cpu__dot(q, kv, D) * scale;
+            if (scores[t] > mx)
+                mx = scores[t];
+        }
+        for (int32_t t = 0; t <= pos; t++) {
+            scores[t] = expf(scores[t] - mx);
+            sum += scores[t];
+        }
+        memset(o, 0, (size_t)D * sizeof *o);
+        for (int32_t t = 0; t <= pos; t++) {
+            const uint8_t *page = j->arena + (size_t)bt[t / P] * l->page_bytes;
+            float p = scores[t] / sum;
+            cpu__kv_load(l, page, j->layer, 1, t % P, kvh, kv);
+            for (int d = 0; d < D; d++)
+                o[d] += p * kv[d];
+        }
+    }
+    free(scores);
+    free(kv);
+}
+
+static void cpu_attention(pd_backend_t *be, float *out, const float *q, const void *arena,
+                          const kv_layout_t *l, int layer, const pd_attn_batch_t *batch,
+                          int n_heads)
+{
+    cpu_t *c = cpu__get(be);
+    attn_job_t j = {out, q, arena, l, layer, n_heads, batch, batch->q_start[batch->n_seqs]};
+    threadpool_for(c->pool, (size_t)j.n_rows * (size_t)n_heads, cpu__attn_rows, &j);
+}
+
+static void cpu_kv_stamp(pd_backend_t *be, void *arena, const kv_layout_t *l,
+                         const int32_t *pages, const uint32_t *tags, int n)
+{
+    (void)be;
+    for (int i = 0; i < n; i++)
+        memcpy((uint8_t *)arena + (size_t)pages[i] * l->page_bytes, &tags[i], 4);
+}
+
+static void cpu_kv_check(pd_backend_t *be, uint8_t *bad_out, uint32_t *found_out,
+                         const void *arena, const kv_layout_t *l, const int32_t *pages,
+                         const uint32_t *expected, const uint32_t *current, int n)
+{
+    (void)be;
+    for (int i = 0; i < n; i++) {
+        uint32_t stamp;
+        memcpy(&stamp, (const uint8_t *)arena + (size_t)pages[i] * l->page_bytes, 4);
+        found_out[i] = stamp;
+        bad_out[i] = current[i] != expected[i] ? 1 : stamp != expected[i] ? 2 : 0;
+    }
+}
+
+static void cpu_kv_export(pd_backend_t *be, void *dst, const kv_layout_t *dst_l, const void *arena,
+                          const kv_layout_t *src_l, const int32_t *src_pages, int n_pages)
+{
+    const int H = src_l->n_kv_heads, D = src_l->head_dim;
+    float *tmp = malloc((size_t)H * D * sizeof *tmp);
+    PD_ASSERT(tmp);
+    (void)be;
+    for (int p = 0; p < n_pages; p++) {
+        const uint8_t *sp = (const uint8_t *)arena + (size_t)src_pages[p] * src_l->page_bytes;
+        uint8_t *dp = (uint8_t *)dst + (size_t)p * dst_l->page_bytes;
+        memcpy(dp, sp, KV_PAGE_HEADER_BYTES);
+        for (int layer = 0; layer < src_l->n_layers; layer++)
+            for (int side = 0; side < 2; side++)
+                for (int t = 0; t < src_l->page_tokens; t++) {
+                    for (int h = 0; h < H; h++)
+                        cpu__kv_load(src_l, sp, layer, side, t, h, tmp + (size_t)h * D);
+                    cpu__kv_store(dst_l, dp, layer, side, t, tmp);
+                }
+    }
+    free(tmp);
+}
+
+/* ==== MoE ==== */
+
+static void cpu_moe_route(pd_backend_t *be, int32_t *ids, float *weights, const float *logits,
+                          int n, int n_experts, int k, bool norm)
+{
+    float *p = malloc((size_t)n_experts * sizeof *p);
+    PD_ASSERT(p);
+    (void)be;
+    for (int i = 0; i < n; i++) {
+        const float *lg = logits + (size_t)i * n_experts;
+        float mx = -INFINITY, sum = 0.0f, tsum = 0.0f;
+        for (int e = 0; e < n_experts; e++)
+            mx = fmaxf(mx, lg[e]);
+        for (int e = 0; e < n_experts; e++) {
+            p[e] = expf(lg[e] - mx);
+            sum += p[e];
+        }
+        for (int e = 0; e < n_experts; e++)
+            p[e] /= sum;
+        for (int j = 0; j < k; j++) {
+            int best = -1;
+            for (int e = 0; e < n_experts; e++) {
+                bool taken = false;
+                for (int t = 0; t < j; t++)
+                    taken |= ids[(size_t)i * k + t] == e;
+                if (!taken && (best < 0 || p[e] > p[best]))
+                    best = e;
+            }
+            ids[(size_t)i * k + j] = best;
+            weights[(size_t)i * k + j] = p[best];
+            tsum += p[best];
+        }
+        if (norm)
+            for (int j = 0; j < k; j++)
+                weights[(size_t)i * k + j] /= tsum;
+    }
+    free(p);
+}
+
+typedef struct {
+    const cpu_t *c;
+    float *out;
+    const float *x;
+    const int32_t *ids;
+    const float *weights;
+    const pd_weight_t *gate_up, *down;
+    int k, d, f;
+} moe_job_t;
+
+static void cpu__moe_tokens(void *arg, size_t t0, size_t t1)
+{
+    const moe_job_t *j = arg;
+    float *gu = malloc((size_t)2 * j->f * sizeof *gu);
+    float *act = malloc((size_t)j->f * sizeof *act);
+    float *y = malloc((size_t)j->d * sizeof *y);
+    PD_ASSERT(gu && act && y);
+    for (size_t t = t0; t < t1; t++) {
+        float *o = j->out + t * (size_t)j->d;
+        memset(o, 0, (size_t)j->d * sizeof *o);
+        for (int s = 0; s < j->k; s++) {
+            int e = j->ids[t * (size_t)j->k + s];
+            float wt = j->weights[t * (size_t)j->k + s];
+            cpu__matmul(j->c, NULL, gu, j->x + t * (size_t)j->d, &j->gate_up[e], 1);
+            cpu_silu_mul(NULL, act, gu, 1, j->f);
+            cpu__matmul(j->c, NULL, y, act, &j->down[e], 1);
+            for (int i = 0; i < j->d; i++)
+                o[i] += wt * y[i];
+        }
+    }
+    free(gu);
+    free(act);
+    free(y);
+}
+
+static void cpu_moe_experts(pd_backend_t *be, float *out, const float *x, const int32_t *ids,
+                            const float *weights, const pd_weight_t *gate_up,
+                            const pd_weight_t *down, int n, int k, int d, int f)
+{
+    cpu_t *c = cpu__get(be);
+    moe_job_t j = {c, out, x, ids, weights, gate_up, down, k, d, f};
+    threadpool_for(c->pool, (size_t)n, cpu__moe_tokens, &j);
+}
+
+/* ==== table ==== */
+
+static bool cpu_supports_op(pd_backend_t *be, pd_op_t op, int variant)
+{
+    (void)be;
+    (void)variant;
+    return op < PD_OP__COUNT;
+}
+
+static void cpu_destroy(pd_backend_t *be)
+{
+    cpu_t *c = cpu__get(be);
+    threadpool_destroy(c->pool);
+    free(c);
+    free(be);
+}
+
+static const pd_backend_ops_t cpu_ops = {
+    .name = "cpu",
+    .supports_op = cpu_supports_op,
+    .destroy = cpu_destroy,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .memset = cpu_memset,
+    .copy = cpu_copy,
+    .sync = cpu_sync,
+    .embed = cpu_embed,
+    .rmsnorm = cpu_rmsnorm,
+    .add = cpu_add,
+    .matmul = cpu_matmul,
+    .rope = cpu_rope,
+    .silu_mul = cpu_silu_mul,
+    .kv_write = cpu_kv_write,
+    .attention = cpu_attention,
+    .moe_route = cpu_moe_route,
+    .moe_experts = cpu_moe_experts,
+    .kv_stamp = cpu_kv_stamp,
+    .kv_check = cpu_kv_check,
+    .kv_export = cpu_kv_export,
+};
+
+pd_status_t backend_cpu_create(int n_threads, pd_backend_t **be_p)
+{
+    pd_backend_t *be = calloc(1, sizeof *be);
+    cpu_t *c = calloc(1, sizeof *c);
+    pd_status_t st;
+
+    if (!be || !c) {
+        free(be);
+        free(c);
+        return PD_ERR_NOMEM;
+    }
+    st = threadpool_create(n_threads, &c->pool);
+    if (st != PD_OK) {
+        free(be);
+        free(c);
+        return st;
+    }
+    for (int i = 0; i < 256; i++)
+        c->fp8_lut[i] = pd_fp8_to_f32((uint8_t)i);
+    be->ops = &cpu_ops;
+    be->impl = c;
+    be->n_threads = threadpool_size(c->pool);
+    *be_p = be;
+    return PD_OK;
+}

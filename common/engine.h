@@ -1,0 +1,112 @@
+/* engine: a model, its paged KV pool and a continuous-batching scheduler on one backend.
+ *
+ * Sequences are added with engine_seq_add() and advance with engine_step(): each step takes
+ * prompt chunks of new sequences (chunked prefill, at most prefill_chunk tokens per step in
+ * total) and one token of every running sequence, runs the tag tracker's batched check, one
+ * forward pass, and samples. Pages are allocated on demand; when they run out, the newest
+ * sequence is preempted (its pages freed, its tokens recomputed later) so older ones progress.
+ * Each produced token and the end of each sequence are reported through the sequence's
+ * callback, from inside engine_step().
+ *
+ * The same engine serves pdctl (one process), the router's in-process mode, and the compute
+ * thread of prefill and decode nodes. One thread owns an engine.
+ */
+#ifndef PD_ENGINE_H
+#define PD_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "kv_pool.h"
+#include "kv_tracker.h"
+#include "model.h"
+#include "sampler.h"
+#include "status.h"
+
+typedef struct {
+    const char *model_dir;
+    const char *backend;     /* "cpu" | "cuda" */
+    int device, threads;
+    pd_wfmt_t wfmt, lm_head_fmt;
+    pd_kvfmt_t kvfmt;
+    int page_tokens;         /* default 16 */
+    int64_t kv_budget;       /* bytes of KV pages; 0: enough for max_batch full contexts, capped */
+    int max_batch;           /* running sequences at most */
+    int prefill_chunk;       /* prompt tokens per step at most */
+    kv_tracker_kind_t tracker;
+    bool progress;
+} engine_params_t;
+
+/* Fills p with defaults (cpu, bf16 weights and KV, 16-token pages, tagged tracker, ...). */
+void engine_params_default(engine_params_t *p);
+
+typedef enum {
+    ENGINE_FINISH_NONE = 0,
+    ENGINE_FINISH_STOP,   /* EOS or a stop token */
+    ENGINE_FINISH_LENGTH, /* max_tokens or the context length */
+    ENGINE_FINISH_ABORT,  /* aborted, or failed (status says why) */
+} engine_finish_t;
+
+const char *engine_finish_str(engine_finish_t f);
+
+/* Called for each new token (token >= 0, finish NONE) and once at the end (token -1, finish set,
+ * status PD_OK or the error that ended it, e.g. PD_ERR_KV_INTEGRITY). */
+typedef void (*engine_token_fn)(void *arg, uint64_t seq_id, int32_t token, engine_finish_t finish,
+                                pd_status_t status);
+
+typedef struct {
+    sampler_params_t sampling;
+    int max_tokens;
+    bool ignore_eos;
+    const int32_t *stop_ids; /* extra stop tokens (copied) */
+    int n_stop_ids;
+} engine_gen_params_t;
+
+typedef struct engine engine_t;
+
+/* Loads the model and sizes the pool. Errors as model_load, plus PD_ERR_INVALID for a budget that
+ * holds no page. */
+pd_status_t engine_create(const engine_params_t *p, engine_t **e_p);
+void engine_destroy(engine_t *e);
+
+const model_t *engine_model(const engine_t *e);
+kv_pool_t *engine_pool(engine_t *e);
+void *engine_arena(engine_t *e);
+pd_backend_t *engine_backend(engine_t *e);
+
+/* Adds a sequence with prompt ids (copied). PD_ERR_INVALID (empty prompt, id out of range, bad
+ * sampling params), PD_ERR_TOO_LONG (prompt + 1 > context length). On success *seq_id_p is set and
+ * the callback will be called from engine_step(). */
+pd_status_t engine_seq_add(engine_t *e, const int32_t *prompt, int n_prompt,
+                           const engine_gen_params_t *gp, engine_token_fn cb, void *arg,
+                           uint64_t *seq_id_p);
+
+/* Ends a sequence now (callback with ENGINE_FINISH_ABORT, PD_ERR_CANCELLED); its pages are freed.
+ * PD_ERR_NOT_FOUND if unknown or already finished. */
+pd_status_t engine_seq_abort(engine_t *e, uint64_t seq_id);
+
+/* Number of sequences not yet finished. */
+int engine_active(const engine_t *e);
+
+/* Runs one step (see above). Returns PD_OK, or an error of the backend (all sequences of the
+ * step are then ended with it). */
+pd_status_t engine_step(engine_t *e);
+
+/* Runs steps until no sequence is active. */
+pd_status_t engine_run(engine_t *e);
+
+/* Runs input (n tokens, one causal window, n <= context length) and scores rows first_row..n-1:
+ * the logits after input[r] score targets[r - first_row]. Writes the total negative log
+ * likelihood (natural log) to *nll_p. logits_last (vocab), if not NULL, receives the logits after
+ * the last token. PD_NO_PAGES if the pool cannot hold n tokens; nothing stays allocated. */
+pd_status_t engine_score(engine_t *e, const int32_t *input, int n, int first_row,
+                         const int32_t *targets, double *nll_p, float *logits_last);
+
+/* Fault injection for tests: counters and hooks of the tracker. */
+kv_tracker_t *engine_tracker(engine_t *e);
+
+/* Finds the kv_seq_t of a running sequence (tests and fault injection), NULL if none. */
+kv_seq_t *engine_debug_seq_kv(engine_t *e, uint64_t seq_id);
+
+#endif

@@ -1,0 +1,212 @@
+/* model_forward: the forward pass over the backend ops table (see model.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "model.h"
+
+struct model_ctx {
+    const model_t *m;
+    pd_backend_t *be;
+    int cap_tokens, cap_seqs, cap_bt, cap_logits;
+    /* activations (backend memory), sized for cap_tokens rows */
+    float *x, *h, *q, *k, *v, *attn, *tmp, *gu, *act, *rlogits, *mw, *lrows, *logits;
+    int32_t *mids;
+    /* index arrays (backend memory) and their host staging */
+    int32_t *d_tokens, *d_pos, *d_slots, *d_qstart, *d_ctx, *d_bt;
+    int32_t *h_pos, *h_slots, *h_bt;
+};
+
+static void ctx__free_bufs(model_ctx_t *c)
+{
+    void **bufs[] = {(void **)&c->x,     (void **)&c->h,      (void **)&c->q,
+                     (void **)&c->k,     (void **)&c->v,      (void **)&c->attn,
+                     (void **)&c->tmp,   (void **)&c->gu,     (void **)&c->act,
+                     (void **)&c->rlogits, (void **)&c->mw,   (void **)&c->mids,
+                     (void **)&c->lrows, (void **)&c->logits, (void **)&c->d_tokens,
+                     (void **)&c->d_pos, (void **)&c->d_slots, (void **)&c->d_qstart,
+                     (void **)&c->d_ctx, (void **)&c->d_bt};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        if (*bufs[i])
+            c->be->ops->free(c->be, *bufs[i]);
+        *bufs[i] = NULL;
+    }
+    free(c->h_pos);
+    free(c->h_slots);
+    free(c->h_bt);
+    c->h_pos = c->h_slots = c->h_bt = NULL;
+    c->cap_tokens = c->cap_seqs = c->cap_bt = c->cap_logits = 0;
+}
+
+static pd_status_t ctx__alloc(model_ctx_t *c, void **p, size_t bytes)
+{
+    return c->be->ops->alloc(c->be, bytes, p);
+}
+
+/* Grows scratch to hold n tokens, s sequences, bt block-table entries and nl logit rows. */
+static pd_status_t ctx__reserve(model_ctx_t *c, int n, int s, int bt, int nl)
+{
+    const hf_config_t *cfg = &c->m->cfg;
+    int f = cfg->intermediate_size > cfg->moe_intermediate_size ? cfg->intermediate_size
+                                                                 : cfg->moe_intermediate_size;
+    size_t d = (size_t)cfg->hidden_size, qd = (size_t)c->m->q_dim, kvd = (size_t)c->m->kv_dim;
+    size_t E = (size_t)(cfg->num_experts > 0 ? cfg->num_experts : 1);
+    size_t K = (size_t)(cfg->num_experts_per_tok > 0 ? cfg->num_experts_per_tok : 1);
+    pd_status_t st = PD_OK;
+
+    if (n <= c->cap_tokens && s <= c->cap_seqs && bt <= c->cap_bt && nl <= c->cap_logits)
+        return PD_OK;
+    n = n > c->cap_tokens ? n : c->cap_tokens;
+    s = s > c->cap_seqs ? s : c->cap_seqs;
+    bt = bt > c->cap_bt ? bt : c->cap_bt;
+    nl = nl > c->cap_logits ? nl : c->cap_logits;
+    ctx__free_bufs(c);
+    size_t N = (size_t)n;
+#define A(ptr, bytes)                                                                              \
+    if (st == PD_OK)                                                                               \
+    st = ctx__alloc(c, (void **)&(ptr), (bytes))
+    A(c->x, N * d * 4);
+    A(c->h, N * d * 4);
+    A(c->q, N * qd * 4);
+    A(c->k, N * kvd * 4);
+    A(c->v, N * kvd * 4);
+    A(c->attn, N * qd * 4);
+    A(c->tmp, N * d * 4);
+    A(c->gu, N * 2 * (size_t)f * 4);
+    A(c->act, N * (size_t)f * 4);
+    A(c->rlogits, N * E * 4);
+    A(c->mw, N * K * 4);
+    A(c->mids, N * K * 4);
+    A(c->lrows, (size_t)nl * d * 4);
+    A(c->logits, (size_t)nl * (size_t)cfg->vocab_size * 4);
+    A(c->d_tokens, N * 4);
+    A(c->d_pos, N * 4);
+    A(c->d_slots, N * 4);
+    A(c->d_qstart, ((size_t)s + 1) * 4);
+    A(c->d_ctx, (size_t)s * 4);
+    A(c->d_bt, (size_t)bt * 4);
+#undef A
+    c->h_pos = malloc(N * 4);
+    c->h_slots = malloc(N * 4);
+    c->h_bt = malloc((size_t)bt * 4);
+    if (st == PD_OK && (!c->h_pos || !c->h_slots || !c->h_bt))
+        st = PD_ERR_NOMEM;
+    if (st != PD_OK) {
+        pd_log_error("model: cannot allocate scratch for %d tokens", n);
+        ctx__free_bufs(c);
+        return st;
+    }
+    c->cap_tokens = n;
+    c->cap_seqs = s;
+    c->cap_bt = bt;
+    c->cap_logits = nl;
+    return PD_OK;
+}
+
+pd_status_t model_ctx_create(const model_t *m, model_ctx_t **ctx_p)
+{
+    model_ctx_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return PD_ERR_NOMEM;
+    c->m = m;
+    c->be = m->be;
+    *ctx_p = c;
+    return PD_OK;
+}
+
+void model_ctx_destroy(model_ctx_t *ctx)
+{
+    if (!ctx)
+        return;
+    ctx__free_bufs(ctx);
+    free(ctx);
+}
+
+pd_status_t model_forward(model_ctx_t *c, void *arena, const kv_layout_t *l,
+                          const model_batch_t *b, float *logits_out)
+{
+    const model_t *m = c->m;
+    const hf_config_t *cfg = &m->cfg;
+    pd_backend_t *be = c->be;
+    const pd_backend_ops_t *o = be->ops;
+    const int n = b->n_tokens, d = cfg->hidden_size, H = cfg->num_attention_heads,
+              KVH = cfg->num_key_value_heads, D = cfg->head_dim;
+    const float eps = (float)cfg->rms_norm_eps;
+    int max_pages = 1;
+    pd_status_t st;
+
+    for (int s = 0; s < b->n_seqs; s++) {
+        int np = (b->ctx_len[s] + l->page_tokens - 1) / l->page_tokens;
+        PD_ASSERT(np <= b->seqs[s]->n_pages);
+        if (np > max_pages)
+            max_pages = np;
+    }
+    if ((st = ctx__reserve(c, n, b->n_seqs, b->n_seqs * max_pages, b->n_logits)) != PD_OK)
+        return st;
+
+    /* positions, KV slots and block tables */
+    for (int s = 0; s < b->n_seqs; s++) {
+        const kv_seq_t *seq = b->seqs[s];
+        int q_len = b->q_start[s + 1] - b->q_start[s];
+        for (int r = b->q_start[s]; r < b->q_start[s + 1]; r++) {
+            int32_t pos = b->ctx_len[s] - q_len + (r - b->q_start[s]);
+            c->h_pos[r] = pos;
+            c->h_slots[r] = seq->pages[pos / l->page_tokens].page * l->page_tokens +
+                            pos % l->page_tokens;
+        }
+        for (int i = 0; i < max_pages; i++)
+            c->h_bt[s * max_pages + i] = i < seq->n_pages ? seq->pages[i].page : 0;
+    }
+    o->upload(be, c->d_tokens, b->tokens, (size_t)n * 4);
+    o->upload(be, c->d_pos, c->h_pos, (size_t)n * 4);
+    o->upload(be, c->d_slots, c->h_slots, (size_t)n * 4);
+    o->upload(be, c->d_qstart, b->q_start, ((size_t)b->n_seqs + 1) * 4);
+    o->upload(be, c->d_ctx, b->ctx_len, (size_t)b->n_seqs * 4);
+    o->upload(be, c->d_bt, c->h_bt, (size_t)b->n_seqs * max_pages * 4);
+    pd_attn_batch_t ab = {b->n_seqs, max_pages, c->d_qstart, c->d_ctx, c->d_bt};
+
+    o->embed(be, c->x, m->embed, c->d_tokens, n, d);
+    for (int li = 0; li < cfg->num_hidden_layers; li++) {
+        const model_layer_t *L = &m->layers[li];
+        o->rmsnorm(be, c->h, c->x, L->attn_norm, n, d, eps);
+        o->matmul(be, c->q, c->h, &L->q, n);
+        o->matmul(be, c->k, c->h, &L->k, n);
+        o->matmul(be, c->v, c->h, &L->v, n);
+        if (L->q_norm) {
+            o->rmsnorm(be, c->q, c->q, L->q_norm, n * H, D, eps);
+            o->rmsnorm(be, c->k, c->k, L->k_norm, n * KVH, D, eps);
+        }
+        o->rope(be, c->q, c->d_pos, m->inv_freq, n, H, D);
+        o->rope(be, c->k, c->d_pos, m->inv_freq, n, KVH, D);
+        o->kv_write(be, arena, l, li, c->k, c->v, c->d_slots, n);
+        o->attention(be, c->attn, c->q, arena, l, li, &ab, H);
+        o->matmul(be, c->tmp, c->attn, &L->o, n);
+        o->add(be, c->x, c->tmp, (size_t)n * d);
+        o->rmsnorm(be, c->h, c->x, L->mlp_norm, n, d, eps);
+        if (!L->moe) {
+            int f = cfg->intermediate_size;
+            o->matmul(be, c->gu, c->h, &L->gate_up, n);
+            o->silu_mul(be, c->act, c->gu, n, f);
+            o->matmul(be, c->tmp, c->act, &L->down, n);
+        } else {
+            int E = cfg->num_experts, K = cfg->num_experts_per_tok;
+            o->matmul(be, c->rlogits, c->h, &L->router, n);
+            o->moe_route(be, c->mids, c->mw, c->rlogits, n, E, K, cfg->norm_topk_prob);
+            o->moe_experts(be, c->tmp, c->h, c->mids, c->mw, L->exp_gate_up, L->exp_down, n, K,
+                           d, cfg->moe_intermediate_size);
+        }
+        o->add(be, c->x, c->tmp, (size_t)n * d);
+    }
+    if (b->n_logits > 0) {
+        for (int i = 0; i < b->n_logits; i++)
+            o->copy(be, c->lrows + (size_t)i * d, c->x + (size_t)b->logit_rows[i] * d,
+                    (size_t)d * 4);
+        o->rmsnorm(be, c->lrows, c->lrows, m->final_norm, b->n_logits, d, eps);
+        o->matmul(be, c->logits, c->lrows, &m->lm_head, b->n_logits);
+        st = o->download(be, logits_out, c->logits,
+                         (size_t)b->n_logits * (size_t)cfg->vocab_size * 4);
+        if (st != PD_OK)
+            return st;
+    }
+    return o->sync(be);
+}

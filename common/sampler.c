@@ -1,0 +1,115 @@
+#include "sampler.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "log.h"
+
+pd_status_t sampler_init(sampler_t *s, const sampler_params_t *p, int vocab)
+{
+    if (!(p->temperature >= 0.0f) || isinf(p->temperature)) {
+        pd_log_error("sampling: temperature %g must be >= 0", p->temperature);
+        return PD_ERR_INVALID;
+    }
+    if (p->top_k < 0) {
+        pd_log_error("sampling: top_k %d must be >= 0", p->top_k);
+        return PD_ERR_INVALID;
+    }
+    if (!(p->top_p > 0.0f && p->top_p <= 1.0f)) {
+        pd_log_error("sampling: top_p %g must be in (0, 1]", p->top_p);
+        return PD_ERR_INVALID;
+    }
+    s->p = *p;
+    s->vocab = vocab;
+    s->state = p->seed ^ 0x9e3779b97f4a7c15ull;
+    s->probs = NULL;
+    s->idx = NULL;
+    if (p->temperature > 0.0f) {
+        s->probs = malloc((size_t)vocab * sizeof *s->probs);
+        s->idx = malloc((size_t)vocab * sizeof *s->idx);
+        if (!s->probs || !s->idx) {
+            sampler_deinit(s);
+            return PD_ERR_NOMEM;
+        }
+    }
+    return PD_OK;
+}
+
+void sampler_deinit(sampler_t *s)
+{
+    free(s->probs);
+    free(s->idx);
+    s->probs = NULL;
+    s->idx = NULL;
+}
+
+int32_t sampler_argmax(const float *logits, int vocab)
+{
+    int32_t best = 0;
+    for (int i = 1; i < vocab; i++)
+        if (logits[i] > logits[best])
+            best = i;
+    return best;
+}
+
+/* splitmix64 -> uniform float in [0, 1) */
+static float sampler__uniform(sampler_t *s)
+{
+    uint64_t z = (s->state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (float)(z >> 40) / (float)(1u << 24);
+}
+
+static int sampler__cmp(const void *a, const void *b, void *arg)
+{
+    const float *logits = arg;
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    float lx = logits[x], ly = logits[y];
+    if (lx != ly)
+        return lx > ly ? -1 : 1;
+    return x < y ? -1 : 1;
+}
+
+int32_t sampler_sample(sampler_t *s, const float *logits)
+{
+    int n = s->vocab;
+    float mx, sum = 0.0f, acc = 0.0f, u;
+
+    if (s->p.temperature == 0.0f || s->p.top_k == 1)
+        return sampler_argmax(logits, n);
+    for (int i = 0; i < n; i++)
+        s->idx[i] = i;
+    /* sort ids by logit (descending, ties by id); qsort is deterministic for a total order */
+    qsort_r(s->idx, (size_t)n, sizeof *s->idx, sampler__cmp, (void *)logits);
+    if (s->p.top_k > 0 && s->p.top_k < n)
+        n = s->p.top_k;
+    mx = logits[s->idx[0]] / s->p.temperature;
+    for (int i = 0; i < n; i++) {
+        s->probs[i] = expf(logits[s->idx[i]] / s->p.temperature - mx);
+        sum += s->probs[i];
+    }
+    if (s->p.top_p < 1.0f) {
+        int keep = n;
+        for (int i = 0; i < n; i++) {
+            acc += s->probs[i] / sum;
+            if (acc >= s->p.top_p) {
+                keep = i + 1;
+                break;
+            }
+        }
+        n = keep;
+        sum = 0.0f;
+        for (int i = 0; i < n; i++)
+            sum += s->probs[i];
+    }
+    u = sampler__uniform(s) * sum;
+    acc = 0.0f;
+    for (int i = 0; i < n; i++) {
+        acc += s->probs[i];
+        if (u < acc)
+            return s->idx[i];
+    }
+    return s->idx[n - 1];
+}
