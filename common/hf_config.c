@@ -26,39 +26,47 @@ static const struct {
 static const char *hf_config__type(const json_t *v)
 {
     switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "a list";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
+    case JSON_OBJECT:
+        return "an object";
+    case JSON_ARRAY:
+        return "a list";
+    case JSON_STRING:
+        return "a string";
+    case JSON_INTEGER:
+        return "an integer";
+    case JSON_REAL:
+        return "a number";
     case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    default: return "null";
+    case JSON_FALSE:
+        return "a boolean";
+    default:
+        return "null";
     }
 }
 
 /* Absent or null: *out = def, or PD_ERR_FORMAT when required. Else an integer in [min, INT_MAX]. */
-static pd_status_t hf_config__int(const char *src, const json_t *obj, const char *key,
-                                  bool required, int def, int min, int *out)
+static pd_status_t hf_config__int(const char *src, const json_t *obj, const char *pre,
+                                  const char *key, bool required, int def, int min, int *out)
 {
     json_t *v = json_object_get(obj, key);
     json_int_t x;
 
     if (!v || json_is_null(v)) {
         if (required) {
-            pd_log_error("%s: missing required field %s", src, key);
+            pd_log_error("%s: missing required field %s%s", src, pre, key);
             return PD_ERR_FORMAT;
         }
         *out = def;
         return PD_OK;
     }
     if (!json_is_integer(v)) {
-        pd_log_error("%s: %s: expected an integer, got %s", src, key, hf_config__type(v));
+        pd_log_error("%s: %s%s: expected an integer, got %s", src, pre, key, hf_config__type(v));
         return PD_ERR_FORMAT;
     }
     x = json_integer_value(v);
     if (x < min || x > INT_MAX) {
-        pd_log_error("%s: %s: %lld out of range (must be >= %d)", src, key, (long long)x, min);
+        pd_log_error("%s: %s%s: %lld out of range (must be >= %d)", src, pre, key, (long long)x,
+                     min);
         return PD_ERR_FORMAT;
     }
     *out = (int)x;
@@ -66,35 +74,35 @@ static pd_status_t hf_config__int(const char *src, const json_t *obj, const char
 }
 
 /* As hf_config__int for a number (integer or real) that must be finite and > 0. */
-static pd_status_t hf_config__pos_num(const char *src, const json_t *obj, const char *key,
-                                      bool required, double def, double *out)
+static pd_status_t hf_config__pos_num(const char *src, const json_t *obj, const char *pre,
+                                      const char *key, bool required, double def, double *out)
 {
     json_t *v = json_object_get(obj, key);
     double x;
 
     if (!v || json_is_null(v)) {
         if (required) {
-            pd_log_error("%s: missing required field %s", src, key);
+            pd_log_error("%s: missing required field %s%s", src, pre, key);
             return PD_ERR_FORMAT;
         }
         *out = def;
         return PD_OK;
     }
     if (!json_is_number(v)) {
-        pd_log_error("%s: %s: expected a number, got %s", src, key, hf_config__type(v));
+        pd_log_error("%s: %s%s: expected a number, got %s", src, pre, key, hf_config__type(v));
         return PD_ERR_FORMAT;
     }
     x = json_number_value(v);
     if (!isfinite(x) || x <= 0) {
-        pd_log_error("%s: %s: %g must be a positive number", src, key, x);
+        pd_log_error("%s: %s%s: %g must be a positive number", src, pre, key, x);
         return PD_ERR_FORMAT;
     }
     *out = x;
     return PD_OK;
 }
 
-static pd_status_t hf_config__bool(const char *src, const json_t *obj, const char *key, bool def,
-                                   bool *out)
+static pd_status_t hf_config__bool(const char *src, const json_t *obj, const char *pre,
+                                   const char *key, bool def, bool *out)
 {
     json_t *v = json_object_get(obj, key);
 
@@ -103,7 +111,7 @@ static pd_status_t hf_config__bool(const char *src, const json_t *obj, const cha
         return PD_OK;
     }
     if (!json_is_boolean(v)) {
-        pd_log_error("%s: %s: expected a boolean, got %s", src, key, hf_config__type(v));
+        pd_log_error("%s: %s%s: expected a boolean, got %s", src, pre, key, hf_config__type(v));
         return PD_ERR_FORMAT;
     }
     *out = json_is_true(v);
@@ -111,26 +119,26 @@ static pd_status_t hf_config__bool(const char *src, const json_t *obj, const cha
 }
 
 /* Absent or null: out = "" (PD_ERR_FORMAT when required). Else a string shorter than size. */
-static pd_status_t hf_config__str(const char *src, const json_t *obj, const char *key,
-                                  bool required, char *out, size_t size)
+static pd_status_t hf_config__str(const char *src, const json_t *obj, const char *pre,
+                                  const char *key, bool required, char *out, size_t size)
 {
     json_t *v = json_object_get(obj, key);
 
     if (!v || json_is_null(v)) {
         if (required) {
-            pd_log_error("%s: missing required field %s", src, key);
+            pd_log_error("%s: missing required field %s%s", src, pre, key);
             return PD_ERR_FORMAT;
         }
         out[0] = 0;
         return PD_OK;
     }
     if (!json_is_string(v)) {
-        pd_log_error("%s: %s: expected a string, got %s", src, key, hf_config__type(v));
+        pd_log_error("%s: %s%s: expected a string, got %s", src, pre, key, hf_config__type(v));
         return PD_ERR_FORMAT;
     }
     if (json_string_length(v) >= size || strlen(json_string_value(v)) != json_string_length(v)) {
-        pd_log_error("%s: %s: \"%.40s\" longer than %zu characters or contains NUL", src, key,
-                     json_string_value(v), size - 1);
+        pd_log_error("%s: %s%s: \"%.40s\" longer than %zu characters or contains NUL", src, pre,
+                     key, json_string_value(v), size - 1);
         return PD_ERR_FORMAT;
     }
     memcpy(out, json_string_value(v), json_string_length(v) + 1);
@@ -169,22 +177,25 @@ static pd_status_t hf_config__sizes(const char *src, const json_t *root, hf_conf
 {
     pd_status_t rc;
 
-    if ((rc = hf_config__int(src, root, "hidden_size", true, 0, 1, &c->hidden_size)) ||
-        (rc = hf_config__int(src, root, "intermediate_size", true, 0, 1, &c->intermediate_size)) ||
-        (rc = hf_config__int(src, root, "num_hidden_layers", true, 0, 1, &c->num_hidden_layers)) ||
-        (rc = hf_config__int(src, root, "num_attention_heads", true, 0, 1,
+    if ((rc = hf_config__int(src, root, "", "hidden_size", true, 0, 1, &c->hidden_size)) ||
+        (rc = hf_config__int(src, root, "", "intermediate_size", true, 0, 1,
+                             &c->intermediate_size)) ||
+        (rc = hf_config__int(src, root, "", "num_hidden_layers", true, 0, 1,
+                             &c->num_hidden_layers)) ||
+        (rc = hf_config__int(src, root, "", "num_attention_heads", true, 0, 1,
                              &c->num_attention_heads)) ||
-        (rc = hf_config__int(src, root, "num_key_value_heads", false, c->num_attention_heads, 1,
+        (rc = hf_config__int(src, root, "", "num_key_value_heads", false, c->num_attention_heads, 1,
                              &c->num_key_value_heads)) ||
-        (rc = hf_config__int(src, root, "head_dim", false, 0, 1, &c->head_dim)) ||
-        (rc = hf_config__int(src, root, "vocab_size", true, 0, 1, &c->vocab_size)) ||
-        (rc = hf_config__int(src, root, "max_position_embeddings", true, 0, 1,
+        (rc = hf_config__int(src, root, "", "head_dim", false, 0, 1, &c->head_dim)) ||
+        (rc = hf_config__int(src, root, "", "vocab_size", true, 0, 1, &c->vocab_size)) ||
+        (rc = hf_config__int(src, root, "", "max_position_embeddings", true, 0, 1,
                              &c->max_position_embeddings)) ||
-        (rc = hf_config__pos_num(src, root, "rms_norm_eps", true, 0, &c->rms_norm_eps)) ||
-        (rc = hf_config__bool(src, root, "tie_word_embeddings", false, &c->tie_word_embeddings)) ||
-        (rc = hf_config__bool(src, root, "attention_bias", false, &c->attention_bias)) ||
-        (rc = hf_config__bool(src, root, "mlp_bias", false, &c->mlp_bias)) ||
-        (rc = hf_config__str(src, root, "model_type", false, c->model_type,
+        (rc = hf_config__pos_num(src, root, "", "rms_norm_eps", true, 0, &c->rms_norm_eps)) ||
+        (rc = hf_config__bool(src, root, "", "tie_word_embeddings", false,
+                              &c->tie_word_embeddings)) ||
+        (rc = hf_config__bool(src, root, "", "attention_bias", false, &c->attention_bias)) ||
+        (rc = hf_config__bool(src, root, "", "mlp_bias", false, &c->mlp_bias)) ||
+        (rc = hf_config__str(src, root, "", "model_type", false, c->model_type,
                              sizeof c->model_type)))
         return rc;
     if (c->num_hidden_layers > HF_MAX_LAYERS) {
@@ -213,7 +224,8 @@ static pd_status_t hf_config__sizes(const char *src, const json_t *root, hf_conf
     return PD_OK;
 }
 
-/* rope_theta and the rope type, from rope_parameters (transformers 5) or rope_theta/rope_scaling. */
+/* rope_theta and the rope type, from rope_parameters (transformers 5) or rope_theta/rope_scaling.
+ */
 static pd_status_t hf_config__rope(const char *src, const json_t *root, hf_config_t *c)
 {
     json_t *params = json_object_get(root, "rope_parameters");
@@ -227,14 +239,13 @@ static pd_status_t hf_config__rope(const char *src, const json_t *root, hf_confi
         return PD_ERR_FORMAT;
     }
     if (scaling && !json_is_null(scaling) && !json_is_object(scaling)) {
-        pd_log_error("%s: rope_scaling: expected an object, got %s", src,
-                     hf_config__type(scaling));
+        pd_log_error("%s: rope_scaling: expected an object, got %s", src, hf_config__type(scaling));
         return PD_ERR_FORMAT;
     }
-    if ((rc = hf_config__pos_num(src, root, "rope_theta", false, 0, &theta_top)))
+    if ((rc = hf_config__pos_num(src, root, "", "rope_theta", false, 0, &theta_top)))
         return rc;
-    if (json_is_object(params) &&
-        (rc = hf_config__pos_num(src, params, "rope_theta", false, 0, &theta_params)))
+    if (json_is_object(params) && (rc = hf_config__pos_num(src, params, "rope_parameters.",
+                                                           "rope_theta", false, 0, &theta_params)))
         return rc;
     if (theta_top > 0 && theta_params > 0 && theta_top != theta_params)
         pd_log_warn("%s: rope_theta %g and rope_parameters.rope_theta %g differ; using the latter",
@@ -251,6 +262,7 @@ static pd_status_t hf_config__rope(const char *src, const json_t *root, hf_confi
     if (!rp)
         return PD_OK;
     const char *field = rp == params ? "rope_parameters" : "rope_scaling";
+    const char *pre = rp == params ? "rope_parameters." : "rope_scaling.";
     type = json_object_get(rp, "rope_type");
     if (!type)
         type = json_object_get(rp, "type");
@@ -267,11 +279,12 @@ static pd_status_t hf_config__rope(const char *src, const json_t *root, hf_confi
         return PD_ERR_UNSUPPORTED;
     }
     c->rope_type = 1;
-    if ((rc = hf_config__pos_num(src, rp, "factor", true, 0, &c->rope_factor)) ||
-        (rc = hf_config__pos_num(src, rp, "low_freq_factor", true, 0, &c->rope_low_freq_factor)) ||
-        (rc = hf_config__pos_num(src, rp, "high_freq_factor", true, 0,
+    if ((rc = hf_config__pos_num(src, rp, pre, "factor", true, 0, &c->rope_factor)) ||
+        (rc = hf_config__pos_num(src, rp, pre, "low_freq_factor", true, 0,
+                                 &c->rope_low_freq_factor)) ||
+        (rc = hf_config__pos_num(src, rp, pre, "high_freq_factor", true, 0,
                                  &c->rope_high_freq_factor)) ||
-        (rc = hf_config__int(src, rp, "original_max_position_embeddings", true, 0, 1,
+        (rc = hf_config__int(src, rp, pre, "original_max_position_embeddings", true, 0, 1,
                              &c->rope_original_max_position)))
         return rc;
     if (c->rope_high_freq_factor <= c->rope_low_freq_factor) {
@@ -287,7 +300,7 @@ static pd_status_t hf_config__tokens(const char *src, const json_t *root, hf_con
     json_t *eos = json_object_get(root, "eos_token_id");
     pd_status_t rc;
 
-    if ((rc = hf_config__int(src, root, "bos_token_id", false, -1, 0, &c->bos_token_id)))
+    if ((rc = hf_config__int(src, root, "", "bos_token_id", false, -1, 0, &c->bos_token_id)))
         return rc;
     if (c->bos_token_id >= c->vocab_size) {
         pd_log_error("%s: bos_token_id: %d not below vocab_size %d", src, c->bos_token_id,
@@ -298,7 +311,8 @@ static pd_status_t hf_config__tokens(const char *src, const json_t *root, hf_con
     if (!eos || json_is_null(eos))
         return PD_OK;
     if (json_is_integer(eos)) {
-        if ((rc = hf_config__int(src, root, "eos_token_id", false, -1, 0, &c->eos_token_ids[0])))
+        if ((rc =
+                 hf_config__int(src, root, "", "eos_token_id", false, -1, 0, &c->eos_token_ids[0])))
             return rc;
         c->n_eos = 1;
     } else if (json_is_array(eos)) {
@@ -334,18 +348,18 @@ static pd_status_t hf_config__tokens(const char *src, const json_t *root, hf_con
 static pd_status_t hf_config__moe(const char *src, const json_t *root, hf_config_t *c)
 {
     const char *experts_key =
-        json_object_get(root, "num_experts") ? "num_experts" : "num_local_experts";
+        json_object_get(root, "num_local_experts") ? "num_local_experts" : "num_experts";
     json_t *only = json_object_get(root, "mlp_only_layers");
     pd_status_t rc;
 
-    if ((rc = hf_config__int(src, root, experts_key, true, 0, 1, &c->num_experts)) ||
-        (rc = hf_config__int(src, root, "num_experts_per_tok", true, 0, 1,
+    if ((rc = hf_config__int(src, root, "", experts_key, true, 0, 1, &c->num_experts)) ||
+        (rc = hf_config__int(src, root, "", "num_experts_per_tok", true, 0, 1,
                              &c->num_experts_per_tok)) ||
-        (rc = hf_config__int(src, root, "moe_intermediate_size", true, 0, 1,
+        (rc = hf_config__int(src, root, "", "moe_intermediate_size", true, 0, 1,
                              &c->moe_intermediate_size)) ||
-        (rc = hf_config__int(src, root, "decoder_sparse_step", false, 1, 1,
+        (rc = hf_config__int(src, root, "", "decoder_sparse_step", false, 1, 1,
                              &c->decoder_sparse_step)) ||
-        (rc = hf_config__bool(src, root, "norm_topk_prob", false, &c->norm_topk_prob)))
+        (rc = hf_config__bool(src, root, "", "norm_topk_prob", false, &c->norm_topk_prob)))
         return rc;
     if (c->num_experts_per_tok > c->num_experts) {
         pd_log_error("%s: num_experts_per_tok: %d exceeds %s %d", src, c->num_experts_per_tok,
@@ -384,7 +398,8 @@ static pd_status_t hf_config__quant(const char *src, const json_t *root, hf_conf
                      hf_config__type(q));
         return PD_ERR_FORMAT;
     }
-    if ((rc = hf_config__str(src, q, "quant_method", true, method, sizeof method)))
+    if ((rc = hf_config__str(src, q, "quantization_config.", "quant_method", true, method,
+                             sizeof method)))
         return rc;
     if (strcmp(method, "pdserve") != 0) {
         pd_log_error("%s: quantization_config.quant_method: unsupported method \"%s\" "
@@ -392,9 +407,11 @@ static pd_status_t hf_config__quant(const char *src, const json_t *root, hf_conf
                      src, method);
         return PD_ERR_UNSUPPORTED;
     }
-    if ((rc = hf_config__str(src, q, "format", true, c->quant_format, sizeof c->quant_format)) ||
-        (rc = hf_config__int(src, q, "group_size", false, 0, 1, &c->quant_group_size)) ||
-        (rc = hf_config__str(src, q, "lm_head", false, c->quant_lm_head,
+    if ((rc = hf_config__str(src, q, "quantization_config.", "format", true, c->quant_format,
+                             sizeof c->quant_format)) ||
+        (rc = hf_config__int(src, q, "quantization_config.", "group_size", false, 0, 1,
+                             &c->quant_group_size)) ||
+        (rc = hf_config__str(src, q, "quantization_config.", "lm_head", false, c->quant_lm_head,
                              sizeof c->quant_lm_head)))
         return rc;
     if (strcmp(c->quant_format, "fp8") != 0 && strcmp(c->quant_format, "int4") != 0) {

@@ -31,8 +31,9 @@ typedef struct {
     int rope_type; /* 0 default, 1 llama3 (rope_scaling / rope_parameters rope_type "llama3") */
     double rope_factor, rope_low_freq_factor, rope_high_freq_factor; /* llama3 only, else 0 */
     int rope_original_max_position;                                  /* llama3 only, else 0 */
-    int bos_token_id;                       /* -1 when absent/null */
-    int eos_token_ids[HF_MAX_EOS]; int n_eos; /* eos_token_id int or list; 0 when absent/null */
+    int bos_token_id;                                                /* -1 when absent/null */
+    int eos_token_ids[HF_MAX_EOS];
+    int n_eos; /* eos_token_id int or list; 0 when absent/null */
     bool tie_word_embeddings, attention_bias, mlp_bias;
     /* Qwen3-MoE (zero for dense) */
     int num_experts; /* "num_experts", or "num_local_experts" as transformers 5 writes it */
@@ -41,8 +42,8 @@ typedef struct {
     bool mlp_only[HF_MAX_LAYERS]; /* from mlp_only_layers */
     /* pdserve quantized checkpoints: config.json "quantization_config": {"quant_method":
      * "pdserve", "format": "fp8"|"int4", "group_size": 128, "lm_head": "bf16"|"fp8"|"int4"} */
-    char quant_format[16]; /* "" when not quantized */
-    int quant_group_size;  /* 0 when absent (required for int4) */
+    char quant_format[16];  /* "" when not quantized */
+    int quant_group_size;   /* 0 when absent (required for int4) */
     char quant_lm_head[16]; /* "bf16" when quantized and absent, "" when not quantized */
 } hf_config_t;
 

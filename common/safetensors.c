@@ -14,12 +14,13 @@
 
 #include "log.h"
 
-#define SAFETENSORS__MAX_HEADER ((uint64_t)100 << 20) /* 100 MB, as the reference implementation */
+#define SAFETENSORS__MAX_HEADER ((uint64_t)100 << 20) /* 100 MB, as the reference implementation   \
+                                                       */
 #define SAFETENSORS__MAX_INDEX ((size_t)64 << 20)
 
 typedef struct {
-    char *path;      /* label used in messages (the path as given, or the memory name) */
-    void *map;       /* mmap'ed file, NULL for caller-owned memory */
+    char *path; /* label used in messages (the path as given, or the memory name) */
+    void *map;  /* mmap'ed file, NULL for caller-owned memory */
     size_t map_len;
 } safetensors__shard_t;
 
@@ -582,8 +583,8 @@ static pd_status_t safetensors__open_index(safetensors_t *st, const char *dir, c
         const safetensors_tensor_t *t = safetensors_find(st, key);
         sprintf(path, "%s/%s", dir, json_string_value(v));
         if (!t) {
-            pd_log_error("%s: tensor %s: listed in the index but not found in shard %s", index,
-                         key, path);
+            pd_log_error("%s: tensor %s: listed in the index but not found in shard %s", index, key,
+                         path);
             rc = PD_ERR_NOT_FOUND;
             goto err_free_path;
         }
@@ -700,8 +701,8 @@ const char *safetensors_metadata(const safetensors_t *st, const char *key)
     return NULL;
 }
 
-pd_status_t safetensors_get(const safetensors_t *st, const char *name, pd_dtype_t dtype,
-                            int n_dims, const int64_t *shape, const safetensors_tensor_t **t_p)
+pd_status_t safetensors_get(const safetensors_t *st, const char *name, pd_dtype_t dtype, int n_dims,
+                            const int64_t *shape, const safetensors_tensor_t **t_p)
 {
     const safetensors_tensor_t *t = safetensors_find(st, name);
     bool same;
@@ -723,7 +724,7 @@ pd_status_t safetensors_get(const safetensors_t *st, const char *name, pd_dtype_
         char got[160], want[160];
         safetensors__format_shape(got, sizeof got, t->n_dims, t->shape);
         safetensors__format_shape(want, sizeof want,
-                                  n_dims < 0 ? 0
+                                  n_dims < 0                      ? 0
                                   : n_dims > SAFETENSORS_MAX_DIMS ? SAFETENSORS_MAX_DIMS
                                                                   : n_dims,
                                   shape);
@@ -736,7 +737,8 @@ pd_status_t safetensors_get(const safetensors_t *st, const char *name, pd_dtype_
 
 /* ==== writing ==== */
 
-/* Builds the header JSON text (unpadded) into *text_p; PD_ERR_INVALID (logged) on a bad argument. */
+/* Builds the header JSON text (unpadded) into *text_p; PD_ERR_INVALID (logged) on a bad argument.
+ */
 static pd_status_t safetensors__header(const char *path, const safetensors_tensor_t *tensors,
                                        size_t n, const char *const *meta, size_t n_meta_pairs,
                                        char **text_p)
@@ -758,8 +760,7 @@ static pd_status_t safetensors__header(const char *path, const safetensors_tenso
                 goto err_free_json;
             }
             if (json_object_set_new(md, meta[2 * i], json_string(meta[2 * i + 1]))) {
-                pd_log_error("%s: metadata pair %zu (%s) is not valid utf-8", path, i,
-                             meta[2 * i]);
+                pd_log_error("%s: metadata pair %zu (%s) is not valid utf-8", path, i, meta[2 * i]);
                 rc = PD_ERR_INVALID;
                 goto err_free_json;
             }

@@ -73,8 +73,8 @@ const char *safetensors_metadata(const safetensors_t *st, const char *key);
  * the dtype or shape differs. Each failure logs one error naming the file, the tensor and expected
  * vs found, e.g. "model.safetensors: tensor model.norm.weight: shape [512] != expected [1024]".
  * *t_p is untouched on failure. */
-pd_status_t safetensors_get(const safetensors_t *st, const char *name, pd_dtype_t dtype,
-                            int n_dims, const int64_t *shape, const safetensors_tensor_t **t_p);
+pd_status_t safetensors_get(const safetensors_t *st, const char *name, pd_dtype_t dtype, int n_dims,
+                            const int64_t *shape, const safetensors_tensor_t **t_p);
 
 /* Writes tensors[0..n) to path as a safetensors file: the JSON header (with an "__metadata__"
  * object when n_meta_pairs > 0, meta[2k] = key, meta[2k+1] = value), padded with spaces so the
