@@ -112,8 +112,8 @@ static pd_status_t safetensors__add_shard(safetensors_t *st, const char *path, v
 static pd_status_t safetensors__reserve(safetensors_t *st, size_t extra)
 {
     size_t need = st->n_tensors + extra, cap = st->cap_tensors ? st->cap_tensors : 16;
-    if (need <= st->cap_tensors)
-        return PD_OK;
+    if (need <= st->cap_tensors && st->tensors)
+        return PD_OK; /* an empty file still gets arrays: memcpy and qsort need non-NULL */
     while (cap < need)
         cap *= 2;
     safetensors_tensor_t *t = realloc(st->tensors, cap * sizeof *t);
