@@ -1,9 +1,11 @@
-/* replay: runs a libFuzzer target (linked in) over the files and directories named on the command
- * line, so the seed corpora replay as ordinary tests in every build, without libFuzzer. Each input
- * is copied into a buffer of exactly its size so sanitizers catch reads past the end. Fails when
- * no input was found (a test must be able to fail). */
+/* replay: runs a libFuzzer target's LLVMFuzzerTestOneInput over corpus files without libFuzzer, so
+ * the seed corpus (and every crash once fixed) replays as an ordinary test in any build.
+ *
+ * Usage: replay FILE_OR_DIR...  (directories are read one level deep, in name order). Exits 0 when
+ * every input ran (the target aborts on a failed check), 1 when an argument cannot be read or no
+ * input was found.
+ */
 #include <dirent.h>
-#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,75 +13,113 @@
 #include <sys/stat.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+__attribute__((weak)) int LLVMFuzzerInitialize(int *argc, char ***argv);
 
-/* Runs the target on one file; returns 0 or -1 when it cannot be read. */
 static int replay_file(const char *path)
 {
     FILE *f = fopen(path, "rb");
-    uint8_t *buf;
-    long size;
+    uint8_t *data = NULL;
+    size_t n = 0, cap = 0, r;
 
-    if (!f || fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        fprintf(stderr, "replay: %s: cannot read: %s\n", path, strerror(errno));
-        if (f)
-            fclose(f);
+    if (!f) {
+        fprintf(stderr, "replay: cannot open %s\n", path);
         return -1;
     }
-    buf = malloc(size ? (size_t)size : 1);
-    if (!buf || fread(buf, 1, (size_t)size, f) != (size_t)size) {
-        fprintf(stderr, "replay: %s: short read\n", path);
-        free(buf);
-        fclose(f);
-        return -1;
-    }
+    do {
+        if (n == cap) {
+            cap = cap ? cap * 2 : 4096;
+            uint8_t *p = realloc(data, cap);
+            if (!p) {
+                fprintf(stderr, "replay: out of memory reading %s\n", path);
+                free(data);
+                fclose(f);
+                return -1;
+            }
+            data = p;
+        }
+        r = fread(data + n, 1, cap - n, f);
+        n += r;
+    } while (r > 0);
     fclose(f);
-    fprintf(stderr, "replay: %s (%ld bytes)\n", path, size);
-    LLVMFuzzerTestOneInput(buf, (size_t)size);
-    free(buf);
+    /* an exact-size copy, so ASan catches reads past the end as libFuzzer would */
+    uint8_t *exact = malloc(n ? n : 1);
+    if (!exact) {
+        free(data);
+        return -1;
+    }
+    if (n)
+        memcpy(exact, data, n);
+    free(data);
+    LLVMFuzzerTestOneInput(exact, n);
+    free(exact);
     return 0;
+}
+
+static int name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int replay_dir(const char *dir, size_t *count)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0;
+
+    if (!d) {
+        fprintf(stderr, "replay: cannot open directory %s\n", dir);
+        return -1;
+    }
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 64;
+            char **p = realloc(names, cap * sizeof *p);
+            if (!p) {
+                rc = -1;
+                break;
+            }
+            names = p;
+        }
+        size_t len = strlen(dir) + strlen(e->d_name) + 2;
+        if (!(names[n] = malloc(len))) {
+            rc = -1;
+            break;
+        }
+        snprintf(names[n++], len, "%s/%s", dir, e->d_name);
+    }
+    closedir(d);
+    qsort(names, n, sizeof *names, name_cmp);
+    for (size_t i = 0; i < n; i++) {
+        struct stat st;
+        if (rc == 0 && stat(names[i], &st) == 0 && S_ISREG(st.st_mode)) {
+            rc = replay_file(names[i]);
+            (*count)++;
+        }
+        free(names[i]);
+    }
+    free(names);
+    return rc;
 }
 
 int main(int argc, char **argv)
 {
-    int n_inputs = 0;
+    size_t count = 0;
 
+    if (LLVMFuzzerInitialize)
+        LLVMFuzzerInitialize(&argc, &argv);
     for (int i = 1; i < argc; i++) {
-        struct stat sb;
-        struct dirent **names;
-        int n;
-
-        if (stat(argv[i], &sb) != 0) {
-            fprintf(stderr, "replay: %s: %s\n", argv[i], strerror(errno));
+        struct stat st;
+        if (stat(argv[i], &st) != 0) {
+            fprintf(stderr, "replay: cannot stat %s\n", argv[i]);
             return 1;
         }
-        if (!S_ISDIR(sb.st_mode)) {
-            if (replay_file(argv[i]) != 0)
-                return 1;
-            n_inputs++;
-            continue;
-        }
-        n = scandir(argv[i], &names, NULL, alphasort);
-        if (n < 0) {
-            fprintf(stderr, "replay: %s: %s\n", argv[i], strerror(errno));
+        if (S_ISDIR(st.st_mode) ? replay_dir(argv[i], &count) : (count++, replay_file(argv[i])))
             return 1;
-        }
-        for (int k = 0; k < n; k++) {
-            char path[4096];
-            struct stat fs;
-            snprintf(path, sizeof path, "%s/%s", argv[i], names[k]->d_name);
-            if (names[k]->d_name[0] != '.' && stat(path, &fs) == 0 && S_ISREG(fs.st_mode)) {
-                if (replay_file(path) != 0)
-                    return 1;
-                n_inputs++;
-            }
-            free(names[k]);
-        }
-        free(names);
     }
-    if (n_inputs == 0) {
-        fprintf(stderr, "replay: no inputs found\n");
-        return 1;
-    }
-    fprintf(stderr, "replay: %d inputs ok\n", n_inputs);
-    return 0;
+    printf("replay: %zu inputs ran\n", count);
+    return count ? 0 : 1;
 }
