@@ -1,0 +1,43 @@
+/* pdctl: the command-line tool of pdserve (local model commands and cluster ops commands). */
+#include <stdio.h>
+#include <string.h>
+
+#include "pdctl.h"
+
+typedef struct {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *help;
+} pdctl_cmd_t;
+
+static const pdctl_cmd_t pdctl_cmds[] = {
+    {"tokenize", pdctl_tokenize, "tokenize --model DIR [--no-bos] TEXT"},
+    {"generate", pdctl_generate,
+     "generate --model DIR --prompt TEXT --max-tokens N [--temperature T --top-p P --top-k K "
+     "--seed S] [--weights bf16|fp8|int4] [--kv bf16|fp8] [--json] [--logits-out FILE]"},
+    {"ppl", pdctl_ppl,
+     "ppl --model DIR --text-file F [--window 512] [--weights bf16|fp8|int4] [--kv bf16|fp8]"},
+};
+
+static void pdctl_usage(FILE *f)
+{
+    fprintf(f, "usage: pdctl COMMAND [OPTIONS]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof pdctl_cmds / sizeof pdctl_cmds[0]; i++)
+        fprintf(f, "  pdctl %s\n", pdctl_cmds[i].help);
+    fprintf(f, "\nmodel options: --backend cpu|cuda --threads N --lm-head bf16|fp8|int4 "
+               "--kv-budget BYTES --page-tokens N --tracker tagged|noop\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        pdctl_usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (size_t i = 0; i < sizeof pdctl_cmds / sizeof pdctl_cmds[0]; i++)
+        if (strcmp(argv[1], pdctl_cmds[i].name) == 0)
+            return pdctl_cmds[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "pdctl: unknown command '%s'\n", argv[1]);
+    pdctl_usage(stderr);
+    return 2;
+}

@@ -1,0 +1,29 @@
+/* pdctl: the command-line tool. Each command is a function taking argc/argv (argv[0] is the
+ * command name) and returning the process exit status. */
+#ifndef PD_PDCTL_H
+#define PD_PDCTL_H
+
+#include "engine.h"
+
+int pdctl_tokenize(int argc, char **argv);
+int pdctl_generate(int argc, char **argv);
+int pdctl_ppl(int argc, char **argv);
+
+/* Shared option handling for commands that load a model. */
+typedef struct {
+    engine_params_t ep;
+    const char *weights, *kv, *lm_head;
+} pdctl_model_opts_t;
+
+void pdctl_model_opts_init(pdctl_model_opts_t *o);
+/* Handles one model option (--model, --weights, --kv, --lm-head, --backend, --threads,
+ * --kv-budget, --page-tokens, --tracker, --device); returns 1 if it was one, 0 if not, -1 on a
+ * bad value (message printed). */
+int pdctl_model_opt(pdctl_model_opts_t *o, const char *name, const char *value);
+/* Validates and fills o->ep; returns 0 or -1 (message printed). */
+int pdctl_model_opts_finish(pdctl_model_opts_t *o);
+
+/* Parses "123", "64MiB", "2GiB", "512KiB"; -1 on error. */
+int64_t pdctl_parse_bytes(const char *s);
+
+#endif

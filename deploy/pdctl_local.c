@@ -1,0 +1,469 @@
+/* pdctl commands that run a model in this process: tokenize, generate, ppl. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "log.h"
+#include "pdctl.h"
+#include "tokenizer.h"
+
+/* ==== shared option handling ==== */
+
+int64_t pdctl_parse_bytes(const char *s)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || v < 0)
+        return -1;
+    if (*end == 0 || strcmp(end, "B") == 0)
+        return (int64_t)v;
+    if (strcmp(end, "KiB") == 0 || strcmp(end, "K") == 0)
+        return (int64_t)(v * 1024);
+    if (strcmp(end, "MiB") == 0 || strcmp(end, "M") == 0)
+        return (int64_t)(v * 1024 * 1024);
+    if (strcmp(end, "GiB") == 0 || strcmp(end, "G") == 0)
+        return (int64_t)(v * 1024 * 1024 * 1024);
+    return -1;
+}
+
+void pdctl_model_opts_init(pdctl_model_opts_t *o)
+{
+    memset(o, 0, sizeof *o);
+    engine_params_default(&o->ep);
+    o->ep.progress = true;
+    o->weights = "bf16";
+    o->kv = "bf16";
+    o->lm_head = "bf16";
+}
+
+static int pdctl__int(const char *name, const char *v, int lo, int *out)
+{
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (*v == 0 || *end || x < lo || x > 1 << 30) {
+        fprintf(stderr, "pdctl: %s: '%s' is not an integer >= %d\n", name, v, lo);
+        return -1;
+    }
+    *out = (int)x;
+    return 1;
+}
+
+int pdctl_model_opt(pdctl_model_opts_t *o, const char *name, const char *value)
+{
+    if (strcmp(name, "--model") == 0)
+        o->ep.model_dir = value;
+    else if (strcmp(name, "--weights") == 0)
+        o->weights = value;
+    else if (strcmp(name, "--kv") == 0)
+        o->kv = value;
+    else if (strcmp(name, "--lm-head") == 0)
+        o->lm_head = value;
+    else if (strcmp(name, "--backend") == 0)
+        o->ep.backend = value;
+    else if (strcmp(name, "--threads") == 0)
+        return pdctl__int(name, value, 0, &o->ep.threads);
+    else if (strcmp(name, "--device") == 0)
+        return pdctl__int(name, value, 0, &o->ep.device);
+    else if (strcmp(name, "--page-tokens") == 0)
+        return pdctl__int(name, value, 1, &o->ep.page_tokens);
+    else if (strcmp(name, "--prefill-chunk") == 0)
+        return pdctl__int(name, value, 1, &o->ep.prefill_chunk);
+    else if (strcmp(name, "--kv-budget") == 0) {
+        o->ep.kv_budget = pdctl_parse_bytes(value);
+        if (o->ep.kv_budget < 0) {
+            fprintf(stderr, "pdctl: --kv-budget: '%s' is not a size (e.g. 64MiB)\n", value);
+            return -1;
+        }
+    } else if (strcmp(name, "--tracker") == 0) {
+        if (kv_tracker_kind_parse(value, &o->ep.tracker) != 0) {
+            fprintf(stderr, "pdctl: --tracker: unknown '%s' (expected tagged or noop)\n", value);
+            return -1;
+        }
+    } else
+        return 0;
+    return 1;
+}
+
+int pdctl_model_opts_finish(pdctl_model_opts_t *o)
+{
+    if (!o->ep.model_dir) {
+        fprintf(stderr, "pdctl: --model DIR is required\n");
+        return -1;
+    }
+    if (quant_wfmt_parse(o->weights, &o->ep.wfmt) != 0 || o->ep.wfmt == PD_WFMT_F32) {
+        fprintf(stderr, "pdctl: --weights: unknown format '%s' (expected bf16, fp8 or int4)\n",
+                o->weights);
+        return -1;
+    }
+    if (quant_wfmt_parse(o->lm_head, &o->ep.lm_head_fmt) != 0) {
+        fprintf(stderr, "pdctl: --lm-head: unknown format '%s' (expected bf16, fp8 or int4)\n",
+                o->lm_head);
+        return -1;
+    }
+    if (kv_fmt_parse(o->kv, &o->ep.kvfmt) != 0) {
+        fprintf(stderr, "pdctl: --kv: unknown format '%s' (expected bf16, fp8 or f32)\n", o->kv);
+        return -1;
+    }
+    return 0;
+}
+
+static tokenizer_t *pdctl__tokenizer(const char *model_dir)
+{
+    char path[4096];
+    tokenizer_t *tok;
+    snprintf(path, sizeof path, "%s/tokenizer.json", model_dir);
+    if (tokenizer_load(path, &tok) != PD_OK)
+        return NULL;
+    return tok;
+}
+
+/* ==== tokenize ==== */
+
+int pdctl_tokenize(int argc, char **argv)
+{
+    const char *model = NULL, *text = NULL;
+    bool bos = true;
+    tokenizer_t *tok;
+    int32_t *ids;
+    size_t n;
+
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--model") == 0 && i + 1 < argc)
+            model = argv[++i];
+        else if (strcmp(argv[i], "--no-bos") == 0)
+            bos = false;
+        else if (argv[i][0] == '-' && argv[i][1] == '-') {
+            fprintf(stderr, "pdctl tokenize: unknown option '%s'\n", argv[i]);
+            return 2;
+        } else
+            text = argv[i];
+    }
+    if (!model || !text) {
+        fprintf(stderr, "usage: pdctl tokenize --model DIR [--no-bos] TEXT\n");
+        return 2;
+    }
+    if (!(tok = pdctl__tokenizer(model)))
+        return 1;
+    if (tokenizer_encode(tok, text, strlen(text), bos, &ids, &n) != PD_OK) {
+        tokenizer_destroy(tok);
+        return 1;
+    }
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(arr, json_integer(ids[i]));
+    json_t *o = json_pack("{s:o}", "ids", arr);
+    char *s = json_dumps(o, JSON_COMPACT);
+    printf("%s\n", s);
+    free(s);
+    json_decref(o);
+    free(ids);
+    tokenizer_destroy(tok);
+    return 0;
+}
+
+/* ==== generate ==== */
+
+typedef struct {
+    tokenizer_stream_t *stream;
+    bool print;
+    int32_t *out;
+    int n_out, cap;
+    engine_finish_t finish;
+    pd_status_t status;
+} gen_state_t;
+
+static void pdctl__on_token(void *arg, uint64_t seq_id, int32_t token, engine_finish_t finish,
+                            pd_status_t status)
+{
+    gen_state_t *g = arg;
+    (void)seq_id;
+    if (token < 0) {
+        g->finish = finish;
+        g->status = status;
+        return;
+    }
+    if (g->n_out == g->cap) {
+        g->cap = g->cap ? 2 * g->cap : 64;
+        g->out = realloc(g->out, (size_t)g->cap * sizeof *g->out);
+        PD_ASSERT(g->out);
+    }
+    g->out[g->n_out++] = token;
+    if (g->print) {
+        char *delta;
+        size_t len;
+        if (tokenizer_stream_push(g->stream, token, &delta, &len) == PD_OK) {
+            fwrite(delta, 1, len, stdout);
+            fflush(stdout);
+            free(delta);
+        }
+    }
+}
+
+static int pdctl__write_floats(const char *path, const float *v, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(v, sizeof *v, n, f) != n) {
+        fprintf(stderr, "pdctl: %s: cannot write: %s\n", path, strerror(errno));
+        if (f)
+            fclose(f);
+        return -1;
+    }
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+int pdctl_generate(int argc, char **argv)
+{
+    pdctl_model_opts_t mo;
+    engine_gen_params_t gp = {{0.0f, 0, 1.0f, 0}, 16, false, NULL, 0};
+    const char *prompt = NULL, *logits_out = NULL;
+    bool json = false;
+    int rc = 1;
+    tokenizer_t *tok = NULL;
+    engine_t *e = NULL;
+    int32_t *ids = NULL;
+    size_t n_ids;
+    uint64_t seq;
+    gen_state_t g = {0};
+    float *logits = NULL;
+
+    pdctl_model_opts_init(&mo);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int r;
+        if (strcmp(a, "--json") == 0) {
+            json = true;
+            continue;
+        }
+        if (strcmp(a, "--ignore-eos") == 0) {
+            gp.ignore_eos = true;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "pdctl generate: %s needs a value\n", a);
+            return 2;
+        }
+        i++;
+        if ((r = pdctl_model_opt(&mo, a, v)) < 0)
+            return 2;
+        if (r > 0)
+            continue;
+        if (strcmp(a, "--prompt") == 0)
+            prompt = v;
+        else if (strcmp(a, "--max-tokens") == 0) {
+            if (pdctl__int(a, v, 1, &gp.max_tokens) < 0)
+                return 2;
+        } else if (strcmp(a, "--temperature") == 0)
+            gp.sampling.temperature = strtof(v, NULL);
+        else if (strcmp(a, "--top-p") == 0)
+            gp.sampling.top_p = strtof(v, NULL);
+        else if (strcmp(a, "--top-k") == 0) {
+            if (pdctl__int(a, v, 0, &gp.sampling.top_k) < 0)
+                return 2;
+        } else if (strcmp(a, "--seed") == 0)
+            gp.sampling.seed = strtoull(v, NULL, 10);
+        else if (strcmp(a, "--logits-out") == 0)
+            logits_out = v;
+        else {
+            fprintf(stderr, "pdctl generate: unknown option '%s'\n", a);
+            return 2;
+        }
+    }
+    if (pdctl_model_opts_finish(&mo) != 0)
+        return 2;
+    if (!prompt) {
+        fprintf(stderr, "pdctl generate: --prompt TEXT is required\n");
+        return 2;
+    }
+    if (prompt[0] == 0) {
+        fprintf(stderr, "pdctl generate: --prompt: the prompt is empty\n");
+        return 2;
+    }
+    if (!(tok = pdctl__tokenizer(mo.ep.model_dir)))
+        goto out;
+    if (tokenizer_encode(tok, prompt, strlen(prompt), true, &ids, &n_ids) != PD_OK)
+        goto out;
+    mo.ep.progress = !json;
+    if (engine_create(&mo.ep, &e) != PD_OK)
+        goto out;
+    if (logits_out) {
+        double nll;
+        const model_t *m = engine_model(e);
+        if ((int)n_ids > m->cfg.max_position_embeddings) {
+            fprintf(stderr, "pdctl generate: prompt of %zu tokens is longer than the context (%d)\n",
+                    n_ids, m->cfg.max_position_embeddings);
+            goto out;
+        }
+        logits = malloc((size_t)m->cfg.vocab_size * sizeof *logits);
+        if (!logits || engine_score(e, ids, (int)n_ids, (int)n_ids, NULL, &nll, logits) != PD_OK)
+            goto out;
+        if (pdctl__write_floats(logits_out, logits, (size_t)m->cfg.vocab_size) != 0)
+            goto out;
+    }
+    g.print = !json;
+    if (tokenizer_stream_create(tok, true, &g.stream) != PD_OK)
+        goto out;
+    if (engine_seq_add(e, ids, (int)n_ids, &gp, pdctl__on_token, &g, &seq) != PD_OK)
+        goto out;
+    if (engine_run(e) != PD_OK)
+        goto out;
+    if (g.status != PD_OK) {
+        fprintf(stderr, "pdctl generate: %s\n", pd_status_str(g.status));
+        goto out;
+    }
+    if (json) {
+        char *text;
+        size_t len;
+        if (tokenizer_decode(tok, g.out, (size_t)g.n_out, true, &text, &len) != PD_OK)
+            goto out;
+        json_t *in = json_array(), *outa = json_array();
+        for (size_t i = 0; i < n_ids; i++)
+            json_array_append_new(in, json_integer(ids[i]));
+        for (int i = 0; i < g.n_out; i++)
+            json_array_append_new(outa, json_integer(g.out[i]));
+        json_t *o = json_pack("{s:o,s:o,s:s%,s:s}", "input_ids", in, "output_ids", outa, "text",
+                              text, len, "finish_reason", engine_finish_str(g.finish));
+        char *s = json_dumps(o, JSON_COMPACT);
+        printf("%s\n", s);
+        free(s);
+        json_decref(o);
+        free(text);
+    } else {
+        char *delta;
+        size_t len;
+        if (tokenizer_stream_flush(g.stream, &delta, &len) == PD_OK) {
+            fwrite(delta, 1, len, stdout);
+            free(delta);
+        }
+        printf("\n");
+    }
+    rc = 0;
+out:
+    tokenizer_stream_destroy(g.stream);
+    free(g.out);
+    free(logits);
+    free(ids);
+    engine_destroy(e);
+    tokenizer_destroy(tok);
+    return rc;
+}
+
+/* ==== ppl ==== */
+
+static char *pdctl__read_file(const char *path, size_t *len_p)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    long n;
+    if (!f) {
+        fprintf(stderr, "pdctl: %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (buf = malloc((size_t)n + 1)) && fread(buf, 1, (size_t)n, f) == (size_t)n) {
+        buf[n] = 0;
+        *len_p = (size_t)n;
+    } else {
+        fprintf(stderr, "pdctl: %s: cannot read\n", path);
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    return buf;
+}
+
+int pdctl_ppl(int argc, char **argv)
+{
+    pdctl_model_opts_t mo;
+    const char *text_file = NULL;
+    int window = 512, rc = 1;
+    tokenizer_t *tok = NULL;
+    engine_t *e = NULL;
+    char *text = NULL;
+    size_t len, n_ids;
+    int32_t *ids = NULL, *input = NULL;
+    double nll_total = 0.0;
+    long targets = 0;
+
+    pdctl_model_opts_init(&mo);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int r;
+        if (!v) {
+            fprintf(stderr, "pdctl ppl: %s needs a value\n", a);
+            return 2;
+        }
+        i++;
+        if ((r = pdctl_model_opt(&mo, a, v)) < 0)
+            return 2;
+        if (r > 0)
+            continue;
+        if (strcmp(a, "--text-file") == 0)
+            text_file = v;
+        else if (strcmp(a, "--window") == 0) {
+            if (pdctl__int(a, v, 1, &window) < 0)
+                return 2;
+        } else {
+            fprintf(stderr, "pdctl ppl: unknown option '%s'\n", a);
+            return 2;
+        }
+    }
+    if (pdctl_model_opts_finish(&mo) != 0)
+        return 2;
+    if (!text_file) {
+        fprintf(stderr, "pdctl ppl: --text-file F is required\n");
+        return 2;
+    }
+    if (!(text = pdctl__read_file(text_file, &len)))
+        goto out;
+    if (!(tok = pdctl__tokenizer(mo.ep.model_dir)))
+        goto out;
+    if (tokenizer_encode(tok, text, len, false, &ids, &n_ids) != PD_OK)
+        goto out;
+    if (engine_create(&mo.ep, &e) != PD_OK)
+        goto out;
+    if (window + 1 > engine_model(e)->cfg.max_position_embeddings) {
+        fprintf(stderr, "pdctl ppl: --window %d does not fit the context of %d tokens\n", window,
+                engine_model(e)->cfg.max_position_embeddings);
+        goto out;
+    }
+    input = malloc(((size_t)window + 1) * sizeof *input);
+    if (!input)
+        goto out;
+    int32_t bos = tokenizer_bos_id(tok);
+    if (bos < 0)
+        bos = engine_model(e)->cfg.bos_token_id;
+    size_t n_windows = (n_ids + (size_t)window - 1) / (size_t)window;
+    for (size_t s = 0, w = 0; s < n_ids; s += (size_t)window, w++) {
+        size_t ny = n_ids - (s + 1) < (size_t)window ? n_ids - (s + 1) : (size_t)window;
+        double nll;
+        if (s + 1 >= n_ids)
+            break;
+        input[0] = bos;
+        memcpy(input + 1, ids + s, ny * sizeof *ids);
+        pd_log_progress("perplexity", w, n_windows);
+        if (engine_score(e, input, (int)ny + 1, 1, ids + s + 1, &nll, NULL) != PD_OK)
+            goto out;
+        nll_total += nll;
+        targets += (long)ny;
+    }
+    pd_log_progress("perplexity", n_windows, n_windows);
+    if (targets == 0) {
+        fprintf(stderr, "pdctl ppl: %s: fewer than two tokens\n", text_file);
+        goto out;
+    }
+    printf("{\"ppl\": %.6f, \"nll\": %.9f, \"targets\": %ld}\n", exp(nll_total / (double)targets),
+           nll_total / (double)targets, targets);
+    rc = 0;
+out:
+    free(input);
+    free(ids);
+    free(text);
+    engine_destroy(e);
+    tokenizer_destroy(tok);
+    return rc;
+}
