@@ -546,8 +546,8 @@ static pd_status_t safetensors__open_index(safetensors_t *st, const char *dir, c
         return PD_ERR_FORMAT;
     }
     wmap = json_object_get(root, "weight_map");
-    if (!json_is_object(wmap)) {
-        pd_log_error("%s: weight_map missing or not an object", index);
+    if (!json_is_object(wmap) || json_object_size(wmap) == 0) {
+        pd_log_error("%s: weight_map missing, empty or not an object", index);
         rc = PD_ERR_FORMAT;
         goto err_free_json;
     }

@@ -550,6 +550,9 @@ static void test_sharded_bad(void **state)
     dir = make_sharded("nomap", false, "[]");
     assert_int_equal(safetensors_open_model(dir, &st), PD_ERR_FORMAT);
     free(dir);
+    dir = make_sharded("emptymap", false, "{}");
+    assert_int_equal(safetensors_open_model(dir, &st), PD_ERR_FORMAT);
+    free(dir);
     dir = make_sharded("escape", false, "{\"a\": \"../x.safetensors\"}");
     assert_int_equal(safetensors_open_model(dir, &st), PD_ERR_FORMAT);
     free(dir);
