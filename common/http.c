@@ -1,0 +1,1 @@
+/* placeholder */ typedef int http__unused_t;

@@ -1,0 +1,1 @@
+typedef int metrics__unused_t;
