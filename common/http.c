@@ -37,7 +37,7 @@ struct http_server {
     uv_loop_t *loop;
     http_server_params_t params;
     uv_tcp_t listener;
-    int listener_open;   /* uv_tcp_init done, not yet closed */
+    int listener_open; /* uv_tcp_init done, not yet closed */
     int destroyed;
     http__route_t *routes;
     size_t n_routes;
@@ -73,12 +73,12 @@ struct http__conn {
     http_server_t *srv; /* NULL once the handle is closed */
     http__conn_t *prev, *next;
     llhttp_t parser;
-    http__str_t in;       /* received, not yet parsed */
-    http_request_t *cur;  /* being parsed or handled */
-    size_t header_bytes;  /* of the message being parsed */
-    int error_status;     /* 413/431 decided in a parser callback */
-    int closing;          /* uv_close or uv_shutdown started */
-    int closed;           /* handle closed */
+    http__str_t in;      /* received, not yet parsed */
+    http_request_t *cur; /* being parsed or handled */
+    size_t header_bytes; /* of the message being parsed */
+    int error_status;    /* 413/431 decided in a parser callback */
+    int closing;         /* uv_close or uv_shutdown started */
+    int closed;          /* handle closed */
     int reading;
     int in_process;
 };
@@ -117,28 +117,50 @@ static int http__str_append(http__str_t *s, const char *data, size_t len)
 const char *http_status_reason(int status)
 {
     switch (status) {
-    case 100: return "Continue";
-    case 200: return "OK";
-    case 201: return "Created";
-    case 202: return "Accepted";
-    case 204: return "No Content";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 413: return "Content Too Large";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 499: return "Client Closed Request";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 502: return "Bad Gateway";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    case 507: return "Insufficient Storage";
-    default: return "Unknown";
+    case 100:
+        return "Continue";
+    case 200:
+        return "OK";
+    case 201:
+        return "Created";
+    case 202:
+        return "Accepted";
+    case 204:
+        return "No Content";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 408:
+        return "Request Timeout";
+    case 413:
+        return "Content Too Large";
+    case 429:
+        return "Too Many Requests";
+    case 431:
+        return "Request Header Fields Too Large";
+    case 499:
+        return "Client Closed Request";
+    case 500:
+        return "Internal Server Error";
+    case 501:
+        return "Not Implemented";
+    case 502:
+        return "Bad Gateway";
+    case 503:
+        return "Service Unavailable";
+    case 504:
+        return "Gateway Timeout";
+    case 507:
+        return "Insufficient Storage";
+    default:
+        return "Unknown";
     }
 }
 
@@ -266,8 +288,7 @@ static void http__conn_close(http__conn_t *c, int graceful)
         c->closing = 1;
         uv_read_stop((uv_stream_t *)&c->tcp);
         c->reading = 0;
-        if (!graceful ||
-            uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, http__on_shutdown) != 0)
+        if (!graceful || uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, http__on_shutdown) != 0)
             uv_close((uv_handle_t *)&c->tcp, http__on_closed);
     } else if (!graceful && !uv_is_closing((uv_handle_t *)&c->tcp)) {
         uv_close((uv_handle_t *)&c->tcp, http__on_closed); /* cancels a pending shutdown */
@@ -360,11 +381,11 @@ pd_status_t http_respond_json(http_request_t *req, int status, json_t *body)
 /* Builds the OpenAI-style error body; NULL when out of memory. */
 static char *http__error_body(int status, const char *code, const char *message)
 {
-    const char *type = status == 429 ? "rate_limit_error"
+    const char *type = status == 429   ? "rate_limit_error"
                        : status >= 500 ? "server_error"
                                        : "invalid_request_error";
-    json_t *j = json_pack("{s:{s:s, s:s, s:s}}", "error", "message", message, "type", type, "code",
-                          code);
+    json_t *j =
+        json_pack("{s:{s:s, s:s, s:s}}", "error", "message", message, "type", type, "code", code);
     char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     return text;
@@ -598,9 +619,9 @@ static int http__on_header_field(llhttp_t *p, const char *at, size_t len)
         memset(&r->headers[r->n_headers++], 0, sizeof r->headers[0]);
         r->last_was_value = 0;
     }
-    return http__str_append(&r->headers[r->n_headers - 1].name, at, len) ? (c->error_status = 500,
-                                                                              -1)
-                                                                            : 0;
+    return http__str_append(&r->headers[r->n_headers - 1].name, at, len)
+               ? (c->error_status = 500, -1)
+               : 0;
 }
 
 static int http__on_header_value(llhttp_t *p, const char *at, size_t len)
@@ -955,9 +976,9 @@ pd_status_t http_server_listen(http_server_t *srv, const char *host, int port, i
         return rc == UV_EADDRINUSE ? PD_ERR_UNAVAILABLE : PD_ERR_IO;
     }
     if (bound_port_p)
-        *bound_port_p = ntohs(bound.ss_family == AF_INET6
-                                  ? ((struct sockaddr_in6 *)&bound)->sin6_port
-                                  : ((struct sockaddr_in *)&bound)->sin_port);
+        *bound_port_p =
+            ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                                              : ((struct sockaddr_in *)&bound)->sin_port);
     return PD_OK;
 }
 

@@ -174,8 +174,8 @@ typedef struct {
     size_t len, cap;
 } metrics__buf_t;
 
-__attribute__((format(printf, 2, 3))) static int metrics__printf(metrics__buf_t *b,
-                                                                 const char *fmt, ...)
+__attribute__((format(printf, 2, 3))) static int metrics__printf(metrics__buf_t *b, const char *fmt,
+                                                                 ...)
 {
     va_list ap;
     int n;
@@ -428,8 +428,8 @@ static int metrics__series(metrics__buf_t *b, const metrics__family_t *f,
             return -1;
     }
     metrics__fmt(num, sizeof num, metrics__load(&h->sum_bits));
-    return metrics__printf(b, "%s_sum%s%s%s %s\n%s_count%s%s%s %llu\n", f->name, *lb ? "{" : "",
-                           lb, *lb ? "}" : "", num, f->name, *lb ? "{" : "", lb, *lb ? "}" : "",
+    return metrics__printf(b, "%s_sum%s%s%s %s\n%s_count%s%s%s %llu\n", f->name, *lb ? "{" : "", lb,
+                           *lb ? "}" : "", num, f->name, *lb ? "{" : "", lb, *lb ? "}" : "",
                            (unsigned long long)cum);
 }
 

@@ -14,22 +14,21 @@
 #include "cluster_config.h"
 #include "log.h"
 
-static const char *good =
-    "model: models/tiny-llama\n"
-    "router:\n"
-    "  listen: 127.0.0.1:50050\n"
-    "  http: 127.0.0.1:50051\n"
-    "nodes:\n"
-    "  - name: p0\n"
-    "    role: prefill\n"
-    "    host: 127.0.0.1\n"
-    "    port: 50060\n"
-    "  - name: d0\n"
-    "    role: decode\n"
-    "    host: 127.0.0.1\n"
-    "    port: 50070\n"
-    "    ucx_port: 50071\n"
-    "    kv_budget: 2GiB\n";
+static const char *good = "model: models/tiny-llama\n"
+                          "router:\n"
+                          "  listen: 127.0.0.1:50050\n"
+                          "  http: 127.0.0.1:50051\n"
+                          "nodes:\n"
+                          "  - name: p0\n"
+                          "    role: prefill\n"
+                          "    host: 127.0.0.1\n"
+                          "    port: 50060\n"
+                          "  - name: d0\n"
+                          "    role: decode\n"
+                          "    host: 127.0.0.1\n"
+                          "    port: 50070\n"
+                          "    ucx_port: 50071\n"
+                          "    kv_budget: 2GiB\n";
 
 static void test_defaults(void **state)
 {
@@ -37,9 +36,8 @@ static void test_defaults(void **state)
     char err[256];
     (void)state;
 
-    assert_int_equal(cluster_config_parse(good, strlen(good), "t.yaml", "/base", err, sizeof err,
-                                          &cfg),
-                     PD_OK);
+    assert_int_equal(
+        cluster_config_parse(good, strlen(good), "t.yaml", "/base", err, sizeof err, &cfg), PD_OK);
     assert_string_equal(err, "");
     assert_string_equal(cfg->model, "/base/models/tiny-llama");
     assert_string_equal(cfg->router.listen_host, "127.0.0.1");
@@ -105,9 +103,9 @@ static void expect_error(const char *from, const char *to, const char *want)
 
     assert_non_null(at);
     snprintf(text, sizeof text, "%.*s%s%s", (int)(at - good), good, to, at + strlen(from));
-    assert_int_equal(cluster_config_parse(text, strlen(text), "bad.yaml", NULL, err, sizeof err,
-                                          &cfg),
-                     PD_ERR_FORMAT);
+    assert_int_equal(
+        cluster_config_parse(text, strlen(text), "bad.yaml", NULL, err, sizeof err, &cfg),
+        PD_ERR_FORMAT);
     assert_ptr_equal(cfg, (cluster_config_t *)0x1); /* untouched on failure */
     if (!strstr(err, want)) {
         print_error("got: %s\nwant: %s\n", err, want);
@@ -143,7 +141,8 @@ static void test_errors(void **state)
     expect_error("    ucx_port: 50071\n", "",
                  "bad.yaml:10:5: nodes.d0.ucx_port: decode nodes need a ucx_port");
     /* types and ranges */
-    expect_error("port: 50060", "port: 0", "bad.yaml:9:11: nodes.p0.port: 0 out of range [1, 65535]");
+    expect_error("port: 50060", "port: 0",
+                 "bad.yaml:9:11: nodes.p0.port: 0 out of range [1, 65535]");
     expect_error("port: 50060", "port: 5x", "bad.yaml:9:11: nodes.p0.port: '5x' is not an integer");
     expect_error("kv_budget: 2GiB", "kv_budget: 2GB", "bad.yaml:15:16: nodes.d0.kv_budget: '2GB'");
     expect_error("  listen: 127.0.0.1:50050", "  listen: 127.0.0.1",
@@ -173,8 +172,7 @@ static void test_empty(void **state)
     cluster_config_t *cfg = NULL;
     char err[256];
     (void)state;
-    assert_int_equal(cluster_config_parse("", 0, NULL, NULL, err, sizeof err, &cfg),
-                     PD_ERR_FORMAT);
+    assert_int_equal(cluster_config_parse("", 0, NULL, NULL, err, sizeof err, &cfg), PD_ERR_FORMAT);
     assert_string_equal(err, "<config>:1:1: empty document");
     assert_int_equal(cluster_config_parse("- 1\n", 4, "l.yaml", NULL, err, sizeof err, &cfg),
                      PD_ERR_FORMAT);

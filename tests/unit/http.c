@@ -33,8 +33,8 @@ static struct {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int port;     /* 0 until listening, -1 on failure */
-    int loop_rc;  /* uv_loop_close() result */
+    int port;    /* 0 until listening, -1 on failure */
+    int loop_rc; /* uv_loop_close() result */
     atomic_int close_calls;
     atomic_int end_status; /* what http_stream_end returned in the close callback */
 } S;
@@ -464,8 +464,8 @@ static void test_disconnect(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_get_post), cmocka_unit_test(test_routes),
-        cmocka_unit_test(test_limits),   cmocka_unit_test(test_sse),
+        cmocka_unit_test(test_get_post),   cmocka_unit_test(test_routes),
+        cmocka_unit_test(test_limits),     cmocka_unit_test(test_sse),
         cmocka_unit_test(test_keep_alive), cmocka_unit_test(test_disconnect), /* last: stops */
     };
     return cmocka_run_group_tests(tests, setup, NULL);

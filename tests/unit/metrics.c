@@ -25,16 +25,16 @@ static void test_render(void **state)
     (void)state;
 
     assert_int_equal(metrics_create(&m), PD_OK);
-    assert_int_equal(metrics_counter_register(m, "pd_requests_total", "Requests\nhandled \\ all",
-                                              l_ok, &c),
-                     PD_OK);
+    assert_int_equal(
+        metrics_counter_register(m, "pd_requests_total", "Requests\nhandled \\ all", l_ok, &c),
+        PD_OK);
     assert_int_equal(metrics_counter_register(m, "pd_requests_total", "ignored", l_ok, &c2), PD_OK);
     assert_ptr_equal(c, c2);
     assert_int_equal(metrics_counter_register(m, "pd_requests_total", NULL, l_bad, &c3), PD_OK);
     assert_ptr_not_equal(c, c3);
     assert_int_equal(metrics_gauge_register(m, "pd_kv_pages_free", "Free pages", NULL, &g), PD_OK);
-    assert_int_equal(metrics_histogram_register(m, "pd_ttft_seconds", "Time to first token",
-                                                bounds, 4, NULL, &h),
+    assert_int_equal(metrics_histogram_register(m, "pd_ttft_seconds", "Time to first token", bounds,
+                                                4, NULL, &h),
                      PD_OK);
 
     metrics_counter_inc(c);
