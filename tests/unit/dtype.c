@@ -31,7 +31,7 @@ static void test_fp8_nearest(void **state)
     /* the encoder picks the nearest representable value for random inputs */
     srand(1);
     for (int i = 0; i < 100000; i++) {
-        float x = ((float)rand() / RAND_MAX - 0.5f) * 1000.0f * powf(10.0f, -(rand() % 6));
+        float x = ((float)rand() / (float)RAND_MAX - 0.5f) * 1000.0f * powf(10.0f, -(rand() % 6));
         float got = pd_fp8_to_f32(pd_f32_to_fp8(x));
         float best = INFINITY;
         for (int v = 0; v < 256; v++) {
