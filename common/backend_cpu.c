@@ -157,20 +157,50 @@ typedef struct {
     int n;
 } matmul_job_t;
 
-static void cpu__matmul_rows(void *arg, size_t r0, size_t r1)
+#define MM_ROWS 4
+
+/* out[i][r] for 4 weight rows w (4, k) against one x (k); each output is summed exactly as
+ * cpu__dot sums it, so tiling never changes a result. */
+static void cpu__dot4(float *res, const float *x, const float *w, int64_t k)
+{
+    float acc[MM_ROWS][8] = {{0}};
+    int64_t i = 0;
+    for (; i + 8 <= k; i += 8)
+        for (int r = 0; r < MM_ROWS; r++)
+            for (int j = 0; j < 8; j++)
+                acc[r][j] += x[i + j] * w[r * k + i + j];
+    for (; i < k; i++)
+        for (int r = 0; r < MM_ROWS; r++)
+            acc[r][0] += x[i] * w[r * k + i];
+    for (int r = 0; r < MM_ROWS; r++)
+        res[r] = ((acc[r][0] + acc[r][4]) + (acc[r][1] + acc[r][5])) +
+                 ((acc[r][2] + acc[r][6]) + (acc[r][3] + acc[r][7]));
+}
+
+static void cpu__matmul_rows(void *arg, size_t b0, size_t b1)
 {
     const matmul_job_t *j = arg;
     const int64_t k = j->w->k, N = j->w->n;
-    float *buf = malloc((size_t)k * sizeof *buf);
+    float *buf = malloc((size_t)(MM_ROWS * k) * sizeof *buf);
     PD_ASSERT(buf);
-    for (size_t r = r0; r < r1; r++) {
-        cpu__weight_row(j->c, buf, j->w, (int64_t)r);
-        float ws = j->w->fmt == PD_WFMT_FP8 ? ((const float *)j->w->scales)[r] : 1.0f;
+    for (size_t blk = b0; blk < b1; blk++) {
+        int64_t r0 = (int64_t)blk * MM_ROWS, nr = N - r0 < MM_ROWS ? N - r0 : MM_ROWS;
+        float ws[MM_ROWS], res[MM_ROWS];
+        for (int64_t r = 0; r < nr; r++) {
+            cpu__weight_row(j->c, buf + r * k, j->w, r0 + r);
+            ws[r] = j->w->fmt == PD_WFMT_FP8 ? ((const float *)j->w->scales)[r0 + r] : 1.0f;
+        }
         for (int i = 0; i < j->n; i++) {
-            float v = cpu__dot(j->x + (size_t)i * k, buf, k);
-            if (j->xscale)
-                v = v * j->xscale[i] * ws;
-            j->out[(size_t)i * N + r] = v;
+            const float *xi = j->x + (size_t)i * k;
+            float *oi = j->out + (size_t)i * N;
+            if (nr == MM_ROWS) {
+                cpu__dot4(res, xi, buf, k);
+            } else {
+                for (int64_t r = 0; r < nr; r++)
+                    res[r] = cpu__dot(xi, buf + r * k, k);
+            }
+            for (int64_t r = 0; r < nr; r++)
+                oi[r0 + r] = j->xscale ? res[r] * j->xscale[i] * ws[r] : res[r];
         }
     }
     free(buf);
@@ -205,7 +235,7 @@ static void cpu__matmul(const cpu_t *c, threadpool_t *pool, float *out, const fl
         j.x = xq;
         j.xscale = xs;
     }
-    threadpool_for(pool, (size_t)w->n, cpu__matmul_rows, &j);
+    threadpool_for(pool, (size_t)((w->n + MM_ROWS - 1) / MM_ROWS), cpu__matmul_rows, &j);
     free(xq);
     free(xs);
 }
