@@ -7,10 +7,13 @@
 
 static uint32_t tracker__tagged_on_alloc(kv_tracker_t *t, int32_t page)
 {
-    /* 0 is never a valid tag, so a zeroed (never written) header never matches */
-    if (++t->tags[page] == 0)
-        t->tags[page] = 1;
-    return t->tags[page];
+    /* One counter for the whole pool, so live pages never share a tag: a block-table entry
+     * pointing at the wrong page is caught too. 0 is never a tag, so a zeroed (never written)
+     * header never matches. */
+    if (++t->next_tag == 0)
+        t->next_tag = 1;
+    t->tags[page] = t->next_tag;
+    return t->next_tag;
 }
 
 static uint32_t tracker__noop_on_alloc(kv_tracker_t *t, int32_t page)

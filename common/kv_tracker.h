@@ -1,8 +1,8 @@
 /* kv_tracker: page-tag integrity tracking for the paged KV cache.
  *
  * Two implementations behind one ops table:
- *   tagged (default): every page allocation gets a new tag (a per-page counter that never
- *     repeats until it wraps at 2^32); kv_tracker_check() runs one batched pass over every page
+ *   tagged (default): every page allocation gets a new tag from one pool-wide counter (unique
+ *     among live pages until it wraps at 2^32); kv_tracker_check() runs one batched pass over every page
  *     every sequence of the step will read and compares (current tag, header stamp) with the tag
  *     the sequence expects. A mismatch marks only that sequence PD_ERR_KV_INTEGRITY, logs
  *     "seq S: page P tag expected E found F (stamp)" and counts it.
@@ -36,6 +36,7 @@ struct kv_tracker {
     const kv_tracker_ops_t *ops;
     int32_t n_pages;
     uint32_t *tags;     /* (n_pages) current tag per page; NULL for noop */
+    uint32_t next_tag;  /* last tag handed out (pool-wide counter) */
     uint64_t failures;  /* sequences failed by the check */
     uint64_t checks;    /* pages checked */
     /* scratch for the batched check, grown on demand */

@@ -1,0 +1,144 @@
+/* Tests common/kv_pool.c: layout sizes, alloc/free, tags on reallocation, all-or-nothing reserve,
+ * quarantine of pages with a remote write in flight, lease expiry, refusing foreign frees. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+
+#include <cmocka.h>
+
+#include "kv_pool.h"
+#include "kv_tracker.h"
+
+static void test_layout(void **s)
+{
+    kv_layout_t l;
+    (void)s;
+    kv_layout_init(&l, 4, 2, 128, 16, PD_KV_BF16);
+    assert_int_equal(l.side_bytes, 16 * 2 * 128 * 2);
+    assert_int_equal(l.page_bytes, 64 + 4 * 2 * 8192);
+    assert_true(kv_layout_bytes_per_token(&l) == 4 * 2 * 2 * 128 * 2);
+    kv_layout_init(&l, 4, 2, 128, 16, PD_KV_FP8);
+    /* fp8: one byte per element plus one f32 scale per (token, head): 256 + 8 per layer side */
+    assert_true(kv_layout_bytes_per_token(&l) == 4 * 2 * (2 * 128 + 2 * 4));
+    assert_int_equal(l.page_bytes % 64, 0);
+    assert_true(kv_layout_scale_off(&l, 3, 1) + l.scale_bytes <= l.page_bytes);
+}
+
+static kv_pool_t *make_pool(kv_tracker_t **t, kv_tracker_kind_t kind, int n)
+{
+    kv_pool_params_t p;
+    kv_pool_t *pool;
+    assert_int_equal(kv_tracker_create(kind, n, t), PD_OK);
+    kv_layout_init(&p.layout, 2, 2, 8, 16, PD_KV_BF16);
+    p.n_pages = n;
+    p.tracker = *t;
+    assert_int_equal(kv_pool_create(&p, &pool), PD_OK);
+    return pool;
+}
+
+static void test_alloc_tags(void **s)
+{
+    kv_tracker_t *t;
+    kv_pool_t *pool = make_pool(&t, KV_TRACKER_TAGGED, 4);
+    kv_page_ref_t a, b, c;
+    (void)s;
+    assert_int_equal(kv_pool_page_alloc(pool, &a), PD_OK);
+    assert_int_not_equal(a.tag, 0);
+    assert_int_equal(kv_pool_page_free(pool, a), PD_OK);
+    /* double free refused */
+    assert_int_equal(kv_pool_page_free(pool, a), PD_ERR_KV_INTEGRITY);
+    assert_int_equal(kv_pool_page_alloc(pool, &b), PD_OK);
+    assert_int_equal(b.page, a.page);      /* same page back ... */
+    assert_int_not_equal(b.tag, a.tag);    /* ... with a new tag */
+    /* the old owner cannot free the new owner's page */
+    assert_int_equal(kv_pool_page_free(pool, a), PD_ERR_KV_INTEGRITY);
+    assert_int_equal(kv_pool_used_pages(pool), 1);
+    assert_int_equal(kv_pool_page_free(pool, b), PD_OK);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(kv_pool_page_alloc(pool, &c), PD_OK);
+    assert_int_equal(kv_pool_page_alloc(pool, &c), PD_NO_PAGES);
+    kv_pool_destroy(pool);
+    kv_tracker_destroy(t);
+}
+
+static void test_reserve(void **s)
+{
+    kv_tracker_t *t;
+    kv_pool_t *pool = make_pool(&t, KV_TRACKER_TAGGED, 5);
+    kv_seq_t a, b;
+    (void)s;
+    kv_seq_init(&a);
+    kv_seq_init(&b);
+    assert_int_equal(kv_pool_pages_for(pool, 33), 3);
+    assert_int_equal(kv_seq_reserve(pool, &a, 33), PD_OK);
+    assert_int_equal(a.n_pages, 3);
+    assert_int_equal(kv_seq_reserve(pool, &a, 48), PD_OK); /* still 3 pages */
+    assert_int_equal(a.n_pages, 3);
+    /* b needs 3, only 2 free: nothing taken */
+    assert_int_equal(kv_seq_reserve(pool, &b, 40), PD_NO_PAGES);
+    assert_int_equal(b.n_pages, 0);
+    assert_int_equal(kv_pool_free_pages(pool), 2);
+    kv_seq_release(pool, &a);
+    assert_int_equal(kv_pool_free_pages(pool), 5);
+    assert_int_equal(kv_seq_reserve(pool, &b, 40), PD_OK);
+    kv_seq_release(pool, &b);
+    kv_seq_deinit(&a);
+    kv_seq_deinit(&b);
+    kv_pool_destroy(pool);
+    kv_tracker_destroy(t);
+}
+
+static void test_remote_quarantine(void **s)
+{
+    kv_tracker_t *t;
+    kv_pool_t *pool = make_pool(&t, KV_TRACKER_TAGGED, 2);
+    kv_page_ref_t a, b, c;
+    (void)s;
+    assert_int_equal(kv_pool_page_alloc_remote(pool, 1000, &a), PD_OK);
+    assert_int_equal(kv_pool_page_alloc_remote(pool, 5000, &b), PD_OK);
+    /* request aborted while the writes may be in flight: pages are not reusable yet */
+    assert_int_equal(kv_pool_page_free(pool, a), PD_OK);
+    assert_int_equal(kv_pool_page_free(pool, b), PD_OK);
+    assert_int_equal(kv_pool_page_alloc(pool, &c), PD_NO_PAGES);
+    /* the writer of b confirms it is done: b comes back */
+    kv_pool_page_writer_done(pool, b.page);
+    assert_int_equal(kv_pool_free_pages(pool), 1);
+    /* a's writer never answers: its lease expires at 1000 */
+    assert_int_equal(kv_pool_expire_leases(pool, 999), 0);
+    assert_int_equal(kv_pool_expire_leases(pool, 1000), 1);
+    assert_int_equal(kv_pool_free_pages(pool), 2);
+    /* writer done before free: the page frees at once */
+    assert_int_equal(kv_pool_page_alloc_remote(pool, 1000, &c), PD_OK);
+    kv_pool_page_writer_done(pool, c.page);
+    assert_int_equal(kv_pool_page_free(pool, c), PD_OK);
+    assert_int_equal(kv_pool_free_pages(pool), 2);
+    kv_pool_destroy(pool);
+    kv_tracker_destroy(t);
+}
+
+static void test_noop_tracker(void **s)
+{
+    kv_tracker_t *t;
+    kv_pool_t *pool = make_pool(&t, KV_TRACKER_NOOP, 2);
+    kv_page_ref_t a;
+    (void)s;
+    assert_false(kv_tracker_enabled(t));
+    assert_int_equal(kv_pool_page_alloc(pool, &a), PD_OK);
+    assert_int_equal(a.tag, 0);
+    assert_int_equal(kv_pool_page_free(pool, a), PD_OK);
+    kv_pool_destroy(pool);
+    kv_tracker_destroy(t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_layout),
+        cmocka_unit_test(test_alloc_tags),
+        cmocka_unit_test(test_reserve),
+        cmocka_unit_test(test_remote_quarantine),
+        cmocka_unit_test(test_noop_tracker),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
