@@ -502,8 +502,9 @@ pd_status_t engine_run(engine_t *e)
     return PD_OK;
 }
 
-pd_status_t engine_score(engine_t *e, const int32_t *input, int n, int first_row,
-                         const int32_t *targets, double *nll_p, float *logits_last)
+static pd_status_t engine__score(engine_t *e, const int32_t *input, int n, int first_row,
+                                 const int32_t *targets, double *nll_p, float *logits_last,
+                                 int32_t *argmax_out)
 {
     const int vocab = e->m->cfg.vocab_size, chunk = e->p.prefill_chunk;
     kv_seq_t kv;
@@ -534,6 +535,10 @@ pd_status_t engine_score(engine_t *e, const int32_t *input, int n, int first_row
                 memcpy(logits_last, lg, (size_t)vocab * sizeof *lg);
             if (row < first_row)
                 continue;
+            if (argmax_out)
+                argmax_out[row - first_row] = sampler_argmax(lg, vocab);
+            if (!targets)
+                continue;
             double mx = lg[0], sum = 0.0;
             for (int v = 1; v < vocab; v++)
                 mx = lg[v] > mx ? lg[v] : mx;
@@ -547,4 +552,16 @@ out:
     kv_seq_release(e->pool, &kv);
     kv_seq_deinit(&kv);
     return st;
+}
+
+pd_status_t engine_score(engine_t *e, const int32_t *input, int n, int first_row,
+                         const int32_t *targets, double *nll_p, float *logits_last)
+{
+    return engine__score(e, input, n, first_row, targets, nll_p, logits_last, NULL);
+}
+
+pd_status_t engine_score_top1(engine_t *e, const int32_t *input, int n, int first_row,
+                              const int32_t *targets, double *nll_p, int32_t *argmax_out)
+{
+    return engine__score(e, input, n, first_row, targets, nll_p, NULL, argmax_out);
 }

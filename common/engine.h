@@ -103,6 +103,11 @@ pd_status_t engine_run(engine_t *e);
 pd_status_t engine_score(engine_t *e, const int32_t *input, int n, int first_row,
                          const int32_t *targets, double *nll_p, float *logits_last);
 
+/* As engine_score, and writes the argmax token of each scored row into argmax_out
+ * (n - first_row) (teacher-forced top-1 predictions). */
+pd_status_t engine_score_top1(engine_t *e, const int32_t *input, int n, int first_row,
+                              const int32_t *targets, double *nll_p, int32_t *argmax_out);
+
 /* Fault injection for tests: counters and hooks of the tracker. */
 kv_tracker_t *engine_tracker(engine_t *e);
 

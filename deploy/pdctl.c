@@ -17,6 +17,12 @@ static const pdctl_cmd_t pdctl_cmds[] = {
      "--seed S] [--weights bf16|fp8|int4] [--kv bf16|fp8] [--json] [--logits-out FILE]"},
     {"ppl", pdctl_ppl,
      "ppl --model DIR --text-file F [--window 512] [--weights bf16|fp8|int4] [--kv bf16|fp8]"},
+    {"quantize", pdctl_quantize,
+     "quantize --model DIR --format int4|fp8 --out DIR2 [--lm-head bf16|fp8|int4]"},
+    {"agree", pdctl_agree,
+     "agree --model DIR --reference reference.json [--weights ...] [--kv ...] (teacher-forced "
+     "top-1 agreement)"},
+    {"kv-plan", pdctl_kv_plan, "kv-plan --model DIR --budget BYTES [--page-tokens N] [--json]"},
 };
 
 static void pdctl_usage(FILE *f)

@@ -8,6 +8,9 @@
 int pdctl_tokenize(int argc, char **argv);
 int pdctl_generate(int argc, char **argv);
 int pdctl_ppl(int argc, char **argv);
+int pdctl_quantize(int argc, char **argv);
+int pdctl_agree(int argc, char **argv);
+int pdctl_kv_plan(int argc, char **argv);
 
 /* Shared option handling for commands that load a model. */
 typedef struct {

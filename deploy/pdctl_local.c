@@ -7,6 +7,7 @@
 
 #include <jansson.h>
 
+#include "hf_config.h"
 #include "log.h"
 #include "pdctl.h"
 #include "tokenizer.h"
@@ -36,9 +37,9 @@ void pdctl_model_opts_init(pdctl_model_opts_t *o)
     memset(o, 0, sizeof *o);
     engine_params_default(&o->ep);
     o->ep.progress = true;
-    o->weights = "bf16";
+    o->weights = NULL; /* default: the checkpoint's format (bf16 unless quantized) */
     o->kv = "bf16";
-    o->lm_head = "bf16";
+    o->lm_head = NULL;
 }
 
 static int pdctl__int(const char *name, const char *v, int lo, int *out)
@@ -94,6 +95,20 @@ int pdctl_model_opts_finish(pdctl_model_opts_t *o)
     if (!o->ep.model_dir) {
         fprintf(stderr, "pdctl: --model DIR is required\n");
         return -1;
+    }
+    if (!o->weights || !o->lm_head) {
+        char path[4096];
+        hf_config_t cfg;
+        snprintf(path, sizeof path, "%s/config.json", o->ep.model_dir);
+        if (hf_config_load(path, &cfg) != PD_OK)
+            return -1;
+        static char wbuf[16], lbuf[16];
+        snprintf(wbuf, sizeof wbuf, "%s", cfg.quant_format[0] ? cfg.quant_format : "bf16");
+        snprintf(lbuf, sizeof lbuf, "%s", cfg.quant_format[0] ? cfg.quant_lm_head : "bf16");
+        if (!o->weights)
+            o->weights = wbuf;
+        if (!o->lm_head)
+            o->lm_head = lbuf;
     }
     if (quant_wfmt_parse(o->weights, &o->ep.wfmt) != 0 || o->ep.wfmt == PD_WFMT_F32) {
         fprintf(stderr, "pdctl: --weights: unknown format '%s' (expected bf16, fp8 or int4)\n",
@@ -465,5 +480,82 @@ out:
     free(text);
     engine_destroy(e);
     tokenizer_destroy(tok);
+    return rc;
+}
+
+/* ==== agree: teacher-forced top-1 agreement with transformers' greedy ids ==== */
+
+int pdctl_agree(int argc, char **argv)
+{
+    pdctl_model_opts_t mo;
+    const char *ref_path = NULL;
+    engine_t *e = NULL;
+    json_t *ref = NULL;
+    json_error_t jerr;
+    long agree = 0, total = 0, exact_cases = 0;
+    int rc = 1;
+
+    pdctl_model_opts_init(&mo);
+    mo.ep.progress = false;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        int r = pdctl_model_opt(&mo, argv[i], argv[i + 1]);
+        if (r < 0)
+            return 2;
+        if (r > 0)
+            continue;
+        if (strcmp(argv[i], "--reference") == 0)
+            ref_path = argv[i + 1];
+        else {
+            fprintf(stderr, "pdctl agree: unknown option '%s'\n", argv[i]);
+            return 2;
+        }
+    }
+    if (pdctl_model_opts_finish(&mo) != 0)
+        return 2;
+    if (!ref_path) {
+        fprintf(stderr, "usage: pdctl agree --model DIR --reference reference.json [model options]\n");
+        return 2;
+    }
+    if (!(ref = json_load_file(ref_path, 0, &jerr))) {
+        fprintf(stderr, "pdctl agree: %s:%d:%d: %s\n", ref_path, jerr.line, jerr.column, jerr.text);
+        return 1;
+    }
+    if (engine_create(&mo.ep, &e) != PD_OK)
+        goto out;
+    json_t *cases = json_object_get(ref, "cases"), *c;
+    size_t ci;
+    json_array_foreach(cases, ci, c)
+    {
+        json_t *in = json_object_get(c, "input_ids"), *gr = json_object_get(c, "greedy_ids");
+        int ni = (int)json_array_size(in), ng = (int)json_array_size(gr), n = ni + ng - 1;
+        int32_t *ids = malloc((size_t)n * sizeof *ids), *top = malloc((size_t)ng * sizeof *top);
+        double nll;
+        PD_ASSERT(ids && top);
+        for (int i = 0; i < ni; i++)
+            ids[i] = (int32_t)json_integer_value(json_array_get(in, (size_t)i));
+        for (int i = 0; i < ng - 1; i++)
+            ids[ni + i] = (int32_t)json_integer_value(json_array_get(gr, (size_t)i));
+        pd_status_t st = engine_score_top1(e, ids, n, ni - 1, NULL, &nll, top);
+        int same = 1;
+        for (int i = 0; st == PD_OK && i < ng; i++) {
+            int ok = top[i] == json_integer_value(json_array_get(gr, (size_t)i));
+            agree += ok;
+            same &= ok;
+            total++;
+        }
+        exact_cases += same;
+        free(ids);
+        free(top);
+        if (st != PD_OK)
+            goto out;
+    }
+    printf("{\"agree\": %ld, \"total\": %ld, \"top1\": %.6f, \"cases_all_agree\": %ld, "
+           "\"cases\": %zu}\n",
+           agree, total, total ? (double)agree / (double)total : 0.0, exact_cases,
+           json_array_size(cases));
+    rc = 0;
+out:
+    engine_destroy(e);
+    json_decref(ref);
     return rc;
 }
