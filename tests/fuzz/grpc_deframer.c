@@ -34,8 +34,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 abort();
             if (msg && mlen > max)
                 abort();
-            if (msg && mlen > 0 && (msg[0] != msg[0] || msg[mlen - 1] != msg[mlen - 1]))
-                abort(); /* touches both ends (ASan checks the bounds) */
+            if (msg && mlen > 0) {
+                volatile uint8_t ends = msg[0] ^ msg[mlen - 1]; /* ASan checks the bounds */
+                (void)ends;
+            }
             p += used;
             c -= used;
         }
