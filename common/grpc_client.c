@@ -19,10 +19,10 @@ typedef struct {
 
 struct grpc_client_call {
     grpc_client_t *c;
-    grpc_client__conn_t *conn;           /* NULL when not on a connection */
-    grpc_client_call_t *prev, *next;     /* c->calls */
-    grpc_client_call_t *done_next;       /* c->done_head queue */
-    int32_t stream_id;                   /* 0 = not submitted */
+    grpc_client__conn_t *conn;       /* NULL when not on a connection */
+    grpc_client_call_t *prev, *next; /* c->calls */
+    grpc_client_call_t *done_next;   /* c->done_head queue */
+    int32_t stream_id;               /* 0 = not submitted */
     unsigned stream_open : 1, finished : 1, delivered : 1, queued : 1, unary : 1;
     char *path;
     uint8_t *req; /* (req_len) framed request */
@@ -269,11 +269,9 @@ static int grpc_client__on_data(nghttp2_session *ng, uint8_t flags, int32_t stre
         size_t used, mlen;
         pd_status_t st = grpc_wire_deframer_feed(&call->df, data, len, &used, &msg, &mlen);
         if (st != PD_OK) {
-            grpc_client__call_finish(call,
-                                     st == PD_ERR_RESOURCE ? GRPC_RESOURCE_EXHAUSTED
-                                                           : GRPC_INTERNAL,
-                                     st == PD_ERR_RESOURCE ? "response message too large"
-                                                           : "invalid response framing");
+            grpc_client__call_finish(
+                call, st == PD_ERR_RESOURCE ? GRPC_RESOURCE_EXHAUSTED : GRPC_INTERNAL,
+                st == PD_ERR_RESOURCE ? "response message too large" : "invalid response framing");
             nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, stream_id, NGHTTP2_CANCEL);
             return 0;
         }
@@ -299,8 +297,8 @@ static int grpc_client__on_data(nghttp2_session *ng, uint8_t flags, int32_t stre
     return 0;
 }
 
-static int grpc_client__on_stream_close(nghttp2_session *ng, int32_t stream_id,
-                                        uint32_t error_code, void *user_data)
+static int grpc_client__on_stream_close(nghttp2_session *ng, int32_t stream_id, uint32_t error_code,
+                                        void *user_data)
 {
     grpc_client_call_t *call = nghttp2_session_get_stream_user_data(ng, stream_id);
     (void)user_data;
@@ -461,8 +459,7 @@ static void grpc_client__on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *
         return;
     }
     conn->in_recv = 1;
-    rv = nread > 0 ? nghttp2_session_mem_recv(conn->ng, (const uint8_t *)buf->base,
-                                              (size_t)nread)
+    rv = nread > 0 ? nghttp2_session_mem_recv(conn->ng, (const uint8_t *)buf->base, (size_t)nread)
                    : 0;
     conn->in_recv = 0;
     free(buf->base);
@@ -599,10 +596,7 @@ static void grpc_client__submit(grpc_client_call_t *call)
     size_t n = 0;
     int32_t id;
 #define NV(k, v, vl)                                                                               \
-    (nghttp2_nv)                                                                                   \
-    {                                                                                              \
-        (uint8_t *)(k), (uint8_t *)(v), strlen(k), (vl), NGHTTP2_NV_FLAG_NONE                      \
-    }
+    (nghttp2_nv){(uint8_t *)(k), (uint8_t *)(v), strlen(k), (vl), NGHTTP2_NV_FLAG_NONE}
 
     snprintf(authority, sizeof authority, "%s:%d", c->host, c->port);
     nv[n++] = NV(":method", "POST", 4);

@@ -25,12 +25,12 @@ typedef struct {
 } grpc_server__md_t;
 
 struct grpc_call {
-    grpc_server_t *srv;          /* NULL once detached by grpc_server_destroy */
-    grpc_server__conn_t *conn;   /* NULL once the connection is gone */
-    grpc_call_t *prev, *next;    /* srv->calls */
+    grpc_server_t *srv;        /* NULL once detached by grpc_server_destroy */
+    grpc_server__conn_t *conn; /* NULL once the connection is gone */
+    grpc_call_t *prev, *next;  /* srv->calls */
     int32_t stream_id;
-    unsigned stream_ref : 1;     /* the HTTP/2 stream is open */
-    unsigned handler_ref : 1;    /* a handler holds the call (until finish) */
+    unsigned stream_ref : 1;  /* the HTTP/2 stream is open */
+    unsigned handler_ref : 1; /* a handler holds the call (until finish) */
     unsigned dispatched : 1, cancelled : 1, status_set : 1, headers_sent : 1;
     unsigned remote_closed : 1, data_deferred : 1, bad_headers : 1, is_post : 1;
     unsigned want_writable : 1, writable_pending : 1, cancel_fired : 1;
@@ -351,8 +351,7 @@ pd_status_t grpc_call_finish_status(grpc_call_t *call, pd_status_t st, const cha
                             message ? message : (st == PD_OK ? NULL : pd_status_str(st)));
 }
 
-void grpc_call_set_cancel_cb(grpc_call_t *call, void (*fn)(grpc_call_t *call, void *arg),
-                             void *arg)
+void grpc_call_set_cancel_cb(grpc_call_t *call, void (*fn)(grpc_call_t *call, void *arg), void *arg)
 {
     call->cancel_cb = fn;
     call->cancel_arg = arg;
@@ -649,8 +648,8 @@ static int grpc_server__on_frame_send(nghttp2_session *ng, const nghttp2_frame *
     return 0;
 }
 
-static int grpc_server__on_stream_close(nghttp2_session *ng, int32_t stream_id,
-                                        uint32_t error_code, void *user_data)
+static int grpc_server__on_stream_close(nghttp2_session *ng, int32_t stream_id, uint32_t error_code,
+                                        void *user_data)
 {
     grpc_server__conn_t *conn = user_data;
     grpc_call_t *call = grpc_server__stream_call(conn, stream_id);
@@ -661,8 +660,8 @@ static int grpc_server__on_stream_close(nghttp2_session *ng, int32_t stream_id,
     call->stream_ref = 0;
     call->conn = NULL;
     if (call->handler_ref && !call->status_set) {
-        pd_log_debug("grpc server: stream %d %s: closed by peer (error %u)", stream_id,
-                     call->path, error_code);
+        pd_log_debug("grpc server: stream %d %s: closed by peer (error %u)", stream_id, call->path,
+                     error_code);
         grpc_server__call_cancel(call);
         return 0;
     }
@@ -799,8 +798,8 @@ static int grpc_server__flush(grpc_server__conn_t *conn, int run_cbs)
             conn->reading = 1;
         }
     }
-    if (run_cbs && !nghttp2_session_want_read(conn->ng) &&
-        !nghttp2_session_want_write(conn->ng) && conn->write_pending == 0) {
+    if (run_cbs && !nghttp2_session_want_read(conn->ng) && !nghttp2_session_want_write(conn->ng) &&
+        conn->write_pending == 0) {
         grpc_server__conn_close(conn);
         return 1;
     }
@@ -1067,7 +1066,7 @@ pd_status_t grpc_server_listen(grpc_server_t *srv, const char *host, int port, i
     }
     srv->listening = 1;
     *bound_port_p = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                                  : ((struct sockaddr_in *)&ss)->sin_port);
+                                                   : ((struct sockaddr_in *)&ss)->sin_port);
     return PD_OK;
 }
 

@@ -60,7 +60,8 @@ pd_status_t grpc_server_add_service(grpc_server_t *srv, const ProtobufCServiceDe
 
 /* Listens on host:port (port 0 picks an ephemeral port) and writes the bound port. Returns PD_OK,
  * PD_ERR_INVALID (bad address, already listening) or PD_ERR_IO (bind/listen failed, logged); on
- * failure the server is not listening. */
+ * failure the server is not listening
+ * (and, after PD_ERR_IO, cannot listen again: destroy it). */
 pd_status_t grpc_server_listen(grpc_server_t *srv, const char *host, int port, int *bound_port_p);
 
 /* Graceful stop: closes the listener, sends GOAWAY on every connection, lets in-flight calls

@@ -117,13 +117,26 @@ pd_status_t grpc_wire_timeout_parse(const char *s, size_t len, int64_t *ms_p)
         v = v * 10 + (s[i] - '0');
     }
     switch (s[len - 1]) {
-    case 'H': ms = v * 3600 * 1000; break;
-    case 'M': ms = v * 60 * 1000; break;
-    case 'S': ms = v * 1000; break;
-    case 'm': ms = v; break;
-    case 'u': ms = (v + 999) / 1000; break;
-    case 'n': ms = (v + 999999) / 1000000; break;
-    default: return PD_ERR_FORMAT;
+    case 'H':
+        ms = v * 3600 * 1000;
+        break;
+    case 'M':
+        ms = v * 60 * 1000;
+        break;
+    case 'S':
+        ms = v * 1000;
+        break;
+    case 'm':
+        ms = v;
+        break;
+    case 'u':
+        ms = (v + 999) / 1000;
+        break;
+    case 'n':
+        ms = (v + 999999) / 1000000;
+        break;
+    default:
+        return PD_ERR_FORMAT;
     }
     *ms_p = ms;
     return PD_OK;
@@ -199,14 +212,20 @@ char *grpc_wire_pct_decode(const char *s, size_t len)
 int grpc_wire_http_to_grpc(int http_status)
 {
     switch (http_status) {
-    case 400: return GRPC_INTERNAL;
-    case 401: return GRPC_UNAUTHENTICATED;
-    case 403: return GRPC_PERMISSION_DENIED;
-    case 404: return GRPC_UNIMPLEMENTED;
+    case 400:
+        return GRPC_INTERNAL;
+    case 401:
+        return GRPC_UNAUTHENTICATED;
+    case 403:
+        return GRPC_PERMISSION_DENIED;
+    case 404:
+        return GRPC_UNIMPLEMENTED;
     case 429:
     case 502:
     case 503:
-    case 504: return GRPC_UNAVAILABLE;
-    default: return GRPC_UNKNOWN;
+    case 504:
+        return GRPC_UNAVAILABLE;
+    default:
+        return GRPC_UNKNOWN;
     }
 }

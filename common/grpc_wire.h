@@ -48,11 +48,11 @@ void grpc_wire_deframer_init(grpc_wire_deframer_t *d, size_t max_msg);
 void grpc_wire_deframer_deinit(grpc_wire_deframer_t *d);
 
 /* Consumes bytes from data[0..len) until one message completes or the input ends; *used_p says
- * how many were consumed. When a message completed, *msg_p and *msg_len_p point at its payload (valid
- * until the next call on d); otherwise *msg_p is NULL. Call again with the rest of the input.
- * Returns PD_OK; PD_ERR_UNSUPPORTED when the compressed flag is 1; PD_ERR_PROTOCOL for any other
- * flag value; PD_ERR_RESOURCE when the declared length exceeds max_msg; PD_ERR_NOMEM. After an
- * error d is unusable (deinit it); the outputs are not written. */
+ * how many were consumed. When a message completed, *msg_p and *msg_len_p point at its payload
+ * (valid until the next call on d); otherwise *msg_p is NULL. Call again with the rest of the
+ * input. Returns PD_OK; PD_ERR_UNSUPPORTED when the compressed flag is 1; PD_ERR_PROTOCOL for any
+ * other flag value; PD_ERR_RESOURCE when the declared length exceeds max_msg; PD_ERR_NOMEM. After
+ * an error d is unusable (deinit it); the outputs are not written. */
 pd_status_t grpc_wire_deframer_feed(grpc_wire_deframer_t *d, const uint8_t *data, size_t len,
                                     size_t *used_p, const uint8_t **msg_p, size_t *msg_len_p);
 

@@ -231,7 +231,8 @@ static void echo__set_health(grpc_call_t *call, const ProtobufCMessage *req, voi
     grpc_call_finish_status(call, grpc_call_send(call, &rep.base), NULL);
 }
 
-pd_status_t echo_service_create(uv_loop_t *loop, grpc_server_t *srv, grpc_health_t *health, echo_service_t **es_p)
+pd_status_t echo_service_create(uv_loop_t *loop, grpc_server_t *srv, grpc_health_t *health,
+                                echo_service_t **es_p)
 {
     echo_service_t *es = calloc(1, sizeof *es);
     pd_status_t st;

@@ -190,8 +190,7 @@ static void s_cancel(void)
             uv_sleep(20);
         }
     }
-    CHECK(after == before + 1, "server cancels %lld -> %lld", (long long)before,
-          (long long)after);
+    CHECK(after == before + 1, "server cancels %lld -> %lld", (long long)before, (long long)after);
 }
 
 static void s_error(void)
@@ -260,8 +259,7 @@ static void s_metadata(void)
     CHECK(r.code == 0, "code %d", r.code);
     free_resp(&r);
     Pdtest__StatsReply *s = stats(&r);
-    CHECK(s && strcmp(s->last_metadata, "md-value-1") == 0, "md '%s'",
-          s ? s->last_metadata : "");
+    CHECK(s && strcmp(s->last_metadata, "md-value-1") == 0, "md '%s'", s ? s->last_metadata : "");
     free_resp(&r);
 }
 
@@ -290,9 +288,9 @@ int main(int argc, char **argv)
         const char *name;
         void (*fn)(void);
     } scenarios[] = {
-        {"unary", s_unary},       {"stream", s_stream},   {"deadline", s_deadline},
-        {"cancel", s_cancel},     {"error", s_error},     {"unavailable", s_unavailable},
-        {"health", s_health},     {"metadata", s_metadata}, {"many", s_many},
+        {"unary", s_unary},   {"stream", s_stream},     {"deadline", s_deadline},
+        {"cancel", s_cancel}, {"error", s_error},       {"unavailable", s_unavailable},
+        {"health", s_health}, {"metadata", s_metadata}, {"many", s_many},
     };
     int rc, found = 0;
 

@@ -120,8 +120,7 @@ static void start_unary(const char *text, int64_t timeout_ms, res_t *r, grpc_cli
     Pdtest__EchoRequest req = PDTEST__ECHO_REQUEST__INIT;
     req.text = (char *)text;
     assert_int_equal(grpc_client_unary(cli, "/pdtest.Echo/Unary", &req.base,
-                                       &pdtest__echo_reply__descriptor, timeout_ms, on_unary, r,
-                                       c),
+                                       &pdtest__echo_reply__descriptor, timeout_ms, on_unary, r, c),
                      PD_OK);
 }
 
@@ -137,8 +136,8 @@ static void test_unary_and_health_watch(void **state)
     assert_int_equal(a.code, 0);
     hreq.service = "svc";
     grpc_client_stream(cli, "/grpc.health.v1.Health/Watch", &hreq.base,
-                       &grpc__health__v1__health_check_response__descriptor, 0, on_health,
-                       on_done, &w, &wc);
+                       &grpc__health__v1__health_check_response__descriptor, 0, on_health, on_done,
+                       &w, &wc);
     while (w.n_msgs < 1)
         uv_run(&loop, UV_RUN_ONCE);
     assert_int_equal(w.last_status, GRPC_HEALTH_SERVICE_UNKNOWN);

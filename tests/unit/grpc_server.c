@@ -226,9 +226,12 @@ static stream_t *request_ex(const char *method, const char *path, const char *ct
                             const char *timeout, const uint8_t *body, size_t body_len)
 {
     stream_t *st = &streams[n_streams++];
-    nghttp2_nv nv[7] = {NV(":method", method),      NV(":scheme", "http"),
-                        NV(":path", path),          NV(":authority", "test"),
-                        NV("content-type", ctype),  NV("te", "trailers"),
+    nghttp2_nv nv[7] = {NV(":method", method),
+                        NV(":scheme", "http"),
+                        NV(":path", path),
+                        NV(":authority", "test"),
+                        NV("content-type", ctype),
+                        NV("te", "trailers"),
                         NV("grpc-timeout", timeout ? timeout : "")};
     nghttp2_data_provider prd = {.source.ptr = st, .read_callback = c_body};
 
@@ -482,8 +485,8 @@ static void test_garbage_connection(void **state)
 {
     (void)state;
     setup_conn(0);
-    assert_true(PD_IS_ERR(
-        grpc_server__fake_feed(conn, (const uint8_t *)"GET / HTTP/1.1\r\n\r\n", 18)));
+    assert_true(
+        PD_IS_ERR(grpc_server__fake_feed(conn, (const uint8_t *)"GET / HTTP/1.1\r\n\r\n", 18)));
     conn_gone = 1;
     teardown_conn();
 }
