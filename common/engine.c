@@ -17,6 +17,7 @@ typedef struct engine_seq {
     int32_t *stop_ids;
     engine_token_fn cb;
     void *arg;
+    bool evicted;            /* pages taken for an older sequence (evict_on_preempt) */
     struct engine_seq *next; /* in order of arrival */
 } engine_seq_t;
 
@@ -45,8 +46,8 @@ struct engine {
 
 const char *engine_finish_str(engine_finish_t f)
 {
-    static const char *const names[] = {"", "stop", "length", "abort"};
-    return (unsigned)f < 4 ? names[f] : "";
+    static const char *const names[] = {"", "stop", "length", "abort", "preempted"};
+    return (unsigned)f < 5 ? names[f] : "";
 }
 
 void engine_params_default(engine_params_t *p)
@@ -190,30 +191,30 @@ kv_seq_t *engine_debug_seq_kv(engine_t *e, uint64_t seq_id)
     return NULL;
 }
 
-pd_status_t engine_seq_add(engine_t *e, const int32_t *prompt, int n_prompt,
-                           const engine_gen_params_t *gp, engine_token_fn cb, void *arg,
-                           uint64_t *seq_id_p)
+static pd_status_t engine__seq_new(engine_t *e, const int32_t *tokens, int n_tokens,
+                                   const engine_gen_params_t *gp, engine_token_fn cb, void *arg,
+                                   engine_seq_t **s_p)
 {
     const int ctx_len = e->m->cfg.max_position_embeddings, vocab = e->m->cfg.vocab_size;
-    engine_seq_t *s, **tail;
+    engine_seq_t *s;
     pd_status_t st;
 
-    if (n_prompt <= 0) {
+    if (n_tokens <= 0) {
         pd_log_error("request: empty prompt");
         return PD_ERR_INVALID;
     }
-    if (n_prompt + 1 > ctx_len) {
+    if (n_tokens + 1 > ctx_len) {
         pd_log_error("request: prompt of %d tokens leaves no room in the context of %d tokens",
-                     n_prompt, ctx_len);
+                     n_tokens, ctx_len);
         return PD_ERR_TOO_LONG;
     }
     if (gp->max_tokens <= 0) {
         pd_log_error("request: max_tokens %d must be at least 1", gp->max_tokens);
         return PD_ERR_INVALID;
     }
-    for (int i = 0; i < n_prompt; i++) {
-        if (prompt[i] < 0 || prompt[i] >= vocab) {
-            pd_log_error("request: token id %d at %d outside the vocabulary of %d", prompt[i], i,
+    for (int i = 0; i < n_tokens; i++) {
+        if (tokens[i] < 0 || tokens[i] >= vocab) {
+            pd_log_error("request: token id %d at %d outside the vocabulary of %d", tokens[i], i,
                          vocab);
             return PD_ERR_INVALID;
         }
@@ -221,7 +222,7 @@ pd_status_t engine_seq_add(engine_t *e, const int32_t *prompt, int n_prompt,
     s = calloc(1, sizeof *s);
     if (!s)
         return PD_ERR_NOMEM;
-    s->cap = n_prompt + (gp->max_tokens < ctx_len ? gp->max_tokens : ctx_len) + 1;
+    s->cap = n_tokens + (gp->max_tokens < ctx_len ? gp->max_tokens : ctx_len) + 1;
     s->tokens = malloc((size_t)s->cap * sizeof *s->tokens);
     s->stop_ids = gp->n_stop_ids ? malloc((size_t)gp->n_stop_ids * sizeof *s->stop_ids) : NULL;
     if (!s->tokens || (gp->n_stop_ids && !s->stop_ids)) {
@@ -236,20 +237,64 @@ pd_status_t engine_seq_add(engine_t *e, const int32_t *prompt, int n_prompt,
         free(s);
         return st;
     }
-    memcpy(s->tokens, prompt, (size_t)n_prompt * sizeof *prompt);
+    sampler_skip(&s->sampler, (uint64_t)(gp->n_generated > 0 ? gp->n_generated : 0));
+    memcpy(s->tokens, tokens, (size_t)n_tokens * sizeof *tokens);
     if (gp->n_stop_ids)
         memcpy(s->stop_ids, gp->stop_ids, (size_t)gp->n_stop_ids * sizeof *s->stop_ids);
-    s->n_tokens = s->n_prompt = n_prompt;
+    s->n_tokens = s->n_prompt = n_tokens;
     s->gp = *gp;
     s->gp.stop_ids = s->stop_ids;
     s->cb = cb;
     s->arg = arg;
     s->id = e->next_id++;
     kv_seq_init(&s->kv);
+    *s_p = s;
+    return PD_OK;
+}
+
+static void engine__link(engine_t *e, engine_seq_t *s)
+{
+    engine_seq_t **tail;
     for (tail = &e->seqs; *tail; tail = &(*tail)->next)
         ;
     *tail = s;
     e->n_active++;
+}
+
+pd_status_t engine_seq_add(engine_t *e, const int32_t *prompt, int n_prompt,
+                           const engine_gen_params_t *gp, engine_token_fn cb, void *arg,
+                           uint64_t *seq_id_p)
+{
+    engine_seq_t *s;
+    pd_status_t st = engine__seq_new(e, prompt, n_prompt, gp, cb, arg, &s);
+    if (st != PD_OK)
+        return st;
+    engine__link(e, s);
+    *seq_id_p = s->id;
+    return PD_OK;
+}
+
+pd_status_t engine_seq_add_prefilled(engine_t *e, const int32_t *tokens, int n_tokens,
+                                     int n_computed, kv_seq_t *kv, const engine_gen_params_t *gp,
+                                     engine_token_fn cb, void *arg, uint64_t *seq_id_p)
+{
+    engine_seq_t *s;
+    pd_status_t st;
+
+    if (n_computed <= 0 || n_computed >= n_tokens ||
+        kv->n_pages < kv_pool_pages_for(e->pool, n_computed)) {
+        pd_log_error("request: %d of %d tokens prefilled into %d pages: inconsistent", n_computed,
+                     n_tokens, kv->n_pages);
+        return PD_ERR_INVALID;
+    }
+    if ((st = engine__seq_new(e, tokens, n_tokens, gp, cb, arg, &s)) != PD_OK)
+        return st;
+    s->n_prompt = n_computed;
+    s->n_computed = n_computed;
+    s->kv = *kv;
+    s->kv.n_tokens = n_computed;
+    kv_seq_init(kv);
+    engine__link(e, s);
     *seq_id_p = s->id;
     return PD_OK;
 }
@@ -326,10 +371,16 @@ static bool engine__preempt(engine_t *e, const engine_seq_t *keep)
             victim = s;
     if (!victim)
         return false;
-    pd_log_info("seq %llu: preempted (kv pool full), %d tokens will be recomputed",
-                (unsigned long long)victim->id, victim->n_computed);
     kv_seq_release(e->pool, &victim->kv);
     victim->n_computed = 0;
+    if (e->p.evict_on_preempt) {
+        pd_log_info("seq %llu: evicted (kv pool full) after %d tokens",
+                    (unsigned long long)victim->id, victim->n_tokens);
+        victim->evicted = true; /* finished after this step's selection */
+    } else {
+        pd_log_info("seq %llu: preempted (kv pool full), its tokens will be recomputed",
+                    (unsigned long long)victim->id);
+    }
     return true;
 }
 
@@ -376,6 +427,8 @@ pd_status_t engine_step(engine_t *e)
     for (s = e->seqs; s && n_seqs < e->p.max_batch; s = next) {
         next = s->next;
         int todo = s->n_tokens - s->n_computed;
+        if (s->evicted)
+            continue;
         if (todo > 1 && budget <= 0)
             continue;
         if (todo > 1 && todo > budget)
@@ -406,6 +459,11 @@ pd_status_t engine_step(engine_t *e)
         e->b_ctx[n_seqs] = s->n_computed + todo;
         n_seqs++;
     }
+    for (s = e->seqs; s; s = next) {
+        next = s->next;
+        if (s->evicted)
+            engine__finish(e, s, ENGINE_FINISH_PREEMPTED, PD_NO_PAGES);
+    }
     if (n_seqs == 0)
         return PD_OK;
     /* a preemption inside the loop may have emptied a sequence chosen earlier: drop those */
@@ -414,7 +472,10 @@ pd_status_t engine_step(engine_t *e)
     for (int i = 0; i < n_seqs; i++) {
         s = e->b_seqs[i];
         int todo = e->b_ctx[i] - e->b_ntok[i];
-        if (s->kv.n_pages < kv_pool_pages_for(e->pool, e->b_ctx[i]) ||
+        bool gone = true;
+        for (engine_seq_t *t = e->seqs; t; t = t->next)
+            gone &= t != s;
+        if (gone || s->kv.n_pages < kv_pool_pages_for(e->pool, e->b_ctx[i]) ||
             s->n_computed != e->b_ntok[i])
             continue;
         memmove(e->b_tokens + n_tok, e->b_tokens + e->b_qstart[i], (size_t)todo * 4);
@@ -564,4 +625,52 @@ pd_status_t engine_score_top1(engine_t *e, const int32_t *input, int n, int firs
                               const int32_t *targets, double *nll_p, int32_t *argmax_out)
 {
     return engine__score(e, input, n, first_row, targets, nll_p, NULL, argmax_out);
+}
+
+pd_status_t engine_prefill(engine_t *e, const int32_t *tokens, int n,
+                           const engine_gen_params_t *gp, engine_pages_fn on_pages, void *arg,
+                           int32_t *first_p, kv_seq_t *kv_out)
+{
+    const int chunk = e->p.prefill_chunk, P = e->p.page_tokens;
+    engine_seq_t *probe;
+    kv_seq_t kv;
+    const kv_seq_t *kvp = &kv;
+    sampler_t sm;
+    int done_pages = 0;
+    pd_status_t st;
+
+    /* validation as for any sequence (prompt length, ids, sampling) */
+    if ((st = engine__seq_new(e, tokens, n, gp, NULL, NULL, &probe)) != PD_OK)
+        return st;
+    sm = probe->sampler;
+    probe->sampler.probs = NULL;
+    probe->sampler.idx = NULL;
+    engine__seq_free(e, probe);
+    kv_seq_init(&kv);
+    if ((st = kv_seq_reserve(e->pool, &kv, n)) != PD_OK)
+        goto err;
+    kv_tracker_stamp(e->tracker, e->be, e->arena, &e->layout, kv.pages, kv.n_pages);
+    if ((st = engine__scratch(e, chunk, 1)) != PD_OK || (st = engine__logits(e, 1)) != PD_OK)
+        goto err;
+    for (int s0 = 0; s0 < n; s0 += chunk) {
+        int len = n - s0 < chunk ? n - s0 : chunk;
+        int32_t qs[2] = {0, len}, ctx = s0 + len, row = len - 1;
+        model_batch_t b = {len, tokens + s0, 1, qs, &ctx, &kvp, s0 + len == n ? 1 : 0, &row};
+        if ((st = model_forward(e->ctx, e->arena, &e->layout, &b, e->logits)) != PD_OK)
+            goto err;
+        kv.n_tokens = ctx;
+        int full = s0 + len == n ? kv.n_pages : ctx / P;
+        if (on_pages && full > done_pages)
+            on_pages(arg, &kv, done_pages, full - done_pages);
+        done_pages = full;
+    }
+    *first_p = sampler_sample(&sm, e->logits);
+    sampler_deinit(&sm);
+    *kv_out = kv;
+    return PD_OK;
+err:
+    sampler_deinit(&sm);
+    kv_seq_release(e->pool, &kv);
+    kv_seq_deinit(&kv);
+    return st;
 }

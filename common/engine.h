@@ -36,6 +36,10 @@ typedef struct {
     int prefill_chunk;       /* prompt tokens per step at most */
     kv_tracker_kind_t tracker;
     bool progress;
+    /* When pages run out: false (one process) frees the newest sequence's pages and recomputes
+     * its tokens later; true (decode node) ends it with ENGINE_FINISH_PREEMPTED so the router
+     * re-prefills it elsewhere. */
+    bool evict_on_preempt;
 } engine_params_t;
 
 /* Fills p with defaults (cpu, bf16 weights and KV, 16-token pages, tagged tracker, ...). */
@@ -46,6 +50,7 @@ typedef enum {
     ENGINE_FINISH_STOP,   /* EOS or a stop token */
     ENGINE_FINISH_LENGTH, /* max_tokens or the context length */
     ENGINE_FINISH_ABORT,  /* aborted, or failed (status says why) */
+    ENGINE_FINISH_PREEMPTED, /* evicted for pages (evict_on_preempt), status PD_NO_PAGES */
 } engine_finish_t;
 
 const char *engine_finish_str(engine_finish_t f);
@@ -61,6 +66,7 @@ typedef struct {
     bool ignore_eos;
     const int32_t *stop_ids; /* extra stop tokens (copied) */
     int n_stop_ids;
+    int n_generated;  /* tokens of this request generated before (sampler position) */
 } engine_gen_params_t;
 
 typedef struct engine engine_t;
@@ -81,6 +87,26 @@ pd_backend_t *engine_backend(engine_t *e);
 pd_status_t engine_seq_add(engine_t *e, const int32_t *prompt, int n_prompt,
                            const engine_gen_params_t *gp, engine_token_fn cb, void *arg,
                            uint64_t *seq_id_p);
+
+/* Adds a sequence whose first n_computed tokens already have their KV in the pages of *kv (for
+ * example written by a prefill node); tokens (n_tokens > n_computed) are copied, *kv is moved into
+ * the engine (left empty). Decoding continues from token n_computed. Errors as engine_seq_add;
+ * on error *kv is untouched. */
+pd_status_t engine_seq_add_prefilled(engine_t *e, const int32_t *tokens, int n_tokens,
+                                     int n_computed, kv_seq_t *kv, const engine_gen_params_t *gp,
+                                     engine_token_fn cb, void *arg, uint64_t *seq_id_p);
+
+/* Called by engine_prefill after each chunk with the pages [first, first + n) of kv whose tokens
+ * are all written (and at the end with the last, partial page). */
+typedef void (*engine_pages_fn)(void *arg, const kv_seq_t *kv, int first, int n);
+
+/* Runs a prompt through the model in chunks of prefill_chunk tokens (a prefill node's job), keeps
+ * its KV in *kv_out (caller releases with kv_seq_release(engine_pool(e), kv)), and samples the
+ * first new token into *first_p with gp->sampling (advanced by gp->n_generated draws).
+ * PD_NO_PAGES when the pool cannot hold the prompt; nothing stays allocated on error. */
+pd_status_t engine_prefill(engine_t *e, const int32_t *tokens, int n,
+                           const engine_gen_params_t *gp, engine_pages_fn on_pages, void *arg,
+                           int32_t *first_p, kv_seq_t *kv_out);
 
 /* Ends a sequence now (callback with ENGINE_FINISH_ABORT, PD_ERR_CANCELLED); its pages are freed.
  * PD_ERR_NOT_FOUND if unknown or already finished. */

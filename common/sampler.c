@@ -62,6 +62,14 @@ static float sampler__uniform(sampler_t *s)
     return (float)(z >> 40) / (float)(1u << 24);
 }
 
+void sampler_skip(sampler_t *s, uint64_t n)
+{
+    /* one draw adds the golden-ratio constant to the state (see sampler__uniform); greedy and
+     * top-k 1 never draw */
+    if (s->p.temperature > 0.0f && s->p.top_k != 1)
+        s->state += n * 0x9e3779b97f4a7c15ull;
+}
+
 static int sampler__cmp(const void *a, const void *b, void *arg)
 {
     const float *logits = arg;

@@ -35,6 +35,10 @@ void sampler_deinit(sampler_t *s);
 /* Returns the sampled token id; logits (vocab) are not modified. */
 int32_t sampler_sample(sampler_t *s, const float *logits);
 
+/* Advances the generator as if n tokens had been sampled (a request continued on another node
+ * draws what a single process would have drawn). */
+void sampler_skip(sampler_t *s, uint64_t n);
+
 /* Index of the largest logit (lowest index on ties). */
 int32_t sampler_argmax(const float *logits, int vocab);
 

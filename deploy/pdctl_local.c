@@ -9,6 +9,7 @@
 
 #include "hf_config.h"
 #include "log.h"
+#include "pipeline.h"
 #include "pdctl.h"
 #include "tokenizer.h"
 
@@ -234,8 +235,9 @@ static int pdctl__write_floats(const char *path, const float *v, size_t n)
 int pdctl_generate(int argc, char **argv)
 {
     pdctl_model_opts_t mo;
-    engine_gen_params_t gp = {{0.0f, 0, 1.0f, 0}, 16, false, NULL, 0};
-    const char *prompt = NULL, *logits_out = NULL;
+    engine_gen_params_t gp = {{0.0f, 0, 1.0f, 0}, 16, false, NULL, 0, 0};
+    const char *prompt = NULL, *logits_out = NULL, *pre_w = NULL, *pre_kv = NULL;
+    engine_t *pe = NULL;
     bool json = false;
     int rc = 1;
     tokenizer_t *tok = NULL;
@@ -283,6 +285,10 @@ int pdctl_generate(int argc, char **argv)
             gp.sampling.seed = strtoull(v, NULL, 10);
         else if (strcmp(a, "--logits-out") == 0)
             logits_out = v;
+        else if (strcmp(a, "--prefill-weights") == 0)
+            pre_w = v;
+        else if (strcmp(a, "--prefill-kv") == 0)
+            pre_kv = v;
         else {
             fprintf(stderr, "pdctl generate: unknown option '%s'\n", a);
             return 2;
@@ -322,8 +328,22 @@ int pdctl_generate(int argc, char **argv)
     g.print = !json;
     if (tokenizer_stream_create(tok, true, &g.stream) != PD_OK)
         goto out;
-    if (engine_seq_add(e, ids, (int)n_ids, &gp, pdctl__on_token, &g, &seq) != PD_OK)
+    if (pre_w || pre_kv) {
+        /* disaggregated formats in one process: prefill engine -> KV conversion -> this engine */
+        engine_params_t pp = mo.ep;
+        if (quant_wfmt_parse(pre_w ? pre_w : "fp8", &pp.wfmt) != 0 ||
+            kv_fmt_parse(pre_kv ? pre_kv : "bf16", &pp.kvfmt) != 0) {
+            fprintf(stderr, "pdctl generate: --prefill-weights / --prefill-kv: unknown format\n");
+            goto out;
+        }
+        pp.progress = false;
+        if (engine_create(&pp, &pe) != PD_OK)
+            goto out;
+        if (pipeline_add(pe, e, ids, (int)n_ids, &gp, pdctl__on_token, &g) != PD_OK)
+            goto out;
+    } else if (engine_seq_add(e, ids, (int)n_ids, &gp, pdctl__on_token, &g, &seq) != PD_OK) {
         goto out;
+    }
     if (engine_run(e) != PD_OK)
         goto out;
     if (g.status != PD_OK) {
@@ -362,6 +382,7 @@ out:
     free(g.out);
     free(logits);
     free(ids);
+    engine_destroy(pe);
     engine_destroy(e);
     tokenizer_destroy(tok);
     return rc;

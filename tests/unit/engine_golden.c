@@ -82,7 +82,7 @@ static void check_model(const char *name, pd_kvfmt_t kv, double tol)
             if (d > worst)
                 worst = d;
         }
-        engine_gen_params_t gp = {{0, 0, 1.0f, 0}, (int)json_array_size(greedy), true, NULL, 0};
+        engine_gen_params_t gp = {{0, 0, 1.0f, 0}, (int)json_array_size(greedy), true, NULL, 0, 0};
         collect_t col = {.n = 0};
         uint64_t id;
         assert_int_equal(engine_seq_add(e, ids, (int)n, &gp, on_token, &col, &id), PD_OK);
@@ -136,7 +136,7 @@ static void run_batch(engine_t *e, float temperature, uint64_t seed, collect_t *
         {0, 654, 1134, 272, 783, 570}, {0, 17, 29, 300}, {0, 1989, 714, 15, 691}};
     static const int lens[3] = {6, 4, 5};
     for (int i = 0; i < 3; i++) {
-        engine_gen_params_t gp = {{temperature, 40, 0.95f, seed + (uint64_t)i}, 20, true, NULL, 0};
+        engine_gen_params_t gp = {{temperature, 40, 0.95f, seed + (uint64_t)i}, 20, true, NULL, 0, 0};
         uint64_t id;
         memset(&cols[i], 0, sizeof cols[i]);
         assert_int_equal(engine_seq_add(e, prompts[i], lens[i], &gp, on_token, &cols[i], &id),

@@ -1,0 +1,83 @@
+#include "pipeline.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+void pipeline_copy_pages(engine_t *dst, const kv_seq_t *dst_kv, engine_t *src,
+                         const kv_seq_t *src_kv, int first, int n_pages)
+{
+    pd_backend_t *sb = engine_backend(src), *db = engine_backend(dst);
+    const kv_layout_t *sl = kv_pool_layout(engine_pool(src)),
+                      *dl = kv_pool_layout(engine_pool(dst));
+    void *stage;
+
+    /* convert on the source backend into a staging buffer, then place each page */
+    PD_ASSERT(sb->ops->alloc(sb, (size_t)n_pages * dl->page_bytes, &stage) == PD_OK);
+    int32_t *pages = malloc((size_t)n_pages * sizeof *pages);
+    uint8_t *host = malloc((size_t)n_pages * dl->page_bytes);
+    PD_ASSERT(pages && host);
+    for (int i = 0; i < n_pages; i++)
+        pages[i] = src_kv->pages[first + i].page;
+    sb->ops->kv_export(sb, stage, dl, engine_arena(src), sl, pages, n_pages);
+    sb->ops->download(sb, host, stage, (size_t)n_pages * dl->page_bytes);
+    for (int i = 0; i < n_pages; i++) {
+        const kv_page_ref_t *r = &dst_kv->pages[first + i];
+        db->ops->upload(db, (uint8_t *)engine_arena(dst) + (size_t)r->page * dl->page_bytes,
+                        host + (size_t)i * dl->page_bytes, dl->page_bytes);
+    }
+    kv_tracker_stamp(engine_tracker(dst), db, engine_arena(dst), dl, dst_kv->pages + first,
+                     n_pages);
+    sb->ops->free(sb, stage);
+    free(pages);
+    free(host);
+}
+
+pd_status_t pipeline_add(engine_t *p, engine_t *d, const int32_t *prompt, int n,
+                         const engine_gen_params_t *gp, engine_token_fn cb, void *arg)
+{
+    kv_seq_t pkv, dkv;
+    int32_t first;
+    uint64_t id;
+    pd_status_t st;
+
+    kv_seq_init(&dkv);
+    if ((st = kv_seq_reserve(engine_pool(d), &dkv, n)) != PD_OK)
+        return st;
+    if ((st = engine_prefill(p, prompt, n, gp, NULL, NULL, &first, &pkv)) != PD_OK)
+        goto out;
+    pipeline_copy_pages(d, &dkv, p, &pkv, 0, pkv.n_pages);
+    kv_seq_release(engine_pool(p), &pkv);
+    kv_seq_deinit(&pkv);
+    /* the first token is the prefill node's; stop there if it ends the request */
+    if (cb)
+        cb(arg, 0, first, ENGINE_FINISH_NONE, PD_OK);
+    bool eos = false;
+    const hf_config_t *cfg = &engine_model(d)->cfg;
+    for (int i = 0; i < cfg->n_eos && !gp->ignore_eos; i++)
+        eos |= first == cfg->eos_token_ids[i];
+    for (int i = 0; i < gp->n_stop_ids; i++)
+        eos |= first == gp->stop_ids[i];
+    if (eos || gp->max_tokens <= 1) {
+        if (cb)
+            cb(arg, 0, -1, eos ? ENGINE_FINISH_STOP : ENGINE_FINISH_LENGTH, PD_OK);
+        goto out;
+    }
+    int32_t *tokens = malloc(((size_t)n + 1) * sizeof *tokens);
+    if (!tokens) {
+        st = PD_ERR_NOMEM;
+        goto out;
+    }
+    memcpy(tokens, prompt, (size_t)n * sizeof *prompt);
+    tokens[n] = first;
+    engine_gen_params_t dgp = *gp;
+    dgp.max_tokens = gp->max_tokens - 1;
+    dgp.n_generated = gp->n_generated + 1;
+    st = engine_seq_add_prefilled(d, tokens, n + 1, n, &dkv, &dgp, cb, arg, &id);
+    free(tokens);
+out:
+    kv_seq_release(engine_pool(d), &dkv);
+    kv_seq_deinit(&dkv);
+    return st;
+}
