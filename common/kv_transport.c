@@ -111,6 +111,7 @@ pd_status_t kv_transport__init(kv_transport_t *t, const kv_transport_ops_t *ops,
     snprintf(t->name, sizeof t->name, "%s", name);
     t->ep_error = params ? params->ep_error : NULL;
     t->ep_error_arg = params ? params->ep_error_arg : NULL;
+    t->no_peer_errors = params ? params->no_peer_errors : 0;
     return PD_OK;
 }
 
@@ -242,6 +243,14 @@ pd_status_t kv_transport_connect(kv_transport_t *t, const char *host, int port,
 int kv_transport_ep_failed(const kv_transport_ep_t *ep)
 {
     return ep->failed;
+}
+
+void kv_transport_ep_print(kv_transport_ep_t *ep, FILE *f)
+{
+    fprintf(f, "%s: %s endpoint %p%s%s\n", ep->t->name, ep->t->ops->kind, (void *)ep,
+            ep->failed ? " failed" : "", ep->accepted ? " accepted" : "");
+    if (!ep->closing && !ep->failed)
+        ep->t->ops->ep_print(ep, f);
 }
 
 void kv_transport_ep_close(kv_transport_ep_t *ep)

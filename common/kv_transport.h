@@ -29,6 +29,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <uv.h>
 
@@ -56,6 +57,10 @@ typedef struct {
     const char *name;                  /* log context ("prefill-0"); NULL: "kv" */
     kv_transport_ep_error_fn ep_error; /* optional */
     void *ep_error_arg;
+    /* 0 (default): endpoints detect peer failure, so UCX only uses transports that can (tcp,
+     * RDMA). 1: any transport, shared memory included (UCX 1.13's posix/sysv/cma cannot report
+     * a dead peer), and a dead peer may then go unnoticed: same-host benchmarks only. */
+    int no_peer_errors;
 } kv_transport_params_t;
 
 /* Largest header accepted by kv_transport_am_send(). */
@@ -115,6 +120,10 @@ pd_status_t kv_transport_connect(kv_transport_t *t, const char *host, int port,
 
 /* Whether ep has failed (peer gone). */
 int kv_transport_ep_failed(const kv_transport_ep_t *ep);
+
+/* Writes a description of ep (the transports it uses, once connected) to f; for logs and
+ * tests. */
+void kv_transport_ep_print(kv_transport_ep_t *ep, FILE *f);
 
 /* Force-closes ep: pending operations complete with PD_ERR_CANCELLED or PD_ERR_UNAVAILABLE
  * (possibly before this returns), its unpacked keys are destroyed and ep is invalid afterwards.

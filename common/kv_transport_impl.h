@@ -65,6 +65,7 @@ typedef struct {
     pd_status_t (*connect)(kv_transport_t *t, const char *host, int port,
                            kv_transport_ep_t **ep_p);
     void (*ep_close)(kv_transport_ep_t *ep);
+    void (*ep_print)(kv_transport_ep_t *ep, FILE *f);
     pd_status_t (*rkey_unpack)(kv_transport_ep_t *ep, const void *key, size_t len,
                                kv_transport_rkey_t **r_p);
     void (*rkey_destroy)(kv_transport_rkey_t *r);
@@ -83,6 +84,7 @@ struct kv_transport {
     char name[32];
     kv_transport_ep_error_fn ep_error;
     void *ep_error_arg;
+    int no_peer_errors;
     kv_transport_ep_t *eps; /* every live endpoint, made or accepted */
     uv_idle_t idle;
     kv_transport__op_t *q_head, *q_tail;

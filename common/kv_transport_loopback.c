@@ -226,6 +226,11 @@ static void lb_ep_close(kv_transport_ep_t *ep)
         pd_log_error("%s: ep close: endpoint leaked", ep->t->name);
 }
 
+static void lb_ep_print(kv_transport_ep_t *ep, FILE *f)
+{
+    fprintf(f, "  loopback, peer %p\n", (void *)((lb_ep_t *)ep)->peer);
+}
+
 static pd_status_t lb_mem_register(kv_transport_t *t, void *base, size_t len,
                                    kv_transport_mem_t **m_p)
 {
@@ -397,6 +402,7 @@ static const kv_transport_ops_t lb_ops = {
     .set_am_handler = lb_set_am_handler,
     .connect = lb_connect,
     .ep_close = lb_ep_close,
+    .ep_print = lb_ep_print,
     .rkey_unpack = lb_rkey_unpack,
     .rkey_destroy = lb_rkey_destroy,
     .put = lb_put,

@@ -5,7 +5,13 @@
  * until ucp_worker_arm() reports it idle, so every UCX callback runs on the loop thread and
  * nothing busy-polls. Endpoints use peer error handling: a failure marks the endpoint failed at
  * once (UCX completes its requests with an error), the owner is told from the loop, and the ucp
- * endpoint is force-closed. ucs_status_t is converted to pd_status_t only in ucx_status(). */
+ * endpoint is force-closed. ucs_status_t is converted to pd_status_t only in ucx_status().
+ *
+ * UCX 1.13 facts this relies on: a sockaddr connection needs a transport on the address's
+ * device (tcp for 127.0.0.1); peer error handling restricts lanes to transports that support it
+ * (tcp, RDMA; not posix/sysv/cma), hence params->no_peer_errors for same-host shared memory;
+ * an am header must live until the send completes (no COPY_HEADER flag yet), so it is copied
+ * into the operation. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -63,7 +69,7 @@ struct ucx_transport {
 /* One user operation: put, flush or am send (with its header copy). */
 typedef struct {
     kv_transport__op_t base;
-    ucx_ep_t *ep; /* only for failure notifications */
+    ucx_ep_t *ep; /* holds a reference */
     uint8_t header[KV_TRANSPORT_AM_HEADER_MAX];
 } ucx_op_t;
 
@@ -220,6 +226,11 @@ static void ucx_on_ep_error(void *arg, ucp_ep_h uep, ucs_status_t s)
     kv_transport__defer(ep->base.t, &op->base);
 }
 
+static ucp_err_handling_mode_t ucx_err_mode(kv_transport_t *t)
+{
+    return t->no_peer_errors ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
+}
+
 static ucx_ep_t *ucx_ep_new(ucx_transport_t *u)
 {
     ucx_ep_t *ep = calloc(1, sizeof *ep);
@@ -243,7 +254,7 @@ static void ucx_on_conn_request(ucp_conn_request_h req, void *arg)
         .field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER,
         .conn_request = req,
-        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+        .err_mode = ucx_err_mode(&u->base),
         .err_handler = {.cb = ucx_on_ep_error, .arg = ep},
     };
     ucs_status_t s = ucp_ep_create(u->worker, &p, &ep->uep);
@@ -296,7 +307,7 @@ static pd_status_t ucx_connect(kv_transport_t *t, const char *host, int port,
                       UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER,
         .flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER,
         .sockaddr = {.addr = (const struct sockaddr *)&ss, .addrlen = ss_len},
-        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+        .err_mode = ucx_err_mode(&u->base),
         .err_handler = {.cb = ucx_on_ep_error, .arg = ep},
     };
     ucs_status_t s = ucp_ep_create(u->worker, &p, &ep->uep);
@@ -311,6 +322,13 @@ static pd_status_t ucx_connect(kv_transport_t *t, const char *host, int port,
     kv_transport__kick(t);
     *ep_p = &ep->base;
     return PD_OK;
+}
+
+static void ucx_ep_print(kv_transport_ep_t *base, FILE *f)
+{
+    ucx_ep_t *ep = (ucx_ep_t *)base;
+    if (ep->uep)
+        ucp_ep_print_info(ep->uep, f);
 }
 
 static void ucx_ep_close(kv_transport_ep_t *base)
@@ -547,12 +565,28 @@ static void ucx_rkey_destroy(kv_transport_rkey_t *base)
 
 /* ==== operations ==== */
 
+/* Reports op's status and frees it. Only the caller's close or destroy (closing set) is a
+ * cancel; UCX purges a failed endpoint's requests with UCS_ERR_CANCELED, sometimes before its
+ * error handler runs, and those report the failure (PD_ERR_UNAVAILABLE). */
+static void ucx_op_finish(ucx_op_t *op, pd_status_t st)
+{
+    ucx_ep_t *ep = op->ep;
+    if (st == PD_ERR_CANCELLED && !ep->base.closing)
+        st = PD_ERR_UNAVAILABLE;
+    op->base.cb(op->base.arg, st);
+    ucx_ep_unref(ep);
+    free(op);
+}
+
 static void ucx_on_op_done(void *req, ucs_status_t s, void *user_data)
 {
-    ucx_op_t *op = user_data;
-    op->base.cb(op->base.arg, ucx_status(s));
-    free(op);
+    ucx_op_finish(user_data, ucx_status(s));
     ucp_request_free(req);
+}
+
+static void ucx_op_run_deferred(kv_transport__op_t *op)
+{
+    ucx_op_finish((ucx_op_t *)op, op->st);
 }
 
 static ucx_op_t *ucx_op_new(kv_transport_ep_t *ep, kv_transport_done_fn cb, void *arg,
@@ -564,11 +598,12 @@ static ucx_op_t *ucx_op_new(kv_transport_ep_t *ep, kv_transport_done_fn cb, void
         return NULL;
     }
     op->base.next = NULL;
-    op->base.run = NULL;
+    op->base.run = ucx_op_run_deferred;
     op->base.cb = cb;
     op->base.arg = arg;
     op->base.st = PD_OK;
-    op->ep = NULL;
+    op->ep = (ucx_ep_t *)ep;
+    op->ep->refs++;
     memset(p, 0, sizeof *p);
     p->op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     p->cb.send = ucx_on_op_done;
@@ -583,6 +618,7 @@ static pd_status_t ucx_op_started(kv_transport_ep_t *ep, ucx_op_t *op, ucs_statu
     if (UCS_PTR_IS_ERR(req)) {
         ucs_status_t s = UCS_PTR_STATUS(req);
         pd_log_error("%s: %s: %s", ep->t->name, what, ucs_status_string(s));
+        ucx_ep_unref(op->ep);
         free(op);
         return ucx_status(s) == PD_OK ? PD_ERR_TRANSPORT : ucx_status(s);
     }
@@ -686,6 +722,7 @@ static const kv_transport_ops_t ucx_ops = {
     .set_am_handler = ucx_set_am_handler,
     .connect = ucx_connect,
     .ep_close = ucx_ep_close,
+    .ep_print = ucx_ep_print,
     .rkey_unpack = ucx_rkey_unpack,
     .rkey_destroy = ucx_rkey_destroy,
     .put = ucx_put,
