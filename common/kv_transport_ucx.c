@@ -682,10 +682,11 @@ static void ucx_destroy(kv_transport_t *t)
         ucx_ep_t *ep = (ucx_ep_t *)t->eps;
         while (ep->base.rkeys)
             kv_transport_rkey_destroy(ep->base.rkeys);
+        int caller_owned = !ep->base.accepted;
         ep->base.closing = 1;
         kv_transport__ep_unlink(&ep->base);
-        ucx_ep_uclose(ep);
-        if (!ep->base.accepted)
+        ucx_ep_uclose(ep); /* may free an accepted ep */
+        if (caller_owned)
             ucx_ep_unref(ep); /* the caller's handle, invalid from now on */
     }
     if (u->listener) {

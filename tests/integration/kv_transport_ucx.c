@@ -416,8 +416,11 @@ static void test_peer_killed(void **state)
     kv_transport_rkey_t *r = src_connect(s, &c);
     src_round(s, r, 4, 64, 65536); /* connected and working */
 
-    /* Many puts and a flush in flight, then the target dies before they can finish. */
+    /* Many puts and a flush in flight, then the target dies before they can finish (it is
+     * stopped first so that it cannot acknowledge the flush in between). */
+    assert_int_equal(kill(c.pid, SIGSTOP), 0);
     src_post(s, r, 5, 1024, 4096);
+    assert_true(!run_until(&s->loop, &s->flush_done, 100)); /* stuck: target stopped */
     assert_int_equal(kill(c.pid, SIGKILL), 0);
     assert_true(run_until(&s->loop, &s->flush_done, 20000));
     assert_true(run_until(&s->loop, &s->ep_errors, 20000));
