@@ -17,7 +17,7 @@
 static const char *const cluster_config__roles[] = {"prefill", "decode", NULL};
 static const char *const cluster_config__backends[] = {"cpu", "cuda", NULL};
 static const char *const cluster_config__weights[] = {"bf16", "fp8", "int4", NULL};
-static const char *const cluster_config__kvs[] = {"bf16", "fp8", NULL};
+static const char *const cluster_config__kvs[] = {"bf16", "fp8", "f32", NULL};
 static const char *const cluster_config__trackers[] = {"tagged", "noop", NULL};
 static const char *const cluster_config__prefill_policies[] = {"round_robin", "least_load", NULL};
 static const char *const cluster_config__decode_policies[] = {"least_kv", NULL};

@@ -32,7 +32,7 @@ typedef enum {
     CLUSTER_WEIGHTS_FP8,
     CLUSTER_WEIGHTS_INT4
 } cluster_weights_t;
-typedef enum { CLUSTER_KV_BF16 = 0, CLUSTER_KV_FP8 } cluster_kv_t;
+typedef enum { CLUSTER_KV_BF16 = 0, CLUSTER_KV_FP8, CLUSTER_KV_F32 } cluster_kv_t;
 typedef enum { CLUSTER_TRACKER_TAGGED = 0, CLUSTER_TRACKER_NOOP } cluster_tracker_t;
 typedef enum {
     CLUSTER_PREFILL_ROUND_ROBIN = 0,

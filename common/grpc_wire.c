@@ -229,3 +229,41 @@ int grpc_wire_http_to_grpc(int http_status)
         return GRPC_UNKNOWN;
     }
 }
+
+const char *grpc_wire_code_name(int code)
+{
+    static const char *const names[] = {
+        "OK",        "CANCELLED",          "UNKNOWN",          "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED", "NOT_FOUND",  "ALREADY_EXISTS",   "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+        "UNIMPLEMENTED", "INTERNAL",       "UNAVAILABLE",      "DATA_LOSS",
+        "UNAUTHENTICATED"};
+    return code >= 0 && code <= 16 ? names[code] : "UNKNOWN";
+}
+
+pd_status_t grpc_wire_code_to_status(int code)
+{
+    switch (code) {
+    case 0:
+        return PD_OK;
+    case 1:
+        return PD_ERR_CANCELLED;
+    case 3:
+    case 11:
+        return PD_ERR_INVALID;
+    case 4:
+        return PD_ERR_DEADLINE;
+    case 5:
+        return PD_ERR_NOT_FOUND;
+    case 8:
+        return PD_ERR_RESOURCE;
+    case 12:
+        return PD_ERR_UNSUPPORTED;
+    case 14:
+        return PD_ERR_UNAVAILABLE;
+    case 15:
+        return PD_ERR_KV_INTEGRITY;
+    default:
+        return PD_ERR_INTERNAL;
+    }
+}

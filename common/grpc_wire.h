@@ -82,4 +82,11 @@ char *grpc_wire_pct_decode(const char *s, size_t len);
  * "HTTP to gRPC status code mapping" table does. */
 int grpc_wire_http_to_grpc(int http_status);
 
+/* The name of a gRPC status code ("UNAVAILABLE"), "UNKNOWN" for codes outside 0..16. */
+const char *grpc_wire_code_name(int code);
+
+/* Converts a gRPC status code received from a peer into a pd_status_t (DATA_LOSS ->
+ * PD_ERR_KV_INTEGRITY, UNAVAILABLE -> PD_ERR_UNAVAILABLE, ...). */
+pd_status_t grpc_wire_code_to_status(int code);
+
 #endif

@@ -118,7 +118,7 @@ static void test_errors(void **state)
     (void)state;
     /* unknown value: the value's line and column */
     expect_error("    ucx_port: 50071\n", "    ucx_port: 50071\n    kv: fp16\n",
-                 "bad.yaml:15:9: nodes.d0.kv: unknown value 'fp16' (expected bf16, fp8)");
+                 "bad.yaml:15:9: nodes.d0.kv: unknown value 'fp16' (expected bf16, fp8, f32)");
     /* unknown key: the key's position */
     expect_error("    ucx_port: 50071\n", "    ucx_port: 50071\n    kv_format: fp8\n",
                  "bad.yaml:15:5: nodes.d0.kv_format: unknown key");
@@ -233,7 +233,7 @@ static void test_override(void **state)
 
     struct ov o = {cfg, "d0", "kv", "fp16"};
     assert_int_equal(with_stderr(log, sizeof log, run_override, &o), PD_ERR_INVALID);
-    assert_non_null(strstr(log, "--set nodes.d0.kv: unknown value 'fp16' (expected bf16, fp8)"));
+    assert_non_null(strstr(log, "--set nodes.d0.kv: unknown value 'fp16' (expected bf16, fp8, f32)"));
     assert_int_equal(cluster_config_find_node(cfg, "d0")->kv, CLUSTER_KV_BF16); /* unchanged */
 
     o = (struct ov){cfg, "d0", "port", "50060"}; /* collides with p0 */

@@ -1,0 +1,37 @@
+/* decode_node: a decode node. It serves pdserve.v1.Decode and grpc.health.v1.Health on its control
+ * port, owns an engine (INT4 weights and FP8 KV by default) on a compute thread, and registers the
+ * engine's KV page pool with the KV transport so prefill nodes write pages straight into it.
+ *
+ * Request life: Reserve allocates pages for the prompt (new tags, lease for the remote writer) and
+ * answers with the pages, the pool's transport key and address. The prefill node writes the pages
+ * (stamped with those tags), flushes, and sends KV-done (NODE_AM_KV_DONE). Decode (a stream) admits
+ * the sequence into the continuous batch once its KV is done and streams tokens; cancel, finish,
+ * abort or an integrity failure free its pages. Release drops a reservation that will not be
+ * decoded; reservations whose writer or decoder never shows up are dropped when their lease ends.
+ * When pages run out the newest sequence is evicted and told `preempted` so the router re-prefills
+ * it. The tag tracker checks every page of the batch before each attention step.
+ *
+ * Loop thread: create, destroy and every callback; the engine only on the compute thread.
+ */
+#ifndef PD_DECODE_NODE_H
+#define PD_DECODE_NODE_H
+
+#include <uv.h>
+
+#include "cluster_config.h"
+#include "status.h"
+
+typedef struct decode_node decode_node_t;
+
+/* Starts serving (health NOT_SERVING until the model is loaded, then SERVING). Errors: the
+ * control or transport port cannot be bound (PD_ERR_IO / PD_ERR_TRANSPORT), PD_ERR_NOMEM. */
+pd_status_t decode_node_create(uv_loop_t *loop, const cluster_config_t *cfg,
+                               const cluster_node_t *node, decode_node_t **dn_p);
+
+/* Stops serving (GOAWAY, calls end), stops the compute thread and frees everything. */
+void decode_node_destroy(decode_node_t *dn);
+
+/* Whether loading the model failed (the process should exit nonzero). */
+int decode_node_failed(const decode_node_t *dn);
+
+#endif

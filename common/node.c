@@ -1,0 +1,71 @@
+#include "node.h"
+
+#include <string.h>
+#include <time.h>
+
+#include "kv_tracker.h"
+
+void node_engine_params(const cluster_config_t *cfg, const cluster_node_t *node,
+                        engine_params_t *p)
+{
+    engine_params_default(p);
+    p->model_dir = cfg->model;
+    p->backend = node->backend == CLUSTER_BACKEND_CUDA ? "cuda" : "cpu";
+    p->device = node->device;
+    p->threads = node->threads;
+    p->wfmt = (pd_wfmt_t)node->weights;   /* same order: bf16, fp8, int4 */
+    p->kvfmt = (pd_kvfmt_t)node->kv;      /* same order: bf16, fp8, f32 */
+    p->page_tokens = node->page_tokens;
+    p->kv_budget = node->kv_budget;
+    p->max_batch = node->max_batch;
+    p->prefill_chunk = node->prefill_chunk;
+    p->tracker = node->tracker == CLUSTER_TRACKER_NOOP ? KV_TRACKER_NOOP : KV_TRACKER_TAGGED;
+    p->evict_on_preempt = node->role == CLUSTER_ROLE_DECODE;
+}
+
+void node_stats_init(node_stats_t *s)
+{
+    memset(s, 0, sizeof *s);
+    pthread_mutex_init(&s->mu, NULL);
+}
+
+void node_stats_deinit(node_stats_t *s)
+{
+    pthread_mutex_destroy(&s->mu);
+}
+
+void node_stats_publish(node_stats_t *s, engine_t *e, uint32_t queued)
+{
+    kv_pool_t *pool = engine_pool(e);
+    pthread_mutex_lock(&s->mu);
+    s->active = (uint32_t)engine_active(e);
+    s->queued = queued;
+    s->pages_total = (uint32_t)kv_pool_n_pages(pool);
+    s->pages_used = (uint32_t)kv_pool_used_pages(pool);
+    s->integrity_failures = engine_tracker(e)->failures;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void node_stats_fill(node_stats_t *s, const cluster_node_t *node, Pdserve__V1__NodeStats *m)
+{
+    pthread_mutex_lock(&s->mu);
+    m->active = s->active;
+    m->queued = s->queued;
+    m->pages_total = s->pages_total;
+    m->pages_used = s->pages_used;
+    m->integrity_failures = s->integrity_failures;
+    m->tokens = s->tokens;
+    m->requests = s->requests;
+    pthread_mutex_unlock(&s->mu);
+    m->node = (char *)node->name;
+    m->role = (char *)cluster_config_role_str(node->role);
+    m->weights = (char *)cluster_config_weights_str(node->weights);
+    m->kv = (char *)cluster_config_kv_str(node->kv);
+}
+
+int64_t node_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
