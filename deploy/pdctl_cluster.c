@@ -75,8 +75,7 @@ static int pdctl__long(const char *cmd, const char *name, const char *v, long lo
     errno = 0;
     long x = strtol(v, &end, 10);
     if (errno || *v == 0 || *end || x < lo || x > hi) {
-        fprintf(stderr, "pdctl %s: %s: '%s' is not an integer in %ld..%ld\n", cmd, name, v, lo,
-                hi);
+        fprintf(stderr, "pdctl %s: %s: '%s' is not an integer in %ld..%ld\n", cmd, name, v, lo, hi);
         return -1;
     }
     *out = x;
@@ -153,8 +152,8 @@ static void pdctl__rpc_run(pdctl_rpc_t *rpcs, size_t n)
             continue; /* skipped by the caller */
         pd_status_t st = grpc_client_create(&loop, r->host, r->port, &cl[i]);
         if (st == PD_OK)
-            st = grpc_client_unary(cl[i], r->path, r->req, r->desc, r->timeout_ms,
-                                   pdctl__rpc_done, r, NULL);
+            st = grpc_client_unary(cl[i], r->path, r->req, r->desc, r->timeout_ms, pdctl__rpc_done,
+                                   r, NULL);
         if (st != PD_OK) {
             r->done = 1;
             r->code = GRPC_INTERNAL;
@@ -188,7 +187,7 @@ static void pdctl__rpc_free(pdctl_rpc_t *r)
 
 typedef struct {
     char name[CLUSTER_NAME_MAX];
-    char role[16];             /* "router", "prefill", "decode"; "-" unknown (--addr) */
+    char role[16];               /* "router", "prefill", "decode"; "-" unknown (--addr) */
     char host[CLUSTER_HOST_MAX]; /* where to connect */
     int port;
     char addr[CLUSTER_HOST_MAX + 16];
@@ -364,8 +363,7 @@ static pdctl_target_t *pdctl__targets_of(const cluster_config_t *cfg, size_t *n_
 {
     pdctl_target_t *ts = calloc(cfg->n_nodes + 1, sizeof *ts);
     PD_ASSERT(ts);
-    pdctl__target_set(&ts[0], "router", "router", cfg->router.listen_host,
-                      cfg->router.listen_port);
+    pdctl__target_set(&ts[0], "router", "router", cfg->router.listen_host, cfg->router.listen_port);
     for (size_t i = 0; i < cfg->n_nodes; i++) {
         const cluster_node_t *nd = &cfg->nodes[i];
         pdctl__target_set(&ts[i + 1], nd->name, cluster_config_role_str(nd->role), nd->host,
@@ -388,8 +386,7 @@ static void pdctl__health_print(const pdctl_target_t *ts, size_t n)
             snprintf(active, sizeof active, "%u", t->stats.active);
             snprintf(queued, sizeof queued, "%u", t->stats.queued);
             snprintf(pages, sizeof pages, "%u/%u", t->stats.pages_used, t->stats.pages_total);
-            snprintf(integ, sizeof integ, "%llu",
-                     (unsigned long long)t->stats.integrity_failures);
+            snprintf(integ, sizeof integ, "%llu", (unsigned long long)t->stats.integrity_failures);
         }
         printf("%-12s %-8s %-22s %-17s %6s %6s %13s %9s\n", t->name, t->role, t->addr, t->status,
                active, queued, pages, integ);
@@ -540,8 +537,8 @@ static pd_status_t pdctl__stop_all(const pdctl_state_t *st, int grace_ms, int ve
         if (pdctl_proc_stop(sel, k, grace_ms, &killed) != PD_OK)
             rc = PD_ERR_INTERNAL;
         if (killed && verbose)
-            fprintf(stderr, "%d process(es) did not exit within %d ms of SIGTERM: killed\n",
-                    killed, grace_ms);
+            fprintf(stderr, "%d process(es) did not exit within %d ms of SIGTERM: killed\n", killed,
+                    grace_ms);
         free(sel);
     }
     return rc;
@@ -632,7 +629,8 @@ static int pdctl__up_wait(pdctl_up_t *u, size_t from)
             if (!pdctl_proc_alive(p, &ws)) {
                 char how[96];
                 pdctl_proc_describe_exit(ws, how, sizeof how);
-                fprintf(stderr, "pdctl up: %s (pid %d) %s before it was serving; last lines of %s:\n",
+                fprintf(stderr,
+                        "pdctl up: %s (pid %d) %s before it was serving; last lines of %s:\n",
                         p->name, p->pid, how, p->log);
                 pdctl_proc_log_tail(p->log, 20, stderr);
                 goto out;
@@ -843,8 +841,8 @@ int pdctl_up(int argc, char **argv)
             fprintf(stderr, "skipping %s: host %s is not this machine\n", nd->name, nd->host);
             continue;
         }
-        if (pdctl__up_spawn(&u, nd->name, cluster_config_role_str(nd->role), nd->host,
-                            nd->port) < 0)
+        if (pdctl__up_spawn(&u, nd->name, cluster_config_role_str(nd->role), nd->host, nd->port) <
+            0)
             goto err_stop;
     }
     if (pdctl__up_wait(&u, 0) < 0)
@@ -1067,9 +1065,9 @@ static void pdctl__gen_json(const pdctl_gen_t *g)
     json_t *ids = json_array(), *o;
     for (size_t i = 0; i < g->n_ids; i++)
         json_array_append_new(ids, json_integer(g->ids[i]));
-    o = json_pack("{s:s, s:o, s:s, s:s, s:{s:I, s:I}}", "request_id", g->request_id,
-                  "output_ids", ids, "text", g->text ? g->text : "", "finish_reason", g->finish,
-                  "usage", "prompt_tokens", (json_int_t)g->prompt_tokens, "completion_tokens",
+    o = json_pack("{s:s, s:o, s:s, s:s, s:{s:I, s:I}}", "request_id", g->request_id, "output_ids",
+                  ids, "text", g->text ? g->text : "", "finish_reason", g->finish, "usage",
+                  "prompt_tokens", (json_int_t)g->prompt_tokens, "completion_tokens",
                   (json_int_t)g->completion_tokens);
     char *s = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
     printf("%s\n", s);
@@ -1153,8 +1151,8 @@ int pdctl_generate_router(int argc, char **argv)
     g.sig.data = &g;
     uv_signal_start(&g.sig, pdctl__gen_on_sigint, SIGINT);
     if (grpc_client_stream(c, "/pdserve.v1.Inference/Generate", &req.base,
-                           &pdserve__v1__generate_response__descriptor, timeout_ms,
-                           pdctl__gen_msg, pdctl__gen_done, &g, &g.call) != PD_OK) {
+                           &pdserve__v1__generate_response__descriptor, timeout_ms, pdctl__gen_msg,
+                           pdctl__gen_done, &g, &g.call) != PD_OK) {
         fprintf(stderr, "pdctl generate: cannot start the call\n");
         uv_close((uv_handle_t *)&g.sig, NULL);
         goto out;
@@ -1225,12 +1223,12 @@ int pdctl_models(int argc, char **argv)
         return 1;
     }
     const Pdserve__V1__ModelInfo *m = (const void *)r.resp;
-    json_t *o = json_pack(
-        "{s:s, s:s, s:I, s:I, s:s, s:s, s:s, s:s, s:I}", "model_name", m->model_name,
-        "architecture", m->architecture, "context_length", (json_int_t)m->context_length,
-        "vocab_size", (json_int_t)m->vocab_size, "prefill_weights", m->prefill_weights,
-        "prefill_kv", m->prefill_kv, "decode_weights", m->decode_weights, "decode_kv",
-        m->decode_kv, "page_tokens", (json_int_t)m->page_tokens);
+    json_t *o =
+        json_pack("{s:s, s:s, s:I, s:I, s:s, s:s, s:s, s:s, s:I}", "model_name", m->model_name,
+                  "architecture", m->architecture, "context_length", (json_int_t)m->context_length,
+                  "vocab_size", (json_int_t)m->vocab_size, "prefill_weights", m->prefill_weights,
+                  "prefill_kv", m->prefill_kv, "decode_weights", m->decode_weights, "decode_kv",
+                  m->decode_kv, "page_tokens", (json_int_t)m->page_tokens);
     if (o) {
         char *s = json_dumps(o, JSON_INDENT(2));
         printf("%s\n", s);

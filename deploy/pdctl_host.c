@@ -79,8 +79,7 @@ int pdctl_host_is_local(const char *host)
     if (gethostname(name, sizeof name) == 0) {
         name[sizeof name - 1] = 0;
         size_t n = strcspn(name, ".");
-        if (strcasecmp(host, name) == 0 ||
-            (strlen(host) == n && strncasecmp(host, name, n) == 0))
+        if (strcasecmp(host, name) == 0 || (strlen(host) == n && strncasecmp(host, name, n) == 0))
             return 1;
     }
     return pdctl_host__resolves_local(host, 0) == 1;

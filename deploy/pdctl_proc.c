@@ -237,8 +237,7 @@ pd_status_t pdctl_proc_stop(const pdctl_proc_t *procs, size_t n, int grace_ms, i
     for (size_t i = 0; i < n; i++) {
         live[i] = (char)pdctl_proc_alive(&procs[i], NULL);
         if (live[i] && kill(procs[i].pid, SIGTERM) != 0 && errno != ESRCH)
-            pd_log_error("%s: kill(%d, SIGTERM): %s", procs[i].name, procs[i].pid,
-                         strerror(errno));
+            pd_log_error("%s: kill(%d, SIGTERM): %s", procs[i].name, procs[i].pid, strerror(errno));
     }
     left = pdctl_proc__wait(procs, n, live, grace_ms);
     if (left > 0) {

@@ -16,8 +16,8 @@
 #include "status.h"
 
 typedef struct {
-    char name[CLUSTER_NAME_MAX]; /* node name, or "router" */
-    char role[16];               /* "prefill", "decode", "router" */
+    char name[CLUSTER_NAME_MAX];      /* node name, or "router" */
+    char role[16];                    /* "prefill", "decode", "router" */
     char addr[CLUSTER_HOST_MAX + 16]; /* the gRPC endpoint it serves, "HOST:PORT" */
     int pid;
     unsigned long long start_time; /* /proc/PID/stat starttime (clock ticks); 0 = unknown */

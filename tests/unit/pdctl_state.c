@@ -121,12 +121,12 @@ static void test_malformed(void **s)
     static const char *bad[] = {
         "",
         "not a state file\nconfig\t/x\n",
-        "pdserve-state 1\n",                                        /* no config */
-        "pdserve-state 1\nconfig\t/x\nproc\ta\tb\tc\t12\n",         /* too few fields */
-        "pdserve-state 1\nconfig\t/x\nproc\ta\tb\tc\t-3\t1\t/l\n",  /* bad pid */
-        "pdserve-state 1\nconfig\t/x\nproc\ta\tb\tc\t3\tx\t/l\n",   /* bad start time */
-        "pdserve-state 1\nconfig\t/x\nowner\tme\n",                 /* bad owner */
-        "pdserve-state 1\nconfig\t/x\nsurprise\n",                  /* unknown line */
+        "pdserve-state 1\n",                                       /* no config */
+        "pdserve-state 1\nconfig\t/x\nproc\ta\tb\tc\t12\n",        /* too few fields */
+        "pdserve-state 1\nconfig\t/x\nproc\ta\tb\tc\t-3\t1\t/l\n", /* bad pid */
+        "pdserve-state 1\nconfig\t/x\nproc\ta\tb\tc\t3\tx\t/l\n",  /* bad start time */
+        "pdserve-state 1\nconfig\t/x\nowner\tme\n",                /* bad owner */
+        "pdserve-state 1\nconfig\t/x\nsurprise\n",                 /* unknown line */
     };
     char path[512];
     pdctl_state_t st;
@@ -169,8 +169,8 @@ static void test_host(void **s)
     assert_string_equal(host, "::1");
     assert_int_equal(port, 7);
     port = -5;
-    static const char *bad[] = {"host", "host:", ":80", "h:0", "h:65536", "h:8x", "::1:80",
-                                "[::1]80", "[::1]"};
+    static const char *bad[] = {"host", "host:",  ":80",     "h:0",  "h:65536",
+                                "h:8x", "::1:80", "[::1]80", "[::1]"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         assert_int_equal(pdctl_host_parse_addr(bad[i], host, sizeof host, &port), PD_ERR_INVALID);
     assert_int_equal(port, -5);
