@@ -24,6 +24,16 @@ static const pdctl_cmd_t pdctl_cmds[] = {
      "agree --model DIR --reference reference.json [--weights ...] [--kv ...] (teacher-forced "
      "top-1 agreement)"},
     {"kv-plan", pdctl_kv_plan, "kv-plan --model DIR --budget BYTES [--page-tokens N] [--json]"},
+    {"up", pdctl_up,
+     "up --config FILE [--detach] [--log-dir DIR] [--timeout-s N] [--grace-s N] (start the "
+     "nodes of FILE placed on this machine)"},
+    {"down", pdctl_down, "down --config FILE [--grace-s N] (stop what pdctl up started)"},
+    {"health", pdctl_health,
+     "health --config FILE | --addr HOST:PORT ... [--json] [--timeout-ms N]"},
+    {"generate", pdctl_generate,
+     "generate --router HOST:PORT --prompt TEXT --max-tokens N [--temperature T --top-p P "
+     "--top-k K --seed S --stop STR ... --ignore-eos] [--json] [--timeout-ms N]"},
+    {"models", pdctl_models, "models --router HOST:PORT [--timeout-ms N]"},
 };
 
 static void pdctl_usage(FILE *f)

@@ -12,6 +12,14 @@ int pdctl_quantize(int argc, char **argv);
 int pdctl_agree(int argc, char **argv);
 int pdctl_kv_plan(int argc, char **argv);
 
+/* Cluster commands (pdctl_cluster.c). */
+int pdctl_up(int argc, char **argv);
+int pdctl_down(int argc, char **argv);
+int pdctl_health(int argc, char **argv);
+int pdctl_models(int argc, char **argv);
+/* pdctl generate --router HOST:PORT ...: pdctl_generate hands over to it when --router is given. */
+int pdctl_generate_router(int argc, char **argv);
+
 /* Shared option handling for commands that load a model. */
 typedef struct {
     engine_params_t ep;

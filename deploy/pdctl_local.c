@@ -248,6 +248,9 @@ int pdctl_generate(int argc, char **argv)
     gen_state_t g = {0};
     float *logits = NULL;
 
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--router") == 0)
+            return pdctl_generate_router(argc, argv);
     pdctl_model_opts_init(&mo);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
