@@ -30,6 +30,7 @@ typedef struct dreq {
 /* Compute-thread record of a Decode rpc. */
 typedef struct ddec {
     dreq_t *req; /* loop object: only passed back through compute_post */
+    char request_id[96];
     uint64_t req_id, res_id, seq_id;
     int admitted;
     int32_t *tokens;
@@ -227,6 +228,35 @@ static void decode__on_token(void *arg, uint64_t seq_id, int32_t tok, engine_fin
     free(d);
 }
 
+/* Fault injection for tests (PDSERVE_FAULT=reuse|stale|table, PDSERVE_FAULT_REQUEST=substring of
+ * the victim's request id): damages the victim's pages the way a bookkeeping bug would, so the
+ * tag check must catch it before the first attention step. */
+static void decode__inject_fault(decode_node_t *dn, engine_t *e, const ddec_t *d, kv_seq_t *kv)
+{
+    const char *kind = getenv("PDSERVE_FAULT"), *who = getenv("PDSERVE_FAULT_REQUEST");
+    kv_page_ref_t thief;
+    (void)dn;
+    if (!kind || !who || !strstr(d->request_id, who) || kv->n_pages == 0)
+        return;
+    pd_log_warn("request %s: injecting fault '%s'", d->request_id, kind);
+    if (strcmp(kind, "reuse") == 0) {
+        /* the page is handed to someone else while this sequence still holds it */
+        if (kv_pool_debug_steal_page(engine_pool(e), kv->pages[0].page, &thief) == PD_OK)
+            (void)kv_pool_page_free(engine_pool(e), thief);
+    } else if (strcmp(kind, "stale") == 0) {
+        /* a late write of an earlier owner lands with its old stamp */
+        pd_backend_t *be = engine_backend(e);
+        uint32_t old = kv->pages[0].tag - 1;
+        be->ops->kv_stamp(be, engine_arena(e), kv_pool_layout(engine_pool(e)), &kv->pages[0].page,
+                          &old, 1);
+    } else if (strcmp(kind, "table") == 0) {
+        /* a block-table entry points at another page (the page it hid goes back to the pool) */
+        kv_page_ref_t orig = kv->pages[0];
+        kv->pages[0].page = (kv->pages[0].page + 1) % kv_pool_n_pages(engine_pool(e));
+        (void)kv_pool_page_free(engine_pool(e), orig);
+    }
+}
+
 /* Moves a reservation whose KV is done into the batch. */
 static void decode__admit(decode_node_t *dn, engine_t *e, dres_t **link, ddec_t *d)
 {
@@ -237,6 +267,7 @@ static void decode__admit(decode_node_t *dn, engine_t *e, dres_t **link, ddec_t 
                      (unsigned long long)r->id, d->n_tokens, r->n_tokens);
         st = PD_ERR_INVALID;
     } else {
+        decode__inject_fault(dn, e, d, &r->kv);
         st = engine_seq_add_prefilled(e, d->tokens, d->n_tokens, r->n_tokens, &r->kv, &d->gp,
                                       decode__on_token, d, &d->seq_id);
     }
@@ -564,6 +595,7 @@ static void decode__rpc_decode(grpc_call_t *call, const ProtobufCMessage *msg, v
     d->req = r;
     d->req_id = r->id;
     d->res_id = req->seq_id;
+    snprintf(d->request_id, sizeof d->request_id, "%s", req->request_id ? req->request_id : "");
     memcpy(d->tokens, req->token_ids, req->n_token_ids * sizeof *d->tokens);
     d->n_tokens = (int)req->n_token_ids;
     if (req->sampling) {
