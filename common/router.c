@@ -647,7 +647,14 @@ pd_status_t router_request_start(router_t *r, const router_request_t *in, const 
     r->reqs = q;
     r->n_reqs++;
     *q_p = q;
-    rreq_reserve(q);
+    /* start from the loop, never inside this call: the sink may not be ready for a finish yet */
+    if (!q->timer_open) {
+        uv_timer_init(r->loop, &q->timer);
+        q->timer.data = q;
+        q->timer_open = 1;
+    }
+    q->timer_active = 1;
+    uv_timer_start(&q->timer, rreq_retry_timer, 0, 0);
     return PD_OK;
 }
 

@@ -96,6 +96,7 @@ static void gsink_finish(rreq_t *q, const char *reason, pd_status_t st, const ch
 {
     gsink_t *g = q->sink_arg;
     g->q = NULL;
+    router_observe(q->r, q, st);
     if (st != PD_OK) {
         grpc_call_finish_status(g->call, st, msg);
         gsink__free(g);
@@ -165,8 +166,6 @@ static void router__rpc_generate(grpc_call_t *call, const ProtobufCMessage *msg,
         return;
     }
     snprintf(g->request_id, sizeof g->request_id, "%s", g->q->request_id);
-    if (g->q->finished) /* ended at once (e.g. no node available) and g was freed by finish */
-        return;
     grpc_call_set_cancel_cb(call, router__generate_cancelled, g);
 }
 

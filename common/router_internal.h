@@ -14,6 +14,7 @@
 #include "hf_config.h"
 #include "http.h"
 #include "metrics.h"
+#include "node.h"
 #include "pdserve.pb-c.h"
 #include "router.h"
 #include "tokenizer.h"
@@ -79,6 +80,8 @@ typedef struct router {
     grpc_health_t *health;
     http_server_t *http;
     metrics_t *metrics;
+    char *chat_template; /* tokenizer_config.json chat_template, NULL if none */
+    char bos_token[64], eos_token[64];
     uv_timer_t poll;
     int poll_open, stopping;
     rreq_t *reqs;
@@ -118,6 +121,9 @@ rreq_t *router_request_find(router_t *r, const char *request_id);
 void router_node_down(router_t *r, rnode_t *n, const char *why);
 
 pd_status_t router_grpc_register(router_t *r);
+
+/* Counts a finished request in the router's metrics (sinks call it from finish). */
+void router_observe(router_t *r, const rreq_t *q, pd_status_t st);
 pd_status_t router_http_start(router_t *r);
 void router_http_stop(router_t *r);
 
