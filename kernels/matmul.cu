@@ -1,0 +1,365 @@
+/* matmul: GEMV kernels for every weight format, activation quantization and splitting, the FP8
+ * epilogue, INT4 dequantization, and the cuBLAS / cuBLASLt GEMM calls (see matmul.h). */
+#include <cublasLt.h>
+#include <cublas_v2.h>
+
+#include "kutil.cuh"
+#include "matmul.h"
+
+/* ==== kernels ==== */
+
+/* grid (n), block 256: xq (n, k) fp8, xs (n) f32, x (n, k) f32 */
+static __global__ void matmul__quant_act_fp8(uint8_t *xq, float *xs, const float *x, int64_t k)
+{
+    __shared__ float red[32];
+    const float *xi = x + blockIdx.x * k;
+    uint8_t *qi = xq + blockIdx.x * k;
+    float amax = 0.0f;
+    for (int64_t j = threadIdx.x; j < k; j += blockDim.x)
+        amax = fmaxf(amax, fabsf(xi[j]));
+    amax = kutil_block_max(amax, red);
+    const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+    const float inv = 1.0f / scale;
+    for (int64_t j = threadIdx.x; j < k; j += blockDim.x)
+        qi[j] = kutil_f32_to_fp8(xi[j] * inv);
+    if (threadIdx.x == 0)
+        xs[blockIdx.x] = scale;
+}
+
+/* hi, lo (total) bf16, x (total) f32 */
+static __global__ void matmul__split_bf16(uint16_t *hi, uint16_t *lo, const float *x, size_t total)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const float v = x[i];
+        const uint16_t h = kutil_f32_to_bf16(v);
+        hi[i] = h;
+        lo[i] = kutil_f32_to_bf16(v - kutil_bf16_to_f32(h));
+    }
+}
+
+enum { MATMUL__BF16 = 0, MATMUL__FP8, MATMUL__INT4, MATMUL__F32 };
+
+/* Elements of W one lane reads per 16-byte load. */
+template <int FMT> struct matmul__elems {
+    static constexpr int E = FMT == MATMUL__BF16 ? 8 : FMT == MATMUL__FP8 ? 16
+                             : FMT == MATMUL__INT4 ? 32 : 4;
+};
+
+/* Decodes the 16 bytes at chunk c of row r (elements [c*E, c*E + E)) into f32 w (E). */
+template <int FMT>
+static __device__ __forceinline__ void matmul__decode(float *w, uint4 raw, const void *scales,
+                                                      const uint8_t *zeros, int64_t r, int64_t K,
+                                                      int64_t e0)
+{
+    const uint32_t word[4] = {raw.x, raw.y, raw.z, raw.w};
+    if (FMT == MATMUL__BF16) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            w[2 * i] = __uint_as_float(word[i] << 16);
+            w[2 * i + 1] = __uint_as_float(word[i] & 0xffff0000u);
+        }
+    } else if (FMT == MATMUL__FP8) {
+#pragma unroll
+        for (int i = 0; i < 16; i++)
+            w[i] = kutil_fp8_to_f32((uint8_t)(word[i / 4] >> (8 * (i % 4))));
+    } else if (FMT == MATMUL__INT4) {
+        const int64_t ng = K / 128, g = e0 / 128;
+        const float s = kutil_bf16_to_f32(((const uint16_t *)scales)[r * ng + g]);
+        const int z = zeros[r * ng + g];
+#pragma unroll
+        for (int i = 0; i < 32; i++)
+            w[i] = (float)((int)((word[i / 8] >> (4 * (i % 8))) & 15u) - z) * s;
+    } else {
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            w[i] = __uint_as_float(word[i]);
+    }
+}
+
+/* grid (ceil(n / NT), ceil(N / 8)), block 256 (8 warps, one output row each).
+ * out (n, N) f32; x (n, K) f32 (not FP8); xq (n, K) fp8 and xs (n) f32 (FP8 only);
+ * wd: W data in FMT's layout, wsc: fp8 (N) f32 / int4 (N, K/128) bf16 scales, wz: int4 zeros. */
+template <int FMT, int NT>
+static __global__ void __launch_bounds__(256)
+    matmul__gemv(float *out, const float *x, const uint8_t *xq, const float *xs,
+                 const uint8_t *wd, const void *wsc, const uint8_t *wz, int n, int64_t N,
+                 int64_t K)
+{
+    constexpr int E = matmul__elems<FMT>::E;
+    const int lane = threadIdx.x & 31;
+    const int64_t r = (int64_t)blockIdx.y * 8 + (threadIdx.x >> 5);
+    const int t0 = blockIdx.x * NT;
+    if (r >= N)
+        return;
+    const size_t row_bytes = FMT == MATMUL__BF16 ? K * 2 : FMT == MATMUL__FP8 ? K
+                             : FMT == MATMUL__INT4 ? K / 2 : K * 4;
+    const uint8_t *wrow = wd + r * row_bytes;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+        acc[t] = 0.0f;
+
+#pragma unroll 2
+    for (int64_t e0 = (int64_t)lane * E; e0 < K; e0 += 32 * E) {
+        const uint4 raw = __ldg((const uint4 *)(wrow + e0 * row_bytes / K));
+        float w[E];
+        matmul__decode<FMT>(w, raw, wsc, wz, r, K, e0);
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t0 + t >= n)
+                break;
+            float a = 0.0f;
+            if (FMT == MATMUL__FP8) {
+                const uint4 xr = __ldg((const uint4 *)(xq + (size_t)(t0 + t) * K + e0));
+                const uint32_t xw[4] = {xr.x, xr.y, xr.z, xr.w};
+#pragma unroll
+                for (int i = 0; i < 16; i++)
+                    a += kutil_fp8_to_f32((uint8_t)(xw[i / 4] >> (8 * (i % 4)))) * w[i];
+            } else {
+                const float4 *xv = (const float4 *)(x + (size_t)(t0 + t) * K + e0);
+#pragma unroll
+                for (int i = 0; i < E / 4; i++) {
+                    const float4 v = __ldg(xv + i);
+                    a += v.x * w[4 * i] + v.y * w[4 * i + 1] + v.z * w[4 * i + 2] +
+                         v.w * w[4 * i + 3];
+                }
+            }
+            acc[t] += a;
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const float v = kutil_warp_sum(acc[t]);
+        if (lane == 0 && t0 + t < n) {
+            if (FMT == MATMUL__FP8)
+                out[(size_t)(t0 + t) * N + r] = v * xs[t0 + t] * ((const float *)wsc)[r];
+            else
+                out[(size_t)(t0 + t) * N + r] = v;
+        }
+    }
+}
+
+/* grid-stride over (N, K/2) bytes: dst (N, K) bf16, q (N, K/2) int4 pairs, scales (N, K/128)
+ * bf16, zeros (N, K/128) uint8 */
+static __global__ void matmul__int4_to_bf16(uint32_t *dst, const uint8_t *q, const uint16_t *scales,
+                                            const uint8_t *zeros, int64_t N, int64_t K)
+{
+    const size_t total = (size_t)N * K / 2;
+    const int64_t ng = K / 128;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / (K / 2), e = (i % (K / 2)) * 2, g = e / 128;
+        const float s = kutil_bf16_to_f32(scales[r * ng + g]);
+        const int z = zeros[r * ng + g];
+        const float a = (float)((q[i] & 15) - z) * s, b = (float)((q[i] >> 4) - z) * s;
+        dst[i] = (uint32_t)kutil_f32_to_bf16(a) | ((uint32_t)kutil_f32_to_bf16(b) << 16);
+    }
+}
+
+/* out (n, N) f32 *= xs (n) f32 [row] * ws (N) f32 [column] */
+static __global__ void matmul__fp8_scale(float *out, const float *xs, const float *ws, int n,
+                                         int64_t N)
+{
+    const size_t total = (size_t)n * N;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = out[i] * xs[i / N] * ws[i % N];
+}
+
+/* ==== launchers ==== */
+
+static unsigned matmul__grid(size_t n, unsigned block)
+{
+    size_t g = (n + block - 1) / block;
+    return (unsigned)(g < 1 ? 1 : g > 132 * 64 ? 132 * 64 : g);
+}
+
+extern "C" pd_status_t matmul_quant_act_fp8(uint8_t *xq, float *xs, const float *x, int n,
+                                            int64_t k, cudaStream_t stream)
+{
+    KUTIL_REQUIRE(n >= 0 && k > 0, "matmul_quant_act_fp8");
+    if (n == 0)
+        return PD_OK;
+    matmul__quant_act_fp8<<<n, 256, 0, stream>>>(xq, xs, x, k);
+    return KUTIL_LAUNCHED("matmul_quant_act_fp8");
+}
+
+extern "C" pd_status_t matmul_split_bf16(uint16_t *hi, uint16_t *lo, const float *x, int n,
+                                         int64_t k, cudaStream_t stream)
+{
+    const size_t total = (size_t)n * (size_t)k;
+    KUTIL_REQUIRE(n >= 0 && k > 0, "matmul_split_bf16");
+    if (total == 0)
+        return PD_OK;
+    matmul__split_bf16<<<matmul__grid(total, 256), 256, 0, stream>>>(hi, lo, x, total);
+    return KUTIL_LAUNCHED("matmul_split_bf16");
+}
+
+template <int FMT>
+static void matmul__gemv_launch(float *out, const float *x, const uint8_t *xq, const float *xs,
+                                const pd_weight_t *w, int n, cudaStream_t stream)
+{
+    const int nt = n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : 8;
+    const dim3 grid((unsigned)((n + nt - 1) / nt), (unsigned)((w->n + 7) / 8));
+    const uint8_t *wd = (const uint8_t *)w->data, *wz = (const uint8_t *)w->zeros;
+    switch (nt) {
+    case 1:
+        matmul__gemv<FMT, 1><<<grid, 256, 0, stream>>>(out, x, xq, xs, wd, w->scales, wz, n,
+                                                        w->n, w->k);
+        break;
+    case 2:
+        matmul__gemv<FMT, 2><<<grid, 256, 0, stream>>>(out, x, xq, xs, wd, w->scales, wz, n,
+                                                        w->n, w->k);
+        break;
+    case 4:
+        matmul__gemv<FMT, 4><<<grid, 256, 0, stream>>>(out, x, xq, xs, wd, w->scales, wz, n,
+                                                        w->n, w->k);
+        break;
+    default:
+        matmul__gemv<FMT, 8><<<grid, 256, 0, stream>>>(out, x, xq, xs, wd, w->scales, wz, n,
+                                                        w->n, w->k);
+    }
+}
+
+extern "C" pd_status_t matmul_gemv(float *out, const float *x, const uint8_t *xq, const float *xs,
+                                   const pd_weight_t *w, int n, cudaStream_t stream)
+{
+    KUTIL_REQUIRE(n >= 0 && n <= MATMUL_GEMV_MAX_N && w->n > 0 && w->k > 0, "matmul_gemv");
+    KUTIL_REQUIRE(w->n / 8 < 65535, "matmul_gemv");
+    if (n == 0)
+        return PD_OK;
+    switch (w->fmt) {
+    case PD_WFMT_BF16:
+        KUTIL_REQUIRE(w->k % 8 == 0, "matmul_gemv bf16");
+        matmul__gemv_launch<MATMUL__BF16>(out, x, xq, xs, w, n, stream);
+        break;
+    case PD_WFMT_FP8:
+        KUTIL_REQUIRE(w->k % 16 == 0 && xq && xs, "matmul_gemv fp8");
+        matmul__gemv_launch<MATMUL__FP8>(out, x, xq, xs, w, n, stream);
+        break;
+    case PD_WFMT_INT4:
+        KUTIL_REQUIRE(w->k % 128 == 0, "matmul_gemv int4");
+        matmul__gemv_launch<MATMUL__INT4>(out, x, xq, xs, w, n, stream);
+        break;
+    case PD_WFMT_F32:
+        KUTIL_REQUIRE(w->k % 4 == 0, "matmul_gemv f32");
+        matmul__gemv_launch<MATMUL__F32>(out, x, xq, xs, w, n, stream);
+        break;
+    default:
+        return PD_ERR_INVALID;
+    }
+    return KUTIL_LAUNCHED("matmul_gemv");
+}
+
+extern "C" pd_status_t matmul_int4_to_bf16(uint16_t *dst, const pd_weight_t *w,
+                                           cudaStream_t stream)
+{
+    KUTIL_REQUIRE(w->fmt == PD_WFMT_INT4 && w->k % 128 == 0 && w->n > 0, "matmul_int4_to_bf16");
+    const size_t total = (size_t)w->n * (size_t)w->k / 2;
+    matmul__int4_to_bf16<<<matmul__grid(total, 256), 256, 0, stream>>>(
+        (uint32_t *)dst, (const uint8_t *)w->data, (const uint16_t *)w->scales,
+        (const uint8_t *)w->zeros, w->n, w->k);
+    return KUTIL_LAUNCHED("matmul_int4_to_bf16");
+}
+
+static pd_status_t matmul__blas_status(cublasStatus_t s, const char *what)
+{
+    if (s == CUBLAS_STATUS_SUCCESS)
+        return PD_OK;
+    pd_log_error("%s: cublas status %d", what, (int)s);
+    return PD_ERR_CUDA;
+}
+
+extern "C" pd_status_t matmul_gemm_bf16(void *blas, float *out, const uint16_t *hi,
+                                        const uint16_t *lo, const uint16_t *w, int n, int64_t N,
+                                        int64_t K, cudaStream_t stream)
+{
+    const float one = 1.0f, zero = 0.0f;
+    cublasHandle_t h = (cublasHandle_t)blas;
+    KUTIL_REQUIRE(n > 0 && N > 0 && K > 0 && N < INT32_MAX && K < INT32_MAX, "matmul_gemm_bf16");
+    cublasSetStream(h, stream);
+    /* column-major: out^T (N, n) = W (K, N)^T @ x^T (K, n) */
+    cublasStatus_t s = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, n, (int)K, &one, w,
+                                    CUDA_R_16BF, (int)K, hi, CUDA_R_16BF, (int)K, &zero, out,
+                                    CUDA_R_32F, (int)N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (s == CUBLAS_STATUS_SUCCESS && lo)
+        s = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, n, (int)K, &one, w, CUDA_R_16BF,
+                         (int)K, lo, CUDA_R_16BF, (int)K, &one, out, CUDA_R_32F, (int)N,
+                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    return matmul__blas_status(s, "matmul_gemm_bf16");
+}
+
+extern "C" pd_status_t matmul_gemm_f32(void *blas, float *out, const float *x, const float *w,
+                                       int n, int64_t N, int64_t K, cudaStream_t stream)
+{
+    const float one = 1.0f, zero = 0.0f;
+    cublasHandle_t h = (cublasHandle_t)blas;
+    KUTIL_REQUIRE(n > 0 && N > 0 && K > 0 && N < INT32_MAX && K < INT32_MAX, "matmul_gemm_f32");
+    cublasSetStream(h, stream);
+    return matmul__blas_status(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, n, (int)K, &one, w,
+                                           (int)K, x, (int)K, &zero, out, (int)N),
+                               "matmul_gemm_f32");
+}
+
+extern "C" pd_status_t matmul_gemm_fp8(void *lt, void *ws, size_t ws_bytes, float *out,
+                                       const uint8_t *xq, const uint8_t *w, int n, int64_t N,
+                                       int64_t K, cudaStream_t stream)
+{
+    cublasLtHandle_t h = (cublasLtHandle_t)lt;
+    cublasLtMatmulDesc_t op = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t heur;
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    const float one = 1.0f, zero = 0.0f;
+    int found = 0;
+    cublasStatus_t s;
+
+    KUTIL_REQUIRE(n > 0 && N > 0 && K > 0 && K % 16 == 0 && N % 16 == 0, "matmul_gemm_fp8");
+    s = cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)N, K);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)n, K);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, (uint64_t)N, (uint64_t)n, N);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulPreferenceCreate(&pref);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                 &ws_bytes, sizeof ws_bytes);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, lc, lc, pref, 1, &heur, &found);
+    if (s == CUBLAS_STATUS_SUCCESS && found == 0)
+        s = CUBLAS_STATUS_NOT_SUPPORTED;
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmul(h, op, &one, w, la, xq, lb, &zero, out, lc, out, lc, &heur.algo, ws,
+                           ws_bytes, stream);
+    if (pref)
+        cublasLtMatmulPreferenceDestroy(pref);
+    if (lc)
+        cublasLtMatrixLayoutDestroy(lc);
+    if (lb)
+        cublasLtMatrixLayoutDestroy(lb);
+    if (la)
+        cublasLtMatrixLayoutDestroy(la);
+    if (op)
+        cublasLtMatmulDescDestroy(op);
+    return matmul__blas_status(s, "matmul_gemm_fp8");
+}
+
+extern "C" pd_status_t matmul_fp8_scale(float *out, const float *xs, const float *ws, int n,
+                                        int64_t N, cudaStream_t stream)
+{
+    const size_t total = (size_t)n * (size_t)N;
+    KUTIL_REQUIRE(n >= 0 && N > 0, "matmul_fp8_scale");
+    if (total == 0)
+        return PD_OK;
+    matmul__fp8_scale<<<matmul__grid(total, 256), 256, 0, stream>>>(out, xs, ws, n, N);
+    return KUTIL_LAUNCHED("matmul_fp8_scale");
+}
