@@ -1,6 +1,6 @@
 /* kutil: device helpers shared by the kernels of kernels/ (scalar conversions that match the CPU
  * reference in common/dtype.h bit for bit, warp reductions) and the one place where cudaError_t
- * becomes pd_status_t. Included by kernels/*.cu only; not a C header.
+ * becomes pd_status_t. Included by the .cu files of kernels/ only; not a C header.
  */
 #ifndef PD_KUTIL_CUH
 #define PD_KUTIL_CUH
