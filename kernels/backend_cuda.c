@@ -196,14 +196,14 @@ static void cuda_silu_mul(pd_backend_t *be, float *out, const float *gu, int n, 
 /* ==== matmul ==== */
 
 /* GEMV over rows [0, n) in chunks of MATMUL_GEMV_MAX_N (the fallback for shapes no GEMM takes). */
-static pd_status_t cuda__gemv_chunks(cuda_t *c, float *out, const float *x, const uint8_t *xq,
-                                     const float *xs, const pd_weight_t *w, int n)
+static pd_status_t cuda__gemv_chunks(cuda_t *c, float *out, const float *x, const float *xs,
+                                     const pd_weight_t *w, int n)
 {
     pd_status_t st = PD_OK;
     for (int i = 0; i < n && st == PD_OK; i += MATMUL_GEMV_MAX_N) {
         int m = n - i < MATMUL_GEMV_MAX_N ? n - i : MATMUL_GEMV_MAX_N;
-        st = matmul_gemv(out + (size_t)i * w->n, x ? x + (size_t)i * w->k : NULL,
-                         xq ? xq + (size_t)i * w->k : NULL, xs ? xs + i : NULL, w, m, c->stream);
+        st = matmul_gemv(out + (size_t)i * w->n, x + (size_t)i * w->k, xs ? xs + i : NULL, w, m,
+                         c->stream);
     }
     return st;
 }
@@ -216,22 +216,24 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
     if (n <= 0)
         return PD_OK;
     if (w->fmt == PD_WFMT_FP8) {
-        size_t qb = ((size_t)n * (size_t)K + 255) / 256 * 256;
+        const bool gemm = n > CUDA_GEMV_MAX_N && K % 16 == 0 && N % 16 == 0;
+        /* GEMM: fp8 bytes (n, K); GEMV: decoded f32 (n, K); then scales (n) */
+        size_t qb = ((size_t)n * (size_t)K * (gemm ? 1 : 4) + 255) / 256 * 256;
         if ((st = cuda__grow(c, &c->act, qb + (size_t)n * 4)) != PD_OK)
             return st;
-        uint8_t *xq = c->act.p;
         float *xs = (float *)((uint8_t *)c->act.p + qb);
-        if ((st = matmul_quant_act_fp8(xq, xs, x, n, K, c->stream)) != PD_OK)
+        if ((st = matmul_quant_act_fp8(gemm ? c->act.p : NULL, gemm ? NULL : c->act.p, xs, x, n,
+                                       K, c->stream)) != PD_OK)
             return st;
-        if (n <= CUDA_GEMV_MAX_N || K % 16 != 0 || N % 16 != 0)
-            return cuda__gemv_chunks(c, out, NULL, xq, xs, w, n);
-        if ((st = matmul_gemm_fp8(c->lt, c->lt_ws, CUDA_LT_WS_BYTES, out, xq, w->data, n, N, K,
-                                  c->stream)) != PD_OK)
+        if (!gemm)
+            return cuda__gemv_chunks(c, out, c->act.p, xs, w, n);
+        if ((st = matmul_gemm_fp8(c->lt, c->lt_ws, CUDA_LT_WS_BYTES, out, c->act.p, w->data, n, N,
+                                  K, c->stream)) != PD_OK)
             return st;
         return matmul_fp8_scale(out, xs, w->scales, n, N, c->stream);
     }
     if (n <= (w->fmt == PD_WFMT_INT4 ? CUDA_GEMV_MAX_N_INT4 : CUDA_GEMV_MAX_N))
-        return cuda__gemv_chunks(c, out, x, NULL, NULL, w, n);
+        return cuda__gemv_chunks(c, out, x, NULL, w, n);
     if (w->fmt == PD_WFMT_F32)
         return matmul_gemm_f32(c->blas, out, x, w->data, n, N, K, c->stream);
     const uint16_t *wb = w->data;

@@ -8,20 +8,26 @@
 
 /* ==== kernels ==== */
 
-/* grid (n), block 256: xq (n, k) fp8, xs (n) f32, x (n, k) f32 */
-static __global__ void matmul__quant_act_fp8(uint8_t *xq, float *xs, const float *x, int64_t k)
+/* grid (n), block 256: xq (n, k) fp8 (or NULL), xf (n, k) f32 = the fp8 values decoded, unscaled
+ * (or NULL), xs (n) f32, x (n, k) f32 */
+static __global__ void matmul__quant_act_fp8(uint8_t *xq, float *xf, float *xs, const float *x,
+                                             int64_t k)
 {
     __shared__ float red[32];
     const float *xi = x + blockIdx.x * k;
-    uint8_t *qi = xq + blockIdx.x * k;
     float amax = 0.0f;
     for (int64_t j = threadIdx.x; j < k; j += blockDim.x)
         amax = fmaxf(amax, fabsf(xi[j]));
     amax = kutil_block_max(amax, red);
     const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
     const float inv = 1.0f / scale;
-    for (int64_t j = threadIdx.x; j < k; j += blockDim.x)
-        qi[j] = kutil_f32_to_fp8(xi[j] * inv);
+    for (int64_t j = threadIdx.x; j < k; j += blockDim.x) {
+        const uint8_t q = kutil_f32_to_fp8(xi[j] * inv);
+        if (xq)
+            xq[blockIdx.x * k + j] = q;
+        if (xf)
+            xf[blockIdx.x * k + j] = kutil_fp8_to_f32(q);
+    }
     if (threadIdx.x == 0)
         xs[blockIdx.x] = scale;
 }
@@ -46,11 +52,11 @@ template <int FMT> struct matmul__elems {
                              : FMT == MATMUL__INT4 ? 32 : 4;
 };
 
-/* Decodes the 16 bytes at chunk c of row r (elements [c*E, c*E + E)) into f32 w (E). */
+/* Decodes the 16 bytes of row r holding elements [e0, e0 + E) into f32 w (E): bf16 and f32
+ * exactly; fp8 times 2^-120; int4 as q - z (without the group scale). */
 template <int FMT>
-static __device__ __forceinline__ void matmul__decode(float *w, uint4 raw, const void *scales,
-                                                      const uint8_t *zeros, int64_t r, int64_t K,
-                                                      int64_t e0)
+static __device__ __forceinline__ void matmul__decode(float *w, uint4 raw, const uint8_t *zeros,
+                                                      int64_t r, int64_t K, int64_t e0)
 {
     const uint32_t word[4] = {raw.x, raw.y, raw.z, raw.w};
     if (FMT == MATMUL__BF16) {
@@ -60,16 +66,20 @@ static __device__ __forceinline__ void matmul__decode(float *w, uint4 raw, const
             w[2 * i + 1] = __uint_as_float(word[i] & 0xffff0000u);
         }
     } else if (FMT == MATMUL__FP8) {
+        /* e4m3 bits placed in an f32: sign to bit 31, exponent and mantissa to bits 20..26: the
+         * value times 2^-120 (subnormals included); the caller multiplies 2^120 back */
 #pragma unroll
-        for (int i = 0; i < 16; i++)
-            w[i] = kutil_fp8_to_f32((uint8_t)(word[i / 4] >> (8 * (i % 4))));
+        for (int i = 0; i < 16; i++) {
+            const uint32_t b = word[i / 4] >> (8 * (i % 4));
+            w[i] = __uint_as_float(((b & 0x7fu) << 20) | ((b & 0x80u) << 24));
+        }
     } else if (FMT == MATMUL__INT4) {
+        /* q - z exactly, as (2^23 + q) - (2^23 + z); the caller multiplies by the group scale */
         const int64_t ng = K / 128, g = e0 / 128;
-        const float s = kutil_bf16_to_f32(((const uint16_t *)scales)[r * ng + g]);
-        const int z = zeros[r * ng + g];
+        const float zf = 8388608.0f + (float)zeros[r * ng + g];
 #pragma unroll
         for (int i = 0; i < 32; i++)
-            w[i] = (float)((int)((word[i / 8] >> (4 * (i % 8))) & 15u) - z) * s;
+            w[i] = __uint_as_float(((word[i / 8] >> (4 * (i % 8))) & 15u) | 0x4b000000u) - zf;
     } else {
 #pragma unroll
         for (int i = 0; i < 4; i++)
@@ -78,12 +88,12 @@ static __device__ __forceinline__ void matmul__decode(float *w, uint4 raw, const
 }
 
 /* grid (ceil(n / NT), ceil(N / 8)), block 256 (8 warps, one output row each).
- * out (n, N) f32; x (n, K) f32 (not FP8); xq (n, K) fp8 and xs (n) f32 (FP8 only);
+ * out (n, N) f32; x (n, K) f32 (FP8: the fp8-quantized activations decoded, unscaled), xs (n) f32
+ * activation scales (FP8 only);
  * wd: W data in FMT's layout, wsc: fp8 (N) f32 / int4 (N, K/128) bf16 scales, wz: int4 zeros. */
 template <int FMT, int NT>
 static __global__ void __launch_bounds__(256)
-    matmul__gemv(float *out, const float *x, const uint8_t *xq, const float *xs,
-                 const uint8_t *wd, const void *wsc, const uint8_t *wz, int n, int64_t N,
+    matmul__gemv(float *out, const float *x, const float *xs, const uint8_t *wd, const void *wsc, const uint8_t *wz, int n, int64_t N,
                  int64_t K)
 {
     constexpr int E = matmul__elems<FMT>::E;
@@ -104,56 +114,64 @@ static __global__ void __launch_bounds__(256)
     for (int64_t e0 = (int64_t)lane * E; e0 < K; e0 += 32 * E) {
         const uint4 raw = __ldg((const uint4 *)(wrow + e0 * row_bytes / K));
         float w[E];
-        matmul__decode<FMT>(w, raw, wsc, wz, r, K, e0);
+        matmul__decode<FMT>(w, raw, wz, r, K, e0);
+        float gs = 1.0f;
+        if (FMT == MATMUL__INT4)
+            gs = kutil_bf16_to_f32(((const uint16_t *)wsc)[r * (K / 128) + e0 / 128]);
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             if (t0 + t >= n)
                 break;
             float a = 0.0f;
-            if (FMT == MATMUL__FP8) {
-                const uint4 xr = __ldg((const uint4 *)(xq + (size_t)(t0 + t) * K + e0));
-                const uint32_t xw[4] = {xr.x, xr.y, xr.z, xr.w};
+            const float4 *xv = (const float4 *)(x + (size_t)(t0 + t) * K + e0);
 #pragma unroll
-                for (int i = 0; i < 16; i++)
-                    a += kutil_fp8_to_f32((uint8_t)(xw[i / 4] >> (8 * (i % 4)))) * w[i];
-            } else {
-                const float4 *xv = (const float4 *)(x + (size_t)(t0 + t) * K + e0);
-#pragma unroll
-                for (int i = 0; i < E / 4; i++) {
-                    const float4 v = __ldg(xv + i);
-                    a += v.x * w[4 * i] + v.y * w[4 * i + 1] + v.z * w[4 * i + 2] +
-                         v.w * w[4 * i + 3];
-                }
+            for (int i = 0; i < E / 4; i++) {
+                const float4 v = __ldg(xv + i);
+                a += v.x * w[4 * i] + v.y * w[4 * i + 1] + v.z * w[4 * i + 2] + v.w * w[4 * i + 3];
             }
-            acc[t] += a;
+            if (FMT == MATMUL__INT4)
+                acc[t] += a * gs;
+            else
+                acc[t] += a;
         }
     }
 #pragma unroll
     for (int t = 0; t < NT; t++) {
         const float v = kutil_warp_sum(acc[t]);
         if (lane == 0 && t0 + t < n) {
-            if (FMT == MATMUL__FP8)
-                out[(size_t)(t0 + t) * N + r] = v * xs[t0 + t] * ((const float *)wsc)[r];
+            if (FMT == MATMUL__FP8) /* 2^120 undoes the raw placement of the weight bits */
+                out[(size_t)(t0 + t) * N + r] =
+                    v * 0x1p120f * xs[t0 + t] * ((const float *)wsc)[r];
             else
                 out[(size_t)(t0 + t) * N + r] = v;
         }
     }
 }
 
-/* grid-stride over (N, K/2) bytes: dst (N, K) bf16, q (N, K/2) int4 pairs, scales (N, K/128)
- * bf16, zeros (N, K/128) uint8 */
-static __global__ void matmul__int4_to_bf16(uint32_t *dst, const uint8_t *q, const uint16_t *scales,
+/* grid-stride over 16-byte chunks of (N, K/2): dst (N, K) bf16, q (N, K/2) int4 pairs, scales
+ * (N, K/128) bf16, zeros (N, K/128) uint8. A chunk (32 weights) lies inside one group. */
+static __global__ void matmul__int4_to_bf16(uint4 *dst, const uint4 *q, const uint16_t *scales,
                                             const uint8_t *zeros, int64_t N, int64_t K)
 {
-    const size_t total = (size_t)N * K / 2;
+    const size_t total = (size_t)N * K / 32;
     const int64_t ng = K / 128;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
-        const int64_t r = i / (K / 2), e = (i % (K / 2)) * 2, g = e / 128;
+        const int64_t r = i / (K / 32), g = (i % (K / 32)) * 32 / 128;
         const float s = kutil_bf16_to_f32(scales[r * ng + g]);
         const int z = zeros[r * ng + g];
-        const float a = (float)((q[i] & 15) - z) * s, b = (float)((q[i] >> 4) - z) * s;
-        dst[i] = (uint32_t)kutil_f32_to_bf16(a) | ((uint32_t)kutil_f32_to_bf16(b) << 16);
+        const uint4 raw = q[i];
+        const uint32_t word[4] = {raw.x, raw.y, raw.z, raw.w};
+        uint32_t o[16];
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            const uint32_t b = word[j / 4] >> (8 * (j % 4));
+            const float a = (float)((int)(b & 15u) - z) * s, c = (float)((int)((b >> 4) & 15u) - z) * s;
+            o[j] = (uint32_t)kutil_f32_to_bf16(a) | ((uint32_t)kutil_f32_to_bf16(c) << 16);
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            dst[i * 4 + j] = make_uint4(o[4 * j], o[4 * j + 1], o[4 * j + 2], o[4 * j + 3]);
     }
 }
 
@@ -175,13 +193,13 @@ static unsigned matmul__grid(size_t n, unsigned block)
     return (unsigned)(g < 1 ? 1 : g > 132 * 64 ? 132 * 64 : g);
 }
 
-extern "C" pd_status_t matmul_quant_act_fp8(uint8_t *xq, float *xs, const float *x, int n,
-                                            int64_t k, cudaStream_t stream)
+extern "C" pd_status_t matmul_quant_act_fp8(uint8_t *xq, float *xf, float *xs, const float *x,
+                                            int n, int64_t k, cudaStream_t stream)
 {
-    KUTIL_REQUIRE(n >= 0 && k > 0, "matmul_quant_act_fp8");
+    KUTIL_REQUIRE(n >= 0 && k > 0 && (xq || xf), "matmul_quant_act_fp8");
     if (n == 0)
         return PD_OK;
-    matmul__quant_act_fp8<<<n, 256, 0, stream>>>(xq, xs, x, k);
+    matmul__quant_act_fp8<<<n, 256, 0, stream>>>(xq, xf, xs, x, k);
     return KUTIL_LAUNCHED("matmul_quant_act_fp8");
 }
 
@@ -197,32 +215,32 @@ extern "C" pd_status_t matmul_split_bf16(uint16_t *hi, uint16_t *lo, const float
 }
 
 template <int FMT>
-static void matmul__gemv_launch(float *out, const float *x, const uint8_t *xq, const float *xs,
-                                const pd_weight_t *w, int n, cudaStream_t stream)
+static void matmul__gemv_launch(float *out, const float *x, const float *xs, const pd_weight_t *w,
+                                int n, cudaStream_t stream)
 {
     const int nt = n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : 8;
     const dim3 grid((unsigned)((n + nt - 1) / nt), (unsigned)((w->n + 7) / 8));
     const uint8_t *wd = (const uint8_t *)w->data, *wz = (const uint8_t *)w->zeros;
     switch (nt) {
     case 1:
-        matmul__gemv<FMT, 1><<<grid, 256, 0, stream>>>(out, x, xq, xs, wd, w->scales, wz, n,
-                                                        w->n, w->k);
+        matmul__gemv<FMT, 1><<<grid, 256, 0, stream>>>(out, x, xs, wd, w->scales, wz, n, w->n,
+                                                        w->k);
         break;
     case 2:
-        matmul__gemv<FMT, 2><<<grid, 256, 0, stream>>>(out, x, xq, xs, wd, w->scales, wz, n,
-                                                        w->n, w->k);
+        matmul__gemv<FMT, 2><<<grid, 256, 0, stream>>>(out, x, xs, wd, w->scales, wz, n, w->n,
+                                                        w->k);
         break;
     case 4:
-        matmul__gemv<FMT, 4><<<grid, 256, 0, stream>>>(out, x, xq, xs, wd, w->scales, wz, n,
-                                                        w->n, w->k);
+        matmul__gemv<FMT, 4><<<grid, 256, 0, stream>>>(out, x, xs, wd, w->scales, wz, n, w->n,
+                                                        w->k);
         break;
     default:
-        matmul__gemv<FMT, 8><<<grid, 256, 0, stream>>>(out, x, xq, xs, wd, w->scales, wz, n,
-                                                        w->n, w->k);
+        matmul__gemv<FMT, 8><<<grid, 256, 0, stream>>>(out, x, xs, wd, w->scales, wz, n, w->n,
+                                                        w->k);
     }
 }
 
-extern "C" pd_status_t matmul_gemv(float *out, const float *x, const uint8_t *xq, const float *xs,
+extern "C" pd_status_t matmul_gemv(float *out, const float *x, const float *xs,
                                    const pd_weight_t *w, int n, cudaStream_t stream)
 {
     KUTIL_REQUIRE(n >= 0 && n <= MATMUL_GEMV_MAX_N && w->n > 0 && w->k > 0, "matmul_gemv");
@@ -232,19 +250,19 @@ extern "C" pd_status_t matmul_gemv(float *out, const float *x, const uint8_t *xq
     switch (w->fmt) {
     case PD_WFMT_BF16:
         KUTIL_REQUIRE(w->k % 8 == 0, "matmul_gemv bf16");
-        matmul__gemv_launch<MATMUL__BF16>(out, x, xq, xs, w, n, stream);
+        matmul__gemv_launch<MATMUL__BF16>(out, x, xs, w, n, stream);
         break;
     case PD_WFMT_FP8:
-        KUTIL_REQUIRE(w->k % 16 == 0 && xq && xs, "matmul_gemv fp8");
-        matmul__gemv_launch<MATMUL__FP8>(out, x, xq, xs, w, n, stream);
+        KUTIL_REQUIRE(w->k % 16 == 0 && xs, "matmul_gemv fp8");
+        matmul__gemv_launch<MATMUL__FP8>(out, x, xs, w, n, stream);
         break;
     case PD_WFMT_INT4:
         KUTIL_REQUIRE(w->k % 128 == 0, "matmul_gemv int4");
-        matmul__gemv_launch<MATMUL__INT4>(out, x, xq, xs, w, n, stream);
+        matmul__gemv_launch<MATMUL__INT4>(out, x, xs, w, n, stream);
         break;
     case PD_WFMT_F32:
         KUTIL_REQUIRE(w->k % 4 == 0, "matmul_gemv f32");
-        matmul__gemv_launch<MATMUL__F32>(out, x, xq, xs, w, n, stream);
+        matmul__gemv_launch<MATMUL__F32>(out, x, xs, w, n, stream);
         break;
     default:
         return PD_ERR_INVALID;
@@ -256,9 +274,9 @@ extern "C" pd_status_t matmul_int4_to_bf16(uint16_t *dst, const pd_weight_t *w,
                                            cudaStream_t stream)
 {
     KUTIL_REQUIRE(w->fmt == PD_WFMT_INT4 && w->k % 128 == 0 && w->n > 0, "matmul_int4_to_bf16");
-    const size_t total = (size_t)w->n * (size_t)w->k / 2;
+    const size_t total = (size_t)w->n * (size_t)w->k / 32;
     matmul__int4_to_bf16<<<matmul__grid(total, 256), 256, 0, stream>>>(
-        (uint32_t *)dst, (const uint8_t *)w->data, (const uint16_t *)w->scales,
+        (uint4 *)dst, (const uint4 *)w->data, (const uint16_t *)w->scales,
         (const uint8_t *)w->zeros, w->n, w->k);
     return KUTIL_LAUNCHED("matmul_int4_to_bf16");
 }

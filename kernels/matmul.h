@@ -26,19 +26,20 @@ extern "C" {
 /* Largest n matmul_gemv takes. */
 #define MATMUL_GEMV_MAX_N 64
 
-/* xq (n, k) fp8 e4m3, xs (n) f32 = per-row quantization of x (n, k) f32 (as quant_fp8_vec). */
-pd_status_t matmul_quant_act_fp8(uint8_t *xq, float *xs, const float *x, int n, int64_t k,
-                                 cudaStream_t stream);
+/* xq (n, k) fp8 e4m3, xs (n) f32 = per-row quantization of x (n, k) f32 (as quant_fp8_vec);
+ * xf (n, k) f32 = the same fp8 values decoded (unscaled), for matmul_gemv. xq or xf may be NULL. */
+pd_status_t matmul_quant_act_fp8(uint8_t *xq, float *xf, float *xs, const float *x, int n,
+                                 int64_t k, cudaStream_t stream);
 
 /* hi (n, k) bf16 = bf16(x), lo (n, k) bf16 = bf16(x - hi), x (n, k) f32. */
 pd_status_t matmul_split_bf16(uint16_t *hi, uint16_t *lo, const float *x, int n, int64_t k,
                               cudaStream_t stream);
 
-/* out (n, w->n) f32 = x @ W^T for n <= MATMUL_GEMV_MAX_N, any weight format. For FP8, x is
- * ignored: xq (n, w->k) fp8 and xs (n) f32 from matmul_quant_act_fp8 are read instead (NULL
- * otherwise). Needs w->k a multiple of 8 (bf16), 16 (fp8), 128 (int4) or 4 (f32). */
-pd_status_t matmul_gemv(float *out, const float *x, const uint8_t *xq, const float *xs,
-                        const pd_weight_t *w, int n, cudaStream_t stream);
+/* out (n, w->n) f32 = x (n, w->k) f32 @ W^T for n <= MATMUL_GEMV_MAX_N, any weight format. For
+ * FP8, x is the xf output of matmul_quant_act_fp8 and xs (n) f32 its scales (NULL otherwise).
+ * Needs w->k a multiple of 8 (bf16), 16 (fp8), 128 (int4) or 4 (f32). */
+pd_status_t matmul_gemv(float *out, const float *x, const float *xs, const pd_weight_t *w, int n,
+                        cudaStream_t stream);
 
 /* dst (w->n, w->k) bf16 = the INT4 g128 weight w dequantized ((q - z) * s, rounded to bf16). */
 pd_status_t matmul_int4_to_bf16(uint16_t *dst, const pd_weight_t *w, cudaStream_t stream);

@@ -451,7 +451,9 @@ static void case_moe_experts(pd_wfmt_t fmt, int n, int E, int k, int d, int f)
     snprintf(shape, sizeof shape, "%s n %d experts %d k %d d %d f %d", quant_wfmt_name(fmt), n, E,
              k, d, f);
     report("moe_experts", shape, err_f32(&out, (size_t)n * d),
-           fmt == PD_WFMT_FP8 ? 2e-3 : fmt == PD_WFMT_INT4 ? 4e-3 : 1e-5);
+           /* fp8: two W8A8 matmuls in a row; a rounding flip of an activation quantized to fp8
+            * (one ulp, 2^-3 relative) shows through the second */
+           fmt == PD_WFMT_FP8 ? 5e-3 : fmt == PD_WFMT_INT4 ? 4e-3 : 1e-5);
     for (int e = 0; e < E; e++) {
         backend_weight_free(cpu, &guc[e]);
         backend_weight_free(gpu, &gug[e]);
@@ -621,6 +623,9 @@ int main(void)
         }
         if (!small_only)
             case_attention(kfs[f], 32, 8, 128, 64, q64, c64, true, "8B decode b64");
+        /* the generic kernel: group 8, and head_dim 64 */
+        case_attention(kfs[f], 16, 2, 128, 5, dq, dc, true, "group 8");
+        case_attention(kfs[f], 4, 2, 64, 2, pq, pc, true, "hd 64 prefill");
         const int qm[] = {3, 1, 200}, cm[] = {50, 700, 200};
         if (!small_only)
             case_attention(kfs[f], 32, 8, 128, 3, qm, cm, true, "8B mixed");
