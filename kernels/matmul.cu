@@ -46,106 +46,124 @@ static __global__ void matmul__split_bf16(uint16_t *hi, uint16_t *lo, const floa
 
 enum { MATMUL__BF16 = 0, MATMUL__FP8, MATMUL__INT4, MATMUL__F32 };
 
-/* Elements of W one lane reads per 16-byte load. */
-template <int FMT> struct matmul__elems {
-    static constexpr int E = FMT == MATMUL__BF16 ? 8 : FMT == MATMUL__FP8 ? 16
-                             : FMT == MATMUL__INT4 ? 32 : 4;
-};
+/* GEMV tiling: a warp computes MATMUL__ROWS output rows; each lane reads 8 consecutive weights
+ * of each row per step (4 bytes int4, 8 fp8, 16 bf16, 32 f32), so that the activations it loads
+ * (two float4, shared by the rows) stay few per weight byte. */
+#define MATMUL__ROWS 4
+#define MATMUL__E 8
 
-/* Decodes the 16 bytes of row r holding elements [e0, e0 + E) into f32 w (E): bf16 and f32
- * exactly; fp8 times 2^-120; int4 as q - z (without the group scale). */
-template <int FMT>
-static __device__ __forceinline__ void matmul__decode(float *w, uint4 raw, const uint8_t *zeros,
-                                                      int64_t r, int64_t K, int64_t e0)
+/* Bytes of one row of W (n, K) in FMT. */
+template <int FMT> static __device__ __forceinline__ size_t matmul__row_bytes(int64_t K)
 {
-    const uint32_t word[4] = {raw.x, raw.y, raw.z, raw.w};
+    return FMT == MATMUL__BF16 ? K * 2 : FMT == MATMUL__FP8 ? K : FMT == MATMUL__INT4 ? K / 2 : K * 4;
+}
+
+/* Loads and decodes weights [e0, e0 + 8) of a row starting at wrow into w (8) f32: bf16 and f32
+ * exactly; fp8 times 2^-120 (its bits placed in an f32: sign to bit 31, exponent and mantissa to
+ * bits 20..26, subnormals included; the caller multiplies 2^120 back); int4 as q - z, computed as
+ * (2^23 + q) - (2^23 + z) (the caller applies the group scale). */
+template <int FMT>
+static __device__ __forceinline__ void matmul__load_w(float *w, const uint8_t *wrow, int64_t e0,
+                                                      float zf)
+{
     if (FMT == MATMUL__BF16) {
+        const uint4 raw = __ldg((const uint4 *)(wrow + e0 * 2));
+        const uint32_t u[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            w[2 * i] = __uint_as_float(word[i] << 16);
-            w[2 * i + 1] = __uint_as_float(word[i] & 0xffff0000u);
+            w[2 * i] = __uint_as_float(u[i] << 16);
+            w[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
         }
     } else if (FMT == MATMUL__FP8) {
-        /* e4m3 bits placed in an f32: sign to bit 31, exponent and mantissa to bits 20..26: the
-         * value times 2^-120 (subnormals included); the caller multiplies 2^120 back */
+        const uint2 raw = __ldg((const uint2 *)(wrow + e0));
+        const uint32_t u[2] = {raw.x, raw.y};
 #pragma unroll
-        for (int i = 0; i < 16; i++) {
-            const uint32_t b = word[i / 4] >> (8 * (i % 4));
+        for (int i = 0; i < 8; i++) {
+            const uint32_t b = u[i / 4] >> (8 * (i % 4));
             w[i] = __uint_as_float(((b & 0x7fu) << 20) | ((b & 0x80u) << 24));
         }
     } else if (FMT == MATMUL__INT4) {
-        /* q - z exactly, as (2^23 + q) - (2^23 + z); the caller multiplies by the group scale */
-        const int64_t ng = K / 128, g = e0 / 128;
-        const float zf = 8388608.0f + (float)zeros[r * ng + g];
+        const uint32_t u = __ldg((const uint32_t *)(wrow + e0 / 2));
 #pragma unroll
-        for (int i = 0; i < 32; i++)
-            w[i] = __uint_as_float(((word[i / 8] >> (4 * (i % 8))) & 15u) | 0x4b000000u) - zf;
+        for (int i = 0; i < 8; i++)
+            w[i] = __uint_as_float(((u >> (4 * i)) & 15u) | 0x4b000000u) - zf;
     } else {
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-            w[i] = __uint_as_float(word[i]);
+        const float4 a = __ldg((const float4 *)(wrow + e0 * 4)),
+                     c = __ldg((const float4 *)(wrow + e0 * 4 + 16));
+        w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w, w[4] = c.x, w[5] = c.y, w[6] = c.z,
+        w[7] = c.w;
     }
 }
 
-/* grid (ceil(n / NT), ceil(N / 8)), block 256 (8 warps, one output row each).
+/* grid (ceil(n / NT), ceil(N / (8 * MATMUL__ROWS))), block 256 (8 warps).
  * out (n, N) f32; x (n, K) f32 (FP8: the fp8-quantized activations decoded, unscaled), xs (n) f32
- * activation scales (FP8 only);
- * wd: W data in FMT's layout, wsc: fp8 (N) f32 / int4 (N, K/128) bf16 scales, wz: int4 zeros. */
+ * activation scales (FP8 only); wd: W data in FMT's layout, wsc: fp8 (N) f32 / int4 (N, K/128)
+ * bf16 scales, wz: int4 (N, K/128) zeros. */
 template <int FMT, int NT>
 static __global__ void __launch_bounds__(256)
-    matmul__gemv(float *out, const float *x, const float *xs, const uint8_t *wd, const void *wsc, const uint8_t *wz, int n, int64_t N,
-                 int64_t K)
+    matmul__gemv(float *out, const float *x, const float *xs, const uint8_t *wd, const void *wsc,
+                 const uint8_t *wz, int n, int64_t N, int64_t K)
 {
-    constexpr int E = matmul__elems<FMT>::E;
+    constexpr int R = MATMUL__ROWS, E = MATMUL__E;
     const int lane = threadIdx.x & 31;
-    const int64_t r = (int64_t)blockIdx.y * 8 + (threadIdx.x >> 5);
+    const int64_t r0 = ((int64_t)blockIdx.y * 8 + (threadIdx.x >> 5)) * R;
     const int t0 = blockIdx.x * NT;
-    if (r >= N)
+    if (r0 >= N)
         return;
-    const size_t row_bytes = FMT == MATMUL__BF16 ? K * 2 : FMT == MATMUL__FP8 ? K
-                             : FMT == MATMUL__INT4 ? K / 2 : K * 4;
-    const uint8_t *wrow = wd + r * row_bytes;
-    float acc[NT];
+    const size_t rb = matmul__row_bytes<FMT>(K);
+    const int64_t ng = K / 128;
+    int64_t rr[R];
 #pragma unroll
-    for (int t = 0; t < NT; t++)
-        acc[t] = 0.0f;
+    for (int j = 0; j < R; j++)
+        rr[j] = r0 + j < N ? r0 + j : N - 1; /* rows past N compute a copy, never stored */
+    float acc[R][NT];
+#pragma unroll
+    for (int j = 0; j < R; j++)
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            acc[j][t] = 0.0f;
 
 #pragma unroll 2
     for (int64_t e0 = (int64_t)lane * E; e0 < K; e0 += 32 * E) {
-        const uint4 raw = __ldg((const uint4 *)(wrow + e0 * row_bytes / K));
-        float w[E];
-        matmul__decode<FMT>(w, raw, wz, r, K, e0);
-        float gs = 1.0f;
-        if (FMT == MATMUL__INT4)
-            gs = kutil_bf16_to_f32(((const uint16_t *)wsc)[r * (K / 128) + e0 / 128]);
+        float w[R][E], gs[R];
+#pragma unroll
+        for (int j = 0; j < R; j++) {
+            float zf = 0.0f;
+            gs[j] = 1.0f;
+            if (FMT == MATMUL__INT4) {
+                gs[j] = kutil_bf16_to_f32(((const uint16_t *)wsc)[rr[j] * ng + e0 / 128]);
+                zf = 8388608.0f + (float)wz[rr[j] * ng + e0 / 128];
+            }
+            matmul__load_w<FMT>(w[j], wd + rr[j] * rb, e0, zf);
+        }
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             if (t0 + t >= n)
                 break;
-            float a = 0.0f;
             const float4 *xv = (const float4 *)(x + (size_t)(t0 + t) * K + e0);
+            const float4 xa = __ldg(xv), xb = __ldg(xv + 1);
 #pragma unroll
-            for (int i = 0; i < E / 4; i++) {
-                const float4 v = __ldg(xv + i);
-                a += v.x * w[4 * i] + v.y * w[4 * i + 1] + v.z * w[4 * i + 2] + v.w * w[4 * i + 3];
+            for (int j = 0; j < R; j++) {
+                const float a = xa.x * w[j][0] + xa.y * w[j][1] + xa.z * w[j][2] +
+                                xa.w * w[j][3] + xb.x * w[j][4] + xb.y * w[j][5] +
+                                xb.z * w[j][6] + xb.w * w[j][7];
+                acc[j][t] += FMT == MATMUL__INT4 ? a * gs[j] : a;
             }
-            if (FMT == MATMUL__INT4)
-                acc[t] += a * gs;
-            else
-                acc[t] += a;
         }
     }
 #pragma unroll
-    for (int t = 0; t < NT; t++) {
-        const float v = kutil_warp_sum(acc[t]);
-        if (lane == 0 && t0 + t < n) {
-            if (FMT == MATMUL__FP8) /* 2^120 undoes the raw placement of the weight bits */
-                out[(size_t)(t0 + t) * N + r] =
-                    v * 0x1p120f * xs[t0 + t] * ((const float *)wsc)[r];
-            else
-                out[(size_t)(t0 + t) * N + r] = v;
+    for (int j = 0; j < R; j++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const float v = kutil_warp_sum(acc[j][t]);
+            if (lane == 0 && t0 + t < n && r0 + j < N) {
+                if (FMT == MATMUL__FP8) /* 2^120 undoes the raw placement of the weight bits */
+                    out[(size_t)(t0 + t) * N + r0 + j] =
+                        v * 0x1p120f * xs[t0 + t] * ((const float *)wsc)[r0 + j];
+                else
+                    out[(size_t)(t0 + t) * N + r0 + j] = v;
+            }
         }
-    }
 }
 
 /* grid-stride over 16-byte chunks of (N, K/2): dst (N, K) bf16, q (N, K/2) int4 pairs, scales
@@ -219,7 +237,8 @@ static void matmul__gemv_launch(float *out, const float *x, const float *xs, con
                                 int n, cudaStream_t stream)
 {
     const int nt = n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : 8;
-    const dim3 grid((unsigned)((n + nt - 1) / nt), (unsigned)((w->n + 7) / 8));
+    const dim3 grid((unsigned)((n + nt - 1) / nt),
+                    (unsigned)((w->n + 8 * MATMUL__ROWS - 1) / (8 * MATMUL__ROWS)));
     const uint8_t *wd = (const uint8_t *)w->data, *wz = (const uint8_t *)w->zeros;
     switch (nt) {
     case 1:
@@ -244,7 +263,7 @@ extern "C" pd_status_t matmul_gemv(float *out, const float *x, const float *xs,
                                    const pd_weight_t *w, int n, cudaStream_t stream)
 {
     KUTIL_REQUIRE(n >= 0 && n <= MATMUL_GEMV_MAX_N && w->n > 0 && w->k > 0, "matmul_gemv");
-    KUTIL_REQUIRE(w->n / 8 < 65535, "matmul_gemv");
+    KUTIL_REQUIRE(w->n / (8 * MATMUL__ROWS) < 65535, "matmul_gemv");
     if (n == 0)
         return PD_OK;
     switch (w->fmt) {
@@ -261,7 +280,7 @@ extern "C" pd_status_t matmul_gemv(float *out, const float *x, const float *xs,
         matmul__gemv_launch<MATMUL__INT4>(out, x, xs, w, n, stream);
         break;
     case PD_WFMT_F32:
-        KUTIL_REQUIRE(w->k % 4 == 0, "matmul_gemv f32");
+        KUTIL_REQUIRE(w->k % 8 == 0, "matmul_gemv f32");
         matmul__gemv_launch<MATMUL__F32>(out, x, xs, w, n, stream);
         break;
     default:

@@ -37,7 +37,7 @@ pd_status_t matmul_split_bf16(uint16_t *hi, uint16_t *lo, const float *x, int n,
 
 /* out (n, w->n) f32 = x (n, w->k) f32 @ W^T for n <= MATMUL_GEMV_MAX_N, any weight format. For
  * FP8, x is the xf output of matmul_quant_act_fp8 and xs (n) f32 its scales (NULL otherwise).
- * Needs w->k a multiple of 8 (bf16), 16 (fp8), 128 (int4) or 4 (f32). */
+ * Needs w->k a multiple of 8 (bf16, f32), 16 (fp8) or 128 (int4). */
 pd_status_t matmul_gemv(float *out, const float *x, const float *xs, const pd_weight_t *w, int n,
                         cudaStream_t stream);
 
