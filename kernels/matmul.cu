@@ -166,6 +166,108 @@ static __global__ void __launch_bounds__(256)
         }
 }
 
+/* INT4 GEMV: each lane reads 32 weights (16 bytes, one group) of a row per step; the activations
+ * are staged per 4096-column chunk in shared memory, swizzled at 16-byte granularity (chunk
+ * c stored at c ^ ((c >> 3) & 7)) so that lanes reading 128 bytes apart hit distinct banks. */
+#define MATMUL__KC 4096
+
+static __device__ __forceinline__ int matmul__swz(int c)
+{
+    return c ^ ((c >> 3) & 7);
+}
+
+/* grid (ceil(n / NT), ceil(N / (8 * MATMUL__ROWS))), block 256, dynamic shared memory
+ * NT * MATMUL__KC f32. out (n, N) f32; x (n, K) f32; wd (N, K/2) int4 pairs, wsc (N, K/128) bf16,
+ * wz (N, K/128) uint8. */
+template <int NT>
+static __global__ void __launch_bounds__(256)
+    matmul__gemv_int4(float *out, const float *x, const uint8_t *wd, const uint16_t *wsc,
+                      const uint8_t *wz, int n, int64_t N, int64_t K)
+{
+    constexpr int R = MATMUL__ROWS;
+    extern __shared__ float4 matmul__xs[]; /* (NT, MATMUL__KC / 4) float4, swizzled */
+    const int lane = threadIdx.x & 31;
+    const int64_t r0 = ((int64_t)blockIdx.y * 8 + (threadIdx.x >> 5)) * R;
+    const int t0 = blockIdx.x * NT, ntok = min(NT, n - t0);
+    const int64_t ng = K / 128;
+    int64_t rr[R];
+#pragma unroll
+    for (int j = 0; j < R; j++)
+        rr[j] = r0 + j < N ? r0 + j : N - 1;
+    float acc[R][NT];
+#pragma unroll
+    for (int j = 0; j < R; j++)
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            acc[j][t] = 0.0f;
+
+    for (int64_t c0 = 0; c0 < K; c0 += MATMUL__KC) {
+        const int kc4 = (int)min((int64_t)MATMUL__KC, K - c0) / 4;
+        __syncthreads();
+        for (int i = threadIdx.x; i < NT * kc4; i += blockDim.x) {
+            const int t = i / kc4, c = i % kc4;
+            matmul__xs[t * (MATMUL__KC / 4) + matmul__swz(c)] =
+                t < ntok ? __ldg((const float4 *)(x + (size_t)(t0 + t) * K + c0) + c)
+                         : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+        __syncthreads();
+        if (r0 >= N)
+            continue;
+        for (int e = lane * 32; e < kc4 * 4; e += 32 * 32) {
+            const int64_t ek = c0 + e;
+            uint4 raw[R];
+            float gs[R], zf[R];
+#pragma unroll
+            for (int j = 0; j < R; j++) {
+                raw[j] = __ldg((const uint4 *)(wd + rr[j] * (K / 2) + ek / 2));
+                gs[j] = kutil_bf16_to_f32(wsc[rr[j] * ng + ek / 128]);
+                zf[j] = 8388608.0f + (float)wz[rr[j] * ng + ek / 128];
+            }
+            float part[R][NT];
+#pragma unroll
+            for (int j = 0; j < R; j++)
+#pragma unroll
+                for (int t = 0; t < NT; t++)
+                    part[j][t] = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 8; i++) { /* elements 4i .. 4i + 3 of the 32 */
+                float4 xv[NT];
+#pragma unroll
+                for (int t = 0; t < NT; t++)
+                    xv[t] = matmul__xs[t * (MATMUL__KC / 4) + matmul__swz(e / 4 + i)];
+#pragma unroll
+                for (int j = 0; j < R; j++) {
+                    const uint32_t word = i < 2 ? raw[j].x : i < 4 ? raw[j].y : i < 6 ? raw[j].z : raw[j].w;
+                    const uint32_t h = word >> (16 * (i & 1));
+                    float w[4];
+#pragma unroll
+                    for (int m = 0; m < 4; m++)
+                        w[m] = __uint_as_float(((h >> (4 * m)) & 15u) | 0x4b000000u) - zf[j];
+#pragma unroll
+                    for (int t = 0; t < NT; t++)
+                        part[j][t] += xv[t].x * w[0] + xv[t].y * w[1] + xv[t].z * w[2] +
+                                      xv[t].w * w[3];
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < R; j++)
+#pragma unroll
+                for (int t = 0; t < NT; t++)
+                    acc[j][t] += part[j][t] * gs[j];
+        }
+    }
+    if (r0 >= N)
+        return;
+#pragma unroll
+    for (int j = 0; j < R; j++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const float v = kutil_warp_sum(acc[j][t]);
+            if (lane == 0 && t < ntok && r0 + j < N)
+                out[(size_t)(t0 + t) * N + r0 + j] = v;
+        }
+}
+
 /* grid-stride over 16-byte chunks of (N, K/2): dst (N, K) bf16, q (N, K/2) int4 pairs, scales
  * (N, K/128) bf16, zeros (N, K/128) uint8. A chunk (32 weights) lies inside one group. */
 static __global__ void matmul__int4_to_bf16(uint4 *dst, const uint4 *q, const uint16_t *scales,
@@ -232,11 +334,40 @@ extern "C" pd_status_t matmul_split_bf16(uint16_t *hi, uint16_t *lo, const float
     return KUTIL_LAUNCHED("matmul_split_bf16");
 }
 
+template <int NT>
+static void matmul__gemv_int4_launch(float *out, const float *x, const pd_weight_t *w, int n,
+                                     cudaStream_t stream)
+{
+    static bool attr_set;
+    const size_t smem = (size_t)NT * MATMUL__KC * sizeof(float);
+    if (!attr_set) {
+        cudaFuncSetAttribute(matmul__gemv_int4<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)smem);
+        attr_set = true;
+    }
+    const dim3 grid((unsigned)((n + NT - 1) / NT),
+                    (unsigned)((w->n + 8 * MATMUL__ROWS - 1) / (8 * MATMUL__ROWS)));
+    matmul__gemv_int4<NT><<<grid, 256, smem, stream>>>(out, x, (const uint8_t *)w->data,
+                                                       (const uint16_t *)w->scales,
+                                                       (const uint8_t *)w->zeros, n, w->n, w->k);
+}
+
 template <int FMT>
 static void matmul__gemv_launch(float *out, const float *x, const float *xs, const pd_weight_t *w,
                                 int n, cudaStream_t stream)
 {
     const int nt = n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : 8;
+    if (FMT == MATMUL__INT4) {
+        if (nt == 1)
+            matmul__gemv_int4_launch<1>(out, x, w, n, stream);
+        else if (nt == 2)
+            matmul__gemv_int4_launch<2>(out, x, w, n, stream);
+        else if (nt == 4)
+            matmul__gemv_int4_launch<4>(out, x, w, n, stream);
+        else
+            matmul__gemv_int4_launch<8>(out, x, w, n, stream);
+        return;
+    }
     const dim3 grid((unsigned)((n + nt - 1) / nt),
                     (unsigned)((w->n + 8 * MATMUL__ROWS - 1) / (8 * MATMUL__ROWS)));
     const uint8_t *wd = (const uint8_t *)w->data, *wz = (const uint8_t *)w->zeros;

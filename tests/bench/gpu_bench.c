@@ -6,7 +6,7 @@
  *   2. whole decode steps (model_forward, random weights) at batch 1 and 64, context 1024, for
  *      INT4 weights + FP8 KV and FP8 weights + BF16 KV, with and without the logits download;
  *   3. prefill of 8192 tokens (one sequence) for FP8 + BF16 KV and INT4 + BF16 KV.
- * Usage: gpu_bench [ops|decode|prefill|all]. Needs a CUDA device (exits 77 without).
+ * Usage: gpu_bench [ops] [decode] [prefill] [all] (default all). Needs a CUDA device (exits 77 without).
  */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
@@ -439,16 +439,22 @@ static void bench_model(bool decode, bool prefill)
 
 int main(int argc, char **argv)
 {
-    const char *what = argc > 1 ? argv[1] : "all";
+    bool ops = argc < 2, decode = argc < 2, prefill = argc < 2;
+    for (int i = 1; i < argc; i++) {
+        bool all = !strcmp(argv[i], "all");
+        ops |= all || !strcmp(argv[i], "ops");
+        decode |= all || !strcmp(argv[i], "decode");
+        prefill |= all || !strcmp(argv[i], "prefill");
+    }
     if (backend_cuda_create(0, &be) != PD_OK) {
         printf("no CUDA device: GPU benchmark skipped\n");
         return 77;
     }
     stream = backend_cuda_stream(be);
-    if (!strcmp(what, "ops") || !strcmp(what, "all"))
+    if (ops)
         bench_ops();
-    if (!strcmp(what, "decode") || !strcmp(what, "prefill") || !strcmp(what, "all"))
-        bench_model(strcmp(what, "prefill") != 0, strcmp(what, "decode") != 0);
+    if (decode || prefill)
+        bench_model(decode, prefill);
     backend_destroy(be);
     return 0;
 }

@@ -2,7 +2,8 @@
 # run-on-gpu.sh [STEP...]: the whole GPU round on the device machine, from the repository root
 # with the carried folder .gpu/ (bin/: pdctl test_gpu_kernels gpu_bench; lib/, ucx/ from
 # collect-libs.sh; this script, check_reference.py, torch_decode_baseline.py). Logs go to $OUT.
-# Steps (default all): kernels memcheck greedy ppl bench baseline.
+# Steps (default all): kernels memcheck greedy ppl bench baseline. BENCH="ops decode" limits
+# the benchmark (default all).
 set -uo pipefail
 G=${G:-$PWD/.gpu}
 OUT=${OUT:-/tmp/pdserve-gpu}
@@ -30,7 +31,7 @@ for s in $steps; do
         --models deploy/models --kv f32 bf16 ;;
     ppl) step ppl 300 python3 "$G/check_reference.py" ppl --pdctl "$G/bin/pdctl" \
         --models deploy/models --text tests/data/tinyshakespeare-val.txt ;;
-    bench) step bench 400 "$G/bin/gpu_bench" all ;;
+    bench) step bench 400 "$G/bin/gpu_bench" ${BENCH:-all} ;;
     baseline) step baseline 300 python3 "$G/torch_decode_baseline.py" ;;
     *) echo "unknown step $s"; rc=2 ;;
     esac
