@@ -48,8 +48,8 @@ static pd_status_t model_random__upload_bf16(pd_backend_t *be, const uint16_t *s
 }
 
 /* One random host weight (n, k) in fmt; every layer shares its values (uploaded per layer). */
-static pd_status_t model_random__weight(model_random__rng_t *r, int64_t n, int64_t k,
-                                        pd_wfmt_t fmt, pd_weight_t *w_p)
+static pd_status_t model_random__weight(model_random__rng_t *r, int64_t n, int64_t k, pd_wfmt_t fmt,
+                                        pd_weight_t *w_p)
 {
     uint16_t *src = model_random__bf16(r, n, k, 1.0f / sqrtf((float)k));
     pd_status_t st;
@@ -126,11 +126,11 @@ pd_status_t model_create_random(const hf_config_t *cfg, pd_wfmt_t wfmt, pd_wfmt_
     if ((st = be->ops->alloc(be, (size_t)cfg->head_dim / 2 * 4, (void **)&m->inv_freq)) != PD_OK ||
         (st = be->ops->upload(be, m->inv_freq, inv_freq, (size_t)cfg->head_dim / 2 * 4)) != PD_OK)
         goto err_free_host;
-    m->weight_bytes = (size_t)cfg->num_hidden_layers *
-                          (quant_data_bytes(wfmt, m->q_dim, d) * 2 +
-                           quant_data_bytes(wfmt, m->kv_dim, d) * 2 +
-                           quant_data_bytes(wfmt, 2 * f, d) + quant_data_bytes(wfmt, d, f)) +
-                      quant_data_bytes(lm_head_fmt, V, d) + (size_t)(V * d) * 2;
+    m->weight_bytes =
+        (size_t)cfg->num_hidden_layers *
+            (quant_data_bytes(wfmt, m->q_dim, d) * 2 + quant_data_bytes(wfmt, m->kv_dim, d) * 2 +
+             quant_data_bytes(wfmt, 2 * f, d) + quant_data_bytes(wfmt, d, f)) +
+        quant_data_bytes(lm_head_fmt, V, d) + (size_t)(V * d) * 2;
     st = be->ops->sync(be);
 err_free_host:
     model_host_weight_free(&hq);

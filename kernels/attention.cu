@@ -72,8 +72,8 @@ static __device__ __forceinline__ void attention__load(float *dst, const uint8_t
  * q_start (n_seqs + 1), ctx_len (n_seqs), block_tables (n_seqs, max_pages) int32. */
 template <int FMT, int DL>
 static __global__ void __launch_bounds__(32 * ATTENTION__WARPS)
-    attention__kernel(float *out, float *part, const float *q, const uint8_t *arena,
-                      kv_layout_t l, int layer, const int32_t *q_start, const int32_t *ctx_len,
+    attention__kernel(float *out, float *part, const float *q, const uint8_t *arena, kv_layout_t l,
+                      int layer, const int32_t *q_start, const int32_t *ctx_len,
                       const int32_t *block_tables, int n_seqs, int max_pages, int n_heads,
                       int chunk)
 {
@@ -197,16 +197,18 @@ template <int FMT>
 static __device__ __forceinline__ void attention__raw_load(attention__raw<FMT> &r, const uint8_t *v,
                                                            int sl)
 {
-    const uint4 *p = (const uint4 *)(v + (size_t)sl * 16 * (FMT == PD_KV_F32 ? 4 : FMT == PD_KV_BF16 ? 2 : 1));
+    const uint4 *p = (const uint4 *)(v + (size_t)sl * 16 *
+                                             (FMT == PD_KV_F32    ? 4
+                                              : FMT == PD_KV_BF16 ? 2
+                                                                  : 1));
 #pragma unroll
     for (int i = 0; i < (int)(sizeof r.w / sizeof r.w[0]); i++)
         r.w[i] = p[i];
 }
 
 template <int FMT>
-static __device__ __forceinline__ void attention__raw_decode(float *dst,
-                                                             const attention__raw<FMT> &r,
-                                                             float scale)
+static __device__ __forceinline__ void
+attention__raw_decode(float *dst, const attention__raw<FMT> &r, float scale)
 {
     const uint32_t *u = (const uint32_t *)r.w;
 #pragma unroll
@@ -225,9 +227,9 @@ static __device__ __forceinline__ void attention__raw_decode(float *dst,
 template <int FMT, int G>
 static __global__ void __launch_bounds__(32 * ATTENTION__WARPS)
     attention__kernel_d128(float *out, float *part, const float *q, const uint8_t *arena,
-                           kv_layout_t l, int layer, const int32_t *q_start,
-                           const int32_t *ctx_len, const int32_t *block_tables, int n_seqs,
-                           int max_pages, int n_heads, int chunk)
+                           kv_layout_t l, int layer, const int32_t *q_start, const int32_t *ctx_len,
+                           const int32_t *block_tables, int n_seqs, int max_pages, int n_heads,
+                           int chunk)
 {
     constexpr int D = 128;
     extern __shared__ float attention__smem[];
@@ -359,7 +361,8 @@ static __global__ void __launch_bounds__(32 * ATTENTION__WARPS)
  * n_rows, n_heads, D + 2) f32 */
 static __global__ void attention__merge(float *out, const float *part, int n_splits, int D)
 {
-    const size_t n_rh = (size_t)gridDim.x * gridDim.y, rh = (size_t)blockIdx.x * gridDim.y + blockIdx.y;
+    const size_t n_rh = (size_t)gridDim.x * gridDim.y,
+                 rh = (size_t)blockIdx.x * gridDim.y + blockIdx.y;
     const int d = threadIdx.x;
     float M = -INFINITY, L = 0.0f, O = 0.0f;
     for (int sp = 0; sp < n_splits; sp++)
@@ -395,15 +398,14 @@ extern "C" size_t attention_scratch_floats(int n_rows, int n_heads, int head_dim
 }
 
 template <int FMT>
-static void attention__launch(dim3 grid, size_t smem, cudaStream_t stream, float *out,
-                              float *part, const float *q, const void *arena,
-                              const kv_layout_t *l, int layer, const pd_attn_batch_t *b,
-                              int n_heads, int chunk)
+static void attention__launch(dim3 grid, size_t smem, cudaStream_t stream, float *out, float *part,
+                              const float *q, const void *arena, const kv_layout_t *l, int layer,
+                              const pd_attn_batch_t *b, int n_heads, int chunk)
 {
     const uint8_t *a = (const uint8_t *)arena;
 #define ATTENTION__GO(DL)                                                                          \
     attention__kernel<FMT, DL><<<grid, 32 * ATTENTION__WARPS, smem, stream>>>(                     \
-        out, part, q, a, *l, layer, b->q_start, b->ctx_len, b->block_tables, b->n_seqs,           \
+        out, part, q, a, *l, layer, b->q_start, b->ctx_len, b->block_tables, b->n_seqs,            \
         b->max_pages, n_heads, chunk)
     switch (l->head_dim) {
     case 64:
@@ -427,7 +429,7 @@ static void attention__launch_d128(dim3 grid, size_t smem, cudaStream_t stream, 
     const uint8_t *a = (const uint8_t *)arena;
 #define ATTENTION__GO2(GG)                                                                         \
     attention__kernel_d128<FMT, GG><<<grid, 32 * ATTENTION__WARPS, smem, stream>>>(                \
-        out, part, q, a, *l, layer, b->q_start, b->ctx_len, b->block_tables, b->n_seqs,           \
+        out, part, q, a, *l, layer, b->q_start, b->ctx_len, b->block_tables, b->n_seqs,            \
         b->max_pages, n_heads, chunk)
     if (G == 1)
         ATTENTION__GO2(1);
@@ -453,7 +455,8 @@ extern "C" pd_status_t attention_run(float *out, float *scratch, const float *q,
     if (n_rows == 0)
         return PD_OK;
     const int G = n_heads / l->n_kv_heads;
-    const int chunk = n_splits == 1 ? (max_ctx > 0 ? max_ctx : 1) : (max_ctx + n_splits - 1) / n_splits;
+    const int chunk =
+        n_splits == 1 ? (max_ctx > 0 ? max_ctx : 1) : (max_ctx + n_splits - 1) / n_splits;
     const dim3 grid((unsigned)n_rows, (unsigned)l->n_kv_heads, (unsigned)n_splits);
     if (D == 128 && (G == 1 || G == 2 || G == 4)) {
         const size_t smem2 = (size_t)ATTENTION__SLOTS * G * (D + 2) * sizeof(float);
@@ -463,28 +466,28 @@ extern "C" pd_status_t attention_run(float *out, float *scratch, const float *q,
                                                layer, batch, n_heads, chunk, G);
             break;
         case PD_KV_FP8:
-            attention__launch_d128<PD_KV_FP8>(grid, smem2, stream, out, scratch, q, arena, l,
-                                              layer, batch, n_heads, chunk, G);
+            attention__launch_d128<PD_KV_FP8>(grid, smem2, stream, out, scratch, q, arena, l, layer,
+                                              batch, n_heads, chunk, G);
             break;
         default:
-            attention__launch_d128<PD_KV_F32>(grid, smem2, stream, out, scratch, q, arena, l,
-                                              layer, batch, n_heads, chunk, G);
+            attention__launch_d128<PD_KV_F32>(grid, smem2, stream, out, scratch, q, arena, l, layer,
+                                              batch, n_heads, chunk, G);
         }
     } else {
-    const size_t smem = (size_t)ATTENTION__WARPS * G * (D + 2) * sizeof(float);
-    switch (l->fmt) {
-    case PD_KV_BF16:
-        attention__launch<PD_KV_BF16>(grid, smem, stream, out, scratch, q, arena, l, layer, batch,
-                                      n_heads, chunk);
-        break;
-    case PD_KV_FP8:
-        attention__launch<PD_KV_FP8>(grid, smem, stream, out, scratch, q, arena, l, layer, batch,
-                                     n_heads, chunk);
-        break;
-    default:
-        attention__launch<PD_KV_F32>(grid, smem, stream, out, scratch, q, arena, l, layer, batch,
-                                     n_heads, chunk);
-    }
+        const size_t smem = (size_t)ATTENTION__WARPS * G * (D + 2) * sizeof(float);
+        switch (l->fmt) {
+        case PD_KV_BF16:
+            attention__launch<PD_KV_BF16>(grid, smem, stream, out, scratch, q, arena, l, layer,
+                                          batch, n_heads, chunk);
+            break;
+        case PD_KV_FP8:
+            attention__launch<PD_KV_FP8>(grid, smem, stream, out, scratch, q, arena, l, layer,
+                                         batch, n_heads, chunk);
+            break;
+        default:
+            attention__launch<PD_KV_F32>(grid, smem, stream, out, scratch, q, arena, l, layer,
+                                         batch, n_heads, chunk);
+        }
     }
     pd_status_t st = KUTIL_LAUNCHED("attention");
     if (st != PD_OK || n_splits == 1)

@@ -32,8 +32,8 @@ size_t attention_scratch_floats(int n_rows, int n_heads, int head_dim, int n_spl
  * max_ctx >= every ctx_len (bounds the split size). scratch: attention_scratch_floats() f32.
  * Needs head_dim in {64, 128, 256}, n_heads % n_kv_heads == 0, n_heads / n_kv_heads <= 8. */
 pd_status_t attention_run(float *out, float *scratch, const float *q, const void *arena,
-                          const kv_layout_t *l, int layer, const pd_attn_batch_t *batch,
-                          int n_rows, int n_heads, int max_ctx, int n_splits, cudaStream_t stream);
+                          const kv_layout_t *l, int layer, const pd_attn_batch_t *batch, int n_rows,
+                          int n_heads, int max_ctx, int n_splits, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -35,14 +35,14 @@ typedef struct {
     cudaStream_t stream;
     cublasHandle_t blas;
     cublasLtHandle_t lt;
-    void *lt_ws; /* CUDA_LT_WS_BYTES */
-    cuda_buf_t act;   /* matmul: quantized / split activations */
-    cuda_buf_t wtmp;  /* matmul: INT4 weight dequantized to bf16 */
-    cuda_buf_t attn;  /* attention split partials */
-    cuda_buf_t idx;   /* host index arrays uploaded for kv_stamp / kv_check / kv_export */
-    cuda_buf_t moe;   /* MoE rows */
-    pd_status_t err;  /* first failure since the last sync */
-    int32_t *h_ids;   /* MoE host staging */
+    void *lt_ws;     /* CUDA_LT_WS_BYTES */
+    cuda_buf_t act;  /* matmul: quantized / split activations */
+    cuda_buf_t wtmp; /* matmul: INT4 weight dequantized to bf16 */
+    cuda_buf_t attn; /* attention split partials */
+    cuda_buf_t idx;  /* host index arrays uploaded for kv_stamp / kv_check / kv_export */
+    cuda_buf_t moe;  /* MoE rows */
+    pd_status_t err; /* first failure since the last sync */
+    int32_t *h_ids;  /* MoE host staging */
     int32_t *h_perm;
     size_t h_cap;
 } cuda_t;
@@ -222,8 +222,8 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
         if ((st = cuda__grow(c, &c->act, qb + (size_t)n * 4)) != PD_OK)
             return st;
         float *xs = (float *)((uint8_t *)c->act.p + qb);
-        if ((st = matmul_quant_act_fp8(gemm ? c->act.p : NULL, gemm ? NULL : c->act.p, xs, x, n,
-                                       K, c->stream)) != PD_OK)
+        if ((st = matmul_quant_act_fp8(gemm ? c->act.p : NULL, gemm ? NULL : c->act.p, xs, x, n, K,
+                                       c->stream)) != PD_OK)
             return st;
         if (!gemm)
             return cuda__gemv_chunks(c, out, c->act.p, xs, w, n);
@@ -308,15 +308,15 @@ static pd_status_t cuda__upload_idx(cuda_t *c, int n, int n_arrays, const void *
     pd_status_t st = cuda__grow(c, &c->idx, each * (size_t)(n_arrays + 2));
     for (int i = 0; i < n_arrays && st == PD_OK; i++) {
         dev_p[i] = (uint8_t *)c->idx.p + each * (size_t)i;
-        st = cuda__status(cudaMemcpyAsync(dev_p[i], host[i], (size_t)n * 4,
-                                          cudaMemcpyHostToDevice, c->stream),
-                          "index upload");
+        st = cuda__status(
+            cudaMemcpyAsync(dev_p[i], host[i], (size_t)n * 4, cudaMemcpyHostToDevice, c->stream),
+            "index upload");
     }
     return st;
 }
 
-static void cuda_kv_stamp(pd_backend_t *be, void *arena, const kv_layout_t *l,
-                          const int32_t *pages, const uint32_t *tags, int n)
+static void cuda_kv_stamp(pd_backend_t *be, void *arena, const kv_layout_t *l, const int32_t *pages,
+                          const uint32_t *tags, int n)
 {
     cuda_t *c = cuda__get(be);
     const void *host[2] = {pages, tags};
@@ -348,13 +348,13 @@ static void cuda_kv_check(pd_backend_t *be, uint8_t *bad_out, uint32_t *found_ou
     if (st == PD_OK)
         st = kv_check(d_bad, d_found, arena, l, dev[0], dev[1], dev[2], n, c->stream);
     if (st == PD_OK)
-        st = cuda__status(cudaMemcpyAsync(found_out, d_found, (size_t)n * 4,
-                                          cudaMemcpyDeviceToHost, c->stream),
-                          "kv_check download");
+        st = cuda__status(
+            cudaMemcpyAsync(found_out, d_found, (size_t)n * 4, cudaMemcpyDeviceToHost, c->stream),
+            "kv_check download");
     if (st == PD_OK)
-        st = cuda__status(cudaMemcpyAsync(bad_out, d_bad, (size_t)n, cudaMemcpyDeviceToHost,
-                                          c->stream),
-                          "kv_check download");
+        st = cuda__status(
+            cudaMemcpyAsync(bad_out, d_bad, (size_t)n, cudaMemcpyDeviceToHost, c->stream),
+            "kv_check download");
     if (st == PD_OK)
         st = cuda__status(cudaStreamSynchronize(c->stream), "kv_check sync");
     if (st != PD_OK) { /* the caller reads the results: report every page as bad */
@@ -364,9 +364,8 @@ static void cuda_kv_check(pd_backend_t *be, uint8_t *bad_out, uint32_t *found_ou
     cuda__note(c, st);
 }
 
-static void cuda_kv_export(pd_backend_t *be, void *dst, const kv_layout_t *dst_l,
-                           const void *arena, const kv_layout_t *src_l, const int32_t *src_pages,
-                           int n_pages)
+static void cuda_kv_export(pd_backend_t *be, void *dst, const kv_layout_t *dst_l, const void *arena,
+                           const kv_layout_t *src_l, const int32_t *src_pages, int n_pages)
 {
     cuda_t *c = cuda__get(be);
     const void *host[1] = {src_pages};
@@ -410,8 +409,7 @@ static pd_status_t cuda__moe(cuda_t *c, float *out, const float *x, const int32_
         if (!c->h_cap)
             return PD_ERR_NOMEM;
     }
-    if ((st = cuda__status(cudaMemcpyAsync(c->h_ids, ids, m * 4, cudaMemcpyDeviceToHost,
-                                           c->stream),
+    if ((st = cuda__status(cudaMemcpyAsync(c->h_ids, ids, m * 4, cudaMemcpyDeviceToHost, c->stream),
                            "moe ids")) != PD_OK ||
         (st = cuda__status(cudaStreamSynchronize(c->stream), "moe ids")) != PD_OK)
         return st;
@@ -435,8 +433,7 @@ static pd_status_t cuda__moe(cuda_t *c, float *out, const float *x, const int32_
     int32_t *d_perm = (int32_t *)(base + o_idx), *d_inv = d_perm + m;
     float *xg = (float *)(base + o_xg), *gu = (float *)(base + o_gu),
           *act = (float *)(base + o_act), *y = (float *)(base + o_y);
-    if ((st = cuda__status(cudaMemcpyAsync(d_perm, perm, m * 8, cudaMemcpyHostToDevice,
-                                           c->stream),
+    if ((st = cuda__status(cudaMemcpyAsync(d_perm, perm, m * 8, cudaMemcpyHostToDevice, c->stream),
                            "moe perm")) != PD_OK)
         return st;
     if ((st = moe_gather(xg, x, d_perm, (int)m, k, d, c->stream)) != PD_OK)

@@ -123,7 +123,6 @@ extern "C" pd_status_t elementwise_silu_mul(float *out, const float *gu, int n, 
     KUTIL_REQUIRE(n >= 0 && f > 0, "silu_mul");
     if (n == 0)
         return PD_OK;
-    elementwise__silu_mul<<<elementwise__grid((size_t)n * f, 256), 256, 0, stream>>>(out, gu, n,
-                                                                                      f);
+    elementwise__silu_mul<<<elementwise__grid((size_t)n * f, 256), 256, 0, stream>>>(out, gu, n, f);
     return KUTIL_LAUNCHED("silu_mul");
 }

@@ -107,7 +107,8 @@ static __device__ __forceinline__ float kutil_block_max(float v, float *red)
 }
 
 /* Device twins of kv_layout_data_off / kv_layout_scale_off (common/kv_pool.h). */
-static __device__ __forceinline__ size_t kutil_kv_data_off(const kv_layout_t &l, int layer, int side)
+static __device__ __forceinline__ size_t kutil_kv_data_off(const kv_layout_t &l, int layer,
+                                                           int side)
 {
     return KV_PAGE_HEADER_BYTES + ((size_t)layer * 2 + (size_t)side) * l.side_bytes;
 }

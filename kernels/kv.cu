@@ -41,8 +41,8 @@ static __global__ void kv__write(uint8_t *arena, kv_layout_t l, int layer, const
     const float *src = (side ? v : k) + ((size_t)i * H + h) * D;
     uint8_t *data = p + kutil_kv_data_off(l, layer, side);
     float *scales = l.fmt == PD_KV_FP8 ? (float *)(p + kutil_kv_scale_off(l, layer, side)) : NULL;
-    kv__store(data, scales ? scales + (size_t)tok * H + h : NULL, ((size_t)tok * H + h) * D, src,
-              l, lane);
+    kv__store(data, scales ? scales + (size_t)tok * H + h : NULL, ((size_t)tok * H + h) * D, src, l,
+              lane);
 }
 
 /* grid (n_pages, n_layers * 2, page_tokens), block 32 * n_kv_heads: dst pages (dst_l), arena
@@ -73,8 +73,8 @@ static __global__ void kv__export(uint8_t *dst, kv_layout_t dl, const uint8_t *a
     __syncwarp();
     float *scales =
         dl.fmt == PD_KV_FP8 ? (float *)(dp + kutil_kv_scale_off(dl, layer, side)) : NULL;
-    kv__store(dp + kutil_kv_data_off(dl, layer, side),
-              scales ? scales + (size_t)t * H + h : NULL, base, row, dl, lane);
+    kv__store(dp + kutil_kv_data_off(dl, layer, side), scales ? scales + (size_t)t * H + h : NULL,
+              base, row, dl, lane);
 }
 
 /* arena pages, pages (n) int32, tags (n) uint32 */
@@ -109,7 +109,7 @@ extern "C" pd_status_t kv_write(void *arena, const kv_layout_t *l, int layer, co
     if (n == 0)
         return PD_OK;
     kv__write<<<dim3(n, 2), 32 * l->n_kv_heads, 0, stream>>>((uint8_t *)arena, *l, layer, k, v,
-                                                              slots);
+                                                             slots);
     return KUTIL_LAUNCHED("kv_write");
 }
 
@@ -128,8 +128,7 @@ extern "C" pd_status_t kv_export(void *dst, const kv_layout_t *dst_l, const void
     KUTIL_REQUIRE(smem <= 48 * 1024 && src_l->n_layers * 2 < 65536 && src_l->page_tokens < 65536,
                   "kv_export");
     kv__export<<<dim3(n_pages, src_l->n_layers * 2, src_l->page_tokens), 32 * src_l->n_kv_heads,
-                 smem, stream>>>((uint8_t *)dst, *dst_l, (const uint8_t *)arena, *src_l,
-                                 src_pages);
+                 smem, stream>>>((uint8_t *)dst, *dst_l, (const uint8_t *)arena, *src_l, src_pages);
     return KUTIL_LAUNCHED("kv_export");
 }
 
@@ -152,6 +151,6 @@ extern "C" pd_status_t kv_check(uint8_t *bad, uint32_t *found, const void *arena
     if (n == 0)
         return PD_OK;
     kv__check<<<(n + 255) / 256, 256, 0, stream>>>(bad, found, (const uint8_t *)arena,
-                                                    l->page_bytes, pages, expected, current, n);
+                                                   l->page_bytes, pages, expected, current, n);
     return KUTIL_LAUNCHED("kv_check");
 }

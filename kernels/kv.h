@@ -36,8 +36,8 @@ pd_status_t kv_stamp(void *arena, const kv_layout_t *l, const int32_t *pages, co
 /* The batched integrity check: found (n) uint32 = stamp of page pages[i]; bad (n) uint8 = 1 if
  * current[i] != expected[i], else 2 if the stamp != expected[i], else 0. */
 pd_status_t kv_check(uint8_t *bad, uint32_t *found, const void *arena, const kv_layout_t *l,
-                     const int32_t *pages, const uint32_t *expected, const uint32_t *current,
-                     int n, cudaStream_t stream);
+                     const int32_t *pages, const uint32_t *expected, const uint32_t *current, int n,
+                     cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -55,7 +55,10 @@ enum { MATMUL__BF16 = 0, MATMUL__FP8, MATMUL__INT4, MATMUL__F32 };
 /* Bytes of one row of W (n, K) in FMT. */
 template <int FMT> static __device__ __forceinline__ size_t matmul__row_bytes(int64_t K)
 {
-    return FMT == MATMUL__BF16 ? K * 2 : FMT == MATMUL__FP8 ? K : FMT == MATMUL__INT4 ? K / 2 : K * 4;
+    return FMT == MATMUL__BF16   ? K * 2
+           : FMT == MATMUL__FP8  ? K
+           : FMT == MATMUL__INT4 ? K / 2
+                                 : K * 4;
 }
 
 /* Loads and decodes weights [e0, e0 + 8) of a row starting at wrow into w (8) f32: bf16 and f32
@@ -144,9 +147,8 @@ static __global__ void __launch_bounds__(256)
             const float4 xa = __ldg(xv), xb = __ldg(xv + 1);
 #pragma unroll
             for (int j = 0; j < R; j++) {
-                const float a = xa.x * w[j][0] + xa.y * w[j][1] + xa.z * w[j][2] +
-                                xa.w * w[j][3] + xb.x * w[j][4] + xb.y * w[j][5] +
-                                xb.z * w[j][6] + xb.w * w[j][7];
+                const float a = xa.x * w[j][0] + xa.y * w[j][1] + xa.z * w[j][2] + xa.w * w[j][3] +
+                                xb.x * w[j][4] + xb.y * w[j][5] + xb.z * w[j][6] + xb.w * w[j][7];
                 acc[j][t] += FMT == MATMUL__INT4 ? a * gs[j] : a;
             }
         }
@@ -237,7 +239,10 @@ static __global__ void __launch_bounds__(256)
                     xv[t] = matmul__xs[t * (MATMUL__KC / 4) + matmul__swz(e / 4 + i)];
 #pragma unroll
                 for (int j = 0; j < R; j++) {
-                    const uint32_t word = i < 2 ? raw[j].x : i < 4 ? raw[j].y : i < 6 ? raw[j].z : raw[j].w;
+                    const uint32_t word = i < 2   ? raw[j].x
+                                          : i < 4 ? raw[j].y
+                                          : i < 6 ? raw[j].z
+                                                  : raw[j].w;
                     const uint32_t h = word >> (16 * (i & 1));
                     float w[4];
 #pragma unroll
@@ -245,8 +250,8 @@ static __global__ void __launch_bounds__(256)
                         w[m] = __uint_as_float(((h >> (4 * m)) & 15u) | 0x4b000000u) - zf[j];
 #pragma unroll
                     for (int t = 0; t < NT; t++)
-                        part[j][t] += xv[t].x * w[0] + xv[t].y * w[1] + xv[t].z * w[2] +
-                                      xv[t].w * w[3];
+                        part[j][t] +=
+                            xv[t].x * w[0] + xv[t].y * w[1] + xv[t].z * w[2] + xv[t].w * w[3];
                 }
             }
 #pragma unroll
@@ -286,7 +291,8 @@ static __global__ void matmul__int4_to_bf16(uint4 *dst, const uint4 *q, const ui
 #pragma unroll
         for (int j = 0; j < 16; j++) {
             const uint32_t b = word[j / 4] >> (8 * (j % 4));
-            const float a = (float)((int)(b & 15u) - z) * s, c = (float)((int)((b >> 4) & 15u) - z) * s;
+            const float a = (float)((int)(b & 15u) - z) * s,
+                        c = (float)((int)((b >> 4) & 15u) - z) * s;
             o[j] = (uint32_t)kutil_f32_to_bf16(a) | ((uint32_t)kutil_f32_to_bf16(c) << 16);
         }
 #pragma unroll
@@ -373,20 +379,20 @@ static void matmul__gemv_launch(float *out, const float *x, const float *xs, con
     const uint8_t *wd = (const uint8_t *)w->data, *wz = (const uint8_t *)w->zeros;
     switch (nt) {
     case 1:
-        matmul__gemv<FMT, 1><<<grid, 256, 0, stream>>>(out, x, xs, wd, w->scales, wz, n, w->n,
-                                                        w->k);
+        matmul__gemv<FMT, 1>
+            <<<grid, 256, 0, stream>>>(out, x, xs, wd, w->scales, wz, n, w->n, w->k);
         break;
     case 2:
-        matmul__gemv<FMT, 2><<<grid, 256, 0, stream>>>(out, x, xs, wd, w->scales, wz, n, w->n,
-                                                        w->k);
+        matmul__gemv<FMT, 2>
+            <<<grid, 256, 0, stream>>>(out, x, xs, wd, w->scales, wz, n, w->n, w->k);
         break;
     case 4:
-        matmul__gemv<FMT, 4><<<grid, 256, 0, stream>>>(out, x, xs, wd, w->scales, wz, n, w->n,
-                                                        w->k);
+        matmul__gemv<FMT, 4>
+            <<<grid, 256, 0, stream>>>(out, x, xs, wd, w->scales, wz, n, w->n, w->k);
         break;
     default:
-        matmul__gemv<FMT, 8><<<grid, 256, 0, stream>>>(out, x, xs, wd, w->scales, wz, n, w->n,
-                                                        w->k);
+        matmul__gemv<FMT, 8>
+            <<<grid, 256, 0, stream>>>(out, x, xs, wd, w->scales, wz, n, w->n, w->k);
     }
 }
 
@@ -420,8 +426,7 @@ extern "C" pd_status_t matmul_gemv(float *out, const float *x, const float *xs,
     return KUTIL_LAUNCHED("matmul_gemv");
 }
 
-extern "C" pd_status_t matmul_int4_to_bf16(uint16_t *dst, const pd_weight_t *w,
-                                           cudaStream_t stream)
+extern "C" pd_status_t matmul_int4_to_bf16(uint16_t *dst, const pd_weight_t *w, cudaStream_t stream)
 {
     KUTIL_REQUIRE(w->fmt == PD_WFMT_INT4 && w->k % 128 == 0 && w->n > 0, "matmul_int4_to_bf16");
     const size_t total = (size_t)w->n * (size_t)w->k / 32;

@@ -21,7 +21,8 @@ extern "C" {
 pd_status_t moe_route(int32_t *ids, float *weights, const float *logits, int n, int n_experts,
                       int k, bool norm, cudaStream_t stream);
 
-/* xg (m, d) f32: row i = x[perm[i] / k] of x (n, d) f32; perm (m) int32 slot ids (token * k + j). */
+/* xg (m, d) f32: row i = x[perm[i] / k] of x (n, d) f32; perm (m) int32 slot ids (token * k + j).
+ */
 pd_status_t moe_gather(float *xg, const float *x, const int32_t *perm, int m, int k, int d,
                        cudaStream_t stream);
 

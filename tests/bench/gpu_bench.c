@@ -6,7 +6,8 @@
  *   2. whole decode steps (model_forward, random weights) at batch 1 and 64, context 1024, for
  *      INT4 weights + FP8 KV and FP8 weights + BF16 KV, with and without the logits download;
  *   3. prefill of 8192 tokens (one sequence) for FP8 + BF16 KV and INT4 + BF16 KV.
- * Usage: gpu_bench [ops] [decode] [prefill] [all] (default all). Needs a CUDA device (exits 77 without).
+ * Usage: gpu_bench [ops] [decode] [prefill] [all] (default all). Needs a CUDA device (exits 77
+ * without).
  */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
@@ -167,7 +168,8 @@ static void run_att(void *p)
 static void arena_fill(void *arena, const kv_layout_t *l, int n_pages)
 {
     const int chunk = 4096, row = l->n_kv_heads * l->head_dim;
-    float *k = dev_random_f32((size_t)chunk * row, 2.0f), *v = dev_random_f32((size_t)chunk * row, 2.0f);
+    float *k = dev_random_f32((size_t)chunk * row, 2.0f),
+          *v = dev_random_f32((size_t)chunk * row, 2.0f);
     int32_t *h = malloc((size_t)chunk * 4), *d;
     ok(be->ops->alloc(be, (size_t)chunk * 4, (void **)&d), "alloc");
     for (int s0 = 0; s0 < n_pages * l->page_tokens; s0 += chunk) {
@@ -203,8 +205,13 @@ static void bench_attention(pd_kvfmt_t fmt, int B, int ctx)
         for (int i = 0; i < ppseq; i++)
             bt[s * ppseq + i] = s * ppseq + i;
     }
-    pd_attn_batch_t b = {B, ppseq, dev_i32(qs, (size_t)B + 1), dev_i32(cl, (size_t)B),
-                         dev_i32(bt, (size_t)B * ppseq), B, ctx};
+    pd_attn_batch_t b = {B,
+                         ppseq,
+                         dev_i32(qs, (size_t)B + 1),
+                         dev_i32(cl, (size_t)B),
+                         dev_i32(bt, (size_t)B * ppseq),
+                         B,
+                         ctx};
     att_arg_t a = {NULL, dev_random_f32((size_t)B * 32 * 128, 1.0f), arena, &l, &b};
     ok(be->ops->alloc(be, (size_t)B * 32 * 128 * 4, (void **)&a.out), "alloc");
     float ms = time_op(run_att, &a, 20);
@@ -299,7 +306,8 @@ static void bench_ops(void)
     printf("\n### per-op (Llama-3-8B shapes; floor = max(bytes / 4.2 TB/s, flops / peak))\n\n");
     printf("| %-12s | %-34s | %9s | %8s | %9s | %6s |\n", "op", "shape", "time us", "GB/s",
            "TFLOP/s", "floor");
-    printf("|--------------|------------------------------------|-----------|----------|-----------|--------|\n");
+    printf("|--------------|------------------------------------|-----------|----------|-----------"
+           "|--------|\n");
     const pd_wfmt_t f3[] = {PD_WFMT_BF16, PD_WFMT_FP8, PD_WFMT_INT4};
     for (int f = 0; f < 3; f++) {
         bench_matmul(f3[f], 1, 28672, 4096);
@@ -408,7 +416,8 @@ static void bench_model(bool decode, bool prefill)
     if (decode) {
         printf("\n### decode step, Llama-3-8B shape, random weights, context 1024 (model_forward, "
                "wall clock, median of 10)\n\n");
-        printf("| weights | kv | batch | step ms (logits to host) | step ms (no logits) | tok/s |\n");
+        printf(
+            "| weights | kv | batch | step ms (logits to host) | step ms (no logits) | tok/s |\n");
         printf("|---|---|---|---|---|---|\n");
     }
     for (size_t i = 0; i < sizeof confs / sizeof confs[0]; i++) {

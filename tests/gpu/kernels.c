@@ -281,8 +281,8 @@ static void weight_new(pd_wfmt_t fmt, int64_t n, int64_t k, pd_weight_t *wc, pd_
 
 static void case_matmul(pd_wfmt_t fmt, int n, int64_t N, int64_t K, const char *what)
 {
-    static const double tol[] = {[PD_WFMT_BF16] = 1e-5, [PD_WFMT_FP8] = 2e-3,
-                                 [PD_WFMT_INT4] = 4e-3, [PD_WFMT_F32] = 1e-5};
+    static const double tol[] = {
+        [PD_WFMT_BF16] = 1e-5, [PD_WFMT_FP8] = 2e-3, [PD_WFMT_INT4] = 4e-3, [PD_WFMT_F32] = 1e-5};
     char shape[96];
     pd_weight_t wc, wg;
     float *x = xmalloc((size_t)n * K * 4);
@@ -368,8 +368,8 @@ static void case_kv_write(pd_kvfmt_t fmt, int kvh, int hd, int n)
 }
 
 /* n_seqs sequences with q_len[s] new rows and ctx[s] tokens of context each. */
-static void case_attention(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_seqs,
-                           const int *q_len, const int *ctx, bool hints, const char *what)
+static void case_attention(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_seqs, const int *q_len,
+                           const int *ctx, bool hints, const char *what)
 {
     char shape[128];
     kv_layout_t l;
@@ -410,8 +410,8 @@ static void case_attention(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_seq
     pair_t pqs = pair_new(((size_t)n_seqs + 1) * 4, qs), pctx = pair_new((size_t)n_seqs * 4, ctx);
     pair_t pbt = pair_new((size_t)n_seqs * max_pages * 4, bt);
     pd_attn_batch_t bc = {n_seqs, max_pages, pqs.c, pctx.c, pbt.c, 0, 0};
-    pd_attn_batch_t bg = {n_seqs, max_pages, pqs.g, pctx.g, pbt.g, hints ? n_rows : 0,
-                          hints ? max_ctx : 0};
+    pd_attn_batch_t bg = {
+        n_seqs, max_pages, pqs.g, pctx.g, pbt.g, hints ? n_rows : 0, hints ? max_ctx : 0};
     cpu->ops->attention(cpu, out.c, pq.c, a.c, &l, 1, &bc, heads);
     gpu->ops->attention(gpu, out.g, pq.g, a.g, &l, 1, &bg, heads);
     snprintf(shape, sizeof shape, "%s %s h %d/%d hd %d rows %d ctx<=%d", kv_fmt_name(fmt), what,
@@ -468,8 +468,8 @@ static void case_moe_experts(pd_wfmt_t fmt, int n, int E, int k, int d, int f)
     pair_t pw = pair_new((size_t)n * k * 4, w), out = pair_new((size_t)n * d * 4, NULL);
     cpu->ops->moe_experts(cpu, out.c, px.c, pi.c, pw.c, guc, dc, n, k, d, f);
     gpu->ops->moe_experts(gpu, out.g, px.g, pi.g, pw.g, gug, dg, n, k, d, f);
-    snprintf(shape, sizeof shape, "%s n %d experts %d k %d d %d f %d%s", quant_wfmt_name(fmt), n,
-             E, k, d, f, fmt == PD_WFMT_FP8 ? " (l2)" : "");
+    snprintf(shape, sizeof shape, "%s n %d experts %d k %d d %d f %d%s", quant_wfmt_name(fmt), n, E,
+             k, d, f, fmt == PD_WFMT_FP8 ? " (l2)" : "");
     /* fp8: two W8A8 matmuls in a row; a rounding flip of an activation quantized to fp8 (one
      * ulp, up to 2^-3 relative) shows through the second, so the error is measured in l2 */
     if (fmt == PD_WFMT_FP8)
