@@ -48,6 +48,11 @@ typedef struct {
     const int32_t *q_start;      /* (n_seqs + 1) */
     const int32_t *ctx_len;      /* (n_seqs) */
     const int32_t *block_tables; /* (n_seqs, max_pages) */
+    /* host-side hints for backends that size launches on the host (CUDA); 0 = unknown (the
+     * backend then reads q_start[n_seqs] back): the number of q rows (q_start[n_seqs]) and an
+     * upper bound of ctx_len[] */
+    int n_rows;
+    int max_ctx;
 } pd_attn_batch_t;
 
 typedef struct {

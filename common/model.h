@@ -62,6 +62,13 @@ typedef struct {
 pd_status_t model_load(const model_load_params_t *p, model_t **m_p);
 void model_destroy(model_t *m);
 
+/* Builds a dense model (LlamaForCausalLM shape of cfg) with random weights on be: weights of
+ * one shape share their values across layers; embeddings and norms bf16; seed fixes the values.
+ * For benchmarks and tests that need no checkpoint. PD_ERR_UNSUPPORTED for MoE configs,
+ * PD_ERR_NOMEM / PD_ERR_CUDA from the backend; nothing is left allocated on failure. */
+pd_status_t model_create_random(const hf_config_t *cfg, pd_wfmt_t wfmt, pd_wfmt_t lm_head_fmt,
+                                pd_backend_t *be, uint64_t seed, model_t **m_p);
+
 /* Converts a host BF16 matrix (n, k) into a host weight of format fmt (data/scales/zeros
  * malloc'd; free with model_host_weight_free). PD_ERR_INVALID for int4 with k % 128 != 0. */
 pd_status_t model_quantize_bf16(const uint16_t *src, int64_t n, int64_t k, pd_wfmt_t fmt,

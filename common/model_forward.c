@@ -163,7 +163,10 @@ pd_status_t model_forward(model_ctx_t *c, void *arena, const kv_layout_t *l,
     o->upload(be, c->d_qstart, b->q_start, ((size_t)b->n_seqs + 1) * 4);
     o->upload(be, c->d_ctx, b->ctx_len, (size_t)b->n_seqs * 4);
     o->upload(be, c->d_bt, c->h_bt, (size_t)b->n_seqs * max_pages * 4);
-    pd_attn_batch_t ab = {b->n_seqs, max_pages, c->d_qstart, c->d_ctx, c->d_bt};
+    int max_ctx = 0;
+    for (int s = 0; s < b->n_seqs; s++)
+        max_ctx = b->ctx_len[s] > max_ctx ? b->ctx_len[s] : max_ctx;
+    pd_attn_batch_t ab = {b->n_seqs, max_pages, c->d_qstart, c->d_ctx, c->d_bt, n, max_ctx};
 
     o->embed(be, c->x, m->embed, c->d_tokens, n, d);
     for (int li = 0; li < cfg->num_hidden_layers; li++) {

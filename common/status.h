@@ -62,6 +62,10 @@ int pd_status_http_code(pd_status_t st);
             pd__assert_fail(#cond, __FILE__, __LINE__);                                            \
     } while (0)
 
+#ifdef __cplusplus /* kernels/ include this header from CUDA C++ */
+extern "C" [[noreturn]] void pd__assert_fail(const char *expr, const char *file, int line);
+#else
 _Noreturn void pd__assert_fail(const char *expr, const char *file, int line);
+#endif
 
 #endif

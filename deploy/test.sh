@@ -2,6 +2,10 @@
 # Builds pdserve and runs every test (the README's second command). GPU tests skip without a GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# meson finds the CUDA compiler on PATH only; the CUDA backend is built when nvcc is there
+if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+    export PATH=/usr/local/cuda/bin:$PATH
+fi
 [ -d build ] || meson setup build -Dwerror=true
 ninja -C build
 meson test -C build --print-errorlogs "$@"

@@ -1,0 +1,42 @@
+/* attention: paged causal attention over the KV cache (layout common/kv_pool.h), for prefill
+ * (many query rows per sequence) and decode (one row per sequence) alike. One block handles one
+ * query row and one KV head with all the query heads of that KV group (GQA), over one split of
+ * the row's context; when a context is split (few rows, long contexts: flash-decoding), a second
+ * kernel merges the splits. Pointers are device memory. Launchers check shapes (PD_ERR_INVALID),
+ * enqueue on `stream`, return the launch status, allocate nothing.
+ */
+#ifndef PD_KERNELS_ATTENTION_H
+#define PD_KERNELS_ATTENTION_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "kv_pool.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Splits of each row's context attention_run will use for n_rows rows and contexts of at most
+ * max_ctx tokens (1 = no split). */
+int attention_splits(int n_rows, int n_kv_heads, int max_ctx);
+
+/* Floats of scratch attention_run needs for that many splits (0 when n_splits == 1). */
+size_t attention_scratch_floats(int n_rows, int n_heads, int head_dim, int n_splits);
+
+/* out (n_rows, n_heads, head_dim) f32 = softmax(q k^T / sqrt(head_dim)) v, q (n_rows, n_heads,
+ * head_dim) f32, n_rows = q_start[n_seqs] (the caller passes it), batch arrays device memory,
+ * max_ctx >= every ctx_len (bounds the split size). scratch: attention_scratch_floats() f32.
+ * Needs head_dim in {64, 128, 256}, n_heads % n_kv_heads == 0, n_heads / n_kv_heads <= 8. */
+pd_status_t attention_run(float *out, float *scratch, const float *q, const void *arena,
+                          const kv_layout_t *l, int layer, const pd_attn_batch_t *batch, int n_rows,
+                          int n_heads, int max_ctx, int n_splits, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

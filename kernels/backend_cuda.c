@@ -1,0 +1,588 @@
+/* The CUDA backend: the ops table of common/backend.h on one GPU and one stream, built from the
+ * launchers in kernels/. Memory is cudaMalloc'd; ops are enqueued on the stream and `sync` waits
+ * for them. Ops return void in the table, so the first failure of a launch is kept (sticky) and
+ * returned by the next `sync` (and logged where it happened). Scratch (activation copies for the
+ * matmuls, attention split partials, INT4 dequantization, MoE rows, index uploads) is owned here
+ * and grows on demand; growing it waits for the stream. One thread uses a backend.
+ */
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention.h"
+#include "backend_cuda.h"
+#include "backend.h"
+#include "elementwise.h"
+#include "kv.h"
+#include "log.h"
+#include "matmul.h"
+#include "moe.h"
+
+/* n at or below which a matmul runs as GEMV (one pass over W) instead of a GEMM */
+#define CUDA_GEMV_MAX_N 8
+#define CUDA_GEMV_MAX_N_INT4 16
+#define CUDA_LT_WS_BYTES ((size_t)32 << 20)
+
+typedef struct {
+    void *p;
+    size_t bytes;
+} cuda_buf_t;
+
+typedef struct {
+    int device;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    cublasLtHandle_t lt;
+    void *lt_ws;     /* CUDA_LT_WS_BYTES */
+    cuda_buf_t act;  /* matmul: quantized / split activations */
+    cuda_buf_t wtmp; /* matmul: INT4 weight dequantized to bf16 */
+    cuda_buf_t attn; /* attention split partials */
+    cuda_buf_t idx;  /* host index arrays uploaded for kv_stamp / kv_check / kv_export */
+    cuda_buf_t moe;  /* MoE rows */
+    pd_status_t err; /* first failure since the last sync */
+    int32_t *h_ids;  /* MoE host staging */
+    int32_t *h_perm;
+    size_t h_cap;
+} cuda_t;
+
+static cuda_t *cuda__get(pd_backend_t *be)
+{
+    return be->impl;
+}
+
+static pd_status_t cuda__status(cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess)
+        return PD_OK;
+    pd_log_error("backend cuda: %s: %s", what, cudaGetErrorString(e));
+    return e == cudaErrorMemoryAllocation ? PD_ERR_NOMEM : PD_ERR_CUDA;
+}
+
+/* Keeps the first failure for the next sync. */
+static void cuda__note(cuda_t *c, pd_status_t st)
+{
+    if (st != PD_OK && c->err == PD_OK)
+        c->err = st;
+}
+
+/* Makes b hold at least bytes (contents are not kept). */
+static pd_status_t cuda__grow(cuda_t *c, cuda_buf_t *b, size_t bytes)
+{
+    pd_status_t st;
+    if (bytes <= b->bytes)
+        return PD_OK;
+    bytes = bytes + bytes / 4 + 256;
+    if ((st = cuda__status(cudaStreamSynchronize(c->stream), "scratch sync")) != PD_OK)
+        return st;
+    if (b->p)
+        cudaFree(b->p);
+    b->p = NULL;
+    b->bytes = 0;
+    if ((st = cuda__status(cudaMalloc(&b->p, bytes), "scratch alloc")) != PD_OK)
+        return st;
+    b->bytes = bytes;
+    return PD_OK;
+}
+
+/* ==== memory ==== */
+
+static pd_status_t cuda_alloc(pd_backend_t *be, size_t bytes, void **ptr_p)
+{
+    void *p = NULL;
+    (void)be;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 64);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        pd_log_error("backend cuda: cannot allocate %zu bytes: %s", bytes, cudaGetErrorString(e));
+        return e == cudaErrorMemoryAllocation ? PD_ERR_NOMEM : PD_ERR_CUDA;
+    }
+    *ptr_p = p;
+    return PD_OK;
+}
+
+static void cuda_free(pd_backend_t *be, void *ptr)
+{
+    (void)be;
+    if (ptr)
+        cudaFree(ptr);
+}
+
+static pd_status_t cuda_upload(pd_backend_t *be, void *dst, const void *src_host, size_t bytes)
+{
+    cuda_t *c = cuda__get(be);
+    if (!bytes)
+        return PD_OK;
+    return cuda__status(cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice, c->stream),
+                        "upload");
+}
+
+static pd_status_t cuda_download(pd_backend_t *be, void *dst_host, const void *src, size_t bytes)
+{
+    cuda_t *c = cuda__get(be);
+    pd_status_t st;
+    if (!bytes)
+        return PD_OK;
+    st = cuda__status(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, c->stream),
+                      "download");
+    if (st == PD_OK)
+        st = cuda__status(cudaStreamSynchronize(c->stream), "download sync");
+    return st;
+}
+
+static pd_status_t cuda_memset(pd_backend_t *be, void *dst, int value, size_t bytes)
+{
+    cuda_t *c = cuda__get(be);
+    if (!bytes)
+        return PD_OK;
+    return cuda__status(cudaMemsetAsync(dst, value, bytes, c->stream), "memset");
+}
+
+static pd_status_t cuda_copy(pd_backend_t *be, void *dst, const void *src, size_t bytes)
+{
+    cuda_t *c = cuda__get(be);
+    if (!bytes)
+        return PD_OK;
+    return cuda__status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream),
+                        "copy");
+}
+
+static pd_status_t cuda_sync(pd_backend_t *be)
+{
+    cuda_t *c = cuda__get(be);
+    pd_status_t st = cuda__status(cudaStreamSynchronize(c->stream), "sync");
+    if (st == PD_OK)
+        st = c->err;
+    c->err = PD_OK;
+    return st;
+}
+
+/* ==== elementwise ==== */
+
+static void cuda_embed(pd_backend_t *be, float *out, const uint16_t *table, const int32_t *ids,
+                       int n, int d)
+{
+    cuda_t *c = cuda__get(be);
+    cuda__note(c, elementwise_embed(out, table, ids, n, d, c->stream));
+}
+
+static void cuda_rmsnorm(pd_backend_t *be, float *out, const float *x, const uint16_t *w, int n,
+                         int d, float eps)
+{
+    cuda_t *c = cuda__get(be);
+    cuda__note(c, elementwise_rmsnorm(out, x, w, n, d, eps, c->stream));
+}
+
+static void cuda_add(pd_backend_t *be, float *x, const float *y, size_t n)
+{
+    cuda_t *c = cuda__get(be);
+    cuda__note(c, elementwise_add(x, y, n, c->stream));
+}
+
+static void cuda_rope(pd_backend_t *be, float *x, const int32_t *pos, const float *inv_freq, int n,
+                      int n_heads, int head_dim)
+{
+    cuda_t *c = cuda__get(be);
+    cuda__note(c, elementwise_rope(x, pos, inv_freq, n, n_heads, head_dim, c->stream));
+}
+
+static void cuda_silu_mul(pd_backend_t *be, float *out, const float *gu, int n, int f)
+{
+    cuda_t *c = cuda__get(be);
+    cuda__note(c, elementwise_silu_mul(out, gu, n, f, c->stream));
+}
+
+/* ==== matmul ==== */
+
+/* GEMV over rows [0, n) in chunks of MATMUL_GEMV_MAX_N (the fallback for shapes no GEMM takes). */
+static pd_status_t cuda__gemv_chunks(cuda_t *c, float *out, const float *x, const float *xs,
+                                     const pd_weight_t *w, int n)
+{
+    pd_status_t st = PD_OK;
+    for (int i = 0; i < n && st == PD_OK; i += MATMUL_GEMV_MAX_N) {
+        int m = n - i < MATMUL_GEMV_MAX_N ? n - i : MATMUL_GEMV_MAX_N;
+        st = matmul_gemv(out + (size_t)i * w->n, x + (size_t)i * w->k, xs ? xs + i : NULL, w, m,
+                         c->stream);
+    }
+    return st;
+}
+
+static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_weight_t *w, int n)
+{
+    const int64_t N = w->n, K = w->k;
+    pd_status_t st;
+
+    if (n <= 0)
+        return PD_OK;
+    if (w->fmt == PD_WFMT_FP8) {
+        const bool gemm = n > CUDA_GEMV_MAX_N && K % 16 == 0 && N % 16 == 0;
+        /* GEMM: fp8 bytes (n, K); GEMV: decoded f32 (n, K); then scales (n) */
+        size_t qb = ((size_t)n * (size_t)K * (gemm ? 1 : 4) + 255) / 256 * 256;
+        if ((st = cuda__grow(c, &c->act, qb + (size_t)n * 4)) != PD_OK)
+            return st;
+        float *xs = (float *)((uint8_t *)c->act.p + qb);
+        if ((st = matmul_quant_act_fp8(gemm ? c->act.p : NULL, gemm ? NULL : c->act.p, xs, x, n, K,
+                                       c->stream)) != PD_OK)
+            return st;
+        if (!gemm)
+            return cuda__gemv_chunks(c, out, c->act.p, xs, w, n);
+        if ((st = matmul_gemm_fp8(c->lt, c->lt_ws, CUDA_LT_WS_BYTES, out, c->act.p, w->data, n, N,
+                                  K, c->stream)) != PD_OK)
+            return st;
+        return matmul_fp8_scale(out, xs, w->scales, n, N, c->stream);
+    }
+    if (n <= (w->fmt == PD_WFMT_INT4 ? CUDA_GEMV_MAX_N_INT4 : CUDA_GEMV_MAX_N))
+        return cuda__gemv_chunks(c, out, x, NULL, w, n);
+    if (w->fmt == PD_WFMT_F32)
+        return matmul_gemm_f32(c->blas, out, x, w->data, n, N, K, c->stream);
+    const uint16_t *wb = w->data;
+    if (w->fmt == PD_WFMT_INT4) {
+        if ((st = cuda__grow(c, &c->wtmp, (size_t)N * (size_t)K * 2)) != PD_OK)
+            return st;
+        if ((st = matmul_int4_to_bf16(c->wtmp.p, w, c->stream)) != PD_OK)
+            return st;
+        wb = c->wtmp.p;
+    }
+    size_t half = ((size_t)n * (size_t)K * 2 + 255) / 256 * 256;
+    if ((st = cuda__grow(c, &c->act, 2 * half)) != PD_OK)
+        return st;
+    uint16_t *hi = c->act.p, *lo = (uint16_t *)((uint8_t *)c->act.p + half);
+    if ((st = matmul_split_bf16(hi, lo, x, n, K, c->stream)) != PD_OK)
+        return st;
+    return matmul_gemm_bf16(c->blas, out, hi, lo, wb, n, N, K, c->stream);
+}
+
+static void cuda_matmul(pd_backend_t *be, float *out, const float *x, const pd_weight_t *w, int n)
+{
+    cuda_t *c = cuda__get(be);
+    cuda__note(c, cuda__matmul(c, out, x, w, n));
+}
+
+/* ==== paged KV ==== */
+
+static void cuda_kv_write(pd_backend_t *be, void *arena, const kv_layout_t *l, int layer,
+                          const float *k, const float *v, const int32_t *slots, int n)
+{
+    cuda_t *c = cuda__get(be);
+    cuda__note(c, kv_write(arena, l, layer, k, v, slots, n, c->stream));
+}
+
+static pd_status_t cuda__attention(cuda_t *c, float *out, const float *q, const void *arena,
+                                   const kv_layout_t *l, int layer, const pd_attn_batch_t *b,
+                                   int n_heads)
+{
+    int n_rows = b->n_rows, max_ctx = b->max_ctx;
+    pd_status_t st;
+
+    if (n_rows <= 0) {
+        if ((st = cuda__status(cudaMemcpyAsync(&n_rows, b->q_start + b->n_seqs, 4,
+                                               cudaMemcpyDeviceToHost, c->stream),
+                               "attention rows")) != PD_OK ||
+            (st = cuda__status(cudaStreamSynchronize(c->stream), "attention rows")) != PD_OK)
+            return st;
+    }
+    if (max_ctx <= 0)
+        max_ctx = b->max_pages * l->page_tokens;
+    int splits = attention_splits(n_rows, l->n_kv_heads, max_ctx);
+    size_t nf = attention_scratch_floats(n_rows, n_heads, l->head_dim, splits);
+    if (nf && (st = cuda__grow(c, &c->attn, nf * sizeof(float))) != PD_OK)
+        return st;
+    return attention_run(out, c->attn.p, q, arena, l, layer, b, n_rows, n_heads, max_ctx, splits,
+                         c->stream);
+}
+
+static void cuda_attention(pd_backend_t *be, float *out, const float *q, const void *arena,
+                           const kv_layout_t *l, int layer, const pd_attn_batch_t *batch,
+                           int n_heads)
+{
+    cuda_t *c = cuda__get(be);
+    cuda__note(c, cuda__attention(c, out, q, arena, l, layer, batch, n_heads));
+}
+
+/* Uploads n int32/uint32 host arrays (each n elements) into the idx scratch; *dev_p[i] set. */
+static pd_status_t cuda__upload_idx(cuda_t *c, int n, int n_arrays, const void *const *host,
+                                    void **dev_p)
+{
+    size_t each = ((size_t)n * 4 + 255) / 256 * 256;
+    pd_status_t st = cuda__grow(c, &c->idx, each * (size_t)(n_arrays + 2));
+    for (int i = 0; i < n_arrays && st == PD_OK; i++) {
+        dev_p[i] = (uint8_t *)c->idx.p + each * (size_t)i;
+        st = cuda__status(
+            cudaMemcpyAsync(dev_p[i], host[i], (size_t)n * 4, cudaMemcpyHostToDevice, c->stream),
+            "index upload");
+    }
+    return st;
+}
+
+static void cuda_kv_stamp(pd_backend_t *be, void *arena, const kv_layout_t *l, const int32_t *pages,
+                          const uint32_t *tags, int n)
+{
+    cuda_t *c = cuda__get(be);
+    const void *host[2] = {pages, tags};
+    void *dev[2];
+    pd_status_t st;
+    if (n <= 0)
+        return;
+    st = cuda__upload_idx(c, n, 2, host, dev);
+    if (st == PD_OK)
+        st = kv_stamp(arena, l, dev[0], dev[1], n, c->stream);
+    cuda__note(c, st);
+}
+
+static void cuda_kv_check(pd_backend_t *be, uint8_t *bad_out, uint32_t *found_out,
+                          const void *arena, const kv_layout_t *l, const int32_t *pages,
+                          const uint32_t *expected, const uint32_t *current, int n)
+{
+    cuda_t *c = cuda__get(be);
+    const void *host[3] = {pages, expected, current};
+    void *dev[3];
+    pd_status_t st;
+    if (n <= 0)
+        return;
+    /* results go after the three inputs: found (n) uint32, then bad (n) uint8 */
+    st = cuda__upload_idx(c, n, 3, host, dev);
+    size_t each = ((size_t)n * 4 + 255) / 256 * 256;
+    uint32_t *d_found = (uint32_t *)((uint8_t *)c->idx.p + 3 * each);
+    uint8_t *d_bad = (uint8_t *)c->idx.p + 4 * each;
+    if (st == PD_OK)
+        st = kv_check(d_bad, d_found, arena, l, dev[0], dev[1], dev[2], n, c->stream);
+    if (st == PD_OK)
+        st = cuda__status(
+            cudaMemcpyAsync(found_out, d_found, (size_t)n * 4, cudaMemcpyDeviceToHost, c->stream),
+            "kv_check download");
+    if (st == PD_OK)
+        st = cuda__status(
+            cudaMemcpyAsync(bad_out, d_bad, (size_t)n, cudaMemcpyDeviceToHost, c->stream),
+            "kv_check download");
+    if (st == PD_OK)
+        st = cuda__status(cudaStreamSynchronize(c->stream), "kv_check sync");
+    if (st != PD_OK) { /* the caller reads the results: report every page as bad */
+        memset(bad_out, 2, (size_t)n);
+        memset(found_out, 0, (size_t)n * 4);
+    }
+    cuda__note(c, st);
+}
+
+static void cuda_kv_export(pd_backend_t *be, void *dst, const kv_layout_t *dst_l, const void *arena,
+                           const kv_layout_t *src_l, const int32_t *src_pages, int n_pages)
+{
+    cuda_t *c = cuda__get(be);
+    const void *host[1] = {src_pages};
+    void *dev[1];
+    pd_status_t st;
+    if (n_pages <= 0)
+        return;
+    st = cuda__upload_idx(c, n_pages, 1, host, dev);
+    if (st == PD_OK)
+        st = kv_export(dst, dst_l, arena, src_l, dev[0], n_pages, c->stream);
+    cuda__note(c, st);
+}
+
+/* ==== MoE ==== */
+
+static void cuda_moe_route(pd_backend_t *be, int32_t *ids, float *weights, const float *logits,
+                           int n, int n_experts, int k, bool norm)
+{
+    cuda_t *c = cuda__get(be);
+    cuda__note(c, moe_route(ids, weights, logits, n, n_experts, k, norm, c->stream));
+}
+
+/* Groups the (token, slot) pairs by expert on the host, then per expert: gather its rows,
+ * gate_up, silu_mul, down into the grouped output; finally the weighted combine. */
+static pd_status_t cuda__moe(cuda_t *c, float *out, const float *x, const int32_t *ids,
+                             const float *weights, const pd_weight_t *gate_up,
+                             const pd_weight_t *down, int n, int k, int d, int f)
+{
+    const size_t m = (size_t)n * k;
+    int n_experts = 0;
+    pd_status_t st;
+
+    if (n <= 0)
+        return PD_OK;
+    if (m > c->h_cap) {
+        free(c->h_ids);
+        free(c->h_perm);
+        c->h_ids = malloc(m * 4);
+        c->h_perm = malloc(m * 8);
+        c->h_cap = c->h_ids && c->h_perm ? m : 0;
+        if (!c->h_cap)
+            return PD_ERR_NOMEM;
+    }
+    if ((st = cuda__status(cudaMemcpyAsync(c->h_ids, ids, m * 4, cudaMemcpyDeviceToHost, c->stream),
+                           "moe ids")) != PD_OK ||
+        (st = cuda__status(cudaStreamSynchronize(c->stream), "moe ids")) != PD_OK)
+        return st;
+    for (size_t i = 0; i < m; i++)
+        n_experts = c->h_ids[i] + 1 > n_experts ? c->h_ids[i] + 1 : n_experts;
+    /* perm (m): slots grouped by expert; inv (m): slot -> grouped row */
+    int32_t *perm = c->h_perm, *inv = c->h_perm + m;
+    size_t pos = 0;
+    for (int e = 0; e < n_experts; e++)
+        for (size_t i = 0; i < m; i++)
+            if (c->h_ids[i] == e) {
+                inv[i] = (int32_t)pos;
+                perm[pos++] = (int32_t)i;
+            }
+    /* device scratch: perm+inv (2m int32), xg (m, d), gu (m, 2f), act (m, f), y (m, d) */
+    size_t o_idx = 0, o_xg = (m * 8 + 255) / 256 * 256, o_gu = o_xg + m * d * 4,
+           o_act = o_gu + m * 2 * f * 4, o_y = o_act + m * f * 4, total = o_y + m * d * 4;
+    if ((st = cuda__grow(c, &c->moe, total)) != PD_OK)
+        return st;
+    uint8_t *base = c->moe.p;
+    int32_t *d_perm = (int32_t *)(base + o_idx), *d_inv = d_perm + m;
+    float *xg = (float *)(base + o_xg), *gu = (float *)(base + o_gu),
+          *act = (float *)(base + o_act), *y = (float *)(base + o_y);
+    if ((st = cuda__status(cudaMemcpyAsync(d_perm, perm, m * 8, cudaMemcpyHostToDevice, c->stream),
+                           "moe perm")) != PD_OK)
+        return st;
+    if ((st = moe_gather(xg, x, d_perm, (int)m, k, d, c->stream)) != PD_OK)
+        return st;
+    size_t row = 0;
+    for (int e = 0; e < n_experts; e++) {
+        int cnt = 0;
+        while (row + cnt < m && c->h_ids[perm[row + cnt]] == e)
+            cnt++;
+        if (!cnt)
+            continue;
+        if ((st = cuda__matmul(c, gu + row * 2 * f, xg + row * d, &gate_up[e], cnt)) != PD_OK ||
+            (st = elementwise_silu_mul(act + row * f, gu + row * 2 * f, cnt, f, c->stream)) !=
+                PD_OK ||
+            (st = cuda__matmul(c, y + row * d, act + row * f, &down[e], cnt)) != PD_OK)
+            return st;
+        row += cnt;
+    }
+    return moe_combine(out, y, d_inv, weights, n, k, d, c->stream);
+}
+
+static void cuda_moe_experts(pd_backend_t *be, float *out, const float *x, const int32_t *ids,
+                             const float *weights, const pd_weight_t *gate_up,
+                             const pd_weight_t *down, int n, int k, int d, int f)
+{
+    cuda_t *c = cuda__get(be);
+    cuda__note(c, cuda__moe(c, out, x, ids, weights, gate_up, down, n, k, d, f));
+}
+
+/* ==== table ==== */
+
+static bool cuda_supports_op(pd_backend_t *be, pd_op_t op, int variant)
+{
+    (void)be;
+    (void)variant;
+    return op < PD_OP__COUNT;
+}
+
+static void cuda__free_buf(cuda_buf_t *b)
+{
+    if (b->p)
+        cudaFree(b->p);
+    b->p = NULL;
+    b->bytes = 0;
+}
+
+static void cuda_destroy(pd_backend_t *be)
+{
+    cuda_t *c;
+    if (!be)
+        return;
+    c = cuda__get(be);
+    if (c->stream)
+        cudaStreamSynchronize(c->stream);
+    cuda__free_buf(&c->act);
+    cuda__free_buf(&c->wtmp);
+    cuda__free_buf(&c->attn);
+    cuda__free_buf(&c->idx);
+    cuda__free_buf(&c->moe);
+    if (c->lt_ws)
+        cudaFree(c->lt_ws);
+    if (c->lt)
+        cublasLtDestroy(c->lt);
+    if (c->blas)
+        cublasDestroy(c->blas);
+    if (c->stream)
+        cudaStreamDestroy(c->stream);
+    free(c->h_ids);
+    free(c->h_perm);
+    free(c);
+    free(be);
+}
+
+static const pd_backend_ops_t cuda_ops = {
+    .name = "cuda",
+    .supports_op = cuda_supports_op,
+    .destroy = cuda_destroy,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .upload = cuda_upload,
+    .download = cuda_download,
+    .memset = cuda_memset,
+    .copy = cuda_copy,
+    .sync = cuda_sync,
+    .embed = cuda_embed,
+    .rmsnorm = cuda_rmsnorm,
+    .add = cuda_add,
+    .matmul = cuda_matmul,
+    .rope = cuda_rope,
+    .silu_mul = cuda_silu_mul,
+    .kv_write = cuda_kv_write,
+    .attention = cuda_attention,
+    .moe_route = cuda_moe_route,
+    .moe_experts = cuda_moe_experts,
+    .kv_stamp = cuda_kv_stamp,
+    .kv_check = cuda_kv_check,
+    .kv_export = cuda_kv_export,
+};
+
+void *backend_cuda_stream(pd_backend_t *be)
+{
+    return be && be->ops == &cuda_ops ? cuda__get(be)->stream : NULL;
+}
+
+pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
+{
+    int count = 0;
+    pd_backend_t *be;
+    cuda_t *c;
+    pd_status_t st;
+
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        cudaGetLastError();
+        pd_log_error("backend cuda: no CUDA device");
+        return PD_ERR_UNSUPPORTED;
+    }
+    if (device < 0 || device >= count) {
+        pd_log_error("backend cuda: device %d out of range (%d devices)", device, count);
+        return PD_ERR_INVALID;
+    }
+    be = calloc(1, sizeof *be);
+    c = calloc(1, sizeof *c);
+    if (!be || !c) {
+        free(be);
+        free(c);
+        return PD_ERR_NOMEM;
+    }
+    be->ops = &cuda_ops;
+    be->impl = c;
+    be->n_threads = 1;
+    c->device = device;
+    if ((st = cuda__status(cudaSetDevice(device), "set device")) != PD_OK)
+        goto err_destroy;
+    if ((st = cuda__status(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking),
+                           "stream")) != PD_OK)
+        goto err_destroy;
+    if (cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS) {
+        pd_log_error("backend cuda: cannot create the cuBLAS handles");
+        st = PD_ERR_CUDA;
+        goto err_destroy;
+    }
+    cublasSetStream(c->blas, c->stream);
+    cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH); /* f32 GEMMs stay f32 (no TF32) */
+    if ((st = cuda__status(cudaMalloc(&c->lt_ws, CUDA_LT_WS_BYTES), "workspace")) != PD_OK)
+        goto err_destroy;
+    *be_p = be;
+    return PD_OK;
+err_destroy:
+    cuda_destroy(be);
+    return st;
+}

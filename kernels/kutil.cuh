@@ -1,0 +1,122 @@
+/* kutil: device helpers shared by the kernels of kernels/ (scalar conversions that match the CPU
+ * reference in common/dtype.h bit for bit, warp reductions) and the one place where cudaError_t
+ * becomes pd_status_t. Included by the .cu files of kernels/ only; not a C header.
+ */
+#ifndef PD_KUTIL_CUH
+#define PD_KUTIL_CUH
+
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+extern "C" {
+#include "kv_pool.h"
+#include "log.h"
+#include "status.h"
+}
+
+/* cudaError_t -> pd_status_t, logging the CUDA message with the launcher's name. */
+static inline pd_status_t kutil_status(cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess)
+        return PD_OK;
+    pd_log_error("%s: %s", what, cudaGetErrorString(e));
+    return e == cudaErrorMemoryAllocation ? PD_ERR_NOMEM : PD_ERR_CUDA;
+}
+
+/* Status of the launch just made (configuration errors; not the kernel's outcome). */
+#define KUTIL_LAUNCHED(what) kutil_status(cudaGetLastError(), what)
+
+/* Shape precondition inside a launcher: logs and returns PD_ERR_INVALID. */
+#define KUTIL_REQUIRE(cond, what)                                                                  \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            pd_log_error("%s: precondition failed: %s", what, #cond);                              \
+            return PD_ERR_INVALID;                                                                 \
+        }                                                                                          \
+    } while (0)
+
+static __device__ __forceinline__ float kutil_bf16_to_f32(uint16_t h)
+{
+    return __uint_as_float((uint32_t)h << 16);
+}
+
+/* float -> bf16, round to nearest even (as pd_f32_to_bf16). */
+static __device__ __forceinline__ uint16_t kutil_f32_to_bf16(float f)
+{
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* fp8 e4m3fn -> float (exact). */
+static __device__ __forceinline__ float kutil_fp8_to_f32(uint8_t v)
+{
+    __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)v, __NV_E4M3);
+    return __half2float(__half(h));
+}
+
+/* float -> fp8 e4m3fn, round to nearest even, saturating at +-448 (as pd_f32_to_fp8). */
+static __device__ __forceinline__ uint8_t kutil_f32_to_fp8(float f)
+{
+    return (uint8_t)__nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E4M3);
+}
+
+static __device__ __forceinline__ float kutil_warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+static __device__ __forceinline__ float kutil_warp_max(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Sum over a block of blockDim.x threads (a multiple of 32, at most 1024); every thread gets it.
+ * red: __shared__ float[32]. */
+static __device__ __forceinline__ float kutil_block_sum(float v, float *red)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = kutil_warp_sum(v);
+    __syncthreads();
+    if (lane == 0)
+        red[warp] = v;
+    __syncthreads();
+    v = lane < nw ? red[lane] : 0.0f;
+    return kutil_warp_sum(v);
+}
+
+static __device__ __forceinline__ float kutil_block_max(float v, float *red)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = kutil_warp_max(v);
+    __syncthreads();
+    if (lane == 0)
+        red[warp] = v;
+    __syncthreads();
+    v = lane < nw ? red[lane] : 0.0f;
+    return kutil_warp_max(v);
+}
+
+/* Device twins of kv_layout_data_off / kv_layout_scale_off (common/kv_pool.h). */
+static __device__ __forceinline__ size_t kutil_kv_data_off(const kv_layout_t &l, int layer,
+                                                           int side)
+{
+    return KV_PAGE_HEADER_BYTES + ((size_t)layer * 2 + (size_t)side) * l.side_bytes;
+}
+static __device__ __forceinline__ size_t kutil_kv_scale_off(const kv_layout_t &l, int layer,
+                                                            int side)
+{
+    return KV_PAGE_HEADER_BYTES + (size_t)l.n_layers * 2 * l.side_bytes +
+           ((size_t)layer * 2 + (size_t)side) * l.scale_bytes;
+}
+
+#endif

@@ -1,0 +1,156 @@
+/* kv: paged KV write, FP8 export, header stamps and the batched tag check (see kv.h). */
+#include "kutil.cuh"
+#include "kv.h"
+
+/* ==== kernels ==== */
+
+/* Stores one (token, head) vector src (D) f32 — one warp — at element offset base of data
+ * (page side of fmt l.fmt); fp8 writes its scale to *scale. */
+static __device__ void kv__store(uint8_t *data, float *scale, size_t base, const float *src,
+                                 const kv_layout_t &l, int lane)
+{
+    const int D = l.head_dim;
+    if (l.fmt == PD_KV_F32) {
+        for (int d = lane; d < D; d += 32)
+            ((float *)data)[base + d] = src[d];
+    } else if (l.fmt == PD_KV_BF16) {
+        for (int d = lane; d < D; d += 32)
+            ((uint16_t *)data)[base + d] = kutil_f32_to_bf16(src[d]);
+    } else {
+        float amax = 0.0f;
+        for (int d = lane; d < D; d += 32)
+            amax = fmaxf(amax, fabsf(src[d]));
+        amax = kutil_warp_max(amax);
+        const float s = amax > 0.0f ? amax / 448.0f : 1.0f, inv = 1.0f / s;
+        for (int d = lane; d < D; d += 32)
+            data[base + d] = kutil_f32_to_fp8(src[d] * inv);
+        if (lane == 0)
+            *scale = s;
+    }
+}
+
+/* grid (n, 2 sides), block 32 * n_kv_heads (<= 1024; warp per head): arena pages,
+ * k, v (n, n_kv_heads, head_dim) f32, slots (n) int32 */
+static __global__ void kv__write(uint8_t *arena, kv_layout_t l, int layer, const float *k,
+                                 const float *v, const int32_t *slots)
+{
+    const int i = blockIdx.x, side = blockIdx.y, h = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int H = l.n_kv_heads, D = l.head_dim;
+    const int32_t slot = slots[i], page = slot / l.page_tokens, tok = slot % l.page_tokens;
+    uint8_t *p = arena + (size_t)page * l.page_bytes;
+    const float *src = (side ? v : k) + ((size_t)i * H + h) * D;
+    uint8_t *data = p + kutil_kv_data_off(l, layer, side);
+    float *scales = l.fmt == PD_KV_FP8 ? (float *)(p + kutil_kv_scale_off(l, layer, side)) : NULL;
+    kv__store(data, scales ? scales + (size_t)tok * H + h : NULL, ((size_t)tok * H + h) * D, src, l,
+              lane);
+}
+
+/* grid (n_pages, n_layers * 2, page_tokens), block 32 * n_kv_heads: dst pages (dst_l), arena
+ * (src_l), src_pages (n_pages) int32 */
+static __global__ void kv__export(uint8_t *dst, kv_layout_t dl, const uint8_t *arena,
+                                  kv_layout_t sl, const int32_t *src_pages)
+{
+    extern __shared__ float kv__buf[]; /* (n_kv_heads, head_dim) f32 */
+    const int p = blockIdx.x, layer = blockIdx.y >> 1, side = blockIdx.y & 1, t = blockIdx.z;
+    const int h = threadIdx.x >> 5, lane = threadIdx.x & 31, H = sl.n_kv_heads, D = sl.head_dim;
+    const uint8_t *sp = arena + (size_t)src_pages[p] * sl.page_bytes;
+    uint8_t *dp = dst + (size_t)p * dl.page_bytes;
+    if (blockIdx.y == 0 && t == 0)
+        for (int b = threadIdx.x; b < KV_PAGE_HEADER_BYTES; b += blockDim.x)
+            dp[b] = sp[b];
+    const uint8_t *sd = sp + kutil_kv_data_off(sl, layer, side);
+    const size_t base = ((size_t)t * H + h) * D;
+    float *row = kv__buf + (size_t)h * D;
+    for (int d = lane; d < D; d += 32) {
+        if (sl.fmt == PD_KV_F32)
+            row[d] = ((const float *)sd)[base + d];
+        else if (sl.fmt == PD_KV_BF16)
+            row[d] = kutil_bf16_to_f32(((const uint16_t *)sd)[base + d]);
+        else
+            row[d] = kutil_fp8_to_f32(sd[base + d]) *
+                     ((const float *)(sp + kutil_kv_scale_off(sl, layer, side)))[t * H + h];
+    }
+    __syncwarp();
+    float *scales =
+        dl.fmt == PD_KV_FP8 ? (float *)(dp + kutil_kv_scale_off(dl, layer, side)) : NULL;
+    kv__store(dp + kutil_kv_data_off(dl, layer, side), scales ? scales + (size_t)t * H + h : NULL,
+              base, row, dl, lane);
+}
+
+/* arena pages, pages (n) int32, tags (n) uint32 */
+static __global__ void kv__stamp(uint8_t *arena, size_t page_bytes, const int32_t *pages,
+                                 const uint32_t *tags, int n)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        *(uint32_t *)(arena + (size_t)pages[i] * page_bytes) = tags[i];
+}
+
+/* bad (n) uint8, found (n) uint32; pages (n) int32, expected, current (n) uint32 */
+static __global__ void kv__check(uint8_t *bad, uint32_t *found, const uint8_t *arena,
+                                 size_t page_bytes, const int32_t *pages, const uint32_t *expected,
+                                 const uint32_t *current, int n)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    const uint32_t stamp = *(const uint32_t *)(arena + (size_t)pages[i] * page_bytes);
+    found[i] = stamp;
+    bad[i] = current[i] != expected[i] ? 1 : stamp != expected[i] ? 2 : 0;
+}
+
+/* ==== launchers ==== */
+
+extern "C" pd_status_t kv_write(void *arena, const kv_layout_t *l, int layer, const float *k,
+                                const float *v, const int32_t *slots, int n, cudaStream_t stream)
+{
+    KUTIL_REQUIRE(n >= 0 && layer >= 0 && layer < l->n_layers, "kv_write");
+    KUTIL_REQUIRE(l->n_kv_heads > 0 && l->n_kv_heads <= 32 && l->head_dim > 0, "kv_write");
+    if (n == 0)
+        return PD_OK;
+    kv__write<<<dim3(n, 2), 32 * l->n_kv_heads, 0, stream>>>((uint8_t *)arena, *l, layer, k, v,
+                                                             slots);
+    return KUTIL_LAUNCHED("kv_write");
+}
+
+extern "C" pd_status_t kv_export(void *dst, const kv_layout_t *dst_l, const void *arena,
+                                 const kv_layout_t *src_l, const int32_t *src_pages, int n_pages,
+                                 cudaStream_t stream)
+{
+    KUTIL_REQUIRE(n_pages >= 0 && n_pages < 65536 * 1024, "kv_export");
+    KUTIL_REQUIRE(dst_l->n_layers == src_l->n_layers && dst_l->n_kv_heads == src_l->n_kv_heads &&
+                      dst_l->head_dim == src_l->head_dim &&
+                      dst_l->page_tokens == src_l->page_tokens && src_l->n_kv_heads <= 32,
+                  "kv_export");
+    if (n_pages == 0)
+        return PD_OK;
+    const size_t smem = (size_t)src_l->n_kv_heads * src_l->head_dim * sizeof(float);
+    KUTIL_REQUIRE(smem <= 48 * 1024 && src_l->n_layers * 2 < 65536 && src_l->page_tokens < 65536,
+                  "kv_export");
+    kv__export<<<dim3(n_pages, src_l->n_layers * 2, src_l->page_tokens), 32 * src_l->n_kv_heads,
+                 smem, stream>>>((uint8_t *)dst, *dst_l, (const uint8_t *)arena, *src_l, src_pages);
+    return KUTIL_LAUNCHED("kv_export");
+}
+
+extern "C" pd_status_t kv_stamp(void *arena, const kv_layout_t *l, const int32_t *pages,
+                                const uint32_t *tags, int n, cudaStream_t stream)
+{
+    KUTIL_REQUIRE(n >= 0, "kv_stamp");
+    if (n == 0)
+        return PD_OK;
+    kv__stamp<<<(n + 255) / 256, 256, 0, stream>>>((uint8_t *)arena, l->page_bytes, pages, tags, n);
+    return KUTIL_LAUNCHED("kv_stamp");
+}
+
+extern "C" pd_status_t kv_check(uint8_t *bad, uint32_t *found, const void *arena,
+                                const kv_layout_t *l, const int32_t *pages,
+                                const uint32_t *expected, const uint32_t *current, int n,
+                                cudaStream_t stream)
+{
+    KUTIL_REQUIRE(n >= 0, "kv_check");
+    if (n == 0)
+        return PD_OK;
+    kv__check<<<(n + 255) / 256, 256, 0, stream>>>(bad, found, (const uint8_t *)arena,
+                                                   l->page_bytes, pages, expected, current, n);
+    return KUTIL_LAUNCHED("kv_check");
+}

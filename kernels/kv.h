@@ -1,0 +1,46 @@
+/* kv: the paged KV cache kernels (layout in common/kv_pool.h): writing new K/V rows into pages
+ * (bf16 / f32 / fp8 with per (token, head) scales), converting pages to FP8 for export, and the
+ * page-header stamps of the integrity check. Pointers are device memory, the arena holds
+ * n_pages * l->page_bytes bytes. Launchers check shapes (PD_ERR_INVALID), enqueue on `stream`,
+ * return the launch status (PD_ERR_CUDA), allocate nothing.
+ */
+#ifndef PD_KERNELS_KV_H
+#define PD_KERNELS_KV_H
+
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+
+#include "kv_pool.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Writes k, v (n, n_kv_heads, head_dim) f32 at slots (n) int32 (page * page_tokens + offset) of
+ * `layer`, converting to l->fmt (fp8: scale = max|x| / 448 per (token, head)). */
+pd_status_t kv_write(void *arena, const kv_layout_t *l, int layer, const float *k, const float *v,
+                     const int32_t *slots, int n, cudaStream_t stream);
+
+/* dst (n_pages, dst_l->page_bytes), packed in order = pages src_pages (n_pages) int32 of arena
+ * (layout src_l: bf16 or f32) converted to dst_l (fp8 with scales; same model shape); the 64-byte
+ * headers are copied. */
+pd_status_t kv_export(void *dst, const kv_layout_t *dst_l, const void *arena,
+                      const kv_layout_t *src_l, const int32_t *src_pages, int n_pages,
+                      cudaStream_t stream);
+
+/* Writes tags (n) uint32 into the header stamp of pages (n) int32. */
+pd_status_t kv_stamp(void *arena, const kv_layout_t *l, const int32_t *pages, const uint32_t *tags,
+                     int n, cudaStream_t stream);
+
+/* The batched integrity check: found (n) uint32 = stamp of page pages[i]; bad (n) uint8 = 1 if
+ * current[i] != expected[i], else 2 if the stamp != expected[i], else 0. */
+pd_status_t kv_check(uint8_t *bad, uint32_t *found, const void *arena, const kv_layout_t *l,
+                     const int32_t *pages, const uint32_t *expected, const uint32_t *current, int n,
+                     cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

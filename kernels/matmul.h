@@ -1,0 +1,69 @@
+/* matmul: the pieces of out (n, N) f32 = x (n, K) f32 @ W^T for the three weight formats of
+ * common/quant.h (plus f32), composed by the CUDA backend:
+ *   - small n (decode): matmul_gemv reads W once at full bandwidth, f32 arithmetic;
+ *   - BF16 (and INT4 dequantized to BF16) at larger n: x is split into bf16 hi + lo parts and two
+ *     cuBLAS bf16 GEMMs accumulate in f32 (close to f32 accuracy on the tensor cores);
+ *   - FP8 W8A8: x quantized per token to fp8 (matmul_quant_act_fp8), a cuBLASLt fp8 GEMM with
+ *     unit scales into f32, then out[t, r] *= xs[t] * ws[r] (matmul_fp8_scale).
+ * Pointers are device memory. Launchers check shapes (PD_ERR_INVALID), enqueue on `stream`,
+ * return the launch status (PD_ERR_CUDA) and allocate nothing: workspaces come from the caller.
+ * A cuBLAS handle must already be bound to `stream` by the caller.
+ */
+#ifndef PD_KERNELS_MATMUL_H
+#define PD_KERNELS_MATMUL_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "quant.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Largest n matmul_gemv takes. */
+#define MATMUL_GEMV_MAX_N 64
+
+/* xq (n, k) fp8 e4m3, xs (n) f32 = per-row quantization of x (n, k) f32 (as quant_fp8_vec);
+ * xf (n, k) f32 = the same fp8 values decoded (unscaled), for matmul_gemv. xq or xf may be NULL. */
+pd_status_t matmul_quant_act_fp8(uint8_t *xq, float *xf, float *xs, const float *x, int n,
+                                 int64_t k, cudaStream_t stream);
+
+/* hi (n, k) bf16 = bf16(x), lo (n, k) bf16 = bf16(x - hi), x (n, k) f32. */
+pd_status_t matmul_split_bf16(uint16_t *hi, uint16_t *lo, const float *x, int n, int64_t k,
+                              cudaStream_t stream);
+
+/* out (n, w->n) f32 = x (n, w->k) f32 @ W^T for n <= MATMUL_GEMV_MAX_N, any weight format. For
+ * FP8, x is the xf output of matmul_quant_act_fp8 and xs (n) f32 its scales (NULL otherwise).
+ * Needs w->k a multiple of 8 (bf16, f32), 16 (fp8) or 128 (int4). */
+pd_status_t matmul_gemv(float *out, const float *x, const float *xs, const pd_weight_t *w, int n,
+                        cudaStream_t stream);
+
+/* dst (w->n, w->k) bf16 = the INT4 g128 weight w dequantized ((q - z) * s, rounded to bf16). */
+pd_status_t matmul_int4_to_bf16(uint16_t *dst, const pd_weight_t *w, cudaStream_t stream);
+
+/* out (n, N) f32 = (hi + lo) (n, K) bf16 @ W^T, W (N, K) bf16, via cublasGemmEx on `blas`
+ * (a cublasHandle_t). lo may be NULL (one GEMM on hi only). */
+pd_status_t matmul_gemm_bf16(void *blas, float *out, const uint16_t *hi, const uint16_t *lo,
+                             const uint16_t *w, int n, int64_t N, int64_t K, cudaStream_t stream);
+
+/* out (n, N) f32 = x (n, K) f32 @ W^T, W (N, K) f32 (cublasSgemm on `blas`). */
+pd_status_t matmul_gemm_f32(void *blas, float *out, const float *x, const float *w, int n,
+                            int64_t N, int64_t K, cudaStream_t stream);
+
+/* out (n, N) f32 = xq (n, K) fp8 @ W^T, W (N, K) fp8, unit scales, through cuBLASLt (`lt`, a
+ * cublasLtHandle_t) with workspace ws (ws_bytes, device). Needs K % 16 == 0 and N % 16 == 0. */
+pd_status_t matmul_gemm_fp8(void *lt, void *ws, size_t ws_bytes, float *out, const uint8_t *xq,
+                            const uint8_t *w, int n, int64_t N, int64_t K, cudaStream_t stream);
+
+/* out (n, N) f32: out[t, r] = out[t, r] * xs[t] * ws[r]; xs (n) f32, ws (N) f32. */
+pd_status_t matmul_fp8_scale(float *out, const float *xs, const float *ws, int n, int64_t N,
+                             cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,469 @@
+/* tests/bench/gpu_bench: CUDA backend timings on a Llama-3-8B-shaped problem (hidden 4096,
+ * 32 / 8 heads, head_dim 128, FFN 14336, vocab 128256, 32 layers).
+ *   1. per op: median time over repeats (CUDA events on the backend's stream), the bytes or
+ *      FLOPs it must move or do, and the share of the floor (copy ~4.2 TB/s, FP8 dense GEMM
+ *      ~1.36 PFLOP/s, BF16 ~0.79 PFLOP/s);
+ *   2. whole decode steps (model_forward, random weights) at batch 1 and 64, context 1024, for
+ *      INT4 weights + FP8 KV and FP8 weights + BF16 KV, with and without the logits download;
+ *   3. prefill of 8192 tokens (one sequence) for FP8 + BF16 KV and INT4 + BF16 KV.
+ * Usage: gpu_bench [ops] [decode] [prefill] [all] (default all). Needs a CUDA device (exits 77
+ * without).
+ */
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend.h"
+#include "backend_cuda.h"
+#include "dtype.h"
+#include "kv_pool.h"
+#include "log.h"
+#include "model.h"
+
+#define COPY_BW 4.2e12
+#define FP8_FLOPS 1.36e15
+#define BF16_FLOPS 0.79e15
+
+static pd_backend_t *be;
+static cudaStream_t stream;
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static float rnd(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    float f = (float)((rng >> 40) & 0xffffff) / 8388608.0f - 1.0f;
+    return f == 0.0f ? 0.25f : f;
+}
+
+static void ok(pd_status_t st, const char *what)
+{
+    if (st != PD_OK) {
+        fprintf(stderr, "gpu_bench: %s: %s\n", what, pd_status_str(st));
+        exit(1);
+    }
+}
+
+static void *dev_random_f32(size_t n, float scale)
+{
+    float *h = malloc(n * 4);
+    void *d;
+    for (size_t i = 0; i < n; i++)
+        h[i] = rnd() * scale;
+    ok(be->ops->alloc(be, n * 4, &d), "alloc");
+    ok(be->ops->upload(be, d, h, n * 4), "upload");
+    free(h);
+    return d;
+}
+
+static void *dev_i32(const int32_t *h, size_t n)
+{
+    void *d;
+    ok(be->ops->alloc(be, n * 4, &d), "alloc");
+    ok(be->ops->upload(be, d, h, n * 4), "upload");
+    return d;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_f(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* median ms of fn over reps (after 3 warm-ups), timed with events on the backend stream */
+typedef void (*op_fn)(void *arg);
+static float time_op(op_fn fn, void *arg, int reps)
+{
+    cudaEvent_t a, b;
+    float ts[64];
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    for (int i = 0; i < 3; i++)
+        fn(arg);
+    ok(be->ops->sync(be), "warm-up");
+    for (int i = 0; i < reps; i++) {
+        cudaEventRecord(a, stream);
+        fn(arg);
+        cudaEventRecord(b, stream);
+        cudaEventSynchronize(b);
+        cudaEventElapsedTime(&ts[i], a, b);
+    }
+    ok(be->ops->sync(be), "timed ops");
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    qsort(ts, (size_t)reps, sizeof ts[0], cmp_f);
+    return ts[reps / 2];
+}
+
+static void row(const char *op, const char *shape, float ms, double bytes, double flops,
+                double floor_flops)
+{
+    double s = ms * 1e-3, bw = bytes / s, fl = flops / s;
+    double t_floor = bytes / COPY_BW > flops / floor_flops ? bytes / COPY_BW : flops / floor_flops;
+    printf("| %-12s | %-34s | %9.3f | %8.0f | %9.1f | %5.1f%% |\n", op, shape, ms * 1e3, bw / 1e9,
+           fl / 1e12, 100.0 * t_floor / s);
+}
+
+/* ==== per-op ==== */
+
+typedef struct {
+    float *out, *x;
+    pd_weight_t *w;
+    int n;
+} mm_arg_t;
+static void run_mm(void *p)
+{
+    mm_arg_t *a = p;
+    be->ops->matmul(be, a->out, a->x, a->w, a->n);
+}
+
+static void bench_matmul(pd_wfmt_t fmt, int n, int64_t N, int64_t K)
+{
+    uint16_t *src = malloc((size_t)(N * K) * 2);
+    pd_weight_t host, w;
+    char shape[64];
+    for (int64_t i = 0; i < N * K; i++)
+        src[i] = pd_f32_to_bf16(rnd() * 0.02f);
+    ok(model_quantize_bf16(src, N, K, fmt, &host), "quantize");
+    free(src);
+    ok(backend_weight_upload(be, &host, &w), "weight upload");
+    mm_arg_t a = {NULL, dev_random_f32((size_t)n * K, 1.0f), &w, n};
+    ok(be->ops->alloc(be, (size_t)n * N * 4, (void **)&a.out), "alloc");
+    float ms = time_op(run_mm, &a, 20);
+    double bytes = (double)(quant_data_bytes(fmt, N, K) + quant_scales_bytes(fmt, N, K) +
+                            quant_zeros_bytes(fmt, N, K)) +
+                   (double)n * K * 4 + (double)n * N * 4;
+    snprintf(shape, sizeof shape, "%s n %d N %lld K %lld", quant_wfmt_name(fmt), n, (long long)N,
+             (long long)K);
+    row("matmul", shape, ms, bytes, 2.0 * n * N * K, fmt == PD_WFMT_FP8 ? FP8_FLOPS : BF16_FLOPS);
+    model_host_weight_free(&host);
+    backend_weight_free(be, &w);
+    be->ops->free(be, a.x);
+    be->ops->free(be, a.out);
+}
+
+typedef struct {
+    float *out, *q;
+    void *arena;
+    kv_layout_t *l;
+    pd_attn_batch_t *b;
+} att_arg_t;
+static void run_att(void *p)
+{
+    att_arg_t *a = p;
+    be->ops->attention(be, a->out, a->q, a->arena, a->l, 0, a->b, 32);
+}
+
+/* Fills every slot of every layer of arena (n_pages pages) with random K/V through kv_write. */
+static void arena_fill(void *arena, const kv_layout_t *l, int n_pages)
+{
+    const int chunk = 4096, row = l->n_kv_heads * l->head_dim;
+    float *k = dev_random_f32((size_t)chunk * row, 2.0f),
+          *v = dev_random_f32((size_t)chunk * row, 2.0f);
+    int32_t *h = malloc((size_t)chunk * 4), *d;
+    ok(be->ops->alloc(be, (size_t)chunk * 4, (void **)&d), "alloc");
+    for (int s0 = 0; s0 < n_pages * l->page_tokens; s0 += chunk) {
+        int n = n_pages * l->page_tokens - s0 < chunk ? n_pages * l->page_tokens - s0 : chunk;
+        for (int i = 0; i < n; i++)
+            h[i] = s0 + i;
+        ok(be->ops->upload(be, d, h, (size_t)n * 4), "upload");
+        for (int layer = 0; layer < l->n_layers; layer++)
+            be->ops->kv_write(be, arena, l, layer, k, v, d, n);
+        ok(be->ops->sync(be), "arena fill");
+    }
+    free(h);
+    be->ops->free(be, d);
+    be->ops->free(be, k);
+    be->ops->free(be, v);
+}
+
+static void bench_attention(pd_kvfmt_t fmt, int B, int ctx)
+{
+    kv_layout_t l;
+    char shape[64];
+    kv_layout_init(&l, 1, 8, 128, 16, fmt);
+    int ppseq = (ctx + 15) / 16, n_pages = B * ppseq;
+    void *arena;
+    ok(be->ops->alloc(be, (size_t)n_pages * l.page_bytes, &arena), "arena");
+    arena_fill(arena, &l, n_pages);
+    int32_t *qs = malloc(((size_t)B + 1) * 4), *cl = malloc((size_t)B * 4),
+            *bt = malloc((size_t)B * ppseq * 4);
+    for (int s = 0; s <= B; s++)
+        qs[s] = s;
+    for (int s = 0; s < B; s++) {
+        cl[s] = ctx;
+        for (int i = 0; i < ppseq; i++)
+            bt[s * ppseq + i] = s * ppseq + i;
+    }
+    pd_attn_batch_t b = {B,
+                         ppseq,
+                         dev_i32(qs, (size_t)B + 1),
+                         dev_i32(cl, (size_t)B),
+                         dev_i32(bt, (size_t)B * ppseq),
+                         B,
+                         ctx};
+    att_arg_t a = {NULL, dev_random_f32((size_t)B * 32 * 128, 1.0f), arena, &l, &b};
+    ok(be->ops->alloc(be, (size_t)B * 32 * 128 * 4, (void **)&a.out), "alloc");
+    float ms = time_op(run_att, &a, 20);
+    double bytes = (double)B * ctx * 2 * (l.side_bytes + l.scale_bytes) / l.page_tokens;
+    snprintf(shape, sizeof shape, "%s kv B %d ctx %d (1 layer)", kv_fmt_name(fmt), B, ctx);
+    row("attention", shape, ms, bytes, 4.0 * B * 32 * ctx * 128, BF16_FLOPS);
+    be->ops->free(be, arena);
+    be->ops->free(be, a.q);
+    be->ops->free(be, a.out);
+    be->ops->free(be, (void *)b.q_start);
+    be->ops->free(be, (void *)b.ctx_len);
+    be->ops->free(be, (void *)b.block_tables);
+    free(qs);
+    free(cl);
+    free(bt);
+}
+
+typedef struct {
+    int op, n;
+    float *x, *y, *gu;
+    uint16_t *w;
+    int32_t *pos, *slots;
+    float *inv;
+    void *arena;
+    kv_layout_t *l;
+} ew_arg_t;
+static void run_ew(void *p)
+{
+    ew_arg_t *a = p;
+    switch (a->op) {
+    case 0:
+        be->ops->rmsnorm(be, a->y, a->x, a->w, a->n, 4096, 1e-5f);
+        break;
+    case 1:
+        be->ops->add(be, a->x, a->y, (size_t)a->n * 4096);
+        break;
+    case 2:
+        be->ops->rope(be, a->x, a->pos, a->inv, a->n, 32, 128);
+        break;
+    case 3:
+        be->ops->silu_mul(be, a->y, a->gu, a->n, 14336);
+        break;
+    default:
+        be->ops->kv_write(be, a->arena, a->l, 0, a->x, a->y, a->slots, a->n);
+    }
+}
+
+static void bench_elementwise(int n)
+{
+    static const char *names[] = {"rmsnorm", "add", "rope q", "silu_mul", "kv_write fp8"};
+    kv_layout_t l;
+    kv_layout_init(&l, 1, 8, 128, 16, PD_KV_FP8);
+    ew_arg_t a = {0};
+    a.n = n;
+    a.x = dev_random_f32((size_t)n * 4096, 1.0f);
+    a.y = dev_random_f32((size_t)n * 14336, 1.0f);
+    a.gu = dev_random_f32((size_t)n * 2 * 14336, 1.0f);
+    a.inv = dev_random_f32(64, 0.5f);
+    uint16_t hw[4096];
+    int32_t *hp = malloc((size_t)n * 4);
+    for (int i = 0; i < 4096; i++)
+        hw[i] = pd_f32_to_bf16(1.0f + rnd() * 0.1f);
+    for (int i = 0; i < n; i++)
+        hp[i] = i;
+    ok(be->ops->alloc(be, sizeof hw, (void **)&a.w), "alloc");
+    ok(be->ops->upload(be, a.w, hw, sizeof hw), "upload");
+    a.pos = dev_i32(hp, (size_t)n);
+    a.slots = a.pos;
+    ok(be->ops->alloc(be, ((size_t)n / 16 + 1) * l.page_bytes, &a.arena), "alloc");
+    a.l = &l;
+    const double bytes[] = {(double)n * 4096 * 8, (double)n * 4096 * 12, (double)n * 4096 * 8,
+                            (double)n * 14336 * 12, (double)n * 1024 * (8 + 2) + n * 64.0};
+    for (int op = 0; op < 5; op++) {
+        char shape[64];
+        a.op = op;
+        float ms = time_op(run_ew, &a, 20);
+        snprintf(shape, sizeof shape, "n %d", n);
+        row(names[op], shape, ms, bytes[op], 0.0, BF16_FLOPS);
+    }
+    be->ops->free(be, a.x);
+    be->ops->free(be, a.y);
+    be->ops->free(be, a.gu);
+    be->ops->free(be, a.inv);
+    be->ops->free(be, a.w);
+    be->ops->free(be, a.pos);
+    be->ops->free(be, a.arena);
+    free(hp);
+}
+
+static void bench_ops(void)
+{
+    printf("\n### per-op (Llama-3-8B shapes; floor = max(bytes / 4.2 TB/s, flops / peak))\n\n");
+    printf("| %-12s | %-34s | %9s | %8s | %9s | %6s |\n", "op", "shape", "time us", "GB/s",
+           "TFLOP/s", "floor");
+    printf("|--------------|------------------------------------|-----------|----------|-----------"
+           "|--------|\n");
+    const pd_wfmt_t f3[] = {PD_WFMT_BF16, PD_WFMT_FP8, PD_WFMT_INT4};
+    for (int f = 0; f < 3; f++) {
+        bench_matmul(f3[f], 1, 28672, 4096);
+        bench_matmul(f3[f], 1, 4096, 14336);
+        bench_matmul(f3[f], 64, 28672, 4096);
+    }
+    bench_matmul(PD_WFMT_FP8, 8192, 28672, 4096);
+    bench_matmul(PD_WFMT_BF16, 8192, 28672, 4096);
+    bench_matmul(PD_WFMT_INT4, 8192, 28672, 4096);
+    bench_attention(PD_KV_BF16, 1, 1024);
+    bench_attention(PD_KV_FP8, 1, 1024);
+    bench_attention(PD_KV_BF16, 64, 1024);
+    bench_attention(PD_KV_FP8, 64, 1024);
+    bench_elementwise(64);
+    bench_elementwise(8192);
+}
+
+/* ==== whole model ==== */
+
+static void llama8b(hf_config_t *c)
+{
+    memset(c, 0, sizeof *c);
+    strcpy(c->architecture, "LlamaForCausalLM");
+    c->hidden_size = 4096;
+    c->intermediate_size = 14336;
+    c->num_hidden_layers = 32;
+    c->num_attention_heads = 32;
+    c->num_key_value_heads = 8;
+    c->head_dim = 128;
+    c->vocab_size = 128256;
+    c->max_position_embeddings = 131072;
+    c->rms_norm_eps = 1e-5;
+    c->rope_theta = 500000.0;
+    c->bos_token_id = 128000;
+}
+
+/* B sequences with ctx tokens already in the cache; q_len new tokens each (decode: 1). Returns the
+ * median ms of model_forward over reps. */
+static float run_forward(model_t *m, pd_kvfmt_t kvfmt, int B, int ctx, int q_len, int n_logits,
+                         int reps)
+{
+    const hf_config_t *c = &m->cfg;
+    kv_layout_t l;
+    kv_layout_init(&l, c->num_hidden_layers, c->num_key_value_heads, c->head_dim, 16, kvfmt);
+    int total = ctx + q_len, ppseq = (total + 15) / 16, n_pages = B * ppseq;
+    void *arena;
+    ok(be->ops->alloc(be, (size_t)n_pages * l.page_bytes, &arena), "arena");
+    if (ctx > 0)
+        arena_fill(arena, &l, n_pages);
+    kv_seq_t *seqs = calloc((size_t)B, sizeof *seqs);
+    const kv_seq_t **sp = calloc((size_t)B, sizeof *sp);
+    int32_t *tokens = malloc((size_t)B * q_len * 4), *qs = malloc(((size_t)B + 1) * 4),
+            *cl = malloc((size_t)B * 4), *lr = malloc((size_t)(n_logits > 0 ? n_logits : 1) * 4);
+    for (int s = 0; s < B; s++) {
+        seqs[s].pages = calloc((size_t)ppseq, sizeof(kv_page_ref_t));
+        seqs[s].n_pages = seqs[s].cap = ppseq;
+        seqs[s].n_tokens = total;
+        for (int i = 0; i < ppseq; i++)
+            seqs[s].pages[i].page = s * ppseq + i;
+        sp[s] = &seqs[s];
+        qs[s] = s * q_len;
+        cl[s] = total;
+    }
+    qs[B] = B * q_len;
+    for (int i = 0; i < B * q_len; i++)
+        tokens[i] = (int32_t)((uint32_t)(rnd() * 60000.0f + 60000.0f) % (uint32_t)c->vocab_size);
+    for (int i = 0; i < n_logits; i++)
+        lr[i] = (i + 1) * q_len - 1;
+    float *logits = malloc((size_t)(n_logits > 0 ? n_logits : 1) * c->vocab_size * 4);
+    model_batch_t b = {B * q_len, tokens, B, qs, cl, sp, n_logits, lr};
+    model_ctx_t *ctxp;
+    ok(model_ctx_create(m, &ctxp), "ctx");
+    float ts[32];
+    for (int i = 0; i < reps + 2; i++) {
+        double t0 = now_s();
+        ok(model_forward(ctxp, arena, &l, &b, logits), "forward");
+        if (i >= 2)
+            ts[i - 2] = (float)((now_s() - t0) * 1e3);
+    }
+    qsort(ts, (size_t)reps, sizeof ts[0], cmp_f);
+    model_ctx_destroy(ctxp);
+    for (int s = 0; s < B; s++)
+        free(seqs[s].pages);
+    free(seqs);
+    free(sp);
+    free(tokens);
+    free(qs);
+    free(cl);
+    free(lr);
+    free(logits);
+    be->ops->free(be, arena);
+    return ts[reps / 2];
+}
+
+static void bench_model(bool decode, bool prefill)
+{
+    hf_config_t cfg;
+    llama8b(&cfg);
+    struct {
+        pd_wfmt_t w;
+        pd_kvfmt_t kv;
+        bool dec, pre;
+    } confs[] = {{PD_WFMT_INT4, PD_KV_FP8, true, false},
+                 {PD_WFMT_FP8, PD_KV_BF16, true, true},
+                 {PD_WFMT_INT4, PD_KV_BF16, false, true}};
+    if (decode) {
+        printf("\n### decode step, Llama-3-8B shape, random weights, context 1024 (model_forward, "
+               "wall clock, median of 10)\n\n");
+        printf(
+            "| weights | kv | batch | step ms (logits to host) | step ms (no logits) | tok/s |\n");
+        printf("|---|---|---|---|---|---|\n");
+    }
+    for (size_t i = 0; i < sizeof confs / sizeof confs[0]; i++) {
+        if (!((decode && confs[i].dec) || (prefill && confs[i].pre)))
+            continue;
+        model_t *m;
+        double t0 = now_s();
+        ok(model_create_random(&cfg, confs[i].w, PD_WFMT_BF16, be, 42, &m), "model");
+        fprintf(stderr, "model %s: %.1f s to build, %.2f GB\n", quant_wfmt_name(confs[i].w),
+                now_s() - t0, m->weight_bytes / 1e9);
+        if (decode && confs[i].dec)
+            for (int B = 1; B <= 64; B *= 64) {
+                float a = run_forward(m, confs[i].kv, B, 1024, 1, B, 10);
+                float z = run_forward(m, confs[i].kv, B, 1024, 1, 0, 10);
+                printf("| %s | %s | %d | %.2f | %.2f | %.0f |\n", quant_wfmt_name(confs[i].w),
+                       kv_fmt_name(confs[i].kv), B, a, z, B * 1000.0 / a);
+                fflush(stdout);
+            }
+        if (prefill && confs[i].pre) {
+            float ms = run_forward(m, confs[i].kv, 1, 0, 8192, 1, 3);
+            printf("\nprefill 8192 tokens, %s weights, %s kv: %.1f ms (%.0f tok/s)\n",
+                   quant_wfmt_name(confs[i].w), kv_fmt_name(confs[i].kv), ms, 8192 * 1000.0 / ms);
+            fflush(stdout);
+        }
+        model_destroy(m);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    bool ops = argc < 2, decode = argc < 2, prefill = argc < 2;
+    for (int i = 1; i < argc; i++) {
+        bool all = !strcmp(argv[i], "all");
+        ops |= all || !strcmp(argv[i], "ops");
+        decode |= all || !strcmp(argv[i], "decode");
+        prefill |= all || !strcmp(argv[i], "prefill");
+    }
+    if (backend_cuda_create(0, &be) != PD_OK) {
+        printf("no CUDA device: GPU benchmark skipped\n");
+        return 77;
+    }
+    stream = backend_cuda_stream(be);
+    if (ops)
+        bench_ops();
+    if (decode || prefill)
+        bench_model(decode, prefill);
+    backend_destroy(be);
+    return 0;
+}

@@ -1,0 +1,675 @@
+/* tests/gpu/kernels: every op of the backend table on the CUDA backend against the CPU backend
+ * (the oracle), on fresh random inputs (seeded from the clock unless PD_TEST_SEED is set; never
+ * zeros), with poisoned outputs (NaN / 0xff bytes), per-op tolerances, on the fixtures' shapes
+ * (hidden 512, 4 heads / 2 KV heads, head_dim 128) and Llama-3-8B's (hidden 4096, 32 / 8 heads,
+ * FFN 14336). Prints one line per case: op, shape, max error, tolerance, PASS/FAIL.
+ * Exits 77 (meson: SKIP) when there is no CUDA device, 1 when a case fails.
+ * Errors are max |gpu - cpu| / max |cpu| over the output, or a count of differing bytes / ids
+ * where the two must agree exactly.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend.h"
+#include "dtype.h"
+#include "kv_pool.h"
+#include "log.h"
+#include "model.h"
+#include "quant.h"
+
+static pd_backend_t *cpu, *gpu;
+static uint64_t rng_state;
+static int n_fail, n_cases;
+static bool small_only; /* PD_GPU_TEST_SMALL=1: fixture shapes only (for compute-sanitizer) */
+
+/* ==== helpers ==== */
+
+static uint64_t rng_next(void)
+{
+    uint64_t x = rng_state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return rng_state = x;
+}
+
+/* uniform in [-1, 1), never exactly 0 */
+static float rng_float(void)
+{
+    float f = (float)((rng_next() >> 40) & 0xffffff) / 8388608.0f - 1.0f;
+    return f == 0.0f ? 0.5f : f;
+}
+
+static void fill_f32(float *x, size_t n, float scale)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = rng_float() * scale;
+}
+
+static void *xmalloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    PD_ASSERT(p);
+    return p;
+}
+
+/* A buffer on both backends. */
+typedef struct {
+    void *c, *g;
+    size_t bytes;
+} pair_t;
+
+static void pair_ok(pd_status_t st)
+{
+    if (st != PD_OK) {
+        fprintf(stderr, "kernels: backend call failed: %s\n", pd_status_str(st));
+        exit(1);
+    }
+}
+
+static pair_t pair_new(size_t bytes, const void *host)
+{
+    pair_t p = {NULL, NULL, bytes};
+    pair_ok(cpu->ops->alloc(cpu, bytes, &p.c));
+    pair_ok(gpu->ops->alloc(gpu, bytes, &p.g));
+    if (host) {
+        pair_ok(cpu->ops->upload(cpu, p.c, host, bytes));
+        pair_ok(gpu->ops->upload(gpu, p.g, host, bytes));
+    } else { /* poison */
+        pair_ok(cpu->ops->memset(cpu, p.c, 0xff, bytes));
+        pair_ok(gpu->ops->memset(gpu, p.g, 0xff, bytes));
+    }
+    return p;
+}
+
+static void pair_free(pair_t *p)
+{
+    cpu->ops->free(cpu, p->c);
+    gpu->ops->free(gpu, p->g);
+}
+
+/* Downloads both sides (host copies, caller frees). */
+static void pair_get(const pair_t *p, void **c_p, void **g_p)
+{
+    *c_p = xmalloc(p->bytes);
+    *g_p = xmalloc(p->bytes);
+    pair_ok(cpu->ops->sync(cpu));
+    pair_ok(gpu->ops->sync(gpu));
+    pair_ok(cpu->ops->download(cpu, *c_p, p->c, p->bytes));
+    pair_ok(gpu->ops->download(gpu, *g_p, p->g, p->bytes));
+}
+
+/* max |g - c| / max |c| over n floats; NaN anywhere -> INFINITY */
+static double err_f32(const pair_t *p, size_t n)
+{
+    float *c, *g;
+    double num = 0.0, den = 0.0;
+    pair_get(p, (void **)&c, (void **)&g);
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(c[i]) || isnan(g[i])) {
+            num = INFINITY;
+            break;
+        }
+        num = fmax(num, fabs((double)g[i] - c[i]));
+        den = fmax(den, fabs((double)c[i]));
+    }
+    free(c);
+    free(g);
+    return den > 0.0 ? num / den : num;
+}
+
+/* differing bytes */
+static double err_bytes(const pair_t *p)
+{
+    uint8_t *c, *g;
+    size_t bad = 0;
+    pair_get(p, (void **)&c, (void **)&g);
+    for (size_t i = 0; i < p->bytes; i++)
+        bad += c[i] != g[i];
+    free(c);
+    free(g);
+    return (double)bad;
+}
+
+/* ||g - c||_2 / ||c||_2 over n floats (for chained fp8 ops, where one activation rounding flip
+ * shows up as a large element-wise error); NaN anywhere -> INFINITY */
+static double err_f32_l2(const pair_t *p, size_t n)
+{
+    float *c, *g;
+    double num = 0.0, den = 0.0;
+    pair_get(p, (void **)&c, (void **)&g);
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(c[i]) || isnan(g[i])) {
+            num = INFINITY;
+            break;
+        }
+        num += ((double)g[i] - c[i]) * ((double)g[i] - c[i]);
+        den += (double)c[i] * c[i];
+    }
+    free(c);
+    free(g);
+    return den > 0.0 ? sqrt(num / den) : sqrt(num);
+}
+
+static void report(const char *op, const char *shape, double err, double tol)
+{
+    bool ok = err <= tol;
+    n_cases++;
+    n_fail += !ok;
+    printf("%-12s %-44s %11.3e %9.1e  %s\n", op, shape, err, tol, ok ? "PASS" : "FAIL");
+    fflush(stdout);
+}
+
+/* ==== cases ==== */
+
+static void case_embed(int vocab, int d, int n)
+{
+    char shape[96];
+    uint16_t *table = xmalloc((size_t)vocab * d * 2);
+    int32_t *ids = xmalloc((size_t)n * 4);
+    for (size_t i = 0; i < (size_t)vocab * d; i++)
+        table[i] = pd_f32_to_bf16(rng_float());
+    for (int i = 0; i < n; i++)
+        ids[i] = (int32_t)(rng_next() % (uint64_t)vocab);
+    pair_t t = pair_new((size_t)vocab * d * 2, table), id = pair_new((size_t)n * 4, ids);
+    pair_t out = pair_new((size_t)n * d * 4, NULL);
+    cpu->ops->embed(cpu, out.c, t.c, id.c, n, d);
+    gpu->ops->embed(gpu, out.g, t.g, id.g, n, d);
+    snprintf(shape, sizeof shape, "vocab %d d %d n %d", vocab, d, n);
+    report("embed", shape, err_f32(&out, (size_t)n * d), 0.0);
+    pair_free(&t);
+    pair_free(&id);
+    pair_free(&out);
+    free(table);
+    free(ids);
+}
+
+static void case_rmsnorm(int n, int d, bool in_place)
+{
+    char shape[96];
+    float *x = xmalloc((size_t)n * d * 4);
+    uint16_t *w = xmalloc((size_t)d * 2);
+    fill_f32(x, (size_t)n * d, 3.0f);
+    for (int i = 0; i < d; i++)
+        w[i] = pd_f32_to_bf16(rng_float() + 1.5f);
+    pair_t px = pair_new((size_t)n * d * 4, x), pw = pair_new((size_t)d * 2, w);
+    pair_t out = in_place ? px : pair_new((size_t)n * d * 4, NULL);
+    cpu->ops->rmsnorm(cpu, out.c, px.c, pw.c, n, d, 1e-5f);
+    gpu->ops->rmsnorm(gpu, out.g, px.g, pw.g, n, d, 1e-5f);
+    snprintf(shape, sizeof shape, "n %d d %d%s", n, d, in_place ? " in place" : "");
+    report("rmsnorm", shape, err_f32(&out, (size_t)n * d), 1e-5);
+    if (!in_place)
+        pair_free(&out);
+    pair_free(&px);
+    pair_free(&pw);
+    free(x);
+    free(w);
+}
+
+static void case_add(size_t n)
+{
+    char shape[96];
+    float *x = xmalloc(n * 4), *y = xmalloc(n * 4);
+    fill_f32(x, n, 2.0f);
+    fill_f32(y, n, 2.0f);
+    pair_t px = pair_new(n * 4, x), py = pair_new(n * 4, y);
+    cpu->ops->add(cpu, px.c, py.c, n);
+    gpu->ops->add(gpu, px.g, py.g, n);
+    snprintf(shape, sizeof shape, "n %zu", n);
+    report("add", shape, err_f32(&px, n), 0.0);
+    pair_free(&px);
+    pair_free(&py);
+    free(x);
+    free(y);
+}
+
+static void case_rope(int n, int heads, int hd, int max_pos)
+{
+    char shape[96];
+    float *x = xmalloc((size_t)n * heads * hd * 4), *inv = xmalloc((size_t)hd / 2 * 4);
+    int32_t *pos = xmalloc((size_t)n * 4);
+    fill_f32(x, (size_t)n * heads * hd, 2.0f);
+    for (int j = 0; j < hd / 2; j++)
+        inv[j] = (float)pow(500000.0, -2.0 * j / hd);
+    for (int i = 0; i < n; i++)
+        pos[i] = (int32_t)(rng_next() % (uint64_t)max_pos);
+    pair_t px = pair_new((size_t)n * heads * hd * 4, x), pp = pair_new((size_t)n * 4, pos);
+    pair_t pi = pair_new((size_t)hd / 2 * 4, inv);
+    cpu->ops->rope(cpu, px.c, pp.c, pi.c, n, heads, hd);
+    gpu->ops->rope(gpu, px.g, pp.g, pi.g, n, heads, hd);
+    snprintf(shape, sizeof shape, "n %d heads %d hd %d pos<%d", n, heads, hd, max_pos);
+    report("rope", shape, err_f32(&px, (size_t)n * heads * hd), 2e-5);
+    pair_free(&px);
+    pair_free(&pp);
+    pair_free(&pi);
+    free(x);
+    free(inv);
+    free(pos);
+}
+
+static void case_silu_mul(int n, int f)
+{
+    char shape[96];
+    float *gu = xmalloc((size_t)n * 2 * f * 4);
+    fill_f32(gu, (size_t)n * 2 * f, 6.0f);
+    pair_t pg = pair_new((size_t)n * 2 * f * 4, gu), out = pair_new((size_t)n * f * 4, NULL);
+    cpu->ops->silu_mul(cpu, out.c, pg.c, n, f);
+    gpu->ops->silu_mul(gpu, out.g, pg.g, n, f);
+    snprintf(shape, sizeof shape, "n %d f %d", n, f);
+    report("silu_mul", shape, err_f32(&out, (size_t)n * f), 1e-6);
+    pair_free(&pg);
+    pair_free(&out);
+    free(gu);
+}
+
+/* Random weight (n, k) in fmt on both backends; returns the host copy through host_p. */
+static void weight_new(pd_wfmt_t fmt, int64_t n, int64_t k, pd_weight_t *wc, pd_weight_t *wg)
+{
+    uint16_t *src = xmalloc((size_t)(n * k) * 2);
+    pd_weight_t host;
+    for (int64_t i = 0; i < n * k; i++)
+        src[i] = pd_f32_to_bf16(rng_float() * 0.05f);
+    pair_ok(model_quantize_bf16(src, n, k, fmt, &host));
+    pair_ok(backend_weight_upload(cpu, &host, wc));
+    pair_ok(backend_weight_upload(gpu, &host, wg));
+    model_host_weight_free(&host);
+    free(src);
+}
+
+static void case_matmul(pd_wfmt_t fmt, int n, int64_t N, int64_t K, const char *what)
+{
+    static const double tol[] = {
+        [PD_WFMT_BF16] = 1e-5, [PD_WFMT_FP8] = 2e-3, [PD_WFMT_INT4] = 4e-3, [PD_WFMT_F32] = 1e-5};
+    char shape[96];
+    pd_weight_t wc, wg;
+    float *x = xmalloc((size_t)n * K * 4);
+    fill_f32(x, (size_t)n * K, 1.0f);
+    weight_new(fmt, N, K, &wc, &wg);
+    pair_t px = pair_new((size_t)n * K * 4, x), out = pair_new((size_t)n * N * 4, NULL);
+    cpu->ops->matmul(cpu, out.c, px.c, &wc, n);
+    gpu->ops->matmul(gpu, out.g, px.g, &wg, n);
+    snprintf(shape, sizeof shape, "%s %s n %d N %lld K %lld", quant_wfmt_name(fmt), what, n,
+             (long long)N, (long long)K);
+    /* GEMV paths (small n) compute in f32 for every format: tight; GEMMs as listed */
+    double t = n <= 8 && fmt != PD_WFMT_FP8 ? 1e-5 : tol[fmt];
+    report("matmul", shape, err_f32(&out, (size_t)n * N), t);
+    backend_weight_free(cpu, &wc);
+    backend_weight_free(gpu, &wg);
+    pair_free(&px);
+    pair_free(&out);
+    free(x);
+}
+
+/* A KV arena with n_pages pages whose every slot holds random K/V written through the CPU
+ * backend, copied byte for byte to the GPU. */
+static pair_t arena_new(const kv_layout_t *l, int n_pages)
+{
+    const int row = l->n_kv_heads * l->head_dim, n = l->page_tokens;
+    size_t bytes = (size_t)n_pages * l->page_bytes;
+    uint8_t *host = xmalloc(bytes);
+    float *k = xmalloc((size_t)n * row * 4), *v = xmalloc((size_t)n * row * 4);
+    int32_t *slots = xmalloc((size_t)n * 4);
+    for (size_t i = 0; i < bytes; i++)
+        host[i] = (uint8_t)rng_next();
+    for (int p = 0; p < n_pages; p++) {
+        for (int t = 0; t < n; t++)
+            slots[t] = p * n + t;
+        for (int layer = 0; layer < l->n_layers; layer++) {
+            fill_f32(k, (size_t)n * row, 2.0f);
+            fill_f32(v, (size_t)n * row, 2.0f);
+            cpu->ops->kv_write(cpu, host, l, layer, k, v, slots, n);
+        }
+    }
+    pair_t a = pair_new(bytes, host);
+    free(host);
+    free(k);
+    free(v);
+    free(slots);
+    return a;
+}
+
+static void case_kv_write(pd_kvfmt_t fmt, int kvh, int hd, int n)
+{
+    char shape[96];
+    kv_layout_t l;
+    kv_layout_init(&l, 2, kvh, hd, 16, fmt);
+    const int n_pages = (n + 15) / 16 + 3, row = kvh * hd;
+    pair_t a = arena_new(&l, n_pages);
+    float *k = xmalloc((size_t)n * row * 4), *v = xmalloc((size_t)n * row * 4);
+    int32_t *slots = xmalloc((size_t)n * 4), *perm = xmalloc((size_t)n_pages * 16 * 4);
+    fill_f32(k, (size_t)n * row, 4.0f);
+    fill_f32(v, (size_t)n * row, 4.0f);
+    for (int i = 0; i < n_pages * 16; i++)
+        perm[i] = i;
+    for (int i = n_pages * 16 - 1; i > 0; i--) {
+        int j = (int)(rng_next() % (uint64_t)(i + 1)), t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    memcpy(slots, perm, (size_t)n * 4);
+    pair_t pk = pair_new((size_t)n * row * 4, k), pv = pair_new((size_t)n * row * 4, v);
+    pair_t ps = pair_new((size_t)n * 4, slots);
+    cpu->ops->kv_write(cpu, a.c, &l, 1, pk.c, pv.c, ps.c, n);
+    gpu->ops->kv_write(gpu, a.g, &l, 1, pk.g, pv.g, ps.g, n);
+    snprintf(shape, sizeof shape, "%s kvh %d hd %d n %d (bytes differing)", kv_fmt_name(fmt), kvh,
+             hd, n);
+    report("kv_write", shape, err_bytes(&a), 0.0);
+    pair_free(&a);
+    pair_free(&pk);
+    pair_free(&pv);
+    pair_free(&ps);
+    free(k);
+    free(v);
+    free(slots);
+    free(perm);
+}
+
+/* n_seqs sequences with q_len[s] new rows and ctx[s] tokens of context each. */
+static void case_attention(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_seqs, const int *q_len,
+                           const int *ctx, bool hints, const char *what)
+{
+    char shape[128];
+    kv_layout_t l;
+    const int P = 16;
+    int max_pages = 1, total_pages = 0, n_rows = 0, max_ctx = 0;
+    kv_layout_init(&l, 2, kvh, hd, P, fmt);
+    for (int s = 0; s < n_seqs; s++) {
+        int np = (ctx[s] + P - 1) / P;
+        max_pages = np > max_pages ? np : max_pages;
+        total_pages += np;
+        n_rows += q_len[s];
+        max_ctx = ctx[s] > max_ctx ? ctx[s] : max_ctx;
+    }
+    int n_pages = total_pages + 2;
+    int32_t *perm = xmalloc((size_t)n_pages * 4), *bt = xmalloc((size_t)n_seqs * max_pages * 4);
+    int32_t *qs = xmalloc(((size_t)n_seqs + 1) * 4);
+    for (int i = 0; i < n_pages; i++)
+        perm[i] = i;
+    for (int i = n_pages - 1; i > 0; i--) {
+        int j = (int)(rng_next() % (uint64_t)(i + 1)), t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    int used = 0;
+    qs[0] = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        int np = (ctx[s] + P - 1) / P;
+        for (int i = 0; i < max_pages; i++)
+            bt[s * max_pages + i] = i < np ? perm[used + i] : 0;
+        used += np;
+        qs[s + 1] = qs[s] + q_len[s];
+    }
+    pair_t a = arena_new(&l, n_pages);
+    size_t qn = (size_t)n_rows * heads * hd;
+    float *q = xmalloc(qn * 4);
+    fill_f32(q, qn, 2.0f);
+    pair_t pq = pair_new(qn * 4, q), out = pair_new(qn * 4, NULL);
+    pair_t pqs = pair_new(((size_t)n_seqs + 1) * 4, qs), pctx = pair_new((size_t)n_seqs * 4, ctx);
+    pair_t pbt = pair_new((size_t)n_seqs * max_pages * 4, bt);
+    pd_attn_batch_t bc = {n_seqs, max_pages, pqs.c, pctx.c, pbt.c, 0, 0};
+    pd_attn_batch_t bg = {
+        n_seqs, max_pages, pqs.g, pctx.g, pbt.g, hints ? n_rows : 0, hints ? max_ctx : 0};
+    cpu->ops->attention(cpu, out.c, pq.c, a.c, &l, 1, &bc, heads);
+    gpu->ops->attention(gpu, out.g, pq.g, a.g, &l, 1, &bg, heads);
+    snprintf(shape, sizeof shape, "%s %s h %d/%d hd %d rows %d ctx<=%d", kv_fmt_name(fmt), what,
+             heads, kvh, hd, n_rows, max_ctx);
+    report("attention", shape, err_f32(&out, qn), 2e-5);
+    pair_free(&a);
+    pair_free(&pq);
+    pair_free(&out);
+    pair_free(&pqs);
+    pair_free(&pctx);
+    pair_free(&pbt);
+    free(perm);
+    free(bt);
+    free(qs);
+    free(q);
+}
+
+static void case_moe_route(int n, int E, int k, bool norm)
+{
+    char shape[96];
+    float *lg = xmalloc((size_t)n * E * 4);
+    fill_f32(lg, (size_t)n * E, 4.0f);
+    pair_t pl = pair_new((size_t)n * E * 4, lg), ids = pair_new((size_t)n * k * 4, NULL);
+    pair_t w = pair_new((size_t)n * k * 4, NULL);
+    cpu->ops->moe_route(cpu, ids.c, w.c, pl.c, n, E, k, norm);
+    gpu->ops->moe_route(gpu, ids.g, w.g, pl.g, n, E, k, norm);
+    snprintf(shape, sizeof shape, "n %d experts %d k %d%s (ids differing)", n, E, k,
+             norm ? " norm" : "");
+    report("moe_route", shape, err_bytes(&ids), 0.0);
+    snprintf(shape, sizeof shape, "n %d experts %d k %d%s (weights)", n, E, k, norm ? " norm" : "");
+    report("moe_route", shape, err_f32(&w, (size_t)n * k), 1e-5);
+    pair_free(&pl);
+    pair_free(&ids);
+    pair_free(&w);
+    free(lg);
+}
+
+static void case_moe_experts(pd_wfmt_t fmt, int n, int E, int k, int d, int f)
+{
+    char shape[96];
+    pd_weight_t *guc = xmalloc(sizeof(pd_weight_t) * E), *gug = xmalloc(sizeof(pd_weight_t) * E);
+    pd_weight_t *dc = xmalloc(sizeof(pd_weight_t) * E), *dg = xmalloc(sizeof(pd_weight_t) * E);
+    for (int e = 0; e < E; e++) {
+        weight_new(fmt, 2 * f, d, &guc[e], &gug[e]);
+        weight_new(fmt, d, f, &dc[e], &dg[e]);
+    }
+    float *x = xmalloc((size_t)n * d * 4), *lg = xmalloc((size_t)n * E * 4);
+    int32_t *ids = xmalloc((size_t)n * k * 4);
+    float *w = xmalloc((size_t)n * k * 4);
+    fill_f32(x, (size_t)n * d, 2.0f);
+    fill_f32(lg, (size_t)n * E, 4.0f);
+    cpu->ops->moe_route(cpu, ids, w, lg, n, E, k, true); /* host memory on the CPU backend */
+    pair_t px = pair_new((size_t)n * d * 4, x), pi = pair_new((size_t)n * k * 4, ids);
+    pair_t pw = pair_new((size_t)n * k * 4, w), out = pair_new((size_t)n * d * 4, NULL);
+    cpu->ops->moe_experts(cpu, out.c, px.c, pi.c, pw.c, guc, dc, n, k, d, f);
+    gpu->ops->moe_experts(gpu, out.g, px.g, pi.g, pw.g, gug, dg, n, k, d, f);
+    snprintf(shape, sizeof shape, "%s n %d experts %d k %d d %d f %d%s", quant_wfmt_name(fmt), n, E,
+             k, d, f, fmt == PD_WFMT_FP8 ? " (l2)" : "");
+    /* fp8: two W8A8 matmuls in a row; a rounding flip of an activation quantized to fp8 (one
+     * ulp, up to 2^-3 relative) shows through the second, so the error is measured in l2 */
+    if (fmt == PD_WFMT_FP8)
+        report("moe_experts", shape, err_f32_l2(&out, (size_t)n * d), 2e-3);
+    else
+        report("moe_experts", shape, err_f32(&out, (size_t)n * d),
+               fmt == PD_WFMT_INT4 ? 4e-3 : 1e-5);
+    for (int e = 0; e < E; e++) {
+        backend_weight_free(cpu, &guc[e]);
+        backend_weight_free(gpu, &gug[e]);
+        backend_weight_free(cpu, &dc[e]);
+        backend_weight_free(gpu, &dg[e]);
+    }
+    pair_free(&px);
+    pair_free(&pi);
+    pair_free(&pw);
+    pair_free(&out);
+    free(guc);
+    free(gug);
+    free(dc);
+    free(dg);
+    free(x);
+    free(lg);
+    free(ids);
+    free(w);
+}
+
+static void case_kv_tags(int n_pages, int n)
+{
+    char shape[96];
+    kv_layout_t l;
+    kv_layout_init(&l, 2, 2, 128, 16, PD_KV_FP8);
+    pair_t a = arena_new(&l, n_pages);
+    int32_t *pages = xmalloc((size_t)n * 4);
+    uint32_t *tags = xmalloc((size_t)n * 4), *exp = xmalloc((size_t)n * 4),
+             *cur = xmalloc((size_t)n * 4);
+    uint32_t *fc = xmalloc((size_t)n * 4), *fg = xmalloc((size_t)n * 4);
+    uint8_t *bc = xmalloc((size_t)n), *bg = xmalloc((size_t)n);
+    for (int i = 0; i < n; i++) { /* distinct pages */
+        pages[i] = (int32_t)(((uint64_t)i * 7919u) % (uint64_t)n_pages);
+        tags[i] = (uint32_t)rng_next();
+    }
+    cpu->ops->kv_stamp(cpu, a.c, &l, pages, tags, n);
+    gpu->ops->kv_stamp(gpu, a.g, &l, pages, tags, n);
+    snprintf(shape, sizeof shape, "pages %d n %d (bytes differing)", n_pages, n);
+    report("kv_stamp", shape, err_bytes(&a), 0.0);
+    for (int i = 0; i < n; i++) {
+        int kind = (int)(rng_next() % 3);
+        exp[i] = kind == 2 ? tags[i] + 1 : tags[i];
+        cur[i] = kind == 1 ? exp[i] + 5 : exp[i];
+    }
+    memset(fg, 0xff, (size_t)n * 4);
+    memset(bg, 0xff, (size_t)n);
+    cpu->ops->kv_check(cpu, bc, fc, a.c, &l, pages, exp, cur, n);
+    gpu->ops->kv_check(gpu, bg, fg, a.g, &l, pages, exp, cur, n);
+    size_t bad = 0;
+    for (int i = 0; i < n; i++)
+        bad += bc[i] != bg[i] || fc[i] != fg[i];
+    snprintf(shape, sizeof shape, "pages %d n %d (entries differing)", n_pages, n);
+    report("kv_check", shape, (double)bad, 0.0);
+    pair_free(&a);
+    free(pages);
+    free(tags);
+    free(exp);
+    free(cur);
+    free(fc);
+    free(fg);
+    free(bc);
+    free(bg);
+}
+
+static void case_kv_export(pd_kvfmt_t src_fmt, int layers, int kvh, int hd, int n_pages, int n)
+{
+    char shape[96];
+    kv_layout_t sl, dl;
+    kv_layout_init(&sl, layers, kvh, hd, 16, src_fmt);
+    kv_layout_init(&dl, layers, kvh, hd, 16, PD_KV_FP8);
+    pair_t a = arena_new(&sl, n_pages);
+    int32_t *pages = xmalloc((size_t)n * 4);
+    for (int i = 0; i < n; i++)
+        pages[i] = (int32_t)(rng_next() % (uint64_t)n_pages);
+    pair_t dst = pair_new((size_t)n * dl.page_bytes, NULL);
+    /* the bytes past the data and scales of a page are padding: start them equal */
+    void *zero = calloc(1, dst.bytes);
+    pair_ok(cpu->ops->upload(cpu, dst.c, zero, dst.bytes));
+    pair_ok(gpu->ops->upload(gpu, dst.g, zero, dst.bytes));
+    free(zero);
+    cpu->ops->kv_export(cpu, dst.c, &dl, a.c, &sl, pages, n);
+    gpu->ops->kv_export(gpu, dst.g, &dl, a.g, &sl, pages, n);
+    snprintf(shape, sizeof shape, "%s->fp8 layers %d kvh %d hd %d pages %d (bytes)",
+             kv_fmt_name(src_fmt), layers, kvh, hd, n);
+    report("kv_export", shape, err_bytes(&dst), 0.0);
+    pair_free(&a);
+    pair_free(&dst);
+    free(pages);
+}
+
+/* ==== main ==== */
+
+int main(void)
+{
+    const char *seed_env = getenv("PD_TEST_SEED");
+    pd_status_t st;
+
+    if ((st = backend_cuda_create(0, &gpu)) != PD_OK) {
+        printf("no CUDA device: GPU tests skipped\n");
+        return 77;
+    }
+    pair_ok(backend_cpu_create(0, &cpu));
+    rng_state = seed_env ? strtoull(seed_env, NULL, 0) : (uint64_t)time(NULL) * 2654435761u;
+    if (!rng_state)
+        rng_state = 1;
+    small_only = getenv("PD_GPU_TEST_SMALL") && atoi(getenv("PD_GPU_TEST_SMALL"));
+    printf("seed %llu (PD_TEST_SEED to repeat)%s\n", (unsigned long long)rng_state,
+           small_only ? ", fixture shapes only" : "");
+    printf("%-12s %-44s %11s %9s  %s\n", "op", "shape", "max err", "tol", "result");
+
+    case_embed(2048, 512, 37);
+    if (!small_only)
+        case_embed(8192, 4096, 64);
+    case_rmsnorm(37, 512, false);
+    if (!small_only)
+        case_rmsnorm(64, 4096, true);
+    case_rmsnorm(37 * 4, 128, true); /* q-norm shape */
+    case_add(37 * 512);
+    if (!small_only)
+        case_add((size_t)64 * 4096 + 3);
+    case_rope(37, 4, 128, 2048);
+    if (!small_only)
+        case_rope(64, 32, 128, 8192);
+    case_silu_mul(37, 1024);
+    if (!small_only)
+        case_silu_mul(64, 14336);
+
+    const pd_wfmt_t fmts[] = {PD_WFMT_BF16, PD_WFMT_FP8, PD_WFMT_INT4, PD_WFMT_F32};
+    for (int f = 0; f < 4; f++) {
+        case_matmul(fmts[f], 1, 1024, 512, "fixture qkv");
+        case_matmul(fmts[f], 5, 2048, 1024, "fixture down");
+        case_matmul(fmts[f], 37, 2048, 512, "fixture gate_up");
+        case_matmul(fmts[f], 200, 2048, 512, "fixture lm_head");
+        if (!small_only)
+            case_matmul(fmts[f], 1, 4096, 4096, "8B o");
+        if (!small_only)
+            case_matmul(fmts[f], 1, 4096, 14336, "8B down");
+        if (!small_only)
+            case_matmul(fmts[f], 12, 1024, 4096, "8B k");
+        if (!small_only)
+            case_matmul(fmts[f], 64, 4096, 14336, "8B down");
+        case_matmul(fmts[f], 3, 200, 384, "odd N");
+    }
+    if (!small_only)
+        case_matmul(PD_WFMT_FP8, 1, 28672, 4096, "8B gate_up");
+    if (!small_only)
+        case_matmul(PD_WFMT_INT4, 1, 28672, 4096, "8B gate_up");
+
+    const pd_kvfmt_t kfs[] = {PD_KV_BF16, PD_KV_FP8, PD_KV_F32};
+    for (int f = 0; f < 3; f++) {
+        case_kv_write(kfs[f], 2, 128, 37);
+        if (!small_only)
+            case_kv_write(kfs[f], 8, 128, 64);
+    }
+    for (int f = 0; f < 3; f++) {
+        const int pq[] = {37, 64}, pc[] = {37, 100};
+        case_attention(kfs[f], 4, 2, 128, 2, pq, pc, true, "prefill");
+        const int dq[] = {1, 1, 1, 1, 1}, dc[] = {1, 17, 300, 64, 999};
+        case_attention(kfs[f], 4, 2, 128, 5, dq, dc, f != 1, "decode");
+        const int q1[] = {1}, c1[] = {1024};
+        if (!small_only)
+            case_attention(kfs[f], 32, 8, 128, 1, q1, c1, true, "8B decode b1");
+        int q64[64], c64[64];
+        for (int i = 0; i < 64; i++) {
+            q64[i] = 1;
+            c64[i] = 1024 - (i % 7) * 3;
+        }
+        if (!small_only)
+            case_attention(kfs[f], 32, 8, 128, 64, q64, c64, true, "8B decode b64");
+        /* the generic kernel: group 8, and head_dim 64 */
+        case_attention(kfs[f], 16, 2, 128, 5, dq, dc, true, "group 8");
+        case_attention(kfs[f], 4, 2, 64, 2, pq, pc, true, "hd 64 prefill");
+        const int qm[] = {3, 1, 200}, cm[] = {50, 700, 200};
+        if (!small_only)
+            case_attention(kfs[f], 32, 8, 128, 3, qm, cm, true, "8B mixed");
+    }
+    case_moe_route(37, 8, 2, true);
+    if (!small_only)
+        case_moe_route(64, 128, 8, false);
+    case_moe_experts(PD_WFMT_BF16, 37, 8, 2, 512, 128);
+    case_moe_experts(PD_WFMT_FP8, 37, 8, 2, 512, 128);
+    case_moe_experts(PD_WFMT_INT4, 37, 8, 2, 512, 128);
+    case_moe_experts(PD_WFMT_BF16, 1, 8, 2, 512, 128);
+    case_kv_tags(64, 40);
+    if (!small_only)
+        case_kv_tags(5000, 4096);
+    case_kv_export(PD_KV_BF16, 4, 2, 128, 20, 7);
+    case_kv_export(PD_KV_F32, 4, 2, 128, 20, 7);
+    if (!small_only)
+        case_kv_export(PD_KV_BF16, 32, 8, 128, 8, 3);
+
+    printf("%d cases, %d failed\n", n_cases, n_fail);
+    backend_destroy(gpu);
+    backend_destroy(cpu);
+    return n_fail ? 1 : 0;
+}

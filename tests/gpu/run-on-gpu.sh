@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# run-on-gpu.sh [STEP...]: the whole GPU round on the device machine, from the repository root
+# with the carried folder .gpu/ (bin/: pdctl test_gpu_kernels gpu_bench; lib/, ucx/ from
+# collect-libs.sh; this script, check_reference.py, torch_decode_baseline.py). Logs go to $OUT.
+# Steps (default all): kernels memcheck greedy ppl bench baseline. BENCH="ops decode" limits
+# the benchmark (default all).
+set -uo pipefail
+G=${G:-$PWD/.gpu}
+OUT=${OUT:-/tmp/pdserve-gpu}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH=$G/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export UCX_MODULE_DIR=$G/ucx PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
+steps=${*:-kernels memcheck greedy ppl bench baseline}
+rc=0
+step() { # name timeout cmd...
+    local name=$1 t=$2; shift 2
+    echo "=== $name: $*" | tee -a "$OUT/summary.log"
+    local t0=$SECONDS
+    timeout "$t" "$@" 2>&1 | tee "$OUT/$name.log"
+    local r=${PIPESTATUS[0]}
+    echo "=== $name: rc $r, $((SECONDS - t0)) s" | tee -a "$OUT/summary.log"
+    [ "$r" = 0 ] || rc=1
+}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
+for s in $steps; do
+    case $s in
+    kernels) step kernels 240 "$G/bin/test_gpu_kernels" ;;
+    memcheck) PD_GPU_TEST_SMALL=1 step memcheck 240 compute-sanitizer --tool memcheck \
+        --error-exitcode 3 "$G/bin/test_gpu_kernels" ;;
+    greedy) step greedy 240 python3 "$G/check_reference.py" greedy --pdctl "$G/bin/pdctl" \
+        --models deploy/models --kv f32 bf16 ;;
+    ppl) step ppl 300 python3 "$G/check_reference.py" ppl --pdctl "$G/bin/pdctl" \
+        --models deploy/models --text tests/data/tinyshakespeare-val.txt ;;
+    bench) step bench 400 "$G/bin/gpu_bench" ${BENCH:-all} ;;
+    baseline) step baseline 300 python3 "$G/torch_decode_baseline.py" ;;
+    *) echo "unknown step $s"; rc=2 ;;
+    esac
+done
+exit $rc
