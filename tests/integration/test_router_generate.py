@@ -1,0 +1,205 @@
+"""Issue 4: Generate through a real router / prefill / decode cluster (deploy/local.yaml, CPU).
+
+- BF16 weights and f32 KV on both roles: the streamed ids equal transformers' greedy ids
+  (reference.json) for every case, prompt sent as token_ids and as text; tiny-llama and tiny-moe.
+- BF16 KV on both roles: equal to the single-process `pdctl generate --kv bf16`. Not to
+  transformers: BF16 KV rounds K and V, and on one of the 8 tiny-moe cases that flips a greedy
+  choice within the 48 tokens (pdctl agrees with the cluster there; float32 transformers does not).
+- GetModelInfo, Tokenize (== `pdctl tokenize`), Abort of a running request, stop strings, usage,
+  bad input (each with its gRPC status; the router keeps serving afterwards).
+Run by meson with /usr/bin/python3; argv[1] is pdctl."""
+import json
+import os
+import subprocess
+import tempfile
+import threading
+import time
+
+from cluster_testlib import (TEMPLATE_1, all_nodes, channel, check, cluster, finish, generate,
+                             model_template, pb, pb_grpc, pdctl_local, reference, sampling,
+                             wait_pages_free, PDCTL, model_dir)
+import grpc
+
+TMP = tempfile.mkdtemp(prefix="pd-test-router-")
+MAX = 48
+
+
+def start(model, **keys):
+    tpl = model_template(TEMPLATE_1, model, TMP)
+    return cluster.Cluster(tpl, overrides=all_nodes(tpl, **keys))
+
+
+def check_reference(model):
+    """f32 KV, BF16 weights: token for token equal to transformers' greedy ids."""
+    ref = reference(model)
+    with start(model, weights="bf16", kv="f32") as c:
+        stub = pb_grpc.InferenceStub(channel(c.router_addr))
+        for i, case in enumerate(ref["cases"]):
+            for how, req in (("ids", {"token_ids": case["input_ids"]}),
+                             ("text", {"text": case["prompt"]})):
+                r = generate(stub, sampling=sampling(MAX, ignore_eos=True), **req)
+                check("%s-f32-case%d-%s" % (model, i, how),
+                      r.code == grpc.StatusCode.OK and r.ids == case["greedy_ids"] and
+                      r.finish_reason == "length" and r.usage == (len(case["input_ids"]), MAX),
+                      "%s %s got %s want %s usage %s" % (r.code, r.details, r.ids,
+                                                         case["greedy_ids"], r.usage))
+        if model == "tiny-llama":
+            check_api(c, stub, ref)
+
+
+def check_bf16_kv(model):
+    """BF16 KV on both roles: equal to the single-process run with --kv bf16."""
+    ref = reference(model)
+    with start(model, weights="bf16", kv="bf16") as c:
+        stub = pb_grpc.InferenceStub(channel(c.router_addr))
+        differ = 0
+        for i, case in enumerate(ref["cases"]):
+            want = pdctl_local(model, case["prompt"], MAX, weights="bf16", kv="bf16")
+            r = generate(stub, text=case["prompt"], sampling=sampling(MAX, ignore_eos=True))
+            check("%s-bf16kv-case%d" % (model, i),
+                  r.code == grpc.StatusCode.OK and r.ids == want["output_ids"] and
+                  want["input_ids"] == case["input_ids"],
+                  "%s %s got %s want %s" % (r.code, r.details, r.ids, want["output_ids"]))
+            differ += r.ids != case["greedy_ids"]
+        # documented, not required: bf16 KV moves 0 (llama) / 1 (moe) of 8 cases off transformers
+        print("info %s bf16 kv: %d of %d cases differ from transformers (float32)"
+              % (model, differ, len(ref["cases"])))
+        check("%s-bf16kv-near-transformers" % model, differ <= 1, differ)
+
+
+def raw_generate(ch, raw, timeout=30):
+    """Generate with an already serialized request (bytes); returns (code, details)."""
+    call = ch.unary_stream("/pdserve.v1.Inference/Generate", request_serializer=None,
+                           response_deserializer=pb.GenerateResponse.FromString)
+    try:
+        for _ in call(raw, timeout=timeout):
+            pass
+        return grpc.StatusCode.OK, ""
+    except grpc.RpcError as e:
+        return e.code(), e.details() or ""
+
+
+def check_api(c, stub, ref):
+    case = ref["cases"][0]
+    # ---- GetModelInfo ----
+    mi = stub.GetModelInfo(pb.ModelInfoRequest(), timeout=10)
+    check("model-info", mi.model_name == "tiny-llama" and mi.architecture == "LlamaForCausalLM"
+          and mi.context_length == 2048 and mi.vocab_size == 2048 and mi.page_tokens == 16 and
+          mi.prefill_weights == "bf16" and mi.decode_kv == "f32", mi)
+    # ---- Tokenize ----
+    for tc in ref["tokenizer_cases"] + [{"text": case["prompt"]}]:
+        for nobos in (False, True):
+            got = list(stub.Tokenize(pb.TokenizeRequest(text=tc["text"],
+                                                        no_special_tokens=nobos),
+                                     timeout=10).token_ids)
+            args = [PDCTL, "tokenize", "--model", model_dir("tiny-llama")] + \
+                (["--no-bos"] if nobos else []) + [tc["text"]]
+            want = json.loads(subprocess.run(args, capture_output=True, text=True,
+                                             check=True).stdout)["ids"]
+            check("tokenize-%r-nobos=%d" % (tc["text"][:12], nobos), got == want,
+                  "%s vs %s" % (got, want))
+    # ---- usage, text ----
+    r = generate(stub, token_ids=case["input_ids"], sampling=sampling(MAX, ignore_eos=True),
+                 request_id="usage-1")
+    check("usage", r.usage == (len(case["input_ids"]), MAX) and r.request_id == "usage-1" and
+          r.text == case["greedy_text"], "%s %r vs %r" % (r.usage, r.text, case["greedy_text"]))
+    full_text = r.text
+    # ---- stop strings ----
+    stop = full_text[12:16]
+    cut = full_text.find(stop)
+    r = generate(stub, token_ids=case["input_ids"],
+                 sampling=sampling(MAX, ignore_eos=True, stop=["never-in-output", stop]))
+    check("stop-string", r.code == grpc.StatusCode.OK and r.finish_reason == "stop" and
+          r.text == full_text[:cut] and stop not in r.text and
+          r.usage == (len(case["input_ids"]), len(r.ids)) and len(r.ids) < MAX,
+          "stop %r: %r (%s) want %r" % (stop, r.text, r.finish_reason, full_text[:cut]))
+    r = generate(stub, token_ids=case["input_ids"],
+                 sampling=sampling(MAX, ignore_eos=True, stop=["no such text \x01"]))
+    check("stop-string-never-hit", r.text == full_text and r.ids == case["greedy_ids"] and
+          r.finish_reason == "length", "%r (%s)" % (r.text, r.finish_reason))
+    # ---- abort a running request ----
+    rid = "abort-me-1"
+    box = {}
+
+    def long_run():
+        box["r"] = generate(stub, token_ids=case["input_ids"], request_id=rid,
+                            sampling=sampling(1500, ignore_eos=True), timeout=120)
+    t = threading.Thread(target=long_run)
+    t.start()
+    found, end = False, time.time() + 20
+    time.sleep(0.5)
+    while not found and time.time() < end:
+        found = stub.Abort(pb.AbortRequest(request_id=rid), timeout=10).found
+        if not found:
+            time.sleep(0.05)
+    t.join(60)
+    r = box.get("r")
+    check("abort", found and r is not None and r.code == grpc.StatusCode.OK and
+          r.finish_reason == "abort" and 0 < len(r.ids) < 1500,
+          "found %s, %s" % (found, r and (r.code, r.details, r.finish_reason, len(r.ids))))
+    check("abort-unknown", not stub.Abort(pb.AbortRequest(request_id="nope"), timeout=10).found)
+    # ---- bad input ----
+    INV = grpc.StatusCode.INVALID_ARGUMENT
+    ok_s = sampling(4)
+    bad = [
+        ("max-tokens-0", {"text": "hello", "sampling": sampling(0)}, INV, "max_tokens"),
+        ("no-sampling", {"text": "hello"}, INV, "max_tokens"),
+        ("empty-prompt", {"text": "", "sampling": ok_s}, INV, "empty"),
+        ("too-long", {"token_ids": [5] * 2048, "sampling": ok_s}, INV, "2048"),
+        ("token-range-high", {"token_ids": [5, 2048], "sampling": ok_s}, INV, "vocabulary"),
+        ("token-range-neg", {"token_ids": [5, -1], "sampling": ok_s}, INV, "vocabulary"),
+        ("temperature-neg", {"text": "a", "sampling": sampling(4, temperature=-0.5)}, INV, ""),
+        ("temperature-nan", {"text": "a", "sampling": sampling(4, temperature=float("nan"))},
+         INV, ""),
+        ("top-p-high", {"text": "a", "sampling": sampling(4, top_p=1.5)}, INV, "top_p"),
+        ("top-p-neg", {"text": "a", "sampling": sampling(4, top_p=-0.1)}, INV, "top_p"),
+        ("top-k-neg", {"text": "a", "sampling": sampling(4, top_k=-3)}, INV, "top_k"),
+    ]
+    for name, req, code, word in bad:
+        r = generate(stub, timeout=30, **req)
+        check("bad-" + name, r.code == code and word in r.details and not r.ids,
+              "%s %r" % (r.code, r.details))
+    # too long: the message names the limit
+    r = generate(stub, token_ids=[5] * 3000, sampling=ok_s)
+    check("too-long-names-limit", r.code == INV and "2048" in r.details and "2047" in r.details,
+          r.details)
+    # invalid UTF-8: patch the serialized bytes of a valid request
+    ch = channel(c.router_addr)
+    good = pb.GenerateRequest(text="XXXXXX", sampling=ok_s).SerializeToString()
+    for name, bad_bytes in (("ff", b"ab\xffcde"), ("overlong", b"a\xc0\xafbcd"),
+                            ("truncated", b"abcd\xe2\x82")):
+        raw = good.replace(b"XXXXXX", bad_bytes)
+        code, details = raw_generate(ch, raw)
+        check("bad-utf8-" + name, code == INV and "UTF-8" in details, "%s %r" % (code, details))
+    tok = ch.unary_unary("/pdserve.v1.Inference/Tokenize", request_serializer=None,
+                         response_deserializer=pb.TokenizeResponse.FromString)
+    try:
+        tok(pb.TokenizeRequest(text="XXXXXX").SerializeToString().replace(b"XXXXXX",
+                                                                          b"ab\xffcde"),
+            timeout=10)
+        check("tokenize-bad-utf8", False, "accepted")
+    except grpc.RpcError as e:
+        check("tokenize-bad-utf8", e.code() == INV and "UTF-8" in (e.details() or ""),
+              e.details())
+    ch.close()
+    # the router keeps serving, and nothing leaked on the nodes
+    r = generate(stub, token_ids=case["input_ids"], sampling=sampling(MAX, ignore_eos=True))
+    check("serves-after-bad-input", r.code == grpc.StatusCode.OK and
+          r.ids == case["greedy_ids"], "%s %s" % (r.code, r.details))
+    used = wait_pages_free(c)
+    check("pages-free-after-api", all(v == 0 for v in used.values()), used)
+
+
+def main():
+    for model in ("tiny-llama", "tiny-moe"):
+        t = time.time()
+        check_reference(model)
+        print("info %s f32 kv: %.1f s" % (model, time.time() - t), flush=True)
+        t = time.time()
+        check_bf16_kv(model)
+        print("info %s bf16 kv: %.1f s" % (model, time.time() - t), flush=True)
+    finish()
+
+
+if __name__ == "__main__":
+    main()
