@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # run-on-gpu.sh [STEP...]: the whole GPU round on the device machine, from the repository root
-# with the carried folder .gpu/ (bin/: pdctl test_gpu_kernels gpu_bench; lib/, ucx/ from
+# with the carried folder .gpu/ (bin/: pdctl router prefill-node decode-node test_gpu_kernels
+# gpu_bench; lib/, ucx/ from
 # collect-libs.sh; this script, check_reference.py, torch_decode_baseline.py). Logs go to $OUT.
-# Steps (default all): kernels memcheck greedy ppl bench baseline. BENCH="ops decode" limits
+# Steps (default all): kernels memcheck greedy ppl cluster bench baseline. BENCH="ops decode" limits
 # the benchmark (default all).
 set -uo pipefail
 G=${G:-$PWD/.gpu}
@@ -10,7 +11,7 @@ OUT=${OUT:-/tmp/pdserve-gpu}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH=$G/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export UCX_MODULE_DIR=$G/ucx PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
-steps=${*:-kernels memcheck greedy ppl bench baseline}
+steps=${*:-kernels memcheck greedy ppl cluster bench baseline}
 rc=0
 step() { # name timeout cmd...
     local name=$1 t=$2; shift 2
@@ -31,6 +32,7 @@ for s in $steps; do
         --models deploy/models --kv f32 bf16 ;;
     ppl) step ppl 300 python3 "$G/check_reference.py" ppl --pdctl "$G/bin/pdctl" \
         --models deploy/models --text tests/data/tinyshakespeare-val.txt ;;
+    cluster) step cluster 400 python3 "$G/check_cluster.py" "$G/bin" --models deploy/models ;;
     bench) step bench 400 "$G/bin/gpu_bench" ${BENCH:-all} ;;
     baseline) step baseline 300 python3 "$G/torch_decode_baseline.py" ;;
     *) echo "unknown step $s"; rc=2 ;;
