@@ -730,8 +730,14 @@ pd_status_t decode_node_create(uv_loop_t *loop, const cluster_config_t *cfg,
     tp.name = node->name;
     if ((st = kv_transport_ucx_create(loop, &tp, &dn->tr)) != PD_OK)
         goto err;
-    if ((st = kv_transport_listen(dn->tr, node->host, node->ucx_port, &dn->ucx_port)) != PD_OK)
-        goto err;
+    if ((st = kv_transport_listen(dn->tr, node->host, node->ucx_port, &dn->ucx_port)) != PD_OK) {
+        /* UCX 1.13 cannot set SO_REUSEADDR: after a restart the port can sit in TIME_WAIT for a
+         * minute. Prefill nodes learn the address from each reservation, so any port will do. */
+        pd_log_warn("%s: ucx port %d busy (TIME_WAIT after a restart?): using an ephemeral port",
+                    node->name, node->ucx_port);
+        if ((st = kv_transport_listen(dn->tr, node->host, 0, &dn->ucx_port)) != PD_OK)
+            goto err;
+    }
     if ((st = kv_transport_set_am_handler(dn->tr, NODE_AM_KV_DONE, decode__am_kv_done, dn)))
         goto err;
     if ((st = grpc_server_create(loop, NULL, &dn->srv)) != PD_OK)

@@ -739,12 +739,6 @@ static pd_status_t ucx_context_init(ucx_transport_t *u)
         pd_log_error("%s: ucp_config_read: %s", u->base.name, ucs_status_string(s));
         return PD_ERR_TRANSPORT;
     }
-    /* a restarted node binds its listener port again at once (the old socket may be in
-     * TIME_WAIT); the user's UCX_TCP_CM_REUSEADDR wins when set */
-    if (!getenv("UCX_TCP_CM_REUSEADDR") &&
-        ucp_config_modify(config, "TCP_CM_REUSEADDR", "y") != UCS_OK)
-        pd_log_warn("%s: cannot set TCP_CM_REUSEADDR: a quick restart may find the port busy",
-                    u->base.name);
     ucp_params_t p = {
         .field_mask = UCP_PARAM_FIELD_FEATURES,
         .features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
