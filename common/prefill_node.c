@@ -44,6 +44,7 @@ typedef struct pjob {
     pd_status_t error; /* first transport error */
     int32_t first;
     pd_status_t prefill_status;
+    int64_t write_deadline_ms; /* no put is posted after this: the reservation's lease ends */
     uint8_t **staging;
     int n_staging;
 } pjob_t;
@@ -147,6 +148,8 @@ static void prefill__put(void *arg)
     PD_ASSERT(s);
     j->staging = s;
     j->staging[j->n_staging++] = m->staging;
+    if (j->error == PD_OK && node_now_ms() > j->write_deadline_ms)
+        j->error = PD_ERR_RESOURCE; /* the decode node may hand these pages to others now */
     for (int i = 0; i < m->n && j->error == PD_OK; i++) {
         const kv_page_ref_t *r = &j->dst_pages[m->first + i];
         pd_status_t st = kv_transport_put(j->peer->ep, m->staging + (size_t)i * pb, pb,
@@ -164,6 +167,10 @@ static void prefill__done(void *arg)
 {
     pjob_t *j = arg;
     pd_status_t st;
+    if (j->prefill_status == PD_ERR_RESOURCE || j->error == PD_ERR_RESOURCE) {
+        prefill__fail(j, PD_ERR_RESOURCE, "kv lease ended before the pages were written");
+        return;
+    }
     if (j->prefill_status != PD_OK) {
         prefill__fail(j, j->prefill_status, "prefill failed");
         return;
@@ -214,6 +221,11 @@ static void prefill__run(compute_t *c, engine_t *e, void *arg)
 {
     pjob_t *j = arg;
     kv_seq_t kv;
+    if (node_now_ms() > j->write_deadline_ms) { /* queued too long: skip the work */
+        j->prefill_status = PD_ERR_RESOURCE;
+        compute_post(c, prefill__done, j);
+        return;
+    }
     j->prefill_status = engine_prefill(e, j->tokens, j->n_tokens, &j->gp, prefill__pages, j,
                                        &j->first, &kv);
     if (j->prefill_status == PD_OK) {
@@ -331,6 +343,10 @@ static void prefill__rpc_prefill(grpc_call_t *call, const ProtobufCMessage *msg,
     j->pn = pn;
     j->call = call;
     j->refs = 1;
+    /* the decode node reserved the pages just before this call with the cluster's lease_ms and
+     * reuses them once it ends: write only in its first half, the rest covers the reserve ->
+     * prefill hop and the puts in flight */
+    j->write_deadline_ms = node_now_ms() + pn->cfg->transport.lease_ms / 2;
     memcpy(j->tokens, req->token_ids, req->n_token_ids * sizeof *j->tokens);
     j->n_tokens = (int)req->n_token_ids;
     j->gp.max_tokens = 1;

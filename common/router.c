@@ -426,6 +426,14 @@ static void rreq_prefill_done(void *arg, int code, const char *msg, ProtobufCMes
     }
     if (resp)
         protobuf_c_message_free_unpacked(resp, NULL);
+    if (code == GRPC_RESOURCE_EXHAUSTED && node_now_ms() < q->deadline_ms) {
+        /* the prefill node was too busy to write before the reservation's lease ended: both
+         * nodes are fine, take a fresh reservation */
+        pd_log_info("request %s: %s; reserving again", q->request_id, msg ? msg : "lease ended");
+        rreq_release(q);
+        rreq_reserve(q);
+        return;
+    }
     if ((code == GRPC_UNAVAILABLE || code == GRPC_DEADLINE_EXCEEDED) &&
         node_now_ms() < q->deadline_ms) {
         /* the prefill node died or the transfer failed: the reservation's pages may have been
