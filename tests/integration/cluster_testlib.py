@@ -49,13 +49,19 @@ def reference(name):
         return json.load(f)
 
 
-def model_template(template, model, tmp_dir):
-    """template with its model line set to deploy/models/MODEL (a copy in tmp_dir)."""
+def model_template(template, model, tmp_dir, lease_ms=None):
+    """template with its model line set to deploy/models/MODEL (and transport.lease_ms set):
+    a copy in tmp_dir."""
     with open(template) as f:
         text = f.read()
-    lines = [("model: %s" % model_dir(model)) if ln.startswith("model:") else ln
-             for ln in text.splitlines()]
-    out = os.path.join(tmp_dir, "%s-%s" % (model, os.path.basename(template)))
+    lines = []
+    for ln in text.splitlines():
+        if ln.startswith("model:"):
+            ln = "model: %s" % model_dir(model)
+        elif lease_ms is not None and ln.strip().startswith("lease_ms:"):
+            ln = "  lease_ms: %d" % lease_ms
+        lines.append(ln)
+    out = os.path.join(tmp_dir, "%s-%s-%s" % (model, lease_ms, os.path.basename(template)))
     with open(out, "w") as f:
         f.write("\n".join(lines) + "\n")
     return out
