@@ -248,6 +248,8 @@ static void cpu_matmul(pd_backend_t *be, float *out, const float *x, const pd_we
 
 /* ==== paged KV ==== */
 
+static float cpu_fp8_table[256]; /* filled by backend_cpu_create (idempotent) */
+
 static void cpu__kv_store(const kv_layout_t *l, uint8_t *page, int layer, int side, int tok,
                           const float *src /* (n_kv_heads, head_dim) */)
 {
@@ -296,7 +298,7 @@ static void cpu__kv_load(const kv_layout_t *l, const uint8_t *page, int layer, i
     } else {
         float s = ((const float *)(page + kv_layout_scale_off(l, layer, side)))[(size_t)tok * H + h];
         for (int d = 0; d < D; d++)
-            dst[d] = pd_fp8_to_f32(data[base + d]) * s;
+            dst[d] = cpu_fp8_table[data[base + d]] * s;
     }
 }
 
@@ -556,7 +558,7 @@ pd_status_t backend_cpu_create(int n_threads, pd_backend_t **be_p)
         return st;
     }
     for (int i = 0; i < 256; i++)
-        c->fp8_lut[i] = pd_fp8_to_f32((uint8_t)i);
+        c->fp8_lut[i] = cpu_fp8_table[i] = pd_fp8_to_f32((uint8_t)i);
     be->ops = &cpu_ops;
     be->impl = c;
     be->n_threads = threadpool_size(c->pool);

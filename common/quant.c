@@ -124,12 +124,15 @@ void quant_dequant_row(float *out, const pd_weight_t *w, int64_t r)
     case PD_WFMT_INT4: {
         const int64_t ng = k / QUANT_INT4_GROUP;
         const uint8_t *q = (const uint8_t *)w->data + r * (k / 2);
-        for (int64_t i = 0; i < k; i++) {
-            int64_t g = i / QUANT_INT4_GROUP;
+        for (int64_t g = 0; g < ng; g++) {
             float s = pd_bf16_to_f32(((const uint16_t *)w->scales)[r * ng + g]);
-            int z = ((const uint8_t *)w->zeros)[r * ng + g];
-            int v = (i & 1) ? (q[i / 2] >> 4) : (q[i / 2] & 15);
-            out[i] = (float)(v - z) * s;
+            float z = (float)((const uint8_t *)w->zeros)[r * ng + g];
+            const uint8_t *qg = q + g * (QUANT_INT4_GROUP / 2);
+            float *o = out + g * QUANT_INT4_GROUP;
+            for (int i = 0; i < QUANT_INT4_GROUP / 2; i++) {
+                o[2 * i] = ((float)(qg[i] & 15) - z) * s;
+                o[2 * i + 1] = ((float)(qg[i] >> 4) - z) * s;
+            }
         }
         break;
     }
