@@ -113,6 +113,88 @@ with tempfile.TemporaryDirectory() as tmp:
                  ["q3"])
     expect_error("unknown command", ["frobnicate"], ["frobnicate"])
 
+    # ---- quantized checkpoints (issue 3) ----
+    q4 = os.path.join(tmp, "q4")
+    rc, out, err = run(["quantize", "--model", LLAMA, "--format", "int4", "--out", q4])
+    ok = rc == 0 and json.loads(out)["format"] == "int4"
+    cfg = json.load(open(os.path.join(q4, "config.json")))
+    ok = ok and cfg["quantization_config"]["format"] == "int4"
+    # the checkpoint read back gives exactly what quantizing at load gives
+    la, lb = os.path.join(tmp, "a.bin"), os.path.join(tmp, "b.bin")
+    ra = run(["generate", "--model", q4, "--prompt", "First Citizen:", "--max-tokens", "8", "--json",
+              "--logits-out", la])
+    rb = run(["generate", "--model", LLAMA, "--weights", "int4", "--prompt", "First Citizen:",
+              "--max-tokens", "8", "--json", "--logits-out", lb])
+    ok = ok and ra[0] == 0 and rb[0] == 0 and ra[1] == rb[1] and open(la, "rb").read() == open(lb, "rb").read()
+    print(f"{'ok ' if ok else 'FAIL'} quantize int4, read back == quantize at load (ids and logits)")
+    if not ok:
+        failures.append("quantize roundtrip")
+    expect_error("quantized checkpoint, other format", ["generate", "--model", q4, "--weights", "fp8",
+                                                        "--prompt", "x", "--max-tokens", "1"], ["int4"])
+    # a quantized checkpoint with a scale tensor missing
+    def drop_scales(h, data):
+        name = "model.layers.0.mlp.down_proj.scales"
+        b, e = h[name]["data_offsets"]
+        del h[name]
+        for k, v in h.items():
+            if k != "__metadata__" and v["data_offsets"][0] >= e:
+                v["data_offsets"] = [v["data_offsets"][0] - (e - b), v["data_offsets"][1] - (e - b)]
+        return h, data[:b] + data[e:]
+    raw_q = open(os.path.join(q4, "model.safetensors"), "rb").read()
+    n = struct.unpack("<Q", raw_q[:8])[0]
+    h = json.loads(raw_q[8:8 + n])
+    h, data = drop_scales(h, raw_q[8 + n:])
+    hb = json.dumps(h).encode()
+    hb += b" " * (-len(hb) % 8)
+    qbad = os.path.join(tmp, "qbad")
+    shutil.copytree(q4, qbad)
+    open(os.path.join(qbad, "model.safetensors"), "wb").write(struct.pack("<Q", len(hb)) + hb + data)
+    expect_error("quantized checkpoint missing a scale tensor",
+                 ["generate", "--model", qbad, "--prompt", "x", "--max-tokens", "1"],
+                 ["model.layers.0.mlp.down_proj.scales"])
+    # K not a multiple of 128: a model whose intermediate size is 1000
+    odd = model_copy(tmp, "odd", lambda t: t)
+    os.remove(os.path.join(odd, "model.safetensors"))
+    def shrink(h, data):
+        out, parts, off = {}, [], 0
+        for k, v in sorted(h.items(), key=lambda kv: kv[1]["data_offsets"][0] if kv[0] != "__metadata__" else -1):
+            if k == "__metadata__":
+                out[k] = v
+                continue
+            b, e = v["data_offsets"]
+            blob = data[b:e]
+            shape = list(v["shape"])
+            if k.endswith("down_proj.weight"):  # (512, 1024) -> (512, 1000)
+                rows = [blob[r * 2048:r * 2048 + 2000] for r in range(512)]
+                blob, shape = b"".join(rows), [512, 1000]
+            elif k.endswith(("gate_proj.weight", "up_proj.weight")):
+                blob, shape = blob[:1000 * 1024], [1000, 512]
+            out[k] = {"dtype": v["dtype"], "shape": shape, "data_offsets": [off, off + len(blob)]}
+            parts.append(blob)
+            off += len(blob)
+        return out, b"".join(parts)
+    open(os.path.join(odd, "model.safetensors"), "wb").write(rewrite_header(shrink))
+    with open(os.path.join(odd, "config.json")) as f:
+        c = json.load(f)
+    c["intermediate_size"] = 1000
+    json.dump(c, open(os.path.join(odd, "config.json"), "w"))
+    expect_error("int4 with K not a multiple of 128",
+                 ["quantize", "--model", odd, "--format", "int4", "--out", os.path.join(tmp, "q-odd")],
+                 ["down_proj", "128"])
+    expect_error("unknown quantize format", ["quantize", "--model", LLAMA, "--format", "int3", "--out",
+                                             os.path.join(tmp, "q3")], ["int3"])
+    rc, out, err = run(["kv-plan", "--model", LLAMA, "--budget", "64MiB", "--json"])
+    plan = json.loads(out) if rc == 0 else []
+    ok = rc == 0 and [p["kv"] for p in plan] == ["bf16", "fp8"] and plan[0]["bytes_per_token"] == 4096 \
+        and plan[1]["bytes_per_token"] == 2112 and plan[1]["pages"] > plan[0]["pages"]
+    print(f"{'ok ' if ok else 'FAIL'} kv-plan: bytes per token (scales included), pages, tokens")
+    if not ok:
+        failures.append("kv-plan")
+    expect_error("kv budget too small for one page", ["kv-plan", "--model", LLAMA, "--budget", "1000"],
+                 ["holds no page"])
+    expect_error("engine kv budget too small", ["generate", "--model", LLAMA, "--kv-budget", "1KiB",
+                                                "--prompt", "x", "--max-tokens", "1"], ["holds"])
+
     rc, out, err = run(["tokenize", "--model", LLAMA, "First Citizen:"])
     ok = rc == 0 and json.loads(out)["ids"][0] == 0
     rc2, out2, _ = run(["tokenize", "--model", LLAMA, "--no-bos", "First Citizen:"])
