@@ -83,6 +83,7 @@ class Result:
         self.finish_reason, self.usage, self.request_id = "", None, ""
         self.code, self.details = grpc.StatusCode.OK, ""
         self.first_s = None
+        self.end = None  # time.time() when the stream ended
 
 
 def sampling(max_tokens, **kw):
@@ -110,6 +111,7 @@ def generate(stub, timeout=120, on_msg=None, **req):
                 on_msg(call, r)
     except grpc.RpcError as e:
         r.code, r.details = e.code(), e.details() or ""
+    r.end = time.time()
     return r
 
 

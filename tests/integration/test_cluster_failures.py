@@ -1,0 +1,277 @@
+"""Failures on a real cluster (DESIGN.md, request flow step 6). Run with /usr/bin/python3; argv[1]
+is pdctl.
+
+(a) kill -9 of a decode node (2p2d) while streams run on it: those end with UNAVAILABLE naming the
+    node, well within their deadline; the others finish; new requests succeed on the other decode
+    node; the node restarted by hand (same --config / --node) is used again once healthy (its
+    Stats requests counter grows); nothing is left running after pdctl down + our own kill.
+(b) kill -9 of a prefill node under load: its requests are retried on the other prefill node and
+    all succeed.
+(c) the client cancels mid-stream (and during prefill): pages_used returns to 0 on the decode and
+    the prefill node.
+(d) PDSERVE_FAULT=reuse|stale|table on the decode node: the victim ends with DATA_LOSS "kv
+    integrity check failed", its concurrent neighbours' tokens equal a clean run's, the decode
+    node's integrity_failures counter grows and no page leaks."""
+import os
+import signal
+import subprocess
+import threading
+import time
+
+from cluster_testlib import (TEMPLATE_1, TEMPLATE_4, channel, check, cluster, finish, generate,
+                             pb, pb_grpc, reference, run_parallel, sampling, stats,
+                             wait_pages_free)
+import grpc
+
+UNAV = grpc.StatusCode.UNAVAILABLE
+OK = grpc.StatusCode.OK
+CASES = reference("tiny-llama")["cases"]
+
+
+def proc_pids(c):
+    """{name: pid} from the cluster's state file."""
+    out = {}
+    for name in os.listdir(c.tmp):
+        if name.endswith(".state"):
+            with open(os.path.join(c.tmp, name)) as f:
+                for line in f:
+                    parts = line.rstrip("\n").split("\t")
+                    if parts[0] == "proc" and len(parts) >= 5:
+                        out[parts[1]] = int(parts[4])
+    return out
+
+
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def node(c, name):
+    return next(n for n in c.nodes if n["name"] == name)
+
+
+def wait_router_uses(c, stub, name, timeout=20):
+    """Sends small requests until one is served by decode node name (its Stats requests grows)."""
+    before = stats(node(c, name)).requests
+    end = time.time() + timeout
+    while time.time() < end:
+        generate(stub, token_ids=CASES[1]["input_ids"], sampling=sampling(2, ignore_eos=True))
+        if stats(node(c, name)).requests > before:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_decode_kill():
+    with cluster.Cluster(TEMPLATE_4) as c:
+        stub = pb_grpc.InferenceStub(channel(c.router_addr))
+        pids = proc_pids(c)
+        victim = "decode0"
+        n, deadline = 8, 90
+        started = threading.Event()
+        seen = [0]
+
+        def on_msg(call, r):
+            seen[0] += 1
+            if seen[0] >= n:
+                started.set()
+
+        def one(i):
+            return generate(stub, timeout=deadline, on_msg=on_msg,
+                            token_ids=CASES[i % len(CASES)]["input_ids"],
+                            sampling=sampling(400, ignore_eos=True))
+        box = {}
+        t0 = time.time()
+        th = threading.Thread(target=lambda: box.update(r=run_parallel(
+            [lambda i=i: one(i) for i in range(n)])))
+        th.start()
+        started.wait(60)
+        time.sleep(0.5)
+        active = stats(node(c, victim)).active
+        os.kill(pids[victim], signal.SIGKILL)
+        t_kill = time.time()
+        th.join(deadline + 30)
+        res = box.get("r") or []
+        unav = [r for r in res if r.code == UNAV]
+        ok = [r for r in res if r.code == OK and len(r.ids) == 400]
+        check("decode-kill-victim-had-streams", active > 0, active)
+        check("decode-kill-split", len(unav) >= 1 and len(ok) >= 1 and
+              len(unav) + len(ok) == n,
+              [(r.code, r.details, len(r.ids)) for r in res])
+        check("decode-kill-names-node", all(victim in r.details for r in unav),
+              [r.details for r in unav])
+        check("decode-kill-ended-in-time", all(r.end - t_kill < 10 for r in unav) and
+              time.time() - t0 < deadline, [r.end - t_kill for r in unav])
+        print("info decode kill: %d UNAVAILABLE, %d finished, %.1f s after the kill"
+              % (len(unav), len(ok), time.time() - t_kill), flush=True)
+        # new requests succeed on the other decode node
+        before = stats(node(c, "decode1")).requests
+        res = run_parallel([lambda i=i: generate(stub, token_ids=CASES[i]["input_ids"],
+                                                 sampling=sampling(16, ignore_eos=True))
+                            for i in range(4)])
+        check("decode-kill-new-requests", all(r.code == OK and len(r.ids) == 16 for r in res),
+              [(r.code, r.details) for r in res])
+        check("decode-kill-served-by-other",
+              stats(node(c, "decode1")).requests >= before + 4)
+        # restart the killed node by hand, as pdctl up started it
+        bin_ = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
+            cluster.pdctl_path()))), "decode-node", "decode-node")
+        log = open(os.path.join(c.tmp, "decode0-restart.log"), "w")
+        p = subprocess.Popen([bin_, "--config", c.config, "--node", victim], stdout=log,
+                             stderr=subprocess.STDOUT, env=c.env)
+        try:
+            end = time.time() + 60
+            while time.time() < end:
+                h = c.pdctl("health", "--config", c.config, "--timeout-ms", "2000")
+                if h.returncode == 0:
+                    break
+                time.sleep(0.3)
+            check("decode-restart-healthy", h.returncode == 0, h.stdout + h.stderr)
+            check("decode-restart-used-again", wait_router_uses(c, stub, victim))
+            res = run_parallel([lambda i=i: generate(stub, token_ids=CASES[i]["input_ids"],
+                                                     sampling=sampling(16, ignore_eos=True))
+                                for i in range(4)])
+            check("decode-restart-requests", all(r.code == OK and len(r.ids) == 16 for r in res),
+                  [(r.code, r.details) for r in res])
+            used = wait_pages_free(c)
+            check("decode-restart-pages-free", all(v == 0 for v in used.values()), used)
+        finally:
+            c.stop()
+            if p.poll() is None:  # pdctl down does not know this pid: stop it ourselves
+                p.terminate()
+                try:
+                    p.wait(20)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+            log.close()
+        left = [pid for pid in list(pids.values()) + [p.pid] if alive(pid)]
+        check("decode-kill-nothing-left", not left, left)
+
+
+def test_prefill_kill():
+    with cluster.Cluster(TEMPLATE_4) as c:
+        stub = pb_grpc.InferenceStub(channel(c.router_addr))
+        pids = proc_pids(c)
+        long_prompt = [(7 * i) % 2000 + 2 for i in range(400)]
+        n = 16
+
+        def one(i):
+            ids = long_prompt[i:] if i % 2 else CASES[i % len(CASES)]["input_ids"]
+            return generate(stub, timeout=120, token_ids=ids,
+                            sampling=sampling(24, ignore_eos=True))
+        box = {}
+        th = threading.Thread(target=lambda: box.update(r=run_parallel(
+            [lambda i=i: one(i) for i in range(n)])))
+        th.start()
+        end = time.time() + 30  # kill while prefill0 has work queued or running
+        while time.time() < end and stats(node(c, "prefill0")).active == 0:
+            time.sleep(0.02)
+        busy = stats(node(c, "prefill0")).active
+        os.kill(pids["prefill0"], signal.SIGKILL)
+        th.join(150)
+        res = box.get("r") or []
+        check("prefill-kill-was-busy", busy > 0, busy)
+        check("prefill-kill-all-succeed",
+              len(res) == n and all(r.code == OK and len(r.ids) == 24 for r in res),
+              [(r.code, r.details, len(r.ids)) for r in res])
+        check("prefill-kill-router-log", "prefill0" in c.log("router"), c.log("router")[-800:])
+        res = run_parallel([lambda i=i: one(i) for i in range(4)])
+        check("prefill-kill-new-requests", all(r.code == OK and len(r.ids) == 24 for r in res),
+              [(r.code, r.details) for r in res])
+        used = wait_pages_free(c)
+        used.pop("prefill0", None)
+        check("prefill-kill-pages-free", all(v == 0 for v in used.values()), used)
+
+
+def test_cancel():
+    with cluster.Cluster(TEMPLATE_1) as c:
+        stub = pb_grpc.InferenceStub(channel(c.router_addr))
+        long_prompt = [(11 * i) % 2000 + 2 for i in range(600)]
+
+        def cancel_after(k, ids):
+            call = stub.Generate(pb.GenerateRequest(token_ids=ids,
+                                                    sampling=sampling(500, ignore_eos=True)),
+                                 timeout=60)
+            got = 0
+            if k == 0:
+                time.sleep(0.02)
+                call.cancel()
+            try:
+                for m in call:
+                    got += len(m.token_ids)
+                    if got >= k:
+                        call.cancel()
+            except grpc.RpcError as e:
+                return e.code(), got
+            return OK, got
+        res = run_parallel([lambda k=k, i=i: cancel_after(k, long_prompt[i:] if i % 2 else
+                                                          CASES[i]["input_ids"])
+                            for i, k in enumerate([3, 3, 10, 0, 0, 20, 1, 0])])
+        check("cancel-calls-cancelled", all(code == grpc.StatusCode.CANCELLED for code, _ in res),
+              res)
+        check("cancel-mid-stream", sum(1 for _, got in res if got > 0) >= 4, res)
+        used = wait_pages_free(c)
+        check("cancel-pages-free", all(v == 0 for v in used.values()), used)
+        st = stats(node(c, "decode0"))
+        check("cancel-nothing-active", st.active == 0, st)
+        r = generate(stub, token_ids=CASES[0]["input_ids"], sampling=sampling(48, ignore_eos=True))
+        check("cancel-serves-after", r.code == OK and len(r.ids) == 48, r.details)
+
+
+def test_fault(kind):
+    env = {"PDSERVE_FAULT": kind, "PDSERVE_FAULT_REQUEST": "victim"}
+    with cluster.Cluster(TEMPLATE_1, env=env) as c:
+        stub = pb_grpc.InferenceStub(channel(c.router_addr))
+        neigh = [CASES[i] for i in (0, 2, 3, 6)]
+
+        def run(i, case, rid):
+            return generate(stub, timeout=60, request_id=rid, token_ids=case["input_ids"],
+                            sampling=sampling(40, ignore_eos=True))
+        clean = run_parallel([lambda i=i, k=k: run(i, k, "clean-%d" % i)
+                              for i, k in enumerate(neigh)])
+        before = stats(node(c, "decode0")).integrity_failures
+        fns = [lambda i=i, k=k: run(i, k, "n-%d" % i) for i, k in enumerate(neigh)]
+        fns.insert(2, lambda: run(9, CASES[5], "the-victim-1"))
+        res = run_parallel(fns)
+        v = res.pop(2)
+        check("fault-%s-victim" % kind, v.code == grpc.StatusCode.DATA_LOSS and
+              "kv integrity check failed" in v.details, "%s %r" % (v.code, v.details))
+        check("fault-%s-neighbours" % kind,
+              all(r.code == OK and r.ids == cl.ids and len(r.ids) == 40
+                  for r, cl in zip(res, clean)),
+              [(r.code, r.details, r.ids == cl.ids) for r, cl in zip(res, clean)])
+        after = stats(node(c, "decode0")).integrity_failures
+        check("fault-%s-counter" % kind, after > before, (before, after))
+        check("fault-%s-log" % kind, "injecting fault '%s'" % kind in c.log("decode0"))
+        used = wait_pages_free(c)
+        check("fault-%s-pages-free" % kind, all(v == 0 for v in used.values()), used)
+        # the pool is still sound: a second round of clean requests gives the same tokens
+        again = run_parallel([lambda i=i, k=k: run(i, k, "again-%d" % i)
+                              for i, k in enumerate(neigh)])
+        check("fault-%s-after" % kind, all(r.code == OK and r.ids == cl.ids
+                                           for r, cl in zip(again, clean)),
+              [(r.code, r.details) for r in again])
+
+
+def main():
+    for name, fn in (("cancel", test_cancel), ("fault-reuse", lambda: test_fault("reuse")),
+                     ("fault-stale", lambda: test_fault("stale")),
+                     ("fault-table", lambda: test_fault("table")),
+                     ("prefill-kill", test_prefill_kill), ("decode-kill", test_decode_kill)):
+        t = time.time()
+        try:
+            fn()
+        except Exception as e:  # a crash in one part must not hide the others
+            import traceback
+            traceback.print_exc()
+            check(name + "-ran", False, repr(e))
+        print("info %s: %.1f s" % (name, time.time() - t), flush=True)
+    finish()
+
+
+if __name__ == "__main__":
+    main()
