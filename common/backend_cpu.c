@@ -276,6 +276,8 @@ static void cpu_kv_write(pd_backend_t *be, void *arena, const kv_layout_t *l, in
     const size_t row = (size_t)l->n_kv_heads * l->head_dim;
     (void)be;
     for (int i = 0; i < n; i++) {
+        if (slots[i] < 0)
+            continue;
         int32_t page = slots[i] / l->page_tokens, tok = slots[i] % l->page_tokens;
         uint8_t *p = (uint8_t *)arena + (size_t)page * l->page_bytes;
         cpu__kv_store(l, p, layer, 0, tok, k + i * row);
