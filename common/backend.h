@@ -132,6 +132,14 @@ typedef struct {
     pd_status_t (*graph_launch)(pd_backend_t *be, void *graph);
     void (*graph_free)(pd_backend_t *be, void *graph);
 
+    /* tokens_out (n) int32 = one token per row of logits (n, vocab) f32 as sampler_pick does with
+     * temperature[i] (0: greedy), top_k[i] (0: off), top_p[i] (1: off) and the draw u[i] in
+     * [0, 1) (sampler_draw). All arrays backend memory; logits unchanged. Backends may restrict
+     * the candidates (CUDA: kernels/sample.h says how). */
+    void (*sample)(pd_backend_t *be, int32_t *tokens_out, const float *logits, int n, int vocab,
+                   const float *temperature, const int32_t *top_k, const float *top_p,
+                   const float *u);
+
 } pd_backend_ops_t;
 
 struct pd_backend {

@@ -25,6 +25,7 @@
 #include "log.h"
 #include "matmul.h"
 #include "moe.h"
+#include "sample.h"
 
 /* n at or below which a matmul runs as GEMV (one pass over W) instead of a GEMM */
 #define CUDA_GEMV_MAX_N 8
@@ -488,6 +489,16 @@ static void cuda_moe_experts(pd_backend_t *be, float *out, const float *x, const
     cuda__note(c, cuda__moe(c, out, x, ids, weights, gate_up, down, n, k, d, f));
 }
 
+/* ==== sampling ==== */
+
+static void cuda_sample(pd_backend_t *be, int32_t *tokens_out, const float *logits, int n,
+                        int vocab, const float *temperature, const int32_t *top_k,
+                        const float *top_p, const float *u)
+{
+    cuda_t *c = cuda__get(be);
+    cuda__note(c, sample_run(tokens_out, logits, n, vocab, temperature, top_k, top_p, u, c->stream));
+}
+
 /* ==== graphs ==== */
 
 typedef struct {
@@ -633,6 +644,7 @@ static const pd_backend_ops_t cuda_ops = {
     .graph_end = cuda_graph_end,
     .graph_launch = cuda_graph_launch,
     .graph_free = cuda_graph_free,
+    .sample = cuda_sample,
 };
 
 void *backend_cuda_stream(pd_backend_t *be)
