@@ -114,6 +114,9 @@ typedef enum {
  * which a graph cannot hold), else OFF. The default of a new context is ON where possible. */
 model_graphs_t model_ctx_set_graphs(model_ctx_t *ctx, model_graphs_t mode);
 
+/* The mode in effect (a capture that fails turns the context's graphs OFF, with a log line). */
+model_graphs_t model_ctx_graphs(const model_ctx_t *ctx);
+
 /* Runs the batch: writes its K/V into the pages (arena, layout l), and the logits of the rows
  * asked for into logits_out (n_logits, vocab) host f32. PD_ERR_NOMEM (scratch growth) leaves
  * the KV of this batch partially written; the caller must not use those tokens. */

@@ -151,6 +151,11 @@ model_graphs_t model_ctx_set_graphs(model_ctx_t *c, model_graphs_t mode)
     return c->graphs;
 }
 
+model_graphs_t model_ctx_graphs(const model_ctx_t *c)
+{
+    return c->graphs;
+}
+
 void model_ctx_destroy(model_ctx_t *ctx)
 {
     if (!ctx)

@@ -31,6 +31,7 @@
 #define BF16_FLOPS 0.79e15
 
 static pd_backend_t *be;
+static int graph_fail; /* a graph capture failed or a replay differed from its eager plan */
 static cudaStream_t stream;
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
@@ -399,6 +400,10 @@ static float run_forward(model_t *m, pd_kvfmt_t kvfmt, int B, int ctx, int q_len
             ts[i - 2] = (float)((now_s() - t0) * 1e3);
     }
     qsort(ts, (size_t)reps, sizeof ts[0], cmp_f);
+    if (model_ctx_graphs(ctxp) != mode) {
+        fprintf(stderr, "graph mode %d fell back to eager (capture failed)\n", (int)mode);
+        graph_fail = 1;
+    }
     if (keep && n_logits > 0)
         memcpy(keep, logits, (size_t)n_logits * c->vocab_size * 4);
     model_ctx_destroy(ctxp);
@@ -414,8 +419,6 @@ static float run_forward(model_t *m, pd_kvfmt_t kvfmt, int B, int ctx, int q_len
     be->ops->free(be, arena);
     return ts[reps / 2];
 }
-
-static int graph_fail;
 
 static void bench_model(bool decode, bool prefill)
 {
