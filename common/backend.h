@@ -87,8 +87,8 @@ typedef struct {
     /* out (n, f) = silu(gu[:, :f]) * gu[:, f:], gu (n, 2f) */
     void (*silu_mul)(pd_backend_t *be, float *out, const float *gu, int n, int f);
     /* writes k, v (n, n_kv_heads, head_dim) f32 into the arena at slots (n) int32
-     * (slot = page * page_tokens + offset), converting to the layout's dtype (fp8: per
-     * (token, head) scale) */
+     * (slot = page * page_tokens + offset; a negative slot writes nothing: padded rows),
+     * converting to the layout's dtype (fp8: per (token, head) scale) */
     void (*kv_write)(pd_backend_t *be, void *arena, const kv_layout_t *l, int layer,
                      const float *k, const float *v, const int32_t *slots, int n);
     /* out (n, n_heads, head_dim) = softmax(q k^T / sqrt(head_dim)) v over the paged cache,
@@ -118,6 +118,28 @@ typedef struct {
      * packed in order); headers are copied */
     void (*kv_export)(pd_backend_t *be, void *dst, const kv_layout_t *dst_l, const void *arena,
                       const kv_layout_t *src_l, const int32_t *src_pages, int n_pages);
+
+    /* ---- optional capabilities: NULL where the backend lacks them ---- */
+
+    /* Graph capture (CUDA graphs): the ops enqueued between graph_begin and graph_end are
+     * recorded, not run; graph_launch replays them on the stream with the buffer contents of
+     * that moment. Ops inside a capture must not need the host (no download, sync, scratch
+     * growth): such an op makes graph_end fail. graph_end returns PD_ERR_CUDA / PD_ERR_INTERNAL
+     * when the capture broke (nothing is left captured); graph_launch returns PD_AGAIN when the
+     * backend's scratch moved since the capture (free the graph and capture again). */
+    pd_status_t (*graph_begin)(pd_backend_t *be);
+    pd_status_t (*graph_end)(pd_backend_t *be, void **graph_p);
+    pd_status_t (*graph_launch)(pd_backend_t *be, void *graph);
+    void (*graph_free)(pd_backend_t *be, void *graph);
+
+    /* tokens_out (n) int32 = one token per row of logits (n, vocab) f32 as sampler_pick does with
+     * temperature[i] (0: greedy), top_k[i] (0: off), top_p[i] (1: off) and the draw u[i] in
+     * [0, 1) (sampler_draw). All arrays backend memory; logits unchanged. Backends may restrict
+     * the candidates (CUDA: kernels/sample.h says how). */
+    void (*sample)(pd_backend_t *be, int32_t *tokens_out, const float *logits, int n, int vocab,
+                   const float *temperature, const int32_t *top_k, const float *top_p,
+                   const float *u);
+
 } pd_backend_ops_t;
 
 struct pd_backend {

@@ -8,6 +8,7 @@
 #include "backend.h"
 #include "dtype.h"
 #include "log.h"
+#include "sampler.h"
 #include "threadpool.h"
 
 typedef struct {
@@ -276,6 +277,8 @@ static void cpu_kv_write(pd_backend_t *be, void *arena, const kv_layout_t *l, in
     const size_t row = (size_t)l->n_kv_heads * l->head_dim;
     (void)be;
     for (int i = 0; i < n; i++) {
+        if (slots[i] < 0)
+            continue;
         int32_t page = slots[i] / l->page_tokens, tok = slots[i] % l->page_tokens;
         uint8_t *p = (uint8_t *)arena + (size_t)page * l->page_bytes;
         cpu__kv_store(l, p, layer, 0, tok, k + i * row);
@@ -514,6 +517,24 @@ static void cpu_destroy(pd_backend_t *be)
     free(be);
 }
 
+/* ==== sampling ==== */
+
+static void cpu_sample(pd_backend_t *be, int32_t *tokens_out, const float *logits, int n, int vocab,
+                       const float *temperature, const int32_t *top_k, const float *top_p,
+                       const float *u)
+{
+    int32_t *idx = malloc((size_t)vocab * sizeof *idx);
+    float *probs = malloc((size_t)vocab * sizeof *probs);
+    (void)be;
+    PD_ASSERT(idx && probs);
+    for (int i = 0; i < n; i++) {
+        sampler_params_t p = {temperature[i], top_k[i], top_p[i], 0};
+        tokens_out[i] = sampler_pick(&p, logits + (size_t)i * vocab, vocab, u[i], idx, probs);
+    }
+    free(idx);
+    free(probs);
+}
+
 static const pd_backend_ops_t cpu_ops = {
     .name = "cpu",
     .supports_op = cpu_supports_op,
@@ -538,6 +559,7 @@ static const pd_backend_ops_t cpu_ops = {
     .kv_stamp = cpu_kv_stamp,
     .kv_check = cpu_kv_check,
     .kv_export = cpu_kv_export,
+    .sample = cpu_sample,
 };
 
 pd_status_t backend_cpu_create(int n_threads, pd_backend_t **be_p)

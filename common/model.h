@@ -92,6 +92,31 @@ typedef struct model_ctx model_ctx_t;
 pd_status_t model_ctx_create(const model_t *m, model_ctx_t **ctx_p);
 void model_ctx_destroy(model_ctx_t *ctx);
 
+/* How decode-only batches run (one token per sequence, logits of every row in order or none).
+ * MODEL_GRAPHS_ON pads the batch to a bucket of 1, 2, 4, ... MODEL_GRAPH_MAX_BATCH sequences
+ * (padded rows: token 0, position 0, KV slot -1 so they write no KV, context 1 on page 0; their
+ * logits are dropped) and block tables to a power-of-two page count (at least
+ * MODEL_GRAPH_MIN_PAGES), and replays one graph captured per (bucket, pages, logits or not);
+ * the first batch of a shape runs eagerly and is then captured. MODEL_GRAPHS_EAGER runs the same
+ * padded plan op by op (bit-identical to ON; for checks). MODEL_GRAPHS_OFF runs every batch as
+ * given. Other batches (prefill, mixed) always run as given. */
+typedef enum {
+    MODEL_GRAPHS_OFF = 0,
+    MODEL_GRAPHS_ON,
+    MODEL_GRAPHS_EAGER,
+} model_graphs_t;
+
+#define MODEL_GRAPH_MAX_BATCH 64
+#define MODEL_GRAPH_MIN_PAGES 16
+
+/* Sets the mode; returns the mode in effect: ON and EAGER need a backend with graph capture
+ * (ops->graph_begin) and a dense model (MoE routing is read back to the host inside the forward,
+ * which a graph cannot hold), else OFF. The default of a new context is ON where possible. */
+model_graphs_t model_ctx_set_graphs(model_ctx_t *ctx, model_graphs_t mode);
+
+/* The mode in effect (a capture that fails turns the context's graphs OFF, with a log line). */
+model_graphs_t model_ctx_graphs(const model_ctx_t *ctx);
+
 /* Runs the batch: writes its K/V into the pages (arena, layout l), and the logits of the rows
  * asked for into logits_out (n_logits, vocab) host f32. PD_ERR_NOMEM (scratch growth) leaves
  * the KV of this batch partially written; the caller must not use those tokens. */

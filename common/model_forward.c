@@ -1,9 +1,20 @@
-/* model_forward: the forward pass over the backend ops table (see model.h). */
+/* model_forward: the forward pass over the backend ops table (see model.h), and the graph path
+ * for decode-only batches (bucketed, captured once per shape, replayed). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "log.h"
 #include "model.h"
+
+/* one captured decode step */
+typedef struct {
+    int batch, pages;
+    bool logits;
+    const void *arena; /* captured pointers: the arena and the context's buffers */
+    void *graph;
+} model_graph_t;
+
+#define MODEL_GRAPH_CACHE 64
 
 struct model_ctx {
     const model_t *m;
@@ -15,10 +26,25 @@ struct model_ctx {
     /* index arrays (backend memory) and their host staging */
     int32_t *d_tokens, *d_pos, *d_slots, *d_qstart, *d_ctx, *d_bt;
     int32_t *h_pos, *h_slots, *h_bt;
+    /* graph path: mode, captured steps, host staging of the padded index arrays */
+    model_graphs_t graphs;
+    model_graph_t cache[MODEL_GRAPH_CACHE];
+    int n_graphs;
+    int32_t g_tok[MODEL_GRAPH_MAX_BATCH], g_qs[MODEL_GRAPH_MAX_BATCH + 1],
+        g_ctx[MODEL_GRAPH_MAX_BATCH];
 };
+
+/* Frees every captured graph (they point into buffers about to move). */
+static void ctx__drop_graphs(model_ctx_t *c)
+{
+    for (int i = 0; i < c->n_graphs; i++)
+        c->be->ops->graph_free(c->be, c->cache[i].graph);
+    c->n_graphs = 0;
+}
 
 static void ctx__free_bufs(model_ctx_t *c)
 {
+    ctx__drop_graphs(c);
     void **bufs[] = {(void **)&c->x,     (void **)&c->h,      (void **)&c->q,
                      (void **)&c->k,     (void **)&c->v,      (void **)&c->attn,
                      (void **)&c->tmp,   (void **)&c->gu,     (void **)&c->act,
@@ -110,8 +136,24 @@ pd_status_t model_ctx_create(const model_t *m, model_ctx_t **ctx_p)
         return PD_ERR_NOMEM;
     c->m = m;
     c->be = m->be;
+    model_ctx_set_graphs(c, MODEL_GRAPHS_ON);
     *ctx_p = c;
     return PD_OK;
+}
+
+model_graphs_t model_ctx_set_graphs(model_ctx_t *c, model_graphs_t mode)
+{
+    bool can = c->be->ops->graph_begin != NULL;
+    for (int i = 0; i < c->m->cfg.num_hidden_layers && can; i++)
+        can = !c->m->layers[i].moe;
+    ctx__drop_graphs(c);
+    c->graphs = can ? mode : MODEL_GRAPHS_OFF;
+    return c->graphs;
+}
+
+model_graphs_t model_ctx_graphs(const model_ctx_t *c)
+{
+    return c->graphs;
 }
 
 void model_ctx_destroy(model_ctx_t *ctx)
@@ -122,16 +164,181 @@ void model_ctx_destroy(model_ctx_t *ctx)
     free(ctx);
 }
 
-pd_status_t model_forward(model_ctx_t *c, void *arena, const kv_layout_t *l,
-                          const model_batch_t *b, float *logits_out)
+/* Enqueues the whole step for n rows: embedding, layers, and (n_logits > 0) the final norm and
+ * LM head over x rows logit_rows (NULL: rows 0 .. n_logits - 1) into c->logits. Index arrays are
+ * already in c->d_*; nothing here waits for the device. */
+static void ctx__enqueue(model_ctx_t *c, void *arena, const kv_layout_t *l, int n,
+                         const pd_attn_batch_t *ab, int n_logits, const int32_t *logit_rows)
 {
     const model_t *m = c->m;
     const hf_config_t *cfg = &m->cfg;
     pd_backend_t *be = c->be;
     const pd_backend_ops_t *o = be->ops;
-    const int n = b->n_tokens, d = cfg->hidden_size, H = cfg->num_attention_heads,
-              KVH = cfg->num_key_value_heads, D = cfg->head_dim;
+    const int d = cfg->hidden_size, H = cfg->num_attention_heads, KVH = cfg->num_key_value_heads,
+              D = cfg->head_dim;
     const float eps = (float)cfg->rms_norm_eps;
+
+    o->embed(be, c->x, m->embed, c->d_tokens, n, d);
+    for (int li = 0; li < cfg->num_hidden_layers; li++) {
+        const model_layer_t *L = &m->layers[li];
+        o->rmsnorm(be, c->h, c->x, L->attn_norm, n, d, eps);
+        o->matmul(be, c->q, c->h, &L->q, n);
+        o->matmul(be, c->k, c->h, &L->k, n);
+        o->matmul(be, c->v, c->h, &L->v, n);
+        if (L->q_norm) {
+            o->rmsnorm(be, c->q, c->q, L->q_norm, n * H, D, eps);
+            o->rmsnorm(be, c->k, c->k, L->k_norm, n * KVH, D, eps);
+        }
+        o->rope(be, c->q, c->d_pos, m->inv_freq, n, H, D);
+        o->rope(be, c->k, c->d_pos, m->inv_freq, n, KVH, D);
+        o->kv_write(be, arena, l, li, c->k, c->v, c->d_slots, n);
+        o->attention(be, c->attn, c->q, arena, l, li, ab, H);
+        o->matmul(be, c->tmp, c->attn, &L->o, n);
+        o->add(be, c->x, c->tmp, (size_t)n * d);
+        o->rmsnorm(be, c->h, c->x, L->mlp_norm, n, d, eps);
+        if (!L->moe) {
+            int f = cfg->intermediate_size;
+            o->matmul(be, c->gu, c->h, &L->gate_up, n);
+            o->silu_mul(be, c->act, c->gu, n, f);
+            o->matmul(be, c->tmp, c->act, &L->down, n);
+        } else {
+            int E = cfg->num_experts, K = cfg->num_experts_per_tok;
+            o->matmul(be, c->rlogits, c->h, &L->router, n);
+            o->moe_route(be, c->mids, c->mw, c->rlogits, n, E, K, cfg->norm_topk_prob);
+            o->moe_experts(be, c->tmp, c->h, c->mids, c->mw, L->exp_gate_up, L->exp_down, n, K,
+                           d, cfg->moe_intermediate_size);
+        }
+        o->add(be, c->x, c->tmp, (size_t)n * d);
+    }
+    if (n_logits > 0) {
+        if (!logit_rows)
+            o->copy(be, c->lrows, c->x, (size_t)n_logits * d * 4);
+        else
+            for (int i = 0; i < n_logits; i++)
+                o->copy(be, c->lrows + (size_t)i * d, c->x + (size_t)logit_rows[i] * d,
+                        (size_t)d * 4);
+        o->rmsnorm(be, c->lrows, c->lrows, m->final_norm, n_logits, d, eps);
+        o->matmul(be, c->logits, c->lrows, &m->lm_head, n_logits);
+    }
+}
+
+/* A decode-only batch the graph path takes: one row per sequence, no more than the largest
+ * bucket, logits of no rows or of every row in order. */
+static bool ctx__graph_batch(const model_ctx_t *c, const model_batch_t *b)
+{
+    if (c->graphs == MODEL_GRAPHS_OFF || b->n_seqs < 1 || b->n_tokens != b->n_seqs ||
+        b->n_seqs > MODEL_GRAPH_MAX_BATCH ||
+        (b->n_logits != 0 && b->n_logits != b->n_seqs))
+        return false;
+    for (int s = 0; s <= b->n_seqs; s++)
+        if (b->q_start[s] != s)
+            return false;
+    for (int i = 0; i < b->n_logits; i++)
+        if (b->logit_rows[i] != i)
+            return false;
+    return true;
+}
+
+static int ctx__pow2(int x, int lo)
+{
+    int p = lo;
+    while (p < x)
+        p *= 2;
+    return p;
+}
+
+/* The graph path (see model.h): pads the batch to (bucket B, P pages), uploads the index arrays,
+ * then replays the captured step, or runs it and captures it. */
+static pd_status_t ctx__forward_graph(model_ctx_t *c, void *arena, const kv_layout_t *l,
+                                      const model_batch_t *b, int max_pages, float *logits_out)
+{
+    pd_backend_t *be = c->be;
+    const pd_backend_ops_t *o = be->ops;
+    const int n = b->n_seqs, B = ctx__pow2(n, 1), P = ctx__pow2(max_pages, MODEL_GRAPH_MIN_PAGES);
+    const bool want = b->n_logits > 0;
+    pd_status_t st;
+
+    if ((st = ctx__reserve(c, MODEL_GRAPH_MAX_BATCH, MODEL_GRAPH_MAX_BATCH,
+                           MODEL_GRAPH_MAX_BATCH * P, MODEL_GRAPH_MAX_BATCH)) != PD_OK)
+        return st;
+    for (int s = 0; s < B; s++) {
+        c->g_qs[s] = s;
+        for (int i = 0; i < P; i++)
+            c->h_bt[s * P + i] = 0;
+        if (s >= n) { /* padding: token 0 at position 0 on page 0, writes no KV */
+            c->g_tok[s] = 0;
+            c->g_ctx[s] = 1;
+            c->h_pos[s] = 0;
+            c->h_slots[s] = -1;
+            continue;
+        }
+        const kv_seq_t *seq = b->seqs[s];
+        int32_t pos = b->ctx_len[s] - 1;
+        c->g_tok[s] = b->tokens[s];
+        c->g_ctx[s] = b->ctx_len[s];
+        c->h_pos[s] = pos;
+        c->h_slots[s] =
+            seq->pages[pos / l->page_tokens].page * l->page_tokens + pos % l->page_tokens;
+        for (int i = 0; i < seq->n_pages && i < P; i++)
+            c->h_bt[s * P + i] = seq->pages[i].page;
+    }
+    c->g_qs[B] = B;
+    o->upload(be, c->d_tokens, c->g_tok, (size_t)B * 4);
+    o->upload(be, c->d_pos, c->h_pos, (size_t)B * 4);
+    o->upload(be, c->d_slots, c->h_slots, (size_t)B * 4);
+    o->upload(be, c->d_qstart, c->g_qs, ((size_t)B + 1) * 4);
+    o->upload(be, c->d_ctx, c->g_ctx, (size_t)B * 4);
+    o->upload(be, c->d_bt, c->h_bt, (size_t)B * P * 4);
+    pd_attn_batch_t ab = {B, P, c->d_qstart, c->d_ctx, c->d_bt, B, P * l->page_tokens};
+    const int nl = want ? B : 0;
+
+    model_graph_t *g = NULL;
+    for (int i = 0; i < c->n_graphs && !g; i++)
+        if (c->cache[i].batch == B && c->cache[i].pages == P && c->cache[i].logits == want &&
+            c->cache[i].arena == arena)
+            g = &c->cache[i];
+    if (g && c->graphs == MODEL_GRAPHS_ON) {
+        st = o->graph_launch(be, g->graph);
+        if (st == PD_AGAIN) { /* backend scratch moved: capture again below */
+            o->graph_free(be, g->graph);
+            *g = c->cache[--c->n_graphs];
+            g = NULL;
+        } else if (st != PD_OK) {
+            return st;
+        }
+    }
+    if (!g) {
+        ctx__enqueue(c, arena, l, B, &ab, nl, NULL);
+        if (c->graphs == MODEL_GRAPHS_ON && c->n_graphs < MODEL_GRAPH_CACHE) {
+            void *graph = NULL;
+            /* the capture records the step without running it; the eager run above did it */
+            if ((st = o->graph_begin(be)) == PD_OK) {
+                ctx__enqueue(c, arena, l, B, &ab, nl, NULL);
+                st = o->graph_end(be, &graph);
+            }
+            if (st == PD_OK) {
+                c->cache[c->n_graphs++] = (model_graph_t){B, P, want, arena, graph};
+            } else {
+                pd_log_error("model: decode step (batch %d, %d pages) cannot be captured: %s; "
+                             "graphs off for this context",
+                             B, P, pd_status_str(st));
+                model_ctx_set_graphs(c, MODEL_GRAPHS_OFF);
+            }
+        }
+    }
+    if (want &&
+        (st = o->download(be, logits_out, c->logits,
+                          (size_t)n * (size_t)c->m->cfg.vocab_size * 4)) != PD_OK)
+        return st;
+    return o->sync(be);
+}
+
+pd_status_t model_forward(model_ctx_t *c, void *arena, const kv_layout_t *l,
+                          const model_batch_t *b, float *logits_out)
+{
+    pd_backend_t *be = c->be;
+    const pd_backend_ops_t *o = be->ops;
+    const int n = b->n_tokens;
     int max_pages = 1;
     pd_status_t st;
 
@@ -141,6 +348,8 @@ pd_status_t model_forward(model_ctx_t *c, void *arena, const kv_layout_t *l,
         if (np > max_pages)
             max_pages = np;
     }
+    if (ctx__graph_batch(c, b))
+        return ctx__forward_graph(c, arena, l, b, max_pages, logits_out);
     if ((st = ctx__reserve(c, n, b->n_seqs, b->n_seqs * max_pages, b->n_logits)) != PD_OK)
         return st;
 
@@ -168,46 +377,10 @@ pd_status_t model_forward(model_ctx_t *c, void *arena, const kv_layout_t *l,
         max_ctx = b->ctx_len[s] > max_ctx ? b->ctx_len[s] : max_ctx;
     pd_attn_batch_t ab = {b->n_seqs, max_pages, c->d_qstart, c->d_ctx, c->d_bt, n, max_ctx};
 
-    o->embed(be, c->x, m->embed, c->d_tokens, n, d);
-    for (int li = 0; li < cfg->num_hidden_layers; li++) {
-        const model_layer_t *L = &m->layers[li];
-        o->rmsnorm(be, c->h, c->x, L->attn_norm, n, d, eps);
-        o->matmul(be, c->q, c->h, &L->q, n);
-        o->matmul(be, c->k, c->h, &L->k, n);
-        o->matmul(be, c->v, c->h, &L->v, n);
-        if (L->q_norm) {
-            o->rmsnorm(be, c->q, c->q, L->q_norm, n * H, D, eps);
-            o->rmsnorm(be, c->k, c->k, L->k_norm, n * KVH, D, eps);
-        }
-        o->rope(be, c->q, c->d_pos, m->inv_freq, n, H, D);
-        o->rope(be, c->k, c->d_pos, m->inv_freq, n, KVH, D);
-        o->kv_write(be, arena, l, li, c->k, c->v, c->d_slots, n);
-        o->attention(be, c->attn, c->q, arena, l, li, &ab, H);
-        o->matmul(be, c->tmp, c->attn, &L->o, n);
-        o->add(be, c->x, c->tmp, (size_t)n * d);
-        o->rmsnorm(be, c->h, c->x, L->mlp_norm, n, d, eps);
-        if (!L->moe) {
-            int f = cfg->intermediate_size;
-            o->matmul(be, c->gu, c->h, &L->gate_up, n);
-            o->silu_mul(be, c->act, c->gu, n, f);
-            o->matmul(be, c->tmp, c->act, &L->down, n);
-        } else {
-            int E = cfg->num_experts, K = cfg->num_experts_per_tok;
-            o->matmul(be, c->rlogits, c->h, &L->router, n);
-            o->moe_route(be, c->mids, c->mw, c->rlogits, n, E, K, cfg->norm_topk_prob);
-            o->moe_experts(be, c->tmp, c->h, c->mids, c->mw, L->exp_gate_up, L->exp_down, n, K,
-                           d, cfg->moe_intermediate_size);
-        }
-        o->add(be, c->x, c->tmp, (size_t)n * d);
-    }
+    ctx__enqueue(c, arena, l, n, &ab, b->n_logits, b->logit_rows);
     if (b->n_logits > 0) {
-        for (int i = 0; i < b->n_logits; i++)
-            o->copy(be, c->lrows + (size_t)i * d, c->x + (size_t)b->logit_rows[i] * d,
-                    (size_t)d * 4);
-        o->rmsnorm(be, c->lrows, c->lrows, m->final_norm, b->n_logits, d, eps);
-        o->matmul(be, c->logits, c->lrows, &m->lm_head, b->n_logits);
         st = o->download(be, logits_out, c->logits,
-                         (size_t)b->n_logits * (size_t)cfg->vocab_size * 4);
+                         (size_t)b->n_logits * (size_t)c->m->cfg.vocab_size * 4);
         if (st != PD_OK)
             return st;
     }

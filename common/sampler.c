@@ -80,29 +80,30 @@ static int sampler__cmp(const void *a, const void *b, void *arg)
     return x < y ? -1 : 1;
 }
 
-int32_t sampler_sample(sampler_t *s, const float *logits)
+int32_t sampler_pick(const sampler_params_t *p, const float *logits, int vocab, float u,
+                     int32_t *idx, float *probs)
 {
-    int n = s->vocab;
-    float mx, sum = 0.0f, acc = 0.0f, u;
+    int n = vocab;
+    float mx, sum = 0.0f, acc = 0.0f;
 
-    if (s->p.temperature == 0.0f || s->p.top_k == 1)
+    if (p->temperature == 0.0f || p->top_k == 1)
         return sampler_argmax(logits, n);
     for (int i = 0; i < n; i++)
-        s->idx[i] = i;
+        idx[i] = i;
     /* sort ids by logit (descending, ties by id); qsort is deterministic for a total order */
-    qsort_r(s->idx, (size_t)n, sizeof *s->idx, sampler__cmp, (void *)logits);
-    if (s->p.top_k > 0 && s->p.top_k < n)
-        n = s->p.top_k;
-    mx = logits[s->idx[0]] / s->p.temperature;
+    qsort_r(idx, (size_t)n, sizeof *idx, sampler__cmp, (void *)logits);
+    if (p->top_k > 0 && p->top_k < n)
+        n = p->top_k;
+    mx = logits[idx[0]] / p->temperature;
     for (int i = 0; i < n; i++) {
-        s->probs[i] = expf(logits[s->idx[i]] / s->p.temperature - mx);
-        sum += s->probs[i];
+        probs[i] = expf(logits[idx[i]] / p->temperature - mx);
+        sum += probs[i];
     }
-    if (s->p.top_p < 1.0f) {
+    if (p->top_p < 1.0f) {
         int keep = n;
         for (int i = 0; i < n; i++) {
-            acc += s->probs[i] / sum;
-            if (acc >= s->p.top_p) {
+            acc += probs[i] / sum;
+            if (acc >= p->top_p) {
                 keep = i + 1;
                 break;
             }
@@ -110,14 +111,28 @@ int32_t sampler_sample(sampler_t *s, const float *logits)
         n = keep;
         sum = 0.0f;
         for (int i = 0; i < n; i++)
-            sum += s->probs[i];
+            sum += probs[i];
     }
-    u = sampler__uniform(s) * sum;
+    u *= sum;
     acc = 0.0f;
     for (int i = 0; i < n; i++) {
-        acc += s->probs[i];
+        acc += probs[i];
         if (u < acc)
-            return s->idx[i];
+            return idx[i];
     }
-    return s->idx[n - 1];
+    return idx[n - 1];
+}
+
+float sampler_draw(sampler_t *s)
+{
+    if (s->p.temperature == 0.0f || s->p.top_k == 1)
+        return 0.0f;
+    return sampler__uniform(s);
+}
+
+int32_t sampler_sample(sampler_t *s, const float *logits)
+{
+    if (s->p.temperature == 0.0f || s->p.top_k == 1)
+        return sampler_argmax(logits, s->vocab);
+    return sampler_pick(&s->p, logits, s->vocab, sampler__uniform(s), s->idx, s->probs);
 }

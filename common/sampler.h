@@ -35,6 +35,15 @@ void sampler_deinit(sampler_t *s);
 /* Returns the sampled token id; logits (vocab) are not modified. */
 int32_t sampler_sample(sampler_t *s, const float *logits);
 
+/* The draw sampler_sample would make next (uniform in [0, 1); 0 without a draw for greedy and
+ * top-k 1), advancing the generator: for sampling elsewhere (ops->sample on a GPU). */
+float sampler_draw(sampler_t *s);
+
+/* The token sampler_sample returns for logits (vocab) under p when its draw is u; idx (vocab)
+ * int32 and probs (vocab) f32 are caller scratch. Pure: the reference for ops->sample. */
+int32_t sampler_pick(const sampler_params_t *p, const float *logits, int vocab, float u,
+                     int32_t *idx, float *probs);
+
 /* Advances the generator as if n tokens had been sampled (a request continued on another node
  * draws what a single process would have drawn). */
 void sampler_skip(sampler_t *s, uint64_t n);

@@ -4,6 +4,12 @@
  * returned by the next `sync` (and logged where it happened). Scratch (activation copies for the
  * matmuls, attention split partials, INT4 dequantization, MoE rows, index uploads) is owned here
  * and grows on demand; growing it waits for the stream. One thread uses a backend.
+ *
+ * Graphs (graph_begin / graph_end / graph_launch): the stream is captured in thread-local mode
+ * into a CUDA graph and instantiated. Scratch may not grow during a capture (that would need a
+ * sync): the first failure is kept and graph_end reports it. Every scratch reallocation bumps
+ * scratch_epoch; a graph captured under an older epoch refers to freed scratch, so graph_launch
+ * refuses it with PD_AGAIN.
  */
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -19,6 +25,7 @@
 #include "log.h"
 #include "matmul.h"
 #include "moe.h"
+#include "sample.h"
 
 /* n at or below which a matmul runs as GEMV (one pass over W) instead of a GEMM */
 #define CUDA_GEMV_MAX_N 8
@@ -42,6 +49,10 @@ typedef struct {
     cuda_buf_t idx;  /* host index arrays uploaded for kv_stamp / kv_check / kv_export */
     cuda_buf_t moe;  /* MoE rows */
     pd_status_t err; /* first failure since the last sync */
+    void *blas_ws;   /* CUDA_LT_WS_BYTES: cuBLAS workspace (fixed, so that captures can use it) */
+    bool capturing;  /* between graph_begin and graph_end */
+    pd_status_t cap_err;    /* first failure inside the capture */
+    uint64_t scratch_epoch; /* bumped whenever a scratch buffer moves */
     int32_t *h_ids;  /* MoE host staging */
     int32_t *h_perm;
     size_t h_cap;
@@ -63,7 +74,9 @@ static pd_status_t cuda__status(cudaError_t e, const char *what)
 /* Keeps the first failure for the next sync. */
 static void cuda__note(cuda_t *c, pd_status_t st)
 {
-    if (st != PD_OK && c->err == PD_OK)
+    if (st != PD_OK && c->capturing && c->cap_err == PD_OK)
+        c->cap_err = st;
+    else if (st != PD_OK && c->err == PD_OK)
         c->err = st;
 }
 
@@ -73,7 +86,12 @@ static pd_status_t cuda__grow(cuda_t *c, cuda_buf_t *b, size_t bytes)
     pd_status_t st;
     if (bytes <= b->bytes)
         return PD_OK;
+    if (c->capturing) {
+        pd_log_error("backend cuda: scratch growth to %zu bytes inside a graph capture", bytes);
+        return PD_ERR_INTERNAL;
+    }
     bytes = bytes + bytes / 4 + 256;
+    c->scratch_epoch++;
     if ((st = cuda__status(cudaStreamSynchronize(c->stream), "scratch sync")) != PD_OK)
         return st;
     if (b->p)
@@ -276,6 +294,10 @@ static pd_status_t cuda__attention(cuda_t *c, float *out, const float *q, const 
     pd_status_t st;
 
     if (n_rows <= 0) {
+        if (c->capturing) {
+            pd_log_error("backend cuda: attention without a row count inside a graph capture");
+            return PD_ERR_INTERNAL;
+        }
         if ((st = cuda__status(cudaMemcpyAsync(&n_rows, b->q_start + b->n_seqs, 4,
                                                cudaMemcpyDeviceToHost, c->stream),
                                "attention rows")) != PD_OK ||
@@ -400,6 +422,10 @@ static pd_status_t cuda__moe(cuda_t *c, float *out, const float *x, const int32_
 
     if (n <= 0)
         return PD_OK;
+    if (c->capturing) { /* routing is read back to the host */
+        pd_log_error("backend cuda: moe_experts cannot be captured in a graph");
+        return PD_ERR_UNSUPPORTED;
+    }
     if (m > c->h_cap) {
         free(c->h_ids);
         free(c->h_perm);
@@ -463,6 +489,87 @@ static void cuda_moe_experts(pd_backend_t *be, float *out, const float *x, const
     cuda__note(c, cuda__moe(c, out, x, ids, weights, gate_up, down, n, k, d, f));
 }
 
+/* ==== sampling ==== */
+
+static void cuda_sample(pd_backend_t *be, int32_t *tokens_out, const float *logits, int n,
+                        int vocab, const float *temperature, const int32_t *top_k,
+                        const float *top_p, const float *u)
+{
+    cuda_t *c = cuda__get(be);
+    cuda__note(c, sample_run(tokens_out, logits, n, vocab, temperature, top_k, top_p, u, c->stream));
+}
+
+/* ==== graphs ==== */
+
+typedef struct {
+    cudaGraphExec_t exec;
+    uint64_t epoch; /* scratch_epoch at capture */
+} cuda_graph_t;
+
+static pd_status_t cuda_graph_begin(pd_backend_t *be)
+{
+    cuda_t *c = cuda__get(be);
+    PD_ASSERT(!c->capturing);
+    pd_status_t st = cuda__status(
+        cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal), "graph begin");
+    if (st == PD_OK) {
+        c->capturing = true;
+        c->cap_err = PD_OK;
+    }
+    return st;
+}
+
+static pd_status_t cuda_graph_end(pd_backend_t *be, void **graph_p)
+{
+    cuda_t *c = cuda__get(be);
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t exec = NULL;
+    cuda_graph_t *h;
+    PD_ASSERT(c->capturing);
+    c->capturing = false;
+    pd_status_t st = cuda__status(cudaStreamEndCapture(c->stream, &g), "graph end");
+    if (st == PD_OK && c->cap_err != PD_OK)
+        st = c->cap_err;
+    if (st == PD_OK)
+        st = cuda__status(cudaGraphInstantiate(&exec, g, 0), "graph instantiate");
+    if (g)
+        cudaGraphDestroy(g);
+    cudaGetLastError(); /* a broken capture leaves a sticky-free error behind */
+    if (st != PD_OK)
+        goto err_exec;
+    if (!(h = malloc(sizeof *h))) {
+        st = PD_ERR_NOMEM;
+        goto err_exec;
+    }
+    h->exec = exec;
+    h->epoch = c->scratch_epoch;
+    *graph_p = h;
+    return PD_OK;
+err_exec:
+    if (exec)
+        cudaGraphExecDestroy(exec);
+    return st;
+}
+
+static pd_status_t cuda_graph_launch(pd_backend_t *be, void *graph)
+{
+    cuda_t *c = cuda__get(be);
+    cuda_graph_t *h = graph;
+    if (h->epoch != c->scratch_epoch)
+        return PD_AGAIN;
+    return cuda__status(cudaGraphLaunch(h->exec, c->stream), "graph launch");
+}
+
+static void cuda_graph_free(pd_backend_t *be, void *graph)
+{
+    cuda_graph_t *h = graph;
+    (void)be;
+    if (!h)
+        return;
+    cudaGraphExecDestroy(h->exec);
+    free(h);
+}
+
 /* ==== table ==== */
 
 static bool cuda_supports_op(pd_backend_t *be, pd_op_t op, int variant)
@@ -495,6 +602,8 @@ static void cuda_destroy(pd_backend_t *be)
     cuda__free_buf(&c->moe);
     if (c->lt_ws)
         cudaFree(c->lt_ws);
+    if (c->blas_ws)
+        cudaFree(c->blas_ws);
     if (c->lt)
         cublasLtDestroy(c->lt);
     if (c->blas)
@@ -531,6 +640,11 @@ static const pd_backend_ops_t cuda_ops = {
     .kv_stamp = cuda_kv_stamp,
     .kv_check = cuda_kv_check,
     .kv_export = cuda_kv_export,
+    .graph_begin = cuda_graph_begin,
+    .graph_end = cuda_graph_end,
+    .graph_launch = cuda_graph_launch,
+    .graph_free = cuda_graph_free,
+    .sample = cuda_sample,
 };
 
 void *backend_cuda_stream(pd_backend_t *be)
@@ -578,8 +692,14 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     }
     cublasSetStream(c->blas, c->stream);
     cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH); /* f32 GEMMs stay f32 (no TF32) */
-    if ((st = cuda__status(cudaMalloc(&c->lt_ws, CUDA_LT_WS_BYTES), "workspace")) != PD_OK)
+    if ((st = cuda__status(cudaMalloc(&c->lt_ws, CUDA_LT_WS_BYTES), "workspace")) != PD_OK ||
+        (st = cuda__status(cudaMalloc(&c->blas_ws, CUDA_LT_WS_BYTES), "workspace")) != PD_OK)
         goto err_destroy;
+    if (cublasSetWorkspace(c->blas, c->blas_ws, CUDA_LT_WS_BYTES) != CUBLAS_STATUS_SUCCESS) {
+        pd_log_error("backend cuda: cannot set the cuBLAS workspace");
+        st = PD_ERR_CUDA;
+        goto err_destroy;
+    }
     *be_p = be;
     return PD_OK;
 err_destroy:

@@ -30,13 +30,15 @@ static __device__ void kv__store(uint8_t *data, float *scale, size_t base, const
 }
 
 /* grid (n, 2 sides), block 32 * n_kv_heads (<= 1024; warp per head): arena pages,
- * k, v (n, n_kv_heads, head_dim) f32, slots (n) int32 */
+ * k, v (n, n_kv_heads, head_dim) f32, slots (n) int32 (< 0: row skipped) */
 static __global__ void kv__write(uint8_t *arena, kv_layout_t l, int layer, const float *k,
                                  const float *v, const int32_t *slots)
 {
     const int i = blockIdx.x, side = blockIdx.y, h = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int H = l.n_kv_heads, D = l.head_dim;
     const int32_t slot = slots[i], page = slot / l.page_tokens, tok = slot % l.page_tokens;
+    if (slot < 0) /* a padded row (graph buckets): writes nothing */
+        return;
     uint8_t *p = arena + (size_t)page * l.page_bytes;
     const float *src = (side ? v : k) + ((size_t)i * H + h) * D;
     uint8_t *data = p + kutil_kv_data_off(l, layer, side);

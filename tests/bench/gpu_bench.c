@@ -3,13 +3,17 @@
  *   1. per op: median time over repeats (CUDA events on the backend's stream), the bytes or
  *      FLOPs it must move or do, and the share of the floor (copy ~4.2 TB/s, FP8 dense GEMM
  *      ~1.36 PFLOP/s, BF16 ~0.79 PFLOP/s);
- *   2. whole decode steps (model_forward, random weights) at batch 1 and 64, context 1024, for
- *      INT4 weights + FP8 KV and FP8 weights + BF16 KV, with and without the logits download;
+ *   2. whole decode steps (model_forward, random weights) at batch 1, 3, 16 and 64, context 1024,
+ *      for INT4 weights + FP8 KV and FP8 weights + BF16 KV, with and without the logits
+ *      download, eager (MODEL_GRAPHS_OFF) and replayed from CUDA graphs (MODEL_GRAPHS_ON); the
+ *      graph logits are compared with the same padded plan run op by op (MODEL_GRAPHS_EAGER:
+ *      must be bit-identical, else exit 1) and with the plain eager step (max |diff|);
  *   3. prefill of 8192 tokens (one sequence) for FP8 + BF16 KV and INT4 + BF16 KV.
  * Usage: gpu_bench [ops] [decode] [prefill] [all] (default all). Needs a CUDA device (exits 77
  * without).
  */
 #include <cuda_runtime_api.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +31,7 @@
 #define BF16_FLOPS 0.79e15
 
 static pd_backend_t *be;
+static int graph_fail; /* a graph capture failed or a replay differed from its eager plan */
 static cudaStream_t stream;
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
@@ -344,11 +349,14 @@ static void llama8b(hf_config_t *c)
     c->bos_token_id = 128000;
 }
 
-/* B sequences with ctx tokens already in the cache; q_len new tokens each (decode: 1). Returns the
- * median ms of model_forward over reps. */
+/* B sequences with ctx tokens already in the cache; q_len new tokens each (decode: 1), run with
+ * the context's graph mode `mode`. The cache and tokens depend only on B, ctx and q_len (the
+ * generator is reseeded). Returns the median ms of model_forward over reps; keep (n_logits,
+ * vocab), when not NULL, receives the logits of the last call. */
 static float run_forward(model_t *m, pd_kvfmt_t kvfmt, int B, int ctx, int q_len, int n_logits,
-                         int reps)
+                         int reps, model_graphs_t mode, float *keep)
 {
+    rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)(B * 131 + ctx * 7 + q_len);
     const hf_config_t *c = &m->cfg;
     kv_layout_t l;
     kv_layout_init(&l, c->num_hidden_layers, c->num_key_value_heads, c->head_dim, 16, kvfmt);
@@ -380,6 +388,10 @@ static float run_forward(model_t *m, pd_kvfmt_t kvfmt, int B, int ctx, int q_len
     model_batch_t b = {B * q_len, tokens, B, qs, cl, sp, n_logits, lr};
     model_ctx_t *ctxp;
     ok(model_ctx_create(m, &ctxp), "ctx");
+    if (model_ctx_set_graphs(ctxp, mode) != mode) {
+        fprintf(stderr, "graph mode %d not available\n", (int)mode);
+        exit(1);
+    }
     float ts[32];
     for (int i = 0; i < reps + 2; i++) {
         double t0 = now_s();
@@ -388,6 +400,12 @@ static float run_forward(model_t *m, pd_kvfmt_t kvfmt, int B, int ctx, int q_len
             ts[i - 2] = (float)((now_s() - t0) * 1e3);
     }
     qsort(ts, (size_t)reps, sizeof ts[0], cmp_f);
+    if (model_ctx_graphs(ctxp) != mode) {
+        fprintf(stderr, "graph mode %d fell back to eager (capture failed)\n", (int)mode);
+        graph_fail = 1;
+    }
+    if (keep && n_logits > 0)
+        memcpy(keep, logits, (size_t)n_logits * c->vocab_size * 4);
     model_ctx_destroy(ctxp);
     for (int s = 0; s < B; s++)
         free(seqs[s].pages);
@@ -416,9 +434,10 @@ static void bench_model(bool decode, bool prefill)
     if (decode) {
         printf("\n### decode step, Llama-3-8B shape, random weights, context 1024 (model_forward, "
                "wall clock, median of 10)\n\n");
-        printf(
-            "| weights | kv | batch | step ms (logits to host) | step ms (no logits) | tok/s |\n");
-        printf("|---|---|---|---|---|---|\n");
+        printf("| weights | kv | batch | eager ms (logits to host) | eager ms (no logits) | "
+               "graph ms (logits to host) | graph ms (no logits) | tok/s (graph, logits) | "
+               "graph vs padded eager | graph vs eager max abs diff |\n");
+        printf("|---|---|---|---|---|---|---|---|---|---|\n");
     }
     for (size_t i = 0; i < sizeof confs / sizeof confs[0]; i++) {
         if (!((decode && confs[i].dec) || (prefill && confs[i].pre)))
@@ -428,16 +447,39 @@ static void bench_model(bool decode, bool prefill)
         ok(model_create_random(&cfg, confs[i].w, PD_WFMT_BF16, be, 42, &m), "model");
         fprintf(stderr, "model %s: %.1f s to build, %.2f GB\n", quant_wfmt_name(confs[i].w),
                 now_s() - t0, m->weight_bytes / 1e9);
-        if (decode && confs[i].dec)
-            for (int B = 1; B <= 64; B *= 64) {
-                float a = run_forward(m, confs[i].kv, B, 1024, 1, B, 10);
-                float z = run_forward(m, confs[i].kv, B, 1024, 1, 0, 10);
-                printf("| %s | %s | %d | %.2f | %.2f | %.0f |\n", quant_wfmt_name(confs[i].w),
-                       kv_fmt_name(confs[i].kv), B, a, z, B * 1000.0 / a);
-                fflush(stdout);
+        static const int batches[] = {1, 3, 16, 64};
+        for (size_t bi = 0; decode && confs[i].dec && bi < sizeof batches / sizeof batches[0];
+             bi++) {
+            const int B = batches[bi];
+            const size_t nv = (size_t)B * cfg.vocab_size;
+            float *le = malloc(nv * 4), *lp = malloc(nv * 4), *lg = malloc(nv * 4);
+            float a = run_forward(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_OFF, le);
+            float z = run_forward(m, confs[i].kv, B, 1024, 1, 0, 10, MODEL_GRAPHS_OFF, NULL);
+            float ga = run_forward(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_ON, lg);
+            float gz = run_forward(m, confs[i].kv, B, 1024, 1, 0, 10, MODEL_GRAPHS_ON, NULL);
+            run_forward(m, confs[i].kv, B, 1024, 1, B, 1, MODEL_GRAPHS_EAGER, lp);
+            double dmax = 0.0;
+            size_t nbad = 0;
+            for (size_t j = 0; j < nv; j++) {
+                double dd = fabs((double)lg[j] - (double)le[j]);
+                dmax = dd > dmax ? dd : dmax;
+                nbad += memcmp(&lg[j], &lp[j], 4) != 0;
             }
+            printf("| %s | %s | %d | %.2f | %.2f | %.2f | %.2f | %.0f | %s | %.3g |\n",
+                   quant_wfmt_name(confs[i].w), kv_fmt_name(confs[i].kv), B, a, z, ga, gz,
+                   B * 1000.0 / ga, nbad ? "DIFFERENT" : "bit-identical", dmax);
+            fflush(stdout);
+            if (nbad) {
+                fprintf(stderr, "graph replay differs from the padded eager step in %zu logits\n",
+                        nbad);
+                graph_fail = 1;
+            }
+            free(le);
+            free(lp);
+            free(lg);
+        }
         if (prefill && confs[i].pre) {
-            float ms = run_forward(m, confs[i].kv, 1, 0, 8192, 1, 3);
+            float ms = run_forward(m, confs[i].kv, 1, 0, 8192, 1, 3, MODEL_GRAPHS_OFF, NULL);
             printf("\nprefill 8192 tokens, %s weights, %s kv: %.1f ms (%.0f tok/s)\n",
                    quant_wfmt_name(confs[i].w), kv_fmt_name(confs[i].kv), ms, 8192 * 1000.0 / ms);
             fflush(stdout);
@@ -465,5 +507,5 @@ int main(int argc, char **argv)
     if (decode || prefill)
         bench_model(decode, prefill);
     backend_destroy(be);
-    return 0;
+    return graph_fail;
 }

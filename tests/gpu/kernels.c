@@ -350,6 +350,8 @@ static void case_kv_write(pd_kvfmt_t fmt, int kvh, int hd, int n)
         perm[j] = t;
     }
     memcpy(slots, perm, (size_t)n * 4);
+    for (int i = 3; i < n; i += 7) /* padded rows (graph buckets) write nothing */
+        slots[i] = -1;
     pair_t pk = pair_new((size_t)n * row * 4, k), pv = pair_new((size_t)n * row * 4, v);
     pair_t ps = pair_new((size_t)n * 4, slots);
     cpu->ops->kv_write(cpu, a.c, &l, 1, pk.c, pv.c, ps.c, n);
@@ -569,6 +571,57 @@ static void case_kv_export(pd_kvfmt_t src_fmt, int layers, int kvh, int hd, int 
 
 /* ==== main ==== */
 
+/* Sampling: rows of random logits (scale), the same parameters and draws on both backends.
+ * err = fraction of rows whose token differs: 0 for greedy; a sampled row may flip where the
+ * draw falls within an ulp of a bucket edge (device expf vs glibc expf), so tol allows 2%. */
+static void case_sample(int n, int vocab, float scale, float T, int top_k, float top_p, double tol)
+{
+    char shape[96];
+    float *x = xmalloc((size_t)n * vocab * 4), *tv = xmalloc((size_t)n * 4),
+          *pv = xmalloc((size_t)n * 4), *uv = xmalloc((size_t)n * 4);
+    int32_t *kv = xmalloc((size_t)n * 4);
+    fill_f32(x, (size_t)n * vocab, scale);
+    for (int i = 0; i < n; i++) {
+        if (T == 0.0f) { /* ties at the maximum: the lower id wins */
+            float mx = x[(size_t)i * vocab];
+            for (int j = 1; j < vocab; j++)
+                mx = fmaxf(mx, x[(size_t)i * vocab + j]);
+            x[(size_t)i * vocab + (i * 7919) % vocab] = mx;
+            x[(size_t)i * vocab + (i * 7919 + 3) % vocab] = mx;
+        }
+        tv[i] = T;
+        kv[i] = top_k;
+        pv[i] = top_p;
+        uv[i] = rng_float() * 0.5f + 0.5f * (float)i / (float)n; /* spread over [0, 1) */
+    }
+    pair_t px = pair_new((size_t)n * vocab * 4, x), pt = pair_new((size_t)n * 4, tv),
+           pk = pair_new((size_t)n * 4, kv), pp = pair_new((size_t)n * 4, pv),
+           pu = pair_new((size_t)n * 4, uv), po = pair_new((size_t)n * 4, NULL);
+    cpu->ops->sample(cpu, po.c, px.c, n, vocab, pt.c, pk.c, pp.c, pu.c);
+    gpu->ops->sample(gpu, po.g, px.g, n, vocab, pt.g, pk.g, pp.g, pu.g);
+    int32_t *c, *g;
+    pair_get(&po, (void **)&c, (void **)&g);
+    int bad = 0;
+    for (int i = 0; i < n; i++)
+        bad += c[i] != g[i];
+    free(c);
+    free(g);
+    snprintf(shape, sizeof shape, "n %d V %d T %g k %d p %g (rows differing)", n, vocab, T, top_k,
+             top_p);
+    report("sample", shape, (double)bad / n, tol);
+    pair_free(&px);
+    pair_free(&pt);
+    pair_free(&pk);
+    pair_free(&pp);
+    pair_free(&pu);
+    pair_free(&po);
+    free(x);
+    free(tv);
+    free(pv);
+    free(uv);
+    free(kv);
+}
+
 int main(void)
 {
     const char *seed_env = getenv("PD_TEST_SEED");
@@ -668,6 +721,16 @@ int main(void)
     if (!small_only)
         case_kv_export(PD_KV_BF16, 32, 8, 128, 8, 3);
 
+    case_sample(37, 2048, 4.0f, 0.0f, 0, 1.0f, 0.0);
+    case_sample(37, 2048, 4.0f, 0.7f, 1, 1.0f, 0.0);
+    case_sample(37, 2048, 2.0f, 0.8f, 50, 1.0f, 0.02);
+    case_sample(37, 2048, 2.0f, 1.0f, 0, 0.9f, 0.02);
+    if (!small_only) {
+        case_sample(64, 128256, 4.0f, 0.0f, 0, 1.0f, 0.0);
+        case_sample(64, 128256, 2.0f, 0.8f, 40, 0.95f, 0.02);
+        case_sample(64, 128256, 1.0f, 1.0f, 2048, 1.0f, 0.02);
+        case_sample(64, 128256, 3.0f, 0.6f, 1000, 0.9f, 0.02);
+    }
     printf("%d cases, %d failed\n", n_cases, n_fail);
     backend_destroy(gpu);
     backend_destroy(cpu);

@@ -1,0 +1,195 @@
+/* sample: GPU token sampling (see sample.h). */
+#include "kutil.cuh"
+
+extern "C" {
+#include "sample.h"
+}
+
+#define SAMPLE__THREADS 1024
+
+/* ==== kernels ==== */
+
+/* float -> uint32 with the same order (NaN sorts above +inf; logits have none) */
+static __device__ __forceinline__ uint32_t sample__key(float f)
+{
+    const uint32_t b = __float_as_uint(f);
+    return b ^ ((uint32_t)((int32_t)b >> 31) | 0x80000000u);
+}
+
+/* (key desc, id asc): true when a goes before b */
+static __device__ __forceinline__ bool sample__before(uint32_t ka, int32_t ia, uint32_t kb,
+                                                      int32_t ib)
+{
+    return ka != kb ? ka > kb : ia < ib;
+}
+
+/* Block-wide sum of an int (every thread gets it). red: 32 ints of shared memory. */
+static __device__ int sample__block_sum(int v, int *red)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int o = 16; o; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads();
+    if (lane == 0)
+        red[warp] = v;
+    __syncthreads();
+    v = lane < (int)(blockDim.x >> 5) ? red[lane] : 0;
+    for (int o = 16; o; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* grid (n), block SAMPLE__THREADS: tokens (n) int32; logits (n, vocab) f32; per-row parameters
+ * (n) each. */
+static __global__ void __launch_bounds__(SAMPLE__THREADS)
+    sample__kernel(int32_t *tokens, const float *logits, int vocab, const float *temperature,
+                   const int32_t *top_k, const float *top_p, const float *u)
+{
+    __shared__ uint32_t keys[SAMPLE_MAX_CAND];
+    __shared__ int32_t ids[SAMPLE_MAX_CAND];
+    __shared__ float probs[SAMPLE_MAX_CAND];
+    __shared__ int red[32];
+    __shared__ int n_cand;
+    const int row = blockIdx.x, tid = threadIdx.x;
+    const float *x = logits + (size_t)row * vocab;
+    const float T = temperature[row];
+    const int kk = top_k[row];
+
+    if (T == 0.0f || kk == 1) { /* greedy: largest key, lowest id */
+        uint32_t bk = 0;
+        int32_t bi = INT32_MAX;
+        for (int i = tid; i < vocab; i += blockDim.x) {
+            const uint32_t k = sample__key(x[i]);
+            if (sample__before(k, i, bk, bi)) {
+                bk = k;
+                bi = i;
+            }
+        }
+        for (int o = 16; o; o >>= 1) {
+            const uint32_t k2 = __shfl_xor_sync(0xffffffffu, bk, o);
+            const int32_t i2 = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (sample__before(k2, i2, bk, bi)) {
+                bk = k2;
+                bi = i2;
+            }
+        }
+        if ((tid & 31) == 0) {
+            keys[tid >> 5] = bk;
+            ids[tid >> 5] = bi;
+        }
+        __syncthreads();
+        if (tid == 0) {
+            for (int w = 1; w < (int)(blockDim.x >> 5); w++)
+                if (sample__before(keys[w], ids[w], bk, bi)) {
+                    bk = keys[w];
+                    bi = ids[w];
+                }
+            tokens[row] = bi;
+        }
+        return;
+    }
+
+    /* K candidates: the largest t with count(key >= t) >= K, by bisection over the key space */
+    const int K = min(kk > 0 ? kk : vocab, min(vocab, SAMPLE_MAX_CAND));
+    uint32_t lo = 0, hi = 0xffffffffu; /* count(key >= lo) >= K always */
+    while (lo < hi) {
+        const uint32_t mid = (uint32_t)(((uint64_t)lo + hi + 1) >> 1);
+        int c = 0;
+        for (int i = tid; i < vocab; i += blockDim.x)
+            c += sample__key(x[i]) >= mid;
+        if (sample__block_sum(c, red) >= K)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    const uint32_t t = lo;
+    if (tid == 0)
+        n_cand = 0;
+    for (int i = tid; i < SAMPLE_MAX_CAND; i += blockDim.x) {
+        keys[i] = 0;
+        ids[i] = INT32_MAX;
+    }
+    __syncthreads();
+    for (int i = tid; i < vocab; i += blockDim.x) {
+        const uint32_t k = sample__key(x[i]);
+        if (k >= t) {
+            const int at = atomicAdd(&n_cand, 1);
+            if (at < SAMPLE_MAX_CAND) {
+                keys[at] = k;
+                ids[at] = i;
+            }
+        }
+    }
+    __syncthreads();
+    /* bitonic sort of SAMPLE_MAX_CAND entries by (key desc, id asc) */
+    for (int size = 2; size <= SAMPLE_MAX_CAND; size <<= 1)
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            for (int i = tid; i < SAMPLE_MAX_CAND; i += blockDim.x) {
+                const int j = i ^ stride;
+                if (j > i) {
+                    const bool up = (i & size) == 0;
+                    const bool sw = up ? sample__before(keys[j], ids[j], keys[i], ids[i])
+                                       : sample__before(keys[i], ids[i], keys[j], ids[j]);
+                    if (sw) {
+                        const uint32_t tk = keys[i];
+                        const int32_t ti = ids[i];
+                        keys[i] = keys[j];
+                        ids[i] = ids[j];
+                        keys[j] = tk;
+                        ids[j] = ti;
+                    }
+                }
+            }
+            __syncthreads();
+        }
+    /* as sampler_pick: probabilities in parallel, the running sums in order on one thread */
+    const float mx = x[ids[0]] / T;
+    for (int i = tid; i < K; i += blockDim.x)
+        probs[i] = expf(x[ids[i]] / T - mx);
+    __syncthreads();
+    if (tid == 0) {
+        int n = K;
+        float sum = 0.0f, acc = 0.0f;
+        for (int i = 0; i < n; i++)
+            sum += probs[i];
+        if (top_p[row] < 1.0f) {
+            int keep = n;
+            for (int i = 0; i < n; i++) {
+                acc += probs[i] / sum;
+                if (acc >= top_p[row]) {
+                    keep = i + 1;
+                    break;
+                }
+            }
+            n = keep;
+            sum = 0.0f;
+            for (int i = 0; i < n; i++)
+                sum += probs[i];
+        }
+        const float v = u[row] * sum;
+        int32_t tok = ids[n - 1];
+        acc = 0.0f;
+        for (int i = 0; i < n; i++) {
+            acc += probs[i];
+            if (v < acc) {
+                tok = ids[i];
+                break;
+            }
+        }
+        tokens[row] = tok;
+    }
+}
+
+/* ==== launchers ==== */
+
+extern "C" pd_status_t sample_run(int32_t *tokens, const float *logits, int n, int vocab,
+                                  const float *temperature, const int32_t *top_k,
+                                  const float *top_p, const float *u, cudaStream_t stream)
+{
+    KUTIL_REQUIRE(n >= 0 && vocab > 0, "sample");
+    if (n == 0)
+        return PD_OK;
+    sample__kernel<<<n, SAMPLE__THREADS, 0, stream>>>(tokens, logits, vocab, temperature, top_k,
+                                                      top_p, u);
+    return KUTIL_LAUNCHED("sample");
+}

@@ -1,0 +1,34 @@
+/* sample: next-token sampling on the GPU, one block per row of logits, with the semantics of
+ * common/sampler.c (sampler_pick): greedy (temperature 0 or top-k 1: the largest logit, lowest id
+ * on ties); else temperature, top-k, softmax, top-p, one draw u given by the caller. Candidates
+ * are the SAMPLE_MAX_CAND largest logits: top_k 0 (off) and top_k > SAMPLE_MAX_CAND sample from
+ * those only (the CPU reference from the whole vocabulary); ties at the k-th logit beyond that
+ * many candidates are broken arbitrarily. expf on the device may differ from glibc's by an ulp,
+ * so a draw within rounding of a bucket edge can pick the neighbouring token. Pointers are device
+ * memory; the launcher checks shapes (PD_ERR_INVALID), enqueues on `stream`, allocates nothing.
+ */
+#ifndef PD_KERNELS_SAMPLE_H
+#define PD_KERNELS_SAMPLE_H
+
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SAMPLE_MAX_CAND 2048
+
+/* tokens (n) int32 = sample of logits (n, vocab) f32 with per-row temperature (n) f32, top_k (n)
+ * int32, top_p (n) f32 and u (n) f32 in [0, 1). */
+pd_status_t sample_run(int32_t *tokens, const float *logits, int n, int vocab,
+                       const float *temperature, const int32_t *top_k, const float *top_p,
+                       const float *u, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
