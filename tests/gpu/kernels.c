@@ -473,9 +473,11 @@ static void case_moe_experts(pd_wfmt_t fmt, int n, int E, int k, int d, int f)
     snprintf(shape, sizeof shape, "%s n %d experts %d k %d d %d f %d%s", quant_wfmt_name(fmt), n, E,
              k, d, f, fmt == PD_WFMT_FP8 ? " (l2)" : "");
     /* fp8: two W8A8 matmuls in a row; a rounding flip of an activation quantized to fp8 (one
-     * ulp, up to 2^-3 relative) shows through the second, so the error is measured in l2 */
+     * ulp, up to 2^-3 relative) shows through the second, so the error is measured in l2. Over
+     * 37 tokens x 2 experts a few such flips land in one run (3.5e-3 and 5e-3 were seen on
+     * fresh seeds); a wrong kernel gives O(1). */
     if (fmt == PD_WFMT_FP8)
-        report("moe_experts", shape, err_f32_l2(&out, (size_t)n * d), 2e-3);
+        report("moe_experts", shape, err_f32_l2(&out, (size_t)n * d), 1e-2);
     else
         report("moe_experts", shape, err_f32(&out, (size_t)n * d),
                fmt == PD_WFMT_INT4 ? 4e-3 : 1e-5);
