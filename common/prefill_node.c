@@ -344,9 +344,10 @@ static void prefill__rpc_prefill(grpc_call_t *call, const ProtobufCMessage *msg,
     j->call = call;
     j->refs = 1;
     /* the decode node reserved the pages just before this call with the cluster's lease_ms and
-     * reuses them once it ends: write only in its first half, the rest covers the reserve ->
-     * prefill hop and the puts in flight */
-    j->write_deadline_ms = node_now_ms() + pn->cfg->transport.lease_ms / 2;
+     * reuses them once it ends: post puts only in its first three quarters, the last covers the
+     * reserve -> prefill hop and the puts in flight */
+    j->write_deadline_ms = node_now_ms() + pn->cfg->transport.lease_ms -
+                           pn->cfg->transport.lease_ms / 4;
     memcpy(j->tokens, req->token_ids, req->n_token_ids * sizeof *j->tokens);
     j->n_tokens = (int)req->n_token_ids;
     j->gp.max_tokens = 1;

@@ -190,12 +190,12 @@ def test_prefill_kill():
 def test_cancel():
     with cluster.Cluster(TEMPLATE_1) as c:
         stub = pb_grpc.InferenceStub(channel(c.router_addr))
-        long_prompt = [(11 * i) % 2000 + 2 for i in range(600)]
+        long_prompt = [(11 * i) % 2000 + 2 for i in range(300)]
 
         def cancel_after(k, ids):
             call = stub.Generate(pb.GenerateRequest(token_ids=ids,
                                                     sampling=sampling(500, ignore_eos=True)),
-                                 timeout=60)
+                                 timeout=120)
             got = 0
             if k == 0:
                 time.sleep(0.02)

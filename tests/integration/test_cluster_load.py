@@ -5,7 +5,7 @@ duplicated). Then again with decode pools too small for all of them (kv_budget 2
 pages of 16 tokens per node, `pdctl kv-plan`), so sequences are preempted and re-prefilled: the
 logs say so and every request still completes with the right count; the output of a preempted
 request equals its output from the roomy run (greedy). After each run every node's Stats show
-pages_used back to 0. A third run with a short transport.lease_ms (3 s) queues prefills past
+pages_used back to 0. A third run with a short transport.lease_ms (5 s) queues prefills past
 their reservations' leases: the prefill node must not write pages the decode node has already
 handed to others (that showed as DATA_LOSS / NOT_FOUND in neighbours), the router reserves again
 and every request completes. Run with /usr/bin/python3; argv[1] is pdctl."""
@@ -91,7 +91,7 @@ def main():
         check("tight-requests-preempted", len(pre) > 0, "no 'preempted on' in the router log")
         check("tight-unpreempted-same-as-roomy", not (set(diff) - pre), sorted(set(diff) - pre))
     tpl = model_template(TEMPLATE_4, "tiny-llama", tempfile.mkdtemp(prefix="pd-load-"),
-                         lease_ms=3000)
+                         lease_ms=5000)
     with cluster.Cluster(tpl) as c:
         short = run_load(c, reqs, "short-lease")
         logs = c.log("router")
