@@ -1,4 +1,6 @@
-/* model_forward: the forward pass over the backend ops table (see model.h). */
+/* model_forward: the forward pass over the backend ops table (see model.h). Under tensor
+ * parallelism the same code runs on every rank over its shards, with three collectives:
+ * all-reduce after o_proj, after down_proj / the MoE experts, and an all-gather of the logits. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,6 +13,7 @@ struct model_ctx {
     int cap_tokens, cap_seqs, cap_bt, cap_logits;
     /* activations (backend memory), sized for cap_tokens rows */
     float *x, *h, *q, *k, *v, *attn, *tmp, *gu, *act, *rlogits, *mw, *lrows, *logits;
+    float *glogits; /* (tp_size, n_logits, vocab_local): gathered logits, TP > 1 only */
     int32_t *mids;
     /* index arrays (backend memory) and their host staging */
     int32_t *d_tokens, *d_pos, *d_slots, *d_qstart, *d_ctx, *d_bt;
@@ -23,7 +26,8 @@ static void ctx__free_bufs(model_ctx_t *c)
                      (void **)&c->k,     (void **)&c->v,      (void **)&c->attn,
                      (void **)&c->tmp,   (void **)&c->gu,     (void **)&c->act,
                      (void **)&c->rlogits, (void **)&c->mw,   (void **)&c->mids,
-                     (void **)&c->lrows, (void **)&c->logits, (void **)&c->d_tokens,
+                     (void **)&c->lrows, (void **)&c->logits, (void **)&c->glogits,
+                     (void **)&c->d_tokens,
                      (void **)&c->d_pos, (void **)&c->d_slots, (void **)&c->d_qstart,
                      (void **)&c->d_ctx, (void **)&c->d_bt};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
@@ -78,7 +82,9 @@ static pd_status_t ctx__reserve(model_ctx_t *c, int n, int s, int bt, int nl)
     A(c->mw, N * K * 4);
     A(c->mids, N * K * 4);
     A(c->lrows, (size_t)nl * d * 4);
-    A(c->logits, (size_t)nl * (size_t)cfg->vocab_size * 4);
+    A(c->logits, (size_t)nl * (size_t)c->m->vocab_local * 4);
+    if (c->m->tp_size > 1)
+        A(c->glogits, (size_t)nl * (size_t)cfg->vocab_size * 4);
     A(c->d_tokens, N * 4);
     A(c->d_pos, N * 4);
     A(c->d_slots, N * 4);
@@ -122,6 +128,32 @@ void model_ctx_destroy(model_ctx_t *ctx)
     free(ctx);
 }
 
+/* TP: sums this rank's partial x (n) over the ranks (nothing at TP 1) */
+static pd_status_t fwd__all_reduce(model_ctx_t *c, float *x, size_t n)
+{
+    return c->m->tp_size > 1 ? tp_comm_all_reduce_sum(c->m->comm, x, n) : PD_OK;
+}
+
+/* The LM head's logits (n_logits, vocab_local) of every rank into logits_out (n_logits, vocab). */
+static pd_status_t fwd__logits(model_ctx_t *c, int n_logits, float *logits_out)
+{
+    pd_backend_t *be = c->be;
+    const size_t vl = (size_t)c->m->vocab_local, nl = (size_t)n_logits;
+    pd_status_t st;
+
+    if (c->m->tp_size == 1)
+        return be->ops->download(be, logits_out, c->logits, nl * vl * 4);
+    if ((st = tp_comm_all_gather(c->m->comm, c->glogits, c->logits, nl * vl)) != PD_OK)
+        return st;
+    /* glogits is (rank, row, vocab_local); logits_out is (row, rank * vocab_local + v) */
+    for (int r = 0; r < c->m->tp_size; r++)
+        for (size_t i = 0; i < nl; i++)
+            if ((st = be->ops->download(be, logits_out + i * vl * (size_t)c->m->tp_size + r * vl,
+                                        c->glogits + ((size_t)r * nl + i) * vl, vl * 4)) != PD_OK)
+                return st;
+    return PD_OK;
+}
+
 pd_status_t model_forward(model_ctx_t *c, void *arena, const kv_layout_t *l,
                           const model_batch_t *b, float *logits_out)
 {
@@ -129,12 +161,13 @@ pd_status_t model_forward(model_ctx_t *c, void *arena, const kv_layout_t *l,
     const hf_config_t *cfg = &m->cfg;
     pd_backend_t *be = c->be;
     const pd_backend_ops_t *o = be->ops;
-    const int n = b->n_tokens, d = cfg->hidden_size, H = cfg->num_attention_heads,
-              KVH = cfg->num_key_value_heads, D = cfg->head_dim;
+    const int n = b->n_tokens, d = cfg->hidden_size, H = m->n_heads, KVH = m->n_kv_heads,
+              D = cfg->head_dim;
     const float eps = (float)cfg->rms_norm_eps;
     int max_pages = 1;
     pd_status_t st;
 
+    PD_ASSERT(l->n_kv_heads == KVH);
     for (int s = 0; s < b->n_seqs; s++) {
         int np = (b->ctx_len[s] + l->page_tokens - 1) / l->page_tokens;
         PD_ASSERT(np <= b->seqs[s]->n_pages);
@@ -184,10 +217,12 @@ pd_status_t model_forward(model_ctx_t *c, void *arena, const kv_layout_t *l,
         o->kv_write(be, arena, l, li, c->k, c->v, c->d_slots, n);
         o->attention(be, c->attn, c->q, arena, l, li, &ab, H);
         o->matmul(be, c->tmp, c->attn, &L->o, n);
+        if ((st = fwd__all_reduce(c, c->tmp, (size_t)n * d)) != PD_OK)
+            return st;
         o->add(be, c->x, c->tmp, (size_t)n * d);
         o->rmsnorm(be, c->h, c->x, L->mlp_norm, n, d, eps);
         if (!L->moe) {
-            int f = cfg->intermediate_size;
+            int f = m->ffn;
             o->matmul(be, c->gu, c->h, &L->gate_up, n);
             o->silu_mul(be, c->act, c->gu, n, f);
             o->matmul(be, c->tmp, c->act, &L->down, n);
@@ -196,8 +231,10 @@ pd_status_t model_forward(model_ctx_t *c, void *arena, const kv_layout_t *l,
             o->matmul(be, c->rlogits, c->h, &L->router, n);
             o->moe_route(be, c->mids, c->mw, c->rlogits, n, E, K, cfg->norm_topk_prob);
             o->moe_experts(be, c->tmp, c->h, c->mids, c->mw, L->exp_gate_up, L->exp_down, n, K,
-                           d, cfg->moe_intermediate_size);
+                           d, m->moe_ffn);
         }
+        if ((st = fwd__all_reduce(c, c->tmp, (size_t)n * d)) != PD_OK)
+            return st;
         o->add(be, c->x, c->tmp, (size_t)n * d);
     }
     if (b->n_logits > 0) {
@@ -206,9 +243,7 @@ pd_status_t model_forward(model_ctx_t *c, void *arena, const kv_layout_t *l,
                     (size_t)d * 4);
         o->rmsnorm(be, c->lrows, c->lrows, m->final_norm, b->n_logits, d, eps);
         o->matmul(be, c->logits, c->lrows, &m->lm_head, b->n_logits);
-        st = o->download(be, logits_out, c->logits,
-                         (size_t)b->n_logits * (size_t)cfg->vocab_size * 4);
-        if (st != PD_OK)
+        if ((st = fwd__logits(c, b->n_logits, logits_out)) != PD_OK)
             return st;
     }
     return o->sync(be);
