@@ -43,6 +43,9 @@ typedef struct {
     float **out;        /* (size) */
     const float **in;   /* (size) */
     pd_status_t status; /* PD_ERR_INVALID when ranks disagree on kind or n */
+    pd_status_t *result; /* (size): the status of each rank's last collective, written by the
+                            completer; a rank reads its own slot before it can enter the next
+                            collective (g->status may already belong to that one) */
 } fake_group_t;
 
 /* Runs the collective once every rank has deposited its buffers; called by the last to arrive,
@@ -87,6 +90,8 @@ static pd_status_t fake__collective(tp_comm_t *c, fake_kind_t kind, float *out, 
     g->in[c->rank] = in;
     if (++g->arrived == g->size) {
         fake__complete(g);
+        for (int r = 0; r < g->size; r++)
+            g->result[r] = g->status;
         g->arrived = 0;
         g->generation++;
         pthread_cond_broadcast(&g->cv);
@@ -95,7 +100,7 @@ static pd_status_t fake__collective(tp_comm_t *c, fake_kind_t kind, float *out, 
         while (gen == g->generation)
             pthread_cond_wait(&g->cv, &g->mu);
     }
-    st = g->status;
+    st = g->result[c->rank];
     pthread_mutex_unlock(&g->mu);
     return st;
 }
@@ -121,6 +126,7 @@ static void fake__group_free(fake_group_t *g)
     pthread_cond_destroy(&g->cv);
     free(g->out);
     free(g->in);
+    free(g->result);
     free(g);
 }
 
@@ -157,9 +163,10 @@ pd_status_t tp_comm_fake_create(int size, tp_comm_t **ranks_p)
     g->size = size;
     g->out = calloc((size_t)size, sizeof *g->out);
     g->in = calloc((size_t)size, sizeof *g->in);
+    g->result = calloc((size_t)size, sizeof *g->result);
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cv, NULL);
-    if (!g->out || !g->in)
+    if (!g->out || !g->in || !g->result)
         goto err_free_group;
     for (r = 0; r < size; r++) {
         tp_comm_t *c = calloc(1, sizeof *c);
