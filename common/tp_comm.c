@@ -40,9 +40,9 @@ typedef struct {
     /* this collective's arguments, per rank */
     fake_kind_t kind;
     size_t n;
-    float **out;        /* (size) */
-    const float **in;   /* (size) */
-    pd_status_t status; /* PD_ERR_INVALID when ranks disagree on kind or n */
+    float **out;         /* (size) */
+    const float **in;    /* (size) */
+    pd_status_t status;  /* PD_ERR_INVALID when ranks disagree on kind or n */
     pd_status_t *result; /* (size): the status of each rank's last collective, written by the
                             completer; a rank reads its own slot before it can enter the next
                             collective (g->status may already belong to that one) */
@@ -153,6 +153,7 @@ static const tp_comm_ops_t fake_ops = {
 pd_status_t tp_comm_fake_create(int size, tp_comm_t **ranks_p)
 {
     fake_group_t *g;
+    tp_comm_t **ranks;
     int r;
 
     if (size < 1)
@@ -164,26 +165,27 @@ pd_status_t tp_comm_fake_create(int size, tp_comm_t **ranks_p)
     g->out = calloc((size_t)size, sizeof *g->out);
     g->in = calloc((size_t)size, sizeof *g->in);
     g->result = calloc((size_t)size, sizeof *g->result);
+    ranks = calloc((size_t)size, sizeof *ranks);
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cv, NULL);
-    if (!g->out || !g->in || !g->result)
+    if (!g->out || !g->in || !g->result || !ranks)
         goto err_free_group;
     for (r = 0; r < size; r++) {
         tp_comm_t *c = calloc(1, sizeof *c);
         if (!c)
             goto err_free_ranks;
-        c->ops = &fake_ops;
-        c->rank = r;
-        c->size = size;
-        c->impl = g;
-        ranks_p[r] = c;
+        *c = (tp_comm_t){&fake_ops, r, size, g};
+        ranks[r] = c;
     }
     g->live = size;
+    memcpy(ranks_p, ranks, (size_t)size * sizeof *ranks);
+    free(ranks);
     return PD_OK;
 err_free_ranks:
     while (r-- > 0)
-        free(ranks_p[r]);
+        free(ranks[r]);
 err_free_group:
+    free(ranks);
     fake__group_free(g);
     return PD_ERR_NOMEM;
 }

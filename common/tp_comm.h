@@ -66,7 +66,8 @@ void tp_comm_destroy(tp_comm_t *c);
 
 /* Creates the in-process fake: ranks_p (size) receives one rank object per rank, all of one group;
  * destroy each with tp_comm_destroy. Each rank must run on its own thread (a collective blocks
- * until all ranks reach it). PD_ERR_INVALID for size < 1, PD_ERR_NOMEM (nothing allocated). */
+ * until all ranks reach it). PD_ERR_INVALID for size < 1, PD_ERR_NOMEM (nothing allocated,
+ * ranks_p untouched). */
 pd_status_t tp_comm_fake_create(int size, tp_comm_t **ranks_p);
 
 /* Creates one NCCL communicator per device of this process (ncclCommInitAll): ranks_p (size)

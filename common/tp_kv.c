@@ -12,8 +12,8 @@ pd_status_t tp_kv_layout(const kv_layout_t *full, int size, kv_layout_t *l_p)
         pd_log_error("tp %d: %d kv heads do not split %d ways", size, full->n_kv_heads, size);
         return PD_ERR_INVALID;
     }
-    kv_layout_init(l_p, full->n_layers, full->n_kv_heads / size, full->head_dim,
-                   full->page_tokens, full->fmt);
+    kv_layout_init(l_p, full->n_layers, full->n_kv_heads / size, full->head_dim, full->page_tokens,
+                   full->fmt);
     return PD_OK;
 }
 
@@ -56,8 +56,8 @@ pd_status_t tp_kv_reslice(void *dst, const kv_layout_t *dst_l, int dst_rank, int
                                   src_l->page_tokens, head_bytes);
                 if (src_l->fmt == PD_KV_FP8)
                     tp_kv__copy_heads(dp + kv_layout_scale_off(dst_l, layer, side), d0, dh,
-                                      sp + kv_layout_scale_off(src_l, layer, side), s0, sh, h0,
-                                      h1, src_l->page_tokens, sizeof(float));
+                                      sp + kv_layout_scale_off(src_l, layer, side), s0, sh, h0, h1,
+                                      src_l->page_tokens, sizeof(float));
             }
     }
     return PD_OK;

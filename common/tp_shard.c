@@ -29,8 +29,8 @@ static pd_status_t tp_shard__alloc(pd_wfmt_t fmt, int64_t n, int64_t k, pd_weigh
 
 /* Copies `rows` rows starting at src row r0 of a part whose row is `row_bytes` long, taking
  * bytes [b0, b0 + nb) of each row, to dst (rows, nb) packed. */
-static void tp_shard__copy2d(void *dst, const void *src, int64_t r0, int64_t rows,
-                             size_t row_bytes, size_t b0, size_t nb)
+static void tp_shard__copy2d(void *dst, const void *src, int64_t r0, int64_t rows, size_t row_bytes,
+                             size_t b0, size_t nb)
 {
     for (int64_t r = 0; r < rows; r++)
         memcpy((uint8_t *)dst + (size_t)r * nb,
@@ -99,8 +99,8 @@ pd_status_t tp_shard_heads(const pd_weight_t *w, int n_heads, int head_dim, int 
 {
     if (size < 1 || rank < 0 || rank >= size || n_heads % size != 0 ||
         w->n != (int64_t)n_heads * head_dim) {
-        pd_log_error("tp %d: %d heads of %d (weight %lld rows) do not split %d ways", size,
-                     n_heads, head_dim, (long long)w->n, size);
+        pd_log_error("tp %d: %d heads of %d (weight %lld rows) do not split %d ways", size, n_heads,
+                     head_dim, (long long)w->n, size);
         return PD_ERR_INVALID;
     }
     int64_t hs = n_heads / size;
@@ -177,13 +177,12 @@ static bool tp_shard__splits(int size, int n, int g, const char *what)
     if (n % size != 0)
         pd_log_error("tp %d: %d %s do not split %d ways", size, n, what, size);
     else
-        pd_log_error("tp %d: %s shards of %d columns cut int4 groups of %d", size, what,
-                     n / size, g);
+        pd_log_error("tp %d: %s shards of %d columns cut int4 groups of %d", size, what, n / size,
+                     g);
     return false;
 }
 
-pd_status_t tp_shard_check(const hf_config_t *cfg, pd_wfmt_t wfmt, pd_wfmt_t lm_head_fmt,
-                           int size)
+pd_status_t tp_shard_check(const hf_config_t *cfg, pd_wfmt_t wfmt, pd_wfmt_t lm_head_fmt, int size)
 {
     int g = wfmt == PD_WFMT_INT4 ? QUANT_INT4_GROUP : 0;
     bool dense = false;
@@ -198,8 +197,8 @@ pd_status_t tp_shard_check(const hf_config_t *cfg, pd_wfmt_t wfmt, pd_wfmt_t lm_
         !tp_shard__splits(size, cfg->num_key_value_heads, 0, "kv heads") ||
         !tp_shard__splits(size, cfg->num_attention_heads * cfg->head_dim, g, "o_proj") ||
         (dense && !tp_shard__splits(size, cfg->intermediate_size, g, "ffn rows (down_proj)")) ||
-        (cfg->num_experts > 0 &&
-         !tp_shard__splits(size, cfg->moe_intermediate_size, g, "moe ffn rows (expert down_proj)")) ||
+        (cfg->num_experts > 0 && !tp_shard__splits(size, cfg->moe_intermediate_size, g,
+                                                   "moe ffn rows (expert down_proj)")) ||
         !tp_shard__splits(size, cfg->vocab_size, 0, "vocab rows"))
         return PD_ERR_INVALID;
     return PD_OK;

@@ -58,7 +58,6 @@ pd_status_t tp_shard_row(const pd_weight_t *w, int rank, int size, pd_weight_t *
  * be split `size` ways: attention heads, KV heads, FFN / MoE FFN rows and the vocab divide by
  * size, and int4 row-parallel cuts fall on group boundaries. PD_ERR_INVALID with one logged line
  * naming the first dimension that does not split (e.g. "tp 4: 2 kv heads do not split 4 ways"). */
-pd_status_t tp_shard_check(const hf_config_t *cfg, pd_wfmt_t wfmt, pd_wfmt_t lm_head_fmt,
-                           int size);
+pd_status_t tp_shard_check(const hf_config_t *cfg, pd_wfmt_t wfmt, pd_wfmt_t lm_head_fmt, int size);
 
 #endif

@@ -40,16 +40,16 @@ static pd_status_t nccl_all_reduce_sum(tp_comm_t *c, float *buf, size_t n)
 static pd_status_t nccl_all_gather(tp_comm_t *c, float *out, const float *in, size_t n)
 {
     nccl_rank_t *k = c->impl;
-    return tp_nccl__status(ncclAllGather(in, out, n, ncclFloat, k->comm, k->stream),
-                           "all_gather", c->rank);
+    return tp_nccl__status(ncclAllGather(in, out, n, ncclFloat, k->comm, k->stream), "all_gather",
+                           c->rank);
 }
 
 static pd_status_t nccl_barrier(tp_comm_t *c)
 {
     nccl_rank_t *k = c->impl;
-    pd_status_t st = tp_nccl__status(
-        ncclAllReduce(k->one, k->one, 1, ncclFloat, ncclSum, k->comm, k->stream), "barrier",
-        c->rank);
+    pd_status_t st =
+        tp_nccl__status(ncclAllReduce(k->one, k->one, 1, ncclFloat, ncclSum, k->comm, k->stream),
+                        "barrier", c->rank);
     if (st == PD_OK && cudaStreamSynchronize(k->stream) != cudaSuccess) {
         pd_log_error("tp nccl rank %d: barrier: stream sync failed", c->rank);
         st = PD_ERR_CUDA;

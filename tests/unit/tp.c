@@ -68,7 +68,8 @@ static void refs_load(const char *model, refs_t *r)
         for (int i = 0; i < N_GEN; i++)
             r->greedy[ci][i] = (int32_t)json_integer_value(json_array_get(g, (size_t)i));
         for (int v = 0; v < r->vocab; v++)
-            r->last_logits[ci * r->vocab + v] = (float)json_real_value(json_array_get(ll, (size_t)v));
+            r->last_logits[ci * r->vocab + v] =
+                (float)json_real_value(json_array_get(ll, (size_t)v));
     }
     json_decref(ref);
 }
@@ -85,9 +86,9 @@ typedef struct {
     float *logits; /* (n_cases, N_GEN, vocab): the logits each greedy token was taken from */
 } rank_run_t;
 
-static pd_status_t rank__case(model_ctx_t *ctx, const model_t *m, const kv_layout_t *l,
-                              void *arena, kv_seq_t *seq, const int32_t *ids, int n_ids,
-                              int32_t *tokens_out, float *logits_out)
+static pd_status_t rank__case(model_ctx_t *ctx, const model_t *m, const kv_layout_t *l, void *arena,
+                              kv_seq_t *seq, const int32_t *ids, int n_ids, int32_t *tokens_out,
+                              float *logits_out)
 {
     const int vocab = m->cfg.vocab_size;
     int32_t q_start[2] = {0, n_ids}, ctx_len[1] = {n_ids}, row = n_ids - 1, tok;
@@ -141,9 +142,9 @@ static void *rank_main(void *arg)
     if ((rr->status = model_ctx_create(m, &ctx)) != PD_OK)
         goto out;
     for (int c = 0; c < rr->refs->n_cases && rr->status == PD_OK; c++)
-        rr->status = rank__case(ctx, m, &l, arena, &seq, rr->refs->ids[c], rr->refs->n_ids[c],
-                                rr->tokens[c],
-                                rr->logits + (size_t)c * N_GEN * (size_t)rr->refs->vocab);
+        rr->status =
+            rank__case(ctx, m, &l, arena, &seq, rr->refs->ids[c], rr->refs->n_ids[c], rr->tokens[c],
+                       rr->logits + (size_t)c * N_GEN * (size_t)rr->refs->vocab);
 out:
     model_ctx_destroy(ctx);
     free(arena);
@@ -446,8 +447,8 @@ static void assert_cols_concat(const pd_weight_t *w, pd_weight_t *shards, int si
                     memcpy(cat + row * rb[i], (uint8_t *)part(w, i) + row * rb[i], rb[i]);
                     continue;
                 }
-                memcpy(cat + row * rb[i] + r * sb[i],
-                       (uint8_t *)part(&shards[r], i) + row * sb[i], sb[i]);
+                memcpy(cat + row * rb[i] + r * sb[i], (uint8_t *)part(&shards[r], i) + row * sb[i],
+                       sb[i]);
             }
         assert_memory_equal(cat, part(w, i), (size_t)w->n * rb[i]);
         free(cat);
@@ -583,7 +584,8 @@ static void check_reslice(pd_kvfmt_t fmt)
     assert_int_equal(tp_kv_layout(&l1, 2, &l2), PD_OK);
     assert_int_equal(tp_kv_layout(&l1, 4, &l4), PD_OK);
     uint8_t *tp1 = malloc(NP * l1.page_bytes), *back1 = calloc(NP, l1.page_bytes);
-    uint8_t *tp2[2], *want2 = malloc(NP * l2.page_bytes), *tp4[4], *want4 = malloc(NP * l4.page_bytes);
+    uint8_t *tp2[2], *want2 = malloc(NP * l2.page_bytes), *tp4[4],
+                     *want4 = malloc(NP * l4.page_bytes);
     fill_pages(tp1, &l1, 0, NP);
     /* TP 1 -> TP 2 (decode TP 1 prefilled, or the reverse of prefill TP 2 -> decode TP 1) */
     for (int r = 0; r < 2; r++) {
@@ -702,16 +704,11 @@ static void test_fake_comm(void **s)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_fake_comm),
-        cmocka_unit_test(test_shard_round_trip),
-        cmocka_unit_test(test_shard_int4_groups),
-        cmocka_unit_test(test_kv_reslice),
-        cmocka_unit_test(test_refused),
-        cmocka_unit_test(test_llama_bf16),
-        cmocka_unit_test(test_moe_bf16),
-        cmocka_unit_test(test_llama_int4),
-        cmocka_unit_test(test_llama_fp8),
-        cmocka_unit_test(test_moe_fp8),
+        cmocka_unit_test(test_fake_comm),         cmocka_unit_test(test_shard_round_trip),
+        cmocka_unit_test(test_shard_int4_groups), cmocka_unit_test(test_kv_reslice),
+        cmocka_unit_test(test_refused),           cmocka_unit_test(test_llama_bf16),
+        cmocka_unit_test(test_moe_bf16),          cmocka_unit_test(test_llama_int4),
+        cmocka_unit_test(test_llama_fp8),         cmocka_unit_test(test_moe_fp8),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
