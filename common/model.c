@@ -429,8 +429,8 @@ pd_status_t model_load(const model_load_params_t *p, model_t **m_p)
         goto err;
     if (!safetensors_find(st, "lm_head.weight") && !safetensors_find(st, "lm_head.qweight") &&
         m->cfg.tie_word_embeddings)
-        rc = model__linear(&ld, "model.embed_tokens", emb[0], emb[1], m->lm_head_fmt,
-                           SPLIT_COLUMN, &m->lm_head);
+        rc = model__linear(&ld, "model.embed_tokens", emb[0], emb[1], m->lm_head_fmt, SPLIT_COLUMN,
+                           &m->lm_head);
     else
         rc = model__linear(&ld, "lm_head", emb[0], emb[1], m->lm_head_fmt, SPLIT_COLUMN,
                            &m->lm_head);

@@ -22,14 +22,13 @@ struct model_ctx {
 
 static void ctx__free_bufs(model_ctx_t *c)
 {
-    void **bufs[] = {(void **)&c->x,     (void **)&c->h,      (void **)&c->q,
-                     (void **)&c->k,     (void **)&c->v,      (void **)&c->attn,
-                     (void **)&c->tmp,   (void **)&c->gu,     (void **)&c->act,
-                     (void **)&c->rlogits, (void **)&c->mw,   (void **)&c->mids,
-                     (void **)&c->lrows, (void **)&c->logits, (void **)&c->glogits,
-                     (void **)&c->d_tokens,
-                     (void **)&c->d_pos, (void **)&c->d_slots, (void **)&c->d_qstart,
-                     (void **)&c->d_ctx, (void **)&c->d_bt};
+    void **bufs[] = {(void **)&c->x,        (void **)&c->h,      (void **)&c->q,
+                     (void **)&c->k,        (void **)&c->v,      (void **)&c->attn,
+                     (void **)&c->tmp,      (void **)&c->gu,     (void **)&c->act,
+                     (void **)&c->rlogits,  (void **)&c->mw,     (void **)&c->mids,
+                     (void **)&c->lrows,    (void **)&c->logits, (void **)&c->glogits,
+                     (void **)&c->d_tokens, (void **)&c->d_pos,  (void **)&c->d_slots,
+                     (void **)&c->d_qstart, (void **)&c->d_ctx,  (void **)&c->d_bt};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         if (*bufs[i])
             c->be->ops->free(c->be, *bufs[i]);
@@ -230,8 +229,8 @@ pd_status_t model_forward(model_ctx_t *c, void *arena, const kv_layout_t *l,
             int E = cfg->num_experts, K = cfg->num_experts_per_tok;
             o->matmul(be, c->rlogits, c->h, &L->router, n);
             o->moe_route(be, c->mids, c->mw, c->rlogits, n, E, K, cfg->norm_topk_prob);
-            o->moe_experts(be, c->tmp, c->h, c->mids, c->mw, L->exp_gate_up, L->exp_down, n, K,
-                           d, m->moe_ffn);
+            o->moe_experts(be, c->tmp, c->h, c->mids, c->mw, L->exp_gate_up, L->exp_down, n, K, d,
+                           m->moe_ffn);
         }
         if ((st = fwd__all_reduce(c, c->tmp, (size_t)n * d)) != PD_OK)
             return st;
