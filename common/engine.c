@@ -82,7 +82,7 @@ pd_status_t engine_create(const engine_params_t *p, engine_t **e_p)
         e->p.prefill_chunk = 512;
     if ((st = backend_create(p->backend, p->device, p->threads, &e->be)) != PD_OK)
         goto err;
-    mp = (model_load_params_t){p->model_dir, p->wfmt, p->lm_head_fmt, e->be, p->progress};
+    mp = (model_load_params_t){p->model_dir, p->wfmt, p->lm_head_fmt, e->be, p->progress, NULL};
     if ((st = model_load(&mp, &e->m)) != PD_OK)
         goto err;
     kv_layout_init(&e->layout, e->m->cfg.num_hidden_layers, e->m->cfg.num_key_value_heads,

@@ -8,6 +8,7 @@
 #include "dtype.h"
 #include "log.h"
 #include "safetensors.h"
+#include "tp_shard.h"
 
 /* ==== host weights ==== */
 
@@ -172,6 +173,52 @@ typedef struct {
     const safetensors_t *st;
 } loader_t;
 
+/* how a linear weight is cut under tensor parallelism (tp_shard.h) */
+typedef enum {
+    SPLIT_NONE,    /* replicated (MoE router) */
+    SPLIT_Q_HEADS, /* column-parallel by attention heads */
+    SPLIT_KV_HEADS,
+    SPLIT_COLUMN,  /* column-parallel by rows (LM head by vocab) */
+    SPLIT_GATE_UP, /* column-parallel, [gate_shard; up_shard] */
+    SPLIT_ROW,     /* row-parallel by columns (o_proj, down_proj) */
+} model_split_t;
+
+/* Replaces the host weight *h by this rank's shard (nothing to do at TP 1). On failure *h is
+ * freed. */
+static pd_status_t model__shard(const model_t *m, model_split_t split, pd_weight_t *h)
+{
+    const hf_config_t *c = &m->cfg;
+    const int r = m->tp_rank, n = m->tp_size;
+    pd_weight_t s;
+    pd_status_t st = PD_OK;
+
+    if (n == 1 || split == SPLIT_NONE)
+        return PD_OK;
+    switch (split) {
+    case SPLIT_Q_HEADS:
+        st = tp_shard_heads(h, c->num_attention_heads, c->head_dim, r, n, &s);
+        break;
+    case SPLIT_KV_HEADS:
+        st = tp_shard_heads(h, c->num_key_value_heads, c->head_dim, r, n, &s);
+        break;
+    case SPLIT_COLUMN:
+        st = tp_shard_column(h, r, n, &s);
+        break;
+    case SPLIT_GATE_UP:
+        st = tp_shard_gate_up(h, r, n, &s);
+        break;
+    case SPLIT_ROW:
+        st = tp_shard_row(h, r, n, &s);
+        break;
+    case SPLIT_NONE:
+        break;
+    }
+    model_host_weight_free(h);
+    if (st == PD_OK)
+        *h = s;
+    return st;
+}
+
 static pd_status_t model__upload(loader_t *ld, pd_weight_t *host, pd_weight_t *dst)
 {
     pd_status_t st = backend_weight_upload(ld->m->be, host, dst);
@@ -183,12 +230,15 @@ static pd_status_t model__upload(loader_t *ld, pd_weight_t *host, pd_weight_t *d
     return st;
 }
 
+/* reads the whole (n, k) weight `base`, keeps this rank's shard */
 static pd_status_t model__linear(loader_t *ld, const char *base, int64_t n, int64_t k,
-                                 pd_wfmt_t fmt, pd_weight_t *dst)
+                                 pd_wfmt_t fmt, model_split_t split, pd_weight_t *dst)
 {
     pd_weight_t h;
     pd_status_t st = model__read_weight(ld->st, base, n, k, fmt, &h);
     if (st != PD_OK)
+        return st;
+    if ((st = model__shard(ld->m, split, &h)) != PD_OK)
         return st;
     return model__upload(ld, &h, dst);
 }
@@ -213,6 +263,8 @@ static pd_status_t model__gate_up(loader_t *ld, const char *prefix, int64_t f, i
     model_host_weight_free(&g);
     model_host_weight_free(&u);
     if (st != PD_OK)
+        return st;
+    if ((st = model__shard(ld->m, SPLIT_GATE_UP, &gu)) != PD_OK)
         return st;
     return model__upload(ld, &gu, dst);
 }
@@ -243,7 +295,8 @@ static pd_status_t model__layer(loader_t *ld, int i)
     model_t *m = ld->m;
     const hf_config_t *c = &m->cfg;
     model_layer_t *L = &m->layers[i];
-    const int64_t d = c->hidden_size;
+    const int64_t d = c->hidden_size, qd = (int64_t)c->num_attention_heads * c->head_dim,
+                  kvd = (int64_t)c->num_key_value_heads * c->head_dim;
     int64_t vd[1] = {d}, vh[1] = {c->head_dim};
     char p[160], name[256];
     pd_status_t st;
@@ -259,13 +312,13 @@ static pd_status_t model__layer(loader_t *ld, int i)
     snprintf(name, sizeof name, "%s.post_attention_layernorm.weight", p);
     TRY(model__bf16(ld, name, 1, vd, &L->mlp_norm));
     snprintf(name, sizeof name, "%s.self_attn.q_proj", p);
-    TRY(model__linear(ld, name, m->q_dim, d, m->wfmt, &L->q));
+    TRY(model__linear(ld, name, qd, d, m->wfmt, SPLIT_Q_HEADS, &L->q));
     snprintf(name, sizeof name, "%s.self_attn.k_proj", p);
-    TRY(model__linear(ld, name, m->kv_dim, d, m->wfmt, &L->k));
+    TRY(model__linear(ld, name, kvd, d, m->wfmt, SPLIT_KV_HEADS, &L->k));
     snprintf(name, sizeof name, "%s.self_attn.v_proj", p);
-    TRY(model__linear(ld, name, m->kv_dim, d, m->wfmt, &L->v));
+    TRY(model__linear(ld, name, kvd, d, m->wfmt, SPLIT_KV_HEADS, &L->v));
     snprintf(name, sizeof name, "%s.self_attn.o_proj", p);
-    TRY(model__linear(ld, name, d, m->q_dim, m->wfmt, &L->o));
+    TRY(model__linear(ld, name, d, qd, m->wfmt, SPLIT_ROW, &L->o));
     if (c->arch == HF_ARCH_QWEN3_MOE) {
         snprintf(name, sizeof name, "%s.self_attn.q_norm.weight", p);
         TRY(model__bf16(ld, name, 1, vh, &L->q_norm));
@@ -277,11 +330,11 @@ static pd_status_t model__layer(loader_t *ld, int i)
         snprintf(name, sizeof name, "%s.mlp", p);
         TRY(model__gate_up(ld, name, c->intermediate_size, d, &L->gate_up));
         snprintf(name, sizeof name, "%s.mlp.down_proj", p);
-        TRY(model__linear(ld, name, d, c->intermediate_size, m->wfmt, &L->down));
+        TRY(model__linear(ld, name, d, c->intermediate_size, m->wfmt, SPLIT_ROW, &L->down));
         return PD_OK;
     }
     snprintf(name, sizeof name, "%s.mlp.gate", p);
-    TRY(model__linear(ld, name, c->num_experts, d, PD_WFMT_BF16, &L->router));
+    TRY(model__linear(ld, name, c->num_experts, d, PD_WFMT_BF16, SPLIT_NONE, &L->router));
     L->exp_gate_up = calloc((size_t)c->num_experts, sizeof *L->exp_gate_up);
     L->exp_down = calloc((size_t)c->num_experts, sizeof *L->exp_down);
     if (!L->exp_gate_up || !L->exp_down)
@@ -290,7 +343,8 @@ static pd_status_t model__layer(loader_t *ld, int i)
         snprintf(name, sizeof name, "%s.mlp.experts.%d", p, e);
         TRY(model__gate_up(ld, name, c->moe_intermediate_size, d, &L->exp_gate_up[e]));
         snprintf(name, sizeof name, "%s.mlp.experts.%d.down_proj", p, e);
-        TRY(model__linear(ld, name, d, c->moe_intermediate_size, m->wfmt, &L->exp_down[e]));
+        TRY(model__linear(ld, name, d, c->moe_intermediate_size, m->wfmt, SPLIT_ROW,
+                          &L->exp_down[e]));
     }
 #undef TRY
     return PD_OK;
@@ -345,8 +399,18 @@ pd_status_t model_load(const model_load_params_t *p, model_t **m_p)
         rc = PD_ERR_UNSUPPORTED;
         goto err;
     }
-    m->q_dim = m->cfg.num_attention_heads * m->cfg.head_dim;
-    m->kv_dim = m->cfg.num_key_value_heads * m->cfg.head_dim;
+    m->comm = p->comm;
+    m->tp_rank = tp_comm_rank(p->comm);
+    m->tp_size = tp_comm_size(p->comm);
+    if (m->tp_size > 1 && (rc = tp_shard_check(&m->cfg, m->wfmt, m->lm_head_fmt, m->tp_size)))
+        goto err;
+    m->n_heads = m->cfg.num_attention_heads / m->tp_size;
+    m->n_kv_heads = m->cfg.num_key_value_heads / m->tp_size;
+    m->q_dim = m->n_heads * m->cfg.head_dim;
+    m->kv_dim = m->n_kv_heads * m->cfg.head_dim;
+    m->ffn = m->cfg.intermediate_size / m->tp_size;
+    m->moe_ffn = m->cfg.moe_intermediate_size / m->tp_size;
+    m->vocab_local = m->cfg.vocab_size / m->tp_size;
     if ((rc = safetensors_open_model(p->dir, &st)) != PD_OK)
         goto err;
     ld.m = m;
@@ -365,9 +429,11 @@ pd_status_t model_load(const model_load_params_t *p, model_t **m_p)
         goto err;
     if (!safetensors_find(st, "lm_head.weight") && !safetensors_find(st, "lm_head.qweight") &&
         m->cfg.tie_word_embeddings)
-        rc = model__linear(&ld, "model.embed_tokens", emb[0], emb[1], m->lm_head_fmt, &m->lm_head);
+        rc = model__linear(&ld, "model.embed_tokens", emb[0], emb[1], m->lm_head_fmt, SPLIT_COLUMN,
+                           &m->lm_head);
     else
-        rc = model__linear(&ld, "lm_head", emb[0], emb[1], m->lm_head_fmt, &m->lm_head);
+        rc = model__linear(&ld, "lm_head", emb[0], emb[1], m->lm_head_fmt, SPLIT_COLUMN,
+                           &m->lm_head);
     if (rc != PD_OK)
         goto err;
     for (int i = 0; i < m->cfg.num_hidden_layers; i++) {

@@ -10,6 +10,13 @@
  *
  * A model is read-only after load and may be shared by several contexts (model_ctx_t), each owned
  * by one thread.
+ *
+ * Tensor parallelism (TP): a model loaded with a communicator of size > 1 holds rank r's shards
+ * (tp_shard.h): q/k/v by heads, gate_up by FFN rows (every MoE expert too; the router stays
+ * whole), o_proj and down_proj by columns, the LM head by vocab rows. The forward pass all-reduces
+ * after o_proj and after down_proj / the MoE experts, and all-gathers the logits; every rank runs
+ * the same batches in the same order, each on its own thread and backend, with a KV pool whose
+ * layout has the rank's KV heads (tp_kv_layout). Without a communicator (TP 1) nothing changes.
  */
 #ifndef PD_MODEL_H
 #define PD_MODEL_H
@@ -22,16 +29,17 @@
 #include "kv_pool.h"
 #include "quant.h"
 #include "status.h"
+#include "tp_comm.h"
 
 typedef struct {
     uint16_t *attn_norm, *mlp_norm; /* (d) bf16 */
     uint16_t *q_norm, *k_norm;      /* (head_dim) bf16, Qwen3 only */
-    pd_weight_t q, k, v;            /* (q_dim, d), (kv_dim, d), (kv_dim, d) */
+    pd_weight_t q, k, v;            /* (q_dim, d), (kv_dim, d), (kv_dim, d) (this rank's) */
     pd_weight_t o;                  /* (d, q_dim) */
     bool moe;
-    pd_weight_t gate_up, down;      /* dense MLP: (2 f, d), (d, f) */
-    pd_weight_t router;             /* MoE: (n_experts, d) bf16 */
-    pd_weight_t *exp_gate_up;       /* MoE: (n_experts) of (2 fm, d) */
+    pd_weight_t gate_up, down;      /* dense MLP: (2 f, d), (d, f); f = ffn (this rank's) */
+    pd_weight_t router;             /* MoE: (n_experts, d) bf16, whole on every rank */
+    pd_weight_t *exp_gate_up;       /* MoE: (n_experts) of (2 fm, d); fm = moe_ffn */
     pd_weight_t *exp_down;          /* MoE: (n_experts) of (d, fm) */
 } model_layer_t;
 
@@ -41,10 +49,16 @@ typedef struct {
     pd_backend_t *be;     /* borrowed */
     uint16_t *embed;      /* (vocab, d) bf16 */
     uint16_t *final_norm; /* (d) bf16 */
-    pd_weight_t lm_head;  /* (vocab, d) */
+    pd_weight_t lm_head;  /* (vocab_local, d): rows [tp_rank * vocab_local, ...) */
     float *inv_freq;      /* (head_dim / 2) f32 */
     model_layer_t *layers;
-    int q_dim, kv_dim;
+    /* this rank's share (the whole model at TP 1) */
+    int n_heads, n_kv_heads; /* cfg's heads / tp_size */
+    int q_dim, kv_dim;       /* n_heads * head_dim, n_kv_heads * head_dim */
+    int ffn, moe_ffn;        /* intermediate_size, moe_intermediate_size / tp_size */
+    int vocab_local;         /* vocab_size / tp_size */
+    int tp_rank, tp_size;    /* 0, 1 without a communicator */
+    tp_comm_t *comm;         /* borrowed; NULL at TP 1 */
     size_t weight_bytes;  /* bytes of weights in backend memory */
 } model_t;
 
@@ -54,11 +68,15 @@ typedef struct {
     pd_wfmt_t lm_head_fmt;    /* format of the LM head (bf16 by default) */
     pd_backend_t *be;
     bool progress;            /* draw a progress bar on a terminal */
+    tp_comm_t *comm;          /* tensor parallel: load rank comm->rank's shards (borrowed, must
+                                 outlive the model); NULL = TP 1 */
 } model_load_params_t;
 
-/* Loads and (if asked) quantizes the model. Errors name the file and the tensor or field:
- * PD_ERR_IO / PD_ERR_FORMAT / PD_ERR_NOT_FOUND / PD_ERR_UNSUPPORTED / PD_ERR_INVALID (e.g. int4
- * with a K not a multiple of 128) / PD_ERR_NOMEM. Nothing is left allocated on failure. */
+/* Loads and (if asked) quantizes the model; with p->comm, only this rank's shards are uploaded.
+ * Errors name the file and the tensor or field: PD_ERR_IO / PD_ERR_FORMAT / PD_ERR_NOT_FOUND /
+ * PD_ERR_UNSUPPORTED / PD_ERR_INVALID (e.g. int4 with a K not a multiple of 128, or a TP size
+ * the heads, KV heads, FFN, vocab or int4 groups do not split into: tp_shard_check) /
+ * PD_ERR_NOMEM. Nothing is left allocated on failure. */
 pd_status_t model_load(const model_load_params_t *p, model_t **m_p);
 void model_destroy(model_t *m);
 
@@ -118,8 +136,11 @@ model_graphs_t model_ctx_set_graphs(model_ctx_t *ctx, model_graphs_t mode);
 model_graphs_t model_ctx_graphs(const model_ctx_t *ctx);
 
 /* Runs the batch: writes its K/V into the pages (arena, layout l), and the logits of the rows
- * asked for into logits_out (n_logits, vocab) host f32. PD_ERR_NOMEM (scratch growth) leaves
- * the KV of this batch partially written; the caller must not use those tokens. */
+ * asked for into logits_out (n_logits, vocab) host f32 (the whole vocab on every TP rank).
+ * l must hold m->n_kv_heads heads. Under TP every rank must call this with the same batch.
+ * PD_ERR_NOMEM (scratch growth) leaves the KV of this batch partially written; the caller must
+ * not use those tokens. A communicator error (PD_ERR_CUDA, PD_ERR_INVALID) likewise, and leaves
+ * the group unusable. */
 pd_status_t model_forward(model_ctx_t *ctx, void *arena, const kv_layout_t *l,
                           const model_batch_t *b, float *logits_out);
 

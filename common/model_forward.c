@@ -1,10 +1,13 @@
 /* model_forward: the forward pass over the backend ops table (see model.h), and the graph path
- * for decode-only batches (bucketed, captured once per shape, replayed). */
+ * for decode-only batches (bucketed, captured once per shape, replayed). Under tensor parallelism
+ * the same code runs on every rank over its shards, with three collectives: all-reduce after
+ * o_proj, after down_proj / the MoE experts, and an all-gather of the logits (no graphs then). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "log.h"
 #include "model.h"
+#include "tp_comm.h"
 
 /* one captured decode step */
 typedef struct {
@@ -26,6 +29,7 @@ struct model_ctx {
     /* index arrays (backend memory) and their host staging */
     int32_t *d_tokens, *d_pos, *d_slots, *d_qstart, *d_ctx, *d_bt;
     int32_t *h_pos, *h_slots, *h_bt;
+    float *glogits; /* (tp_size, n_logits, vocab_local): gathered logits, TP > 1 only */
     /* graph path: mode, captured steps, host staging of the padded index arrays */
     model_graphs_t graphs;
     model_graph_t cache[MODEL_GRAPH_CACHE];
@@ -49,7 +53,8 @@ static void ctx__free_bufs(model_ctx_t *c)
                      (void **)&c->k,     (void **)&c->v,      (void **)&c->attn,
                      (void **)&c->tmp,   (void **)&c->gu,     (void **)&c->act,
                      (void **)&c->rlogits, (void **)&c->mw,   (void **)&c->mids,
-                     (void **)&c->lrows, (void **)&c->logits, (void **)&c->d_tokens,
+                     (void **)&c->lrows, (void **)&c->logits, (void **)&c->glogits,
+                     (void **)&c->d_tokens,
                      (void **)&c->d_pos, (void **)&c->d_slots, (void **)&c->d_qstart,
                      (void **)&c->d_ctx, (void **)&c->d_bt};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
@@ -104,7 +109,9 @@ static pd_status_t ctx__reserve(model_ctx_t *c, int n, int s, int bt, int nl)
     A(c->mw, N * K * 4);
     A(c->mids, N * K * 4);
     A(c->lrows, (size_t)nl * d * 4);
-    A(c->logits, (size_t)nl * (size_t)cfg->vocab_size * 4);
+    A(c->logits, (size_t)nl * (size_t)c->m->vocab_local * 4);
+    if (c->m->tp_size > 1)
+        A(c->glogits, (size_t)nl * (size_t)cfg->vocab_size * 4);
     A(c->d_tokens, N * 4);
     A(c->d_pos, N * 4);
     A(c->d_slots, N * 4);
@@ -164,20 +171,49 @@ void model_ctx_destroy(model_ctx_t *ctx)
     free(ctx);
 }
 
+/* TP: sums this rank's partial x (n) over the ranks (nothing at TP 1) */
+static pd_status_t fwd__all_reduce(model_ctx_t *c, float *x, size_t n)
+{
+    return c->m->tp_size > 1 ? tp_comm_all_reduce_sum(c->m->comm, x, n) : PD_OK;
+}
+
+/* The LM head's logits (n_logits, vocab_local) of every rank into logits_out (n_logits, vocab). */
+static pd_status_t fwd__logits(model_ctx_t *c, int n_logits, float *logits_out)
+{
+    pd_backend_t *be = c->be;
+    const size_t vl = (size_t)c->m->vocab_local, nl = (size_t)n_logits;
+    pd_status_t st;
+
+    if (c->m->tp_size == 1)
+        return be->ops->download(be, logits_out, c->logits, nl * vl * 4);
+    if ((st = tp_comm_all_gather(c->m->comm, c->glogits, c->logits, nl * vl)) != PD_OK)
+        return st;
+    /* glogits is (rank, row, vocab_local); logits_out is (row, rank * vocab_local + v) */
+    for (int r = 0; r < c->m->tp_size; r++)
+        for (size_t i = 0; i < nl; i++)
+            if ((st = be->ops->download(be, logits_out + i * vl * (size_t)c->m->tp_size + r * vl,
+                                        c->glogits + ((size_t)r * nl + i) * vl, vl * 4)) != PD_OK)
+                return st;
+    return PD_OK;
+}
+
 /* Enqueues the whole step for n rows: embedding, layers, and (n_logits > 0) the final norm and
  * LM head over x rows logit_rows (NULL: rows 0 .. n_logits - 1) into c->logits. Index arrays are
- * already in c->d_*; nothing here waits for the device. */
-static void ctx__enqueue(model_ctx_t *c, void *arena, const kv_layout_t *l, int n,
-                         const pd_attn_batch_t *ab, int n_logits, const int32_t *logit_rows)
+ * already in c->d_*; nothing here waits for the device except the TP collectives. Returns PD_OK or
+ * a collective's error. */
+static pd_status_t ctx__enqueue(model_ctx_t *c, void *arena, const kv_layout_t *l, int n,
+                                const pd_attn_batch_t *ab, int n_logits,
+                                const int32_t *logit_rows)
 {
     const model_t *m = c->m;
     const hf_config_t *cfg = &m->cfg;
     pd_backend_t *be = c->be;
     const pd_backend_ops_t *o = be->ops;
-    const int d = cfg->hidden_size, H = cfg->num_attention_heads, KVH = cfg->num_key_value_heads,
-              D = cfg->head_dim;
+    const int d = cfg->hidden_size, H = m->n_heads, KVH = m->n_kv_heads, D = cfg->head_dim;
     const float eps = (float)cfg->rms_norm_eps;
+    pd_status_t st;
 
+    PD_ASSERT(l->n_kv_heads == KVH);
     o->embed(be, c->x, m->embed, c->d_tokens, n, d);
     for (int li = 0; li < cfg->num_hidden_layers; li++) {
         const model_layer_t *L = &m->layers[li];
@@ -194,10 +230,12 @@ static void ctx__enqueue(model_ctx_t *c, void *arena, const kv_layout_t *l, int 
         o->kv_write(be, arena, l, li, c->k, c->v, c->d_slots, n);
         o->attention(be, c->attn, c->q, arena, l, li, ab, H);
         o->matmul(be, c->tmp, c->attn, &L->o, n);
+        if ((st = fwd__all_reduce(c, c->tmp, (size_t)n * d)) != PD_OK)
+            return st;
         o->add(be, c->x, c->tmp, (size_t)n * d);
         o->rmsnorm(be, c->h, c->x, L->mlp_norm, n, d, eps);
         if (!L->moe) {
-            int f = cfg->intermediate_size;
+            int f = m->ffn;
             o->matmul(be, c->gu, c->h, &L->gate_up, n);
             o->silu_mul(be, c->act, c->gu, n, f);
             o->matmul(be, c->tmp, c->act, &L->down, n);
@@ -206,8 +244,10 @@ static void ctx__enqueue(model_ctx_t *c, void *arena, const kv_layout_t *l, int 
             o->matmul(be, c->rlogits, c->h, &L->router, n);
             o->moe_route(be, c->mids, c->mw, c->rlogits, n, E, K, cfg->norm_topk_prob);
             o->moe_experts(be, c->tmp, c->h, c->mids, c->mw, L->exp_gate_up, L->exp_down, n, K,
-                           d, cfg->moe_intermediate_size);
+                           d, m->moe_ffn);
         }
+        if ((st = fwd__all_reduce(c, c->tmp, (size_t)n * d)) != PD_OK)
+            return st;
         o->add(be, c->x, c->tmp, (size_t)n * d);
     }
     if (n_logits > 0) {
@@ -220,13 +260,15 @@ static void ctx__enqueue(model_ctx_t *c, void *arena, const kv_layout_t *l, int 
         o->rmsnorm(be, c->lrows, c->lrows, m->final_norm, n_logits, d, eps);
         o->matmul(be, c->logits, c->lrows, &m->lm_head, n_logits);
     }
+    return PD_OK;
 }
 
 /* A decode-only batch the graph path takes: one row per sequence, no more than the largest
  * bucket, logits of no rows or of every row in order. */
 static bool ctx__graph_batch(const model_ctx_t *c, const model_batch_t *b)
 {
-    if (c->graphs == MODEL_GRAPHS_OFF || b->n_seqs < 1 || b->n_tokens != b->n_seqs ||
+    if (c->graphs == MODEL_GRAPHS_OFF || c->m->tp_size > 1 || b->n_seqs < 1 ||
+        b->n_tokens != b->n_seqs ||
         b->n_seqs > MODEL_GRAPH_MAX_BATCH ||
         (b->n_logits != 0 && b->n_logits != b->n_seqs))
         return false;
@@ -308,12 +350,12 @@ static pd_status_t ctx__forward_graph(model_ctx_t *c, void *arena, const kv_layo
         }
     }
     if (!g) {
-        ctx__enqueue(c, arena, l, B, &ab, nl, NULL);
+        (void)ctx__enqueue(c, arena, l, B, &ab, nl, NULL); /* TP 1: no collectives */
         if (c->graphs == MODEL_GRAPHS_ON && c->n_graphs < MODEL_GRAPH_CACHE) {
             void *graph = NULL;
             /* the capture records the step without running it; the eager run above did it */
             if ((st = o->graph_begin(be)) == PD_OK) {
-                ctx__enqueue(c, arena, l, B, &ab, nl, NULL);
+                (void)ctx__enqueue(c, arena, l, B, &ab, nl, NULL);
                 st = o->graph_end(be, &graph);
             }
             if (st == PD_OK) {
@@ -377,12 +419,9 @@ pd_status_t model_forward(model_ctx_t *c, void *arena, const kv_layout_t *l,
         max_ctx = b->ctx_len[s] > max_ctx ? b->ctx_len[s] : max_ctx;
     pd_attn_batch_t ab = {b->n_seqs, max_pages, c->d_qstart, c->d_ctx, c->d_bt, n, max_ctx};
 
-    ctx__enqueue(c, arena, l, n, &ab, b->n_logits, b->logit_rows);
-    if (b->n_logits > 0) {
-        st = o->download(be, logits_out, c->logits,
-                         (size_t)b->n_logits * (size_t)c->m->cfg.vocab_size * 4);
-        if (st != PD_OK)
-            return st;
-    }
+    if ((st = ctx__enqueue(c, arena, l, n, &ab, b->n_logits, b->logit_rows)) != PD_OK)
+        return st;
+    if (b->n_logits > 0 && (st = fwd__logits(c, b->n_logits, logits_out)) != PD_OK)
+        return st;
     return o->sync(be);
 }

@@ -83,6 +83,12 @@ pd_status_t model_create_random(const hf_config_t *cfg, pd_wfmt_t wfmt, pd_wfmt_
     m->be = be;
     m->q_dim = cfg->num_attention_heads * cfg->head_dim;
     m->kv_dim = cfg->num_key_value_heads * cfg->head_dim;
+    m->n_heads = cfg->num_attention_heads;
+    m->n_kv_heads = cfg->num_key_value_heads;
+    m->ffn = cfg->intermediate_size;
+    m->moe_ffn = cfg->moe_intermediate_size;
+    m->vocab_local = cfg->vocab_size;
+    m->tp_size = 1;
     if (!(m->layers = calloc((size_t)cfg->num_hidden_layers, sizeof *m->layers))) {
         st = PD_ERR_NOMEM;
         goto err_destroy;

@@ -1,0 +1,33 @@
+/* tp_kv: the paged KV cache under tensor parallelism. Rank r of `size` ranks holds KV heads
+ * [r * n_kv_heads / size, (r + 1) * n_kv_heads / size) in its own pool, whose layout is the full
+ * layout with n_kv_heads / size heads (kv_pool.h's page format otherwise unchanged).
+ *
+ * When prefill and decode nodes run different TP sizes (prefill TP 2 -> decode TP 1, or the
+ * reverse), each destination page is assembled from the source ranks whose head ranges overlap
+ * its own: tp_kv_reslice() copies that overlap, per layer, K and V (and fp8 scales).
+ * Host memory (pages staged through host buffers, as the UCX transport does without CUDA
+ * transports). Pure functions, any thread.
+ */
+#ifndef PD_TP_KV_H
+#define PD_TP_KV_H
+
+#include "kv_pool.h"
+#include "status.h"
+
+/* *l_p := the layout of one rank of `size` for the full (TP 1) layout `full`: n_kv_heads / size
+ * heads, the rest unchanged. PD_ERR_INVALID (logged, *l_p untouched) when size < 1 or the KV heads
+ * do not split evenly (e.g. 2 KV heads and TP 4: heads are never replicated here). */
+pd_status_t tp_kv_layout(const kv_layout_t *full, int size, kv_layout_t *l_p);
+
+/* Copies the KV heads that rank src_rank of a TP-src_size layout (src_l) and rank dst_rank of a
+ * TP-dst_size layout (dst_l) have in common, for n_pages pages: src (n_pages, src_l->page_bytes)
+ * packed, into dst (n_pages, dst_l->page_bytes) packed; every layer, K and V, every token slot,
+ * and the per-(token, head) scales for fp8. Heads dst owns that src lacks, and page headers
+ * (dst's stamp is its own), are left as they are; no overlap copies nothing. The layouts must
+ * agree on layers, head_dim, page_tokens and format and be the src_size / dst_size splits of one
+ * KV head count. PD_ERR_INVALID otherwise (logged; nothing written). */
+pd_status_t tp_kv_reslice(void *dst, const kv_layout_t *dst_l, int dst_rank, int dst_size,
+                          const void *src, const kv_layout_t *src_l, int src_rank, int src_size,
+                          int n_pages);
+
+#endif
