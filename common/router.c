@@ -339,7 +339,6 @@ static void rreq_reserve_done(void *arg, int code, const char *msg, ProtobufCMes
     }
     if (code == 0 && resp && ((Pdserve__V1__ReserveReply *)resp)->dest) {
         q->resv = (Pdserve__V1__ReserveReply *)resp;
-        q->dnode->reserved_est += (uint32_t)q->resv->dest->n_pages;
         q->tried = 0;
         rreq_prefill(q);
         return;
@@ -380,6 +379,8 @@ static void rreq_reserve(rreq_t *q)
         return;
     }
     q->dnode = n;
+    /* count the pages now, not on the reply: a burst must not all pick the same node */
+    n->reserved_est += (uint32_t)((q->n_tokens + n->node->page_tokens - 1) / n->node->page_tokens);
     req.request_id = q->request_id;
     req.n_tokens = (uint32_t)q->n_tokens;
     req.max_tokens = (uint32_t)(q->max_tokens - q->n_generated);
