@@ -315,23 +315,28 @@ typedef struct {
     int32_t n_rows;
 } attn_job_t;
 
+/* Tasks are numbered head-major (task = h * n_rows + row), so a thread's consecutive tasks share
+ * a sequence and KV head: the K/V vectors of that (sequence, KV head) are converted to f32 once
+ * into a per-thread cache and reused by every query row (the values are the same as converting
+ * them per row, so results do not change). */
 static void cpu__attn_rows(void *arg, size_t r0, size_t r1)
 {
     const attn_job_t *j = arg;
     const kv_layout_t *l = j->l;
     const int D = l->head_dim, group = j->n_heads / l->n_kv_heads, P = l->page_tokens;
     const float scale = 1.0f / sqrtf((float)D);
-    int max_ctx = 0;
+    int max_ctx = 0, cache_s = -1, cache_kvh = -1, cached = 0;
     for (int s = 0; s < j->b->n_seqs; s++)
         if (j->b->ctx_len[s] > max_ctx)
             max_ctx = j->b->ctx_len[s];
     float *scores = malloc(((size_t)max_ctx + 1) * sizeof *scores);
-    float *kv = malloc((size_t)D * sizeof *kv);
-    PD_ASSERT(scores && kv);
+    float *kc = malloc(((size_t)max_ctx + 1) * (size_t)D * sizeof *kc);
+    float *vc = malloc(((size_t)max_ctx + 1) * (size_t)D * sizeof *vc);
+    PD_ASSERT(scores && kc && vc);
 
     for (size_t task = r0; task < r1; task++) {
-        int32_t row = (int32_t)(task / (size_t)j->n_heads);
-        int h = (int)(task % (size_t)j->n_heads), kvh = h / group, s = 0;
+        int32_t row = (int32_t)(task % (size_t)j->n_rows);
+        int h = (int)(task / (size_t)j->n_rows), kvh = h / group, s = 0;
         while (j->b->q_start[s + 1] <= row)
             s++;
         int32_t q_len = j->b->q_start[s + 1] - j->b->q_start[s];
@@ -341,10 +346,18 @@ static void cpu__attn_rows(void *arg, size_t r0, size_t r1)
         float *o = j->out + ((size_t)row * j->n_heads + h) * D;
         float mx = -INFINITY, sum = 0.0f;
 
+        if (s != cache_s || kvh != cache_kvh) {
+            cache_s = s;
+            cache_kvh = kvh;
+            cached = 0;
+        }
+        for (; cached <= pos; cached++) {
+            const uint8_t *page = j->arena + (size_t)bt[cached / P] * l->page_bytes;
+            cpu__kv_load(l, page, j->layer, 0, cached % P, kvh, kc + (size_t)cached * D);
+            cpu__kv_load(l, page, j->layer, 1, cached % P, kvh, vc + (size_t)cached * D);
+        }
         for (int32_t t = 0; t <= pos; t++) {
-            const uint8_t *page = j->arena + (size_t)bt[t / P] * l->page_bytes;
-            cpu__kv_load(l, page, j->layer, 0, t % P, kvh, kv);
-            scores[t] = cpu__dot(q, kv, D) * scale;
+            scores[t] = cpu__dot(q, kc + (size_t)t * D, D) * scale;
             if (scores[t] > mx)
                 mx = scores[t];
         }
@@ -354,15 +367,15 @@ static void cpu__attn_rows(void *arg, size_t r0, size_t r1)
         }
         memset(o, 0, (size_t)D * sizeof *o);
         for (int32_t t = 0; t <= pos; t++) {
-            const uint8_t *page = j->arena + (size_t)bt[t / P] * l->page_bytes;
             float p = scores[t] / sum;
-            cpu__kv_load(l, page, j->layer, 1, t % P, kvh, kv);
+            const float *v = vc + (size_t)t * D;
             for (int d = 0; d < D; d++)
-                o[d] += p * kv[d];
+                o[d] += p * v[d];
         }
     }
     free(scores);
-    free(kv);
+    free(kc);
+    free(vc);
 }
 
 static void cpu_attention(pd_backend_t *be, float *out, const float *q, const void *arena,
