@@ -75,7 +75,6 @@ struct decode_node {
     int32_t watermark;
 };
 
-static const char *const decode_service = "pdserve.v1.Decode";
 
 /* ==== compute -> loop events ==== */
 
@@ -704,8 +703,7 @@ static void decode__ready(void *arg, pd_status_t st)
         uv_stop(dn->loop);
         return;
     }
-    grpc_health_set(dn->health, "", GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING);
-    grpc_health_set(dn->health, decode_service, GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING);
+    node_set_serving(dn->health, &pdserve__v1__decode__descriptor, 1);
     pd_log_info("%s: serving (%s weights, %s kv, %d pages of %zu bytes, ucx port %d)",
                 dn->node->name, cluster_config_weights_str(dn->node->weights),
                 cluster_config_kv_str(dn->node->kv), kv_pool_n_pages(engine_pool(e)),
@@ -740,16 +738,8 @@ pd_status_t decode_node_create(uv_loop_t *loop, const cluster_config_t *cfg,
     }
     if ((st = kv_transport_set_am_handler(dn->tr, NODE_AM_KV_DONE, decode__am_kv_done, dn)))
         goto err;
-    if ((st = grpc_server_create(loop, NULL, &dn->srv)) != PD_OK)
-        goto err;
-    if ((st = grpc_server_add_service(dn->srv, &pdserve__v1__decode__descriptor, decode_handlers,
-                                      dn)) != PD_OK)
-        goto err;
-    if ((st = grpc_health_create(dn->srv, &dn->health)) != PD_OK)
-        goto err;
-    grpc_health_set(dn->health, "", GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING);
-    grpc_health_set(dn->health, decode_service, GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING);
-    if ((st = grpc_server_listen(dn->srv, node->host, node->port, &port)) != PD_OK)
+    if ((st = node_serve(loop, node, &pdserve__v1__decode__descriptor, decode_handlers, dn,
+                         &dn->srv, &dn->health, &port)) != PD_OK)
         goto err;
     node_engine_params(cfg, node, &ep);
     if ((st = compute_create(loop, &ep, decode__ready, decode__tick, 100, dn, &dn->comp)))

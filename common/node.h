@@ -10,6 +10,8 @@
 
 #include "cluster_config.h"
 #include "engine.h"
+#include "grpc_health.h"
+#include "grpc_server.h"
 #include "pdserve.pb-c.h"
 
 /* Fills p from the cluster file's entry for node (model, backend, formats, budget, ...). */
@@ -38,6 +40,16 @@ typedef struct {
     int32_t first_token;
     uint32_t n_tokens;
 } node_kv_done_t;
+
+/* Starts a node's control server on node->host:port: the service desc with handlers (user as
+ * their argument) and grpc.health.v1.Health, NOT_SERVING for "" and desc's full name until
+ * node_set_serving(). On error nothing is left running. PD_ERR_IO (port), PD_ERR_NOMEM. */
+pd_status_t node_serve(uv_loop_t *loop, const cluster_node_t *node,
+                       const ProtobufCServiceDescriptor *desc, const grpc_method_fn *handlers,
+                       void *user, grpc_server_t **srv_p, grpc_health_t **health_p, int *port_p);
+
+/* Marks the node (and desc's service) SERVING or NOT_SERVING in its health service. */
+void node_set_serving(grpc_health_t *health, const ProtobufCServiceDescriptor *desc, int serving);
 
 /* Monotonic milliseconds. */
 int64_t node_now_ms(void);

@@ -13,8 +13,6 @@
 #include "node.h"
 #include "pdserve.pb-c.h"
 
-#define SERVING GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
-#define NOT_SERVING GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING
 
 /* A decode node we write to: one endpoint and its unpacked keys. */
 typedef struct peer {
@@ -63,7 +61,6 @@ struct prefill_node {
     int queued; /* calls waiting or running (loop thread) */
 };
 
-static const char *const prefill_service = "pdserve.v1.Prefill";
 
 /* ==== loop thread: job lifetime ==== */
 
@@ -418,8 +415,7 @@ static void prefill__ready(void *arg, pd_status_t st)
         return;
     }
     pn->ready = 1;
-    grpc_health_set(pn->health, "", SERVING);
-    grpc_health_set(pn->health, prefill_service, SERVING);
+    node_set_serving(pn->health, &pdserve__v1__prefill__descriptor, 1);
     pd_log_info("%s: serving (%s weights, %s kv)", pn->node->name,
                 cluster_config_weights_str(pn->node->weights),
                 cluster_config_kv_str(pn->node->kv));
@@ -443,16 +439,8 @@ pd_status_t prefill_node_create(uv_loop_t *loop, const cluster_config_t *cfg,
     tp.name = node->name;
     if ((st = kv_transport_ucx_create(loop, &tp, &pn->tr)) != PD_OK)
         goto err;
-    if ((st = grpc_server_create(loop, NULL, &pn->srv)) != PD_OK)
-        goto err;
-    if ((st = grpc_server_add_service(pn->srv, &pdserve__v1__prefill__descriptor,
-                                      prefill_handlers, pn)) != PD_OK)
-        goto err;
-    if ((st = grpc_health_create(pn->srv, &pn->health)) != PD_OK)
-        goto err;
-    grpc_health_set(pn->health, "", NOT_SERVING);
-    grpc_health_set(pn->health, prefill_service, NOT_SERVING);
-    if ((st = grpc_server_listen(pn->srv, node->host, node->port, &port)) != PD_OK)
+    if ((st = node_serve(loop, node, &pdserve__v1__prefill__descriptor, prefill_handlers, pn,
+                         &pn->srv, &pn->health, &port)) != PD_OK)
         goto err;
     node_engine_params(cfg, node, &ep);
     if ((st = compute_create(loop, &ep, prefill__ready, prefill__tick, 200, pn, &pn->comp)))
