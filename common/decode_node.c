@@ -203,6 +203,14 @@ static void decode__unlink_dec(decode_node_t *dn, ddec_t *d)
         *pp = d->next;
 }
 
+/* Forgets a Decode record (its final event has been posted). */
+static void decode__drop_dec(decode_node_t *dn, ddec_t *d)
+{
+    decode__unlink_dec(dn, d);
+    free(d->tokens);
+    free(d);
+}
+
 static compute_t *decode__compute(decode_node_t *dn)
 {
     return dn->comp;
@@ -222,9 +230,7 @@ static void decode__on_token(void *arg, uint64_t seq_id, int32_t tok, engine_fin
         return;
     }
     decode__post_event(decode__compute(dn), d->req, -1, f, st);
-    decode__unlink_dec(dn, d);
-    free(d->tokens);
-    free(d);
+    decode__drop_dec(dn, d);
 }
 
 /* Fault injection for tests (PDSERVE_FAULT=reuse|stale|table, PDSERVE_FAULT_REQUEST=substring of
@@ -273,9 +279,7 @@ static void decode__admit(decode_node_t *dn, engine_t *e, dres_t **link, ddec_t 
     decode__drop_res(dn, e, link); /* its pages moved into the engine (or are freed on error) */
     if (st != PD_OK) {
         decode__post_event(dn->comp, d->req, -1, ENGINE_FINISH_ABORT, st);
-        decode__unlink_dec(dn, d);
-        free(d->tokens);
-        free(d);
+        decode__drop_dec(dn, d);
         return;
     }
     d->admitted = 1;
@@ -419,9 +423,7 @@ static void decode__cancel(compute_t *c, engine_t *e, void *arg)
     if (r)
         decode__drop_res(dn, e, link);
     decode__post_event(c, d->req, -1, ENGINE_FINISH_ABORT, PD_ERR_CANCELLED);
-    decode__unlink_dec(dn, d);
-    free(d->tokens);
-    free(d);
+    decode__drop_dec(dn, d);
 }
 
 typedef struct {
@@ -449,9 +451,7 @@ static void decode__release(compute_t *c, engine_t *e, void *arg)
         if (r->pending) {
             ddec_t *d = r->pending;
             decode__post_event(c, d->req, -1, ENGINE_FINISH_ABORT, PD_ERR_CANCELLED);
-            decode__unlink_dec(dn, d);
-            free(d->tokens);
-            free(d);
+            decode__drop_dec(dn, d);
         }
         decode__drop_res(dn, e, link);
         j->found = 1;
