@@ -674,3 +674,24 @@ err:
     kv_seq_deinit(&kv);
     return st;
 }
+
+void engine_export_pages(engine_t *e, const kv_seq_t *kv, int first, int n,
+                         const kv_layout_t *dst_l, const kv_page_ref_t *dst_refs,
+                         uint8_t *host_out)
+{
+    pd_backend_t *be = e->be;
+    const size_t pb = dst_l->page_bytes;
+    int32_t *pages = malloc((size_t)n * sizeof *pages);
+    void *dev;
+
+    PD_ASSERT(pages);
+    for (int i = 0; i < n; i++)
+        pages[i] = kv->pages[first + i].page;
+    PD_ASSERT(be->ops->alloc(be, (size_t)n * pb, &dev) == PD_OK);
+    be->ops->kv_export(be, dev, dst_l, e->arena, &e->layout, pages, n);
+    be->ops->download(be, host_out, dev, (size_t)n * pb);
+    be->ops->free(be, dev);
+    for (int i = 0; i < n; i++) /* the writer's stamp: the tag the destination handed out */
+        memcpy(host_out + (size_t)i * pb, &dst_refs[i].tag, 4);
+    free(pages);
+}

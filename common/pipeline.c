@@ -8,29 +8,18 @@
 void pipeline_copy_pages(engine_t *dst, const kv_seq_t *dst_kv, engine_t *src,
                          const kv_seq_t *src_kv, int first, int n_pages)
 {
-    pd_backend_t *sb = engine_backend(src), *db = engine_backend(dst);
-    const kv_layout_t *sl = kv_pool_layout(engine_pool(src)),
-                      *dl = kv_pool_layout(engine_pool(dst));
-    void *stage;
-
-    /* convert on the source backend into a staging buffer, then place each page */
-    PD_ASSERT(sb->ops->alloc(sb, (size_t)n_pages * dl->page_bytes, &stage) == PD_OK);
-    int32_t *pages = malloc((size_t)n_pages * sizeof *pages);
+    pd_backend_t *db = engine_backend(dst);
+    const kv_layout_t *dl = kv_pool_layout(engine_pool(dst));
     uint8_t *host = malloc((size_t)n_pages * dl->page_bytes);
-    PD_ASSERT(pages && host);
-    for (int i = 0; i < n_pages; i++)
-        pages[i] = src_kv->pages[first + i].page;
-    sb->ops->kv_export(sb, stage, dl, engine_arena(src), sl, pages, n_pages);
-    sb->ops->download(sb, host, stage, (size_t)n_pages * dl->page_bytes);
+
+    /* what a prefill node puts over UCX, placed page by page (headers carry the stamps) */
+    PD_ASSERT(host);
+    engine_export_pages(src, src_kv, first, n_pages, dl, dst_kv->pages + first, host);
     for (int i = 0; i < n_pages; i++) {
         const kv_page_ref_t *r = &dst_kv->pages[first + i];
         db->ops->upload(db, (uint8_t *)engine_arena(dst) + (size_t)r->page * dl->page_bytes,
                         host + (size_t)i * dl->page_bytes, dl->page_bytes);
     }
-    kv_tracker_stamp(engine_tracker(dst), db, engine_arena(dst), dl, dst_kv->pages + first,
-                     n_pages);
-    sb->ops->free(sb, stage);
-    free(pages);
     free(host);
 }
 

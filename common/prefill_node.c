@@ -187,27 +187,13 @@ static void prefill__pages(void *arg, const kv_seq_t *kv, int first, int n)
 {
     pjob_t *j = arg;
     compute_t *c = j->pn->comp;
-    engine_t *e = compute_engine(c);
-    pd_backend_t *be = engine_backend(e);
-    const kv_layout_t *src = kv_pool_layout(engine_pool(e));
-    const size_t pb = j->dst_layout.page_bytes;
     put_msg_t *m = malloc(sizeof *m);
-    int32_t *pages = malloc((size_t)n * sizeof *pages);
-    void *dev;
 
-    PD_ASSERT(m && pages);
-    m->staging = malloc((size_t)n * pb);
+    PD_ASSERT(m);
+    m->staging = malloc((size_t)n * j->dst_layout.page_bytes);
     PD_ASSERT(m->staging);
-    for (int i = 0; i < n; i++)
-        pages[i] = kv->pages[first + i].page;
-    /* convert to the destination's KV format on the backend, then to host memory */
-    PD_ASSERT(be->ops->alloc(be, (size_t)n * pb, &dev) == PD_OK);
-    be->ops->kv_export(be, dev, &j->dst_layout, engine_arena(e), src, pages, n);
-    be->ops->download(be, m->staging, dev, (size_t)n * pb);
-    be->ops->free(be, dev);
-    for (int i = 0; i < n; i++) /* the writer's stamp: the tag the decode node handed out */
-        memcpy(m->staging + (size_t)i * pb, &j->dst_pages[first + i].tag, 4);
-    free(pages);
+    engine_export_pages(compute_engine(c), kv, first, n, &j->dst_layout, j->dst_pages + first,
+                        m->staging);
     m->j = j;
     m->first = first;
     m->n = n;
