@@ -1,12 +1,11 @@
-/* router: the front of a pdserve cluster (see common/router.h).
- *   router --config FILE [--set router.KEY=VALUE ...] [--log-level debug|info|warn|error] */
+/* router: the front of a pdserve cluster (see router.h).
+ *   router --config FILE [--set router.KEY=VALUE ...] [--log-level debug|info|warn|error]
+ * (flags: common/base/args.h) */
 #include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include <uv.h>
 
+#include "args.h"
 #include "cluster_config.h"
 #include "log.h"
 #include "router.h"
@@ -19,7 +18,7 @@ static void on_signal(uv_signal_t *h, int signum)
 
 int main(int argc, char **argv)
 {
-    const char *config = NULL;
+    pd_args_t args;
     cluster_config_t *cfg = NULL;
     router_t *r = NULL;
     uv_loop_t loop;
@@ -27,41 +26,10 @@ int main(int argc, char **argv)
     int rc = 1;
 
     signal(SIGPIPE, SIG_IGN);
-    pd_log_set_tag("router");
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
-            config = argv[++i];
-        else if ((strcmp(argv[i], "--set") == 0 || strcmp(argv[i], "--log-level") == 0) &&
-                 i + 1 < argc)
-            i++;
-        else {
-            fprintf(stderr, "usage: router --config FILE [--set router.KEY=VALUE ...]\n");
-            return 2;
-        }
-    }
-    if (!config) {
-        fprintf(stderr, "usage: router --config FILE [--set router.KEY=VALUE ...]\n");
+    if (pd_args_parse(argc, argv, false, &args) != PD_OK)
         return 2;
-    }
-    if (cluster_config_load(config, &cfg) != PD_OK)
+    if (cluster_config_load_args(&args, "router", &cfg) != PD_OK)
         return 1;
-    for (int i = 1; i + 1 < argc; i++) {
-        if (strcmp(argv[i], "--log-level") == 0)
-            pd_log_set_level(strcmp(argv[i + 1], "debug") == 0 ? PD_LOG_DEBUG
-                             : strcmp(argv[i + 1], "warn") == 0 ? PD_LOG_WARN
-                                                                : PD_LOG_INFO);
-        if (strcmp(argv[i], "--set") != 0)
-            continue;
-        char kv[512], *eq;
-        snprintf(kv, sizeof kv, "%s", argv[i + 1]);
-        if (!(eq = strchr(kv, '='))) {
-            fprintf(stderr, "router: --set %s: expected KEY=VALUE\n", argv[i + 1]);
-            goto out;
-        }
-        *eq = 0;
-        if (cluster_config_override(cfg, NULL, kv, eq + 1) != PD_OK)
-            goto out;
-    }
     uv_loop_init(&loop);
     if (router_create(&loop, cfg, &r) != PD_OK) {
         uv_loop_close(&loop);

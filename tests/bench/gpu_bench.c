@@ -25,6 +25,7 @@
 #include "kv_pool.h"
 #include "log.h"
 #include "model.h"
+#include "model_random.h"
 
 #define COPY_BW 4.2e12
 #define FP8_FLOPS 1.36e15

@@ -1,0 +1,170 @@
+/* backend: the compute ops table. The model's forward pass is written once against it; the CPU
+ * backend (backend_cpu.c) is the plain C reference, the CUDA backend (kernels/) plugs in behind
+ * the same table and is tested op by op against the CPU one.
+ *
+ * Buffers are backend memory (`void *` from ops->alloc): host memory for the CPU backend, device
+ * memory for CUDA. Activations are f32 everywhere. Shapes are given in the comments, row-major.
+ * Index arrays (ids, positions, slots, block tables) are backend memory too, uploaded by the
+ * caller. Ops run in order on the backend's single stream; `sync` waits for them. One thread
+ * (the node's compute thread) uses a backend.
+ */
+#ifndef PD_BACKEND_H
+#define PD_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kv_layout.h"
+#include "kv_tracker.h"
+#include "quant.h"
+#include "status.h"
+
+typedef struct pd_backend pd_backend_t;
+
+typedef enum {
+    PD_OP_EMBED = 0,
+    PD_OP_RMSNORM,
+    PD_OP_ADD,
+    PD_OP_MATMUL,
+    PD_OP_ROPE,
+    PD_OP_SILU_MUL,
+    PD_OP_KV_WRITE,
+    PD_OP_ATTENTION,
+    PD_OP_MOE_ROUTE,
+    PD_OP_MOE_EXPERTS,
+    PD_OP_KV_STAMP,
+    PD_OP_KV_CHECK,
+    PD_OP_KV_EXPORT,
+    PD_OP__COUNT
+} pd_op_t;
+
+/* Sequences of one attention call. Token rows of sequence s are q rows
+ * [q_start[s], q_start[s+1]); their positions are ctx_len[s] - (q_start[s+1] - q_start[s]) ...
+ * ctx_len[s] - 1 (causal: each row sees positions <= its own). block_tables is
+ * (n_seqs, max_pages) int32 page ids. All arrays are backend memory. */
+typedef struct {
+    int n_seqs;
+    int max_pages;
+    const int32_t *q_start;      /* (n_seqs + 1) */
+    const int32_t *ctx_len;      /* (n_seqs) */
+    const int32_t *block_tables; /* (n_seqs, max_pages) */
+    /* host-side hints for backends that size launches on the host (CUDA); 0 = unknown (the
+     * backend then reads q_start[n_seqs] back): the number of q rows (q_start[n_seqs]) and an
+     * upper bound of ctx_len[] */
+    int n_rows;
+    int max_ctx;
+} pd_attn_batch_t;
+
+typedef struct {
+    const char *name;
+    bool (*supports_op)(pd_backend_t *be, pd_op_t op, int variant /* pd_wfmt_t or pd_kvfmt_t */);
+    void (*destroy)(pd_backend_t *be);
+
+    /* memory: alloc returns PD_ERR_NOMEM when out of memory */
+    pd_status_t (*alloc)(pd_backend_t *be, size_t bytes, void **ptr_p);
+    void (*free)(pd_backend_t *be, void *ptr);
+    pd_status_t (*upload)(pd_backend_t *be, void *dst, const void *src_host, size_t bytes);
+    pd_status_t (*download)(pd_backend_t *be, void *dst_host, const void *src, size_t bytes);
+    pd_status_t (*memset)(pd_backend_t *be, void *dst, int value, size_t bytes);
+    /* device-to-device copy */
+    pd_status_t (*copy)(pd_backend_t *be, void *dst, const void *src, size_t bytes);
+    pd_status_t (*sync)(pd_backend_t *be);
+
+    /* out (n, d) f32 = bf16 table (vocab, d) rows ids (n) int32 */
+    void (*embed)(pd_backend_t *be, float *out, const uint16_t *table, const int32_t *ids, int n,
+                  int d);
+    /* out (n, d) = x (n, d) / rms(x) * w (d) bf16; out may equal x */
+    void (*rmsnorm)(pd_backend_t *be, float *out, const float *x, const uint16_t *w, int n, int d,
+                    float eps);
+    /* x (n) += y (n) */
+    void (*add)(pd_backend_t *be, float *x, const float *y, size_t n);
+    /* out (n, w->n) f32 = x (n, w->k) f32 @ W^T. FP8: x is quantized per row to fp8 first. */
+    void (*matmul)(pd_backend_t *be, float *out, const float *x, const pd_weight_t *w, int n);
+    /* in place rotate-half RoPE on x (n, n_heads, head_dim) at positions pos (n) int32;
+     * inv_freq (head_dim / 2) f32 */
+    void (*rope)(pd_backend_t *be, float *x, const int32_t *pos, const float *inv_freq, int n,
+                 int n_heads, int head_dim);
+    /* out (n, f) = silu(gu[:, :f]) * gu[:, f:], gu (n, 2f) */
+    void (*silu_mul)(pd_backend_t *be, float *out, const float *gu, int n, int f);
+    /* writes k, v (n, n_kv_heads, head_dim) f32 into the arena at slots (n) int32
+     * (slot = page * page_tokens + offset; a negative slot writes nothing: padded rows),
+     * converting to the layout's dtype (fp8: per (token, head) scale) */
+    void (*kv_write)(pd_backend_t *be, void *arena, const kv_layout_t *l, int layer,
+                     const float *k, const float *v, const int32_t *slots, int n);
+    /* out (n, n_heads, head_dim) = softmax(q k^T / sqrt(head_dim)) v over the paged cache,
+     * q (n, n_heads, head_dim); GQA: head h reads kv head h / (n_heads / n_kv_heads) */
+    void (*attention)(pd_backend_t *be, float *out, const float *q, const void *arena,
+                      const kv_layout_t *l, int layer, const pd_attn_batch_t *batch, int n_heads);
+    /* top-k softmax router: logits (n, n_experts) -> ids (n, k) int32, weights (n, k) f32;
+     * softmax over all experts, take the k largest (ties: lower id), renormalize when norm */
+    void (*moe_route)(pd_backend_t *be, int32_t *ids, float *weights, const float *logits, int n,
+                      int n_experts, int k, bool norm);
+    /* out (n, d) = sum_j weights[i, j] * down_e(silu_mul(gate_up_e(x_i))), e = ids[i, j];
+     * gate_up[e] (2f, d), down[e] (d, f); scratch as returned by moe_scratch_bytes */
+    void (*moe_experts)(pd_backend_t *be, float *out, const float *x, const int32_t *ids,
+                        const float *weights, const pd_weight_t *gate_up, const pd_weight_t *down,
+                        int n, int k, int d, int f);
+    /* writes tags (n) into the headers of pages (n) (host arrays) */
+    void (*kv_stamp)(pd_backend_t *be, void *arena, const kv_layout_t *l, const int32_t *pages,
+                     const uint32_t *tags, int n);
+    /* the integrity check: for each i, bad_out[i] = 1 if current[i] != expected[i], else 2 if the
+     * stamp in page pages[i]'s header != expected[i], else 0; found_out[i] = that stamp.
+     * pages, expected, current, bad_out, found_out are host arrays (n). */
+    void (*kv_check)(pd_backend_t *be, uint8_t *bad_out, uint32_t *found_out, const void *arena,
+                     const kv_layout_t *l, const int32_t *pages, const uint32_t *expected,
+                     const uint32_t *current, int n);
+    /* converts n_pages pages src_pages (host int32) of arena (layout src_l, bf16 or f32) into
+     * dst_l's format (fp8 with scales) at dst (backend memory, n_pages * dst_l->page_bytes,
+     * packed in order); headers are copied */
+    void (*kv_export)(pd_backend_t *be, void *dst, const kv_layout_t *dst_l, const void *arena,
+                      const kv_layout_t *src_l, const int32_t *src_pages, int n_pages);
+
+    /* ---- optional capabilities: NULL where the backend lacks them ---- */
+
+    /* Graph capture (CUDA graphs): the ops enqueued between graph_begin and graph_end are
+     * recorded, not run; graph_launch replays them on the stream with the buffer contents of
+     * that moment. Ops inside a capture must not need the host (no download, sync, scratch
+     * growth): such an op makes graph_end fail. graph_end returns PD_ERR_CUDA / PD_ERR_INTERNAL
+     * when the capture broke (nothing is left captured); graph_launch returns PD_AGAIN when the
+     * backend's scratch moved since the capture (free the graph and capture again). */
+    pd_status_t (*graph_begin)(pd_backend_t *be);
+    pd_status_t (*graph_end)(pd_backend_t *be, void **graph_p);
+    pd_status_t (*graph_launch)(pd_backend_t *be, void *graph);
+    void (*graph_free)(pd_backend_t *be, void *graph);
+
+    /* tokens_out (n) int32 = one token per row of logits (n, vocab) f32 as sampler_pick does with
+     * temperature[i] (0: greedy), top_k[i] (0: off), top_p[i] (1: off) and the draw u[i] in
+     * [0, 1) (sampler_draw). All arrays backend memory; logits unchanged. Backends may restrict
+     * the candidates (CUDA: kernels/sample.h says how). */
+    void (*sample)(pd_backend_t *be, int32_t *tokens_out, const float *logits, int n, int vocab,
+                   const float *temperature, const int32_t *top_k, const float *top_p,
+                   const float *u);
+
+} pd_backend_ops_t;
+
+struct pd_backend {
+    const pd_backend_ops_t *ops;
+    void *impl;
+    int n_threads;
+};
+
+/* CPU backend with n_threads threads (0: all cores). Results do not depend on n_threads. */
+pd_status_t backend_cpu_create(int n_threads, pd_backend_t **be_p);
+
+/* CUDA backend on device `device`; PD_ERR_UNSUPPORTED when built without CUDA or no GPU. */
+pd_status_t backend_cuda_create(int device, pd_backend_t **be_p);
+
+/* Creates by name ("cpu" | "cuda"). */
+pd_status_t backend_create(const char *name, int device, int n_threads, pd_backend_t **be_p);
+
+void backend_destroy(pd_backend_t *be);
+
+/* Uploads a host weight (any format) into backend memory; *dst_p owns three allocations. */
+/* The tag tracker's stamp / check on this backend's memory (be->ops->kv_stamp / kv_check). */
+kv_tag_io_t backend_tag_io(pd_backend_t *be);
+
+pd_status_t backend_weight_upload(pd_backend_t *be, const pd_weight_t *host, pd_weight_t *dst_p);
+void backend_weight_free(pd_backend_t *be, pd_weight_t *w);
+
+#endif

@@ -1,0 +1,699 @@
+#include "engine.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+typedef struct engine_seq {
+    uint64_t id;
+    int32_t *tokens; /* prompt then generated, (cap) */
+    int n_tokens, cap, n_prompt, n_generated;
+    int n_computed;  /* tokens whose KV is in the pages */
+    kv_seq_t kv;
+    sampler_t sampler;
+    engine_gen_params_t gp;
+    int32_t *stop_ids;
+    engine_token_fn cb;
+    void *arg;
+    bool evicted;            /* pages taken for an older sequence (evict_on_preempt) */
+    struct engine_seq *next; /* in order of arrival */
+} engine_seq_t;
+
+struct engine {
+    engine_params_t p;
+    pd_backend_t *be;
+    kv_tag_io_t tag_io; /* the tracker's stamp / check on be */
+    model_t *m;
+    model_ctx_t *ctx;
+    kv_tracker_t *tracker;
+    kv_pool_t *pool;
+    void *arena;
+    kv_layout_t layout;
+    uint64_t next_id;
+    engine_seq_t *seqs; /* active, oldest first */
+    int n_active;
+    /* step scratch (host) */
+    int cap;
+    int32_t *b_tokens, *b_qstart, *b_ctx, *b_rows, *b_ntok;
+    engine_seq_t **b_seqs;
+    const kv_seq_t **b_kv;
+    uint64_t *b_ids;
+    pd_status_t *b_status;
+    float *logits;
+    int logits_cap;
+};
+
+const char *engine_finish_str(engine_finish_t f)
+{
+    static const char *const names[] = {"", "stop", "length", "abort", "preempted"};
+    return (unsigned)f < 5 ? names[f] : "";
+}
+
+void engine_params_default(engine_params_t *p)
+{
+    memset(p, 0, sizeof *p);
+    p->backend = "cpu";
+    p->wfmt = PD_WFMT_BF16;
+    p->lm_head_fmt = PD_WFMT_BF16;
+    p->kvfmt = PD_KV_BF16;
+    p->page_tokens = 16;
+    p->max_batch = 64;
+    p->prefill_chunk = 512;
+    p->tracker = KV_TRACKER_TAGGED;
+}
+
+pd_status_t engine_create(const engine_params_t *p, engine_t **e_p)
+{
+    engine_t *e = calloc(1, sizeof *e);
+    model_load_params_t mp;
+    kv_pool_params_t pp;
+    int64_t n_pages;
+    pd_status_t st;
+
+    if (!e)
+        return PD_ERR_NOMEM;
+    e->p = *p;
+    if (e->p.page_tokens <= 0)
+        e->p.page_tokens = 16;
+    if (e->p.max_batch <= 0)
+        e->p.max_batch = 64;
+    if (e->p.prefill_chunk <= 0)
+        e->p.prefill_chunk = 512;
+    if ((st = backend_create(p->backend, p->device, p->threads, &e->be)) != PD_OK)
+        goto err;
+    e->tag_io = backend_tag_io(e->be);
+    mp = (model_load_params_t){p->model_dir, p->wfmt, p->lm_head_fmt, e->be, p->progress, NULL};
+    if ((st = model_load(&mp, &e->m)) != PD_OK)
+        goto err;
+    kv_layout_init(&e->layout, e->m->cfg.num_hidden_layers, e->m->cfg.num_key_value_heads,
+                   e->m->cfg.head_dim, e->p.page_tokens, p->kvfmt);
+    if (p->kv_budget > 0) {
+        n_pages = p->kv_budget / (int64_t)e->layout.page_bytes;
+    } else {
+        int64_t per_seq = (e->m->cfg.max_position_embeddings + e->p.page_tokens - 1) /
+                          e->p.page_tokens;
+        n_pages = per_seq * 4; /* default: four full contexts */
+    }
+    if (n_pages < 1 || n_pages > INT32_MAX / 2) {
+        pd_log_error("kv budget %lld bytes holds %lld pages of %zu bytes: need at least one",
+                     (long long)p->kv_budget, (long long)n_pages, e->layout.page_bytes);
+        st = PD_ERR_INVALID;
+        goto err;
+    }
+    if ((st = kv_tracker_create(p->tracker, (int32_t)n_pages, &e->tracker)) != PD_OK)
+        goto err;
+    pp = (kv_pool_params_t){e->layout, (int32_t)n_pages, e->tracker};
+    if ((st = kv_pool_create(&pp, &e->pool)) != PD_OK)
+        goto err;
+    if ((st = e->be->ops->alloc(e->be, (size_t)n_pages * e->layout.page_bytes, &e->arena)))
+        goto err;
+    if ((st = e->be->ops->memset(e->be, e->arena, 0, (size_t)n_pages * e->layout.page_bytes)))
+        goto err;
+    if ((st = model_ctx_create(e->m, &e->ctx)) != PD_OK)
+        goto err;
+    e->next_id = 1;
+    *e_p = e;
+    return PD_OK;
+err:
+    engine_destroy(e);
+    return st;
+}
+
+static void engine__seq_free(engine_t *e, engine_seq_t *s)
+{
+    kv_seq_release(e->pool, &s->kv);
+    kv_seq_deinit(&s->kv);
+    sampler_deinit(&s->sampler);
+    free(s->tokens);
+    free(s->stop_ids);
+    free(s);
+}
+
+void engine_destroy(engine_t *e)
+{
+    if (!e)
+        return;
+    while (e->seqs) {
+        engine_seq_t *s = e->seqs;
+        e->seqs = s->next;
+        engine__seq_free(e, s);
+    }
+    model_ctx_destroy(e->ctx);
+    if (e->arena)
+        e->be->ops->free(e->be, e->arena);
+    kv_pool_destroy(e->pool);
+    kv_tracker_destroy(e->tracker);
+    model_destroy(e->m);
+    backend_destroy(e->be);
+    free(e->b_tokens);
+    free(e->b_qstart);
+    free(e->b_ctx);
+    free(e->b_rows);
+    free(e->b_ntok);
+    free(e->b_seqs);
+    free(e->b_kv);
+    free(e->b_ids);
+    free(e->b_status);
+    free(e->logits);
+    free(e);
+}
+
+const model_t *engine_model(const engine_t *e)
+{
+    return e->m;
+}
+kv_pool_t *engine_pool(engine_t *e)
+{
+    return e->pool;
+}
+void *engine_arena(engine_t *e)
+{
+    return e->arena;
+}
+pd_backend_t *engine_backend(engine_t *e)
+{
+    return e->be;
+}
+kv_tracker_t *engine_tracker(engine_t *e)
+{
+    return e->tracker;
+}
+int engine_active(const engine_t *e)
+{
+    return e->n_active;
+}
+
+kv_seq_t *engine_debug_seq_kv(engine_t *e, uint64_t seq_id)
+{
+    for (engine_seq_t *s = e->seqs; s; s = s->next)
+        if (s->id == seq_id)
+            return &s->kv;
+    return NULL;
+}
+
+static pd_status_t engine__seq_new(engine_t *e, const int32_t *tokens, int n_tokens,
+                                   const engine_gen_params_t *gp, engine_token_fn cb, void *arg,
+                                   engine_seq_t **s_p)
+{
+    const int ctx_len = e->m->cfg.max_position_embeddings, vocab = e->m->cfg.vocab_size;
+    engine_seq_t *s;
+    pd_status_t st;
+
+    if (n_tokens <= 0) {
+        pd_log_error("request: empty prompt");
+        return PD_ERR_INVALID;
+    }
+    if (n_tokens + 1 > ctx_len) {
+        pd_log_error("request: prompt of %d tokens leaves no room in the context of %d tokens",
+                     n_tokens, ctx_len);
+        return PD_ERR_TOO_LONG;
+    }
+    if (gp->max_tokens <= 0) {
+        pd_log_error("request: max_tokens %d must be at least 1", gp->max_tokens);
+        return PD_ERR_INVALID;
+    }
+    for (int i = 0; i < n_tokens; i++) {
+        if (tokens[i] < 0 || tokens[i] >= vocab) {
+            pd_log_error("request: token id %d at %d outside the vocabulary of %d", tokens[i], i,
+                         vocab);
+            return PD_ERR_INVALID;
+        }
+    }
+    s = calloc(1, sizeof *s);
+    if (!s)
+        return PD_ERR_NOMEM;
+    s->cap = n_tokens + (gp->max_tokens < ctx_len ? gp->max_tokens : ctx_len) + 1;
+    s->tokens = malloc((size_t)s->cap * sizeof *s->tokens);
+    s->stop_ids = gp->n_stop_ids ? malloc((size_t)gp->n_stop_ids * sizeof *s->stop_ids) : NULL;
+    if (!s->tokens || (gp->n_stop_ids && !s->stop_ids)) {
+        free(s->tokens);
+        free(s->stop_ids);
+        free(s);
+        return PD_ERR_NOMEM;
+    }
+    if ((st = sampler_init(&s->sampler, &gp->sampling, vocab)) != PD_OK) {
+        free(s->tokens);
+        free(s->stop_ids);
+        free(s);
+        return st;
+    }
+    sampler_skip(&s->sampler, (uint64_t)(gp->n_generated > 0 ? gp->n_generated : 0));
+    memcpy(s->tokens, tokens, (size_t)n_tokens * sizeof *tokens);
+    if (gp->n_stop_ids)
+        memcpy(s->stop_ids, gp->stop_ids, (size_t)gp->n_stop_ids * sizeof *s->stop_ids);
+    s->n_tokens = s->n_prompt = n_tokens;
+    s->gp = *gp;
+    s->gp.stop_ids = s->stop_ids;
+    s->cb = cb;
+    s->arg = arg;
+    s->id = e->next_id++;
+    kv_seq_init(&s->kv);
+    *s_p = s;
+    return PD_OK;
+}
+
+static void engine__link(engine_t *e, engine_seq_t *s)
+{
+    engine_seq_t **tail;
+    for (tail = &e->seqs; *tail; tail = &(*tail)->next)
+        ;
+    *tail = s;
+    e->n_active++;
+}
+
+pd_status_t engine_seq_add(engine_t *e, const int32_t *prompt, int n_prompt,
+                           const engine_gen_params_t *gp, engine_token_fn cb, void *arg,
+                           uint64_t *seq_id_p)
+{
+    engine_seq_t *s;
+    pd_status_t st = engine__seq_new(e, prompt, n_prompt, gp, cb, arg, &s);
+    if (st != PD_OK)
+        return st;
+    engine__link(e, s);
+    *seq_id_p = s->id;
+    return PD_OK;
+}
+
+pd_status_t engine_seq_add_prefilled(engine_t *e, const int32_t *tokens, int n_tokens,
+                                     int n_computed, kv_seq_t *kv, const engine_gen_params_t *gp,
+                                     engine_token_fn cb, void *arg, uint64_t *seq_id_p)
+{
+    engine_seq_t *s;
+    pd_status_t st;
+
+    if (n_computed <= 0 || n_computed >= n_tokens ||
+        kv->n_pages < kv_pool_pages_for(e->pool, n_computed)) {
+        pd_log_error("request: %d of %d tokens prefilled into %d pages: inconsistent", n_computed,
+                     n_tokens, kv->n_pages);
+        return PD_ERR_INVALID;
+    }
+    if ((st = engine__seq_new(e, tokens, n_tokens, gp, cb, arg, &s)) != PD_OK)
+        return st;
+    s->n_prompt = n_computed;
+    s->n_computed = n_computed;
+    s->kv = *kv;
+    s->kv.n_tokens = n_computed;
+    kv_seq_init(kv);
+    engine__link(e, s);
+    *seq_id_p = s->id;
+    return PD_OK;
+}
+
+/* Unlinks s, reports its end and frees it. */
+static void engine__finish(engine_t *e, engine_seq_t *s, engine_finish_t f, pd_status_t st)
+{
+    engine_seq_t **pp;
+    for (pp = &e->seqs; *pp && *pp != s; pp = &(*pp)->next)
+        ;
+    PD_ASSERT(*pp == s);
+    *pp = s->next;
+    e->n_active--;
+    if (s->cb)
+        s->cb(s->arg, s->id, -1, f, st);
+    engine__seq_free(e, s);
+}
+
+pd_status_t engine_seq_abort(engine_t *e, uint64_t seq_id)
+{
+    for (engine_seq_t *s = e->seqs; s; s = s->next) {
+        if (s->id == seq_id) {
+            engine__finish(e, s, ENGINE_FINISH_ABORT, PD_ERR_CANCELLED);
+            return PD_OK;
+        }
+    }
+    return PD_ERR_NOT_FOUND;
+}
+
+static pd_status_t engine__scratch(engine_t *e, int n_tokens, int n_seqs)
+{
+    int need = n_tokens > n_seqs ? n_tokens : n_seqs;
+    if (need + 1 <= e->cap)
+        return PD_OK;
+    int cap = need + 1 > 2 * e->cap ? need + 1 : 2 * e->cap;
+#define G(p) (p) = realloc((p), (size_t)cap * sizeof *(p))
+    G(e->b_tokens);
+    G(e->b_qstart);
+    G(e->b_ctx);
+    G(e->b_rows);
+    G(e->b_ntok);
+    G(e->b_seqs);
+    G(e->b_kv);
+    G(e->b_ids);
+    G(e->b_status);
+#undef G
+    if (!e->b_tokens || !e->b_qstart || !e->b_ctx || !e->b_rows || !e->b_ntok || !e->b_seqs ||
+        !e->b_kv || !e->b_ids || !e->b_status)
+        return PD_ERR_NOMEM;
+    e->cap = cap;
+    return PD_OK;
+}
+
+static pd_status_t engine__logits(engine_t *e, int rows)
+{
+    size_t need = (size_t)rows * (size_t)e->m->cfg.vocab_size;
+    if ((size_t)e->logits_cap >= need)
+        return PD_OK;
+    float *l = realloc(e->logits, need * sizeof *l);
+    if (!l)
+        return PD_ERR_NOMEM;
+    e->logits = l;
+    e->logits_cap = (int)need;
+    return PD_OK;
+}
+
+/* Frees the pages of the newest sequence that holds any, other than keep; its tokens will be
+ * recomputed. Returns false when there is none. */
+static bool engine__preempt(engine_t *e, const engine_seq_t *keep)
+{
+    engine_seq_t *victim = NULL;
+    for (engine_seq_t *s = e->seqs; s; s = s->next)
+        if (s != keep && s->kv.n_pages > 0)
+            victim = s;
+    if (!victim)
+        return false;
+    kv_seq_release(e->pool, &victim->kv);
+    victim->n_computed = 0;
+    if (e->p.evict_on_preempt) {
+        pd_log_info("seq %llu: evicted (kv pool full) after %d tokens",
+                    (unsigned long long)victim->id, victim->n_tokens);
+        victim->evicted = true; /* finished after this step's selection */
+    } else {
+        pd_log_info("seq %llu: preempted (kv pool full), its tokens will be recomputed",
+                    (unsigned long long)victim->id);
+    }
+    return true;
+}
+
+/* Reserves pages so s can hold n tokens, preempting newer sequences if needed; stamps new pages
+ * (this engine is their writer). */
+static pd_status_t engine__reserve(engine_t *e, engine_seq_t *s, int n)
+{
+    int32_t before = s->kv.n_pages;
+    pd_status_t st;
+    while ((st = kv_seq_reserve(e->pool, &s->kv, n)) == PD_NO_PAGES)
+        if (!engine__preempt(e, s))
+            return PD_NO_PAGES;
+    if (st != PD_OK)
+        return st;
+    kv_tracker_stamp(e->tracker, &e->tag_io, e->arena, &e->layout, s->kv.pages + before,
+                     s->kv.n_pages - before);
+    return PD_OK;
+}
+
+static bool engine__is_stop(const engine_t *e, const engine_seq_t *s, int32_t tok)
+{
+    if (!s->gp.ignore_eos)
+        for (int i = 0; i < e->m->cfg.n_eos; i++)
+            if (tok == e->m->cfg.eos_token_ids[i])
+                return true;
+    for (int i = 0; i < s->gp.n_stop_ids; i++)
+        if (tok == s->stop_ids[i])
+            return true;
+    return false;
+}
+
+pd_status_t engine_step(engine_t *e)
+{
+    const int vocab = e->m->cfg.vocab_size, ctx_max = e->m->cfg.max_position_embeddings;
+    int n_seqs = 0, n_tok = 0, n_rows = 0, budget = e->p.prefill_chunk, total = 0;
+    pd_status_t st;
+    engine_seq_t *s, *next;
+
+    for (s = e->seqs; s; s = s->next)
+        total += s->n_tokens - s->n_computed;
+    if ((st = engine__scratch(e, total, e->n_active)) != PD_OK)
+        return st;
+    /* choose work: every sequence in arrival order; prompts limited by the chunk budget */
+    for (s = e->seqs; s && n_seqs < e->p.max_batch; s = next) {
+        next = s->next;
+        int todo = s->n_tokens - s->n_computed;
+        if (s->evicted)
+            continue;
+        if (todo > 1 && budget <= 0)
+            continue;
+        if (todo > 1 && todo > budget)
+            todo = budget;
+        if (todo <= 0)
+            continue;
+        st = engine__reserve(e, s, s->n_computed + todo);
+        if (st == PD_NO_PAGES) {
+            if (n_seqs == 0 && s->kv.n_pages == 0 && kv_pool_used_pages(e->pool) == 0) {
+                pd_log_error("seq %llu: %d tokens do not fit the kv pool of %d pages",
+                             (unsigned long long)s->id, s->n_computed + todo,
+                             kv_pool_n_pages(e->pool));
+                engine__finish(e, s, ENGINE_FINISH_ABORT, PD_ERR_RESOURCE);
+            }
+            break; /* the rest waits for pages */
+        }
+        if (st != PD_OK)
+            return st;
+        if (todo > 1)
+            budget -= todo;
+        e->b_seqs[n_seqs] = s;
+        e->b_kv[n_seqs] = &s->kv;
+        e->b_ids[n_seqs] = s->id;
+        e->b_ntok[n_seqs] = s->n_computed; /* tokens already written: their pages are checked */
+        e->b_qstart[n_seqs] = n_tok;
+        memcpy(e->b_tokens + n_tok, s->tokens + s->n_computed, (size_t)todo * 4);
+        n_tok += todo;
+        e->b_ctx[n_seqs] = s->n_computed + todo;
+        n_seqs++;
+    }
+    for (s = e->seqs; s; s = next) {
+        next = s->next;
+        if (s->evicted)
+            engine__finish(e, s, ENGINE_FINISH_PREEMPTED, PD_NO_PAGES);
+    }
+    if (n_seqs == 0)
+        return PD_OK;
+    /* a preemption inside the loop may have emptied a sequence chosen earlier: drop those */
+    int w = 0;
+    n_tok = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        s = e->b_seqs[i];
+        int todo = e->b_ctx[i] - e->b_ntok[i];
+        bool gone = true;
+        for (engine_seq_t *t = e->seqs; t; t = t->next)
+            gone &= t != s;
+        if (gone || s->kv.n_pages < kv_pool_pages_for(e->pool, e->b_ctx[i]) ||
+            s->n_computed != e->b_ntok[i])
+            continue;
+        memmove(e->b_tokens + n_tok, e->b_tokens + e->b_qstart[i], (size_t)todo * 4);
+        e->b_seqs[w] = s;
+        e->b_kv[w] = &s->kv;
+        e->b_ids[w] = s->id;
+        e->b_ntok[w] = e->b_ntok[i];
+        e->b_ctx[w] = e->b_ctx[i];
+        e->b_qstart[w] = n_tok;
+        n_tok += todo;
+        w++;
+    }
+    n_seqs = w;
+    /* the integrity check, one batched pass, before attention */
+    int bad = kv_tracker_check(e->tracker, &e->tag_io, e->arena, &e->layout, e->b_kv, e->b_ntok,
+                               e->b_ids, n_seqs, e->b_status);
+    if (bad < 0)
+        return (pd_status_t)bad;
+    if (bad > 0) {
+        w = 0;
+        n_tok = 0;
+        for (int i = 0; i < n_seqs; i++) {
+            s = e->b_seqs[i];
+            int todo = e->b_ctx[i] - e->b_ntok[i];
+            if (e->b_status[i] != PD_OK) {
+                engine__finish(e, s, ENGINE_FINISH_ABORT, e->b_status[i]);
+                continue;
+            }
+            memmove(e->b_tokens + n_tok, e->b_tokens + e->b_qstart[i], (size_t)todo * 4);
+            e->b_seqs[w] = s;
+            e->b_kv[w] = &s->kv;
+            e->b_ntok[w] = e->b_ntok[i];
+            e->b_ctx[w] = e->b_ctx[i];
+            e->b_qstart[w] = n_tok;
+            n_tok += todo;
+            w++;
+        }
+        n_seqs = w;
+        if (n_seqs == 0)
+            return PD_OK;
+    }
+    e->b_qstart[n_seqs] = n_tok;
+    /* logits for sequences whose last known token is in this step */
+    for (int i = 0; i < n_seqs; i++)
+        if (e->b_ctx[i] == e->b_seqs[i]->n_tokens)
+            e->b_rows[n_rows++] = e->b_qstart[i + 1] - 1;
+    if ((st = engine__logits(e, n_rows)) != PD_OK)
+        return st;
+    model_batch_t b = {n_tok,    e->b_tokens, n_seqs, e->b_qstart, e->b_ctx,
+                       e->b_kv,  n_rows,      e->b_rows};
+    st = model_forward(e->ctx, e->arena, &e->layout, &b, e->logits);
+    if (st != PD_OK) {
+        for (int i = 0; i < n_seqs; i++)
+            engine__finish(e, e->b_seqs[i], ENGINE_FINISH_ABORT, st);
+        return st;
+    }
+    int r = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        s = e->b_seqs[i];
+        s->n_computed = e->b_ctx[i];
+        s->kv.n_tokens = s->n_computed;
+        if (s->n_computed != s->n_tokens)
+            continue;
+        int32_t tok = sampler_sample(&s->sampler, e->logits + (size_t)r++ * vocab);
+        s->tokens[s->n_tokens++] = tok;
+        s->n_generated++;
+        bool stop = engine__is_stop(e, s, tok);
+        if (s->cb)
+            s->cb(s->arg, s->id, tok, ENGINE_FINISH_NONE, PD_OK);
+        if (stop)
+            engine__finish(e, s, ENGINE_FINISH_STOP, PD_OK);
+        else if (s->n_generated >= s->gp.max_tokens || s->n_tokens >= ctx_max)
+            engine__finish(e, s, ENGINE_FINISH_LENGTH, PD_OK);
+    }
+    return PD_OK;
+}
+
+pd_status_t engine_run(engine_t *e)
+{
+    while (e->n_active > 0) {
+        pd_status_t st = engine_step(e);
+        if (st != PD_OK)
+            return st;
+    }
+    return PD_OK;
+}
+
+static pd_status_t engine__score(engine_t *e, const int32_t *input, int n, int first_row,
+                                 const int32_t *targets, double *nll_p, float *logits_last,
+                                 int32_t *argmax_out)
+{
+    const int vocab = e->m->cfg.vocab_size, chunk = e->p.prefill_chunk;
+    kv_seq_t kv;
+    const kv_seq_t *kvp = &kv;
+    double nll = 0.0;
+    pd_status_t st;
+
+    if (n <= 0 || n > e->m->cfg.max_position_embeddings)
+        return PD_ERR_TOO_LONG;
+    kv_seq_init(&kv);
+    if ((st = kv_seq_reserve(e->pool, &kv, n)) != PD_OK)
+        goto out;
+    kv_tracker_stamp(e->tracker, &e->tag_io, e->arena, &e->layout, kv.pages, kv.n_pages);
+    if ((st = engine__scratch(e, chunk, 1)) != PD_OK || (st = engine__logits(e, chunk)) != PD_OK)
+        goto out;
+    for (int s0 = 0; s0 < n; s0 += chunk) {
+        int len = n - s0 < chunk ? n - s0 : chunk;
+        int32_t qs[2] = {0, len}, ctx = s0 + len;
+        for (int i = 0; i < len; i++)
+            e->b_rows[i] = i;
+        model_batch_t b = {len, input + s0, 1, qs, &ctx, &kvp, len, e->b_rows};
+        if ((st = model_forward(e->ctx, e->arena, &e->layout, &b, e->logits)) != PD_OK)
+            goto out;
+        for (int i = 0; i < len; i++) {
+            int row = s0 + i;
+            const float *lg = e->logits + (size_t)i * vocab;
+            if (row == n - 1 && logits_last)
+                memcpy(logits_last, lg, (size_t)vocab * sizeof *lg);
+            if (row < first_row)
+                continue;
+            if (argmax_out)
+                argmax_out[row - first_row] = sampler_argmax(lg, vocab);
+            if (!targets)
+                continue;
+            double mx = lg[0], sum = 0.0;
+            for (int v = 1; v < vocab; v++)
+                mx = lg[v] > mx ? lg[v] : mx;
+            for (int v = 0; v < vocab; v++)
+                sum += exp((double)lg[v] - mx);
+            nll -= (double)lg[targets[row - first_row]] - mx - log(sum);
+        }
+    }
+    *nll_p = nll;
+out:
+    kv_seq_release(e->pool, &kv);
+    kv_seq_deinit(&kv);
+    return st;
+}
+
+pd_status_t engine_score(engine_t *e, const int32_t *input, int n, int first_row,
+                         const int32_t *targets, double *nll_p, float *logits_last)
+{
+    return engine__score(e, input, n, first_row, targets, nll_p, logits_last, NULL);
+}
+
+pd_status_t engine_score_top1(engine_t *e, const int32_t *input, int n, int first_row,
+                              const int32_t *targets, double *nll_p, int32_t *argmax_out)
+{
+    return engine__score(e, input, n, first_row, targets, nll_p, NULL, argmax_out);
+}
+
+pd_status_t engine_prefill(engine_t *e, const int32_t *tokens, int n,
+                           const engine_gen_params_t *gp, engine_pages_fn on_pages, void *arg,
+                           int32_t *first_p, kv_seq_t *kv_out)
+{
+    const int chunk = e->p.prefill_chunk, P = e->p.page_tokens;
+    engine_seq_t *probe;
+    kv_seq_t kv;
+    const kv_seq_t *kvp = &kv;
+    sampler_t sm;
+    int done_pages = 0;
+    pd_status_t st;
+
+    /* validation as for any sequence (prompt length, ids, sampling) */
+    if ((st = engine__seq_new(e, tokens, n, gp, NULL, NULL, &probe)) != PD_OK)
+        return st;
+    sm = probe->sampler;
+    probe->sampler.probs = NULL;
+    probe->sampler.idx = NULL;
+    engine__seq_free(e, probe);
+    kv_seq_init(&kv);
+    if ((st = kv_seq_reserve(e->pool, &kv, n)) != PD_OK)
+        goto err;
+    kv_tracker_stamp(e->tracker, &e->tag_io, e->arena, &e->layout, kv.pages, kv.n_pages);
+    if ((st = engine__scratch(e, chunk, 1)) != PD_OK || (st = engine__logits(e, 1)) != PD_OK)
+        goto err;
+    for (int s0 = 0; s0 < n; s0 += chunk) {
+        int len = n - s0 < chunk ? n - s0 : chunk;
+        int32_t qs[2] = {0, len}, ctx = s0 + len, row = len - 1;
+        model_batch_t b = {len, tokens + s0, 1, qs, &ctx, &kvp, s0 + len == n ? 1 : 0, &row};
+        if ((st = model_forward(e->ctx, e->arena, &e->layout, &b, e->logits)) != PD_OK)
+            goto err;
+        kv.n_tokens = ctx;
+        int full = s0 + len == n ? kv.n_pages : ctx / P;
+        if (on_pages && full > done_pages)
+            on_pages(arg, &kv, done_pages, full - done_pages);
+        done_pages = full;
+    }
+    *first_p = sampler_sample(&sm, e->logits);
+    sampler_deinit(&sm);
+    *kv_out = kv;
+    return PD_OK;
+err:
+    sampler_deinit(&sm);
+    kv_seq_release(e->pool, &kv);
+    kv_seq_deinit(&kv);
+    return st;
+}
+
+void engine_export_pages(engine_t *e, const kv_seq_t *kv, int first, int n,
+                         const kv_layout_t *dst_l, const kv_page_ref_t *dst_refs,
+                         uint8_t *host_out)
+{
+    pd_backend_t *be = e->be;
+    const size_t pb = dst_l->page_bytes;
+    int32_t *pages = malloc((size_t)n * sizeof *pages);
+    void *dev;
+
+    PD_ASSERT(pages);
+    for (int i = 0; i < n; i++)
+        pages[i] = kv->pages[first + i].page;
+    PD_ASSERT(be->ops->alloc(be, (size_t)n * pb, &dev) == PD_OK);
+    be->ops->kv_export(be, dev, dst_l, e->arena, &e->layout, pages, n);
+    be->ops->download(be, host_out, dev, (size_t)n * pb);
+    be->ops->free(be, dev);
+    for (int i = 0; i < n; i++) /* the writer's stamp: the tag the destination handed out */
+        memcpy(host_out + (size_t)i * pb, &dst_refs[i].tag, 4);
+    free(pages);
+}

@@ -1,0 +1,77 @@
+/* kv_layout: what a KV page looks like and what a sequence's block table is, without the pool
+ * that hands pages out. Backends, transports and the tracker read pages through these types.
+ *
+ *   page = [header 64 B: uint32 stamp, rest reserved]
+ *          for each layer l: K (page_tokens, n_kv_heads, head_dim) kv dtype
+ *                            V (page_tokens, n_kv_heads, head_dim) kv dtype
+ *          fp8 only, for each layer l: K scales (page_tokens, n_kv_heads) f32
+ *                                      V scales (page_tokens, n_kv_heads) f32
+ *
+ * Plain data; any thread.
+ */
+#ifndef PD_KV_LAYOUT_H
+#define PD_KV_LAYOUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "status.h"
+
+typedef enum { PD_KV_BF16 = 0, PD_KV_FP8, PD_KV_F32 } pd_kvfmt_t;
+
+/* Parses "bf16" | "fp8" | "f32"; -1 if unknown. */
+int kv_fmt_parse(const char *name, pd_kvfmt_t *fmt_p);
+const char *kv_fmt_name(pd_kvfmt_t fmt);
+
+#define KV_PAGE_HEADER_BYTES 64
+
+typedef struct {
+    int n_layers, n_kv_heads, head_dim, page_tokens;
+    pd_kvfmt_t fmt;
+    size_t elem_bytes;  /* 2 bf16, 1 fp8, 4 f32 */
+    size_t side_bytes;  /* one layer's K (or V): page_tokens * n_kv_heads * head_dim * elem */
+    size_t scale_bytes; /* one layer's K (or V) scales: page_tokens * n_kv_heads * 4 (fp8), else 0 */
+    size_t page_bytes;  /* whole page, header included, multiple of 64 */
+} kv_layout_t;
+
+void kv_layout_init(kv_layout_t *l, int n_layers, int n_kv_heads, int head_dim, int page_tokens,
+                    pd_kvfmt_t fmt);
+
+/* Byte offsets inside a page; side 0 = K, 1 = V. */
+static inline size_t kv_layout_data_off(const kv_layout_t *l, int layer, int side)
+{
+    return KV_PAGE_HEADER_BYTES + ((size_t)layer * 2 + (size_t)side) * l->side_bytes;
+}
+static inline size_t kv_layout_scale_off(const kv_layout_t *l, int layer, int side)
+{
+    return KV_PAGE_HEADER_BYTES + (size_t)l->n_layers * 2 * l->side_bytes +
+           ((size_t)layer * 2 + (size_t)side) * l->scale_bytes;
+}
+
+/* KV bytes per token, scales included (headers excluded). */
+double kv_layout_bytes_per_token(const kv_layout_t *l);
+
+/* A (page, tag) pair: what a sequence expects to find. */
+typedef struct {
+    int32_t page;
+    uint32_t tag;
+} kv_page_ref_t;
+
+/* A sequence's block table. Caller-owned storage: kv_seq_init / kv_seq_deinit. */
+typedef struct {
+    int32_t n_tokens; /* tokens whose KV is (or will be, this step) in the pages */
+    int32_t n_pages, cap;
+    kv_page_ref_t *pages;
+} kv_seq_t;
+
+void kv_seq_init(kv_seq_t *seq);
+/* Frees the block table storage (not the pages: call kv_seq_release first). */
+void kv_seq_deinit(kv_seq_t *seq);
+
+/* Appends an already allocated page ref (e.g. reserved by the router for a remote writer). */
+pd_status_t kv_seq_push_page(kv_seq_t *seq, kv_page_ref_t ref);
+
+/* Grows seq's table to hold need refs (internal to kv/). PD_ERR_NOMEM leaves it unchanged. */
+pd_status_t kv_seq__grow(kv_seq_t *seq, int32_t need);
+
+#endif

@@ -1,0 +1,98 @@
+#include "node.h"
+
+#include <string.h>
+#include <time.h>
+
+#include "health.pb-c.h"
+#include "kv_tracker.h"
+
+void node_engine_params(const cluster_config_t *cfg, const cluster_node_t *node,
+                        engine_params_t *p)
+{
+    engine_params_default(p);
+    p->model_dir = cfg->model;
+    p->backend = node->backend == CLUSTER_BACKEND_CUDA ? "cuda" : "cpu";
+    p->device = node->device;
+    p->threads = node->threads;
+    p->wfmt = (pd_wfmt_t)node->weights;   /* same order: bf16, fp8, int4 */
+    p->kvfmt = (pd_kvfmt_t)node->kv;      /* same order: bf16, fp8, f32 */
+    p->page_tokens = node->page_tokens;
+    p->kv_budget = node->kv_budget;
+    p->max_batch = node->max_batch;
+    p->prefill_chunk = node->prefill_chunk;
+    p->tracker = node->tracker == CLUSTER_TRACKER_NOOP ? KV_TRACKER_NOOP : KV_TRACKER_TAGGED;
+    p->evict_on_preempt = node->role == CLUSTER_ROLE_DECODE;
+}
+
+void node_stats_init(node_stats_t *s)
+{
+    memset(s, 0, sizeof *s);
+    pthread_mutex_init(&s->mu, NULL);
+}
+
+void node_stats_deinit(node_stats_t *s)
+{
+    pthread_mutex_destroy(&s->mu);
+}
+
+void node_stats_publish(node_stats_t *s, engine_t *e, uint32_t queued)
+{
+    kv_pool_t *pool = engine_pool(e);
+    pthread_mutex_lock(&s->mu);
+    s->active = (uint32_t)engine_active(e);
+    s->queued = queued;
+    s->pages_total = (uint32_t)kv_pool_n_pages(pool);
+    s->pages_used = (uint32_t)kv_pool_used_pages(pool);
+    s->integrity_failures = engine_tracker(e)->failures;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void node_stats_fill(node_stats_t *s, const cluster_node_t *node, Pdserve__V1__NodeStats *m)
+{
+    pthread_mutex_lock(&s->mu);
+    m->active = s->active;
+    m->queued = s->queued;
+    m->pages_total = s->pages_total;
+    m->pages_used = s->pages_used;
+    m->integrity_failures = s->integrity_failures;
+    m->tokens = s->tokens;
+    m->requests = s->requests;
+    pthread_mutex_unlock(&s->mu);
+    m->node = (char *)node->name;
+    m->role = (char *)cluster_config_role_str(node->role);
+    m->weights = (char *)cluster_config_weights_str(node->weights);
+    m->kv = (char *)cluster_config_kv_str(node->kv);
+}
+
+pd_status_t node_serve(uv_loop_t *loop, const cluster_node_t *node,
+                       const ProtobufCServiceDescriptor *desc, const grpc_method_fn *handlers,
+                       void *user, grpc_server_t **srv_p, grpc_health_t **health_p, int *port_p)
+{
+    grpc_server_t *srv = NULL;
+    grpc_health_t *health = NULL;
+    pd_status_t st;
+
+    if ((st = grpc_server_create(loop, NULL, &srv)) != PD_OK)
+        return st;
+    if ((st = grpc_server_add_service(srv, desc, handlers, user)) != PD_OK ||
+        (st = grpc_health_create(srv, &health)) != PD_OK)
+        goto err;
+    node_set_serving(health, desc, 0);
+    if ((st = grpc_server_listen(srv, node->host, node->port, port_p)) != PD_OK)
+        goto err;
+    *srv_p = srv;
+    *health_p = health;
+    return PD_OK;
+err:
+    grpc_server_destroy(srv);
+    grpc_health_destroy(health);
+    return st;
+}
+
+void node_set_serving(grpc_health_t *health, const ProtobufCServiceDescriptor *desc, int serving)
+{
+    int v = serving ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
+                    : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
+    grpc_health_set(health, "", v);
+    grpc_health_set(health, desc->name, v);
+}

@@ -1,0 +1,54 @@
+/* node: what the prefill and decode nodes share: engine parameters from the cluster file, the
+ * stats snapshot the compute thread publishes and the loop thread serves (Stats rpc, /metrics),
+ * and the KV-done message a prefill node sends a decode node over the transport.
+ */
+#ifndef PD_NODE_H
+#define PD_NODE_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "cluster_config.h"
+#include "engine.h"
+#include "grpc_health.h"
+#include "grpc_server.h"
+#include "pdserve.pb-c.h"
+
+/* Fills p from the cluster file's entry for node (model, backend, formats, budget, ...). */
+void node_engine_params(const cluster_config_t *cfg, const cluster_node_t *node,
+                        engine_params_t *p);
+
+/* Counters published by the compute thread, read by the loop thread. */
+typedef struct {
+    pthread_mutex_t mu;
+    uint32_t active, queued, pages_total, pages_used;
+    uint64_t integrity_failures, tokens, requests;
+} node_stats_t;
+
+void node_stats_init(node_stats_t *s);
+void node_stats_deinit(node_stats_t *s);
+/* Compute thread: refreshes the pool and tracker numbers from e. */
+void node_stats_publish(node_stats_t *s, engine_t *e, uint32_t queued);
+/* Loop thread: fills a NodeStats message. */
+void node_stats_fill(node_stats_t *s, const cluster_node_t *node, Pdserve__V1__NodeStats *m);
+
+/* The completion message of a KV transfer (active message NODE_AM_KV_DONE): every page of the
+ * reservation seq_id has been written and flushed. */
+#define NODE_AM_KV_DONE 1
+typedef struct {
+    uint64_t seq_id;
+    int32_t first_token;
+    uint32_t n_tokens;
+} node_kv_done_t;
+
+/* Starts a node's control server on node->host:port: the service desc with handlers (user as
+ * their argument) and grpc.health.v1.Health, NOT_SERVING for "" and desc's full name until
+ * node_set_serving(). On error nothing is left running. PD_ERR_IO (port), PD_ERR_NOMEM. */
+pd_status_t node_serve(uv_loop_t *loop, const cluster_node_t *node,
+                       const ProtobufCServiceDescriptor *desc, const grpc_method_fn *handlers,
+                       void *user, grpc_server_t **srv_p, grpc_health_t **health_p, int *port_p);
+
+/* Marks the node (and desc's service) SERVING or NOT_SERVING in its health service. */
+void node_set_serving(grpc_health_t *health, const ProtobufCServiceDescriptor *desc, int serving);
+
+#endif

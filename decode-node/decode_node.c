@@ -1,0 +1,790 @@
+#include "decode_node.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "compute.h"
+#include "grpc_health.h"
+#include "health.pb-c.h"
+#include "grpc_server.h"
+#include "kv_tracker.h"
+#include "kv_transport.h"
+#include "clock.h"
+#include "log.h"
+#include "node.h"
+#include "pdserve.pb-c.h"
+
+/* ==== state ==== */
+
+/* A Decode rpc on the loop thread. Freed by decode__event when its final event arrives. */
+typedef struct dreq {
+    struct decode_node *dn;
+    grpc_call_t *call;
+    uint64_t id;
+    int32_t *pending; /* tokens not yet accepted by the call (flow control) */
+    int n_pending, cap_pending;
+    int final_wait;   /* the final event arrived while tokens were pending */
+    engine_finish_t finish;
+    pd_status_t status;
+} dreq_t;
+
+/* Compute-thread record of a Decode rpc. */
+typedef struct ddec {
+    dreq_t *req; /* loop object: only passed back through compute_post */
+    char request_id[96];
+    uint64_t req_id, res_id, seq_id;
+    int admitted;
+    int32_t *tokens;
+    int n_tokens;
+    engine_gen_params_t gp;
+    struct ddec *next;
+} ddec_t;
+
+/* Compute-thread record of a reservation. */
+typedef struct dres {
+    uint64_t id;
+    kv_seq_t kv;
+    int n_tokens;
+    int kv_done;
+    int64_t deadline_ms; /* lease: writer and then decoder must show up before this */
+    ddec_t *pending;     /* Decode arrived before KV-done */
+    struct dres *next;
+} dres_t;
+
+struct decode_node {
+    uv_loop_t *loop;
+    const cluster_config_t *cfg;
+    const cluster_node_t *node;
+    grpc_server_t *srv;
+    grpc_health_t *health;
+    compute_t *comp;
+    kv_transport_t *tr;
+    kv_transport_mem_t *mem;
+    void *rkey;
+    size_t rkey_len;
+    uint8_t *landing; /* host landing zone when the pool is GPU memory UCX cannot register */
+    size_t arena_bytes;
+    kv_layout_t layout;
+    int ucx_port;
+    int failed;
+    node_stats_t stats;
+    uint64_t next_req_id;
+    /* compute thread only */
+    dres_t *res;
+    ddec_t *decs;
+    uint64_t next_res_id;
+    int32_t watermark;
+};
+
+
+/* ==== compute -> loop events ==== */
+
+typedef struct {
+    dreq_t *req;
+    int32_t token; /* -1: final */
+    engine_finish_t finish;
+    pd_status_t status;
+} devent_t;
+
+static void decode__flush_pending(dreq_t *r);
+
+static void decode__finish_call(dreq_t *r)
+{
+    Pdserve__V1__DecodeEvent ev = PDSERVE__V1__DECODE_EVENT__INIT;
+    if (r->status == PD_OK || r->finish == ENGINE_FINISH_PREEMPTED) {
+        ev.finish_reason = (char *)engine_finish_str(r->finish);
+        ev.preempted = r->finish == ENGINE_FINISH_PREEMPTED;
+        (void)grpc_call_send(r->call, &ev.base);
+        grpc_call_finish(r->call, 0, NULL);
+    } else {
+        char msg[160];
+        snprintf(msg, sizeof msg, "%s: %s", r->dn->node->name, pd_status_str(r->status));
+        grpc_call_finish_status(r->call, r->status, msg);
+    }
+    free(r->pending);
+    free(r);
+}
+
+static void decode__writable(grpc_call_t *call, void *arg)
+{
+    dreq_t *r = arg;
+    (void)call;
+    decode__flush_pending(r);
+    if (r->n_pending == 0 && r->final_wait)
+        decode__finish_call(r);
+}
+
+static void decode__flush_pending(dreq_t *r)
+{
+    Pdserve__V1__DecodeEvent ev = PDSERVE__V1__DECODE_EVENT__INIT;
+    if (r->n_pending == 0)
+        return;
+    ev.token_ids = r->pending;
+    ev.n_token_ids = (size_t)r->n_pending;
+    pd_status_t st = grpc_call_send(r->call, &ev.base);
+    if (st == PD_AGAIN) {
+        grpc_call_set_writable_cb(r->call, decode__writable, r);
+        return;
+    }
+    r->n_pending = 0; /* sent, or the call is gone (the engine side was told via cancel) */
+}
+
+static void decode__event(void *arg)
+{
+    devent_t *ev = arg;
+    dreq_t *r = ev->req;
+    if (ev->token >= 0) {
+        if (r->n_pending == r->cap_pending) {
+            r->cap_pending = r->cap_pending ? 2 * r->cap_pending : 16;
+            r->pending = realloc(r->pending, (size_t)r->cap_pending * sizeof *r->pending);
+            PD_ASSERT(r->pending);
+        }
+        r->pending[r->n_pending++] = ev->token;
+        decode__flush_pending(r);
+    } else {
+        r->finish = ev->finish;
+        r->status = ev->status;
+        decode__flush_pending(r);
+        if (r->n_pending > 0 && !grpc_call_is_cancelled(r->call))
+            r->final_wait = 1;
+        else
+            decode__finish_call(r);
+    }
+    free(ev);
+}
+
+static void decode__post_event(compute_t *c, dreq_t *r, int32_t token, engine_finish_t f,
+                               pd_status_t st)
+{
+    devent_t *ev = malloc(sizeof *ev);
+    PD_ASSERT(ev);
+    ev->req = r;
+    ev->token = token;
+    ev->finish = f;
+    ev->status = st;
+    compute_post(c, decode__event, ev);
+}
+
+/* ==== compute thread ==== */
+
+typedef struct {
+    decode_node_t *dn;
+    compute_t *c;
+} dctx_t;
+
+static dres_t *decode__find_res(decode_node_t *dn, uint64_t id, dres_t ***link_p)
+{
+    dres_t **pp;
+    for (pp = &dn->res; *pp; pp = &(*pp)->next) {
+        if ((*pp)->id == id) {
+            if (link_p)
+                *link_p = pp;
+            return *pp;
+        }
+    }
+    return NULL;
+}
+
+static void decode__drop_res(decode_node_t *dn, engine_t *e, dres_t **link)
+{
+    dres_t *r = *link;
+    *link = r->next;
+    kv_seq_release(engine_pool(e), &r->kv); /* pages still being written are quarantined */
+    kv_seq_deinit(&r->kv);
+    free(r);
+    (void)dn;
+}
+
+static void decode__unlink_dec(decode_node_t *dn, ddec_t *d)
+{
+    ddec_t **pp;
+    for (pp = &dn->decs; *pp && *pp != d; pp = &(*pp)->next)
+        ;
+    if (*pp)
+        *pp = d->next;
+}
+
+/* Forgets a Decode record (its final event has been posted). */
+static void decode__drop_dec(decode_node_t *dn, ddec_t *d)
+{
+    decode__unlink_dec(dn, d);
+    free(d->tokens);
+    free(d);
+}
+
+static compute_t *decode__compute(decode_node_t *dn)
+{
+    return dn->comp;
+}
+
+static void decode__on_token(void *arg, uint64_t seq_id, int32_t tok, engine_finish_t f,
+                             pd_status_t st)
+{
+    ddec_t *d = arg;
+    decode_node_t *dn = d->req->dn;
+    (void)seq_id;
+    if (tok >= 0) {
+        pthread_mutex_lock(&dn->stats.mu);
+        dn->stats.tokens++;
+        pthread_mutex_unlock(&dn->stats.mu);
+        decode__post_event(decode__compute(dn), d->req, tok, ENGINE_FINISH_NONE, PD_OK);
+        return;
+    }
+    decode__post_event(decode__compute(dn), d->req, -1, f, st);
+    decode__drop_dec(dn, d);
+}
+
+/* Fault injection for tests (PDSERVE_FAULT=reuse|stale|table, PDSERVE_FAULT_REQUEST=substring of
+ * the victim's request id): damages the victim's pages the way a bookkeeping bug would, so the
+ * tag check must catch it before the first attention step. */
+static void decode__inject_fault(decode_node_t *dn, engine_t *e, const ddec_t *d, kv_seq_t *kv)
+{
+    const char *kind = getenv("PDSERVE_FAULT"), *who = getenv("PDSERVE_FAULT_REQUEST");
+    kv_page_ref_t thief;
+    (void)dn;
+    if (!kind || !who || !strstr(d->request_id, who) || kv->n_pages == 0)
+        return;
+    pd_log_warn("request %s: injecting fault '%s'", d->request_id, kind);
+    if (strcmp(kind, "reuse") == 0) {
+        /* the page is handed to someone else while this sequence still holds it */
+        if (kv_pool_debug_steal_page(engine_pool(e), kv->pages[0].page, &thief) == PD_OK)
+            (void)kv_pool_page_free(engine_pool(e), thief);
+    } else if (strcmp(kind, "stale") == 0) {
+        /* a late write of an earlier owner lands with its old stamp */
+        pd_backend_t *be = engine_backend(e);
+        uint32_t old = kv->pages[0].tag - 1;
+        be->ops->kv_stamp(be, engine_arena(e), kv_pool_layout(engine_pool(e)), &kv->pages[0].page,
+                          &old, 1);
+    } else if (strcmp(kind, "table") == 0) {
+        /* a block-table entry points at another page (the page it hid goes back to the pool) */
+        kv_page_ref_t orig = kv->pages[0];
+        kv->pages[0].page = (kv->pages[0].page + 1) % kv_pool_n_pages(engine_pool(e));
+        (void)kv_pool_page_free(engine_pool(e), orig);
+    }
+}
+
+/* Moves a reservation whose KV is done into the batch. */
+static void decode__admit(decode_node_t *dn, engine_t *e, dres_t **link, ddec_t *d)
+{
+    dres_t *r = *link;
+    pd_status_t st;
+    if (d->n_tokens != r->n_tokens + 1) {
+        pd_log_error("seq %llu: decode with %d tokens for a reservation of %d prompt tokens",
+                     (unsigned long long)r->id, d->n_tokens, r->n_tokens);
+        st = PD_ERR_INVALID;
+    } else {
+        decode__inject_fault(dn, e, d, &r->kv);
+        st = engine_seq_add_prefilled(e, d->tokens, d->n_tokens, r->n_tokens, &r->kv, &d->gp,
+                                      decode__on_token, d, &d->seq_id);
+    }
+    decode__drop_res(dn, e, link); /* its pages moved into the engine (or are freed on error) */
+    if (st != PD_OK) {
+        decode__post_event(dn->comp, d->req, -1, ENGINE_FINISH_ABORT, st);
+        decode__drop_dec(dn, d);
+        return;
+    }
+    d->admitted = 1;
+    pthread_mutex_lock(&dn->stats.mu);
+    dn->stats.requests++;
+    pthread_mutex_unlock(&dn->stats.mu);
+}
+
+typedef struct {
+    decode_node_t *dn;
+    grpc_call_t *call;
+    uint32_t n_tokens;
+    int64_t lease_ms;
+    /* result */
+    pd_status_t st;
+    uint64_t res_id;
+    int n_pages;
+    kv_page_ref_t *pages;
+} reserve_job_t;
+
+static void decode__reserve_reply(void *arg);
+
+static void decode__reserve(compute_t *c, engine_t *e, void *arg)
+{
+    reserve_job_t *j = arg;
+    decode_node_t *dn = j->dn;
+    kv_pool_t *pool = engine_pool(e);
+    int32_t need = kv_pool_pages_for(pool, (int32_t)j->n_tokens);
+    dres_t *r;
+
+    j->st = PD_OK;
+    if (j->n_tokens == 0 || (int)j->n_tokens + 1 > engine_model(e)->cfg.max_position_embeddings) {
+        j->st = j->n_tokens == 0 ? PD_ERR_INVALID : PD_ERR_TOO_LONG;
+    } else if (kv_pool_free_pages(pool) - need < dn->watermark) {
+        j->st = PD_NO_PAGES; /* keep a watermark so admitted sequences can grow */
+    } else if (!(r = calloc(1, sizeof *r)) ||
+               !(j->pages = malloc((size_t)need * sizeof *j->pages))) {
+        free(r);
+        j->st = PD_ERR_NOMEM;
+    } else {
+        int64_t deadline = pd_clock_ms() + j->lease_ms;
+        kv_seq_init(&r->kv);
+        for (int32_t i = 0; i < need; i++) {
+            kv_page_ref_t ref;
+            PD_ASSERT(kv_pool_page_alloc_remote(pool, deadline, &ref) == PD_OK);
+            PD_ASSERT(kv_seq_push_page(&r->kv, ref) == PD_OK);
+            j->pages[i] = ref;
+        }
+        r->id = ++dn->next_res_id;
+        r->n_tokens = (int)j->n_tokens;
+        r->deadline_ms = deadline;
+        r->next = dn->res;
+        dn->res = r;
+        j->res_id = r->id;
+        j->n_pages = need;
+    }
+    compute_post(c, decode__reserve_reply, j);
+}
+
+typedef struct {
+    decode_node_t *dn;
+    node_kv_done_t msg;
+} kvdone_job_t;
+
+static void decode__kv_done(compute_t *c, engine_t *e, void *arg)
+{
+    kvdone_job_t *j = arg;
+    decode_node_t *dn = j->dn;
+    dres_t **link, *r = decode__find_res(dn, j->msg.seq_id, &link);
+    (void)c;
+    if (!r) {
+        pd_log_warn("kv done for unknown reservation %llu (released or expired)",
+                    (unsigned long long)j->msg.seq_id);
+        free(j);
+        return;
+    }
+    if (dn->landing) {
+        /* GPU pool: the pages landed in host memory; move them onto the device */
+        pd_backend_t *be = engine_backend(e);
+        for (int32_t i = 0; i < r->kv.n_pages; i++) {
+            size_t off = (size_t)r->kv.pages[i].page * dn->layout.page_bytes;
+            be->ops->upload(be, (uint8_t *)engine_arena(e) + off, dn->landing + off,
+                            dn->layout.page_bytes);
+        }
+    }
+    for (int32_t i = 0; i < r->kv.n_pages; i++)
+        kv_pool_page_writer_done(engine_pool(e), r->kv.pages[i].page);
+    r->kv_done = 1;
+    r->deadline_ms = pd_clock_ms() + dn->cfg->transport.lease_ms;
+    if (r->pending)
+        decode__admit(dn, e, link, r->pending);
+    free(j);
+}
+
+typedef struct {
+    decode_node_t *dn;
+    ddec_t *d;
+} start_job_t;
+
+static void decode__start(compute_t *c, engine_t *e, void *arg)
+{
+    start_job_t *j = arg;
+    decode_node_t *dn = j->dn;
+    ddec_t *d = j->d;
+    dres_t **link, *r = decode__find_res(dn, d->res_id, &link);
+    free(j);
+    if (!r || r->pending) {
+        decode__post_event(c, d->req, -1, ENGINE_FINISH_ABORT, PD_ERR_NOT_FOUND);
+        free(d->tokens);
+        free(d);
+        return;
+    }
+    d->next = dn->decs;
+    dn->decs = d;
+    if (r->kv_done)
+        decode__admit(dn, e, link, d);
+    else
+        r->pending = d;
+}
+
+typedef struct {
+    decode_node_t *dn;
+    uint64_t req_id;
+} cancel_job_t;
+
+static void decode__cancel(compute_t *c, engine_t *e, void *arg)
+{
+    cancel_job_t *j = arg;
+    decode_node_t *dn = j->dn;
+    ddec_t *d;
+    for (d = dn->decs; d && d->req_id != j->req_id; d = d->next)
+        ;
+    free(j);
+    if (!d)
+        return; /* already finished */
+    if (d->admitted) {
+        (void)engine_seq_abort(e, d->seq_id); /* the finish callback posts the final event */
+        return;
+    }
+    dres_t **link, *r = decode__find_res(dn, d->res_id, &link);
+    if (r)
+        decode__drop_res(dn, e, link);
+    decode__post_event(c, d->req, -1, ENGINE_FINISH_ABORT, PD_ERR_CANCELLED);
+    decode__drop_dec(dn, d);
+}
+
+typedef struct {
+    decode_node_t *dn;
+    grpc_call_t *call;
+    uint64_t seq_id;
+    int found;
+} release_job_t;
+
+static void decode__release_reply(void *arg)
+{
+    release_job_t *j = arg;
+    Pdserve__V1__ReleaseReply rep = PDSERVE__V1__RELEASE_REPLY__INIT;
+    rep.found = j->found;
+    grpc_call_finish_status(j->call, grpc_call_send(j->call, &rep.base), NULL);
+    free(j);
+}
+
+static void decode__release(compute_t *c, engine_t *e, void *arg)
+{
+    release_job_t *j = arg;
+    decode_node_t *dn = j->dn;
+    dres_t **link, *r = decode__find_res(dn, j->seq_id, &link);
+    if (r) {
+        if (r->pending) {
+            ddec_t *d = r->pending;
+            decode__post_event(c, d->req, -1, ENGINE_FINISH_ABORT, PD_ERR_CANCELLED);
+            decode__drop_dec(dn, d);
+        }
+        decode__drop_res(dn, e, link);
+        j->found = 1;
+    } else {
+        for (ddec_t *d = dn->decs; d; d = d->next) {
+            if (d->res_id == j->seq_id && d->admitted) {
+                (void)engine_seq_abort(e, d->seq_id);
+                j->found = 1;
+                break;
+            }
+        }
+    }
+    compute_post(c, decode__release_reply, j);
+}
+
+static void decode__tick(compute_t *c, engine_t *e, void *arg)
+{
+    decode_node_t *dn = arg;
+    int64_t now = pd_clock_ms();
+    dres_t **pp = &dn->res;
+    uint32_t queued = 0;
+    (void)c;
+    while (*pp) {
+        dres_t *r = *pp;
+        if (r->deadline_ms <= now && !r->pending) {
+            pd_log_warn("reservation %llu: lease ended before %s; pages released",
+                        (unsigned long long)r->id, r->kv_done ? "decode" : "kv done");
+            decode__drop_res(dn, e, pp);
+            continue;
+        }
+        queued++;
+        pp = &r->next;
+    }
+    kv_pool_expire_leases(engine_pool(e), now);
+    node_stats_publish(&dn->stats, e, queued);
+}
+
+/* ==== loop thread: rpc handlers ==== */
+
+static void decode__reserve_reply(void *arg)
+{
+    reserve_job_t *j = arg;
+    decode_node_t *dn = j->dn;
+    if (j->st != PD_OK) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "%s: %s", dn->node->name,
+                 j->st == PD_NO_PAGES ? "no free kv pages" : pd_status_str(j->st));
+        grpc_call_finish_status(j->call, j->st, msg);
+    } else {
+        Pdserve__V1__ReserveReply rep = PDSERVE__V1__RESERVE_REPLY__INIT;
+        Pdserve__V1__KvDestination dest = PDSERVE__V1__KV_DESTINATION__INIT;
+        Pdserve__V1__KvLayout lay = PDSERVE__V1__KV_LAYOUT__INIT;
+        Pdserve__V1__PageRef *refs = calloc((size_t)j->n_pages, sizeof *refs);
+        Pdserve__V1__PageRef **prefs = calloc((size_t)j->n_pages, sizeof *prefs);
+        PD_ASSERT(refs && prefs);
+        for (int i = 0; i < j->n_pages; i++) {
+            pdserve__v1__page_ref__init(&refs[i]);
+            refs[i].page = j->pages[i].page;
+            refs[i].tag = j->pages[i].tag;
+            prefs[i] = &refs[i];
+        }
+        lay.n_layers = (uint32_t)dn->layout.n_layers;
+        lay.n_kv_heads = (uint32_t)dn->layout.n_kv_heads;
+        lay.head_dim = (uint32_t)dn->layout.head_dim;
+        lay.page_tokens = (uint32_t)dn->layout.page_tokens;
+        lay.kv_format = (char *)kv_fmt_name(dn->layout.fmt);
+        lay.page_bytes = dn->layout.page_bytes;
+        dest.node = (char *)dn->node->name;
+        dest.ucx_host = (char *)dn->node->host;
+        dest.ucx_port = (uint32_t)dn->ucx_port;
+        dest.rkey.data = dn->rkey;
+        dest.rkey.len = dn->rkey_len;
+        dest.layout = &lay;
+        dest.pages = prefs;
+        dest.n_pages = (size_t)j->n_pages;
+        dest.seq_id = j->res_id;
+        rep.dest = &dest;
+        grpc_call_finish_status(j->call, grpc_call_send(j->call, &rep.base), NULL);
+        free(refs);
+        free(prefs);
+    }
+    free(j->pages);
+    free(j);
+}
+
+static void decode__rpc_reserve(grpc_call_t *call, const ProtobufCMessage *msg, void *user)
+{
+    decode_node_t *dn = user;
+    const Pdserve__V1__ReserveRequest *req = (const Pdserve__V1__ReserveRequest *)msg;
+    reserve_job_t *j = calloc(1, sizeof *j);
+    pd_status_t st;
+    if (!j) {
+        grpc_call_finish_status(call, PD_ERR_NOMEM, NULL);
+        return;
+    }
+    j->dn = dn;
+    j->call = call;
+    j->n_tokens = req->n_tokens;
+    j->lease_ms = req->lease_ms > 0 ? req->lease_ms : dn->cfg->transport.lease_ms;
+    if ((st = compute_submit(dn->comp, decode__reserve, j)) != PD_OK) {
+        free(j);
+        grpc_call_finish_status(call, st, "decode node not ready");
+    }
+}
+
+static void decode__call_cancelled(grpc_call_t *call, void *arg)
+{
+    dreq_t *r = arg;
+    cancel_job_t *j = malloc(sizeof *j);
+    (void)call;
+    if (!j)
+        return;
+    j->dn = r->dn;
+    j->req_id = r->id;
+    if (compute_submit(r->dn->comp, decode__cancel, j) != PD_OK)
+        free(j);
+}
+
+static void decode__rpc_decode(grpc_call_t *call, const ProtobufCMessage *msg, void *user)
+{
+    decode_node_t *dn = user;
+    const Pdserve__V1__DecodeRequest *req = (const Pdserve__V1__DecodeRequest *)msg;
+    dreq_t *r = calloc(1, sizeof *r);
+    ddec_t *d = calloc(1, sizeof *d);
+    start_job_t *j = malloc(sizeof *j);
+    pd_status_t st;
+
+    if (!r || !d || !j || !(d->tokens = malloc((req->n_token_ids + 1) * sizeof *d->tokens))) {
+        free(r);
+        if (d)
+            free(d->tokens);
+        free(d);
+        free(j);
+        grpc_call_finish_status(call, PD_ERR_NOMEM, NULL);
+        return;
+    }
+    r->dn = dn;
+    r->call = call;
+    r->id = ++dn->next_req_id;
+    d->req = r;
+    d->req_id = r->id;
+    d->res_id = req->seq_id;
+    snprintf(d->request_id, sizeof d->request_id, "%s", req->request_id ? req->request_id : "");
+    memcpy(d->tokens, req->token_ids, req->n_token_ids * sizeof *d->tokens);
+    d->n_tokens = (int)req->n_token_ids;
+    if (req->sampling) {
+        d->gp.sampling.temperature = req->sampling->temperature;
+        d->gp.sampling.top_k = req->sampling->top_k;
+        d->gp.sampling.top_p = req->sampling->top_p > 0 ? req->sampling->top_p : 1.0f;
+        d->gp.sampling.seed = req->sampling->seed;
+        d->gp.ignore_eos = req->sampling->ignore_eos;
+    } else {
+        d->gp.sampling.top_p = 1.0f;
+    }
+    d->gp.max_tokens = (int)req->max_new_tokens;
+    d->gp.n_generated = (int)req->n_generated;
+    j->dn = dn;
+    j->d = d;
+    grpc_call_set_cancel_cb(call, decode__call_cancelled, r);
+    if ((st = compute_submit(dn->comp, decode__start, j)) != PD_OK) {
+        free(d->tokens);
+        free(d);
+        free(j);
+        free(r);
+        grpc_call_finish_status(call, st, "decode node not ready");
+    }
+}
+
+static void decode__rpc_release(grpc_call_t *call, const ProtobufCMessage *msg, void *user)
+{
+    decode_node_t *dn = user;
+    const Pdserve__V1__ReleaseRequest *req = (const Pdserve__V1__ReleaseRequest *)msg;
+    release_job_t *j = calloc(1, sizeof *j);
+    pd_status_t st;
+    if (!j) {
+        grpc_call_finish_status(call, PD_ERR_NOMEM, NULL);
+        return;
+    }
+    j->dn = dn;
+    j->call = call;
+    j->seq_id = req->seq_id;
+    if ((st = compute_submit(dn->comp, decode__release, j)) != PD_OK) {
+        free(j);
+        grpc_call_finish_status(call, st, "decode node not ready");
+    }
+}
+
+static void decode__rpc_stats(grpc_call_t *call, const ProtobufCMessage *msg, void *user)
+{
+    decode_node_t *dn = user;
+    Pdserve__V1__NodeStats m = PDSERVE__V1__NODE_STATS__INIT;
+    (void)msg;
+    node_stats_fill(&dn->stats, dn->node, &m);
+    grpc_call_finish_status(call, grpc_call_send(call, &m.base), NULL);
+}
+
+static const grpc_method_fn decode_handlers[4] = {decode__rpc_reserve, decode__rpc_decode,
+                                                   decode__rpc_release, decode__rpc_stats};
+
+/* ==== transport ==== */
+
+static void decode__am_kv_done(void *arg, const void *header, size_t header_len,
+                               const void *data, size_t len, kv_transport_ep_t *from)
+{
+    decode_node_t *dn = arg;
+    kvdone_job_t *j;
+    (void)data;
+    (void)len;
+    (void)from;
+    if (header_len != sizeof(node_kv_done_t)) {
+        pd_log_error("kv done: message of %zu bytes, expected %zu", header_len,
+                     sizeof(node_kv_done_t));
+        return;
+    }
+    if (!(j = malloc(sizeof *j)))
+        return;
+    j->dn = dn;
+    memcpy(&j->msg, header, sizeof j->msg);
+    if (compute_submit(dn->comp, decode__kv_done, j) != PD_OK)
+        free(j);
+}
+
+static void decode__ready(void *arg, pd_status_t st)
+{
+    decode_node_t *dn = arg;
+    engine_t *e;
+    void *region;
+    if (st != PD_OK) {
+        pd_log_error("%s: model load failed: %s", dn->node->name, pd_status_str(st));
+        dn->failed = 1;
+        uv_stop(dn->loop);
+        return;
+    }
+    e = compute_engine(dn->comp);
+    dn->layout = *kv_pool_layout(engine_pool(e));
+    dn->arena_bytes = (size_t)kv_pool_n_pages(engine_pool(e)) * dn->layout.page_bytes;
+    dn->watermark = kv_pool_n_pages(engine_pool(e)) / 16;
+    region = engine_arena(e);
+    if (strcmp(engine_backend(e)->ops->name, "cpu") != 0 && !kv_transport_query_cuda(dn->tr)) {
+        dn->landing = calloc(1, dn->arena_bytes);
+        PD_ASSERT(dn->landing);
+        region = dn->landing;
+        pd_log_info("%s: transport cannot reach GPU memory: pages land in host memory first",
+                    dn->node->name);
+    }
+    if (kv_transport_mem_register(dn->tr, region, dn->arena_bytes, &dn->mem) != PD_OK ||
+        kv_transport_mem_pack(dn->mem, &dn->rkey, &dn->rkey_len) != PD_OK) {
+        dn->failed = 1;
+        uv_stop(dn->loop);
+        return;
+    }
+    node_set_serving(dn->health, &pdserve__v1__decode__descriptor, 1);
+    pd_log_info("%s: serving (%s weights, %s kv, %d pages of %zu bytes, ucx port %d)",
+                dn->node->name, cluster_config_weights_str(dn->node->weights),
+                cluster_config_kv_str(dn->node->kv), kv_pool_n_pages(engine_pool(e)),
+                dn->layout.page_bytes, dn->ucx_port);
+}
+
+pd_status_t decode_node_create(uv_loop_t *loop, const cluster_config_t *cfg,
+                               const cluster_node_t *node, decode_node_t **dn_p)
+{
+    decode_node_t *dn = calloc(1, sizeof *dn);
+    engine_params_t ep;
+    kv_transport_params_t tp = {0};
+    int port;
+    pd_status_t st;
+
+    if (!dn)
+        return PD_ERR_NOMEM;
+    dn->loop = loop;
+    dn->cfg = cfg;
+    dn->node = node;
+    node_stats_init(&dn->stats);
+    tp.name = node->name;
+    if ((st = kv_transport_ucx_create(loop, &tp, &dn->tr)) != PD_OK)
+        goto err;
+    if ((st = kv_transport_listen(dn->tr, node->host, node->ucx_port, &dn->ucx_port)) != PD_OK) {
+        /* UCX 1.13 cannot set SO_REUSEADDR: after a restart the port can sit in TIME_WAIT for a
+         * minute. Prefill nodes learn the address from each reservation, so any port will do. */
+        pd_log_warn("%s: ucx port %d busy (TIME_WAIT after a restart?): using an ephemeral port",
+                    node->name, node->ucx_port);
+        if ((st = kv_transport_listen(dn->tr, node->host, 0, &dn->ucx_port)) != PD_OK)
+            goto err;
+    }
+    if ((st = kv_transport_set_am_handler(dn->tr, NODE_AM_KV_DONE, decode__am_kv_done, dn)))
+        goto err;
+    if ((st = node_serve(loop, node, &pdserve__v1__decode__descriptor, decode_handlers, dn,
+                         &dn->srv, &dn->health, &port)) != PD_OK)
+        goto err;
+    node_engine_params(cfg, node, &ep);
+    if ((st = compute_create(loop, &ep, decode__ready, decode__tick, 100, dn, &dn->comp)))
+        goto err;
+    pd_log_info("%s: loading %s on %s (control %s:%d)", node->name, cfg->model, ep.backend,
+                node->host, port);
+    *dn_p = dn;
+    return PD_OK;
+err:
+    decode_node_destroy(dn);
+    return st;
+}
+
+int decode_node_failed(const decode_node_t *dn)
+{
+    return dn->failed;
+}
+
+void decode_node_destroy(decode_node_t *dn)
+{
+    if (!dn)
+        return;
+    if (dn->srv)
+        grpc_server_shutdown(dn->srv);
+    compute_destroy(dn->comp); /* queued events for calls are dropped with the server */
+    grpc_server_destroy(dn->srv);
+    grpc_health_destroy(dn->health);
+    free(dn->rkey);
+    kv_transport_mem_deregister(dn->mem);
+    kv_transport_destroy(dn->tr);
+    free(dn->landing);
+    /* reservation records belong to the compute thread, which is gone */
+    while (dn->res) {
+        dres_t *r = dn->res;
+        dn->res = r->next;
+        kv_seq_deinit(&r->kv);
+        free(r);
+    }
+    while (dn->decs) {
+        ddec_t *d = dn->decs;
+        dn->decs = d->next;
+        free(d->tokens);
+        free(d);
+    }
+    node_stats_deinit(&dn->stats);
+    free(dn);
+}

@@ -1,0 +1,469 @@
+#include "prefill_node.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "compute.h"
+#include "grpc_health.h"
+#include "grpc_server.h"
+#include "health.pb-c.h"
+#include "kv_tracker.h"
+#include "kv_transport.h"
+#include "clock.h"
+#include "log.h"
+#include "node.h"
+#include "pdserve.pb-c.h"
+
+
+/* A decode node we write to: one endpoint and its unpacked keys. */
+typedef struct peer {
+    char host[256];
+    int port;
+    kv_transport_ep_t *ep;
+    void *rkey_bytes;
+    size_t rkey_len;
+    kv_transport_rkey_t *rkey;
+    struct peer *next;
+} peer_t;
+
+/* One Prefill call. Freed when the call is answered and every transport callback has run. */
+typedef struct pjob {
+    struct prefill_node *pn;
+    grpc_call_t *call;
+    int32_t *tokens;
+    int n_tokens;
+    engine_gen_params_t gp;
+    kv_layout_t dst_layout;
+    kv_page_ref_t *dst_pages;
+    int n_dst_pages;
+    uint64_t seq_id;
+    peer_t *peer;
+    uint64_t base;
+    int refs;          /* the job itself + transport operations in flight */
+    pd_status_t error; /* first transport error */
+    int32_t first;
+    pd_status_t prefill_status;
+    int64_t write_deadline_ms; /* no put is posted after this: the reservation's lease ends */
+    uint8_t **staging;
+    int n_staging;
+} pjob_t;
+
+struct prefill_node {
+    uv_loop_t *loop;
+    const cluster_config_t *cfg;
+    const cluster_node_t *node;
+    grpc_server_t *srv;
+    grpc_health_t *health;
+    compute_t *comp;
+    kv_transport_t *tr;
+    peer_t *peers;
+    node_stats_t stats;
+    int failed, ready;
+    int queued; /* calls waiting or running (loop thread) */
+};
+
+
+/* ==== loop thread: job lifetime ==== */
+
+static void prefill__unref(pjob_t *j)
+{
+    if (--j->refs > 0)
+        return;
+    for (int i = 0; i < j->n_staging; i++)
+        free(j->staging[i]);
+    free(j->staging);
+    free(j->tokens);
+    free(j->dst_pages);
+    free(j);
+}
+
+static void prefill__fail(pjob_t *j, pd_status_t st, const char *what)
+{
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s: %s: %s", j->pn->node->name, what, pd_status_str(st));
+    grpc_call_finish_status(j->call, st, msg);
+    j->pn->queued--;
+    prefill__unref(j);
+}
+
+static void prefill__op_done(void *arg, pd_status_t st)
+{
+    pjob_t *j = arg;
+    if (st != PD_OK && j->error == PD_OK)
+        j->error = st;
+    prefill__unref(j);
+}
+
+static void prefill__am_done(void *arg, pd_status_t st)
+{
+    pjob_t *j = arg;
+    if (st != PD_OK) {
+        prefill__fail(j, PD_ERR_UNAVAILABLE, "kv done message to the decode node failed");
+        return;
+    }
+    Pdserve__V1__PrefillReply rep = PDSERVE__V1__PREFILL_REPLY__INIT;
+    rep.first_token = j->first;
+    rep.n_tokens = (uint32_t)j->n_tokens;
+    grpc_call_finish_status(j->call, grpc_call_send(j->call, &rep.base), NULL);
+    j->pn->queued--;
+    pthread_mutex_lock(&j->pn->stats.mu);
+    j->pn->stats.requests++;
+    j->pn->stats.tokens += (uint64_t)j->n_tokens;
+    pthread_mutex_unlock(&j->pn->stats.mu);
+    prefill__unref(j);
+}
+
+static void prefill__flush_done(void *arg, pd_status_t st)
+{
+    pjob_t *j = arg;
+    node_kv_done_t msg = {j->seq_id, j->first, (uint32_t)j->n_tokens};
+    if (st == PD_OK)
+        st = j->error;
+    if (st != PD_OK) {
+        prefill__fail(j, PD_ERR_UNAVAILABLE, "kv transfer to the decode node failed");
+        return;
+    }
+    st = kv_transport_am_send(j->peer->ep, NODE_AM_KV_DONE, &msg, sizeof msg, NULL, 0,
+                              prefill__am_done, j);
+    if (st != PD_OK)
+        prefill__fail(j, PD_ERR_UNAVAILABLE, "kv done message to the decode node failed");
+}
+
+/* ==== compute -> loop messages ==== */
+
+typedef struct {
+    pjob_t *j;
+    uint8_t *staging;
+    int first, n;
+} put_msg_t;
+
+static void prefill__put(void *arg)
+{
+    put_msg_t *m = arg;
+    pjob_t *j = m->j;
+    const size_t pb = j->dst_layout.page_bytes;
+    uint8_t **s = realloc(j->staging, (size_t)(j->n_staging + 1) * sizeof *s);
+    PD_ASSERT(s);
+    j->staging = s;
+    j->staging[j->n_staging++] = m->staging;
+    if (j->error == PD_OK && pd_clock_ms() > j->write_deadline_ms)
+        j->error = PD_ERR_RESOURCE; /* the decode node may hand these pages to others now */
+    for (int i = 0; i < m->n && j->error == PD_OK; i++) {
+        const kv_page_ref_t *r = &j->dst_pages[m->first + i];
+        pd_status_t st = kv_transport_put(j->peer->ep, m->staging + (size_t)i * pb, pb,
+                                          j->base + (uint64_t)r->page * pb, j->peer->rkey,
+                                          prefill__op_done, j);
+        if (st != PD_OK)
+            j->error = st;
+        else
+            j->refs++;
+    }
+    free(m);
+}
+
+static void prefill__done(void *arg)
+{
+    pjob_t *j = arg;
+    pd_status_t st;
+    if (j->prefill_status == PD_ERR_RESOURCE || j->error == PD_ERR_RESOURCE) {
+        prefill__fail(j, PD_ERR_RESOURCE, "kv lease ended before the pages were written");
+        return;
+    }
+    if (j->prefill_status != PD_OK) {
+        prefill__fail(j, j->prefill_status, "prefill failed");
+        return;
+    }
+    if (j->error != PD_OK) {
+        prefill__fail(j, PD_ERR_UNAVAILABLE, "kv transfer to the decode node failed");
+        return;
+    }
+    /* every put is posted (FIFO from the compute thread); flush, then send KV-done */
+    if ((st = kv_transport_flush(j->peer->ep, prefill__flush_done, j)) != PD_OK)
+        prefill__fail(j, PD_ERR_UNAVAILABLE, "kv transfer to the decode node failed");
+}
+
+/* ==== compute thread ==== */
+
+static void prefill__pages(void *arg, const kv_seq_t *kv, int first, int n)
+{
+    pjob_t *j = arg;
+    compute_t *c = j->pn->comp;
+    put_msg_t *m = malloc(sizeof *m);
+
+    PD_ASSERT(m);
+    m->staging = malloc((size_t)n * j->dst_layout.page_bytes);
+    PD_ASSERT(m->staging);
+    engine_export_pages(compute_engine(c), kv, first, n, &j->dst_layout, j->dst_pages + first,
+                        m->staging);
+    m->j = j;
+    m->first = first;
+    m->n = n;
+    compute_post(c, prefill__put, m);
+}
+
+static void prefill__run(compute_t *c, engine_t *e, void *arg)
+{
+    pjob_t *j = arg;
+    kv_seq_t kv;
+    if (pd_clock_ms() > j->write_deadline_ms) { /* queued too long: skip the work */
+        j->prefill_status = PD_ERR_RESOURCE;
+        compute_post(c, prefill__done, j);
+        return;
+    }
+    j->prefill_status = engine_prefill(e, j->tokens, j->n_tokens, &j->gp, prefill__pages, j,
+                                       &j->first, &kv);
+    if (j->prefill_status == PD_OK) {
+        kv_seq_release(engine_pool(e), &kv);
+        kv_seq_deinit(&kv);
+    }
+    compute_post(c, prefill__done, j);
+}
+
+static void prefill__tick(compute_t *c, engine_t *e, void *arg)
+{
+    prefill_node_t *pn = arg;
+    (void)c;
+    node_stats_publish(&pn->stats, e, 0);
+}
+
+/* ==== loop thread: rpcs ==== */
+
+static peer_t *prefill__peer(prefill_node_t *pn, const Pdserve__V1__KvDestination *d,
+                             pd_status_t *st_p)
+{
+    peer_t *p, **pp;
+    for (pp = &pn->peers; (p = *pp); pp = &p->next) {
+        if (strcmp(p->host, d->ucx_host) == 0 && p->port == (int)d->ucx_port) {
+            if (kv_transport_ep_failed(p->ep)) { /* the decode node restarted: reconnect */
+                *pp = p->next;
+                kv_transport_rkey_destroy(p->rkey);
+                kv_transport_ep_close(p->ep);
+                free(p->rkey_bytes);
+                free(p);
+                break;
+            }
+            if (p->rkey_len != d->rkey.len || memcmp(p->rkey_bytes, d->rkey.data, p->rkey_len)) {
+                kv_transport_rkey_t *r;
+                if ((*st_p = kv_transport_rkey_unpack(p->ep, d->rkey.data, d->rkey.len, &r)))
+                    return NULL;
+                kv_transport_rkey_destroy(p->rkey);
+                free(p->rkey_bytes);
+                p->rkey = r;
+                p->rkey_bytes = malloc(d->rkey.len);
+                PD_ASSERT(p->rkey_bytes);
+                memcpy(p->rkey_bytes, d->rkey.data, d->rkey.len);
+                p->rkey_len = d->rkey.len;
+            }
+            return p;
+        }
+    }
+    p = calloc(1, sizeof *p);
+    if (!p) {
+        *st_p = PD_ERR_NOMEM;
+        return NULL;
+    }
+    snprintf(p->host, sizeof p->host, "%s", d->ucx_host);
+    p->port = (int)d->ucx_port;
+    if ((*st_p = kv_transport_connect(pn->tr, p->host, p->port, &p->ep)) != PD_OK ||
+        (*st_p = kv_transport_rkey_unpack(p->ep, d->rkey.data, d->rkey.len, &p->rkey)) != PD_OK) {
+        kv_transport_ep_close(p->ep);
+        free(p);
+        return NULL;
+    }
+    p->rkey_bytes = malloc(d->rkey.len);
+    PD_ASSERT(p->rkey_bytes);
+    memcpy(p->rkey_bytes, d->rkey.data, d->rkey.len);
+    p->rkey_len = d->rkey.len;
+    p->next = pn->peers;
+    pn->peers = p;
+    return p;
+}
+
+static void prefill__rpc_prefill(grpc_call_t *call, const ProtobufCMessage *msg, void *user)
+{
+    prefill_node_t *pn = user;
+    const Pdserve__V1__PrefillRequest *req = (const Pdserve__V1__PrefillRequest *)msg;
+    const Pdserve__V1__KvDestination *d = req->dest;
+    engine_t *e = pn->ready ? compute_engine(pn->comp) : NULL;
+    pjob_t *j;
+    pd_status_t st = PD_OK;
+    char why[200];
+
+    if (!e) {
+        grpc_call_finish_status(call, PD_ERR_UNAVAILABLE, "prefill node not ready");
+        return;
+    }
+    const kv_layout_t *src = kv_pool_layout(engine_pool(e));
+    if (!d || !d->layout || req->n_token_ids == 0) {
+        grpc_call_finish_status(call, PD_ERR_INVALID, "prefill: tokens and a destination needed");
+        return;
+    }
+    pd_kvfmt_t dfmt;
+    if (kv_fmt_parse(d->layout->kv_format, &dfmt) != 0 ||
+        (int)d->layout->n_layers != src->n_layers ||
+        (int)d->layout->n_kv_heads != src->n_kv_heads ||
+        (int)d->layout->head_dim != src->head_dim ||
+        (int)d->layout->page_tokens != src->page_tokens) {
+        snprintf(why, sizeof why, "prefill: destination kv layout does not match this model "
+                                  "(%u layers, %u kv heads, %u head dim, %u page tokens, %s)",
+                 d->layout->n_layers, d->layout->n_kv_heads, d->layout->head_dim,
+                 d->layout->page_tokens, d->layout->kv_format);
+        grpc_call_finish_status(call, PD_ERR_INVALID, why);
+        return;
+    }
+    if ((int)d->n_pages != kv_pool_pages_for(engine_pool(e), (int32_t)req->n_token_ids)) {
+        grpc_call_finish_status(call, PD_ERR_INVALID, "prefill: page count does not fit prompt");
+        return;
+    }
+    j = calloc(1, sizeof *j);
+    if (!j || !(j->tokens = malloc(req->n_token_ids * sizeof *j->tokens)) ||
+        !(j->dst_pages = malloc(d->n_pages * sizeof *j->dst_pages))) {
+        if (j)
+            free(j->tokens);
+        free(j);
+        grpc_call_finish_status(call, PD_ERR_NOMEM, NULL);
+        return;
+    }
+    j->pn = pn;
+    j->call = call;
+    j->refs = 1;
+    /* the decode node reserved the pages just before this call with the cluster's lease_ms and
+     * reuses them once it ends: post puts only in its first three quarters, the last covers the
+     * reserve -> prefill hop and the puts in flight */
+    j->write_deadline_ms = pd_clock_ms() + pn->cfg->transport.lease_ms -
+                           pn->cfg->transport.lease_ms / 4;
+    memcpy(j->tokens, req->token_ids, req->n_token_ids * sizeof *j->tokens);
+    j->n_tokens = (int)req->n_token_ids;
+    j->gp.max_tokens = 1;
+    j->gp.sampling.top_p = 1.0f;
+    if (req->sampling) {
+        j->gp.sampling.temperature = req->sampling->temperature;
+        j->gp.sampling.top_k = req->sampling->top_k;
+        j->gp.sampling.top_p = req->sampling->top_p > 0 ? req->sampling->top_p : 1.0f;
+        j->gp.sampling.seed = req->sampling->seed;
+    }
+    j->gp.n_generated = (int)req->n_generated;
+    kv_layout_init(&j->dst_layout, src->n_layers, src->n_kv_heads, src->head_dim,
+                   src->page_tokens, dfmt);
+    if (j->dst_layout.page_bytes != d->layout->page_bytes) {
+        free(j->tokens);
+        free(j->dst_pages);
+        free(j);
+        grpc_call_finish_status(call, PD_ERR_INVALID, "prefill: destination page size differs");
+        return;
+    }
+    for (size_t i = 0; i < d->n_pages; i++) {
+        j->dst_pages[i].page = d->pages[i]->page;
+        j->dst_pages[i].tag = d->pages[i]->tag;
+    }
+    j->n_dst_pages = (int)d->n_pages;
+    j->seq_id = d->seq_id;
+    j->peer = prefill__peer(pn, d, &st);
+    if (!j->peer) {
+        free(j->tokens);
+        free(j->dst_pages);
+        free(j);
+        snprintf(why, sizeof why, "%s: cannot reach decode node %s at %s:%u: %s",
+                 pn->node->name, d->node, d->ucx_host, d->ucx_port, pd_status_str(st));
+        grpc_call_finish_status(call, PD_ERR_UNAVAILABLE, why);
+        return;
+    }
+    j->base = kv_transport_rkey_base(j->peer->rkey);
+    pn->queued++;
+    if ((st = compute_submit(pn->comp, prefill__run, j)) != PD_OK) {
+        pn->queued--;
+        free(j->tokens);
+        free(j->dst_pages);
+        free(j);
+        grpc_call_finish_status(call, st, "prefill node not ready");
+    }
+}
+
+static void prefill__rpc_stats(grpc_call_t *call, const ProtobufCMessage *msg, void *user)
+{
+    prefill_node_t *pn = user;
+    Pdserve__V1__NodeStats m = PDSERVE__V1__NODE_STATS__INIT;
+    (void)msg;
+    node_stats_fill(&pn->stats, pn->node, &m);
+    m.queued = (uint32_t)pn->queued;
+    m.active = (uint32_t)pn->queued;
+    grpc_call_finish_status(call, grpc_call_send(call, &m.base), NULL);
+}
+
+static const grpc_method_fn prefill_handlers[2] = {prefill__rpc_prefill, prefill__rpc_stats};
+
+static void prefill__ready(void *arg, pd_status_t st)
+{
+    prefill_node_t *pn = arg;
+    if (st != PD_OK) {
+        pd_log_error("%s: model load failed: %s", pn->node->name, pd_status_str(st));
+        pn->failed = 1;
+        uv_stop(pn->loop);
+        return;
+    }
+    pn->ready = 1;
+    node_set_serving(pn->health, &pdserve__v1__prefill__descriptor, 1);
+    pd_log_info("%s: serving (%s weights, %s kv)", pn->node->name,
+                cluster_config_weights_str(pn->node->weights),
+                cluster_config_kv_str(pn->node->kv));
+}
+
+pd_status_t prefill_node_create(uv_loop_t *loop, const cluster_config_t *cfg,
+                                const cluster_node_t *node, prefill_node_t **pn_p)
+{
+    prefill_node_t *pn = calloc(1, sizeof *pn);
+    engine_params_t ep;
+    kv_transport_params_t tp = {0};
+    int port;
+    pd_status_t st;
+
+    if (!pn)
+        return PD_ERR_NOMEM;
+    pn->loop = loop;
+    pn->cfg = cfg;
+    pn->node = node;
+    node_stats_init(&pn->stats);
+    tp.name = node->name;
+    if ((st = kv_transport_ucx_create(loop, &tp, &pn->tr)) != PD_OK)
+        goto err;
+    if ((st = node_serve(loop, node, &pdserve__v1__prefill__descriptor, prefill_handlers, pn,
+                         &pn->srv, &pn->health, &port)) != PD_OK)
+        goto err;
+    node_engine_params(cfg, node, &ep);
+    if ((st = compute_create(loop, &ep, prefill__ready, prefill__tick, 200, pn, &pn->comp)))
+        goto err;
+    pd_log_info("%s: loading %s on %s (control %s:%d)", node->name, cfg->model, ep.backend,
+                node->host, port);
+    *pn_p = pn;
+    return PD_OK;
+err:
+    prefill_node_destroy(pn);
+    return st;
+}
+
+int prefill_node_failed(const prefill_node_t *pn)
+{
+    return pn->failed;
+}
+
+void prefill_node_destroy(prefill_node_t *pn)
+{
+    if (!pn)
+        return;
+    if (pn->srv)
+        grpc_server_shutdown(pn->srv);
+    compute_destroy(pn->comp);
+    grpc_server_destroy(pn->srv);
+    grpc_health_destroy(pn->health);
+    while (pn->peers) {
+        peer_t *p = pn->peers;
+        pn->peers = p->next;
+        kv_transport_rkey_destroy(p->rkey);
+        kv_transport_ep_close(p->ep);
+        free(p->rkey_bytes);
+        free(p);
+    }
+    kv_transport_destroy(pn->tr);
+    node_stats_deinit(&pn->stats);
+    free(pn);
+}

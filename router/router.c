@@ -1,0 +1,796 @@
+#include "router.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grpc_client.h"
+#include "grpc_health.h"
+#include "grpc_server.h"
+#include "health.pb-c.h"
+#include "hf_config.h"
+#include "clock.h"
+#include "log.h"
+#include "pdserve.pb-c.h"
+#include "router_internal.h"
+#include "tokenizer.h"
+
+#define SERVING GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
+#define NOT_SERVING GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING
+#define POLL_MS 500
+#define RETRY_MS 20
+
+static void rreq_reserve(rreq_t *q);
+static void rreq_prefill(rreq_t *q);
+static void rreq_decode(rreq_t *q);
+static void rreq_maybe_free(rreq_t *q);
+
+/* ==== node table and health polling ==== */
+
+static void router__set_own_health(router_t *r)
+{
+    int p = 0, d = 0;
+    for (int i = 0; i < r->n_nodes; i++) {
+        if (!r->nodes[i].healthy)
+            continue;
+        if (r->nodes[i].node->role == CLUSTER_ROLE_PREFILL)
+            p++;
+        else
+            d++;
+    }
+    int st = p > 0 && d > 0 ? SERVING : NOT_SERVING;
+    grpc_health_set(r->health, "", st);
+    grpc_health_set(r->health, "pdserve.v1.Inference", st);
+}
+
+void router_node_down(router_t *r, rnode_t *n, const char *why)
+{
+    if (n->healthy)
+        pd_log_warn("node %s taken out: %s", n->node->name, why);
+    n->healthy = 0;
+    router__set_own_health(r);
+}
+
+static void router__stats_done(void *arg, int code, const char *msg, ProtobufCMessage *resp)
+{
+    rnode_t *n = arg;
+    (void)msg;
+    n->poll_call = NULL;
+    if (code == 0 && resp) {
+        const Pdserve__V1__NodeStats *s = (const Pdserve__V1__NodeStats *)resp;
+        n->pages_used = s->pages_used;
+        n->pages_total = s->pages_total;
+        n->active = s->active;
+        n->integrity_failures = s->integrity_failures;
+        n->reserved_est = 0;
+    }
+    if (resp)
+        protobuf_c_message_free_unpacked(resp, NULL);
+}
+
+static void router__health_done(void *arg, int code, const char *msg, ProtobufCMessage *resp)
+{
+    rnode_t *n = arg;
+    router_t *r = n->router;
+    int serving = code == 0 && resp &&
+                  ((const Grpc__Health__V1__HealthCheckResponse *)resp)->status == SERVING;
+    (void)msg;
+    n->poll_call = NULL;
+    if (resp)
+        protobuf_c_message_free_unpacked(resp, NULL);
+    if (serving != n->healthy) {
+        if (serving)
+            pd_log_info("node %s is serving", n->node->name);
+        else
+            pd_log_warn("node %s is not serving (%s)", n->node->name,
+                        code ? grpc_wire_code_name(code) : "NOT_SERVING");
+        n->healthy = serving;
+        router__set_own_health(r);
+    }
+    if (!serving || r->stopping)
+        return;
+    Pdserve__V1__StatsRequest req = PDSERVE__V1__STATS_REQUEST__INIT;
+    const char *path = n->node->role == CLUSTER_ROLE_DECODE ? "/pdserve.v1.Decode/Stats"
+                                                            : "/pdserve.v1.Prefill/Stats";
+    if (grpc_client_unary(n->client, path, &req.base, &pdserve__v1__node_stats__descriptor,
+                          POLL_MS * 2, router__stats_done, n, &n->poll_call) != PD_OK)
+        n->poll_call = NULL;
+}
+
+static void router__poll(uv_timer_t *t)
+{
+    router_t *r = t->data;
+    for (int i = 0; i < r->n_nodes; i++) {
+        rnode_t *n = &r->nodes[i];
+        Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+        if (n->poll_call)
+            continue;
+        req.service = "";
+        if (grpc_client_unary(n->client, "/grpc.health.v1.Health/Check", &req.base,
+                              &grpc__health__v1__health_check_response__descriptor, POLL_MS * 2,
+                              router__health_done, n, &n->poll_call) != PD_OK)
+            n->poll_call = NULL;
+    }
+}
+
+/* ==== request pipeline ==== */
+
+static int64_t rreq_remaining_ms(const rreq_t *q)
+{
+    int64_t left = q->deadline_ms - pd_clock_ms();
+    return left > 1 ? left : 1;
+}
+
+/* Ends the request once: reason ("stop", "length", "abort") with st PD_OK, or an error. */
+void rreq_finish(rreq_t *q, const char *reason, pd_status_t st, const char *msg)
+{
+    if (q->finished)
+        return;
+    q->finished = 1;
+    if (q->text_len > q->sent_len && st == PD_OK) { /* text held back for stop strings */
+        q->sink->delta(q, NULL, 0, q->text + q->sent_len, q->text_len - q->sent_len);
+        q->sent_len = q->text_len;
+    }
+    q->sink->finish(q, reason, st, msg);
+    q->sink = NULL;
+    if (q->ccall && q->decoding) /* a decode stream still running: RST_STREAM frees its pages */
+        grpc_client_call_cancel(q->ccall);
+    rreq_maybe_free(q); /* reserve / prefill calls finish first, then the pages are released */
+}
+
+static void rreq_release_done(void *arg, int code, const char *msg, ProtobufCMessage *resp)
+{
+    (void)arg;
+    (void)code;
+    (void)msg;
+    if (resp)
+        protobuf_c_message_free_unpacked(resp, NULL);
+}
+
+/* Drops the reservation on the decode node (the request will not be decoded there). */
+static void rreq_release(rreq_t *q)
+{
+    Pdserve__V1__ReleaseRequest req = PDSERVE__V1__RELEASE_REQUEST__INIT;
+    if (!q->resv || !q->dnode || q->r->stopping)
+        return;
+    req.seq_id = q->resv->dest->seq_id;
+    (void)grpc_client_unary(q->dnode->client, "/pdserve.v1.Decode/Release", &req.base,
+                            &pdserve__v1__release_reply__descriptor, 5000, rreq_release_done,
+                            NULL, NULL);
+    protobuf_c_message_free_unpacked(&q->resv->base, NULL);
+    q->resv = NULL;
+}
+
+static void rreq_free_orphan(rreq_t *q)
+{
+    tokenizer_stream_destroy(q->detok);
+    for (int i = 0; i < q->n_stop; i++)
+        free(q->stop[i]);
+    free(q->stop);
+    free(q->tokens);
+    free(q->text);
+    if (q->resv)
+        protobuf_c_message_free_unpacked(&q->resv->base, NULL);
+    free(q);
+}
+
+static void rreq_timer_closed(uv_handle_t *h)
+{
+    rreq_t *q = h->data;
+    q->timer_open = 0;
+    if (q->orphan)
+        rreq_free_orphan(q);
+    else
+        rreq_maybe_free(q);
+}
+
+static void rreq_maybe_free(rreq_t *q)
+{
+    if (!q->finished || q->ccall || q->timer_active)
+        return;
+    if (q->timer_open) {
+        if (!uv_is_closing((uv_handle_t *)&q->timer))
+            uv_close((uv_handle_t *)&q->timer, rreq_timer_closed);
+        return;
+    }
+    rreq_release(q);
+    router_t *r = q->r;
+    if (q->prev)
+        q->prev->next = q->next;
+    else
+        r->reqs = q->next;
+    if (q->next)
+        q->next->prev = q->prev;
+    r->n_reqs--;
+    rreq_free_orphan(q);
+}
+
+/* Appends generated tokens: EOS / length / stop strings end the request. Returns 1 if it ended. */
+static int rreq_emit(rreq_t *q, const int32_t *ids, int n)
+{
+    router_t *r = q->r;
+    for (int k = 0; k < n && !q->finished; k++) {
+        int32_t tok = ids[k];
+        char *delta = NULL;
+        size_t dlen = 0;
+        bool eos = false;
+        if (q->n_tokens == q->cap) {
+            q->cap *= 2;
+            q->tokens = realloc(q->tokens, (size_t)q->cap * sizeof *q->tokens);
+            PD_ASSERT(q->tokens);
+        }
+        q->tokens[q->n_tokens++] = tok;
+        q->n_generated++;
+        for (int i = 0; i < r->model.n_eos && !q->ignore_eos; i++)
+            eos |= tok == r->model.eos_token_ids[i];
+        if (tokenizer_stream_push(q->detok, tok, &delta, &dlen) == PD_OK && dlen > 0) {
+            if (q->text_len + dlen + 1 > q->text_cap) {
+                q->text_cap = (q->text_len + dlen + 1) * 2;
+                q->text = realloc(q->text, q->text_cap);
+                PD_ASSERT(q->text);
+            }
+            memcpy(q->text + q->text_len, delta, dlen);
+            q->text_len += dlen;
+            q->text[q->text_len] = 0;
+        }
+        free(delta);
+        /* stop strings: cut the text where the first one starts */
+        size_t send_to = q->text_len, from = q->sent_len > q->max_stop ? q->sent_len - q->max_stop : 0;
+        int stopped = 0;
+        for (int i = 0; i < q->n_stop; i++) {
+            char *hit = q->text ? strstr(q->text + from, q->stop[i]) : NULL;
+            if (hit && (size_t)(hit - q->text) < send_to) {
+                send_to = (size_t)(hit - q->text);
+                stopped = 1;
+            }
+        }
+        if (!stopped && q->max_stop > 0) /* hold back what could start a stop string */
+            send_to = q->text_len >= q->max_stop - 1 ? q->text_len - (q->max_stop - 1) : 0;
+        if (send_to < q->sent_len)
+            send_to = q->sent_len;
+        q->sink->delta(q, &tok, 1, q->text + q->sent_len, send_to - q->sent_len);
+        q->sent_len = send_to;
+        if (stopped) {
+            q->text_len = send_to; /* the stop string and what follows are not returned */
+            rreq_finish(q, "stop", PD_OK, NULL);
+        } else if (eos) {
+            rreq_finish(q, "stop", PD_OK, NULL);
+        } else if (q->n_generated >= q->max_tokens) {
+            rreq_finish(q, "length", PD_OK, NULL);
+        } else if (q->n_tokens >= r->model.max_position_embeddings) {
+            rreq_finish(q, "length", PD_OK, NULL);
+        }
+    }
+    return q->finished;
+}
+
+static void rreq_retry_timer(uv_timer_t *t)
+{
+    rreq_t *q = t->data;
+    q->timer_active = 0;
+    if (q->finished) {
+        rreq_maybe_free(q);
+        return;
+    }
+    rreq_reserve(q);
+}
+
+static void rreq_retry_later(rreq_t *q)
+{
+    if (!q->timer_open) {
+        uv_timer_init(q->r->loop, &q->timer);
+        q->timer.data = q;
+        q->timer_open = 1;
+    }
+    q->timer_active = 1;
+    uv_timer_start(&q->timer, rreq_retry_timer, RETRY_MS, 0);
+}
+
+static rnode_t *router__pick_decode(router_t *r, const rreq_t *q)
+{
+    rnode_t *best = NULL;
+    double best_use = 2.0;
+    for (int i = 0; i < r->n_nodes; i++) {
+        rnode_t *n = &r->nodes[i];
+        if (n->node->role != CLUSTER_ROLE_DECODE || !n->healthy || (q->tried & (1ull << i)))
+            continue;
+        double use = n->pages_total ? (double)(n->pages_used + n->reserved_est) / n->pages_total
+                                    : 1.0;
+        if (!best || use < best_use) {
+            best = n;
+            best_use = use;
+        }
+    }
+    return best;
+}
+
+static rnode_t *router__pick_prefill(router_t *r, const rreq_t *q)
+{
+    rnode_t *best = NULL;
+    for (int k = 0; k < r->n_nodes; k++) {
+        int i = (r->rr + k) % r->n_nodes;
+        rnode_t *n = &r->nodes[i];
+        if (n->node->role != CLUSTER_ROLE_PREFILL || !n->healthy || (q->tried & (1ull << i)))
+            continue;
+        if (r->cfg->router.prefill_policy == CLUSTER_PREFILL_ROUND_ROBIN) {
+            r->rr = i + 1;
+            return n;
+        }
+        if (!best || n->inflight < best->inflight)
+            best = n;
+    }
+    return best;
+}
+
+static void rreq_reserve_done(void *arg, int code, const char *msg, ProtobufCMessage *resp)
+{
+    rreq_t *q = arg;
+    router_t *r = q->r;
+    q->ccall = NULL;
+    if (q->finished) {
+        if (code == 0 && resp) { /* cancelled meanwhile: give the pages back */
+            q->resv = (Pdserve__V1__ReserveReply *)resp;
+            resp = NULL;
+        }
+        if (resp)
+            protobuf_c_message_free_unpacked(resp, NULL);
+        rreq_maybe_free(q);
+        return;
+    }
+    if (code == 0 && resp && ((Pdserve__V1__ReserveReply *)resp)->dest) {
+        q->resv = (Pdserve__V1__ReserveReply *)resp;
+        q->tried = 0;
+        rreq_prefill(q);
+        return;
+    }
+    if (resp)
+        protobuf_c_message_free_unpacked(resp, NULL);
+    if (code == GRPC_RESOURCE_EXHAUSTED || code == GRPC_UNAVAILABLE ||
+        code == GRPC_DEADLINE_EXCEEDED) {
+        if (code != GRPC_RESOURCE_EXHAUSTED)
+            router_node_down(r, q->dnode, msg ? msg : "reserve failed");
+        q->tried |= 1ull << (q->dnode - r->nodes);
+        rreq_reserve(q);
+        return;
+    }
+    rreq_finish(q, NULL, grpc_wire_code_to_status(code), msg ? msg : "reserve failed");
+}
+
+static void rreq_reserve(rreq_t *q)
+{
+    router_t *r = q->r;
+    Pdserve__V1__ReserveRequest req = PDSERVE__V1__RESERVE_REQUEST__INIT;
+    rnode_t *n;
+
+    if (pd_clock_ms() >= q->deadline_ms) {
+        rreq_finish(q, NULL, PD_ERR_DEADLINE, "deadline exceeded while waiting for kv pages");
+        return;
+    }
+    if (!(n = router__pick_decode(r, q))) {
+        int any = 0;
+        for (int i = 0; i < r->n_nodes; i++)
+            any |= r->nodes[i].node->role == CLUSTER_ROLE_DECODE && r->nodes[i].healthy;
+        if (!any) {
+            rreq_finish(q, NULL, PD_ERR_UNAVAILABLE, "no decode node is available");
+            return;
+        }
+        q->tried = 0; /* every decode node is full: queue and try again shortly */
+        rreq_retry_later(q);
+        return;
+    }
+    q->dnode = n;
+    /* count the pages now, not on the reply: a burst must not all pick the same node */
+    n->reserved_est += (uint32_t)((q->n_tokens + n->node->page_tokens - 1) / n->node->page_tokens);
+    req.request_id = q->request_id;
+    req.n_tokens = (uint32_t)q->n_tokens;
+    req.max_tokens = (uint32_t)(q->max_tokens - q->n_generated);
+    req.lease_ms = r->cfg->transport.lease_ms;
+    if (grpc_client_unary(n->client, "/pdserve.v1.Decode/Reserve", &req.base,
+                          &pdserve__v1__reserve_reply__descriptor, rreq_remaining_ms(q),
+                          rreq_reserve_done, q, &q->ccall) != PD_OK) {
+        q->ccall = NULL;
+        rreq_finish(q, NULL, PD_ERR_NOMEM, "reserve failed");
+    }
+}
+
+static void rreq_fill_sampling(const rreq_t *q, Pdserve__V1__SamplingParams *sp)
+{
+    sp->max_tokens = (uint32_t)q->max_tokens;
+    sp->temperature = q->temperature;
+    sp->top_p = q->top_p;
+    sp->top_k = q->top_k;
+    sp->seed = q->seed;
+    sp->ignore_eos = q->ignore_eos;
+}
+
+static void rreq_prefill_done(void *arg, int code, const char *msg, ProtobufCMessage *resp)
+{
+    rreq_t *q = arg;
+    router_t *r = q->r;
+    q->ccall = NULL;
+    q->pnode->inflight--;
+    if (q->finished) {
+        if (resp)
+            protobuf_c_message_free_unpacked(resp, NULL);
+        rreq_maybe_free(q); /* releases the reservation */
+        return;
+    }
+    if (code == 0 && resp) {
+        int32_t first = ((Pdserve__V1__PrefillReply *)resp)->first_token;
+        protobuf_c_message_free_unpacked(resp, NULL);
+        if (q->first_token_ms == 0)
+            q->first_token_ms = pd_clock_ms();
+        if (rreq_emit(q, &first, 1))
+            return; /* finished: maybe_free releases the reservation */
+        rreq_decode(q);
+        return;
+    }
+    if (resp)
+        protobuf_c_message_free_unpacked(resp, NULL);
+    if (code == GRPC_RESOURCE_EXHAUSTED && pd_clock_ms() < q->deadline_ms) {
+        /* the prefill node was too busy to write before the reservation's lease ended: both
+         * nodes are fine, take a fresh reservation */
+        pd_log_info("request %s: %s; reserving again", q->request_id, msg ? msg : "lease ended");
+        rreq_release(q);
+        rreq_reserve(q);
+        return;
+    }
+    if ((code == GRPC_UNAVAILABLE || code == GRPC_DEADLINE_EXCEEDED) &&
+        pd_clock_ms() < q->deadline_ms) {
+        /* the prefill node died or the transfer failed: the reservation's pages may have been
+         * partly written, so take a fresh one and retry on another prefill node */
+        if (msg && strstr(msg, "decode node"))
+            router_node_down(r, q->dnode, msg);
+        else
+            router_node_down(r, q->pnode, msg ? msg : "prefill failed");
+        rreq_release(q);
+        rreq_reserve(q);
+        return;
+    }
+    rreq_finish(q, NULL, grpc_wire_code_to_status(code), msg ? msg : "prefill failed");
+}
+
+static void rreq_prefill(rreq_t *q)
+{
+    router_t *r = q->r;
+    Pdserve__V1__PrefillRequest req = PDSERVE__V1__PREFILL_REQUEST__INIT;
+    Pdserve__V1__SamplingParams sp = PDSERVE__V1__SAMPLING_PARAMS__INIT;
+    rnode_t *n = router__pick_prefill(r, q);
+    if (!n) {
+        rreq_finish(q, NULL, PD_ERR_UNAVAILABLE, "no prefill node is available");
+        return;
+    }
+    q->pnode = n;
+    rreq_fill_sampling(q, &sp);
+    req.request_id = q->request_id;
+    req.token_ids = q->tokens;
+    req.n_token_ids = (size_t)q->n_tokens;
+    req.sampling = &sp;
+    req.dest = q->resv->dest;
+    req.n_generated = (uint32_t)q->n_generated;
+    n->inflight++;
+    if (grpc_client_unary(n->client, "/pdserve.v1.Prefill/Prefill", &req.base,
+                          &pdserve__v1__prefill_reply__descriptor, rreq_remaining_ms(q),
+                          rreq_prefill_done, q, &q->ccall) != PD_OK) {
+        n->inflight--;
+        q->ccall = NULL;
+        rreq_finish(q, NULL, PD_ERR_NOMEM, "prefill failed");
+    }
+}
+
+static void rreq_decode_msg(void *arg, ProtobufCMessage *msg)
+{
+    rreq_t *q = arg;
+    const Pdserve__V1__DecodeEvent *ev = (const Pdserve__V1__DecodeEvent *)msg;
+    if (!q->finished) {
+        if (ev->preempted)
+            q->preempted = 1;
+        else if (ev->n_token_ids)
+            rreq_emit(q, ev->token_ids, (int)ev->n_token_ids);
+    }
+    protobuf_c_message_free_unpacked(msg, NULL);
+}
+
+static void rreq_decode_done(void *arg, int code, const char *msg)
+{
+    rreq_t *q = arg;
+    router_t *r = q->r;
+    q->ccall = NULL;
+    q->decoding = 0;
+    if (q->finished) {
+        rreq_maybe_free(q);
+        return;
+    }
+    if (q->preempted) {
+        /* evicted for pages: prefill prompt + generated again, elsewhere if need be */
+        q->preempted = 0;
+        q->n_preemptions++;
+        pd_log_info("request %s: preempted on %s after %d tokens; re-prefilling", q->request_id,
+                    q->dnode->node->name, q->n_generated);
+        rreq_reserve(q);
+        return;
+    }
+    if (code == 0) {
+        /* the decode node ended it (EOS, max tokens or context) without our emit seeing it */
+        rreq_finish(q, q->n_generated >= q->max_tokens ? "length" : "stop", PD_OK, NULL);
+        return;
+    }
+    if (code == GRPC_UNAVAILABLE)
+        router_node_down(r, q->dnode, msg ? msg : "decode stream failed");
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s (decode node %s)", msg ? msg : grpc_wire_code_name(code),
+             q->dnode->node->name);
+    rreq_finish(q, NULL, grpc_wire_code_to_status(code), buf);
+}
+
+static void rreq_decode(rreq_t *q)
+{
+    Pdserve__V1__DecodeRequest req = PDSERVE__V1__DECODE_REQUEST__INIT;
+    Pdserve__V1__SamplingParams sp = PDSERVE__V1__SAMPLING_PARAMS__INIT;
+    rreq_fill_sampling(q, &sp);
+    req.seq_id = q->resv->dest->seq_id;
+    req.request_id = q->request_id;
+    req.token_ids = q->tokens;
+    req.n_token_ids = (size_t)q->n_tokens;
+    req.sampling = &sp;
+    req.max_new_tokens = (uint32_t)(q->max_tokens - q->n_generated);
+    req.n_generated = (uint32_t)q->n_generated;
+    /* from here the decode node owns the pages: no Release, a cancel of the stream frees them */
+    protobuf_c_message_free_unpacked(&q->resv->base, NULL);
+    q->resv = NULL;
+    q->decoding = 1;
+    if (grpc_client_stream(q->dnode->client, "/pdserve.v1.Decode/Decode", &req.base,
+                           &pdserve__v1__decode_event__descriptor, rreq_remaining_ms(q),
+                           rreq_decode_msg, rreq_decode_done, q, &q->ccall) != PD_OK) {
+        q->ccall = NULL;
+        q->decoding = 0;
+        rreq_finish(q, NULL, PD_ERR_NOMEM, "decode failed");
+    }
+}
+
+/* ==== request creation (shared by the gRPC and HTTP front ends) ==== */
+
+pd_status_t router_request_start(router_t *r, const router_request_t *in, const rsink_t *sink,
+                                 void *sink_arg, rreq_t **q_p, char *err, size_t err_len)
+{
+    const hf_config_t *m = &r->model;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    pd_status_t st;
+    rreq_t *q;
+
+    if (in->max_tokens < 1) {
+        snprintf(err, err_len, "max_tokens must be at least 1 (got %d)", in->max_tokens);
+        return PD_ERR_INVALID;
+    }
+    if (!(in->temperature >= 0.0f) || in->top_p < 0.0f || in->top_p > 1.0f || in->top_k < 0) {
+        snprintf(err, err_len, "sampling: temperature must be >= 0, top_p in (0, 1], top_k >= 0");
+        return PD_ERR_INVALID;
+    }
+    if (in->n_token_ids > 0) {
+        ids = malloc(in->n_token_ids * sizeof *ids);
+        if (!ids)
+            return PD_ERR_NOMEM;
+        for (size_t i = 0; i < in->n_token_ids; i++) {
+            if (in->token_ids[i] < 0 || in->token_ids[i] >= m->vocab_size) {
+                snprintf(err, err_len, "token_ids[%zu] = %d is outside the vocabulary (0..%d)", i,
+                         in->token_ids[i], m->vocab_size - 1);
+                free(ids);
+                return PD_ERR_INVALID;
+            }
+            ids[i] = in->token_ids[i];
+        }
+        n = in->n_token_ids;
+    } else {
+        size_t bad;
+        if (!in->text || !in->text[0]) {
+            snprintf(err, err_len, "the prompt is empty (give text or token_ids)");
+            return PD_ERR_INVALID;
+        }
+        if (!tokenizer_utf8_valid(in->text, strlen(in->text), &bad)) {
+            snprintf(err, err_len, "text is not valid UTF-8 (byte %zu)", bad);
+            return PD_ERR_INVALID;
+        }
+        if ((st = tokenizer_encode(r->tok, in->text, strlen(in->text), true, &ids, &n)) != PD_OK) {
+            snprintf(err, err_len, "text could not be tokenized: %s", pd_status_str(st));
+            return st;
+        }
+    }
+    if ((int)n + 1 > m->max_position_embeddings) {
+        snprintf(err, err_len,
+                 "prompt of %zu tokens is too long: the context holds %d tokens, so prompts may "
+                 "have at most %d",
+                 n, m->max_position_embeddings, m->max_position_embeddings - 1);
+        free(ids);
+        return PD_ERR_INVALID;
+    }
+    if (r->n_reqs >= r->cfg->router.max_queue) {
+        snprintf(err, err_len, "router is at its limit of %d requests", r->cfg->router.max_queue);
+        free(ids);
+        return PD_ERR_RESOURCE;
+    }
+    q = calloc(1, sizeof *q);
+    if (!q) {
+        free(ids);
+        return PD_ERR_NOMEM;
+    }
+    q->r = r;
+    q->id = ++r->next_id;
+    if (in->request_id && in->request_id[0])
+        snprintf(q->request_id, sizeof q->request_id, "%s", in->request_id);
+    else
+        snprintf(q->request_id, sizeof q->request_id, "req-%llu", (unsigned long long)q->id);
+    q->cap = (int)n + in->max_tokens + 1;
+    q->tokens = realloc(ids, (size_t)q->cap * sizeof *q->tokens);
+    PD_ASSERT(q->tokens);
+    q->n_prompt = q->n_tokens = (int)n;
+    q->max_tokens = in->max_tokens;
+    q->temperature = in->temperature;
+    q->top_p = in->top_p > 0 ? in->top_p : 1.0f;
+    q->top_k = in->top_k;
+    q->seed = in->seed;
+    q->ignore_eos = in->ignore_eos;
+    q->n_stop = 0;
+    if (in->n_stop) {
+        q->stop = calloc(in->n_stop, sizeof *q->stop);
+        PD_ASSERT(q->stop);
+        for (size_t i = 0; i < in->n_stop; i++) {
+            if (!in->stop[i] || !in->stop[i][0])
+                continue;
+            q->stop[q->n_stop] = strdup(in->stop[i]);
+            size_t l = strlen(in->stop[i]);
+            if (l > q->max_stop)
+                q->max_stop = l;
+            q->n_stop++;
+        }
+    }
+    PD_ASSERT(tokenizer_stream_create(r->tok, true, &q->detok) == PD_OK);
+    q->sink = sink;
+    q->sink_arg = sink_arg;
+    q->start_ms = pd_clock_ms();
+    int64_t timeout = in->timeout_ms > 0 ? in->timeout_ms : r->cfg->router.request_timeout_ms;
+    q->deadline_ms = q->start_ms + timeout;
+    q->next = r->reqs;
+    if (r->reqs)
+        r->reqs->prev = q;
+    r->reqs = q;
+    r->n_reqs++;
+    *q_p = q;
+    /* start from the loop, never inside this call: the sink may not be ready for a finish yet */
+    if (!q->timer_open) {
+        uv_timer_init(r->loop, &q->timer);
+        q->timer.data = q;
+        q->timer_open = 1;
+    }
+    q->timer_active = 1;
+    uv_timer_start(&q->timer, rreq_retry_timer, 0, 0);
+    return PD_OK;
+}
+
+void router_request_cancel(rreq_t *q)
+{
+    if (q->finished)
+        return;
+    q->sink = NULL; /* the client is gone: nothing more to send */
+    q->finished = 1;
+    if (q->ccall && q->decoding)
+        grpc_client_call_cancel(q->ccall); /* a decode stream: its pages are freed there */
+    rreq_maybe_free(q);
+}
+
+rreq_t *router_request_find(router_t *r, const char *request_id)
+{
+    for (rreq_t *q = r->reqs; q; q = q->next)
+        if (strcmp(q->request_id, request_id) == 0 && !q->finished)
+            return q;
+    return NULL;
+}
+
+/* ==== lifetime ==== */
+
+pd_status_t router_create(uv_loop_t *loop, const cluster_config_t *cfg, router_t **r_p)
+{
+    router_t *r = calloc(1, sizeof *r);
+    char path[4200];
+    pd_status_t st;
+    int port;
+
+    if (!r)
+        return PD_ERR_NOMEM;
+    r->loop = loop;
+    r->cfg = cfg;
+    snprintf(path, sizeof path, "%s/config.json", cfg->model);
+    if ((st = hf_config_load(path, &r->model)) != PD_OK)
+        goto err;
+    snprintf(path, sizeof path, "%s/tokenizer.json", cfg->model);
+    if ((st = tokenizer_load(path, &r->tok)) != PD_OK)
+        goto err;
+    const char *slash = strrchr(cfg->model, '/');
+    snprintf(r->model_name, sizeof r->model_name, "%.255s",
+             slash && slash[1] ? slash + 1 : cfg->model);
+    r->n_nodes = (int)cfg->n_nodes;
+    if (r->n_nodes > 64) {
+        pd_log_error("%s: at most 64 nodes per router", cfg->source);
+        st = PD_ERR_UNSUPPORTED;
+        goto err;
+    }
+    r->nodes = calloc((size_t)r->n_nodes, sizeof *r->nodes);
+    if (!r->nodes) {
+        st = PD_ERR_NOMEM;
+        goto err;
+    }
+    for (int i = 0; i < r->n_nodes; i++) {
+        r->nodes[i].router = r;
+        r->nodes[i].node = &cfg->nodes[i];
+        if ((st = grpc_client_create(loop, cfg->nodes[i].host, cfg->nodes[i].port,
+                                     &r->nodes[i].client)) != PD_OK)
+            goto err;
+    }
+    if ((st = grpc_server_create(loop, NULL, &r->srv)) != PD_OK)
+        goto err;
+    if ((st = router_grpc_register(r)) != PD_OK)
+        goto err;
+    if ((st = grpc_health_create(r->srv, &r->health)) != PD_OK)
+        goto err;
+    router__set_own_health(r);
+    if ((st = grpc_server_listen(r->srv, cfg->router.listen_host, cfg->router.listen_port,
+                                 &port)) != PD_OK)
+        goto err;
+    if (cfg->router.http_port > 0 && (st = router_http_start(r)) != PD_OK)
+        goto err;
+    uv_timer_init(loop, &r->poll);
+    r->poll.data = r;
+    r->poll_open = 1;
+    uv_timer_start(&r->poll, router__poll, 0, POLL_MS);
+    pd_log_info("router: serving %s on %s:%d (gRPC)%s%s", r->model_name, cfg->router.listen_host,
+                port, cfg->router.http_port > 0 ? ", HTTP on " : "",
+                cfg->router.http_port > 0 ? cfg->router.http_host : "");
+    *r_p = r;
+    return PD_OK;
+err:
+    router_destroy(r);
+    return st;
+}
+
+void router_destroy(router_t *r)
+{
+    if (!r)
+        return;
+    r->stopping = 1;
+    if (r->poll_open) {
+        uv_timer_stop(&r->poll);
+        uv_close((uv_handle_t *)&r->poll, NULL);
+    }
+    /* end every request; the node clients' destruction below runs their pending callbacks */
+    for (rreq_t *q = r->reqs; q; q = q->next) {
+        if (!q->finished)
+            rreq_finish(q, NULL, PD_ERR_UNAVAILABLE, "router shutting down");
+        if (q->timer_active) {
+            uv_timer_stop(&q->timer);
+            q->timer_active = 0;
+        }
+    }
+    for (int i = 0; r->nodes && i < r->n_nodes; i++) {
+        grpc_client_destroy(r->nodes[i].client);
+        r->nodes[i].client = NULL;
+    }
+    while (r->reqs) { /* left: requests whose retry timer is closing */
+        rreq_t *q = r->reqs;
+        r->reqs = q->next;
+        q->orphan = 1;
+        if (!q->timer_open || uv_is_closing((uv_handle_t *)&q->timer)) {
+            if (!q->timer_open)
+                rreq_free_orphan(q);
+            continue;
+        }
+        uv_close((uv_handle_t *)&q->timer, rreq_timer_closed);
+    }
+    router_http_stop(r);
+    if (r->srv)
+        grpc_server_shutdown(r->srv);
+    grpc_server_destroy(r->srv);
+    grpc_health_destroy(r->health);
+    free(r->nodes);
+    tokenizer_destroy(r->tok);
+    free(r);
+}

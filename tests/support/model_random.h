@@ -1,0 +1,15 @@
+/* model_random: a model with random weights, for benchmarks and tests that need no checkpoint
+ * (test support: not part of the production libraries). */
+#ifndef PD_MODEL_RANDOM_H
+#define PD_MODEL_RANDOM_H
+
+#include "model.h"
+
+/* Builds a dense model (LlamaForCausalLM shape of cfg) with random weights on be: weights of
+ * one shape share their values across layers; embeddings and norms bf16; seed fixes the values.
+ * For benchmarks and tests that need no checkpoint. PD_ERR_UNSUPPORTED for MoE configs,
+ * PD_ERR_NOMEM / PD_ERR_CUDA from the backend; nothing is left allocated on failure. */
+pd_status_t model_create_random(const hf_config_t *cfg, pd_wfmt_t wfmt, pd_wfmt_t lm_head_fmt,
+                                pd_backend_t *be, uint64_t seed, model_t **m_p);
+
+#endif
