@@ -19,7 +19,7 @@
 /* A Decode rpc on the loop thread. Freed by decode__event when its final event arrives. */
 typedef struct dreq {
     struct decode_node *dn;
-    grpc_call_t *call;
+    pd_grpc_call_t *call;
     uint64_t id;
     int32_t *pending; /* tokens not yet accepted by the call (flow control) */
     int n_pending, cap_pending;
@@ -55,8 +55,8 @@ struct decode_node {
     uv_loop_t *loop;
     const cluster_config_t *cfg;
     const cluster_node_t *node;
-    grpc_server_t *srv;
-    grpc_health_t *health;
+    pd_grpc_server_t *srv;
+    pd_grpc_health_t *health;
     compute_t *comp;
     kv_transport_t *tr;
     kv_transport_mem_t *mem;
@@ -94,18 +94,18 @@ static void decode__finish_call(dreq_t *r)
     if (r->status == PD_OK || r->finish == ENGINE_FINISH_PREEMPTED) {
         ev.finish_reason = (char *)engine_finish_str(r->finish);
         ev.preempted = r->finish == ENGINE_FINISH_PREEMPTED;
-        (void)grpc_call_send(r->call, &ev.base);
-        grpc_call_finish(r->call, 0, NULL);
+        (void)pd_grpc_call_send(r->call, &ev.base);
+        pd_grpc_call_finish(r->call, 0, NULL);
     } else {
         char msg[160];
         snprintf(msg, sizeof msg, "%s: %s", r->dn->node->name, pd_status_str(r->status));
-        grpc_call_finish_status(r->call, r->status, msg);
+        pd_grpc_call_finish_status(r->call, r->status, msg);
     }
     free(r->pending);
     free(r);
 }
 
-static void decode__writable(grpc_call_t *call, void *arg)
+static void decode__writable(pd_grpc_call_t *call, void *arg)
 {
     dreq_t *r = arg;
     (void)call;
@@ -121,9 +121,9 @@ static void decode__flush_pending(dreq_t *r)
         return;
     ev.token_ids = r->pending;
     ev.n_token_ids = (size_t)r->n_pending;
-    pd_status_t st = grpc_call_send(r->call, &ev.base);
+    pd_status_t st = pd_grpc_call_send(r->call, &ev.base);
     if (st == PD_AGAIN) {
-        grpc_call_set_writable_cb(r->call, decode__writable, r);
+        pd_grpc_call_set_writable_cb(r->call, decode__writable, r);
         return;
     }
     r->n_pending = 0; /* sent, or the call is gone (the engine side was told via cancel) */
@@ -145,7 +145,7 @@ static void decode__event(void *arg)
         r->finish = ev->finish;
         r->status = ev->status;
         decode__flush_pending(r);
-        if (r->n_pending > 0 && !grpc_call_is_cancelled(r->call))
+        if (r->n_pending > 0 && !pd_grpc_call_is_cancelled(r->call))
             r->final_wait = 1;
         else
             decode__finish_call(r);
@@ -291,7 +291,7 @@ static void decode__admit(decode_node_t *dn, engine_t *e, dres_t **link, ddec_t 
 
 typedef struct {
     decode_node_t *dn;
-    grpc_call_t *call;
+    pd_grpc_call_t *call;
     uint32_t n_tokens;
     int64_t lease_ms;
     /* result */
@@ -429,7 +429,7 @@ static void decode__cancel(compute_t *c, engine_t *e, void *arg)
 
 typedef struct {
     decode_node_t *dn;
-    grpc_call_t *call;
+    pd_grpc_call_t *call;
     uint64_t seq_id;
     int found;
 } release_job_t;
@@ -439,7 +439,7 @@ static void decode__release_reply(void *arg)
     release_job_t *j = arg;
     Pdserve__V1__ReleaseReply rep = PDSERVE__V1__RELEASE_REPLY__INIT;
     rep.found = j->found;
-    grpc_call_finish_status(j->call, grpc_call_send(j->call, &rep.base), NULL);
+    pd_grpc_call_finish_status(j->call, pd_grpc_call_send(j->call, &rep.base), NULL);
     free(j);
 }
 
@@ -500,7 +500,7 @@ static void decode__reserve_reply(void *arg)
         char msg[160];
         snprintf(msg, sizeof msg, "%s: %s", dn->node->name,
                  j->st == PD_NO_PAGES ? "no free kv pages" : pd_status_str(j->st));
-        grpc_call_finish_status(j->call, j->st, msg);
+        pd_grpc_call_finish_status(j->call, j->st, msg);
     } else {
         Pdserve__V1__ReserveReply rep = PDSERVE__V1__RESERVE_REPLY__INIT;
         Pdserve__V1__KvDestination dest = PDSERVE__V1__KV_DESTINATION__INIT;
@@ -530,7 +530,7 @@ static void decode__reserve_reply(void *arg)
         dest.n_pages = (size_t)j->n_pages;
         dest.seq_id = j->res_id;
         rep.dest = &dest;
-        grpc_call_finish_status(j->call, grpc_call_send(j->call, &rep.base), NULL);
+        pd_grpc_call_finish_status(j->call, pd_grpc_call_send(j->call, &rep.base), NULL);
         free(refs);
         free(prefs);
     }
@@ -538,14 +538,14 @@ static void decode__reserve_reply(void *arg)
     free(j);
 }
 
-static void decode__rpc_reserve(grpc_call_t *call, const ProtobufCMessage *msg, void *user)
+static void decode__rpc_reserve(pd_grpc_call_t *call, const ProtobufCMessage *msg, void *user)
 {
     decode_node_t *dn = user;
     const Pdserve__V1__ReserveRequest *req = (const Pdserve__V1__ReserveRequest *)msg;
     reserve_job_t *j = calloc(1, sizeof *j);
     pd_status_t st;
     if (!j) {
-        grpc_call_finish_status(call, PD_ERR_NOMEM, NULL);
+        pd_grpc_call_finish_status(call, PD_ERR_NOMEM, NULL);
         return;
     }
     j->dn = dn;
@@ -554,11 +554,11 @@ static void decode__rpc_reserve(grpc_call_t *call, const ProtobufCMessage *msg, 
     j->lease_ms = req->lease_ms > 0 ? req->lease_ms : dn->cfg->transport.lease_ms;
     if ((st = compute_submit(dn->comp, decode__reserve, j)) != PD_OK) {
         free(j);
-        grpc_call_finish_status(call, st, "decode node not ready");
+        pd_grpc_call_finish_status(call, st, "decode node not ready");
     }
 }
 
-static void decode__call_cancelled(grpc_call_t *call, void *arg)
+static void decode__call_cancelled(pd_grpc_call_t *call, void *arg)
 {
     dreq_t *r = arg;
     cancel_job_t *j = malloc(sizeof *j);
@@ -571,7 +571,7 @@ static void decode__call_cancelled(grpc_call_t *call, void *arg)
         free(j);
 }
 
-static void decode__rpc_decode(grpc_call_t *call, const ProtobufCMessage *msg, void *user)
+static void decode__rpc_decode(pd_grpc_call_t *call, const ProtobufCMessage *msg, void *user)
 {
     decode_node_t *dn = user;
     const Pdserve__V1__DecodeRequest *req = (const Pdserve__V1__DecodeRequest *)msg;
@@ -586,7 +586,7 @@ static void decode__rpc_decode(grpc_call_t *call, const ProtobufCMessage *msg, v
             free(d->tokens);
         free(d);
         free(j);
-        grpc_call_finish_status(call, PD_ERR_NOMEM, NULL);
+        pd_grpc_call_finish_status(call, PD_ERR_NOMEM, NULL);
         return;
     }
     r->dn = dn;
@@ -611,24 +611,24 @@ static void decode__rpc_decode(grpc_call_t *call, const ProtobufCMessage *msg, v
     d->gp.n_generated = (int)req->n_generated;
     j->dn = dn;
     j->d = d;
-    grpc_call_set_cancel_cb(call, decode__call_cancelled, r);
+    pd_grpc_call_set_cancel_cb(call, decode__call_cancelled, r);
     if ((st = compute_submit(dn->comp, decode__start, j)) != PD_OK) {
         free(d->tokens);
         free(d);
         free(j);
         free(r);
-        grpc_call_finish_status(call, st, "decode node not ready");
+        pd_grpc_call_finish_status(call, st, "decode node not ready");
     }
 }
 
-static void decode__rpc_release(grpc_call_t *call, const ProtobufCMessage *msg, void *user)
+static void decode__rpc_release(pd_grpc_call_t *call, const ProtobufCMessage *msg, void *user)
 {
     decode_node_t *dn = user;
     const Pdserve__V1__ReleaseRequest *req = (const Pdserve__V1__ReleaseRequest *)msg;
     release_job_t *j = calloc(1, sizeof *j);
     pd_status_t st;
     if (!j) {
-        grpc_call_finish_status(call, PD_ERR_NOMEM, NULL);
+        pd_grpc_call_finish_status(call, PD_ERR_NOMEM, NULL);
         return;
     }
     j->dn = dn;
@@ -636,20 +636,20 @@ static void decode__rpc_release(grpc_call_t *call, const ProtobufCMessage *msg, 
     j->seq_id = req->seq_id;
     if ((st = compute_submit(dn->comp, decode__release, j)) != PD_OK) {
         free(j);
-        grpc_call_finish_status(call, st, "decode node not ready");
+        pd_grpc_call_finish_status(call, st, "decode node not ready");
     }
 }
 
-static void decode__rpc_stats(grpc_call_t *call, const ProtobufCMessage *msg, void *user)
+static void decode__rpc_stats(pd_grpc_call_t *call, const ProtobufCMessage *msg, void *user)
 {
     decode_node_t *dn = user;
     Pdserve__V1__NodeStats m = PDSERVE__V1__NODE_STATS__INIT;
     (void)msg;
     node_stats_fill(&dn->stats, dn->node, &m);
-    grpc_call_finish_status(call, grpc_call_send(call, &m.base), NULL);
+    pd_grpc_call_finish_status(call, pd_grpc_call_send(call, &m.base), NULL);
 }
 
-static const grpc_method_fn decode_handlers[4] = {decode__rpc_reserve, decode__rpc_decode,
+static const pd_grpc_method_fn decode_handlers[4] = {decode__rpc_reserve, decode__rpc_decode,
                                                    decode__rpc_release, decode__rpc_stats};
 
 /* ==== transport ==== */
@@ -764,10 +764,10 @@ void decode_node_destroy(decode_node_t *dn)
     if (!dn)
         return;
     if (dn->srv)
-        grpc_server_shutdown(dn->srv);
+        pd_grpc_server_shutdown(dn->srv);
     compute_destroy(dn->comp); /* queued events for calls are dropped with the server */
-    grpc_server_destroy(dn->srv);
-    grpc_health_destroy(dn->health);
+    pd_grpc_server_destroy(dn->srv);
+    pd_grpc_health_destroy(dn->health);
     free(dn->rkey);
     kv_transport_mem_deregister(dn->mem);
     kv_transport_destroy(dn->tr);

@@ -29,7 +29,7 @@ typedef struct peer {
 /* One Prefill call. Freed when the call is answered and every transport callback has run. */
 typedef struct pjob {
     struct prefill_node *pn;
-    grpc_call_t *call;
+    pd_grpc_call_t *call;
     int32_t *tokens;
     int n_tokens;
     engine_gen_params_t gp;
@@ -52,8 +52,8 @@ struct prefill_node {
     uv_loop_t *loop;
     const cluster_config_t *cfg;
     const cluster_node_t *node;
-    grpc_server_t *srv;
-    grpc_health_t *health;
+    pd_grpc_server_t *srv;
+    pd_grpc_health_t *health;
     compute_t *comp;
     kv_transport_t *tr;
     peer_t *peers;
@@ -81,7 +81,7 @@ static void prefill__fail(pjob_t *j, pd_status_t st, const char *what)
 {
     char msg[256];
     snprintf(msg, sizeof msg, "%s: %s: %s", j->pn->node->name, what, pd_status_str(st));
-    grpc_call_finish_status(j->call, st, msg);
+    pd_grpc_call_finish_status(j->call, st, msg);
     j->pn->queued--;
     prefill__unref(j);
 }
@@ -104,7 +104,7 @@ static void prefill__am_done(void *arg, pd_status_t st)
     Pdserve__V1__PrefillReply rep = PDSERVE__V1__PREFILL_REPLY__INIT;
     rep.first_token = j->first;
     rep.n_tokens = (uint32_t)j->n_tokens;
-    grpc_call_finish_status(j->call, grpc_call_send(j->call, &rep.base), NULL);
+    pd_grpc_call_finish_status(j->call, pd_grpc_call_send(j->call, &rep.base), NULL);
     j->pn->queued--;
     pthread_mutex_lock(&j->pn->stats.mu);
     j->pn->stats.requests++;
@@ -279,7 +279,7 @@ static peer_t *prefill__peer(prefill_node_t *pn, const Pdserve__V1__KvDestinatio
     return p;
 }
 
-static void prefill__rpc_prefill(grpc_call_t *call, const ProtobufCMessage *msg, void *user)
+static void prefill__rpc_prefill(pd_grpc_call_t *call, const ProtobufCMessage *msg, void *user)
 {
     prefill_node_t *pn = user;
     const Pdserve__V1__PrefillRequest *req = (const Pdserve__V1__PrefillRequest *)msg;
@@ -290,12 +290,12 @@ static void prefill__rpc_prefill(grpc_call_t *call, const ProtobufCMessage *msg,
     char why[200];
 
     if (!e) {
-        grpc_call_finish_status(call, PD_ERR_UNAVAILABLE, "prefill node not ready");
+        pd_grpc_call_finish_status(call, PD_ERR_UNAVAILABLE, "prefill node not ready");
         return;
     }
     const kv_layout_t *src = kv_pool_layout(engine_pool(e));
     if (!d || !d->layout || req->n_token_ids == 0) {
-        grpc_call_finish_status(call, PD_ERR_INVALID, "prefill: tokens and a destination needed");
+        pd_grpc_call_finish_status(call, PD_ERR_INVALID, "prefill: tokens and a destination needed");
         return;
     }
     pd_kvfmt_t dfmt;
@@ -308,11 +308,11 @@ static void prefill__rpc_prefill(grpc_call_t *call, const ProtobufCMessage *msg,
                                   "(%u layers, %u kv heads, %u head dim, %u page tokens, %s)",
                  d->layout->n_layers, d->layout->n_kv_heads, d->layout->head_dim,
                  d->layout->page_tokens, d->layout->kv_format);
-        grpc_call_finish_status(call, PD_ERR_INVALID, why);
+        pd_grpc_call_finish_status(call, PD_ERR_INVALID, why);
         return;
     }
     if ((int)d->n_pages != kv_pool_pages_for(engine_pool(e), (int32_t)req->n_token_ids)) {
-        grpc_call_finish_status(call, PD_ERR_INVALID, "prefill: page count does not fit prompt");
+        pd_grpc_call_finish_status(call, PD_ERR_INVALID, "prefill: page count does not fit prompt");
         return;
     }
     j = calloc(1, sizeof *j);
@@ -321,7 +321,7 @@ static void prefill__rpc_prefill(grpc_call_t *call, const ProtobufCMessage *msg,
         if (j)
             free(j->tokens);
         free(j);
-        grpc_call_finish_status(call, PD_ERR_NOMEM, NULL);
+        pd_grpc_call_finish_status(call, PD_ERR_NOMEM, NULL);
         return;
     }
     j->pn = pn;
@@ -349,7 +349,7 @@ static void prefill__rpc_prefill(grpc_call_t *call, const ProtobufCMessage *msg,
         free(j->tokens);
         free(j->dst_pages);
         free(j);
-        grpc_call_finish_status(call, PD_ERR_INVALID, "prefill: destination page size differs");
+        pd_grpc_call_finish_status(call, PD_ERR_INVALID, "prefill: destination page size differs");
         return;
     }
     for (size_t i = 0; i < d->n_pages; i++) {
@@ -365,7 +365,7 @@ static void prefill__rpc_prefill(grpc_call_t *call, const ProtobufCMessage *msg,
         free(j);
         snprintf(why, sizeof why, "%s: cannot reach decode node %s at %s:%u: %s",
                  pn->node->name, d->node, d->ucx_host, d->ucx_port, pd_status_str(st));
-        grpc_call_finish_status(call, PD_ERR_UNAVAILABLE, why);
+        pd_grpc_call_finish_status(call, PD_ERR_UNAVAILABLE, why);
         return;
     }
     j->base = kv_transport_rkey_base(j->peer->rkey);
@@ -375,11 +375,11 @@ static void prefill__rpc_prefill(grpc_call_t *call, const ProtobufCMessage *msg,
         free(j->tokens);
         free(j->dst_pages);
         free(j);
-        grpc_call_finish_status(call, st, "prefill node not ready");
+        pd_grpc_call_finish_status(call, st, "prefill node not ready");
     }
 }
 
-static void prefill__rpc_stats(grpc_call_t *call, const ProtobufCMessage *msg, void *user)
+static void prefill__rpc_stats(pd_grpc_call_t *call, const ProtobufCMessage *msg, void *user)
 {
     prefill_node_t *pn = user;
     Pdserve__V1__NodeStats m = PDSERVE__V1__NODE_STATS__INIT;
@@ -387,10 +387,10 @@ static void prefill__rpc_stats(grpc_call_t *call, const ProtobufCMessage *msg, v
     node_stats_fill(&pn->stats, pn->node, &m);
     m.queued = (uint32_t)pn->queued;
     m.active = (uint32_t)pn->queued;
-    grpc_call_finish_status(call, grpc_call_send(call, &m.base), NULL);
+    pd_grpc_call_finish_status(call, pd_grpc_call_send(call, &m.base), NULL);
 }
 
-static const grpc_method_fn prefill_handlers[2] = {prefill__rpc_prefill, prefill__rpc_stats};
+static const pd_grpc_method_fn prefill_handlers[2] = {prefill__rpc_prefill, prefill__rpc_stats};
 
 static void prefill__ready(void *arg, pd_status_t st)
 {
@@ -451,10 +451,10 @@ void prefill_node_destroy(prefill_node_t *pn)
     if (!pn)
         return;
     if (pn->srv)
-        grpc_server_shutdown(pn->srv);
+        pd_grpc_server_shutdown(pn->srv);
     compute_destroy(pn->comp);
-    grpc_server_destroy(pn->srv);
-    grpc_health_destroy(pn->health);
+    pd_grpc_server_destroy(pn->srv);
+    pd_grpc_health_destroy(pn->health);
     while (pn->peers) {
         peer_t *p = pn->peers;
         pn->peers = p->next;

@@ -39,8 +39,8 @@ static void router__set_own_health(router_t *r)
             d++;
     }
     int st = p > 0 && d > 0 ? SERVING : NOT_SERVING;
-    grpc_health_set(r->health, "", st);
-    grpc_health_set(r->health, "pdserve.v1.Inference", st);
+    pd_grpc_health_set(r->health, "", st);
+    pd_grpc_health_set(r->health, "pdserve.v1.Inference", st);
 }
 
 void router_node_down(router_t *r, rnode_t *n, const char *why)
@@ -83,7 +83,7 @@ static void router__health_done(void *arg, int code, const char *msg, ProtobufCM
             pd_log_info("node %s is serving", n->node->name);
         else
             pd_log_warn("node %s is not serving (%s)", n->node->name,
-                        code ? grpc_wire_code_name(code) : "NOT_SERVING");
+                        code ? pd_grpc_wire_code_name(code) : "NOT_SERVING");
         n->healthy = serving;
         router__set_own_health(r);
     }
@@ -92,7 +92,7 @@ static void router__health_done(void *arg, int code, const char *msg, ProtobufCM
     Pdserve__V1__StatsRequest req = PDSERVE__V1__STATS_REQUEST__INIT;
     const char *path = n->node->role == CLUSTER_ROLE_DECODE ? "/pdserve.v1.Decode/Stats"
                                                             : "/pdserve.v1.Prefill/Stats";
-    if (grpc_client_unary(n->client, path, &req.base, &pdserve__v1__node_stats__descriptor,
+    if (pd_grpc_client_unary(n->client, path, &req.base, &pdserve__v1__node_stats__descriptor,
                           POLL_MS * 2, router__stats_done, n, &n->poll_call) != PD_OK)
         n->poll_call = NULL;
 }
@@ -106,7 +106,7 @@ static void router__poll(uv_timer_t *t)
         if (n->poll_call)
             continue;
         req.service = "";
-        if (grpc_client_unary(n->client, "/grpc.health.v1.Health/Check", &req.base,
+        if (pd_grpc_client_unary(n->client, "/grpc.health.v1.Health/Check", &req.base,
                               &grpc__health__v1__health_check_response__descriptor, POLL_MS * 2,
                               router__health_done, n, &n->poll_call) != PD_OK)
             n->poll_call = NULL;
@@ -134,7 +134,7 @@ void rreq_finish(rreq_t *q, const char *reason, pd_status_t st, const char *msg)
     q->sink->finish(q, reason, st, msg);
     q->sink = NULL;
     if (q->ccall && q->decoding) /* a decode stream still running: RST_STREAM frees its pages */
-        grpc_client_call_cancel(q->ccall);
+        pd_grpc_client_call_cancel(q->ccall);
     rreq_maybe_free(q); /* reserve / prefill calls finish first, then the pages are released */
 }
 
@@ -154,7 +154,7 @@ static void rreq_release(rreq_t *q)
     if (!q->resv || !q->dnode || q->r->stopping)
         return;
     req.seq_id = q->resv->dest->seq_id;
-    (void)grpc_client_unary(q->dnode->client, "/pdserve.v1.Decode/Release", &req.base,
+    (void)pd_grpc_client_unary(q->dnode->client, "/pdserve.v1.Decode/Release", &req.base,
                             &pdserve__v1__release_reply__descriptor, 5000, rreq_release_done,
                             NULL, NULL);
     protobuf_c_message_free_unpacked(&q->resv->base, NULL);
@@ -345,15 +345,15 @@ static void rreq_reserve_done(void *arg, int code, const char *msg, ProtobufCMes
     }
     if (resp)
         protobuf_c_message_free_unpacked(resp, NULL);
-    if (code == GRPC_RESOURCE_EXHAUSTED || code == GRPC_UNAVAILABLE ||
-        code == GRPC_DEADLINE_EXCEEDED) {
-        if (code != GRPC_RESOURCE_EXHAUSTED)
+    if (code == PD_GRPC_RESOURCE_EXHAUSTED || code == PD_GRPC_UNAVAILABLE ||
+        code == PD_GRPC_DEADLINE_EXCEEDED) {
+        if (code != PD_GRPC_RESOURCE_EXHAUSTED)
             router_node_down(r, q->dnode, msg ? msg : "reserve failed");
         q->tried |= 1ull << (q->dnode - r->nodes);
         rreq_reserve(q);
         return;
     }
-    rreq_finish(q, NULL, grpc_wire_code_to_status(code), msg ? msg : "reserve failed");
+    rreq_finish(q, NULL, pd_grpc_wire_code_to_status(code), msg ? msg : "reserve failed");
 }
 
 static void rreq_reserve(rreq_t *q)
@@ -385,7 +385,7 @@ static void rreq_reserve(rreq_t *q)
     req.n_tokens = (uint32_t)q->n_tokens;
     req.max_tokens = (uint32_t)(q->max_tokens - q->n_generated);
     req.lease_ms = r->cfg->transport.lease_ms;
-    if (grpc_client_unary(n->client, "/pdserve.v1.Decode/Reserve", &req.base,
+    if (pd_grpc_client_unary(n->client, "/pdserve.v1.Decode/Reserve", &req.base,
                           &pdserve__v1__reserve_reply__descriptor, rreq_remaining_ms(q),
                           rreq_reserve_done, q, &q->ccall) != PD_OK) {
         q->ccall = NULL;
@@ -427,7 +427,7 @@ static void rreq_prefill_done(void *arg, int code, const char *msg, ProtobufCMes
     }
     if (resp)
         protobuf_c_message_free_unpacked(resp, NULL);
-    if (code == GRPC_RESOURCE_EXHAUSTED && pd_clock_ms() < q->deadline_ms) {
+    if (code == PD_GRPC_RESOURCE_EXHAUSTED && pd_clock_ms() < q->deadline_ms) {
         /* the prefill node was too busy to write before the reservation's lease ended: both
          * nodes are fine, take a fresh reservation */
         pd_log_info("request %s: %s; reserving again", q->request_id, msg ? msg : "lease ended");
@@ -435,7 +435,7 @@ static void rreq_prefill_done(void *arg, int code, const char *msg, ProtobufCMes
         rreq_reserve(q);
         return;
     }
-    if ((code == GRPC_UNAVAILABLE || code == GRPC_DEADLINE_EXCEEDED) &&
+    if ((code == PD_GRPC_UNAVAILABLE || code == PD_GRPC_DEADLINE_EXCEEDED) &&
         pd_clock_ms() < q->deadline_ms) {
         /* the prefill node died or the transfer failed: the reservation's pages may have been
          * partly written, so take a fresh one and retry on another prefill node */
@@ -447,7 +447,7 @@ static void rreq_prefill_done(void *arg, int code, const char *msg, ProtobufCMes
         rreq_reserve(q);
         return;
     }
-    rreq_finish(q, NULL, grpc_wire_code_to_status(code), msg ? msg : "prefill failed");
+    rreq_finish(q, NULL, pd_grpc_wire_code_to_status(code), msg ? msg : "prefill failed");
 }
 
 static void rreq_prefill(rreq_t *q)
@@ -469,7 +469,7 @@ static void rreq_prefill(rreq_t *q)
     req.dest = q->resv->dest;
     req.n_generated = (uint32_t)q->n_generated;
     n->inflight++;
-    if (grpc_client_unary(n->client, "/pdserve.v1.Prefill/Prefill", &req.base,
+    if (pd_grpc_client_unary(n->client, "/pdserve.v1.Prefill/Prefill", &req.base,
                           &pdserve__v1__prefill_reply__descriptor, rreq_remaining_ms(q),
                           rreq_prefill_done, q, &q->ccall) != PD_OK) {
         n->inflight--;
@@ -515,12 +515,12 @@ static void rreq_decode_done(void *arg, int code, const char *msg)
         rreq_finish(q, q->n_generated >= q->max_tokens ? "length" : "stop", PD_OK, NULL);
         return;
     }
-    if (code == GRPC_UNAVAILABLE)
+    if (code == PD_GRPC_UNAVAILABLE)
         router_node_down(r, q->dnode, msg ? msg : "decode stream failed");
     char buf[256];
-    snprintf(buf, sizeof buf, "%s (decode node %s)", msg ? msg : grpc_wire_code_name(code),
+    snprintf(buf, sizeof buf, "%s (decode node %s)", msg ? msg : pd_grpc_wire_code_name(code),
              q->dnode->node->name);
-    rreq_finish(q, NULL, grpc_wire_code_to_status(code), buf);
+    rreq_finish(q, NULL, pd_grpc_wire_code_to_status(code), buf);
 }
 
 static void rreq_decode(rreq_t *q)
@@ -539,7 +539,7 @@ static void rreq_decode(rreq_t *q)
     protobuf_c_message_free_unpacked(&q->resv->base, NULL);
     q->resv = NULL;
     q->decoding = 1;
-    if (grpc_client_stream(q->dnode->client, "/pdserve.v1.Decode/Decode", &req.base,
+    if (pd_grpc_client_stream(q->dnode->client, "/pdserve.v1.Decode/Decode", &req.base,
                            &pdserve__v1__decode_event__descriptor, rreq_remaining_ms(q),
                            rreq_decode_msg, rreq_decode_done, q, &q->ccall) != PD_OK) {
         q->ccall = NULL;
@@ -674,7 +674,7 @@ void router_request_cancel(rreq_t *q)
     q->sink = NULL; /* the client is gone: nothing more to send */
     q->finished = 1;
     if (q->ccall && q->decoding)
-        grpc_client_call_cancel(q->ccall); /* a decode stream: its pages are freed there */
+        pd_grpc_client_call_cancel(q->ccall); /* a decode stream: its pages are freed there */
     rreq_maybe_free(q);
 }
 
@@ -722,18 +722,18 @@ pd_status_t router_create(uv_loop_t *loop, const cluster_config_t *cfg, router_t
     for (int i = 0; i < r->n_nodes; i++) {
         r->nodes[i].router = r;
         r->nodes[i].node = &cfg->nodes[i];
-        if ((st = grpc_client_create(loop, cfg->nodes[i].host, cfg->nodes[i].port,
+        if ((st = pd_grpc_client_create(loop, cfg->nodes[i].host, cfg->nodes[i].port,
                                      &r->nodes[i].client)) != PD_OK)
             goto err;
     }
-    if ((st = grpc_server_create(loop, NULL, &r->srv)) != PD_OK)
+    if ((st = pd_grpc_server_create(loop, NULL, &r->srv)) != PD_OK)
         goto err;
     if ((st = router_grpc_register(r)) != PD_OK)
         goto err;
-    if ((st = grpc_health_create(r->srv, &r->health)) != PD_OK)
+    if ((st = pd_grpc_health_create(r->srv, &r->health)) != PD_OK)
         goto err;
     router__set_own_health(r);
-    if ((st = grpc_server_listen(r->srv, cfg->router.listen_host, cfg->router.listen_port,
+    if ((st = pd_grpc_server_listen(r->srv, cfg->router.listen_host, cfg->router.listen_port,
                                  &port)) != PD_OK)
         goto err;
     if (cfg->router.http_port > 0 && (st = router_http_start(r)) != PD_OK)
@@ -771,7 +771,7 @@ void router_destroy(router_t *r)
         }
     }
     for (int i = 0; r->nodes && i < r->n_nodes; i++) {
-        grpc_client_destroy(r->nodes[i].client);
+        pd_grpc_client_destroy(r->nodes[i].client);
         r->nodes[i].client = NULL;
     }
     while (r->reqs) { /* left: requests whose retry timer is closing */
@@ -787,9 +787,9 @@ void router_destroy(router_t *r)
     }
     router_http_stop(r);
     if (r->srv)
-        grpc_server_shutdown(r->srv);
-    grpc_server_destroy(r->srv);
-    grpc_health_destroy(r->health);
+        pd_grpc_server_shutdown(r->srv);
+    pd_grpc_server_destroy(r->srv);
+    pd_grpc_health_destroy(r->health);
     free(r->nodes);
     tokenizer_destroy(r->tok);
     free(r);

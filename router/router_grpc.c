@@ -7,7 +7,7 @@
 
 /* A Generate call's sink state: output the client has not accepted yet (flow control). */
 typedef struct {
-    grpc_call_t *call;
+    pd_grpc_call_t *call;
     rreq_t *q;
     int32_t *ids;
     int n_ids, cap_ids;
@@ -35,12 +35,12 @@ static void gsink__send_final(gsink_t *g)
     m.finish_reason = g->reason;
     m.usage = &u;
     m.request_id = g->request_id;
-    (void)grpc_call_send(g->call, &m.base);
-    grpc_call_finish(g->call, 0, NULL);
+    (void)pd_grpc_call_send(g->call, &m.base);
+    pd_grpc_call_finish(g->call, 0, NULL);
     gsink__free(g);
 }
 
-static void gsink__writable(grpc_call_t *call, void *arg);
+static void gsink__writable(pd_grpc_call_t *call, void *arg);
 
 /* Sends what is pending; returns 0 when all went out (or the call is gone). */
 static int gsink__flush(gsink_t *g)
@@ -52,8 +52,8 @@ static int gsink__flush(gsink_t *g)
     m.n_token_ids = (size_t)g->n_ids;
     m.text = g->text ? g->text : "";
     m.request_id = g->request_id;
-    if (grpc_call_send(g->call, &m.base) == PD_AGAIN) {
-        grpc_call_set_writable_cb(g->call, gsink__writable, g);
+    if (pd_grpc_call_send(g->call, &m.base) == PD_AGAIN) {
+        pd_grpc_call_set_writable_cb(g->call, gsink__writable, g);
         return 1;
     }
     g->n_ids = 0;
@@ -63,7 +63,7 @@ static int gsink__flush(gsink_t *g)
     return 0;
 }
 
-static void gsink__writable(grpc_call_t *call, void *arg)
+static void gsink__writable(pd_grpc_call_t *call, void *arg)
 {
     gsink_t *g = arg;
     (void)call;
@@ -98,7 +98,7 @@ static void gsink_finish(rreq_t *q, const char *reason, pd_status_t st, const ch
     g->q = NULL;
     router_observe(q->r, q, st);
     if (st != PD_OK) {
-        grpc_call_finish_status(g->call, st, msg);
+        pd_grpc_call_finish_status(g->call, st, msg);
         gsink__free(g);
         return;
     }
@@ -114,22 +114,22 @@ static void gsink_finish(rreq_t *q, const char *reason, pd_status_t st, const ch
 
 static const rsink_t grpc_sink = {gsink_delta, gsink_finish};
 
-static void router__generate_cancelled(grpc_call_t *call, void *arg)
+static void router__generate_cancelled(pd_grpc_call_t *call, void *arg)
 {
     gsink_t *g = arg;
     if (g->q) {
         rreq_t *q = g->q;
         g->q = NULL;
         router_request_cancel(q);
-        grpc_call_finish(call, 1, "cancelled");
+        pd_grpc_call_finish(call, 1, "cancelled");
         gsink__free(g);
     } else if (g->final_pending) {
-        grpc_call_finish(call, 1, "cancelled");
+        pd_grpc_call_finish(call, 1, "cancelled");
         gsink__free(g);
     }
 }
 
-static void router__rpc_generate(grpc_call_t *call, const ProtobufCMessage *msg, void *user)
+static void router__rpc_generate(pd_grpc_call_t *call, const ProtobufCMessage *msg, void *user)
 {
     router_t *r = user;
     const Pdserve__V1__GenerateRequest *req = (const Pdserve__V1__GenerateRequest *)msg;
@@ -139,7 +139,7 @@ static void router__rpc_generate(grpc_call_t *call, const ProtobufCMessage *msg,
     pd_status_t st;
 
     if (!g) {
-        grpc_call_finish_status(call, PD_ERR_NOMEM, NULL);
+        pd_grpc_call_finish_status(call, PD_ERR_NOMEM, NULL);
         return;
     }
     g->call = call;
@@ -157,19 +157,19 @@ static void router__rpc_generate(grpc_call_t *call, const ProtobufCMessage *msg,
         in.stop = req->sampling->stop;
         in.n_stop = req->sampling->n_stop;
     }
-    int64_t left = grpc_call_deadline_ms(call);
+    int64_t left = pd_grpc_call_deadline_ms(call);
     in.timeout_ms = left > 0 ? left : 0;
     st = router_request_start(r, &in, &grpc_sink, g, &g->q, err, sizeof err);
     if (st != PD_OK) {
         gsink__free(g);
-        grpc_call_finish_status(call, st, err);
+        pd_grpc_call_finish_status(call, st, err);
         return;
     }
     snprintf(g->request_id, sizeof g->request_id, "%s", g->q->request_id);
-    grpc_call_set_cancel_cb(call, router__generate_cancelled, g);
+    pd_grpc_call_set_cancel_cb(call, router__generate_cancelled, g);
 }
 
-static void router__rpc_abort(grpc_call_t *call, const ProtobufCMessage *msg, void *user)
+static void router__rpc_abort(pd_grpc_call_t *call, const ProtobufCMessage *msg, void *user)
 {
     router_t *r = user;
     const Pdserve__V1__AbortRequest *req = (const Pdserve__V1__AbortRequest *)msg;
@@ -179,10 +179,10 @@ static void router__rpc_abort(grpc_call_t *call, const ProtobufCMessage *msg, vo
         rep.found = 1;
         rreq_finish(q, "abort", PD_OK, NULL);
     }
-    grpc_call_finish_status(call, grpc_call_send(call, &rep.base), NULL);
+    pd_grpc_call_finish_status(call, pd_grpc_call_send(call, &rep.base), NULL);
 }
 
-static void router__rpc_model_info(grpc_call_t *call, const ProtobufCMessage *msg, void *user)
+static void router__rpc_model_info(pd_grpc_call_t *call, const ProtobufCMessage *msg, void *user)
 {
     router_t *r = user;
     Pdserve__V1__ModelInfo m = PDSERVE__V1__MODEL_INFO__INIT;
@@ -203,10 +203,10 @@ static void router__rpc_model_info(grpc_call_t *call, const ProtobufCMessage *ms
             m.page_tokens = (uint32_t)n->page_tokens;
         }
     }
-    grpc_call_finish_status(call, grpc_call_send(call, &m.base), NULL);
+    pd_grpc_call_finish_status(call, pd_grpc_call_send(call, &m.base), NULL);
 }
 
-static void router__rpc_tokenize(grpc_call_t *call, const ProtobufCMessage *msg, void *user)
+static void router__rpc_tokenize(pd_grpc_call_t *call, const ProtobufCMessage *msg, void *user)
 {
     router_t *r = user;
     const Pdserve__V1__TokenizeRequest *req = (const Pdserve__V1__TokenizeRequest *)msg;
@@ -217,24 +217,24 @@ static void router__rpc_tokenize(grpc_call_t *call, const ProtobufCMessage *msg,
     char err[128];
     if (!tokenizer_utf8_valid(text, strlen(text), &bad)) {
         snprintf(err, sizeof err, "text is not valid UTF-8 (byte %zu)", bad);
-        grpc_call_finish_status(call, PD_ERR_INVALID, err);
+        pd_grpc_call_finish_status(call, PD_ERR_INVALID, err);
         return;
     }
     if (tokenizer_encode(r->tok, text, strlen(text), !req->no_special_tokens, &ids, &n) != PD_OK) {
-        grpc_call_finish_status(call, PD_ERR_INVALID, "text could not be tokenized");
+        pd_grpc_call_finish_status(call, PD_ERR_INVALID, "text could not be tokenized");
         return;
     }
     rep.token_ids = ids;
     rep.n_token_ids = n;
-    grpc_call_finish_status(call, grpc_call_send(call, &rep.base), NULL);
+    pd_grpc_call_finish_status(call, pd_grpc_call_send(call, &rep.base), NULL);
     free(ids);
 }
 
-static const grpc_method_fn inference_handlers[4] = {router__rpc_generate, router__rpc_abort,
+static const pd_grpc_method_fn inference_handlers[4] = {router__rpc_generate, router__rpc_abort,
                                                       router__rpc_model_info, router__rpc_tokenize};
 
 pd_status_t router_grpc_register(router_t *r)
 {
-    return grpc_server_add_service(r->srv, &pdserve__v1__inference__descriptor, inference_handlers,
+    return pd_grpc_server_add_service(r->srv, &pdserve__v1__inference__descriptor, inference_handlers,
                                    r);
 }

@@ -49,7 +49,7 @@ static int router__ready(const router_t *r)
     return p > 0 && d > 0;
 }
 
-static void http__metrics(http_request_t *req, void *user)
+static void router_http__metrics(pd_http_request_t *req, void *user)
 {
     router_t *r = user;
     char *text;
@@ -77,20 +77,20 @@ static void http__metrics(http_request_t *req, void *user)
                                "requests in flight", NULL, &active) == PD_OK)
         metrics_gauge_set(active, r->n_reqs);
     if (metrics_render(r->metrics, &text, &len) != PD_OK) {
-        http_respond_error(req, PD_ERR_NOMEM, "metrics");
+        pd_http_respond_error(req, PD_ERR_NOMEM, "metrics");
         return;
     }
-    http_respond(req, 200, "text/plain; version=0.0.4", text, len);
+    pd_http_respond(req, 200, "text/plain; version=0.0.4", text, len);
     free(text);
 }
 
-static void http__live(http_request_t *req, void *user)
+static void router_http__live(pd_http_request_t *req, void *user)
 {
     (void)user;
-    http_respond_json(req, 200, json_pack("{s:s}", "status", "alive"));
+    pd_http_respond_json(req, 200, json_pack("{s:s}", "status", "alive"));
 }
 
-static void http__ready(http_request_t *req, void *user)
+static void router_http__ready(pd_http_request_t *req, void *user)
 {
     router_t *r = user;
     json_t *nodes = json_array();
@@ -101,23 +101,23 @@ static void http__ready(http_request_t *req, void *user)
                              r->nodes[i].healthy, "kv_pages_used", (int)r->nodes[i].pages_used,
                              "kv_pages_total", (int)r->nodes[i].pages_total));
     int ok = router__ready(r);
-    http_respond_json(req, ok ? 200 : 503,
+    pd_http_respond_json(req, ok ? 200 : 503,
                       json_pack("{s:s,s:o}", "status", ok ? "ready" : "not ready", "nodes", nodes));
 }
 
-static void http__models(http_request_t *req, void *user)
+static void router_http__models(pd_http_request_t *req, void *user)
 {
     router_t *r = user;
     json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:i}", "id", r->model_name, "object", "model",
                           "created", (json_int_t)0, "owned_by", "pdserve", "max_model_len",
                           r->model.max_position_embeddings);
-    http_respond_json(req, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m));
+    pd_http_respond_json(req, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m));
 }
 
 /* ==== completions ==== */
 
 typedef struct {
-    http_request_t *req;
+    pd_http_request_t *req;
     rreq_t *q;
     int stream, chat, first;
     char id[128];
@@ -151,7 +151,7 @@ static void hsink__sse(hsink_t *h, json_t *obj)
     char *s = json_dumps(obj, JSON_COMPACT);
     json_decref(obj);
     if (s)
-        (void)http_stream_sse(h->req, s);
+        (void)pd_http_stream_sse(h->req, s);
     free(s);
 }
 
@@ -178,7 +178,7 @@ static void hsink_delta(rreq_t *q, const int32_t *ids, int n, const char *text, 
 static void hsink_finish(rreq_t *q, const char *reason, pd_status_t st, const char *msg)
 {
     hsink_t *h = q->sink_arg;
-    http_request_set_close_cb(h->req, NULL, NULL); /* h is freed below */
+    pd_http_request_set_close_cb(h->req, NULL, NULL); /* h is freed below */
     router_observe(q->r, q, st);
     if (h->stream) {
         if (st == PD_OK) {
@@ -194,10 +194,10 @@ static void hsink_finish(rreq_t *q, const char *reason, pd_status_t st, const ch
                                     pd_status_http_code(st));
             hsink__sse(h, err);
         }
-        (void)http_stream_write(h->req, "data: [DONE]\n\n", 14);
-        (void)http_stream_end(h->req);
+        (void)pd_http_stream_write(h->req, "data: [DONE]\n\n", 14);
+        (void)pd_http_stream_end(h->req);
     } else if (st != PD_OK) {
-        http_respond_error(h->req, st, msg);
+        pd_http_respond_error(h->req, st, msg);
     } else {
         json_t *choice =
             h->chat ? json_pack("{s:i,s:{s:s,s:s%},s:s}", "index", 0, "message", "role",
@@ -205,7 +205,7 @@ static void hsink_finish(rreq_t *q, const char *reason, pd_status_t st, const ch
                                 "finish_reason", reason)
                     : json_pack("{s:i,s:s%,s:n,s:s}", "index", 0, "text", h->text ? h->text : "",
                                 h->len, "logprobs", "finish_reason", reason);
-        http_respond_json(
+        pd_http_respond_json(
             h->req, 200,
             json_pack("{s:s,s:s,s:I,s:s,s:[o],s:{s:i,s:i,s:i}}", "id", h->id, "object",
                       h->chat ? "chat.completion" : "text_completion", "created", h->created,
@@ -219,7 +219,7 @@ static void hsink_finish(rreq_t *q, const char *reason, pd_status_t st, const ch
 
 static const rsink_t http_sink = {hsink_delta, hsink_finish};
 
-static void http__closed(http_request_t *req, void *arg)
+static void router_http__closed(pd_http_request_t *req, void *arg)
 {
     hsink_t *h = arg;
     (void)req;
@@ -233,7 +233,7 @@ static void http__closed(http_request_t *req, void *arg)
 }
 
 /* Reads the OpenAI sampling fields into in; returns 0 or -1 with err set. */
-static int http__sampling(json_t *body, router_request_t *in, char *err, size_t err_len)
+static int router_http__sampling(json_t *body, router_request_t *in, char *err, size_t err_len)
 {
     json_t *v;
     in->max_tokens = 16;
@@ -273,7 +273,7 @@ static int http__sampling(json_t *body, router_request_t *in, char *err, size_t 
     return 0;
 }
 
-static void http__completion(http_request_t *req, router_t *r, int chat)
+static void router_http__completion(pd_http_request_t *req, router_t *r, int chat)
 {
     json_t *body = NULL, *v;
     router_request_t in = {0};
@@ -283,12 +283,12 @@ static void http__completion(http_request_t *req, router_t *r, int chat)
     hsink_t *h = NULL;
     pd_status_t st;
 
-    if (http_request_json(req, &body) != PD_OK || !json_is_object(body)) {
-        http_respond_error(req, PD_ERR_INVALID, "request body must be a JSON object");
+    if (pd_http_request_json(req, &body) != PD_OK || !json_is_object(body)) {
+        pd_http_respond_error(req, PD_ERR_INVALID, "request body must be a JSON object");
         json_decref(body);
         return;
     }
-    if (http__sampling(body, &in, err, sizeof err) != 0)
+    if (router_http__sampling(body, &in, err, sizeof err) != 0)
         goto bad;
     v = json_object_get(body, "stop");
     if (json_is_string(v)) {
@@ -374,30 +374,30 @@ static void http__completion(http_request_t *req, router_t *r, int chat)
     st = router_request_start(r, &in, &http_sink, h, &h->q, err, sizeof err);
     if (st != PD_OK) {
         free(h);
-        http_respond_error(req, st, err);
+        pd_http_respond_error(req, st, err);
         goto out;
     }
     snprintf(h->id, sizeof h->id, "%s-%s", chat ? "chatcmpl" : "cmpl", h->q->request_id);
     if (h->stream)
-        (void)http_stream_begin(req, 200, "text/event-stream");
-    http_request_set_close_cb(req, http__closed, h);
+        (void)pd_http_stream_begin(req, 200, "text/event-stream");
+    pd_http_request_set_close_cb(req, router_http__closed, h);
     goto out;
 bad:
-    http_respond_error(req, PD_ERR_INVALID, err);
+    pd_http_respond_error(req, PD_ERR_INVALID, err);
 out:
     free(ids);
     free(prompt_buf);
     json_decref(body);
 }
 
-static void http__completions(http_request_t *req, void *user)
+static void router_http__completions(pd_http_request_t *req, void *user)
 {
-    http__completion(req, user, 0);
+    router_http__completion(req, user, 0);
 }
 
-static void http__chat(http_request_t *req, void *user)
+static void router_http__chat(pd_http_request_t *req, void *user)
 {
-    http__completion(req, user, 1);
+    router_http__completion(req, user, 1);
 }
 
 /* ==== lifetime ==== */
@@ -442,16 +442,16 @@ pd_status_t router_http_start(router_t *r)
                                ttft_b, 12, NULL, &rm.ttft);
     metrics_histogram_register(r->metrics, "pdserve_router_request_seconds",
                                "request duration", e2e_b, 12, NULL, &rm.e2e);
-    if ((st = http_server_create(r->loop, NULL, &r->http)) != PD_OK)
+    if ((st = pd_http_server_create(r->loop, NULL, &r->http)) != PD_OK)
         return st;
-    http_server_route(r->http, "GET", "/live", http__live, r);
-    http_server_route(r->http, "GET", "/ready", http__ready, r);
-    http_server_route(r->http, "GET", "/health", http__ready, r);
-    http_server_route(r->http, "GET", "/metrics", http__metrics, r);
-    http_server_route(r->http, "GET", "/v1/models", http__models, r);
-    http_server_route(r->http, "POST", "/v1/completions", http__completions, r);
-    http_server_route(r->http, "POST", "/v1/chat/completions", http__chat, r);
-    if ((st = http_server_listen(r->http, r->cfg->router.http_host, r->cfg->router.http_port,
+    pd_http_server_route(r->http, "GET", "/live", router_http__live, r);
+    pd_http_server_route(r->http, "GET", "/ready", router_http__ready, r);
+    pd_http_server_route(r->http, "GET", "/health", router_http__ready, r);
+    pd_http_server_route(r->http, "GET", "/metrics", router_http__metrics, r);
+    pd_http_server_route(r->http, "GET", "/v1/models", router_http__models, r);
+    pd_http_server_route(r->http, "POST", "/v1/completions", router_http__completions, r);
+    pd_http_server_route(r->http, "POST", "/v1/chat/completions", router_http__chat, r);
+    if ((st = pd_http_server_listen(r->http, r->cfg->router.http_host, r->cfg->router.http_port,
                                  &port)) != PD_OK)
         return st;
     pd_log_info("router: OpenAI API and probes on http://%s:%d", r->cfg->router.http_host, port);
@@ -460,7 +460,7 @@ pd_status_t router_http_start(router_t *r)
 
 void router_http_stop(router_t *r)
 {
-    http_server_destroy(r->http);
+    pd_http_server_destroy(r->http);
     r->http = NULL;
     metrics_destroy(r->metrics);
     r->metrics = NULL;

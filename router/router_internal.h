@@ -21,8 +21,8 @@
 typedef struct rnode {
     struct router *router;
     const cluster_node_t *node;
-    grpc_client_t *client;
-    grpc_client_call_t *poll_call;
+    pd_grpc_client_t *client;
+    pd_grpc_client_call_t *poll_call;
     int healthy;
     uint32_t pages_used, pages_total, active, reserved_est;
     uint64_t integrity_failures;
@@ -59,7 +59,7 @@ struct rreq {
     int64_t start_ms, first_token_ms, deadline_ms;
     rnode_t *dnode, *pnode;
     Pdserve__V1__ReserveReply *resv; /* held reservation (until Decode starts) */
-    grpc_client_call_t *ccall;       /* the control call in flight */
+    pd_grpc_client_call_t *ccall;       /* the control call in flight */
     uint64_t tried;                  /* nodes tried for the current step (bit per node) */
     int decoding, preempted, n_preemptions, finished, orphan;
     uv_timer_t timer;
@@ -75,9 +75,9 @@ typedef struct router {
     tokenizer_t *tok;
     rnode_t *nodes;
     int n_nodes, rr;
-    grpc_server_t *srv;
-    grpc_health_t *health;
-    http_server_t *http;
+    pd_grpc_server_t *srv;
+    pd_grpc_health_t *health;
+    pd_http_server_t *http;
     metrics_t *metrics;
     char *chat_template; /* tokenizer_config.json chat_template, NULL if none */
     char bos_token[64], eos_token[64];

@@ -11,70 +11,70 @@
 
 #include "log.h"
 
-#define HTTP__DEFAULT_MAX_BODY (1u << 20)
-#define HTTP__DEFAULT_MAX_HEADERS (64u << 10)
+#define PD_HTTP__DEFAULT_MAX_BODY (1u << 20)
+#define PD_HTTP__DEFAULT_MAX_HEADERS (64u << 10)
 
 typedef struct {
     char *p;
     size_t len, cap;
-} http__str_t;
+} pd_http__str_t;
 
 typedef struct {
-    http__str_t name, value;
-} http__header_t;
+    pd_http__str_t name, value;
+} pd_http__header_t;
 
 typedef struct {
     char *method; /* NULL: any */
     char *prefix;
     size_t plen;
-    http_handler_fn fn;
+    pd_http_handler_fn fn;
     void *user;
-} http__route_t;
+} pd_http__route_t;
 
-typedef struct http__conn http__conn_t;
+typedef struct pd_http__conn pd_http__conn_t;
 
-struct http_server {
+struct pd_http_server {
     uv_loop_t *loop;
-    http_server_params_t params;
+    pd_http_server_params_t params;
     uv_tcp_t listener;
     int listener_open; /* uv_tcp_init done, not yet closed */
     int destroyed;
-    http__route_t *routes;
+    pd_http__route_t *routes;
     size_t n_routes;
-    http__conn_t *conns; /* open handles */
+    pd_http__conn_t *conns; /* open handles */
 };
 
 typedef enum {
-    HTTP__PARSING = 0, /* headers/body still arriving */
-    HTTP__HANDLING,    /* handed to the handler */
-    HTTP__STREAMING,   /* http_stream_begin sent */
-} http__state_t;
+    PD_HTTP__PARSING = 0, /* headers/body still arriving */
+    PD_HTTP__HANDLING,    /* handed to the handler */
+    PD_HTTP__STREAMING,   /* pd_http_stream_begin sent */
+} pd_http__state_t;
 
-struct http_request {
-    http__conn_t *conn;
-    http__state_t state;
+struct pd_http_request {
+    pd_http__conn_t *conn;
+    pd_http__state_t state;
     int gone;
     int keep_alive;
     int http10;
     char method[24];
-    http__str_t url;
+    pd_http__str_t url;
     char *path, *query; /* split copies of url */
-    http__header_t *headers;
+    pd_http__header_t *headers;
     size_t n_headers, cap_headers;
     int last_was_value;
-    http__str_t body;
-    http_close_fn close_fn;
+    pd_http__str_t body;
+    pd_http_close_fn close_fn;
     void *close_arg;
 };
 
-struct http__conn {
+struct pd_http__conn {
     uv_tcp_t tcp;
     uv_shutdown_t shutdown;
-    http_server_t *srv; /* NULL once the handle is closed */
-    http__conn_t *prev, *next;
+    pd_http_server_t *srv; /* NULL once the handle is closed */
+    pd_http__conn_t *prev, *next;
     llhttp_t parser;
-    http__str_t in;      /* received, not yet parsed */
-    http_request_t *cur; /* being parsed or handled */
+    pd_http__str_t in;      /* received, not yet parsed */
+    pd_http_request_t *cur; /* being parsed or handled */
     size_t header_bytes; /* of the message being parsed */
     int error_status;    /* 413/431 decided in a parser callback */
     int closing;         /* uv_close or uv_shutdown started */
@@ -85,18 +85,18 @@ struct http__conn {
 
 typedef struct {
     uv_write_t w;
-    http__conn_t *conn;
+    pd_http__conn_t *conn;
     size_t len;
     char data[];
-} http__write_t;
+} pd_http__write_t;
 
-static void http__process(http__conn_t *c);
-static void http__conn_close(http__conn_t *c, int graceful);
-static void http__start_reading(http__conn_t *c);
+static void pd_http__process(pd_http__conn_t *c);
+static void pd_http__conn_close(pd_http__conn_t *c, int graceful);
+static void pd_http__start_reading(pd_http__conn_t *c);
 
 /* ==== small helpers ==== */
 
-static int http__str_append(http__str_t *s, const char *data, size_t len)
+static int pd_http__str_append(pd_http__str_t *s, const char *data, size_t len)
 {
     if (s->len + len + 1 > s->cap) {
         size_t cap = s->cap ? s->cap : 64;
@@ -114,7 +114,7 @@ static int http__str_append(http__str_t *s, const char *data, size_t len)
     return 0;
 }
 
-const char *http_status_reason(int status)
+const char *pd_http_status_reason(int status)
 {
     switch (status) {
     case 100:
@@ -164,7 +164,7 @@ const char *http_status_reason(int status)
     }
 }
 
-static void http__request_free(http_request_t *req)
+static void pd_http__request_free(pd_http_request_t *req)
 {
     if (!req)
         return;
@@ -180,14 +180,14 @@ static void http__request_free(http_request_t *req)
     free(req);
 }
 
-static void http__conn_free(http__conn_t *c)
+static void pd_http__conn_free(pd_http__conn_t *c)
 {
-    http__request_free(c->cur);
+    pd_http__request_free(c->cur);
     free(c->in.p);
     free(c);
 }
 
-static void http__server_maybe_free(http_server_t *srv)
+static void pd_http__server_maybe_free(pd_http_server_t *srv)
 {
     if (!srv->destroyed || srv->listener_open || srv->conns)
         return;
@@ -201,23 +201,23 @@ static void http__server_maybe_free(http_server_t *srv)
 
 /* ==== writing ==== */
 
-static void http__on_write(uv_write_t *w, int status)
+static void pd_http__on_write(uv_write_t *w, int status)
 {
-    http__write_t *wr = (http__write_t *)w;
-    http__conn_t *c = wr->conn;
+    pd_http__write_t *wr = (pd_http__write_t *)w;
+    pd_http__conn_t *c = wr->conn;
 
     free(wr);
     if (status < 0 && status != UV_ECANCELED) {
         pd_log_debug("http: write failed: %s", uv_strerror(status));
-        http__conn_close(c, 0);
+        pd_http__conn_close(c, 0);
     }
 }
 
 /* Queues a + b as one write. */
-static pd_status_t http__send(http__conn_t *c, const char *a, size_t alen, const void *b,
+static pd_status_t pd_http__send(pd_http__conn_t *c, const char *a, size_t alen, const void *b,
                               size_t blen, const char *c3, size_t clen)
 {
-    http__write_t *wr;
+    pd_http__write_t *wr;
     uv_buf_t buf;
     int rc;
 
@@ -237,11 +237,11 @@ static pd_status_t http__send(http__conn_t *c, const char *a, size_t alen, const
     if (clen)
         memcpy(wr->data + alen + blen, c3, clen);
     buf = uv_buf_init(wr->data, (unsigned)wr->len);
-    rc = uv_write(&wr->w, (uv_stream_t *)&c->tcp, &buf, 1, http__on_write);
+    rc = uv_write(&wr->w, (uv_stream_t *)&c->tcp, &buf, 1, pd_http__on_write);
     if (rc < 0) {
         free(wr);
         pd_log_debug("http: write failed: %s", uv_strerror(rc));
-        http__conn_close(c, 0);
+        pd_http__conn_close(c, 0);
         return PD_ERR_TRANSPORT;
     }
     return PD_OK;
@@ -249,10 +249,10 @@ static pd_status_t http__send(http__conn_t *c, const char *a, size_t alen, const
 
 /* ==== connection lifetime ==== */
 
-static void http__on_closed(uv_handle_t *h)
+static void pd_http__on_closed(uv_handle_t *h)
 {
-    http__conn_t *c = h->data;
-    http_server_t *srv = c->srv;
+    pd_http__conn_t *c = h->data;
+    pd_http_server_t *srv = c->srv;
 
     if (c->prev)
         c->prev->next = c->next;
@@ -263,24 +263,24 @@ static void http__on_closed(uv_handle_t *h)
     c->srv = NULL;
     c->closed = 1;
     /* A request held by its handler keeps the connection's memory until it is finished. */
-    if (!c->cur || c->cur->state == HTTP__PARSING)
-        http__conn_free(c);
-    http__server_maybe_free(srv);
+    if (!c->cur || c->cur->state == PD_HTTP__PARSING)
+        pd_http__conn_free(c);
+    pd_http__server_maybe_free(srv);
 }
 
-static void http__on_shutdown(uv_shutdown_t *s, int status)
+static void pd_http__on_shutdown(uv_shutdown_t *s, int status)
 {
-    http__conn_t *c = s->data;
+    pd_http__conn_t *c = s->data;
     (void)status;
     if (!uv_is_closing((uv_handle_t *)&c->tcp))
-        uv_close((uv_handle_t *)&c->tcp, http__on_closed);
+        uv_close((uv_handle_t *)&c->tcp, pd_http__on_closed);
 }
 
 /* Closes the connection: graceful sends what is queued first (shutdown), otherwise at once. The
  * close callback of an unfinished request runs here. */
-static void http__conn_close(http__conn_t *c, int graceful)
+static void pd_http__conn_close(pd_http__conn_t *c, int graceful)
 {
-    http_request_t *req = c->cur;
+    pd_http_request_t *req = c->cur;
 
     if (c->closed)
         return;
@@ -288,12 +288,12 @@ static void http__conn_close(http__conn_t *c, int graceful)
         c->closing = 1;
         uv_read_stop((uv_stream_t *)&c->tcp);
         c->reading = 0;
-        if (!graceful || uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, http__on_shutdown) != 0)
-            uv_close((uv_handle_t *)&c->tcp, http__on_closed);
+        if (!graceful || uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, pd_http__on_shutdown) != 0)
+            uv_close((uv_handle_t *)&c->tcp, pd_http__on_closed);
     } else if (!graceful && !uv_is_closing((uv_handle_t *)&c->tcp)) {
-        uv_close((uv_handle_t *)&c->tcp, http__on_closed); /* cancels a pending shutdown */
+        uv_close((uv_handle_t *)&c->tcp, pd_http__on_closed); /* cancels a pending shutdown */
     }
-    if (req && req->state != HTTP__PARSING && !req->gone) {
+    if (req && req->state != PD_HTTP__PARSING && !req->gone) {
         req->gone = 1;
         if (req->close_fn)
             req->close_fn(req, req->close_arg); /* may finish (free) req */
@@ -301,32 +301,32 @@ static void http__conn_close(http__conn_t *c, int graceful)
 }
 
 /* Called when the handler finishes a request: frees it and moves on to the next one. */
-static void http__finish(http_request_t *req)
+static void pd_http__finish(pd_http_request_t *req)
 {
-    http__conn_t *c = req->conn;
+    pd_http__conn_t *c = req->conn;
     int keep = req->keep_alive && !req->gone;
 
     PD_ASSERT(c->cur == req);
     c->cur = NULL;
-    http__request_free(req);
+    pd_http__request_free(req);
     if (c->closed) {
-        http__conn_free(c);
+        pd_http__conn_free(c);
         return;
     }
     if (c->closing)
         return;
     if (!keep) {
-        http__conn_close(c, 1);
+        pd_http__conn_close(c, 1);
         return;
     }
-    http__process(c);
+    pd_http__process(c);
 }
 
 /* ==== responses ==== */
 
-static pd_status_t http__check(http_request_t *req, int streaming)
+static pd_status_t pd_http__check(pd_http_request_t *req, int streaming)
 {
-    if (streaming != (req->state == HTTP__STREAMING)) {
+    if (streaming != (req->state == PD_HTTP__STREAMING)) {
         pd_log_error("http: %s %s: response call in the wrong state (%s)", req->method,
                      req->path ? req->path : "", streaming ? "not streaming" : "streaming");
         return PD_ERR_INVALID;
@@ -334,52 +334,52 @@ static pd_status_t http__check(http_request_t *req, int streaming)
     return PD_OK;
 }
 
-pd_status_t http_respond(http_request_t *req, int status, const char *content_type,
+pd_status_t pd_http_respond(pd_http_request_t *req, int status, const char *content_type,
                          const void *body, size_t len)
 {
     char head[512];
     int n;
     pd_status_t st;
 
-    if ((st = http__check(req, 0)) != PD_OK)
+    if ((st = pd_http__check(req, 0)) != PD_OK)
         return st;
     if (req->gone) {
-        http__finish(req);
+        pd_http__finish(req);
         return PD_ERR_CANCELLED;
     }
     n = snprintf(head, sizeof head,
                  "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: %s\r\n"
                  "\r\n",
-                 status, http_status_reason(status), content_type ? content_type : "text/plain",
+                 status, pd_http_status_reason(status), content_type ? content_type : "text/plain",
                  len, req->keep_alive ? "keep-alive" : "close");
     if (strcmp(req->method, "HEAD") == 0)
         len = 0;
-    st = http__send(req->conn, head, (size_t)n, body, len, NULL, 0);
-    http__finish(req);
+    st = pd_http__send(req->conn, head, (size_t)n, body, len, NULL, 0);
+    pd_http__finish(req);
     return st;
 }
 
-pd_status_t http_respond_json(http_request_t *req, int status, json_t *body)
+pd_status_t pd_http_respond_json(pd_http_request_t *req, int status, json_t *body)
 {
     char *text;
     pd_status_t st;
 
     if (!body)
-        return http_respond_error(req, PD_ERR_INTERNAL, "no response body");
+        return pd_http_respond_error(req, PD_ERR_INTERNAL, "no response body");
     text = json_dumps(body, JSON_COMPACT);
     json_decref(body);
     if (!text) {
         pd_log_error("http: %s %s: out of memory serializing json", req->method, req->path);
-        http_respond_error(req, PD_ERR_NOMEM, NULL);
+        pd_http_respond_error(req, PD_ERR_NOMEM, NULL);
         return PD_ERR_NOMEM;
     }
-    st = http_respond(req, status, "application/json", text, strlen(text));
+    st = pd_http_respond(req, status, "application/json", text, strlen(text));
     free(text);
     return st;
 }
 
 /* Builds the OpenAI-style error body; NULL when out of memory. */
-static char *http__error_body(int status, const char *code, const char *message)
+static char *pd_http__error_body(int status, const char *code, const char *message)
 {
     const char *type = status == 429   ? "rate_limit_error"
                        : status >= 500 ? "server_error"
@@ -391,7 +391,7 @@ static char *http__error_body(int status, const char *code, const char *message)
     return text;
 }
 
-static void http__status_code(pd_status_t st, char *out, size_t len)
+static void pd_http__status_code(pd_status_t st, char *out, size_t len)
 {
     const char *name = pd_status_name(st);
     size_t i = 0;
@@ -404,39 +404,39 @@ static void http__status_code(pd_status_t st, char *out, size_t len)
     out[i] = 0;
 }
 
-static pd_status_t http__respond_error_status(http_request_t *req, int status, const char *code,
+static pd_status_t pd_http__respond_error_status(pd_http_request_t *req, int status, const char *code,
                                               const char *message)
 {
-    char *text = http__error_body(status, code, message);
+    char *text = pd_http__error_body(status, code, message);
     pd_status_t st;
 
     if (!text) {
         static const char fallback[] = "{\"error\":{\"message\":\"out of memory\"}}";
-        http_respond(req, 500, "application/json", fallback, sizeof fallback - 1);
+        pd_http_respond(req, 500, "application/json", fallback, sizeof fallback - 1);
         return PD_ERR_NOMEM;
     }
-    st = http_respond(req, status, "application/json", text, strlen(text));
+    st = pd_http_respond(req, status, "application/json", text, strlen(text));
     free(text);
     return st;
 }
 
-pd_status_t http_respond_error(http_request_t *req, pd_status_t st, const char *message)
+pd_status_t pd_http_respond_error(pd_http_request_t *req, pd_status_t st, const char *message)
 {
     char code[64];
-    http__status_code(st, code, sizeof code);
-    return http__respond_error_status(req, pd_status_http_code(st), code,
+    pd_http__status_code(st, code, sizeof code);
+    return pd_http__respond_error_status(req, pd_status_http_code(st), code,
                                       message ? message : pd_status_str(st));
 }
 
-pd_status_t http_stream_begin(http_request_t *req, int status, const char *content_type)
+pd_status_t pd_http_stream_begin(pd_http_request_t *req, int status, const char *content_type)
 {
     char head[512];
     int n;
     pd_status_t st;
 
-    if ((st = http__check(req, 0)) != PD_OK)
+    if ((st = pd_http__check(req, 0)) != PD_OK)
         return st;
-    req->state = HTTP__STREAMING;
+    req->state = PD_HTTP__STREAMING;
     if (req->gone)
         return PD_ERR_CANCELLED;
     if (req->http10)
@@ -444,81 +444,81 @@ pd_status_t http_stream_begin(http_request_t *req, int status, const char *conte
     n = snprintf(head, sizeof head,
                  "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n%sCache-Control: no-cache\r\n"
                  "Connection: %s\r\n\r\n",
-                 status, http_status_reason(status), content_type ? content_type : "text/plain",
+                 status, pd_http_status_reason(status), content_type ? content_type : "text/plain",
                  req->http10 ? "" : "Transfer-Encoding: chunked\r\n",
                  req->keep_alive ? "keep-alive" : "close");
-    return http__send(req->conn, head, (size_t)n, NULL, 0, NULL, 0);
+    return pd_http__send(req->conn, head, (size_t)n, NULL, 0, NULL, 0);
 }
 
-pd_status_t http_stream_write(http_request_t *req, const void *data, size_t len)
+pd_status_t pd_http_stream_write(pd_http_request_t *req, const void *data, size_t len)
 {
     char size[32];
     int n;
     pd_status_t st;
 
-    if ((st = http__check(req, 1)) != PD_OK)
+    if ((st = pd_http__check(req, 1)) != PD_OK)
         return st;
     if (req->gone)
         return PD_ERR_CANCELLED;
     if (len == 0)
         return PD_OK;
     if (req->http10)
-        return http__send(req->conn, data, len, NULL, 0, NULL, 0);
+        return pd_http__send(req->conn, data, len, NULL, 0, NULL, 0);
     n = snprintf(size, sizeof size, "%zx\r\n", len);
-    return http__send(req->conn, size, (size_t)n, data, len, "\r\n", 2);
+    return pd_http__send(req->conn, size, (size_t)n, data, len, "\r\n", 2);
 }
 
-pd_status_t http_stream_sse(http_request_t *req, const char *json_text)
+pd_status_t pd_http_stream_sse(pd_http_request_t *req, const char *json_text)
 {
     size_t jl = strlen(json_text);
     char size[32];
     int n;
     pd_status_t st;
 
-    if ((st = http__check(req, 1)) != PD_OK)
+    if ((st = pd_http__check(req, 1)) != PD_OK)
         return st;
     if (req->gone)
         return PD_ERR_CANCELLED;
     if (req->http10)
-        return http__send(req->conn, "data: ", 6, json_text, jl, "\n\n", 2);
+        return pd_http__send(req->conn, "data: ", 6, json_text, jl, "\n\n", 2);
     /* one chunk: size, "data: ", json, "\n\n", CRLF */
     n = snprintf(size, sizeof size, "%zx\r\ndata: ", jl + 8);
-    return http__send(req->conn, size, (size_t)n, json_text, jl, "\n\n\r\n", 4);
+    return pd_http__send(req->conn, size, (size_t)n, json_text, jl, "\n\n\r\n", 4);
 }
 
-pd_status_t http_stream_end(http_request_t *req)
+pd_status_t pd_http_stream_end(pd_http_request_t *req)
 {
     pd_status_t st;
 
-    if ((st = http__check(req, 1)) != PD_OK)
+    if ((st = pd_http__check(req, 1)) != PD_OK)
         return st;
     if (req->gone) {
-        http__finish(req);
+        pd_http__finish(req);
         return PD_ERR_CANCELLED;
     }
-    st = req->http10 ? PD_OK : http__send(req->conn, "0\r\n\r\n", 5, NULL, 0, NULL, 0);
-    http__finish(req);
+    st = req->http10 ? PD_OK : pd_http__send(req->conn, "0\r\n\r\n", 5, NULL, 0, NULL, 0);
+    pd_http__finish(req);
     return st;
 }
 
 /* ==== request accessors ==== */
 
-const char *http_request_method(const http_request_t *req)
+const char *pd_http_request_method(const pd_http_request_t *req)
 {
     return req->method;
 }
 
-const char *http_request_path(const http_request_t *req)
+const char *pd_http_request_path(const pd_http_request_t *req)
 {
     return req->path;
 }
 
-const char *http_request_query(const http_request_t *req)
+const char *pd_http_request_query(const pd_http_request_t *req)
 {
     return req->query;
 }
 
-const char *http_request_header(const http_request_t *req, const char *name)
+const char *pd_http_request_header(const pd_http_request_t *req, const char *name)
 {
     for (size_t i = 0; i < req->n_headers; i++)
         if (req->headers[i].name.p && strcasecmp(req->headers[i].name.p, name) == 0)
@@ -526,14 +526,14 @@ const char *http_request_header(const http_request_t *req, const char *name)
     return NULL;
 }
 
-const char *http_request_body(const http_request_t *req, size_t *len_p)
+const char *pd_http_request_body(const pd_http_request_t *req, size_t *len_p)
 {
     if (len_p)
         *len_p = req->body.len;
     return req->body.p ? req->body.p : "";
 }
 
-pd_status_t http_request_json(const http_request_t *req, json_t **json_p)
+pd_status_t pd_http_request_json(const pd_http_request_t *req, json_t **json_p)
 {
     json_error_t e;
     json_t *j = json_loadb(req->body.p ? req->body.p : "", req->body.len, 0, &e);
@@ -543,24 +543,24 @@ pd_status_t http_request_json(const http_request_t *req, json_t **json_p)
     return PD_OK;
 }
 
-int http_request_keep_alive(const http_request_t *req)
+int pd_http_request_keep_alive(const pd_http_request_t *req)
 {
     return req->keep_alive;
 }
 
-int http_request_gone(const http_request_t *req)
+int pd_http_request_gone(const pd_http_request_t *req)
 {
     return req->gone;
 }
 
-size_t http_request_pending_bytes(const http_request_t *req)
+size_t pd_http_request_pending_bytes(const pd_http_request_t *req)
 {
     if (req->gone || req->conn->closing)
         return 0;
     return uv_stream_get_write_queue_size((const uv_stream_t *)&req->conn->tcp);
 }
 
-void http_request_set_close_cb(http_request_t *req, http_close_fn fn, void *arg)
+void pd_http_request_set_close_cb(pd_http_request_t *req, pd_http_close_fn fn, void *arg)
 {
     req->close_fn = fn;
     req->close_arg = arg;
@@ -568,7 +568,7 @@ void http_request_set_close_cb(http_request_t *req, http_close_fn fn, void *arg)
 
 /* ==== parsing ==== */
 
-static int http__count(http__conn_t *c, size_t len)
+static int pd_http__count(pd_http__conn_t *c, size_t len)
 {
     c->header_bytes += len;
     if (c->header_bytes > c->srv->params.max_headers) {
@@ -578,9 +578,9 @@ static int http__count(http__conn_t *c, size_t len)
     return 0;
 }
 
-static int http__on_message_begin(llhttp_t *p)
+static int pd_http__on_message_begin(llhttp_t *p)
 {
-    http__conn_t *c = p->data;
+    pd_http__conn_t *c = p->data;
     PD_ASSERT(!c->cur);
     c->cur = calloc(1, sizeof *c->cur);
     if (!c->cur) {
@@ -592,25 +592,25 @@ static int http__on_message_begin(llhttp_t *p)
     return 0;
 }
 
-static int http__on_url(llhttp_t *p, const char *at, size_t len)
+static int pd_http__on_url(llhttp_t *p, const char *at, size_t len)
 {
-    http__conn_t *c = p->data;
-    if (http__count(c, len))
+    pd_http__conn_t *c = p->data;
+    if (pd_http__count(c, len))
         return -1;
-    return http__str_append(&c->cur->url, at, len) ? (c->error_status = 500, -1) : 0;
+    return pd_http__str_append(&c->cur->url, at, len) ? (c->error_status = 500, -1) : 0;
 }
 
-static int http__on_header_field(llhttp_t *p, const char *at, size_t len)
+static int pd_http__on_header_field(llhttp_t *p, const char *at, size_t len)
 {
-    http__conn_t *c = p->data;
-    http_request_t *r = c->cur;
+    pd_http__conn_t *c = p->data;
+    pd_http_request_t *r = c->cur;
 
-    if (http__count(c, len))
+    if (pd_http__count(c, len))
         return -1;
     if (r->n_headers == 0 || r->last_was_value) {
         if (r->n_headers == r->cap_headers) {
             size_t cap = r->cap_headers ? r->cap_headers * 2 : 16;
-            http__header_t *h = realloc(r->headers, cap * sizeof *h);
+            pd_http__header_t *h = realloc(r->headers, cap * sizeof *h);
             if (!h)
                 return c->error_status = 500, -1;
             r->headers = h;
@@ -619,28 +619,28 @@ static int http__on_header_field(llhttp_t *p, const char *at, size_t len)
         memset(&r->headers[r->n_headers++], 0, sizeof r->headers[0]);
         r->last_was_value = 0;
     }
-    return http__str_append(&r->headers[r->n_headers - 1].name, at, len)
+    return pd_http__str_append(&r->headers[r->n_headers - 1].name, at, len)
                ? (c->error_status = 500, -1)
                : 0;
 }
 
-static int http__on_header_value(llhttp_t *p, const char *at, size_t len)
+static int pd_http__on_header_value(llhttp_t *p, const char *at, size_t len)
 {
-    http__conn_t *c = p->data;
-    http_request_t *r = c->cur;
+    pd_http__conn_t *c = p->data;
+    pd_http_request_t *r = c->cur;
 
-    if (http__count(c, len))
+    if (pd_http__count(c, len))
         return -1;
     r->last_was_value = 1;
-    return http__str_append(&r->headers[r->n_headers - 1].value, at, len)
+    return pd_http__str_append(&r->headers[r->n_headers - 1].value, at, len)
                ? (c->error_status = 500, -1)
                : 0;
 }
 
-static int http__on_headers_complete(llhttp_t *p)
+static int pd_http__on_headers_complete(llhttp_t *p)
 {
-    http__conn_t *c = p->data;
-    http_request_t *r = c->cur;
+    pd_http__conn_t *c = p->data;
+    pd_http_request_t *r = c->cur;
     const char *url = r->url.p ? r->url.p : "";
     const char *q = strchr(url, '?');
     const char *expect;
@@ -654,64 +654,64 @@ static int http__on_headers_complete(llhttp_t *p)
         c->error_status = 413;
         return -1;
     }
-    expect = http_request_header(r, "Expect");
+    expect = pd_http_request_header(r, "Expect");
     if (expect && strcasecmp(expect, "100-continue") == 0 && p->http_major == 1 &&
         p->http_minor == 1)
-        http__send(c, "HTTP/1.1 100 Continue\r\n\r\n", 25, NULL, 0, NULL, 0);
+        pd_http__send(c, "HTTP/1.1 100 Continue\r\n\r\n", 25, NULL, 0, NULL, 0);
     return 0;
 }
 
-static int http__on_body(llhttp_t *p, const char *at, size_t len)
+static int pd_http__on_body(llhttp_t *p, const char *at, size_t len)
 {
-    http__conn_t *c = p->data;
-    http_request_t *r = c->cur;
+    pd_http__conn_t *c = p->data;
+    pd_http_request_t *r = c->cur;
 
     if (r->body.len + len > c->srv->params.max_body) {
         c->error_status = 413;
         return -1;
     }
-    return http__str_append(&r->body, at, len) ? (c->error_status = 500, -1) : 0;
+    return pd_http__str_append(&r->body, at, len) ? (c->error_status = 500, -1) : 0;
 }
 
-static int http__on_message_complete(llhttp_t *p)
+static int pd_http__on_message_complete(llhttp_t *p)
 {
-    http__conn_t *c = p->data;
-    http_request_t *r = c->cur;
+    pd_http__conn_t *c = p->data;
+    pd_http_request_t *r = c->cur;
 
     r->keep_alive = llhttp_should_keep_alive(p);
     r->http10 = p->http_major == 1 && p->http_minor == 0;
-    r->state = HTTP__HANDLING;
+    r->state = PD_HTTP__HANDLING;
     return HPE_PAUSED; /* one request at a time: resume when this one is finished */
 }
 
-static const llhttp_settings_t http__settings = {
-    .on_message_begin = http__on_message_begin,
-    .on_url = http__on_url,
-    .on_header_field = http__on_header_field,
-    .on_header_value = http__on_header_value,
-    .on_headers_complete = http__on_headers_complete,
-    .on_body = http__on_body,
-    .on_message_complete = http__on_message_complete,
+static const llhttp_settings_t pd_http__settings = {
+    .on_message_begin = pd_http__on_message_begin,
+    .on_url = pd_http__on_url,
+    .on_header_field = pd_http__on_header_field,
+    .on_header_value = pd_http__on_header_value,
+    .on_headers_complete = pd_http__on_headers_complete,
+    .on_body = pd_http__on_body,
+    .on_message_complete = pd_http__on_message_complete,
 };
 
 /* Whether prefix matches path: all of it, or up to a '/'. */
-static int http__prefix_match(const http__route_t *rt, const char *path)
+static int pd_http__prefix_match(const pd_http__route_t *rt, const char *path)
 {
     if (strncmp(path, rt->prefix, rt->plen) != 0)
         return 0;
     return path[rt->plen] == 0 || path[rt->plen] == '/' || rt->prefix[rt->plen - 1] == '/';
 }
 
-static void http__dispatch(http__conn_t *c)
+static void pd_http__dispatch(pd_http__conn_t *c)
 {
-    http_request_t *r = c->cur;
-    const http__route_t *best = NULL;
+    pd_http_request_t *r = c->cur;
+    const pd_http__route_t *best = NULL;
     int path_matched = 0;
     char msg[256];
 
     for (size_t i = 0; i < c->srv->n_routes; i++) {
-        const http__route_t *rt = &c->srv->routes[i];
-        if (!http__prefix_match(rt, r->path))
+        const pd_http__route_t *rt = &c->srv->routes[i];
+        if (!pd_http__prefix_match(rt, r->path))
             continue;
         path_matched = 1;
         if (rt->method && strcmp(rt->method, r->method) != 0)
@@ -726,13 +726,13 @@ static void http__dispatch(http__conn_t *c)
     snprintf(msg, sizeof msg, "%s %.200s: %s", r->method, r->path,
              path_matched ? "method not allowed" : "no such route");
     if (path_matched)
-        http__respond_error_status(r, 405, "method_not_allowed", msg);
+        pd_http__respond_error_status(r, 405, "method_not_allowed", msg);
     else
-        http_respond_error(r, PD_ERR_NOT_FOUND, msg);
+        pd_http_respond_error(r, PD_ERR_NOT_FOUND, msg);
 }
 
 /* Answers a request the parser rejected and closes the connection after the answer. */
-static void http__reject(http__conn_t *c, int status, const char *reason)
+static void pd_http__reject(pd_http__conn_t *c, int status, const char *reason)
 {
     char *text;
     char head[256];
@@ -740,25 +740,25 @@ static void http__reject(http__conn_t *c, int status, const char *reason)
     const char *code = status == 413 ? "too_long" : status == 431 ? "too_long" : "format";
 
     pd_log_debug("http: rejecting a request with %d: %s", status, reason);
-    text = http__error_body(status, status == 500 ? "internal" : code, reason);
+    text = pd_http__error_body(status, status == 500 ? "internal" : code, reason);
     n = snprintf(head, sizeof head,
                  "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
                  "Connection: close\r\n\r\n",
-                 status, http_status_reason(status), text ? strlen(text) : 0);
-    http__send(c, head, (size_t)n, text, text ? strlen(text) : 0, NULL, 0);
+                 status, pd_http_status_reason(status), text ? strlen(text) : 0);
+    pd_http__send(c, head, (size_t)n, text, text ? strlen(text) : 0, NULL, 0);
     free(text);
-    http__request_free(c->cur);
+    pd_http__request_free(c->cur);
     c->cur = NULL;
-    http__conn_close(c, 1);
+    pd_http__conn_close(c, 1);
 }
 
 /* Parses buffered input until a request is handed out, the buffer is empty, or an error. */
-static void http__process(http__conn_t *c)
+static void pd_http__process(pd_http__conn_t *c)
 {
     if (c->in_process)
         return;
     c->in_process = 1;
-    while (!c->closing && !(c->cur && c->cur->state != HTTP__PARSING) && c->in.len > 0) {
+    while (!c->closing && !(c->cur && c->cur->state != PD_HTTP__PARSING) && c->in.len > 0) {
         llhttp_errno_t err;
         size_t used;
 
@@ -771,7 +771,7 @@ static void http__process(http__conn_t *c)
             used = (size_t)(llhttp_get_error_pos(&c->parser) - c->in.p);
         } else {
             int status = c->error_status ? c->error_status : 400;
-            http__reject(c, status,
+            pd_http__reject(c, status,
                          status == 413   ? "request body too large"
                          : status == 431 ? "request headers too large"
                          : status == 500 ? "out of memory"
@@ -781,19 +781,19 @@ static void http__process(http__conn_t *c)
         memmove(c->in.p, c->in.p + used, c->in.len - used);
         c->in.len -= used;
         if (err == HPE_PAUSED)
-            http__dispatch(c); /* may finish synchronously; the loop then goes on */
+            pd_http__dispatch(c); /* may finish synchronously; the loop then goes on */
     }
     c->in_process = 0;
     if (!c->closing && !c->reading && c->in.len < c->srv->params.max_body) {
-        http__start_reading(c); /* reading was stopped while pipelined input piled up */
+        pd_http__start_reading(c); /* reading was stopped while pipelined input piled up */
     }
 }
 
 /* ==== accepting and reading ==== */
 
-static void http__alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+static void pd_http__alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
-    http__conn_t *c = h->data;
+    pd_http__conn_t *c = h->data;
     (void)suggested;
     if (c->in.cap - c->in.len < 16384) {
         size_t cap = c->in.cap ? c->in.cap * 2 : 16384;
@@ -808,19 +808,19 @@ static void http__alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     *buf = uv_buf_init(c->in.p + c->in.len, (unsigned)(c->in.cap - c->in.len - 1));
 }
 
-static void http__on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+static void pd_http__on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
-    http__conn_t *c = s->data;
+    pd_http__conn_t *c = s->data;
     (void)buf;
 
     if (nread < 0) {
         if (nread != UV_EOF)
             pd_log_debug("http: read failed: %s", uv_strerror((int)nread));
-        http__conn_close(c, 0);
+        pd_http__conn_close(c, 0);
         return;
     }
     c->in.len += (size_t)nread;
-    if (c->cur && c->cur->state != HTTP__PARSING) {
+    if (c->cur && c->cur->state != PD_HTTP__PARSING) {
         /* Pipelined data while a request is handled: keep it, and stop reading when it piles up
          * (reading continues to notice a disconnect as long as it does not). */
         if (c->in.len > c->srv->params.max_body + c->srv->params.max_headers) {
@@ -829,19 +829,19 @@ static void http__on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         }
         return;
     }
-    http__process(c);
+    pd_http__process(c);
 }
 
-static void http__start_reading(http__conn_t *c)
+static void pd_http__start_reading(pd_http__conn_t *c)
 {
-    if (uv_read_start((uv_stream_t *)&c->tcp, http__alloc, http__on_read) == 0)
+    if (uv_read_start((uv_stream_t *)&c->tcp, pd_http__alloc, pd_http__on_read) == 0)
         c->reading = 1;
 }
 
-static void http__on_connection(uv_stream_t *server, int status)
+static void pd_http__on_connection(uv_stream_t *server, int status)
 {
-    http_server_t *srv = server->data;
-    http__conn_t *c;
+    pd_http_server_t *srv = server->data;
+    pd_http__conn_t *c;
 
     if (status < 0) {
         pd_log_error("http: accept failed: %s", uv_strerror(status));
@@ -862,21 +862,21 @@ static void http__on_connection(uv_stream_t *server, int status)
     srv->conns = c;
     if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
         c->closing = 1;
-        uv_close((uv_handle_t *)&c->tcp, http__on_closed);
+        uv_close((uv_handle_t *)&c->tcp, pd_http__on_closed);
         return;
     }
     uv_tcp_nodelay(&c->tcp, 1);
-    llhttp_init(&c->parser, HTTP_REQUEST, &http__settings);
+    llhttp_init(&c->parser, HTTP_REQUEST, &pd_http__settings);
     c->parser.data = c;
-    http__start_reading(c);
+    pd_http__start_reading(c);
 }
 
 /* ==== server ==== */
 
-pd_status_t http_server_create(uv_loop_t *loop, const http_server_params_t *params,
-                               http_server_t **srv_p)
+pd_status_t pd_http_server_create(uv_loop_t *loop, const pd_http_server_params_t *params,
+                               pd_http_server_t **srv_p)
 {
-    http_server_t *srv = calloc(1, sizeof *srv);
+    pd_http_server_t *srv = calloc(1, sizeof *srv);
 
     if (!srv) {
         pd_log_error("http: out of memory for the server");
@@ -886,17 +886,17 @@ pd_status_t http_server_create(uv_loop_t *loop, const http_server_params_t *para
     if (params)
         srv->params = *params;
     if (!srv->params.max_body)
-        srv->params.max_body = HTTP__DEFAULT_MAX_BODY;
+        srv->params.max_body = PD_HTTP__DEFAULT_MAX_BODY;
     if (!srv->params.max_headers)
-        srv->params.max_headers = HTTP__DEFAULT_MAX_HEADERS;
+        srv->params.max_headers = PD_HTTP__DEFAULT_MAX_HEADERS;
     *srv_p = srv;
     return PD_OK;
 }
 
-pd_status_t http_server_route(http_server_t *srv, const char *method, const char *path_prefix,
-                              http_handler_fn fn, void *user)
+pd_status_t pd_http_server_route(pd_http_server_t *srv, const char *method, const char *path_prefix,
+                              pd_http_handler_fn fn, void *user)
 {
-    http__route_t rt = {0};
+    pd_http__route_t rt = {0};
 
     if (!path_prefix || path_prefix[0] != '/' || !fn) {
         pd_log_error("http: route '%s': the prefix must start with '/' and have a handler",
@@ -906,7 +906,7 @@ pd_status_t http_server_route(http_server_t *srv, const char *method, const char
     if (method && strcmp(method, "*") == 0)
         method = NULL;
     for (size_t i = 0; i < srv->n_routes; i++) {
-        http__route_t *o = &srv->routes[i];
+        pd_http__route_t *o = &srv->routes[i];
         if (strcmp(o->prefix, path_prefix) == 0 &&
             (o->method == method || (o->method && method && strcmp(o->method, method) == 0))) {
             o->fn = fn;
@@ -919,7 +919,7 @@ pd_status_t http_server_route(http_server_t *srv, const char *method, const char
     rt.plen = strlen(path_prefix);
     rt.fn = fn;
     rt.user = user;
-    http__route_t *routes = realloc(srv->routes, (srv->n_routes + 1) * sizeof *routes);
+    pd_http__route_t *routes = realloc(srv->routes, (srv->n_routes + 1) * sizeof *routes);
     if (!rt.prefix || (method && !rt.method) || !routes) {
         if (routes)
             srv->routes = routes;
@@ -933,14 +933,14 @@ pd_status_t http_server_route(http_server_t *srv, const char *method, const char
     return PD_OK;
 }
 
-static void http__on_listener_closed(uv_handle_t *h)
+static void pd_http__on_listener_closed(uv_handle_t *h)
 {
-    http_server_t *srv = h->data;
+    pd_http_server_t *srv = h->data;
     srv->listener_open = 0;
-    http__server_maybe_free(srv);
+    pd_http__server_maybe_free(srv);
 }
 
-pd_status_t http_server_listen(http_server_t *srv, const char *host, int port, int *bound_port_p)
+pd_status_t pd_http_server_listen(pd_http_server_t *srv, const char *host, int port, int *bound_port_p)
 {
     struct sockaddr_storage addr;
     struct sockaddr_storage bound;
@@ -964,7 +964,7 @@ pd_status_t http_server_listen(http_server_t *srv, const char *host, int port, i
     rc = uv_tcp_bind(&srv->listener, (const struct sockaddr *)&addr, 0);
     if (rc == 0) {
         what = "listen";
-        rc = uv_listen((uv_stream_t *)&srv->listener, 256, http__on_connection);
+        rc = uv_listen((uv_stream_t *)&srv->listener, 256, pd_http__on_connection);
     }
     if (rc == 0) {
         what = "getsockname";
@@ -972,7 +972,7 @@ pd_status_t http_server_listen(http_server_t *srv, const char *host, int port, i
     }
     if (rc != 0) {
         pd_log_error("http: %s %s:%d: %s", what, host, port, uv_strerror(rc));
-        uv_close((uv_handle_t *)&srv->listener, http__on_listener_closed);
+        uv_close((uv_handle_t *)&srv->listener, pd_http__on_listener_closed);
         return rc == UV_EADDRINUSE ? PD_ERR_UNAVAILABLE : PD_ERR_IO;
     }
     if (bound_port_p)
@@ -982,16 +982,16 @@ pd_status_t http_server_listen(http_server_t *srv, const char *host, int port, i
     return PD_OK;
 }
 
-void http_server_destroy(http_server_t *srv)
+void pd_http_server_destroy(pd_http_server_t *srv)
 {
     if (!srv)
         return;
     srv->destroyed = 1;
     if (srv->listener_open && !uv_is_closing((uv_handle_t *)&srv->listener))
-        uv_close((uv_handle_t *)&srv->listener, http__on_listener_closed);
-    for (http__conn_t *c = srv->conns, *next; c; c = next) {
+        uv_close((uv_handle_t *)&srv->listener, pd_http__on_listener_closed);
+    for (pd_http__conn_t *c = srv->conns, *next; c; c = next) {
         next = c->next;
-        http__conn_close(c, 0);
+        pd_http__conn_close(c, 0);
     }
-    http__server_maybe_free(srv);
+    pd_http__server_maybe_free(srv);
 }

@@ -10,14 +10,14 @@
  * finished).
  *
  * A handler gets the request when its body is complete and must finish it exactly once, now or
- * later from the loop thread: http_respond, http_respond_json, http_respond_error, or
- * http_stream_begin ... http_stream_end. The request stays valid until then, even when the client
- * disconnects first: the close callback (http_request_set_close_cb) is called once, writes return
+ * later from the loop thread: pd_http_respond, pd_http_respond_json, pd_http_respond_error, or
+ * pd_http_stream_begin ... pd_http_stream_end. The request stays valid until then, even when the client
+ * disconnects first: the close callback (pd_http_request_set_close_cb) is called once, writes return
  * PD_ERR_CANCELLED, and finishing only frees the request. Body, headers and path stay valid for
  * the request's lifetime.
  *
  * Loop thread only: every function here must be called on the thread running the loop (compute
- * threads hand results back with uv_async_send). http_server_destroy closes the listener and every
+ * threads hand results back with uv_async_send). pd_http_server_destroy closes the listener and every
  * connection; the loop must run afterwards so the close callbacks complete (uv_run until it
  * returns 0, then uv_loop_close() == 0). The server's memory is released once all its handles are
  * closed and every request handed to a handler has been finished.
@@ -32,114 +32,114 @@
 
 #include "status.h"
 
-typedef struct http_server http_server_t;
-typedef struct http_request http_request_t;
+typedef struct pd_http_server pd_http_server_t;
+typedef struct pd_http_request pd_http_request_t;
 
 /* Called on the loop thread with a complete request; see the finishing rule above. */
-typedef void (*http_handler_fn)(http_request_t *req, void *user);
+typedef void (*pd_http_handler_fn)(pd_http_request_t *req, void *user);
 
 /* Called on the loop thread, at most once, when the client of an unfinished request goes away
  * (disconnect, reset, failed write, server destroyed). The handler should cancel its work and
  * finish the request (which then only frees it); it may do so inside this callback. */
-typedef void (*http_close_fn)(http_request_t *req, void *arg);
+typedef void (*pd_http_close_fn)(pd_http_request_t *req, void *arg);
 
 typedef struct {
     size_t max_body;    /* bytes of request body; 0: 1 MiB */
     size_t max_headers; /* bytes of request line + header fields; 0: 64 KiB */
-} http_server_params_t;
+} pd_http_server_params_t;
 
 /* Creates a server on loop (params NULL: defaults). Returns PD_OK or PD_ERR_NOMEM; *srv_p is
- * written only on success. Nothing is opened until http_server_listen. */
-pd_status_t http_server_create(uv_loop_t *loop, const http_server_params_t *params,
-                               http_server_t **srv_p);
+ * written only on success. Nothing is opened until pd_http_server_listen. */
+pd_status_t pd_http_server_create(uv_loop_t *loop, const pd_http_server_params_t *params,
+                               pd_http_server_t **srv_p);
 
 /* Adds a route: method ("GET", "POST"; NULL or "*" for any) and a path prefix starting with '/'
  * ("/" alone matches everything). The same method and prefix twice replaces the handler.
  * Returns PD_OK, PD_ERR_INVALID (bad prefix), PD_ERR_NOMEM; on failure routes are unchanged. */
-pd_status_t http_server_route(http_server_t *srv, const char *method, const char *path_prefix,
-                              http_handler_fn fn, void *user);
+pd_status_t pd_http_server_route(pd_http_server_t *srv, const char *method, const char *path_prefix,
+                              pd_http_handler_fn fn, void *user);
 
 /* Binds host (IPv4 or IPv6 literal) and port (0: ephemeral) and starts accepting. Returns PD_OK,
  * PD_ERR_INVALID (bad address, already listening), PD_ERR_UNAVAILABLE (address in use),
  * PD_ERR_IO (other socket errors, logged with the address); *bound_port_p (may be NULL) gets the
  * port actually bound, written only on success. On failure the server is not listening; destroy
  * it. */
-pd_status_t http_server_listen(http_server_t *srv, const char *host, int port, int *bound_port_p);
+pd_status_t pd_http_server_listen(pd_http_server_t *srv, const char *host, int port, int *bound_port_p);
 
 /* Stops accepting, closes every connection (close callbacks of unfinished requests run now) and
  * releases the server once the loop has closed its handles; NULL is accepted. */
-void http_server_destroy(http_server_t *srv);
+void pd_http_server_destroy(pd_http_server_t *srv);
 
 /* ==== requests ==== */
 
 /* "GET", "POST", ... */
-const char *http_request_method(const http_request_t *req);
+const char *pd_http_request_method(const pd_http_request_t *req);
 
 /* The path of the request target, without the query ("/v1/completions"); not percent-decoded. */
-const char *http_request_path(const http_request_t *req);
+const char *pd_http_request_path(const pd_http_request_t *req);
 
 /* The query after '?', without it; "" when there is none. */
-const char *http_request_query(const http_request_t *req);
+const char *pd_http_request_query(const pd_http_request_t *req);
 
 /* Returns the value of the first header called name (case-insensitive), or NULL. */
-const char *http_request_header(const http_request_t *req, const char *name);
+const char *pd_http_request_header(const pd_http_request_t *req, const char *name);
 
 /* Returns the body (NUL-terminated for convenience, may hold NULs) and its length in *len_p. */
-const char *http_request_body(const http_request_t *req, size_t *len_p);
+const char *pd_http_request_body(const pd_http_request_t *req, size_t *len_p);
 
 /* Parses the body as JSON. Returns PD_OK or PD_ERR_FORMAT (not JSON; nothing logged, the caller
  * decides what a bad body is); *json_p (a new reference) is written only on success. */
-pd_status_t http_request_json(const http_request_t *req, json_t **json_p);
+pd_status_t pd_http_request_json(const pd_http_request_t *req, json_t **json_p);
 
 /* Nonzero when the connection stays open after this request. */
-int http_request_keep_alive(const http_request_t *req);
+int pd_http_request_keep_alive(const pd_http_request_t *req);
 
 /* Nonzero once the client has gone away. */
-int http_request_gone(const http_request_t *req);
+int pd_http_request_gone(const pd_http_request_t *req);
 
 /* Bytes written to the socket's queue and not yet sent (for back-pressure while streaming). */
-size_t http_request_pending_bytes(const http_request_t *req);
+size_t pd_http_request_pending_bytes(const pd_http_request_t *req);
 
 /* Sets (fn NULL: clears) the callback told when the client goes away before the request is
  * finished. Setting it after the client has gone does not call it. */
-void http_request_set_close_cb(http_request_t *req, http_close_fn fn, void *arg);
+void pd_http_request_set_close_cb(pd_http_request_t *req, pd_http_close_fn fn, void *arg);
 
 /* ==== responses: each finishes the request (it must not be used afterwards) ==== */
 
 /* Sends a complete response with Content-Length. Returns PD_OK, PD_ERR_CANCELLED (client gone),
  * PD_ERR_INVALID (the request was streaming: it is not finished then), PD_ERR_NOMEM or
  * PD_ERR_TRANSPORT (the connection is closed). */
-pd_status_t http_respond(http_request_t *req, int status, const char *content_type,
+pd_status_t pd_http_respond(pd_http_request_t *req, int status, const char *content_type,
                          const void *body, size_t len);
 
 /* Sends body (steals the reference; NULL sends a 500 error) as application/json. Same returns. */
-pd_status_t http_respond_json(http_request_t *req, int status, json_t *body);
+pd_status_t pd_http_respond_json(pd_http_request_t *req, int status, json_t *body);
 
 /* Sends {"error": {"message": message, "type": ..., "code": ...}} with the HTTP status
  * pd_status_http_code(st); type is "invalid_request_error" (4xx), "rate_limit_error" (429) or
  * "server_error" (5xx), code is the status name in lowercase without PD_/ERR_ ("not_found").
  * message NULL: pd_status_str(st). Same returns. */
-pd_status_t http_respond_error(http_request_t *req, pd_status_t st, const char *message);
+pd_status_t pd_http_respond_error(pd_http_request_t *req, pd_status_t st, const char *message);
 
 /* Sends the status line and headers of a streamed response (chunked transfer encoding; for an
  * HTTP/1.0 client the body is raw and the connection closes at the end). Does not finish the
  * request. Returns PD_OK, PD_ERR_CANCELLED, PD_ERR_INVALID (already begun), PD_ERR_NOMEM,
  * PD_ERR_TRANSPORT. */
-pd_status_t http_stream_begin(http_request_t *req, int status, const char *content_type);
+pd_status_t pd_http_stream_begin(pd_http_request_t *req, int status, const char *content_type);
 
-/* Sends len bytes as one chunk (len 0 sends nothing). Returns as http_stream_begin; PD_ERR_INVALID
+/* Sends len bytes as one chunk (len 0 sends nothing). Returns as pd_http_stream_begin; PD_ERR_INVALID
  * when the stream has not begun. */
-pd_status_t http_stream_write(http_request_t *req, const void *data, size_t len);
+pd_status_t pd_http_stream_write(pd_http_request_t *req, const void *data, size_t len);
 
-/* Sends one server-sent event "data: <json_text>\n\n". Returns as http_stream_write. */
-pd_status_t http_stream_sse(http_request_t *req, const char *json_text);
+/* Sends one server-sent event "data: <json_text>\n\n". Returns as pd_http_stream_write. */
+pd_status_t pd_http_stream_sse(pd_http_request_t *req, const char *json_text);
 
 /* Ends the stream (the last chunk) and finishes the request; after a disconnect it only frees.
  * Returns PD_OK, PD_ERR_CANCELLED, PD_ERR_INVALID (not streaming: the request is not finished),
  * PD_ERR_TRANSPORT. */
-pd_status_t http_stream_end(http_request_t *req);
+pd_status_t pd_http_stream_end(pd_http_request_t *req);
 
 /* Returns the reason phrase of an HTTP status ("Not Found"), "Unknown" for others. */
-const char *http_status_reason(int status);
+const char *pd_http_status_reason(int status);
 
 #endif

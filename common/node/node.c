@@ -65,34 +65,34 @@ void node_stats_fill(node_stats_t *s, const cluster_node_t *node, Pdserve__V1__N
 }
 
 pd_status_t node_serve(uv_loop_t *loop, const cluster_node_t *node,
-                       const ProtobufCServiceDescriptor *desc, const grpc_method_fn *handlers,
-                       void *user, grpc_server_t **srv_p, grpc_health_t **health_p, int *port_p)
+                       const ProtobufCServiceDescriptor *desc, const pd_grpc_method_fn *handlers,
+                       void *user, pd_grpc_server_t **srv_p, pd_grpc_health_t **health_p, int *port_p)
 {
-    grpc_server_t *srv = NULL;
-    grpc_health_t *health = NULL;
+    pd_grpc_server_t *srv = NULL;
+    pd_grpc_health_t *health = NULL;
     pd_status_t st;
 
-    if ((st = grpc_server_create(loop, NULL, &srv)) != PD_OK)
+    if ((st = pd_grpc_server_create(loop, NULL, &srv)) != PD_OK)
         return st;
-    if ((st = grpc_server_add_service(srv, desc, handlers, user)) != PD_OK ||
-        (st = grpc_health_create(srv, &health)) != PD_OK)
+    if ((st = pd_grpc_server_add_service(srv, desc, handlers, user)) != PD_OK ||
+        (st = pd_grpc_health_create(srv, &health)) != PD_OK)
         goto err;
     node_set_serving(health, desc, 0);
-    if ((st = grpc_server_listen(srv, node->host, node->port, port_p)) != PD_OK)
+    if ((st = pd_grpc_server_listen(srv, node->host, node->port, port_p)) != PD_OK)
         goto err;
     *srv_p = srv;
     *health_p = health;
     return PD_OK;
 err:
-    grpc_server_destroy(srv);
-    grpc_health_destroy(health);
+    pd_grpc_server_destroy(srv);
+    pd_grpc_health_destroy(health);
     return st;
 }
 
-void node_set_serving(grpc_health_t *health, const ProtobufCServiceDescriptor *desc, int serving)
+void node_set_serving(pd_grpc_health_t *health, const ProtobufCServiceDescriptor *desc, int serving)
 {
     int v = serving ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
                     : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
-    grpc_health_set(health, "", v);
-    grpc_health_set(health, desc->name, v);
+    pd_grpc_health_set(health, "", v);
+    pd_grpc_health_set(health, desc->name, v);
 }

@@ -45,10 +45,10 @@ typedef struct {
  * their argument) and grpc.health.v1.Health, NOT_SERVING for "" and desc's full name until
  * node_set_serving(). On error nothing is left running. PD_ERR_IO (port), PD_ERR_NOMEM. */
 pd_status_t node_serve(uv_loop_t *loop, const cluster_node_t *node,
-                       const ProtobufCServiceDescriptor *desc, const grpc_method_fn *handlers,
-                       void *user, grpc_server_t **srv_p, grpc_health_t **health_p, int *port_p);
+                       const ProtobufCServiceDescriptor *desc, const pd_grpc_method_fn *handlers,
+                       void *user, pd_grpc_server_t **srv_p, pd_grpc_health_t **health_p, int *port_p);
 
 /* Marks the node (and desc's service) SERVING or NOT_SERVING in its health service. */
-void node_set_serving(grpc_health_t *health, const ProtobufCServiceDescriptor *desc, int serving);
+void node_set_serving(pd_grpc_health_t *health, const ProtobufCServiceDescriptor *desc, int serving);
 
 #endif

@@ -136,7 +136,7 @@ static void pdctl__rpc_done(void *arg, int code, const char *msg, ProtobufCMessa
 static void pdctl__rpc_run(pdctl_rpc_t *rpcs, size_t n)
 {
     uv_loop_t loop;
-    grpc_client_t **cl = calloc(n ? n : 1, sizeof *cl);
+    pd_grpc_client_t **cl = calloc(n ? n : 1, sizeof *cl);
     size_t pending = 0;
 
     PD_ASSERT(cl && uv_loop_init(&loop) == 0);
@@ -144,13 +144,13 @@ static void pdctl__rpc_run(pdctl_rpc_t *rpcs, size_t n)
         pdctl_rpc_t *r = &rpcs[i];
         if (r->done)
             continue; /* skipped by the caller */
-        pd_status_t st = grpc_client_create(&loop, r->host, r->port, &cl[i]);
+        pd_status_t st = pd_grpc_client_create(&loop, r->host, r->port, &cl[i]);
         if (st == PD_OK)
-            st = grpc_client_unary(cl[i], r->path, r->req, r->desc, r->timeout_ms, pdctl__rpc_done,
+            st = pd_grpc_client_unary(cl[i], r->path, r->req, r->desc, r->timeout_ms, pdctl__rpc_done,
                                    r, NULL);
         if (st != PD_OK) {
             r->done = 1;
-            r->code = GRPC_INTERNAL;
+            r->code = PD_GRPC_INTERNAL;
             snprintf(r->msg, sizeof r->msg, "cannot start call: %s", pd_status_str(st));
         }
     }
@@ -163,7 +163,7 @@ static void pdctl__rpc_run(pdctl_rpc_t *rpcs, size_t n)
         uv_run(&loop, UV_RUN_ONCE);
     }
     for (size_t i = 0; i < n; i++)
-        grpc_client_destroy(cl[i]);
+        pd_grpc_client_destroy(cl[i]);
     uv_run(&loop, UV_RUN_DEFAULT);
     if (uv_loop_close(&loop) != 0)
         pd_log_warn("rpc batch: loop still has handles at close");
@@ -198,11 +198,11 @@ typedef struct {
 static const char *pdctl__health_name(int status)
 {
     switch (status) {
-    case GRPC_HEALTH_SERVING:
+    case PD_GRPC_HEALTH_SERVING:
         return "SERVING";
-    case GRPC_HEALTH_NOT_SERVING:
+    case PD_GRPC_HEALTH_NOT_SERVING:
         return "NOT_SERVING";
-    case GRPC_HEALTH_SERVICE_UNKNOWN:
+    case PD_GRPC_HEALTH_SERVICE_UNKNOWN:
         return "SERVICE_UNKNOWN";
     default:
         return "UNKNOWN";
@@ -214,23 +214,23 @@ static void pdctl__target_health(pdctl_target_t *t, const pdctl_rpc_t *r)
 {
     t->serving = 0;
     t->detail[0] = 0;
-    if (r->code == GRPC_OK) {
+    if (r->code == PD_GRPC_OK) {
         int s = ((Grpc__Health__V1__HealthCheckResponse *)r->resp)->status;
         t->status = pdctl__health_name(s);
-        t->serving = s == GRPC_HEALTH_SERVING;
+        t->serving = s == PD_GRPC_HEALTH_SERVING;
         return;
     }
     switch (r->code) {
-    case GRPC_UNAVAILABLE:
+    case PD_GRPC_UNAVAILABLE:
         t->status = "UNREACHABLE";
         break;
-    case GRPC_DEADLINE_EXCEEDED:
+    case PD_GRPC_DEADLINE_EXCEEDED:
         t->status = "TIMEOUT";
         break;
-    case GRPC_NOT_FOUND:
+    case PD_GRPC_NOT_FOUND:
         t->status = "SERVICE_UNKNOWN";
         break;
-    case GRPC_UNIMPLEMENTED:
+    case PD_GRPC_UNIMPLEMENTED:
         t->status = "NO_HEALTH_SERVICE";
         break;
     default:
@@ -243,7 +243,7 @@ static void pdctl__target_health(pdctl_target_t *t, const pdctl_rpc_t *r)
 static void pdctl__target_stats(pdctl_target_t *t, const pdctl_rpc_t *r)
 {
     const Pdserve__V1__NodeStats *s = (const void *)r->resp;
-    if (r->code != GRPC_OK || t->has_stats)
+    if (r->code != PD_GRPC_OK || t->has_stats)
         return;
     t->has_stats = 1;
     t->stats = *s;
@@ -306,7 +306,7 @@ static void pdctl__probe(pdctl_target_t *ts, size_t n, int64_t timeout_ms, int w
     pdctl__rpc_run(r, nr);
     for (size_t i = 0; i < n; i++) {
         pdctl_rpc_t *h = &r[3 * i];
-        if (h->code == GRPC_NOT_FOUND && ts[i].service) {
+        if (h->code == PD_GRPC_NOT_FOUND && ts[i].service) {
             /* the server does not name this service: ask about the whole server */
             pdctl_rpc_t again = *h;
             again.req = &hreq[0].base;
@@ -969,7 +969,7 @@ typedef struct {
     uint32_t prompt_tokens, completion_tokens;
     int done, code;
     char msg[512];
-    grpc_client_call_t *call;
+    pd_grpc_client_call_t *call;
     uv_signal_t sig;
 } pdctl_gen_t;
 
@@ -1024,12 +1024,12 @@ static void pdctl__gen_on_sigint(uv_signal_t *h, int signum)
     pdctl_gen_t *g = h->data;
     (void)signum;
     if (g->call)
-        grpc_client_call_cancel(g->call);
+        pd_grpc_client_call_cancel(g->call);
 }
 
 /* Connects to --router and runs one call on a private loop; the caller fills what it needs. */
 static int pdctl__router_client(const char *cmd, const char *router, uv_loop_t *loop,
-                                grpc_client_t **c_p)
+                                pd_grpc_client_t **c_p)
 {
     char host[CLUSTER_HOST_MAX];
     int port;
@@ -1038,18 +1038,18 @@ static int pdctl__router_client(const char *cmd, const char *router, uv_loop_t *
         return -1;
     }
     PD_ASSERT(uv_loop_init(loop) == 0);
-    if (grpc_client_create(loop, pdctl_host_connect_name(host), port, c_p) != PD_OK) {
+    if (pd_grpc_client_create(loop, pdctl_host_connect_name(host), port, c_p) != PD_OK) {
         fprintf(stderr, "pdctl %s: out of memory\n", cmd);
         uv_loop_close(loop);
         return -1;
     }
-    grpc_client_set_max_recv(*c_p, 64u << 20);
+    pd_grpc_client_set_max_recv(*c_p, 64u << 20);
     return 0;
 }
 
-static void pdctl__router_close(uv_loop_t *loop, grpc_client_t *c)
+static void pdctl__router_close(uv_loop_t *loop, pd_grpc_client_t *c)
 {
-    grpc_client_destroy(c);
+    pd_grpc_client_destroy(c);
     uv_run(loop, UV_RUN_DEFAULT);
     uv_loop_close(loop);
 }
@@ -1078,7 +1078,7 @@ int pdctl_generate_router(int argc, char **argv)
     long max_tokens = 16, timeout_ms = 0, top_k = 0;
     pdctl_gen_t g;
     uv_loop_t loop;
-    grpc_client_t *c;
+    pd_grpc_client_t *c;
     int rc = 1;
 
     memset(&g, 0, sizeof g);
@@ -1144,7 +1144,7 @@ int pdctl_generate_router(int argc, char **argv)
     uv_signal_init(&loop, &g.sig);
     g.sig.data = &g;
     uv_signal_start(&g.sig, pdctl__gen_on_sigint, SIGINT);
-    if (grpc_client_stream(c, "/pdserve.v1.Inference/Generate", &req.base,
+    if (pd_grpc_client_stream(c, "/pdserve.v1.Inference/Generate", &req.base,
                            &pdserve__v1__generate_response__descriptor, timeout_ms, pdctl__gen_msg,
                            pdctl__gen_done, &g, &g.call) != PD_OK) {
         fprintf(stderr, "pdctl generate: cannot start the call\n");
@@ -1155,11 +1155,11 @@ int pdctl_generate_router(int argc, char **argv)
         uv_run(&loop, UV_RUN_ONCE);
     if (!g.json && g.n_text)
         printf("\n");
-    if (g.code != GRPC_OK) {
+    if (g.code != PD_GRPC_OK) {
         fflush(stdout);
         fprintf(stderr, "pdctl generate: %s: %s\n", pdctl__grpc_code_name(g.code),
                 g.msg[0] ? g.msg : "(no message)");
-        rc = g.code == GRPC_CANCELLED ? 130 : 1;
+        rc = g.code == PD_GRPC_CANCELLED ? 130 : 1;
         goto out;
     }
     if (g.json)
@@ -1211,7 +1211,7 @@ int pdctl_models(int argc, char **argv)
     r.desc = &pdserve__v1__model_info__descriptor;
     r.timeout_ms = timeout_ms;
     pdctl__rpc_run(&r, 1);
-    if (r.code != GRPC_OK) {
+    if (r.code != PD_GRPC_OK) {
         fprintf(stderr, "pdctl models: %s: %s\n", pdctl__grpc_code_name(r.code),
                 r.msg[0] ? r.msg : "(no message)");
         return 1;

@@ -1,4 +1,4 @@
-/* libFuzzer target for grpc_wire's deframer: byte 0 picks the chunk size, byte 1 the message
+/* libFuzzer target for pd_grpc_wire's deframer: byte 0 picks the chunk size, byte 1 the message
  * limit; the rest is fed in chunks. Checks that every message fits the limit, that consumption
  * always progresses, and that nothing leaks after an error. */
 #include <stddef.h>
@@ -11,7 +11,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    grpc_wire_deframer_t d;
+    pd_grpc_wire_deframer_t d;
     size_t chunk, max;
 
     if (size < 2)
@@ -20,7 +20,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     max = (size_t)data[1] * 64;
     data += 2;
     size -= 2;
-    grpc_wire_deframer_init(&d, max);
+    pd_grpc_wire_deframer_init(&d, max);
     for (size_t off = 0; off < size;) {
         size_t c = size - off < chunk ? size - off : chunk;
         const uint8_t *p = data + off;
@@ -28,7 +28,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         while (c > 0) {
             const uint8_t *msg;
             size_t used, mlen;
-            if (grpc_wire_deframer_feed(&d, p, c, &used, &msg, &mlen) != PD_OK)
+            if (pd_grpc_wire_deframer_feed(&d, p, c, &used, &msg, &mlen) != PD_OK)
                 goto done;
             if (used > c || (used == 0 && !msg))
                 abort();
@@ -42,8 +42,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             c -= used;
         }
     }
-    (void)grpc_wire_deframer_partial(&d);
+    (void)pd_grpc_wire_deframer_partial(&d);
 done:
-    grpc_wire_deframer_deinit(&d);
+    pd_grpc_wire_deframer_deinit(&d);
     return 0;
 }

@@ -17,7 +17,7 @@
 
 static int failures;
 static uv_loop_t *loop;
-static grpc_client_t *client;
+static pd_grpc_client_t *client;
 static int port;
 
 #define CHECK(cond, ...)                                                                           \
@@ -34,7 +34,7 @@ typedef struct {
     int done, code, n_msgs;
     char msg[256];
     ProtobufCMessage *resp;
-    grpc_client_call_t *call;
+    pd_grpc_client_call_t *call;
     int cancel_after; /* stream: cancel after this many messages (0 = never) */
     uint64_t done_at;
 } result_t;
@@ -57,7 +57,7 @@ static void on_msg(void *arg, ProtobufCMessage *m)
     r->n_msgs++;
     protobuf_c_message_free_unpacked(m, NULL);
     if (r->cancel_after && r->n_msgs == r->cancel_after)
-        grpc_client_call_cancel(r->call);
+        pd_grpc_client_call_cancel(r->call);
 }
 
 static void on_done(void *arg, int code, const char *msg)
@@ -75,7 +75,7 @@ static void unary(const char *path, const ProtobufCMessage *req,
                   const ProtobufCMessageDescriptor *desc, int64_t timeout_ms, result_t *r)
 {
     memset(r, 0, sizeof *r);
-    pd_status_t st = grpc_client_unary(client, path, req, desc, timeout_ms, on_unary, r, &r->call);
+    pd_status_t st = pd_grpc_client_unary(client, path, req, desc, timeout_ms, on_unary, r, &r->call);
     CHECK(st == PD_OK, "start %s: %s", path, pd_status_str(st));
     wait_done(r);
 }
@@ -119,7 +119,7 @@ static void s_unary(void)
     free_resp(&r);
     /* unknown method */
     unary("/pdtest.Echo/Nope", &req.base, &pdtest__echo_reply__descriptor, 5000, &r);
-    CHECK(r.code == GRPC_UNIMPLEMENTED, "unknown method: code %d %s", r.code, r.msg);
+    CHECK(r.code == PD_GRPC_UNIMPLEMENTED, "unknown method: code %d %s", r.code, r.msg);
     free_resp(&r);
 }
 
@@ -130,19 +130,19 @@ static void s_stream(void)
 
     req.count = 50;
     req.payload_size = 1000;
-    grpc_client_stream(client, "/pdtest.Echo/Stream", &req.base, &pdtest__echo_reply__descriptor,
+    pd_grpc_client_stream(client, "/pdtest.Echo/Stream", &req.base, &pdtest__echo_reply__descriptor,
                        10000, on_msg, on_done, &r, &r.call);
     wait_done(&r);
     CHECK(r.code == 0 && r.n_msgs == 50, "code %d n %d %s", r.code, r.n_msgs, r.msg);
     /* a stream that ends with an error after 3 messages */
     memset(&r, 0, sizeof r);
     req.count = 3;
-    req.error_code = GRPC_RESOURCE_EXHAUSTED;
+    req.error_code = PD_GRPC_RESOURCE_EXHAUSTED;
     req.error_message = "out of pages";
-    grpc_client_stream(client, "/pdtest.Echo/Stream", &req.base, &pdtest__echo_reply__descriptor,
+    pd_grpc_client_stream(client, "/pdtest.Echo/Stream", &req.base, &pdtest__echo_reply__descriptor,
                        10000, on_msg, on_done, &r, &r.call);
     wait_done(&r);
-    CHECK(r.code == GRPC_RESOURCE_EXHAUSTED && r.n_msgs == 3 && strcmp(r.msg, "out of pages") == 0,
+    CHECK(r.code == PD_GRPC_RESOURCE_EXHAUSTED && r.n_msgs == 3 && strcmp(r.msg, "out of pages") == 0,
           "code %d n %d %s", r.code, r.n_msgs, r.msg);
 }
 
@@ -154,7 +154,7 @@ static void s_deadline(void)
 
     req.sleep_ms = 3000;
     unary("/pdtest.Echo/Unary", &req.base, &pdtest__echo_reply__descriptor, 300, &r);
-    CHECK(r.code == GRPC_DEADLINE_EXCEEDED, "code %d %s", r.code, r.msg);
+    CHECK(r.code == PD_GRPC_DEADLINE_EXCEEDED, "code %d %s", r.code, r.msg);
     CHECK(r.done_at - t0 < 2000, "took %llu ms", (unsigned long long)(r.done_at - t0));
     free_resp(&r);
     /* the server saw a deadline of about 300 ms */
@@ -176,10 +176,10 @@ static void s_cancel(void)
     req.count = 1000;
     req.delay_ms = 20;
     r.cancel_after = 3;
-    grpc_client_stream(client, "/pdtest.Echo/Stream", &req.base, &pdtest__echo_reply__descriptor,
+    pd_grpc_client_stream(client, "/pdtest.Echo/Stream", &req.base, &pdtest__echo_reply__descriptor,
                        20000, on_msg, on_done, &r, &r.call);
     wait_done(&r);
-    CHECK(r.code == GRPC_CANCELLED && r.n_msgs == 3, "code %d n %d", r.code, r.n_msgs);
+    CHECK(r.code == PD_GRPC_CANCELLED && r.n_msgs == 3, "code %d n %d", r.code, r.n_msgs);
     /* the server observes the cancel */
     int64_t after = before;
     for (int i = 0; i < 100 && after == before; i++) {
@@ -214,16 +214,16 @@ static void s_unavailable(void)
     result_t r, r2 = {0};
 
     /* two calls pending on the same failing connection: both get UNAVAILABLE */
-    grpc_client_unary(client, "/pdtest.Echo/Unary", &req.base, &pdtest__echo_reply__descriptor,
+    pd_grpc_client_unary(client, "/pdtest.Echo/Unary", &req.base, &pdtest__echo_reply__descriptor,
                       5000, on_unary, &r2, NULL);
     unary("/pdtest.Echo/Unary", &req.base, &pdtest__echo_reply__descriptor, 5000, &r);
     wait_done(&r2);
-    CHECK(r.code == GRPC_UNAVAILABLE, "code %d %s", r.code, r.msg);
-    CHECK(r2.code == GRPC_UNAVAILABLE, "code %d %s", r2.code, r2.msg);
+    CHECK(r.code == PD_GRPC_UNAVAILABLE, "code %d %s", r.code, r.msg);
+    CHECK(r2.code == PD_GRPC_UNAVAILABLE, "code %d %s", r2.code, r2.msg);
     free_resp(&r);
     /* and again: the client reconnects (and fails again) */
     unary("/pdtest.Echo/Unary", &req.base, &pdtest__echo_reply__descriptor, 5000, &r);
-    CHECK(r.code == GRPC_UNAVAILABLE, "code %d %s", r.code, r.msg);
+    CHECK(r.code == PD_GRPC_UNAVAILABLE, "code %d %s", r.code, r.msg);
     free_resp(&r);
 }
 
@@ -242,7 +242,7 @@ static void s_health(void)
     req.service = "no.such.Service";
     unary("/grpc.health.v1.Health/Check", &req.base,
           &grpc__health__v1__health_check_response__descriptor, 5000, &r);
-    CHECK(r.code == GRPC_NOT_FOUND, "unknown service: code %d %s", r.code, r.msg);
+    CHECK(r.code == PD_GRPC_NOT_FOUND, "unknown service: code %d %s", r.code, r.msg);
     free_resp(&r);
 }
 
@@ -250,11 +250,11 @@ static void s_metadata(void)
 {
     Pdtest__EchoRequest req = PDTEST__ECHO_REQUEST__INIT;
     result_t r = {0};
-    grpc_client_call_t *call;
+    pd_grpc_client_call_t *call;
 
-    grpc_client_unary(client, "/pdtest.Echo/Unary", &req.base, &pdtest__echo_reply__descriptor,
+    pd_grpc_client_unary(client, "/pdtest.Echo/Unary", &req.base, &pdtest__echo_reply__descriptor,
                       5000, on_unary, &r, &call);
-    CHECK(grpc_client_call_add_metadata(call, "x-test", "md-value-1") == PD_OK, "add md");
+    CHECK(pd_grpc_client_call_add_metadata(call, "x-test", "md-value-1") == PD_OK, "add md");
     wait_done(&r);
     CHECK(r.code == 0, "code %d", r.code);
     free_resp(&r);
@@ -273,7 +273,7 @@ static void s_many(void)
     req.payload_size = 100;
     req.delay_ms = 1;
     for (int i = 0; i < N; i++)
-        grpc_client_stream(client, "/pdtest.Echo/Stream", &req.base,
+        pd_grpc_client_stream(client, "/pdtest.Echo/Stream", &req.base,
                            &pdtest__echo_reply__descriptor, 20000, on_msg, on_done, &rs[i], NULL);
     for (int i = 0; i < N; i++) {
         wait_done(&rs[i]);
@@ -300,7 +300,7 @@ int main(int argc, char **argv)
     }
     port = atoi(argv[1]);
     loop = uv_default_loop();
-    if (grpc_client_create(loop, "127.0.0.1", port, &client) != PD_OK)
+    if (pd_grpc_client_create(loop, "127.0.0.1", port, &client) != PD_OK)
         return 2;
     for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++) {
         if (strcmp(argv[2], scenarios[i].name) != 0 &&
@@ -312,7 +312,7 @@ int main(int argc, char **argv)
         printf("%s %s\n", failures == before ? "ok" : "FAILED", scenarios[i].name);
     }
     CHECK(found, "unknown scenario %s", argv[2]);
-    grpc_client_destroy(client);
+    pd_grpc_client_destroy(client);
     uv_run(loop, UV_RUN_DEFAULT);
     rc = uv_loop_close(loop);
     CHECK(rc == 0, "uv_loop_close: %s", uv_strerror(rc));

@@ -15,8 +15,8 @@
 #include "grpc_server.h"
 #include "log.h"
 
-static grpc_server_t *srv;
-static grpc_health_t *health;
+static pd_grpc_server_t *srv;
+static pd_grpc_health_t *health;
 static echo_service_t *echo;
 static uv_signal_t sig_term, sig_int;
 
@@ -24,9 +24,9 @@ static void on_signal(uv_signal_t *s, int signum)
 {
     (void)s;
     pd_log_info("test server: signal %d, stopping", signum);
-    grpc_server_destroy(srv);
+    pd_grpc_server_destroy(srv);
     srv = NULL;
-    grpc_health_destroy(health);
+    pd_grpc_health_destroy(health);
     health = NULL;
     uv_close((uv_handle_t *)&sig_term, NULL);
     uv_close((uv_handle_t *)&sig_int, NULL);
@@ -34,7 +34,7 @@ static void on_signal(uv_signal_t *s, int signum)
 
 int main(int argc, char **argv)
 {
-    grpc_server_params_t params = {0};
+    pd_grpc_server_params_t params = {0};
     uv_loop_t *loop = uv_default_loop();
     int port = 0, bound = 0, rc;
 
@@ -47,10 +47,10 @@ int main(int argc, char **argv)
             params.send_high_watermark = (size_t)atol(argv[i + 1]);
     }
     signal(SIGPIPE, SIG_IGN);
-    if (grpc_server_create(loop, &params, &srv) != PD_OK ||
-        grpc_health_create(srv, &health) != PD_OK ||
+    if (pd_grpc_server_create(loop, &params, &srv) != PD_OK ||
+        pd_grpc_health_create(srv, &health) != PD_OK ||
         echo_service_create(loop, srv, health, &echo) != PD_OK ||
-        grpc_server_listen(srv, "127.0.0.1", port, &bound) != PD_OK)
+        pd_grpc_server_listen(srv, "127.0.0.1", port, &bound) != PD_OK)
         return 1;
     uv_signal_init(loop, &sig_term);
     uv_signal_start(&sig_term, on_signal, SIGTERM);

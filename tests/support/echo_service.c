@@ -8,9 +8,9 @@
 #include "testsvc.pb-c.h"
 
 struct echo_service {
-    grpc_server_t *srv;
-    grpc_health_t *health;
-    grpc_method_fn handlers[4];
+    pd_grpc_server_t *srv;
+    pd_grpc_health_t *health;
+    pd_grpc_method_fn handlers[4];
     int64_t cancels, calls, last_deadline_ms;
     char last_md[64];
     uv_loop_t *loop;
@@ -19,7 +19,7 @@ struct echo_service {
 /* One in-progress Unary (sleeping) or Stream call. */
 typedef struct {
     echo_service_t *es;
-    grpc_call_t *call; /* NULL once finished */
+    pd_grpc_call_t *call; /* NULL once finished */
     uv_timer_t timer;
     int is_stream;
     int remaining, seq, payload_size, delay_ms, error_code;
@@ -40,18 +40,18 @@ static void echo__state_closed(uv_handle_t *h)
 static void echo__state_end(echo_state_t *s, int code, const char *msg)
 {
     if (s->call)
-        grpc_call_finish(s->call, code, msg);
+        pd_grpc_call_finish(s->call, code, msg);
     s->call = NULL;
     uv_timer_stop(&s->timer);
     uv_close((uv_handle_t *)&s->timer, echo__state_closed);
 }
 
-static void echo__on_cancel(grpc_call_t *call, void *arg)
+static void echo__on_cancel(pd_grpc_call_t *call, void *arg)
 {
     echo_state_t *s = arg;
     (void)call;
     s->es->cancels++;
-    echo__state_end(s, GRPC_CANCELLED, NULL);
+    echo__state_end(s, PD_GRPC_CANCELLED, NULL);
 }
 
 static void echo__stream_step(echo_state_t *s);
@@ -69,14 +69,14 @@ static void echo__on_timer(uv_timer_t *t)
             echo__state_end(s, s->error_code, s->error_message);
             return;
         }
-        pd_status_t st = grpc_call_send(s->call, &rep.base);
+        pd_status_t st = pd_grpc_call_send(s->call, &rep.base);
         echo__state_end(s, st == PD_OK ? 0 : pd_status_grpc_code(st), NULL);
         return;
     }
     echo__stream_step(s);
 }
 
-static void echo__on_writable(grpc_call_t *call, void *arg)
+static void echo__on_writable(pd_grpc_call_t *call, void *arg)
 {
     (void)call;
     echo__stream_step(arg);
@@ -92,7 +92,7 @@ static void echo__stream_step(echo_state_t *s)
         rep.text = "stream";
         rep.payload.data = payload;
         rep.payload.len = payload ? (size_t)s->payload_size : 0;
-        pd_status_t st = grpc_call_send(s->call, &rep.base);
+        pd_status_t st = pd_grpc_call_send(s->call, &rep.base);
         if (st == PD_AGAIN)
             break; /* the writable callback resumes */
         if (st != PD_OK) {
@@ -112,7 +112,7 @@ static void echo__stream_step(echo_state_t *s)
         echo__state_end(s, s->error_code, s->error_message);
 }
 
-static echo_state_t *echo__state_new(echo_service_t *es, grpc_call_t *call)
+static echo_state_t *echo__state_new(echo_service_t *es, pd_grpc_call_t *call)
 {
     echo_state_t *s = calloc(1, sizeof *s);
 
@@ -122,20 +122,20 @@ static echo_state_t *echo__state_new(echo_service_t *es, grpc_call_t *call)
     s->call = call;
     uv_timer_init(es->loop, &s->timer);
     s->timer.data = s;
-    grpc_call_set_cancel_cb(call, echo__on_cancel, s);
-    grpc_call_set_writable_cb(call, echo__on_writable, s);
+    pd_grpc_call_set_cancel_cb(call, echo__on_cancel, s);
+    pd_grpc_call_set_writable_cb(call, echo__on_writable, s);
     return s;
 }
 
-static void echo__note_call(echo_service_t *es, grpc_call_t *call)
+static void echo__note_call(echo_service_t *es, pd_grpc_call_t *call)
 {
-    const char *md = grpc_call_metadata(call, "x-test");
+    const char *md = pd_grpc_call_metadata(call, "x-test");
     es->calls++;
-    es->last_deadline_ms = grpc_call_deadline_ms(call);
+    es->last_deadline_ms = pd_grpc_call_deadline_ms(call);
     snprintf(es->last_md, sizeof es->last_md, "%s", md ? md : "");
 }
 
-static void echo__unary(grpc_call_t *call, const ProtobufCMessage *req, void *user)
+static void echo__unary(pd_grpc_call_t *call, const ProtobufCMessage *req, void *user)
 {
     const Pdtest__EchoRequest *r = (const void *)req;
     echo_service_t *es = user;
@@ -145,18 +145,18 @@ static void echo__unary(grpc_call_t *call, const ProtobufCMessage *req, void *us
     if (r->sleep_ms <= 0) {
         Pdtest__EchoReply rep = PDTEST__ECHO_REPLY__INIT;
         if (r->error_code) {
-            grpc_call_finish(call, r->error_code, r->error_message);
+            pd_grpc_call_finish(call, r->error_code, r->error_message);
             return;
         }
         rep.text = r->text;
         rep.payload = r->payload;
-        pd_status_t st = grpc_call_send(call, &rep.base);
-        grpc_call_finish_status(call, st, NULL);
+        pd_status_t st = pd_grpc_call_send(call, &rep.base);
+        pd_grpc_call_finish_status(call, st, NULL);
         return;
     }
     s = echo__state_new(es, call);
     if (!s) {
-        grpc_call_finish(call, GRPC_RESOURCE_EXHAUSTED, "out of memory");
+        pd_grpc_call_finish(call, PD_GRPC_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
     s->text = strdup(r->text);
@@ -171,7 +171,7 @@ static void echo__unary(grpc_call_t *call, const ProtobufCMessage *req, void *us
     uv_timer_start(&s->timer, echo__on_timer, (uint64_t)r->sleep_ms, 0);
 }
 
-static void echo__stream(grpc_call_t *call, const ProtobufCMessage *req, void *user)
+static void echo__stream(pd_grpc_call_t *call, const ProtobufCMessage *req, void *user)
 {
     const Pdtest__StreamRequest *r = (const void *)req;
     echo_service_t *es = user;
@@ -180,7 +180,7 @@ static void echo__stream(grpc_call_t *call, const ProtobufCMessage *req, void *u
     echo__note_call(es, call);
     s = echo__state_new(es, call);
     if (!s) {
-        grpc_call_finish(call, GRPC_RESOURCE_EXHAUSTED, "out of memory");
+        pd_grpc_call_finish(call, PD_GRPC_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
     s->is_stream = 1;
@@ -195,24 +195,24 @@ static void echo__stream(grpc_call_t *call, const ProtobufCMessage *req, void *u
         echo__stream_step(s);
 }
 
-static void echo__stats(grpc_call_t *call, const ProtobufCMessage *req, void *user)
+static void echo__stats(pd_grpc_call_t *call, const ProtobufCMessage *req, void *user)
 {
     echo_service_t *es = user;
     Pdtest__StatsReply rep = PDTEST__STATS_REPLY__INIT;
-    grpc_server_stats_t st;
+    pd_grpc_server_stats_t st;
     (void)req;
 
-    grpc_server_stats(es->srv, &st);
+    pd_grpc_server_stats(es->srv, &st);
     rep.cancels = es->cancels;
     rep.buffered_bytes = (int64_t)st.buffered_bytes;
     rep.active_calls = (int64_t)st.active_calls;
     rep.calls = es->calls;
     rep.last_deadline_ms = es->last_deadline_ms;
     rep.last_metadata = es->last_md;
-    grpc_call_finish_status(call, grpc_call_send(call, &rep.base), NULL);
+    pd_grpc_call_finish_status(call, pd_grpc_call_send(call, &rep.base), NULL);
 }
 
-static void echo__set_health(grpc_call_t *call, const ProtobufCMessage *req, void *user)
+static void echo__set_health(pd_grpc_call_t *call, const ProtobufCMessage *req, void *user)
 {
     const Pdtest__SetHealthRequest *r = (const void *)req;
     echo_service_t *es = user;
@@ -220,18 +220,18 @@ static void echo__set_health(grpc_call_t *call, const ProtobufCMessage *req, voi
     pd_status_t st;
 
     if (!es->health) {
-        grpc_call_finish(call, GRPC_UNIMPLEMENTED, "no health service");
+        pd_grpc_call_finish(call, PD_GRPC_UNIMPLEMENTED, "no health service");
         return;
     }
-    st = grpc_health_set(es->health, r->service, r->status);
+    st = pd_grpc_health_set(es->health, r->service, r->status);
     if (st != PD_OK) {
-        grpc_call_finish_status(call, st, NULL);
+        pd_grpc_call_finish_status(call, st, NULL);
         return;
     }
-    grpc_call_finish_status(call, grpc_call_send(call, &rep.base), NULL);
+    pd_grpc_call_finish_status(call, pd_grpc_call_send(call, &rep.base), NULL);
 }
 
-pd_status_t echo_service_create(uv_loop_t *loop, grpc_server_t *srv, grpc_health_t *health,
+pd_status_t echo_service_create(uv_loop_t *loop, pd_grpc_server_t *srv, pd_grpc_health_t *health,
                                 echo_service_t **es_p)
 {
     echo_service_t *es = calloc(1, sizeof *es);
@@ -248,7 +248,7 @@ pd_status_t echo_service_create(uv_loop_t *loop, grpc_server_t *srv, grpc_health
     es->handlers[2] = echo__stats;
     es->handlers[3] = echo__set_health;
     PD_ASSERT(pdtest__echo__descriptor.n_methods == 4);
-    st = grpc_server_add_service(srv, &pdtest__echo__descriptor, es->handlers, es);
+    st = pd_grpc_server_add_service(srv, &pdtest__echo__descriptor, es->handlers, es);
     if (st != PD_OK) {
         free(es);
         return st;

@@ -14,13 +14,13 @@ typedef struct echo_service echo_service_t;
 
 /* Registers pdtest.Echo on srv; health may be NULL (SetHealth then answers UNIMPLEMENTED).
  * Returns PD_OK or the failure of allocation / registration. */
-pd_status_t echo_service_create(uv_loop_t *loop, grpc_server_t *srv, grpc_health_t *health,
+pd_status_t echo_service_create(uv_loop_t *loop, pd_grpc_server_t *srv, pd_grpc_health_t *health,
                                 echo_service_t **es_p);
 
 /* Cancel callbacks seen so far. */
 int64_t echo_service_cancels(const echo_service_t *es);
 
-/* Frees the object; call after grpc_server_destroy (calls in progress were cancelled by it and
+/* Frees the object; call after pd_grpc_server_destroy (calls in progress were cancelled by it and
  * their states free themselves when the loop runs). Accepts NULL. */
 void echo_service_destroy(echo_service_t *es);
 

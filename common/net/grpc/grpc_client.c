@@ -8,35 +8,35 @@
 
 #include "log.h"
 
-#define GRPC_CLIENT__WRITE_CHUNK (64u << 10)
-#define GRPC_CLIENT__WINDOW (4 << 20)
+#define PD_GRPC_CLIENT__WRITE_CHUNK (64u << 10)
+#define PD_GRPC_CLIENT__WINDOW (4 << 20)
 
-typedef struct grpc_client__conn grpc_client__conn_t;
+typedef struct pd_grpc_client__conn pd_grpc_client__conn_t;
 
 typedef struct {
     char *key, *value;
-} grpc_client__md_t;
+} pd_grpc_client__md_t;
 
-struct grpc_client_call {
-    grpc_client_t *c;
-    grpc_client__conn_t *conn;       /* NULL when not on a connection */
-    grpc_client_call_t *prev, *next; /* c->calls */
-    grpc_client_call_t *done_next;   /* c->done_head queue */
+struct pd_grpc_client_call {
+    pd_grpc_client_t *c;
+    pd_grpc_client__conn_t *conn;       /* NULL when not on a connection */
+    pd_grpc_client_call_t *prev, *next; /* c->calls */
+    pd_grpc_client_call_t *done_next;   /* c->done_head queue */
     int32_t stream_id;               /* 0 = not submitted */
     unsigned stream_open : 1, finished : 1, delivered : 1, queued : 1, unary : 1;
     char *path;
     uint8_t *req; /* (req_len) framed request */
     size_t req_len, req_off;
-    grpc_client__md_t *md;
+    pd_grpc_client__md_t *md;
     size_t n_md;
     const ProtobufCMessageDescriptor *resp_desc;
-    grpc_client_unary_cb unary_cb;
-    grpc_client_msg_cb msg_cb;
-    grpc_client_done_cb done_cb;
+    pd_grpc_client_unary_cb unary_cb;
+    pd_grpc_client_msg_cb msg_cb;
+    pd_grpc_client_done_cb done_cb;
     void *arg;
     int64_t deadline_at; /* uv_now ms, -1 none */
     uv_timer_t *timer;
-    grpc_wire_deframer_t df;
+    pd_grpc_wire_deframer_t df;
     ProtobufCMessage *resp;
     int n_msgs;
     int http_status, grpc_status; /* grpc_status -1: none received */
@@ -45,9 +45,9 @@ struct grpc_client_call {
     char *final_msg;
 };
 
-struct grpc_client__conn {
-    grpc_client_t *c;
-    grpc_client__conn_t *prev, *next;
+struct pd_grpc_client__conn {
+    pd_grpc_client_t *c;
+    pd_grpc_client__conn_t *prev, *next;
     uv_getaddrinfo_t gai;
     uv_connect_t connect_req;
     uv_tcp_t tcp;
@@ -57,40 +57,40 @@ struct grpc_client__conn {
     size_t write_pending;
 };
 
-struct grpc_client {
+struct pd_grpc_client {
     uv_loop_t *loop;
     char *host;
     int port;
     size_t max_recv;
     uv_timer_t kick; /* zero-delay: submits pending calls, delivers done callbacks */
-    grpc_client__conn_t *cur;
-    grpc_client__conn_t *conns;
-    grpc_client_call_t *calls;
-    grpc_client_call_t *done_head, *done_tail;
+    pd_grpc_client__conn_t *cur;
+    pd_grpc_client__conn_t *conns;
+    pd_grpc_client_call_t *calls;
+    pd_grpc_client_call_t *done_head, *done_tail;
     int destroyed, pending_closes, delivering;
 };
 
 typedef struct {
     uv_write_t req;
-    grpc_client__conn_t *conn;
+    pd_grpc_client__conn_t *conn;
     size_t len;
     uint8_t data[];
-} grpc_client__write_t;
+} pd_grpc_client__write_t;
 
-static void grpc_client__flush(grpc_client__conn_t *conn);
-static void grpc_client__conn_close(grpc_client__conn_t *conn, const char *why);
-static void grpc_client__kick(grpc_client_t *c);
+static void pd_grpc_client__flush(pd_grpc_client__conn_t *conn);
+static void pd_grpc_client__conn_close(pd_grpc_client__conn_t *conn, const char *why);
+static void pd_grpc_client__kick(pd_grpc_client_t *c);
 
 /* ==== calls ==== */
 
-static void grpc_client__timer_closed(uv_handle_t *h)
+static void pd_grpc_client__timer_closed(uv_handle_t *h)
 {
     free(h);
 }
 
-static void grpc_client__call_free(grpc_client_call_t *call)
+static void pd_grpc_client__call_free(pd_grpc_client_call_t *call)
 {
-    grpc_client_t *c = call->c;
+    pd_grpc_client_t *c = call->c;
 
     if (call->prev)
         call->prev->next = call->next;
@@ -100,7 +100,7 @@ static void grpc_client__call_free(grpc_client_call_t *call)
         call->next->prev = call->prev;
     if (call->timer) {
         uv_timer_stop(call->timer);
-        uv_close((uv_handle_t *)call->timer, grpc_client__timer_closed);
+        uv_close((uv_handle_t *)call->timer, pd_grpc_client__timer_closed);
     }
     for (size_t i = 0; i < call->n_md; i++) {
         free(call->md[i].key);
@@ -109,7 +109,7 @@ static void grpc_client__call_free(grpc_client_call_t *call)
     free(call->md);
     free(call->path);
     free(call->req);
-    grpc_wire_deframer_deinit(&call->df);
+    pd_grpc_wire_deframer_deinit(&call->df);
     if (call->resp)
         protobuf_c_message_free_unpacked(call->resp, NULL);
     free(call->grpc_message);
@@ -118,9 +118,9 @@ static void grpc_client__call_free(grpc_client_call_t *call)
 }
 
 /* Decides the final status (first decision wins) and queues the done callback. */
-static void grpc_client__call_finish(grpc_client_call_t *call, int code, const char *msg)
+static void pd_grpc_client__call_finish(pd_grpc_client_call_t *call, int code, const char *msg)
 {
-    grpc_client_t *c = call->c;
+    pd_grpc_client_t *c = call->c;
 
     if (call->finished)
         return;
@@ -136,17 +136,17 @@ static void grpc_client__call_finish(grpc_client_call_t *call, int code, const c
     else
         c->done_head = call;
     c->done_tail = call;
-    grpc_client__kick(c);
+    pd_grpc_client__kick(c);
 }
 
-static void grpc_client__call_deliver(grpc_client_call_t *call)
+static void pd_grpc_client__call_deliver(pd_grpc_client_call_t *call)
 {
     const char *msg = call->final_msg ? call->final_msg : "";
 
     call->delivered = 1;
     if (call->unary) {
         ProtobufCMessage *resp = NULL;
-        if (call->final_code == GRPC_OK) {
+        if (call->final_code == PD_GRPC_OK) {
             resp = call->resp;
             call->resp = NULL;
         }
@@ -157,64 +157,64 @@ static void grpc_client__call_deliver(grpc_client_call_t *call)
 }
 
 /* Ends the stream of a finished call on the wire (RST_STREAM CANCEL) when it is still open. */
-static void grpc_client__call_reset(grpc_client_call_t *call)
+static void pd_grpc_client__call_reset(pd_grpc_client_call_t *call)
 {
     if (call->stream_open && call->conn && call->conn->ng) {
         nghttp2_submit_rst_stream(call->conn->ng, NGHTTP2_FLAG_NONE, call->stream_id,
                                   NGHTTP2_CANCEL);
-        grpc_client__flush(call->conn);
+        pd_grpc_client__flush(call->conn);
     }
 }
 
-static void grpc_client__deadline(uv_timer_t *t)
+static void pd_grpc_client__deadline(uv_timer_t *t)
 {
-    grpc_client_call_t *call = t->data;
+    pd_grpc_client_call_t *call = t->data;
 
-    grpc_client__call_finish(call, GRPC_DEADLINE_EXCEEDED, "deadline exceeded");
-    grpc_client__call_reset(call);
+    pd_grpc_client__call_finish(call, PD_GRPC_DEADLINE_EXCEEDED, "deadline exceeded");
+    pd_grpc_client__call_reset(call);
 }
 
-void grpc_client_call_cancel(grpc_client_call_t *call)
+void pd_grpc_client_call_cancel(pd_grpc_client_call_t *call)
 {
     if (call->finished)
         return;
-    grpc_client__call_finish(call, GRPC_CANCELLED, "cancelled");
-    grpc_client__call_reset(call);
+    pd_grpc_client__call_finish(call, PD_GRPC_CANCELLED, "cancelled");
+    pd_grpc_client__call_reset(call);
 }
 
 /* The status of a call whose stream closed without a local decision. */
-static void grpc_client__call_closed(grpc_client_call_t *call, uint32_t error_code)
+static void pd_grpc_client__call_closed(pd_grpc_client_call_t *call, uint32_t error_code)
 {
     char msg[96];
 
     if (call->grpc_status >= 0) {
-        if (call->grpc_status == GRPC_OK && call->unary && !call->resp)
-            grpc_client__call_finish(call, GRPC_INTERNAL, "no response message");
+        if (call->grpc_status == PD_GRPC_OK && call->unary && !call->resp)
+            pd_grpc_client__call_finish(call, PD_GRPC_INTERNAL, "no response message");
         else
-            grpc_client__call_finish(call, call->grpc_status,
+            pd_grpc_client__call_finish(call, call->grpc_status,
                                      call->grpc_message ? call->grpc_message : "");
     } else if (call->http_status != 0 && call->http_status != 200) {
         snprintf(msg, sizeof msg, "http status %d", call->http_status);
-        grpc_client__call_finish(call, grpc_wire_http_to_grpc(call->http_status), msg);
+        pd_grpc_client__call_finish(call, pd_grpc_wire_http_to_grpc(call->http_status), msg);
     } else if (error_code == NGHTTP2_REFUSED_STREAM) {
-        grpc_client__call_finish(call, GRPC_UNAVAILABLE, "stream refused");
+        pd_grpc_client__call_finish(call, PD_GRPC_UNAVAILABLE, "stream refused");
     } else if (error_code == NGHTTP2_CANCEL) {
-        grpc_client__call_finish(call, GRPC_CANCELLED, "stream cancelled by server");
+        pd_grpc_client__call_finish(call, PD_GRPC_CANCELLED, "stream cancelled by server");
     } else if (error_code != NGHTTP2_NO_ERROR) {
         snprintf(msg, sizeof msg, "stream reset by server (http/2 error %u)", error_code);
-        grpc_client__call_finish(call, GRPC_INTERNAL, msg);
+        pd_grpc_client__call_finish(call, PD_GRPC_INTERNAL, msg);
     } else {
-        grpc_client__call_finish(call, GRPC_INTERNAL, "missing grpc-status");
+        pd_grpc_client__call_finish(call, PD_GRPC_INTERNAL, "missing grpc-status");
     }
 }
 
 /* ==== nghttp2 callbacks ==== */
 
-static ssize_t grpc_client__data_read(nghttp2_session *ng, int32_t stream_id, uint8_t *buf,
+static ssize_t pd_grpc_client__data_read(nghttp2_session *ng, int32_t stream_id, uint8_t *buf,
                                       size_t length, uint32_t *data_flags,
                                       nghttp2_data_source *source, void *user_data)
 {
-    grpc_client_call_t *call = source->ptr;
+    pd_grpc_client_call_t *call = source->ptr;
     size_t n = call->req_len - call->req_off;
     (void)ng;
     (void)stream_id;
@@ -229,11 +229,11 @@ static ssize_t grpc_client__data_read(nghttp2_session *ng, int32_t stream_id, ui
     return (ssize_t)n;
 }
 
-static int grpc_client__on_header(nghttp2_session *ng, const nghttp2_frame *frame,
+static int pd_grpc_client__on_header(nghttp2_session *ng, const nghttp2_frame *frame,
                                   const uint8_t *name, size_t namelen, const uint8_t *value,
                                   size_t valuelen, uint8_t flags, void *user_data)
 {
-    grpc_client_call_t *call = nghttp2_session_get_stream_user_data(ng, frame->hd.stream_id);
+    pd_grpc_client_call_t *call = nghttp2_session_get_stream_user_data(ng, frame->hd.stream_id);
     (void)flags;
     (void)user_data;
 
@@ -251,26 +251,26 @@ static int grpc_client__on_header(nghttp2_session *ng, const nghttp2_frame *fram
         call->grpc_status = v;
     } else if (IS("grpc-message")) {
         free(call->grpc_message);
-        call->grpc_message = grpc_wire_pct_decode((const char *)value, valuelen);
+        call->grpc_message = pd_grpc_wire_pct_decode((const char *)value, valuelen);
     }
 #undef IS
     return 0;
 }
 
-static int grpc_client__on_data(nghttp2_session *ng, uint8_t flags, int32_t stream_id,
+static int pd_grpc_client__on_data(nghttp2_session *ng, uint8_t flags, int32_t stream_id,
                                 const uint8_t *data, size_t len, void *user_data)
 {
-    grpc_client_call_t *call = nghttp2_session_get_stream_user_data(ng, stream_id);
+    pd_grpc_client_call_t *call = nghttp2_session_get_stream_user_data(ng, stream_id);
     (void)flags;
     (void)user_data;
 
     while (call && !call->finished && len > 0) {
         const uint8_t *msg;
         size_t used, mlen;
-        pd_status_t st = grpc_wire_deframer_feed(&call->df, data, len, &used, &msg, &mlen);
+        pd_status_t st = pd_grpc_wire_deframer_feed(&call->df, data, len, &used, &msg, &mlen);
         if (st != PD_OK) {
-            grpc_client__call_finish(
-                call, st == PD_ERR_RESOURCE ? GRPC_RESOURCE_EXHAUSTED : GRPC_INTERNAL,
+            pd_grpc_client__call_finish(
+                call, st == PD_ERR_RESOURCE ? PD_GRPC_RESOURCE_EXHAUSTED : PD_GRPC_INTERNAL,
                 st == PD_ERR_RESOURCE ? "response message too large" : "invalid response framing");
             nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, stream_id, NGHTTP2_CANCEL);
             return 0;
@@ -283,7 +283,7 @@ static int grpc_client__on_data(nghttp2_session *ng, uint8_t flags, int32_t stre
         if (!m || (call->unary && call->resp)) {
             if (m)
                 protobuf_c_message_free_unpacked(m, NULL);
-            grpc_client__call_finish(call, GRPC_INTERNAL,
+            pd_grpc_client__call_finish(call, PD_GRPC_INTERNAL,
                                      m ? "too many responses" : "failed to parse response");
             nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, stream_id, NGHTTP2_CANCEL);
             return 0;
@@ -297,10 +297,10 @@ static int grpc_client__on_data(nghttp2_session *ng, uint8_t flags, int32_t stre
     return 0;
 }
 
-static int grpc_client__on_stream_close(nghttp2_session *ng, int32_t stream_id, uint32_t error_code,
+static int pd_grpc_client__on_stream_close(nghttp2_session *ng, int32_t stream_id, uint32_t error_code,
                                         void *user_data)
 {
-    grpc_client_call_t *call = nghttp2_session_get_stream_user_data(ng, stream_id);
+    pd_grpc_client_call_t *call = nghttp2_session_get_stream_user_data(ng, stream_id);
     (void)user_data;
 
     if (!call)
@@ -308,16 +308,16 @@ static int grpc_client__on_stream_close(nghttp2_session *ng, int32_t stream_id, 
     nghttp2_session_set_stream_user_data(ng, stream_id, NULL);
     call->stream_open = 0;
     call->conn = NULL;
-    grpc_client__call_closed(call, error_code);
+    pd_grpc_client__call_closed(call, error_code);
     if (call->delivered)
-        grpc_client__call_free(call);
+        pd_grpc_client__call_free(call);
     return 0;
 }
 
-static int grpc_client__on_frame_recv(nghttp2_session *ng, const nghttp2_frame *frame,
+static int pd_grpc_client__on_frame_recv(nghttp2_session *ng, const nghttp2_frame *frame,
                                       void *user_data)
 {
-    grpc_client__conn_t *conn = user_data;
+    pd_grpc_client__conn_t *conn = user_data;
     (void)ng;
 
     if (frame->hd.type == NGHTTP2_GOAWAY) {
@@ -330,10 +330,10 @@ static int grpc_client__on_frame_recv(nghttp2_session *ng, const nghttp2_frame *
 
 /* ==== connections ==== */
 
-static void grpc_client__conn_closed(uv_handle_t *h)
+static void pd_grpc_client__conn_closed(uv_handle_t *h)
 {
-    grpc_client__conn_t *conn = h->data;
-    grpc_client_t *c = conn->c;
+    pd_grpc_client__conn_t *conn = h->data;
+    pd_grpc_client_t *c = conn->c;
 
     free(conn);
     c->pending_closes--;
@@ -345,9 +345,9 @@ static void grpc_client__conn_closed(uv_handle_t *h)
 
 /* Fails the connection's calls with UNAVAILABLE (why) and closes it. Not inside nghttp2
  * callbacks. */
-static void grpc_client__conn_close(grpc_client__conn_t *conn, const char *why)
+static void pd_grpc_client__conn_close(pd_grpc_client__conn_t *conn, const char *why)
 {
-    grpc_client_t *c = conn->c;
+    pd_grpc_client_t *c = conn->c;
 
     if (conn->closing)
         return;
@@ -357,15 +357,15 @@ static void grpc_client__conn_close(grpc_client__conn_t *conn, const char *why)
     if (conn->ng)
         nghttp2_session_del(conn->ng);
     conn->ng = NULL;
-    for (grpc_client_call_t *call = c->calls, *next; call; call = next) {
+    for (pd_grpc_client_call_t *call = c->calls, *next; call; call = next) {
         next = call->next;
         if (call->conn != conn)
             continue;
         call->conn = NULL;
         call->stream_open = 0;
-        grpc_client__call_finish(call, GRPC_UNAVAILABLE, why);
+        pd_grpc_client__call_finish(call, PD_GRPC_UNAVAILABLE, why);
         if (call->delivered)
-            grpc_client__call_free(call);
+            pd_grpc_client__call_free(call);
     }
     if (conn->prev)
         conn->prev->next = conn->next;
@@ -382,44 +382,44 @@ static void grpc_client__conn_close(grpc_client__conn_t *conn, const char *why)
         return;
     }
     c->pending_closes++;
-    uv_close((uv_handle_t *)&conn->tcp, grpc_client__conn_closed);
+    uv_close((uv_handle_t *)&conn->tcp, pd_grpc_client__conn_closed);
 }
 
-static void grpc_client__write_done(uv_write_t *req, int status)
+static void pd_grpc_client__write_done(uv_write_t *req, int status)
 {
-    grpc_client__write_t *w = (grpc_client__write_t *)req;
-    grpc_client__conn_t *conn = w->conn;
+    pd_grpc_client__write_t *w = (pd_grpc_client__write_t *)req;
+    pd_grpc_client__conn_t *conn = w->conn;
 
     conn->write_pending -= w->len;
     free(w);
     if (conn->closing)
         return;
     if (status < 0) {
-        grpc_client__conn_close(conn, "connection lost (write failed)");
+        pd_grpc_client__conn_close(conn, "connection lost (write failed)");
         return;
     }
-    grpc_client__flush(conn);
+    pd_grpc_client__flush(conn);
 }
 
 /* Writes what nghttp2 has to send. Never frees conn. */
-static void grpc_client__flush(grpc_client__conn_t *conn)
+static void pd_grpc_client__flush(pd_grpc_client__conn_t *conn)
 {
     if (conn->in_recv || conn->flushing || conn->closing || !conn->ng)
         return;
     conn->flushing = 1;
     while (nghttp2_session_want_write(conn->ng)) {
-        grpc_client__write_t *w = malloc(sizeof *w + GRPC_CLIENT__WRITE_CHUNK);
+        pd_grpc_client__write_t *w = malloc(sizeof *w + PD_GRPC_CLIENT__WRITE_CHUNK);
         if (!w)
             break;
         w->conn = conn;
         w->len = 0;
-        while (w->len < GRPC_CLIENT__WRITE_CHUNK) {
+        while (w->len < PD_GRPC_CLIENT__WRITE_CHUNK) {
             const uint8_t *data;
             ssize_t n = nghttp2_session_mem_send(conn->ng, &data);
             if (n <= 0)
                 break;
-            if (w->len + (size_t)n > GRPC_CLIENT__WRITE_CHUNK) {
-                grpc_client__write_t *nw = realloc(w, sizeof *w + w->len + (size_t)n);
+            if (w->len + (size_t)n > PD_GRPC_CLIENT__WRITE_CHUNK) {
+                pd_grpc_client__write_t *nw = realloc(w, sizeof *w + w->len + (size_t)n);
                 if (!nw)
                     break;
                 w = nw;
@@ -432,7 +432,7 @@ static void grpc_client__flush(grpc_client__conn_t *conn)
             break;
         }
         uv_buf_t b = uv_buf_init((char *)w->data, (unsigned)w->len);
-        if (uv_write(&w->req, (uv_stream_t *)&conn->tcp, &b, 1, grpc_client__write_done) < 0) {
+        if (uv_write(&w->req, (uv_stream_t *)&conn->tcp, &b, 1, pd_grpc_client__write_done) < 0) {
             free(w);
             break;
         }
@@ -441,21 +441,21 @@ static void grpc_client__flush(grpc_client__conn_t *conn)
     conn->flushing = 0;
 }
 
-static void grpc_client__alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+static void pd_grpc_client__alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     (void)h;
     buf->base = malloc(suggested);
     buf->len = buf->base ? suggested : 0;
 }
 
-static void grpc_client__on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+static void pd_grpc_client__on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
-    grpc_client__conn_t *conn = s->data;
+    pd_grpc_client__conn_t *conn = s->data;
     ssize_t rv;
 
     if (nread < 0) {
         free(buf->base);
-        grpc_client__conn_close(conn, "connection closed by server");
+        pd_grpc_client__conn_close(conn, "connection closed by server");
         return;
     }
     conn->in_recv = 1;
@@ -466,42 +466,42 @@ static void grpc_client__on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *
     if (rv < 0) {
         pd_log_warn("grpc client: %s:%d: session recv: %s", conn->c->host, conn->c->port,
                     nghttp2_strerror((int)rv));
-        grpc_client__conn_close(conn, "http/2 protocol error");
+        pd_grpc_client__conn_close(conn, "http/2 protocol error");
         return;
     }
-    grpc_client__flush(conn);
+    pd_grpc_client__flush(conn);
     if (!nghttp2_session_want_read(conn->ng) && !nghttp2_session_want_write(conn->ng) &&
         conn->write_pending == 0)
-        grpc_client__conn_close(conn, "connection closed (goaway)");
+        pd_grpc_client__conn_close(conn, "connection closed (goaway)");
 }
 
-static pd_status_t grpc_client__session_new(grpc_client__conn_t *conn)
+static pd_status_t pd_grpc_client__session_new(pd_grpc_client__conn_t *conn)
 {
     nghttp2_session_callbacks *cbs;
     nghttp2_settings_entry iv[] = {
         {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
-        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, GRPC_CLIENT__WINDOW},
+        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, PD_GRPC_CLIENT__WINDOW},
     };
     int rv;
 
     if (nghttp2_session_callbacks_new(&cbs) != 0)
         return PD_ERR_NOMEM;
-    nghttp2_session_callbacks_set_on_header_callback(cbs, grpc_client__on_header);
-    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, grpc_client__on_data);
-    nghttp2_session_callbacks_set_on_stream_close_callback(cbs, grpc_client__on_stream_close);
-    nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, grpc_client__on_frame_recv);
+    nghttp2_session_callbacks_set_on_header_callback(cbs, pd_grpc_client__on_header);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, pd_grpc_client__on_data);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cbs, pd_grpc_client__on_stream_close);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, pd_grpc_client__on_frame_recv);
     rv = nghttp2_session_client_new(&conn->ng, cbs, conn);
     nghttp2_session_callbacks_del(cbs);
     if (rv != 0)
         return PD_ERR_NOMEM;
     nghttp2_submit_settings(conn->ng, NGHTTP2_FLAG_NONE, iv, sizeof iv / sizeof iv[0]);
-    nghttp2_session_set_local_window_size(conn->ng, NGHTTP2_FLAG_NONE, 0, 4 * GRPC_CLIENT__WINDOW);
+    nghttp2_session_set_local_window_size(conn->ng, NGHTTP2_FLAG_NONE, 0, 4 * PD_GRPC_CLIENT__WINDOW);
     return PD_OK;
 }
 
-static void grpc_client__on_connect(uv_connect_t *req, int status)
+static void pd_grpc_client__on_connect(uv_connect_t *req, int status)
 {
-    grpc_client__conn_t *conn = req->data;
+    pd_grpc_client__conn_t *conn = req->data;
     char why[128];
 
     if (conn->closing)
@@ -510,23 +510,23 @@ static void grpc_client__on_connect(uv_connect_t *req, int status)
         snprintf(why, sizeof why, "connect to %s:%d: %s", conn->c->host, conn->c->port,
                  uv_strerror(status));
         pd_log_debug("grpc client: %s", why);
-        grpc_client__conn_close(conn, why);
+        pd_grpc_client__conn_close(conn, why);
         return;
     }
-    if (grpc_client__session_new(conn) != PD_OK) {
-        grpc_client__conn_close(conn, "out of memory");
+    if (pd_grpc_client__session_new(conn) != PD_OK) {
+        pd_grpc_client__conn_close(conn, "out of memory");
         return;
     }
     uv_tcp_nodelay(&conn->tcp, 1);
-    uv_read_start((uv_stream_t *)&conn->tcp, grpc_client__alloc, grpc_client__on_read);
+    uv_read_start((uv_stream_t *)&conn->tcp, pd_grpc_client__alloc, pd_grpc_client__on_read);
     conn->ready = 1;
-    grpc_client__kick(conn->c); /* submits the waiting calls */
+    pd_grpc_client__kick(conn->c); /* submits the waiting calls */
 }
 
-static void grpc_client__on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
+static void pd_grpc_client__on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 {
-    grpc_client__conn_t *conn = req->data;
-    grpc_client_t *c = conn->c;
+    pd_grpc_client__conn_t *conn = req->data;
+    pd_grpc_client_t *c = conn->c;
     char why[128];
     int rc;
 
@@ -539,25 +539,25 @@ static void grpc_client__on_resolved(uv_getaddrinfo_t *req, int status, struct a
     if (status < 0) {
         snprintf(why, sizeof why, "resolve %s: %s", c->host, uv_strerror(status));
         pd_log_debug("grpc client: %s", why);
-        grpc_client__conn_close(conn, why);
+        pd_grpc_client__conn_close(conn, why);
         return;
     }
     uv_tcp_init(c->loop, &conn->tcp);
     conn->tcp.data = conn;
     conn->tcp_init = 1;
     conn->connect_req.data = conn;
-    rc = uv_tcp_connect(&conn->connect_req, &conn->tcp, res->ai_addr, grpc_client__on_connect);
+    rc = uv_tcp_connect(&conn->connect_req, &conn->tcp, res->ai_addr, pd_grpc_client__on_connect);
     uv_freeaddrinfo(res);
     if (rc < 0) {
         snprintf(why, sizeof why, "connect to %s:%d: %s", c->host, c->port, uv_strerror(rc));
-        grpc_client__conn_close(conn, why);
+        pd_grpc_client__conn_close(conn, why);
     }
 }
 
 /* Returns the connection new calls go to, starting one when there is none, or NULL. */
-static grpc_client__conn_t *grpc_client__conn_get(grpc_client_t *c)
+static pd_grpc_client__conn_t *pd_grpc_client__conn_get(pd_grpc_client_t *c)
 {
-    grpc_client__conn_t *conn;
+    pd_grpc_client__conn_t *conn;
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
     char port[16];
     int rc;
@@ -570,7 +570,7 @@ static grpc_client__conn_t *grpc_client__conn_get(grpc_client_t *c)
     conn->c = c;
     conn->gai.data = conn;
     snprintf(port, sizeof port, "%d", c->port);
-    rc = uv_getaddrinfo(c->loop, &conn->gai, grpc_client__on_resolved, c->host, port, &hints);
+    rc = uv_getaddrinfo(c->loop, &conn->gai, pd_grpc_client__on_resolved, c->host, port, &hints);
     if (rc < 0) {
         pd_log_error("grpc client: resolve %s: %s", c->host, uv_strerror(rc));
         free(conn);
@@ -587,10 +587,10 @@ static grpc_client__conn_t *grpc_client__conn_get(grpc_client_t *c)
 
 /* ==== submission and delivery ==== */
 
-static void grpc_client__submit(grpc_client_call_t *call)
+static void pd_grpc_client__submit(pd_grpc_client_call_t *call)
 {
-    grpc_client__conn_t *conn = call->conn;
-    grpc_client_t *c = call->c;
+    pd_grpc_client__conn_t *conn = call->conn;
+    pd_grpc_client_t *c = call->c;
     char authority[300], timeout[16];
     nghttp2_nv nv[8 + 32];
     size_t n = 0;
@@ -607,50 +607,50 @@ static void grpc_client__submit(grpc_client_call_t *call)
     nv[n++] = NV("te", "trailers", 8);
     nv[n++] = NV("user-agent", "pdserve-grpc-c/0.1", 18);
     if (call->deadline_at >= 0) {
-        grpc_wire_timeout_format(timeout, sizeof timeout,
+        pd_grpc_wire_timeout_format(timeout, sizeof timeout,
                                  call->deadline_at - (int64_t)uv_now(c->loop));
         nv[n++] = NV("grpc-timeout", timeout, strlen(timeout));
     }
     for (size_t i = 0; i < call->n_md && n < sizeof nv / sizeof nv[0]; i++)
         nv[n++] = NV(call->md[i].key, call->md[i].value, strlen(call->md[i].value));
 #undef NV
-    nghttp2_data_provider prd = {.source.ptr = call, .read_callback = grpc_client__data_read};
+    nghttp2_data_provider prd = {.source.ptr = call, .read_callback = pd_grpc_client__data_read};
     id = nghttp2_submit_request(conn->ng, NULL, nv, n, &prd, call);
     if (id < 0) {
         pd_log_warn("grpc client: %s: submit: %s", call->path, nghttp2_strerror(id));
         call->conn = NULL;
-        grpc_client__call_finish(call, GRPC_UNAVAILABLE, "cannot start stream");
+        pd_grpc_client__call_finish(call, PD_GRPC_UNAVAILABLE, "cannot start stream");
         return;
     }
     call->stream_id = id;
     call->stream_open = 1;
 }
 
-static void grpc_client__on_kick(uv_timer_t *t)
+static void pd_grpc_client__on_kick(uv_timer_t *t)
 {
-    grpc_client_t *c = t->data;
+    pd_grpc_client_t *c = t->data;
 
     /* submit calls waiting for a ready connection */
-    for (grpc_client_call_t *call = c->calls; call; call = call->next)
+    for (pd_grpc_client_call_t *call = c->calls; call; call = call->next)
         if (!call->finished && !call->stream_open && call->conn && call->conn->ready &&
             !call->conn->closing)
-            grpc_client__submit(call);
-    for (grpc_client__conn_t *conn = c->conns; conn; conn = conn->next)
+            pd_grpc_client__submit(call);
+    for (pd_grpc_client__conn_t *conn = c->conns; conn; conn = conn->next)
         if (conn->ready)
-            grpc_client__flush(conn);
+            pd_grpc_client__flush(conn);
     /* deliver done callbacks; a callback may destroy the client */
     c->delivering = 1;
     while (c->done_head && !c->destroyed) {
-        grpc_client_call_t *call = c->done_head;
+        pd_grpc_client_call_t *call = c->done_head;
         c->done_head = call->done_next;
         if (!c->done_head)
             c->done_tail = NULL;
         call->queued = 0;
-        grpc_client__call_deliver(call);
+        pd_grpc_client__call_deliver(call);
         if (c->destroyed)
-            break; /* grpc_client_destroy freed every call */
+            break; /* pd_grpc_client_destroy freed every call */
         if (!call->stream_open)
-            grpc_client__call_free(call);
+            pd_grpc_client__call_free(call);
     }
     if (c->destroyed) {
         c->pending_closes--;
@@ -663,18 +663,18 @@ static void grpc_client__on_kick(uv_timer_t *t)
     c->delivering = 0;
 }
 
-static void grpc_client__kick(grpc_client_t *c)
+static void pd_grpc_client__kick(pd_grpc_client_t *c)
 {
     if (!c->destroyed)
-        uv_timer_start(&c->kick, grpc_client__on_kick, 0, 0);
+        uv_timer_start(&c->kick, pd_grpc_client__on_kick, 0, 0);
 }
 
-static pd_status_t grpc_client__start(grpc_client_t *c, const char *path,
+static pd_status_t pd_grpc_client__start(pd_grpc_client_t *c, const char *path,
                                       const ProtobufCMessage *req,
                                       const ProtobufCMessageDescriptor *resp_desc,
-                                      int64_t timeout_ms, grpc_client_call_t **call_p)
+                                      int64_t timeout_ms, pd_grpc_client_call_t **call_p)
 {
-    grpc_client_call_t *call = calloc(1, sizeof *call);
+    pd_grpc_client_call_t *call = calloc(1, sizeof *call);
     size_t len = protobuf_c_message_get_packed_size(req);
 
     if (len > UINT32_MAX) {
@@ -682,16 +682,16 @@ static pd_status_t grpc_client__start(grpc_client_t *c, const char *path,
         pd_log_error("grpc client: %s: request of %zu bytes too large", path, len);
         return PD_ERR_INVALID;
     }
-    if (!call || !(call->path = strdup(path)) || !(call->req = malloc(GRPC_WIRE_HDR_LEN + len)))
+    if (!call || !(call->path = strdup(path)) || !(call->req = malloc(PD_GRPC_WIRE_HDR_LEN + len)))
         goto err_free_call;
     call->c = c;
-    call->req_len = GRPC_WIRE_HDR_LEN + len;
-    grpc_wire_prefix(call->req, (uint32_t)len);
-    protobuf_c_message_pack(req, call->req + GRPC_WIRE_HDR_LEN);
+    call->req_len = PD_GRPC_WIRE_HDR_LEN + len;
+    pd_grpc_wire_prefix(call->req, (uint32_t)len);
+    protobuf_c_message_pack(req, call->req + PD_GRPC_WIRE_HDR_LEN);
     call->resp_desc = resp_desc;
     call->grpc_status = -1;
     call->deadline_at = -1;
-    grpc_wire_deframer_init(&call->df, c->max_recv);
+    pd_grpc_wire_deframer_init(&call->df, c->max_recv);
     if (timeout_ms > 0) {
         call->timer = malloc(sizeof *call->timer);
         if (!call->timer)
@@ -699,16 +699,16 @@ static pd_status_t grpc_client__start(grpc_client_t *c, const char *path,
         call->deadline_at = (int64_t)uv_now(c->loop) + timeout_ms;
         uv_timer_init(c->loop, call->timer);
         call->timer->data = call;
-        uv_timer_start(call->timer, grpc_client__deadline, (uint64_t)timeout_ms, 0);
+        uv_timer_start(call->timer, pd_grpc_client__deadline, (uint64_t)timeout_ms, 0);
     }
     call->next = c->calls;
     if (c->calls)
         c->calls->prev = call;
     c->calls = call;
-    call->conn = grpc_client__conn_get(c);
+    call->conn = pd_grpc_client__conn_get(c);
     if (!call->conn)
-        grpc_client__call_finish(call, GRPC_UNAVAILABLE, "cannot start connection");
-    grpc_client__kick(c);
+        pd_grpc_client__call_finish(call, PD_GRPC_UNAVAILABLE, "cannot start connection");
+    pd_grpc_client__kick(c);
     *call_p = call;
     return PD_OK;
 
@@ -722,12 +722,12 @@ err_free_call:
     return PD_ERR_NOMEM;
 }
 
-pd_status_t grpc_client_unary(grpc_client_t *c, const char *path, const ProtobufCMessage *req,
+pd_status_t pd_grpc_client_unary(pd_grpc_client_t *c, const char *path, const ProtobufCMessage *req,
                               const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
-                              grpc_client_unary_cb cb, void *arg, grpc_client_call_t **call_p)
+                              pd_grpc_client_unary_cb cb, void *arg, pd_grpc_client_call_t **call_p)
 {
-    grpc_client_call_t *call;
-    pd_status_t st = grpc_client__start(c, path, req, resp_desc, timeout_ms, &call);
+    pd_grpc_client_call_t *call;
+    pd_status_t st = pd_grpc_client__start(c, path, req, resp_desc, timeout_ms, &call);
 
     if (st != PD_OK)
         return st;
@@ -739,13 +739,13 @@ pd_status_t grpc_client_unary(grpc_client_t *c, const char *path, const Protobuf
     return PD_OK;
 }
 
-pd_status_t grpc_client_stream(grpc_client_t *c, const char *path, const ProtobufCMessage *req,
+pd_status_t pd_grpc_client_stream(pd_grpc_client_t *c, const char *path, const ProtobufCMessage *req,
                                const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
-                               grpc_client_msg_cb on_message, grpc_client_done_cb on_done,
-                               void *arg, grpc_client_call_t **call_p)
+                               pd_grpc_client_msg_cb on_message, pd_grpc_client_done_cb on_done,
+                               void *arg, pd_grpc_client_call_t **call_p)
 {
-    grpc_client_call_t *call;
-    pd_status_t st = grpc_client__start(c, path, req, resp_desc, timeout_ms, &call);
+    pd_grpc_client_call_t *call;
+    pd_status_t st = pd_grpc_client__start(c, path, req, resp_desc, timeout_ms, &call);
 
     if (st != PD_OK)
         return st;
@@ -757,10 +757,10 @@ pd_status_t grpc_client_stream(grpc_client_t *c, const char *path, const Protobu
     return PD_OK;
 }
 
-pd_status_t grpc_client_call_add_metadata(grpc_client_call_t *call, const char *key,
+pd_status_t pd_grpc_client_call_add_metadata(pd_grpc_client_call_t *call, const char *key,
                                           const char *value)
 {
-    grpc_client__md_t *md;
+    pd_grpc_client__md_t *md;
 
     if (call->stream_id != 0 || call->finished)
         return PD_ERR_INVALID;
@@ -781,9 +781,9 @@ pd_status_t grpc_client_call_add_metadata(grpc_client_call_t *call, const char *
 
 /* ==== client ==== */
 
-pd_status_t grpc_client_create(uv_loop_t *loop, const char *host, int port, grpc_client_t **c_p)
+pd_status_t pd_grpc_client_create(uv_loop_t *loop, const char *host, int port, pd_grpc_client_t **c_p)
 {
-    grpc_client_t *c = calloc(1, sizeof *c);
+    pd_grpc_client_t *c = calloc(1, sizeof *c);
 
     if (!c || !(c->host = strdup(host))) {
         free(c);
@@ -799,14 +799,14 @@ pd_status_t grpc_client_create(uv_loop_t *loop, const char *host, int port, grpc
     return PD_OK;
 }
 
-void grpc_client_set_max_recv(grpc_client_t *c, size_t bytes)
+void pd_grpc_client_set_max_recv(pd_grpc_client_t *c, size_t bytes)
 {
     c->max_recv = bytes;
 }
 
-static void grpc_client__kick_closed(uv_handle_t *h)
+static void pd_grpc_client__kick_closed(uv_handle_t *h)
 {
-    grpc_client_t *c = h->data;
+    pd_grpc_client_t *c = h->data;
 
     c->pending_closes--;
     if (c->pending_closes == 0) {
@@ -815,29 +815,29 @@ static void grpc_client__kick_closed(uv_handle_t *h)
     }
 }
 
-void grpc_client_destroy(grpc_client_t *c)
+void pd_grpc_client_destroy(pd_grpc_client_t *c)
 {
     if (!c)
         return;
-    for (grpc_client_call_t *call = c->calls; call; call = call->next)
-        grpc_client__call_finish(call, GRPC_CANCELLED, "client destroyed");
+    for (pd_grpc_client_call_t *call = c->calls; call; call = call->next)
+        pd_grpc_client__call_finish(call, PD_GRPC_CANCELLED, "client destroyed");
     while (c->conns)
-        grpc_client__conn_close(c->conns, "client destroyed");
+        pd_grpc_client__conn_close(c->conns, "client destroyed");
     /* deliver everything queued, then free every call */
     while (c->done_head) {
-        grpc_client_call_t *call = c->done_head;
+        pd_grpc_client_call_t *call = c->done_head;
         c->done_head = call->done_next;
         call->queued = 0;
         if (!call->delivered)
-            grpc_client__call_deliver(call);
+            pd_grpc_client__call_deliver(call);
     }
     c->done_tail = NULL;
     while (c->calls)
-        grpc_client__call_free(c->calls);
+        pd_grpc_client__call_free(c->calls);
     c->destroyed = 1;
     c->pending_closes++;
     uv_timer_stop(&c->kick);
-    uv_close((uv_handle_t *)&c->kick, grpc_client__kick_closed);
+    uv_close((uv_handle_t *)&c->kick, pd_grpc_client__kick_closed);
     if (c->delivering)
         c->pending_closes++; /* released by the delivery loop we are inside of */
 }

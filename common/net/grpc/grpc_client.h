@@ -1,4 +1,4 @@
-/* grpc_client: a gRPC client (unary and server-streaming calls) over HTTP/2 cleartext with prior
+/* pd_grpc_client: a gRPC client (unary and server-streaming calls) over HTTP/2 cleartext with prior
  * knowledge, on one libuv loop, using nghttp2 and protobuf-c.
  *
  * A client targets one host:port. It connects on the first call, multiplexes calls on one
@@ -7,7 +7,7 @@
  *
  * Ownership: the client owns its calls. A call handle is valid from its start until its done
  * callback returns; the done callback runs exactly once per started call, always from a loop
- * callback of its own (never inside grpc_client_* functions except grpc_client_destroy), so it
+ * callback of its own (never inside pd_grpc_client_* functions except pd_grpc_client_destroy), so it
  * may start calls, cancel others or destroy the client. Response messages handed to callbacks
  * belong to the callback (free with protobuf_c_message_free_unpacked(msg, NULL)).
  *
@@ -25,55 +25,55 @@
 #include "grpc_wire.h"
 #include "status.h"
 
-typedef struct grpc_client grpc_client_t;
-typedef struct grpc_client_call grpc_client_call_t;
+typedef struct pd_grpc_client pd_grpc_client_t;
+typedef struct pd_grpc_client_call pd_grpc_client_call_t;
 
 /* Unary completion: resp is the response when grpc_code is 0 (else NULL), owned by the callback;
  * grpc_message is "" when none (valid during the callback). */
-typedef void (*grpc_client_unary_cb)(void *arg, int grpc_code, const char *grpc_message,
+typedef void (*pd_grpc_client_unary_cb)(void *arg, int grpc_code, const char *grpc_message,
                                      ProtobufCMessage *resp);
 /* One streamed response, owned by the callback. Must not destroy the client (cancel is fine). */
-typedef void (*grpc_client_msg_cb)(void *arg, ProtobufCMessage *msg);
+typedef void (*pd_grpc_client_msg_cb)(void *arg, ProtobufCMessage *msg);
 /* Stream completion: grpc_message is "" when none (valid during the callback). */
-typedef void (*grpc_client_done_cb)(void *arg, int grpc_code, const char *grpc_message);
+typedef void (*pd_grpc_client_done_cb)(void *arg, int grpc_code, const char *grpc_message);
 
 /* Creates a client for host (a name or numeric address) and port; connects lazily. Returns PD_OK
  * or PD_ERR_NOMEM; nothing is allocated on failure. */
-pd_status_t grpc_client_create(uv_loop_t *loop, const char *host, int port, grpc_client_t **c_p);
+pd_status_t pd_grpc_client_create(uv_loop_t *loop, const char *host, int port, pd_grpc_client_t **c_p);
 
 /* Sets the largest accepted response message (default 4 MiB; larger -> RESOURCE_EXHAUSTED). */
-void grpc_client_set_max_recv(grpc_client_t *c, size_t bytes);
+void pd_grpc_client_set_max_recv(pd_grpc_client_t *c, size_t bytes);
 
 /* Starts a unary call of path ("/pkg.Service/Method") with req; the response is decoded with
  * resp_desc. timeout_ms > 0 sets a deadline (sent as grpc-timeout; DEADLINE_EXCEEDED locally
  * when it passes), <= 0 none. cb runs once. Writes the handle to *call_p when call_p is not NULL.
  * Returns PD_OK; PD_ERR_NOMEM / PD_ERR_INVALID (message too large) with nothing started and cb
  * never run. */
-pd_status_t grpc_client_unary(grpc_client_t *c, const char *path, const ProtobufCMessage *req,
+pd_status_t pd_grpc_client_unary(pd_grpc_client_t *c, const char *path, const ProtobufCMessage *req,
                               const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
-                              grpc_client_unary_cb cb, void *arg, grpc_client_call_t **call_p);
+                              pd_grpc_client_unary_cb cb, void *arg, pd_grpc_client_call_t **call_p);
 
 /* Starts a server-streaming call: on_message runs per response, then on_done once. Same
- * arguments and returns as grpc_client_unary. */
-pd_status_t grpc_client_stream(grpc_client_t *c, const char *path, const ProtobufCMessage *req,
+ * arguments and returns as pd_grpc_client_unary. */
+pd_status_t pd_grpc_client_stream(pd_grpc_client_t *c, const char *path, const ProtobufCMessage *req,
                                const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
-                               grpc_client_msg_cb on_message, grpc_client_done_cb on_done,
-                               void *arg, grpc_client_call_t **call_p);
+                               pd_grpc_client_msg_cb on_message, pd_grpc_client_done_cb on_done,
+                               void *arg, pd_grpc_client_call_t **call_p);
 
 /* Adds request metadata (lowercase key, ASCII value) to a call started in this loop iteration
  * (before the loop runs again). Returns PD_OK, PD_ERR_NOMEM, or PD_ERR_INVALID when the request
  * was already sent. */
-pd_status_t grpc_client_call_add_metadata(grpc_client_call_t *call, const char *key,
+pd_status_t pd_grpc_client_call_add_metadata(pd_grpc_client_call_t *call, const char *key,
                                           const char *value);
 
 /* Cancels a call whose done callback has not run: sends RST_STREAM(CANCEL) when it is on the
  * wire, and the done callback runs later with CANCELLED. No effect when the call already ended
  * (its done callback is queued). */
-void grpc_client_call_cancel(grpc_client_call_t *call);
+void pd_grpc_client_call_cancel(pd_grpc_client_call_t *call);
 
 /* Ends every call (done callbacks run now, with CANCELLED), closes the connections, and frees the
  * client once the loop processes the closes. Not from inside an on_message callback. Accepts
  * NULL. */
-void grpc_client_destroy(grpc_client_t *c);
+void pd_grpc_client_destroy(pd_grpc_client_t *c);
 
 #endif

@@ -9,24 +9,24 @@
 typedef struct {
     char *service;
     int status;
-} grpc_health__entry_t;
+} pd_grpc_health__entry_t;
 
-typedef struct grpc_health__watch {
-    struct grpc_health__watch *prev, *next;
-    grpc_health_t *h;
-    grpc_call_t *call;
+typedef struct pd_grpc_health__watch {
+    struct pd_grpc_health__watch *prev, *next;
+    pd_grpc_health_t *h;
+    pd_grpc_call_t *call;
     char *service;
     int sent; /* last status sent, -1 = none */
-} grpc_health__watch_t;
+} pd_grpc_health__watch_t;
 
-struct grpc_health {
-    grpc_health__entry_t *entries;
+struct pd_grpc_health {
+    pd_grpc_health__entry_t *entries;
     size_t n_entries;
-    grpc_health__watch_t *watches;
-    grpc_method_fn handlers[2];
+    pd_grpc_health__watch_t *watches;
+    pd_grpc_method_fn handlers[2];
 };
 
-static grpc_health__entry_t *grpc_health__find(const grpc_health_t *h, const char *service)
+static pd_grpc_health__entry_t *pd_grpc_health__find(const pd_grpc_health_t *h, const char *service)
 {
     for (size_t i = 0; i < h->n_entries; i++)
         if (strcmp(h->entries[i].service, service) == 0)
@@ -34,31 +34,31 @@ static grpc_health__entry_t *grpc_health__find(const grpc_health_t *h, const cha
     return NULL;
 }
 
-int grpc_health_get(const grpc_health_t *h, const char *service)
+int pd_grpc_health_get(const pd_grpc_health_t *h, const char *service)
 {
-    const grpc_health__entry_t *e = grpc_health__find(h, service);
-    return e ? e->status : GRPC_HEALTH_SERVICE_UNKNOWN;
+    const pd_grpc_health__entry_t *e = pd_grpc_health__find(h, service);
+    return e ? e->status : PD_GRPC_HEALTH_SERVICE_UNKNOWN;
 }
 
-static void grpc_health__check(grpc_call_t *call, const ProtobufCMessage *req, void *user)
+static void pd_grpc_health__check(pd_grpc_call_t *call, const ProtobufCMessage *req, void *user)
 {
     const Grpc__Health__V1__HealthCheckRequest *r = (const void *)req;
-    grpc_health__entry_t *e = grpc_health__find(user, r->service);
+    pd_grpc_health__entry_t *e = pd_grpc_health__find(user, r->service);
     Grpc__Health__V1__HealthCheckResponse resp = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
     pd_status_t st;
 
     if (!e) {
-        grpc_call_finish(call, GRPC_NOT_FOUND, "unknown service");
+        pd_grpc_call_finish(call, PD_GRPC_NOT_FOUND, "unknown service");
         return;
     }
     resp.status = (Grpc__Health__V1__HealthCheckResponse__ServingStatus)e->status;
-    st = grpc_call_send(call, &resp.base);
-    grpc_call_finish_status(call, st, NULL);
+    st = pd_grpc_call_send(call, &resp.base);
+    pd_grpc_call_finish_status(call, st, NULL);
 }
 
-static void grpc_health__watch_free(grpc_health__watch_t *w)
+static void pd_grpc_health__watch_free(pd_grpc_health__watch_t *w)
 {
-    grpc_health_t *h = w->h;
+    pd_grpc_health_t *h = w->h;
 
     if (w->prev)
         w->prev->next = w->next;
@@ -71,45 +71,45 @@ static void grpc_health__watch_free(grpc_health__watch_t *w)
 }
 
 /* Sends the current status when it differs from the last one sent. */
-static void grpc_health__watch_update(grpc_health__watch_t *w)
+static void pd_grpc_health__watch_update(pd_grpc_health__watch_t *w)
 {
-    int status = grpc_health_get(w->h, w->service);
+    int status = pd_grpc_health_get(w->h, w->service);
     Grpc__Health__V1__HealthCheckResponse resp = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
     pd_status_t st;
 
     if (status == w->sent)
         return;
     resp.status = (Grpc__Health__V1__HealthCheckResponse__ServingStatus)status;
-    st = grpc_call_send(w->call, &resp.base);
+    st = pd_grpc_call_send(w->call, &resp.base);
     if (st == PD_OK) {
         w->sent = status;
     } else if (st != PD_AGAIN) { /* PD_AGAIN: the writable callback retries */
-        grpc_call_finish_status(w->call, st, NULL);
-        grpc_health__watch_free(w);
+        pd_grpc_call_finish_status(w->call, st, NULL);
+        pd_grpc_health__watch_free(w);
     }
 }
 
-static void grpc_health__watch_writable(grpc_call_t *call, void *arg)
+static void pd_grpc_health__watch_writable(pd_grpc_call_t *call, void *arg)
 {
     (void)call;
-    grpc_health__watch_update(arg);
+    pd_grpc_health__watch_update(arg);
 }
 
-static void grpc_health__watch_cancel(grpc_call_t *call, void *arg)
+static void pd_grpc_health__watch_cancel(pd_grpc_call_t *call, void *arg)
 {
-    grpc_call_finish(call, GRPC_CANCELLED, NULL);
-    grpc_health__watch_free(arg);
+    pd_grpc_call_finish(call, PD_GRPC_CANCELLED, NULL);
+    pd_grpc_health__watch_free(arg);
 }
 
-static void grpc_health__watch(grpc_call_t *call, const ProtobufCMessage *req, void *user)
+static void pd_grpc_health__watch(pd_grpc_call_t *call, const ProtobufCMessage *req, void *user)
 {
     const Grpc__Health__V1__HealthCheckRequest *r = (const void *)req;
-    grpc_health_t *h = user;
-    grpc_health__watch_t *w = calloc(1, sizeof *w);
+    pd_grpc_health_t *h = user;
+    pd_grpc_health__watch_t *w = calloc(1, sizeof *w);
 
     if (!w || !(w->service = strdup(r->service))) {
         free(w);
-        grpc_call_finish(call, GRPC_RESOURCE_EXHAUSTED, "out of memory");
+        pd_grpc_call_finish(call, PD_GRPC_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
     w->h = h;
@@ -119,28 +119,28 @@ static void grpc_health__watch(grpc_call_t *call, const ProtobufCMessage *req, v
     if (h->watches)
         h->watches->prev = w;
     h->watches = w;
-    grpc_call_set_cancel_cb(call, grpc_health__watch_cancel, w);
-    grpc_call_set_writable_cb(call, grpc_health__watch_writable, w);
-    grpc_health__watch_update(w);
+    pd_grpc_call_set_cancel_cb(call, pd_grpc_health__watch_cancel, w);
+    pd_grpc_call_set_writable_cb(call, pd_grpc_health__watch_writable, w);
+    pd_grpc_health__watch_update(w);
 }
 
-pd_status_t grpc_health_create(grpc_server_t *srv, grpc_health_t **h_p)
+pd_status_t pd_grpc_health_create(pd_grpc_server_t *srv, pd_grpc_health_t **h_p)
 {
-    grpc_health_t *h = calloc(1, sizeof *h);
+    pd_grpc_health_t *h = calloc(1, sizeof *h);
     pd_status_t st;
 
     if (!h) {
         pd_log_error("grpc health: out of memory");
         return PD_ERR_NOMEM;
     }
-    h->handlers[0] = grpc_health__check;
-    h->handlers[1] = grpc_health__watch;
+    h->handlers[0] = pd_grpc_health__check;
+    h->handlers[1] = pd_grpc_health__watch;
     PD_ASSERT(grpc__health__v1__health__descriptor.n_methods == 2);
     PD_ASSERT(strcmp(grpc__health__v1__health__descriptor.methods[0].name, "Check") == 0);
-    st = grpc_health_set(h, "", GRPC_HEALTH_SERVING);
+    st = pd_grpc_health_set(h, "", PD_GRPC_HEALTH_SERVING);
     if (st != PD_OK)
         goto err_free_h;
-    st = grpc_server_add_service(srv, &grpc__health__v1__health__descriptor, h->handlers, h);
+    st = pd_grpc_server_add_service(srv, &grpc__health__v1__health__descriptor, h->handlers, h);
     if (st != PD_OK)
         goto err_free_entries;
     *h_p = h;
@@ -154,16 +154,16 @@ err_free_h:
     return st;
 }
 
-pd_status_t grpc_health_set(grpc_health_t *h, const char *service, int status)
+pd_status_t pd_grpc_health_set(pd_grpc_health_t *h, const char *service, int status)
 {
-    grpc_health__entry_t *e = grpc_health__find(h, service);
+    pd_grpc_health__entry_t *e = pd_grpc_health__find(h, service);
 
-    if (status < GRPC_HEALTH_UNKNOWN || status > GRPC_HEALTH_NOT_SERVING) {
+    if (status < PD_GRPC_HEALTH_UNKNOWN || status > PD_GRPC_HEALTH_NOT_SERVING) {
         pd_log_error("grpc health: %s: bad status %d", service, status);
         return PD_ERR_INVALID;
     }
     if (!e) {
-        grpc_health__entry_t *ne = realloc(h->entries, (h->n_entries + 1) * sizeof *ne);
+        pd_grpc_health__entry_t *ne = realloc(h->entries, (h->n_entries + 1) * sizeof *ne);
         char *name = strdup(service);
         if (ne)
             h->entries = ne;
@@ -178,21 +178,21 @@ pd_status_t grpc_health_set(grpc_health_t *h, const char *service, int status)
         return PD_OK;
     }
     e->status = status;
-    for (grpc_health__watch_t *w = h->watches, *next; w; w = next) {
+    for (pd_grpc_health__watch_t *w = h->watches, *next; w; w = next) {
         next = w->next;
         if (strcmp(w->service, service) == 0)
-            grpc_health__watch_update(w);
+            pd_grpc_health__watch_update(w);
     }
     return PD_OK;
 }
 
-void grpc_health_destroy(grpc_health_t *h)
+void pd_grpc_health_destroy(pd_grpc_health_t *h)
 {
     if (!h)
         return;
     while (h->watches) {
-        grpc_call_finish(h->watches->call, GRPC_UNAVAILABLE, "server shutting down");
-        grpc_health__watch_free(h->watches);
+        pd_grpc_call_finish(h->watches->call, PD_GRPC_UNAVAILABLE, "server shutting down");
+        pd_grpc_health__watch_free(h->watches);
     }
     for (size_t i = 0; i < h->n_entries; i++)
         free(h->entries[i].service);

@@ -9,25 +9,25 @@
 
 #include "log.h"
 
-#define GRPC_SERVER__WRITE_LIMIT (1u << 20)  /* pending socket bytes before output pauses */
-#define GRPC_SERVER__WRITE_CHUNK (64u << 10) /* bytes gathered per uv_write */
-#define GRPC_SERVER__MD_LIMIT (16u << 10)    /* metadata bytes kept per call */
-#define GRPC_SERVER__WINDOW (1 << 20)        /* stream and connection receive window */
+#define PD_GRPC_SERVER__WRITE_LIMIT (1u << 20)  /* pending socket bytes before output pauses */
+#define PD_GRPC_SERVER__WRITE_CHUNK (64u << 10) /* bytes gathered per uv_write */
+#define PD_GRPC_SERVER__MD_LIMIT (16u << 10)    /* metadata bytes kept per call */
+#define PD_GRPC_SERVER__WINDOW (1 << 20)        /* stream and connection receive window */
 
 typedef struct {
     const ProtobufCServiceDescriptor *desc;
-    const grpc_method_fn *handlers;
+    const pd_grpc_method_fn *handlers;
     void *user;
-} grpc_server__svc_t;
+} pd_grpc_server__svc_t;
 
 typedef struct {
     char *key, *value;
-} grpc_server__md_t;
+} pd_grpc_server__md_t;
 
-struct grpc_call {
-    grpc_server_t *srv;        /* NULL once detached by grpc_server_destroy */
-    grpc_server__conn_t *conn; /* NULL once the connection is gone */
-    grpc_call_t *prev, *next;  /* srv->calls */
+struct pd_grpc_call {
+    pd_grpc_server_t *srv;        /* NULL once detached by pd_grpc_server_destroy */
+    pd_grpc_server__conn_t *conn; /* NULL once the connection is gone */
+    pd_grpc_call_t *prev, *next;  /* srv->calls */
     int32_t stream_id;
     unsigned stream_ref : 1;  /* the HTTP/2 stream is open */
     unsigned handler_ref : 1; /* a handler holds the call (until finish) */
@@ -37,13 +37,13 @@ struct grpc_call {
     /* request */
     char *path, *content_type;
     int64_t deadline_at; /* uv_now() ms, or -1 */
-    grpc_server__md_t *md;
+    pd_grpc_server__md_t *md;
     size_t n_md, md_bytes;
-    grpc_wire_deframer_t df;
+    pd_grpc_wire_deframer_t df;
     int n_msgs;
     ProtobufCMessage *req;
     const ProtobufCMessageDescriptor *in_desc;
-    grpc_method_fn fn;
+    pd_grpc_method_fn fn;
     void *user;
     uv_timer_t *timer;
     /* response */
@@ -51,15 +51,15 @@ struct grpc_call {
     size_t slen, soff, scap;
     int status_code;
     char *status_msg; /* percent-encoded, or NULL */
-    void (*cancel_cb)(grpc_call_t *, void *);
+    void (*cancel_cb)(pd_grpc_call_t *, void *);
     void *cancel_arg;
-    void (*writable_cb)(grpc_call_t *, void *);
+    void (*writable_cb)(pd_grpc_call_t *, void *);
     void *writable_arg;
 };
 
-struct grpc_server__conn {
-    grpc_server_t *srv;
-    grpc_server__conn_t *prev, *next;
+struct pd_grpc_server__conn {
+    pd_grpc_server_t *srv;
+    pd_grpc_server__conn_t *prev, *next;
     uv_tcp_t tcp;
     int fake;
     void (*out)(void *arg, const uint8_t *data, size_t len);
@@ -69,39 +69,39 @@ struct grpc_server__conn {
     unsigned in_recv : 1, flushing : 1, closing : 1, reading : 1, writable_pending : 1;
 };
 
-struct grpc_server {
+struct pd_grpc_server {
     uv_loop_t *loop;
-    grpc_server_params_t params;
-    grpc_server__svc_t *svcs;
+    pd_grpc_server_params_t params;
+    pd_grpc_server__svc_t *svcs;
     size_t n_svcs;
     uv_tcp_t listener;
     int listening, shutting_down, destroyed;
     int pending_closes; /* handles whose close callback has not run */
-    grpc_server__conn_t *conns;
-    grpc_call_t *calls;
+    pd_grpc_server__conn_t *conns;
+    pd_grpc_call_t *calls;
     uint64_t n_calls, n_conns;
 };
 
 typedef struct {
     uv_write_t req;
-    grpc_server__conn_t *conn;
+    pd_grpc_server__conn_t *conn;
     size_t len;
     uint8_t data[];
-} grpc_server__write_t;
+} pd_grpc_server__write_t;
 
-static int grpc_server__flush(grpc_server__conn_t *conn, int run_cbs);
-static void grpc_server__conn_close(grpc_server__conn_t *conn);
+static int pd_grpc_server__flush(pd_grpc_server__conn_t *conn, int run_cbs);
+static void pd_grpc_server__conn_close(pd_grpc_server__conn_t *conn);
 
 /* ==== calls ==== */
 
-static void grpc_server__timer_closed(uv_handle_t *h)
+static void pd_grpc_server__timer_closed(uv_handle_t *h)
 {
     free(h);
 }
 
-static void grpc_server__call_free(grpc_call_t *call)
+static void pd_grpc_server__call_free(pd_grpc_call_t *call)
 {
-    grpc_server_t *srv = call->srv;
+    pd_grpc_server_t *srv = call->srv;
 
     if (srv) {
         if (call->prev)
@@ -114,7 +114,7 @@ static void grpc_server__call_free(grpc_call_t *call)
     }
     if (call->timer) {
         uv_timer_stop(call->timer);
-        uv_close((uv_handle_t *)call->timer, grpc_server__timer_closed);
+        uv_close((uv_handle_t *)call->timer, pd_grpc_server__timer_closed);
     }
     for (size_t i = 0; i < call->n_md; i++) {
         free(call->md[i].key);
@@ -123,7 +123,7 @@ static void grpc_server__call_free(grpc_call_t *call)
     free(call->md);
     free(call->path);
     free(call->content_type);
-    grpc_wire_deframer_deinit(&call->df);
+    pd_grpc_wire_deframer_deinit(&call->df);
     if (call->req)
         protobuf_c_message_free_unpacked(call->req, NULL);
     free(call->sbuf);
@@ -131,15 +131,15 @@ static void grpc_server__call_free(grpc_call_t *call)
     free(call);
 }
 
-static void grpc_server__call_maybe_free(grpc_call_t *call)
+static void pd_grpc_server__call_maybe_free(pd_grpc_call_t *call)
 {
     if (!call->stream_ref && !call->handler_ref)
-        grpc_server__call_free(call);
+        pd_grpc_server__call_free(call);
 }
 
 /* Marks the call cancelled and runs its cancel callback when a handler holds it. The call may be
  * freed on return (the callback may finish it): touch nothing afterwards. */
-static void grpc_server__call_cancel(grpc_call_t *call)
+static void pd_grpc_server__call_cancel(pd_grpc_call_t *call)
 {
     if (call->cancelled)
         return;
@@ -151,10 +151,10 @@ static void grpc_server__call_cancel(grpc_call_t *call)
         call->cancel_cb(call, call->cancel_arg);
         return;
     }
-    grpc_server__call_maybe_free(call);
+    pd_grpc_server__call_maybe_free(call);
 }
 
-static int grpc_server__trailer_nv(grpc_call_t *call, nghttp2_nv *nv, char *code_buf)
+static int pd_grpc_server__trailer_nv(pd_grpc_call_t *call, nghttp2_nv *nv, char *code_buf)
 {
     int n = 0;
 
@@ -167,18 +167,18 @@ static int grpc_server__trailer_nv(grpc_call_t *call, nghttp2_nv *nv, char *code
     return n;
 }
 
-#define GRPC_SERVER__NV(k, v)                                                                      \
+#define PD_GRPC_SERVER__NV(k, v)                                                                      \
     (nghttp2_nv)                                                                                   \
     {                                                                                              \
         (uint8_t *)(k), (uint8_t *)(v), sizeof(k) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE             \
     }
 
-static ssize_t grpc_server__data_read(nghttp2_session *ng, int32_t stream_id, uint8_t *buf,
+static ssize_t pd_grpc_server__data_read(nghttp2_session *ng, int32_t stream_id, uint8_t *buf,
                                       size_t length, uint32_t *data_flags,
                                       nghttp2_data_source *source, void *user_data)
 {
-    grpc_call_t *call = source->ptr;
-    grpc_server__conn_t *conn = user_data;
+    pd_grpc_call_t *call = source->ptr;
+    pd_grpc_server__conn_t *conn = user_data;
     size_t n = call->slen - call->soff;
     size_t hw = conn->srv->params.send_high_watermark;
 
@@ -196,7 +196,7 @@ static ssize_t grpc_server__data_read(nghttp2_session *ng, int32_t stream_id, ui
     if (call->slen == 0 && call->status_set) {
         nghttp2_nv nv[2];
         char code[12];
-        int nnv = grpc_server__trailer_nv(call, nv, code);
+        int nnv = pd_grpc_server__trailer_nv(call, nv, code);
         int rv;
         *data_flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
         rv = nghttp2_submit_trailer(ng, stream_id, nv, (size_t)nnv);
@@ -214,11 +214,11 @@ static ssize_t grpc_server__data_read(nghttp2_session *ng, int32_t stream_id, ui
     return (ssize_t)n;
 }
 
-static pd_status_t grpc_server__submit_headers(grpc_call_t *call)
+static pd_status_t pd_grpc_server__submit_headers(pd_grpc_call_t *call)
 {
-    nghttp2_nv nv[] = {GRPC_SERVER__NV(":status", "200"),
-                       GRPC_SERVER__NV("content-type", "application/grpc")};
-    nghttp2_data_provider prd = {.source.ptr = call, .read_callback = grpc_server__data_read};
+    nghttp2_nv nv[] = {PD_GRPC_SERVER__NV(":status", "200"),
+                       PD_GRPC_SERVER__NV("content-type", "application/grpc")};
+    nghttp2_data_provider prd = {.source.ptr = call, .read_callback = pd_grpc_server__data_read};
     int rv = nghttp2_submit_response(call->conn->ng, call->stream_id, nv, 2, &prd);
 
     if (rv != 0) {
@@ -232,22 +232,22 @@ static pd_status_t grpc_server__submit_headers(grpc_call_t *call)
 
 /* Decides the call's final status and queues the trailers (after queued data), or a
  * trailers-only response with http_status when no headers went out yet. */
-static void grpc_server__call_end(grpc_call_t *call, int http_status, int code, const char *msg)
+static void pd_grpc_server__call_end(pd_grpc_call_t *call, int http_status, int code, const char *msg)
 {
     if (call->status_set)
         return;
     call->status_set = 1;
     call->status_code = code;
-    call->status_msg = msg && msg[0] ? grpc_wire_pct_encode(msg) : NULL;
+    call->status_msg = msg && msg[0] ? pd_grpc_wire_pct_encode(msg) : NULL;
     if (!call->stream_ref || !call->conn || call->conn->closing)
         return;
     if (!call->headers_sent) {
         nghttp2_nv nv[4];
         char status[8], codebuf[12];
         snprintf(status, sizeof status, "%d", http_status);
-        nv[0] = GRPC_SERVER__NV(":status", status);
-        nv[1] = GRPC_SERVER__NV("content-type", "application/grpc");
-        int n = 2 + grpc_server__trailer_nv(call, nv + 2, codebuf);
+        nv[0] = PD_GRPC_SERVER__NV(":status", status);
+        nv[1] = PD_GRPC_SERVER__NV("content-type", "application/grpc");
+        int n = 2 + pd_grpc_server__trailer_nv(call, nv + 2, codebuf);
         int rv = nghttp2_submit_response(call->conn->ng, call->stream_id, nv, (size_t)n, NULL);
         if (rv != 0)
             pd_log_error("grpc server: stream %d: submit trailers-only: %s", call->stream_id,
@@ -259,23 +259,23 @@ static void grpc_server__call_end(grpc_call_t *call, int http_status, int code, 
     }
 }
 
-static void grpc_server__deadline(uv_timer_t *t)
+static void pd_grpc_server__deadline(uv_timer_t *t)
 {
-    grpc_call_t *call = t->data;
-    grpc_server__conn_t *conn = call->conn;
+    pd_grpc_call_t *call = t->data;
+    pd_grpc_server__conn_t *conn = call->conn;
 
     if (call->status_set && !call->handler_ref)
         return;
     pd_log_debug("grpc server: stream %d %s: deadline exceeded", call->stream_id,
                  call->path ? call->path : "");
     call->slen = call->soff = 0;
-    grpc_server__call_end(call, 200, GRPC_DEADLINE_EXCEEDED, "deadline exceeded");
-    grpc_server__call_cancel(call); /* stream_ref is set, so call survives a finish in the cb */
+    pd_grpc_server__call_end(call, 200, PD_GRPC_DEADLINE_EXCEEDED, "deadline exceeded");
+    pd_grpc_server__call_cancel(call); /* stream_ref is set, so call survives a finish in the cb */
     if (conn)
-        grpc_server__flush(conn, 1);
+        pd_grpc_server__flush(conn, 1);
 }
 
-pd_status_t grpc_call_send(grpc_call_t *call, const ProtobufCMessage *msg)
+pd_status_t pd_grpc_call_send(pd_grpc_call_t *call, const ProtobufCMessage *msg)
 {
     size_t len, need, hw;
 
@@ -298,7 +298,7 @@ pd_status_t grpc_call_send(grpc_call_t *call, const ProtobufCMessage *msg)
         call->slen -= call->soff;
         call->soff = 0;
     }
-    need = call->slen + GRPC_WIRE_HDR_LEN + len;
+    need = call->slen + PD_GRPC_WIRE_HDR_LEN + len;
     if (need > call->scap) {
         size_t cap = call->scap ? call->scap : 1024;
         while (cap < need)
@@ -311,60 +311,60 @@ pd_status_t grpc_call_send(grpc_call_t *call, const ProtobufCMessage *msg)
         call->sbuf = nb;
         call->scap = cap;
     }
-    grpc_wire_prefix(call->sbuf + call->slen, (uint32_t)len);
-    protobuf_c_message_pack(msg, call->sbuf + call->slen + GRPC_WIRE_HDR_LEN);
+    pd_grpc_wire_prefix(call->sbuf + call->slen, (uint32_t)len);
+    protobuf_c_message_pack(msg, call->sbuf + call->slen + PD_GRPC_WIRE_HDR_LEN);
     call->slen = need;
     if (!call->headers_sent) {
-        pd_status_t st = grpc_server__submit_headers(call);
+        pd_status_t st = pd_grpc_server__submit_headers(call);
         if (st != PD_OK) {
-            call->slen -= GRPC_WIRE_HDR_LEN + len;
+            call->slen -= PD_GRPC_WIRE_HDR_LEN + len;
             return st;
         }
     } else if (call->data_deferred) {
         call->data_deferred = 0;
         nghttp2_session_resume_data(call->conn->ng, call->stream_id);
     }
-    grpc_server__flush(call->conn, 0);
+    pd_grpc_server__flush(call->conn, 0);
     return PD_OK;
 }
 
-pd_status_t grpc_call_finish(grpc_call_t *call, int grpc_code, const char *message)
+pd_status_t pd_grpc_call_finish(pd_grpc_call_t *call, int grpc_code, const char *message)
 {
-    grpc_server__conn_t *conn = call->conn;
+    pd_grpc_server__conn_t *conn = call->conn;
 
     PD_ASSERT(call->handler_ref);
     call->handler_ref = 0;
     if (call->cancelled || !call->stream_ref || !conn) {
-        grpc_server__call_maybe_free(call);
+        pd_grpc_server__call_maybe_free(call);
         return PD_ERR_CANCELLED;
     }
     if (grpc_code < 0 || grpc_code > 16)
-        grpc_code = GRPC_UNKNOWN;
-    grpc_server__call_end(call, 200, grpc_code, message);
-    grpc_server__flush(conn, 0);
+        grpc_code = PD_GRPC_UNKNOWN;
+    pd_grpc_server__call_end(call, 200, grpc_code, message);
+    pd_grpc_server__flush(conn, 0);
     return PD_OK;
 }
 
-pd_status_t grpc_call_finish_status(grpc_call_t *call, pd_status_t st, const char *message)
+pd_status_t pd_grpc_call_finish_status(pd_grpc_call_t *call, pd_status_t st, const char *message)
 {
-    return grpc_call_finish(call, pd_status_grpc_code(st),
+    return pd_grpc_call_finish(call, pd_status_grpc_code(st),
                             message ? message : (st == PD_OK ? NULL : pd_status_str(st)));
 }
 
-void grpc_call_set_cancel_cb(grpc_call_t *call, void (*fn)(grpc_call_t *call, void *arg), void *arg)
+void pd_grpc_call_set_cancel_cb(pd_grpc_call_t *call, void (*fn)(pd_grpc_call_t *call, void *arg), void *arg)
 {
     call->cancel_cb = fn;
     call->cancel_arg = arg;
 }
 
-void grpc_call_set_writable_cb(grpc_call_t *call, void (*fn)(grpc_call_t *call, void *arg),
+void pd_grpc_call_set_writable_cb(pd_grpc_call_t *call, void (*fn)(pd_grpc_call_t *call, void *arg),
                                void *arg)
 {
     call->writable_cb = fn;
     call->writable_arg = arg;
 }
 
-int64_t grpc_call_deadline_ms(const grpc_call_t *call)
+int64_t pd_grpc_call_deadline_ms(const pd_grpc_call_t *call)
 {
     int64_t left;
 
@@ -374,7 +374,7 @@ int64_t grpc_call_deadline_ms(const grpc_call_t *call)
     return left > 0 ? left : 0;
 }
 
-const char *grpc_call_metadata(const grpc_call_t *call, const char *key)
+const char *pd_grpc_call_metadata(const pd_grpc_call_t *call, const char *key)
 {
     for (size_t i = 0; i < call->n_md; i++)
         if (strcmp(call->md[i].key, key) == 0)
@@ -382,29 +382,29 @@ const char *grpc_call_metadata(const grpc_call_t *call, const char *key)
     return NULL;
 }
 
-int grpc_call_is_cancelled(const grpc_call_t *call)
+int pd_grpc_call_is_cancelled(const pd_grpc_call_t *call)
 {
     return call->cancelled;
 }
 
-const char *grpc_call_path(const grpc_call_t *call)
+const char *pd_grpc_call_path(const pd_grpc_call_t *call)
 {
     return call->path ? call->path : "";
 }
 
 /* ==== request processing (nghttp2 callbacks) ==== */
 
-static grpc_call_t *grpc_server__stream_call(grpc_server__conn_t *conn, int32_t stream_id)
+static pd_grpc_call_t *pd_grpc_server__stream_call(pd_grpc_server__conn_t *conn, int32_t stream_id)
 {
     return nghttp2_session_get_stream_user_data(conn->ng, stream_id);
 }
 
-static int grpc_server__on_begin_headers(nghttp2_session *ng, const nghttp2_frame *frame,
+static int pd_grpc_server__on_begin_headers(nghttp2_session *ng, const nghttp2_frame *frame,
                                          void *user_data)
 {
-    grpc_server__conn_t *conn = user_data;
-    grpc_server_t *srv = conn->srv;
-    grpc_call_t *call;
+    pd_grpc_server__conn_t *conn = user_data;
+    pd_grpc_server_t *srv = conn->srv;
+    pd_grpc_call_t *call;
 
     if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST)
         return 0;
@@ -418,7 +418,7 @@ static int grpc_server__on_begin_headers(nghttp2_session *ng, const nghttp2_fram
     call->stream_id = frame->hd.stream_id;
     call->stream_ref = 1;
     call->deadline_at = -1;
-    grpc_wire_deframer_init(&call->df, srv->params.max_recv_msg_size);
+    pd_grpc_wire_deframer_init(&call->df, srv->params.max_recv_msg_size);
     call->next = srv->calls;
     if (srv->calls)
         srv->calls->prev = call;
@@ -428,7 +428,7 @@ static int grpc_server__on_begin_headers(nghttp2_session *ng, const nghttp2_fram
     return 0;
 }
 
-static char *grpc_server__strndup(const uint8_t *s, size_t n)
+static char *pd_grpc_server__strndup(const uint8_t *s, size_t n)
 {
     char *d = malloc(n + 1);
     if (d) {
@@ -438,12 +438,12 @@ static char *grpc_server__strndup(const uint8_t *s, size_t n)
     return d;
 }
 
-static int grpc_server__on_header(nghttp2_session *ng, const nghttp2_frame *frame,
+static int pd_grpc_server__on_header(nghttp2_session *ng, const nghttp2_frame *frame,
                                   const uint8_t *name, size_t namelen, const uint8_t *value,
                                   size_t valuelen, uint8_t flags, void *user_data)
 {
-    grpc_server__conn_t *conn = user_data;
-    grpc_call_t *call = grpc_server__stream_call(conn, frame->hd.stream_id);
+    pd_grpc_server__conn_t *conn = user_data;
+    pd_grpc_call_t *call = pd_grpc_server__stream_call(conn, frame->hd.stream_id);
     (void)ng;
     (void)flags;
 
@@ -452,21 +452,21 @@ static int grpc_server__on_header(nghttp2_session *ng, const nghttp2_frame *fram
 #define IS(lit) (namelen == sizeof(lit) - 1 && memcmp(name, lit, namelen) == 0)
     if (IS(":path")) {
         free(call->path);
-        call->path = grpc_server__strndup(value, valuelen);
+        call->path = pd_grpc_server__strndup(value, valuelen);
     } else if (IS(":method")) {
         call->is_post = valuelen == 4 && memcmp(value, "POST", 4) == 0;
     } else if (IS("content-type")) {
         free(call->content_type);
-        call->content_type = grpc_server__strndup(value, valuelen);
+        call->content_type = pd_grpc_server__strndup(value, valuelen);
     } else if (IS("grpc-timeout")) {
         int64_t ms;
-        if (grpc_wire_timeout_parse((const char *)value, valuelen, &ms) != PD_OK)
+        if (pd_grpc_wire_timeout_parse((const char *)value, valuelen, &ms) != PD_OK)
             call->bad_headers = 1;
         else
             call->deadline_at = (int64_t)uv_now(conn->srv->loop) + ms;
     } else if (namelen > 0 && name[0] != ':') {
-        grpc_server__md_t *md;
-        if (call->md_bytes + namelen + valuelen > GRPC_SERVER__MD_LIMIT) {
+        pd_grpc_server__md_t *md;
+        if (call->md_bytes + namelen + valuelen > PD_GRPC_SERVER__MD_LIMIT) {
             call->bad_headers = 1;
             return 0;
         }
@@ -474,8 +474,8 @@ static int grpc_server__on_header(nghttp2_session *ng, const nghttp2_frame *fram
         if (!md)
             return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
         call->md = md;
-        md[call->n_md].key = grpc_server__strndup(name, namelen);
-        md[call->n_md].value = grpc_server__strndup(value, valuelen);
+        md[call->n_md].key = pd_grpc_server__strndup(name, namelen);
+        md[call->n_md].value = pd_grpc_server__strndup(value, valuelen);
         call->n_md++;
         call->md_bytes += namelen + valuelen;
         if (!md[call->n_md - 1].key || !md[call->n_md - 1].value)
@@ -486,9 +486,9 @@ static int grpc_server__on_header(nghttp2_session *ng, const nghttp2_frame *fram
 }
 
 /* Finds the handler for call->path; returns 0 when none. */
-static int grpc_server__route(grpc_call_t *call)
+static int pd_grpc_server__route(pd_grpc_call_t *call)
 {
-    grpc_server_t *srv = call->srv;
+    pd_grpc_server_t *srv = call->srv;
     const char *p = call->path, *slash;
 
     if (!p || p[0] != '/' || !(slash = strchr(p + 1, '/')))
@@ -512,58 +512,58 @@ static int grpc_server__route(grpc_call_t *call)
     return 0;
 }
 
-static int grpc_server__content_type_ok(const char *ct)
+static int pd_grpc_server__content_type_ok(const char *ct)
 {
     return ct && strncmp(ct, "application/grpc", 16) == 0 &&
            (ct[16] == 0 || ct[16] == '+' || ct[16] == ';');
 }
 
-static void grpc_server__on_request_headers(grpc_call_t *call)
+static void pd_grpc_server__on_request_headers(pd_grpc_call_t *call)
 {
-    grpc_server__conn_t *conn = call->conn;
+    pd_grpc_server__conn_t *conn = call->conn;
 
     if (!call->is_post) {
-        grpc_server__call_end(call, 405, GRPC_INTERNAL, "method must be POST");
+        pd_grpc_server__call_end(call, 405, PD_GRPC_INTERNAL, "method must be POST");
         return;
     }
-    if (!grpc_server__content_type_ok(call->content_type)) {
-        grpc_server__call_end(call, 415, GRPC_INTERNAL, "invalid content-type");
+    if (!pd_grpc_server__content_type_ok(call->content_type)) {
+        pd_grpc_server__call_end(call, 415, PD_GRPC_INTERNAL, "invalid content-type");
         return;
     }
     if (call->bad_headers) {
-        grpc_server__call_end(call, 200, GRPC_INTERNAL, "invalid grpc-timeout or metadata");
+        pd_grpc_server__call_end(call, 200, PD_GRPC_INTERNAL, "invalid grpc-timeout or metadata");
         return;
     }
-    if (!grpc_server__route(call)) {
+    if (!pd_grpc_server__route(call)) {
         char msg[160];
         snprintf(msg, sizeof msg, "method %.120s not implemented", call->path ? call->path : "");
-        grpc_server__call_end(call, 200, GRPC_UNIMPLEMENTED, msg);
+        pd_grpc_server__call_end(call, 200, PD_GRPC_UNIMPLEMENTED, msg);
         return;
     }
     if (call->deadline_at >= 0) {
         int64_t left = call->deadline_at - (int64_t)uv_now(conn->srv->loop);
         call->timer = malloc(sizeof *call->timer);
         if (!call->timer) {
-            grpc_server__call_end(call, 200, GRPC_RESOURCE_EXHAUSTED, "out of memory");
+            pd_grpc_server__call_end(call, 200, PD_GRPC_RESOURCE_EXHAUSTED, "out of memory");
             return;
         }
         uv_timer_init(conn->srv->loop, call->timer);
         call->timer->data = call;
-        uv_timer_start(call->timer, grpc_server__deadline, left > 0 ? (uint64_t)left : 0, 0);
+        uv_timer_start(call->timer, pd_grpc_server__deadline, left > 0 ? (uint64_t)left : 0, 0);
     }
 }
 
-static void grpc_server__on_request_end(grpc_call_t *call)
+static void pd_grpc_server__on_request_end(pd_grpc_call_t *call)
 {
     call->remote_closed = 1;
     if (call->status_set || call->dispatched)
         return;
-    if (grpc_wire_deframer_partial(&call->df)) {
-        grpc_server__call_end(call, 200, GRPC_INTERNAL, "request message truncated");
+    if (pd_grpc_wire_deframer_partial(&call->df)) {
+        pd_grpc_server__call_end(call, 200, PD_GRPC_INTERNAL, "request message truncated");
         return;
     }
     if (call->n_msgs != 1 || !call->req) {
-        grpc_server__call_end(call, 200, GRPC_INTERNAL, "missing request message");
+        pd_grpc_server__call_end(call, 200, PD_GRPC_INTERNAL, "missing request message");
         return;
     }
     call->dispatched = 1;
@@ -571,27 +571,27 @@ static void grpc_server__on_request_end(grpc_call_t *call)
     call->fn(call, call->req, call->user);
 }
 
-static int grpc_server__on_data(nghttp2_session *ng, uint8_t flags, int32_t stream_id,
+static int pd_grpc_server__on_data(nghttp2_session *ng, uint8_t flags, int32_t stream_id,
                                 const uint8_t *data, size_t len, void *user_data)
 {
-    grpc_server__conn_t *conn = user_data;
-    grpc_call_t *call = grpc_server__stream_call(conn, stream_id);
+    pd_grpc_server__conn_t *conn = user_data;
+    pd_grpc_call_t *call = pd_grpc_server__stream_call(conn, stream_id);
     (void)ng;
     (void)flags;
 
     while (call && !call->status_set && !call->dispatched && len > 0) {
         const uint8_t *msg;
         size_t used, mlen;
-        pd_status_t st = grpc_wire_deframer_feed(&call->df, data, len, &used, &msg, &mlen);
+        pd_status_t st = pd_grpc_wire_deframer_feed(&call->df, data, len, &used, &msg, &mlen);
         if (st == PD_ERR_UNSUPPORTED) {
-            grpc_server__call_end(call, 200, GRPC_UNIMPLEMENTED, "compression not supported");
+            pd_grpc_server__call_end(call, 200, PD_GRPC_UNIMPLEMENTED, "compression not supported");
         } else if (st == PD_ERR_RESOURCE) {
             char m[96];
             snprintf(m, sizeof m, "received message larger than max (%zu vs. %zu)", call->df.want,
                      call->df.max_msg);
-            grpc_server__call_end(call, 200, GRPC_RESOURCE_EXHAUSTED, m);
+            pd_grpc_server__call_end(call, 200, PD_GRPC_RESOURCE_EXHAUSTED, m);
         } else if (st != PD_OK) {
-            grpc_server__call_end(call, 200, GRPC_INTERNAL, "invalid message framing");
+            pd_grpc_server__call_end(call, 200, PD_GRPC_INTERNAL, "invalid message framing");
         }
         if (st != PD_OK)
             return 0;
@@ -600,59 +600,59 @@ static int grpc_server__on_data(nghttp2_session *ng, uint8_t flags, int32_t stre
         if (!msg)
             continue;
         if (++call->n_msgs > 1) {
-            grpc_server__call_end(call, 200, GRPC_UNIMPLEMENTED,
+            pd_grpc_server__call_end(call, 200, PD_GRPC_UNIMPLEMENTED,
                                   "client streaming is not supported");
             return 0;
         }
         call->req = protobuf_c_message_unpack(call->in_desc, NULL, mlen, msg);
         if (!call->req) {
             pd_log_debug("grpc server: %s: failed to parse request", call->path);
-            grpc_server__call_end(call, 200, GRPC_INTERNAL, "failed to parse request message");
+            pd_grpc_server__call_end(call, 200, PD_GRPC_INTERNAL, "failed to parse request message");
             return 0;
         }
     }
     return 0;
 }
 
-static int grpc_server__on_frame_recv(nghttp2_session *ng, const nghttp2_frame *frame,
+static int pd_grpc_server__on_frame_recv(nghttp2_session *ng, const nghttp2_frame *frame,
                                       void *user_data)
 {
-    grpc_server__conn_t *conn = user_data;
-    grpc_call_t *call;
+    pd_grpc_server__conn_t *conn = user_data;
+    pd_grpc_call_t *call;
     (void)ng;
 
     if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA)
         return 0;
-    call = grpc_server__stream_call(conn, frame->hd.stream_id);
+    call = pd_grpc_server__stream_call(conn, frame->hd.stream_id);
     if (!call)
         return 0;
     if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST)
-        grpc_server__on_request_headers(call);
+        pd_grpc_server__on_request_headers(call);
     if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)
-        grpc_server__on_request_end(call);
+        pd_grpc_server__on_request_end(call);
     return 0;
 }
 
-static int grpc_server__on_frame_send(nghttp2_session *ng, const nghttp2_frame *frame,
+static int pd_grpc_server__on_frame_send(nghttp2_session *ng, const nghttp2_frame *frame,
                                       void *user_data)
 {
-    grpc_server__conn_t *conn = user_data;
-    grpc_call_t *call;
+    pd_grpc_server__conn_t *conn = user_data;
+    pd_grpc_call_t *call;
 
     if (frame->hd.type != NGHTTP2_HEADERS || !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
         return 0;
-    call = grpc_server__stream_call(conn, frame->hd.stream_id);
+    call = pd_grpc_server__stream_call(conn, frame->hd.stream_id);
     /* The response is complete but the client is still sending: end the stream (gRPC spec). */
     if (call && !call->remote_closed)
         nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, frame->hd.stream_id, NGHTTP2_NO_ERROR);
     return 0;
 }
 
-static int grpc_server__on_stream_close(nghttp2_session *ng, int32_t stream_id, uint32_t error_code,
+static int pd_grpc_server__on_stream_close(nghttp2_session *ng, int32_t stream_id, uint32_t error_code,
                                         void *user_data)
 {
-    grpc_server__conn_t *conn = user_data;
-    grpc_call_t *call = grpc_server__stream_call(conn, stream_id);
+    pd_grpc_server__conn_t *conn = user_data;
+    pd_grpc_call_t *call = pd_grpc_server__stream_call(conn, stream_id);
 
     if (!call)
         return 0;
@@ -662,19 +662,19 @@ static int grpc_server__on_stream_close(nghttp2_session *ng, int32_t stream_id, 
     if (call->handler_ref && !call->status_set) {
         pd_log_debug("grpc server: stream %d %s: closed by peer (error %u)", stream_id, call->path,
                      error_code);
-        grpc_server__call_cancel(call);
+        pd_grpc_server__call_cancel(call);
         return 0;
     }
-    grpc_server__call_maybe_free(call);
+    pd_grpc_server__call_maybe_free(call);
     return 0;
 }
 
 /* ==== connections ==== */
 
-static int grpc_server__run_writable(grpc_server__conn_t *conn)
+static int pd_grpc_server__run_writable(pd_grpc_server__conn_t *conn)
 {
     int ran = 0;
-    grpc_call_t *call;
+    pd_grpc_call_t *call;
 
     while (conn->writable_pending) {
         conn->writable_pending = 0;
@@ -696,10 +696,10 @@ static int grpc_server__run_writable(grpc_server__conn_t *conn)
     return ran;
 }
 
-static void grpc_server__write_done(uv_write_t *req, int status)
+static void pd_grpc_server__write_done(uv_write_t *req, int status)
 {
-    grpc_server__write_t *w = (grpc_server__write_t *)req;
-    grpc_server__conn_t *conn = w->conn;
+    pd_grpc_server__write_t *w = (pd_grpc_server__write_t *)req;
+    pd_grpc_server__conn_t *conn = w->conn;
 
     conn->write_pending -= w->len;
     free(w);
@@ -707,26 +707,26 @@ static void grpc_server__write_done(uv_write_t *req, int status)
         return;
     if (status < 0) {
         pd_log_debug("grpc server: write: %s", uv_strerror(status));
-        grpc_server__conn_close(conn);
+        pd_grpc_server__conn_close(conn);
         return;
     }
-    grpc_server__flush(conn, 1);
+    pd_grpc_server__flush(conn, 1);
 }
 
-static void grpc_server__alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+static void pd_grpc_server__alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     (void)h;
     buf->base = malloc(suggested);
     buf->len = buf->base ? suggested : 0;
 }
 
-static void grpc_server__on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+static void pd_grpc_server__on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 
 /* Produces output until nghttp2 has nothing more or too much is pending on the socket; may run
  * writable callbacks (run_cbs) and closes the connection when the session is done. Never frees
  * conn when run_cbs is 0 (safe to call from call functions). Returns nonzero when conn is closing
  * (its memory may be gone once the loop runs; fake connections are freed already). */
-static int grpc_server__flush(grpc_server__conn_t *conn, int run_cbs)
+static int pd_grpc_server__flush(pd_grpc_server__conn_t *conn, int run_cbs)
 {
     if (conn->closing)
         return 1;
@@ -735,13 +735,13 @@ static int grpc_server__flush(grpc_server__conn_t *conn, int run_cbs)
     conn->flushing = 1;
     for (;;) {
         while (nghttp2_session_want_write(conn->ng) &&
-               conn->write_pending < GRPC_SERVER__WRITE_LIMIT) {
-            grpc_server__write_t *w = malloc(sizeof *w + GRPC_SERVER__WRITE_CHUNK);
+               conn->write_pending < PD_GRPC_SERVER__WRITE_LIMIT) {
+            pd_grpc_server__write_t *w = malloc(sizeof *w + PD_GRPC_SERVER__WRITE_CHUNK);
             if (!w)
                 break;
             w->conn = conn;
             w->len = 0;
-            while (w->len < GRPC_SERVER__WRITE_CHUNK) {
+            while (w->len < PD_GRPC_SERVER__WRITE_CHUNK) {
                 const uint8_t *data;
                 ssize_t n = nghttp2_session_mem_send(conn->ng, &data);
                 if (n < 0) {
@@ -750,8 +750,8 @@ static int grpc_server__flush(grpc_server__conn_t *conn, int run_cbs)
                 }
                 if (n == 0)
                     break;
-                if (w->len + (size_t)n > GRPC_SERVER__WRITE_CHUNK) {
-                    grpc_server__write_t *nw = realloc(w, sizeof *w + w->len + (size_t)n);
+                if (w->len + (size_t)n > PD_GRPC_SERVER__WRITE_CHUNK) {
+                    pd_grpc_server__write_t *nw = realloc(w, sizeof *w + w->len + (size_t)n);
                     if (!nw)
                         break; /* drops a frame: the session is broken, close below */
                     w = nw;
@@ -770,7 +770,7 @@ static int grpc_server__flush(grpc_server__conn_t *conn, int run_cbs)
                 continue;
             }
             uv_buf_t b = uv_buf_init((char *)w->data, (unsigned)w->len);
-            int rc = uv_write(&w->req, (uv_stream_t *)&conn->tcp, &b, 1, grpc_server__write_done);
+            int rc = uv_write(&w->req, (uv_stream_t *)&conn->tcp, &b, 1, pd_grpc_server__write_done);
             if (rc < 0) {
                 pd_log_debug("grpc server: uv_write: %s", uv_strerror(rc));
                 free(w);
@@ -781,7 +781,7 @@ static int grpc_server__flush(grpc_server__conn_t *conn, int run_cbs)
         if (!run_cbs || !conn->writable_pending)
             break;
         conn->flushing = 0;
-        grpc_server__run_writable(conn);
+        pd_grpc_server__run_writable(conn);
         if (conn->closing)
             return 1;
         conn->flushing = 1;
@@ -789,24 +789,24 @@ static int grpc_server__flush(grpc_server__conn_t *conn, int run_cbs)
     conn->flushing = 0;
     if (!conn->fake) {
         /* back-pressure: stop reading while the peer does not read what we write */
-        int over = conn->write_pending >= GRPC_SERVER__WRITE_LIMIT;
+        int over = conn->write_pending >= PD_GRPC_SERVER__WRITE_LIMIT;
         if (over && conn->reading) {
             uv_read_stop((uv_stream_t *)&conn->tcp);
             conn->reading = 0;
         } else if (!over && !conn->reading) {
-            uv_read_start((uv_stream_t *)&conn->tcp, grpc_server__alloc, grpc_server__on_read);
+            uv_read_start((uv_stream_t *)&conn->tcp, pd_grpc_server__alloc, pd_grpc_server__on_read);
             conn->reading = 1;
         }
     }
     if (run_cbs && !nghttp2_session_want_read(conn->ng) && !nghttp2_session_want_write(conn->ng) &&
         conn->write_pending == 0) {
-        grpc_server__conn_close(conn);
+        pd_grpc_server__conn_close(conn);
         return 1;
     }
     return 0;
 }
 
-static pd_status_t grpc_server__recv(grpc_server__conn_t *conn, const uint8_t *data, size_t len)
+static pd_status_t pd_grpc_server__recv(pd_grpc_server__conn_t *conn, const uint8_t *data, size_t len)
 {
     ssize_t rv;
 
@@ -815,35 +815,35 @@ static pd_status_t grpc_server__recv(grpc_server__conn_t *conn, const uint8_t *d
     conn->in_recv = 0;
     if (rv < 0) {
         pd_log_debug("grpc server: session recv: %s", nghttp2_strerror((int)rv));
-        grpc_server__conn_close(conn);
+        pd_grpc_server__conn_close(conn);
         return PD_ERR_PROTOCOL;
     }
-    if (grpc_server__flush(conn, 1))
+    if (pd_grpc_server__flush(conn, 1))
         return PD_ERR_TRANSPORT;
     return PD_OK;
 }
 
-static void grpc_server__on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+static void pd_grpc_server__on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
-    grpc_server__conn_t *conn = s->data;
+    pd_grpc_server__conn_t *conn = s->data;
 
     if (nread < 0) {
         if (nread != UV_EOF)
             pd_log_debug("grpc server: read: %s", uv_strerror((int)nread));
         free(buf->base);
-        grpc_server__conn_close(conn);
+        pd_grpc_server__conn_close(conn);
         return;
     }
     if (nread > 0)
-        grpc_server__recv(conn, (const uint8_t *)buf->base, (size_t)nread);
+        pd_grpc_server__recv(conn, (const uint8_t *)buf->base, (size_t)nread);
     free(buf->base);
 }
 
-static void grpc_server__maybe_free(grpc_server_t *srv)
+static void pd_grpc_server__maybe_free(pd_grpc_server_t *srv)
 {
     if (!srv->destroyed || srv->pending_closes > 0)
         return;
-    for (grpc_call_t *c = srv->calls, *next; c; c = next) {
+    for (pd_grpc_call_t *c = srv->calls, *next; c; c = next) {
         next = c->next;
         c->srv = NULL; /* detached: freed by its finish */
         c->prev = c->next = NULL;
@@ -852,22 +852,22 @@ static void grpc_server__maybe_free(grpc_server_t *srv)
     free(srv);
 }
 
-static void grpc_server__conn_closed(uv_handle_t *h)
+static void pd_grpc_server__conn_closed(uv_handle_t *h)
 {
-    grpc_server__conn_t *conn = h->data;
-    grpc_server_t *srv = conn->srv;
+    pd_grpc_server__conn_t *conn = h->data;
+    pd_grpc_server_t *srv = conn->srv;
 
     free(conn);
     srv->pending_closes--;
-    grpc_server__maybe_free(srv);
+    pd_grpc_server__maybe_free(srv);
 }
 
 /* Drops the session and every stream: handler-held calls get their cancel callback. Not from
  * inside nghttp2 callbacks. */
-static void grpc_server__conn_close(grpc_server__conn_t *conn)
+static void pd_grpc_server__conn_close(pd_grpc_server__conn_t *conn)
 {
-    grpc_server_t *srv = conn->srv;
-    grpc_call_t *call;
+    pd_grpc_server_t *srv = conn->srv;
+    pd_grpc_call_t *call;
 
     if (conn->closing)
         return;
@@ -882,9 +882,9 @@ static void grpc_server__conn_close(grpc_server__conn_t *conn)
         call->conn = NULL;
         call->stream_ref = 0;
         if (call->handler_ref && !call->status_set)
-            grpc_server__call_cancel(call);
+            pd_grpc_server__call_cancel(call);
         else
-            grpc_server__call_maybe_free(call);
+            pd_grpc_server__call_maybe_free(call);
     }
     if (conn->prev)
         conn->prev->next = conn->next;
@@ -898,28 +898,28 @@ static void grpc_server__conn_close(grpc_server__conn_t *conn)
         return;
     }
     srv->pending_closes++;
-    uv_close((uv_handle_t *)&conn->tcp, grpc_server__conn_closed);
+    uv_close((uv_handle_t *)&conn->tcp, pd_grpc_server__conn_closed);
 }
 
-static pd_status_t grpc_server__session_new(grpc_server__conn_t *conn)
+static pd_status_t pd_grpc_server__session_new(pd_grpc_server__conn_t *conn)
 {
     nghttp2_session_callbacks *cbs;
     nghttp2_option *opt;
     nghttp2_settings_entry iv[] = {
         {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, conn->srv->params.max_concurrent_streams},
-        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, GRPC_SERVER__WINDOW},
+        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, PD_GRPC_SERVER__WINDOW},
         {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, 64u << 10},
     };
     int rv;
 
     if (nghttp2_session_callbacks_new(&cbs) != 0)
         return PD_ERR_NOMEM;
-    nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, grpc_server__on_begin_headers);
-    nghttp2_session_callbacks_set_on_header_callback(cbs, grpc_server__on_header);
-    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, grpc_server__on_data);
-    nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, grpc_server__on_frame_recv);
-    nghttp2_session_callbacks_set_on_frame_send_callback(cbs, grpc_server__on_frame_send);
-    nghttp2_session_callbacks_set_on_stream_close_callback(cbs, grpc_server__on_stream_close);
+    nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, pd_grpc_server__on_begin_headers);
+    nghttp2_session_callbacks_set_on_header_callback(cbs, pd_grpc_server__on_header);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, pd_grpc_server__on_data);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, pd_grpc_server__on_frame_recv);
+    nghttp2_session_callbacks_set_on_frame_send_callback(cbs, pd_grpc_server__on_frame_send);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cbs, pd_grpc_server__on_stream_close);
     if (nghttp2_option_new(&opt) != 0) {
         nghttp2_session_callbacks_del(cbs);
         return PD_ERR_NOMEM;
@@ -932,18 +932,18 @@ static pd_status_t grpc_server__session_new(grpc_server__conn_t *conn)
         return PD_ERR_NOMEM;
     }
     nghttp2_submit_settings(conn->ng, NGHTTP2_FLAG_NONE, iv, sizeof iv / sizeof iv[0]);
-    nghttp2_session_set_local_window_size(conn->ng, NGHTTP2_FLAG_NONE, 0, 16 * GRPC_SERVER__WINDOW);
+    nghttp2_session_set_local_window_size(conn->ng, NGHTTP2_FLAG_NONE, 0, 16 * PD_GRPC_SERVER__WINDOW);
     return PD_OK;
 }
 
-static grpc_server__conn_t *grpc_server__conn_new(grpc_server_t *srv)
+static pd_grpc_server__conn_t *pd_grpc_server__conn_new(pd_grpc_server_t *srv)
 {
-    grpc_server__conn_t *conn = calloc(1, sizeof *conn);
+    pd_grpc_server__conn_t *conn = calloc(1, sizeof *conn);
 
     if (!conn)
         return NULL;
     conn->srv = srv;
-    if (grpc_server__session_new(conn) != PD_OK) {
+    if (pd_grpc_server__session_new(conn) != PD_OK) {
         free(conn);
         return NULL;
     }
@@ -955,17 +955,17 @@ static grpc_server__conn_t *grpc_server__conn_new(grpc_server_t *srv)
     return conn;
 }
 
-static void grpc_server__on_connection(uv_stream_t *listener, int status)
+static void pd_grpc_server__on_connection(uv_stream_t *listener, int status)
 {
-    grpc_server_t *srv = listener->data;
-    grpc_server__conn_t *conn;
+    pd_grpc_server_t *srv = listener->data;
+    pd_grpc_server__conn_t *conn;
     int rc;
 
     if (status < 0) {
         pd_log_error("grpc server: accept: %s", uv_strerror(status));
         return;
     }
-    conn = grpc_server__conn_new(srv);
+    conn = pd_grpc_server__conn_new(srv);
     if (!conn) {
         pd_log_error("grpc server: out of memory accepting a connection");
         return;
@@ -975,21 +975,21 @@ static void grpc_server__on_connection(uv_stream_t *listener, int status)
     rc = uv_accept(listener, (uv_stream_t *)&conn->tcp);
     if (rc < 0) {
         pd_log_error("grpc server: accept: %s", uv_strerror(rc));
-        grpc_server__conn_close(conn);
+        pd_grpc_server__conn_close(conn);
         return;
     }
     uv_tcp_nodelay(&conn->tcp, 1);
     if (srv->shutting_down)
         nghttp2_submit_goaway(conn->ng, NGHTTP2_FLAG_NONE, 0, NGHTTP2_NO_ERROR, NULL, 0);
-    grpc_server__flush(conn, 1); /* starts reading */
+    pd_grpc_server__flush(conn, 1); /* starts reading */
 }
 
 /* ==== server ==== */
 
-pd_status_t grpc_server_create(uv_loop_t *loop, const grpc_server_params_t *params,
-                               grpc_server_t **srv_p)
+pd_status_t pd_grpc_server_create(uv_loop_t *loop, const pd_grpc_server_params_t *params,
+                               pd_grpc_server_t **srv_p)
 {
-    grpc_server_t *srv = calloc(1, sizeof *srv);
+    pd_grpc_server_t *srv = calloc(1, sizeof *srv);
 
     if (!srv) {
         pd_log_error("grpc server: out of memory");
@@ -1008,10 +1008,10 @@ pd_status_t grpc_server_create(uv_loop_t *loop, const grpc_server_params_t *para
     return PD_OK;
 }
 
-pd_status_t grpc_server_add_service(grpc_server_t *srv, const ProtobufCServiceDescriptor *desc,
-                                    const grpc_method_fn *handlers, void *user)
+pd_status_t pd_grpc_server_add_service(pd_grpc_server_t *srv, const ProtobufCServiceDescriptor *desc,
+                                    const pd_grpc_method_fn *handlers, void *user)
 {
-    grpc_server__svc_t *svcs;
+    pd_grpc_server__svc_t *svcs;
 
     for (size_t i = 0; i < srv->n_svcs; i++) {
         if (strcmp(srv->svcs[i].desc->name, desc->name) == 0) {
@@ -1025,19 +1025,19 @@ pd_status_t grpc_server_add_service(grpc_server_t *srv, const ProtobufCServiceDe
         return PD_ERR_NOMEM;
     }
     srv->svcs = svcs;
-    svcs[srv->n_svcs++] = (grpc_server__svc_t){desc, handlers, user};
+    svcs[srv->n_svcs++] = (pd_grpc_server__svc_t){desc, handlers, user};
     return PD_OK;
 }
 
-static void grpc_server__listener_closed(uv_handle_t *h)
+static void pd_grpc_server__listener_closed(uv_handle_t *h)
 {
-    grpc_server_t *srv = h->data;
+    pd_grpc_server_t *srv = h->data;
 
     srv->pending_closes--;
-    grpc_server__maybe_free(srv);
+    pd_grpc_server__maybe_free(srv);
 }
 
-pd_status_t grpc_server_listen(grpc_server_t *srv, const char *host, int port, int *bound_port_p)
+pd_status_t pd_grpc_server_listen(pd_grpc_server_t *srv, const char *host, int port, int *bound_port_p)
 {
     struct sockaddr_storage ss;
     int namelen = sizeof ss, rc;
@@ -1055,13 +1055,13 @@ pd_status_t grpc_server_listen(grpc_server_t *srv, const char *host, int port, i
     srv->listener.data = srv;
     rc = uv_tcp_bind(&srv->listener, (const struct sockaddr *)&ss, 0);
     if (rc == 0)
-        rc = uv_listen((uv_stream_t *)&srv->listener, 128, grpc_server__on_connection);
+        rc = uv_listen((uv_stream_t *)&srv->listener, 128, pd_grpc_server__on_connection);
     if (rc == 0)
         rc = uv_tcp_getsockname(&srv->listener, (struct sockaddr *)&ss, &namelen);
     if (rc < 0) {
         pd_log_error("grpc server: listen on %s:%d: %s", host, port, uv_strerror(rc));
         srv->pending_closes++;
-        uv_close((uv_handle_t *)&srv->listener, grpc_server__listener_closed);
+        uv_close((uv_handle_t *)&srv->listener, pd_grpc_server__listener_closed);
         return PD_ERR_IO;
     }
     srv->listening = 1;
@@ -1070,78 +1070,78 @@ pd_status_t grpc_server_listen(grpc_server_t *srv, const char *host, int port, i
     return PD_OK;
 }
 
-static void grpc_server__stop_listening(grpc_server_t *srv)
+static void pd_grpc_server__stop_listening(pd_grpc_server_t *srv)
 {
     if (!srv->listening)
         return;
     srv->listening = 0;
     srv->pending_closes++;
-    uv_close((uv_handle_t *)&srv->listener, grpc_server__listener_closed);
+    uv_close((uv_handle_t *)&srv->listener, pd_grpc_server__listener_closed);
 }
 
-void grpc_server_shutdown(grpc_server_t *srv)
+void pd_grpc_server_shutdown(pd_grpc_server_t *srv)
 {
     if (srv->shutting_down)
         return;
     srv->shutting_down = 1;
-    grpc_server__stop_listening(srv);
-    for (grpc_server__conn_t *conn = srv->conns, *next; conn; conn = next) {
+    pd_grpc_server__stop_listening(srv);
+    for (pd_grpc_server__conn_t *conn = srv->conns, *next; conn; conn = next) {
         next = conn->next;
         nghttp2_submit_goaway(conn->ng, NGHTTP2_FLAG_NONE,
                               nghttp2_session_get_last_proc_stream_id(conn->ng), NGHTTP2_NO_ERROR,
                               NULL, 0);
-        grpc_server__flush(conn, 1); /* may close conn */
+        pd_grpc_server__flush(conn, 1); /* may close conn */
     }
 }
 
-void grpc_server_destroy(grpc_server_t *srv)
+void pd_grpc_server_destroy(pd_grpc_server_t *srv)
 {
     if (!srv)
         return;
     srv->destroyed = 1;
     srv->shutting_down = 1;
-    grpc_server__stop_listening(srv);
+    pd_grpc_server__stop_listening(srv);
     while (srv->conns)
-        grpc_server__conn_close(srv->conns);
-    grpc_server__maybe_free(srv);
+        pd_grpc_server__conn_close(srv->conns);
+    pd_grpc_server__maybe_free(srv);
 }
 
-void grpc_server_stats(const grpc_server_t *srv, grpc_server_stats_t *stats_p)
+void pd_grpc_server_stats(const pd_grpc_server_t *srv, pd_grpc_server_stats_t *stats_p)
 {
-    grpc_server_stats_t s = {srv->n_calls, srv->n_conns, 0};
+    pd_grpc_server_stats_t s = {srv->n_calls, srv->n_conns, 0};
 
-    for (const grpc_call_t *c = srv->calls; c; c = c->next)
+    for (const pd_grpc_call_t *c = srv->calls; c; c = c->next)
         s.buffered_bytes += c->slen - c->soff;
-    for (const grpc_server__conn_t *c = srv->conns; c; c = c->next)
+    for (const pd_grpc_server__conn_t *c = srv->conns; c; c = c->next)
         s.buffered_bytes += c->write_pending;
     *stats_p = s;
 }
 
 /* ==== in-memory connections ==== */
 
-pd_status_t grpc_server__fake_open(grpc_server_t *srv,
+pd_status_t pd_grpc_server__fake_open(pd_grpc_server_t *srv,
                                    void (*out)(void *arg, const uint8_t *data, size_t len),
-                                   void *arg, grpc_server__conn_t **conn_p)
+                                   void *arg, pd_grpc_server__conn_t **conn_p)
 {
-    grpc_server__conn_t *conn = grpc_server__conn_new(srv);
+    pd_grpc_server__conn_t *conn = pd_grpc_server__conn_new(srv);
 
     if (!conn)
         return PD_ERR_NOMEM;
     conn->fake = 1;
     conn->out = out;
     conn->out_arg = arg;
-    grpc_server__flush(conn, 0);
+    pd_grpc_server__flush(conn, 0);
     *conn_p = conn;
     return PD_OK;
 }
 
-pd_status_t grpc_server__fake_feed(grpc_server__conn_t *conn, const uint8_t *data, size_t len)
+pd_status_t pd_grpc_server__fake_feed(pd_grpc_server__conn_t *conn, const uint8_t *data, size_t len)
 {
-    return grpc_server__recv(conn, data, len);
+    return pd_grpc_server__recv(conn, data, len);
 }
 
-void grpc_server__fake_close(grpc_server__conn_t *conn)
+void pd_grpc_server__fake_close(pd_grpc_server__conn_t *conn)
 {
     if (conn)
-        grpc_server__conn_close(conn);
+        pd_grpc_server__conn_close(conn);
 }

@@ -1,8 +1,8 @@
-/* grpc_server: a gRPC server (unary and server-streaming methods) over HTTP/2 cleartext with
+/* pd_grpc_server: a gRPC server (unary and server-streaming methods) over HTTP/2 cleartext with
  * prior knowledge, on one libuv loop, using nghttp2 for HTTP/2 and protobuf-c for messages.
  *
  * Ownership: the server owns its listener, connections and calls. A handler receives a call and
- * the request; from then on the handler side holds the call until it calls grpc_call_finish()
+ * the request; from then on the handler side holds the call until it calls pd_grpc_call_finish()
  * exactly once (also after a cancel: finish then only releases). The call memory and the request
  * stay valid until that finish, even when the peer is gone, the deadline passed, or the server was
  * destroyed; sending on such a call returns PD_ERR_CANCELLED. The cancel callback runs at most
@@ -10,7 +10,7 @@
  * server is destroyed, and only while the handler still holds the call.
  *
  * Memory bounds: a request message is at most max_recv_msg_size; at most max_concurrent_streams
- * calls per connection; grpc_call_send() queues at most one message beyond send_high_watermark
+ * calls per connection; pd_grpc_call_send() queues at most one message beyond send_high_watermark
  * per call, then returns PD_AGAIN until the writable callback runs; a connection stops producing
  * output while more than 1 MiB of its writes are pending on the socket.
  *
@@ -29,110 +29,110 @@
 #include "grpc_wire.h"
 #include "status.h"
 
-typedef struct grpc_server grpc_server_t;
-typedef struct grpc_call grpc_call_t;
+typedef struct pd_grpc_server pd_grpc_server_t;
+typedef struct pd_grpc_call pd_grpc_call_t;
 
 typedef struct {
     size_t max_recv_msg_size;        /* largest request message; 0 = 4 MiB */
     uint32_t max_concurrent_streams; /* per connection; 0 = 100 */
     size_t send_high_watermark;      /* per-call queued response bytes; 0 = 256 KiB */
-} grpc_server_params_t;
+} pd_grpc_server_params_t;
 
 typedef struct {
     uint64_t active_calls;   /* calls allocated (including ones held only by handlers) */
     uint64_t connections;    /* open connections */
     uint64_t buffered_bytes; /* response bytes queued in calls plus socket writes pending */
-} grpc_server_stats_t;
+} pd_grpc_server_stats_t;
 
 /* A method handler: req is the decoded request (owned by the call, valid until finish). */
-typedef void (*grpc_method_fn)(grpc_call_t *call, const ProtobufCMessage *req, void *user);
+typedef void (*pd_grpc_method_fn)(pd_grpc_call_t *call, const ProtobufCMessage *req, void *user);
 
 /* Creates a server on loop; params may be NULL for defaults. Returns PD_OK or PD_ERR_NOMEM;
  * nothing is allocated on failure. */
-pd_status_t grpc_server_create(uv_loop_t *loop, const grpc_server_params_t *params,
-                               grpc_server_t **srv_p);
+pd_status_t pd_grpc_server_create(uv_loop_t *loop, const pd_grpc_server_params_t *params,
+                               pd_grpc_server_t **srv_p);
 
 /* Registers desc's methods at /<desc->name>/<method>; handlers[i] serves desc->methods[i] (a NULL
  * entry answers UNIMPLEMENTED). desc and handlers must outlive the server. Returns PD_OK,
  * PD_ERR_NOMEM, or PD_ERR_INVALID when a service of that name is already registered. */
-pd_status_t grpc_server_add_service(grpc_server_t *srv, const ProtobufCServiceDescriptor *desc,
-                                    const grpc_method_fn *handlers, void *user);
+pd_status_t pd_grpc_server_add_service(pd_grpc_server_t *srv, const ProtobufCServiceDescriptor *desc,
+                                    const pd_grpc_method_fn *handlers, void *user);
 
 /* Listens on host:port (port 0 picks an ephemeral port) and writes the bound port. Returns PD_OK,
  * PD_ERR_INVALID (bad address, already listening) or PD_ERR_IO (bind/listen failed, logged); on
  * failure the server is not listening
  * (and, after PD_ERR_IO, cannot listen again: destroy it). */
-pd_status_t grpc_server_listen(grpc_server_t *srv, const char *host, int port, int *bound_port_p);
+pd_status_t pd_grpc_server_listen(pd_grpc_server_t *srv, const char *host, int port, int *bound_port_p);
 
 /* Graceful stop: closes the listener, sends GOAWAY on every connection, lets in-flight calls
  * finish, then closes each connection when it has no calls left. Idempotent. */
-void grpc_server_shutdown(grpc_server_t *srv);
+void pd_grpc_server_shutdown(pd_grpc_server_t *srv);
 
 /* Closes everything now: calls still held by handlers get their cancel callback and stay valid
  * (detached) until their finish. The memory is freed once the loop processes the closes; run the
  * loop afterwards. Not from inside a handler. Accepts NULL. */
-void grpc_server_destroy(grpc_server_t *srv);
+void pd_grpc_server_destroy(pd_grpc_server_t *srv);
 
 /* Writes current counters. */
-void grpc_server_stats(const grpc_server_t *srv, grpc_server_stats_t *stats_p);
+void pd_grpc_server_stats(const pd_grpc_server_t *srv, pd_grpc_server_stats_t *stats_p);
 
-/* ==== calls (loop thread; valid from the handler invocation until grpc_call_finish) ==== */
+/* ==== calls (loop thread; valid from the handler invocation until pd_grpc_call_finish) ==== */
 
 /* Queues one response message (sends response headers first if needed). Returns PD_OK;
  * PD_AGAIN when the call already buffers send_high_watermark bytes (nothing queued: wait for the
  * writable callback); PD_ERR_CANCELLED when the call was cancelled or its peer is gone;
  * PD_ERR_INVALID after finish; PD_ERR_NOMEM / PD_ERR_INTERNAL (nothing queued). */
-pd_status_t grpc_call_send(grpc_call_t *call, const ProtobufCMessage *msg);
+pd_status_t pd_grpc_call_send(pd_grpc_call_t *call, const ProtobufCMessage *msg);
 
 /* Ends the call with a gRPC status (code 0..16) and an optional message (UTF-8, sent
  * percent-encoded), after the queued messages drain; a call that sent nothing gets a
  * trailers-only response. Releases the handler's hold: call must not be used afterwards.
  * Returns PD_OK, or PD_ERR_CANCELLED when the call was already cancelled (released all the
  * same). */
-pd_status_t grpc_call_finish(grpc_call_t *call, int grpc_code, const char *message);
+pd_status_t pd_grpc_call_finish(pd_grpc_call_t *call, int grpc_code, const char *message);
 
-/* Same as grpc_call_finish with pd_status_grpc_code(st) and message (or pd_status_str(st)). */
-pd_status_t grpc_call_finish_status(grpc_call_t *call, pd_status_t st, const char *message);
+/* Same as pd_grpc_call_finish with pd_status_grpc_code(st) and message (or pd_status_str(st)). */
+pd_status_t pd_grpc_call_finish_status(pd_grpc_call_t *call, pd_status_t st, const char *message);
 
 /* Sets fn(call, arg), run once if the call is cancelled while the handler holds it. Inside fn
  * the call is still valid; the handler must still finish it (now or later). */
-void grpc_call_set_cancel_cb(grpc_call_t *call, void (*fn)(grpc_call_t *call, void *arg),
+void pd_grpc_call_set_cancel_cb(pd_grpc_call_t *call, void (*fn)(pd_grpc_call_t *call, void *arg),
                              void *arg);
 
-/* Sets fn(call, arg), run once each time after grpc_call_send returned PD_AGAIN, when the send
+/* Sets fn(call, arg), run once each time after pd_grpc_call_send returned PD_AGAIN, when the send
  * buffer drained below half the watermark. */
-void grpc_call_set_writable_cb(grpc_call_t *call, void (*fn)(grpc_call_t *call, void *arg),
+void pd_grpc_call_set_writable_cb(pd_grpc_call_t *call, void (*fn)(pd_grpc_call_t *call, void *arg),
                                void *arg);
 
 /* Returns the milliseconds left until the call's deadline (0 when passed), or -1 when the client
  * sent no grpc-timeout. */
-int64_t grpc_call_deadline_ms(const grpc_call_t *call);
+int64_t pd_grpc_call_deadline_ms(const pd_grpc_call_t *call);
 
 /* Returns the value of request metadata key (lowercase), or NULL. Valid until finish. */
-const char *grpc_call_metadata(const grpc_call_t *call, const char *key);
+const char *pd_grpc_call_metadata(const pd_grpc_call_t *call, const char *key);
 
 /* Returns nonzero once the call was cancelled (peer reset/gone, deadline, server destroyed). */
-int grpc_call_is_cancelled(const grpc_call_t *call);
+int pd_grpc_call_is_cancelled(const pd_grpc_call_t *call);
 
 /* Returns the :path of the call ("/pkg.Service/Method"). */
-const char *grpc_call_path(const grpc_call_t *call);
+const char *pd_grpc_call_path(const pd_grpc_call_t *call);
 
 /* ==== in-memory connections, for tests and fuzzing ==== */
 
 /* Opens a connection that is not a socket: bytes from the client go in through
- * grpc_server__fake_feed; bytes the server writes go to out(arg, data, len) (NULL drops them).
+ * pd_grpc_server__fake_feed; bytes the server writes go to out(arg, data, len) (NULL drops them).
  * Returns PD_OK or PD_ERR_NOMEM. The connection closes with the server or with fake_close. */
-typedef struct grpc_server__conn grpc_server__conn_t;
-pd_status_t grpc_server__fake_open(grpc_server_t *srv,
+typedef struct pd_grpc_server__conn pd_grpc_server__conn_t;
+pd_status_t pd_grpc_server__fake_open(pd_grpc_server_t *srv,
                                    void (*out)(void *arg, const uint8_t *data, size_t len),
-                                   void *arg, grpc_server__conn_t **conn_p);
+                                   void *arg, pd_grpc_server__conn_t **conn_p);
 
 /* Feeds client bytes and runs the session. Returns PD_OK; PD_ERR_PROTOCOL when the session
  * failed, PD_ERR_TRANSPORT when it ended (GOAWAY done): the connection is then closed and freed,
  * do not use it again. */
-pd_status_t grpc_server__fake_feed(grpc_server__conn_t *conn, const uint8_t *data, size_t len);
+pd_status_t pd_grpc_server__fake_feed(pd_grpc_server__conn_t *conn, const uint8_t *data, size_t len);
 
 /* Closes a fake connection as if the peer vanished. Accepts NULL. */
-void grpc_server__fake_close(grpc_server__conn_t *conn);
+void pd_grpc_server__fake_close(pd_grpc_server__conn_t *conn);
 
 #endif

@@ -6,13 +6,13 @@
 
 #include "log.h"
 
-void grpc_wire_deframer_init(grpc_wire_deframer_t *d, size_t max_msg)
+void pd_grpc_wire_deframer_init(pd_grpc_wire_deframer_t *d, size_t max_msg)
 {
     memset(d, 0, sizeof *d);
     d->max_msg = max_msg;
 }
 
-void grpc_wire_deframer_deinit(grpc_wire_deframer_t *d)
+void pd_grpc_wire_deframer_deinit(pd_grpc_wire_deframer_t *d)
 {
     if (!d)
         return;
@@ -22,7 +22,7 @@ void grpc_wire_deframer_deinit(grpc_wire_deframer_t *d)
     d->ready = 0;
 }
 
-static pd_status_t grpc_wire__reserve(grpc_wire_deframer_t *d, size_t need)
+static pd_status_t pd_grpc_wire__reserve(pd_grpc_wire_deframer_t *d, size_t need)
 {
     size_t cap = d->cap ? d->cap : 256;
     uint8_t *nb;
@@ -41,7 +41,7 @@ static pd_status_t grpc_wire__reserve(grpc_wire_deframer_t *d, size_t need)
     return PD_OK;
 }
 
-pd_status_t grpc_wire_deframer_feed(grpc_wire_deframer_t *d, const uint8_t *data, size_t len,
+pd_status_t pd_grpc_wire_deframer_feed(pd_grpc_wire_deframer_t *d, const uint8_t *data, size_t len,
                                     size_t *used_p, const uint8_t **msg_p, size_t *msg_len_p)
 {
     size_t used = 0;
@@ -51,10 +51,10 @@ pd_status_t grpc_wire_deframer_feed(grpc_wire_deframer_t *d, const uint8_t *data
         d->hdr_got = 0;
         d->got = d->want = 0;
     }
-    while (used < len || (d->hdr_got == GRPC_WIRE_HDR_LEN && d->got == d->want)) {
-        if (d->hdr_got < GRPC_WIRE_HDR_LEN) {
+    while (used < len || (d->hdr_got == PD_GRPC_WIRE_HDR_LEN && d->got == d->want)) {
+        if (d->hdr_got < PD_GRPC_WIRE_HDR_LEN) {
             d->hdr[d->hdr_got++] = data[used++];
-            if (d->hdr_got < GRPC_WIRE_HDR_LEN)
+            if (d->hdr_got < PD_GRPC_WIRE_HDR_LEN)
                 continue;
             if (d->hdr[0] == 1)
                 return PD_ERR_UNSUPPORTED;
@@ -71,7 +71,7 @@ pd_status_t grpc_wire_deframer_feed(grpc_wire_deframer_t *d, const uint8_t *data
             size_t n = d->want - d->got;
             if (n > len - used)
                 n = len - used;
-            if (grpc_wire__reserve(d, d->got + n) != PD_OK)
+            if (pd_grpc_wire__reserve(d, d->got + n) != PD_OK)
                 return PD_ERR_NOMEM;
             memcpy(d->buf + d->got, data + used, n);
             d->got += n;
@@ -91,12 +91,12 @@ pd_status_t grpc_wire_deframer_feed(grpc_wire_deframer_t *d, const uint8_t *data
     return PD_OK;
 }
 
-int grpc_wire_deframer_partial(const grpc_wire_deframer_t *d)
+int pd_grpc_wire_deframer_partial(const pd_grpc_wire_deframer_t *d)
 {
     return !d->ready && d->hdr_got > 0;
 }
 
-void grpc_wire_prefix(uint8_t out[GRPC_WIRE_HDR_LEN], uint32_t len)
+void pd_grpc_wire_prefix(uint8_t out[PD_GRPC_WIRE_HDR_LEN], uint32_t len)
 {
     out[0] = 0;
     out[1] = (uint8_t)(len >> 24);
@@ -105,7 +105,7 @@ void grpc_wire_prefix(uint8_t out[GRPC_WIRE_HDR_LEN], uint32_t len)
     out[4] = (uint8_t)len;
 }
 
-pd_status_t grpc_wire_timeout_parse(const char *s, size_t len, int64_t *ms_p)
+pd_status_t pd_grpc_wire_timeout_parse(const char *s, size_t len, int64_t *ms_p)
 {
     int64_t v = 0, ms;
 
@@ -142,7 +142,7 @@ pd_status_t grpc_wire_timeout_parse(const char *s, size_t len, int64_t *ms_p)
     return PD_OK;
 }
 
-void grpc_wire_timeout_format(char *out, size_t out_len, int64_t ms)
+void pd_grpc_wire_timeout_format(char *out, size_t out_len, int64_t ms)
 {
     if (ms < 0)
         ms = 0;
@@ -156,7 +156,7 @@ void grpc_wire_timeout_format(char *out, size_t out_len, int64_t ms)
         snprintf(out, out_len, "99999999H");
 }
 
-char *grpc_wire_pct_encode(const char *s)
+char *pd_grpc_wire_pct_encode(const char *s)
 {
     static const char hex[] = "0123456789ABCDEF";
     size_t n = strlen(s);
@@ -178,7 +178,7 @@ char *grpc_wire_pct_encode(const char *s)
     return out;
 }
 
-static int grpc_wire__hexval(char c)
+static int pd_grpc_wire__hexval(char c)
 {
     if (c >= '0' && c <= '9')
         return c - '0';
@@ -189,7 +189,7 @@ static int grpc_wire__hexval(char c)
     return -1;
 }
 
-char *grpc_wire_pct_decode(const char *s, size_t len)
+char *pd_grpc_wire_pct_decode(const char *s, size_t len)
 {
     char *out = malloc(len + 1), *o = out;
 
@@ -197,8 +197,8 @@ char *grpc_wire_pct_decode(const char *s, size_t len)
         return NULL;
     for (size_t i = 0; i < len; i++) {
         int hi, lo;
-        if (s[i] == '%' && i + 2 < len && (hi = grpc_wire__hexval(s[i + 1])) >= 0 &&
-            (lo = grpc_wire__hexval(s[i + 2])) >= 0) {
+        if (s[i] == '%' && i + 2 < len && (hi = pd_grpc_wire__hexval(s[i + 1])) >= 0 &&
+            (lo = pd_grpc_wire__hexval(s[i + 2])) >= 0) {
             *o++ = (char)(hi << 4 | lo);
             i += 2;
         } else {
@@ -209,28 +209,28 @@ char *grpc_wire_pct_decode(const char *s, size_t len)
     return out;
 }
 
-int grpc_wire_http_to_grpc(int http_status)
+int pd_grpc_wire_http_to_grpc(int http_status)
 {
     switch (http_status) {
     case 400:
-        return GRPC_INTERNAL;
+        return PD_GRPC_INTERNAL;
     case 401:
-        return GRPC_UNAUTHENTICATED;
+        return PD_GRPC_UNAUTHENTICATED;
     case 403:
-        return GRPC_PERMISSION_DENIED;
+        return PD_GRPC_PERMISSION_DENIED;
     case 404:
-        return GRPC_UNIMPLEMENTED;
+        return PD_GRPC_UNIMPLEMENTED;
     case 429:
     case 502:
     case 503:
     case 504:
-        return GRPC_UNAVAILABLE;
+        return PD_GRPC_UNAVAILABLE;
     default:
-        return GRPC_UNKNOWN;
+        return PD_GRPC_UNKNOWN;
     }
 }
 
-const char *grpc_wire_code_name(int code)
+const char *pd_grpc_wire_code_name(int code)
 {
     static const char *const names[] = {
         "OK",        "CANCELLED",          "UNKNOWN",          "INVALID_ARGUMENT",
@@ -241,7 +241,7 @@ const char *grpc_wire_code_name(int code)
     return code >= 0 && code <= 16 ? names[code] : "UNKNOWN";
 }
 
-pd_status_t grpc_wire_code_to_status(int code)
+pd_status_t pd_grpc_wire_code_to_status(int code)
 {
     switch (code) {
     case 0:

@@ -1,4 +1,4 @@
-/* grpc_wire: the pieces of the gRPC-over-HTTP/2 wire format that do not need a session.
+/* pd_grpc_wire: the pieces of the gRPC-over-HTTP/2 wire format that do not need a session.
  *
  * - The deframer reassembles length-prefixed messages (1 flag byte, 4 bytes big-endian length,
  *   payload) from DATA chunks of any size. Each stream owns one; buffers grow with the bytes that
@@ -14,38 +14,38 @@
 
 #include "status.h"
 
-#define GRPC_WIRE_HDR_LEN 5
+#define PD_GRPC_WIRE_HDR_LEN 5
 
 /* gRPC status codes used by the library. */
 enum {
-    GRPC_OK = 0,
-    GRPC_CANCELLED = 1,
-    GRPC_UNKNOWN = 2,
-    GRPC_INVALID_ARGUMENT = 3,
-    GRPC_DEADLINE_EXCEEDED = 4,
-    GRPC_NOT_FOUND = 5,
-    GRPC_PERMISSION_DENIED = 7,
-    GRPC_RESOURCE_EXHAUSTED = 8,
-    GRPC_UNIMPLEMENTED = 12,
-    GRPC_INTERNAL = 13,
-    GRPC_UNAVAILABLE = 14,
-    GRPC_UNAUTHENTICATED = 16,
+    PD_GRPC_OK = 0,
+    PD_GRPC_CANCELLED = 1,
+    PD_GRPC_UNKNOWN = 2,
+    PD_GRPC_INVALID_ARGUMENT = 3,
+    PD_GRPC_DEADLINE_EXCEEDED = 4,
+    PD_GRPC_NOT_FOUND = 5,
+    PD_GRPC_PERMISSION_DENIED = 7,
+    PD_GRPC_RESOURCE_EXHAUSTED = 8,
+    PD_GRPC_UNIMPLEMENTED = 12,
+    PD_GRPC_INTERNAL = 13,
+    PD_GRPC_UNAVAILABLE = 14,
+    PD_GRPC_UNAUTHENTICATED = 16,
 };
 
 typedef struct {
-    uint8_t hdr[GRPC_WIRE_HDR_LEN]; /* the prefix being read */
+    uint8_t hdr[PD_GRPC_WIRE_HDR_LEN]; /* the prefix being read */
     size_t hdr_got;                 /* bytes of hdr read so far (5 = payload in progress) */
     uint8_t *buf;                   /* (cap) payload bytes */
     size_t cap, got, want;          /* buffer capacity, payload bytes read, declared length */
     size_t max_msg;                 /* largest accepted payload */
     int ready;                      /* a complete message sits in buf (until the next feed) */
-} grpc_wire_deframer_t;
+} pd_grpc_wire_deframer_t;
 
 /* Prepares caller-owned storage; accepts messages up to max_msg bytes. */
-void grpc_wire_deframer_init(grpc_wire_deframer_t *d, size_t max_msg);
+void pd_grpc_wire_deframer_init(pd_grpc_wire_deframer_t *d, size_t max_msg);
 
 /* Frees the buffer; the storage may be reused after another init. Accepts NULL. */
-void grpc_wire_deframer_deinit(grpc_wire_deframer_t *d);
+void pd_grpc_wire_deframer_deinit(pd_grpc_wire_deframer_t *d);
 
 /* Consumes bytes from data[0..len) until one message completes or the input ends; *used_p says
  * how many were consumed. When a message completed, *msg_p and *msg_len_p point at its payload
@@ -53,40 +53,40 @@ void grpc_wire_deframer_deinit(grpc_wire_deframer_t *d);
  * input. Returns PD_OK; PD_ERR_UNSUPPORTED when the compressed flag is 1; PD_ERR_PROTOCOL for any
  * other flag value; PD_ERR_RESOURCE when the declared length exceeds max_msg; PD_ERR_NOMEM. After
  * an error d is unusable (deinit it); the outputs are not written. */
-pd_status_t grpc_wire_deframer_feed(grpc_wire_deframer_t *d, const uint8_t *data, size_t len,
+pd_status_t pd_grpc_wire_deframer_feed(pd_grpc_wire_deframer_t *d, const uint8_t *data, size_t len,
                                     size_t *used_p, const uint8_t **msg_p, size_t *msg_len_p);
 
 /* Returns nonzero when d holds part of a message (so END_STREAM now means truncation). */
-int grpc_wire_deframer_partial(const grpc_wire_deframer_t *d);
+int pd_grpc_wire_deframer_partial(const pd_grpc_wire_deframer_t *d);
 
 /* Writes the 5-byte prefix of an uncompressed message of len bytes into out. */
-void grpc_wire_prefix(uint8_t out[GRPC_WIRE_HDR_LEN], uint32_t len);
+void pd_grpc_wire_prefix(uint8_t out[PD_GRPC_WIRE_HDR_LEN], uint32_t len);
 
 /* Parses a grpc-timeout value ("100m", "5S": 1-8 digits then one of H M S m u n) into whole
  * milliseconds, rounding up (1n -> 1 ms). Returns PD_OK or PD_ERR_FORMAT (*ms_p unwritten). */
-pd_status_t grpc_wire_timeout_parse(const char *s, size_t len, int64_t *ms_p);
+pd_status_t pd_grpc_wire_timeout_parse(const char *s, size_t len, int64_t *ms_p);
 
 /* Formats ms (>= 0) as a grpc-timeout value into out (at least 12 bytes), picking the finest unit
  * that fits in 8 digits. */
-void grpc_wire_timeout_format(char *out, size_t out_len, int64_t ms);
+void pd_grpc_wire_timeout_format(char *out, size_t out_len, int64_t ms);
 
 /* Percent-encodes s for grpc-message (bytes outside 0x20..0x7e and '%' become %XX). Returns a
  * malloc'd string, or NULL when out of memory. */
-char *grpc_wire_pct_encode(const char *s);
+char *pd_grpc_wire_pct_encode(const char *s);
 
 /* Decodes a percent-encoded grpc-message of len bytes; malformed escapes are kept literally.
  * Returns a malloc'd NUL-terminated string, or NULL when out of memory. */
-char *grpc_wire_pct_decode(const char *s, size_t len);
+char *pd_grpc_wire_pct_decode(const char *s, size_t len);
 
 /* Maps an HTTP status of a response without grpc-status to a gRPC code, as the gRPC spec's
  * "HTTP to gRPC status code mapping" table does. */
-int grpc_wire_http_to_grpc(int http_status);
+int pd_grpc_wire_http_to_grpc(int http_status);
 
 /* The name of a gRPC status code ("UNAVAILABLE"), "UNKNOWN" for codes outside 0..16. */
-const char *grpc_wire_code_name(int code);
+const char *pd_grpc_wire_code_name(int code);
 
 /* Converts a gRPC status code received from a peer into a pd_status_t (DATA_LOSS ->
  * PD_ERR_KV_INTEGRITY, UNAVAILABLE -> PD_ERR_UNAVAILABLE, ...). */
-pd_status_t grpc_wire_code_to_status(int code);
+pd_status_t pd_grpc_wire_code_to_status(int code);
 
 #endif

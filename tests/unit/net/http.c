@@ -29,101 +29,101 @@
 static struct {
     uv_loop_t loop;
     uv_async_t stop;
-    http_server_t *srv;
+    pd_http_server_t *srv;
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int port;    /* 0 until listening, -1 on failure */
     int loop_rc; /* uv_loop_close() result */
     atomic_int close_calls;
-    atomic_int end_status; /* what http_stream_end returned in the close callback */
+    atomic_int end_status; /* what pd_http_stream_end returned in the close callback */
 } S;
 
-static void h_hello(http_request_t *req, void *user)
+static void h_hello(pd_http_request_t *req, void *user)
 {
     char body[256];
-    const char *t = http_request_header(req, "x-TEST");
+    const char *t = pd_http_request_header(req, "x-TEST");
     (void)user;
-    snprintf(body, sizeof body, "hello %s %s %s", http_request_path(req), http_request_query(req),
+    snprintf(body, sizeof body, "hello %s %s %s", pd_http_request_path(req), pd_http_request_query(req),
              t ? t : "-");
-    http_respond(req, 200, "text/plain", body, strlen(body));
+    pd_http_respond(req, 200, "text/plain", body, strlen(body));
 }
 
-static void h_echo(http_request_t *req, void *user)
+static void h_echo(pd_http_request_t *req, void *user)
 {
     json_t *j;
     size_t len;
     (void)user;
-    if (http_request_json(req, &j) != PD_OK) {
-        http_respond_error(req, PD_ERR_FORMAT, "body is not json");
+    if (pd_http_request_json(req, &j) != PD_OK) {
+        pd_http_respond_error(req, PD_ERR_FORMAT, "body is not json");
         return;
     }
-    http_request_body(req, &len);
-    http_respond_json(req, 200, json_pack("{s:o, s:I}", "got", j, "len", (json_int_t)len));
+    pd_http_request_body(req, &len);
+    pd_http_respond_json(req, 200, json_pack("{s:o, s:I}", "got", j, "len", (json_int_t)len));
 }
 
-static void h_tag(http_request_t *req, void *user)
+static void h_tag(pd_http_request_t *req, void *user)
 {
-    http_respond(req, 200, "text/plain", user, strlen(user));
+    pd_http_respond(req, 200, "text/plain", user, strlen(user));
 }
 
-static void h_sse(http_request_t *req, void *user)
+static void h_sse(pd_http_request_t *req, void *user)
 {
     (void)user;
-    assert_int_equal(http_stream_begin(req, 200, "text/event-stream"), PD_OK);
+    assert_int_equal(pd_http_stream_begin(req, 200, "text/event-stream"), PD_OK);
     for (int i = 0; i < 3; i++) {
         char ev[32];
         snprintf(ev, sizeof ev, "{\"i\":%d}", i);
-        assert_int_equal(http_stream_sse(req, ev), PD_OK);
+        assert_int_equal(pd_http_stream_sse(req, ev), PD_OK);
     }
-    assert_int_equal(http_stream_write(req, "raw", 3), PD_OK);
-    assert_int_equal(http_stream_write(req, "", 0), PD_OK);
-    assert_int_equal(http_respond(req, 200, NULL, "x", 1), PD_ERR_INVALID); /* streaming */
-    assert_int_equal(http_stream_end(req), PD_OK);
+    assert_int_equal(pd_http_stream_write(req, "raw", 3), PD_OK);
+    assert_int_equal(pd_http_stream_write(req, "", 0), PD_OK);
+    assert_int_equal(pd_http_respond(req, 200, NULL, "x", 1), PD_ERR_INVALID); /* streaming */
+    assert_int_equal(pd_http_stream_end(req), PD_OK);
 }
 
-static void on_client_gone(http_request_t *req, void *arg)
+static void on_client_gone(pd_http_request_t *req, void *arg)
 {
     (void)arg;
-    assert_true(http_request_gone(req));
-    assert_int_equal(http_stream_sse(req, "{}"), PD_ERR_CANCELLED);
-    atomic_store(&S.end_status, http_stream_end(req));
+    assert_true(pd_http_request_gone(req));
+    assert_int_equal(pd_http_stream_sse(req, "{}"), PD_ERR_CANCELLED);
+    atomic_store(&S.end_status, pd_http_stream_end(req));
     atomic_fetch_add(&S.close_calls, 1);
 }
 
 /* Starts a stream and leaves it open until the client goes away. */
-static void h_hang(http_request_t *req, void *user)
+static void h_hang(pd_http_request_t *req, void *user)
 {
     (void)user;
-    http_request_set_close_cb(req, on_client_gone, NULL);
-    http_stream_begin(req, 200, "text/event-stream");
-    http_stream_sse(req, "{\"first\":true}");
+    pd_http_request_set_close_cb(req, on_client_gone, NULL);
+    pd_http_stream_begin(req, 200, "text/event-stream");
+    pd_http_stream_sse(req, "{\"first\":true}");
 }
 
 static void on_stop(uv_async_t *a)
 {
-    http_server_destroy(S.srv);
+    pd_http_server_destroy(S.srv);
     uv_close((uv_handle_t *)a, NULL);
 }
 
 static void *server_main(void *arg)
 {
-    http_server_params_t params = {.max_body = 1024, .max_headers = 4096};
+    pd_http_server_params_t params = {.max_body = 1024, .max_headers = 4096};
     int port = -1;
     (void)arg;
 
     uv_loop_init(&S.loop);
     uv_async_init(&S.loop, &S.stop, on_stop);
-    if (http_server_create(&S.loop, &params, &S.srv) == PD_OK &&
-        http_server_route(S.srv, "GET", "/hello", h_hello, NULL) == PD_OK &&
-        http_server_route(S.srv, "POST", "/echo", h_echo, NULL) == PD_OK &&
-        http_server_route(S.srv, "POST", "/post-only", h_echo, NULL) == PD_OK &&
-        http_server_route(S.srv, "GET", "/sse", h_sse, NULL) == PD_OK &&
-        http_server_route(S.srv, "GET", "/hang", h_hang, NULL) == PD_OK &&
-        http_server_route(S.srv, NULL, "/api", h_tag, "api") == PD_OK &&
-        http_server_route(S.srv, "*", "/api/v2", h_tag, "old") == PD_OK &&
-        http_server_route(S.srv, "*", "/api/v2", h_tag, "v2") == PD_OK) /* replaces */
-        http_server_listen(S.srv, "127.0.0.1", 0, &port);
+    if (pd_http_server_create(&S.loop, &params, &S.srv) == PD_OK &&
+        pd_http_server_route(S.srv, "GET", "/hello", h_hello, NULL) == PD_OK &&
+        pd_http_server_route(S.srv, "POST", "/echo", h_echo, NULL) == PD_OK &&
+        pd_http_server_route(S.srv, "POST", "/post-only", h_echo, NULL) == PD_OK &&
+        pd_http_server_route(S.srv, "GET", "/sse", h_sse, NULL) == PD_OK &&
+        pd_http_server_route(S.srv, "GET", "/hang", h_hang, NULL) == PD_OK &&
+        pd_http_server_route(S.srv, NULL, "/api", h_tag, "api") == PD_OK &&
+        pd_http_server_route(S.srv, "*", "/api/v2", h_tag, "old") == PD_OK &&
+        pd_http_server_route(S.srv, "*", "/api/v2", h_tag, "v2") == PD_OK) /* replaces */
+        pd_http_server_listen(S.srv, "127.0.0.1", 0, &port);
     pthread_mutex_lock(&S.mu);
     S.port = port > 0 ? port : -1;
     pthread_cond_signal(&S.cv);

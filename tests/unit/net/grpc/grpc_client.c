@@ -1,4 +1,4 @@
-/* Tests common/grpc_client.c against common/grpc_server.c on one loop over loopback TCP: unary,
+/* Tests common/pd_grpc_client.c against common/pd_grpc_server.c on one loop over loopback TCP: unary,
  * health Watch updates, cancel before and after the request is on the wire, destroy with calls in
  * flight and from inside a done callback, GOAWAY draining then UNAVAILABLE, and a clean loop
  * close. */
@@ -17,11 +17,11 @@
 #include "testsvc.pb-c.h"
 
 static uv_loop_t loop;
-static grpc_server_t *srv;
-static grpc_health_t *health;
-static grpc_client_t *cli;
+static pd_grpc_server_t *srv;
+static pd_grpc_health_t *health;
+static pd_grpc_client_t *cli;
 static int port;
-static grpc_call_t *held;
+static pd_grpc_call_t *held;
 static int server_cancels;
 
 typedef struct {
@@ -30,30 +30,30 @@ typedef struct {
     int destroy_client; /* destroy the client from the done callback */
 } res_t;
 
-static void on_cancel(grpc_call_t *call, void *arg)
+static void on_cancel(pd_grpc_call_t *call, void *arg)
 {
     (void)arg;
     server_cancels++;
-    grpc_call_finish(call, GRPC_CANCELLED, NULL);
+    pd_grpc_call_finish(call, PD_GRPC_CANCELLED, NULL);
     held = NULL;
 }
 
-static void h_unary(grpc_call_t *call, const ProtobufCMessage *req, void *user)
+static void h_unary(pd_grpc_call_t *call, const ProtobufCMessage *req, void *user)
 {
     const Pdtest__EchoRequest *r = (const void *)req;
     Pdtest__EchoReply rep = PDTEST__ECHO_REPLY__INIT;
     (void)user;
     if (strcmp(r->text, "hold") == 0) {
         held = call;
-        grpc_call_set_cancel_cb(call, on_cancel, NULL);
+        pd_grpc_call_set_cancel_cb(call, on_cancel, NULL);
         return;
     }
     rep.text = r->text;
-    grpc_call_send(call, &rep.base);
-    grpc_call_finish(call, 0, NULL);
+    pd_grpc_call_send(call, &rep.base);
+    pd_grpc_call_finish(call, 0, NULL);
 }
 
-static const grpc_method_fn handlers[4] = {h_unary, NULL, NULL, NULL};
+static const pd_grpc_method_fn handlers[4] = {h_unary, NULL, NULL, NULL};
 
 static void on_unary(void *arg, int code, const char *msg, ProtobufCMessage *resp)
 {
@@ -64,7 +64,7 @@ static void on_unary(void *arg, int code, const char *msg, ProtobufCMessage *res
     if (resp)
         protobuf_c_message_free_unpacked(resp, NULL);
     if (r->destroy_client) {
-        grpc_client_destroy(cli);
+        pd_grpc_client_destroy(cli);
         cli = NULL;
     }
 }
@@ -95,31 +95,31 @@ static int setup(void **state)
     held = NULL;
     server_cancels = 0;
     assert_int_equal(uv_loop_init(&loop), 0);
-    assert_int_equal(grpc_server_create(&loop, NULL, &srv), PD_OK);
-    assert_int_equal(grpc_server_add_service(srv, &pdtest__echo__descriptor, handlers, NULL),
+    assert_int_equal(pd_grpc_server_create(&loop, NULL, &srv), PD_OK);
+    assert_int_equal(pd_grpc_server_add_service(srv, &pdtest__echo__descriptor, handlers, NULL),
                      PD_OK);
-    assert_int_equal(grpc_health_create(srv, &health), PD_OK);
-    assert_int_equal(grpc_server_listen(srv, "127.0.0.1", 0, &port), PD_OK);
-    assert_int_equal(grpc_client_create(&loop, "localhost", port, &cli), PD_OK);
+    assert_int_equal(pd_grpc_health_create(srv, &health), PD_OK);
+    assert_int_equal(pd_grpc_server_listen(srv, "127.0.0.1", 0, &port), PD_OK);
+    assert_int_equal(pd_grpc_client_create(&loop, "localhost", port, &cli), PD_OK);
     return 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    grpc_client_destroy(cli);
-    grpc_server_destroy(srv);
-    grpc_health_destroy(health);
+    pd_grpc_client_destroy(cli);
+    pd_grpc_server_destroy(srv);
+    pd_grpc_health_destroy(health);
     uv_run(&loop, UV_RUN_DEFAULT);
     assert_int_equal(uv_loop_close(&loop), 0);
     return 0;
 }
 
-static void start_unary(const char *text, int64_t timeout_ms, res_t *r, grpc_client_call_t **c)
+static void start_unary(const char *text, int64_t timeout_ms, res_t *r, pd_grpc_client_call_t **c)
 {
     Pdtest__EchoRequest req = PDTEST__ECHO_REQUEST__INIT;
     req.text = (char *)text;
-    assert_int_equal(grpc_client_unary(cli, "/pdtest.Echo/Unary", &req.base,
+    assert_int_equal(pd_grpc_client_unary(cli, "/pdtest.Echo/Unary", &req.base,
                                        &pdtest__echo_reply__descriptor, timeout_ms, on_unary, r, c),
                      PD_OK);
 }
@@ -128,51 +128,51 @@ static void test_unary_and_health_watch(void **state)
 {
     res_t a = {0}, w = {0};
     Grpc__Health__V1__HealthCheckRequest hreq = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
-    grpc_client_call_t *wc;
+    pd_grpc_client_call_t *wc;
     (void)state;
 
     start_unary("x", 5000, &a, NULL);
     run_until(&a.done);
     assert_int_equal(a.code, 0);
     hreq.service = "svc";
-    grpc_client_stream(cli, "/grpc.health.v1.Health/Watch", &hreq.base,
+    pd_grpc_client_stream(cli, "/grpc.health.v1.Health/Watch", &hreq.base,
                        &grpc__health__v1__health_check_response__descriptor, 0, on_health, on_done,
                        &w, &wc);
     while (w.n_msgs < 1)
         uv_run(&loop, UV_RUN_ONCE);
-    assert_int_equal(w.last_status, GRPC_HEALTH_SERVICE_UNKNOWN);
-    assert_int_equal(grpc_health_set(health, "svc", GRPC_HEALTH_NOT_SERVING), PD_OK);
-    assert_int_equal(grpc_health_set(health, "svc", GRPC_HEALTH_NOT_SERVING), PD_OK); /* no-op */
-    assert_int_equal(grpc_health_set(health, "svc", 7), PD_ERR_INVALID);
+    assert_int_equal(w.last_status, PD_GRPC_HEALTH_SERVICE_UNKNOWN);
+    assert_int_equal(pd_grpc_health_set(health, "svc", PD_GRPC_HEALTH_NOT_SERVING), PD_OK);
+    assert_int_equal(pd_grpc_health_set(health, "svc", PD_GRPC_HEALTH_NOT_SERVING), PD_OK); /* no-op */
+    assert_int_equal(pd_grpc_health_set(health, "svc", 7), PD_ERR_INVALID);
     while (w.n_msgs < 2)
         uv_run(&loop, UV_RUN_ONCE);
-    assert_int_equal(w.last_status, GRPC_HEALTH_NOT_SERVING);
-    assert_int_equal(grpc_health_get(health, "svc"), GRPC_HEALTH_NOT_SERVING);
-    grpc_client_call_cancel(wc);
+    assert_int_equal(w.last_status, PD_GRPC_HEALTH_NOT_SERVING);
+    assert_int_equal(pd_grpc_health_get(health, "svc"), PD_GRPC_HEALTH_NOT_SERVING);
+    pd_grpc_client_call_cancel(wc);
     run_until(&w.done);
-    assert_int_equal(w.code, GRPC_CANCELLED);
+    assert_int_equal(w.code, PD_GRPC_CANCELLED);
     assert_int_equal(w.n_msgs, 2);
 }
 
 static void test_cancel_paths(void **state)
 {
     res_t a = {0}, b = {0};
-    grpc_client_call_t *ca, *cb;
+    pd_grpc_client_call_t *ca, *cb;
     (void)state;
 
     /* cancelled before it reaches the wire */
     start_unary("x", 0, &a, &ca);
-    grpc_client_call_cancel(ca);
+    pd_grpc_client_call_cancel(ca);
     run_until(&a.done);
-    assert_int_equal(a.code, GRPC_CANCELLED);
+    assert_int_equal(a.code, PD_GRPC_CANCELLED);
     /* cancelled while the server holds it: the server's cancel callback runs */
     start_unary("hold", 0, &b, &cb);
     while (!held)
         uv_run(&loop, UV_RUN_ONCE);
-    grpc_client_call_cancel(cb);
-    grpc_client_call_cancel(cb); /* second cancel: no effect */
+    pd_grpc_client_call_cancel(cb);
+    pd_grpc_client_call_cancel(cb); /* second cancel: no effect */
     run_until(&b.done);
-    assert_int_equal(b.code, GRPC_CANCELLED);
+    assert_int_equal(b.code, PD_GRPC_CANCELLED);
     while (server_cancels == 0)
         uv_run(&loop, UV_RUN_ONCE);
     assert_null(held);
@@ -185,7 +185,7 @@ static void test_deadline(void **state)
 
     start_unary("hold", 50, &a, NULL);
     run_until(&a.done);
-    assert_int_equal(a.code, GRPC_DEADLINE_EXCEEDED);
+    assert_int_equal(a.code, PD_GRPC_DEADLINE_EXCEEDED);
     while (server_cancels == 0)
         uv_run(&loop, UV_RUN_ONCE);
 }
@@ -202,15 +202,15 @@ static void test_destroy_with_calls_in_flight(void **state)
     while (!held)
         uv_run(&loop, UV_RUN_ONCE);
     start_unary("x", 0, &b, NULL); /* not yet on the wire */
-    grpc_client_destroy(cli);
+    pd_grpc_client_destroy(cli);
     cli = NULL;
     assert_true(a.done && b.done);
-    assert_int_equal(a.code, GRPC_CANCELLED);
-    assert_int_equal(b.code, GRPC_CANCELLED);
+    assert_int_equal(a.code, PD_GRPC_CANCELLED);
+    assert_int_equal(b.code, PD_GRPC_CANCELLED);
     while (server_cancels == 0) /* the server sees the connection go */
         uv_run(&loop, UV_RUN_ONCE);
     /* destroy from inside a done callback */
-    assert_int_equal(grpc_client_create(&loop, "127.0.0.1", port, &cli), PD_OK);
+    assert_int_equal(pd_grpc_client_create(&loop, "127.0.0.1", port, &cli), PD_OK);
     c.destroy_client = 1;
     start_unary("x", 0, &c, NULL);
     run_until(&c.done);
@@ -227,20 +227,20 @@ static void test_goaway_then_unavailable(void **state)
     start_unary("hold", 0, &a, NULL);
     while (!held)
         uv_run(&loop, UV_RUN_ONCE);
-    grpc_server_shutdown(srv);
+    pd_grpc_server_shutdown(srv);
     for (int i = 0; i < 20; i++)
         uv_run(&loop, UV_RUN_NOWAIT);
     assert_false(a.done);
     rep.text = "drained";
-    assert_int_equal(grpc_call_send(held, &rep.base), PD_OK);
-    assert_int_equal(grpc_call_finish(held, 0, NULL), PD_OK);
+    assert_int_equal(pd_grpc_call_send(held, &rep.base), PD_OK);
+    assert_int_equal(pd_grpc_call_finish(held, 0, NULL), PD_OK);
     held = NULL;
     run_until(&a.done);
     assert_int_equal(a.code, 0);
     /* the server stopped listening: a new call gets UNAVAILABLE */
     start_unary("x", 5000, &b, NULL);
     run_until(&b.done);
-    assert_int_equal(b.code, GRPC_UNAVAILABLE);
+    assert_int_equal(b.code, PD_GRPC_UNAVAILABLE);
 }
 
 int main(void)

@@ -1,5 +1,5 @@
-/* Tests common/grpc_server.c with raw HTTP/2 bytes: an nghttp2 client session talks to the server
- * through an in-memory connection (grpc_server__fake_open). Malformed requests each get the right
+/* Tests common/pd_grpc_server.c with raw HTTP/2 bytes: an nghttp2 client session talks to the server
+ * through an in-memory connection (pd_grpc_server__fake_open). Malformed requests each get the right
  * status while other calls on the same connection keep working; cancel, deadline, shutdown and
  * destroy paths release everything (uv_loop_close() == 0; run under -Dsanitize=true for leaks). */
 #include <setjmp.h>
@@ -27,24 +27,24 @@ typedef struct {
 } stream_t;
 
 static uv_loop_t loop;
-static grpc_server_t *srv;
-static grpc_server__conn_t *conn;
+static pd_grpc_server_t *srv;
+static pd_grpc_server__conn_t *conn;
 static nghttp2_session *cli;
 static stream_t streams[32];
 static int n_streams, goaway_seen, conn_gone;
-static grpc_call_t *held;
+static pd_grpc_call_t *held;
 static int cancels;
 
 /* ==== the service: Unary echoes, "hold" keeps the call; Stream sends count replies ==== */
 
-static void on_cancel(grpc_call_t *call, void *arg)
+static void on_cancel(pd_grpc_call_t *call, void *arg)
 {
     (void)call;
     (void)arg;
     cancels++;
 }
 
-static void h_unary(grpc_call_t *call, const ProtobufCMessage *req, void *user)
+static void h_unary(pd_grpc_call_t *call, const ProtobufCMessage *req, void *user)
 {
     const Pdtest__EchoRequest *r = (const void *)req;
     Pdtest__EchoReply rep = PDTEST__ECHO_REPLY__INIT;
@@ -52,27 +52,27 @@ static void h_unary(grpc_call_t *call, const ProtobufCMessage *req, void *user)
 
     if (strcmp(r->text, "hold") == 0) {
         held = call;
-        grpc_call_set_cancel_cb(call, on_cancel, NULL);
+        pd_grpc_call_set_cancel_cb(call, on_cancel, NULL);
         return;
     }
     rep.text = r->text;
-    assert_int_equal(grpc_call_send(call, &rep.base), PD_OK);
-    assert_int_equal(grpc_call_finish(call, r->error_code, r->error_message), PD_OK);
+    assert_int_equal(pd_grpc_call_send(call, &rep.base), PD_OK);
+    assert_int_equal(pd_grpc_call_finish(call, r->error_code, r->error_message), PD_OK);
 }
 
-static void h_stream(grpc_call_t *call, const ProtobufCMessage *req, void *user)
+static void h_stream(pd_grpc_call_t *call, const ProtobufCMessage *req, void *user)
 {
     const Pdtest__StreamRequest *r = (const void *)req;
     (void)user;
     for (int i = 0; i < r->count; i++) {
         Pdtest__EchoReply rep = PDTEST__ECHO_REPLY__INIT;
         rep.seq = i;
-        assert_int_equal(grpc_call_send(call, &rep.base), PD_OK);
+        assert_int_equal(pd_grpc_call_send(call, &rep.base), PD_OK);
     }
-    grpc_call_finish(call, 0, NULL);
+    pd_grpc_call_finish(call, 0, NULL);
 }
 
-static const grpc_method_fn handlers[4] = {h_unary, h_stream, NULL, NULL};
+static const pd_grpc_method_fn handlers[4] = {h_unary, h_stream, NULL, NULL};
 
 /* ==== the raw client ==== */
 
@@ -173,7 +173,7 @@ static void pump(void)
         while (!conn_gone && (n = nghttp2_session_mem_send(cli, &d)) > 0) {
             uint8_t *copy = malloc((size_t)n);
             memcpy(copy, d, (size_t)n);
-            if (grpc_server__fake_feed(conn, copy, (size_t)n) != PD_OK)
+            if (pd_grpc_server__fake_feed(conn, copy, (size_t)n) != PD_OK)
                 conn_gone = 1; /* the server closed and freed it */
             free(copy);
             moved = 1;
@@ -185,13 +185,13 @@ static void pump(void)
 static void setup_conn(size_t max_recv)
 {
     nghttp2_session_callbacks *cbs;
-    grpc_server_params_t p = {.max_recv_msg_size = max_recv};
+    pd_grpc_server_params_t p = {.max_recv_msg_size = max_recv};
 
     assert_int_equal(uv_loop_init(&loop), 0);
-    assert_int_equal(grpc_server_create(&loop, &p, &srv), PD_OK);
-    assert_int_equal(grpc_server_add_service(srv, &pdtest__echo__descriptor, handlers, NULL),
+    assert_int_equal(pd_grpc_server_create(&loop, &p, &srv), PD_OK);
+    assert_int_equal(pd_grpc_server_add_service(srv, &pdtest__echo__descriptor, handlers, NULL),
                      PD_OK);
-    assert_int_equal(grpc_server_add_service(srv, &pdtest__echo__descriptor, handlers, NULL),
+    assert_int_equal(pd_grpc_server_add_service(srv, &pdtest__echo__descriptor, handlers, NULL),
                      PD_ERR_INVALID);
     nghttp2_session_callbacks_new(&cbs);
     nghttp2_session_callbacks_set_on_header_callback(cbs, c_on_header);
@@ -204,13 +204,13 @@ static void setup_conn(size_t max_recv)
     memset(streams, 0, sizeof streams);
     n_streams = goaway_seen = conn_gone = cancels = 0;
     held = NULL;
-    assert_int_equal(grpc_server__fake_open(srv, srv_out, NULL, &conn), PD_OK);
+    assert_int_equal(pd_grpc_server__fake_open(srv, srv_out, NULL, &conn), PD_OK);
     pump();
 }
 
 static void teardown_conn(void)
 {
-    grpc_server_destroy(srv);
+    pd_grpc_server_destroy(srv);
     nghttp2_session_del(cli);
     uv_run(&loop, UV_RUN_DEFAULT);
     assert_int_equal(uv_loop_close(&loop), 0);
@@ -255,7 +255,7 @@ static size_t echo_body(uint8_t *out, const char *text)
     size_t n;
     req.text = (char *)text;
     n = protobuf_c_message_pack(&req.base, out + 5);
-    grpc_wire_prefix(out, (uint32_t)n);
+    pd_grpc_wire_prefix(out, (uint32_t)n);
     return n + 5;
 }
 
@@ -287,7 +287,7 @@ static void test_good_calls(void **state)
     uint8_t sbody[32];
     sr.count = 7;
     size_t sn = protobuf_c_message_pack(&sr.base, sbody + 5);
-    grpc_wire_prefix(sbody, (uint32_t)sn);
+    pd_grpc_wire_prefix(sbody, (uint32_t)sn);
     stream_t *b = request("/pdtest.Echo/Stream", sbody, sn + 5);
     pump();
     expect(a, 200, 0, NULL);
@@ -346,20 +346,20 @@ static void test_malformed_requests(void **state)
         ok[i] = request("/pdtest.Echo/Unary", good, gn); /* interleaved good calls */
     pump();
     int j = 0;
-    expect(st[j++], 200, GRPC_INTERNAL, "framing");
-    expect(st[j++], 200, GRPC_UNIMPLEMENTED, "compression");
-    expect(st[j++], 200, GRPC_INTERNAL, "truncated");
-    expect(st[j++], 200, GRPC_INTERNAL, "truncated");
-    expect(st[j++], 200, GRPC_INTERNAL, "parse");
-    expect(st[j++], 415, GRPC_INTERNAL, "content-type");
-    expect(st[j++], 200, GRPC_RESOURCE_EXHAUSTED, "larger than max");
-    expect(st[j++], 200, GRPC_INTERNAL, "missing");
-    expect(st[j++], 200, GRPC_UNIMPLEMENTED, "/pdtest.Echo/Nope");
-    expect(st[j++], 200, GRPC_UNIMPLEMENTED, NULL);
-    expect(st[j++], 200, GRPC_UNIMPLEMENTED, NULL);
-    expect(st[j++], 405, GRPC_INTERNAL, NULL);
-    expect(st[j++], 200, GRPC_INTERNAL, "grpc-timeout");
-    expect(st[j++], 200, GRPC_UNIMPLEMENTED, "client streaming");
+    expect(st[j++], 200, PD_GRPC_INTERNAL, "framing");
+    expect(st[j++], 200, PD_GRPC_UNIMPLEMENTED, "compression");
+    expect(st[j++], 200, PD_GRPC_INTERNAL, "truncated");
+    expect(st[j++], 200, PD_GRPC_INTERNAL, "truncated");
+    expect(st[j++], 200, PD_GRPC_INTERNAL, "parse");
+    expect(st[j++], 415, PD_GRPC_INTERNAL, "content-type");
+    expect(st[j++], 200, PD_GRPC_RESOURCE_EXHAUSTED, "larger than max");
+    expect(st[j++], 200, PD_GRPC_INTERNAL, "missing");
+    expect(st[j++], 200, PD_GRPC_UNIMPLEMENTED, "/pdtest.Echo/Nope");
+    expect(st[j++], 200, PD_GRPC_UNIMPLEMENTED, NULL);
+    expect(st[j++], 200, PD_GRPC_UNIMPLEMENTED, NULL);
+    expect(st[j++], 405, PD_GRPC_INTERNAL, NULL);
+    expect(st[j++], 200, PD_GRPC_INTERNAL, "grpc-timeout");
+    expect(st[j++], 200, PD_GRPC_UNIMPLEMENTED, "client streaming");
     for (int i = 0; i < k; i++)
         expect(ok[i], 200, 0, NULL);
     /* and afterwards, on the same connection */
@@ -379,7 +379,7 @@ static void test_error_message_encoding(void **state)
     req.error_code = 9;
     req.error_message = "100% \xc3\xa4";
     size_t n = protobuf_c_message_pack(&req.base, body + 5);
-    grpc_wire_prefix(body, (uint32_t)n);
+    pd_grpc_wire_prefix(body, (uint32_t)n);
     stream_t *st = request("/pdtest.Echo/Unary", body, n + 5);
     pump();
     expect(st, 200, 9, NULL);
@@ -398,17 +398,17 @@ static void test_client_reset_cancels(void **state)
     stream_t *st = request("/pdtest.Echo/Unary", body, n);
     pump();
     assert_non_null(held);
-    assert_int_equal(grpc_call_deadline_ms(held), -1);
-    assert_string_equal(grpc_call_metadata(held, "te"), "trailers");
-    assert_null(grpc_call_metadata(held, "x-none"));
+    assert_int_equal(pd_grpc_call_deadline_ms(held), -1);
+    assert_string_equal(pd_grpc_call_metadata(held, "te"), "trailers");
+    assert_null(pd_grpc_call_metadata(held, "x-none"));
     nghttp2_submit_rst_stream(cli, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
     pump();
     assert_int_equal(cancels, 1);
-    assert_true(grpc_call_is_cancelled(held));
-    assert_int_equal(grpc_call_send(held, &rep.base), PD_ERR_CANCELLED);
-    assert_int_equal(grpc_call_finish(held, 0, NULL), PD_ERR_CANCELLED);
-    grpc_server_stats_t s;
-    grpc_server_stats(srv, &s);
+    assert_true(pd_grpc_call_is_cancelled(held));
+    assert_int_equal(pd_grpc_call_send(held, &rep.base), PD_ERR_CANCELLED);
+    assert_int_equal(pd_grpc_call_finish(held, 0, NULL), PD_ERR_CANCELLED);
+    pd_grpc_server_stats_t s;
+    pd_grpc_server_stats(srv, &s);
     assert_int_equal(s.active_calls, 0);
     teardown_conn();
 }
@@ -423,14 +423,14 @@ static void test_deadline(void **state)
     stream_t *st = request_ex("POST", "/pdtest.Echo/Unary", "application/grpc", "30m", body, n);
     pump();
     assert_non_null(held);
-    assert_true(grpc_call_deadline_ms(held) <= 30);
+    assert_true(pd_grpc_call_deadline_ms(held) <= 30);
     while (!st->closed) {
         uv_run(&loop, UV_RUN_ONCE);
         pump();
     }
-    expect(st, 200, GRPC_DEADLINE_EXCEEDED, "deadline");
+    expect(st, 200, PD_GRPC_DEADLINE_EXCEEDED, "deadline");
     assert_int_equal(cancels, 1);
-    assert_int_equal(grpc_call_finish(held, 0, NULL), PD_ERR_CANCELLED);
+    assert_int_equal(pd_grpc_call_finish(held, 0, NULL), PD_ERR_CANCELLED);
     teardown_conn();
 }
 
@@ -445,11 +445,11 @@ static void test_destroy_with_held_call(void **state)
     request("/pdtest.Echo/Unary", body, n);
     pump();
     assert_non_null(held);
-    grpc_server_destroy(srv); /* the call stays valid, detached */
+    pd_grpc_server_destroy(srv); /* the call stays valid, detached */
     assert_int_equal(cancels, 1);
     uv_run(&loop, UV_RUN_DEFAULT);
-    assert_int_equal(grpc_call_send(held, &rep.base), PD_ERR_CANCELLED);
-    assert_int_equal(grpc_call_finish(held, 0, NULL), PD_ERR_CANCELLED);
+    assert_int_equal(pd_grpc_call_send(held, &rep.base), PD_ERR_CANCELLED);
+    assert_int_equal(pd_grpc_call_finish(held, 0, NULL), PD_ERR_CANCELLED);
     nghttp2_session_del(cli);
     assert_int_equal(uv_loop_close(&loop), 0);
 }
@@ -464,14 +464,14 @@ static void test_shutdown_drains(void **state)
     setup_conn(0);
     stream_t *st = request("/pdtest.Echo/Unary", body, n);
     pump();
-    grpc_server_shutdown(srv);
-    grpc_server_shutdown(srv);
+    pd_grpc_server_shutdown(srv);
+    pd_grpc_server_shutdown(srv);
     pump();
     assert_true(goaway_seen);
     assert_false(st->closed);
     rep.text = "late";
-    assert_int_equal(grpc_call_send(held, &rep.base), PD_OK);
-    assert_int_equal(grpc_call_finish(held, 0, NULL), PD_OK);
+    assert_int_equal(pd_grpc_call_send(held, &rep.base), PD_OK);
+    assert_int_equal(pd_grpc_call_finish(held, 0, NULL), PD_OK);
     pump();
     expect(st, 200, 0, NULL);
     assert_int_equal(cancels, 0);
@@ -486,7 +486,7 @@ static void test_garbage_connection(void **state)
     (void)state;
     setup_conn(0);
     assert_true(
-        PD_IS_ERR(grpc_server__fake_feed(conn, (const uint8_t *)"GET / HTTP/1.1\r\n\r\n", 18)));
+        PD_IS_ERR(pd_grpc_server__fake_feed(conn, (const uint8_t *)"GET / HTTP/1.1\r\n\r\n", 18)));
     conn_gone = 1;
     teardown_conn();
 }

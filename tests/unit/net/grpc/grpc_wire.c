@@ -1,4 +1,4 @@
-/* Tests common/grpc_wire.c: deframing across arbitrary chunking and every error, grpc-timeout,
+/* Tests common/pd_grpc_wire.c: deframing across arbitrary chunking and every error, grpc-timeout,
  * percent-encoding and the HTTP status mapping. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,7 +11,7 @@
 #include "grpc_wire.h"
 
 /* Feeds data in chunks of `chunk` bytes; collects message lengths and first bytes. */
-static pd_status_t feed_all(grpc_wire_deframer_t *d, const uint8_t *data, size_t len, size_t chunk,
+static pd_status_t feed_all(pd_grpc_wire_deframer_t *d, const uint8_t *data, size_t len, size_t chunk,
                             size_t *lens, uint8_t *firsts, int *n)
 {
     *n = 0;
@@ -22,7 +22,7 @@ static pd_status_t feed_all(grpc_wire_deframer_t *d, const uint8_t *data, size_t
         while (c > 0) {
             size_t used, mlen;
             const uint8_t *msg;
-            pd_status_t st = grpc_wire_deframer_feed(d, p, c, &used, &msg, &mlen);
+            pd_status_t st = pd_grpc_wire_deframer_feed(d, p, c, &used, &msg, &mlen);
             if (st != PD_OK)
                 return st;
             p += used;
@@ -39,7 +39,7 @@ static pd_status_t feed_all(grpc_wire_deframer_t *d, const uint8_t *data, size_t
 
 static size_t put_msg(uint8_t *out, uint8_t flag, uint32_t len, uint8_t fill)
 {
-    grpc_wire_prefix(out, len);
+    pd_grpc_wire_prefix(out, len);
     out[0] = flag;
     memset(out + 5, fill, len);
     return 5 + len;
@@ -58,8 +58,8 @@ static void test_deframe_chunking(void **state)
     len += put_msg(buf + len, 0, 70000, 0xb2);
     static const size_t chunks[] = {1, 2, 3, 5, 7, 4096, sizeof buf};
     for (size_t i = 0; i < sizeof chunks / sizeof chunks[0]; i++) {
-        grpc_wire_deframer_t d;
-        grpc_wire_deframer_init(&d, 1 << 20);
+        pd_grpc_wire_deframer_t d;
+        pd_grpc_wire_deframer_init(&d, 1 << 20);
         assert_int_equal(feed_all(&d, buf, len, chunks[i], lens, firsts, &n), PD_OK);
         assert_int_equal(n, 3);
         assert_int_equal(lens[0], 300);
@@ -67,8 +67,8 @@ static void test_deframe_chunking(void **state)
         assert_int_equal(lens[1], 0);
         assert_int_equal(lens[2], 70000);
         assert_int_equal(firsts[2], 0xb2);
-        assert_false(grpc_wire_deframer_partial(&d));
-        grpc_wire_deframer_deinit(&d);
+        assert_false(pd_grpc_wire_deframer_partial(&d));
+        pd_grpc_wire_deframer_deinit(&d);
     }
 }
 
@@ -78,40 +78,40 @@ static void test_deframe_errors(void **state)
     size_t lens[4];
     uint8_t firsts[4];
     int n;
-    grpc_wire_deframer_t d;
+    pd_grpc_wire_deframer_t d;
     (void)state;
 
     /* compressed flag */
     put_msg(buf, 1, 3, 0);
-    grpc_wire_deframer_init(&d, 100);
+    pd_grpc_wire_deframer_init(&d, 100);
     assert_int_equal(feed_all(&d, buf, 8, 1, lens, firsts, &n), PD_ERR_UNSUPPORTED);
-    grpc_wire_deframer_deinit(&d);
+    pd_grpc_wire_deframer_deinit(&d);
     /* bad flag */
     put_msg(buf, 0x80, 3, 0);
-    grpc_wire_deframer_init(&d, 100);
+    pd_grpc_wire_deframer_init(&d, 100);
     assert_int_equal(feed_all(&d, buf, 8, 8, lens, firsts, &n), PD_ERR_PROTOCOL);
-    grpc_wire_deframer_deinit(&d);
+    pd_grpc_wire_deframer_deinit(&d);
     /* too long: rejected from the prefix alone */
-    grpc_wire_prefix(buf, 101);
-    grpc_wire_deframer_init(&d, 100);
+    pd_grpc_wire_prefix(buf, 101);
+    pd_grpc_wire_deframer_init(&d, 100);
     assert_int_equal(feed_all(&d, buf, 5, 5, lens, firsts, &n), PD_ERR_RESOURCE);
-    grpc_wire_deframer_deinit(&d);
+    pd_grpc_wire_deframer_deinit(&d);
     /* 4 GiB - 1 declared with a small limit */
     memset(buf, 0xff, 5);
     buf[0] = 0;
-    grpc_wire_deframer_init(&d, 4 << 20);
+    pd_grpc_wire_deframer_init(&d, 4 << 20);
     assert_int_equal(feed_all(&d, buf, 5, 5, lens, firsts, &n), PD_ERR_RESOURCE);
-    grpc_wire_deframer_deinit(&d);
+    pd_grpc_wire_deframer_deinit(&d);
     /* truncated: partial prefix and partial payload */
     put_msg(buf, 0, 10, 1);
     for (size_t cut = 1; cut < 15; cut++) {
-        grpc_wire_deframer_init(&d, 100);
+        pd_grpc_wire_deframer_init(&d, 100);
         assert_int_equal(feed_all(&d, buf, cut, 3, lens, firsts, &n), PD_OK);
         assert_int_equal(n, 0);
-        assert_true(grpc_wire_deframer_partial(&d));
-        grpc_wire_deframer_deinit(&d);
+        assert_true(pd_grpc_wire_deframer_partial(&d));
+        pd_grpc_wire_deframer_deinit(&d);
     }
-    grpc_wire_deframer_deinit(NULL);
+    pd_grpc_wire_deframer_deinit(NULL);
 }
 
 static void test_timeout(void **state)
@@ -128,16 +128,16 @@ static void test_timeout(void **state)
     (void)state;
 
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
-        assert_int_equal(grpc_wire_timeout_parse(ok[i].s, strlen(ok[i].s), &ms), PD_OK);
+        assert_int_equal(pd_grpc_wire_timeout_parse(ok[i].s, strlen(ok[i].s), &ms), PD_OK);
         assert_int_equal(ms, ok[i].ms);
     }
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        assert_int_equal(grpc_wire_timeout_parse(bad[i], strlen(bad[i]), &ms), PD_ERR_FORMAT);
+        assert_int_equal(pd_grpc_wire_timeout_parse(bad[i], strlen(bad[i]), &ms), PD_ERR_FORMAT);
     static const int64_t vals[] = {0, 1, 999, 99999999, 100000000, 5000000000000LL};
     for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
-        grpc_wire_timeout_format(out, sizeof out, vals[i]);
+        pd_grpc_wire_timeout_format(out, sizeof out, vals[i]);
         assert_true(strlen(out) <= 9);
-        assert_int_equal(grpc_wire_timeout_parse(out, strlen(out), &ms), PD_OK);
+        assert_int_equal(pd_grpc_wire_timeout_parse(out, strlen(out), &ms), PD_OK);
         assert_true(ms <= vals[i] && ms >= vals[i] - vals[i] / 1000 - 60000);
     }
 }
@@ -145,20 +145,20 @@ static void test_timeout(void **state)
 static void test_percent(void **state)
 {
     const char *s = "a b%c\xc3\xa4\n\x7f~";
-    char *e = grpc_wire_pct_encode(s), *d;
+    char *e = pd_grpc_wire_pct_encode(s), *d;
     (void)state;
 
     assert_string_equal(e, "a b%25c%C3%A4%0A%7F~");
-    d = grpc_wire_pct_decode(e, strlen(e));
+    d = pd_grpc_wire_pct_decode(e, strlen(e));
     assert_string_equal(d, s);
     free(e);
     free(d);
-    d = grpc_wire_pct_decode("bad %zz %4", 10); /* malformed escapes stay literal */
+    d = pd_grpc_wire_pct_decode("bad %zz %4", 10); /* malformed escapes stay literal */
     assert_string_equal(d, "bad %zz %4");
     free(d);
-    assert_int_equal(grpc_wire_http_to_grpc(404), GRPC_UNIMPLEMENTED);
-    assert_int_equal(grpc_wire_http_to_grpc(503), GRPC_UNAVAILABLE);
-    assert_int_equal(grpc_wire_http_to_grpc(415), GRPC_UNKNOWN);
+    assert_int_equal(pd_grpc_wire_http_to_grpc(404), PD_GRPC_UNIMPLEMENTED);
+    assert_int_equal(pd_grpc_wire_http_to_grpc(503), PD_GRPC_UNAVAILABLE);
+    assert_int_equal(pd_grpc_wire_http_to_grpc(415), PD_GRPC_UNKNOWN);
 }
 
 int main(void)
