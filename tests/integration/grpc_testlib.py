@@ -1,6 +1,6 @@
 """Helpers for the gRPC interop tests (run with /usr/bin/python3: Debian's grpcio lives there).
 
-Generates python stubs for proto/testsvc.proto and proto/health.proto into a temp dir, starts the
+Generates python stubs for tests/support/testsvc.proto and proto/health.proto into a temp dir, starts the
 C test server on an ephemeral port, and makes sure every process started here dies with the test.
 """
 import atexit
@@ -13,6 +13,7 @@ import time
 SOURCE_DIR = os.environ.get("PD_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD_DIR = os.environ.get("PD_BUILD_DIR", os.path.join(SOURCE_DIR, "build"))
 PROTO_DIR = os.path.join(SOURCE_DIR, "proto")
+TEST_PROTO_DIR = os.path.join(SOURCE_DIR, "tests", "support")
 SERVER_BIN = os.path.join(BUILD_DIR, "tests", "integration", "grpc_test_server")
 CLIENT_BIN = os.path.join(BUILD_DIR, "tests", "integration", "grpc_test_client")
 
@@ -34,9 +35,9 @@ def gen_stubs():
     health_pb2_grpc)."""
     out = tempfile.mkdtemp(prefix="pd-grpc-stubs-")
     atexit.register(lambda: subprocess.run(["rm", "-rf", out]))
-    subprocess.check_call([sys.executable, "-m", "grpc_tools.protoc", "-I" + PROTO_DIR,
+    subprocess.check_call([sys.executable, "-m", "grpc_tools.protoc", "-I" + PROTO_DIR, "-I" + TEST_PROTO_DIR,
                            "--python_out=" + out, "--grpc_python_out=" + out,
-                           os.path.join(PROTO_DIR, "testsvc.proto"),
+                           os.path.join(TEST_PROTO_DIR, "testsvc.proto"),
                            os.path.join(PROTO_DIR, "health.proto")])
     sys.path.insert(0, out)
     import health_pb2
