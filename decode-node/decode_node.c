@@ -518,7 +518,7 @@ static void decode__reserve_reply(void *arg)
         lay.n_kv_heads = (uint32_t)dn->layout.n_kv_heads;
         lay.head_dim = (uint32_t)dn->layout.head_dim;
         lay.page_tokens = (uint32_t)dn->layout.page_tokens;
-        lay.kv_format = (char *)kv_fmt_name(dn->layout.fmt);
+        lay.kv_format = (char *)pd_kvfmt_name(dn->layout.fmt);
         lay.page_bytes = dn->layout.page_bytes;
         dest.node = (char *)dn->node->name;
         dest.ucx_host = (char *)dn->node->host;
@@ -706,8 +706,8 @@ static void decode__ready(void *arg, pd_status_t st)
     }
     node_set_serving(dn->health, &pdserve__v1__decode__descriptor, 1);
     pd_log_info("%s: serving (%s weights, %s kv, %d pages of %zu bytes, ucx port %d)",
-                dn->node->name, cluster_config_weights_str(dn->node->weights),
-                cluster_config_kv_str(dn->node->kv), kv_pool_n_pages(engine_pool(e)),
+                dn->node->name, pd_wfmt_name(dn->node->weights),
+                pd_kvfmt_name(dn->node->kv), kv_pool_n_pages(engine_pool(e)),
                 dn->layout.page_bytes, dn->ucx_port);
 }
 

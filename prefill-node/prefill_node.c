@@ -299,7 +299,7 @@ static void prefill__rpc_prefill(pd_grpc_call_t *call, const ProtobufCMessage *m
         return;
     }
     pd_kvfmt_t dfmt;
-    if (kv_fmt_parse(d->layout->kv_format, &dfmt) != 0 ||
+    if (pd_kvfmt_parse(d->layout->kv_format, &dfmt) != 0 ||
         (int)d->layout->n_layers != src->n_layers ||
         (int)d->layout->n_kv_heads != src->n_kv_heads ||
         (int)d->layout->head_dim != src->head_dim ||
@@ -404,8 +404,8 @@ static void prefill__ready(void *arg, pd_status_t st)
     pn->ready = 1;
     node_set_serving(pn->health, &pdserve__v1__prefill__descriptor, 1);
     pd_log_info("%s: serving (%s weights, %s kv)", pn->node->name,
-                cluster_config_weights_str(pn->node->weights),
-                cluster_config_kv_str(pn->node->kv));
+                pd_wfmt_name(pn->node->weights),
+                pd_kvfmt_name(pn->node->kv));
 }
 
 pd_status_t prefill_node_create(uv_loop_t *loop, const cluster_config_t *cfg,

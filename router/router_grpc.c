@@ -195,11 +195,11 @@ static void router__rpc_model_info(pd_grpc_call_t *call, const ProtobufCMessage 
     for (int i = 0; i < r->n_nodes; i++) {
         const cluster_node_t *n = r->nodes[i].node;
         if (n->role == CLUSTER_ROLE_PREFILL && !m.prefill_weights[0]) {
-            m.prefill_weights = (char *)cluster_config_weights_str(n->weights);
-            m.prefill_kv = (char *)cluster_config_kv_str(n->kv);
+            m.prefill_weights = (char *)pd_wfmt_name(n->weights);
+            m.prefill_kv = (char *)pd_kvfmt_name(n->kv);
         } else if (n->role == CLUSTER_ROLE_DECODE && !m.decode_weights[0]) {
-            m.decode_weights = (char *)cluster_config_weights_str(n->weights);
-            m.decode_kv = (char *)cluster_config_kv_str(n->kv);
+            m.decode_weights = (char *)pd_wfmt_name(n->weights);
+            m.decode_kv = (char *)pd_kvfmt_name(n->kv);
             m.page_tokens = (uint32_t)n->page_tokens;
         }
     }

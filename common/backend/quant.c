@@ -5,24 +5,6 @@
 
 #include "dtype.h"
 
-static const char *const wfmt_names[] = {"bf16", "fp8", "int4", "f32"};
-
-int quant_wfmt_parse(const char *name, pd_wfmt_t *fmt_p)
-{
-    for (int i = 0; i < 4; i++) {
-        if (strcmp(name, wfmt_names[i]) == 0) {
-            *fmt_p = (pd_wfmt_t)i;
-            return 0;
-        }
-    }
-    return -1;
-}
-
-const char *quant_wfmt_name(pd_wfmt_t fmt)
-{
-    return (unsigned)fmt < 4 ? wfmt_names[fmt] : "?";
-}
-
 size_t quant_data_bytes(pd_wfmt_t fmt, int64_t n, int64_t k)
 {
     switch (fmt) {

@@ -19,15 +19,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtype.h"
 #include "status.h"
 
 #define QUANT_INT4_GROUP 128
 
-typedef enum { PD_WFMT_BF16 = 0, PD_WFMT_FP8, PD_WFMT_INT4, PD_WFMT_F32 } pd_wfmt_t;
-
-/* Parses "bf16" | "fp8" | "int4" (and "f32" for weights kept in float); -1 if unknown. */
-int quant_wfmt_parse(const char *name, pd_wfmt_t *fmt_p);
-const char *quant_wfmt_name(pd_wfmt_t fmt);
 
 /* A weight matrix in one of the formats above. Pointers are backend memory (host for the CPU
  * backend). The struct does not own them unless its creator says so. */

@@ -30,6 +30,25 @@ typedef enum {
 } pd_dtype_t;
 
 /* Size of one element in bytes. */
+/* Weight formats (the decode/prefill weight choice; see backend/quant.h for their layouts). */
+typedef enum { PD_WFMT_BF16 = 0, PD_WFMT_FP8, PD_WFMT_INT4, PD_WFMT_F32 } pd_wfmt_t;
+#define PD_WFMT_COUNT 4
+/* KV page formats (see kv/kv_layout.h). */
+typedef enum { PD_KV_BF16 = 0, PD_KV_FP8, PD_KV_F32 } pd_kvfmt_t;
+#define PD_KV_COUNT 3
+
+/* The one name table of each (indexed by the enum, NULL-terminated): "bf16" "fp8" "int4" "f32";
+ * "bf16" "fp8" "f32". Config files, flags, metrics and logs all use these names. */
+extern const char *const pd_wfmt_names[PD_WFMT_COUNT + 1];
+extern const char *const pd_kvfmt_names[PD_KV_COUNT + 1];
+
+/* Parse a name; -1 if unknown (*fmt_p untouched). */
+int pd_wfmt_parse(const char *name, pd_wfmt_t *fmt_p);
+int pd_kvfmt_parse(const char *name, pd_kvfmt_t *fmt_p);
+/* The name, "?" for a value out of range. */
+const char *pd_wfmt_name(pd_wfmt_t fmt);
+const char *pd_kvfmt_name(pd_kvfmt_t fmt);
+
 size_t pd_dtype_size(pd_dtype_t dt);
 
 /* Safetensors spelling ("BF16", "F8_E4M3", ...). */

@@ -404,14 +404,7 @@ static pd_status_t engine__reserve(engine_t *e, engine_seq_t *s, int n)
 
 static bool engine__is_stop(const engine_t *e, const engine_seq_t *s, int32_t tok)
 {
-    if (!s->gp.ignore_eos)
-        for (int i = 0; i < e->m->cfg.n_eos; i++)
-            if (tok == e->m->cfg.eos_token_ids[i])
-                return true;
-    for (int i = 0; i < s->gp.n_stop_ids; i++)
-        if (tok == s->stop_ids[i])
-            return true;
-    return false;
+    return hf_config_is_stop(&e->m->cfg, tok, s->gp.ignore_eos, s->stop_ids, s->gp.n_stop_ids);
 }
 
 pd_status_t engine_step(engine_t *e)

@@ -42,12 +42,8 @@ pd_status_t pipeline_add(engine_t *p, engine_t *d, const int32_t *prompt, int n,
     /* the first token is the prefill node's; stop there if it ends the request */
     if (cb)
         cb(arg, 0, first, ENGINE_FINISH_NONE, PD_OK);
-    bool eos = false;
-    const hf_config_t *cfg = &engine_model(d)->cfg;
-    for (int i = 0; i < cfg->n_eos && !gp->ignore_eos; i++)
-        eos |= first == cfg->eos_token_ids[i];
-    for (int i = 0; i < gp->n_stop_ids; i++)
-        eos |= first == gp->stop_ids[i];
+    bool eos = hf_config_is_stop(&engine_model(d)->cfg, first, gp->ignore_eos, gp->stop_ids,
+                                 gp->n_stop_ids);
     if (eos || gp->max_tokens <= 1) {
         if (cb)
             cb(arg, 0, -1, eos ? ENGINE_FINISH_STOP : ENGINE_FINISH_LENGTH, PD_OK);

@@ -16,8 +16,6 @@
 
 static const char *const cluster_config__roles[] = {"prefill", "decode", NULL};
 static const char *const cluster_config__backends[] = {"cpu", "cuda", NULL};
-static const char *const cluster_config__weights[] = {"bf16", "fp8", "int4", NULL};
-static const char *const cluster_config__kvs[] = {"bf16", "fp8", "f32", NULL};
 static const char *const cluster_config__trackers[] = {"tagged", "noop", NULL};
 static const char *const cluster_config__prefill_policies[] = {"round_robin", "least_load", NULL};
 static const char *const cluster_config__decode_policies[] = {"least_kv", NULL};
@@ -37,14 +35,6 @@ const char *cluster_config_role_str(cluster_role_t v)
 const char *cluster_config_backend_str(cluster_backend_t v)
 {
     return cluster_config__name(cluster_config__backends, (int)v);
-}
-const char *cluster_config_weights_str(cluster_weights_t v)
-{
-    return cluster_config__name(cluster_config__weights, (int)v);
-}
-const char *cluster_config_kv_str(cluster_kv_t v)
-{
-    return cluster_config__name(cluster_config__kvs, (int)v);
 }
 const char *cluster_config_tracker_str(cluster_tracker_t v)
 {
@@ -152,8 +142,8 @@ static const cluster_config__field_t cluster_config__node_fields[NF__COUNT] = {
     [NF_HTTP_PORT] = NODE_F("http_port", F_INT, http_port, 0, 65535, NULL, 0),
     [NF_BACKEND] = NODE_F("backend", F_ENUM, backend, 0, 0, cluster_config__backends, 0),
     [NF_DEVICE] = NODE_F("device", F_INT, device, 0, 1023, NULL, 0),
-    [NF_WEIGHTS] = NODE_F("weights", F_ENUM, weights, 0, 0, cluster_config__weights, 0),
-    [NF_KV] = NODE_F("kv", F_ENUM, kv, 0, 0, cluster_config__kvs, 0),
+    [NF_WEIGHTS] = NODE_F("weights", F_ENUM, weights, 0, 0, pd_wfmt_names, 0),
+    [NF_KV] = NODE_F("kv", F_ENUM, kv, 0, 0, pd_kvfmt_names, 0),
     [NF_PAGE_TOKENS] = NODE_F("page_tokens", F_INT, page_tokens, 1, 1024, NULL, 0),
     [NF_KV_BUDGET] = NODE_F("kv_budget", F_BYTES, kv_budget, 1, INT64_MAX, NULL, 0),
     [NF_MAX_BATCH] = NODE_F("max_batch", F_INT, max_batch, 1, 65536, NULL, 0),
@@ -358,9 +348,9 @@ typedef struct {
 static void cluster_config__node_defaults(cluster_node_t *n, const uint32_t set)
 {
     if (!(set & (1u << NF_WEIGHTS)))
-        n->weights = n->role == CLUSTER_ROLE_PREFILL ? CLUSTER_WEIGHTS_FP8 : CLUSTER_WEIGHTS_INT4;
+        n->weights = n->role == CLUSTER_ROLE_PREFILL ? PD_WFMT_FP8 : PD_WFMT_INT4;
     if (!(set & (1u << NF_KV)))
-        n->kv = n->role == CLUSTER_ROLE_PREFILL ? CLUSTER_KV_BF16 : CLUSTER_KV_FP8;
+        n->kv = n->role == CLUSTER_ROLE_PREFILL ? PD_KV_BF16 : PD_KV_FP8;
 }
 
 static void cluster_config__node_init(cluster_node_t *n)

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "args.h"
+#include "dtype.h"
 #include "status.h"
 
 #define CLUSTER_NAME_MAX 64
@@ -28,12 +29,6 @@
 
 typedef enum { CLUSTER_ROLE_PREFILL = 0, CLUSTER_ROLE_DECODE } cluster_role_t;
 typedef enum { CLUSTER_BACKEND_CPU = 0, CLUSTER_BACKEND_CUDA } cluster_backend_t;
-typedef enum {
-    CLUSTER_WEIGHTS_BF16 = 0,
-    CLUSTER_WEIGHTS_FP8,
-    CLUSTER_WEIGHTS_INT4
-} cluster_weights_t;
-typedef enum { CLUSTER_KV_BF16 = 0, CLUSTER_KV_FP8, CLUSTER_KV_F32 } cluster_kv_t;
 typedef enum { CLUSTER_TRACKER_TAGGED = 0, CLUSTER_TRACKER_NOOP } cluster_tracker_t;
 typedef enum {
     CLUSTER_PREFILL_ROUND_ROBIN = 0,
@@ -50,8 +45,8 @@ typedef struct {
     int http_port; /* /health /metrics on the node; 0 = none */
     cluster_backend_t backend;
     int device; /* GPU ordinal (cuda backend) */
-    cluster_weights_t weights;
-    cluster_kv_t kv;
+    pd_wfmt_t weights;
+    pd_kvfmt_t kv;
     int page_tokens;   /* tokens per KV page, power of two */
     int64_t kv_budget; /* bytes of KV pool */
     int max_batch;
@@ -117,8 +112,6 @@ void cluster_config_destroy(cluster_config_t *cfg);
 /* Spellings used in the file ("prefill", "int4", "least_kv", ...); "?" for out-of-range values. */
 const char *cluster_config_role_str(cluster_role_t v);
 const char *cluster_config_backend_str(cluster_backend_t v);
-const char *cluster_config_weights_str(cluster_weights_t v);
-const char *cluster_config_kv_str(cluster_kv_t v);
 const char *cluster_config_tracker_str(cluster_tracker_t v);
 const char *cluster_config_prefill_policy_str(cluster_prefill_policy_t v);
 const char *cluster_config_decode_policy_str(cluster_decode_policy_t v);

@@ -524,3 +524,16 @@ bool hf_config_layer_is_moe(const hf_config_t *cfg, int layer)
            layer < HF_MAX_LAYERS && !cfg->mlp_only[layer] && cfg->decoder_sparse_step > 0 &&
            (layer + 1) % cfg->decoder_sparse_step == 0;
 }
+
+bool hf_config_is_stop(const hf_config_t *cfg, int32_t tok, bool ignore_eos,
+                       const int32_t *stop_ids, int n_stop_ids)
+{
+    if (!ignore_eos)
+        for (int i = 0; i < cfg->n_eos; i++)
+            if (tok == cfg->eos_token_ids[i])
+                return true;
+    for (int i = 0; i < n_stop_ids; i++)
+        if (tok == stop_ids[i])
+            return true;
+    return false;
+}

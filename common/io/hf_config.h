@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "status.h"
 
@@ -62,5 +63,10 @@ pd_status_t hf_config_parse(const char *text, size_t len, const char *source, hf
 /* True when layer uses the sparse MoE block: num_experts > 0, layer not in mlp_only_layers, and
  * (layer + 1) % decoder_sparse_step == 0. False for dense models and layers out of range. */
 bool hf_config_layer_is_moe(const hf_config_t *cfg, int layer);
+
+/* The one end-of-generation test (engine, pipeline, router): tok is one of cfg's EOS ids (unless
+ * ignore_eos) or one of stop_ids (n_stop_ids; may be NULL when 0). */
+bool hf_config_is_stop(const hf_config_t *cfg, int32_t tok, bool ignore_eos,
+                       const int32_t *stop_ids, int n_stop_ids);
 
 #endif

@@ -3,25 +3,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const kv_fmt_names[] = {
-    [PD_KV_BF16] = "bf16", [PD_KV_FP8] = "fp8", [PD_KV_F32] = "f32"};
-
-int kv_fmt_parse(const char *name, pd_kvfmt_t *fmt_p)
-{
-    for (int i = 0; i < 3; i++) {
-        if (strcmp(name, kv_fmt_names[i]) == 0) {
-            *fmt_p = (pd_kvfmt_t)i;
-            return 0;
-        }
-    }
-    return -1;
-}
-
-const char *kv_fmt_name(pd_kvfmt_t fmt)
-{
-    return (unsigned)fmt < 3 ? kv_fmt_names[fmt] : "?";
-}
-
 void kv_layout_init(kv_layout_t *l, int n_layers, int n_kv_heads, int head_dim, int page_tokens,
                     pd_kvfmt_t fmt)
 {

@@ -15,13 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtype.h"
 #include "status.h"
-
-typedef enum { PD_KV_BF16 = 0, PD_KV_FP8, PD_KV_F32 } pd_kvfmt_t;
-
-/* Parses "bf16" | "fp8" | "f32"; -1 if unknown. */
-int kv_fmt_parse(const char *name, pd_kvfmt_t *fmt_p);
-const char *kv_fmt_name(pd_kvfmt_t fmt);
 
 #define KV_PAGE_HEADER_BYTES 64
 

@@ -94,7 +94,7 @@ static pd_status_t model__read_weight(const safetensors_t *st, const char *base,
         int64_t sq[2] = {n, k / 2}, sg[2] = {n, k / QUANT_INT4_GROUP};
         if (fmt != PD_WFMT_INT4) {
             pd_log_error("%s: checkpoint holds int4 weights; %s weights cannot be made from them",
-                         base, quant_wfmt_name(fmt));
+                         base, pd_wfmt_name(fmt));
             return PD_ERR_UNSUPPORTED;
         }
         if ((rc = safetensors_get(st, name, PD_DTYPE_U8, 2, sq, &t)) != PD_OK)
@@ -119,7 +119,7 @@ static pd_status_t model__read_weight(const safetensors_t *st, const char *base,
         int64_t s1[1] = {n};
         if (fmt != PD_WFMT_FP8) {
             pd_log_error("%s: checkpoint holds fp8 weights; %s weights cannot be made from them",
-                         base, quant_wfmt_name(fmt));
+                         base, pd_wfmt_name(fmt));
             return PD_ERR_UNSUPPORTED;
         }
         if ((rc = safetensors_get(st, name, PD_DTYPE_F8_E4M3, 2, shape, &t)) != PD_OK)
@@ -139,7 +139,7 @@ static pd_status_t model__read_weight(const safetensors_t *st, const char *base,
     rc = model_quantize_bf16(t->data, n, k, fmt, w_p);
     if (rc == PD_ERR_INVALID)
         pd_log_error("%s: %s weights need K (%lld) to be a multiple of %d", name,
-                     quant_wfmt_name(fmt), (long long)k, QUANT_INT4_GROUP);
+                     pd_wfmt_name(fmt), (long long)k, QUANT_INT4_GROUP);
     return rc;
 }
 

@@ -162,7 +162,7 @@ pd_status_t tp_shard_row(const pd_weight_t *w, int rank, int size, pd_weight_t *
     if (size < 1 || rank < 0 || rank >= size || w->k % size != 0 ||
         (w->fmt == PD_WFMT_INT4 && (w->k / size) % QUANT_INT4_GROUP != 0)) {
         pd_log_error("tp %d: %lld %s columns do not split %d ways%s", size, (long long)w->k,
-                     quant_wfmt_name(w->fmt), size,
+                     pd_wfmt_name(w->fmt), size,
                      w->fmt == PD_WFMT_INT4 ? " on int4 group (128) boundaries" : "");
         return PD_ERR_INVALID;
     }

@@ -14,8 +14,8 @@ void node_engine_params(const cluster_config_t *cfg, const cluster_node_t *node,
     p->backend = node->backend == CLUSTER_BACKEND_CUDA ? "cuda" : "cpu";
     p->device = node->device;
     p->threads = node->threads;
-    p->wfmt = (pd_wfmt_t)node->weights;   /* same order: bf16, fp8, int4 */
-    p->kvfmt = (pd_kvfmt_t)node->kv;      /* same order: bf16, fp8, f32 */
+    p->wfmt = node->weights;
+    p->kvfmt = node->kv;
     p->page_tokens = node->page_tokens;
     p->kv_budget = node->kv_budget;
     p->max_batch = node->max_batch;
@@ -60,8 +60,8 @@ void node_stats_fill(node_stats_t *s, const cluster_node_t *node, Pdserve__V1__N
     pthread_mutex_unlock(&s->mu);
     m->node = (char *)node->name;
     m->role = (char *)cluster_config_role_str(node->role);
-    m->weights = (char *)cluster_config_weights_str(node->weights);
-    m->kv = (char *)cluster_config_kv_str(node->kv);
+    m->weights = (char *)pd_wfmt_name(node->weights);
+    m->kv = (char *)pd_kvfmt_name(node->kv);
 }
 
 pd_status_t node_serve(uv_loop_t *loop, const cluster_node_t *node,

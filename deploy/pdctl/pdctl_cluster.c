@@ -19,6 +19,7 @@
 
 #include "cluster_config.h"
 #include "grpc_client.h"
+#include "grpc_wire.h"
 #include "grpc_health.h"
 #include "health.pb-c.h"
 #include "clock.h"
@@ -32,28 +33,6 @@
 #define PDCTL_HEALTH_PATH "/grpc.health.v1.Health/Check"
 
 /* ==== small helpers ==== */
-
-static const char *pdctl__grpc_code_name(int code)
-{
-    static const char *names[] = {"OK",
-                                  "CANCELLED",
-                                  "UNKNOWN",
-                                  "INVALID_ARGUMENT",
-                                  "DEADLINE_EXCEEDED",
-                                  "NOT_FOUND",
-                                  "ALREADY_EXISTS",
-                                  "PERMISSION_DENIED",
-                                  "RESOURCE_EXHAUSTED",
-                                  "FAILED_PRECONDITION",
-                                  "ABORTED",
-                                  "OUT_OF_RANGE",
-                                  "UNIMPLEMENTED",
-                                  "INTERNAL",
-                                  "UNAVAILABLE",
-                                  "DATA_LOSS",
-                                  "UNAUTHENTICATED"};
-    return code >= 0 && code < (int)(sizeof names / sizeof names[0]) ? names[code] : "UNKNOWN";
-}
 
 static void pdctl__sleep_ms(int ms)
 {
@@ -234,9 +213,9 @@ static void pdctl__target_health(pdctl_target_t *t, const pdctl_rpc_t *r)
         t->status = "NO_HEALTH_SERVICE";
         break;
     default:
-        t->status = pdctl__grpc_code_name(r->code);
+        t->status = pd_grpc_wire_code_name(r->code);
     }
-    snprintf(t->detail, sizeof t->detail, "%s%s%s", pdctl__grpc_code_name(r->code),
+    snprintf(t->detail, sizeof t->detail, "%s%s%s", pd_grpc_wire_code_name(r->code),
              r->msg[0] ? ": " : "", r->msg);
 }
 
@@ -1157,7 +1136,7 @@ int pdctl_generate_router(int argc, char **argv)
         printf("\n");
     if (g.code != PD_GRPC_OK) {
         fflush(stdout);
-        fprintf(stderr, "pdctl generate: %s: %s\n", pdctl__grpc_code_name(g.code),
+        fprintf(stderr, "pdctl generate: %s: %s\n", pd_grpc_wire_code_name(g.code),
                 g.msg[0] ? g.msg : "(no message)");
         rc = g.code == PD_GRPC_CANCELLED ? 130 : 1;
         goto out;
@@ -1212,7 +1191,7 @@ int pdctl_models(int argc, char **argv)
     r.timeout_ms = timeout_ms;
     pdctl__rpc_run(&r, 1);
     if (r.code != PD_GRPC_OK) {
-        fprintf(stderr, "pdctl models: %s: %s\n", pdctl__grpc_code_name(r.code),
+        fprintf(stderr, "pdctl models: %s: %s\n", pd_grpc_wire_code_name(r.code),
                 r.msg[0] ? r.msg : "(no message)");
         return 1;
     }

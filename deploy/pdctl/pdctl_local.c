@@ -111,17 +111,17 @@ int pdctl_model_opts_finish(pdctl_model_opts_t *o)
         if (!o->lm_head)
             o->lm_head = lbuf;
     }
-    if (quant_wfmt_parse(o->weights, &o->ep.wfmt) != 0 || o->ep.wfmt == PD_WFMT_F32) {
+    if (pd_wfmt_parse(o->weights, &o->ep.wfmt) != 0 || o->ep.wfmt == PD_WFMT_F32) {
         fprintf(stderr, "pdctl: --weights: unknown format '%s' (expected bf16, fp8 or int4)\n",
                 o->weights);
         return -1;
     }
-    if (quant_wfmt_parse(o->lm_head, &o->ep.lm_head_fmt) != 0) {
+    if (pd_wfmt_parse(o->lm_head, &o->ep.lm_head_fmt) != 0) {
         fprintf(stderr, "pdctl: --lm-head: unknown format '%s' (expected bf16, fp8 or int4)\n",
                 o->lm_head);
         return -1;
     }
-    if (kv_fmt_parse(o->kv, &o->ep.kvfmt) != 0) {
+    if (pd_kvfmt_parse(o->kv, &o->ep.kvfmt) != 0) {
         fprintf(stderr, "pdctl: --kv: unknown format '%s' (expected bf16, fp8 or f32)\n", o->kv);
         return -1;
     }
@@ -334,8 +334,8 @@ int pdctl_generate(int argc, char **argv)
     if (pre_w || pre_kv) {
         /* disaggregated formats in one process: prefill engine -> KV conversion -> this engine */
         engine_params_t pp = mo.ep;
-        if (quant_wfmt_parse(pre_w ? pre_w : "fp8", &pp.wfmt) != 0 ||
-            kv_fmt_parse(pre_kv ? pre_kv : "bf16", &pp.kvfmt) != 0) {
+        if (pd_wfmt_parse(pre_w ? pre_w : "fp8", &pp.wfmt) != 0 ||
+            pd_kvfmt_parse(pre_kv ? pre_kv : "bf16", &pp.kvfmt) != 0) {
             fprintf(stderr, "pdctl generate: --prefill-weights / --prefill-kv: unknown format\n");
             goto out;
         }

@@ -195,12 +195,12 @@ int pdctl_quantize(int argc, char **argv)
                         "[--lm-head bf16|fp8|int4]\n");
         return 2;
     }
-    if (quant_wfmt_parse(format, &fmt) != 0 || (fmt != PD_WFMT_FP8 && fmt != PD_WFMT_INT4)) {
+    if (pd_wfmt_parse(format, &fmt) != 0 || (fmt != PD_WFMT_FP8 && fmt != PD_WFMT_INT4)) {
         fprintf(stderr, "pdctl quantize: --format: unknown format '%s' (expected int4 or fp8)\n",
                 format);
         return 2;
     }
-    if (quant_wfmt_parse(lm_head, &lm_fmt) != 0 || lm_fmt == PD_WFMT_F32) {
+    if (pd_wfmt_parse(lm_head, &lm_fmt) != 0 || lm_fmt == PD_WFMT_F32) {
         fprintf(stderr, "pdctl quantize: --lm-head: unknown format '%s' (expected bf16, fp8 or "
                         "int4)\n",
                 lm_head);
@@ -312,12 +312,12 @@ int pdctl_kv_plan(int argc, char **argv)
             min_pages = pages;
         if (json)
             json_array_append_new(
-                rows, json_pack("{s:s,s:f,s:I,s:I,s:I}", "kv", kv_fmt_name(fmts[i]),
+                rows, json_pack("{s:s,s:f,s:I,s:I,s:I}", "kv", pd_kvfmt_name(fmts[i]),
                                 "bytes_per_token", kv_layout_bytes_per_token(&l), "page_bytes",
                                 (json_int_t)l.page_bytes, "pages", (json_int_t)pages, "tokens",
                                 (json_int_t)(pages * page_tokens)));
         else
-            printf("%-6s %16.1f %12zu %12lld %14lld\n", kv_fmt_name(fmts[i]),
+            printf("%-6s %16.1f %12zu %12lld %14lld\n", pd_kvfmt_name(fmts[i]),
                    kv_layout_bytes_per_token(&l), l.page_bytes, (long long)pages,
                    (long long)(pages * page_tokens));
     }

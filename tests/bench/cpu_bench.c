@@ -48,7 +48,7 @@ static void bench(const char *dir, int threads, pd_wfmt_t w, pd_kvfmt_t kv)
         engine_run(e);
         dec[b] = 128.0 * batches[b] / (now_s() - t0);
     }
-    printf("| %-5s | %-4s | %8.0f | %8.1f | %8.1f |\n", quant_wfmt_name(w), kv_fmt_name(kv),
+    printf("| %-5s | %-4s | %8.0f | %8.1f | %8.1f |\n", pd_wfmt_name(w), pd_kvfmt_name(kv),
            prefill, dec[0], dec[1]);
     fflush(stdout);
     engine_destroy(e);

@@ -149,7 +149,7 @@ static void bench_matmul(pd_wfmt_t fmt, int n, int64_t N, int64_t K)
     double bytes = (double)(quant_data_bytes(fmt, N, K) + quant_scales_bytes(fmt, N, K) +
                             quant_zeros_bytes(fmt, N, K)) +
                    (double)n * K * 4 + (double)n * N * 4;
-    snprintf(shape, sizeof shape, "%s n %d N %lld K %lld", quant_wfmt_name(fmt), n, (long long)N,
+    snprintf(shape, sizeof shape, "%s n %d N %lld K %lld", pd_wfmt_name(fmt), n, (long long)N,
              (long long)K);
     row("matmul", shape, ms, bytes, 2.0 * n * N * K, fmt == PD_WFMT_FP8 ? FP8_FLOPS : BF16_FLOPS);
     model_host_weight_free(&host);
@@ -222,7 +222,7 @@ static void bench_attention(pd_kvfmt_t fmt, int B, int ctx)
     ok(be->ops->alloc(be, (size_t)B * 32 * 128 * 4, (void **)&a.out), "alloc");
     float ms = time_op(run_att, &a, 20);
     double bytes = (double)B * ctx * 2 * (l.side_bytes + l.scale_bytes) / l.page_tokens;
-    snprintf(shape, sizeof shape, "%s kv B %d ctx %d (1 layer)", kv_fmt_name(fmt), B, ctx);
+    snprintf(shape, sizeof shape, "%s kv B %d ctx %d (1 layer)", pd_kvfmt_name(fmt), B, ctx);
     row("attention", shape, ms, bytes, 4.0 * B * 32 * ctx * 128, BF16_FLOPS);
     be->ops->free(be, arena);
     be->ops->free(be, a.q);
@@ -446,7 +446,7 @@ static void bench_model(bool decode, bool prefill)
         model_t *m;
         double t0 = now_s();
         ok(model_create_random(&cfg, confs[i].w, PD_WFMT_BF16, be, 42, &m), "model");
-        fprintf(stderr, "model %s: %.1f s to build, %.2f GB\n", quant_wfmt_name(confs[i].w),
+        fprintf(stderr, "model %s: %.1f s to build, %.2f GB\n", pd_wfmt_name(confs[i].w),
                 now_s() - t0, m->weight_bytes / 1e9);
         static const int batches[] = {1, 3, 16, 64};
         for (size_t bi = 0; decode && confs[i].dec && bi < sizeof batches / sizeof batches[0];
@@ -467,7 +467,7 @@ static void bench_model(bool decode, bool prefill)
                 nbad += memcmp(&lg[j], &lp[j], 4) != 0;
             }
             printf("| %s | %s | %d | %.2f | %.2f | %.2f | %.2f | %.0f | %s | %.3g |\n",
-                   quant_wfmt_name(confs[i].w), kv_fmt_name(confs[i].kv), B, a, z, ga, gz,
+                   pd_wfmt_name(confs[i].w), pd_kvfmt_name(confs[i].kv), B, a, z, ga, gz,
                    B * 1000.0 / ga, nbad ? "DIFFERENT" : "bit-identical", dmax);
             fflush(stdout);
             if (nbad) {
@@ -482,7 +482,7 @@ static void bench_model(bool decode, bool prefill)
         if (prefill && confs[i].pre) {
             float ms = run_forward(m, confs[i].kv, 1, 0, 8192, 1, 3, MODEL_GRAPHS_OFF, NULL);
             printf("\nprefill 8192 tokens, %s weights, %s kv: %.1f ms (%.0f tok/s)\n",
-                   quant_wfmt_name(confs[i].w), kv_fmt_name(confs[i].kv), ms, 8192 * 1000.0 / ms);
+                   pd_wfmt_name(confs[i].w), pd_kvfmt_name(confs[i].kv), ms, 8192 * 1000.0 / ms);
             fflush(stdout);
         }
         model_destroy(m);

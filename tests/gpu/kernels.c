@@ -291,7 +291,7 @@ static void case_matmul(pd_wfmt_t fmt, int n, int64_t N, int64_t K, const char *
     pair_t px = pair_new((size_t)n * K * 4, x), out = pair_new((size_t)n * N * 4, NULL);
     cpu->ops->matmul(cpu, out.c, px.c, &wc, n);
     gpu->ops->matmul(gpu, out.g, px.g, &wg, n);
-    snprintf(shape, sizeof shape, "%s %s n %d N %lld K %lld", quant_wfmt_name(fmt), what, n,
+    snprintf(shape, sizeof shape, "%s %s n %d N %lld K %lld", pd_wfmt_name(fmt), what, n,
              (long long)N, (long long)K);
     /* GEMV paths (small n) compute in f32 for every format: tight; GEMMs as listed */
     double t = n <= 8 && fmt != PD_WFMT_FP8 ? 1e-5 : tol[fmt];
@@ -356,7 +356,7 @@ static void case_kv_write(pd_kvfmt_t fmt, int kvh, int hd, int n)
     pair_t ps = pair_new((size_t)n * 4, slots);
     cpu->ops->kv_write(cpu, a.c, &l, 1, pk.c, pv.c, ps.c, n);
     gpu->ops->kv_write(gpu, a.g, &l, 1, pk.g, pv.g, ps.g, n);
-    snprintf(shape, sizeof shape, "%s kvh %d hd %d n %d (bytes differing)", kv_fmt_name(fmt), kvh,
+    snprintf(shape, sizeof shape, "%s kvh %d hd %d n %d (bytes differing)", pd_kvfmt_name(fmt), kvh,
              hd, n);
     report("kv_write", shape, err_bytes(&a), 0.0);
     pair_free(&a);
@@ -416,7 +416,7 @@ static void case_attention(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_seq
         n_seqs, max_pages, pqs.g, pctx.g, pbt.g, hints ? n_rows : 0, hints ? max_ctx : 0};
     cpu->ops->attention(cpu, out.c, pq.c, a.c, &l, 1, &bc, heads);
     gpu->ops->attention(gpu, out.g, pq.g, a.g, &l, 1, &bg, heads);
-    snprintf(shape, sizeof shape, "%s %s h %d/%d hd %d rows %d ctx<=%d", kv_fmt_name(fmt), what,
+    snprintf(shape, sizeof shape, "%s %s h %d/%d hd %d rows %d ctx<=%d", pd_kvfmt_name(fmt), what,
              heads, kvh, hd, n_rows, max_ctx);
     report("attention", shape, err_f32(&out, qn), 2e-5);
     pair_free(&a);
@@ -470,7 +470,7 @@ static void case_moe_experts(pd_wfmt_t fmt, int n, int E, int k, int d, int f)
     pair_t pw = pair_new((size_t)n * k * 4, w), out = pair_new((size_t)n * d * 4, NULL);
     cpu->ops->moe_experts(cpu, out.c, px.c, pi.c, pw.c, guc, dc, n, k, d, f);
     gpu->ops->moe_experts(gpu, out.g, px.g, pi.g, pw.g, gug, dg, n, k, d, f);
-    snprintf(shape, sizeof shape, "%s n %d experts %d k %d d %d f %d%s", quant_wfmt_name(fmt), n, E,
+    snprintf(shape, sizeof shape, "%s n %d experts %d k %d d %d f %d%s", pd_wfmt_name(fmt), n, E,
              k, d, f, fmt == PD_WFMT_FP8 ? " (l2)" : "");
     /* fp8: two W8A8 matmuls in a row; a rounding flip of an activation quantized to fp8 (one
      * ulp, up to 2^-3 relative) shows through the second, so the error is measured in l2. Over
@@ -564,7 +564,7 @@ static void case_kv_export(pd_kvfmt_t src_fmt, int layers, int kvh, int hd, int 
     cpu->ops->kv_export(cpu, dst.c, &dl, a.c, &sl, pages, n);
     gpu->ops->kv_export(gpu, dst.g, &dl, a.g, &sl, pages, n);
     snprintf(shape, sizeof shape, "%s->fp8 layers %d kvh %d hd %d pages %d (bytes)",
-             kv_fmt_name(src_fmt), layers, kvh, hd, n);
+             pd_kvfmt_name(src_fmt), layers, kvh, hd, n);
     report("kv_export", shape, err_bytes(&dst), 0.0);
     pair_free(&a);
     pair_free(&dst);

@@ -232,13 +232,15 @@ int pd_grpc_wire_http_to_grpc(int http_status)
 
 const char *pd_grpc_wire_code_name(int code)
 {
-    static const char *const names[] = {
-        "OK",        "CANCELLED",          "UNKNOWN",          "INVALID_ARGUMENT",
-        "DEADLINE_EXCEEDED", "NOT_FOUND",  "ALREADY_EXISTS",   "PERMISSION_DENIED",
-        "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
-        "UNIMPLEMENTED", "INTERNAL",       "UNAVAILABLE",      "DATA_LOSS",
-        "UNAUTHENTICATED"};
-    return code >= 0 && code <= 16 ? names[code] : "UNKNOWN";
+    switch (code) {
+#define PD_GRPC__NAME(name, value)                                                                 \
+    case value:                                                                                    \
+        return #name;
+        PD_GRPC_CODE_LIST(PD_GRPC__NAME)
+#undef PD_GRPC__NAME
+    default:
+        return "UNKNOWN";
+    }
 }
 
 pd_status_t pd_grpc_wire_code_to_status(int code)

@@ -16,20 +16,30 @@
 
 #define PD_GRPC_WIRE_HDR_LEN 5
 
-/* gRPC status codes used by the library. */
+/* The gRPC status codes (name, value): one list for the enum and pd_grpc_wire_code_name(). */
+#define PD_GRPC_CODE_LIST(X)                                                                       \
+    X(OK, 0)                                                                                       \
+    X(CANCELLED, 1)                                                                                \
+    X(UNKNOWN, 2)                                                                                  \
+    X(INVALID_ARGUMENT, 3)                                                                         \
+    X(DEADLINE_EXCEEDED, 4)                                                                        \
+    X(NOT_FOUND, 5)                                                                                \
+    X(ALREADY_EXISTS, 6)                                                                           \
+    X(PERMISSION_DENIED, 7)                                                                        \
+    X(RESOURCE_EXHAUSTED, 8)                                                                       \
+    X(FAILED_PRECONDITION, 9)                                                                      \
+    X(ABORTED, 10)                                                                                 \
+    X(OUT_OF_RANGE, 11)                                                                            \
+    X(UNIMPLEMENTED, 12)                                                                           \
+    X(INTERNAL, 13)                                                                                \
+    X(UNAVAILABLE, 14)                                                                             \
+    X(DATA_LOSS, 15)                                                                               \
+    X(UNAUTHENTICATED, 16)
+
 enum {
-    PD_GRPC_OK = 0,
-    PD_GRPC_CANCELLED = 1,
-    PD_GRPC_UNKNOWN = 2,
-    PD_GRPC_INVALID_ARGUMENT = 3,
-    PD_GRPC_DEADLINE_EXCEEDED = 4,
-    PD_GRPC_NOT_FOUND = 5,
-    PD_GRPC_PERMISSION_DENIED = 7,
-    PD_GRPC_RESOURCE_EXHAUSTED = 8,
-    PD_GRPC_UNIMPLEMENTED = 12,
-    PD_GRPC_INTERNAL = 13,
-    PD_GRPC_UNAVAILABLE = 14,
-    PD_GRPC_UNAUTHENTICATED = 16,
+#define PD_GRPC__ENUM(name, value) PD_GRPC_##name = value,
+    PD_GRPC_CODE_LIST(PD_GRPC__ENUM)
+#undef PD_GRPC__ENUM
 };
 
 typedef struct {

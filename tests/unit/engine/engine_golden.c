@@ -98,7 +98,7 @@ static void check_model(const char *name, pd_kvfmt_t kv, double tol)
         free(ids);
     }
     printf("%s kv=%s: %d/%zu greedy sequences identical, max |logit diff| %.3g (tol %.3g)\n", name,
-           kv_fmt_name(kv), exact, json_array_size(cases), worst, tol);
+           pd_kvfmt_name(kv), exact, json_array_size(cases), worst, tol);
     assert_true(worst <= tol);
     assert_true(exact >= (int)json_array_size(cases) - 1);
     assert_int_equal(kv_pool_used_pages(engine_pool(e)), 0);

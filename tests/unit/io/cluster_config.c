@@ -56,10 +56,10 @@ static void test_defaults(void **state)
     assert_non_null(d);
     assert_null(cluster_config_find_node(cfg, "x"));
     assert_int_equal(p->role, CLUSTER_ROLE_PREFILL);
-    assert_int_equal(p->weights, CLUSTER_WEIGHTS_FP8);
-    assert_int_equal(p->kv, CLUSTER_KV_BF16);
-    assert_int_equal(d->weights, CLUSTER_WEIGHTS_INT4);
-    assert_int_equal(d->kv, CLUSTER_KV_FP8);
+    assert_int_equal(p->weights, PD_WFMT_FP8);
+    assert_int_equal(p->kv, PD_KV_BF16);
+    assert_int_equal(d->weights, PD_WFMT_INT4);
+    assert_int_equal(d->kv, PD_KV_FP8);
     assert_int_equal(p->page_tokens, 16);
     assert_int_equal(p->kv_budget, 64LL << 20);
     assert_int_equal(d->kv_budget, 2LL << 30);
@@ -69,8 +69,8 @@ static void test_defaults(void **state)
     assert_int_equal(p->backend, CLUSTER_BACKEND_CPU);
     assert_int_equal(p->tp, 1);
     assert_int_equal(p->threads, 0);
-    assert_string_equal(cluster_config_kv_str(d->kv), "fp8");
-    assert_string_equal(cluster_config_weights_str(d->weights), "int4");
+    assert_string_equal(pd_kvfmt_name(d->kv), "fp8");
+    assert_string_equal(pd_wfmt_name(d->weights), "int4");
     cluster_config_destroy(cfg);
     cluster_config_destroy(NULL);
 }
@@ -222,7 +222,7 @@ static void test_override(void **state)
     assert_int_equal(cluster_config_parse(good, strlen(good), "t.yaml", NULL, NULL, 0, &cfg),
                      PD_OK);
     assert_int_equal(cluster_config_override(cfg, "d0", "kv", "bf16"), PD_OK);
-    assert_int_equal(cluster_config_find_node(cfg, "d0")->kv, CLUSTER_KV_BF16);
+    assert_int_equal(cluster_config_find_node(cfg, "d0")->kv, PD_KV_BF16);
     assert_int_equal(cluster_config_override(cfg, "p0", "kv_budget", "1GiB"), PD_OK);
     assert_int_equal(cluster_config_find_node(cfg, "p0")->kv_budget, 1LL << 30);
     assert_int_equal(cluster_config_override(cfg, NULL, "router.prefill_policy", "least_load"),
@@ -234,7 +234,7 @@ static void test_override(void **state)
     struct ov o = {cfg, "d0", "kv", "fp16"};
     assert_int_equal(with_stderr(log, sizeof log, run_override, &o), PD_ERR_INVALID);
     assert_non_null(strstr(log, "--set nodes.d0.kv: unknown value 'fp16' (expected bf16, fp8, f32)"));
-    assert_int_equal(cluster_config_find_node(cfg, "d0")->kv, CLUSTER_KV_BF16); /* unchanged */
+    assert_int_equal(cluster_config_find_node(cfg, "d0")->kv, PD_KV_BF16); /* unchanged */
 
     o = (struct ov){cfg, "d0", "port", "50060"}; /* collides with p0 */
     assert_int_equal(with_stderr(log, sizeof log, run_override, &o), PD_ERR_INVALID);
@@ -276,8 +276,8 @@ static void test_deploy_files(void **state)
     snprintf(path, sizeof path, "%s/deploy/local.yaml", src);
     assert_int_equal(cluster_config_load(path, &cfg), PD_OK);
     assert_int_equal(cfg->n_nodes, 2);
-    assert_int_equal(cluster_config_find_node(cfg, "decode0")->kv, CLUSTER_KV_FP8);
-    assert_int_equal(cluster_config_find_node(cfg, "prefill0")->weights, CLUSTER_WEIGHTS_FP8);
+    assert_int_equal(cluster_config_find_node(cfg, "decode0")->kv, PD_KV_FP8);
+    assert_int_equal(cluster_config_find_node(cfg, "prefill0")->weights, PD_WFMT_FP8);
     check_model_dir(cfg);
     cluster_config_destroy(cfg);
 
@@ -288,8 +288,8 @@ static void test_deploy_files(void **state)
     for (size_t i = 0; i < cfg->n_nodes; i++) {
         const cluster_node_t *n = &cfg->nodes[i];
         assert_true(n->port >= 50050 && n->port <= 50099);
-        assert_true(n->role == CLUSTER_ROLE_PREFILL ? n->weights == CLUSTER_WEIGHTS_FP8
-                                                    : n->weights == CLUSTER_WEIGHTS_INT4);
+        assert_true(n->role == CLUSTER_ROLE_PREFILL ? n->weights == PD_WFMT_FP8
+                                                    : n->weights == PD_WFMT_INT4);
     }
     check_model_dir(cfg);
     cluster_config_destroy(cfg);
@@ -322,7 +322,7 @@ static void test_load_errors(void **state)
     assert_int_equal(with_stderr(log, sizeof log, run_load_missing, path), PD_ERR_FORMAT);
     char want[256];
     snprintf(want, sizeof want,
-             "%s:10:14: nodes.a.weights: unknown value 'int8' (expected bf16, fp8, int4)", path);
+             "%s:10:14: nodes.a.weights: unknown value 'int8' (expected bf16, fp8, int4, f32)", path);
     if (!strstr(log, want)) {
         print_error("got: %s\nwant: %s\n", log, want);
         fail();

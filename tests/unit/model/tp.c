@@ -318,10 +318,10 @@ static void check_tp_quant(const char *model, pd_wfmt_t fmt, double max_tp_diff)
     vs_reference(two, &refs, &d2, &t2);
     printf("%s %s tp2 vs tp1: %d/%d sequences identical, prompt logits max diff %.3g, max diff "
            "while inputs agree %.3g\n",
-           model, quant_wfmt_name(fmt), c.same_seqs, refs.n_cases, c.first_diff, c.max_diff);
+           model, pd_wfmt_name(fmt), c.same_seqs, refs.n_cases, c.first_diff, c.max_diff);
     printf("%s %s vs transformers: tp1 prompt logits max diff %.3g, greedy prefix %d/%d; tp2 %.3g, "
            "%d/%d\n",
-           model, quant_wfmt_name(fmt), d1, t1, total, d2, t2, total);
+           model, pd_wfmt_name(fmt), d1, t1, total, d2, t2, total);
     assert_true(c.first_diff <= max_tp_diff);
     assert_true(d2 <= 1.5 * d1 + 1e-4);
     assert_true(t2 >= t1 - total / 4);
