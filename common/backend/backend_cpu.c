@@ -1,6 +1,7 @@
 /* The CPU backend: plain C reference implementations of every op (the oracle for the CUDA
  * kernels), parallelized over output rows with a thread pool. Every output element is computed
  * by one thread in a fixed order, so results do not depend on the number of threads. */
+#include <pthread.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -249,7 +250,16 @@ static void cpu_matmul(pd_backend_t *be, float *out, const float *x, const pd_we
 
 /* ==== paged KV ==== */
 
-static float cpu_fp8_table[256]; /* filled by backend_cpu_create (idempotent) */
+/* fp8 e4m3 -> f32 for every byte; filled once (pthread_once) by the first backend_cpu_create:
+ * several backends (tensor-parallel ranks, nodes in one test process) are created concurrently. */
+static float cpu_fp8_table[256];
+static pthread_once_t cpu_fp8_once = PTHREAD_ONCE_INIT;
+
+static void cpu__fp8_table_init(void)
+{
+    for (int i = 0; i < 256; i++)
+        cpu_fp8_table[i] = pd_fp8_to_f32((uint8_t)i);
+}
 
 static void cpu__kv_store(const kv_layout_t *l, uint8_t *page, int layer, int side, int tok,
                           const float *src /* (n_kv_heads, head_dim) */)
@@ -592,8 +602,8 @@ pd_status_t backend_cpu_create(int n_threads, pd_backend_t **be_p)
         free(c);
         return st;
     }
-    for (int i = 0; i < 256; i++)
-        c->fp8_lut[i] = cpu_fp8_table[i] = pd_fp8_to_f32((uint8_t)i);
+    pthread_once(&cpu_fp8_once, cpu__fp8_table_init);
+    memcpy(c->fp8_lut, cpu_fp8_table, sizeof c->fp8_lut);
     be->ops = &cpu_ops;
     be->impl = c;
     be->n_threads = threadpool_size(c->pool);

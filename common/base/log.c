@@ -1,33 +1,44 @@
 #include "log.h"
 
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-static int log_level = -1;
-static char log_tag[32];
+/* The level is read by every thread and may be set at any time: an atomic, initialised from
+ * PD_LOG exactly once (pthread_once) unless pd_log_set_level came first. */
+static _Atomic int log_level = -1;
+static char log_tag[32]; /* set by main() before threads start */
+static pthread_once_t log_once = PTHREAD_ONCE_INIT;
+
+static void log__init(void)
+{
+    const char *env = getenv("PD_LOG");
+    int level = PD_LOG_INFO, unset = -1;
+
+    if (env && strcmp(env, "error") == 0)
+        level = PD_LOG_ERROR;
+    else if (env && strcmp(env, "warn") == 0)
+        level = PD_LOG_WARN;
+    else if (env && strcmp(env, "debug") == 0)
+        level = PD_LOG_DEBUG;
+    atomic_compare_exchange_strong(&log_level, &unset, level);
+}
 
 static int log__level(void)
 {
-    if (log_level < 0) {
-        const char *env = getenv("PD_LOG");
-        log_level = PD_LOG_INFO;
-        if (env && strcmp(env, "error") == 0)
-            log_level = PD_LOG_ERROR;
-        else if (env && strcmp(env, "warn") == 0)
-            log_level = PD_LOG_WARN;
-        else if (env && strcmp(env, "debug") == 0)
-            log_level = PD_LOG_DEBUG;
-    }
-    return log_level;
+    pthread_once(&log_once, log__init);
+    return atomic_load_explicit(&log_level, memory_order_relaxed);
 }
 
 void pd_log_set_level(pd_log_level_t level)
 {
-    log_level = (int)level;
+    pthread_once(&log_once, log__init);
+    atomic_store(&log_level, (int)level);
 }
 
 void pd_log_set_tag(const char *tag)

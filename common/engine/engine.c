@@ -104,7 +104,7 @@ pd_status_t engine_create(const engine_params_t *p, engine_t **e_p)
     }
     if ((st = kv_tracker_create(p->tracker, (int32_t)n_pages, &e->tracker)) != PD_OK)
         goto err;
-    pp = (kv_pool_params_t){e->layout, (int32_t)n_pages, e->tracker};
+    pp = (kv_pool_params_t){e->layout, (int32_t)n_pages, e->tracker, 0};
     if ((st = kv_pool_create(&pp, &e->pool)) != PD_OK)
         goto err;
     if ((st = e->be->ops->alloc(e->be, (size_t)n_pages * e->layout.page_bytes, &e->arena)))

@@ -46,10 +46,13 @@ static inline size_t kv_layout_scale_off(const kv_layout_t *l, int layer, int si
 /* KV bytes per token, scales included (headers excluded). */
 double kv_layout_bytes_per_token(const kv_layout_t *l);
 
-/* A (page, tag) pair: what a sequence expects to find. */
+/* A (page, tag) pair: what a sequence expects to find. gen is the owning pool's allocation
+ * generation of the page (its owner check on free, whatever the tracker); it never leaves the
+ * node (a ref built from another node's message has gen 0 and cannot free anything). */
 typedef struct {
     int32_t page;
     uint32_t tag;
+    uint32_t gen;
 } kv_page_ref_t;
 
 /* A sequence's block table. Caller-owned storage: kv_seq_init / kv_seq_deinit. */

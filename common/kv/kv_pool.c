@@ -17,6 +17,9 @@ struct kv_pool {
     uint8_t *state;           /* (n_pages) PAGE_* */
     uint8_t *remote_pending;  /* (n_pages) a remote write may be in flight */
     int64_t *lease_deadline;  /* (n_pages) ms */
+    int64_t *quarantine_since; /* (n_pages) ms the expiry scan first saw it quarantined; -1 not yet */
+    uint32_t *gen;            /* (n_pages) allocation generation (owner check on free) */
+    int64_t quarantine_ms;
     int32_t n_quarantined;
 };
 
@@ -39,7 +42,11 @@ pd_status_t kv_pool_create(const kv_pool_params_t *params, kv_pool_t **pool_p)
     pool->state = calloc((size_t)n, 1);
     pool->remote_pending = calloc((size_t)n, 1);
     pool->lease_deadline = calloc((size_t)n, sizeof *pool->lease_deadline);
-    if (!pool->free_list || !pool->state || !pool->remote_pending || !pool->lease_deadline) {
+    pool->quarantine_since = calloc((size_t)n, sizeof *pool->quarantine_since);
+    pool->gen = calloc((size_t)n, sizeof *pool->gen);
+    pool->quarantine_ms = params->quarantine_ms > 0 ? params->quarantine_ms : 2000;
+    if (!pool->free_list || !pool->state || !pool->remote_pending || !pool->lease_deadline ||
+        !pool->quarantine_since || !pool->gen) {
         kv_pool_destroy(pool);
         return PD_ERR_NOMEM;
     }
@@ -58,6 +65,8 @@ void kv_pool_destroy(kv_pool_t *pool)
     free(pool->free_list);
     free(pool->state);
     free(pool->remote_pending);
+    free(pool->quarantine_since);
+    free(pool->gen);
     free(pool->lease_deadline);
     free(pool);
 }
@@ -104,6 +113,7 @@ pd_status_t kv_pool_page_alloc(kv_pool_t *pool, kv_page_ref_t *ref_p)
     pool->remote_pending[page] = 0;
     ref_p->page = page;
     ref_p->tag = pool->tracker->ops->on_alloc(pool->tracker, page);
+    ref_p->gen = ++pool->gen[page];
     return PD_OK;
 }
 
@@ -138,6 +148,7 @@ void kv_pool_page_writer_done(kv_pool_t *pool, int32_t page)
 pd_status_t kv_pool_page_free(kv_pool_t *pool, kv_page_ref_t ref)
 {
     if (ref.page < 0 || ref.page >= pool->n_pages || pool->state[ref.page] != PAGE_USED ||
+        pool->gen[ref.page] != ref.gen ||
         (kv_tracker_enabled(pool->tracker) &&
          kv_tracker_tag(pool->tracker, ref.page) != ref.tag)) {
         pd_log_warn("kv pool: page %d tag %u is not held by this owner: not freed", ref.page,
@@ -146,6 +157,7 @@ pd_status_t kv_pool_page_free(kv_pool_t *pool, kv_page_ref_t ref)
     }
     if (pool->remote_pending[ref.page]) {
         pool->state[ref.page] = PAGE_QUARANTINE;
+        pool->quarantine_since[ref.page] = -1;
         pool->n_quarantined++;
         return PD_OK;
     }
@@ -155,17 +167,25 @@ pd_status_t kv_pool_page_free(kv_pool_t *pool, kv_page_ref_t ref)
 
 int32_t kv_pool_expire_leases(kv_pool_t *pool, int64_t now_ms)
 {
-    int32_t n = 0;
+    int32_t n = 0, first = -1;
     if (pool->n_quarantined == 0)
         return 0;
     for (int32_t p = 0; p < pool->n_pages; p++) {
-        if (pool->state[p] == PAGE_QUARANTINE && pool->lease_deadline[p] <= now_ms) {
-            pd_log_warn("kv pool: page %d: writer lease expired, page reused", p);
+        if (pool->state[p] != PAGE_QUARANTINE)
+            continue;
+        if (pool->quarantine_since[p] < 0)
+            pool->quarantine_since[p] = now_ms;
+        if (pool->lease_deadline[p] <= now_ms &&
+            now_ms - pool->quarantine_since[p] >= pool->quarantine_ms) {
             pool->n_quarantined--;
             pool__push_free(pool, p);
-            n++;
+            if (n++ == 0)
+                first = p;
         }
     }
+    if (n > 0) /* one line per scan, not per page */
+        pd_log_warn("kv pool: %d quarantined pages (first %d) reused: writer lease expired", n,
+                    first);
     return n;
 }
 
@@ -201,5 +221,6 @@ pd_status_t kv_pool_debug_steal_page(kv_pool_t *pool, int32_t page, kv_page_ref_
         return PD_ERR_INVALID;
     ref_p->page = page;
     ref_p->tag = pool->tracker->ops->on_alloc(pool->tracker, page);
+    ref_p->gen = ++pool->gen[page];
     return PD_OK;
 }

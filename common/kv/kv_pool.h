@@ -38,6 +38,10 @@ typedef struct {
     kv_layout_t layout;
     int32_t n_pages;
     struct kv_tracker *tracker; /* borrowed; tags come from it */
+    /* how long a page freed while its remote write may be in flight stays quarantined at least,
+     * counted from the first kv_pool_expire_leases() after the free, even when its lease has
+     * already run out (a late writer lands in a quarantined page, not in a new owner's); 0 = 2000 */
+    int64_t quarantine_ms;
 } kv_pool_params_t;
 
 /* Creates the bookkeeping for n_pages pages. PD_ERR_INVALID for n_pages < 1. */
@@ -63,12 +67,14 @@ pd_status_t kv_pool_page_alloc_remote(kv_pool_t *pool, int64_t lease_deadline_ms
 /* The remote writer of page is known to be done (flushed, or confirmed gone). */
 void kv_pool_page_writer_done(kv_pool_t *pool, int32_t page);
 
-/* Releases a page held with tag; a page whose remote write may be in flight is quarantined.
- * Returns PD_ERR_KV_INTEGRITY (and frees nothing) when the page is not allocated or, with the
- * tagged tracker, now carries another tag: it was reallocated and belongs to someone else. */
+/* Releases a page held with ref; a page whose remote write may be in flight is quarantined.
+ * Returns PD_ERR_KV_INTEGRITY (and frees nothing) when the page is not allocated or was
+ * reallocated since ref was handed out (ref.gen, checked with any tracker; with the tagged
+ * tracker the tag must match too): it belongs to someone else. */
 pd_status_t kv_pool_page_free(kv_pool_t *pool, kv_page_ref_t ref);
 
-/* Returns quarantined pages whose lease ended before now_ms to the free list; returns how many. */
+/* Returns to the free list the quarantined pages whose lease ended at or before now_ms and whose
+ * quarantine (params.quarantine_ms from the first call that saw them) is over; returns how many. */
 int32_t kv_pool_expire_leases(kv_pool_t *pool, int64_t now_ms);
 
 /* Pages needed to hold n_tokens. */

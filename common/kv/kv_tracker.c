@@ -9,9 +9,11 @@ static uint32_t tracker__tagged_on_alloc(kv_tracker_t *t, int32_t page)
 {
     /* One counter for the whole pool, so live pages never share a tag: a block-table entry
      * pointing at the wrong page is caught too. 0 is never a tag, so a zeroed (never written)
-     * header never matches. */
-    if (++t->next_tag == 0)
-        t->next_tag = 1;
+     * header never matches; KV_TAG_INVALID (~0) is never a tag either: the check uses it for a
+     * block-table entry outside the pool. */
+    do
+        t->next_tag++;
+    while (t->next_tag == 0 || t->next_tag == KV_TAG_INVALID);
     t->tags[page] = t->next_tag;
     return t->next_tag;
 }
@@ -123,7 +125,7 @@ int kv_tracker_check(kv_tracker_t *t, const kv_tag_io_t *io, const void *arena, 
             t->pages[k] = page;
             t->expected[k] = seqs[s]->pages[i].tag;
             /* a corrupt block table entry may point outside the pool: report, never index */
-            t->current[k] = (page >= 0 && page < t->n_pages) ? t->tags[page] : ~0u;
+            t->current[k] = (page >= 0 && page < t->n_pages) ? t->tags[page] : KV_TAG_INVALID;
             if (page < 0 || page >= t->n_pages)
                 t->pages[k] = 0;
         }

@@ -34,6 +34,9 @@ typedef struct {
                   const uint32_t *tags, int n);
 } kv_tag_io_t;
 
+/* Never handed out as a tag (nor is 0): stands for "no page" in the check. */
+#define KV_TAG_INVALID 0xffffffffu
+
 typedef enum { KV_TRACKER_TAGGED = 0, KV_TRACKER_NOOP } kv_tracker_kind_t;
 
 typedef struct kv_tracker kv_tracker_t;

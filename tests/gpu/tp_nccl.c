@@ -65,7 +65,7 @@ static void *rank_main(void *arg)
     r->be->ops->memset(r->be, arena, 0, (size_t)n_pages * l.page_bytes);
     kv_seq_init(&seq);
     for (int p = 0; p < n_pages; p++)
-        kv_seq_push_page(&seq, (kv_page_ref_t){p, 0});
+        kv_seq_push_page(&seq, (kv_page_ref_t){p, 0, 0});
     model_ctx_create(m, &ctx);
     float *lg = malloc((size_t)m->cfg.vocab_size * sizeof *lg);
     for (int c = 0; c < r->refs->n_cases && r->status == PD_OK; c++) {

@@ -71,7 +71,7 @@ static void run_fault(int kind)
     engine_t *e = open_engine(0);
     col_t clean[3], cols[3];
     uint64_t ids[3];
-    kv_page_ref_t thief = {0, 0}, orig = {0, 0};
+    kv_page_ref_t thief = {0, 0, 0}, orig = {0, 0, 0};
     kv_seq_t *kv;
 
     add_all(e, clean, ids, 40);

@@ -33,6 +33,7 @@ static kv_pool_t *make_pool(kv_tracker_t **t, kv_tracker_kind_t kind, int n)
     kv_layout_init(&p.layout, 2, 2, 8, 16, PD_KV_BF16);
     p.n_pages = n;
     p.tracker = *t;
+    p.quarantine_ms = 0;
     assert_int_equal(kv_pool_create(&p, &pool), PD_OK);
     return pool;
 }
@@ -104,9 +105,12 @@ static void test_remote_quarantine(void **s)
     /* the writer of b confirms it is done: b comes back */
     kv_pool_page_writer_done(pool, b.page);
     assert_int_equal(kv_pool_free_pages(pool), 1);
-    /* a's writer never answers: its lease expires at 1000 */
+    /* a's writer never answers: its lease expires at 1000, and the quarantine (2000 ms by
+     * default) counts from the first scan that saw the page (999) */
     assert_int_equal(kv_pool_expire_leases(pool, 999), 0);
-    assert_int_equal(kv_pool_expire_leases(pool, 1000), 1);
+    assert_int_equal(kv_pool_expire_leases(pool, 1000), 0);
+    assert_int_equal(kv_pool_expire_leases(pool, 2998), 0);
+    assert_int_equal(kv_pool_expire_leases(pool, 2999), 1);
     assert_int_equal(kv_pool_free_pages(pool), 2);
     /* writer done before free: the page frees at once */
     assert_int_equal(kv_pool_page_alloc_remote(pool, 1000, &c), PD_OK);
@@ -117,16 +121,61 @@ static void test_remote_quarantine(void **s)
     kv_tracker_destroy(t);
 }
 
+/* A reservation whose lease already ran out when it is dropped (the decode node's tick frees it
+ * and scans in the same pass) still spends the quarantine: a late writer lands in a quarantined
+ * page, not in the next owner's. */
+static void test_expired_lease_quarantine(void **s)
+{
+    kv_tracker_t *t;
+    kv_pool_t *pool = make_pool(&t, KV_TRACKER_TAGGED, 1);
+    kv_page_ref_t a, b;
+    (void)s;
+    assert_int_equal(kv_pool_page_alloc_remote(pool, 1000, &a), PD_OK);
+    assert_int_equal(kv_pool_page_free(pool, a), PD_OK); /* at 5000: lease long gone */
+    assert_int_equal(kv_pool_expire_leases(pool, 5000), 0);
+    assert_int_equal(kv_pool_page_alloc(pool, &b), PD_NO_PAGES);
+    assert_int_equal(kv_pool_expire_leases(pool, 6999), 0);
+    assert_int_equal(kv_pool_expire_leases(pool, 7000), 1);
+    assert_int_equal(kv_pool_page_alloc(pool, &b), PD_OK);
+    kv_pool_destroy(pool);
+    kv_tracker_destroy(t);
+}
+
+/* Tags skip 0 and KV_TAG_INVALID when the counter wraps. */
+static void test_tag_wrap(void **s)
+{
+    kv_tracker_t *t;
+    kv_pool_t *pool = make_pool(&t, KV_TRACKER_TAGGED, 1);
+    kv_page_ref_t a;
+    (void)s;
+    t->next_tag = KV_TAG_INVALID - 2;
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(kv_pool_page_alloc(pool, &a), PD_OK);
+        assert_int_not_equal(a.tag, 0);
+        assert_int_not_equal(a.tag, KV_TAG_INVALID);
+        assert_int_equal(kv_pool_page_free(pool, a), PD_OK);
+    }
+    assert_int_equal(a.tag, 3); /* 0xfffffffe, (0xffffffff and 0 skipped) 1, 2, 3 */
+    kv_pool_destroy(pool);
+    kv_tracker_destroy(t);
+}
+
 static void test_noop_tracker(void **s)
 {
     kv_tracker_t *t;
     kv_pool_t *pool = make_pool(&t, KV_TRACKER_NOOP, 2);
-    kv_page_ref_t a;
+    kv_page_ref_t a, b;
     (void)s;
     assert_false(kv_tracker_enabled(t));
     assert_int_equal(kv_pool_page_alloc(pool, &a), PD_OK);
     assert_int_equal(a.tag, 0);
     assert_int_equal(kv_pool_page_free(pool, a), PD_OK);
+    /* noop skips tag work only: the pool still refuses a free by a former owner */
+    assert_int_equal(kv_pool_page_alloc(pool, &b), PD_OK);
+    assert_int_equal(b.page, a.page);
+    assert_int_equal(kv_pool_page_free(pool, a), PD_ERR_KV_INTEGRITY);
+    assert_int_equal(kv_pool_used_pages(pool), 1);
+    assert_int_equal(kv_pool_page_free(pool, b), PD_OK);
     kv_pool_destroy(pool);
     kv_tracker_destroy(t);
 }
@@ -138,6 +187,8 @@ int main(void)
         cmocka_unit_test(test_alloc_tags),
         cmocka_unit_test(test_reserve),
         cmocka_unit_test(test_remote_quarantine),
+        cmocka_unit_test(test_expired_lease_quarantine),
+        cmocka_unit_test(test_tag_wrap),
         cmocka_unit_test(test_noop_tracker),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -33,6 +33,7 @@ static void fx_init(fx_t *f, kv_tracker_kind_t kind, int n_pages)
     p.layout = f->l;
     p.n_pages = n_pages;
     p.tracker = f->t;
+    p.quarantine_ms = 0;
     assert_int_equal(kv_pool_create(&p, &f->pool), PD_OK);
     f->arena = calloc((size_t)n_pages, f->l.page_bytes);
 }
@@ -142,7 +143,10 @@ static void test_noop_checks_nothing(void **state)
     assert_int_equal(kv_pool_debug_steal_page(f.pool, a.pages[0].page, &thief), PD_OK);
     assert_int_equal(check(&f, all, 1, st), 0); /* no tags, no check */
     assert_int_equal(st[0], PD_OK);
+    /* ... but the pool still knows the page changed owner: a's release leaves it to the thief */
     kv_seq_release(f.pool, &a);
+    assert_int_equal(kv_pool_used_pages(f.pool), 1);
+    assert_int_equal(kv_pool_page_free(f.pool, thief), PD_OK);
     kv_seq_deinit(&a);
     fx_deinit(&f);
 }

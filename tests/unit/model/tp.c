@@ -138,7 +138,7 @@ static void *rank_main(void *arg)
         goto out;
     arena = calloc((size_t)n_pages, l.page_bytes);
     for (int p = 0; p < n_pages; p++)
-        kv_seq_push_page(&seq, (kv_page_ref_t){p, 0});
+        kv_seq_push_page(&seq, (kv_page_ref_t){p, 0, 0});
     if ((rr->status = model_ctx_create(m, &ctx)) != PD_OK)
         goto out;
     for (int c = 0; c < rr->refs->n_cases && rr->status == PD_OK; c++)
