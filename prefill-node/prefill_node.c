@@ -133,8 +133,9 @@ static void prefill__flush_done(void *arg, pd_status_t st)
 
 typedef struct {
     pjob_t *j;
-    uint8_t *staging;
+    uint8_t *staging; /* NULL when st != PD_OK */
     int first, n;
+    pd_status_t st; /* the export's status: a failed export is never put */
 } put_msg_t;
 
 static void prefill__put(void *arg)
@@ -142,8 +143,17 @@ static void prefill__put(void *arg)
     put_msg_t *m = arg;
     pjob_t *j = m->j;
     const size_t pb = j->dst_layout.page_bytes;
-    uint8_t **s = realloc(j->staging, (size_t)(j->n_staging + 1) * sizeof *s);
-    PD_ASSERT(s);
+    uint8_t **s = m->st == PD_OK ? realloc(j->staging, (size_t)(j->n_staging + 1) * sizeof *s)
+                                 : NULL;
+    if (m->st == PD_OK && !s)
+        m->st = PD_ERR_NOMEM;
+    if (m->st != PD_OK) {
+        if (j->error == PD_OK)
+            j->error = m->st;
+        free(m->staging);
+        free(m);
+        return;
+    }
     j->staging = s;
     j->staging[j->n_staging++] = m->staging;
     if (j->error == PD_OK && pd_clock_ms() > j->write_deadline_ms)
@@ -173,6 +183,10 @@ static void prefill__done(void *arg)
         prefill__fail(j, j->prefill_status, "prefill failed");
         return;
     }
+    if (j->error == PD_ERR_KV_INTEGRITY || j->error == PD_ERR_NOMEM || j->error == PD_ERR_CUDA) {
+        prefill__fail(j, j->error, "kv export failed"); /* this node's fault: nothing was sent */
+        return;
+    }
     if (j->error != PD_OK) {
         prefill__fail(j, PD_ERR_UNAVAILABLE, "kv transfer to the decode node failed");
         return;
@@ -190,11 +204,15 @@ static void prefill__pages(void *arg, const kv_seq_t *kv, int first, int n)
     compute_t *c = j->pn->comp;
     put_msg_t *m = malloc(sizeof *m);
 
-    PD_ASSERT(m);
+    PD_ASSERT(m); /* a message back to the loop thread must not be lost (compute_post aborts too) */
     m->staging = malloc((size_t)n * j->dst_layout.page_bytes);
-    PD_ASSERT(m->staging);
-    engine_export_pages(compute_engine(c), kv, first, n, &j->dst_layout, j->dst_pages + first,
-                        m->staging);
+    m->st = m->staging ? engine_export_pages(compute_engine(c), kv, first, n, &j->dst_layout,
+                                             j->dst_pages + first, m->staging)
+                       : PD_ERR_NOMEM;
+    if (m->st != PD_OK) {
+        free(m->staging);
+        m->staging = NULL;
+    }
     m->j = j;
     m->first = first;
     m->n = n;

@@ -670,23 +670,50 @@ err:
     return st;
 }
 
-void engine_export_pages(engine_t *e, const kv_seq_t *kv, int first, int n,
-                         const kv_layout_t *dst_l, const kv_page_ref_t *dst_refs,
-                         uint8_t *host_out)
+pd_status_t engine_export_pages(engine_t *e, const kv_seq_t *kv, int first, int n,
+                                const kv_layout_t *dst_l, const kv_page_ref_t *dst_refs,
+                                uint8_t *host_out)
 {
     pd_backend_t *be = e->be;
     const size_t pb = dst_l->page_bytes;
-    int32_t *pages = malloc((size_t)n * sizeof *pages);
-    void *dev;
+    kv_seq_t view;
+    int32_t ntok, *pages = malloc((size_t)n * sizeof *pages);
+    pd_status_t st, check;
+    void *dev = NULL;
 
-    PD_ASSERT(pages);
+    if (!pages)
+        return PD_ERR_NOMEM;
+    /* the writer checks its own pages first: a bookkeeping bug on this side must not be stamped
+     * with the destination's valid tags */
+    view = (kv_seq_t){n * e->layout.page_tokens, n, n, kv->pages + first};
+    ntok = view.n_tokens;
+    const kv_seq_t *one[1] = {&view};
+    if (kv_tracker_check(e->tracker, &e->tag_io, e->arena, &e->layout, one, &ntok, NULL, 1,
+                         &check) < 0) {
+        st = PD_ERR_NOMEM;
+        goto out;
+    }
+    if (check != PD_OK) {
+        pd_log_error("kv export: pages %d..%d fail their own tag check: not sent", first,
+                     first + n - 1);
+        st = check;
+        goto out;
+    }
     for (int i = 0; i < n; i++)
         pages[i] = kv->pages[first + i].page;
-    PD_ASSERT(be->ops->alloc(be, (size_t)n * pb, &dev) == PD_OK);
+    if ((st = be->ops->alloc(be, (size_t)n * pb, &dev)) != PD_OK)
+        goto out;
     be->ops->kv_export(be, dev, dst_l, e->arena, &e->layout, pages, n);
-    be->ops->download(be, host_out, dev, (size_t)n * pb);
-    be->ops->free(be, dev);
+    /* download syncs the stream: a failed conversion kernel reports here */
+    if ((st = be->ops->download(be, host_out, dev, (size_t)n * pb)) != PD_OK) {
+        pd_log_error("kv export: pages %d..%d: %s", first, first + n - 1, pd_status_str(st));
+        goto out;
+    }
     for (int i = 0; i < n; i++) /* the writer's stamp: the tag the destination handed out */
         memcpy(host_out + (size_t)i * pb, &dst_refs[i].tag, 4);
+out:
+    if (dev)
+        be->ops->free(be, dev);
     free(pages);
+    return st;
 }

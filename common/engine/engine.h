@@ -108,13 +108,15 @@ pd_status_t engine_prefill(engine_t *e, const int32_t *tokens, int n,
                            const engine_gen_params_t *gp, engine_pages_fn on_pages, void *arg,
                            int32_t *first_p, kv_seq_t *kv_out);
 
-/* The writer's side of a KV transfer: converts pages [first, first + n) of kv (this engine's
- * pool) into dst_l's format on the backend and copies them to host_out (n * dst_l->page_bytes),
- * each header stamped with the tag of dst_refs[i] (the destination pages' tags). Aborts on out of
- * memory (a transfer must not be half-done silently). */
-void engine_export_pages(engine_t *e, const kv_seq_t *kv, int first, int n,
-                         const kv_layout_t *dst_l, const kv_page_ref_t *dst_refs,
-                         uint8_t *host_out);
+/* The writer's side of a KV transfer: checks the tags of pages [first, first + n) of kv (this
+ * engine's pool), converts them into dst_l's format on the backend and copies them to host_out
+ * (n * dst_l->page_bytes), each header stamped with the tag of dst_refs[i] (the destination pages'
+ * tags). Returns PD_ERR_KV_INTEGRITY when a source page fails its own tag check, PD_ERR_NOMEM,
+ * or the backend's error (PD_ERR_CUDA); on any error nothing is stamped and host_out must not be
+ * sent (its contents are undefined). */
+pd_status_t engine_export_pages(engine_t *e, const kv_seq_t *kv, int first, int n,
+                                const kv_layout_t *dst_l, const kv_page_ref_t *dst_refs,
+                                uint8_t *host_out);
 
 /* Ends a sequence now (callback with ENGINE_FINISH_ABORT, PD_ERR_CANCELLED); its pages are freed.
  * PD_ERR_NOT_FOUND if unknown or already finished. */

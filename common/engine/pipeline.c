@@ -5,22 +5,25 @@
 
 #include "log.h"
 
-void pipeline_copy_pages(engine_t *dst, const kv_seq_t *dst_kv, engine_t *src,
-                         const kv_seq_t *src_kv, int first, int n_pages)
+pd_status_t pipeline_copy_pages(engine_t *dst, const kv_seq_t *dst_kv, engine_t *src,
+                                const kv_seq_t *src_kv, int first, int n_pages)
 {
     pd_backend_t *db = engine_backend(dst);
     const kv_layout_t *dl = kv_pool_layout(engine_pool(dst));
     uint8_t *host = malloc((size_t)n_pages * dl->page_bytes);
+    pd_status_t st;
 
     /* what a prefill node puts over UCX, placed page by page (headers carry the stamps) */
-    PD_ASSERT(host);
-    engine_export_pages(src, src_kv, first, n_pages, dl, dst_kv->pages + first, host);
-    for (int i = 0; i < n_pages; i++) {
+    if (!host)
+        return PD_ERR_NOMEM;
+    st = engine_export_pages(src, src_kv, first, n_pages, dl, dst_kv->pages + first, host);
+    for (int i = 0; i < n_pages && st == PD_OK; i++) {
         const kv_page_ref_t *r = &dst_kv->pages[first + i];
-        db->ops->upload(db, (uint8_t *)engine_arena(dst) + (size_t)r->page * dl->page_bytes,
-                        host + (size_t)i * dl->page_bytes, dl->page_bytes);
+        st = db->ops->upload(db, (uint8_t *)engine_arena(dst) + (size_t)r->page * dl->page_bytes,
+                             host + (size_t)i * dl->page_bytes, dl->page_bytes);
     }
     free(host);
+    return st;
 }
 
 pd_status_t pipeline_add(engine_t *p, engine_t *d, const int32_t *prompt, int n,
@@ -36,9 +39,11 @@ pd_status_t pipeline_add(engine_t *p, engine_t *d, const int32_t *prompt, int n,
         return st;
     if ((st = engine_prefill(p, prompt, n, gp, NULL, NULL, &first, &pkv)) != PD_OK)
         goto out;
-    pipeline_copy_pages(d, &dkv, p, &pkv, 0, pkv.n_pages);
+    st = pipeline_copy_pages(d, &dkv, p, &pkv, 0, pkv.n_pages);
     kv_seq_release(engine_pool(p), &pkv);
     kv_seq_deinit(&pkv);
+    if (st != PD_OK)
+        goto out;
     /* the first token is the prefill node's; stop there if it ends the request */
     if (cb)
         cb(arg, 0, first, ENGINE_FINISH_NONE, PD_OK);

@@ -10,10 +10,11 @@
 
 #include "engine.h"
 
-/* Copies the first n_pages pages of src (in engine src's pool) into the pages of dst (in engine
- * dst's pool), converting the KV format, and stamps them with dst's tags. */
-void pipeline_copy_pages(engine_t *dst, const kv_seq_t *dst_kv, engine_t *src,
-                         const kv_seq_t *src_kv, int first, int n_pages);
+/* Copies pages [first, first + n_pages) of src (in engine src's pool) into the pages of dst (in
+ * engine dst's pool), converting the KV format, and stamps them with dst's tags. Errors as
+ * engine_export_pages, or the upload's; dst's pages are then not to be used. */
+pd_status_t pipeline_copy_pages(engine_t *dst, const kv_seq_t *dst_kv, engine_t *src,
+                                const kv_seq_t *src_kv, int first, int n_pages);
 
 /* Prefills prompt on p, moves the KV to d and adds the sequence to d (cb as engine_seq_add,
  * called for the first token too). Run d with engine_run(). Errors as engine_prefill /

@@ -1,0 +1,87 @@
+/* Tests engine_export_pages (common/engine/engine.c), the writer's side of a KV transfer: clean
+ * pages are converted and stamped with the destination's tags; a source page that fails its own
+ * tag check (a stale write on the prefill side) is refused with PD_ERR_KV_INTEGRITY and nothing
+ * is stamped, so corrupt KV never leaves the node carrying valid destination tags. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "engine.h"
+
+static engine_t *open_engine(void)
+{
+    char dir[2048];
+    engine_params_t p;
+    engine_t *e;
+    snprintf(dir, sizeof dir, "%s/tiny-llama", getenv("PD_MODELS_DIR"));
+    engine_params_default(&p);
+    p.model_dir = dir;
+    p.kv_budget = 4 << 20;
+    assert_int_equal(engine_create(&p, &e), PD_OK);
+    return e;
+}
+
+static void test_export(void **state)
+{
+    static const int32_t prompt[40] = {0,   654, 1134, 272, 783, 570, 339, 595,  1763, 821,
+                                       1989, 714, 17,  29,  300, 654, 1134, 272, 783, 570,
+                                       0,   654, 1134, 272, 783, 570, 339, 595,  1763, 821,
+                                       1989, 714, 17,  29,  300, 654, 1134, 272, 783, 570};
+    engine_t *e = open_engine();
+    const kv_layout_t *src_l = kv_pool_layout(engine_pool(e));
+    engine_gen_params_t gp = {{0, 0, 1.0f, 0}, 4, true, NULL, 0, 0};
+    kv_layout_t dst_l;
+    kv_page_ref_t dst[3] = {{7, 1001, 0}, {8, 1002, 0}, {9, 1003, 0}};
+    kv_seq_t kv;
+    int32_t first;
+    uint32_t stamp;
+    (void)state;
+
+    assert_int_equal(engine_prefill(e, prompt, 40, &gp, NULL, NULL, &first, &kv), PD_OK);
+    assert_int_equal(kv.n_pages, 3); /* 40 tokens, 16 per page */
+    kv_layout_init(&dst_l, src_l->n_layers, src_l->n_kv_heads, src_l->head_dim,
+                   src_l->page_tokens, PD_KV_FP8);
+    uint8_t *out = malloc(3 * dst_l.page_bytes);
+    assert_non_null(out);
+
+    /* clean: every page converted and stamped with its destination tag */
+    memset(out, 0xa5, 3 * dst_l.page_bytes);
+    assert_int_equal(engine_export_pages(e, &kv, 0, 3, &dst_l, dst, out), PD_OK);
+    for (int i = 0; i < 3; i++) {
+        memcpy(&stamp, out + (size_t)i * dst_l.page_bytes, 4);
+        assert_int_equal(stamp, dst[i].tag);
+    }
+
+    /* a stale write into the source's second page (its header carries another owner's stamp) */
+    uint8_t *hdr = (uint8_t *)engine_arena(e) + (size_t)kv.pages[1].page * src_l->page_bytes;
+    uint32_t saved, bogus = kv.pages[1].tag + 77;
+    memcpy(&saved, hdr, 4);
+    memcpy(hdr, &bogus, 4);
+    memset(out, 0xa5, 3 * dst_l.page_bytes);
+    assert_int_equal(engine_export_pages(e, &kv, 0, 3, &dst_l, dst, out), PD_ERR_KV_INTEGRITY);
+    for (int i = 0; i < 3; i++) { /* no destination tag was stamped anywhere */
+        memcpy(&stamp, out + (size_t)i * dst_l.page_bytes, 4);
+        assert_int_not_equal(stamp, dst[i].tag);
+    }
+    /* the pages before the bad one alone are still fine */
+    assert_int_equal(engine_export_pages(e, &kv, 0, 1, &dst_l, dst, out), PD_OK);
+    memcpy(hdr, &saved, 4);
+    assert_int_equal(engine_export_pages(e, &kv, 1, 2, &dst_l, dst + 1, out), PD_OK);
+
+    free(out);
+    kv_seq_release(engine_pool(e), &kv);
+    kv_seq_deinit(&kv);
+    assert_int_equal(kv_pool_used_pages(engine_pool(e)), 0);
+    engine_destroy(e);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_export)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
