@@ -129,13 +129,18 @@ static void test_moe_bf16(void **s)
     check_model("tiny-moe", PD_KV_BF16, 3e-2);
 }
 
-/* Runs a few prompts as one continuous batch and returns the concatenated ids. */
-static void run_batch(engine_t *e, float temperature, uint64_t seed, collect_t *cols)
+static const int32_t batch_prompts[3][6] = {
+    {0, 654, 1134, 272, 783, 570}, {0, 17, 29, 300}, {0, 1989, 714, 15, 691}};
+static const int batch_lens[3] = {6, 4, 5};
+
+/* Runs prompt `only` (or all three when only < 0) as one continuous batch into cols[i]. */
+static void run_batch_sel(engine_t *e, float temperature, uint64_t seed, int only, collect_t *cols)
 {
-    static const int32_t prompts[3][6] = {
-        {0, 654, 1134, 272, 783, 570}, {0, 17, 29, 300}, {0, 1989, 714, 15, 691}};
-    static const int lens[3] = {6, 4, 5};
+    const int32_t(*prompts)[6] = batch_prompts;
+    const int *lens = batch_lens;
     for (int i = 0; i < 3; i++) {
+        if (only >= 0 && i != only)
+            continue;
         engine_gen_params_t gp = {{temperature, 40, 0.95f, seed + (uint64_t)i}, 20, true, NULL, 0, 0};
         uint64_t id;
         memset(&cols[i], 0, sizeof cols[i]);
@@ -143,6 +148,17 @@ static void run_batch(engine_t *e, float temperature, uint64_t seed, collect_t *
                          PD_OK);
     }
     assert_int_equal(engine_run(e), PD_OK);
+}
+
+static void run_batch(engine_t *e, float temperature, uint64_t seed, collect_t *cols)
+{
+    run_batch_sel(e, temperature, seed, -1, cols);
+}
+
+/* Prompt i alone, greedy. */
+static void run_batch_one(engine_t *e, int i, collect_t *cols)
+{
+    run_batch_sel(e, 0.0f, 0, i, cols);
 }
 
 static void test_threads_and_seed(void **s)
@@ -163,6 +179,15 @@ static void test_threads_and_seed(void **s)
         differs |= memcmp(a[i].out, c[i].out, 20 * sizeof(int32_t)) != 0;
     }
     assert_true(differs); /* another seed, other tokens */
+    /* the greedy batch gives each prompt exactly the tokens it gets alone: batching (other rows,
+     * other contexts in the step) never changes a sequence's arithmetic on the CPU backend */
+    for (int i = 0; i < 3; i++) {
+        collect_t alone[3];
+        run_batch_one(e1, i, alone);
+        assert_int_equal(g[i].n, 20);
+        assert_int_equal(alone[i].n, 20);
+        assert_memory_equal(g[i].out, alone[i].out, 20 * sizeof(int32_t));
+    }
     engine_destroy(e1);
     engine_destroy(e2);
 }

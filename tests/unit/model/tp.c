@@ -324,7 +324,15 @@ static void check_tp_quant(const char *model, pd_wfmt_t fmt, double max_tp_diff)
            model, pd_wfmt_name(fmt), d1, t1, total, d2, t2, total);
     assert_true(c.first_diff <= max_tp_diff);
     assert_true(d2 <= 1.5 * d1 + 1e-4);
-    assert_true(t2 >= t1 - total / 4);
+    if (fmt == PD_WFMT_INT4) {
+        /* int4 only reassociates sums (f32 KV): TP 2 gives TP 1's greedy ids, every one */
+        assert_int_equal(c.same_seqs, refs.n_cases);
+        assert_int_equal(t2, t1);
+    } else {
+        /* fp8 quantizes activations per shard (scales differ from TP 1's per-token scales): greedy
+         * paths may part after a near tie (measured: tiny-moe loses 76 of 384 prefix tokens) */
+        assert_true(t2 >= t1 - total / 4);
+    }
     run_free(one);
     run_free(two);
     free(refs.last_logits);
