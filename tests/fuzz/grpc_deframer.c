@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "fuzz_verdict.h"
 #include "grpc_wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -21,6 +22,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     data += 2;
     size -= 2;
     pd_grpc_wire_deframer_init(&d, max);
+    fuzz_verdict = "accept"; /* every byte consumed; "reject" when the deframer refused */
     for (size_t off = 0; off < size;) {
         size_t c = size - off < chunk ? size - off : chunk;
         const uint8_t *p = data + off;
@@ -28,8 +30,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         while (c > 0) {
             const uint8_t *msg;
             size_t used, mlen;
-            if (pd_grpc_wire_deframer_feed(&d, p, c, &used, &msg, &mlen) != PD_OK)
+            if (pd_grpc_wire_deframer_feed(&d, p, c, &used, &msg, &mlen) != PD_OK) {
+                fuzz_verdict = "reject";
                 goto done;
+            }
             if (used > c || (used == 0 && !msg))
                 abort();
             if (msg && mlen > max)
@@ -42,7 +46,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             c -= used;
         }
     }
-    (void)pd_grpc_wire_deframer_partial(&d);
+    if (pd_grpc_wire_deframer_partial(&d))
+        fuzz_verdict = "partial"; /* a message cut off at the end of the input */
 done:
     pd_grpc_wire_deframer_deinit(&d);
     return 0;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "grpc_health.h"
+#include "fuzz_verdict.h"
 #include "grpc_server.h"
 #include "testsvc.pb-c.h"
 
@@ -16,6 +17,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static pd_grpc_call_t *held[16];
 static int n_held;
+static int n_handled; /* Echo handler invocations for this input: the verdict */
 
 static void on_cancel(pd_grpc_call_t *call, void *arg)
 {
@@ -30,6 +32,7 @@ static void on_cancel(pd_grpc_call_t *call, void *arg)
 
 static void h_unary(pd_grpc_call_t *call, const ProtobufCMessage *req, void *user)
 {
+    n_handled++;
     const Pdtest__EchoRequest *r = (const void *)req;
     Pdtest__EchoReply rep = PDTEST__ECHO_REPLY__INIT;
     (void)user;
@@ -41,6 +44,7 @@ static void h_unary(pd_grpc_call_t *call, const ProtobufCMessage *req, void *use
 
 static void h_stream(pd_grpc_call_t *call, const ProtobufCMessage *req, void *user)
 {
+    n_handled++;
     const Pdtest__StreamRequest *r = (const void *)req;
     (void)user;
     for (int i = 0; i < (r->count & 63); i++) {
@@ -54,6 +58,7 @@ static void h_stream(pd_grpc_call_t *call, const ProtobufCMessage *req, void *us
 
 static void h_hold(pd_grpc_call_t *call, const ProtobufCMessage *req, void *user)
 {
+    n_handled++;
     (void)req;
     (void)user;
     if (n_held == 16) {
@@ -81,6 +86,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     split = data[0];
     data++;
     size--;
+    n_handled = 0;
     uv_loop_init(&loop);
     pd_grpc_server_create(&loop, &params, &srv);
     pd_grpc_server_add_service(srv, &pdtest__echo__descriptor, handlers, NULL);
@@ -109,5 +115,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uv_run(&loop, UV_RUN_DEFAULT);
     if (uv_loop_close(&loop) != 0)
         abort();
+    /* "echo": some call reached a pdtest.Echo handler; "no-echo": none did (bad content type,
+     * too large, truncated, unknown method: the server answered with an error or reset; or the
+     * input called only the health service) */
+    fuzz_verdict = n_handled > 0 ? "echo" : "no-echo";
     return 0;
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_verdict.h"
 #include "hf_config.h"
 
 #define FUZZ_CHECK(cond)                                                                           \
@@ -22,8 +23,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     hf_config_t c;
     int n_moe = 0;
 
-    if (hf_config_parse((const char *)data, size, "fuzz", &c) != PD_OK)
+    if (hf_config_parse((const char *)data, size, "fuzz", &c) != PD_OK) {
+        fuzz_verdict = "reject";
         return 0;
+    }
+    fuzz_verdict = "accept";
     FUZZ_CHECK(c.arch == HF_ARCH_LLAMA || c.arch == HF_ARCH_QWEN3_MOE);
     FUZZ_CHECK(memchr(c.architecture, 0, sizeof c.architecture));
     FUZZ_CHECK(memchr(c.model_type, 0, sizeof c.model_type));

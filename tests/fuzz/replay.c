@@ -2,8 +2,10 @@
  * the seed corpus (and every crash once fixed) replays as an ordinary test in any build.
  *
  * Usage: replay FILE_OR_DIR...  (directories are read one level deep, in name order). Exits 0 when
- * every input ran (the target aborts on a failed check), 1 when an argument cannot be read or no
- * input was found.
+ * every input ran (the target aborts on a failed check), 1 when an argument cannot be read, no
+ * input was found, or an input's verdict (fuzz_verdict.h) differs from the one its directory's
+ * EXPECT file lists for it ("FILE VERDICT" lines; the hand-written seeds must all be listed, so a
+ * corrupt input that is suddenly accepted fails the test; fz-* files found by the fuzzer need not).
  */
 #include <dirent.h>
 #include <stdint.h>
@@ -11,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+#include "fuzz_verdict.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 __attribute__((weak)) int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -50,9 +54,34 @@ static int replay_file(const char *path)
     if (n)
         memcpy(exact, data, n);
     free(data);
+    fuzz_verdict = NULL;
     LLVMFuzzerTestOneInput(exact, n);
     free(exact);
     return 0;
+}
+
+/* The verdict EXPECT (in dir) lists for name; NULL when none. *has_expect_p: EXPECT exists. */
+static const char *replay__expected(const char *dir, const char *name, int *has_expect_p)
+{
+    static char want[64];
+    char path[4096], line[512], file[400];
+    FILE *f;
+
+    snprintf(path, sizeof path, "%s/EXPECT", dir);
+    *has_expect_p = 0;
+    if (!(f = fopen(path, "r")))
+        return NULL;
+    *has_expect_p = 1;
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#' || sscanf(line, "%399s %63s", file, want) != 2)
+            continue;
+        if (strcmp(file, name) == 0) {
+            fclose(f);
+            return want;
+        }
+    }
+    fclose(f);
+    return NULL;
 }
 
 static int name_cmp(const void *a, const void *b)
@@ -95,9 +124,24 @@ static int replay_dir(const char *dir, size_t *count)
     qsort(names, n, sizeof *names, name_cmp);
     for (size_t i = 0; i < n; i++) {
         struct stat st;
-        if (rc == 0 && stat(names[i], &st) == 0 && S_ISREG(st.st_mode)) {
+        const char *base = names[i] + strlen(dir) + 1;
+        if (rc == 0 && strcmp(base, "EXPECT") != 0 && stat(names[i], &st) == 0 &&
+            S_ISREG(st.st_mode)) {
+            int has_expect;
+            const char *want = replay__expected(dir, base, &has_expect);
             rc = replay_file(names[i]);
             (*count)++;
+            if (rc == 0 && has_expect && !want && strncmp(base, "fz-", 3) != 0) {
+                fprintf(stderr, "replay: %s: not listed in %s/EXPECT (verdict %s)\n", names[i], dir,
+                        fuzz_verdict ? fuzz_verdict : "none");
+                rc = -1;
+            } else if (rc == 0 && want && (!fuzz_verdict || strcmp(want, fuzz_verdict) != 0)) {
+                fprintf(stderr, "replay: %s: verdict %s, expected %s\n", names[i],
+                        fuzz_verdict ? fuzz_verdict : "none", want);
+                rc = -1;
+            } else if (rc == 0 && fuzz_verdict) {
+                printf("%s %s%s\n", base, fuzz_verdict, want ? " (as expected)" : "");
+            }
         }
         free(names[i]);
     }

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "fuzz_verdict.h"
 #include "safetensors.h"
 
 #define FUZZ_CHECK(cond)                                                                           \
@@ -22,8 +23,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const safetensors_tensor_t *got;
     size_t covered = 0;
 
-    if (safetensors_open_memory(data, size, "fuzz", &st) != PD_OK)
+    if (safetensors_open_memory(data, size, "fuzz", &st) != PD_OK) {
+        fuzz_verdict = "reject";
         return 0;
+    }
+    fuzz_verdict = "accept";
     for (size_t i = 0; i < safetensors_count(st); i++) {
         const safetensors_tensor_t *t = safetensors_at(st, i);
         uint64_t n = pd_dtype_size(t->dtype);
