@@ -1,0 +1,394 @@
+/* attention_flash: paged causal flash attention with mma.sync bf16 (see attention_flash.h). */
+#include <cuda_bf16.h>
+
+#include "attention_flash.h"
+#include "kutil.cuh"
+
+#define FLASH__BM 64    /* query rows per block (16 per warp) */
+#define FLASH__BN 64    /* keys per K/V tile */
+#define FLASH__WARPS 4
+
+/* ==== device helpers ==== */
+
+static __device__ __forceinline__ uint32_t flash__smem_addr(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* 16 bytes global -> shared, asynchronously; src_bytes 0 fills the 16 bytes with zeros. */
+static __device__ __forceinline__ void flash__cp16(uint32_t dst, const void *src, int src_bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes));
+}
+static __device__ __forceinline__ void flash__cp_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> static __device__ __forceinline__ void flash__cp_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* Four 8x8 b16 matrices from shared memory (lane i gives the address of row i % 8 of matrix
+ * i / 8); r[j] holds matrix j as an mma fragment (row lane / 4, columns 2 (lane % 4) + {0, 1}). */
+static __device__ __forceinline__ void flash__ldm_x4(uint32_t r[4], uint32_t addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+/* As flash__ldm_x4, each matrix transposed. */
+static __device__ __forceinline__ void flash__ldm_x4_t(uint32_t r[4], uint32_t addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+/* c (16x8 f32) += a (16x16 bf16, row) b (16x8 bf16, col) */
+static __device__ __forceinline__ void flash__mma(float c[4], const uint32_t a[4], uint32_t b0,
+                                                  uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* two f32 -> packed bf16x2 (round to nearest even), x in the low half */
+static __device__ __forceinline__ uint32_t flash__pack(float x, float y)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
+    return *(uint32_t *)&v;
+}
+
+/* Element offset of the 8-element chunk ch of row r in a tile of rows of D bf16: chunks are
+ * XOR-swizzled by the row's low 3 bits, so the 8 rows an ldmatrix reads hit distinct banks. */
+template <int D> static __device__ __forceinline__ int flash__off(int r, int ch)
+{
+    return r * D + ((ch ^ (r & 7)) << 3);
+}
+
+/* Stages the K and V tile of keys [t0, t0 + BN) (positions in the sequence) of kv head kvh into
+ * ks, vs (BN, D) bf16 swizzled; keys >= n_keys become zeros. bf16 pages: cp.async (the caller
+ * commits and waits); fp8 pages: loaded, dequantized with their scales and stored directly. */
+template <int D, int FMT>
+static __device__ __forceinline__ void
+flash__load_kv(__nv_bfloat16 *ks, __nv_bfloat16 *vs, const uint8_t *arena, const kv_layout_t &l,
+               size_t koff, size_t voff, size_t ksoff, size_t vsoff, const int32_t *bt, int kvh,
+               int t0, int n_keys)
+{
+    constexpr int CH = D / 8;                                /* 16-byte bf16 chunks per row */
+    constexpr int PER = FLASH__BN * CH / (32 * FLASH__WARPS); /* chunks per thread per side */
+    const int tid = threadIdx.x, P = l.page_tokens, KVH = l.n_kv_heads;
+#pragma unroll
+    for (int i = 0; i < PER; i++) {
+        const int idx = tid + i * 32 * FLASH__WARPS, r = idx / CH, ch = idx % CH;
+        const int t = t0 + r;
+        const bool valid = t < n_keys;
+        const int tt = valid ? t : 0;
+        const uint8_t *page = arena + (size_t)bt[tt / P] * l.page_bytes;
+        const int tok = tt % P;
+        const size_t e = ((size_t)tok * KVH + kvh) * D + (size_t)ch * 8; /* element index */
+        const int so = flash__off<D>(r, ch);
+        if constexpr (FMT == PD_KV_BF16) {
+            flash__cp16(flash__smem_addr(ks + so), valid ? page + koff + e * 2 : arena,
+                        valid ? 16 : 0);
+            flash__cp16(flash__smem_addr(vs + so), valid ? page + voff + e * 2 : arena,
+                        valid ? 16 : 0);
+        } else {
+            uint4 kw = make_uint4(0, 0, 0, 0), vw = make_uint4(0, 0, 0, 0);
+            if (valid) {
+                const uint2 kb = *(const uint2 *)(page + koff + e);
+                const uint2 vb = *(const uint2 *)(page + voff + e);
+                const float ksc = ((const float *)(page + ksoff))[tok * KVH + kvh];
+                const float vsc = ((const float *)(page + vsoff))[tok * KVH + kvh];
+                uint32_t *kp = &kw.x, *vp = &vw.x;
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    const uint32_t kx = j < 2 ? kb.x : kb.y, vx = j < 2 ? vb.x : vb.y;
+                    const int sh = (j & 1) * 16;
+                    kp[j] = flash__pack(kutil_fp8_to_f32((uint8_t)(kx >> sh)) * ksc,
+                                        kutil_fp8_to_f32((uint8_t)(kx >> (sh + 8))) * ksc);
+                    vp[j] = flash__pack(kutil_fp8_to_f32((uint8_t)(vx >> sh)) * vsc,
+                                        kutil_fp8_to_f32((uint8_t)(vx >> (sh + 8))) * vsc);
+                }
+            }
+            *(uint4 *)(ks + so) = kw;
+            *(uint4 *)(vs + so) = vw;
+        }
+    }
+}
+
+/* ==== kernel ==== */
+
+/* grid (n_heads, n_tiles) with n_tiles >= sum over sequences of ceil(q_len / BM), block
+ * 32 * FLASH__WARPS, dynamic shared memory (BM + 4 BN) * D bf16 (Q, then K and V twice).
+ * out (n_rows, n_heads, D) f32; q (n_rows, n_heads, D) f32; arena pages (layout l, bf16 or fp8);
+ * q_start (n_seqs + 1), ctx_len (n_seqs), block_tables (n_seqs, max_pages) int32.
+ * Block (h, y): query head h; the y-th tile in the order of the sequences, each sequence's tiles
+ * last first (the causal tiles with the most keys start first). */
+template <int D, int FMT>
+static __global__ void __launch_bounds__(32 * FLASH__WARPS, 2)
+    flash__kernel(float *out, const float *q, const uint8_t *arena, kv_layout_t l, int layer,
+                  const int32_t *q_start, const int32_t *ctx_len, const int32_t *block_tables,
+                  int n_seqs, int max_pages, int n_heads)
+{
+    constexpr int CH = D / 8, KS = D / 16, NT = FLASH__BN / 8, DT = D / 8;
+    extern __shared__ __align__(128) unsigned char flash__smem[];
+    __nv_bfloat16 *qs = (__nv_bfloat16 *)flash__smem;
+    __nv_bfloat16 *kbuf = qs + FLASH__BM * D, *vbuf = kbuf + 2 * FLASH__BN * D;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tid = threadIdx.x;
+    const int h = blockIdx.x, H = n_heads, kvh = h / (n_heads / l.n_kv_heads);
+    const unsigned full = 0xffffffffu;
+
+    /* ---- which sequence and tile: a warp-wide scan of the tile counts ---- */
+    const int target = blockIdx.y;
+    int s = -1, j = 0, base = 0;
+    for (int s0 = 0; s0 < n_seqs; s0 += 32) {
+        const int si = s0 + lane;
+        const int cnt =
+            si < n_seqs ? (q_start[si + 1] - q_start[si] + FLASH__BM - 1) / FLASH__BM : 0;
+        int inc = cnt;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int v = __shfl_up_sync(full, inc, o);
+            if (lane >= o)
+                inc += v;
+        }
+        const int tot = __shfl_sync(full, inc, 31);
+        if (target < base + tot) {
+            const int L = __ffs(__ballot_sync(full, base + inc > target)) - 1;
+            const int before = __shfl_sync(full, inc - cnt, L);
+            const int cnt_l = __shfl_sync(full, cnt, L);
+            s = s0 + L;
+            j = cnt_l - 1 - (target - base - before); /* last tile first */
+            break;
+        }
+        base += tot;
+    }
+    if (s < 0)
+        return; /* the grid's spare tiles (uniform over the block) */
+
+    const int q_len = q_start[s + 1] - q_start[s], row0 = q_start[s] + j * FLASH__BM;
+    const int qn = min(FLASH__BM, q_len - j * FLASH__BM); /* valid rows of this tile */
+    const int pos0 = ctx_len[s] - q_len + j * FLASH__BM;  /* position of the tile's row 0 */
+    const int n_keys = pos0 + qn;                         /* keys the last valid row sees */
+    const int n_kt = (n_keys + FLASH__BN - 1) / FLASH__BN;
+    const int32_t *bt = block_tables + (size_t)s * max_pages;
+    const size_t koff = kutil_kv_data_off(l, layer, 0), voff = kutil_kv_data_off(l, layer, 1);
+    const size_t ksoff = kutil_kv_scale_off(l, layer, 0), vsoff = kutil_kv_scale_off(l, layer, 1);
+
+    /* ---- first K/V tile in flight, then Q (f32 -> bf16, rows >= qn zero) ---- */
+    flash__load_kv<D, FMT>(kbuf, vbuf, arena, l, koff, voff, ksoff, vsoff, bt, kvh, 0, n_keys);
+    flash__cp_commit();
+#pragma unroll
+    for (int i = 0; i < FLASH__BM * CH / (32 * FLASH__WARPS); i++) {
+        const int idx = tid + i * 32 * FLASH__WARPS, r = idx / CH, ch = idx % CH;
+        uint4 w = make_uint4(0, 0, 0, 0);
+        if (r < qn) {
+            const float4 *src = (const float4 *)(q + ((size_t)(row0 + r) * H + h) * D + ch * 8);
+            const float4 a = src[0], b = src[1];
+            w = make_uint4(flash__pack(a.x, a.y), flash__pack(a.z, a.w), flash__pack(b.x, b.y),
+                           flash__pack(b.z, b.w));
+        }
+        *(uint4 *)(qs + flash__off<D>(r, ch)) = w;
+    }
+    __syncthreads();
+    uint32_t qf[KS][4]; /* this warp's 16 rows of Q as A fragments, one per 16 dims */
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++) {
+        const int r = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, ch = kk * 2 + (lane >> 4);
+        flash__ldm_x4(qf[kk], flash__smem_addr(qs + flash__off<D>(r, ch)));
+    }
+
+    /* this thread's two rows: g and g + 8 of the warp's 16 (fragment rows) */
+    const int g = lane >> 2, t4 = lane & 3;
+    int pos[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int r = warp * 16 + g + i * 8;
+        pos[i] = pos0 + min(r, qn - 1); /* padding rows repeat the last valid row */
+    }
+    const float sc = 1.4426950408889634f / sqrtf((float)D); /* scores in log2 units */
+    float o[DT][4], m[2] = {-INFINITY, -INFINITY}, lsum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int d = 0; d < DT; d++)
+        o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+
+    for (int kt = 0; kt < n_kt; kt++) {
+        const int buf = kt & 1;
+        if (kt + 1 < n_kt) {
+            flash__load_kv<D, FMT>(kbuf + (buf ^ 1) * FLASH__BN * D,
+                                   vbuf + (buf ^ 1) * FLASH__BN * D, arena, l, koff, voff, ksoff,
+                                   vsoff, bt, kvh, (kt + 1) * FLASH__BN, n_keys);
+            flash__cp_commit();
+            flash__cp_wait<1>();
+        } else {
+            flash__cp_wait<0>();
+        }
+        __syncthreads();
+        const __nv_bfloat16 *ks = kbuf + buf * FLASH__BN * D, *vs = vbuf + buf * FLASH__BN * D;
+
+        /* S (16 rows x BN keys) = Q K^T */
+        float sacc[NT][4];
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+            sacc[n][0] = sacc[n][1] = sacc[n][2] = sacc[n][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++) {
+#pragma unroll
+            for (int np = 0; np < NT / 2; np++) {
+                uint32_t b[4];
+                const int r = np * 16 + (lane & 7) + (lane >> 4) * 8,
+                          ch = kk * 2 + ((lane >> 3) & 1);
+                flash__ldm_x4(b, flash__smem_addr(ks + flash__off<D>(r, ch)));
+                flash__mma(sacc[2 * np], qf[kk], b[0], b[1]);
+                flash__mma(sacc[2 * np + 1], qf[kk], b[2], b[3]);
+            }
+        }
+
+        /* scale, causal mask, online softmax (rows g, g + 8; a row's 64 keys live in 4 lanes) */
+        const int key0 = kt * FLASH__BN;
+        const bool masked = key0 + FLASH__BN - 1 > pos0;
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int i = e >> 1, key = key0 + n * 8 + 2 * t4 + (e & 1);
+                float x = sacc[n][e] * sc;
+                if (masked && key > pos[i])
+                    x = -INFINITY;
+                sacc[n][e] = x;
+                mx[i] = fmaxf(mx[i], x);
+            }
+        float corr[2], rs[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            mx[i] = fmaxf(mx[i], __shfl_xor_sync(full, mx[i], 1));
+            mx[i] = fmaxf(mx[i], __shfl_xor_sync(full, mx[i], 2));
+            const float mn = fmaxf(m[i], mx[i]); /* finite: key 0 is seen by every row */
+            corr[i] = exp2f(m[i] - mn);
+            m[i] = mn;
+        }
+        uint32_t pa[FLASH__BN / 16][4]; /* P as A fragments, one per 16 keys */
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+            const float p0 = exp2f(sacc[n][0] - m[0]), p1 = exp2f(sacc[n][1] - m[0]);
+            const float p2 = exp2f(sacc[n][2] - m[1]), p3 = exp2f(sacc[n][3] - m[1]);
+            rs[0] += p0 + p1;
+            rs[1] += p2 + p3;
+            pa[n / 2][(n & 1) * 2] = flash__pack(p0, p1);
+            pa[n / 2][(n & 1) * 2 + 1] = flash__pack(p2, p3);
+        }
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+            lsum[i] = lsum[i] * corr[i] + rs[i];
+#pragma unroll
+        for (int d = 0; d < DT; d++) {
+            o[d][0] *= corr[0];
+            o[d][1] *= corr[0];
+            o[d][2] *= corr[1];
+            o[d][3] *= corr[1];
+        }
+
+        /* O (16 rows x D) += P V */
+#pragma unroll
+        for (int kk = 0; kk < FLASH__BN / 16; kk++) {
+#pragma unroll
+            for (int dp = 0; dp < DT / 2; dp++) {
+                uint32_t b[4];
+                const int r = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                          ch = dp * 2 + (lane >> 4);
+                flash__ldm_x4_t(b, flash__smem_addr(vs + flash__off<D>(r, ch)));
+                flash__mma(o[2 * dp], pa[kk], b[0], b[1]);
+                flash__mma(o[2 * dp + 1], pa[kk], b[2], b[3]);
+            }
+        }
+        __syncthreads(); /* the buffer is refilled next iteration */
+    }
+
+    /* ---- normalize and store the valid rows ---- */
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        lsum[i] += __shfl_xor_sync(full, lsum[i], 1);
+        lsum[i] += __shfl_xor_sync(full, lsum[i], 2);
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int r = warp * 16 + g + i * 8;
+        if (r >= qn)
+            continue;
+        const float inv = 1.0f / lsum[i];
+        float *dst = out + ((size_t)(row0 + r) * H + h) * D + 2 * t4;
+#pragma unroll
+        for (int d = 0; d < DT; d++)
+            *(float2 *)(dst + d * 8) = make_float2(o[d][2 * i] * inv, o[d][2 * i + 1] * inv);
+    }
+}
+
+/* ==== launcher ==== */
+
+extern "C" bool attention_flash_supports(const kv_layout_t *l, int n_heads)
+{
+    return (l->fmt == PD_KV_BF16 || l->fmt == PD_KV_FP8) &&
+           (l->head_dim == 64 || l->head_dim == 128) && l->n_kv_heads > 0 && n_heads > 0 &&
+           n_heads % l->n_kv_heads == 0;
+}
+
+template <int D, int FMT>
+static pd_status_t flash__launch(float *out, const float *q, const void *arena,
+                                 const kv_layout_t *l, int layer, const pd_attn_batch_t *b,
+                                 int n_rows, int n_heads, cudaStream_t stream)
+{
+    const size_t smem = (size_t)(FLASH__BM + 4 * FLASH__BN) * D * 2;
+    /* the attribute is per device: set it once per (instantiation, device); a race between two
+     * threads sets it twice, which is harmless */
+    static unsigned attr_set;
+    int dev = 0;
+    pd_status_t st = kutil_status(cudaGetDevice(&dev), "attention_flash device");
+    if (st != PD_OK)
+        return st;
+    if (dev >= 32 || !(attr_set & (1u << dev))) {
+        st = kutil_status(cudaFuncSetAttribute(flash__kernel<D, FMT>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               (int)smem),
+                          "attention_flash smem");
+        if (st != PD_OK)
+            return st;
+        if (dev < 32)
+            attr_set |= 1u << dev;
+    }
+    /* an upper bound of the tiles: every sequence adds at most one partial tile */
+    const long tiles = (long)n_rows / FLASH__BM + b->n_seqs;
+    KUTIL_REQUIRE(tiles <= 65535, "attention_flash");
+    flash__kernel<D, FMT><<<dim3((unsigned)n_heads, (unsigned)tiles), 32 * FLASH__WARPS, smem,
+                            stream>>>(out, q, (const uint8_t *)arena, *l, layer, b->q_start,
+                                      b->ctx_len, b->block_tables, b->n_seqs, b->max_pages,
+                                      n_heads);
+    return KUTIL_LAUNCHED("attention_flash");
+}
+
+extern "C" pd_status_t attention_flash_run(float *out, const float *q, const void *arena,
+                                           const kv_layout_t *l, int layer,
+                                           const pd_attn_batch_t *batch, int n_rows, int n_heads,
+                                           cudaStream_t stream)
+{
+    KUTIL_REQUIRE(attention_flash_supports(l, n_heads), "attention_flash");
+    KUTIL_REQUIRE(n_rows >= 0 && batch->n_seqs > 0 && layer >= 0 && layer < l->n_layers,
+                  "attention_flash");
+    if (n_rows == 0)
+        return PD_OK;
+    const bool fp8 = l->fmt == PD_KV_FP8;
+    if (l->head_dim == 128)
+        return fp8 ? flash__launch<128, PD_KV_FP8>(out, q, arena, l, layer, batch, n_rows, n_heads,
+                                                   stream)
+                   : flash__launch<128, PD_KV_BF16>(out, q, arena, l, layer, batch, n_rows,
+                                                    n_heads, stream);
+    return fp8 ? flash__launch<64, PD_KV_FP8>(out, q, arena, l, layer, batch, n_rows, n_heads,
+                                              stream)
+               : flash__launch<64, PD_KV_BF16>(out, q, arena, l, layer, batch, n_rows, n_heads,
+                                               stream);
+}
