@@ -1,12 +1,13 @@
 /* attention_flash: paged causal flash attention with mma.sync bf16 (see attention_flash.h). */
 #include <cuda_bf16.h>
+#include <stdlib.h>
 
 #include "attention_flash.h"
 #include "kutil.cuh"
 
-#define FLASH__BM 64    /* query rows per block (16 per warp) */
-#define FLASH__BN 64    /* keys per K/V tile */
+#define FLASH__BM 64 /* query rows per block (16 per warp) */
 #define FLASH__WARPS 4
+#define FLASH__THREADS (32 * FLASH__WARPS)
 
 /* ==== device helpers ==== */
 
@@ -19,6 +20,12 @@ static __device__ __forceinline__ uint32_t flash__smem_addr(const void *p)
 static __device__ __forceinline__ void flash__cp16(uint32_t dst, const void *src, int src_bytes)
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes));
+}
+/* 4 bytes global -> shared, asynchronously; src_bytes 0 writes zeros. */
+static __device__ __forceinline__ void flash__cp4(uint32_t dst, const void *src, int src_bytes)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
                  "r"(src_bytes));
 }
 static __device__ __forceinline__ void flash__cp_commit()
@@ -56,6 +63,14 @@ static __device__ __forceinline__ void flash__mma(float c[4], const uint32_t a[4
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* 2^x (MUFU; 2^-inf = 0) */
+static __device__ __forceinline__ float flash__ex2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /* two f32 -> packed bf16x2 (round to nearest even), x in the low half */
 static __device__ __forceinline__ uint32_t flash__pack(float x, float y)
 {
@@ -70,75 +85,126 @@ template <int D> static __device__ __forceinline__ int flash__off(int r, int ch)
     return r * D + ((ch ^ (r & 7)) << 3);
 }
 
-/* Stages the K and V tile of keys [t0, t0 + BN) (positions in the sequence) of kv head kvh into
- * ks, vs (BN, D) bf16 swizzled; keys >= n_keys become zeros. bf16 pages: cp.async (the caller
- * commits and waits); fp8 pages: loaded, dequantized with their scales and stored directly. */
-template <int D, int FMT>
+/* The shapes of one kernel variant: BN keys per K/V tile; QREG: this warp's Q fragments stay in
+ * registers for the whole block (else they are read from shared memory for every tile: fewer
+ * registers); MINB: blocks per SM the registers are budgeted for (__launch_bounds__). */
+template <int D_, int FMT_, int BN_, bool QREG_, int MINB_> struct flash__cfg {
+    static constexpr int D = D_, FMT = FMT_, BN = BN_, MINB = MINB_;
+    static constexpr bool QREG = QREG_;
+    static constexpr int CH = D / 8;                          /* 16-byte bf16 chunks per row */
+    static constexpr int TILE = BN * D;                       /* bf16 elements of one K or V tile */
+    static constexpr int NBUF = FMT == PD_KV_FP8 ? 1 : 2;     /* bf16 K/V tile buffers */
+    /* shared memory: Q (BM, D) bf16, NBUF x K and V (BN, D) bf16; fp8: 2 x raw K and V (BN, D)
+     * fp8 and 2 x their scales (2, BN) f32 */
+    static constexpr size_t SMEM = (size_t)(FLASH__BM * D + 2 * NBUF * TILE) * 2 +
+                                   (FMT == PD_KV_FP8 ? (size_t)2 * 2 * TILE + 2 * 2 * BN * 4 : 0);
+};
+
+/* Issues the copies of the K/V tile of keys [t0, t0 + BN) (positions in the sequence) of kv head
+ * kvh: bf16 pages straight into ks, vs (BN, D) bf16 swizzled; fp8 pages into rk, rv (BN, D) fp8
+ * and rsc (2, BN) f32 scales (K then V), unswizzled. Keys >= n_keys become zeros. The caller
+ * commits and waits. */
+template <class C>
 static __device__ __forceinline__ void
-flash__load_kv(__nv_bfloat16 *ks, __nv_bfloat16 *vs, const uint8_t *arena, const kv_layout_t &l,
-               size_t koff, size_t voff, size_t ksoff, size_t vsoff, const int32_t *bt, int kvh,
-               int t0, int n_keys)
+flash__load_kv(__nv_bfloat16 *ks, __nv_bfloat16 *vs, uint8_t *rk, uint8_t *rv, float *rsc,
+               const uint8_t *arena, const kv_layout_t &l, size_t koff, size_t voff, size_t ksoff,
+               size_t vsoff, const int32_t *bt, int kvh, int t0, int n_keys)
 {
-    constexpr int CH = D / 8;                                /* 16-byte bf16 chunks per row */
-    constexpr int PER = FLASH__BN * CH / (32 * FLASH__WARPS); /* chunks per thread per side */
+    constexpr int D = C::D, BN = C::BN;
     const int tid = threadIdx.x, P = l.page_tokens, KVH = l.n_kv_heads;
+    if constexpr (C::FMT == PD_KV_BF16) {
+        constexpr int CH = D / 8, PER = BN * CH / FLASH__THREADS;
 #pragma unroll
-    for (int i = 0; i < PER; i++) {
-        const int idx = tid + i * 32 * FLASH__WARPS, r = idx / CH, ch = idx % CH;
-        const int t = t0 + r;
-        const bool valid = t < n_keys;
-        const int tt = valid ? t : 0;
-        const uint8_t *page = arena + (size_t)bt[tt / P] * l.page_bytes;
-        const int tok = tt % P;
-        const size_t e = ((size_t)tok * KVH + kvh) * D + (size_t)ch * 8; /* element index */
-        const int so = flash__off<D>(r, ch);
-        if constexpr (FMT == PD_KV_BF16) {
+        for (int i = 0; i < PER; i++) {
+            const int idx = tid + i * FLASH__THREADS, r = idx / CH, ch = idx % CH, t = t0 + r;
+            const bool valid = t < n_keys;
+            const int tt = valid ? t : 0;
+            const uint8_t *page = arena + (size_t)bt[tt / P] * l.page_bytes;
+            const size_t e = ((size_t)(tt % P) * KVH + kvh) * D + (size_t)ch * 8; /* element */
+            const int so = flash__off<D>(r, ch);
             flash__cp16(flash__smem_addr(ks + so), valid ? page + koff + e * 2 : arena,
                         valid ? 16 : 0);
             flash__cp16(flash__smem_addr(vs + so), valid ? page + voff + e * 2 : arena,
                         valid ? 16 : 0);
-        } else {
-            uint4 kw = make_uint4(0, 0, 0, 0), vw = make_uint4(0, 0, 0, 0);
-            if (valid) {
-                const uint2 kb = *(const uint2 *)(page + koff + e);
-                const uint2 vb = *(const uint2 *)(page + voff + e);
-                const float ksc = ((const float *)(page + ksoff))[tok * KVH + kvh];
-                const float vsc = ((const float *)(page + vsoff))[tok * KVH + kvh];
-                uint32_t *kp = &kw.x, *vp = &vw.x;
-#pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    const uint32_t kx = j < 2 ? kb.x : kb.y, vx = j < 2 ? vb.x : vb.y;
-                    const int sh = (j & 1) * 16;
-                    kp[j] = flash__pack(kutil_fp8_to_f32((uint8_t)(kx >> sh)) * ksc,
-                                        kutil_fp8_to_f32((uint8_t)(kx >> (sh + 8))) * ksc);
-                    vp[j] = flash__pack(kutil_fp8_to_f32((uint8_t)(vx >> sh)) * vsc,
-                                        kutil_fp8_to_f32((uint8_t)(vx >> (sh + 8))) * vsc);
-                }
-            }
-            *(uint4 *)(ks + so) = kw;
-            *(uint4 *)(vs + so) = vw;
         }
+    } else {
+        constexpr int CB = D / 16, PER = BN * CB / FLASH__THREADS; /* 16-byte fp8 chunks */
+#pragma unroll
+        for (int i = 0; i < PER; i++) {
+            const int idx = tid + i * FLASH__THREADS, r = idx / CB, cb = idx % CB, t = t0 + r;
+            const bool valid = t < n_keys;
+            const int tt = valid ? t : 0;
+            const uint8_t *page = arena + (size_t)bt[tt / P] * l.page_bytes;
+            const size_t e = ((size_t)(tt % P) * KVH + kvh) * D + (size_t)cb * 16;
+            flash__cp16(flash__smem_addr(rk + r * D + cb * 16), valid ? page + koff + e : arena,
+                        valid ? 16 : 0);
+            flash__cp16(flash__smem_addr(rv + r * D + cb * 16), valid ? page + voff + e : arena,
+                        valid ? 16 : 0);
+        }
+        for (int idx = tid; idx < 2 * BN; idx += FLASH__THREADS) {
+            const int side = idx / BN, r = idx % BN, t = t0 + r;
+            const bool valid = t < n_keys;
+            const int tt = valid ? t : 0;
+            const uint8_t *page = arena + (size_t)bt[tt / P] * l.page_bytes;
+            const size_t so = (side ? vsoff : ksoff) + ((size_t)(tt % P) * KVH + kvh) * 4;
+            flash__cp4(flash__smem_addr(rsc + idx), valid ? page + so : arena, valid ? 4 : 0);
+        }
+    }
+}
+
+/* fp8: ks, vs (BN, D) bf16 swizzled = the staged raw tile rk, rv (BN, D) fp8 times its scales
+ * rsc (2, BN) f32, rounded to bf16. */
+template <class C>
+static __device__ __forceinline__ void flash__convert(__nv_bfloat16 *ks, __nv_bfloat16 *vs,
+                                                      const uint8_t *rk, const uint8_t *rv,
+                                                      const float *rsc)
+{
+    constexpr int D = C::D, BN = C::BN, CH = D / 8, PER = BN * CH / FLASH__THREADS;
+#pragma unroll
+    for (int i = 0; i < PER; i++) {
+        const int idx = threadIdx.x + i * FLASH__THREADS, r = idx / CH, ch = idx % CH;
+        const uint2 kb = *(const uint2 *)(rk + r * D + ch * 8);
+        const uint2 vb = *(const uint2 *)(rv + r * D + ch * 8);
+        const float ksc = rsc[r], vsc = rsc[BN + r];
+        uint4 kw, vw;
+        uint32_t *kp = &kw.x, *vp = &vw.x;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const uint32_t kx = j < 2 ? kb.x : kb.y, vx = j < 2 ? vb.x : vb.y;
+            const int sh = (j & 1) * 16;
+            kp[j] = flash__pack(kutil_fp8_to_f32((uint8_t)(kx >> sh)) * ksc,
+                                kutil_fp8_to_f32((uint8_t)(kx >> (sh + 8))) * ksc);
+            vp[j] = flash__pack(kutil_fp8_to_f32((uint8_t)(vx >> sh)) * vsc,
+                                kutil_fp8_to_f32((uint8_t)(vx >> (sh + 8))) * vsc);
+        }
+        const int so = flash__off<D>(r, ch);
+        *(uint4 *)(ks + so) = kw;
+        *(uint4 *)(vs + so) = vw;
     }
 }
 
 /* ==== kernel ==== */
 
 /* grid (n_heads, n_tiles) with n_tiles >= sum over sequences of ceil(q_len / BM), block
- * 32 * FLASH__WARPS, dynamic shared memory (BM + 4 BN) * D bf16 (Q, then K and V twice).
+ * FLASH__THREADS, dynamic shared memory C::SMEM.
  * out (n_rows, n_heads, D) f32; q (n_rows, n_heads, D) f32; arena pages (layout l, bf16 or fp8);
  * q_start (n_seqs + 1), ctx_len (n_seqs), block_tables (n_seqs, max_pages) int32.
  * Block (h, y): query head h; the y-th tile in the order of the sequences, each sequence's tiles
  * last first (the causal tiles with the most keys start first). */
-template <int D, int FMT>
-static __global__ void __launch_bounds__(32 * FLASH__WARPS, 2)
+template <class C>
+static __global__ void __launch_bounds__(FLASH__THREADS, C::MINB)
     flash__kernel(float *out, const float *q, const uint8_t *arena, kv_layout_t l, int layer,
                   const int32_t *q_start, const int32_t *ctx_len, const int32_t *block_tables,
                   int n_seqs, int max_pages, int n_heads)
 {
-    constexpr int CH = D / 8, KS = D / 16, NT = FLASH__BN / 8, DT = D / 8;
+    constexpr int D = C::D, BN = C::BN, CH = D / 8, KS = D / 16, NT = BN / 8, DT = D / 8;
+    constexpr int TILE = C::TILE;
+    constexpr bool FP8 = C::FMT == PD_KV_FP8;
     extern __shared__ __align__(128) unsigned char flash__smem[];
     __nv_bfloat16 *qs = (__nv_bfloat16 *)flash__smem;
-    __nv_bfloat16 *kbuf = qs + FLASH__BM * D, *vbuf = kbuf + 2 * FLASH__BN * D;
+    __nv_bfloat16 *kbuf = qs + FLASH__BM * D, *vbuf = kbuf + C::NBUF * TILE;
+    uint8_t *rkbuf = (uint8_t *)(vbuf + C::NBUF * TILE), *rvbuf = rkbuf + 2 * TILE;
+    float *rsbuf = (float *)(rvbuf + 2 * TILE); /* fp8 only: (2 buffers, 2 sides, BN) */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tid = threadIdx.x;
     const int h = blockIdx.x, H = n_heads, kvh = h / (n_heads / l.n_kv_heads);
     const unsigned full = 0xffffffffu;
@@ -175,17 +241,18 @@ static __global__ void __launch_bounds__(32 * FLASH__WARPS, 2)
     const int qn = min(FLASH__BM, q_len - j * FLASH__BM); /* valid rows of this tile */
     const int pos0 = ctx_len[s] - q_len + j * FLASH__BM;  /* position of the tile's row 0 */
     const int n_keys = pos0 + qn;                         /* keys the last valid row sees */
-    const int n_kt = (n_keys + FLASH__BN - 1) / FLASH__BN;
+    const int n_kt = (n_keys + BN - 1) / BN;
     const int32_t *bt = block_tables + (size_t)s * max_pages;
     const size_t koff = kutil_kv_data_off(l, layer, 0), voff = kutil_kv_data_off(l, layer, 1);
     const size_t ksoff = kutil_kv_scale_off(l, layer, 0), vsoff = kutil_kv_scale_off(l, layer, 1);
 
     /* ---- first K/V tile in flight, then Q (f32 -> bf16, rows >= qn zero) ---- */
-    flash__load_kv<D, FMT>(kbuf, vbuf, arena, l, koff, voff, ksoff, vsoff, bt, kvh, 0, n_keys);
+    flash__load_kv<C>(kbuf, vbuf, rkbuf, rvbuf, rsbuf, arena, l, koff, voff, ksoff, vsoff, bt, kvh,
+                      0, n_keys);
     flash__cp_commit();
 #pragma unroll
-    for (int i = 0; i < FLASH__BM * CH / (32 * FLASH__WARPS); i++) {
-        const int idx = tid + i * 32 * FLASH__WARPS, r = idx / CH, ch = idx % CH;
+    for (int i = 0; i < FLASH__BM * CH / FLASH__THREADS; i++) {
+        const int idx = tid + i * FLASH__THREADS, r = idx / CH, ch = idx % CH;
         uint4 w = make_uint4(0, 0, 0, 0);
         if (r < qn) {
             const float4 *src = (const float4 *)(q + ((size_t)(row0 + r) * H + h) * D + ch * 8);
@@ -196,11 +263,14 @@ static __global__ void __launch_bounds__(32 * FLASH__WARPS, 2)
         *(uint4 *)(qs + flash__off<D>(r, ch)) = w;
     }
     __syncthreads();
-    uint32_t qf[KS][4]; /* this warp's 16 rows of Q as A fragments, one per 16 dims */
+    /* this warp's 16 rows of Q as A fragments, one per 16 dims (kept when QREG) */
+    uint32_t qf[C::QREG ? KS : 1][4];
+    if constexpr (C::QREG) {
 #pragma unroll
-    for (int kk = 0; kk < KS; kk++) {
-        const int r = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, ch = kk * 2 + (lane >> 4);
-        flash__ldm_x4(qf[kk], flash__smem_addr(qs + flash__off<D>(r, ch)));
+        for (int kk = 0; kk < KS; kk++) {
+            const int r = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, ch = kk * 2 + (lane >> 4);
+            flash__ldm_x4(qf[kk], flash__smem_addr(qs + flash__off<D>(r, ch)));
+        }
     }
 
     /* this thread's two rows: g and g + 8 of the warp's 16 (fragment rows) */
@@ -211,73 +281,96 @@ static __global__ void __launch_bounds__(32 * FLASH__WARPS, 2)
         const int r = warp * 16 + g + i * 8;
         pos[i] = pos0 + min(r, qn - 1); /* padding rows repeat the last valid row */
     }
-    const float sc = 1.4426950408889634f / sqrtf((float)D); /* scores in log2 units */
+    const float sc = 1.4426950408889634f / sqrtf((float)D); /* log2(e) / sqrt(D) */
+    /* m: running row maxima of the raw scores q.k; lsum: this thread's part of the row sums */
     float o[DT][4], m[2] = {-INFINITY, -INFINITY}, lsum[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int d = 0; d < DT; d++)
         o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
 
     for (int kt = 0; kt < n_kt; kt++) {
-        const int buf = kt & 1;
+        const int buf = kt & 1, nb = buf ^ 1;
         if (kt + 1 < n_kt) {
-            flash__load_kv<D, FMT>(kbuf + (buf ^ 1) * FLASH__BN * D,
-                                   vbuf + (buf ^ 1) * FLASH__BN * D, arena, l, koff, voff, ksoff,
-                                   vsoff, bt, kvh, (kt + 1) * FLASH__BN, n_keys);
+            if constexpr (FP8)
+                flash__load_kv<C>(kbuf, vbuf, rkbuf + nb * TILE, rvbuf + nb * TILE,
+                                  rsbuf + nb * 2 * BN, arena, l, koff, voff, ksoff, vsoff, bt, kvh,
+                                  (kt + 1) * BN, n_keys);
+            else
+                flash__load_kv<C>(kbuf + nb * TILE, vbuf + nb * TILE, rkbuf, rvbuf, rsbuf, arena,
+                                  l, koff, voff, ksoff, vsoff, bt, kvh, (kt + 1) * BN, n_keys);
             flash__cp_commit();
             flash__cp_wait<1>();
         } else {
             flash__cp_wait<0>();
         }
         __syncthreads();
-        const __nv_bfloat16 *ks = kbuf + buf * FLASH__BN * D, *vs = vbuf + buf * FLASH__BN * D;
+        const __nv_bfloat16 *ks = kbuf + (FP8 ? 0 : buf * TILE), *vs = vbuf + (FP8 ? 0 : buf * TILE);
+        if constexpr (FP8) {
+            flash__convert<C>(kbuf, vbuf, rkbuf + buf * TILE, rvbuf + buf * TILE,
+                              rsbuf + buf * 2 * BN);
+            __syncthreads();
+        }
 
-        /* S (16 rows x BN keys) = Q K^T */
+        /* S (16 rows x BN keys) = Q K^T, raw (unscaled) */
         float sacc[NT][4];
 #pragma unroll
         for (int n = 0; n < NT; n++)
             sacc[n][0] = sacc[n][1] = sacc[n][2] = sacc[n][3] = 0.0f;
 #pragma unroll
         for (int kk = 0; kk < KS; kk++) {
+            uint32_t qa[4];
+            if constexpr (C::QREG) {
+                qa[0] = qf[kk][0], qa[1] = qf[kk][1], qa[2] = qf[kk][2], qa[3] = qf[kk][3];
+            } else {
+                const int r = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                          ch = kk * 2 + (lane >> 4);
+                flash__ldm_x4(qa, flash__smem_addr(qs + flash__off<D>(r, ch)));
+            }
 #pragma unroll
             for (int np = 0; np < NT / 2; np++) {
                 uint32_t b[4];
                 const int r = np * 16 + (lane & 7) + (lane >> 4) * 8,
                           ch = kk * 2 + ((lane >> 3) & 1);
                 flash__ldm_x4(b, flash__smem_addr(ks + flash__off<D>(r, ch)));
-                flash__mma(sacc[2 * np], qf[kk], b[0], b[1]);
-                flash__mma(sacc[2 * np + 1], qf[kk], b[2], b[3]);
+                flash__mma(sacc[2 * np], qa, b[0], b[1]);
+                flash__mma(sacc[2 * np + 1], qa, b[2], b[3]);
             }
         }
 
-        /* scale, causal mask, online softmax (rows g, g + 8; a row's 64 keys live in 4 lanes) */
-        const int key0 = kt * FLASH__BN;
-        const bool masked = key0 + FLASH__BN - 1 > pos0;
+        /* causal mask, online softmax (rows g, g + 8; a row's BN keys live in 4 lanes):
+         * p = 2^(s sc - m sc), one FFMA and one MUFU per score */
+        const int key0 = kt * BN;
         float mx[2] = {-INFINITY, -INFINITY};
+        if (key0 + BN - 1 > pos0) { /* a tile on the diagonal (or past n_keys) */
 #pragma unroll
-        for (int n = 0; n < NT; n++)
+            for (int n = 0; n < NT; n++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int i = e >> 1, key = key0 + n * 8 + 2 * t4 + (e & 1);
-                float x = sacc[n][e] * sc;
-                if (masked && key > pos[i])
-                    x = -INFINITY;
-                sacc[n][e] = x;
-                mx[i] = fmaxf(mx[i], x);
-            }
-        float corr[2], rs[2] = {0.0f, 0.0f};
+                for (int e = 0; e < 4; e++)
+                    if (key0 + n * 8 + 2 * t4 + (e & 1) > pos[e >> 1])
+                        sacc[n][e] = -INFINITY;
+        }
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+            mx[0] = fmaxf(mx[0], fmaxf(sacc[n][0], sacc[n][1]));
+            mx[1] = fmaxf(mx[1], fmaxf(sacc[n][2], sacc[n][3]));
+        }
+        float corr[2], msc[2], rs[2] = {0.0f, 0.0f};
 #pragma unroll
         for (int i = 0; i < 2; i++) {
             mx[i] = fmaxf(mx[i], __shfl_xor_sync(full, mx[i], 1));
             mx[i] = fmaxf(mx[i], __shfl_xor_sync(full, mx[i], 2));
             const float mn = fmaxf(m[i], mx[i]); /* finite: key 0 is seen by every row */
-            corr[i] = exp2f(m[i] - mn);
+            corr[i] = flash__ex2((m[i] - mn) * sc);
             m[i] = mn;
+            msc[i] = mn * sc;
         }
-        uint32_t pa[FLASH__BN / 16][4]; /* P as A fragments, one per 16 keys */
+        uint32_t pa[BN / 16][4]; /* P as A fragments, one per 16 keys */
 #pragma unroll
         for (int n = 0; n < NT; n++) {
-            const float p0 = exp2f(sacc[n][0] - m[0]), p1 = exp2f(sacc[n][1] - m[0]);
-            const float p2 = exp2f(sacc[n][2] - m[1]), p3 = exp2f(sacc[n][3] - m[1]);
+            const float p0 = flash__ex2(fmaf(sacc[n][0], sc, -msc[0]));
+            const float p1 = flash__ex2(fmaf(sacc[n][1], sc, -msc[0]));
+            const float p2 = flash__ex2(fmaf(sacc[n][2], sc, -msc[1]));
+            const float p3 = flash__ex2(fmaf(sacc[n][3], sc, -msc[1]));
             rs[0] += p0 + p1;
             rs[1] += p2 + p3;
             pa[n / 2][(n & 1) * 2] = flash__pack(p0, p1);
@@ -296,7 +389,7 @@ static __global__ void __launch_bounds__(32 * FLASH__WARPS, 2)
 
         /* O (16 rows x D) += P V */
 #pragma unroll
-        for (int kk = 0; kk < FLASH__BN / 16; kk++) {
+        for (int kk = 0; kk < BN / 16; kk++) {
 #pragma unroll
             for (int dp = 0; dp < DT / 2; dp++) {
                 uint32_t b[4];
@@ -307,7 +400,7 @@ static __global__ void __launch_bounds__(32 * FLASH__WARPS, 2)
                 flash__mma(o[2 * dp + 1], pa[kk], b[2], b[3]);
             }
         }
-        __syncthreads(); /* the buffer is refilled next iteration */
+        __syncthreads(); /* the buffers are refilled next iteration */
     }
 
     /* ---- normalize and store the valid rows ---- */
@@ -338,13 +431,12 @@ extern "C" bool attention_flash_supports(const kv_layout_t *l, int n_heads)
            n_heads % l->n_kv_heads == 0;
 }
 
-template <int D, int FMT>
+template <class C>
 static pd_status_t flash__launch(float *out, const float *q, const void *arena,
                                  const kv_layout_t *l, int layer, const pd_attn_batch_t *b,
                                  int n_rows, int n_heads, cudaStream_t stream)
 {
-    const size_t smem = (size_t)(FLASH__BM + 4 * FLASH__BN) * D * 2;
-    /* the attribute is per device: set it once per (instantiation, device); a race between two
+    /* the attribute is per device: set it once per (variant, device); a race between two
      * threads sets it twice, which is harmless */
     static unsigned attr_set;
     int dev = 0;
@@ -352,9 +444,9 @@ static pd_status_t flash__launch(float *out, const float *q, const void *arena,
     if (st != PD_OK)
         return st;
     if (dev >= 32 || !(attr_set & (1u << dev))) {
-        st = kutil_status(cudaFuncSetAttribute(flash__kernel<D, FMT>,
+        st = kutil_status(cudaFuncSetAttribute(flash__kernel<C>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               (int)smem),
+                                               (int)C::SMEM),
                           "attention_flash smem");
         if (st != PD_OK)
             return st;
@@ -364,11 +456,34 @@ static pd_status_t flash__launch(float *out, const float *q, const void *arena,
     /* an upper bound of the tiles: every sequence adds at most one partial tile */
     const long tiles = (long)n_rows / FLASH__BM + b->n_seqs;
     KUTIL_REQUIRE(tiles <= 65535, "attention_flash");
-    flash__kernel<D, FMT><<<dim3((unsigned)n_heads, (unsigned)tiles), 32 * FLASH__WARPS, smem,
-                            stream>>>(out, q, (const uint8_t *)arena, *l, layer, b->q_start,
-                                      b->ctx_len, b->block_tables, b->n_seqs, b->max_pages,
-                                      n_heads);
+    flash__kernel<C><<<dim3((unsigned)n_heads, (unsigned)tiles), FLASH__THREADS, C::SMEM,
+                       stream>>>(out, q, (const uint8_t *)arena, *l, layer, b->q_start,
+                                 b->ctx_len, b->block_tables, b->n_seqs, b->max_pages, n_heads);
     return KUTIL_LAUNCHED("attention_flash");
+}
+
+/* The variants (PD_CUDA_FLASH_VARIANT=0..2; FLASH__DEFAULT when unset):
+ *   0: 64-key tiles, Q in registers, 2 blocks per SM;
+ *   1: 32-key tiles, Q in registers, 3 blocks per SM;
+ *   2: 32-key tiles, Q read from shared memory per tile, 4 blocks per SM. */
+#define FLASH__DEFAULT 0
+
+template <int D, int FMT>
+static pd_status_t flash__variant(int v, float *out, const float *q, const void *arena,
+                                  const kv_layout_t *l, int layer, const pd_attn_batch_t *b,
+                                  int n_rows, int n_heads, cudaStream_t stream)
+{
+    switch (v) {
+    case 1:
+        return flash__launch<flash__cfg<D, FMT, 32, true, 3>>(out, q, arena, l, layer, b, n_rows,
+                                                              n_heads, stream);
+    case 2:
+        return flash__launch<flash__cfg<D, FMT, 32, false, 4>>(out, q, arena, l, layer, b, n_rows,
+                                                               n_heads, stream);
+    default:
+        return flash__launch<flash__cfg<D, FMT, 64, true, 2>>(out, q, arena, l, layer, b, n_rows,
+                                                              n_heads, stream);
+    }
 }
 
 extern "C" pd_status_t attention_flash_run(float *out, const float *q, const void *arena,
@@ -381,14 +496,16 @@ extern "C" pd_status_t attention_flash_run(float *out, const float *q, const voi
                   "attention_flash");
     if (n_rows == 0)
         return PD_OK;
+    const char *env = getenv("PD_CUDA_FLASH_VARIANT");
+    const int v = env ? atoi(env) : FLASH__DEFAULT;
     const bool fp8 = l->fmt == PD_KV_FP8;
     if (l->head_dim == 128)
-        return fp8 ? flash__launch<128, PD_KV_FP8>(out, q, arena, l, layer, batch, n_rows, n_heads,
-                                                   stream)
-                   : flash__launch<128, PD_KV_BF16>(out, q, arena, l, layer, batch, n_rows,
-                                                    n_heads, stream);
-    return fp8 ? flash__launch<64, PD_KV_FP8>(out, q, arena, l, layer, batch, n_rows, n_heads,
-                                              stream)
-               : flash__launch<64, PD_KV_BF16>(out, q, arena, l, layer, batch, n_rows, n_heads,
-                                               stream);
+        return fp8 ? flash__variant<128, PD_KV_FP8>(v, out, q, arena, l, layer, batch, n_rows,
+                                                    n_heads, stream)
+                   : flash__variant<128, PD_KV_BF16>(v, out, q, arena, l, layer, batch, n_rows,
+                                                     n_heads, stream);
+    return fp8 ? flash__variant<64, PD_KV_FP8>(v, out, q, arena, l, layer, batch, n_rows, n_heads,
+                                               stream)
+               : flash__variant<64, PD_KV_BF16>(v, out, q, arena, l, layer, batch, n_rows, n_heads,
+                                                stream);
 }

@@ -14,7 +14,8 @@
  * Per-op also times flash attention (kernels/attention_flash.h) against the SIMT kernel
  * (attention_run) on prefill shapes, one layer: 8192 causal, 16 x 512 varlen, a 512-row chunk at
  * the end of 8192 tokens; and the BF16 GEMM in both modes (one bf16 GEMM, hi + lo split).
- * Usage: gpu_bench [ops] [decode] [prefill] [all] (default all). Needs a CUDA device (exits 77
+ * Usage: gpu_bench [ops] [decode] [prefill] [flash] [all] (default all; flash: only the 8192
+ * causal flash attention and the FP8 8192 x 14336 x 4096 GEMM, for ncu). Needs a CUDA device (exits 77
  * without).
  */
 #include <cuda_runtime_api.h>
@@ -298,9 +299,25 @@ static void bench_flash(pd_kvfmt_t fmt, int B, int q_len, int ctx, int reps_simt
     pairs *= B;
     const double flops = 4.0 * 32 * 128 * pairs;
     const double bytes = (double)n_rows * 32 * 128 * 8 + (double)B * ctx * 2 * l.side_bytes / 16;
-    float ms = time_op(run_fa, &a, 10);
-    snprintf(shape, sizeof shape, "flash %s B %d q %d ctx %d", kv_fmt_name(fmt), B, q_len, ctx);
-    row("attention", shape, ms, bytes, flops, BF16_FLOPS);
+    /* every flash variant (kernels/attention_flash.cu), then the one the environment names */
+    const char *keep = getenv("PD_CUDA_FLASH_VARIANT");
+    char keep_v[16] = "";
+    if (keep)
+        snprintf(keep_v, sizeof keep_v, "%s", keep);
+    for (int v = 0; v < 3; v++) {
+        char vs[8];
+        snprintf(vs, sizeof vs, "%d", v);
+        setenv("PD_CUDA_FLASH_VARIANT", vs, 1);
+        float ms = time_op(run_fa, &a, 10);
+        snprintf(shape, sizeof shape, "flash v%d %s B %d q %d ctx %d", v, kv_fmt_name(fmt), B,
+                 q_len, ctx);
+        row("attention", shape, ms, bytes, flops, BF16_FLOPS);
+    }
+    if (keep)
+        setenv("PD_CUDA_FLASH_VARIANT", keep_v, 1);
+    else
+        unsetenv("PD_CUDA_FLASH_VARIANT");
+    float ms;
     if (reps_simt > 0) {
         a.simt = 1;
         a.splits = attention_splits(n_rows, 8, ctx);
@@ -431,6 +448,7 @@ static void bench_ops(void)
     bench_flash(PD_KV_BF16, 16, 512, 512, 3);
     bench_flash(PD_KV_BF16, 1, 512, 8192, 3);
     bench_flash(PD_KV_BF16, 1, 2048, 2048, 0);
+    bench_flash(PD_KV_BF16, 1, 32768, 32768, 0);
     bench_attention(PD_KV_BF16, 1, 1024);
     bench_attention(PD_KV_FP8, 1, 1024);
     bench_attention(PD_KV_BF16, 64, 1024);
@@ -620,9 +638,10 @@ static void bench_model(bool decode, bool prefill)
 
 int main(int argc, char **argv)
 {
-    bool ops = argc < 2, decode = argc < 2, prefill = argc < 2;
+    bool ops = argc < 2, decode = argc < 2, prefill = argc < 2, flash = false;
     for (int i = 1; i < argc; i++) {
         bool all = !strcmp(argv[i], "all");
+        flash |= !strcmp(argv[i], "flash");
         ops |= all || !strcmp(argv[i], "ops");
         decode |= all || !strcmp(argv[i], "decode");
         prefill |= all || !strcmp(argv[i], "prefill");
@@ -642,6 +661,15 @@ int main(int argc, char **argv)
     stream_split = backend_cuda_stream(be_split);
     if (ops)
         bench_ops();
+    if (flash) { /* the prefill kernels alone (variants; for ncu) */
+        printf("| %-12s | %-34s | %9s | %8s | %9s | %6s |\n", "op", "shape", "time us", "GB/s",
+               "TFLOP/s", "floor");
+        printf("|---|---|---|---|---|---|\n");
+        bench_flash(PD_KV_BF16, 1, 8192, 8192, 0);
+        bench_flash(PD_KV_FP8, 1, 8192, 8192, 0);
+        bench_flash(PD_KV_BF16, 16, 512, 512, 0);
+        bench_matmul(PD_WFMT_FP8, 8192, 14336, 4096);
+    }
     if (decode || prefill)
         bench_model(decode, prefill);
     backend_destroy(be_split);

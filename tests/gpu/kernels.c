@@ -469,11 +469,22 @@ static void case_attention(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_seq
     const bool flash = fmt != PD_KV_F32 && (hd == 64 || hd == 128) && n_rows >= 16 * n_seqs;
     snprintf(shape, sizeof shape, "%s %s h %d/%d hd %d rows %d ctx<=%d%s", kv_fmt_name(fmt), what,
              heads, kvh, hd, n_rows, max_ctx, flash ? " flash" : "");
-    if (flash) {
-        report("attention", shape, err_f32_vec(&out, (size_t)n_rows * heads, (size_t)hd), 3e-2);
-        snprintf(shape, sizeof shape, "%s %s h %d/%d hd %d rows %d (l2)", kv_fmt_name(fmt), what,
-                 heads, kvh, hd, n_rows);
-        report("attention", shape, err_f32_l2(&out, qn), 6e-3);
+    if (flash) { /* every kernel variant (PD_CUDA_FLASH_VARIANT, read at each launch) */
+        for (int v = 0; v < 3; v++) {
+            char vs[8];
+            snprintf(vs, sizeof vs, "%d", v);
+            setenv("PD_CUDA_FLASH_VARIANT", vs, 1);
+            pair_ok(gpu->ops->memset(gpu, out.g, 0xff, out.bytes)); /* poison again */
+            gpu->ops->attention(gpu, out.g, pq.g, a.g, &l, 1, &bg, heads);
+            snprintf(shape, sizeof shape, "%s %s h %d/%d hd %d rows %d ctx<=%d flash v%d",
+                     kv_fmt_name(fmt), what, heads, kvh, hd, n_rows, max_ctx, v);
+            report("attention", shape, err_f32_vec(&out, (size_t)n_rows * heads, (size_t)hd),
+                   3e-2);
+            snprintf(shape, sizeof shape, "%s %s h %d/%d hd %d rows %d v%d (l2)",
+                     kv_fmt_name(fmt), what, heads, kvh, hd, n_rows, v);
+            report("attention", shape, err_f32_l2(&out, qn), 6e-3);
+        }
+        unsetenv("PD_CUDA_FLASH_VARIANT");
     } else {
         report("attention", shape, err_f32(&out, qn), 2e-5);
     }
@@ -697,6 +708,7 @@ int main(void)
 
     unsetenv("PD_CUDA_BF16_GEMM"); /* gpu: the defaults (one bf16 GEMM, flash attention) */
     unsetenv("PD_CUDA_FLASH");
+    unsetenv("PD_CUDA_FLASH_VARIANT");
     if ((st = backend_cuda_create(0, &gpu)) != PD_OK) {
         printf("no CUDA device: GPU tests skipped\n");
         return 77;
