@@ -5,7 +5,6 @@
 #include "attention_flash.h"
 #include "kutil.cuh"
 
-#define FLASH__BM 64 /* query rows per block (16 per warp) */
 #define FLASH__WARPS 4
 #define FLASH__THREADS (32 * FLASH__WARPS)
 
@@ -87,16 +86,19 @@ template <int D> static __device__ __forceinline__ int flash__off(int r, int ch)
 
 /* The shapes of one kernel variant: BN keys per K/V tile; QREG: this warp's Q fragments stay in
  * registers for the whole block (else they are read from shared memory for every tile: fewer
- * registers); MINB: blocks per SM the registers are budgeted for (__launch_bounds__). */
-template <int D_, int FMT_, int BN_, bool QREG_, int MINB_> struct flash__cfg {
-    static constexpr int D = D_, FMT = FMT_, BN = BN_, MINB = MINB_;
+ * registers); MINB: blocks per SM the registers are budgeted for (__launch_bounds__); RG: groups
+ * of 16 query rows per warp (each K/V fragment feeds RG MMAs), BM = 16 RG FLASH__WARPS query rows
+ * per block. */
+template <int D_, int FMT_, int BN_, bool QREG_, int MINB_, int RG_ = 1> struct flash__cfg {
+    static constexpr int D = D_, FMT = FMT_, BN = BN_, MINB = MINB_, RG = RG_;
+    static constexpr int BM = 16 * RG * FLASH__WARPS;
     static constexpr bool QREG = QREG_;
     static constexpr int CH = D / 8;                          /* 16-byte bf16 chunks per row */
     static constexpr int TILE = BN * D;                       /* bf16 elements of one K or V tile */
     static constexpr int NBUF = FMT == PD_KV_FP8 ? 1 : 2;     /* bf16 K/V tile buffers */
     /* shared memory: Q (BM, D) bf16, NBUF x K and V (BN, D) bf16; fp8: 2 x raw K and V (BN, D)
      * fp8 and 2 x their scales (2, BN) f32 */
-    static constexpr size_t SMEM = (size_t)(FLASH__BM * D + 2 * NBUF * TILE) * 2 +
+    static constexpr size_t SMEM = (size_t)(BM * D + 2 * NBUF * TILE) * 2 +
                                    (FMT == PD_KV_FP8 ? (size_t)2 * 2 * TILE + 2 * 2 * BN * 4 : 0);
 };
 
@@ -197,12 +199,13 @@ static __global__ void __launch_bounds__(FLASH__THREADS, C::MINB)
                   const int32_t *q_start, const int32_t *ctx_len, const int32_t *block_tables,
                   int n_seqs, int max_pages, int n_heads)
 {
-    constexpr int D = C::D, BN = C::BN, CH = D / 8, KS = D / 16, NT = BN / 8, DT = D / 8;
+    constexpr int D = C::D, BN = C::BN, BM = C::BM, RG = C::RG;
+    constexpr int CH = D / 8, KS = D / 16, NT = BN / 8, DT = D / 8;
     constexpr int TILE = C::TILE;
     constexpr bool FP8 = C::FMT == PD_KV_FP8;
     extern __shared__ __align__(128) unsigned char flash__smem[];
     __nv_bfloat16 *qs = (__nv_bfloat16 *)flash__smem;
-    __nv_bfloat16 *kbuf = qs + FLASH__BM * D, *vbuf = kbuf + C::NBUF * TILE;
+    __nv_bfloat16 *kbuf = qs + BM * D, *vbuf = kbuf + C::NBUF * TILE;
     uint8_t *rkbuf = (uint8_t *)(vbuf + C::NBUF * TILE), *rvbuf = rkbuf + 2 * TILE;
     float *rsbuf = (float *)(rvbuf + 2 * TILE); /* fp8 only: (2 buffers, 2 sides, BN) */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tid = threadIdx.x;
@@ -215,7 +218,7 @@ static __global__ void __launch_bounds__(FLASH__THREADS, C::MINB)
     for (int s0 = 0; s0 < n_seqs; s0 += 32) {
         const int si = s0 + lane;
         const int cnt =
-            si < n_seqs ? (q_start[si + 1] - q_start[si] + FLASH__BM - 1) / FLASH__BM : 0;
+            si < n_seqs ? (q_start[si + 1] - q_start[si] + BM - 1) / BM : 0;
         int inc = cnt;
 #pragma unroll
         for (int o = 1; o < 32; o <<= 1) {
@@ -237,9 +240,9 @@ static __global__ void __launch_bounds__(FLASH__THREADS, C::MINB)
     if (s < 0)
         return; /* the grid's spare tiles (uniform over the block) */
 
-    const int q_len = q_start[s + 1] - q_start[s], row0 = q_start[s] + j * FLASH__BM;
-    const int qn = min(FLASH__BM, q_len - j * FLASH__BM); /* valid rows of this tile */
-    const int pos0 = ctx_len[s] - q_len + j * FLASH__BM;  /* position of the tile's row 0 */
+    const int q_len = q_start[s + 1] - q_start[s], row0 = q_start[s] + j * BM;
+    const int qn = min(BM, q_len - j * BM); /* valid rows of this tile */
+    const int pos0 = ctx_len[s] - q_len + j * BM;  /* position of the tile's row 0 */
     const int n_keys = pos0 + qn;                         /* keys the last valid row sees */
     const int n_kt = (n_keys + BN - 1) / BN;
     const int32_t *bt = block_tables + (size_t)s * max_pages;
@@ -251,7 +254,7 @@ static __global__ void __launch_bounds__(FLASH__THREADS, C::MINB)
                       0, n_keys);
     flash__cp_commit();
 #pragma unroll
-    for (int i = 0; i < FLASH__BM * CH / FLASH__THREADS; i++) {
+    for (int i = 0; i < BM * CH / FLASH__THREADS; i++) {
         const int idx = tid + i * FLASH__THREADS, r = idx / CH, ch = idx % CH;
         uint4 w = make_uint4(0, 0, 0, 0);
         if (r < qn) {
@@ -263,30 +266,41 @@ static __global__ void __launch_bounds__(FLASH__THREADS, C::MINB)
         *(uint4 *)(qs + flash__off<D>(r, ch)) = w;
     }
     __syncthreads();
-    /* this warp's 16 rows of Q as A fragments, one per 16 dims (kept when QREG) */
-    uint32_t qf[C::QREG ? KS : 1][4];
+    /* row group rg of this warp: block rows (warp * RG + rg) * 16 + [0, 16) */
+    /* this warp's rows of Q as A fragments, one per (row group, 16 dims) (kept when QREG) */
+    uint32_t qf[C::QREG ? RG : 1][C::QREG ? KS : 1][4];
     if constexpr (C::QREG) {
 #pragma unroll
-        for (int kk = 0; kk < KS; kk++) {
-            const int r = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, ch = kk * 2 + (lane >> 4);
-            flash__ldm_x4(qf[kk], flash__smem_addr(qs + flash__off<D>(r, ch)));
-        }
+        for (int rg = 0; rg < RG; rg++)
+#pragma unroll
+            for (int kk = 0; kk < KS; kk++) {
+                const int r = (warp * RG + rg) * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                          ch = kk * 2 + (lane >> 4);
+                flash__ldm_x4(qf[rg][kk], flash__smem_addr(qs + flash__off<D>(r, ch)));
+            }
     }
 
-    /* this thread's two rows: g and g + 8 of the warp's 16 (fragment rows) */
+    /* this thread's rows: g and g + 8 of each of the warp's row groups (fragment rows) */
     const int g = lane >> 2, t4 = lane & 3;
-    int pos[2];
+    int pos[RG][2];
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const int r = warp * 16 + g + i * 8;
-        pos[i] = pos0 + min(r, qn - 1); /* padding rows repeat the last valid row */
-    }
+    for (int rg = 0; rg < RG; rg++)
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int r = (warp * RG + rg) * 16 + g + i * 8;
+            pos[rg][i] = pos0 + min(r, qn - 1); /* padding rows repeat the last valid row */
+        }
     const float sc = 1.4426950408889634f / sqrtf((float)D); /* log2(e) / sqrt(D) */
     /* m: running row maxima of the raw scores q.k; lsum: this thread's part of the row sums */
-    float o[DT][4], m[2] = {-INFINITY, -INFINITY}, lsum[2] = {0.0f, 0.0f};
+    float o[RG][DT][4], m[RG][2], lsum[RG][2];
 #pragma unroll
-    for (int d = 0; d < DT; d++)
-        o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+    for (int rg = 0; rg < RG; rg++) {
+        m[rg][0] = m[rg][1] = -INFINITY;
+        lsum[rg][0] = lsum[rg][1] = 0.0f;
+#pragma unroll
+        for (int d = 0; d < DT; d++)
+            o[rg][d][0] = o[rg][d][1] = o[rg][d][2] = o[rg][d][3] = 0.0f;
+    }
 
     for (int kt = 0; kt < n_kt; kt++) {
         const int buf = kt & 1, nb = buf ^ 1;
@@ -311,20 +325,26 @@ static __global__ void __launch_bounds__(FLASH__THREADS, C::MINB)
             __syncthreads();
         }
 
-        /* S (16 rows x BN keys) = Q K^T, raw (unscaled) */
-        float sacc[NT][4];
+        /* S (16 RG rows x BN keys) = Q K^T, raw (unscaled) */
+        float sacc[RG][NT][4];
 #pragma unroll
-        for (int n = 0; n < NT; n++)
-            sacc[n][0] = sacc[n][1] = sacc[n][2] = sacc[n][3] = 0.0f;
+        for (int rg = 0; rg < RG; rg++)
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+                sacc[rg][n][0] = sacc[rg][n][1] = sacc[rg][n][2] = sacc[rg][n][3] = 0.0f;
 #pragma unroll
         for (int kk = 0; kk < KS; kk++) {
-            uint32_t qa[4];
-            if constexpr (C::QREG) {
-                qa[0] = qf[kk][0], qa[1] = qf[kk][1], qa[2] = qf[kk][2], qa[3] = qf[kk][3];
-            } else {
-                const int r = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
-                          ch = kk * 2 + (lane >> 4);
-                flash__ldm_x4(qa, flash__smem_addr(qs + flash__off<D>(r, ch)));
+            uint32_t qa[RG][4];
+#pragma unroll
+            for (int rg = 0; rg < RG; rg++) {
+                if constexpr (C::QREG) {
+                    qa[rg][0] = qf[rg][kk][0], qa[rg][1] = qf[rg][kk][1];
+                    qa[rg][2] = qf[rg][kk][2], qa[rg][3] = qf[rg][kk][3];
+                } else {
+                    const int r = (warp * RG + rg) * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                              ch = kk * 2 + (lane >> 4);
+                    flash__ldm_x4(qa[rg], flash__smem_addr(qs + flash__off<D>(r, ch)));
+                }
             }
 #pragma unroll
             for (int np = 0; np < NT / 2; np++) {
@@ -332,62 +352,68 @@ static __global__ void __launch_bounds__(FLASH__THREADS, C::MINB)
                 const int r = np * 16 + (lane & 7) + (lane >> 4) * 8,
                           ch = kk * 2 + ((lane >> 3) & 1);
                 flash__ldm_x4(b, flash__smem_addr(ks + flash__off<D>(r, ch)));
-                flash__mma(sacc[2 * np], qa, b[0], b[1]);
-                flash__mma(sacc[2 * np + 1], qa, b[2], b[3]);
+#pragma unroll
+                for (int rg = 0; rg < RG; rg++) {
+                    flash__mma(sacc[rg][2 * np], qa[rg], b[0], b[1]);
+                    flash__mma(sacc[rg][2 * np + 1], qa[rg], b[2], b[3]);
+                }
             }
         }
 
-        /* causal mask, online softmax (rows g, g + 8; a row's BN keys live in 4 lanes):
-         * p = 2^(s sc - m sc), one FFMA and one MUFU per score */
+        /* causal mask, online softmax (rows g, g + 8 of each group; a row's BN keys live in 4
+         * lanes): p = 2^(s sc - m sc), one FFMA and one MUFU per score */
         const int key0 = kt * BN;
-        float mx[2] = {-INFINITY, -INFINITY};
-        if (key0 + BN - 1 > pos0) { /* a tile on the diagonal (or past n_keys) */
+        uint32_t pa[RG][BN / 16][4]; /* P as A fragments, one per (row group, 16 keys) */
 #pragma unroll
-            for (int n = 0; n < NT; n++)
+        for (int rg = 0; rg < RG; rg++) {
+            float mx[2] = {-INFINITY, -INFINITY};
+            if (key0 + BN - 1 > pos0) { /* a tile on the diagonal (or past n_keys) */
 #pragma unroll
-                for (int e = 0; e < 4; e++)
-                    if (key0 + n * 8 + 2 * t4 + (e & 1) > pos[e >> 1])
-                        sacc[n][e] = -INFINITY;
-        }
+                for (int n = 0; n < NT; n++)
 #pragma unroll
-        for (int n = 0; n < NT; n++) {
-            mx[0] = fmaxf(mx[0], fmaxf(sacc[n][0], sacc[n][1]));
-            mx[1] = fmaxf(mx[1], fmaxf(sacc[n][2], sacc[n][3]));
-        }
-        float corr[2], msc[2], rs[2] = {0.0f, 0.0f};
+                    for (int e = 0; e < 4; e++)
+                        if (key0 + n * 8 + 2 * t4 + (e & 1) > pos[rg][e >> 1])
+                            sacc[rg][n][e] = -INFINITY;
+            }
 #pragma unroll
-        for (int i = 0; i < 2; i++) {
-            mx[i] = fmaxf(mx[i], __shfl_xor_sync(full, mx[i], 1));
-            mx[i] = fmaxf(mx[i], __shfl_xor_sync(full, mx[i], 2));
-            const float mn = fmaxf(m[i], mx[i]); /* finite: key 0 is seen by every row */
-            corr[i] = flash__ex2((m[i] - mn) * sc);
-            m[i] = mn;
-            msc[i] = mn * sc;
-        }
-        uint32_t pa[BN / 16][4]; /* P as A fragments, one per 16 keys */
+            for (int n = 0; n < NT; n++) {
+                mx[0] = fmaxf(mx[0], fmaxf(sacc[rg][n][0], sacc[rg][n][1]));
+                mx[1] = fmaxf(mx[1], fmaxf(sacc[rg][n][2], sacc[rg][n][3]));
+            }
+            float corr[2], msc[2], rs[2] = {0.0f, 0.0f};
 #pragma unroll
-        for (int n = 0; n < NT; n++) {
-            const float p0 = flash__ex2(fmaf(sacc[n][0], sc, -msc[0]));
-            const float p1 = flash__ex2(fmaf(sacc[n][1], sc, -msc[0]));
-            const float p2 = flash__ex2(fmaf(sacc[n][2], sc, -msc[1]));
-            const float p3 = flash__ex2(fmaf(sacc[n][3], sc, -msc[1]));
-            rs[0] += p0 + p1;
-            rs[1] += p2 + p3;
-            pa[n / 2][(n & 1) * 2] = flash__pack(p0, p1);
-            pa[n / 2][(n & 1) * 2 + 1] = flash__pack(p2, p3);
-        }
+            for (int i = 0; i < 2; i++) {
+                mx[i] = fmaxf(mx[i], __shfl_xor_sync(full, mx[i], 1));
+                mx[i] = fmaxf(mx[i], __shfl_xor_sync(full, mx[i], 2));
+                const float mn = fmaxf(m[rg][i], mx[i]); /* finite: every row sees key 0 */
+                corr[i] = flash__ex2((m[rg][i] - mn) * sc);
+                m[rg][i] = mn;
+                msc[i] = mn * sc;
+            }
 #pragma unroll
-        for (int i = 0; i < 2; i++)
-            lsum[i] = lsum[i] * corr[i] + rs[i];
+            for (int n = 0; n < NT; n++) {
+                const float p0 = flash__ex2(fmaf(sacc[rg][n][0], sc, -msc[0]));
+                const float p1 = flash__ex2(fmaf(sacc[rg][n][1], sc, -msc[0]));
+                const float p2 = flash__ex2(fmaf(sacc[rg][n][2], sc, -msc[1]));
+                const float p3 = flash__ex2(fmaf(sacc[rg][n][3], sc, -msc[1]));
+                rs[0] += p0 + p1;
+                rs[1] += p2 + p3;
+                pa[rg][n / 2][(n & 1) * 2] = flash__pack(p0, p1);
+                pa[rg][n / 2][(n & 1) * 2 + 1] = flash__pack(p2, p3);
+            }
 #pragma unroll
-        for (int d = 0; d < DT; d++) {
-            o[d][0] *= corr[0];
-            o[d][1] *= corr[0];
-            o[d][2] *= corr[1];
-            o[d][3] *= corr[1];
+            for (int i = 0; i < 2; i++)
+                lsum[rg][i] = lsum[rg][i] * corr[i] + rs[i];
+#pragma unroll
+            for (int d = 0; d < DT; d++) {
+                o[rg][d][0] *= corr[0];
+                o[rg][d][1] *= corr[0];
+                o[rg][d][2] *= corr[1];
+                o[rg][d][3] *= corr[1];
+            }
         }
 
-        /* O (16 rows x D) += P V */
+        /* O (16 RG rows x D) += P V */
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) {
 #pragma unroll
@@ -396,8 +422,11 @@ static __global__ void __launch_bounds__(FLASH__THREADS, C::MINB)
                 const int r = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
                           ch = dp * 2 + (lane >> 4);
                 flash__ldm_x4_t(b, flash__smem_addr(vs + flash__off<D>(r, ch)));
-                flash__mma(o[2 * dp], pa[kk], b[0], b[1]);
-                flash__mma(o[2 * dp + 1], pa[kk], b[2], b[3]);
+#pragma unroll
+                for (int rg = 0; rg < RG; rg++) {
+                    flash__mma(o[rg][2 * dp], pa[rg][kk], b[0], b[1]);
+                    flash__mma(o[rg][2 * dp + 1], pa[rg][kk], b[2], b[3]);
+                }
             }
         }
         __syncthreads(); /* the buffers are refilled next iteration */
@@ -405,21 +434,22 @@ static __global__ void __launch_bounds__(FLASH__THREADS, C::MINB)
 
     /* ---- normalize and store the valid rows ---- */
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
-        lsum[i] += __shfl_xor_sync(full, lsum[i], 1);
-        lsum[i] += __shfl_xor_sync(full, lsum[i], 2);
-    }
+    for (int rg = 0; rg < RG; rg++)
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const int r = warp * 16 + g + i * 8;
-        if (r >= qn)
-            continue;
-        const float inv = 1.0f / lsum[i];
-        float *dst = out + ((size_t)(row0 + r) * H + h) * D + 2 * t4;
+        for (int i = 0; i < 2; i++) {
+            float l2 = lsum[rg][i];
+            l2 += __shfl_xor_sync(full, l2, 1);
+            l2 += __shfl_xor_sync(full, l2, 2);
+            const int r = (warp * RG + rg) * 16 + g + i * 8;
+            if (r >= qn)
+                continue;
+            const float inv = 1.0f / l2;
+            float *dst = out + ((size_t)(row0 + r) * H + h) * D + 2 * t4;
 #pragma unroll
-        for (int d = 0; d < DT; d++)
-            *(float2 *)(dst + d * 8) = make_float2(o[d][2 * i] * inv, o[d][2 * i + 1] * inv);
-    }
+            for (int d = 0; d < DT; d++)
+                *(float2 *)(dst + d * 8) =
+                    make_float2(o[rg][d][2 * i] * inv, o[rg][d][2 * i + 1] * inv);
+        }
 }
 
 /* ==== launcher ==== */
@@ -454,7 +484,7 @@ static pd_status_t flash__launch(float *out, const float *q, const void *arena,
             attr_set |= 1u << dev;
     }
     /* an upper bound of the tiles: every sequence adds at most one partial tile */
-    const long tiles = (long)n_rows / FLASH__BM + b->n_seqs;
+    const long tiles = (long)n_rows / C::BM + b->n_seqs;
     KUTIL_REQUIRE(tiles <= 65535, "attention_flash");
     flash__kernel<C><<<dim3((unsigned)n_heads, (unsigned)tiles), FLASH__THREADS, C::SMEM,
                        stream>>>(out, q, (const uint8_t *)arena, *l, layer, b->q_start,
@@ -462,10 +492,12 @@ static pd_status_t flash__launch(float *out, const float *q, const void *arena,
     return KUTIL_LAUNCHED("attention_flash");
 }
 
-/* The variants (PD_CUDA_FLASH_VARIANT=0..2; FLASH__DEFAULT when unset):
- *   0: 64-key tiles, Q in registers, 2 blocks per SM;
- *   1: 32-key tiles, Q in registers, 3 blocks per SM;
- *   2: 32-key tiles, Q read from shared memory per tile, 4 blocks per SM. */
+/* The variants (PD_CUDA_FLASH_VARIANT=0..3; FLASH__DEFAULT when unset):
+ *   0: 64 query rows, 64-key tiles, Q in registers, 2 blocks per SM;
+ *   1: 64 query rows, 32-key tiles, Q in registers, 3 blocks per SM;
+ *   2: 64 query rows, 32-key tiles, Q read from shared memory per tile, 4 blocks per SM;
+ *   3: 128 query rows (two row groups per warp share each K/V fragment), 32-key tiles, Q read
+ *      from shared memory per tile, 2 blocks per SM. */
 #define FLASH__DEFAULT 0
 
 template <int D, int FMT>
@@ -480,6 +512,9 @@ static pd_status_t flash__variant(int v, float *out, const float *q, const void 
     case 2:
         return flash__launch<flash__cfg<D, FMT, 32, false, 4>>(out, q, arena, l, layer, b, n_rows,
                                                                n_heads, stream);
+    case 3:
+        return flash__launch<flash__cfg<D, FMT, 32, false, 2, 2>>(out, q, arena, l, layer, b,
+                                                                  n_rows, n_heads, stream);
     default:
         return flash__launch<flash__cfg<D, FMT, 64, true, 2>>(out, q, arena, l, layer, b, n_rows,
                                                               n_heads, stream);

@@ -470,7 +470,7 @@ static void case_attention(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_seq
     snprintf(shape, sizeof shape, "%s %s h %d/%d hd %d rows %d ctx<=%d%s", kv_fmt_name(fmt), what,
              heads, kvh, hd, n_rows, max_ctx, flash ? " flash" : "");
     if (flash) { /* every kernel variant (PD_CUDA_FLASH_VARIANT, read at each launch) */
-        for (int v = 0; v < 3; v++) {
+        for (int v = 0; v < 4; v++) {
             char vs[8];
             snprintf(vs, sizeof vs, "%d", v);
             setenv("PD_CUDA_FLASH_VARIANT", vs, 1);
