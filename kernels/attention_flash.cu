@@ -93,9 +93,9 @@ template <int D_, int FMT_, int BN_, bool QREG_, int MINB_, int RG_ = 1> struct 
     static constexpr int D = D_, FMT = FMT_, BN = BN_, MINB = MINB_, RG = RG_;
     static constexpr int BM = 16 * RG * FLASH__WARPS;
     static constexpr bool QREG = QREG_;
-    static constexpr int CH = D / 8;                          /* 16-byte bf16 chunks per row */
-    static constexpr int TILE = BN * D;                       /* bf16 elements of one K or V tile */
-    static constexpr int NBUF = FMT == PD_KV_FP8 ? 1 : 2;     /* bf16 K/V tile buffers */
+    static constexpr int CH = D / 8;                      /* 16-byte bf16 chunks per row */
+    static constexpr int TILE = BN * D;                   /* bf16 elements of one K or V tile */
+    static constexpr int NBUF = FMT == PD_KV_FP8 ? 1 : 2; /* bf16 K/V tile buffers */
     /* shared memory: Q (BM, D) bf16, NBUF x K and V (BN, D) bf16; fp8: 2 x raw K and V (BN, D)
      * fp8 and 2 x their scales (2, BN) f32 */
     static constexpr size_t SMEM = (size_t)(BM * D + 2 * NBUF * TILE) * 2 +
@@ -217,8 +217,7 @@ static __global__ void __launch_bounds__(FLASH__THREADS, C::MINB)
     int s = -1, j = 0, base = 0;
     for (int s0 = 0; s0 < n_seqs; s0 += 32) {
         const int si = s0 + lane;
-        const int cnt =
-            si < n_seqs ? (q_start[si + 1] - q_start[si] + BM - 1) / BM : 0;
+        const int cnt = si < n_seqs ? (q_start[si + 1] - q_start[si] + BM - 1) / BM : 0;
         int inc = cnt;
 #pragma unroll
         for (int o = 1; o < 32; o <<= 1) {
@@ -241,9 +240,9 @@ static __global__ void __launch_bounds__(FLASH__THREADS, C::MINB)
         return; /* the grid's spare tiles (uniform over the block) */
 
     const int q_len = q_start[s + 1] - q_start[s], row0 = q_start[s] + j * BM;
-    const int qn = min(BM, q_len - j * BM); /* valid rows of this tile */
-    const int pos0 = ctx_len[s] - q_len + j * BM;  /* position of the tile's row 0 */
-    const int n_keys = pos0 + qn;                         /* keys the last valid row sees */
+    const int qn = min(BM, q_len - j * BM);       /* valid rows of this tile */
+    const int pos0 = ctx_len[s] - q_len + j * BM; /* position of the tile's row 0 */
+    const int n_keys = pos0 + qn;                 /* keys the last valid row sees */
     const int n_kt = (n_keys + BN - 1) / BN;
     const int32_t *bt = block_tables + (size_t)s * max_pages;
     const size_t koff = kutil_kv_data_off(l, layer, 0), voff = kutil_kv_data_off(l, layer, 1);
@@ -310,15 +309,16 @@ static __global__ void __launch_bounds__(FLASH__THREADS, C::MINB)
                                   rsbuf + nb * 2 * BN, arena, l, koff, voff, ksoff, vsoff, bt, kvh,
                                   (kt + 1) * BN, n_keys);
             else
-                flash__load_kv<C>(kbuf + nb * TILE, vbuf + nb * TILE, rkbuf, rvbuf, rsbuf, arena,
-                                  l, koff, voff, ksoff, vsoff, bt, kvh, (kt + 1) * BN, n_keys);
+                flash__load_kv<C>(kbuf + nb * TILE, vbuf + nb * TILE, rkbuf, rvbuf, rsbuf, arena, l,
+                                  koff, voff, ksoff, vsoff, bt, kvh, (kt + 1) * BN, n_keys);
             flash__cp_commit();
             flash__cp_wait<1>();
         } else {
             flash__cp_wait<0>();
         }
         __syncthreads();
-        const __nv_bfloat16 *ks = kbuf + (FP8 ? 0 : buf * TILE), *vs = vbuf + (FP8 ? 0 : buf * TILE);
+        const __nv_bfloat16 *ks = kbuf + (FP8 ? 0 : buf * TILE),
+                            *vs = vbuf + (FP8 ? 0 : buf * TILE);
         if constexpr (FP8) {
             flash__convert<C>(kbuf, vbuf, rkbuf + buf * TILE, rvbuf + buf * TILE,
                               rsbuf + buf * 2 * BN);
@@ -486,19 +486,37 @@ static pd_status_t flash__launch(float *out, const float *q, const void *arena,
     /* an upper bound of the tiles: every sequence adds at most one partial tile */
     const long tiles = (long)n_rows / C::BM + b->n_seqs;
     KUTIL_REQUIRE(tiles <= 65535, "attention_flash");
-    flash__kernel<C><<<dim3((unsigned)n_heads, (unsigned)tiles), FLASH__THREADS, C::SMEM,
-                       stream>>>(out, q, (const uint8_t *)arena, *l, layer, b->q_start,
-                                 b->ctx_len, b->block_tables, b->n_seqs, b->max_pages, n_heads);
+    flash__kernel<C><<<dim3((unsigned)n_heads, (unsigned)tiles), FLASH__THREADS, C::SMEM, stream>>>(
+        out, q, (const uint8_t *)arena, *l, layer, b->q_start, b->ctx_len, b->block_tables,
+        b->n_seqs, b->max_pages, n_heads);
     return KUTIL_LAUNCHED("attention_flash");
 }
 
-/* The variants (PD_CUDA_FLASH_VARIANT=0..3; FLASH__DEFAULT when unset):
+/* The variants (PD_CUDA_FLASH_VARIANT=0..3; when unset, flash__pick chooses 3 or 0):
  *   0: 64 query rows, 64-key tiles, Q in registers, 2 blocks per SM;
  *   1: 64 query rows, 32-key tiles, Q in registers, 3 blocks per SM;
  *   2: 64 query rows, 32-key tiles, Q read from shared memory per tile, 4 blocks per SM;
  *   3: 128 query rows (two row groups per warp share each K/V fragment), 32-key tiles, Q read
  *      from shared memory per tile, 2 blocks per SM. */
-#define FLASH__DEFAULT 0
+
+/* Measured on one H200 (docs/performance.md, 2026-12-01), one layer of Llama-3-8B: variant 3 is
+ * the fastest where its 128-row blocks fill the GPU (8192 causal: 2.19 ms vs 2.72 ms for 0), but
+ * a 512-row chunk has only 4 x 32 such blocks for 132 SMs and runs best as variant 0 (345 us vs
+ * 384 us). So: 3 when the batch gives at least two waves of 128-row blocks (2 per SM), else 0. */
+static int flash__pick(int n_rows, int n_heads)
+{
+    static int n_sm[32];
+    int dev = 0, sms = 132;
+    if (cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < 32) {
+        if (!n_sm[dev] &&
+            cudaDeviceGetAttribute(&n_sm[dev], cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+            n_sm[dev] = 0;
+        if (n_sm[dev] > 0)
+            sms = n_sm[dev];
+    }
+    cudaGetLastError(); /* a failed query above is not a launch failure */
+    return (long)(n_rows / 128) * n_heads >= 4L * sms ? 3 : 0;
+}
 
 template <int D, int FMT>
 static pd_status_t flash__variant(int v, float *out, const float *q, const void *arena,
@@ -532,7 +550,7 @@ extern "C" pd_status_t attention_flash_run(float *out, const float *q, const voi
     if (n_rows == 0)
         return PD_OK;
     const char *env = getenv("PD_CUDA_FLASH_VARIANT");
-    const int v = env ? atoi(env) : FLASH__DEFAULT;
+    const int v = env ? atoi(env) : flash__pick(n_rows, n_heads);
     const bool fp8 = l->fmt == PD_KV_FP8;
     if (l->head_dim == 128)
         return fp8 ? flash__variant<128, PD_KV_FP8>(v, out, q, arena, l, layer, batch, n_rows,

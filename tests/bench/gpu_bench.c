@@ -15,8 +15,8 @@
  * (attention_run) on prefill shapes, one layer: 8192 causal, 16 x 512 varlen, a 512-row chunk at
  * the end of 8192 tokens; and the BF16 GEMM in both modes (one bf16 GEMM, hi + lo split).
  * Usage: gpu_bench [ops] [decode] [prefill] [flash] [all] (default all; flash: only the 8192
- * causal flash attention and the FP8 8192 x 14336 x 4096 GEMM, for ncu). Needs a CUDA device (exits 77
- * without).
+ * causal flash attention and the FP8 8192 x 14336 x 4096 GEMM, for ncu). Needs a CUDA device (exits
+ * 77 without).
  */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -40,7 +40,7 @@
 
 static pd_backend_t *be;
 static pd_backend_t *be_split; /* PD_CUDA_BF16_GEMM=split (hi + lo BF16 GEMMs) */
-static int graph_fail; /* a graph capture failed or a replay differed from its eager plan */
+static int graph_fail;         /* a graph capture failed or a replay differed from its eager plan */
 static cudaStream_t stream;
 static cudaStream_t stream_split;
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -254,11 +254,10 @@ typedef struct {
 static void run_fa(void *p)
 {
     fa_arg_t *a = p;
-    pd_status_t st =
-        a->simt ? attention_run(a->out, a->scratch, a->q, a->arena, a->l, 0, a->b, a->b->n_rows, 32,
-                                a->max_ctx, a->splits, stream)
-                : attention_flash_run(a->out, a->q, a->arena, a->l, 0, a->b, a->b->n_rows, 32,
-                                      stream);
+    pd_status_t st = a->simt ? attention_run(a->out, a->scratch, a->q, a->arena, a->l, 0, a->b,
+                                             a->b->n_rows, 32, a->max_ctx, a->splits, stream)
+                             : attention_flash_run(a->out, a->q, a->arena, a->l, 0, a->b,
+                                                   a->b->n_rows, 32, stream);
     ok(st, "attention launch");
 }
 
@@ -290,8 +289,8 @@ static void bench_flash(pd_kvfmt_t fmt, int B, int q_len, int ctx, int reps_simt
                          dev_i32(bt, (size_t)B * ppseq),
                          n_rows,
                          ctx};
-    fa_arg_t a = {NULL, dev_random_f32((size_t)n_rows * 32 * 128, 1.0f), NULL, arena, &l, &b,
-                  0, 1, ctx};
+    fa_arg_t a = {NULL, dev_random_f32((size_t)n_rows * 32 * 128, 1.0f), NULL, arena, &l, &b, 0, 1,
+                  ctx};
     ok(be->ops->alloc(be, (size_t)n_rows * 32 * 128 * 4, (void **)&a.out), "alloc");
     double pairs = 0.0; /* (row, key) pairs */
     for (int r = 0; r < q_len; r++)

@@ -311,8 +311,7 @@ static void weight_new(pd_wfmt_t fmt, int64_t n, int64_t k, pd_weight_t *wc, pd_
 }
 
 /* split: run the GPU side on gpu_split (BF16 / INT4 GEMMs on the hi + lo split of x). */
-static void case_matmul_on(pd_wfmt_t fmt, int n, int64_t N, int64_t K, const char *what,
-                           bool split)
+static void case_matmul_on(pd_wfmt_t fmt, int n, int64_t N, int64_t K, const char *what, bool split)
 {
     /* GEMMs: BF16 with one bf16 GEMM rounds x to bf16 (2^-9 relative per element: ~1.5e-3 of
      * max |out| at the largest elements, tol 5e-3); INT4 adds the bf16 rounding of the
@@ -478,10 +477,9 @@ static void case_attention(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_seq
             gpu->ops->attention(gpu, out.g, pq.g, a.g, &l, 1, &bg, heads);
             snprintf(shape, sizeof shape, "%s %s h %d/%d hd %d rows %d ctx<=%d flash v%d",
                      kv_fmt_name(fmt), what, heads, kvh, hd, n_rows, max_ctx, v);
-            report("attention", shape, err_f32_vec(&out, (size_t)n_rows * heads, (size_t)hd),
-                   3e-2);
-            snprintf(shape, sizeof shape, "%s %s h %d/%d hd %d rows %d v%d (l2)",
-                     kv_fmt_name(fmt), what, heads, kvh, hd, n_rows, v);
+            report("attention", shape, err_f32_vec(&out, (size_t)n_rows * heads, (size_t)hd), 3e-2);
+            snprintf(shape, sizeof shape, "%s %s h %d/%d hd %d rows %d v%d (l2)", kv_fmt_name(fmt),
+                     what, heads, kvh, hd, n_rows, v);
             report("attention", shape, err_f32_l2(&out, qn), 6e-3);
         }
         unsetenv("PD_CUDA_FLASH_VARIANT");
