@@ -514,7 +514,6 @@ static int flash__pick(int n_rows, int n_heads)
         if (n_sm[dev] > 0)
             sms = n_sm[dev];
     }
-    cudaGetLastError(); /* a failed query above is not a launch failure */
     return (long)(n_rows / 128) * n_heads >= 4L * sms ? 3 : 0;
 }
 
