@@ -2,8 +2,10 @@
  * (many query rows per sequence) and decode (one row per sequence) alike. One block handles one
  * query row and one KV head with all the query heads of that KV group (GQA), over one split of
  * the row's context; when a context is split (few rows, long contexts: flash-decoding), a second
- * kernel merges the splits. Pointers are device memory. Launchers check shapes (PD_ERR_INVALID),
- * enqueue on `stream`, return the launch status, allocate nothing.
+ * kernel merges the splits. The CUDA backend sends prefill-shaped batches with bf16 / fp8 KV to
+ * the tensor-core kernel of kernels/attention_flash.h instead. Pointers are device memory.
+ * Launchers check shapes (PD_ERR_INVALID), enqueue on `stream`, return the launch status,
+ * allocate nothing.
  */
 #ifndef PD_KERNELS_ATTENTION_H
 #define PD_KERNELS_ATTENTION_H

@@ -5,6 +5,11 @@
  * matmuls, attention split partials, INT4 dequantization, MoE rows, index uploads) is owned here
  * and grows on demand; growing it waits for the stream. One thread uses a backend.
  *
+ * Environment, read at creation: PD_CUDA_BF16_GEMM=split runs BF16 (and dequantized INT4)
+ * GEMMs as two bf16 GEMMs on the hi + lo split of the activations (near f32 accuracy, for the
+ * checks against float32 transformers); the default is one bf16 GEMM on bf16(x).
+ * PD_CUDA_FLASH=0 keeps attention_run for prefill-shaped batches too (comparisons).
+ *
  * Graphs (graph_begin / graph_end / graph_launch): the stream is captured in thread-local mode
  * into a CUDA graph and instantiated. Scratch may not grow during a capture (that would need a
  * sync): the first failure is kept and graph_end reports it. Every scratch reallocation bumps
@@ -18,6 +23,7 @@
 #include <string.h>
 
 #include "attention.h"
+#include "attention_flash.h"
 #include "backend_cuda.h"
 #include "backend.h"
 #include "elementwise.h"
@@ -31,6 +37,10 @@
 #define CUDA_GEMV_MAX_N 8
 #define CUDA_GEMV_MAX_N_INT4 16
 #define CUDA_LT_WS_BYTES ((size_t)32 << 20)
+/* attention runs as flash attention (kernels/attention_flash.h, tensor cores) when the batch has
+ * at least this many query rows per sequence on average (prefill, chunked prefill); decode-shaped
+ * batches keep attention_run */
+#define CUDA_FLASH_MIN_ROWS 16
 
 typedef struct {
     void *p;
@@ -53,6 +63,9 @@ typedef struct {
     bool capturing;  /* between graph_begin and graph_end */
     pd_status_t cap_err;    /* first failure inside the capture */
     uint64_t scratch_epoch; /* bumped whenever a scratch buffer moves */
+    bool bf16_split; /* BF16 GEMMs: hi + lo split of the activations (PD_CUDA_BF16_GEMM=split) */
+    bool no_flash;   /* PD_CUDA_FLASH=0: attention_run for every batch */
+    int fp8_scaled;  /* FP8 GEMM with outer-vector scales: 0 untried, 1 works, -1 unsupported */
     int32_t *h_ids;  /* MoE host staging */
     int32_t *h_perm;
     size_t h_cap;
@@ -245,6 +258,17 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
             return st;
         if (!gemm)
             return cuda__gemv_chunks(c, out, c->act.p, xs, w, n);
+        if (c->fp8_scaled >= 0) {
+            st = matmul_gemm_fp8_scaled(c->lt, c->lt_ws, CUDA_LT_WS_BYTES, out, c->act.p, xs,
+                                        w->data, w->scales, n, N, K, c->stream);
+            if (st != PD_ERR_UNSUPPORTED) {
+                c->fp8_scaled = st == PD_OK ? 1 : c->fp8_scaled;
+                return st;
+            }
+            pd_log_info("backend cuda: no outer-vector fp8 scales in cuBLASLt here: fp8 GEMMs "
+                        "scale in a separate pass");
+            c->fp8_scaled = -1;
+        }
         if ((st = matmul_gemm_fp8(c->lt, c->lt_ws, CUDA_LT_WS_BYTES, out, c->act.p, w->data, n, N,
                                   K, c->stream)) != PD_OK)
             return st;
@@ -262,10 +286,11 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
             return st;
         wb = c->wtmp.p;
     }
+    /* one bf16 GEMM on bf16(x) by default; the hi + lo split (two GEMMs, near f32) on request */
     size_t half = ((size_t)n * (size_t)K * 2 + 255) / 256 * 256;
-    if ((st = cuda__grow(c, &c->act, 2 * half)) != PD_OK)
+    if ((st = cuda__grow(c, &c->act, (c->bf16_split ? 2 : 1) * half)) != PD_OK)
         return st;
-    uint16_t *hi = c->act.p, *lo = (uint16_t *)((uint8_t *)c->act.p + half);
+    uint16_t *hi = c->act.p, *lo = c->bf16_split ? (uint16_t *)((uint8_t *)c->act.p + half) : NULL;
     if ((st = matmul_split_bf16(hi, lo, x, n, K, c->stream)) != PD_OK)
         return st;
     return matmul_gemm_bf16(c->blas, out, hi, lo, wb, n, N, K, c->stream);
@@ -304,6 +329,9 @@ static pd_status_t cuda__attention(cuda_t *c, float *out, const float *q, const 
             (st = cuda__status(cudaStreamSynchronize(c->stream), "attention rows")) != PD_OK)
             return st;
     }
+    if (n_rows >= CUDA_FLASH_MIN_ROWS * b->n_seqs && !c->no_flash &&
+        attention_flash_supports(l, n_heads))
+        return attention_flash_run(out, q, arena, l, layer, b, n_rows, n_heads, c->stream);
     if (max_ctx <= 0)
         max_ctx = b->max_pages * l->page_tokens;
     int splits = attention_splits(n_rows, l->n_kv_heads, max_ctx);
@@ -679,6 +707,10 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     be->impl = c;
     be->n_threads = 1;
     c->device = device;
+    const char *env = getenv("PD_CUDA_BF16_GEMM");
+    c->bf16_split = env && strcmp(env, "split") == 0;
+    env = getenv("PD_CUDA_FLASH");
+    c->no_flash = env && strcmp(env, "0") == 0;
     if ((st = cuda__status(cudaSetDevice(device), "set device")) != PD_OK)
         goto err_destroy;
     if ((st = cuda__status(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking),

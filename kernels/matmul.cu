@@ -40,7 +40,8 @@ static __global__ void matmul__split_bf16(uint16_t *hi, uint16_t *lo, const floa
         const float v = x[i];
         const uint16_t h = kutil_f32_to_bf16(v);
         hi[i] = h;
-        lo[i] = kutil_f32_to_bf16(v - kutil_bf16_to_f32(h));
+        if (lo)
+            lo[i] = kutil_f32_to_bf16(v - kutil_bf16_to_f32(h));
     }
 }
 
@@ -524,6 +525,75 @@ extern "C" pd_status_t matmul_gemm_fp8(void *lt, void *ws, size_t ws_bytes, floa
     if (op)
         cublasLtMatmulDescDestroy(op);
     return matmul__blas_status(s, "matmul_gemm_fp8");
+}
+
+extern "C" pd_status_t matmul_gemm_fp8_scaled(void *lt, void *ws, size_t ws_bytes, float *out,
+                                              const uint8_t *xq, const float *xs, const uint8_t *w,
+                                              const float *wscale, int n, int64_t N, int64_t K,
+                                              cudaStream_t stream)
+{
+    cublasLtHandle_t h = (cublasLtHandle_t)lt;
+    cublasLtMatmulDesc_t op = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t heur;
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    /* cuBLAS sees column-major D (N, n) = A^T (N, K) B (K, n): A = W with its N row scales,
+     * B = the activations with their n token scales */
+    const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    const float one = 1.0f, zero = 0.0f;
+    int found = 0;
+    cublasStatus_t s;
+
+    KUTIL_REQUIRE(n > 0 && N > 0 && K > 0 && K % 16 == 0 && N % 16 == 0, "matmul_gemm_fp8_scaled");
+    s = cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode,
+                                           sizeof mode);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode,
+                                           sizeof mode);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &wscale,
+                                           sizeof wscale);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &xs,
+                                           sizeof xs);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)N, K);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)n, K);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, (uint64_t)N, (uint64_t)n, N);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulPreferenceCreate(&pref);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                 &ws_bytes, sizeof ws_bytes);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, lc, lc, pref, 1, &heur, &found);
+    if (s == CUBLAS_STATUS_SUCCESS && found == 0)
+        s = CUBLAS_STATUS_NOT_SUPPORTED;
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmul(h, op, &one, w, la, xq, lb, &zero, out, lc, out, lc, &heur.algo, ws,
+                           ws_bytes, stream);
+    if (pref)
+        cublasLtMatmulPreferenceDestroy(pref);
+    if (lc)
+        cublasLtMatrixLayoutDestroy(lc);
+    if (lb)
+        cublasLtMatrixLayoutDestroy(lb);
+    if (la)
+        cublasLtMatrixLayoutDestroy(la);
+    if (op)
+        cublasLtMatmulDescDestroy(op);
+    if (s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE)
+        return PD_ERR_UNSUPPORTED; /* this cuBLASLt or GPU has no outer-vector fp8 scaling */
+    return matmul__blas_status(s, "matmul_gemm_fp8_scaled");
 }
 
 extern "C" pd_status_t matmul_fp8_scale(float *out, const float *xs, const float *ws, int n,

@@ -3,8 +3,10 @@
  *   - small n (decode): matmul_gemv reads W once at full bandwidth, f32 arithmetic;
  *   - BF16 (and INT4 dequantized to BF16) at larger n: x is split into bf16 hi + lo parts and two
  *     cuBLAS bf16 GEMMs accumulate in f32 (close to f32 accuracy on the tensor cores);
- *   - FP8 W8A8: x quantized per token to fp8 (matmul_quant_act_fp8), a cuBLASLt fp8 GEMM with
- *     unit scales into f32, then out[t, r] *= xs[t] * ws[r] (matmul_fp8_scale).
+ *   - FP8 W8A8: x quantized per token to fp8 (matmul_quant_act_fp8), then one cuBLASLt fp8 GEMM
+ *     applying the per-token and per-row scales itself (matmul_gemm_fp8_scaled, outer-vector
+ *     scale mode); where that mode is missing, a GEMM with unit scales into f32 and then
+ *     out[t, r] *= xs[t] * ws[r] (matmul_fp8_scale).
  * Pointers are device memory. Launchers check shapes (PD_ERR_INVALID), enqueue on `stream`,
  * return the launch status (PD_ERR_CUDA) and allocate nothing: workspaces come from the caller.
  * A cuBLAS handle must already be bound to `stream` by the caller.
@@ -31,7 +33,8 @@ extern "C" {
 pd_status_t matmul_quant_act_fp8(uint8_t *xq, float *xf, float *xs, const float *x, int n,
                                  int64_t k, cudaStream_t stream);
 
-/* hi (n, k) bf16 = bf16(x), lo (n, k) bf16 = bf16(x - hi), x (n, k) f32. */
+/* hi (n, k) bf16 = bf16(x), lo (n, k) bf16 = bf16(x - hi) (skipped when lo is NULL), x (n, k)
+ * f32. */
 pd_status_t matmul_split_bf16(uint16_t *hi, uint16_t *lo, const float *x, int n, int64_t k,
                               cudaStream_t stream);
 
@@ -57,6 +60,16 @@ pd_status_t matmul_gemm_f32(void *blas, float *out, const float *x, const float 
  * cublasLtHandle_t) with workspace ws (ws_bytes, device). Needs K % 16 == 0 and N % 16 == 0. */
 pd_status_t matmul_gemm_fp8(void *lt, void *ws, size_t ws_bytes, float *out, const uint8_t *xq,
                             const uint8_t *w, int n, int64_t N, int64_t K, cudaStream_t stream);
+
+/* out (n, N) f32 = (xq (n, K) fp8 * xs (n) f32 per token) @ (W (N, K) fp8 * wscale (N) f32 per
+ * row)^T in one cuBLASLt GEMM: both scale vectors applied by cuBLASLt's outer-vector scale mode
+ * (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F), no separate pass. PD_ERR_UNSUPPORTED (nothing
+ * enqueued, nothing logged) where this cuBLASLt or GPU lacks that mode for these types: use
+ * matmul_gemm_fp8 + matmul_fp8_scale then. Needs K % 16 == 0 and N % 16 == 0. */
+pd_status_t matmul_gemm_fp8_scaled(void *lt, void *ws, size_t ws_bytes, float *out,
+                                   const uint8_t *xq, const float *xs, const uint8_t *w,
+                                   const float *wscale, int n, int64_t N, int64_t K,
+                                   cudaStream_t stream);
 
 /* out (n, N) f32: out[t, r] = out[t, r] * xs[t] * ws[r]; xs (n) f32, ws (N) f32. */
 pd_status_t matmul_fp8_scale(float *out, const float *xs, const float *ws, int n, int64_t N,

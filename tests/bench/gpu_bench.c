@@ -8,9 +8,15 @@
  *      download, eager (MODEL_GRAPHS_OFF) and replayed from CUDA graphs (MODEL_GRAPHS_ON); the
  *      graph logits are compared with the same padded plan run op by op (MODEL_GRAPHS_EAGER:
  *      must be bit-identical, else exit 1) and with the plain eager step (max |diff|);
- *   3. prefill of 8192 tokens (one sequence) for FP8 + BF16 KV and INT4 + BF16 KV.
- * Usage: gpu_bench [ops] [decode] [prefill] [all] (default all). Needs a CUDA device (exits 77
- * without).
+ *   3. prefill of 8192 tokens (one sequence) for FP8 + BF16 KV and INT4 + BF16 KV; for FP8 also
+ *      16 prompts of 512 tokens in one batch, the 8192 tokens as 16 chunks of 512 that attend
+ *      to the earlier pages (the sum of the 16 steps), and one 32768-token prompt.
+ * Per-op also times flash attention (kernels/attention_flash.h) against the SIMT kernel
+ * (attention_run) on prefill shapes, one layer: 8192 causal, 16 x 512 varlen, a 512-row chunk at
+ * the end of 8192 tokens; and the BF16 GEMM in both modes (one bf16 GEMM, hi + lo split).
+ * Usage: gpu_bench [ops] [decode] [prefill] [flash] [all] (default all; flash: only the 8192
+ * causal flash attention and the FP8 8192 x 14336 x 4096 GEMM, for ncu). Needs a CUDA device (exits
+ * 77 without).
  */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -19,6 +25,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "attention.h"
+#include "attention_flash.h"
 #include "backend.h"
 #include "backend_cuda.h"
 #include "dtype.h"
@@ -32,8 +40,10 @@
 #define BF16_FLOPS 0.79e15
 
 static pd_backend_t *be;
-static int graph_fail; /* a graph capture failed or a replay differed from its eager plan */
+static pd_backend_t *be_split; /* PD_CUDA_BF16_GEMM=split (hi + lo BF16 GEMMs) */
+static int graph_fail;         /* a graph capture failed or a replay differed from its eager plan */
 static cudaStream_t stream;
+static cudaStream_t stream_split;
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
 static float rnd(void)
@@ -236,6 +246,102 @@ static void bench_attention(pd_kvfmt_t fmt, int B, int ctx)
 }
 
 typedef struct {
+    float *out, *q, *scratch;
+    void *arena;
+    kv_layout_t *l;
+    pd_attn_batch_t *b;
+    int simt, splits, max_ctx;
+} fa_arg_t;
+static void run_fa(void *p)
+{
+    fa_arg_t *a = p;
+    pd_status_t st = a->simt ? attention_run(a->out, a->scratch, a->q, a->arena, a->l, 0, a->b,
+                                             a->b->n_rows, 32, a->max_ctx, a->splits, stream)
+                             : attention_flash_run(a->out, a->q, a->arena, a->l, 0, a->b,
+                                                   a->b->n_rows, 32, stream);
+    ok(st, "attention launch");
+}
+
+/* Prefill attention, one layer, 32 / 8 heads, hd 128: B sequences of q_len new rows at the end
+ * of ctx tokens each; flash and (reps_simt > 0) the SIMT kernel. FLOPs: the causal ones (4 D per
+ * (row, key, head) pair seen). */
+static void bench_flash(pd_kvfmt_t fmt, int B, int q_len, int ctx, int reps_simt)
+{
+    kv_layout_t l;
+    char shape[64];
+    kv_layout_init(&l, 1, 8, 128, 16, fmt);
+    int ppseq = (ctx + 15) / 16, n_pages = B * ppseq, n_rows = B * q_len;
+    void *arena;
+    ok(be->ops->alloc(be, (size_t)n_pages * l.page_bytes, &arena), "arena");
+    arena_fill(arena, &l, n_pages);
+    int32_t *qs = malloc(((size_t)B + 1) * 4), *cl = malloc((size_t)B * 4),
+            *bt = malloc((size_t)B * ppseq * 4);
+    for (int s = 0; s <= B; s++)
+        qs[s] = s * q_len;
+    for (int s = 0; s < B; s++) {
+        cl[s] = ctx;
+        for (int i = 0; i < ppseq; i++)
+            bt[s * ppseq + i] = s * ppseq + i;
+    }
+    pd_attn_batch_t b = {B,
+                         ppseq,
+                         dev_i32(qs, (size_t)B + 1),
+                         dev_i32(cl, (size_t)B),
+                         dev_i32(bt, (size_t)B * ppseq),
+                         n_rows,
+                         ctx};
+    fa_arg_t a = {NULL, dev_random_f32((size_t)n_rows * 32 * 128, 1.0f), NULL, arena, &l, &b, 0, 1,
+                  ctx};
+    ok(be->ops->alloc(be, (size_t)n_rows * 32 * 128 * 4, (void **)&a.out), "alloc");
+    double pairs = 0.0; /* (row, key) pairs */
+    for (int r = 0; r < q_len; r++)
+        pairs += ctx - q_len + r + 1;
+    pairs *= B;
+    const double flops = 4.0 * 32 * 128 * pairs;
+    const double bytes = (double)n_rows * 32 * 128 * 8 + (double)B * ctx * 2 * l.side_bytes / 16;
+    /* every flash variant (kernels/attention_flash.cu), then the one the environment names */
+    const char *keep = getenv("PD_CUDA_FLASH_VARIANT");
+    char keep_v[16] = "";
+    if (keep)
+        snprintf(keep_v, sizeof keep_v, "%s", keep);
+    for (int v = 0; v < 4; v++) {
+        char vs[8];
+        snprintf(vs, sizeof vs, "%d", v);
+        setenv("PD_CUDA_FLASH_VARIANT", vs, 1);
+        float ms = time_op(run_fa, &a, 10);
+        snprintf(shape, sizeof shape, "flash v%d %s B %d q %d ctx %d", v, pd_kvfmt_name(fmt), B,
+                 q_len, ctx);
+        row("attention", shape, ms, bytes, flops, BF16_FLOPS);
+    }
+    if (keep)
+        setenv("PD_CUDA_FLASH_VARIANT", keep_v, 1);
+    else
+        unsetenv("PD_CUDA_FLASH_VARIANT");
+    float ms;
+    if (reps_simt > 0) {
+        a.simt = 1;
+        a.splits = attention_splits(n_rows, 8, ctx);
+        size_t nf = attention_scratch_floats(n_rows, 32, 128, a.splits);
+        if (nf)
+            ok(be->ops->alloc(be, nf * 4, (void **)&a.scratch), "alloc");
+        ms = time_op(run_fa, &a, reps_simt);
+        snprintf(shape, sizeof shape, "simt %s B %d q %d ctx %d", pd_kvfmt_name(fmt), B, q_len, ctx);
+        row("attention", shape, ms, bytes, flops, BF16_FLOPS);
+        if (a.scratch)
+            be->ops->free(be, a.scratch);
+    }
+    be->ops->free(be, arena);
+    be->ops->free(be, a.q);
+    be->ops->free(be, a.out);
+    be->ops->free(be, (void *)b.q_start);
+    be->ops->free(be, (void *)b.ctx_len);
+    be->ops->free(be, (void *)b.block_tables);
+    free(qs);
+    free(cl);
+    free(bt);
+}
+
+typedef struct {
     int op, n;
     float *x, *y, *gu;
     uint16_t *w;
@@ -321,8 +427,28 @@ static void bench_ops(void)
         bench_matmul(f3[f], 64, 28672, 4096);
     }
     bench_matmul(PD_WFMT_FP8, 8192, 28672, 4096);
+    bench_matmul(PD_WFMT_FP8, 8192, 14336, 4096);
+    bench_matmul(PD_WFMT_FP8, 8192, 4096, 14336);
+    bench_matmul(PD_WFMT_FP8, 8192, 6144, 4096);
     bench_matmul(PD_WFMT_BF16, 8192, 28672, 4096);
+    bench_matmul(PD_WFMT_BF16, 8192, 14336, 4096);
     bench_matmul(PD_WFMT_INT4, 8192, 28672, 4096);
+    { /* the BF16 accuracy mode on the split backend */
+        pd_backend_t *keep = be;
+        cudaStream_t keep_s = stream;
+        be = be_split;
+        stream = stream_split;
+        printf("| (split mode below) | | | | | |\n");
+        bench_matmul(PD_WFMT_BF16, 8192, 14336, 4096);
+        be = keep;
+        stream = keep_s;
+    }
+    bench_flash(PD_KV_BF16, 1, 8192, 8192, 3);
+    bench_flash(PD_KV_FP8, 1, 8192, 8192, 0);
+    bench_flash(PD_KV_BF16, 16, 512, 512, 3);
+    bench_flash(PD_KV_BF16, 1, 512, 8192, 3);
+    bench_flash(PD_KV_BF16, 1, 2048, 2048, 0);
+    bench_flash(PD_KV_BF16, 1, 32768, 32768, 0);
     bench_attention(PD_KV_BF16, 1, 1024);
     bench_attention(PD_KV_FP8, 1, 1024);
     bench_attention(PD_KV_BF16, 64, 1024);
@@ -484,6 +610,27 @@ static void bench_model(bool decode, bool prefill)
             printf("\nprefill 8192 tokens, %s weights, %s kv: %.1f ms (%.0f tok/s)\n",
                    pd_wfmt_name(confs[i].w), pd_kvfmt_name(confs[i].kv), ms, 8192 * 1000.0 / ms);
             fflush(stdout);
+            if (confs[i].w == PD_WFMT_FP8) {
+                float b16 = run_forward(m, confs[i].kv, 16, 0, 512, 16, 3, MODEL_GRAPHS_OFF, NULL);
+                printf("prefill 16 x 512 tokens in one batch, %s weights, %s kv: %.1f ms (%.2fx "
+                       "the 8192-token prompt)\n",
+                       pd_wfmt_name(confs[i].w), pd_kvfmt_name(confs[i].kv), b16, b16 / ms);
+                fflush(stdout);
+                float chunked = 0.0f;
+                for (int c = 0; c < 16; c++)
+                    chunked +=
+                        run_forward(m, confs[i].kv, 1, 512 * c, 512, 1, 3, MODEL_GRAPHS_OFF, NULL);
+                printf("prefill 8192 tokens as 16 chunks of 512 (each attends to the earlier "
+                       "pages), %s weights, %s kv: %.1f ms (%.2fx unchunked)\n",
+                       pd_wfmt_name(confs[i].w), pd_kvfmt_name(confs[i].kv), chunked,
+                       chunked / ms);
+                fflush(stdout);
+                float big = run_forward(m, confs[i].kv, 1, 0, 32768, 1, 1, MODEL_GRAPHS_OFF, NULL);
+                printf("prefill 32768 tokens, %s weights, %s kv: %.1f ms (%.0f tok/s)\n",
+                       pd_wfmt_name(confs[i].w), pd_kvfmt_name(confs[i].kv), big,
+                       32768 * 1000.0 / big);
+                fflush(stdout);
+            }
         }
         model_destroy(m);
     }
@@ -491,9 +638,10 @@ static void bench_model(bool decode, bool prefill)
 
 int main(int argc, char **argv)
 {
-    bool ops = argc < 2, decode = argc < 2, prefill = argc < 2;
+    bool ops = argc < 2, decode = argc < 2, prefill = argc < 2, flash = false;
     for (int i = 1; i < argc; i++) {
         bool all = !strcmp(argv[i], "all");
+        flash |= !strcmp(argv[i], "flash");
         ops |= all || !strcmp(argv[i], "ops");
         decode |= all || !strcmp(argv[i], "decode");
         prefill |= all || !strcmp(argv[i], "prefill");
@@ -503,10 +651,28 @@ int main(int argc, char **argv)
         return 77;
     }
     stream = backend_cuda_stream(be);
+    const char *keep_env = getenv("PD_CUDA_BF16_GEMM");
+    setenv("PD_CUDA_BF16_GEMM", "split", 1);
+    ok(backend_cuda_create(0, &be_split), "split backend");
+    if (keep_env)
+        setenv("PD_CUDA_BF16_GEMM", keep_env, 1);
+    else
+        unsetenv("PD_CUDA_BF16_GEMM");
+    stream_split = backend_cuda_stream(be_split);
     if (ops)
         bench_ops();
+    if (flash) { /* the prefill kernels alone (variants; for ncu) */
+        printf("| %-12s | %-34s | %9s | %8s | %9s | %6s |\n", "op", "shape", "time us", "GB/s",
+               "TFLOP/s", "floor");
+        printf("|---|---|---|---|---|---|\n");
+        bench_flash(PD_KV_BF16, 1, 8192, 8192, 0);
+        bench_flash(PD_KV_FP8, 1, 8192, 8192, 0);
+        bench_flash(PD_KV_BF16, 16, 512, 512, 0);
+        bench_matmul(PD_WFMT_FP8, 8192, 14336, 4096);
+    }
     if (decode || prefill)
         bench_model(decode, prefill);
+    backend_destroy(be_split);
     backend_destroy(be);
     return graph_fail;
 }

@@ -17,6 +17,8 @@ models = os.path.abspath(sys.argv[sys.argv.index("--models") + 1] if "--models" 
                          else "deploy/models")
 pdctl = os.path.join(bin_dir, "pdctl")
 failures = 0
+# BF16 weights + f32 KV against float32 transformers: the CUDA backend's near-f32 GEMM mode
+os.environ.setdefault("PD_CUDA_BF16_GEMM", "split")
 
 
 def cluster_yaml(tmp, model, weights=None, kv=None):

@@ -4,7 +4,8 @@
   check_reference.py greedy --pdctl P --models DIR [--backend cuda] [--kv f32 bf16]
       every case: pdctl generate --json --ignore-eos --max-tokens 48 --logits-out F; the input
       ids and the 48 greedy ids must equal transformers', the last-position logits are compared
-      (max abs difference printed).
+      (max abs difference printed). Sets PD_CUDA_BF16_GEMM=split (near-f32 BF16 GEMMs on CUDA)
+      unless the environment has it.
   check_reference.py ppl --pdctl P --models DIR --text F [--backend cuda]
       pdctl ppl for bf16/bf16 and the default variants; each must stay within the accuracy gate
       relative to bf16/bf16 (fp8 KV +0.2%, fp8 weights +0.2%, int4 +0.5%, int4 + fp8 KV +0.5%).
@@ -22,6 +23,9 @@ def run(cmd):
 
 
 def greedy(a):
+    # BF16 weights against float32 transformers: the CUDA backend's near-f32 GEMM mode (two bf16
+    # GEMMs on the hi + lo split of the activations; the default is one bf16 GEMM)
+    os.environ.setdefault("PD_CUDA_BF16_GEMM", "split")
     bad = 0
     print(f"| model | kv | cases | exact ids | max logit diff |")
     print(f"|---|---|---|---|---|")

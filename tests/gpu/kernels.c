@@ -5,7 +5,9 @@
  * FFN 14336). Prints one line per case: op, shape, max error, tolerance, PASS/FAIL.
  * Exits 77 (meson: SKIP) when there is no CUDA device, 1 when a case fails.
  * Errors are max |gpu - cpu| / max |cpu| over the output, or a count of differing bytes / ids
- * where the two must agree exactly.
+ * where the two must agree exactly; flash attention (bf16 tensor cores) is checked per element
+ * against each (row, head) vector's size (err_f32_vec) and in l2. BF16 GEMMs run on the default
+ * backend (one bf16 GEMM) and on a second one with PD_CUDA_BF16_GEMM=split (hi + lo, near f32).
  */
 #include <math.h>
 #include <stdio.h>
@@ -21,6 +23,7 @@
 #include "quant.h"
 
 static pd_backend_t *cpu, *gpu;
+static pd_backend_t *gpu_split; /* a second CUDA backend with PD_CUDA_BF16_GEMM=split */
 static uint64_t rng_state;
 static int n_fail, n_cases;
 static bool small_only; /* PD_GPU_TEST_SMALL=1: fixture shapes only (for compute-sanitizer) */
@@ -154,6 +157,34 @@ static double err_f32_l2(const pair_t *p, size_t n)
     return den > 0.0 ? sqrt(num / den) : sqrt(num);
 }
 
+/* Per-element error of n_vec vectors of len floats (attention: one vector per (row, head)):
+ * max over elements of |g - c| / (|c| + rms(c over the element's vector)). An element may be
+ * near zero, so each is measured against its own size plus its vector's typical size; NaN
+ * anywhere -> INFINITY. */
+static double err_f32_vec(const pair_t *p, size_t n_vec, size_t len)
+{
+    float *c, *g;
+    double worst = 0.0;
+    pair_get(p, (void **)&c, (void **)&g);
+    for (size_t v = 0; v < n_vec && worst != INFINITY; v++) {
+        const float *cv = c + v * len, *gv = g + v * len;
+        double ss = 0.0;
+        for (size_t i = 0; i < len; i++)
+            ss += (double)cv[i] * cv[i];
+        const double rms = sqrt(ss / (double)len) + 1e-30;
+        for (size_t i = 0; i < len; i++) {
+            if (isnan(cv[i]) || isnan(gv[i])) {
+                worst = INFINITY;
+                break;
+            }
+            worst = fmax(worst, fabs((double)gv[i] - cv[i]) / (fabs((double)cv[i]) + rms));
+        }
+    }
+    free(c);
+    free(g);
+    return worst;
+}
+
 static void report(const char *op, const char *shape, double err, double tol)
 {
     bool ok = err <= tol;
@@ -279,10 +310,17 @@ static void weight_new(pd_wfmt_t fmt, int64_t n, int64_t k, pd_weight_t *wc, pd_
     free(src);
 }
 
-static void case_matmul(pd_wfmt_t fmt, int n, int64_t N, int64_t K, const char *what)
+/* split: run the GPU side on gpu_split (BF16 / INT4 GEMMs on the hi + lo split of x). */
+static void case_matmul_on(pd_wfmt_t fmt, int n, int64_t N, int64_t K, const char *what, bool split)
 {
+    /* GEMMs: BF16 with one bf16 GEMM rounds x to bf16 (2^-9 relative per element: ~1.5e-3 of
+     * max |out| at the largest elements, tol 5e-3); INT4 adds the bf16 rounding of the
+     * dequantized weight; the split keeps x near f32 (BF16 1e-5, INT4 only the weight rounding) */
     static const double tol[] = {
+        [PD_WFMT_BF16] = 5e-3, [PD_WFMT_FP8] = 2e-3, [PD_WFMT_INT4] = 6e-3, [PD_WFMT_F32] = 1e-5};
+    static const double tol_split[] = {
         [PD_WFMT_BF16] = 1e-5, [PD_WFMT_FP8] = 2e-3, [PD_WFMT_INT4] = 4e-3, [PD_WFMT_F32] = 1e-5};
+    pd_backend_t *g = split ? gpu_split : gpu;
     char shape[96];
     pd_weight_t wc, wg;
     float *x = xmalloc((size_t)n * K * 4);
@@ -290,17 +328,23 @@ static void case_matmul(pd_wfmt_t fmt, int n, int64_t N, int64_t K, const char *
     weight_new(fmt, N, K, &wc, &wg);
     pair_t px = pair_new((size_t)n * K * 4, x), out = pair_new((size_t)n * N * 4, NULL);
     cpu->ops->matmul(cpu, out.c, px.c, &wc, n);
-    gpu->ops->matmul(gpu, out.g, px.g, &wg, n);
-    snprintf(shape, sizeof shape, "%s %s n %d N %lld K %lld", pd_wfmt_name(fmt), what, n,
-             (long long)N, (long long)K);
+    g->ops->matmul(g, out.g, px.g, &wg, n);
+    pair_ok(g->ops->sync(g));
+    snprintf(shape, sizeof shape, "%s %s n %d N %lld K %lld%s", pd_wfmt_name(fmt), what, n,
+             (long long)N, (long long)K, split ? " split" : "");
     /* GEMV paths (small n) compute in f32 for every format: tight; GEMMs as listed */
-    double t = n <= 8 && fmt != PD_WFMT_FP8 ? 1e-5 : tol[fmt];
+    double t = n <= 8 && fmt != PD_WFMT_FP8 ? 1e-5 : split ? tol_split[fmt] : tol[fmt];
     report("matmul", shape, err_f32(&out, (size_t)n * N), t);
     backend_weight_free(cpu, &wc);
     backend_weight_free(gpu, &wg);
     pair_free(&px);
     pair_free(&out);
     free(x);
+}
+
+static void case_matmul(pd_wfmt_t fmt, int n, int64_t N, int64_t K, const char *what)
+{
+    case_matmul_on(fmt, n, N, K, what, false);
 }
 
 /* A KV arena with n_pages pages whose every slot holds random K/V written through the CPU
@@ -416,9 +460,32 @@ static void case_attention(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_seq
         n_seqs, max_pages, pqs.g, pctx.g, pbt.g, hints ? n_rows : 0, hints ? max_ctx : 0};
     cpu->ops->attention(cpu, out.c, pq.c, a.c, &l, 1, &bc, heads);
     gpu->ops->attention(gpu, out.g, pq.g, a.g, &l, 1, &bg, heads);
-    snprintf(shape, sizeof shape, "%s %s h %d/%d hd %d rows %d ctx<=%d", pd_kvfmt_name(fmt), what,
-             heads, kvh, hd, n_rows, max_ctx);
-    report("attention", shape, err_f32(&out, qn), 2e-5);
+    /* prefill-shaped batches (>= 16 rows per sequence, bf16 / fp8 KV, hd 64 / 128) run as flash
+     * attention (kernels/attention_flash.h): Q and P are rounded to bf16 on the tensor cores (fp8
+     * KV: K and V too), each a 2^-9 relative rounding that moves an output element by ~2e-3 of
+     * its (row, head) vector's size, so the per-element error (err_f32_vec) gets 3e-2 (about 10
+     * sigma over 10^7 elements) and the l2 error 6e-3; everything else runs in f32: 2e-5 */
+    const bool flash = fmt != PD_KV_F32 && (hd == 64 || hd == 128) && n_rows >= 16 * n_seqs;
+    snprintf(shape, sizeof shape, "%s %s h %d/%d hd %d rows %d ctx<=%d%s", pd_kvfmt_name(fmt), what,
+             heads, kvh, hd, n_rows, max_ctx, flash ? " flash" : "");
+    if (flash) { /* every kernel variant (PD_CUDA_FLASH_VARIANT, read at each launch) */
+        for (int v = 0; v < 4; v++) {
+            char vs[8];
+            snprintf(vs, sizeof vs, "%d", v);
+            setenv("PD_CUDA_FLASH_VARIANT", vs, 1);
+            pair_ok(gpu->ops->memset(gpu, out.g, 0xff, out.bytes)); /* poison again */
+            gpu->ops->attention(gpu, out.g, pq.g, a.g, &l, 1, &bg, heads);
+            snprintf(shape, sizeof shape, "%s %s h %d/%d hd %d rows %d ctx<=%d flash v%d",
+                     pd_kvfmt_name(fmt), what, heads, kvh, hd, n_rows, max_ctx, v);
+            report("attention", shape, err_f32_vec(&out, (size_t)n_rows * heads, (size_t)hd), 3e-2);
+            snprintf(shape, sizeof shape, "%s %s h %d/%d hd %d rows %d v%d (l2)", pd_kvfmt_name(fmt),
+                     what, heads, kvh, hd, n_rows, v);
+            report("attention", shape, err_f32_l2(&out, qn), 6e-3);
+        }
+        unsetenv("PD_CUDA_FLASH_VARIANT");
+    } else {
+        report("attention", shape, err_f32(&out, qn), 2e-5);
+    }
     pair_free(&a);
     pair_free(&pq);
     pair_free(&out);
@@ -471,16 +538,24 @@ static void case_moe_experts(pd_wfmt_t fmt, int n, int E, int k, int d, int f)
     cpu->ops->moe_experts(cpu, out.c, px.c, pi.c, pw.c, guc, dc, n, k, d, f);
     gpu->ops->moe_experts(gpu, out.g, px.g, pi.g, pw.g, gug, dg, n, k, d, f);
     snprintf(shape, sizeof shape, "%s n %d experts %d k %d d %d f %d%s", pd_wfmt_name(fmt), n, E,
-             k, d, f, fmt == PD_WFMT_FP8 ? " (l2)" : "");
+             k, d, f, fmt != PD_WFMT_F32 ? " (l2)" : "");
     /* fp8: two W8A8 matmuls in a row; a rounding flip of an activation quantized to fp8 (one
      * ulp, up to 2^-3 relative) shows through the second, so the error is measured in l2. Over
      * 37 tokens x 2 experts a few such flips land in one run (3.5e-3 and 5e-3 were seen on
      * fresh seeds); a wrong kernel gives O(1). */
+    /* bf16 / int4: the GEMMs round x to bf16 (one bf16 GEMM by default), ~1e-3 in l2 over two
+     * chained matmuls; the split mode (gpu_split) keeps BF16 near f32: 1e-5 element-wise */
     if (fmt == PD_WFMT_FP8)
         report("moe_experts", shape, err_f32_l2(&out, (size_t)n * d), 1e-2);
     else
-        report("moe_experts", shape, err_f32(&out, (size_t)n * d),
-               fmt == PD_WFMT_INT4 ? 4e-3 : 1e-5);
+        report("moe_experts", shape, err_f32_l2(&out, (size_t)n * d), 5e-3);
+    if (fmt == PD_WFMT_BF16) {
+        gpu_split->ops->moe_experts(gpu_split, out.g, px.g, pi.g, pw.g, gug, dg, n, k, d, f);
+        pair_ok(gpu_split->ops->sync(gpu_split));
+        snprintf(shape, sizeof shape, "%s n %d experts %d k %d d %d f %d split",
+                 pd_wfmt_name(fmt), n, E, k, d, f);
+        report("moe_experts", shape, err_f32(&out, (size_t)n * d), 1e-5);
+    }
     for (int e = 0; e < E; e++) {
         backend_weight_free(cpu, &guc[e]);
         backend_weight_free(gpu, &gug[e]);
@@ -629,10 +704,16 @@ int main(void)
     const char *seed_env = getenv("PD_TEST_SEED");
     pd_status_t st;
 
+    unsetenv("PD_CUDA_BF16_GEMM"); /* gpu: the defaults (one bf16 GEMM, flash attention) */
+    unsetenv("PD_CUDA_FLASH");
+    unsetenv("PD_CUDA_FLASH_VARIANT");
     if ((st = backend_cuda_create(0, &gpu)) != PD_OK) {
         printf("no CUDA device: GPU tests skipped\n");
         return 77;
     }
+    setenv("PD_CUDA_BF16_GEMM", "split", 1);
+    pair_ok(backend_cuda_create(0, &gpu_split));
+    unsetenv("PD_CUDA_BF16_GEMM");
     pair_ok(backend_cpu_create(0, &cpu));
     rng_state = seed_env ? strtoull(seed_env, NULL, 0) : (uint64_t)time(NULL) * 2654435761u;
     if (!rng_state)
@@ -675,6 +756,14 @@ int main(void)
             case_matmul(fmts[f], 64, 4096, 14336, "8B down");
         case_matmul(fmts[f], 3, 200, 384, "odd N");
     }
+    /* the accuracy mode (hi + lo split) on the GEMM shapes */
+    case_matmul_on(PD_WFMT_BF16, 37, 2048, 512, "fixture gate_up", true);
+    case_matmul_on(PD_WFMT_BF16, 200, 2048, 512, "fixture lm_head", true);
+    case_matmul_on(PD_WFMT_INT4, 37, 2048, 512, "fixture gate_up", true);
+    if (!small_only)
+        case_matmul_on(PD_WFMT_BF16, 64, 4096, 14336, "8B down", true);
+    if (!small_only)
+        case_matmul(PD_WFMT_FP8, 512, 14336, 4096, "8B gate");
     if (!small_only)
         case_matmul(PD_WFMT_FP8, 1, 28672, 4096, "8B gate_up");
     if (!small_only)
@@ -707,6 +796,21 @@ int main(void)
         const int qm[] = {3, 1, 200}, cm[] = {50, 700, 200};
         if (!small_only)
             case_attention(kfs[f], 32, 8, 128, 3, qm, cm, true, "8B mixed");
+        /* prefill shapes (flash attention for bf16 / fp8): varlen batches whose rows sit at the
+         * end of longer contexts (chunked prefill, prefix hits), partial 64-row tiles, one
+         * decode row inside a prefill batch, GQA groups 1, 2, 4 and 8, head_dim 64 */
+        const int vq[] = {100, 37, 256, 64, 1}, vc[] = {100, 500, 256, 1000, 77};
+        case_attention(kfs[f], 4, 2, 128, 5, vq, vc, true, "varlen chunked");
+        case_attention(kfs[f], 4, 2, 64, 5, vq, vc, false, "hd 64 varlen");
+        case_attention(kfs[f], 4, 4, 128, 5, vq, vc, true, "group 1 varlen");
+        const int lq[] = {130}, lc[] = {130};
+        case_attention(kfs[f], 16, 2, 128, 1, lq, lc, true, "group 8 causal");
+        const int bq[] = {1024}, bc[] = {1024};
+        if (!small_only)
+            case_attention(kfs[f], 32, 8, 128, 1, bq, bc, true, "8B causal 1024");
+        const int xq[] = {512, 300, 1, 129}, xc[] = {512, 812, 40, 193};
+        if (!small_only)
+            case_attention(kfs[f], 32, 8, 128, 4, xq, xc, true, "8B varlen");
     }
     case_moe_route(37, 8, 2, true);
     if (!small_only)
@@ -734,6 +838,7 @@ int main(void)
         case_sample(64, 128256, 3.0f, 0.6f, 1000, 0.9f, 0.02);
     }
     printf("%d cases, %d failed\n", n_cases, n_fail);
+    backend_destroy(gpu_split);
     backend_destroy(gpu);
     backend_destroy(cpu);
     return n_fail ? 1 : 0;

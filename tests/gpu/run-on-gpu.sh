@@ -2,19 +2,33 @@
 # run-on-gpu.sh [STEP...]: the whole GPU round on the device machine, from the repository root
 # with the carried folder .gpu/ (bin/: pdctl router prefill-node decode-node test_gpu_kernels
 # gpu_bench; lib/, ucx/ from
-# collect-libs.sh; this script, check_reference.py, torch_decode_baseline.py). Logs go to $OUT.
-# Steps (default all): kernels memcheck greedy ppl cluster bench baseline. BENCH="ops decode" limits
-# the benchmark (default all).
+# collect-libs.sh; this script, check_reference.py, check_cluster.py, torch_decode_baseline.py,
+# torch_prefill_baseline.py). Logs go to $OUT.
+# Steps (default all but ncu): kernels memcheck greedy ppl cluster bench baseline
+# baseline-prefill; ncu (Nsight Compute on the flash attention kernel and the FP8 GEMM, from
+# `gpu_bench flash`; NCU_FLASH_SKIP=N profiles the flash launch after N others) on request.
+# BENCH="ops decode" limits the benchmark (default all). DEADLINE=S: no step starts after S
+# seconds and each step's timeout is cut to what is left (default: none). Every step runs under
+# its timeout; the script exits 1 when any step failed or was skipped for the deadline.
 set -uo pipefail
 G=${G:-$PWD/.gpu}
 OUT=${OUT:-/tmp/pdserve-gpu}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH=$G/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export UCX_MODULE_DIR=$G/ucx PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
-steps=${*:-kernels memcheck greedy ppl cluster bench baseline}
+steps=${*:-kernels memcheck greedy ppl cluster bench baseline baseline-prefill}
 rc=0
 step() { # name timeout cmd...
     local name=$1 t=$2; shift 2
+    if [ -n "${DEADLINE:-}" ]; then
+        local left=$((DEADLINE - SECONDS))
+        if [ $left -le 10 ]; then
+            echo "=== $name: skipped (deadline)" | tee -a "$OUT/summary.log"
+            rc=1
+            return
+        fi
+        [ "$t" -lt $left ] || t=$left
+    fi
     echo "=== $name: $*" | tee -a "$OUT/summary.log"
     local t0=$SECONDS
     timeout "$t" "$@" 2>&1 | tee "$OUT/$name.log"
@@ -35,6 +49,13 @@ for s in $steps; do
     cluster) step cluster 400 python3 "$G/check_cluster.py" "$G/bin" --models deploy/models ;;
     bench) step bench 400 "$G/bin/gpu_bench" ${BENCH:-all} ;;
     baseline) step baseline 300 python3 "$G/torch_decode_baseline.py" ;;
+    baseline-prefill) step baseline-prefill 200 python3 "$G/torch_prefill_baseline.py" ;;
+    ncu) step ncu 240 bash -c 'for ks in "flash__kernel ${1:-2}" "nvjet|gemm|xmma 2"; do
+            set -- $ks
+            ncu --clock-control none --kernel-name "regex:$1" --launch-skip "$2" --launch-count 1 \
+                --section SpeedOfLight --section Occupancy --section LaunchStats \
+                --section WarpStateStats --section MemoryWorkloadAnalysis \
+                "$0/bin/gpu_bench" flash || exit 1; done' "$G" "${NCU_FLASH_SKIP:-2}" ;;
     *) echo "unknown step $s"; rc=2 ;;
     esac
 done

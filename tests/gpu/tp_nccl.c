@@ -164,6 +164,8 @@ int main(int argc, char **argv)
         return 77;
     }
     const char *models = argc > 1 ? argv[1] : "deploy/models";
+    /* BF16 weights against float32 transformers: the CUDA backend's near-f32 GEMM mode */
+    setenv("PD_CUDA_BF16_GEMM", "split", 0);
     int size = n >= 2 ? 2 : 1, rc = 0;
     rc |= run_model(models, "tiny-llama", size);
     rc |= run_model(models, "tiny-moe", size);

@@ -1,0 +1,563 @@
+/* attention_flash: paged causal flash attention with mma.sync bf16 (see attention_flash.h). */
+#include <cuda_bf16.h>
+#include <stdlib.h>
+
+#include "attention_flash.h"
+#include "kutil.cuh"
+
+#define FLASH__WARPS 4
+#define FLASH__THREADS (32 * FLASH__WARPS)
+
+/* ==== device helpers ==== */
+
+static __device__ __forceinline__ uint32_t flash__smem_addr(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* 16 bytes global -> shared, asynchronously; src_bytes 0 fills the 16 bytes with zeros. */
+static __device__ __forceinline__ void flash__cp16(uint32_t dst, const void *src, int src_bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes));
+}
+/* 4 bytes global -> shared, asynchronously; src_bytes 0 writes zeros. */
+static __device__ __forceinline__ void flash__cp4(uint32_t dst, const void *src, int src_bytes)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes));
+}
+static __device__ __forceinline__ void flash__cp_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> static __device__ __forceinline__ void flash__cp_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* Four 8x8 b16 matrices from shared memory (lane i gives the address of row i % 8 of matrix
+ * i / 8); r[j] holds matrix j as an mma fragment (row lane / 4, columns 2 (lane % 4) + {0, 1}). */
+static __device__ __forceinline__ void flash__ldm_x4(uint32_t r[4], uint32_t addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+/* As flash__ldm_x4, each matrix transposed. */
+static __device__ __forceinline__ void flash__ldm_x4_t(uint32_t r[4], uint32_t addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+/* c (16x8 f32) += a (16x16 bf16, row) b (16x8 bf16, col) */
+static __device__ __forceinline__ void flash__mma(float c[4], const uint32_t a[4], uint32_t b0,
+                                                  uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* 2^x (MUFU; 2^-inf = 0) */
+static __device__ __forceinline__ float flash__ex2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* two f32 -> packed bf16x2 (round to nearest even), x in the low half */
+static __device__ __forceinline__ uint32_t flash__pack(float x, float y)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
+    return *(uint32_t *)&v;
+}
+
+/* Element offset of the 8-element chunk ch of row r in a tile of rows of D bf16: chunks are
+ * XOR-swizzled by the row's low 3 bits, so the 8 rows an ldmatrix reads hit distinct banks. */
+template <int D> static __device__ __forceinline__ int flash__off(int r, int ch)
+{
+    return r * D + ((ch ^ (r & 7)) << 3);
+}
+
+/* The shapes of one kernel variant: BN keys per K/V tile; QREG: this warp's Q fragments stay in
+ * registers for the whole block (else they are read from shared memory for every tile: fewer
+ * registers); MINB: blocks per SM the registers are budgeted for (__launch_bounds__); RG: groups
+ * of 16 query rows per warp (each K/V fragment feeds RG MMAs), BM = 16 RG FLASH__WARPS query rows
+ * per block. */
+template <int D_, int FMT_, int BN_, bool QREG_, int MINB_, int RG_ = 1> struct flash__cfg {
+    static constexpr int D = D_, FMT = FMT_, BN = BN_, MINB = MINB_, RG = RG_;
+    static constexpr int BM = 16 * RG * FLASH__WARPS;
+    static constexpr bool QREG = QREG_;
+    static constexpr int CH = D / 8;                      /* 16-byte bf16 chunks per row */
+    static constexpr int TILE = BN * D;                   /* bf16 elements of one K or V tile */
+    static constexpr int NBUF = FMT == PD_KV_FP8 ? 1 : 2; /* bf16 K/V tile buffers */
+    /* shared memory: Q (BM, D) bf16, NBUF x K and V (BN, D) bf16; fp8: 2 x raw K and V (BN, D)
+     * fp8 and 2 x their scales (2, BN) f32 */
+    static constexpr size_t SMEM = (size_t)(BM * D + 2 * NBUF * TILE) * 2 +
+                                   (FMT == PD_KV_FP8 ? (size_t)2 * 2 * TILE + 2 * 2 * BN * 4 : 0);
+};
+
+/* Issues the copies of the K/V tile of keys [t0, t0 + BN) (positions in the sequence) of kv head
+ * kvh: bf16 pages straight into ks, vs (BN, D) bf16 swizzled; fp8 pages into rk, rv (BN, D) fp8
+ * and rsc (2, BN) f32 scales (K then V), unswizzled. Keys >= n_keys become zeros. The caller
+ * commits and waits. */
+template <class C>
+static __device__ __forceinline__ void
+flash__load_kv(__nv_bfloat16 *ks, __nv_bfloat16 *vs, uint8_t *rk, uint8_t *rv, float *rsc,
+               const uint8_t *arena, const kv_layout_t &l, size_t koff, size_t voff, size_t ksoff,
+               size_t vsoff, const int32_t *bt, int kvh, int t0, int n_keys)
+{
+    constexpr int D = C::D, BN = C::BN;
+    const int tid = threadIdx.x, P = l.page_tokens, KVH = l.n_kv_heads;
+    if constexpr (C::FMT == PD_KV_BF16) {
+        constexpr int CH = D / 8, PER = BN * CH / FLASH__THREADS;
+#pragma unroll
+        for (int i = 0; i < PER; i++) {
+            const int idx = tid + i * FLASH__THREADS, r = idx / CH, ch = idx % CH, t = t0 + r;
+            const bool valid = t < n_keys;
+            const int tt = valid ? t : 0;
+            const uint8_t *page = arena + (size_t)bt[tt / P] * l.page_bytes;
+            const size_t e = ((size_t)(tt % P) * KVH + kvh) * D + (size_t)ch * 8; /* element */
+            const int so = flash__off<D>(r, ch);
+            flash__cp16(flash__smem_addr(ks + so), valid ? page + koff + e * 2 : arena,
+                        valid ? 16 : 0);
+            flash__cp16(flash__smem_addr(vs + so), valid ? page + voff + e * 2 : arena,
+                        valid ? 16 : 0);
+        }
+    } else {
+        constexpr int CB = D / 16, PER = BN * CB / FLASH__THREADS; /* 16-byte fp8 chunks */
+#pragma unroll
+        for (int i = 0; i < PER; i++) {
+            const int idx = tid + i * FLASH__THREADS, r = idx / CB, cb = idx % CB, t = t0 + r;
+            const bool valid = t < n_keys;
+            const int tt = valid ? t : 0;
+            const uint8_t *page = arena + (size_t)bt[tt / P] * l.page_bytes;
+            const size_t e = ((size_t)(tt % P) * KVH + kvh) * D + (size_t)cb * 16;
+            flash__cp16(flash__smem_addr(rk + r * D + cb * 16), valid ? page + koff + e : arena,
+                        valid ? 16 : 0);
+            flash__cp16(flash__smem_addr(rv + r * D + cb * 16), valid ? page + voff + e : arena,
+                        valid ? 16 : 0);
+        }
+        for (int idx = tid; idx < 2 * BN; idx += FLASH__THREADS) {
+            const int side = idx / BN, r = idx % BN, t = t0 + r;
+            const bool valid = t < n_keys;
+            const int tt = valid ? t : 0;
+            const uint8_t *page = arena + (size_t)bt[tt / P] * l.page_bytes;
+            const size_t so = (side ? vsoff : ksoff) + ((size_t)(tt % P) * KVH + kvh) * 4;
+            flash__cp4(flash__smem_addr(rsc + idx), valid ? page + so : arena, valid ? 4 : 0);
+        }
+    }
+}
+
+/* fp8: ks, vs (BN, D) bf16 swizzled = the staged raw tile rk, rv (BN, D) fp8 times its scales
+ * rsc (2, BN) f32, rounded to bf16. */
+template <class C>
+static __device__ __forceinline__ void flash__convert(__nv_bfloat16 *ks, __nv_bfloat16 *vs,
+                                                      const uint8_t *rk, const uint8_t *rv,
+                                                      const float *rsc)
+{
+    constexpr int D = C::D, BN = C::BN, CH = D / 8, PER = BN * CH / FLASH__THREADS;
+#pragma unroll
+    for (int i = 0; i < PER; i++) {
+        const int idx = threadIdx.x + i * FLASH__THREADS, r = idx / CH, ch = idx % CH;
+        const uint2 kb = *(const uint2 *)(rk + r * D + ch * 8);
+        const uint2 vb = *(const uint2 *)(rv + r * D + ch * 8);
+        const float ksc = rsc[r], vsc = rsc[BN + r];
+        uint4 kw, vw;
+        uint32_t *kp = &kw.x, *vp = &vw.x;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const uint32_t kx = j < 2 ? kb.x : kb.y, vx = j < 2 ? vb.x : vb.y;
+            const int sh = (j & 1) * 16;
+            kp[j] = flash__pack(kutil_fp8_to_f32((uint8_t)(kx >> sh)) * ksc,
+                                kutil_fp8_to_f32((uint8_t)(kx >> (sh + 8))) * ksc);
+            vp[j] = flash__pack(kutil_fp8_to_f32((uint8_t)(vx >> sh)) * vsc,
+                                kutil_fp8_to_f32((uint8_t)(vx >> (sh + 8))) * vsc);
+        }
+        const int so = flash__off<D>(r, ch);
+        *(uint4 *)(ks + so) = kw;
+        *(uint4 *)(vs + so) = vw;
+    }
+}
+
+/* ==== kernel ==== */
+
+/* grid (n_heads, n_tiles) with n_tiles >= sum over sequences of ceil(q_len / BM), block
+ * FLASH__THREADS, dynamic shared memory C::SMEM.
+ * out (n_rows, n_heads, D) f32; q (n_rows, n_heads, D) f32; arena pages (layout l, bf16 or fp8);
+ * q_start (n_seqs + 1), ctx_len (n_seqs), block_tables (n_seqs, max_pages) int32.
+ * Block (h, y): query head h; the y-th tile in the order of the sequences, each sequence's tiles
+ * last first (the causal tiles with the most keys start first). */
+template <class C>
+static __global__ void __launch_bounds__(FLASH__THREADS, C::MINB)
+    flash__kernel(float *out, const float *q, const uint8_t *arena, kv_layout_t l, int layer,
+                  const int32_t *q_start, const int32_t *ctx_len, const int32_t *block_tables,
+                  int n_seqs, int max_pages, int n_heads)
+{
+    constexpr int D = C::D, BN = C::BN, BM = C::BM, RG = C::RG;
+    constexpr int CH = D / 8, KS = D / 16, NT = BN / 8, DT = D / 8;
+    constexpr int TILE = C::TILE;
+    constexpr bool FP8 = C::FMT == PD_KV_FP8;
+    extern __shared__ __align__(128) unsigned char flash__smem[];
+    __nv_bfloat16 *qs = (__nv_bfloat16 *)flash__smem;
+    __nv_bfloat16 *kbuf = qs + BM * D, *vbuf = kbuf + C::NBUF * TILE;
+    uint8_t *rkbuf = (uint8_t *)(vbuf + C::NBUF * TILE), *rvbuf = rkbuf + 2 * TILE;
+    float *rsbuf = (float *)(rvbuf + 2 * TILE); /* fp8 only: (2 buffers, 2 sides, BN) */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tid = threadIdx.x;
+    const int h = blockIdx.x, H = n_heads, kvh = h / (n_heads / l.n_kv_heads);
+    const unsigned full = 0xffffffffu;
+
+    /* ---- which sequence and tile: a warp-wide scan of the tile counts ---- */
+    const int target = blockIdx.y;
+    int s = -1, j = 0, base = 0;
+    for (int s0 = 0; s0 < n_seqs; s0 += 32) {
+        const int si = s0 + lane;
+        const int cnt = si < n_seqs ? (q_start[si + 1] - q_start[si] + BM - 1) / BM : 0;
+        int inc = cnt;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int v = __shfl_up_sync(full, inc, o);
+            if (lane >= o)
+                inc += v;
+        }
+        const int tot = __shfl_sync(full, inc, 31);
+        if (target < base + tot) {
+            const int L = __ffs(__ballot_sync(full, base + inc > target)) - 1;
+            const int before = __shfl_sync(full, inc - cnt, L);
+            const int cnt_l = __shfl_sync(full, cnt, L);
+            s = s0 + L;
+            j = cnt_l - 1 - (target - base - before); /* last tile first */
+            break;
+        }
+        base += tot;
+    }
+    if (s < 0)
+        return; /* the grid's spare tiles (uniform over the block) */
+
+    const int q_len = q_start[s + 1] - q_start[s], row0 = q_start[s] + j * BM;
+    const int qn = min(BM, q_len - j * BM);       /* valid rows of this tile */
+    const int pos0 = ctx_len[s] - q_len + j * BM; /* position of the tile's row 0 */
+    const int n_keys = pos0 + qn;                 /* keys the last valid row sees */
+    const int n_kt = (n_keys + BN - 1) / BN;
+    const int32_t *bt = block_tables + (size_t)s * max_pages;
+    const size_t koff = kutil_kv_data_off(l, layer, 0), voff = kutil_kv_data_off(l, layer, 1);
+    const size_t ksoff = kutil_kv_scale_off(l, layer, 0), vsoff = kutil_kv_scale_off(l, layer, 1);
+
+    /* ---- first K/V tile in flight, then Q (f32 -> bf16, rows >= qn zero) ---- */
+    flash__load_kv<C>(kbuf, vbuf, rkbuf, rvbuf, rsbuf, arena, l, koff, voff, ksoff, vsoff, bt, kvh,
+                      0, n_keys);
+    flash__cp_commit();
+#pragma unroll
+    for (int i = 0; i < BM * CH / FLASH__THREADS; i++) {
+        const int idx = tid + i * FLASH__THREADS, r = idx / CH, ch = idx % CH;
+        uint4 w = make_uint4(0, 0, 0, 0);
+        if (r < qn) {
+            const float4 *src = (const float4 *)(q + ((size_t)(row0 + r) * H + h) * D + ch * 8);
+            const float4 a = src[0], b = src[1];
+            w = make_uint4(flash__pack(a.x, a.y), flash__pack(a.z, a.w), flash__pack(b.x, b.y),
+                           flash__pack(b.z, b.w));
+        }
+        *(uint4 *)(qs + flash__off<D>(r, ch)) = w;
+    }
+    __syncthreads();
+    /* row group rg of this warp: block rows (warp * RG + rg) * 16 + [0, 16) */
+    /* this warp's rows of Q as A fragments, one per (row group, 16 dims) (kept when QREG) */
+    uint32_t qf[C::QREG ? RG : 1][C::QREG ? KS : 1][4];
+    if constexpr (C::QREG) {
+#pragma unroll
+        for (int rg = 0; rg < RG; rg++)
+#pragma unroll
+            for (int kk = 0; kk < KS; kk++) {
+                const int r = (warp * RG + rg) * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                          ch = kk * 2 + (lane >> 4);
+                flash__ldm_x4(qf[rg][kk], flash__smem_addr(qs + flash__off<D>(r, ch)));
+            }
+    }
+
+    /* this thread's rows: g and g + 8 of each of the warp's row groups (fragment rows) */
+    const int g = lane >> 2, t4 = lane & 3;
+    int pos[RG][2];
+#pragma unroll
+    for (int rg = 0; rg < RG; rg++)
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int r = (warp * RG + rg) * 16 + g + i * 8;
+            pos[rg][i] = pos0 + min(r, qn - 1); /* padding rows repeat the last valid row */
+        }
+    const float sc = 1.4426950408889634f / sqrtf((float)D); /* log2(e) / sqrt(D) */
+    /* m: running row maxima of the raw scores q.k; lsum: this thread's part of the row sums */
+    float o[RG][DT][4], m[RG][2], lsum[RG][2];
+#pragma unroll
+    for (int rg = 0; rg < RG; rg++) {
+        m[rg][0] = m[rg][1] = -INFINITY;
+        lsum[rg][0] = lsum[rg][1] = 0.0f;
+#pragma unroll
+        for (int d = 0; d < DT; d++)
+            o[rg][d][0] = o[rg][d][1] = o[rg][d][2] = o[rg][d][3] = 0.0f;
+    }
+
+    for (int kt = 0; kt < n_kt; kt++) {
+        const int buf = kt & 1, nb = buf ^ 1;
+        if (kt + 1 < n_kt) {
+            if constexpr (FP8)
+                flash__load_kv<C>(kbuf, vbuf, rkbuf + nb * TILE, rvbuf + nb * TILE,
+                                  rsbuf + nb * 2 * BN, arena, l, koff, voff, ksoff, vsoff, bt, kvh,
+                                  (kt + 1) * BN, n_keys);
+            else
+                flash__load_kv<C>(kbuf + nb * TILE, vbuf + nb * TILE, rkbuf, rvbuf, rsbuf, arena, l,
+                                  koff, voff, ksoff, vsoff, bt, kvh, (kt + 1) * BN, n_keys);
+            flash__cp_commit();
+            flash__cp_wait<1>();
+        } else {
+            flash__cp_wait<0>();
+        }
+        __syncthreads();
+        const __nv_bfloat16 *ks = kbuf + (FP8 ? 0 : buf * TILE),
+                            *vs = vbuf + (FP8 ? 0 : buf * TILE);
+        if constexpr (FP8) {
+            flash__convert<C>(kbuf, vbuf, rkbuf + buf * TILE, rvbuf + buf * TILE,
+                              rsbuf + buf * 2 * BN);
+            __syncthreads();
+        }
+
+        /* S (16 RG rows x BN keys) = Q K^T, raw (unscaled) */
+        float sacc[RG][NT][4];
+#pragma unroll
+        for (int rg = 0; rg < RG; rg++)
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+                sacc[rg][n][0] = sacc[rg][n][1] = sacc[rg][n][2] = sacc[rg][n][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++) {
+            uint32_t qa[RG][4];
+#pragma unroll
+            for (int rg = 0; rg < RG; rg++) {
+                if constexpr (C::QREG) {
+                    qa[rg][0] = qf[rg][kk][0], qa[rg][1] = qf[rg][kk][1];
+                    qa[rg][2] = qf[rg][kk][2], qa[rg][3] = qf[rg][kk][3];
+                } else {
+                    const int r = (warp * RG + rg) * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                              ch = kk * 2 + (lane >> 4);
+                    flash__ldm_x4(qa[rg], flash__smem_addr(qs + flash__off<D>(r, ch)));
+                }
+            }
+#pragma unroll
+            for (int np = 0; np < NT / 2; np++) {
+                uint32_t b[4];
+                const int r = np * 16 + (lane & 7) + (lane >> 4) * 8,
+                          ch = kk * 2 + ((lane >> 3) & 1);
+                flash__ldm_x4(b, flash__smem_addr(ks + flash__off<D>(r, ch)));
+#pragma unroll
+                for (int rg = 0; rg < RG; rg++) {
+                    flash__mma(sacc[rg][2 * np], qa[rg], b[0], b[1]);
+                    flash__mma(sacc[rg][2 * np + 1], qa[rg], b[2], b[3]);
+                }
+            }
+        }
+
+        /* causal mask, online softmax (rows g, g + 8 of each group; a row's BN keys live in 4
+         * lanes): p = 2^(s sc - m sc), one FFMA and one MUFU per score */
+        const int key0 = kt * BN;
+        uint32_t pa[RG][BN / 16][4]; /* P as A fragments, one per (row group, 16 keys) */
+#pragma unroll
+        for (int rg = 0; rg < RG; rg++) {
+            float mx[2] = {-INFINITY, -INFINITY};
+            if (key0 + BN - 1 > pos0) { /* a tile on the diagonal (or past n_keys) */
+#pragma unroll
+                for (int n = 0; n < NT; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        if (key0 + n * 8 + 2 * t4 + (e & 1) > pos[rg][e >> 1])
+                            sacc[rg][n][e] = -INFINITY;
+            }
+#pragma unroll
+            for (int n = 0; n < NT; n++) {
+                mx[0] = fmaxf(mx[0], fmaxf(sacc[rg][n][0], sacc[rg][n][1]));
+                mx[1] = fmaxf(mx[1], fmaxf(sacc[rg][n][2], sacc[rg][n][3]));
+            }
+            float corr[2], msc[2], rs[2] = {0.0f, 0.0f};
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                mx[i] = fmaxf(mx[i], __shfl_xor_sync(full, mx[i], 1));
+                mx[i] = fmaxf(mx[i], __shfl_xor_sync(full, mx[i], 2));
+                const float mn = fmaxf(m[rg][i], mx[i]); /* finite: every row sees key 0 */
+                corr[i] = flash__ex2((m[rg][i] - mn) * sc);
+                m[rg][i] = mn;
+                msc[i] = mn * sc;
+            }
+#pragma unroll
+            for (int n = 0; n < NT; n++) {
+                const float p0 = flash__ex2(fmaf(sacc[rg][n][0], sc, -msc[0]));
+                const float p1 = flash__ex2(fmaf(sacc[rg][n][1], sc, -msc[0]));
+                const float p2 = flash__ex2(fmaf(sacc[rg][n][2], sc, -msc[1]));
+                const float p3 = flash__ex2(fmaf(sacc[rg][n][3], sc, -msc[1]));
+                rs[0] += p0 + p1;
+                rs[1] += p2 + p3;
+                pa[rg][n / 2][(n & 1) * 2] = flash__pack(p0, p1);
+                pa[rg][n / 2][(n & 1) * 2 + 1] = flash__pack(p2, p3);
+            }
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+                lsum[rg][i] = lsum[rg][i] * corr[i] + rs[i];
+#pragma unroll
+            for (int d = 0; d < DT; d++) {
+                o[rg][d][0] *= corr[0];
+                o[rg][d][1] *= corr[0];
+                o[rg][d][2] *= corr[1];
+                o[rg][d][3] *= corr[1];
+            }
+        }
+
+        /* O (16 RG rows x D) += P V */
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) {
+#pragma unroll
+            for (int dp = 0; dp < DT / 2; dp++) {
+                uint32_t b[4];
+                const int r = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                          ch = dp * 2 + (lane >> 4);
+                flash__ldm_x4_t(b, flash__smem_addr(vs + flash__off<D>(r, ch)));
+#pragma unroll
+                for (int rg = 0; rg < RG; rg++) {
+                    flash__mma(o[rg][2 * dp], pa[rg][kk], b[0], b[1]);
+                    flash__mma(o[rg][2 * dp + 1], pa[rg][kk], b[2], b[3]);
+                }
+            }
+        }
+        __syncthreads(); /* the buffers are refilled next iteration */
+    }
+
+    /* ---- normalize and store the valid rows ---- */
+#pragma unroll
+    for (int rg = 0; rg < RG; rg++)
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            float l2 = lsum[rg][i];
+            l2 += __shfl_xor_sync(full, l2, 1);
+            l2 += __shfl_xor_sync(full, l2, 2);
+            const int r = (warp * RG + rg) * 16 + g + i * 8;
+            if (r >= qn)
+                continue;
+            const float inv = 1.0f / l2;
+            float *dst = out + ((size_t)(row0 + r) * H + h) * D + 2 * t4;
+#pragma unroll
+            for (int d = 0; d < DT; d++)
+                *(float2 *)(dst + d * 8) =
+                    make_float2(o[rg][d][2 * i] * inv, o[rg][d][2 * i + 1] * inv);
+        }
+}
+
+/* ==== launcher ==== */
+
+extern "C" bool attention_flash_supports(const kv_layout_t *l, int n_heads)
+{
+    return (l->fmt == PD_KV_BF16 || l->fmt == PD_KV_FP8) &&
+           (l->head_dim == 64 || l->head_dim == 128) && l->n_kv_heads > 0 && n_heads > 0 &&
+           n_heads % l->n_kv_heads == 0;
+}
+
+template <class C>
+static pd_status_t flash__launch(float *out, const float *q, const void *arena,
+                                 const kv_layout_t *l, int layer, const pd_attn_batch_t *b,
+                                 int n_rows, int n_heads, cudaStream_t stream)
+{
+    /* the attribute is per device: set it once per (variant, device); a race between two
+     * threads sets it twice, which is harmless */
+    static unsigned attr_set;
+    int dev = 0;
+    pd_status_t st = kutil_status(cudaGetDevice(&dev), "attention_flash device");
+    if (st != PD_OK)
+        return st;
+    if (dev >= 32 || !(attr_set & (1u << dev))) {
+        st = kutil_status(cudaFuncSetAttribute(flash__kernel<C>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               (int)C::SMEM),
+                          "attention_flash smem");
+        if (st != PD_OK)
+            return st;
+        if (dev < 32)
+            attr_set |= 1u << dev;
+    }
+    /* an upper bound of the tiles: every sequence adds at most one partial tile */
+    const long tiles = (long)n_rows / C::BM + b->n_seqs;
+    KUTIL_REQUIRE(tiles <= 65535, "attention_flash");
+    flash__kernel<C><<<dim3((unsigned)n_heads, (unsigned)tiles), FLASH__THREADS, C::SMEM, stream>>>(
+        out, q, (const uint8_t *)arena, *l, layer, b->q_start, b->ctx_len, b->block_tables,
+        b->n_seqs, b->max_pages, n_heads);
+    return KUTIL_LAUNCHED("attention_flash");
+}
+
+/* The variants (PD_CUDA_FLASH_VARIANT=0..3; when unset, flash__pick chooses 3 or 0):
+ *   0: 64 query rows, 64-key tiles, Q in registers, 2 blocks per SM;
+ *   1: 64 query rows, 32-key tiles, Q in registers, 3 blocks per SM;
+ *   2: 64 query rows, 32-key tiles, Q read from shared memory per tile, 4 blocks per SM;
+ *   3: 128 query rows (two row groups per warp share each K/V fragment), 32-key tiles, Q read
+ *      from shared memory per tile, 2 blocks per SM. */
+
+/* Measured on one H200 (docs/performance.md, 2026-12-01), one layer of Llama-3-8B: variant 3 is
+ * the fastest where its 128-row blocks fill the GPU (8192 causal: 2.19 ms vs 2.72 ms for 0), but
+ * a 512-row chunk has only 4 x 32 such blocks for 132 SMs and runs best as variant 0 (345 us vs
+ * 384 us). So: 3 when the batch gives at least two waves of 128-row blocks (2 per SM), else 0. */
+static int flash__pick(int n_rows, int n_heads)
+{
+    static int n_sm[32];
+    int dev = 0, sms = 132;
+    if (cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < 32) {
+        if (!n_sm[dev] &&
+            cudaDeviceGetAttribute(&n_sm[dev], cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+            n_sm[dev] = 0;
+        if (n_sm[dev] > 0)
+            sms = n_sm[dev];
+    }
+    return (long)(n_rows / 128) * n_heads >= 4L * sms ? 3 : 0;
+}
+
+template <int D, int FMT>
+static pd_status_t flash__variant(int v, float *out, const float *q, const void *arena,
+                                  const kv_layout_t *l, int layer, const pd_attn_batch_t *b,
+                                  int n_rows, int n_heads, cudaStream_t stream)
+{
+    switch (v) {
+    case 1:
+        return flash__launch<flash__cfg<D, FMT, 32, true, 3>>(out, q, arena, l, layer, b, n_rows,
+                                                              n_heads, stream);
+    case 2:
+        return flash__launch<flash__cfg<D, FMT, 32, false, 4>>(out, q, arena, l, layer, b, n_rows,
+                                                               n_heads, stream);
+    case 3:
+        return flash__launch<flash__cfg<D, FMT, 32, false, 2, 2>>(out, q, arena, l, layer, b,
+                                                                  n_rows, n_heads, stream);
+    default:
+        return flash__launch<flash__cfg<D, FMT, 64, true, 2>>(out, q, arena, l, layer, b, n_rows,
+                                                              n_heads, stream);
+    }
+}
+
+extern "C" pd_status_t attention_flash_run(float *out, const float *q, const void *arena,
+                                           const kv_layout_t *l, int layer,
+                                           const pd_attn_batch_t *batch, int n_rows, int n_heads,
+                                           cudaStream_t stream)
+{
+    KUTIL_REQUIRE(attention_flash_supports(l, n_heads), "attention_flash");
+    KUTIL_REQUIRE(n_rows >= 0 && batch->n_seqs > 0 && layer >= 0 && layer < l->n_layers,
+                  "attention_flash");
+    if (n_rows == 0)
+        return PD_OK;
+    const char *env = getenv("PD_CUDA_FLASH_VARIANT");
+    const int v = env ? atoi(env) : flash__pick(n_rows, n_heads);
+    const bool fp8 = l->fmt == PD_KV_FP8;
+    if (l->head_dim == 128)
+        return fp8 ? flash__variant<128, PD_KV_FP8>(v, out, q, arena, l, layer, batch, n_rows,
+                                                    n_heads, stream)
+                   : flash__variant<128, PD_KV_BF16>(v, out, q, arena, l, layer, batch, n_rows,
+                                                     n_heads, stream);
+    return fp8 ? flash__variant<64, PD_KV_FP8>(v, out, q, arena, l, layer, batch, n_rows, n_heads,
+                                               stream)
+               : flash__variant<64, PD_KV_BF16>(v, out, q, arena, l, layer, batch, n_rows, n_heads,
+                                                stream);
+}
