@@ -27,8 +27,8 @@ def greedy(a):
     # GEMMs on the hi + lo split of the activations; the default is one bf16 GEMM)
     os.environ.setdefault("PD_CUDA_BF16_GEMM", "split")
     bad = 0
-    print(f"| model | kv | cases | exact ids | max logit diff |")
-    print(f"|---|---|---|---|---|")
+    print(f"| model | kv | cases | exact ids | max logit diff | result |")
+    print(f"|---|---|---|---|---|---|")
     for m in sorted(os.listdir(a.models)):
         ref_path = os.path.join(a.models, m, "reference.json")
         if not os.path.exists(ref_path):
@@ -51,8 +51,14 @@ def greedy(a):
                 if not same:
                     print(f"  {m} kv {kv}: case {c['prompt'][:30]!r} differs", file=sys.stderr)
             n = len(ref["cases"])
-            bad += exact != n
-            print(f"| {m} | {kv} | {n} | {exact} | {worst:.2e} |", flush=True)
+            # the CPU engine's gates (tests/unit/engine/engine_golden.c): f32 KV gives every id and
+            # logits within 2e-3; bf16 KV rounds K/V: one sequence of n may part after a near tie
+            # (tiny-moe "Whitespace and tabs", token 38, on both backends), logits within 3e-2
+            tol, need = (2e-3, n) if kv == "f32" else (3e-2, n - 1)
+            ok = exact >= need and worst <= tol
+            bad += not ok
+            print(f"| {m} | {kv} | {n} | {exact} (need {need}) | {worst:.2e} (gate {tol:g}) "
+                  f"| {'ok' if ok else 'FAIL'} |", flush=True)
     return bad
 
 

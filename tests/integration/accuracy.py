@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The accuracy gate (issues 2 and 3). For each fixture named on the command line:
 - `pdctl ppl` with BF16 weights and f32 KV (transformers' own precision) is within 0.01% of
-  reference.json's eval.val_ppl_fp32;
+  reference.json's eval.val_ppl_fp32, and with BF16 KV (the baseline below) within 0.05%;
 - relative to BF16 weights + BF16 KV: FP8 KV <= +0.2%, FP8 weights <= +0.2%, INT4 weights <= +0.5%,
   INT4 weights + FP8 KV <= +0.5%;
 - teacher-forced top-1 agreement with transformers' greedy ids is reported for every variant.
@@ -68,6 +68,12 @@ for name in names:
             rel = (ppl - want) / want * 100
             ok = abs(rel) <= 0.01 and r["targets"] == ref["eval"]["val_tokens"]
             verdict = f"{rel:+.4f}% vs transformers fp32 {want:.4f} (gate 0.01%)"
+        elif base == ppl:
+            # the baseline itself is gated against transformers: BF16 KV rounding moves the
+            # perplexity by a few thousandths of a percent on both fixtures, 0.05% leaves room
+            rel = (ppl - want) / want * 100
+            ok = abs(rel) <= 0.05
+            verdict = f"{rel:+.4f}% vs transformers fp32 {want:.4f} (gate 0.05%)"
         else:
             rel = (ppl - base) / base * 100
             ok = gate is None or rel <= gate
