@@ -88,8 +88,12 @@ def test_decode_kill():
             [lambda i=i: one(i) for i in range(n)])))
         th.start()
         started.wait(60)
-        time.sleep(0.5)
-        act = {d: stats(node(c, d)).active for d in ("decode0", "decode1")}
+        end = time.time() + 30  # until both decode nodes report their running sequences
+        while True:
+            act = {d: stats(node(c, d)).active for d in ("decode0", "decode1")}
+            if sum(act.values()) >= n or time.time() > end:
+                break
+            time.sleep(0.05)
         victim = max(act, key=act.get)
         other = "decode1" if victim == "decode0" else "decode0"
         active = act[victim]

@@ -181,6 +181,23 @@ static void test_host(void **s)
     assert_string_equal(host, "[::1]:9");
 }
 
+/* Waits (up to 10 s) until the file at path contains text: the event, not a fixed sleep. */
+static int wait_for_text(const char *path, const char *text)
+{
+    for (int i = 0; i < 1000; i++) {
+        char buf[4096];
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+        if (f)
+            fclose(f);
+        buf[n] = 0;
+        if (strstr(buf, text))
+            return 1;
+        usleep(10 * 1000);
+    }
+    return 0;
+}
+
 static void test_proc(void **s)
 {
     pdctl_proc_t p[2];
@@ -212,7 +229,9 @@ static void test_proc(void **s)
     pdctl_proc_t reused = p[0];
     reused.start_time++;
     assert_false(pdctl_proc_alive(&reused, NULL));
-    usleep(300 * 1000); /* let the shells write and install the trap */
+    /* the shells have written their lines (the stubborn one after installing its trap) */
+    assert_true(wait_for_text(p[0].log, "line2"));
+    assert_true(wait_for_text(p[1].log, "ready"));
     assert_int_equal(pdctl_proc_stop(p, 2, 300, &killed), PD_OK);
     assert_int_equal(killed, 1);
     assert_false(pdctl_proc_alive(&p[0], NULL));
