@@ -27,9 +27,11 @@
 #include "moe.h"
 #include "sample.h"
 
-/* n at or below which a matmul runs as GEMV (one pass over W) instead of a GEMM */
+/* n at or below which a matmul runs as GEMV (one pass over W) instead of a GEMM; INT4 above
+ * CUDA_GEMV_MAX_N_INT4 and up to MATMUL_INT4_MMA_MAX_N runs on the INT4 tensor-core GEMM
+ * (matmul_int4_mma), above that dequantized to bf16 for cuBLAS (prefill) */
 #define CUDA_GEMV_MAX_N 8
-#define CUDA_GEMV_MAX_N_INT4 16
+#define CUDA_GEMV_MAX_N_INT4 8
 #define CUDA_LT_WS_BYTES ((size_t)32 << 20)
 
 typedef struct {
@@ -39,6 +41,7 @@ typedef struct {
 
 typedef struct {
     int device;
+    int n_sm; /* multiprocessors of the device */
     cudaStream_t stream;
     cublasHandle_t blas;
     cublasLtHandle_t lt;
@@ -226,6 +229,26 @@ static pd_status_t cuda__gemv_chunks(cuda_t *c, float *out, const float *x, cons
     return st;
 }
 
+/* INT4 on the tensor cores: act scratch = xh (n, K) f16, mult (n) f32, partial sums. */
+static pd_status_t cuda__matmul_int4_mma(cuda_t *c, float *out, const float *x,
+                                         const pd_weight_t *w, int n)
+{
+    int warps, splits;
+    pd_status_t st;
+    matmul_int4_mma_plan(n, w->n, w->k, c->n_sm, &warps, &splits);
+    size_t hb = ((size_t)n * (size_t)w->k * 2 + 255) / 256 * 256,
+           mb = ((size_t)n * 4 + 255) / 256 * 256;
+    size_t pf = matmul_int4_mma_part_floats(n, w->n, splits);
+    if ((st = cuda__grow(c, &c->act, hb + mb + pf * 4)) != PD_OK)
+        return st;
+    uint16_t *xh = c->act.p;
+    float *mult = (float *)((uint8_t *)c->act.p + hb),
+          *part = pf ? (float *)((uint8_t *)c->act.p + hb + mb) : NULL;
+    if ((st = matmul_quant_act_f16(xh, mult, x, n, w->k, c->stream)) != PD_OK)
+        return st;
+    return matmul_int4_mma(out, part, xh, mult, w, n, warps, splits, c->stream);
+}
+
 static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_weight_t *w, int n)
 {
     const int64_t N = w->n, K = w->k;
@@ -252,6 +275,8 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
     }
     if (n <= (w->fmt == PD_WFMT_INT4 ? CUDA_GEMV_MAX_N_INT4 : CUDA_GEMV_MAX_N))
         return cuda__gemv_chunks(c, out, x, NULL, w, n);
+    if (w->fmt == PD_WFMT_INT4 && n <= MATMUL_INT4_MMA_MAX_N)
+        return cuda__matmul_int4_mma(c, out, x, w, n);
     if (w->fmt == PD_WFMT_F32)
         return matmul_gemm_f32(c->blas, out, x, w->data, n, N, K, c->stream);
     const uint16_t *wb = w->data;
@@ -680,6 +705,9 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     be->n_threads = 1;
     c->device = device;
     if ((st = cuda__status(cudaSetDevice(device), "set device")) != PD_OK)
+        goto err_destroy;
+    if ((st = cuda__status(cudaDeviceGetAttribute(&c->n_sm, cudaDevAttrMultiProcessorCount, device),
+                           "device attribute")) != PD_OK)
         goto err_destroy;
     if ((st = cuda__status(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking),
                            "stream")) != PD_OK)

@@ -3,6 +3,8 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
+#include <cuda_fp16.h>
+
 #include "kutil.cuh"
 #include "matmul.h"
 
@@ -301,6 +303,281 @@ static __global__ void matmul__int4_to_bf16(uint4 *dst, const uint4 *q, const ui
     }
 }
 
+/* ==== INT4 tensor-core GEMM (n = 1 .. MATMUL_INT4_MMA_MAX_N) ====
+ *
+ * out (n, N) = x (n, K) @ W^T with W INT4 g128 in its plain row-major layout (common/quant.h), on
+ * mma.sync m16n8k16 f16 x f16 -> f32. Weights are the A operand (16 rows of W), tokens the B
+ * operand (8 tokens). The weights are dequantized in registers to w' = (q - z) * (s * 2^4) in
+ * f16: q - z is exact in f16, one rounding for the product. The activations are scaled per token
+ * by a power of two into (-1, 1) and rounded to f16 by matmul_quant_act_f16; the epilogue
+ * multiplies 2^(e - 4) back (exact).
+ *
+ * The K order inside a 16-wide mma step is free (any permutation applied to both operands gives
+ * the same dot product), so it is chosen to make both operands cheap to fetch:
+ *   - lane (gq = lane / 4, tq = lane % 4) loads, for each of its rows, the 16 bytes
+ *     [tq * 16, tq * 16 + 16) of a group's 64-byte run of the row: 4 words u_w (w = 0..3) of 8
+ *     nibbles, physical k = tq * 32 + 8 w + m for nibble m;
+ *   - half2 register H[4 w + j] (j = 0..3) = nibbles (j, j + 4) of u_w: one shift and one lop3;
+ *   - mma step s (0..7) of the group takes A = {H_g[2s], H_g8[2s], H_g[2s+1], H_g8[2s+1]};
+ *   - the activations are stored by matmul_quant_act_f16 so that the matching B words are
+ *     contiguous: inside each 8-column chunk the order is k0 k4 k1 k5 k2 k6 k3 k7 (word j =
+ *     columns (j, j + 4)), and inside each 128-column group the 16 chunks are stored as
+ *     chunk (tq * 4 + w) at position (w * 4 + tq), so that the 4 lanes of a row read 64
+ *     consecutive bytes of shared memory (no bank conflicts with a row pitch of 64 mod 128 bytes).
+ * So lane (gq, tq) reads, for token gq of an n-tile, one 16-byte word quad per two mma steps.
+ */
+
+#define MATMUL__WSHIFT 16.0f /* 2^4: f16 weight pre-scale (range: group scale s <= ~270) */
+#define MATMUL__GPC 4        /* groups (of 128 columns) per shared-memory stage */
+#define MATMUL__RSB (MATMUL__GPC * 256 + 64) /* bytes per token row of a stage (64 mod 128) */
+
+/* grid (n), block 256: xh (n, K) f16 bits in the permuted order above; mult (n) f32 = the
+ * epilogue multiplier 2^(e - 4) of each token (x * 2^-e in (-1, 1)); x (n, K) f32. */
+static __global__ void matmul__quant_act_f16(uint4 *xh, float *mult, const float *x, int64_t K)
+{
+    __shared__ float red[32];
+    const float *xi = x + blockIdx.x * K;
+    float amax = 0.0f;
+    for (int64_t j = threadIdx.x; j < K; j += blockDim.x)
+        amax = fmaxf(amax, fabsf(xi[j]));
+    amax = kutil_block_max(amax, red);
+    int e = 0;
+    if (amax > 0.0f && amax <= 3.0e38f)
+        frexpf(amax, &e);
+    const float inv = ldexpf(1.0f, -e);
+    for (int64_t d = threadIdx.x; d < K / 8; d += blockDim.x) {
+        /* destination chunk d = group G, position p = w * 4 + tq; source chunk tq * 4 + w */
+        const int64_t G = d / 16;
+        const int p = (int)(d % 16), w = p / 4, tq = p % 4;
+        const float4 *src = (const float4 *)(xi + G * 128 + tq * 32 + w * 8);
+        const float4 a = __ldg(src), b = __ldg(src + 1);
+        const float lo[4] = {a.x, a.y, a.z, a.w}, hi[4] = {b.x, b.y, b.z, b.w};
+        uint32_t o[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            o[j] = (uint32_t)__half_as_ushort(__float2half_rn(lo[j] * inv)) |
+                   ((uint32_t)__half_as_ushort(__float2half_rn(hi[j] * inv)) << 16);
+        xh[blockIdx.x * (K / 8) + d] = make_uint4(o[0], o[1], o[2], o[3]);
+    }
+    if (threadIdx.x == 0)
+        mult[blockIdx.x] = ldexpf(1.0f, e) / MATMUL__WSHIFT;
+}
+
+/* One group (128 columns) of a lane's weights: rows (r = m-tile 0/1, h = +0/+8). */
+typedef struct {
+    uint4 q[2][2];    /* 32 nibbles of the row */
+    uint32_t s[2][2]; /* bf16 scale bits */
+    uint32_t z[2][2]; /* zero point */
+} matmul__wgrp_t;
+
+static __device__ __forceinline__ void matmul__wgrp_load(matmul__wgrp_t &g,
+                                                         const uint8_t *(&wrow)[2][2],
+                                                         const uint16_t *(&srow)[2][2],
+                                                         const uint8_t *(&zrow)[2][2], int grp)
+{
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            g.q[r][h] = __ldcs((const uint4 *)(wrow[r][h] + (size_t)grp * 64));
+            g.s[r][h] = __ldg(srow[r][h] + grp);
+            g.z[r][h] = __ldg(zrow[r][h] + grp);
+        }
+}
+
+/* (a - b) * c on f16x2 words: exact difference, one rounding */
+static __device__ __forceinline__ uint32_t matmul__dq(uint32_t a, uint32_t b, uint32_t c)
+{
+    uint32_t d;
+    asm("sub.rn.f16x2 %0, %1, %2;\n\tmul.rn.f16x2 %0, %0, %3;" : "=&r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
+/* d (4) f32 += A (16 x 16 f16, row) * B (16 x 8 f16, col) */
+static __device__ __forceinline__ void matmul__mma(float (&d)[4], uint32_t a0, uint32_t a1,
+                                                   uint32_t a2, uint32_t a3, uint32_t b0,
+                                                   uint32_t b1)
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* One group for a warp: 2 m-tiles x C n-tiles x 8 k-steps of mma. xg: the group's 256 bytes of
+ * token row 0 of the stage (row pitch MATMUL__RSB). */
+template <int C>
+static __device__ __forceinline__ void matmul__int4_group(float (&acc)[2][C][4],
+                                                          const matmul__wgrp_t &g,
+                                                          const uint8_t *xg, int gq, int tq)
+{
+    uint32_t sc[2][2], zz[2][2];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const uint32_t s16 = (uint32_t)__half_as_ushort(
+                __float2half_rn(kutil_bf16_to_f32((uint16_t)g.s[r][h]) * MATMUL__WSHIFT));
+            sc[r][h] = s16 * 0x10001u;
+            zz[r][h] = (0x6400u | g.z[r][h]) * 0x10001u; /* f16 1024 + z, twice */
+        }
+#pragma unroll
+    for (int w = 0; w < 4; w++) { /* word w of each row: mma steps 2w, 2w + 1 */
+        uint32_t a[2][2][4];      /* [r][h][j]: H[4 w + j] */
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const uint4 q4 = g.q[r][h];
+                const uint32_t u = w == 0 ? q4.x : w == 1 ? q4.y : w == 2 ? q4.z : q4.w;
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    a[r][h][j] = matmul__dq(((u >> (4 * j)) & 0x000f000fu) | 0x64006400u, zz[r][h],
+                                            sc[r][h]);
+            }
+#pragma unroll
+        for (int c = 0; c < C; c++) {
+            const uint4 b =
+                *(const uint4 *)(xg + (size_t)(c * 8 + gq) * MATMUL__RSB + (w * 4 + tq) * 16);
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                matmul__mma(acc[r][c], a[r][0][0], a[r][1][0], a[r][0][1], a[r][1][1], b.x, b.y);
+                matmul__mma(acc[r][c], a[r][0][2], a[r][1][2], a[r][0][3], a[r][1][3], b.z, b.w);
+            }
+        }
+    }
+}
+
+static __device__ __forceinline__ void matmul__cp_async16(void *smem, const void *gmem, int bytes)
+{
+    const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
+}
+
+/* grid (ceil(n / (8 C)), ceil(N / (32 W)), S), block 32 W (W warps, W <= 8), dynamic shared
+ * memory 2 * 8 C * MATMUL__RSB bytes.
+ * out: S == 1: (n, N) f32; S > 1: partial sums (S, n, N) f32 for matmul__sum_parts.
+ * xh (n, K / 8) uint4 = f16 activations permuted (matmul__quant_act_f16), mult (n) f32 its
+ * multipliers; wd (N, K/2) int4 pairs, wsc (N, K/128) bf16 scales, wz (N, K/128) uint8 zeros;
+ * gps: groups of 128 columns per split (split z takes groups [z gps, min((z + 1) gps, K/128))).
+ * Warp v of the block takes rows [row0 + 32 v, row0 + 32 v + 32) (two m16 tiles), all 8 C
+ * tokens of the block; the tokens' activations for MATMUL__GPC groups are staged in shared
+ * memory (cp.async, two stages) and shared by the warps; the weights go global -> registers,
+ * two groups ahead. */
+template <int C>
+static __global__ void __launch_bounds__(256, 1)
+    matmul__int4_mma(float *out, const uint4 *xh, const float *mult, const uint8_t *wd,
+                     const uint16_t *wsc, const uint8_t *wz, int n, int64_t N, int64_t K, int gps)
+{
+    extern __shared__ __align__(16) uint8_t matmul__xsm[]; /* [2][8 C][MATMUL__RSB] */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
+    const int ng = (int)(K / 128);
+    const int t0 = blockIdx.x * 8 * C;
+    const int64_t row0 = (int64_t)blockIdx.y * blockDim.x + warp * 32;
+    const int gb = blockIdx.z * gps, ge = min(ng, gb + gps);
+    const int nchunk = (ge - gb + MATMUL__GPC - 1) / MATMUL__GPC;
+    constexpr int STAGE = 8 * C * MATMUL__RSB;
+
+    const uint8_t *wrow[2][2];
+    const uint16_t *srow[2][2];
+    const uint8_t *zrow[2][2];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            int64_t row = row0 + 16 * r + 8 * h + gq;
+            row = row < N ? row : N - 1; /* rows past N compute a copy, never stored */
+            wrow[r][h] = wd + row * (K / 2) + tq * 16;
+            srow[r][h] = wsc + row * ng;
+            zrow[r][h] = wz + row * ng;
+        }
+    float acc[2][C][4];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int c = 0; c < C; c++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                acc[r][c][i] = 0.0f;
+
+    /* stage a chunk of groups [gb + ch * GPC, +GPC) of the block's tokens */
+    auto stage = [&](int ch) {
+        uint8_t *dst = matmul__xsm + (ch & 1) * STAGE;
+        const int g0 = gb + ch * MATMUL__GPC, gn = min(MATMUL__GPC, ge - g0);
+        const int per_row = gn * 16; /* 16-byte pieces */
+        for (int i = threadIdx.x; i < 8 * C * per_row; i += blockDim.x) {
+            const int row = i / per_row, col = i % per_row, t = t0 + row;
+            const uint4 *src = t < n ? xh + (size_t)t * (K / 8) + (size_t)g0 * 16 + col : xh;
+            matmul__cp_async16(dst + row * MATMUL__RSB + col * 16, src, t < n ? 16 : 0);
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
+    };
+
+    matmul__wgrp_t ring0, ring1;
+    matmul__wgrp_load(ring0, wrow, srow, zrow, gb);
+    if (gb + 1 < ge)
+        matmul__wgrp_load(ring1, wrow, srow, zrow, gb + 1);
+    stage(0);
+    for (int ch = 0; ch < nchunk; ch++) {
+        if (ch + 1 < nchunk)
+            stage(ch + 1);
+        else
+            asm volatile("cp.async.commit_group;\n" ::);
+        asm volatile("cp.async.wait_group 1;\n" ::);
+        __syncthreads();
+        const uint8_t *xs = matmul__xsm + (ch & 1) * STAGE;
+        const int g0 = gb + ch * MATMUL__GPC;
+#pragma unroll
+        for (int gl = 0; gl < MATMUL__GPC; gl += 2) {
+            const int g = g0 + gl;
+            if (g < ge) {
+                const matmul__wgrp_t cur = ring0;
+                if (g + 2 < ge)
+                    matmul__wgrp_load(ring0, wrow, srow, zrow, g + 2);
+                matmul__int4_group<C>(acc, cur, xs + gl * 256, gq, tq);
+            }
+            if (g + 1 < ge) {
+                const matmul__wgrp_t cur = ring1;
+                if (g + 3 < ge)
+                    matmul__wgrp_load(ring1, wrow, srow, zrow, g + 3);
+                matmul__int4_group<C>(acc, cur, xs + (gl + 1) * 256, gq, tq);
+            }
+        }
+        __syncthreads();
+    }
+
+    float *o = out + (size_t)blockIdx.z * n * N;
+#pragma unroll
+    for (int c = 0; c < C; c++)
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int t = t0 + c * 8 + 2 * tq + i;
+            if (t >= n)
+                continue;
+            const float m = mult[t];
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int64_t row = row0 + 16 * r + 8 * h + gq;
+                    if (row < N)
+                        o[(size_t)t * N + row] = acc[r][c][2 * h + i] * m;
+                }
+        }
+}
+
+/* grid-stride over (n, N): out = sum over s of part (S, n, N) f32, in order s = 0 .. S-1 */
+static __global__ void matmul__sum_parts(float *out, const float *part, int S, size_t total)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float v = part[i];
+        for (int s = 1; s < S; s++)
+            v += part[(size_t)s * total + i];
+        out[i] = v;
+    }
+}
+
 /* out (n, N) f32 *= xs (n) f32 [row] * ws (N) f32 [column] */
 static __global__ void matmul__fp8_scale(float *out, const float *xs, const float *ws, int n,
                                          int64_t N)
@@ -424,6 +701,113 @@ extern "C" pd_status_t matmul_gemv(float *out, const float *x, const float *xs,
         return PD_ERR_INVALID;
     }
     return KUTIL_LAUNCHED("matmul_gemv");
+}
+
+extern "C" pd_status_t matmul_quant_act_f16(uint16_t *xh, float *mult, const float *x, int n,
+                                            int64_t k, cudaStream_t stream)
+{
+    KUTIL_REQUIRE(n >= 0 && k > 0 && k % 128 == 0, "matmul_quant_act_f16");
+    if (n == 0)
+        return PD_OK;
+    matmul__quant_act_f16<<<n, 256, 0, stream>>>((uint4 *)xh, mult, x, k);
+    return KUTIL_LAUNCHED("matmul_quant_act_f16");
+}
+
+/* token tiles (of 8) per block for n tokens */
+static int matmul__int4_tiles(int n)
+{
+    return n <= 8 ? 1 : n <= 16 ? 2 : n <= 32 ? 4 : 8;
+}
+
+extern "C" void matmul_int4_mma_plan(int n, int64_t N, int64_t K, int n_sm, int *warps_p,
+                                     int *splits_p)
+{
+    const int C = matmul__int4_tiles(n), nb = (n + 8 * C - 1) / (8 * C);
+    const int64_t mu = (N + 31) / 32, ng = K / 128;
+    double best = 1e300;
+    *warps_p = 8;
+    *splits_p = 1;
+    if (n_sm < 1)
+        n_sm = 1;
+    /* cost in per-SM units of one warp-group (32 rows x 128 columns = 2 KiB of weights):
+     * waves x (the work of one block) + the partial sums' traffic (written and read once) + a
+     * launch for the sum; blocks of >= 6 warps keep enough loads in flight */
+    for (int W = 8; W >= 6; W--) {
+        const int64_t ctam = (mu + W - 1) / W;
+        for (int S = 1; S <= 16 && S <= ng; S++) {
+            const int64_t gps = (ng + S - 1) / S;
+            if (S > 1 && (S - 1) * gps >= ng)
+                continue; /* an empty split */
+            const int64_t ctas = ctam * nb * S, waves = (ctas + n_sm - 1) / n_sm;
+            double cost = (double)waves * W * gps;
+            if (S > 1)
+                cost += 2.0 * S * n * (double)N * 4 / (2048.0 * n_sm) + 32.0;
+            if (cost < best - 1e-9) {
+                best = cost;
+                *warps_p = W;
+                *splits_p = S;
+            }
+        }
+    }
+}
+
+extern "C" size_t matmul_int4_mma_part_floats(int n, int64_t N, int splits)
+{
+    return splits > 1 ? (size_t)splits * (size_t)n * (size_t)N : 0;
+}
+
+template <int C>
+static void matmul__int4_mma_launch(float *dst, const uint16_t *xh, const float *mult,
+                                    const pd_weight_t *w, int n, int W, int S, int gps,
+                                    cudaStream_t stream)
+{
+    static bool attr_set;
+    const int smem = 2 * 8 * C * MATMUL__RSB;
+    if (!attr_set) {
+        cudaFuncSetAttribute(matmul__int4_mma<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             smem);
+        attr_set = true;
+    }
+    const dim3 grid((unsigned)((n + 8 * C - 1) / (8 * C)),
+                    (unsigned)((w->n + 32 * W - 1) / (32 * W)), (unsigned)S);
+    matmul__int4_mma<C><<<grid, 32 * W, smem, stream>>>(
+        dst, (const uint4 *)xh, mult, (const uint8_t *)w->data, (const uint16_t *)w->scales,
+        (const uint8_t *)w->zeros, n, w->n, w->k, gps);
+}
+
+extern "C" pd_status_t matmul_int4_mma(float *out, float *part, const uint16_t *xh,
+                                       const float *mult, const pd_weight_t *w, int n, int warps,
+                                       int splits, cudaStream_t stream)
+{
+    KUTIL_REQUIRE(w->fmt == PD_WFMT_INT4 && w->k % 128 == 0 && w->n > 0, "matmul_int4_mma");
+    KUTIL_REQUIRE(n >= 0 && n <= MATMUL_INT4_MMA_MAX_N && warps >= 1 && warps <= 8 && splits >= 1 &&
+                      (splits == 1 || part),
+                  "matmul_int4_mma");
+    KUTIL_REQUIRE((w->n + 32 * warps - 1) / (32 * warps) < 65535, "matmul_int4_mma");
+    if (n == 0)
+        return PD_OK;
+    const int ng = (int)(w->k / 128), gps = (ng + splits - 1) / splits;
+    KUTIL_REQUIRE((splits - 1) * gps < ng, "matmul_int4_mma splits");
+    float *dst = splits > 1 ? part : out;
+    switch (matmul__int4_tiles(n)) {
+    case 1:
+        matmul__int4_mma_launch<1>(dst, xh, mult, w, n, warps, splits, gps, stream);
+        break;
+    case 2:
+        matmul__int4_mma_launch<2>(dst, xh, mult, w, n, warps, splits, gps, stream);
+        break;
+    case 4:
+        matmul__int4_mma_launch<4>(dst, xh, mult, w, n, warps, splits, gps, stream);
+        break;
+    default:
+        matmul__int4_mma_launch<8>(dst, xh, mult, w, n, warps, splits, gps, stream);
+    }
+    pd_status_t st = KUTIL_LAUNCHED("matmul_int4_mma");
+    if (st != PD_OK || splits == 1)
+        return st;
+    const size_t total = (size_t)n * (size_t)w->n;
+    matmul__sum_parts<<<matmul__grid(total, 256), 256, 0, stream>>>(out, part, splits, total);
+    return KUTIL_LAUNCHED("matmul_int4_mma sum");
 }
 
 extern "C" pd_status_t matmul_int4_to_bf16(uint16_t *dst, const pd_weight_t *w, cudaStream_t stream)

@@ -41,6 +41,27 @@ pd_status_t matmul_split_bf16(uint16_t *hi, uint16_t *lo, const float *x, int n,
 pd_status_t matmul_gemv(float *out, const float *x, const float *xs, const pd_weight_t *w, int n,
                         cudaStream_t stream);
 
+/* INT4 tensor-core GEMM (mma.sync, weights dequantized in registers, plain row-major INT4
+ * layout: nothing is reshuffled at load), for n = 1 .. MATMUL_INT4_MMA_MAX_N:
+ *   1. matmul_quant_act_f16: xh (n, k) f16 = x scaled per token by a power of two, in the
+ *      kernel's permuted column order; mult (n) f32 the epilogue multipliers;
+ *   2. matmul_int4_mma_plan: the block size (warps) and K splits for the shape on n_sm SMs;
+ *   3. matmul_int4_mma: out (n, w->n) f32 = x @ W^T; with splits > 1 it needs part, scratch of
+ *      matmul_int4_mma_part_floats(n, w->n, splits) f32, and sums it into out (second launch).
+ * Needs w->k % 128 == 0 (INT4) and a group scale <= ~270 (f16 range of (q - z) * s * 16). */
+#define MATMUL_INT4_MMA_MAX_N 256
+
+/* xh (n, k) f16 bits (permuted, see matmul.cu), mult (n) f32, x (n, k) f32; k % 128 == 0. */
+pd_status_t matmul_quant_act_f16(uint16_t *xh, float *mult, const float *x, int n, int64_t k,
+                                 cudaStream_t stream);
+void matmul_int4_mma_plan(int n, int64_t N, int64_t K, int n_sm, int *warps_p, int *splits_p);
+size_t matmul_int4_mma_part_floats(int n, int64_t N, int splits);
+/* out (n, w->n) f32; part (splits, n, w->n) f32 scratch (NULL when splits == 1); xh, mult from
+ * matmul_quant_act_f16; warps 1..8 per block, splits >= 1 (every split non-empty). */
+pd_status_t matmul_int4_mma(float *out, float *part, const uint16_t *xh, const float *mult,
+                            const pd_weight_t *w, int n, int warps, int splits,
+                            cudaStream_t stream);
+
 /* dst (w->n, w->k) bf16 = the INT4 g128 weight w dequantized ((q - z) * s, rounded to bf16). */
 pd_status_t matmul_int4_to_bf16(uint16_t *dst, const pd_weight_t *w, cudaStream_t stream);
 

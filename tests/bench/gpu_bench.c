@@ -9,7 +9,8 @@
  *      graph logits are compared with the same padded plan run op by op (MODEL_GRAPHS_EAGER:
  *      must be bit-identical, else exit 1) and with the plain eager step (max |diff|);
  *   3. prefill of 8192 tokens (one sequence) for FP8 + BF16 KV and INT4 + BF16 KV.
- * Usage: gpu_bench [ops] [decode] [prefill] [all] (default all). Needs a CUDA device (exits 77
+ * Usage: gpu_bench [ops] [decode] [prefill] [all] [int4] (default all; int4: the INT4 paths
+ * table of ops alone). Needs a CUDA device (exits 77
  * without).
  */
 #include <cuda_runtime_api.h>
@@ -24,6 +25,7 @@
 #include "dtype.h"
 #include "kv_pool.h"
 #include "log.h"
+#include "matmul.h"
 #include "model.h"
 
 #define COPY_BW 4.2e12
@@ -306,6 +308,103 @@ static void bench_elementwise(int n)
     free(hp);
 }
 
+/* INT4 kernel paths side by side (issue 11): the f32 GEMV (matmul_gemv), the tensor-core GEMM
+ * (matmul_quant_act_f16 + matmul_int4_mma with its plan), the backend op (default routing) and
+ * the FP8 backend op at the same shape. */
+typedef struct {
+    int mode; /* 0 gemv, 1 mma, 2 op */
+    float *out, *x, *part;
+    uint16_t *xh;
+    float *mult;
+    pd_weight_t *w;
+    int n, warps, splits;
+} i4_arg_t;
+static void run_i4(void *p)
+{
+    i4_arg_t *a = p;
+    if (a->mode == 0)
+        ok(matmul_gemv(a->out, a->x, NULL, a->w, a->n, stream), "gemv");
+    else if (a->mode == 1) {
+        ok(matmul_quant_act_f16(a->xh, a->mult, a->x, a->n, a->w->k, stream), "quant f16");
+        ok(matmul_int4_mma(a->out, a->part, a->xh, a->mult, a->w, a->n, a->warps, a->splits,
+                           stream),
+           "int4 mma");
+    } else
+        be->ops->matmul(be, a->out, a->x, a->w, a->n);
+}
+
+static void bench_int4_paths(void)
+{
+    const int64_t shapes[2][2] = {{28672, 4096}, {4096, 14336}};
+    const int ns[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+    int n_sm = 0;
+    cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0);
+    printf("\n### INT4 paths (us; GB/s = INT4 weight + scale + zero bytes / time of the best INT4 "
+           "path)\n\n");
+    printf("| N x K | n | gemv | mma (warps, splits) | op | fp8 op | best GB/s | op / fp8 |\n");
+    printf("|---|---|---|---|---|---|---|---|\n");
+    for (int s = 0; s < 2; s++) {
+        const int64_t N = shapes[s][0], K = shapes[s][1];
+        uint16_t *src = malloc((size_t)(N * K) * 2);
+        pd_weight_t h4, h8, w4, w8;
+        for (int64_t i = 0; i < N * K; i++)
+            src[i] = pd_f32_to_bf16(rnd() * 0.02f);
+        ok(model_quantize_bf16(src, N, K, PD_WFMT_INT4, &h4), "quantize");
+        ok(model_quantize_bf16(src, N, K, PD_WFMT_FP8, &h8), "quantize");
+        free(src);
+        ok(backend_weight_upload(be, &h4, &w4), "weight upload");
+        ok(backend_weight_upload(be, &h8, &w8), "weight upload");
+        const double wbytes =
+            (double)(quant_data_bytes(PD_WFMT_INT4, N, K) + quant_scales_bytes(PD_WFMT_INT4, N, K) +
+                     quant_zeros_bytes(PD_WFMT_INT4, N, K));
+        for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+            const int n = ns[i];
+            i4_arg_t a = {0};
+            a.n = n;
+            a.w = &w4;
+            a.x = dev_random_f32((size_t)n * K, 1.0f);
+            matmul_int4_mma_plan(n, N, K, n_sm, &a.warps, &a.splits);
+            ok(be->ops->alloc(be, (size_t)n * N * 4, (void **)&a.out), "alloc");
+            ok(be->ops->alloc(be, (size_t)n * K * 2 + 64, (void **)&a.xh), "alloc");
+            ok(be->ops->alloc(be, (size_t)n * 4 + 64, (void **)&a.mult), "alloc");
+            ok(be->ops->alloc(be, matmul_int4_mma_part_floats(n, N, a.splits) * 4 + 64,
+                              (void **)&a.part),
+               "alloc");
+            float t_gemv = -1.0f, t_mma, t_op, t_fp8;
+            if (n <= MATMUL_GEMV_MAX_N) {
+                a.mode = 0;
+                t_gemv = time_op(run_i4, &a, 20);
+            }
+            a.mode = 1;
+            t_mma = time_op(run_i4, &a, 20);
+            a.mode = 2;
+            t_op = time_op(run_i4, &a, 20);
+            a.w = &w8;
+            t_fp8 = time_op(run_i4, &a, 20);
+            float best = t_mma < t_op ? t_mma : t_op;
+            if (t_gemv > 0.0f && t_gemv < best)
+                best = t_gemv;
+            char g[32];
+            if (t_gemv > 0.0f)
+                snprintf(g, sizeof g, "%.1f", t_gemv * 1e3);
+            else
+                snprintf(g, sizeof g, "-");
+            printf("| %lld x %lld | %d | %s | %.1f (%d, %d) | %.1f | %.1f | %.0f | %.2f |\n",
+                   (long long)N, (long long)K, n, g, t_mma * 1e3, a.warps, a.splits, t_op * 1e3,
+                   t_fp8 * 1e3, wbytes / (best * 1e-3) / 1e9, t_op / t_fp8);
+            be->ops->free(be, a.x);
+            be->ops->free(be, a.out);
+            be->ops->free(be, a.xh);
+            be->ops->free(be, a.mult);
+            be->ops->free(be, a.part);
+        }
+        model_host_weight_free(&h4);
+        model_host_weight_free(&h8);
+        backend_weight_free(be, &w4);
+        backend_weight_free(be, &w8);
+    }
+}
+
 static void bench_ops(void)
 {
     printf("\n### per-op (Llama-3-8B shapes; floor = max(bytes / 4.2 TB/s, flops / peak))\n\n");
@@ -319,6 +418,7 @@ static void bench_ops(void)
         bench_matmul(f3[f], 1, 4096, 14336);
         bench_matmul(f3[f], 64, 28672, 4096);
     }
+    bench_int4_paths();
     bench_matmul(PD_WFMT_FP8, 8192, 28672, 4096);
     bench_matmul(PD_WFMT_BF16, 8192, 28672, 4096);
     bench_matmul(PD_WFMT_INT4, 8192, 28672, 4096);
@@ -490,9 +590,10 @@ static void bench_model(bool decode, bool prefill)
 
 int main(int argc, char **argv)
 {
-    bool ops = argc < 2, decode = argc < 2, prefill = argc < 2;
+    bool ops = argc < 2, decode = argc < 2, prefill = argc < 2, int4 = false;
     for (int i = 1; i < argc; i++) {
         bool all = !strcmp(argv[i], "all");
+        int4 |= !strcmp(argv[i], "int4"); /* the INT4 paths table alone (also part of ops) */
         ops |= all || !strcmp(argv[i], "ops");
         decode |= all || !strcmp(argv[i], "decode");
         prefill |= all || !strcmp(argv[i], "prefill");
@@ -504,6 +605,8 @@ int main(int argc, char **argv)
     stream = backend_cuda_stream(be);
     if (ops)
         bench_ops();
+    else if (int4)
+        bench_int4_paths();
     if (decode || prefill)
         bench_model(decode, prefill);
     backend_destroy(be);

@@ -14,9 +14,11 @@
 #include <time.h>
 
 #include "backend.h"
+#include "backend_cuda.h"
 #include "dtype.h"
 #include "kv_pool.h"
 #include "log.h"
+#include "matmul.h"
 #include "model.h"
 #include "quant.h"
 
@@ -329,6 +331,86 @@ static pair_t arena_new(const kv_layout_t *l, int n_pages)
     free(v);
     free(slots);
     return a;
+}
+
+/* INT4 tensor-core GEMM (kernels/matmul.cu matmul_int4_mma) at a fixed, printed seed: through
+ * the backend op (warps == 0: the default routing and plan) or the kernel itself with a forced
+ * plan (warps, splits). Checks (1) max |gpu - cpu| / max |cpu| over all of out against the CPU
+ * backend, and (2) per element, on sampled rows: |gpu - ref| <= 2e-3 * sum_k |x_k w_k| + 1e-6,
+ * ref and the bound in double from the dequantized weights (f16 activations and weights: one
+ * rounding of 2^-11 each per product). Outputs start poisoned (NaN). */
+static void case_int4_gemm(int n, int64_t N, int64_t K, int warps, int splits, uint64_t seed,
+                           const char *what)
+{
+    char shape[96];
+    const uint64_t saved = rng_state;
+    rng_state = seed;
+    uint16_t *src = xmalloc((size_t)(N * K) * 2);
+    pd_weight_t host, wc, wg;
+    for (int64_t i = 0; i < N * K; i++)
+        src[i] = pd_f32_to_bf16(rng_float() * 0.05f);
+    pair_ok(model_quantize_bf16(src, N, K, PD_WFMT_INT4, &host));
+    free(src);
+    pair_ok(backend_weight_upload(cpu, &host, &wc));
+    pair_ok(backend_weight_upload(gpu, &host, &wg));
+    float *x = xmalloc((size_t)n * K * 4);
+    fill_f32(x, (size_t)n * K, 1.0f);
+    for (int t = 0; t < n; t++) /* tokens of different magnitudes (per-token f16 scaling) */
+        for (int64_t k = 0; k < K; k++)
+            x[(size_t)t * K + k] *= (float)(1 << (t % 9)) / 16.0f;
+    pair_t px = pair_new((size_t)n * K * 4, x), out = pair_new((size_t)n * N * 4, NULL);
+    cpu->ops->matmul(cpu, out.c, px.c, &wc, n);
+    void *scratch = NULL;
+    if (warps == 0) {
+        gpu->ops->matmul(gpu, out.g, px.g, &wg, n);
+    } else {
+        size_t hb = ((size_t)n * K * 2 + 255) / 256 * 256, mb = ((size_t)n * 4 + 255) / 256 * 256;
+        size_t pf = matmul_int4_mma_part_floats(n, N, splits);
+        pair_ok(gpu->ops->alloc(gpu, hb + mb + pf * 4, &scratch));
+        pair_ok(gpu->ops->memset(gpu, scratch, 0xff, hb + mb + pf * 4));
+        cudaStream_t st = backend_cuda_stream(gpu);
+        uint8_t *b = scratch;
+        pair_ok(matmul_quant_act_f16((uint16_t *)b, (float *)(b + hb), px.g, n, K, st));
+        pair_ok(matmul_int4_mma(out.g, pf ? (float *)(b + hb + mb) : NULL, (uint16_t *)b,
+                                (float *)(b + hb), &wg, n, warps, splits, st));
+    }
+    snprintf(shape, sizeof shape, "int4 %s n %d N %lld K %lld w%d s%d seed %llu", what, n,
+             (long long)N, (long long)K, warps, splits, (unsigned long long)seed);
+    report("int4 gemm", shape, err_f32(&out, (size_t)n * N), 4e-4);
+
+    /* per element on sampled rows (about 2e8 multiply-adds) */
+    float *g = xmalloc((size_t)n * N * 4), *wrow = xmalloc((size_t)K * 4);
+    pair_ok(gpu->ops->sync(gpu));
+    pair_ok(gpu->ops->download(gpu, g, out.g, (size_t)n * N * 4));
+    int64_t stride = (int64_t)((double)n * N * K / 2e8) + 1;
+    double worst = 0.0;
+    for (int64_t r = 0; r < N; r += stride) {
+        quant_dequant_row(wrow, &host, r);
+        for (int t = 0; t < n; t++) {
+            double ref = 0.0, bound = 0.0;
+            for (int64_t k = 0; k < K; k++) {
+                const double p = (double)x[(size_t)t * K + k] * wrow[k];
+                ref += p;
+                bound += fabs(p);
+            }
+            const float v = g[(size_t)t * N + r];
+            const double e = isnan(v) ? INFINITY : fabs(v - ref) / (2e-3 * bound + 1e-6);
+            worst = e > worst ? e : worst;
+        }
+    }
+    snprintf(shape, sizeof shape, "int4 %s n %d rows/%lld per element", what, n, (long long)stride);
+    report("int4 gemm", shape, worst, 1.0);
+    free(g);
+    free(wrow);
+    if (scratch)
+        gpu->ops->free(gpu, scratch);
+    pair_free(&px);
+    pair_free(&out);
+    free(x);
+    model_host_weight_free(&host);
+    backend_weight_free(cpu, &wc);
+    backend_weight_free(gpu, &wg);
+    rng_state = saved;
 }
 
 static void case_kv_write(pd_kvfmt_t fmt, int kvh, int hd, int n)
@@ -679,6 +761,24 @@ int main(void)
         case_matmul(PD_WFMT_FP8, 1, 28672, 4096, "8B gate_up");
     if (!small_only)
         case_matmul(PD_WFMT_INT4, 1, 28672, 4096, "8B gate_up");
+
+    /* INT4 tensor-core GEMM: default routing (n 9..256), then forced plans (n 1..8, splits) */
+    case_int4_gemm(20, 200, 384, 0, 0, 101, "odd N");
+    case_int4_gemm(130, 1000, 640, 0, 0, 102, "3 token blocks");
+    case_int4_gemm(9, 512, 1024, 0, 0, 103, "n 9");
+    case_int4_gemm(3, 300, 640, 6, 3, 104, "forced");
+    case_int4_gemm(8, 512, 512, 8, 2, 105, "forced");
+    case_int4_gemm(1, 256, 1024, 7, 1, 106, "forced");
+    if (!small_only) {
+        case_int4_gemm(16, 4096, 4096, 0, 0, 111, "8B o");
+        case_int4_gemm(17, 1024, 4096, 0, 0, 112, "8B k");
+        case_int4_gemm(33, 28672, 4096, 0, 0, 113, "8B gate_up");
+        case_int4_gemm(64, 28672, 4096, 0, 0, 114, "8B gate_up");
+        case_int4_gemm(64, 4096, 14336, 0, 0, 115, "8B down");
+        case_int4_gemm(256, 2048, 4096, 0, 0, 116, "n 256");
+        case_int4_gemm(1, 28672, 4096, 7, 1, 117, "forced 8B gate_up");
+        case_int4_gemm(4, 4096, 14336, 8, 8, 118, "forced 8B down");
+    }
 
     const pd_kvfmt_t kfs[] = {PD_KV_BF16, PD_KV_FP8, PD_KV_F32};
     for (int f = 0; f < 3; f++) {
