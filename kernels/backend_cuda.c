@@ -32,6 +32,9 @@
  * (matmul_int4_mma), above that dequantized to bf16 for cuBLAS (prefill) */
 #define CUDA_GEMV_MAX_N 8
 #define CUDA_GEMV_MAX_N_INT4 8
+/* FP8 at or below this n (and K % 64 == 0) runs on the FP8 mma kernel (matmul_fp8_mma) instead of
+ * the GEMV / cuBLASLt */
+#define CUDA_FP8_MMA_MAX_N 8
 #define CUDA_LT_WS_BYTES ((size_t)32 << 20)
 
 typedef struct {
@@ -256,6 +259,20 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
 
     if (n <= 0)
         return PD_OK;
+    if (w->fmt == PD_WFMT_FP8 && n <= CUDA_FP8_MMA_MAX_N && K % 64 == 0) {
+        int warps, splits;
+        matmul_fp8_mma_plan(n, N, K, c->n_sm, &warps, &splits);
+        size_t qb = ((size_t)n * (size_t)K + 255) / 256 * 256,
+               sb = ((size_t)n * 4 + 255) / 256 * 256;
+        size_t pf = matmul_int4_mma_part_floats(n, N, splits);
+        if ((st = cuda__grow(c, &c->act, qb + sb + pf * 4)) != PD_OK)
+            return st;
+        float *xs = (float *)((uint8_t *)c->act.p + qb),
+              *part = pf ? (float *)((uint8_t *)c->act.p + qb + sb) : NULL;
+        if ((st = matmul_quant_act_fp8(c->act.p, NULL, xs, x, n, K, c->stream)) != PD_OK)
+            return st;
+        return matmul_fp8_mma(out, part, c->act.p, xs, w, n, warps, splits, c->stream);
+    }
     if (w->fmt == PD_WFMT_FP8) {
         const bool gemm = n > CUDA_GEMV_MAX_N && K % 16 == 0 && N % 16 == 0;
         /* GEMM: fp8 bytes (n, K); GEMV: decoded f32 (n, K); then scales (n) */

@@ -566,6 +566,158 @@ static __global__ void __launch_bounds__(256, 1)
         }
 }
 
+/* ==== FP8 (W8A8) tensor-core GEMM for small n ====
+ *
+ * out (n, N) = (xq (n, K) fp8 @ W^T (N, K) fp8) * xs[t] * ws[r] on mma.sync m16n8k32 e4m3 -> f32:
+ * nothing to dequantize. Lane (gq, tq) loads the 16 bytes [tq * 16, tq * 16 + 16) of a 64-column
+ * block of each of its rows (words u0..u3) and the same 16 bytes of its token's activations;
+ * mma step 0 of the block takes A = {u0 row g, u0 row g+8, u1 row g, u1 row g+8}, B = {x0, x1},
+ * step 1 the words 2, 3 (any K order works when both operands use it). The activations are the
+ * natural fp8 rows of matmul_quant_act_fp8; 8 blocks per shared-memory stage, row pitch 576
+ * bytes (64 mod 128: the 8 lanes of a 16-byte phase hit distinct banks). */
+
+#define MATMUL__BPC 8                        /* 64-column blocks per stage */
+#define MATMUL__RSB8 (MATMUL__BPC * 64 + 64) /* bytes per token row of a stage */
+
+/* d (4) f32 += A (16 x 32 e4m3, row) * B (32 x 8 e4m3, col) */
+static __device__ __forceinline__ void matmul__mma_fp8(float (&d)[4], uint32_t a0, uint32_t a1,
+                                                       uint32_t a2, uint32_t a3, uint32_t b0,
+                                                       uint32_t b1)
+{
+    asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* grid (ceil(n / (8 C)), ceil(N / (32 W)), S), block 32 W (W <= 8), dynamic shared memory
+ * 2 * 8 C * MATMUL__RSB8 bytes. out: S == 1: (n, N) f32, else partial sums (S, n, N) f32;
+ * xq (n, K) fp8 e4m3, xs (n) f32 its per-token scales; wd (N, K) fp8 e4m3, ws (N) f32 per-row
+ * scales; bps: 64-column blocks per split. Warp v takes rows [row0 + 32 v, +32) (two m16 tiles)
+ * and the block's 8 C tokens; weights go global -> registers four blocks ahead. */
+template <int C>
+static __global__ void __launch_bounds__(256, 1)
+    matmul__fp8_mma(float *out, const uint8_t *xq, const float *xs, const uint8_t *wd,
+                    const float *ws, int n, int64_t N, int64_t K, int bps)
+{
+    extern __shared__ __align__(16) uint8_t matmul__xsm8[]; /* [2][8 C][MATMUL__RSB8] */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
+    const int nblk = (int)(K / 64);
+    const int t0 = blockIdx.x * 8 * C;
+    const int64_t row0 = (int64_t)blockIdx.y * blockDim.x + warp * 32;
+    const int bb = blockIdx.z * bps, be = min(nblk, bb + bps);
+    const int nchunk = (be - bb + MATMUL__BPC - 1) / MATMUL__BPC;
+    constexpr int STAGE = 8 * C * MATMUL__RSB8;
+
+    const uint8_t *wrow[2][2];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            int64_t row = row0 + 16 * r + 8 * h + gq;
+            row = row < N ? row : N - 1; /* rows past N compute a copy, never stored */
+            wrow[r][h] = wd + row * K + tq * 16;
+        }
+    float acc[2][C][4];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int c = 0; c < C; c++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                acc[r][c][i] = 0.0f;
+
+    auto stage = [&](int ch) {
+        uint8_t *dst = matmul__xsm8 + (ch & 1) * STAGE;
+        const int b0 = bb + ch * MATMUL__BPC, bn = min(MATMUL__BPC, be - b0);
+        const int per_row = bn * 4; /* 16-byte pieces */
+        for (int i = threadIdx.x; i < 8 * C * per_row; i += blockDim.x) {
+            const int row = i / per_row, col = i % per_row, t = t0 + row;
+            const uint8_t *src = t < n ? xq + (size_t)t * K + (size_t)b0 * 64 + col * 16 : xq;
+            matmul__cp_async16(dst + row * MATMUL__RSB8 + col * 16, src, t < n ? 16 : 0);
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
+    };
+    auto load = [&](uint4(&q)[2][2], int blk) {
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                q[r][h] = __ldcs((const uint4 *)(wrow[r][h] + (size_t)blk * 64));
+    };
+    auto block = [&](const uint4(&q)[2][2], const uint8_t *xb) {
+#pragma unroll
+        for (int c = 0; c < C; c++) {
+            const uint4 b = *(const uint4 *)(xb + (size_t)(c * 8 + gq) * MATMUL__RSB8 + tq * 16);
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                matmul__mma_fp8(acc[r][c], q[r][0].x, q[r][1].x, q[r][0].y, q[r][1].y, b.x, b.y);
+                matmul__mma_fp8(acc[r][c], q[r][0].z, q[r][1].z, q[r][0].w, q[r][1].w, b.z, b.w);
+            }
+        }
+    };
+
+    uint4 ring[4][2][2];
+#pragma unroll
+    for (int d = 0; d < 4; d++)
+        if (bb + d < be)
+            load(ring[d], bb + d);
+    stage(0);
+    for (int ch = 0; ch < nchunk; ch++) {
+        if (ch + 1 < nchunk)
+            stage(ch + 1);
+        else
+            asm volatile("cp.async.commit_group;\n" ::);
+        asm volatile("cp.async.wait_group 1;\n" ::);
+        __syncthreads();
+        const uint8_t *xsb = matmul__xsm8 + (ch & 1) * STAGE;
+        const int b0 = bb + ch * MATMUL__BPC;
+#pragma unroll
+        for (int bl = 0; bl < MATMUL__BPC; bl++) {
+            const int blk = b0 + bl;
+            if (blk < be) {
+                uint4 cur[2][2];
+#pragma unroll
+                for (int r = 0; r < 2; r++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+                        cur[r][h] = ring[bl % 4][r][h];
+                if (blk + 4 < be)
+                    load(ring[bl % 4], blk + 4);
+                block(cur, xsb + bl * 64);
+            }
+        }
+        __syncthreads();
+    }
+
+    float *o = out + (size_t)blockIdx.z * n * N;
+    float wsc[2][2];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int64_t row = row0 + 16 * r + 8 * h + gq;
+            wsc[r][h] = ws[row < N ? row : N - 1];
+        }
+#pragma unroll
+    for (int c = 0; c < C; c++)
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int t = t0 + c * 8 + 2 * tq + i;
+            if (t >= n)
+                continue;
+            const float m = xs[t];
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int64_t row = row0 + 16 * r + 8 * h + gq;
+                    if (row < N)
+                        o[(size_t)t * N + row] = acc[r][c][2 * h + i] * m * wsc[r][h];
+                }
+        }
+}
+
 /* grid-stride over (n, N): out = sum over s of part (S, n, N) f32, in order s = 0 .. S-1 */
 static __global__ void matmul__sum_parts(float *out, const float *part, int S, size_t total)
 {
@@ -719,11 +871,12 @@ static int matmul__int4_tiles(int n)
     return n <= 8 ? 1 : n <= 16 ? 2 : n <= 32 ? 4 : 8;
 }
 
-extern "C" void matmul_int4_mma_plan(int n, int64_t N, int64_t K, int n_sm, int *warps_p,
-                                     int *splits_p)
+/* Block size and K splits for n tokens, N rows and ng K-units (INT4: groups of 128 columns,
+ * FP8: blocks of 64; either is 2 KiB of weights for a warp's 32 rows). */
+static void matmul__mma_plan(int n, int64_t N, int64_t ng, int n_sm, int *warps_p, int *splits_p)
 {
     const int C = matmul__int4_tiles(n), nb = (n + 8 * C - 1) / (8 * C);
-    const int64_t mu = (N + 31) / 32, ng = K / 128;
+    const int64_t mu = (N + 31) / 32;
     double best = 1e300;
     *warps_p = 8;
     *splits_p = 1;
@@ -749,6 +902,18 @@ extern "C" void matmul_int4_mma_plan(int n, int64_t N, int64_t K, int n_sm, int 
             }
         }
     }
+}
+
+extern "C" void matmul_int4_mma_plan(int n, int64_t N, int64_t K, int n_sm, int *warps_p,
+                                     int *splits_p)
+{
+    matmul__mma_plan(n, N, K / 128, n_sm, warps_p, splits_p);
+}
+
+extern "C" void matmul_fp8_mma_plan(int n, int64_t N, int64_t K, int n_sm, int *warps_p,
+                                    int *splits_p)
+{
+    matmul__mma_plan(n, N, K / 64, n_sm, warps_p, splits_p);
 }
 
 extern "C" size_t matmul_int4_mma_part_floats(int n, int64_t N, int splits)
@@ -808,6 +973,58 @@ extern "C" pd_status_t matmul_int4_mma(float *out, float *part, const uint16_t *
     const size_t total = (size_t)n * (size_t)w->n;
     matmul__sum_parts<<<matmul__grid(total, 256), 256, 0, stream>>>(out, part, splits, total);
     return KUTIL_LAUNCHED("matmul_int4_mma sum");
+}
+
+template <int C>
+static void matmul__fp8_mma_launch(float *dst, const uint8_t *xq, const float *xs,
+                                   const pd_weight_t *w, int n, int W, int S, int bps,
+                                   cudaStream_t stream)
+{
+    static bool attr_set;
+    const int smem = 2 * 8 * C * MATMUL__RSB8;
+    if (!attr_set) {
+        cudaFuncSetAttribute(matmul__fp8_mma<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        attr_set = true;
+    }
+    const dim3 grid((unsigned)((n + 8 * C - 1) / (8 * C)),
+                    (unsigned)((w->n + 32 * W - 1) / (32 * W)), (unsigned)S);
+    matmul__fp8_mma<C><<<grid, 32 * W, smem, stream>>>(
+        dst, xq, xs, (const uint8_t *)w->data, (const float *)w->scales, n, w->n, w->k, bps);
+}
+
+extern "C" pd_status_t matmul_fp8_mma(float *out, float *part, const uint8_t *xq, const float *xs,
+                                      const pd_weight_t *w, int n, int warps, int splits,
+                                      cudaStream_t stream)
+{
+    KUTIL_REQUIRE(w->fmt == PD_WFMT_FP8 && w->k % 64 == 0 && w->n > 0, "matmul_fp8_mma");
+    KUTIL_REQUIRE(n >= 0 && n <= MATMUL_INT4_MMA_MAX_N && warps >= 1 && warps <= 8 && splits >= 1 &&
+                      (splits == 1 || part),
+                  "matmul_fp8_mma");
+    KUTIL_REQUIRE((w->n + 32 * warps - 1) / (32 * warps) < 65535, "matmul_fp8_mma");
+    if (n == 0)
+        return PD_OK;
+    const int nblk = (int)(w->k / 64), bps = (nblk + splits - 1) / splits;
+    KUTIL_REQUIRE((splits - 1) * bps < nblk, "matmul_fp8_mma splits");
+    float *dst = splits > 1 ? part : out;
+    switch (matmul__int4_tiles(n)) {
+    case 1:
+        matmul__fp8_mma_launch<1>(dst, xq, xs, w, n, warps, splits, bps, stream);
+        break;
+    case 2:
+        matmul__fp8_mma_launch<2>(dst, xq, xs, w, n, warps, splits, bps, stream);
+        break;
+    case 4:
+        matmul__fp8_mma_launch<4>(dst, xq, xs, w, n, warps, splits, bps, stream);
+        break;
+    default:
+        matmul__fp8_mma_launch<8>(dst, xq, xs, w, n, warps, splits, bps, stream);
+    }
+    pd_status_t st = KUTIL_LAUNCHED("matmul_fp8_mma");
+    if (st != PD_OK || splits == 1)
+        return st;
+    const size_t total = (size_t)n * (size_t)w->n;
+    matmul__sum_parts<<<matmul__grid(total, 256), 256, 0, stream>>>(out, part, splits, total);
+    return KUTIL_LAUNCHED("matmul_fp8_mma sum");
 }
 
 extern "C" pd_status_t matmul_int4_to_bf16(uint16_t *dst, const pd_weight_t *w, cudaStream_t stream)

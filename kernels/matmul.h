@@ -62,6 +62,14 @@ pd_status_t matmul_int4_mma(float *out, float *part, const uint16_t *xh, const f
                             const pd_weight_t *w, int n, int warps, int splits,
                             cudaStream_t stream);
 
+/* FP8 W8A8 on mma.sync m16n8k32 e4m3 for n = 1 .. MATMUL_INT4_MMA_MAX_N: out (n, w->n) f32 =
+ * (xq @ W^T) * xs[t] * ws[r], xq (n, k) fp8 and xs (n) f32 from matmul_quant_act_fp8 (the same
+ * values the cuBLASLt path uses). Needs w->k % 64 == 0. Plan and part as for the INT4 GEMM
+ * (matmul_fp8_mma_plan; part: matmul_int4_mma_part_floats(n, w->n, splits) f32). */
+void matmul_fp8_mma_plan(int n, int64_t N, int64_t K, int n_sm, int *warps_p, int *splits_p);
+pd_status_t matmul_fp8_mma(float *out, float *part, const uint8_t *xq, const float *xs,
+                           const pd_weight_t *w, int n, int warps, int splits, cudaStream_t stream);
+
 /* dst (w->n, w->k) bf16 = the INT4 g128 weight w dequantized ((q - z) * s, rounded to bf16). */
 pd_status_t matmul_int4_to_bf16(uint16_t *dst, const pd_weight_t *w, cudaStream_t stream);
 

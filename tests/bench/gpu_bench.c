@@ -308,23 +308,32 @@ static void bench_elementwise(int n)
     free(hp);
 }
 
-/* INT4 kernel paths side by side (issue 11): the f32 GEMV (matmul_gemv), the tensor-core GEMM
- * (matmul_quant_act_f16 + matmul_int4_mma with its plan), the backend op (default routing) and
- * the FP8 backend op at the same shape. */
+/* INT4 and FP8 kernel paths side by side (issue 11): the f32 GEMVs (matmul_gemv), the
+ * tensor-core kernels (activation quantization + matmul_int4_mma / matmul_fp8_mma with their
+ * plans), and the backend op (default routing: GEMV, mma, cuBLAS(Lt)). */
 typedef struct {
     int mode; /* 0 gemv, 1 mma, 2 op */
-    float *out, *x, *part;
+    float *out, *x, *part, *xf, *mult;
     uint16_t *xh;
-    float *mult;
     pd_weight_t *w;
     int n, warps, splits;
 } i4_arg_t;
 static void run_i4(void *p)
 {
     i4_arg_t *a = p;
-    if (a->mode == 0)
-        ok(matmul_gemv(a->out, a->x, NULL, a->w, a->n, stream), "gemv");
-    else if (a->mode == 1) {
+    const bool fp8 = a->w->fmt == PD_WFMT_FP8;
+    if (a->mode == 0) {
+        if (fp8)
+            ok(matmul_quant_act_fp8(NULL, a->xf, a->mult, a->x, a->n, a->w->k, stream), "q");
+        ok(matmul_gemv(a->out, fp8 ? a->xf : a->x, fp8 ? a->mult : NULL, a->w, a->n, stream),
+           "gemv");
+    } else if (a->mode == 1 && fp8) {
+        ok(matmul_quant_act_fp8((uint8_t *)a->xh, NULL, a->mult, a->x, a->n, a->w->k, stream),
+           "quant fp8");
+        ok(matmul_fp8_mma(a->out, a->part, (uint8_t *)a->xh, a->mult, a->w, a->n, a->warps,
+                          a->splits, stream),
+           "fp8 mma");
+    } else if (a->mode == 1) {
         ok(matmul_quant_act_f16(a->xh, a->mult, a->x, a->n, a->w->k, stream), "quant f16");
         ok(matmul_int4_mma(a->out, a->part, a->xh, a->mult, a->w, a->n, a->warps, a->splits,
                            stream),
@@ -339,10 +348,10 @@ static void bench_int4_paths(void)
     const int ns[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
     int n_sm = 0;
     cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0);
-    printf("\n### INT4 paths (us; GB/s = INT4 weight + scale + zero bytes / time of the best INT4 "
-           "path)\n\n");
-    printf("| N x K | n | gemv | mma (warps, splits) | op | fp8 op | best GB/s | op / fp8 |\n");
-    printf("|---|---|---|---|---|---|---|---|\n");
+    printf("\n### INT4 / FP8 paths (us; GB/s = weight bytes incl. scales and zeros / time)\n\n");
+    printf("| N x K | n | int4 gemv | int4 mma (W, S) | int4 op | int4 op GB/s | fp8 gemv | "
+           "fp8 mma (W, S) | fp8 op | fp8 op GB/s | int4 op / fp8 op |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int s = 0; s < 2; s++) {
         const int64_t N = shapes[s][0], K = shapes[s][1];
         uint16_t *src = malloc((size_t)(N * K) * 2);
@@ -354,49 +363,63 @@ static void bench_int4_paths(void)
         free(src);
         ok(backend_weight_upload(be, &h4, &w4), "weight upload");
         ok(backend_weight_upload(be, &h8, &w8), "weight upload");
-        const double wbytes =
-            (double)(quant_data_bytes(PD_WFMT_INT4, N, K) + quant_scales_bytes(PD_WFMT_INT4, N, K) +
-                     quant_zeros_bytes(PD_WFMT_INT4, N, K));
+        double wb[2];
+        for (int f = 0; f < 2; f++) {
+            const pd_wfmt_t fmt = f ? PD_WFMT_FP8 : PD_WFMT_INT4;
+            wb[f] = (double)(quant_data_bytes(fmt, N, K) + quant_scales_bytes(fmt, N, K) +
+                             quant_zeros_bytes(fmt, N, K));
+        }
         for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
             const int n = ns[i];
+            float t[2][3]; /* [int4, fp8][gemv, mma, op] */
+            int pw[2], ps[2];
             i4_arg_t a = {0};
             a.n = n;
-            a.w = &w4;
             a.x = dev_random_f32((size_t)n * K, 1.0f);
-            matmul_int4_mma_plan(n, N, K, n_sm, &a.warps, &a.splits);
             ok(be->ops->alloc(be, (size_t)n * N * 4, (void **)&a.out), "alloc");
+            ok(be->ops->alloc(be, (size_t)n * K * 4 + 64, (void **)&a.xf), "alloc");
             ok(be->ops->alloc(be, (size_t)n * K * 2 + 64, (void **)&a.xh), "alloc");
             ok(be->ops->alloc(be, (size_t)n * 4 + 64, (void **)&a.mult), "alloc");
-            ok(be->ops->alloc(be, matmul_int4_mma_part_floats(n, N, a.splits) * 4 + 64,
-                              (void **)&a.part),
-               "alloc");
-            float t_gemv = -1.0f, t_mma, t_op, t_fp8;
-            if (n <= MATMUL_GEMV_MAX_N) {
-                a.mode = 0;
-                t_gemv = time_op(run_i4, &a, 20);
+            for (int f = 0; f < 2; f++) {
+                a.w = f ? &w8 : &w4;
+                if (f)
+                    matmul_fp8_mma_plan(n, N, K, n_sm, &a.warps, &a.splits);
+                else
+                    matmul_int4_mma_plan(n, N, K, n_sm, &a.warps, &a.splits);
+                pw[f] = a.warps;
+                ps[f] = a.splits;
+                ok(be->ops->alloc(be, matmul_int4_mma_part_floats(n, N, a.splits) * 4 + 64,
+                                  (void **)&a.part),
+                   "alloc");
+                t[f][0] = -1.0f;
+                if (n <= MATMUL_GEMV_MAX_N) {
+                    a.mode = 0;
+                    t[f][0] = time_op(run_i4, &a, 20);
+                }
+                a.mode = 1;
+                t[f][1] = time_op(run_i4, &a, 20);
+                a.mode = 2;
+                t[f][2] = time_op(run_i4, &a, 20);
+                be->ops->free(be, a.part);
             }
-            a.mode = 1;
-            t_mma = time_op(run_i4, &a, 20);
-            a.mode = 2;
-            t_op = time_op(run_i4, &a, 20);
-            a.w = &w8;
-            t_fp8 = time_op(run_i4, &a, 20);
-            float best = t_mma < t_op ? t_mma : t_op;
-            if (t_gemv > 0.0f && t_gemv < best)
-                best = t_gemv;
-            char g[32];
-            if (t_gemv > 0.0f)
-                snprintf(g, sizeof g, "%.1f", t_gemv * 1e3);
-            else
-                snprintf(g, sizeof g, "-");
-            printf("| %lld x %lld | %d | %s | %.1f (%d, %d) | %.1f | %.1f | %.0f | %.2f |\n",
-                   (long long)N, (long long)K, n, g, t_mma * 1e3, a.warps, a.splits, t_op * 1e3,
-                   t_fp8 * 1e3, wbytes / (best * 1e-3) / 1e9, t_op / t_fp8);
+            char g[2][32];
+            for (int f = 0; f < 2; f++) {
+                if (t[f][0] > 0.0f)
+                    snprintf(g[f], sizeof g[f], "%.1f", t[f][0] * 1e3);
+                else
+                    snprintf(g[f], sizeof g[f], "-");
+            }
+            printf("| %lld x %lld | %d | %s | %.1f (%d, %d) | %.1f | %.0f | %s | %.1f (%d, %d) | "
+                   "%.1f | %.0f | %.2f |\n",
+                   (long long)N, (long long)K, n, g[0], t[0][1] * 1e3, pw[0], ps[0], t[0][2] * 1e3,
+                   wb[0] / (t[0][2] * 1e-3) / 1e9, g[1], t[1][1] * 1e3, pw[1], ps[1], t[1][2] * 1e3,
+                   wb[1] / (t[1][2] * 1e-3) / 1e9, t[0][2] / t[1][2]);
+            fflush(stdout);
             be->ops->free(be, a.x);
             be->ops->free(be, a.out);
+            be->ops->free(be, a.xf);
             be->ops->free(be, a.xh);
             be->ops->free(be, a.mult);
-            be->ops->free(be, a.part);
         }
         model_host_weight_free(&h4);
         model_host_weight_free(&h8);
