@@ -27,9 +27,10 @@
 #include "moe.h"
 #include "sample.h"
 
-/* n at or below which a matmul runs as GEMV (one pass over W) instead of a GEMM; INT4 above
- * CUDA_GEMV_MAX_N_INT4 and up to MATMUL_INT4_MMA_MAX_N runs on the INT4 tensor-core GEMM
- * (matmul_int4_mma), above that dequantized to bf16 for cuBLAS (prefill) */
+/* n at or below which a matmul runs as GEMV (one pass over W) instead of a GEMM. INT4 runs on
+ * the tensor-core kernel (matmul_int4_mma) for n <= MATMUL_INT4_MMA_MAX_N when the weight is
+ * tiled (n % 32 == 0: every Llama shape), else above CUDA_GEMV_MAX_N_INT4; above
+ * MATMUL_INT4_MMA_MAX_N (prefill) it is dequantized to bf16 for cuBLAS. */
 #define CUDA_GEMV_MAX_N 8
 #define CUDA_GEMV_MAX_N_INT4 8
 /* FP8 at or below this n (and K % 64 == 0) runs on the FP8 mma kernel (matmul_fp8_mma) instead of
@@ -232,6 +233,32 @@ static pd_status_t cuda__gemv_chunks(cuda_t *c, float *out, const float *x, cons
     return st;
 }
 
+/* INT4 weights of this backend with n % 32 == 0 are in the tiled layout (cuda_weight_prepare). */
+static bool cuda__int4_tiled(const pd_weight_t *w)
+{
+    return w->fmt == PD_WFMT_INT4 && w->n % 32 == 0 && w->k % 128 == 0;
+}
+
+/* Tiles INT4 weights in place (kernels/matmul.h): the tensor-core kernel then streams each
+ * warp's rows as one contiguous run. */
+static pd_status_t cuda_weight_prepare(pd_backend_t *be, pd_weight_t *w)
+{
+    cuda_t *c = cuda__get(be);
+    void *tmp = NULL;
+    pd_status_t st;
+    if (!cuda__int4_tiled(w))
+        return PD_OK;
+    size_t bytes = quant_data_bytes(w->fmt, w->n, w->k) + quant_scales_bytes(w->fmt, w->n, w->k) +
+                   quant_zeros_bytes(w->fmt, w->n, w->k);
+    if ((st = cuda__status(cudaMalloc(&tmp, bytes), "weight tiling")) != PD_OK)
+        return st;
+    st = matmul_int4_tile(w, tmp, c->stream);
+    if (st == PD_OK)
+        st = cuda__status(cudaStreamSynchronize(c->stream), "weight tiling");
+    cudaFree(tmp);
+    return st;
+}
+
 /* INT4 on the tensor cores: act scratch = xh (n, K) f16, mult (n) f32, partial sums. */
 static pd_status_t cuda__matmul_int4_mma(cuda_t *c, float *out, const float *x,
                                          const pd_weight_t *w, int n)
@@ -249,7 +276,8 @@ static pd_status_t cuda__matmul_int4_mma(cuda_t *c, float *out, const float *x,
           *part = pf ? (float *)((uint8_t *)c->act.p + hb + mb) : NULL;
     if ((st = matmul_quant_act_f16(xh, mult, x, n, w->k, c->stream)) != PD_OK)
         return st;
-    return matmul_int4_mma(out, part, xh, mult, w, n, warps, splits, c->stream);
+    return matmul_int4_mma(out, part, xh, mult, w, n, warps, splits, cuda__int4_tiled(w),
+                           c->stream);
 }
 
 static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_weight_t *w, int n)
@@ -290,17 +318,18 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
             return st;
         return matmul_fp8_scale(out, xs, w->scales, n, N, c->stream);
     }
+        if (w->fmt == PD_WFMT_INT4 && (n > CUDA_GEMV_MAX_N_INT4 || cuda__int4_tiled(w)) &&
+        n <= MATMUL_INT4_MMA_MAX_N)
+        return cuda__matmul_int4_mma(c, out, x, w, n);
     if (n <= (w->fmt == PD_WFMT_INT4 ? CUDA_GEMV_MAX_N_INT4 : CUDA_GEMV_MAX_N))
         return cuda__gemv_chunks(c, out, x, NULL, w, n);
-    if (w->fmt == PD_WFMT_INT4 && n <= MATMUL_INT4_MMA_MAX_N)
-        return cuda__matmul_int4_mma(c, out, x, w, n);
     if (w->fmt == PD_WFMT_F32)
         return matmul_gemm_f32(c->blas, out, x, w->data, n, N, K, c->stream);
     const uint16_t *wb = w->data;
     if (w->fmt == PD_WFMT_INT4) {
         if ((st = cuda__grow(c, &c->wtmp, (size_t)N * (size_t)K * 2)) != PD_OK)
             return st;
-        if ((st = matmul_int4_to_bf16(c->wtmp.p, w, c->stream)) != PD_OK)
+        if ((st = matmul_int4_to_bf16(c->wtmp.p, w, cuda__int4_tiled(w), c->stream)) != PD_OK)
             return st;
         wb = c->wtmp.p;
     }
@@ -685,7 +714,8 @@ static const pd_backend_ops_t cuda_ops = {
     .graph_begin = cuda_graph_begin,
     .graph_end = cuda_graph_end,
     .graph_launch = cuda_graph_launch,
-    .graph_free = cuda_graph_free,
+        .graph_free = cuda_graph_free,
+    .weight_prepare = cuda_weight_prepare,
     .sample = cuda_sample,
 };
 

@@ -10,6 +10,25 @@
 
 /* ==== kernels ==== */
 
+/* INT4 tiled layout (the CUDA backend's layout of INT4 weights with N % 32 == 0, made once at
+ * upload by matmul_int4_tile): rows in blocks of 32, K in groups of 128; tile (b, g) is the 2048
+ * bytes at (b * ng + g) * 2048 of data, and its 16-byte piece p = 32 rh + lane (rh = 0..3) holds
+ * row 32 b + 8 rh + lane / 4, bytes [(lane % 4) * 16, +16) of that row's 64 bytes of group g:
+ * each of a warp's four loads per group reads 512 contiguous bytes, and a warp streams one
+ * contiguous run of 32 * K / 2 bytes. scales / zeros: entry (b * ng + g) * 32 + row % 32. */
+static __device__ __forceinline__ size_t matmul__tiled_piece(int64_t row, int64_t g, int q,
+                                                             int64_t ng)
+{
+    return (((size_t)(row / 32) * ng + g) * 128 + (size_t)((row % 32) / 8) * 32 +
+            (size_t)(row % 8) * 4 + q) *
+           16;
+}
+static __device__ __forceinline__ size_t matmul__tiled_sz(int64_t row, int64_t g, int64_t ng)
+{
+    return ((size_t)(row / 32) * ng + g) * 32 + (size_t)(row % 32);
+}
+
+
 /* grid (n), block 256: xq (n, k) fp8 (or NULL), xf (n, k) f32 = the fp8 values decoded, unscaled
  * (or NULL), xs (n) f32, x (n, k) f32 */
 static __global__ void matmul__quant_act_fp8(uint8_t *xq, float *xf, float *xs, const float *x,
@@ -278,16 +297,18 @@ static __global__ void __launch_bounds__(256)
 /* grid-stride over 16-byte chunks of (N, K/2): dst (N, K) bf16, q (N, K/2) int4 pairs, scales
  * (N, K/128) bf16, zeros (N, K/128) uint8. A chunk (32 weights) lies inside one group. */
 static __global__ void matmul__int4_to_bf16(uint4 *dst, const uint4 *q, const uint16_t *scales,
-                                            const uint8_t *zeros, int64_t N, int64_t K)
+                                            const uint8_t *zeros, int64_t N, int64_t K, bool tiled)
 {
     const size_t total = (size_t)N * K / 32;
     const int64_t ng = K / 128;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
         const int64_t r = i / (K / 32), g = (i % (K / 32)) * 32 / 128;
-        const float s = kutil_bf16_to_f32(scales[r * ng + g]);
-        const int z = zeros[r * ng + g];
-        const uint4 raw = q[i];
+        const size_t sz = tiled ? matmul__tiled_sz(r, g, ng) : (size_t)(r * ng + g);
+        const float s = kutil_bf16_to_f32(scales[sz]);
+        const int z = zeros[sz];
+        const uint4 raw =
+            tiled ? q[matmul__tiled_piece(r, g, (int)(i % (K / 32)) % 4, ng) / 16] : q[i];
         const uint32_t word[4] = {raw.x, raw.y, raw.z, raw.w};
         uint32_t o[16];
 #pragma unroll
@@ -363,6 +384,27 @@ static __global__ void matmul__quant_act_f16(uint4 *xh, float *mult, const float
         mult[blockIdx.x] = ldexpf(1.0f, e) / MATMUL__WSHIFT;
 }
 
+/* grid-stride: plain INT4 (src: data (N, K/2), scales (N, K/128) bf16, zeros (N, K/128)) ->
+ * tiled (dst, same sizes); N % 32 == 0. */
+static __global__ void matmul__int4_tile(uint8_t *dd, uint16_t *ds, uint8_t *dz, const uint8_t *sd,
+                                         const uint16_t *ss, const uint8_t *sz, int64_t N,
+                                         int64_t K)
+{
+    const int64_t ng = K / 128;
+    const size_t pieces = (size_t)N * (size_t)K / 32, groups = (size_t)N * (size_t)ng;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < pieces;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const int64_t row = (int64_t)(i / (size_t)(K / 32)), rem = (int64_t)(i % (size_t)(K / 32));
+        *(uint4 *)(dd + matmul__tiled_piece(row, rem / 4, (int)(rem % 4), ng)) =
+            ((const uint4 *)sd)[i];
+        if (i < groups) {
+            const int64_t r = (int64_t)(i / (size_t)ng), g = (int64_t)(i % (size_t)ng);
+            ds[matmul__tiled_sz(r, g, ng)] = ss[i];
+            dz[matmul__tiled_sz(r, g, ng)] = sz[i];
+        }
+    }
+}
+
 /* One group (128 columns) of a lane's weights: rows (r = m-tile 0/1, h = +0/+8). */
 typedef struct {
     uint4 q[2][2];    /* 32 nibbles of the row */
@@ -370,18 +412,19 @@ typedef struct {
     uint32_t z[2][2]; /* zero point */
 } matmul__wgrp_t;
 
-static __device__ __forceinline__ void matmul__wgrp_load(matmul__wgrp_t &g,
-                                                         const uint8_t *(&wrow)[2][2],
-                                                         const uint16_t *(&srow)[2][2],
-                                                         const uint8_t *(&zrow)[2][2], int grp)
+/* wrow / srow / zrow: the lane's pointers at group 0; wgs / sgs: their strides per group
+ * (plain: 64 bytes / 1 entry; tiled: 2048 bytes / 32 entries). */
+static __device__ __forceinline__ void
+matmul__wgrp_load(matmul__wgrp_t &g, const uint8_t *(&wrow)[2][2], const uint16_t *(&srow)[2][2],
+                  const uint8_t *(&zrow)[2][2], int grp, int wgs, int sgs)
 {
 #pragma unroll
     for (int r = 0; r < 2; r++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            g.q[r][h] = __ldcs((const uint4 *)(wrow[r][h] + (size_t)grp * 64));
-            g.s[r][h] = __ldg(srow[r][h] + grp);
-            g.z[r][h] = __ldg(zrow[r][h] + grp);
+            g.q[r][h] = __ldcs((const uint4 *)(wrow[r][h] + (size_t)grp * wgs));
+            g.s[r][h] = __ldg(srow[r][h] + (size_t)grp * sgs);
+            g.z[r][h] = __ldg(zrow[r][h] + (size_t)grp * sgs);
         }
 }
 
@@ -467,7 +510,8 @@ static __device__ __forceinline__ void matmul__cp_async16(void *smem, const void
 template <int C>
 static __global__ void __launch_bounds__(256, 1)
     matmul__int4_mma(float *out, const uint4 *xh, const float *mult, const uint8_t *wd,
-                     const uint16_t *wsc, const uint8_t *wz, int n, int64_t N, int64_t K, int gps)
+                     const uint16_t *wsc, const uint8_t *wz, int n, int64_t N, int64_t K, int gps,
+                     bool tiled)
 {
     extern __shared__ __align__(16) uint8_t matmul__xsm[]; /* [2][8 C][MATMUL__RSB] */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
@@ -481,15 +525,24 @@ static __global__ void __launch_bounds__(256, 1)
     const uint8_t *wrow[2][2];
     const uint16_t *srow[2][2];
     const uint8_t *zrow[2][2];
+    const int wgs = tiled ? 2048 : 64, sgs = tiled ? 32 : 1;
+    /* tiled: N % 32 == 0, a warp's rows are one row block (a copy of the last past N) */
+    const int64_t blk = min(row0 / 32, N / 32 - 1);
 #pragma unroll
     for (int r = 0; r < 2; r++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             int64_t row = row0 + 16 * r + 8 * h + gq;
             row = row < N ? row : N - 1; /* rows past N compute a copy, never stored */
-            wrow[r][h] = wd + row * (K / 2) + tq * 16;
-            srow[r][h] = wsc + row * ng;
-            zrow[r][h] = wz + row * ng;
+            if (tiled) {
+                wrow[r][h] = wd + ((size_t)blk * ng * 128 + (2 * r + h) * 32 + lane) * 16;
+                srow[r][h] = wsc + (size_t)blk * ng * 32 + (2 * r + h) * 8 + gq;
+                zrow[r][h] = wz + (size_t)blk * ng * 32 + (2 * r + h) * 8 + gq;
+            } else {
+                wrow[r][h] = wd + row * (K / 2) + tq * 16;
+                srow[r][h] = wsc + row * ng;
+                zrow[r][h] = wz + row * ng;
+            }
         }
     float acc[2][C][4];
 #pragma unroll
@@ -514,9 +567,9 @@ static __global__ void __launch_bounds__(256, 1)
     };
 
     matmul__wgrp_t ring0, ring1;
-    matmul__wgrp_load(ring0, wrow, srow, zrow, gb);
+    matmul__wgrp_load(ring0, wrow, srow, zrow, gb, wgs, sgs);
     if (gb + 1 < ge)
-        matmul__wgrp_load(ring1, wrow, srow, zrow, gb + 1);
+        matmul__wgrp_load(ring1, wrow, srow, zrow, gb + 1, wgs, sgs);
     stage(0);
     for (int ch = 0; ch < nchunk; ch++) {
         if (ch + 1 < nchunk)
@@ -533,13 +586,13 @@ static __global__ void __launch_bounds__(256, 1)
             if (g < ge) {
                 const matmul__wgrp_t cur = ring0;
                 if (g + 2 < ge)
-                    matmul__wgrp_load(ring0, wrow, srow, zrow, g + 2);
+                    matmul__wgrp_load(ring0, wrow, srow, zrow, g + 2, wgs, sgs);
                 matmul__int4_group<C>(acc, cur, xs + gl * 256, gq, tq);
             }
             if (g + 1 < ge) {
                 const matmul__wgrp_t cur = ring1;
                 if (g + 3 < ge)
-                    matmul__wgrp_load(ring1, wrow, srow, zrow, g + 3);
+                    matmul__wgrp_load(ring1, wrow, srow, zrow, g + 3, wgs, sgs);
                 matmul__int4_group<C>(acc, cur, xs + (gl + 1) * 256, gq, tq);
             }
         }
@@ -923,7 +976,7 @@ extern "C" size_t matmul_int4_mma_part_floats(int n, int64_t N, int splits)
 
 template <int C>
 static void matmul__int4_mma_launch(float *dst, const uint16_t *xh, const float *mult,
-                                    const pd_weight_t *w, int n, int W, int S, int gps,
+                                    const pd_weight_t *w, int n, int W, int S, int gps, bool tiled,
                                     cudaStream_t stream)
 {
     static bool attr_set;
@@ -937,14 +990,16 @@ static void matmul__int4_mma_launch(float *dst, const uint16_t *xh, const float 
                     (unsigned)((w->n + 32 * W - 1) / (32 * W)), (unsigned)S);
     matmul__int4_mma<C><<<grid, 32 * W, smem, stream>>>(
         dst, (const uint4 *)xh, mult, (const uint8_t *)w->data, (const uint16_t *)w->scales,
-        (const uint8_t *)w->zeros, n, w->n, w->k, gps);
+        (const uint8_t *)w->zeros, n, w->n, w->k, gps, tiled);
 }
 
 extern "C" pd_status_t matmul_int4_mma(float *out, float *part, const uint16_t *xh,
                                        const float *mult, const pd_weight_t *w, int n, int warps,
-                                       int splits, cudaStream_t stream)
+                                       int splits, bool tiled, cudaStream_t stream)
 {
-    KUTIL_REQUIRE(w->fmt == PD_WFMT_INT4 && w->k % 128 == 0 && w->n > 0, "matmul_int4_mma");
+    KUTIL_REQUIRE(w->fmt == PD_WFMT_INT4 && w->k % 128 == 0 && w->n > 0 &&
+                      (!tiled || w->n % 32 == 0),
+                  "matmul_int4_mma");
     KUTIL_REQUIRE(n >= 0 && n <= MATMUL_INT4_MMA_MAX_N && warps >= 1 && warps <= 8 && splits >= 1 &&
                       (splits == 1 || part),
                   "matmul_int4_mma");
@@ -956,16 +1011,16 @@ extern "C" pd_status_t matmul_int4_mma(float *out, float *part, const uint16_t *
     float *dst = splits > 1 ? part : out;
     switch (matmul__int4_tiles(n)) {
     case 1:
-        matmul__int4_mma_launch<1>(dst, xh, mult, w, n, warps, splits, gps, stream);
+        matmul__int4_mma_launch<1>(dst, xh, mult, w, n, warps, splits, gps, tiled, stream);
         break;
     case 2:
-        matmul__int4_mma_launch<2>(dst, xh, mult, w, n, warps, splits, gps, stream);
+        matmul__int4_mma_launch<2>(dst, xh, mult, w, n, warps, splits, gps, tiled, stream);
         break;
     case 4:
-        matmul__int4_mma_launch<4>(dst, xh, mult, w, n, warps, splits, gps, stream);
+        matmul__int4_mma_launch<4>(dst, xh, mult, w, n, warps, splits, gps, tiled, stream);
         break;
     default:
-        matmul__int4_mma_launch<8>(dst, xh, mult, w, n, warps, splits, gps, stream);
+        matmul__int4_mma_launch<8>(dst, xh, mult, w, n, warps, splits, gps, tiled, stream);
     }
     pd_status_t st = KUTIL_LAUNCHED("matmul_int4_mma");
     if (st != PD_OK || splits == 1)
@@ -1027,13 +1082,35 @@ extern "C" pd_status_t matmul_fp8_mma(float *out, float *part, const uint8_t *xq
     return KUTIL_LAUNCHED("matmul_fp8_mma sum");
 }
 
-extern "C" pd_status_t matmul_int4_to_bf16(uint16_t *dst, const pd_weight_t *w, cudaStream_t stream)
+extern "C" pd_status_t matmul_int4_tile(pd_weight_t *w, void *tmp, cudaStream_t stream)
 {
-    KUTIL_REQUIRE(w->fmt == PD_WFMT_INT4 && w->k % 128 == 0 && w->n > 0, "matmul_int4_to_bf16");
+    KUTIL_REQUIRE(w->fmt == PD_WFMT_INT4 && w->k % 128 == 0 && w->n > 0 && w->n % 32 == 0,
+                  "matmul_int4_tile");
+    const size_t nd = (size_t)w->n * (size_t)w->k / 2, ng = (size_t)w->n * (size_t)(w->k / 128);
+    uint8_t *t = (uint8_t *)tmp;
+    cudaError_t e = cudaMemcpyAsync(t, w->data, nd, cudaMemcpyDeviceToDevice, stream);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(t + nd, w->scales, ng * 2, cudaMemcpyDeviceToDevice, stream);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(t + nd + ng * 2, w->zeros, ng, cudaMemcpyDeviceToDevice, stream);
+    if (e != cudaSuccess)
+        return kutil_status(e, "matmul_int4_tile copy");
+    matmul__int4_tile<<<matmul__grid(nd / 16, 256), 256, 0, stream>>>(
+        (uint8_t *)w->data, (uint16_t *)w->scales, (uint8_t *)w->zeros, t,
+        (const uint16_t *)(t + nd), t + nd + ng * 2, w->n, w->k);
+    return KUTIL_LAUNCHED("matmul_int4_tile");
+}
+
+extern "C" pd_status_t matmul_int4_to_bf16(uint16_t *dst, const pd_weight_t *w, bool tiled,
+                                           cudaStream_t stream)
+{
+    KUTIL_REQUIRE(w->fmt == PD_WFMT_INT4 && w->k % 128 == 0 && w->n > 0 &&
+                      (!tiled || w->n % 32 == 0),
+                  "matmul_int4_to_bf16");
     const size_t total = (size_t)w->n * (size_t)w->k / 32;
     matmul__int4_to_bf16<<<matmul__grid(total, 256), 256, 0, stream>>>(
         (uint4 *)dst, (const uint4 *)w->data, (const uint16_t *)w->scales,
-        (const uint8_t *)w->zeros, w->n, w->k);
+        (const uint8_t *)w->zeros, w->n, w->k, tiled);
     return KUTIL_LAUNCHED("matmul_int4_to_bf16");
 }
 

@@ -13,6 +13,7 @@
 #define PD_KERNELS_MATMUL_H
 
 #include <cuda_runtime_api.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -59,7 +60,7 @@ size_t matmul_int4_mma_part_floats(int n, int64_t N, int splits);
 /* out (n, w->n) f32; part (splits, n, w->n) f32 scratch (NULL when splits == 1); xh, mult from
  * matmul_quant_act_f16; warps 1..8 per block, splits >= 1 (every split non-empty). */
 pd_status_t matmul_int4_mma(float *out, float *part, const uint16_t *xh, const float *mult,
-                            const pd_weight_t *w, int n, int warps, int splits,
+                            const pd_weight_t *w, int n, int warps, int splits, bool tiled,
                             cudaStream_t stream);
 
 /* FP8 W8A8 on mma.sync m16n8k32 e4m3 for n = 1 .. MATMUL_INT4_MMA_MAX_N: out (n, w->n) f32 =
@@ -70,8 +71,18 @@ void matmul_fp8_mma_plan(int n, int64_t N, int64_t K, int n_sm, int *warps_p, in
 pd_status_t matmul_fp8_mma(float *out, float *part, const uint8_t *xq, const float *xs,
                            const pd_weight_t *w, int n, int warps, int splits, cudaStream_t stream);
 
-/* dst (w->n, w->k) bf16 = the INT4 g128 weight w dequantized ((q - z) * s, rounded to bf16). */
-pd_status_t matmul_int4_to_bf16(uint16_t *dst, const pd_weight_t *w, cudaStream_t stream);
+/* dst (w->n, w->k) bf16 = the INT4 g128 weight w dequantized ((q - z) * s, rounded to bf16);
+ * tiled: w is in the tiled layout (below). */
+pd_status_t matmul_int4_to_bf16(uint16_t *dst, const pd_weight_t *w, bool tiled,
+                                cudaStream_t stream);
+
+/* The tiled INT4 layout (matmul.cu says it byte by byte): for w->n % 32 == 0, rows in blocks of
+ * 32 and K in groups of 128, each (block, group) 2048 contiguous bytes in the order the
+ * tensor-core kernel's lanes load them; scales and zeros likewise per (block, group). The CUDA
+ * backend tiles every INT4 weight with n % 32 == 0 at upload (weight_prepare); the f32 GEMV
+ * (matmul_gemv) reads the plain layout only. matmul_int4_tile rewrites w in place, through tmp
+ * (device, quant_data_bytes + quant_scales_bytes + quant_zeros_bytes of w). */
+pd_status_t matmul_int4_tile(pd_weight_t *w, void *tmp, cudaStream_t stream);
 
 /* out (n, N) f32 = (hi + lo) (n, K) bf16 @ W^T, W (N, K) bf16, via cublasGemmEx on `blas`
  * (a cublasHandle_t). lo may be NULL (one GEMM on hi only). */

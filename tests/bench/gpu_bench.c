@@ -315,7 +315,7 @@ typedef struct {
     int mode; /* 0 gemv, 1 mma, 2 op */
     float *out, *x, *part, *xf, *mult;
     uint16_t *xh;
-    pd_weight_t *w;
+    pd_weight_t *w, *wp; /* wp: INT4 in the plain layout (the GEMV's) */
     int n, warps, splits;
 } i4_arg_t;
 static void run_i4(void *p)
@@ -325,7 +325,8 @@ static void run_i4(void *p)
     if (a->mode == 0) {
         if (fp8)
             ok(matmul_quant_act_fp8(NULL, a->xf, a->mult, a->x, a->n, a->w->k, stream), "q");
-        ok(matmul_gemv(a->out, fp8 ? a->xf : a->x, fp8 ? a->mult : NULL, a->w, a->n, stream),
+        ok(matmul_gemv(a->out, fp8 ? a->xf : a->x, fp8 ? a->mult : NULL, fp8 ? a->w : a->wp, a->n,
+                       stream),
            "gemv");
     } else if (a->mode == 1 && fp8) {
         ok(matmul_quant_act_fp8((uint8_t *)a->xh, NULL, a->mult, a->x, a->n, a->w->k, stream),
@@ -336,7 +337,7 @@ static void run_i4(void *p)
     } else if (a->mode == 1) {
         ok(matmul_quant_act_f16(a->xh, a->mult, a->x, a->n, a->w->k, stream), "quant f16");
         ok(matmul_int4_mma(a->out, a->part, a->xh, a->mult, a->w, a->n, a->warps, a->splits,
-                           stream),
+                           a->w->n % 32 == 0, stream),
            "int4 mma");
     } else
         be->ops->matmul(be, a->out, a->x, a->w, a->n);
@@ -355,7 +356,7 @@ static void bench_int4_paths(void)
     for (int s = 0; s < 2; s++) {
         const int64_t N = shapes[s][0], K = shapes[s][1];
         uint16_t *src = malloc((size_t)(N * K) * 2);
-        pd_weight_t h4, h8, w4, w8;
+        pd_weight_t h4, h8, w4, w8, w4p;
         for (int64_t i = 0; i < N * K; i++)
             src[i] = pd_f32_to_bf16(rnd() * 0.02f);
         ok(model_quantize_bf16(src, N, K, PD_WFMT_INT4, &h4), "quantize");
@@ -363,6 +364,14 @@ static void bench_int4_paths(void)
         free(src);
         ok(backend_weight_upload(be, &h4, &w4), "weight upload");
         ok(backend_weight_upload(be, &h8, &w8), "weight upload");
+        w4p = h4; /* a plain-layout copy for the GEMV (backend_weight_upload tiles INT4) */
+        ok(be->ops->alloc(be, quant_data_bytes(PD_WFMT_INT4, N, K), &w4p.data), "alloc");
+        ok(be->ops->alloc(be, quant_scales_bytes(PD_WFMT_INT4, N, K), &w4p.scales), "alloc");
+        ok(be->ops->alloc(be, quant_zeros_bytes(PD_WFMT_INT4, N, K), &w4p.zeros), "alloc");
+        ok(be->ops->upload(be, w4p.data, h4.data, quant_data_bytes(PD_WFMT_INT4, N, K)), "up");
+        ok(be->ops->upload(be, w4p.scales, h4.scales, quant_scales_bytes(PD_WFMT_INT4, N, K)),
+           "up");
+        ok(be->ops->upload(be, w4p.zeros, h4.zeros, quant_zeros_bytes(PD_WFMT_INT4, N, K)), "up");
         double wb[2];
         for (int f = 0; f < 2; f++) {
             const pd_wfmt_t fmt = f ? PD_WFMT_FP8 : PD_WFMT_INT4;
@@ -375,6 +384,7 @@ static void bench_int4_paths(void)
             int pw[2], ps[2];
             i4_arg_t a = {0};
             a.n = n;
+            a.wp = &w4p;
             a.x = dev_random_f32((size_t)n * K, 1.0f);
             ok(be->ops->alloc(be, (size_t)n * N * 4, (void **)&a.out), "alloc");
             ok(be->ops->alloc(be, (size_t)n * K * 4 + 64, (void **)&a.xf), "alloc");
@@ -425,6 +435,7 @@ static void bench_int4_paths(void)
         model_host_weight_free(&h8);
         backend_weight_free(be, &w4);
         backend_weight_free(be, &w8);
+        backend_weight_free(be, &w4p);
     }
 }
 

@@ -295,8 +295,10 @@ static void case_matmul(pd_wfmt_t fmt, int n, int64_t N, int64_t K, const char *
     gpu->ops->matmul(gpu, out.g, px.g, &wg, n);
     snprintf(shape, sizeof shape, "%s %s n %d N %lld K %lld", quant_wfmt_name(fmt), what, n,
              (long long)N, (long long)K);
-    /* GEMV paths (small n) compute in f32 for every format: tight; GEMMs as listed */
-    double t = n <= 8 && fmt != PD_WFMT_FP8 ? 1e-5 : tol[fmt];
+    /* GEMV paths (small n) compute in f32: tight; GEMMs as listed. INT4 weights with N % 32 == 0
+     * (tiled at upload) run on the f16 tensor-core kernel at every n <= 256. */
+    const bool gemv = n <= 8 && fmt != PD_WFMT_FP8 && !(fmt == PD_WFMT_INT4 && N % 32 == 0);
+    double t = gemv ? 1e-5 : tol[fmt];
     report("matmul", shape, err_f32(&out, (size_t)n * N), t);
     backend_weight_free(cpu, &wc);
     backend_weight_free(gpu, &wg);
@@ -376,7 +378,8 @@ static void case_mma_gemm(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warps,
         float *mult = (float *)(b + hb), *part = pf ? (float *)(b + hb + mb) : NULL;
         if (int4) {
             pair_ok(matmul_quant_act_f16((uint16_t *)b, mult, px.g, n, K, st));
-            pair_ok(matmul_int4_mma(out.g, part, (uint16_t *)b, mult, &wg, n, warps, splits, st));
+            pair_ok(matmul_int4_mma(out.g, part, (uint16_t *)b, mult, &wg, n, warps, splits,
+                                    N % 32 == 0 /* the backend tiles these at upload */, st));
         } else {
             pair_ok(matmul_quant_act_fp8(b, NULL, mult, px.g, n, K, st));
             pair_ok(matmul_fp8_mma(out.g, part, b, mult, &wg, n, warps, splits, st));
@@ -385,7 +388,7 @@ static void case_mma_gemm(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warps,
     snprintf(shape, sizeof shape, "%s %s n %d N %lld K %lld w%d s%d seed %llu",
              quant_wfmt_name(fmt), what, n, (long long)N, (long long)K, warps, splits,
              (unsigned long long)seed);
-    report("mma gemm", shape, err_f32(&out, (size_t)n * N), int4 ? 4e-4 : 2e-3);
+    report("mma gemm", shape, err_f32(&out, (size_t)n * N), int4 ? 1e-3 : 2e-3);
 
     /* per element on sampled rows (about 2e8 multiply-adds) */
     float *g = xmalloc((size_t)n * N * 4), *c = xmalloc((size_t)n * N * 4);
