@@ -34,8 +34,10 @@
 #define CUDA_GEMV_MAX_N 8
 #define CUDA_GEMV_MAX_N_INT4 8
 /* FP8 at or below this n (and K % 64 == 0) runs on the FP8 mma kernel (matmul_fp8_mma) instead of
- * the GEMV / cuBLASLt */
+ * the GEMV / cuBLASLt, except n <= 2 with more than CUDA_FP8_GEMV_MIN_ROWS rows, where the f32
+ * GEMV measured faster (docs/performance.md, issue 11: 28672 x 4096 n 1: 48 vs 76 us) */
 #define CUDA_FP8_MMA_MAX_N 8
+#define CUDA_FP8_GEMV_MIN_ROWS 8192
 #define CUDA_LT_WS_BYTES ((size_t)32 << 20)
 
 typedef struct {
@@ -220,6 +222,12 @@ static void cuda_silu_mul(pd_backend_t *be, float *out, const float *gu, int n, 
 
 /* ==== matmul ==== */
 
+/* INT4 weights of this backend with n % 32 == 0 are in the tiled layout (cuda_weight_prepare). */
+static bool cuda__int4_tiled(const pd_weight_t *w)
+{
+    return w->fmt == PD_WFMT_INT4 && w->n % 32 == 0 && w->k % 128 == 0;
+}
+
 /* GEMV over rows [0, n) in chunks of MATMUL_GEMV_MAX_N (the fallback for shapes no GEMM takes). */
 static pd_status_t cuda__gemv_chunks(cuda_t *c, float *out, const float *x, const float *xs,
                                      const pd_weight_t *w, int n)
@@ -228,15 +236,9 @@ static pd_status_t cuda__gemv_chunks(cuda_t *c, float *out, const float *x, cons
     for (int i = 0; i < n && st == PD_OK; i += MATMUL_GEMV_MAX_N) {
         int m = n - i < MATMUL_GEMV_MAX_N ? n - i : MATMUL_GEMV_MAX_N;
         st = matmul_gemv(out + (size_t)i * w->n, x + (size_t)i * w->k, xs ? xs + i : NULL, w, m,
-                         c->stream);
+                         cuda__int4_tiled(w), c->stream);
     }
     return st;
-}
-
-/* INT4 weights of this backend with n % 32 == 0 are in the tiled layout (cuda_weight_prepare). */
-static bool cuda__int4_tiled(const pd_weight_t *w)
-{
-    return w->fmt == PD_WFMT_INT4 && w->n % 32 == 0 && w->k % 128 == 0;
 }
 
 /* Tiles INT4 weights in place (kernels/matmul.h): the tensor-core kernel then streams each
@@ -287,7 +289,8 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
 
     if (n <= 0)
         return PD_OK;
-    if (w->fmt == PD_WFMT_FP8 && n <= CUDA_FP8_MMA_MAX_N && K % 64 == 0) {
+    if (w->fmt == PD_WFMT_FP8 && n <= CUDA_FP8_MMA_MAX_N && K % 64 == 0 &&
+        (n >= 3 || N <= CUDA_FP8_GEMV_MIN_ROWS)) {
         int warps, splits;
         matmul_fp8_mma_plan(n, N, K, c->n_sm, &warps, &splits);
         size_t qb = ((size_t)n * (size_t)K + 255) / 256 * 256,

@@ -28,7 +28,6 @@ static __device__ __forceinline__ size_t matmul__tiled_sz(int64_t row, int64_t g
     return ((size_t)(row / 32) * ng + g) * 32 + (size_t)(row % 32);
 }
 
-
 /* grid (n), block 256: xq (n, k) fp8 (or NULL), xf (n, k) f32 = the fp8 values decoded, unscaled
  * (or NULL), xs (n) f32, x (n, k) f32 */
 static __global__ void matmul__quant_act_fp8(uint8_t *xq, float *xf, float *xs, const float *x,
@@ -201,11 +200,12 @@ static __device__ __forceinline__ int matmul__swz(int c)
 
 /* grid (ceil(n / NT), ceil(N / (8 * MATMUL__ROWS))), block 256, dynamic shared memory
  * NT * MATMUL__KC f32. out (n, N) f32; x (n, K) f32; wd (N, K/2) int4 pairs, wsc (N, K/128) bf16,
- * wz (N, K/128) uint8. */
+ * wz (N, K/128) uint8; tiled: W in the tiled layout (each 16-byte piece read is one quarter of a
+ * row's group there too). */
 template <int NT>
 static __global__ void __launch_bounds__(256)
     matmul__gemv_int4(float *out, const float *x, const uint8_t *wd, const uint16_t *wsc,
-                      const uint8_t *wz, int n, int64_t N, int64_t K)
+                      const uint8_t *wz, int n, int64_t N, int64_t K, bool tiled)
 {
     constexpr int R = MATMUL__ROWS;
     extern __shared__ float4 matmul__xs[]; /* (NT, MATMUL__KC / 4) float4, swizzled */
@@ -242,9 +242,14 @@ static __global__ void __launch_bounds__(256)
             float gs[R], zf[R];
 #pragma unroll
             for (int j = 0; j < R; j++) {
-                raw[j] = __ldg((const uint4 *)(wd + rr[j] * (K / 2) + ek / 2));
-                gs[j] = kutil_bf16_to_f32(wsc[rr[j] * ng + ek / 128]);
-                zf[j] = 8388608.0f + (float)wz[rr[j] * ng + ek / 128];
+                const size_t wo =
+                    tiled ? matmul__tiled_piece(rr[j], ek / 128, (int)(ek % 128) / 32, ng)
+                          : (size_t)(rr[j] * (K / 2) + ek / 2);
+                const size_t so =
+                    tiled ? matmul__tiled_sz(rr[j], ek / 128, ng) : (size_t)(rr[j] * ng + ek / 128);
+                raw[j] = __ldg((const uint4 *)(wd + wo));
+                gs[j] = kutil_bf16_to_f32(wsc[so]);
+                zf[j] = 8388608.0f + (float)wz[so];
             }
             float part[R][NT];
 #pragma unroll
@@ -824,7 +829,7 @@ extern "C" pd_status_t matmul_split_bf16(uint16_t *hi, uint16_t *lo, const float
 
 template <int NT>
 static void matmul__gemv_int4_launch(float *out, const float *x, const pd_weight_t *w, int n,
-                                     cudaStream_t stream)
+                                     bool tiled, cudaStream_t stream)
 {
     static bool attr_set;
     const size_t smem = (size_t)NT * MATMUL__KC * sizeof(float);
@@ -835,25 +840,25 @@ static void matmul__gemv_int4_launch(float *out, const float *x, const pd_weight
     }
     const dim3 grid((unsigned)((n + NT - 1) / NT),
                     (unsigned)((w->n + 8 * MATMUL__ROWS - 1) / (8 * MATMUL__ROWS)));
-    matmul__gemv_int4<NT><<<grid, 256, smem, stream>>>(out, x, (const uint8_t *)w->data,
-                                                       (const uint16_t *)w->scales,
-                                                       (const uint8_t *)w->zeros, n, w->n, w->k);
+    matmul__gemv_int4<NT>
+        <<<grid, 256, smem, stream>>>(out, x, (const uint8_t *)w->data, (const uint16_t *)w->scales,
+                                      (const uint8_t *)w->zeros, n, w->n, w->k, tiled);
 }
 
 template <int FMT>
 static void matmul__gemv_launch(float *out, const float *x, const float *xs, const pd_weight_t *w,
-                                int n, cudaStream_t stream)
+                                int n, bool tiled, cudaStream_t stream)
 {
     const int nt = n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : 8;
     if (FMT == MATMUL__INT4) {
         if (nt == 1)
-            matmul__gemv_int4_launch<1>(out, x, w, n, stream);
+            matmul__gemv_int4_launch<1>(out, x, w, n, tiled, stream);
         else if (nt == 2)
-            matmul__gemv_int4_launch<2>(out, x, w, n, stream);
+            matmul__gemv_int4_launch<2>(out, x, w, n, tiled, stream);
         else if (nt == 4)
-            matmul__gemv_int4_launch<4>(out, x, w, n, stream);
+            matmul__gemv_int4_launch<4>(out, x, w, n, tiled, stream);
         else
-            matmul__gemv_int4_launch<8>(out, x, w, n, stream);
+            matmul__gemv_int4_launch<8>(out, x, w, n, tiled, stream);
         return;
     }
     const dim3 grid((unsigned)((n + nt - 1) / nt),
@@ -879,7 +884,8 @@ static void matmul__gemv_launch(float *out, const float *x, const float *xs, con
 }
 
 extern "C" pd_status_t matmul_gemv(float *out, const float *x, const float *xs,
-                                   const pd_weight_t *w, int n, cudaStream_t stream)
+                                   const pd_weight_t *w, int n, bool int4_tiled,
+                                   cudaStream_t stream)
 {
     KUTIL_REQUIRE(n >= 0 && n <= MATMUL_GEMV_MAX_N && w->n > 0 && w->k > 0, "matmul_gemv");
     KUTIL_REQUIRE(w->n / (8 * MATMUL__ROWS) < 65535, "matmul_gemv");
@@ -888,19 +894,19 @@ extern "C" pd_status_t matmul_gemv(float *out, const float *x, const float *xs,
     switch (w->fmt) {
     case PD_WFMT_BF16:
         KUTIL_REQUIRE(w->k % 8 == 0, "matmul_gemv bf16");
-        matmul__gemv_launch<MATMUL__BF16>(out, x, xs, w, n, stream);
+        matmul__gemv_launch<MATMUL__BF16>(out, x, xs, w, n, false, stream);
         break;
     case PD_WFMT_FP8:
         KUTIL_REQUIRE(w->k % 16 == 0 && xs, "matmul_gemv fp8");
-        matmul__gemv_launch<MATMUL__FP8>(out, x, xs, w, n, stream);
+        matmul__gemv_launch<MATMUL__FP8>(out, x, xs, w, n, false, stream);
         break;
     case PD_WFMT_INT4:
-        KUTIL_REQUIRE(w->k % 128 == 0, "matmul_gemv int4");
-        matmul__gemv_launch<MATMUL__INT4>(out, x, xs, w, n, stream);
+        KUTIL_REQUIRE(w->k % 128 == 0 && (!int4_tiled || w->n % 32 == 0), "matmul_gemv int4");
+        matmul__gemv_launch<MATMUL__INT4>(out, x, xs, w, n, int4_tiled, stream);
         break;
     case PD_WFMT_F32:
         KUTIL_REQUIRE(w->k % 8 == 0, "matmul_gemv f32");
-        matmul__gemv_launch<MATMUL__F32>(out, x, xs, w, n, stream);
+        matmul__gemv_launch<MATMUL__F32>(out, x, xs, w, n, false, stream);
         break;
     default:
         return PD_ERR_INVALID;

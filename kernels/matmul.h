@@ -38,9 +38,10 @@ pd_status_t matmul_split_bf16(uint16_t *hi, uint16_t *lo, const float *x, int n,
 
 /* out (n, w->n) f32 = x (n, w->k) f32 @ W^T for n <= MATMUL_GEMV_MAX_N, any weight format. For
  * FP8, x is the xf output of matmul_quant_act_fp8 and xs (n) f32 its scales (NULL otherwise).
- * Needs w->k a multiple of 8 (bf16, f32), 16 (fp8) or 128 (int4). */
+ * Needs w->k a multiple of 8 (bf16, f32), 16 (fp8) or 128 (int4). int4_tiled: an INT4 w is in
+ * the tiled layout (below). */
 pd_status_t matmul_gemv(float *out, const float *x, const float *xs, const pd_weight_t *w, int n,
-                        cudaStream_t stream);
+                        bool int4_tiled, cudaStream_t stream);
 
 /* INT4 tensor-core GEMM (mma.sync, weights dequantized in registers, plain row-major INT4
  * layout: nothing is reshuffled at load), for n = 1 .. MATMUL_INT4_MMA_MAX_N:
@@ -79,9 +80,9 @@ pd_status_t matmul_int4_to_bf16(uint16_t *dst, const pd_weight_t *w, bool tiled,
 /* The tiled INT4 layout (matmul.cu says it byte by byte): for w->n % 32 == 0, rows in blocks of
  * 32 and K in groups of 128, each (block, group) 2048 contiguous bytes in the order the
  * tensor-core kernel's lanes load them; scales and zeros likewise per (block, group). The CUDA
- * backend tiles every INT4 weight with n % 32 == 0 at upload (weight_prepare); the f32 GEMV
- * (matmul_gemv) reads the plain layout only. matmul_int4_tile rewrites w in place, through tmp
- * (device, quant_data_bytes + quant_scales_bytes + quant_zeros_bytes of w). */
+ * backend tiles every INT4 weight with n % 32 == 0 at upload (weight_prepare). matmul_int4_tile
+ * rewrites w in place, through tmp (device, quant_data_bytes + quant_scales_bytes +
+ * quant_zeros_bytes of w). */
 pd_status_t matmul_int4_tile(pd_weight_t *w, void *tmp, cudaStream_t stream);
 
 /* out (n, N) f32 = (hi + lo) (n, K) bf16 @ W^T, W (N, K) bf16, via cublasGemmEx on `blas`

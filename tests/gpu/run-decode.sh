@@ -23,17 +23,16 @@ step() { # name timeout cmd...
     timeout "$t" "$@" >> "$OUT/$name.log" 2>&1
     echo "=== $name: rc $?, $((SECONDS - t0)) s" | tee -a "$OUT/summary.log"
 }
-ncu_k() { # kernel-regex: first launch, speed of light + memory
-    ncu --clock-control none --kernel-name-base demangled -k "regex:$1" -c 1 \
-        --section SpeedOfLight --section MemoryWorkloadAnalysis "$G/bin/gpu_bench" int4
-}
+NCU="ncu --clock-control none --kernel-name-base demangled -c 1 --section SpeedOfLight
+    --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy -k"
 for s in $steps; do
     case $s in
     kernels) step kernels 200 "$G/bin/test_gpu_kernels" ;;
     memcheck) PD_GPU_TEST_SMALL=1 step memcheck 120 compute-sanitizer --tool memcheck \
         --error-exitcode 3 "$G/bin/test_gpu_kernels" ;;
     int4) step int4 120 "$G/bin/gpu_bench" int4 ;;
-    ncu) for k in 'int4_mma<8>' 'int4_mma<1>' 'fp8_mma<1>'; do step ncu 90 ncu_k "$k"; done ;;
+        ncu) for k in 'int4_mma<8>' 'int4_mma<1>' 'fp8_mma<1>'; do
+        step ncu 90 $NCU "regex:$k" "$G/bin/gpu_bench" int4; done ;;
     bench) step bench 200 "$G/bin/gpu_bench" ${BENCH:-ops decode} ;;
     greedy) step greedy 120 python3 "$G/check_reference.py" greedy --pdctl "$G/bin/pdctl" \
         --models deploy/models --kv f32 bf16 ;;
