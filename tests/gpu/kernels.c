@@ -337,12 +337,12 @@ static pair_t arena_new(const kv_layout_t *l, int n_pages)
 
 /* Tensor-core GEMMs of kernels/matmul.cu (matmul_int4_mma, matmul_fp8_mma) at a fixed, printed
  * seed: through the backend op (warps == 0: the default routing and plan) or the kernel itself
- * with a forced plan (warps, splits). Checks (1) max |gpu - cpu| / max |cpu| over all of out
- * against the CPU backend, and (2) per element, on sampled rows, |gpu - ref| <= f * B + 1e-6,
- * B = sum_k |x_k w_k| (w dequantized, in double): INT4: ref the double dot product, f = 2e-3
- * (f16 activations and weights: one rounding of 2^-11 each per product); FP8 (W8A8, the same
- * activation rounding on both sides, up to a rounding flip of x * (1 / s) against x / s): ref
- * the CPU backend's element, f = 3e-4. Outputs start poisoned (NaN). */
+ * with a forced plan (warps, splits), or (warps < 0) the INT4 f32 GEMV on the tiled layout. Checks
+ * (1) max |gpu - cpu| / max |cpu| over all of out against the CPU backend, and (2) per element, on
+ * sampled rows, |gpu - ref| <= f * B + 1e-6, B = sum_k |x_k w_k| (w dequantized, in double): INT4:
+ * ref the double dot product, f = 2e-3 (f16 activations and weights: one rounding of 2^-11 each per
+ * product); FP8 (W8A8, the same activation rounding on both sides, up to a rounding flip of x * (1
+ * / s) against x / s): ref the CPU backend's element, f = 3e-4. Outputs start poisoned (NaN). */
 static void case_mma_gemm(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warps, int splits,
                           uint64_t seed, const char *what)
 {
@@ -368,6 +368,8 @@ static void case_mma_gemm(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warps,
     void *scratch = NULL;
     if (warps == 0) {
         gpu->ops->matmul(gpu, out.g, px.g, &wg, n);
+    } else if (warps < 0) { /* the INT4 f32 GEMV on the weight as uploaded (tiled if N % 32 == 0) */
+        pair_ok(matmul_gemv(out.g, px.g, NULL, &wg, n, N % 32 == 0, backend_cuda_stream(gpu)));
     } else {
         size_t hb = ((size_t)n * K * 2 + 255) / 256 * 256, mb = ((size_t)n * 4 + 255) / 256 * 256;
         size_t pf = matmul_int4_mma_part_floats(n, N, splits);
@@ -388,7 +390,7 @@ static void case_mma_gemm(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warps,
     snprintf(shape, sizeof shape, "%s %s n %d N %lld K %lld w%d s%d seed %llu",
              quant_wfmt_name(fmt), what, n, (long long)N, (long long)K, warps, splits,
              (unsigned long long)seed);
-    report("mma gemm", shape, err_f32(&out, (size_t)n * N), int4 ? 1e-3 : 2e-3);
+    report("mma gemm", shape, err_f32(&out, (size_t)n * N), warps < 0 ? 1e-5 : int4 ? 1e-3 : 2e-3);
 
     /* per element on sampled rows (about 2e8 multiply-adds) */
     float *g = xmalloc((size_t)n * N * 4), *c = xmalloc((size_t)n * N * 4);
@@ -789,6 +791,7 @@ int main(void)
     case_mma_gemm(i4, 3, 300, 640, 6, 3, 104, "forced");
     case_mma_gemm(i4, 8, 512, 512, 8, 2, 105, "forced");
     case_mma_gemm(i4, 1, 256, 1024, 7, 1, 106, "forced");
+    case_mma_gemm(i4, 5, 256, 1024, -1, 0, 107, "gemv tiled");
     case_mma_gemm(f8, 1, 200, 384, 0, 0, 121, "odd N");
     case_mma_gemm(f8, 7, 1000, 640, 0, 0, 122, "n 7");
     case_mma_gemm(f8, 3, 300, 640, 6, 3, 123, "forced");
@@ -803,6 +806,7 @@ int main(void)
         case_mma_gemm(i4, 256, 2048, 4096, 0, 0, 116, "n 256");
         case_mma_gemm(i4, 1, 28672, 4096, 7, 1, 117, "forced 8B gate_up");
         case_mma_gemm(i4, 4, 4096, 14336, 8, 8, 118, "forced 8B down");
+        case_mma_gemm(i4, 1, 28672, 4096, -1, 0, 119, "gemv tiled 8B gate_up");
         case_mma_gemm(f8, 1, 28672, 4096, 0, 0, 131, "8B gate_up");
         case_mma_gemm(f8, 8, 4096, 14336, 0, 0, 132, "8B down");
         case_mma_gemm(f8, 64, 28672, 4096, 7, 1, 133, "forced 8B gate_up");
