@@ -624,6 +624,122 @@ static __global__ void __launch_bounds__(256, 1)
         }
 }
 
+/* The same GEMM on tiled weights with the weights streamed through shared memory by cp.async:
+ * each warp keeps MATMUL__WD groups (2048 bytes of data, 64 of scales, 32 of zeros each) of its
+ * own rows in flight in a ring of its own, so the loads stay in flight whatever the register
+ * schedule. One commit group per step i (group gb + i) holds the weights of group i + WD and,
+ * every MATMUL__GPC groups, the next activation stage, so that "wait_group WD - 1" at step i
+ * means both are there (the stage is then published to the block by __syncthreads). */
+#define MATMUL__WD 4       /* weight groups in flight per warp (== MATMUL__GPC, see above) */
+#define MATMUL__WSLOT 2176 /* bytes per ring slot: 2048 data + 64 scales + 32 zeros, padded */
+
+/* grid, block, xh, mult, out, gps as matmul__int4_mma; W tiled (N % 32 == 0); dynamic shared
+ * memory 2 * 8 C * MATMUL__RSB + (blockDim.x / 32) * MATMUL__WD * MATMUL__WSLOT bytes. */
+template <int C>
+static __global__ void __launch_bounds__(256, 1)
+    matmul__int4_mma_cp(float *out, const uint4 *xh, const float *mult, const uint8_t *wd,
+                        const uint16_t *wsc, const uint8_t *wz, int n, int64_t N, int64_t K,
+                        int gps)
+{
+    extern __shared__ __align__(16) uint8_t matmul__sm[]; /* x [2][8 C][RSB], then rings */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
+    const int ng = (int)(K / 128);
+    const int t0 = blockIdx.x * 8 * C;
+    const int64_t row0 = (int64_t)blockIdx.y * blockDim.x + warp * 32;
+    const int gb = blockIdx.z * gps, ge = min(ng, gb + gps), nG = ge - gb;
+    constexpr int STAGE = 8 * C * MATMUL__RSB;
+    uint8_t *ring = matmul__sm + 2 * STAGE + warp * MATMUL__WD * MATMUL__WSLOT;
+    const int64_t blk = min(row0 / 32, N / 32 - 1); /* past N: a copy of the last block */
+    const uint8_t *wtile = wd + (size_t)blk * ng * 2048 + lane * 16;
+    const uint8_t *stile = (const uint8_t *)wsc + (size_t)blk * ng * 64 + lane * 16;
+    const uint8_t *ztile = wz + (size_t)blk * ng * 32;
+
+    float acc[2][C][4];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int c = 0; c < C; c++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                acc[r][c][i] = 0.0f;
+
+    /* step j's commit group: weights of local group j (if any) and, when j starts a chunk,
+     * that chunk's activations */
+    auto issue = [&](int j) {
+        if (j < nG) {
+            const int g = gb + j;
+            uint8_t *slot = ring + (j % MATMUL__WD) * MATMUL__WSLOT;
+#pragma unroll
+            for (int p = 0; p < 4; p++)
+                matmul__cp_async16(slot + p * 512 + lane * 16, wtile + (size_t)g * 2048 + p * 512,
+                                   16);
+            if (lane < 4)
+                matmul__cp_async16(slot + 2048 + lane * 16, stile + (size_t)g * 64, 16);
+            else if (lane < 6)
+                matmul__cp_async16(slot + 2112 + (lane - 4) * 16,
+                                   ztile + (size_t)g * 32 + (lane - 4) * 16, 16);
+            if (j % MATMUL__GPC == 0) {
+                const int ch = j / MATMUL__GPC, gn = min(MATMUL__GPC, nG - j);
+                uint8_t *dst = matmul__sm + (ch & 1) * STAGE;
+                const int per_row = gn * 16;
+                for (int i = threadIdx.x; i < 8 * C * per_row; i += blockDim.x) {
+                    const int row = i / per_row, col = i % per_row, t = t0 + row;
+                    const uint4 *src = t < n ? xh + (size_t)t * (K / 8) + (size_t)g * 16 + col : xh;
+                    matmul__cp_async16(dst + row * MATMUL__RSB + col * 16, src, t < n ? 16 : 0);
+                }
+            }
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
+    };
+
+#pragma unroll
+    for (int j = 0; j < MATMUL__WD; j++)
+        issue(j);
+    for (int i = 0; i < nG; i++) {
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(MATMUL__WD - 1));
+        if (i % MATMUL__GPC == 0)
+            __syncthreads(); /* the stage is complete for every thread; the old one is free */
+        else
+            __syncwarp();
+        const uint8_t *slot = ring + (i % MATMUL__WD) * MATMUL__WSLOT;
+        matmul__wgrp_t cur;
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int rr = 16 * r + 8 * h + gq;
+                cur.q[r][h] = *(const uint4 *)(slot + ((2 * r + h) * 32 + lane) * 16);
+                cur.s[r][h] = *(const uint16_t *)(slot + 2048 + rr * 2);
+                cur.z[r][h] = slot[2112 + rr];
+            }
+        matmul__int4_group<C>(
+            acc, cur, matmul__sm + ((i / MATMUL__GPC) & 1) * STAGE + (i % MATMUL__GPC) * 256, gq,
+            tq);
+        __syncwarp(); /* every lane has used the slot (scales: other lanes' copies) */
+        issue(i + MATMUL__WD);
+    }
+    asm volatile("cp.async.wait_group 0;\n" ::);
+
+    float *o = out + (size_t)blockIdx.z * n * N;
+#pragma unroll
+    for (int c = 0; c < C; c++)
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int t = t0 + c * 8 + 2 * tq + i;
+            if (t >= n)
+                continue;
+            const float m = mult[t];
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int64_t row = row0 + 16 * r + 8 * h + gq;
+                    if (row < N)
+                        o[(size_t)t * N + row] = acc[r][c][2 * h + i] * m;
+                }
+        }
+}
+
 /* ==== FP8 (W8A8) tensor-core GEMM for small n ====
  *
  * out (n, N) = (xq (n, K) fp8 @ W^T (N, K) fp8) * xs[t] * ws[r] on mma.sync m16n8k32 e4m3 -> f32:
@@ -747,6 +863,124 @@ static __global__ void __launch_bounds__(256, 1)
         }
         __syncthreads();
     }
+
+    float *o = out + (size_t)blockIdx.z * n * N;
+    float wsc[2][2];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int64_t row = row0 + 16 * r + 8 * h + gq;
+            wsc[r][h] = ws[row < N ? row : N - 1];
+        }
+#pragma unroll
+    for (int c = 0; c < C; c++)
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int t = t0 + c * 8 + 2 * tq + i;
+            if (t >= n)
+                continue;
+            const float m = xs[t];
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int64_t row = row0 + 16 * r + 8 * h + gq;
+                    if (row < N)
+                        o[(size_t)t * N + row] = acc[r][c][2 * h + i] * m * wsc[r][h];
+                }
+        }
+}
+
+/* matmul__fp8_mma with the weights streamed through a per-warp shared-memory ring by cp.async
+ * (MATMUL__BPC blocks of 64 columns in flight per warp, 2048 bytes each), one commit group per
+ * step as in matmul__int4_mma_cp. Grid, block and arguments as matmul__fp8_mma; dynamic shared
+ * memory 2 * 8 C * MATMUL__RSB8 + (blockDim.x / 32) * MATMUL__BPC * 2048 bytes. */
+template <int C>
+static __global__ void __launch_bounds__(256, 1)
+    matmul__fp8_mma_cp(float *out, const uint8_t *xq, const float *xs, const uint8_t *wd,
+                       const float *ws, int n, int64_t N, int64_t K, int bps)
+{
+    extern __shared__ __align__(16) uint8_t matmul__sm8[]; /* x [2][8 C][RSB8], then rings */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
+    const int nblk = (int)(K / 64);
+    const int t0 = blockIdx.x * 8 * C;
+    const int64_t row0 = (int64_t)blockIdx.y * blockDim.x + warp * 32;
+    const int bb = blockIdx.z * bps, be = min(nblk, bb + bps), nB = be - bb;
+    constexpr int STAGE = 8 * C * MATMUL__RSB8;
+    uint8_t *ring = matmul__sm8 + 2 * STAGE + warp * MATMUL__BPC * 2048;
+
+    const uint8_t *wrow[2][2];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            int64_t row = row0 + 16 * r + 8 * h + gq;
+            row = row < N ? row : N - 1; /* rows past N compute a copy, never stored */
+            wrow[r][h] = wd + row * K + tq * 16;
+        }
+    float acc[2][C][4];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int c = 0; c < C; c++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                acc[r][c][i] = 0.0f;
+
+    auto issue = [&](int j) {
+        if (j < nB) {
+            const int b = bb + j;
+            uint8_t *slot = ring + (j % MATMUL__BPC) * 2048;
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    matmul__cp_async16(slot + ((2 * r + h) * 32 + lane) * 16,
+                                       wrow[r][h] + (size_t)b * 64, 16);
+            if (j % MATMUL__BPC == 0) {
+                const int ch = j / MATMUL__BPC, bn = min(MATMUL__BPC, nB - j);
+                uint8_t *dst = matmul__sm8 + (ch & 1) * STAGE;
+                const int per_row = bn * 4;
+                for (int i = threadIdx.x; i < 8 * C * per_row; i += blockDim.x) {
+                    const int row = i / per_row, col = i % per_row, t = t0 + row;
+                    const uint8_t *src =
+                        t < n ? xq + (size_t)t * K + (size_t)b * 64 + col * 16 : xq;
+                    matmul__cp_async16(dst + row * MATMUL__RSB8 + col * 16, src, t < n ? 16 : 0);
+                }
+            }
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
+    };
+
+#pragma unroll
+    for (int j = 0; j < MATMUL__BPC; j++)
+        issue(j);
+    for (int i = 0; i < nB; i++) {
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(MATMUL__BPC - 1));
+        if (i % MATMUL__BPC == 0)
+            __syncthreads();
+        /* the lane reads back only the pieces it copied itself: no warp barrier */
+        const uint8_t *slot = ring + (i % MATMUL__BPC) * 2048;
+        uint4 q[2][2];
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                q[r][h] = *(const uint4 *)(slot + ((2 * r + h) * 32 + lane) * 16);
+        const uint8_t *xb = matmul__sm8 + ((i / MATMUL__BPC) & 1) * STAGE + (i % MATMUL__BPC) * 64;
+#pragma unroll
+        for (int c = 0; c < C; c++) {
+            const uint4 b = *(const uint4 *)(xb + (size_t)(c * 8 + gq) * MATMUL__RSB8 + tq * 16);
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                matmul__mma_fp8(acc[r][c], q[r][0].x, q[r][1].x, q[r][0].y, q[r][1].y, b.x, b.y);
+                matmul__mma_fp8(acc[r][c], q[r][0].z, q[r][1].z, q[r][0].w, q[r][1].w, b.z, b.w);
+            }
+        }
+        issue(i + MATMUL__BPC); /* after the slot's values are used (no write-after-read) */
+    }
+    asm volatile("cp.async.wait_group 0;\n" ::);
 
     float *o = out + (size_t)blockIdx.z * n * N;
     float wsc[2][2];
@@ -980,11 +1214,29 @@ extern "C" size_t matmul_int4_mma_part_floats(int n, int64_t N, int splits)
     return splits > 1 ? (size_t)splits * (size_t)n * (size_t)N : 0;
 }
 
+int matmul_mma_async = 1;
+
 template <int C>
 static void matmul__int4_mma_launch(float *dst, const uint16_t *xh, const float *mult,
                                     const pd_weight_t *w, int n, int W, int S, int gps, bool tiled,
                                     cudaStream_t stream)
 {
+    if (tiled && matmul_mma_async) {
+        static bool attr_cp;
+        const int smem_cp = 2 * 8 * C * MATMUL__RSB + 8 * MATMUL__WD * MATMUL__WSLOT;
+        if (!attr_cp) {
+            cudaFuncSetAttribute(matmul__int4_mma_cp<C>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, smem_cp);
+            attr_cp = true;
+        }
+        const dim3 grid((unsigned)((n + 8 * C - 1) / (8 * C)),
+                        (unsigned)((w->n + 32 * W - 1) / (32 * W)), (unsigned)S);
+        matmul__int4_mma_cp<C>
+            <<<grid, 32 * W, 2 * 8 * C * MATMUL__RSB + W * MATMUL__WD * MATMUL__WSLOT, stream>>>(
+                dst, (const uint4 *)xh, mult, (const uint8_t *)w->data, (const uint16_t *)w->scales,
+                (const uint8_t *)w->zeros, n, w->n, w->k, gps);
+        return;
+    }
     static bool attr_set;
     const int smem = 2 * 8 * C * MATMUL__RSB;
     if (!attr_set) {
@@ -1041,6 +1293,22 @@ static void matmul__fp8_mma_launch(float *dst, const uint8_t *xq, const float *x
                                    const pd_weight_t *w, int n, int W, int S, int bps,
                                    cudaStream_t stream)
 {
+    if (matmul_mma_async) {
+        static bool attr_cp;
+        const int smem_cp = 2 * 8 * C * MATMUL__RSB8 + 8 * MATMUL__BPC * 2048;
+        if (!attr_cp) {
+            cudaFuncSetAttribute(matmul__fp8_mma_cp<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 smem_cp);
+            attr_cp = true;
+        }
+        const dim3 grid((unsigned)((n + 8 * C - 1) / (8 * C)),
+                        (unsigned)((w->n + 32 * W - 1) / (32 * W)), (unsigned)S);
+        matmul__fp8_mma_cp<C>
+            <<<grid, 32 * W, 2 * 8 * C * MATMUL__RSB8 + W * MATMUL__BPC * 2048, stream>>>(
+                dst, xq, xs, (const uint8_t *)w->data, (const float *)w->scales, n, w->n, w->k,
+                bps);
+        return;
+    }
     static bool attr_set;
     const int smem = 2 * 8 * C * MATMUL__RSB8;
     if (!attr_set) {

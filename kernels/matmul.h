@@ -53,6 +53,12 @@ pd_status_t matmul_gemv(float *out, const float *x, const float *xs, const pd_we
  * Needs w->k % 128 == 0 (INT4) and a group scale <= ~270 (f16 range of (q - z) * s * 16). */
 #define MATMUL_INT4_MMA_MAX_N 256
 
+/* 1 (default): matmul_int4_mma (on tiled weights) and matmul_fp8_mma stream the weights through
+ * shared memory with cp.async (matmul__int4_mma_cp, matmul__fp8_mma_cp); 0: straight into
+ * registers (matmul__int4_mma, matmul__fp8_mma). A process-wide switch for the harness and the
+ * benchmark; both kernels of a format give the same results. */
+extern int matmul_mma_async;
+
 /* xh (n, k) f16 bits (permuted, see matmul.cu), mult (n) f32, x (n, k) f32; k % 128 == 0. */
 pd_status_t matmul_quant_act_f16(uint16_t *xh, float *mult, const float *x, int n, int64_t k,
                                  cudaStream_t stream);

@@ -312,7 +312,7 @@ static void bench_elementwise(int n)
  * tensor-core kernels (activation quantization + matmul_int4_mma / matmul_fp8_mma with their
  * plans), and the backend op (default routing: GEMV, mma, cuBLAS(Lt)). */
 typedef struct {
-    int mode; /* 0 gemv, 1 mma, 2 op */
+    int mode; /* 0 gemv, 1 mma, 2 op, 3 mma with the register-fed kernel */
     float *out, *x, *part, *xf, *mult;
     uint16_t *xh;
     pd_weight_t *w;
@@ -321,6 +321,14 @@ typedef struct {
 static void run_i4(void *p)
 {
     i4_arg_t *a = p;
+    if (a->mode == 3) {
+        matmul_mma_async = 0;
+        a->mode = 1;
+        run_i4(p);
+        a->mode = 3;
+        matmul_mma_async = 1;
+        return;
+    }
     const bool fp8 = a->w->fmt == PD_WFMT_FP8;
     if (a->mode == 0) {
         if (fp8)
@@ -350,9 +358,10 @@ static void bench_int4_paths(void)
     int n_sm = 0;
     cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0);
     printf("\n### INT4 / FP8 paths (us; GB/s = weight bytes incl. scales and zeros / time)\n\n");
-    printf("| N x K | n | int4 gemv | int4 mma (W, S) | int4 op | int4 op GB/s | fp8 gemv | "
-           "fp8 mma (W, S) | fp8 op | fp8 op GB/s | int4 op / fp8 op |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("| N x K | n | int4 gemv | int4 mma reg | int4 mma cp (W, S) | int4 op | int4 op GB/s | "
+           "fp8 gemv | fp8 mma reg | fp8 mma cp (W, S) | fp8 op | fp8 op GB/s | int4 op / fp8 op "
+           "|\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int s = 0; s < 3; s++) {
         const int64_t N = shapes[s][0], K = shapes[s][1];
         uint16_t *src = malloc((size_t)(N * K) * 2);
@@ -372,7 +381,7 @@ static void bench_int4_paths(void)
         }
         for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
             const int n = ns[i];
-            float t[2][3]; /* [int4, fp8][gemv, mma, op] */
+            float t[2][4]; /* [int4, fp8][gemv, mma, op, mma register-fed] */
             int pw[2], ps[2];
             i4_arg_t a = {0};
             a.n = n;
@@ -402,6 +411,8 @@ static void bench_int4_paths(void)
                 t[f][1] = time_op(run_i4, &a, 20);
                 a.mode = 2;
                 t[f][2] = time_op(run_i4, &a, 20);
+                a.mode = 3;
+                t[f][3] = time_op(run_i4, &a, 20);
                 be->ops->free(be, a.part);
             }
             char g[2][32];
@@ -411,11 +422,12 @@ static void bench_int4_paths(void)
                 else
                     snprintf(g[f], sizeof g[f], "-");
             }
-            printf("| %lld x %lld | %d | %s | %.1f (%d, %d) | %.1f | %.0f | %s | %.1f (%d, %d) | "
-                   "%.1f | %.0f | %.2f |\n",
-                   (long long)N, (long long)K, n, g[0], t[0][1] * 1e3, pw[0], ps[0], t[0][2] * 1e3,
-                   wb[0] / (t[0][2] * 1e-3) / 1e9, g[1], t[1][1] * 1e3, pw[1], ps[1], t[1][2] * 1e3,
-                   wb[1] / (t[1][2] * 1e-3) / 1e9, t[0][2] / t[1][2]);
+            printf("| %lld x %lld | %d | %s | %.1f | %.1f (%d, %d) | %.1f | %.0f | %s | %.1f | "
+                   "%.1f (%d, %d) | %.1f | %.0f | %.2f |\n",
+                   (long long)N, (long long)K, n, g[0], t[0][3] * 1e3, t[0][1] * 1e3, pw[0], ps[0],
+                   t[0][2] * 1e3, wb[0] / (t[0][2] * 1e-3) / 1e9, g[1], t[1][3] * 1e3,
+                   t[1][1] * 1e3, pw[1], ps[1], t[1][2] * 1e3, wb[1] / (t[1][2] * 1e-3) / 1e9,
+                   t[0][2] / t[1][2]);
             fflush(stdout);
             be->ops->free(be, a.x);
             be->ops->free(be, a.out);

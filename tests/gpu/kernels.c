@@ -792,6 +792,17 @@ int main(void)
     case_mma_gemm(i4, 8, 512, 512, 8, 2, 105, "forced");
     case_mma_gemm(i4, 1, 256, 1024, 7, 1, 106, "forced");
     case_mma_gemm(i4, 5, 256, 1024, -1, 0, 107, "gemv tiled");
+    /* the register-fed kernels (matmul_mma_async = 0), then back to the default */
+    matmul_mma_async = 0;
+    case_mma_gemm(i4, 37, 512, 640, 0, 0, 108, "reg kernel");
+    case_mma_gemm(i4, 8, 512, 512, 8, 2, 109, "reg kernel");
+    case_mma_gemm(f8, 3, 300, 640, 6, 3, 126, "reg kernel");
+    case_mma_gemm(f8, 40, 1000, 1152, 8, 2, 127, "reg kernel");
+    if (!small_only) {
+        case_mma_gemm(i4, 64, 28672, 4096, 0, 0, 141, "reg kernel 8B gate_up");
+        case_mma_gemm(f8, 8, 4096, 14336, 0, 0, 142, "reg kernel 8B down");
+    }
+    matmul_mma_async = 1;
     case_mma_gemm(f8, 1, 200, 384, 0, 0, 121, "odd N");
     case_mma_gemm(f8, 7, 1000, 640, 0, 0, 122, "n 7");
     case_mma_gemm(f8, 3, 300, 640, 6, 3, 123, "forced");
