@@ -28,26 +28,47 @@ static __device__ __forceinline__ size_t matmul__tiled_sz(int64_t row, int64_t g
     return ((size_t)(row / 32) * ng + g) * 32 + (size_t)(row % 32);
 }
 
-/* grid (n), block 256: xq (n, k) fp8 (or NULL), xf (n, k) f32 = the fp8 values decoded, unscaled
+/* grid (n), block 1024: xq (n, k) fp8 (or NULL), xf (n, k) f32 = the fp8 values decoded, unscaled
  * (or NULL), xs (n) f32, x (n, k) f32 */
 static __global__ void matmul__quant_act_fp8(uint8_t *xq, float *xf, float *xs, const float *x,
                                              int64_t k)
 {
     __shared__ float red[32];
     const float *xi = x + blockIdx.x * k;
+    const bool v4 = (k & 3) == 0; /* float4 loads (rows 16-byte aligned) */
     float amax = 0.0f;
-    for (int64_t j = threadIdx.x; j < k; j += blockDim.x)
-        amax = fmaxf(amax, fabsf(xi[j]));
+    if (v4)
+        for (int64_t j = threadIdx.x; j < k / 4; j += blockDim.x) {
+            const float4 a = __ldg((const float4 *)xi + j);
+            amax = fmaxf(amax, fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))));
+        }
+    else
+        for (int64_t j = threadIdx.x; j < k; j += blockDim.x)
+            amax = fmaxf(amax, fabsf(xi[j]));
     amax = kutil_block_max(amax, red);
     const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
     const float inv = 1.0f / scale;
-    for (int64_t j = threadIdx.x; j < k; j += blockDim.x) {
-        const uint8_t q = kutil_f32_to_fp8(xi[j] * inv);
-        if (xq)
-            xq[blockIdx.x * k + j] = q;
-        if (xf)
-            xf[blockIdx.x * k + j] = kutil_fp8_to_f32(q);
-    }
+    if (v4)
+        for (int64_t j = threadIdx.x; j < k / 4; j += blockDim.x) {
+            const float4 a = __ldg((const float4 *)xi + j);
+            const uint8_t q0 = kutil_f32_to_fp8(a.x * inv), q1 = kutil_f32_to_fp8(a.y * inv),
+                          q2 = kutil_f32_to_fp8(a.z * inv), q3 = kutil_f32_to_fp8(a.w * inv);
+            if (xq)
+                ((uint32_t *)(xq + blockIdx.x * k))[j] =
+                    q0 | (uint32_t)q1 << 8 | (uint32_t)q2 << 16 | (uint32_t)q3 << 24;
+            if (xf)
+                ((float4 *)(xf + blockIdx.x * k))[j] =
+                    make_float4(kutil_fp8_to_f32(q0), kutil_fp8_to_f32(q1), kutil_fp8_to_f32(q2),
+                                kutil_fp8_to_f32(q3));
+        }
+    else
+        for (int64_t j = threadIdx.x; j < k; j += blockDim.x) {
+            const uint8_t q = kutil_f32_to_fp8(xi[j] * inv);
+            if (xq)
+                xq[blockIdx.x * k + j] = q;
+            if (xf)
+                xf[blockIdx.x * k + j] = kutil_fp8_to_f32(q);
+        }
     if (threadIdx.x == 0)
         xs[blockIdx.x] = scale;
 }
@@ -357,15 +378,17 @@ static __global__ void matmul__int4_to_bf16(uint4 *dst, const uint4 *q, const ui
 #define MATMUL__GPC 4        /* groups (of 128 columns) per shared-memory stage */
 #define MATMUL__RSB (MATMUL__GPC * 256 + 64) /* bytes per token row of a stage (64 mod 128) */
 
-/* grid (n), block 256: xh (n, K) f16 bits in the permuted order above; mult (n) f32 = the
+/* grid (n), block 1024: xh (n, K) f16 bits in the permuted order above; mult (n) f32 = the
  * epilogue multiplier 2^(e - 4) of each token (x * 2^-e in (-1, 1)); x (n, K) f32. */
 static __global__ void matmul__quant_act_f16(uint4 *xh, float *mult, const float *x, int64_t K)
 {
     __shared__ float red[32];
     const float *xi = x + blockIdx.x * K;
     float amax = 0.0f;
-    for (int64_t j = threadIdx.x; j < K; j += blockDim.x)
-        amax = fmaxf(amax, fabsf(xi[j]));
+    for (int64_t j = threadIdx.x; j < K / 4; j += blockDim.x) { /* K % 128 == 0 */
+        const float4 a = __ldg((const float4 *)xi + j);
+        amax = fmaxf(amax, fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))));
+    }
     amax = kutil_block_max(amax, red);
     int e = 0;
     if (amax > 0.0f && amax <= 3.0e38f)
@@ -1046,7 +1069,7 @@ extern "C" pd_status_t matmul_quant_act_fp8(uint8_t *xq, float *xf, float *xs, c
     KUTIL_REQUIRE(n >= 0 && k > 0 && (xq || xf), "matmul_quant_act_fp8");
     if (n == 0)
         return PD_OK;
-    matmul__quant_act_fp8<<<n, 256, 0, stream>>>(xq, xf, xs, x, k);
+    matmul__quant_act_fp8<<<n, 1024, 0, stream>>>(xq, xf, xs, x, k);
     return KUTIL_LAUNCHED("matmul_quant_act_fp8");
 }
 
@@ -1154,7 +1177,7 @@ extern "C" pd_status_t matmul_quant_act_f16(uint16_t *xh, float *mult, const flo
     KUTIL_REQUIRE(n >= 0 && k > 0 && k % 128 == 0, "matmul_quant_act_f16");
     if (n == 0)
         return PD_OK;
-    matmul__quant_act_f16<<<n, 256, 0, stream>>>((uint4 *)xh, mult, x, k);
+    matmul__quant_act_f16<<<n, 1024, 0, stream>>>((uint4 *)xh, mult, x, k);
     return KUTIL_LAUNCHED("matmul_quant_act_f16");
 }
 

@@ -31,7 +31,7 @@ for s in $steps; do
     memcheck) PD_GPU_TEST_SMALL=1 step memcheck 120 compute-sanitizer --tool memcheck \
         --error-exitcode 3 "$G/bin/test_gpu_kernels" ;;
     int4) step int4 120 "$G/bin/gpu_bench" int4 ;;
-        ncu) for k in 'int4_mma<8>' 'int4_mma<1>' 'fp8_mma<1>'; do
+        ncu) for k in 'int4_mma_cp<.int.8>' 'int4_mma_cp<.int.1>' 'fp8_mma_cp<.int.1>'; do
         step ncu 90 $NCU "regex:$k" "$G/bin/gpu_bench" int4; done ;;
     bench) step bench 200 "$G/bin/gpu_bench" ${BENCH:-ops decode} ;;
     greedy) step greedy 120 python3 "$G/check_reference.py" greedy --pdctl "$G/bin/pdctl" \
