@@ -822,6 +822,8 @@ int main(void)
         case_mma_gemm(f8, 8, 4096, 14336, 0, 0, 132, "8B down");
         case_mma_gemm(f8, 64, 28672, 4096, 7, 1, 133, "forced 8B gate_up");
         case_mma_gemm(f8, 64, 4096, 14336, 6, 6, 134, "forced 8B down");
+        case_mma_gemm(f8, 1, 28672, 4096, 7, 1, 135, "forced 8B gate_up");
+        case_mma_gemm(f8, 2, 6144, 4096, 6, 4, 136, "forced 8B qkv");
     }
 
     const pd_kvfmt_t kfs[] = {PD_KV_BF16, PD_KV_FP8, PD_KV_F32};
