@@ -34,8 +34,9 @@
 #define CUDA_GEMV_MAX_N 8
 #define CUDA_GEMV_MAX_N_INT4 8
 /* FP8 at or below this n (and K % 64 == 0) runs on the FP8 mma kernel (matmul_fp8_mma) instead of
- * the GEMV / cuBLASLt, except n <= 2 with more than CUDA_FP8_GEMV_MIN_ROWS rows, where the f32
- * GEMV measured faster (docs/performance.md, issue 11: 28672 x 4096 n 1: 48 vs 76 us) */
+ * the GEMV / cuBLASLt, except n == 1 with more than CUDA_FP8_GEMV_MIN_ROWS rows, where the f32
+ * GEMV measured faster (docs/performance.md, issue 11: 28672 x 4096 n 1: 43 vs 48 us; n 2: 68 vs
+ * 48 us) */
 #define CUDA_FP8_MMA_MAX_N 8
 #define CUDA_FP8_GEMV_MIN_ROWS 8192
 #define CUDA_LT_WS_BYTES ((size_t)32 << 20)
@@ -290,7 +291,7 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
     if (n <= 0)
         return PD_OK;
     if (w->fmt == PD_WFMT_FP8 && n <= CUDA_FP8_MMA_MAX_N && K % 64 == 0 &&
-        (n >= 3 || N <= CUDA_FP8_GEMV_MIN_ROWS)) {
+        (n >= 2 || N <= CUDA_FP8_GEMV_MIN_ROWS)) {
         int warps, splits;
         matmul_fp8_mma_plan(n, N, K, c->n_sm, &warps, &splits);
         size_t qb = ((size_t)n * (size_t)K + 255) / 256 * 256,

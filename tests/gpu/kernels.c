@@ -788,6 +788,8 @@ int main(void)
     case_mma_gemm(i4, 20, 200, 384, 0, 0, 101, "odd N");
     case_mma_gemm(i4, 130, 1000, 640, 0, 0, 102, "3 token blocks");
     case_mma_gemm(i4, 9, 512, 1024, 0, 0, 103, "n 9");
+    /* n > 256: tiled INT4 dequantized to bf16 (matmul_int4_to_bf16) for cuBLAS */
+    case_matmul(PD_WFMT_INT4, 300, 512, 640, "tiled, bf16 GEMM");
     case_mma_gemm(i4, 3, 300, 640, 6, 3, 104, "forced");
     case_mma_gemm(i4, 8, 512, 512, 8, 2, 105, "forced");
     case_mma_gemm(i4, 1, 256, 1024, 7, 1, 106, "forced");
