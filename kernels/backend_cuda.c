@@ -33,9 +33,18 @@
 #include "moe.h"
 #include "sample.h"
 
-/* n at or below which a matmul runs as GEMV (one pass over W) instead of a GEMM */
+/* n at or below which a matmul runs as GEMV (one pass over W) instead of a GEMM. INT4 runs on
+ * the tensor-core kernel (matmul_int4_mma) for n <= MATMUL_INT4_MMA_MAX_N when the weight is
+ * tiled (n % 32 == 0: every Llama shape), else above CUDA_GEMV_MAX_N_INT4; above
+ * MATMUL_INT4_MMA_MAX_N (prefill) it is dequantized to bf16 for cuBLAS. */
 #define CUDA_GEMV_MAX_N 8
-#define CUDA_GEMV_MAX_N_INT4 16
+#define CUDA_GEMV_MAX_N_INT4 8
+/* FP8 at or below this n (and K % 64 == 0) runs on the FP8 mma kernel (matmul_fp8_mma) instead of
+ * the GEMV / cuBLASLt, except n == 1 with more than CUDA_FP8_GEMV_MIN_ROWS rows, where the f32
+ * GEMV measured faster (docs/performance.md, issue 11: 28672 x 4096 n 1: 43 vs 48 us; n 2: 68 vs
+ * 48 us) */
+#define CUDA_FP8_MMA_MAX_N 8
+#define CUDA_FP8_GEMV_MIN_ROWS 8192
 #define CUDA_LT_WS_BYTES ((size_t)32 << 20)
 /* attention runs as flash attention (kernels/attention_flash.h, tensor cores) when the batch has
  * at least this many query rows per sequence on average (prefill, chunked prefill); decode-shaped
@@ -49,6 +58,7 @@ typedef struct {
 
 typedef struct {
     int device;
+    int n_sm; /* multiprocessors of the device */
     cudaStream_t stream;
     cublasHandle_t blas;
     cublasLtHandle_t lt;
@@ -226,6 +236,12 @@ static void cuda_silu_mul(pd_backend_t *be, float *out, const float *gu, int n, 
 
 /* ==== matmul ==== */
 
+/* INT4 weights of this backend with n % 32 == 0 are in the tiled layout (cuda_weight_prepare). */
+static bool cuda__int4_tiled(const pd_weight_t *w)
+{
+    return w->fmt == PD_WFMT_INT4 && w->n % 32 == 0 && w->k % 128 == 0;
+}
+
 /* GEMV over rows [0, n) in chunks of MATMUL_GEMV_MAX_N (the fallback for shapes no GEMM takes). */
 static pd_status_t cuda__gemv_chunks(cuda_t *c, float *out, const float *x, const float *xs,
                                      const pd_weight_t *w, int n)
@@ -234,9 +250,50 @@ static pd_status_t cuda__gemv_chunks(cuda_t *c, float *out, const float *x, cons
     for (int i = 0; i < n && st == PD_OK; i += MATMUL_GEMV_MAX_N) {
         int m = n - i < MATMUL_GEMV_MAX_N ? n - i : MATMUL_GEMV_MAX_N;
         st = matmul_gemv(out + (size_t)i * w->n, x + (size_t)i * w->k, xs ? xs + i : NULL, w, m,
-                         c->stream);
+                         cuda__int4_tiled(w), c->stream);
     }
     return st;
+}
+
+/* Tiles INT4 weights in place (kernels/matmul.h): the tensor-core kernel then streams each
+ * warp's rows as one contiguous run. */
+static pd_status_t cuda_weight_prepare(pd_backend_t *be, pd_weight_t *w)
+{
+    cuda_t *c = cuda__get(be);
+    void *tmp = NULL;
+    pd_status_t st;
+    if (!cuda__int4_tiled(w))
+        return PD_OK;
+    size_t bytes = quant_data_bytes(w->fmt, w->n, w->k) + quant_scales_bytes(w->fmt, w->n, w->k) +
+                   quant_zeros_bytes(w->fmt, w->n, w->k);
+    if ((st = cuda__status(cudaMalloc(&tmp, bytes), "weight tiling")) != PD_OK)
+        return st;
+    st = matmul_int4_tile(w, tmp, c->stream);
+    if (st == PD_OK)
+        st = cuda__status(cudaStreamSynchronize(c->stream), "weight tiling");
+    cudaFree(tmp);
+    return st;
+}
+
+/* INT4 on the tensor cores: act scratch = xh (n, K) f16, mult (n) f32, partial sums. */
+static pd_status_t cuda__matmul_int4_mma(cuda_t *c, float *out, const float *x,
+                                         const pd_weight_t *w, int n)
+{
+    int warps, splits;
+    pd_status_t st;
+    matmul_int4_mma_plan(n, w->n, w->k, c->n_sm, &warps, &splits);
+    size_t hb = ((size_t)n * (size_t)w->k * 2 + 255) / 256 * 256,
+           mb = ((size_t)n * 4 + 255) / 256 * 256;
+    size_t pf = matmul_int4_mma_part_floats(n, w->n, splits);
+    if ((st = cuda__grow(c, &c->act, hb + mb + pf * 4)) != PD_OK)
+        return st;
+    uint16_t *xh = c->act.p;
+    float *mult = (float *)((uint8_t *)c->act.p + hb),
+          *part = pf ? (float *)((uint8_t *)c->act.p + hb + mb) : NULL;
+    if ((st = matmul_quant_act_f16(xh, mult, x, n, w->k, c->stream)) != PD_OK)
+        return st;
+    return matmul_int4_mma(out, part, xh, mult, w, n, warps, splits, cuda__int4_tiled(w),
+                           c->stream);
 }
 
 static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_weight_t *w, int n)
@@ -246,6 +303,21 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
 
     if (n <= 0)
         return PD_OK;
+    if (w->fmt == PD_WFMT_FP8 && n <= CUDA_FP8_MMA_MAX_N && K % 64 == 0 &&
+        (n >= 2 || N <= CUDA_FP8_GEMV_MIN_ROWS)) {
+        int warps, splits;
+        matmul_fp8_mma_plan(n, N, K, c->n_sm, &warps, &splits);
+        size_t qb = ((size_t)n * (size_t)K + 255) / 256 * 256,
+               sb = ((size_t)n * 4 + 255) / 256 * 256;
+        size_t pf = matmul_int4_mma_part_floats(n, N, splits);
+        if ((st = cuda__grow(c, &c->act, qb + sb + pf * 4)) != PD_OK)
+            return st;
+        float *xs = (float *)((uint8_t *)c->act.p + qb),
+              *part = pf ? (float *)((uint8_t *)c->act.p + qb + sb) : NULL;
+        if ((st = matmul_quant_act_fp8(c->act.p, NULL, xs, x, n, K, c->stream)) != PD_OK)
+            return st;
+        return matmul_fp8_mma(out, part, c->act.p, xs, w, n, warps, splits, c->stream);
+    }
     if (w->fmt == PD_WFMT_FP8) {
         const bool gemm = n > CUDA_GEMV_MAX_N && K % 16 == 0 && N % 16 == 0;
         /* GEMM: fp8 bytes (n, K); GEMV: decoded f32 (n, K); then scales (n) */
@@ -274,6 +346,9 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
             return st;
         return matmul_fp8_scale(out, xs, w->scales, n, N, c->stream);
     }
+        if (w->fmt == PD_WFMT_INT4 && (n > CUDA_GEMV_MAX_N_INT4 || cuda__int4_tiled(w)) &&
+        n <= MATMUL_INT4_MMA_MAX_N)
+        return cuda__matmul_int4_mma(c, out, x, w, n);
     if (n <= (w->fmt == PD_WFMT_INT4 ? CUDA_GEMV_MAX_N_INT4 : CUDA_GEMV_MAX_N))
         return cuda__gemv_chunks(c, out, x, NULL, w, n);
     if (w->fmt == PD_WFMT_F32)
@@ -282,7 +357,7 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
     if (w->fmt == PD_WFMT_INT4) {
         if ((st = cuda__grow(c, &c->wtmp, (size_t)N * (size_t)K * 2)) != PD_OK)
             return st;
-        if ((st = matmul_int4_to_bf16(c->wtmp.p, w, c->stream)) != PD_OK)
+        if ((st = matmul_int4_to_bf16(c->wtmp.p, w, cuda__int4_tiled(w), c->stream)) != PD_OK)
             return st;
         wb = c->wtmp.p;
     }
@@ -671,7 +746,8 @@ static const pd_backend_ops_t cuda_ops = {
     .graph_begin = cuda_graph_begin,
     .graph_end = cuda_graph_end,
     .graph_launch = cuda_graph_launch,
-    .graph_free = cuda_graph_free,
+        .graph_free = cuda_graph_free,
+    .weight_prepare = cuda_weight_prepare,
     .sample = cuda_sample,
 };
 
@@ -712,6 +788,9 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     env = getenv("PD_CUDA_FLASH");
     c->no_flash = env && strcmp(env, "0") == 0;
     if ((st = cuda__status(cudaSetDevice(device), "set device")) != PD_OK)
+        goto err_destroy;
+    if ((st = cuda__status(cudaDeviceGetAttribute(&c->n_sm, cudaDevAttrMultiProcessorCount, device),
+                           "device attribute")) != PD_OK)
         goto err_destroy;
     if ((st = cuda__status(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking),
                            "stream")) != PD_OK)

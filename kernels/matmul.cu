@@ -3,31 +3,72 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
+#include <cuda_fp16.h>
+
 #include "kutil.cuh"
 #include "matmul.h"
 
 /* ==== kernels ==== */
 
-/* grid (n), block 256: xq (n, k) fp8 (or NULL), xf (n, k) f32 = the fp8 values decoded, unscaled
+/* INT4 tiled layout (the CUDA backend's layout of INT4 weights with N % 32 == 0, made once at
+ * upload by matmul_int4_tile): rows in blocks of 32, K in groups of 128; tile (b, g) is the 2048
+ * bytes at (b * ng + g) * 2048 of data, and its 16-byte piece p = 32 rh + lane (rh = 0..3) holds
+ * row 32 b + 8 rh + lane / 4, bytes [(lane % 4) * 16, +16) of that row's 64 bytes of group g:
+ * each of a warp's four loads per group reads 512 contiguous bytes, and a warp streams one
+ * contiguous run of 32 * K / 2 bytes. scales / zeros: entry (b * ng + g) * 32 + row % 32. */
+static __device__ __forceinline__ size_t matmul__tiled_piece(int64_t row, int64_t g, int q,
+                                                             int64_t ng)
+{
+    return (((size_t)(row / 32) * ng + g) * 128 + (size_t)((row % 32) / 8) * 32 +
+            (size_t)(row % 8) * 4 + q) *
+           16;
+}
+static __device__ __forceinline__ size_t matmul__tiled_sz(int64_t row, int64_t g, int64_t ng)
+{
+    return ((size_t)(row / 32) * ng + g) * 32 + (size_t)(row % 32);
+}
+
+/* grid (n), block 1024: xq (n, k) fp8 (or NULL), xf (n, k) f32 = the fp8 values decoded, unscaled
  * (or NULL), xs (n) f32, x (n, k) f32 */
 static __global__ void matmul__quant_act_fp8(uint8_t *xq, float *xf, float *xs, const float *x,
                                              int64_t k)
 {
     __shared__ float red[32];
     const float *xi = x + blockIdx.x * k;
+    const bool v4 = (k & 3) == 0; /* float4 loads (rows 16-byte aligned) */
     float amax = 0.0f;
-    for (int64_t j = threadIdx.x; j < k; j += blockDim.x)
-        amax = fmaxf(amax, fabsf(xi[j]));
+    if (v4)
+        for (int64_t j = threadIdx.x; j < k / 4; j += blockDim.x) {
+            const float4 a = __ldg((const float4 *)xi + j);
+            amax = fmaxf(amax, fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))));
+        }
+    else
+        for (int64_t j = threadIdx.x; j < k; j += blockDim.x)
+            amax = fmaxf(amax, fabsf(xi[j]));
     amax = kutil_block_max(amax, red);
     const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
     const float inv = 1.0f / scale;
-    for (int64_t j = threadIdx.x; j < k; j += blockDim.x) {
-        const uint8_t q = kutil_f32_to_fp8(xi[j] * inv);
-        if (xq)
-            xq[blockIdx.x * k + j] = q;
-        if (xf)
-            xf[blockIdx.x * k + j] = kutil_fp8_to_f32(q);
-    }
+    if (v4)
+        for (int64_t j = threadIdx.x; j < k / 4; j += blockDim.x) {
+            const float4 a = __ldg((const float4 *)xi + j);
+            const uint8_t q0 = kutil_f32_to_fp8(a.x * inv), q1 = kutil_f32_to_fp8(a.y * inv),
+                          q2 = kutil_f32_to_fp8(a.z * inv), q3 = kutil_f32_to_fp8(a.w * inv);
+            if (xq)
+                ((uint32_t *)(xq + blockIdx.x * k))[j] =
+                    q0 | (uint32_t)q1 << 8 | (uint32_t)q2 << 16 | (uint32_t)q3 << 24;
+            if (xf)
+                ((float4 *)(xf + blockIdx.x * k))[j] =
+                    make_float4(kutil_fp8_to_f32(q0), kutil_fp8_to_f32(q1), kutil_fp8_to_f32(q2),
+                                kutil_fp8_to_f32(q3));
+        }
+    else
+        for (int64_t j = threadIdx.x; j < k; j += blockDim.x) {
+            const uint8_t q = kutil_f32_to_fp8(xi[j] * inv);
+            if (xq)
+                xq[blockIdx.x * k + j] = q;
+            if (xf)
+                xf[blockIdx.x * k + j] = kutil_fp8_to_f32(q);
+        }
     if (threadIdx.x == 0)
         xs[blockIdx.x] = scale;
 }
@@ -181,11 +222,12 @@ static __device__ __forceinline__ int matmul__swz(int c)
 
 /* grid (ceil(n / NT), ceil(N / (8 * MATMUL__ROWS))), block 256, dynamic shared memory
  * NT * MATMUL__KC f32. out (n, N) f32; x (n, K) f32; wd (N, K/2) int4 pairs, wsc (N, K/128) bf16,
- * wz (N, K/128) uint8. */
+ * wz (N, K/128) uint8; tiled: W in the tiled layout (each 16-byte piece read is one quarter of a
+ * row's group there too). */
 template <int NT>
 static __global__ void __launch_bounds__(256)
     matmul__gemv_int4(float *out, const float *x, const uint8_t *wd, const uint16_t *wsc,
-                      const uint8_t *wz, int n, int64_t N, int64_t K)
+                      const uint8_t *wz, int n, int64_t N, int64_t K, bool tiled)
 {
     constexpr int R = MATMUL__ROWS;
     extern __shared__ float4 matmul__xs[]; /* (NT, MATMUL__KC / 4) float4, swizzled */
@@ -222,9 +264,14 @@ static __global__ void __launch_bounds__(256)
             float gs[R], zf[R];
 #pragma unroll
             for (int j = 0; j < R; j++) {
-                raw[j] = __ldg((const uint4 *)(wd + rr[j] * (K / 2) + ek / 2));
-                gs[j] = kutil_bf16_to_f32(wsc[rr[j] * ng + ek / 128]);
-                zf[j] = 8388608.0f + (float)wz[rr[j] * ng + ek / 128];
+                const size_t wo =
+                    tiled ? matmul__tiled_piece(rr[j], ek / 128, (int)(ek % 128) / 32, ng)
+                          : (size_t)(rr[j] * (K / 2) + ek / 2);
+                const size_t so =
+                    tiled ? matmul__tiled_sz(rr[j], ek / 128, ng) : (size_t)(rr[j] * ng + ek / 128);
+                raw[j] = __ldg((const uint4 *)(wd + wo));
+                gs[j] = kutil_bf16_to_f32(wsc[so]);
+                zf[j] = 8388608.0f + (float)wz[so];
             }
             float part[R][NT];
 #pragma unroll
@@ -277,16 +324,18 @@ static __global__ void __launch_bounds__(256)
 /* grid-stride over 16-byte chunks of (N, K/2): dst (N, K) bf16, q (N, K/2) int4 pairs, scales
  * (N, K/128) bf16, zeros (N, K/128) uint8. A chunk (32 weights) lies inside one group. */
 static __global__ void matmul__int4_to_bf16(uint4 *dst, const uint4 *q, const uint16_t *scales,
-                                            const uint8_t *zeros, int64_t N, int64_t K)
+                                            const uint8_t *zeros, int64_t N, int64_t K, bool tiled)
 {
     const size_t total = (size_t)N * K / 32;
     const int64_t ng = K / 128;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
         const int64_t r = i / (K / 32), g = (i % (K / 32)) * 32 / 128;
-        const float s = kutil_bf16_to_f32(scales[r * ng + g]);
-        const int z = zeros[r * ng + g];
-        const uint4 raw = q[i];
+        const size_t sz = tiled ? matmul__tiled_sz(r, g, ng) : (size_t)(r * ng + g);
+        const float s = kutil_bf16_to_f32(scales[sz]);
+        const int z = zeros[sz];
+        const uint4 raw =
+            tiled ? q[matmul__tiled_piece(r, g, (int)(i % (K / 32)) % 4, ng) / 16] : q[i];
         const uint32_t word[4] = {raw.x, raw.y, raw.z, raw.w};
         uint32_t o[16];
 #pragma unroll
@@ -299,6 +348,701 @@ static __global__ void matmul__int4_to_bf16(uint4 *dst, const uint4 *q, const ui
 #pragma unroll
         for (int j = 0; j < 4; j++)
             dst[i * 4 + j] = make_uint4(o[4 * j], o[4 * j + 1], o[4 * j + 2], o[4 * j + 3]);
+    }
+}
+
+/* ==== INT4 tensor-core GEMM (n = 1 .. MATMUL_INT4_MMA_MAX_N) ====
+ *
+ * out (n, N) = x (n, K) @ W^T with W INT4 g128 in its plain row-major layout (common/quant.h), on
+ * mma.sync m16n8k16 f16 x f16 -> f32. Weights are the A operand (16 rows of W), tokens the B
+ * operand (8 tokens). The weights are dequantized in registers to w' = (q - z) * (s * 2^4) in
+ * f16: q - z is exact in f16, one rounding for the product. The activations are scaled per token
+ * by a power of two into (-1, 1) and rounded to f16 by matmul_quant_act_f16; the epilogue
+ * multiplies 2^(e - 4) back (exact).
+ *
+ * The K order inside a 16-wide mma step is free (any permutation applied to both operands gives
+ * the same dot product), so it is chosen to make both operands cheap to fetch:
+ *   - lane (gq = lane / 4, tq = lane % 4) loads, for each of its rows, the 16 bytes
+ *     [tq * 16, tq * 16 + 16) of a group's 64-byte run of the row: 4 words u_w (w = 0..3) of 8
+ *     nibbles, physical k = tq * 32 + 8 w + m for nibble m;
+ *   - half2 register H[4 w + j] (j = 0..3) = nibbles (j, j + 4) of u_w: one shift and one lop3;
+ *   - mma step s (0..7) of the group takes A = {H_g[2s], H_g8[2s], H_g[2s+1], H_g8[2s+1]};
+ *   - the activations are stored by matmul_quant_act_f16 so that the matching B words are
+ *     contiguous: inside each 8-column chunk the order is k0 k4 k1 k5 k2 k6 k3 k7 (word j =
+ *     columns (j, j + 4)), and inside each 128-column group the 16 chunks are stored as
+ *     chunk (tq * 4 + w) at position (w * 4 + tq), so that the 4 lanes of a row read 64
+ *     consecutive bytes of shared memory (no bank conflicts with a row pitch of 64 mod 128 bytes).
+ * So lane (gq, tq) reads, for token gq of an n-tile, one 16-byte word quad per two mma steps.
+ */
+
+#define MATMUL__WSHIFT 16.0f /* 2^4: f16 weight pre-scale (range: group scale s <= ~270) */
+#define MATMUL__GPC 4        /* groups (of 128 columns) per shared-memory stage */
+#define MATMUL__RSB (MATMUL__GPC * 256 + 64) /* bytes per token row of a stage (64 mod 128) */
+
+/* grid (n), block 1024: xh (n, K) f16 bits in the permuted order above; mult (n) f32 = the
+ * epilogue multiplier 2^(e - 4) of each token (x * 2^-e in (-1, 1)); x (n, K) f32. */
+static __global__ void matmul__quant_act_f16(uint4 *xh, float *mult, const float *x, int64_t K)
+{
+    __shared__ float red[32];
+    const float *xi = x + blockIdx.x * K;
+    float amax = 0.0f;
+    for (int64_t j = threadIdx.x; j < K / 4; j += blockDim.x) { /* K % 128 == 0 */
+        const float4 a = __ldg((const float4 *)xi + j);
+        amax = fmaxf(amax, fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))));
+    }
+    amax = kutil_block_max(amax, red);
+    int e = 0;
+    if (amax > 0.0f && amax <= 3.0e38f)
+        frexpf(amax, &e);
+    const float inv = ldexpf(1.0f, -e);
+    for (int64_t d = threadIdx.x; d < K / 8; d += blockDim.x) {
+        /* destination chunk d = group G, position p = w * 4 + tq; source chunk tq * 4 + w */
+        const int64_t G = d / 16;
+        const int p = (int)(d % 16), w = p / 4, tq = p % 4;
+        const float4 *src = (const float4 *)(xi + G * 128 + tq * 32 + w * 8);
+        const float4 a = __ldg(src), b = __ldg(src + 1);
+        const float lo[4] = {a.x, a.y, a.z, a.w}, hi[4] = {b.x, b.y, b.z, b.w};
+        uint32_t o[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            o[j] = (uint32_t)__half_as_ushort(__float2half_rn(lo[j] * inv)) |
+                   ((uint32_t)__half_as_ushort(__float2half_rn(hi[j] * inv)) << 16);
+        xh[blockIdx.x * (K / 8) + d] = make_uint4(o[0], o[1], o[2], o[3]);
+    }
+    if (threadIdx.x == 0)
+        mult[blockIdx.x] = ldexpf(1.0f, e) / MATMUL__WSHIFT;
+}
+
+/* grid-stride: plain INT4 (src: data (N, K/2), scales (N, K/128) bf16, zeros (N, K/128)) ->
+ * tiled (dst, same sizes); N % 32 == 0. */
+static __global__ void matmul__int4_tile(uint8_t *dd, uint16_t *ds, uint8_t *dz, const uint8_t *sd,
+                                         const uint16_t *ss, const uint8_t *sz, int64_t N,
+                                         int64_t K)
+{
+    const int64_t ng = K / 128;
+    const size_t pieces = (size_t)N * (size_t)K / 32, groups = (size_t)N * (size_t)ng;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < pieces;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const int64_t row = (int64_t)(i / (size_t)(K / 32)), rem = (int64_t)(i % (size_t)(K / 32));
+        *(uint4 *)(dd + matmul__tiled_piece(row, rem / 4, (int)(rem % 4), ng)) =
+            ((const uint4 *)sd)[i];
+        if (i < groups) {
+            const int64_t r = (int64_t)(i / (size_t)ng), g = (int64_t)(i % (size_t)ng);
+            ds[matmul__tiled_sz(r, g, ng)] = ss[i];
+            dz[matmul__tiled_sz(r, g, ng)] = sz[i];
+        }
+    }
+}
+
+/* One group (128 columns) of a lane's weights: rows (r = m-tile 0/1, h = +0/+8). */
+typedef struct {
+    uint4 q[2][2];    /* 32 nibbles of the row */
+    uint32_t s[2][2]; /* bf16 scale bits */
+    uint32_t z[2][2]; /* zero point */
+} matmul__wgrp_t;
+
+/* wrow / srow / zrow: the lane's pointers at group 0; wgs / sgs: their strides per group
+ * (plain: 64 bytes / 1 entry; tiled: 2048 bytes / 32 entries). */
+static __device__ __forceinline__ void
+matmul__wgrp_load(matmul__wgrp_t &g, const uint8_t *(&wrow)[2][2], const uint16_t *(&srow)[2][2],
+                  const uint8_t *(&zrow)[2][2], int grp, int wgs, int sgs)
+{
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            g.q[r][h] = __ldcs((const uint4 *)(wrow[r][h] + (size_t)grp * wgs));
+            g.s[r][h] = __ldg(srow[r][h] + (size_t)grp * sgs);
+            g.z[r][h] = __ldg(zrow[r][h] + (size_t)grp * sgs);
+        }
+}
+
+/* (a - b) * c on f16x2 words: exact difference, one rounding */
+static __device__ __forceinline__ uint32_t matmul__dq(uint32_t a, uint32_t b, uint32_t c)
+{
+    uint32_t d;
+    asm("sub.rn.f16x2 %0, %1, %2;\n\tmul.rn.f16x2 %0, %0, %3;" : "=&r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
+/* d (4) f32 += A (16 x 16 f16, row) * B (16 x 8 f16, col) */
+static __device__ __forceinline__ void matmul__mma(float (&d)[4], uint32_t a0, uint32_t a1,
+                                                   uint32_t a2, uint32_t a3, uint32_t b0,
+                                                   uint32_t b1)
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* One group for a warp: 2 m-tiles x C n-tiles x 8 k-steps of mma. xg: the group's 256 bytes of
+ * token row 0 of the stage (row pitch MATMUL__RSB). */
+template <int C>
+static __device__ __forceinline__ void matmul__int4_group(float (&acc)[2][C][4],
+                                                          const matmul__wgrp_t &g,
+                                                          const uint8_t *xg, int gq, int tq)
+{
+    uint32_t sc[2][2], zz[2][2];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const uint32_t s16 = (uint32_t)__half_as_ushort(
+                __float2half_rn(kutil_bf16_to_f32((uint16_t)g.s[r][h]) * MATMUL__WSHIFT));
+            sc[r][h] = s16 * 0x10001u;
+            zz[r][h] = (0x6400u | g.z[r][h]) * 0x10001u; /* f16 1024 + z, twice */
+        }
+#pragma unroll
+    for (int w = 0; w < 4; w++) { /* word w of each row: mma steps 2w, 2w + 1 */
+        uint32_t a[2][2][4];      /* [r][h][j]: H[4 w + j] */
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const uint4 q4 = g.q[r][h];
+                const uint32_t u = w == 0 ? q4.x : w == 1 ? q4.y : w == 2 ? q4.z : q4.w;
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    a[r][h][j] = matmul__dq(((u >> (4 * j)) & 0x000f000fu) | 0x64006400u, zz[r][h],
+                                            sc[r][h]);
+            }
+#pragma unroll
+        for (int c = 0; c < C; c++) {
+            const uint4 b =
+                *(const uint4 *)(xg + (size_t)(c * 8 + gq) * MATMUL__RSB + (w * 4 + tq) * 16);
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                matmul__mma(acc[r][c], a[r][0][0], a[r][1][0], a[r][0][1], a[r][1][1], b.x, b.y);
+                matmul__mma(acc[r][c], a[r][0][2], a[r][1][2], a[r][0][3], a[r][1][3], b.z, b.w);
+            }
+        }
+    }
+}
+
+static __device__ __forceinline__ void matmul__cp_async16(void *smem, const void *gmem, int bytes)
+{
+    const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
+}
+
+/* grid (ceil(n / (8 C)), ceil(N / (32 W)), S), block 32 W (W warps, W <= 8), dynamic shared
+ * memory 2 * 8 C * MATMUL__RSB bytes.
+ * out: S == 1: (n, N) f32; S > 1: partial sums (S, n, N) f32 for matmul__sum_parts.
+ * xh (n, K / 8) uint4 = f16 activations permuted (matmul__quant_act_f16), mult (n) f32 its
+ * multipliers; wd (N, K/2) int4 pairs, wsc (N, K/128) bf16 scales, wz (N, K/128) uint8 zeros;
+ * gps: groups of 128 columns per split (split z takes groups [z gps, min((z + 1) gps, K/128))).
+ * Warp v of the block takes rows [row0 + 32 v, row0 + 32 v + 32) (two m16 tiles), all 8 C
+ * tokens of the block; the tokens' activations for MATMUL__GPC groups are staged in shared
+ * memory (cp.async, two stages) and shared by the warps; the weights go global -> registers,
+ * two groups ahead. */
+template <int C>
+static __global__ void __launch_bounds__(256, 1)
+    matmul__int4_mma(float *out, const uint4 *xh, const float *mult, const uint8_t *wd,
+                     const uint16_t *wsc, const uint8_t *wz, int n, int64_t N, int64_t K, int gps,
+                     bool tiled)
+{
+    extern __shared__ __align__(16) uint8_t matmul__xsm[]; /* [2][8 C][MATMUL__RSB] */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
+    const int ng = (int)(K / 128);
+    const int t0 = blockIdx.x * 8 * C;
+    const int64_t row0 = (int64_t)blockIdx.y * blockDim.x + warp * 32;
+    const int gb = blockIdx.z * gps, ge = min(ng, gb + gps);
+    const int nchunk = (ge - gb + MATMUL__GPC - 1) / MATMUL__GPC;
+    constexpr int STAGE = 8 * C * MATMUL__RSB;
+
+    const uint8_t *wrow[2][2];
+    const uint16_t *srow[2][2];
+    const uint8_t *zrow[2][2];
+    const int wgs = tiled ? 2048 : 64, sgs = tiled ? 32 : 1;
+    /* tiled: N % 32 == 0, a warp's rows are one row block (a copy of the last past N) */
+    const int64_t blk = min(row0 / 32, N / 32 - 1);
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            int64_t row = row0 + 16 * r + 8 * h + gq;
+            row = row < N ? row : N - 1; /* rows past N compute a copy, never stored */
+            if (tiled) {
+                wrow[r][h] = wd + ((size_t)blk * ng * 128 + (2 * r + h) * 32 + lane) * 16;
+                srow[r][h] = wsc + (size_t)blk * ng * 32 + (2 * r + h) * 8 + gq;
+                zrow[r][h] = wz + (size_t)blk * ng * 32 + (2 * r + h) * 8 + gq;
+            } else {
+                wrow[r][h] = wd + row * (K / 2) + tq * 16;
+                srow[r][h] = wsc + row * ng;
+                zrow[r][h] = wz + row * ng;
+            }
+        }
+    float acc[2][C][4];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int c = 0; c < C; c++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                acc[r][c][i] = 0.0f;
+
+    /* stage a chunk of groups [gb + ch * GPC, +GPC) of the block's tokens */
+    auto stage = [&](int ch) {
+        uint8_t *dst = matmul__xsm + (ch & 1) * STAGE;
+        const int g0 = gb + ch * MATMUL__GPC, gn = min(MATMUL__GPC, ge - g0);
+        const int per_row = gn * 16; /* 16-byte pieces */
+        for (int i = threadIdx.x; i < 8 * C * per_row; i += blockDim.x) {
+            const int row = i / per_row, col = i % per_row, t = t0 + row;
+            const uint4 *src = t < n ? xh + (size_t)t * (K / 8) + (size_t)g0 * 16 + col : xh;
+            matmul__cp_async16(dst + row * MATMUL__RSB + col * 16, src, t < n ? 16 : 0);
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
+    };
+
+    matmul__wgrp_t ring0, ring1;
+    matmul__wgrp_load(ring0, wrow, srow, zrow, gb, wgs, sgs);
+    if (gb + 1 < ge)
+        matmul__wgrp_load(ring1, wrow, srow, zrow, gb + 1, wgs, sgs);
+    stage(0);
+    for (int ch = 0; ch < nchunk; ch++) {
+        if (ch + 1 < nchunk)
+            stage(ch + 1);
+        else
+            asm volatile("cp.async.commit_group;\n" ::);
+        asm volatile("cp.async.wait_group 1;\n" ::);
+        __syncthreads();
+        const uint8_t *xs = matmul__xsm + (ch & 1) * STAGE;
+        const int g0 = gb + ch * MATMUL__GPC;
+#pragma unroll
+        for (int gl = 0; gl < MATMUL__GPC; gl += 2) {
+            const int g = g0 + gl;
+            if (g < ge) {
+                const matmul__wgrp_t cur = ring0;
+                if (g + 2 < ge)
+                    matmul__wgrp_load(ring0, wrow, srow, zrow, g + 2, wgs, sgs);
+                matmul__int4_group<C>(acc, cur, xs + gl * 256, gq, tq);
+            }
+            if (g + 1 < ge) {
+                const matmul__wgrp_t cur = ring1;
+                if (g + 3 < ge)
+                    matmul__wgrp_load(ring1, wrow, srow, zrow, g + 3, wgs, sgs);
+                matmul__int4_group<C>(acc, cur, xs + (gl + 1) * 256, gq, tq);
+            }
+        }
+        __syncthreads();
+    }
+
+    float *o = out + (size_t)blockIdx.z * n * N;
+#pragma unroll
+    for (int c = 0; c < C; c++)
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int t = t0 + c * 8 + 2 * tq + i;
+            if (t >= n)
+                continue;
+            const float m = mult[t];
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int64_t row = row0 + 16 * r + 8 * h + gq;
+                    if (row < N)
+                        o[(size_t)t * N + row] = acc[r][c][2 * h + i] * m;
+                }
+        }
+}
+
+/* The same GEMM on tiled weights with the weights streamed through shared memory by cp.async:
+ * each warp keeps MATMUL__WD groups (2048 bytes of data, 64 of scales, 32 of zeros each) of its
+ * own rows in flight in a ring of its own, so the loads stay in flight whatever the register
+ * schedule. One commit group per step i (group gb + i) holds the weights of group i + WD and,
+ * every MATMUL__GPC groups, the next activation stage, so that "wait_group WD - 1" at step i
+ * means both are there (the stage is then published to the block by __syncthreads). */
+#define MATMUL__WD 4       /* weight groups in flight per warp (== MATMUL__GPC, see above) */
+#define MATMUL__WSLOT 2176 /* bytes per ring slot: 2048 data + 64 scales + 32 zeros, padded */
+
+/* grid, block, xh, mult, out, gps as matmul__int4_mma; W tiled (N % 32 == 0); dynamic shared
+ * memory 2 * 8 C * MATMUL__RSB + (blockDim.x / 32) * MATMUL__WD * MATMUL__WSLOT bytes. */
+template <int C>
+static __global__ void __launch_bounds__(256, 1)
+    matmul__int4_mma_cp(float *out, const uint4 *xh, const float *mult, const uint8_t *wd,
+                        const uint16_t *wsc, const uint8_t *wz, int n, int64_t N, int64_t K,
+                        int gps)
+{
+    extern __shared__ __align__(16) uint8_t matmul__sm[]; /* x [2][8 C][RSB], then rings */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
+    const int ng = (int)(K / 128);
+    const int t0 = blockIdx.x * 8 * C;
+    const int64_t row0 = (int64_t)blockIdx.y * blockDim.x + warp * 32;
+    const int gb = blockIdx.z * gps, ge = min(ng, gb + gps), nG = ge - gb;
+    constexpr int STAGE = 8 * C * MATMUL__RSB;
+    uint8_t *ring = matmul__sm + 2 * STAGE + warp * MATMUL__WD * MATMUL__WSLOT;
+    const int64_t blk = min(row0 / 32, N / 32 - 1); /* past N: a copy of the last block */
+    const uint8_t *wtile = wd + (size_t)blk * ng * 2048 + lane * 16;
+    const uint8_t *stile = (const uint8_t *)wsc + (size_t)blk * ng * 64 + lane * 16;
+    const uint8_t *ztile = wz + (size_t)blk * ng * 32;
+
+    float acc[2][C][4];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int c = 0; c < C; c++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                acc[r][c][i] = 0.0f;
+
+    /* step j's commit group: weights of local group j (if any) and, when j starts a chunk,
+     * that chunk's activations */
+    auto issue = [&](int j) {
+        if (j < nG) {
+            const int g = gb + j;
+            uint8_t *slot = ring + (j % MATMUL__WD) * MATMUL__WSLOT;
+#pragma unroll
+            for (int p = 0; p < 4; p++)
+                matmul__cp_async16(slot + p * 512 + lane * 16, wtile + (size_t)g * 2048 + p * 512,
+                                   16);
+            if (lane < 4)
+                matmul__cp_async16(slot + 2048 + lane * 16, stile + (size_t)g * 64, 16);
+            else if (lane < 6)
+                matmul__cp_async16(slot + 2112 + (lane - 4) * 16,
+                                   ztile + (size_t)g * 32 + (lane - 4) * 16, 16);
+            if (j % MATMUL__GPC == 0) {
+                const int ch = j / MATMUL__GPC, gn = min(MATMUL__GPC, nG - j);
+                uint8_t *dst = matmul__sm + (ch & 1) * STAGE;
+                const int per_row = gn * 16;
+                for (int i = threadIdx.x; i < 8 * C * per_row; i += blockDim.x) {
+                    const int row = i / per_row, col = i % per_row, t = t0 + row;
+                    const uint4 *src = t < n ? xh + (size_t)t * (K / 8) + (size_t)g * 16 + col : xh;
+                    matmul__cp_async16(dst + row * MATMUL__RSB + col * 16, src, t < n ? 16 : 0);
+                }
+            }
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
+    };
+
+#pragma unroll
+    for (int j = 0; j < MATMUL__WD; j++)
+        issue(j);
+    for (int i = 0; i < nG; i++) {
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(MATMUL__WD - 1));
+        if (i % MATMUL__GPC == 0)
+            __syncthreads(); /* the stage is complete for every thread; the old one is free */
+        else
+            __syncwarp();
+        const uint8_t *slot = ring + (i % MATMUL__WD) * MATMUL__WSLOT;
+        matmul__wgrp_t cur;
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int rr = 16 * r + 8 * h + gq;
+                cur.q[r][h] = *(const uint4 *)(slot + ((2 * r + h) * 32 + lane) * 16);
+                cur.s[r][h] = *(const uint16_t *)(slot + 2048 + rr * 2);
+                cur.z[r][h] = slot[2112 + rr];
+            }
+        matmul__int4_group<C>(
+            acc, cur, matmul__sm + ((i / MATMUL__GPC) & 1) * STAGE + (i % MATMUL__GPC) * 256, gq,
+            tq);
+        __syncwarp(); /* every lane has used the slot (scales: other lanes' copies) */
+        issue(i + MATMUL__WD);
+    }
+    asm volatile("cp.async.wait_group 0;\n" ::);
+
+    float *o = out + (size_t)blockIdx.z * n * N;
+#pragma unroll
+    for (int c = 0; c < C; c++)
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int t = t0 + c * 8 + 2 * tq + i;
+            if (t >= n)
+                continue;
+            const float m = mult[t];
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int64_t row = row0 + 16 * r + 8 * h + gq;
+                    if (row < N)
+                        o[(size_t)t * N + row] = acc[r][c][2 * h + i] * m;
+                }
+        }
+}
+
+/* ==== FP8 (W8A8) tensor-core GEMM for small n ====
+ *
+ * out (n, N) = (xq (n, K) fp8 @ W^T (N, K) fp8) * xs[t] * ws[r] on mma.sync m16n8k32 e4m3 -> f32:
+ * nothing to dequantize. Lane (gq, tq) loads the 16 bytes [tq * 16, tq * 16 + 16) of a 64-column
+ * block of each of its rows (words u0..u3) and the same 16 bytes of its token's activations;
+ * mma step 0 of the block takes A = {u0 row g, u0 row g+8, u1 row g, u1 row g+8}, B = {x0, x1},
+ * step 1 the words 2, 3 (any K order works when both operands use it). The activations are the
+ * natural fp8 rows of matmul_quant_act_fp8; 8 blocks per shared-memory stage, row pitch 576
+ * bytes (64 mod 128: the 8 lanes of a 16-byte phase hit distinct banks). */
+
+#define MATMUL__BPC 8                        /* 64-column blocks per stage */
+#define MATMUL__RSB8 (MATMUL__BPC * 64 + 64) /* bytes per token row of a stage */
+
+/* d (4) f32 += A (16 x 32 e4m3, row) * B (32 x 8 e4m3, col) */
+static __device__ __forceinline__ void matmul__mma_fp8(float (&d)[4], uint32_t a0, uint32_t a1,
+                                                       uint32_t a2, uint32_t a3, uint32_t b0,
+                                                       uint32_t b1)
+{
+    asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* grid (ceil(n / (8 C)), ceil(N / (32 W)), S), block 32 W (W <= 8), dynamic shared memory
+ * 2 * 8 C * MATMUL__RSB8 bytes. out: S == 1: (n, N) f32, else partial sums (S, n, N) f32;
+ * xq (n, K) fp8 e4m3, xs (n) f32 its per-token scales; wd (N, K) fp8 e4m3, ws (N) f32 per-row
+ * scales; bps: 64-column blocks per split. Warp v takes rows [row0 + 32 v, +32) (two m16 tiles)
+ * and the block's 8 C tokens; weights go global -> registers four blocks ahead. */
+template <int C>
+static __global__ void __launch_bounds__(256, 1)
+    matmul__fp8_mma(float *out, const uint8_t *xq, const float *xs, const uint8_t *wd,
+                    const float *ws, int n, int64_t N, int64_t K, int bps)
+{
+    extern __shared__ __align__(16) uint8_t matmul__xsm8[]; /* [2][8 C][MATMUL__RSB8] */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
+    const int nblk = (int)(K / 64);
+    const int t0 = blockIdx.x * 8 * C;
+    const int64_t row0 = (int64_t)blockIdx.y * blockDim.x + warp * 32;
+    const int bb = blockIdx.z * bps, be = min(nblk, bb + bps);
+    const int nchunk = (be - bb + MATMUL__BPC - 1) / MATMUL__BPC;
+    constexpr int STAGE = 8 * C * MATMUL__RSB8;
+
+    const uint8_t *wrow[2][2];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            int64_t row = row0 + 16 * r + 8 * h + gq;
+            row = row < N ? row : N - 1; /* rows past N compute a copy, never stored */
+            wrow[r][h] = wd + row * K + tq * 16;
+        }
+    float acc[2][C][4];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int c = 0; c < C; c++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                acc[r][c][i] = 0.0f;
+
+    auto stage = [&](int ch) {
+        uint8_t *dst = matmul__xsm8 + (ch & 1) * STAGE;
+        const int b0 = bb + ch * MATMUL__BPC, bn = min(MATMUL__BPC, be - b0);
+        const int per_row = bn * 4; /* 16-byte pieces */
+        for (int i = threadIdx.x; i < 8 * C * per_row; i += blockDim.x) {
+            const int row = i / per_row, col = i % per_row, t = t0 + row;
+            const uint8_t *src = t < n ? xq + (size_t)t * K + (size_t)b0 * 64 + col * 16 : xq;
+            matmul__cp_async16(dst + row * MATMUL__RSB8 + col * 16, src, t < n ? 16 : 0);
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
+    };
+    auto load = [&](uint4(&q)[2][2], int blk) {
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                q[r][h] = __ldcs((const uint4 *)(wrow[r][h] + (size_t)blk * 64));
+    };
+    auto block = [&](const uint4(&q)[2][2], const uint8_t *xb) {
+#pragma unroll
+        for (int c = 0; c < C; c++) {
+            const uint4 b = *(const uint4 *)(xb + (size_t)(c * 8 + gq) * MATMUL__RSB8 + tq * 16);
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                matmul__mma_fp8(acc[r][c], q[r][0].x, q[r][1].x, q[r][0].y, q[r][1].y, b.x, b.y);
+                matmul__mma_fp8(acc[r][c], q[r][0].z, q[r][1].z, q[r][0].w, q[r][1].w, b.z, b.w);
+            }
+        }
+    };
+
+    uint4 ring[4][2][2];
+#pragma unroll
+    for (int d = 0; d < 4; d++)
+        if (bb + d < be)
+            load(ring[d], bb + d);
+    stage(0);
+    for (int ch = 0; ch < nchunk; ch++) {
+        if (ch + 1 < nchunk)
+            stage(ch + 1);
+        else
+            asm volatile("cp.async.commit_group;\n" ::);
+        asm volatile("cp.async.wait_group 1;\n" ::);
+        __syncthreads();
+        const uint8_t *xsb = matmul__xsm8 + (ch & 1) * STAGE;
+        const int b0 = bb + ch * MATMUL__BPC;
+#pragma unroll
+        for (int bl = 0; bl < MATMUL__BPC; bl++) {
+            const int blk = b0 + bl;
+            if (blk < be) {
+                uint4 cur[2][2];
+#pragma unroll
+                for (int r = 0; r < 2; r++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+                        cur[r][h] = ring[bl % 4][r][h];
+                if (blk + 4 < be)
+                    load(ring[bl % 4], blk + 4);
+                block(cur, xsb + bl * 64);
+            }
+        }
+        __syncthreads();
+    }
+
+    float *o = out + (size_t)blockIdx.z * n * N;
+    float wsc[2][2];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int64_t row = row0 + 16 * r + 8 * h + gq;
+            wsc[r][h] = ws[row < N ? row : N - 1];
+        }
+#pragma unroll
+    for (int c = 0; c < C; c++)
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int t = t0 + c * 8 + 2 * tq + i;
+            if (t >= n)
+                continue;
+            const float m = xs[t];
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int64_t row = row0 + 16 * r + 8 * h + gq;
+                    if (row < N)
+                        o[(size_t)t * N + row] = acc[r][c][2 * h + i] * m * wsc[r][h];
+                }
+        }
+}
+
+/* matmul__fp8_mma with the weights streamed through a per-warp shared-memory ring by cp.async
+ * (MATMUL__BPC blocks of 64 columns in flight per warp, 2048 bytes each), one commit group per
+ * step as in matmul__int4_mma_cp. Grid, block and arguments as matmul__fp8_mma; dynamic shared
+ * memory 2 * 8 C * MATMUL__RSB8 + (blockDim.x / 32) * MATMUL__BPC * 2048 bytes. */
+template <int C>
+static __global__ void __launch_bounds__(256, 1)
+    matmul__fp8_mma_cp(float *out, const uint8_t *xq, const float *xs, const uint8_t *wd,
+                       const float *ws, int n, int64_t N, int64_t K, int bps)
+{
+    extern __shared__ __align__(16) uint8_t matmul__sm8[]; /* x [2][8 C][RSB8], then rings */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
+    const int nblk = (int)(K / 64);
+    const int t0 = blockIdx.x * 8 * C;
+    const int64_t row0 = (int64_t)blockIdx.y * blockDim.x + warp * 32;
+    const int bb = blockIdx.z * bps, be = min(nblk, bb + bps), nB = be - bb;
+    constexpr int STAGE = 8 * C * MATMUL__RSB8;
+    uint8_t *ring = matmul__sm8 + 2 * STAGE + warp * MATMUL__BPC * 2048;
+
+    const uint8_t *wrow[2][2];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            int64_t row = row0 + 16 * r + 8 * h + gq;
+            row = row < N ? row : N - 1; /* rows past N compute a copy, never stored */
+            wrow[r][h] = wd + row * K + tq * 16;
+        }
+    float acc[2][C][4];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int c = 0; c < C; c++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                acc[r][c][i] = 0.0f;
+
+    auto issue = [&](int j) {
+        if (j < nB) {
+            const int b = bb + j;
+            uint8_t *slot = ring + (j % MATMUL__BPC) * 2048;
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    matmul__cp_async16(slot + ((2 * r + h) * 32 + lane) * 16,
+                                       wrow[r][h] + (size_t)b * 64, 16);
+            if (j % MATMUL__BPC == 0) {
+                const int ch = j / MATMUL__BPC, bn = min(MATMUL__BPC, nB - j);
+                uint8_t *dst = matmul__sm8 + (ch & 1) * STAGE;
+                const int per_row = bn * 4;
+                for (int i = threadIdx.x; i < 8 * C * per_row; i += blockDim.x) {
+                    const int row = i / per_row, col = i % per_row, t = t0 + row;
+                    const uint8_t *src =
+                        t < n ? xq + (size_t)t * K + (size_t)b * 64 + col * 16 : xq;
+                    matmul__cp_async16(dst + row * MATMUL__RSB8 + col * 16, src, t < n ? 16 : 0);
+                }
+            }
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
+    };
+
+#pragma unroll
+    for (int j = 0; j < MATMUL__BPC; j++)
+        issue(j);
+    for (int i = 0; i < nB; i++) {
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(MATMUL__BPC - 1));
+        if (i % MATMUL__BPC == 0)
+            __syncthreads();
+        /* the lane reads back only the pieces it copied itself: no warp barrier */
+        const uint8_t *slot = ring + (i % MATMUL__BPC) * 2048;
+        uint4 q[2][2];
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                q[r][h] = *(const uint4 *)(slot + ((2 * r + h) * 32 + lane) * 16);
+        const uint8_t *xb = matmul__sm8 + ((i / MATMUL__BPC) & 1) * STAGE + (i % MATMUL__BPC) * 64;
+#pragma unroll
+        for (int c = 0; c < C; c++) {
+            const uint4 b = *(const uint4 *)(xb + (size_t)(c * 8 + gq) * MATMUL__RSB8 + tq * 16);
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                matmul__mma_fp8(acc[r][c], q[r][0].x, q[r][1].x, q[r][0].y, q[r][1].y, b.x, b.y);
+                matmul__mma_fp8(acc[r][c], q[r][0].z, q[r][1].z, q[r][0].w, q[r][1].w, b.z, b.w);
+            }
+        }
+        issue(i + MATMUL__BPC); /* after the slot's values are used (no write-after-read) */
+    }
+    asm volatile("cp.async.wait_group 0;\n" ::);
+
+    float *o = out + (size_t)blockIdx.z * n * N;
+    float wsc[2][2];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int64_t row = row0 + 16 * r + 8 * h + gq;
+            wsc[r][h] = ws[row < N ? row : N - 1];
+        }
+#pragma unroll
+    for (int c = 0; c < C; c++)
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int t = t0 + c * 8 + 2 * tq + i;
+            if (t >= n)
+                continue;
+            const float m = xs[t];
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int64_t row = row0 + 16 * r + 8 * h + gq;
+                    if (row < N)
+                        o[(size_t)t * N + row] = acc[r][c][2 * h + i] * m * wsc[r][h];
+                }
+        }
+}
+
+/* grid-stride over (n, N): out = sum over s of part (S, n, N) f32, in order s = 0 .. S-1 */
+static __global__ void matmul__sum_parts(float *out, const float *part, int S, size_t total)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float v = part[i];
+        for (int s = 1; s < S; s++)
+            v += part[(size_t)s * total + i];
+        out[i] = v;
     }
 }
 
@@ -326,7 +1070,7 @@ extern "C" pd_status_t matmul_quant_act_fp8(uint8_t *xq, float *xf, float *xs, c
     KUTIL_REQUIRE(n >= 0 && k > 0 && (xq || xf), "matmul_quant_act_fp8");
     if (n == 0)
         return PD_OK;
-    matmul__quant_act_fp8<<<n, 256, 0, stream>>>(xq, xf, xs, x, k);
+    matmul__quant_act_fp8<<<n, 1024, 0, stream>>>(xq, xf, xs, x, k);
     return KUTIL_LAUNCHED("matmul_quant_act_fp8");
 }
 
@@ -343,7 +1087,7 @@ extern "C" pd_status_t matmul_split_bf16(uint16_t *hi, uint16_t *lo, const float
 
 template <int NT>
 static void matmul__gemv_int4_launch(float *out, const float *x, const pd_weight_t *w, int n,
-                                     cudaStream_t stream)
+                                     bool tiled, cudaStream_t stream)
 {
     static bool attr_set;
     const size_t smem = (size_t)NT * MATMUL__KC * sizeof(float);
@@ -354,25 +1098,25 @@ static void matmul__gemv_int4_launch(float *out, const float *x, const pd_weight
     }
     const dim3 grid((unsigned)((n + NT - 1) / NT),
                     (unsigned)((w->n + 8 * MATMUL__ROWS - 1) / (8 * MATMUL__ROWS)));
-    matmul__gemv_int4<NT><<<grid, 256, smem, stream>>>(out, x, (const uint8_t *)w->data,
-                                                       (const uint16_t *)w->scales,
-                                                       (const uint8_t *)w->zeros, n, w->n, w->k);
+    matmul__gemv_int4<NT>
+        <<<grid, 256, smem, stream>>>(out, x, (const uint8_t *)w->data, (const uint16_t *)w->scales,
+                                      (const uint8_t *)w->zeros, n, w->n, w->k, tiled);
 }
 
 template <int FMT>
 static void matmul__gemv_launch(float *out, const float *x, const float *xs, const pd_weight_t *w,
-                                int n, cudaStream_t stream)
+                                int n, bool tiled, cudaStream_t stream)
 {
     const int nt = n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : 8;
     if (FMT == MATMUL__INT4) {
         if (nt == 1)
-            matmul__gemv_int4_launch<1>(out, x, w, n, stream);
+            matmul__gemv_int4_launch<1>(out, x, w, n, tiled, stream);
         else if (nt == 2)
-            matmul__gemv_int4_launch<2>(out, x, w, n, stream);
+            matmul__gemv_int4_launch<2>(out, x, w, n, tiled, stream);
         else if (nt == 4)
-            matmul__gemv_int4_launch<4>(out, x, w, n, stream);
+            matmul__gemv_int4_launch<4>(out, x, w, n, tiled, stream);
         else
-            matmul__gemv_int4_launch<8>(out, x, w, n, stream);
+            matmul__gemv_int4_launch<8>(out, x, w, n, tiled, stream);
         return;
     }
     const dim3 grid((unsigned)((n + nt - 1) / nt),
@@ -398,7 +1142,8 @@ static void matmul__gemv_launch(float *out, const float *x, const float *xs, con
 }
 
 extern "C" pd_status_t matmul_gemv(float *out, const float *x, const float *xs,
-                                   const pd_weight_t *w, int n, cudaStream_t stream)
+                                   const pd_weight_t *w, int n, bool int4_tiled,
+                                   cudaStream_t stream)
 {
     KUTIL_REQUIRE(n >= 0 && n <= MATMUL_GEMV_MAX_N && w->n > 0 && w->k > 0, "matmul_gemv");
     KUTIL_REQUIRE(w->n / (8 * MATMUL__ROWS) < 65535, "matmul_gemv");
@@ -407,19 +1152,19 @@ extern "C" pd_status_t matmul_gemv(float *out, const float *x, const float *xs,
     switch (w->fmt) {
     case PD_WFMT_BF16:
         KUTIL_REQUIRE(w->k % 8 == 0, "matmul_gemv bf16");
-        matmul__gemv_launch<MATMUL__BF16>(out, x, xs, w, n, stream);
+        matmul__gemv_launch<MATMUL__BF16>(out, x, xs, w, n, false, stream);
         break;
     case PD_WFMT_FP8:
         KUTIL_REQUIRE(w->k % 16 == 0 && xs, "matmul_gemv fp8");
-        matmul__gemv_launch<MATMUL__FP8>(out, x, xs, w, n, stream);
+        matmul__gemv_launch<MATMUL__FP8>(out, x, xs, w, n, false, stream);
         break;
     case PD_WFMT_INT4:
-        KUTIL_REQUIRE(w->k % 128 == 0, "matmul_gemv int4");
-        matmul__gemv_launch<MATMUL__INT4>(out, x, xs, w, n, stream);
+        KUTIL_REQUIRE(w->k % 128 == 0 && (!int4_tiled || w->n % 32 == 0), "matmul_gemv int4");
+        matmul__gemv_launch<MATMUL__INT4>(out, x, xs, w, n, int4_tiled, stream);
         break;
     case PD_WFMT_F32:
         KUTIL_REQUIRE(w->k % 8 == 0, "matmul_gemv f32");
-        matmul__gemv_launch<MATMUL__F32>(out, x, xs, w, n, stream);
+        matmul__gemv_launch<MATMUL__F32>(out, x, xs, w, n, false, stream);
         break;
     default:
         return PD_ERR_INVALID;
@@ -427,13 +1172,243 @@ extern "C" pd_status_t matmul_gemv(float *out, const float *x, const float *xs,
     return KUTIL_LAUNCHED("matmul_gemv");
 }
 
-extern "C" pd_status_t matmul_int4_to_bf16(uint16_t *dst, const pd_weight_t *w, cudaStream_t stream)
+extern "C" pd_status_t matmul_quant_act_f16(uint16_t *xh, float *mult, const float *x, int n,
+                                            int64_t k, cudaStream_t stream)
 {
-    KUTIL_REQUIRE(w->fmt == PD_WFMT_INT4 && w->k % 128 == 0 && w->n > 0, "matmul_int4_to_bf16");
+    KUTIL_REQUIRE(n >= 0 && k > 0 && k % 128 == 0, "matmul_quant_act_f16");
+    if (n == 0)
+        return PD_OK;
+    matmul__quant_act_f16<<<n, 1024, 0, stream>>>((uint4 *)xh, mult, x, k);
+    return KUTIL_LAUNCHED("matmul_quant_act_f16");
+}
+
+/* token tiles (of 8) per block for n tokens */
+static int matmul__int4_tiles(int n)
+{
+    return n <= 8 ? 1 : n <= 16 ? 2 : n <= 32 ? 4 : 8;
+}
+
+/* Block size and K splits for n tokens, N rows and ng K-units (INT4: groups of 128 columns,
+ * FP8: blocks of 64; either is 2 KiB of weights for a warp's 32 rows). */
+static void matmul__mma_plan(int n, int64_t N, int64_t ng, int n_sm, int *warps_p, int *splits_p)
+{
+    const int C = matmul__int4_tiles(n), nb = (n + 8 * C - 1) / (8 * C);
+    const int64_t mu = (N + 31) / 32;
+    double best = 1e300;
+    *warps_p = 8;
+    *splits_p = 1;
+    if (n_sm < 1)
+        n_sm = 1;
+    /* cost in per-SM units of one warp-group (32 rows x 128 columns = 2 KiB of weights):
+     * waves x (the work of one block) + the partial sums' traffic (written and read once) + a
+     * launch for the sum; blocks of >= 6 warps keep enough loads in flight */
+    for (int W = 8; W >= 6; W--) {
+        const int64_t ctam = (mu + W - 1) / W;
+        for (int S = 1; S <= 16 && S <= ng; S++) {
+            const int64_t gps = (ng + S - 1) / S;
+            if (S > 1 && (S - 1) * gps >= ng)
+                continue; /* an empty split */
+            const int64_t ctas = ctam * nb * S, waves = (ctas + n_sm - 1) / n_sm;
+            double cost = (double)waves * W * gps;
+            if (S > 1)
+                cost += 2.0 * S * n * (double)N * 4 / (2048.0 * n_sm) + 32.0;
+            if (cost < best - 1e-9) {
+                best = cost;
+                *warps_p = W;
+                *splits_p = S;
+            }
+        }
+    }
+}
+
+extern "C" void matmul_int4_mma_plan(int n, int64_t N, int64_t K, int n_sm, int *warps_p,
+                                     int *splits_p)
+{
+    matmul__mma_plan(n, N, K / 128, n_sm, warps_p, splits_p);
+}
+
+extern "C" void matmul_fp8_mma_plan(int n, int64_t N, int64_t K, int n_sm, int *warps_p,
+                                    int *splits_p)
+{
+    matmul__mma_plan(n, N, K / 64, n_sm, warps_p, splits_p);
+}
+
+extern "C" size_t matmul_int4_mma_part_floats(int n, int64_t N, int splits)
+{
+    return splits > 1 ? (size_t)splits * (size_t)n * (size_t)N : 0;
+}
+
+int matmul_mma_async = 1;
+
+template <int C>
+static void matmul__int4_mma_launch(float *dst, const uint16_t *xh, const float *mult,
+                                    const pd_weight_t *w, int n, int W, int S, int gps, bool tiled,
+                                    cudaStream_t stream)
+{
+    if (tiled && matmul_mma_async) {
+        static bool attr_cp;
+        const int smem_cp = 2 * 8 * C * MATMUL__RSB + 8 * MATMUL__WD * MATMUL__WSLOT;
+        if (!attr_cp) {
+            cudaFuncSetAttribute(matmul__int4_mma_cp<C>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, smem_cp);
+            attr_cp = true;
+        }
+        const dim3 grid((unsigned)((n + 8 * C - 1) / (8 * C)),
+                        (unsigned)((w->n + 32 * W - 1) / (32 * W)), (unsigned)S);
+        matmul__int4_mma_cp<C>
+            <<<grid, 32 * W, 2 * 8 * C * MATMUL__RSB + W * MATMUL__WD * MATMUL__WSLOT, stream>>>(
+                dst, (const uint4 *)xh, mult, (const uint8_t *)w->data, (const uint16_t *)w->scales,
+                (const uint8_t *)w->zeros, n, w->n, w->k, gps);
+        return;
+    }
+    static bool attr_set;
+    const int smem = 2 * 8 * C * MATMUL__RSB;
+    if (!attr_set) {
+        cudaFuncSetAttribute(matmul__int4_mma<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             smem);
+        attr_set = true;
+    }
+    const dim3 grid((unsigned)((n + 8 * C - 1) / (8 * C)),
+                    (unsigned)((w->n + 32 * W - 1) / (32 * W)), (unsigned)S);
+    matmul__int4_mma<C><<<grid, 32 * W, smem, stream>>>(
+        dst, (const uint4 *)xh, mult, (const uint8_t *)w->data, (const uint16_t *)w->scales,
+        (const uint8_t *)w->zeros, n, w->n, w->k, gps, tiled);
+}
+
+extern "C" pd_status_t matmul_int4_mma(float *out, float *part, const uint16_t *xh,
+                                       const float *mult, const pd_weight_t *w, int n, int warps,
+                                       int splits, bool tiled, cudaStream_t stream)
+{
+    KUTIL_REQUIRE(w->fmt == PD_WFMT_INT4 && w->k % 128 == 0 && w->n > 0 &&
+                      (!tiled || w->n % 32 == 0),
+                  "matmul_int4_mma");
+    KUTIL_REQUIRE(n >= 0 && n <= MATMUL_INT4_MMA_MAX_N && warps >= 1 && warps <= 8 && splits >= 1 &&
+                      (splits == 1 || part),
+                  "matmul_int4_mma");
+    KUTIL_REQUIRE((w->n + 32 * warps - 1) / (32 * warps) < 65535, "matmul_int4_mma");
+    if (n == 0)
+        return PD_OK;
+    const int ng = (int)(w->k / 128), gps = (ng + splits - 1) / splits;
+    KUTIL_REQUIRE((splits - 1) * gps < ng, "matmul_int4_mma splits");
+    float *dst = splits > 1 ? part : out;
+    switch (matmul__int4_tiles(n)) {
+    case 1:
+        matmul__int4_mma_launch<1>(dst, xh, mult, w, n, warps, splits, gps, tiled, stream);
+        break;
+    case 2:
+        matmul__int4_mma_launch<2>(dst, xh, mult, w, n, warps, splits, gps, tiled, stream);
+        break;
+    case 4:
+        matmul__int4_mma_launch<4>(dst, xh, mult, w, n, warps, splits, gps, tiled, stream);
+        break;
+    default:
+        matmul__int4_mma_launch<8>(dst, xh, mult, w, n, warps, splits, gps, tiled, stream);
+    }
+    pd_status_t st = KUTIL_LAUNCHED("matmul_int4_mma");
+    if (st != PD_OK || splits == 1)
+        return st;
+    const size_t total = (size_t)n * (size_t)w->n;
+    matmul__sum_parts<<<matmul__grid(total, 256), 256, 0, stream>>>(out, part, splits, total);
+    return KUTIL_LAUNCHED("matmul_int4_mma sum");
+}
+
+template <int C>
+static void matmul__fp8_mma_launch(float *dst, const uint8_t *xq, const float *xs,
+                                   const pd_weight_t *w, int n, int W, int S, int bps,
+                                   cudaStream_t stream)
+{
+    if (matmul_mma_async) {
+        static bool attr_cp;
+        const int smem_cp = 2 * 8 * C * MATMUL__RSB8 + 8 * MATMUL__BPC * 2048;
+        if (!attr_cp) {
+            cudaFuncSetAttribute(matmul__fp8_mma_cp<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 smem_cp);
+            attr_cp = true;
+        }
+        const dim3 grid((unsigned)((n + 8 * C - 1) / (8 * C)),
+                        (unsigned)((w->n + 32 * W - 1) / (32 * W)), (unsigned)S);
+        matmul__fp8_mma_cp<C>
+            <<<grid, 32 * W, 2 * 8 * C * MATMUL__RSB8 + W * MATMUL__BPC * 2048, stream>>>(
+                dst, xq, xs, (const uint8_t *)w->data, (const float *)w->scales, n, w->n, w->k,
+                bps);
+        return;
+    }
+    static bool attr_set;
+    const int smem = 2 * 8 * C * MATMUL__RSB8;
+    if (!attr_set) {
+        cudaFuncSetAttribute(matmul__fp8_mma<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        attr_set = true;
+    }
+    const dim3 grid((unsigned)((n + 8 * C - 1) / (8 * C)),
+                    (unsigned)((w->n + 32 * W - 1) / (32 * W)), (unsigned)S);
+    matmul__fp8_mma<C><<<grid, 32 * W, smem, stream>>>(
+        dst, xq, xs, (const uint8_t *)w->data, (const float *)w->scales, n, w->n, w->k, bps);
+}
+
+extern "C" pd_status_t matmul_fp8_mma(float *out, float *part, const uint8_t *xq, const float *xs,
+                                      const pd_weight_t *w, int n, int warps, int splits,
+                                      cudaStream_t stream)
+{
+    KUTIL_REQUIRE(w->fmt == PD_WFMT_FP8 && w->k % 64 == 0 && w->n > 0, "matmul_fp8_mma");
+    KUTIL_REQUIRE(n >= 0 && n <= MATMUL_INT4_MMA_MAX_N && warps >= 1 && warps <= 8 && splits >= 1 &&
+                      (splits == 1 || part),
+                  "matmul_fp8_mma");
+    KUTIL_REQUIRE((w->n + 32 * warps - 1) / (32 * warps) < 65535, "matmul_fp8_mma");
+    if (n == 0)
+        return PD_OK;
+    const int nblk = (int)(w->k / 64), bps = (nblk + splits - 1) / splits;
+    KUTIL_REQUIRE((splits - 1) * bps < nblk, "matmul_fp8_mma splits");
+    float *dst = splits > 1 ? part : out;
+    switch (matmul__int4_tiles(n)) {
+    case 1:
+        matmul__fp8_mma_launch<1>(dst, xq, xs, w, n, warps, splits, bps, stream);
+        break;
+    case 2:
+        matmul__fp8_mma_launch<2>(dst, xq, xs, w, n, warps, splits, bps, stream);
+        break;
+    case 4:
+        matmul__fp8_mma_launch<4>(dst, xq, xs, w, n, warps, splits, bps, stream);
+        break;
+    default:
+        matmul__fp8_mma_launch<8>(dst, xq, xs, w, n, warps, splits, bps, stream);
+    }
+    pd_status_t st = KUTIL_LAUNCHED("matmul_fp8_mma");
+    if (st != PD_OK || splits == 1)
+        return st;
+    const size_t total = (size_t)n * (size_t)w->n;
+    matmul__sum_parts<<<matmul__grid(total, 256), 256, 0, stream>>>(out, part, splits, total);
+    return KUTIL_LAUNCHED("matmul_fp8_mma sum");
+}
+
+extern "C" pd_status_t matmul_int4_tile(pd_weight_t *w, void *tmp, cudaStream_t stream)
+{
+    KUTIL_REQUIRE(w->fmt == PD_WFMT_INT4 && w->k % 128 == 0 && w->n > 0 && w->n % 32 == 0,
+                  "matmul_int4_tile");
+    const size_t nd = (size_t)w->n * (size_t)w->k / 2, ng = (size_t)w->n * (size_t)(w->k / 128);
+    uint8_t *t = (uint8_t *)tmp;
+    cudaError_t e = cudaMemcpyAsync(t, w->data, nd, cudaMemcpyDeviceToDevice, stream);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(t + nd, w->scales, ng * 2, cudaMemcpyDeviceToDevice, stream);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(t + nd + ng * 2, w->zeros, ng, cudaMemcpyDeviceToDevice, stream);
+    if (e != cudaSuccess)
+        return kutil_status(e, "matmul_int4_tile copy");
+    matmul__int4_tile<<<matmul__grid(nd / 16, 256), 256, 0, stream>>>(
+        (uint8_t *)w->data, (uint16_t *)w->scales, (uint8_t *)w->zeros, t,
+        (const uint16_t *)(t + nd), t + nd + ng * 2, w->n, w->k);
+    return KUTIL_LAUNCHED("matmul_int4_tile");
+}
+
+extern "C" pd_status_t matmul_int4_to_bf16(uint16_t *dst, const pd_weight_t *w, bool tiled,
+                                           cudaStream_t stream)
+{
+    KUTIL_REQUIRE(w->fmt == PD_WFMT_INT4 && w->k % 128 == 0 && w->n > 0 &&
+                      (!tiled || w->n % 32 == 0),
+                  "matmul_int4_to_bf16");
     const size_t total = (size_t)w->n * (size_t)w->k / 32;
     matmul__int4_to_bf16<<<matmul__grid(total, 256), 256, 0, stream>>>(
         (uint4 *)dst, (const uint4 *)w->data, (const uint16_t *)w->scales,
-        (const uint8_t *)w->zeros, w->n, w->k);
+        (const uint8_t *)w->zeros, w->n, w->k, tiled);
     return KUTIL_LAUNCHED("matmul_int4_to_bf16");
 }
 

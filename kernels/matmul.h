@@ -15,6 +15,7 @@
 #define PD_KERNELS_MATMUL_H
 
 #include <cuda_runtime_api.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -40,12 +41,58 @@ pd_status_t matmul_split_bf16(uint16_t *hi, uint16_t *lo, const float *x, int n,
 
 /* out (n, w->n) f32 = x (n, w->k) f32 @ W^T for n <= MATMUL_GEMV_MAX_N, any weight format. For
  * FP8, x is the xf output of matmul_quant_act_fp8 and xs (n) f32 its scales (NULL otherwise).
- * Needs w->k a multiple of 8 (bf16, f32), 16 (fp8) or 128 (int4). */
+ * Needs w->k a multiple of 8 (bf16, f32), 16 (fp8) or 128 (int4). int4_tiled: an INT4 w is in
+ * the tiled layout (below). */
 pd_status_t matmul_gemv(float *out, const float *x, const float *xs, const pd_weight_t *w, int n,
-                        cudaStream_t stream);
+                        bool int4_tiled, cudaStream_t stream);
 
-/* dst (w->n, w->k) bf16 = the INT4 g128 weight w dequantized ((q - z) * s, rounded to bf16). */
-pd_status_t matmul_int4_to_bf16(uint16_t *dst, const pd_weight_t *w, cudaStream_t stream);
+/* INT4 tensor-core GEMM (mma.sync, weights dequantized in registers, plain row-major INT4
+ * layout: nothing is reshuffled at load), for n = 1 .. MATMUL_INT4_MMA_MAX_N:
+ *   1. matmul_quant_act_f16: xh (n, k) f16 = x scaled per token by a power of two, in the
+ *      kernel's permuted column order; mult (n) f32 the epilogue multipliers;
+ *   2. matmul_int4_mma_plan: the block size (warps) and K splits for the shape on n_sm SMs;
+ *   3. matmul_int4_mma: out (n, w->n) f32 = x @ W^T; with splits > 1 it needs part, scratch of
+ *      matmul_int4_mma_part_floats(n, w->n, splits) f32, and sums it into out (second launch).
+ * Needs w->k % 128 == 0 (INT4) and a group scale <= ~270 (f16 range of (q - z) * s * 16). */
+#define MATMUL_INT4_MMA_MAX_N 256
+
+/* 1 (default): matmul_int4_mma (on tiled weights) and matmul_fp8_mma stream the weights through
+ * shared memory with cp.async (matmul__int4_mma_cp, matmul__fp8_mma_cp); 0: straight into
+ * registers (matmul__int4_mma, matmul__fp8_mma). A process-wide switch for the harness and the
+ * benchmark; both kernels of a format give the same results. */
+extern int matmul_mma_async;
+
+/* xh (n, k) f16 bits (permuted, see matmul.cu), mult (n) f32, x (n, k) f32; k % 128 == 0. */
+pd_status_t matmul_quant_act_f16(uint16_t *xh, float *mult, const float *x, int n, int64_t k,
+                                 cudaStream_t stream);
+void matmul_int4_mma_plan(int n, int64_t N, int64_t K, int n_sm, int *warps_p, int *splits_p);
+size_t matmul_int4_mma_part_floats(int n, int64_t N, int splits);
+/* out (n, w->n) f32; part (splits, n, w->n) f32 scratch (NULL when splits == 1); xh, mult from
+ * matmul_quant_act_f16; warps 1..8 per block, splits >= 1 (every split non-empty). */
+pd_status_t matmul_int4_mma(float *out, float *part, const uint16_t *xh, const float *mult,
+                            const pd_weight_t *w, int n, int warps, int splits, bool tiled,
+                            cudaStream_t stream);
+
+/* FP8 W8A8 on mma.sync m16n8k32 e4m3 for n = 1 .. MATMUL_INT4_MMA_MAX_N: out (n, w->n) f32 =
+ * (xq @ W^T) * xs[t] * ws[r], xq (n, k) fp8 and xs (n) f32 from matmul_quant_act_fp8 (the same
+ * values the cuBLASLt path uses). Needs w->k % 64 == 0. Plan and part as for the INT4 GEMM
+ * (matmul_fp8_mma_plan; part: matmul_int4_mma_part_floats(n, w->n, splits) f32). */
+void matmul_fp8_mma_plan(int n, int64_t N, int64_t K, int n_sm, int *warps_p, int *splits_p);
+pd_status_t matmul_fp8_mma(float *out, float *part, const uint8_t *xq, const float *xs,
+                           const pd_weight_t *w, int n, int warps, int splits, cudaStream_t stream);
+
+/* dst (w->n, w->k) bf16 = the INT4 g128 weight w dequantized ((q - z) * s, rounded to bf16);
+ * tiled: w is in the tiled layout (below). */
+pd_status_t matmul_int4_to_bf16(uint16_t *dst, const pd_weight_t *w, bool tiled,
+                                cudaStream_t stream);
+
+/* The tiled INT4 layout (matmul.cu says it byte by byte): for w->n % 32 == 0, rows in blocks of
+ * 32 and K in groups of 128, each (block, group) 2048 contiguous bytes in the order the
+ * tensor-core kernel's lanes load them; scales and zeros likewise per (block, group). The CUDA
+ * backend tiles every INT4 weight with n % 32 == 0 at upload (weight_prepare). matmul_int4_tile
+ * rewrites w in place, through tmp (device, quant_data_bytes + quant_scales_bytes +
+ * quant_zeros_bytes of w). */
+pd_status_t matmul_int4_tile(pd_weight_t *w, void *tmp, cudaStream_t stream);
 
 /* out (n, N) f32 = (hi + lo) (n, K) bf16 @ W^T, W (N, K) bf16, via cublasGemmEx on `blas`
  * (a cublasHandle_t). lo may be NULL (one GEMM on hi only). */

@@ -45,6 +45,8 @@ pd_status_t backend_weight_upload(pd_backend_t *be, const pd_weight_t *host, pd_
         if ((st = be->ops->upload(be, w.zeros, host->zeros, nz)) != PD_OK)
             goto err;
     }
+    if (be->ops->weight_prepare && (st = be->ops->weight_prepare(be, &w)) != PD_OK)
+        goto err;
     *dst_p = w;
     return PD_OK;
 err:

@@ -122,6 +122,12 @@ typedef struct {
 
     /* ---- optional capabilities: NULL where the backend lacks them ---- */
 
+    /* Called by backend_weight_upload on the weight it just uploaded: the backend may rewrite
+     * data / scales / zeros in place into its own layout (CUDA: INT4 weights with n % 32 == 0
+     * are tiled for the tensor-core kernels, kernels/matmul.h). Device weights are then only
+     * meant for this backend's ops. */
+    pd_status_t (*weight_prepare)(pd_backend_t *be, pd_weight_t *w);
+
     /* Graph capture (CUDA graphs): the ops enqueued between graph_begin and graph_end are
      * recorded, not run; graph_launch replays them on the stream with the buffer contents of
      * that moment. Ops inside a capture must not need the host (no download, sync, scratch

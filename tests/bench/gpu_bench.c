@@ -14,9 +14,9 @@
  * Per-op also times flash attention (kernels/attention_flash.h) against the SIMT kernel
  * (attention_run) on prefill shapes, one layer: 8192 causal, 16 x 512 varlen, a 512-row chunk at
  * the end of 8192 tokens; and the BF16 GEMM in both modes (one bf16 GEMM, hi + lo split).
- * Usage: gpu_bench [ops] [decode] [prefill] [flash] [all] (default all; flash: only the 8192
- * causal flash attention and the FP8 8192 x 14336 x 4096 GEMM, for ncu). Needs a CUDA device (exits
- * 77 without).
+ * Usage: gpu_bench [ops] [decode] [prefill] [flash] [int4] [all] (default all; flash: only the
+ * 8192 causal flash attention and the FP8 8192 x 14336 x 4096 GEMM, for ncu; int4: the INT4
+ * paths table of ops alone). Needs a CUDA device (exits 77 without).
  */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -32,6 +32,7 @@
 #include "dtype.h"
 #include "kv_pool.h"
 #include "log.h"
+#include "matmul.h"
 #include "model.h"
 #include "model_random.h"
 
@@ -413,6 +414,140 @@ static void bench_elementwise(int n)
     free(hp);
 }
 
+/* INT4 and FP8 kernel paths side by side (issue 11): the f32 GEMVs (matmul_gemv), the
+ * tensor-core kernels (activation quantization + matmul_int4_mma / matmul_fp8_mma with their
+ * plans), and the backend op (default routing: GEMV, mma, cuBLAS(Lt)). */
+typedef struct {
+    int mode; /* 0 gemv, 1 mma, 2 op, 3 mma with the register-fed kernel */
+    float *out, *x, *part, *xf, *mult;
+    uint16_t *xh;
+    pd_weight_t *w;
+    int n, warps, splits;
+} i4_arg_t;
+static void run_i4(void *p)
+{
+    i4_arg_t *a = p;
+    if (a->mode == 3) {
+        matmul_mma_async = 0;
+        a->mode = 1;
+        run_i4(p);
+        a->mode = 3;
+        matmul_mma_async = 1;
+        return;
+    }
+    const bool fp8 = a->w->fmt == PD_WFMT_FP8;
+    if (a->mode == 0) {
+        if (fp8)
+            ok(matmul_quant_act_fp8(NULL, a->xf, a->mult, a->x, a->n, a->w->k, stream), "q");
+        ok(matmul_gemv(a->out, fp8 ? a->xf : a->x, fp8 ? a->mult : NULL, a->w, a->n,
+                       !fp8 && a->w->n % 32 == 0, stream),
+           "gemv");
+    } else if (a->mode == 1 && fp8) {
+        ok(matmul_quant_act_fp8((uint8_t *)a->xh, NULL, a->mult, a->x, a->n, a->w->k, stream),
+           "quant fp8");
+        ok(matmul_fp8_mma(a->out, a->part, (uint8_t *)a->xh, a->mult, a->w, a->n, a->warps,
+                          a->splits, stream),
+           "fp8 mma");
+    } else if (a->mode == 1) {
+        ok(matmul_quant_act_f16(a->xh, a->mult, a->x, a->n, a->w->k, stream), "quant f16");
+        ok(matmul_int4_mma(a->out, a->part, a->xh, a->mult, a->w, a->n, a->warps, a->splits,
+                           a->w->n % 32 == 0, stream),
+           "int4 mma");
+    } else
+        be->ops->matmul(be, a->out, a->x, a->w, a->n);
+}
+
+static void bench_int4_paths(void)
+{
+    const int64_t shapes[3][2] = {{28672, 4096}, {4096, 14336}, {6144, 4096}};
+    const int ns[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+    int n_sm = 0;
+    cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0);
+    printf("\n### INT4 / FP8 paths (us; GB/s = weight bytes incl. scales and zeros / time)\n\n");
+    printf("| N x K | n | int4 gemv | int4 mma reg | int4 mma cp (W, S) | int4 op | int4 op GB/s | "
+           "fp8 gemv | fp8 mma reg | fp8 mma cp (W, S) | fp8 op | fp8 op GB/s | int4 op / fp8 op "
+           "|\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int s = 0; s < 3; s++) {
+        const int64_t N = shapes[s][0], K = shapes[s][1];
+        uint16_t *src = malloc((size_t)(N * K) * 2);
+        pd_weight_t h4, h8, w4, w8;
+        for (int64_t i = 0; i < N * K; i++)
+            src[i] = pd_f32_to_bf16(rnd() * 0.02f);
+        ok(model_quantize_bf16(src, N, K, PD_WFMT_INT4, &h4), "quantize");
+        ok(model_quantize_bf16(src, N, K, PD_WFMT_FP8, &h8), "quantize");
+        free(src);
+        ok(backend_weight_upload(be, &h4, &w4), "weight upload");
+        ok(backend_weight_upload(be, &h8, &w8), "weight upload");
+        double wb[2];
+        for (int f = 0; f < 2; f++) {
+            const pd_wfmt_t fmt = f ? PD_WFMT_FP8 : PD_WFMT_INT4;
+            wb[f] = (double)(quant_data_bytes(fmt, N, K) + quant_scales_bytes(fmt, N, K) +
+                             quant_zeros_bytes(fmt, N, K));
+        }
+        for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+            const int n = ns[i];
+            float t[2][4]; /* [int4, fp8][gemv, mma, op, mma register-fed] */
+            int pw[2], ps[2];
+            i4_arg_t a = {0};
+            a.n = n;
+
+            a.x = dev_random_f32((size_t)n * K, 1.0f);
+            ok(be->ops->alloc(be, (size_t)n * N * 4, (void **)&a.out), "alloc");
+            ok(be->ops->alloc(be, (size_t)n * K * 4 + 64, (void **)&a.xf), "alloc");
+            ok(be->ops->alloc(be, (size_t)n * K * 2 + 64, (void **)&a.xh), "alloc");
+            ok(be->ops->alloc(be, (size_t)n * 4 + 64, (void **)&a.mult), "alloc");
+            for (int f = 0; f < 2; f++) {
+                a.w = f ? &w8 : &w4;
+                if (f)
+                    matmul_fp8_mma_plan(n, N, K, n_sm, &a.warps, &a.splits);
+                else
+                    matmul_int4_mma_plan(n, N, K, n_sm, &a.warps, &a.splits);
+                pw[f] = a.warps;
+                ps[f] = a.splits;
+                ok(be->ops->alloc(be, matmul_int4_mma_part_floats(n, N, a.splits) * 4 + 64,
+                                  (void **)&a.part),
+                   "alloc");
+                t[f][0] = -1.0f;
+                if (n <= MATMUL_GEMV_MAX_N) {
+                    a.mode = 0;
+                    t[f][0] = time_op(run_i4, &a, 20);
+                }
+                a.mode = 1;
+                t[f][1] = time_op(run_i4, &a, 20);
+                a.mode = 2;
+                t[f][2] = time_op(run_i4, &a, 20);
+                a.mode = 3;
+                t[f][3] = time_op(run_i4, &a, 20);
+                be->ops->free(be, a.part);
+            }
+            char g[2][32];
+            for (int f = 0; f < 2; f++) {
+                if (t[f][0] > 0.0f)
+                    snprintf(g[f], sizeof g[f], "%.1f", t[f][0] * 1e3);
+                else
+                    snprintf(g[f], sizeof g[f], "-");
+            }
+            printf("| %lld x %lld | %d | %s | %.1f | %.1f (%d, %d) | %.1f | %.0f | %s | %.1f | "
+                   "%.1f (%d, %d) | %.1f | %.0f | %.2f |\n",
+                   (long long)N, (long long)K, n, g[0], t[0][3] * 1e3, t[0][1] * 1e3, pw[0], ps[0],
+                   t[0][2] * 1e3, wb[0] / (t[0][2] * 1e-3) / 1e9, g[1], t[1][3] * 1e3,
+                   t[1][1] * 1e3, pw[1], ps[1], t[1][2] * 1e3, wb[1] / (t[1][2] * 1e-3) / 1e9,
+                   t[0][2] / t[1][2]);
+            fflush(stdout);
+            be->ops->free(be, a.x);
+            be->ops->free(be, a.out);
+            be->ops->free(be, a.xf);
+            be->ops->free(be, a.xh);
+            be->ops->free(be, a.mult);
+        }
+        model_host_weight_free(&h4);
+        model_host_weight_free(&h8);
+        backend_weight_free(be, &w4);
+        backend_weight_free(be, &w8);
+    }
+}
+
 static void bench_ops(void)
 {
     printf("\n### per-op (Llama-3-8B shapes; floor = max(bytes / 4.2 TB/s, flops / peak))\n\n");
@@ -426,6 +561,7 @@ static void bench_ops(void)
         bench_matmul(f3[f], 1, 4096, 14336);
         bench_matmul(f3[f], 64, 28672, 4096);
     }
+    bench_int4_paths();
     bench_matmul(PD_WFMT_FP8, 8192, 28672, 4096);
     bench_matmul(PD_WFMT_FP8, 8192, 14336, 4096);
     bench_matmul(PD_WFMT_FP8, 8192, 4096, 14336);
@@ -638,10 +774,11 @@ static void bench_model(bool decode, bool prefill)
 
 int main(int argc, char **argv)
 {
-    bool ops = argc < 2, decode = argc < 2, prefill = argc < 2, flash = false;
+    bool ops = argc < 2, decode = argc < 2, prefill = argc < 2, flash = false, int4 = false;
     for (int i = 1; i < argc; i++) {
         bool all = !strcmp(argv[i], "all");
         flash |= !strcmp(argv[i], "flash");
+        int4 |= !strcmp(argv[i], "int4"); /* the INT4 paths table alone (also part of ops) */
         ops |= all || !strcmp(argv[i], "ops");
         decode |= all || !strcmp(argv[i], "decode");
         prefill |= all || !strcmp(argv[i], "prefill");
@@ -661,6 +798,8 @@ int main(int argc, char **argv)
     stream_split = backend_cuda_stream(be_split);
     if (ops)
         bench_ops();
+    else if (int4)
+        bench_int4_paths();
     if (flash) { /* the prefill kernels alone (variants; for ncu) */
         printf("| %-12s | %-34s | %9s | %8s | %9s | %6s |\n", "op", "shape", "time us", "GB/s",
                "TFLOP/s", "floor");

@@ -16,9 +16,11 @@
 #include <time.h>
 
 #include "backend.h"
+#include "backend_cuda.h"
 #include "dtype.h"
 #include "kv_pool.h"
 #include "log.h"
+#include "matmul.h"
 #include "model.h"
 #include "quant.h"
 
@@ -332,8 +334,10 @@ static void case_matmul_on(pd_wfmt_t fmt, int n, int64_t N, int64_t K, const cha
     pair_ok(g->ops->sync(g));
     snprintf(shape, sizeof shape, "%s %s n %d N %lld K %lld%s", pd_wfmt_name(fmt), what, n,
              (long long)N, (long long)K, split ? " split" : "");
-    /* GEMV paths (small n) compute in f32 for every format: tight; GEMMs as listed */
-    double t = n <= 8 && fmt != PD_WFMT_FP8 ? 1e-5 : split ? tol_split[fmt] : tol[fmt];
+    /* GEMV paths (small n) compute in f32: tight; GEMMs as listed. INT4 weights with N % 32 == 0
+     * (tiled at upload) run on the f16 tensor-core kernel at every n <= 256. */
+    const bool gemv = n <= 8 && fmt != PD_WFMT_FP8 && !(fmt == PD_WFMT_INT4 && N % 32 == 0);
+    double t = gemv ? 1e-5 : split ? tol_split[fmt] : tol[fmt];
     report("matmul", shape, err_f32(&out, (size_t)n * N), t);
     backend_weight_free(cpu, &wc);
     backend_weight_free(gpu, &wg);
@@ -373,6 +377,105 @@ static pair_t arena_new(const kv_layout_t *l, int n_pages)
     free(v);
     free(slots);
     return a;
+}
+
+/* Tensor-core GEMMs of kernels/matmul.cu (matmul_int4_mma, matmul_fp8_mma) at a fixed, printed
+ * seed: through the backend op (warps == 0: the default routing and plan) or the kernel itself
+ * with a forced plan (warps, splits), or (warps < 0) the INT4 f32 GEMV on the tiled layout. Checks
+ * (1) max |gpu - cpu| / max |cpu| over all of out against the CPU backend, and (2) per element, on
+ * sampled rows, |gpu - ref| <= f * B + 1e-6, B = sum_k |x_k w_k| (w dequantized, in double): INT4:
+ * ref the double dot product, f = 2e-3 (f16 activations and weights: one rounding of 2^-11 each per
+ * product); FP8 (W8A8, the same activation rounding on both sides, up to a rounding flip of x * (1
+ * / s) against x / s): ref the CPU backend's element, f = 3e-4. Outputs start poisoned (NaN). */
+static void case_mma_gemm(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warps, int splits,
+                          uint64_t seed, const char *what)
+{
+    char shape[96];
+    const uint64_t saved = rng_state;
+    const bool int4 = fmt == PD_WFMT_INT4;
+    rng_state = seed;
+    uint16_t *src = xmalloc((size_t)(N * K) * 2);
+    pd_weight_t host, wc, wg;
+    for (int64_t i = 0; i < N * K; i++)
+        src[i] = pd_f32_to_bf16(rng_float() * 0.05f);
+    pair_ok(model_quantize_bf16(src, N, K, fmt, &host));
+    free(src);
+    pair_ok(backend_weight_upload(cpu, &host, &wc));
+    pair_ok(backend_weight_upload(gpu, &host, &wg));
+    float *x = xmalloc((size_t)n * K * 4);
+    fill_f32(x, (size_t)n * K, 1.0f);
+    for (int t = 0; t < n; t++) /* tokens of different magnitudes (per-token scaling) */
+        for (int64_t k = 0; k < K; k++)
+            x[(size_t)t * K + k] *= (float)(1 << (t % 9)) / 16.0f;
+    pair_t px = pair_new((size_t)n * K * 4, x), out = pair_new((size_t)n * N * 4, NULL);
+    cpu->ops->matmul(cpu, out.c, px.c, &wc, n);
+    void *scratch = NULL;
+    if (warps == 0) {
+        gpu->ops->matmul(gpu, out.g, px.g, &wg, n);
+    } else if (warps < 0) { /* the INT4 f32 GEMV on the weight as uploaded (tiled if N % 32 == 0) */
+        pair_ok(matmul_gemv(out.g, px.g, NULL, &wg, n, N % 32 == 0, backend_cuda_stream(gpu)));
+    } else {
+        size_t hb = ((size_t)n * K * 2 + 255) / 256 * 256, mb = ((size_t)n * 4 + 255) / 256 * 256;
+        size_t pf = matmul_int4_mma_part_floats(n, N, splits);
+        pair_ok(gpu->ops->alloc(gpu, hb + mb + pf * 4, &scratch));
+        pair_ok(gpu->ops->memset(gpu, scratch, 0xff, hb + mb + pf * 4));
+        cudaStream_t st = backend_cuda_stream(gpu);
+        uint8_t *b = scratch;
+        float *mult = (float *)(b + hb), *part = pf ? (float *)(b + hb + mb) : NULL;
+        if (int4) {
+            pair_ok(matmul_quant_act_f16((uint16_t *)b, mult, px.g, n, K, st));
+            pair_ok(matmul_int4_mma(out.g, part, (uint16_t *)b, mult, &wg, n, warps, splits,
+                                    N % 32 == 0 /* the backend tiles these at upload */, st));
+        } else {
+            pair_ok(matmul_quant_act_fp8(b, NULL, mult, px.g, n, K, st));
+            pair_ok(matmul_fp8_mma(out.g, part, b, mult, &wg, n, warps, splits, st));
+        }
+    }
+    snprintf(shape, sizeof shape, "%s %s n %d N %lld K %lld w%d s%d seed %llu",
+             pd_wfmt_name(fmt), what, n, (long long)N, (long long)K, warps, splits,
+             (unsigned long long)seed);
+    report("mma gemm", shape, err_f32(&out, (size_t)n * N), warps < 0 ? 1e-5 : int4 ? 1e-3 : 2e-3);
+
+    /* per element on sampled rows (about 2e8 multiply-adds) */
+    float *g = xmalloc((size_t)n * N * 4), *c = xmalloc((size_t)n * N * 4);
+    float *wrow = xmalloc((size_t)K * 4);
+    pair_ok(gpu->ops->sync(gpu));
+    pair_ok(gpu->ops->download(gpu, g, out.g, (size_t)n * N * 4));
+    pair_ok(cpu->ops->download(cpu, c, out.c, (size_t)n * N * 4));
+    int64_t stride = (int64_t)((double)n * N * K / 2e8) + 1;
+    double worst = 0.0;
+    for (int64_t r = 0; r < N; r += stride) {
+        quant_dequant_row(wrow, &host, r);
+        for (int t = 0; t < n; t++) {
+            double ref = 0.0, bound = 0.0;
+            for (int64_t k = 0; k < K; k++) {
+                const double p = (double)x[(size_t)t * K + k] * wrow[k];
+                ref += p;
+                bound += fabs(p);
+            }
+            if (!int4)
+                ref = c[(size_t)t * N + r];
+            const float v = g[(size_t)t * N + r];
+            const double e =
+                isnan(v) ? INFINITY : fabs(v - ref) / ((int4 ? 2e-3 : 3e-4) * bound + 1e-6);
+            worst = e > worst ? e : worst;
+        }
+    }
+    snprintf(shape, sizeof shape, "%s %s n %d rows/%lld per element", pd_wfmt_name(fmt), what, n,
+             (long long)stride);
+    report("mma gemm", shape, worst, 1.0);
+    free(g);
+    free(c);
+    free(wrow);
+    if (scratch)
+        gpu->ops->free(gpu, scratch);
+    pair_free(&px);
+    pair_free(&out);
+    free(x);
+    model_host_weight_free(&host);
+    backend_weight_free(cpu, &wc);
+    backend_weight_free(gpu, &wg);
+    rng_state = saved;
 }
 
 static void case_kv_write(pd_kvfmt_t fmt, int kvh, int hd, int n)
@@ -768,6 +871,51 @@ int main(void)
         case_matmul(PD_WFMT_FP8, 1, 28672, 4096, "8B gate_up");
     if (!small_only)
         case_matmul(PD_WFMT_INT4, 1, 28672, 4096, "8B gate_up");
+
+    /* tensor-core GEMMs: default routing, then forced plans (small n, splits) */
+    const pd_wfmt_t i4 = PD_WFMT_INT4, f8 = PD_WFMT_FP8;
+    case_mma_gemm(i4, 20, 200, 384, 0, 0, 101, "odd N");
+    case_mma_gemm(i4, 130, 1000, 640, 0, 0, 102, "3 token blocks");
+    case_mma_gemm(i4, 9, 512, 1024, 0, 0, 103, "n 9");
+    /* n > 256: tiled INT4 dequantized to bf16 (matmul_int4_to_bf16) for cuBLAS */
+    case_matmul(PD_WFMT_INT4, 300, 512, 640, "tiled, bf16 GEMM");
+    case_mma_gemm(i4, 3, 300, 640, 6, 3, 104, "forced");
+    case_mma_gemm(i4, 8, 512, 512, 8, 2, 105, "forced");
+    case_mma_gemm(i4, 1, 256, 1024, 7, 1, 106, "forced");
+    case_mma_gemm(i4, 5, 256, 1024, -1, 0, 107, "gemv tiled");
+    /* the register-fed kernels (matmul_mma_async = 0), then back to the default */
+    matmul_mma_async = 0;
+    case_mma_gemm(i4, 37, 512, 640, 0, 0, 108, "reg kernel");
+    case_mma_gemm(i4, 8, 512, 512, 8, 2, 109, "reg kernel");
+    case_mma_gemm(f8, 3, 300, 640, 6, 3, 126, "reg kernel");
+    case_mma_gemm(f8, 40, 1000, 1152, 8, 2, 127, "reg kernel");
+    if (!small_only) {
+        case_mma_gemm(i4, 64, 28672, 4096, 0, 0, 141, "reg kernel 8B gate_up");
+        case_mma_gemm(f8, 8, 4096, 14336, 0, 0, 142, "reg kernel 8B down");
+    }
+    matmul_mma_async = 1;
+    case_mma_gemm(f8, 1, 200, 384, 0, 0, 121, "odd N");
+    case_mma_gemm(f8, 7, 1000, 640, 0, 0, 122, "n 7");
+    case_mma_gemm(f8, 3, 300, 640, 6, 3, 123, "forced");
+    case_mma_gemm(f8, 40, 1000, 1152, 8, 2, 124, "forced");
+    case_mma_gemm(f8, 130, 520, 576, 7, 1, 125, "forced");
+    if (!small_only) {
+        case_mma_gemm(i4, 16, 4096, 4096, 0, 0, 111, "8B o");
+        case_mma_gemm(i4, 17, 1024, 4096, 0, 0, 112, "8B k");
+        case_mma_gemm(i4, 33, 28672, 4096, 0, 0, 113, "8B gate_up");
+        case_mma_gemm(i4, 64, 28672, 4096, 0, 0, 114, "8B gate_up");
+        case_mma_gemm(i4, 64, 4096, 14336, 0, 0, 115, "8B down");
+        case_mma_gemm(i4, 256, 2048, 4096, 0, 0, 116, "n 256");
+        case_mma_gemm(i4, 1, 28672, 4096, 7, 1, 117, "forced 8B gate_up");
+        case_mma_gemm(i4, 4, 4096, 14336, 8, 8, 118, "forced 8B down");
+        case_mma_gemm(i4, 1, 28672, 4096, -1, 0, 119, "gemv tiled 8B gate_up");
+        case_mma_gemm(f8, 1, 28672, 4096, 0, 0, 131, "8B gate_up");
+        case_mma_gemm(f8, 8, 4096, 14336, 0, 0, 132, "8B down");
+        case_mma_gemm(f8, 64, 28672, 4096, 7, 1, 133, "forced 8B gate_up");
+        case_mma_gemm(f8, 64, 4096, 14336, 6, 6, 134, "forced 8B down");
+        case_mma_gemm(f8, 1, 28672, 4096, 7, 1, 135, "forced 8B gate_up");
+        case_mma_gemm(f8, 2, 6144, 4096, 6, 4, 136, "forced 8B qkv");
+    }
 
     const pd_kvfmt_t kfs[] = {PD_KV_BF16, PD_KV_FP8, PD_KV_F32};
     for (int f = 0; f < 3; f++) {
