@@ -1,0 +1,85 @@
+"""A short cluster run for sanitized builds (ASan + UBSan, ThreadSanitizer): router, one prefill
+and one decode node of the build under test serve tiny-llama (BF16 weights, f32 KV) over gRPC and
+HTTP, with parallel requests, a client cancel mid-stream and a deadline; then every page is free,
+the cluster stops with SIGTERM, and no process's log holds a sanitizer report (AddressSanitizer,
+LeakSanitizer, UBSan's "runtime error:", ThreadSanitizer). Also part of the normal `cluster`
+suite, where it checks the same requests without sanitizers.
+Run by meson with /usr/bin/python3; argv[1] is pdctl."""
+import json
+import os
+import re
+import tempfile
+import threading
+import urllib.request
+
+from cluster_testlib import (TEMPLATE_1, all_nodes, channel, check, cluster, finish, generate,
+                             model_template, pb, pb_grpc, reference, sampling, wait_pages_free)
+import grpc
+
+SANITIZER = re.compile(r"ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:|"
+                       r"WARNING: ThreadSanitizer|ThreadSanitizer: reported")
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="pd-test-smoke-")
+    ref = reference("tiny-llama")
+    tpl = model_template(TEMPLATE_1, "tiny-llama", tmp)
+    c = cluster.Cluster(tpl, overrides=all_nodes(tpl, weights="bf16", kv="f32"), keep_dir=True,
+                        timeout_s=600)
+    try:
+        stub = pb_grpc.InferenceStub(channel(c.router_addr))
+        n = 12
+        cases = ref["cases"][:4]
+        results = [None] * len(cases)
+
+        def one(i):
+            results[i] = generate(stub, timeout=300, token_ids=cases[i]["input_ids"],
+                                  sampling=sampling(n, ignore_eos=True))
+        ts = [threading.Thread(target=one, args=(i,)) for i in range(len(cases))]
+        for t in ts:
+            t.start()
+        # a client that goes away after its first token, and one whose deadline is too short
+        cancelled = threading.Event()
+
+        def on_msg(call, r):
+            if not cancelled.is_set():
+                cancelled.set()
+                call.cancel()
+        rc = generate(stub, timeout=300, on_msg=on_msg, token_ids=cases[0]["input_ids"],
+                      sampling=sampling(200, ignore_eos=True))
+        rd = generate(stub, timeout=0.05, token_ids=cases[1]["input_ids"],
+                      sampling=sampling(200, ignore_eos=True))
+        for t in ts:
+            t.join()
+        for i, r in enumerate(results):
+            check("grpc-case%d" % i, r.code == grpc.StatusCode.OK and
+                  r.ids == cases[i]["greedy_ids"][:n], "%s %s %s" % (r.code, r.details, r.ids))
+        check("cancelled", rc.code == grpc.StatusCode.CANCELLED, rc.code)
+        check("deadline", rd.code == grpc.StatusCode.DEADLINE_EXCEEDED, rd.code)
+        if c.router_http:
+            body = json.dumps({"model": "tiny-llama", "prompt": cases[2]["prompt"],
+                               "max_tokens": 4}).encode()
+            req = urllib.request.Request("http://%s/v1/completions" % c.router_http, data=body,
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=300) as resp:
+                j = json.loads(resp.read())
+            check("http-completion", j["usage"]["completion_tokens"] == 4, j)
+        used = wait_pages_free(c, timeout=60)
+        check("pages-free", all(v == 0 for v in used.values()), used)
+    finally:
+        c.stop()  # pdctl down: SIGTERM, the processes exit and print their sanitizer summaries
+    reports = []
+    log_dir = c.log_dir
+    for name in sorted(os.listdir(log_dir)) if os.path.isdir(log_dir) else []:
+        text = open(os.path.join(log_dir, name), errors="replace").read()
+        for m in SANITIZER.finditer(text):
+            start = max(0, m.start() - 200)
+            reports.append("%s: %s" % (name, text[start:m.start() + 1500]))
+    check("no-sanitizer-reports", not reports, "\n".join(reports)[:6000])
+    import shutil
+    shutil.rmtree(c.tmp, True)
+    finish()
+
+
+if __name__ == "__main__":
+    main()
