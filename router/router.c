@@ -980,13 +980,16 @@ void router_stop(router_t *r)
     }
 }
 
+static void router__poll_closed(uv_handle_t *h)
+{
+    free(h->data);
+}
+
 void router_destroy(router_t *r)
 {
     if (!r)
         return;
     router_stop(r);
-    if (r->poll_open)
-        uv_close((uv_handle_t *)&r->poll, NULL);
     for (int i = 0; r->nodes && i < r->n_nodes; i++) {
         pd_grpc_client_destroy(r->nodes[i].client);
         r->nodes[i].client = NULL;
@@ -1006,5 +1009,8 @@ void router_destroy(router_t *r)
     metrics_destroy(r->metrics);
     free(r->chat_template);
     tokenizer_destroy(r->tok);
-    free(r);
+    if (r->poll_open) /* r holds the timer: freed once the loop closed it */
+        uv_close((uv_handle_t *)&r->poll, router__poll_closed);
+    else
+        free(r);
 }

@@ -6,7 +6,6 @@
 #include "grpc_health.h"
 #include "grpc_server.h"
 #include "grpc_stream_buf.h"
-#include "health.pb-c.h"
 #include "log.h"
 #include "pdserve.pb-c.h"
 
@@ -214,8 +213,7 @@ static const pd_grpc_method_fn inference_handlers[4] = {
 static void router_grpc__serving(void *arg, int serving)
 {
     router_grpc_t *api = arg;
-    int st = serving ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
-                     : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
+    int st = serving ? PD_GRPC_HEALTH_SERVING : PD_GRPC_HEALTH_NOT_SERVING;
     pd_grpc_health_set(api->health, "", st);
     pd_grpc_health_set(api->health, "pdserve.v1.Inference", st);
 }
