@@ -1,7 +1,8 @@
 /* Tests router/router.c (the core) with its gRPC front end (router_grpc.c) and no HTTP front end,
  * against in-process fake prefill and decode nodes (pd_grpc_server) on ephemeral ports, with the
  * tiny-llama tokenizer and config (PD_MODELS_DIR):
- * - the router's grpc.health.v1 status follows the core's serving state (both nodes up);
+ * - the router's grpc.health.v1 status follows the core's serving state (both nodes up, then the
+ *   decode node not serving);
  * - a gRPC Generate streams prefill's first token plus the decode node's tokens, and the core
  *   counts it in pdserve_router_requests_total{outcome="ok"}, with HTTP off (before the core
  *   owned the metrics they lived in the HTTP front end: nothing was counted without it);
@@ -328,6 +329,14 @@ static void test_grpc_requests_counted_without_http(void **state)
     assert_true(metric("pdserve_router_requests_total{outcome=\"ok\"}") == 1);
     assert_true(metric("pdserve_router_requests_active") == 0);
     assert_int_equal(releases, 0); /* pages were the decode node's: no Release */
+
+    /* the decode node stops serving: so does the router (next poll) */
+    assert_int_equal(pd_grpc_health_set(decode.health, "", PD_GRPC_HEALTH_NOT_SERVING), PD_OK);
+    end = pd_clock_ms() + 10000;
+    while ((serving = router_serving(core)) && pd_clock_ms() < end)
+        uv_run(&loop, UV_RUN_ONCE);
+    assert_false(serving);
+    assert_int_equal(router_health(), PD_GRPC_HEALTH_NOT_SERVING);
 
     teardown_cluster();
 }
