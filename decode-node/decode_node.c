@@ -7,6 +7,7 @@
 #include "grpc_health.h"
 #include "health.pb-c.h"
 #include "grpc_server.h"
+#include "grpc_stream_buf.h"
 #include "kv_tracker.h"
 #include "kv_transport.h"
 #include "clock.h"
@@ -16,14 +17,13 @@
 
 /* ==== state ==== */
 
-/* A Decode rpc on the loop thread. Freed by decode__event when its final event arrives. */
+/* A Decode rpc on the loop thread. Its stream buffer owns the call; the rpc is freed when the
+ * buffer releases it (after the final event, once the client read everything or went away). */
 typedef struct dreq {
     struct decode_node *dn;
-    pd_grpc_call_t *call;
+    pd_grpc_stream_buf_t *out; /* tokens the client has not accepted yet (flow control) */
     uint64_t id;
-    int32_t *pending; /* tokens not yet accepted by the call (flow control) */
-    int n_pending, cap_pending;
-    int final_wait;   /* the final event arrived while tokens were pending */
+    int cancel_sent; /* the compute thread was told the client is gone */
     engine_finish_t finish;
     pd_status_t status;
 } dreq_t;
@@ -86,69 +86,52 @@ typedef struct {
     pd_status_t status;
 } devent_t;
 
-static void decode__flush_pending(dreq_t *r);
-
-static void decode__finish_call(dreq_t *r)
+static pd_status_t decode__send_tokens(pd_grpc_call_t *call, const int32_t *ids, size_t n_ids,
+                                       const char *text, size_t text_len, void *arg)
 {
     Pdserve__V1__DecodeEvent ev = PDSERVE__V1__DECODE_EVENT__INIT;
-    if (r->status == PD_OK || r->finish == ENGINE_FINISH_PREEMPTED) {
-        ev.finish_reason = (char *)engine_finish_str(r->finish);
-        ev.preempted = r->finish == ENGINE_FINISH_PREEMPTED;
-        (void)pd_grpc_call_send(r->call, &ev.base);
-        pd_grpc_call_finish(r->call, 0, NULL);
-    } else {
-        char msg[160];
-        snprintf(msg, sizeof msg, "%s: %s", r->dn->node->name, pd_status_str(r->status));
-        pd_grpc_call_finish_status(r->call, r->status, msg);
-    }
-    free(r->pending);
-    free(r);
+    (void)text;
+    (void)text_len;
+    (void)arg;
+    ev.token_ids = (int32_t *)ids;
+    ev.n_token_ids = n_ids;
+    return pd_grpc_call_send(call, &ev.base);
 }
 
-static void decode__writable(pd_grpc_call_t *call, void *arg)
+static pd_status_t decode__send_final(pd_grpc_call_t *call, void *arg)
 {
     dreq_t *r = arg;
-    (void)call;
-    decode__flush_pending(r);
-    if (r->n_pending == 0 && r->final_wait)
-        decode__finish_call(r);
+    Pdserve__V1__DecodeEvent ev = PDSERVE__V1__DECODE_EVENT__INIT;
+    ev.finish_reason = (char *)engine_finish_str(r->finish);
+    ev.preempted = r->finish == ENGINE_FINISH_PREEMPTED;
+    return pd_grpc_call_send(call, &ev.base);
 }
 
-static void decode__flush_pending(dreq_t *r)
+static void decode__call_cancelled(void *arg);
+
+static void decode__call_released(void *arg)
 {
-    Pdserve__V1__DecodeEvent ev = PDSERVE__V1__DECODE_EVENT__INIT;
-    if (r->n_pending == 0)
-        return;
-    ev.token_ids = r->pending;
-    ev.n_token_ids = (size_t)r->n_pending;
-    pd_status_t st = pd_grpc_call_send(r->call, &ev.base);
-    if (st == PD_AGAIN) {
-        pd_grpc_call_set_writable_cb(r->call, decode__writable, r);
-        return;
-    }
-    r->n_pending = 0; /* sent, or the call is gone (the engine side was told via cancel) */
+    free(arg);
 }
+
+static const pd_grpc_stream_buf_ops_t decode_stream_ops = {
+    decode__send_tokens, decode__send_final, decode__call_cancelled, decode__call_released};
 
 static void decode__event(void *arg)
 {
     devent_t *ev = arg;
     dreq_t *r = ev->req;
     if (ev->token >= 0) {
-        if (r->n_pending == r->cap_pending) {
-            r->cap_pending = r->cap_pending ? 2 * r->cap_pending : 16;
-            r->pending = realloc(r->pending, (size_t)r->cap_pending * sizeof *r->pending);
-            PD_ASSERT(r->pending);
-        }
-        r->pending[r->n_pending++] = ev->token;
-        decode__flush_pending(r);
-    } else {
+        if (pd_grpc_stream_buf_append(r->out, &ev->token, 1, "", 0) == PD_ERR_CANCELLED)
+            decode__call_cancelled(r); /* gone during this send: no callback comes */
+    } else if (ev->status == PD_OK || ev->finish == ENGINE_FINISH_PREEMPTED) {
         r->finish = ev->finish;
         r->status = ev->status;
-        decode__flush_pending(r);
-        if (r->n_pending > 0 && !pd_grpc_call_is_cancelled(r->call))
-            r->final_wait = 1;
-        else
-            decode__finish_call(r);
+        pd_grpc_stream_buf_end(r->out, PD_OK, NULL); /* frees r once the client read it all */
+    } else {
+        char msg[160];
+        snprintf(msg, sizeof msg, "%s: %s", r->dn->node->name, pd_status_str(ev->status));
+        pd_grpc_stream_buf_end(r->out, ev->status, msg);
     }
     free(ev);
 }
@@ -558,13 +541,19 @@ static void decode__rpc_reserve(pd_grpc_call_t *call, const ProtobufCMessage *ms
     }
 }
 
-static void decode__call_cancelled(pd_grpc_call_t *call, void *arg)
+/* The client went away before the final event: the compute thread drops the sequence (its
+ * final event then ends the stream buffer, which releases the call). */
+static void decode__call_cancelled(void *arg)
 {
     dreq_t *r = arg;
-    cancel_job_t *j = malloc(sizeof *j);
-    (void)call;
-    if (!j)
+    cancel_job_t *j;
+    if (!r->dn->comp) { /* the node is going away: no final event will come */
+        pd_grpc_stream_buf_end(r->out, PD_ERR_UNAVAILABLE, "decode node shutting down");
         return;
+    }
+    if (r->cancel_sent || !(j = malloc(sizeof *j)))
+        return;
+    r->cancel_sent = 1;
     j->dn = r->dn;
     j->req_id = r->id;
     if (compute_submit(r->dn->comp, decode__cancel, j) != PD_OK)
@@ -580,7 +569,8 @@ static void decode__rpc_decode(pd_grpc_call_t *call, const ProtobufCMessage *msg
     start_job_t *j = malloc(sizeof *j);
     pd_status_t st;
 
-    if (!r || !d || !j || !(d->tokens = malloc((req->n_token_ids + 1) * sizeof *d->tokens))) {
+    if (!r || !d || !j || !(d->tokens = malloc((req->n_token_ids + 1) * sizeof *d->tokens)) ||
+        pd_grpc_stream_buf_create(call, &decode_stream_ops, r, &r->out) != PD_OK) {
         free(r);
         if (d)
             free(d->tokens);
@@ -590,7 +580,6 @@ static void decode__rpc_decode(pd_grpc_call_t *call, const ProtobufCMessage *msg
         return;
     }
     r->dn = dn;
-    r->call = call;
     r->id = ++dn->next_req_id;
     d->req = r;
     d->req_id = r->id;
@@ -611,13 +600,11 @@ static void decode__rpc_decode(pd_grpc_call_t *call, const ProtobufCMessage *msg
     d->gp.n_generated = (int)req->n_generated;
     j->dn = dn;
     j->d = d;
-    pd_grpc_call_set_cancel_cb(call, decode__call_cancelled, r);
     if ((st = compute_submit(dn->comp, decode__start, j)) != PD_OK) {
         free(d->tokens);
         free(d);
         free(j);
-        free(r);
-        pd_grpc_call_finish_status(call, st, "decode node not ready");
+        pd_grpc_stream_buf_end(r->out, st, "decode node not ready"); /* frees r */
     }
 }
 
@@ -766,6 +753,7 @@ void decode_node_destroy(decode_node_t *dn)
     if (dn->srv)
         pd_grpc_server_shutdown(dn->srv);
     compute_destroy(dn->comp); /* queued events for calls are dropped with the server */
+    dn->comp = NULL;           /* Decode calls cancelled below end without their final event */
     pd_grpc_server_destroy(dn->srv);
     pd_grpc_health_destroy(dn->health);
     free(dn->rkey);

@@ -4,30 +4,95 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grpc_client.h"
-#include "grpc_health.h"
-#include "grpc_server.h"
-#include "health.pb-c.h"
-#include "hf_config.h"
+#include <jansson.h>
+
 #include "clock.h"
+#include "grpc_client.h"
+#include "health.pb-c.h"
 #include "log.h"
 #include "pdserve.pb-c.h"
-#include "router_internal.h"
-#include "tokenizer.h"
 
 #define SERVING GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
-#define NOT_SERVING GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING
 #define POLL_MS 500
 #define RETRY_MS 20
 
-static void rreq_reserve(rreq_t *q);
-static void rreq_prefill(rreq_t *q);
-static void rreq_decode(rreq_t *q);
-static void rreq_maybe_free(rreq_t *q);
+typedef struct rnode {
+    struct router *router;
+    const cluster_node_t *node;
+    pd_grpc_client_t *client;
+    pd_grpc_client_call_t *poll_call;
+    int healthy;
+    uint32_t pages_used, pages_total, active, reserved_est;
+    uint64_t integrity_failures;
+    int inflight;
+} rnode_t;
+
+struct router_req {
+    struct router *r;
+    uint64_t id;
+    char request_id[96];
+    const router_sink_t *sink; /* NULL once finished or cancelled */
+    void *sink_arg;
+    int32_t *tokens; /* (cap) prompt, then generated */
+    int n_prompt, n_tokens, cap, n_generated, max_tokens;
+    float temperature, top_p;
+    int top_k;
+    uint64_t seed;
+    int ignore_eos;
+    char **stop;
+    int n_stop;
+    size_t max_stop;
+    tokenizer_stream_t *detok;
+    char *text; /* generated text; [0, sent_len) went to the client */
+    size_t text_len, text_cap, sent_len;
+    int64_t start_ms, first_token_ms, deadline_ms;
+    rnode_t *dnode, *pnode;
+    Pdserve__V1__ReserveReply *resv; /* held reservation (until Decode starts) */
+    pd_grpc_client_call_t *ccall;    /* the control call in flight */
+    uint64_t tried;                  /* nodes tried for the current step (bit per node) */
+    int decoding, preempted, n_preemptions, finished, orphan;
+    uv_timer_t timer;
+    int timer_open, timer_active;
+    struct router_req *next, *prev;
+};
+
+/* The request counters and histograms of the router's metrics. */
+typedef struct {
+    metrics_counter_t *ok, *failed, *cancelled, *tokens, *preemptions;
+    metrics_histogram_t *ttft, *e2e;
+} router_counters_t;
+
+struct router {
+    uv_loop_t *loop;
+    const cluster_config_t *cfg;
+    hf_config_t model;
+    char model_name[256];
+    tokenizer_t *tok;
+    char *chat_template; /* tokenizer_config.json chat_template, NULL if none */
+    char bos_token[64], eos_token[64];
+    rnode_t *nodes;
+    int n_nodes, rr;
+    int serving;
+    void (*serving_cb)(void *arg, int serving);
+    void *serving_arg;
+    metrics_t *metrics;
+    router_counters_t cnt;
+    uv_timer_t poll;
+    int poll_open, stopping;
+    router_req_t *reqs;
+    int n_reqs;
+    uint64_t next_id;
+};
+
+static void rreq_reserve(router_req_t *q);
+static void rreq_prefill(router_req_t *q);
+static void rreq_decode(router_req_t *q);
+static void rreq_maybe_free(router_req_t *q);
 
 /* ==== node table and health polling ==== */
 
-static void router__set_own_health(router_t *r)
+/* Recomputes the serving state (a prefill and a decode node up) and tells the watcher. */
+static void router__update_serving(router_t *r)
 {
     int p = 0, d = 0;
     for (int i = 0; i < r->n_nodes; i++) {
@@ -38,17 +103,20 @@ static void router__set_own_health(router_t *r)
         else
             d++;
     }
-    int st = p > 0 && d > 0 ? SERVING : NOT_SERVING;
-    pd_grpc_health_set(r->health, "", st);
-    pd_grpc_health_set(r->health, "pdserve.v1.Inference", st);
+    int serving = p > 0 && d > 0;
+    if (serving == r->serving)
+        return;
+    r->serving = serving;
+    if (r->serving_cb)
+        r->serving_cb(r->serving_arg, serving);
 }
 
-void router_node_down(router_t *r, rnode_t *n, const char *why)
+static void router__node_down(router_t *r, rnode_t *n, const char *why)
 {
     if (n->healthy)
         pd_log_warn("node %s taken out: %s", n->node->name, why);
     n->healthy = 0;
-    router__set_own_health(r);
+    router__update_serving(r);
 }
 
 static void router__stats_done(void *arg, int code, const char *msg, ProtobufCMessage *resp)
@@ -85,7 +153,7 @@ static void router__health_done(void *arg, int code, const char *msg, ProtobufCM
             pd_log_warn("node %s is not serving (%s)", n->node->name,
                         code ? pd_grpc_wire_code_name(code) : "NOT_SERVING");
         n->healthy = serving;
-        router__set_own_health(r);
+        router__update_serving(r);
     }
     if (!serving || r->stopping)
         return;
@@ -93,7 +161,7 @@ static void router__health_done(void *arg, int code, const char *msg, ProtobufCM
     const char *path = n->node->role == CLUSTER_ROLE_DECODE ? "/pdserve.v1.Decode/Stats"
                                                             : "/pdserve.v1.Prefill/Stats";
     if (pd_grpc_client_unary(n->client, path, &req.base, &pdserve__v1__node_stats__descriptor,
-                          POLL_MS * 2, router__stats_done, n, &n->poll_call) != PD_OK)
+                             POLL_MS * 2, router__stats_done, n, &n->poll_call) != PD_OK)
         n->poll_call = NULL;
 }
 
@@ -107,31 +175,43 @@ static void router__poll(uv_timer_t *t)
             continue;
         req.service = "";
         if (pd_grpc_client_unary(n->client, "/grpc.health.v1.Health/Check", &req.base,
-                              &grpc__health__v1__health_check_response__descriptor, POLL_MS * 2,
-                              router__health_done, n, &n->poll_call) != PD_OK)
+                                 &grpc__health__v1__health_check_response__descriptor, POLL_MS * 2,
+                                 router__health_done, n, &n->poll_call) != PD_OK)
             n->poll_call = NULL;
     }
 }
 
 /* ==== request pipeline ==== */
 
-static int64_t rreq_remaining_ms(const rreq_t *q)
+static int64_t rreq_remaining_ms(const router_req_t *q)
 {
     int64_t left = q->deadline_ms - pd_clock_ms();
     return left > 1 ? left : 1;
 }
 
-/* Ends the request once: reason ("stop", "length", "abort") with st PD_OK, or an error. */
-void rreq_finish(rreq_t *q, const char *reason, pd_status_t st, const char *msg)
+/* Counts a request that ended (st PD_OK: ok; PD_ERR_CANCELLED: the client went away). */
+static void router__observe(router_t *r, const router_req_t *q, pd_status_t st)
+{
+    router_counters_t *c = &r->cnt;
+    metrics_counter_inc(st == PD_OK ? c->ok : st == PD_ERR_CANCELLED ? c->cancelled : c->failed);
+    metrics_counter_add(c->tokens, q->n_generated);
+    metrics_counter_add(c->preemptions, q->n_preemptions);
+    if (q->first_token_ms)
+        metrics_histogram_observe(c->ttft, (double)(q->first_token_ms - q->start_ms) / 1000.0);
+    metrics_histogram_observe(c->e2e, (double)(pd_clock_ms() - q->start_ms) / 1000.0);
+}
+
+void router_request_finish(router_req_t *q, const char *reason, pd_status_t st, const char *msg)
 {
     if (q->finished)
         return;
     q->finished = 1;
     if (q->text_len > q->sent_len && st == PD_OK) { /* text held back for stop strings */
-        q->sink->delta(q, NULL, 0, q->text + q->sent_len, q->text_len - q->sent_len);
+        q->sink->delta(q, q->sink_arg, NULL, 0, q->text + q->sent_len, q->text_len - q->sent_len);
         q->sent_len = q->text_len;
     }
-    q->sink->finish(q, reason, st, msg);
+    router__observe(q->r, q, st);
+    q->sink->finish(q, q->sink_arg, reason, st, msg);
     q->sink = NULL;
     if (q->ccall && q->decoding) /* a decode stream still running: RST_STREAM frees its pages */
         pd_grpc_client_call_cancel(q->ccall);
@@ -148,20 +228,20 @@ static void rreq_release_done(void *arg, int code, const char *msg, ProtobufCMes
 }
 
 /* Drops the reservation on the decode node (the request will not be decoded there). */
-static void rreq_release(rreq_t *q)
+static void rreq_release(router_req_t *q)
 {
     Pdserve__V1__ReleaseRequest req = PDSERVE__V1__RELEASE_REQUEST__INIT;
     if (!q->resv || !q->dnode || q->r->stopping)
         return;
     req.seq_id = q->resv->dest->seq_id;
     (void)pd_grpc_client_unary(q->dnode->client, "/pdserve.v1.Decode/Release", &req.base,
-                            &pdserve__v1__release_reply__descriptor, 5000, rreq_release_done,
-                            NULL, NULL);
+                               &pdserve__v1__release_reply__descriptor, 5000, rreq_release_done,
+                               NULL, NULL);
     protobuf_c_message_free_unpacked(&q->resv->base, NULL);
     q->resv = NULL;
 }
 
-static void rreq_free_orphan(rreq_t *q)
+static void rreq_free_orphan(router_req_t *q)
 {
     tokenizer_stream_destroy(q->detok);
     for (int i = 0; i < q->n_stop; i++)
@@ -176,7 +256,7 @@ static void rreq_free_orphan(rreq_t *q)
 
 static void rreq_timer_closed(uv_handle_t *h)
 {
-    rreq_t *q = h->data;
+    router_req_t *q = h->data;
     q->timer_open = 0;
     if (q->orphan)
         rreq_free_orphan(q);
@@ -184,7 +264,7 @@ static void rreq_timer_closed(uv_handle_t *h)
         rreq_maybe_free(q);
 }
 
-static void rreq_maybe_free(rreq_t *q)
+static void rreq_maybe_free(router_req_t *q)
 {
     if (!q->finished || q->ccall || q->timer_active)
         return;
@@ -206,7 +286,7 @@ static void rreq_maybe_free(rreq_t *q)
 }
 
 /* Appends generated tokens: EOS / length / stop strings end the request. Returns 1 if it ended. */
-static int rreq_emit(rreq_t *q, const int32_t *ids, int n)
+static int rreq_emit(router_req_t *q, const int32_t *ids, int n)
 {
     router_t *r = q->r;
     for (int k = 0; k < n && !q->finished; k++) {
@@ -235,7 +315,8 @@ static int rreq_emit(rreq_t *q, const int32_t *ids, int n)
         }
         free(delta);
         /* stop strings: cut the text where the first one starts */
-        size_t send_to = q->text_len, from = q->sent_len > q->max_stop ? q->sent_len - q->max_stop : 0;
+        size_t send_to = q->text_len,
+               from = q->sent_len > q->max_stop ? q->sent_len - q->max_stop : 0;
         int stopped = 0;
         for (int i = 0; i < q->n_stop; i++) {
             char *hit = q->text ? strstr(q->text + from, q->stop[i]) : NULL;
@@ -248,17 +329,17 @@ static int rreq_emit(rreq_t *q, const int32_t *ids, int n)
             send_to = q->text_len >= q->max_stop - 1 ? q->text_len - (q->max_stop - 1) : 0;
         if (send_to < q->sent_len)
             send_to = q->sent_len;
-        q->sink->delta(q, &tok, 1, q->text + q->sent_len, send_to - q->sent_len);
+        q->sink->delta(q, q->sink_arg, &tok, 1, q->text + q->sent_len, send_to - q->sent_len);
         q->sent_len = send_to;
         if (stopped) {
             q->text_len = send_to; /* the stop string and what follows are not returned */
-            rreq_finish(q, "stop", PD_OK, NULL);
+            router_request_finish(q, "stop", PD_OK, NULL);
         } else if (eos) {
-            rreq_finish(q, "stop", PD_OK, NULL);
+            router_request_finish(q, "stop", PD_OK, NULL);
         } else if (q->n_generated >= q->max_tokens) {
-            rreq_finish(q, "length", PD_OK, NULL);
+            router_request_finish(q, "length", PD_OK, NULL);
         } else if (q->n_tokens >= r->model.max_position_embeddings) {
-            rreq_finish(q, "length", PD_OK, NULL);
+            router_request_finish(q, "length", PD_OK, NULL);
         }
     }
     return q->finished;
@@ -266,7 +347,7 @@ static int rreq_emit(rreq_t *q, const int32_t *ids, int n)
 
 static void rreq_retry_timer(uv_timer_t *t)
 {
-    rreq_t *q = t->data;
+    router_req_t *q = t->data;
     q->timer_active = 0;
     if (q->finished) {
         rreq_maybe_free(q);
@@ -275,7 +356,7 @@ static void rreq_retry_timer(uv_timer_t *t)
     rreq_reserve(q);
 }
 
-static void rreq_retry_later(rreq_t *q)
+static void rreq_retry_later(router_req_t *q)
 {
     if (!q->timer_open) {
         uv_timer_init(q->r->loop, &q->timer);
@@ -286,7 +367,7 @@ static void rreq_retry_later(rreq_t *q)
     uv_timer_start(&q->timer, rreq_retry_timer, RETRY_MS, 0);
 }
 
-static rnode_t *router__pick_decode(router_t *r, const rreq_t *q)
+static rnode_t *router__pick_decode(router_t *r, const router_req_t *q)
 {
     rnode_t *best = NULL;
     double best_use = 2.0;
@@ -294,8 +375,8 @@ static rnode_t *router__pick_decode(router_t *r, const rreq_t *q)
         rnode_t *n = &r->nodes[i];
         if (n->node->role != CLUSTER_ROLE_DECODE || !n->healthy || (q->tried & (1ull << i)))
             continue;
-        double use = n->pages_total ? (double)(n->pages_used + n->reserved_est) / n->pages_total
-                                    : 1.0;
+        double use =
+            n->pages_total ? (double)(n->pages_used + n->reserved_est) / n->pages_total : 1.0;
         if (!best || use < best_use) {
             best = n;
             best_use = use;
@@ -304,7 +385,7 @@ static rnode_t *router__pick_decode(router_t *r, const rreq_t *q)
     return best;
 }
 
-static rnode_t *router__pick_prefill(router_t *r, const rreq_t *q)
+static rnode_t *router__pick_prefill(router_t *r, const router_req_t *q)
 {
     rnode_t *best = NULL;
     for (int k = 0; k < r->n_nodes; k++) {
@@ -324,7 +405,7 @@ static rnode_t *router__pick_prefill(router_t *r, const rreq_t *q)
 
 static void rreq_reserve_done(void *arg, int code, const char *msg, ProtobufCMessage *resp)
 {
-    rreq_t *q = arg;
+    router_req_t *q = arg;
     router_t *r = q->r;
     q->ccall = NULL;
     if (q->finished) {
@@ -348,22 +429,23 @@ static void rreq_reserve_done(void *arg, int code, const char *msg, ProtobufCMes
     if (code == PD_GRPC_RESOURCE_EXHAUSTED || code == PD_GRPC_UNAVAILABLE ||
         code == PD_GRPC_DEADLINE_EXCEEDED) {
         if (code != PD_GRPC_RESOURCE_EXHAUSTED)
-            router_node_down(r, q->dnode, msg ? msg : "reserve failed");
+            router__node_down(r, q->dnode, msg ? msg : "reserve failed");
         q->tried |= 1ull << (q->dnode - r->nodes);
         rreq_reserve(q);
         return;
     }
-    rreq_finish(q, NULL, pd_grpc_wire_code_to_status(code), msg ? msg : "reserve failed");
+    router_request_finish(q, NULL, pd_grpc_wire_code_to_status(code), msg ? msg : "reserve failed");
 }
 
-static void rreq_reserve(rreq_t *q)
+static void rreq_reserve(router_req_t *q)
 {
     router_t *r = q->r;
     Pdserve__V1__ReserveRequest req = PDSERVE__V1__RESERVE_REQUEST__INIT;
     rnode_t *n;
 
     if (pd_clock_ms() >= q->deadline_ms) {
-        rreq_finish(q, NULL, PD_ERR_DEADLINE, "deadline exceeded while waiting for kv pages");
+        router_request_finish(q, NULL, PD_ERR_DEADLINE,
+                              "deadline exceeded while waiting for kv pages");
         return;
     }
     if (!(n = router__pick_decode(r, q))) {
@@ -371,7 +453,7 @@ static void rreq_reserve(rreq_t *q)
         for (int i = 0; i < r->n_nodes; i++)
             any |= r->nodes[i].node->role == CLUSTER_ROLE_DECODE && r->nodes[i].healthy;
         if (!any) {
-            rreq_finish(q, NULL, PD_ERR_UNAVAILABLE, "no decode node is available");
+            router_request_finish(q, NULL, PD_ERR_UNAVAILABLE, "no decode node is available");
             return;
         }
         q->tried = 0; /* every decode node is full: queue and try again shortly */
@@ -386,14 +468,14 @@ static void rreq_reserve(rreq_t *q)
     req.max_tokens = (uint32_t)(q->max_tokens - q->n_generated);
     req.lease_ms = r->cfg->transport.lease_ms;
     if (pd_grpc_client_unary(n->client, "/pdserve.v1.Decode/Reserve", &req.base,
-                          &pdserve__v1__reserve_reply__descriptor, rreq_remaining_ms(q),
-                          rreq_reserve_done, q, &q->ccall) != PD_OK) {
+                             &pdserve__v1__reserve_reply__descriptor, rreq_remaining_ms(q),
+                             rreq_reserve_done, q, &q->ccall) != PD_OK) {
         q->ccall = NULL;
-        rreq_finish(q, NULL, PD_ERR_NOMEM, "reserve failed");
+        router_request_finish(q, NULL, PD_ERR_NOMEM, "reserve failed");
     }
 }
 
-static void rreq_fill_sampling(const rreq_t *q, Pdserve__V1__SamplingParams *sp)
+static void rreq_fill_sampling(const router_req_t *q, Pdserve__V1__SamplingParams *sp)
 {
     sp->max_tokens = (uint32_t)q->max_tokens;
     sp->temperature = q->temperature;
@@ -405,7 +487,7 @@ static void rreq_fill_sampling(const rreq_t *q, Pdserve__V1__SamplingParams *sp)
 
 static void rreq_prefill_done(void *arg, int code, const char *msg, ProtobufCMessage *resp)
 {
-    rreq_t *q = arg;
+    router_req_t *q = arg;
     router_t *r = q->r;
     q->ccall = NULL;
     q->pnode->inflight--;
@@ -440,24 +522,24 @@ static void rreq_prefill_done(void *arg, int code, const char *msg, ProtobufCMes
         /* the prefill node died or the transfer failed: the reservation's pages may have been
          * partly written, so take a fresh one and retry on another prefill node */
         if (msg && strstr(msg, "decode node"))
-            router_node_down(r, q->dnode, msg);
+            router__node_down(r, q->dnode, msg);
         else
-            router_node_down(r, q->pnode, msg ? msg : "prefill failed");
+            router__node_down(r, q->pnode, msg ? msg : "prefill failed");
         rreq_release(q);
         rreq_reserve(q);
         return;
     }
-    rreq_finish(q, NULL, pd_grpc_wire_code_to_status(code), msg ? msg : "prefill failed");
+    router_request_finish(q, NULL, pd_grpc_wire_code_to_status(code), msg ? msg : "prefill failed");
 }
 
-static void rreq_prefill(rreq_t *q)
+static void rreq_prefill(router_req_t *q)
 {
     router_t *r = q->r;
     Pdserve__V1__PrefillRequest req = PDSERVE__V1__PREFILL_REQUEST__INIT;
     Pdserve__V1__SamplingParams sp = PDSERVE__V1__SAMPLING_PARAMS__INIT;
     rnode_t *n = router__pick_prefill(r, q);
     if (!n) {
-        rreq_finish(q, NULL, PD_ERR_UNAVAILABLE, "no prefill node is available");
+        router_request_finish(q, NULL, PD_ERR_UNAVAILABLE, "no prefill node is available");
         return;
     }
     q->pnode = n;
@@ -470,17 +552,17 @@ static void rreq_prefill(rreq_t *q)
     req.n_generated = (uint32_t)q->n_generated;
     n->inflight++;
     if (pd_grpc_client_unary(n->client, "/pdserve.v1.Prefill/Prefill", &req.base,
-                          &pdserve__v1__prefill_reply__descriptor, rreq_remaining_ms(q),
-                          rreq_prefill_done, q, &q->ccall) != PD_OK) {
+                             &pdserve__v1__prefill_reply__descriptor, rreq_remaining_ms(q),
+                             rreq_prefill_done, q, &q->ccall) != PD_OK) {
         n->inflight--;
         q->ccall = NULL;
-        rreq_finish(q, NULL, PD_ERR_NOMEM, "prefill failed");
+        router_request_finish(q, NULL, PD_ERR_NOMEM, "prefill failed");
     }
 }
 
 static void rreq_decode_msg(void *arg, ProtobufCMessage *msg)
 {
-    rreq_t *q = arg;
+    router_req_t *q = arg;
     const Pdserve__V1__DecodeEvent *ev = (const Pdserve__V1__DecodeEvent *)msg;
     if (!q->finished) {
         if (ev->preempted)
@@ -493,7 +575,7 @@ static void rreq_decode_msg(void *arg, ProtobufCMessage *msg)
 
 static void rreq_decode_done(void *arg, int code, const char *msg)
 {
-    rreq_t *q = arg;
+    router_req_t *q = arg;
     router_t *r = q->r;
     q->ccall = NULL;
     q->decoding = 0;
@@ -512,18 +594,18 @@ static void rreq_decode_done(void *arg, int code, const char *msg)
     }
     if (code == 0) {
         /* the decode node ended it (EOS, max tokens or context) without our emit seeing it */
-        rreq_finish(q, q->n_generated >= q->max_tokens ? "length" : "stop", PD_OK, NULL);
+        router_request_finish(q, q->n_generated >= q->max_tokens ? "length" : "stop", PD_OK, NULL);
         return;
     }
     if (code == PD_GRPC_UNAVAILABLE)
-        router_node_down(r, q->dnode, msg ? msg : "decode stream failed");
+        router__node_down(r, q->dnode, msg ? msg : "decode stream failed");
     char buf[256];
     snprintf(buf, sizeof buf, "%s (decode node %s)", msg ? msg : pd_grpc_wire_code_name(code),
              q->dnode->node->name);
-    rreq_finish(q, NULL, pd_grpc_wire_code_to_status(code), buf);
+    router_request_finish(q, NULL, pd_grpc_wire_code_to_status(code), buf);
 }
 
-static void rreq_decode(rreq_t *q)
+static void rreq_decode(router_req_t *q)
 {
     Pdserve__V1__DecodeRequest req = PDSERVE__V1__DECODE_REQUEST__INIT;
     Pdserve__V1__SamplingParams sp = PDSERVE__V1__SAMPLING_PARAMS__INIT;
@@ -540,25 +622,29 @@ static void rreq_decode(rreq_t *q)
     q->resv = NULL;
     q->decoding = 1;
     if (pd_grpc_client_stream(q->dnode->client, "/pdserve.v1.Decode/Decode", &req.base,
-                           &pdserve__v1__decode_event__descriptor, rreq_remaining_ms(q),
-                           rreq_decode_msg, rreq_decode_done, q, &q->ccall) != PD_OK) {
+                              &pdserve__v1__decode_event__descriptor, rreq_remaining_ms(q),
+                              rreq_decode_msg, rreq_decode_done, q, &q->ccall) != PD_OK) {
         q->ccall = NULL;
         q->decoding = 0;
-        rreq_finish(q, NULL, PD_ERR_NOMEM, "decode failed");
+        router_request_finish(q, NULL, PD_ERR_NOMEM, "decode failed");
     }
 }
 
-/* ==== request creation (shared by the gRPC and HTTP front ends) ==== */
+/* ==== requests (the front ends' entry points) ==== */
 
-pd_status_t router_request_start(router_t *r, const router_request_t *in, const rsink_t *sink,
-                                 void *sink_arg, rreq_t **q_p, char *err, size_t err_len)
+pd_status_t router_request_start(router_t *r, const router_request_t *in, const router_sink_t *sink,
+                                 void *sink_arg, router_req_t **q_p, char *err, size_t err_len)
 {
     const hf_config_t *m = &r->model;
     int32_t *ids = NULL;
     size_t n = 0;
     pd_status_t st;
-    rreq_t *q;
+    router_req_t *q;
 
+    if (r->stopping) {
+        snprintf(err, err_len, "router shutting down");
+        return PD_ERR_UNAVAILABLE;
+    }
     if (in->max_tokens < 1) {
         snprintf(err, err_len, "max_tokens must be at least 1 (got %d)", in->max_tokens);
         return PD_ERR_INVALID;
@@ -667,33 +753,169 @@ pd_status_t router_request_start(router_t *r, const router_request_t *in, const 
     return PD_OK;
 }
 
-void router_request_cancel(rreq_t *q)
+void router_request_cancel(router_req_t *q)
 {
     if (q->finished)
         return;
     q->sink = NULL; /* the client is gone: nothing more to send */
     q->finished = 1;
+    router__observe(q->r, q, PD_ERR_CANCELLED);
     if (q->ccall && q->decoding)
         pd_grpc_client_call_cancel(q->ccall); /* a decode stream: its pages are freed there */
     rreq_maybe_free(q);
 }
 
-rreq_t *router_request_find(router_t *r, const char *request_id)
+router_req_t *router_request_find(router_t *r, const char *request_id)
 {
-    for (rreq_t *q = r->reqs; q; q = q->next)
+    for (router_req_t *q = r->reqs; q; q = q->next)
         if (strcmp(q->request_id, request_id) == 0 && !q->finished)
             return q;
     return NULL;
 }
 
+const char *router_request_id(const router_req_t *q)
+{
+    return q->request_id;
+}
+
+void router_request_usage(const router_req_t *q, int *prompt_tokens_p, int *completion_tokens_p)
+{
+    *prompt_tokens_p = q->n_prompt;
+    *completion_tokens_p = q->n_generated;
+}
+
+/* ==== what the front ends serve ==== */
+
+int router_serving(const router_t *r)
+{
+    return r->serving;
+}
+
+void router_set_serving_cb(router_t *r, void (*fn)(void *arg, int serving), void *arg)
+{
+    r->serving_cb = fn;
+    r->serving_arg = arg;
+}
+
+metrics_t *router_metrics(router_t *r)
+{
+    for (int i = 0; i < r->n_nodes; i++) {
+        const rnode_t *n = &r->nodes[i];
+        const char *labels[] = {"node", n->node->name, "role",
+                                cluster_config_role_str(n->node->role), NULL};
+        metrics_gauge_t *g;
+        if (metrics_gauge_register(r->metrics, "pdserve_node_up", "node health (1 serving)", labels,
+                                   &g) == PD_OK)
+            metrics_gauge_set(g, n->healthy);
+        if (metrics_gauge_register(r->metrics, "pdserve_node_kv_pages_used",
+                                   "kv pages in use on the node", labels, &g) == PD_OK)
+            metrics_gauge_set(g, n->pages_used);
+        if (metrics_gauge_register(r->metrics, "pdserve_node_kv_pages_total",
+                                   "kv pages of the node", labels, &g) == PD_OK)
+            metrics_gauge_set(g, n->pages_total);
+        if (metrics_gauge_register(r->metrics, "pdserve_node_integrity_failures",
+                                   "sequences failed by the kv tag check on the node", labels,
+                                   &g) == PD_OK)
+            metrics_gauge_set(g, (double)n->integrity_failures);
+    }
+    metrics_gauge_t *active;
+    if (metrics_gauge_register(r->metrics, "pdserve_router_requests_active", "requests in flight",
+                               NULL, &active) == PD_OK)
+        metrics_gauge_set(active, r->n_reqs);
+    return r->metrics;
+}
+
+const char *router_model_name(const router_t *r)
+{
+    return r->model_name;
+}
+
+const hf_config_t *router_model(const router_t *r)
+{
+    return &r->model;
+}
+
+const tokenizer_t *router_tokenizer(const router_t *r)
+{
+    return r->tok;
+}
+
+const char *router_chat_template(const router_t *r, const char **bos_p, const char **eos_p)
+{
+    *bos_p = r->bos_token;
+    *eos_p = r->eos_token;
+    return r->chat_template;
+}
+
+int router_node_count(const router_t *r)
+{
+    return r->n_nodes;
+}
+
+void router_node_info(const router_t *r, int i, router_node_info_t *info_p)
+{
+    PD_ASSERT(i >= 0 && i < r->n_nodes);
+    info_p->node = r->nodes[i].node;
+    info_p->serving = r->nodes[i].healthy;
+    info_p->pages_used = r->nodes[i].pages_used;
+    info_p->pages_total = r->nodes[i].pages_total;
+}
+
 /* ==== lifetime ==== */
+
+static void router__load_chat_template(router_t *r)
+{
+    char path[4200];
+    json_error_t jerr;
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", r->cfg->model);
+    json_t *tc = json_load_file(path, 0, &jerr);
+    const char *t = json_string_value(json_object_get(tc, "chat_template"));
+    const char *bos = json_string_value(json_object_get(tc, "bos_token"));
+    const char *eos = json_string_value(json_object_get(tc, "eos_token"));
+    if (t)
+        r->chat_template = strdup(t);
+    snprintf(r->bos_token, sizeof r->bos_token, "%s", bos ? bos : "");
+    snprintf(r->eos_token, sizeof r->eos_token, "%s", eos ? eos : "");
+    json_decref(tc);
+}
+
+static pd_status_t router__metrics_create(router_t *r)
+{
+    static const double ttft_b[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+    static const double e2e_b[] = {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
+    static const char *const ok_l[] = {"outcome", "ok", NULL};
+    static const char *const bad_l[] = {"outcome", "error", NULL};
+    static const char *const cancel_l[] = {"outcome", "cancelled", NULL};
+    router_counters_t *c = &r->cnt;
+    pd_status_t st;
+
+    if ((st = metrics_create(&r->metrics)) != PD_OK)
+        return st;
+    if ((st = metrics_counter_register(r->metrics, "pdserve_router_requests_total",
+                                       "finished requests", ok_l, &c->ok)) != PD_OK ||
+        (st = metrics_counter_register(r->metrics, "pdserve_router_requests_total",
+                                       "finished requests", bad_l, &c->failed)) != PD_OK ||
+        (st = metrics_counter_register(r->metrics, "pdserve_router_requests_total",
+                                       "finished requests", cancel_l, &c->cancelled)) != PD_OK ||
+        (st = metrics_counter_register(r->metrics, "pdserve_router_generated_tokens_total",
+                                       "tokens generated", NULL, &c->tokens)) != PD_OK ||
+        (st = metrics_counter_register(r->metrics, "pdserve_router_preemptions_total",
+                                       "requests re-prefilled after a decode node ran out of pages",
+                                       NULL, &c->preemptions)) != PD_OK ||
+        (st = metrics_histogram_register(r->metrics, "pdserve_router_ttft_seconds",
+                                         "time to first token", ttft_b, 12, NULL, &c->ttft)) !=
+            PD_OK ||
+        (st = metrics_histogram_register(r->metrics, "pdserve_router_request_seconds",
+                                         "request duration", e2e_b, 12, NULL, &c->e2e)) != PD_OK)
+        return st;
+    return PD_OK;
+}
 
 pd_status_t router_create(uv_loop_t *loop, const cluster_config_t *cfg, router_t **r_p)
 {
     router_t *r = calloc(1, sizeof *r);
     char path[4200];
     pd_status_t st;
-    int port;
 
     if (!r)
         return PD_ERR_NOMEM;
@@ -705,9 +927,12 @@ pd_status_t router_create(uv_loop_t *loop, const cluster_config_t *cfg, router_t
     snprintf(path, sizeof path, "%s/tokenizer.json", cfg->model);
     if ((st = tokenizer_load(path, &r->tok)) != PD_OK)
         goto err;
+    router__load_chat_template(r);
     const char *slash = strrchr(cfg->model, '/');
     snprintf(r->model_name, sizeof r->model_name, "%.255s",
              slash && slash[1] ? slash + 1 : cfg->model);
+    if ((st = router__metrics_create(r)) != PD_OK)
+        goto err;
     r->n_nodes = (int)cfg->n_nodes;
     if (r->n_nodes > 64) {
         pd_log_error("%s: at most 64 nodes per router", cfg->source);
@@ -723,28 +948,13 @@ pd_status_t router_create(uv_loop_t *loop, const cluster_config_t *cfg, router_t
         r->nodes[i].router = r;
         r->nodes[i].node = &cfg->nodes[i];
         if ((st = pd_grpc_client_create(loop, cfg->nodes[i].host, cfg->nodes[i].port,
-                                     &r->nodes[i].client)) != PD_OK)
+                                        &r->nodes[i].client)) != PD_OK)
             goto err;
     }
-    if ((st = pd_grpc_server_create(loop, NULL, &r->srv)) != PD_OK)
-        goto err;
-    if ((st = router_grpc_register(r)) != PD_OK)
-        goto err;
-    if ((st = pd_grpc_health_create(r->srv, &r->health)) != PD_OK)
-        goto err;
-    router__set_own_health(r);
-    if ((st = pd_grpc_server_listen(r->srv, cfg->router.listen_host, cfg->router.listen_port,
-                                 &port)) != PD_OK)
-        goto err;
-    if (cfg->router.http_port > 0 && (st = router_http_start(r)) != PD_OK)
-        goto err;
     uv_timer_init(loop, &r->poll);
     r->poll.data = r;
     r->poll_open = 1;
     uv_timer_start(&r->poll, router__poll, 0, POLL_MS);
-    pd_log_info("router: serving %s on %s:%d (gRPC)%s%s", r->model_name, cfg->router.listen_host,
-                port, cfg->router.http_port > 0 ? ", HTTP on " : "",
-                cfg->router.http_port > 0 ? cfg->router.http_host : "");
     *r_p = r;
     return PD_OK;
 err:
@@ -752,30 +962,40 @@ err:
     return st;
 }
 
-void router_destroy(router_t *r)
+void router_stop(router_t *r)
 {
-    if (!r)
+    if (!r || r->stopping)
         return;
     r->stopping = 1;
-    if (r->poll_open) {
+    if (r->poll_open)
         uv_timer_stop(&r->poll);
-        uv_close((uv_handle_t *)&r->poll, NULL);
-    }
-    /* end every request; the node clients' destruction below runs their pending callbacks */
-    for (rreq_t *q = r->reqs; q; q = q->next) {
+    /* end every request; the node clients' destruction (router_destroy) runs their callbacks */
+    for (router_req_t *q = r->reqs; q; q = q->next) {
         if (!q->finished)
-            rreq_finish(q, NULL, PD_ERR_UNAVAILABLE, "router shutting down");
+            router_request_finish(q, NULL, PD_ERR_UNAVAILABLE, "router shutting down");
         if (q->timer_active) {
             uv_timer_stop(&q->timer);
             q->timer_active = 0;
         }
     }
+}
+
+static void router__poll_closed(uv_handle_t *h)
+{
+    free(h->data);
+}
+
+void router_destroy(router_t *r)
+{
+    if (!r)
+        return;
+    router_stop(r);
     for (int i = 0; r->nodes && i < r->n_nodes; i++) {
         pd_grpc_client_destroy(r->nodes[i].client);
         r->nodes[i].client = NULL;
     }
     while (r->reqs) { /* left: requests whose retry timer is closing */
-        rreq_t *q = r->reqs;
+        router_req_t *q = r->reqs;
         r->reqs = q->next;
         q->orphan = 1;
         if (!q->timer_open || uv_is_closing((uv_handle_t *)&q->timer)) {
@@ -785,12 +1005,12 @@ void router_destroy(router_t *r)
         }
         uv_close((uv_handle_t *)&q->timer, rreq_timer_closed);
     }
-    router_http_stop(r);
-    if (r->srv)
-        pd_grpc_server_shutdown(r->srv);
-    pd_grpc_server_destroy(r->srv);
-    pd_grpc_health_destroy(r->health);
     free(r->nodes);
+    metrics_destroy(r->metrics);
+    free(r->chat_template);
     tokenizer_destroy(r->tok);
-    free(r);
+    if (r->poll_open) /* r holds the timer: freed once the loop closed it */
+        uv_close((uv_handle_t *)&r->poll, router__poll_closed);
+    else
+        free(r);
 }

@@ -1,5 +1,5 @@
-/* router: the front of a pdserve cluster. It serves pdserve.v1.Inference (gRPC) and the OpenAI
- * HTTP API, tokenizes and validates requests, and drives each one through the cluster:
+/* router: the core of a pdserve cluster's front door, without any front end. It holds the node
+ * table, polls the nodes, and drives each request through the cluster:
  *
  *   Reserve pages on a decode node (least KV usage; full -> next node, all full -> wait)
  *   -> Prefill on a prefill node (round robin / least load; a dead node -> the next one)
@@ -12,23 +12,125 @@
  * client cancel cancels the decode stream (pages freed) or releases the reservation. Nodes are
  * polled (grpc.health.v1 + Stats) every 500 ms.
  *
+ * Front ends (router_grpc: pdserve.v1.Inference; router_http: the OpenAI API) are created on a
+ * core and call it: they start requests with a sink that receives the output, and read what they
+ * serve (model, tokenizer, serving state, nodes, metrics) from here. The core owns one metrics
+ * object and counts every request that ends, whichever front end started it. It knows nothing of
+ * its front ends.
+ *
  * Loop thread only.
  */
 #ifndef PD_ROUTER_H
 #define PD_ROUTER_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include <uv.h>
 
 #include "cluster_config.h"
+#include "hf_config.h"
+#include "metrics.h"
 #include "status.h"
+#include "tokenizer.h"
 
 typedef struct router router_t;
+typedef struct router_req router_req_t;
 
-/* Loads the tokenizer and model config, binds the gRPC (router.listen) and HTTP (router.http)
- * ports and starts polling the nodes. PD_ERR_IO (port), PD_ERR_FORMAT (model files), ... */
+/* Where a request's output goes (a gRPC stream, HTTP SSE or JSON); arg is the sink_arg given to
+ * router_request_start. delta: new token ids and the text that became final. finish: once, reason
+ * ("stop", "length", "abort") with st PD_OK, or an error st with msg; the request is the core's
+ * again afterwards (do not use q after finish returns). */
+typedef struct {
+    void (*delta)(router_req_t *q, void *arg, const int32_t *ids, int n, const char *text,
+                  size_t len);
+    void (*finish)(router_req_t *q, void *arg, const char *reason, pd_status_t st, const char *msg);
+} router_sink_t;
+
+/* A request as the front ends hand it over. */
+typedef struct {
+    const char *request_id; /* NULL or "": req-N */
+    const char *text;       /* prompt text (tokenized with BOS), or */
+    const int32_t *token_ids;
+    size_t n_token_ids;
+    int max_tokens;
+    float temperature, top_p;
+    int top_k;
+    uint64_t seed;
+    int ignore_eos;
+    char *const *stop;
+    size_t n_stop;
+    int64_t timeout_ms; /* 0: router.request_timeout_ms */
+} router_request_t;
+
+/* One node as the router sees it (from its last poll). */
+typedef struct {
+    const cluster_node_t *node;
+    int serving;
+    uint32_t pages_used, pages_total;
+} router_node_info_t;
+
+/* Loads the model's config.json, tokenizer.json and tokenizer_config.json (chat template) and
+ * starts polling cfg's nodes (cfg must outlive the router). Serves nothing by itself. Returns
+ * PD_OK, PD_ERR_FORMAT / PD_ERR_IO (model files), PD_ERR_UNSUPPORTED (more than 64 nodes),
+ * PD_ERR_NOMEM; nothing is left behind on failure. */
 pd_status_t router_create(uv_loop_t *loop, const cluster_config_t *cfg, router_t **r_p);
 
-/* Stops serving; requests in flight end with UNAVAILABLE. */
+/* Stops polling and ends every request in flight with UNAVAILABLE (through its sink); new
+ * requests are refused. Idempotent; router_destroy does it too. Accepts NULL. */
+void router_stop(router_t *r);
+
+/* Stops (router_stop) and frees the core; destroy its front ends first. Run the loop afterwards
+ * to close its handles. Accepts NULL. */
 void router_destroy(router_t *r);
+
+/* ==== requests ==== */
+
+/* Validates and starts a request; output goes to sink (the first call comes from the loop, never
+ * from inside this one). On a validation error returns PD_ERR_INVALID (PD_ERR_RESOURCE when the
+ * router is full, PD_ERR_UNAVAILABLE when stopped) with a message in err; nothing is started. */
+pd_status_t router_request_start(router_t *r, const router_request_t *in, const router_sink_t *sink,
+                                 void *sink_arg, router_req_t **q_p, char *err, size_t err_len);
+
+/* The client went away: no more sink calls, the decode pages are freed, the request is
+ * forgotten (and counted as cancelled). No-op on a request that already finished. */
+void router_request_cancel(router_req_t *q);
+
+/* Ends a running request: reason with st PD_OK (text held back for stop strings goes out
+ * first), or an error; the sink's finish runs once. No-op when already finished. */
+void router_request_finish(router_req_t *q, const char *reason, pd_status_t st, const char *msg);
+
+/* The running request called request_id, or NULL. */
+router_req_t *router_request_find(router_t *r, const char *request_id);
+
+/* The request's id (given or req-N). */
+const char *router_request_id(const router_req_t *q);
+
+/* Prompt tokens and tokens generated so far. */
+void router_request_usage(const router_req_t *q, int *prompt_tokens_p, int *completion_tokens_p);
+
+/* ==== what the front ends serve ==== */
+
+/* Nonzero while at least one prefill and one decode node are serving. */
+int router_serving(const router_t *r);
+
+/* Sets fn(arg, serving), run each time router_serving changes (one watcher; NULL clears). */
+void router_set_serving_cb(router_t *r, void (*fn)(void *arg, int serving), void *arg);
+
+/* The router's metrics (request counters and histograms, node gauges refreshed now from the last
+ * poll, requests in flight), for rendering; owned by the core. */
+metrics_t *router_metrics(router_t *r);
+
+/* The model's name (the model folder's last component), config and tokenizer. */
+const char *router_model_name(const router_t *r);
+const hf_config_t *router_model(const router_t *r);
+const tokenizer_t *router_tokenizer(const router_t *r);
+
+/* The model's chat template (NULL when it has none) and its BOS / EOS token text ("" if none). */
+const char *router_chat_template(const router_t *r, const char **bos_p, const char **eos_p);
+
+/* Nodes, in config order. */
+int router_node_count(const router_t *r);
+void router_node_info(const router_t *r, int i, router_node_info_t *info_p);
 
 #endif

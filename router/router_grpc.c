@@ -1,33 +1,49 @@
-/* router_grpc: pdserve.v1.Inference on the router (Generate, Abort, GetModelInfo, Tokenize). */
+#include "router_grpc.h"
+
 #include <stdlib.h>
 #include <string.h>
 
+#include "grpc_health.h"
+#include "grpc_server.h"
+#include "grpc_stream_buf.h"
 #include "log.h"
-#include "router_internal.h"
+#include "pdserve.pb-c.h"
 
-/* A Generate call's sink state: output the client has not accepted yet (flow control). */
+struct router_grpc {
+    router_t *core;
+    pd_grpc_server_t *srv;
+    pd_grpc_health_t *health;
+    int port;
+    int watching; /* the core's serving callback is ours */
+};
+
+/* ==== Generate: a core request streaming into a flow-controlled call ==== */
+
+/* A Generate call. Freed when its stream buffer releases the call. */
 typedef struct {
-    pd_grpc_call_t *call;
-    rreq_t *q;
-    int32_t *ids;
-    int n_ids, cap_ids;
-    char *text;
-    size_t text_len, text_cap;
-    int final_pending, done;
+    pd_grpc_stream_buf_t *out;
+    router_req_t *q; /* NULL once the request ended (finished or cancelled) */
     char reason[16];
     uint32_t prompt_tokens, completion_tokens;
     char request_id[96];
-} gsink_t;
+} gen_t;
 
-static void gsink__free(gsink_t *g)
+static pd_status_t router_grpc__send_output(pd_grpc_call_t *call, const int32_t *ids, size_t n_ids,
+                                            const char *text, size_t text_len, void *arg)
 {
-    free(g->ids);
-    free(g->text);
-    free(g);
+    gen_t *g = arg;
+    Pdserve__V1__GenerateResponse m = PDSERVE__V1__GENERATE_RESPONSE__INIT;
+    (void)text_len;
+    m.token_ids = (int32_t *)ids;
+    m.n_token_ids = n_ids;
+    m.text = (char *)text;
+    m.request_id = g->request_id;
+    return pd_grpc_call_send(call, &m.base);
 }
 
-static void gsink__send_final(gsink_t *g)
+static pd_status_t router_grpc__send_final(pd_grpc_call_t *call, void *arg)
 {
+    gen_t *g = arg;
     Pdserve__V1__GenerateResponse m = PDSERVE__V1__GENERATE_RESPONSE__INIT;
     Pdserve__V1__Usage u = PDSERVE__V1__USAGE__INIT;
     u.prompt_tokens = g->prompt_tokens;
@@ -35,114 +51,68 @@ static void gsink__send_final(gsink_t *g)
     m.finish_reason = g->reason;
     m.usage = &u;
     m.request_id = g->request_id;
-    (void)pd_grpc_call_send(g->call, &m.base);
-    pd_grpc_call_finish(g->call, 0, NULL);
-    gsink__free(g);
+    return pd_grpc_call_send(call, &m.base);
 }
 
-static void gsink__writable(pd_grpc_call_t *call, void *arg);
-
-/* Sends what is pending; returns 0 when all went out (or the call is gone). */
-static int gsink__flush(gsink_t *g)
+/* The client went away before the request ended: cancel it in the core, release the call. */
+static void router_grpc__gen_cancelled(void *arg)
 {
-    Pdserve__V1__GenerateResponse m = PDSERVE__V1__GENERATE_RESPONSE__INIT;
-    if (g->n_ids == 0 && g->text_len == 0)
-        return 0;
-    m.token_ids = g->ids;
-    m.n_token_ids = (size_t)g->n_ids;
-    m.text = g->text ? g->text : "";
-    m.request_id = g->request_id;
-    if (pd_grpc_call_send(g->call, &m.base) == PD_AGAIN) {
-        pd_grpc_call_set_writable_cb(g->call, gsink__writable, g);
-        return 1;
-    }
-    g->n_ids = 0;
-    g->text_len = 0;
-    if (g->text)
-        g->text[0] = 0;
-    return 0;
-}
-
-static void gsink__writable(pd_grpc_call_t *call, void *arg)
-{
-    gsink_t *g = arg;
-    (void)call;
-    if (gsink__flush(g) == 0 && g->final_pending)
-        gsink__send_final(g);
-}
-
-static void gsink_delta(rreq_t *q, const int32_t *ids, int n, const char *text, size_t len)
-{
-    gsink_t *g = q->sink_arg;
-    if (g->n_ids + n > g->cap_ids) {
-        g->cap_ids = (g->n_ids + n) * 2 + 8;
-        g->ids = realloc(g->ids, (size_t)g->cap_ids * sizeof *g->ids);
-        PD_ASSERT(g->ids);
-    }
-    memcpy(g->ids + g->n_ids, ids, (size_t)n * sizeof *ids);
-    g->n_ids += n;
-    if (g->text_len + len + 1 > g->text_cap) {
-        g->text_cap = (g->text_len + len + 1) * 2;
-        g->text = realloc(g->text, g->text_cap);
-        PD_ASSERT(g->text);
-    }
-    memcpy(g->text + g->text_len, text, len);
-    g->text_len += len;
-    g->text[g->text_len] = 0;
-    (void)gsink__flush(g);
-}
-
-static void gsink_finish(rreq_t *q, const char *reason, pd_status_t st, const char *msg)
-{
-    gsink_t *g = q->sink_arg;
+    gen_t *g = arg;
+    router_req_t *q = g->q;
     g->q = NULL;
-    router_observe(q->r, q, st);
-    if (st != PD_OK) {
-        pd_grpc_call_finish_status(g->call, st, msg);
-        gsink__free(g);
-        return;
-    }
-    snprintf(g->reason, sizeof g->reason, "%s", reason);
-    g->prompt_tokens = (uint32_t)q->n_prompt;
-    g->completion_tokens = (uint32_t)q->n_generated;
-    if (gsink__flush(g) != 0) {
-        g->final_pending = 1; /* sent once the client reads */
-        return;
-    }
-    gsink__send_final(g);
-}
-
-static const rsink_t grpc_sink = {gsink_delta, gsink_finish};
-
-static void router__generate_cancelled(pd_grpc_call_t *call, void *arg)
-{
-    gsink_t *g = arg;
-    if (g->q) {
-        rreq_t *q = g->q;
-        g->q = NULL;
+    if (q)
         router_request_cancel(q);
-        pd_grpc_call_finish(call, 1, "cancelled");
-        gsink__free(g);
-    } else if (g->final_pending) {
-        pd_grpc_call_finish(call, 1, "cancelled");
-        gsink__free(g);
-    }
+    pd_grpc_stream_buf_end(g->out, PD_ERR_CANCELLED, NULL); /* frees g */
 }
 
-static void router__rpc_generate(pd_grpc_call_t *call, const ProtobufCMessage *msg, void *user)
+static void router_grpc__gen_released(void *arg)
 {
-    router_t *r = user;
+    free(arg);
+}
+
+static const pd_grpc_stream_buf_ops_t gen_ops = {router_grpc__send_output, router_grpc__send_final,
+                                                 router_grpc__gen_cancelled,
+                                                 router_grpc__gen_released};
+
+static void router_grpc__delta(router_req_t *q, void *arg, const int32_t *ids, int n,
+                               const char *text, size_t len)
+{
+    gen_t *g = arg;
+    (void)q;
+    /* PD_ERR_CANCELLED: the client went away during this send; the request ends on its own
+     * (max_tokens, deadline) and its finish then releases the call */
+    (void)pd_grpc_stream_buf_append(g->out, ids, (size_t)n, text, len);
+}
+
+static void router_grpc__finish(router_req_t *q, void *arg, const char *reason, pd_status_t st,
+                                const char *msg)
+{
+    gen_t *g = arg;
+    int prompt, completion;
+    g->q = NULL;
+    router_request_usage(q, &prompt, &completion);
+    g->prompt_tokens = (uint32_t)prompt;
+    g->completion_tokens = (uint32_t)completion;
+    snprintf(g->reason, sizeof g->reason, "%s", reason ? reason : "");
+    pd_grpc_stream_buf_end(g->out, st, msg); /* final message and status once the client read */
+}
+
+static const router_sink_t gen_sink = {router_grpc__delta, router_grpc__finish};
+
+static void router_grpc__generate(pd_grpc_call_t *call, const ProtobufCMessage *msg, void *user)
+{
+    router_grpc_t *api = user;
     const Pdserve__V1__GenerateRequest *req = (const Pdserve__V1__GenerateRequest *)msg;
     router_request_t in = {0};
     char err[512];
-    gsink_t *g = calloc(1, sizeof *g);
+    gen_t *g = calloc(1, sizeof *g);
     pd_status_t st;
 
-    if (!g) {
+    if (!g || pd_grpc_stream_buf_create(call, &gen_ops, g, &g->out) != PD_OK) {
+        free(g);
         pd_grpc_call_finish_status(call, PD_ERR_NOMEM, NULL);
         return;
     }
-    g->call = call;
     in.request_id = req->request_id;
     in.text = req->text;
     in.token_ids = req->token_ids;
@@ -159,41 +129,45 @@ static void router__rpc_generate(pd_grpc_call_t *call, const ProtobufCMessage *m
     }
     int64_t left = pd_grpc_call_deadline_ms(call);
     in.timeout_ms = left > 0 ? left : 0;
-    st = router_request_start(r, &in, &grpc_sink, g, &g->q, err, sizeof err);
+    st = router_request_start(api->core, &in, &gen_sink, g, &g->q, err, sizeof err);
     if (st != PD_OK) {
-        gsink__free(g);
-        pd_grpc_call_finish_status(call, st, err);
+        g->q = NULL;
+        pd_grpc_stream_buf_end(g->out, st, err); /* frees g */
         return;
     }
-    snprintf(g->request_id, sizeof g->request_id, "%s", g->q->request_id);
-    pd_grpc_call_set_cancel_cb(call, router__generate_cancelled, g);
+    snprintf(g->request_id, sizeof g->request_id, "%s", router_request_id(g->q));
 }
 
-static void router__rpc_abort(pd_grpc_call_t *call, const ProtobufCMessage *msg, void *user)
+/* ==== unary methods ==== */
+
+static void router_grpc__abort(pd_grpc_call_t *call, const ProtobufCMessage *msg, void *user)
 {
-    router_t *r = user;
+    router_grpc_t *api = user;
     const Pdserve__V1__AbortRequest *req = (const Pdserve__V1__AbortRequest *)msg;
     Pdserve__V1__AbortResponse rep = PDSERVE__V1__ABORT_RESPONSE__INIT;
-    rreq_t *q = req->request_id ? router_request_find(r, req->request_id) : NULL;
+    router_req_t *q = req->request_id ? router_request_find(api->core, req->request_id) : NULL;
     if (q) {
         rep.found = 1;
-        rreq_finish(q, "abort", PD_OK, NULL);
+        router_request_finish(q, "abort", PD_OK, NULL);
     }
     pd_grpc_call_finish_status(call, pd_grpc_call_send(call, &rep.base), NULL);
 }
 
-static void router__rpc_model_info(pd_grpc_call_t *call, const ProtobufCMessage *msg, void *user)
+static void router_grpc__model_info(pd_grpc_call_t *call, const ProtobufCMessage *msg, void *user)
 {
-    router_t *r = user;
+    router_grpc_t *api = user;
+    const hf_config_t *model = router_model(api->core);
     Pdserve__V1__ModelInfo m = PDSERVE__V1__MODEL_INFO__INIT;
     (void)msg;
-    m.model_name = r->model_name;
-    m.architecture = r->model.architecture;
-    m.context_length = (uint32_t)r->model.max_position_embeddings;
-    m.vocab_size = (uint32_t)r->model.vocab_size;
+    m.model_name = (char *)router_model_name(api->core);
+    m.architecture = (char *)model->architecture;
+    m.context_length = (uint32_t)model->max_position_embeddings;
+    m.vocab_size = (uint32_t)model->vocab_size;
     m.prefill_weights = m.prefill_kv = m.decode_weights = m.decode_kv = "";
-    for (int i = 0; i < r->n_nodes; i++) {
-        const cluster_node_t *n = r->nodes[i].node;
+    for (int i = 0; i < router_node_count(api->core); i++) {
+        router_node_info_t info;
+        router_node_info(api->core, i, &info);
+        const cluster_node_t *n = info.node;
         if (n->role == CLUSTER_ROLE_PREFILL && !m.prefill_weights[0]) {
             m.prefill_weights = (char *)pd_wfmt_name(n->weights);
             m.prefill_kv = (char *)pd_kvfmt_name(n->kv);
@@ -206,9 +180,9 @@ static void router__rpc_model_info(pd_grpc_call_t *call, const ProtobufCMessage 
     pd_grpc_call_finish_status(call, pd_grpc_call_send(call, &m.base), NULL);
 }
 
-static void router__rpc_tokenize(pd_grpc_call_t *call, const ProtobufCMessage *msg, void *user)
+static void router_grpc__tokenize(pd_grpc_call_t *call, const ProtobufCMessage *msg, void *user)
 {
-    router_t *r = user;
+    router_grpc_t *api = user;
     const Pdserve__V1__TokenizeRequest *req = (const Pdserve__V1__TokenizeRequest *)msg;
     Pdserve__V1__TokenizeResponse rep = PDSERVE__V1__TOKENIZE_RESPONSE__INIT;
     const char *text = req->text ? req->text : "";
@@ -220,7 +194,8 @@ static void router__rpc_tokenize(pd_grpc_call_t *call, const ProtobufCMessage *m
         pd_grpc_call_finish_status(call, PD_ERR_INVALID, err);
         return;
     }
-    if (tokenizer_encode(r->tok, text, strlen(text), !req->no_special_tokens, &ids, &n) != PD_OK) {
+    if (tokenizer_encode(router_tokenizer(api->core), text, strlen(text), !req->no_special_tokens,
+                         &ids, &n) != PD_OK) {
         pd_grpc_call_finish_status(call, PD_ERR_INVALID, "text could not be tokenized");
         return;
     }
@@ -230,11 +205,62 @@ static void router__rpc_tokenize(pd_grpc_call_t *call, const ProtobufCMessage *m
     free(ids);
 }
 
-static const pd_grpc_method_fn inference_handlers[4] = {router__rpc_generate, router__rpc_abort,
-                                                      router__rpc_model_info, router__rpc_tokenize};
+static const pd_grpc_method_fn inference_handlers[4] = {
+    router_grpc__generate, router_grpc__abort, router_grpc__model_info, router_grpc__tokenize};
 
-pd_status_t router_grpc_register(router_t *r)
+/* ==== health and lifetime ==== */
+
+static void router_grpc__serving(void *arg, int serving)
 {
-    return pd_grpc_server_add_service(r->srv, &pdserve__v1__inference__descriptor, inference_handlers,
-                                   r);
+    router_grpc_t *api = arg;
+    int st = serving ? PD_GRPC_HEALTH_SERVING : PD_GRPC_HEALTH_NOT_SERVING;
+    pd_grpc_health_set(api->health, "", st);
+    pd_grpc_health_set(api->health, "pdserve.v1.Inference", st);
+}
+
+pd_status_t router_grpc_create(router_t *core, uv_loop_t *loop, const char *host, int port,
+                               router_grpc_t **api_p)
+{
+    router_grpc_t *api = calloc(1, sizeof *api);
+    pd_status_t st;
+
+    if (!api)
+        return PD_ERR_NOMEM;
+    api->core = core;
+    if ((st = pd_grpc_server_create(loop, NULL, &api->srv)) != PD_OK)
+        goto err;
+    if ((st = pd_grpc_server_add_service(api->srv, &pdserve__v1__inference__descriptor,
+                                         inference_handlers, api)) != PD_OK)
+        goto err;
+    if ((st = pd_grpc_health_create(api->srv, &api->health)) != PD_OK)
+        goto err;
+    router_grpc__serving(api, router_serving(core));
+    if ((st = pd_grpc_server_listen(api->srv, host, port, &api->port)) != PD_OK)
+        goto err;
+    router_set_serving_cb(core, router_grpc__serving, api);
+    api->watching = 1;
+    pd_log_info("router: serving %s on %s:%d (gRPC)", router_model_name(core), host, api->port);
+    *api_p = api;
+    return PD_OK;
+err:
+    router_grpc_destroy(api);
+    return st;
+}
+
+int router_grpc_port(const router_grpc_t *api)
+{
+    return api->port;
+}
+
+void router_grpc_destroy(router_grpc_t *api)
+{
+    if (!api)
+        return;
+    if (api->watching)
+        router_set_serving_cb(api->core, NULL, NULL);
+    if (api->srv)
+        pd_grpc_server_shutdown(api->srv);
+    pd_grpc_server_destroy(api->srv); /* open Generate calls: cancelled, their requests too */
+    pd_grpc_health_destroy(api->health);
+    free(api);
 }

@@ -1,7 +1,5 @@
-/* router_http: the router's HTTP port: the OpenAI API (/v1/completions, /v1/chat/completions
- * with SSE streaming, /v1/models), the probes ops tooling uses (/live: the process answers;
- * /ready and /health: at least one prefill and one decode node are serving) and /metrics
- * (Prometheus). Requests go through the same pipeline as gRPC Generate (router.c). */
+#include "router_http.h"
+
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -10,73 +8,23 @@
 
 #include "chat_template.h"
 #include "clock.h"
+#include "http.h"
 #include "log.h"
-#include "router_internal.h"
 
-/* ==== metrics ==== */
+struct router_http {
+    router_t *core;
+    pd_http_server_t *srv;
+    int port;
+};
 
-typedef struct {
-    metrics_counter_t *ok, *failed, *tokens, *preemptions;
-    metrics_histogram_t *ttft, *e2e;
-} router_metrics_t;
-
-static router_metrics_t rm;
-
-void router_observe(router_t *r, const rreq_t *q, pd_status_t st)
-{
-    (void)r;
-    if (!rm.ok)
-        return;
-    metrics_counter_inc(st == PD_OK ? rm.ok : rm.failed);
-    metrics_counter_add(rm.tokens, q->n_generated);
-    metrics_counter_add(rm.preemptions, q->n_preemptions);
-    if (q->first_token_ms)
-        metrics_histogram_observe(rm.ttft, (double)(q->first_token_ms - q->start_ms) / 1000.0);
-    metrics_histogram_observe(rm.e2e, (double)(pd_clock_ms() - q->start_ms) / 1000.0);
-}
-
-static int router__ready(const router_t *r)
-{
-    int p = 0, d = 0;
-    for (int i = 0; i < r->n_nodes; i++) {
-        if (!r->nodes[i].healthy)
-            continue;
-        if (r->nodes[i].node->role == CLUSTER_ROLE_PREFILL)
-            p++;
-        else
-            d++;
-    }
-    return p > 0 && d > 0;
-}
+/* ==== probes, metrics, models ==== */
 
 static void router_http__metrics(pd_http_request_t *req, void *user)
 {
-    router_t *r = user;
+    router_http_t *api = user;
     char *text;
     size_t len;
-    for (int i = 0; i < r->n_nodes; i++) {
-        const char *labels[] = {"node", r->nodes[i].node->name, "role",
-                                cluster_config_role_str(r->nodes[i].node->role), NULL};
-        metrics_gauge_t *g;
-        if (metrics_gauge_register(r->metrics, "pdserve_node_up", "node health (1 serving)",
-                                   labels, &g) == PD_OK)
-            metrics_gauge_set(g, r->nodes[i].healthy);
-        if (metrics_gauge_register(r->metrics, "pdserve_node_kv_pages_used",
-                                   "kv pages in use on the node", labels, &g) == PD_OK)
-            metrics_gauge_set(g, r->nodes[i].pages_used);
-        if (metrics_gauge_register(r->metrics, "pdserve_node_kv_pages_total",
-                                   "kv pages of the node", labels, &g) == PD_OK)
-            metrics_gauge_set(g, r->nodes[i].pages_total);
-        if (metrics_gauge_register(r->metrics, "pdserve_node_integrity_failures",
-                                   "sequences failed by the kv tag check on the node", labels,
-                                   &g) == PD_OK)
-            metrics_gauge_set(g, (double)r->nodes[i].integrity_failures);
-    }
-    metrics_gauge_t *active;
-    if (metrics_gauge_register(r->metrics, "pdserve_router_requests_active",
-                               "requests in flight", NULL, &active) == PD_OK)
-        metrics_gauge_set(active, r->n_reqs);
-    if (metrics_render(r->metrics, &text, &len) != PD_OK) {
+    if (metrics_render(router_metrics(api->core), &text, &len) != PD_OK) {
         pd_http_respond_error(req, PD_ERR_NOMEM, "metrics");
         return;
     }
@@ -92,39 +40,51 @@ static void router_http__live(pd_http_request_t *req, void *user)
 
 static void router_http__ready(pd_http_request_t *req, void *user)
 {
-    router_t *r = user;
+    router_http_t *api = user;
     json_t *nodes = json_array();
-    for (int i = 0; i < r->n_nodes; i++)
-        json_array_append_new(
-            nodes, json_pack("{s:s,s:s,s:b,s:i,s:i}", "name", r->nodes[i].node->name, "role",
-                             cluster_config_role_str(r->nodes[i].node->role), "serving",
-                             r->nodes[i].healthy, "kv_pages_used", (int)r->nodes[i].pages_used,
-                             "kv_pages_total", (int)r->nodes[i].pages_total));
-    int ok = router__ready(r);
-    pd_http_respond_json(req, ok ? 200 : 503,
-                      json_pack("{s:s,s:o}", "status", ok ? "ready" : "not ready", "nodes", nodes));
+    for (int i = 0; i < router_node_count(api->core); i++) {
+        router_node_info_t n;
+        router_node_info(api->core, i, &n);
+        json_array_append_new(nodes,
+                              json_pack("{s:s,s:s,s:b,s:i,s:i}", "name", n.node->name, "role",
+                                        cluster_config_role_str(n.node->role), "serving", n.serving,
+                                        "kv_pages_used", (int)n.pages_used, "kv_pages_total",
+                                        (int)n.pages_total));
+    }
+    int ok = router_serving(api->core);
+    pd_http_respond_json(
+        req, ok ? 200 : 503,
+        json_pack("{s:s,s:o}", "status", ok ? "ready" : "not ready", "nodes", nodes));
 }
 
 static void router_http__models(pd_http_request_t *req, void *user)
 {
-    router_t *r = user;
-    json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:i}", "id", r->model_name, "object", "model",
-                          "created", (json_int_t)0, "owned_by", "pdserve", "max_model_len",
-                          r->model.max_position_embeddings);
+    router_http_t *api = user;
+    json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:i}", "id", router_model_name(api->core), "object",
+                          "model", "created", (json_int_t)0, "owned_by", "pdserve", "max_model_len",
+                          router_model(api->core)->max_position_embeddings);
     pd_http_respond_json(req, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m));
 }
 
 /* ==== completions ==== */
 
+/* A completion request: its core request's output as SSE chunks or one JSON body. */
 typedef struct {
+    router_http_t *api;
     pd_http_request_t *req;
-    rreq_t *q;
+    router_req_t *q; /* NULL once the request ended */
     int stream, chat, first;
     char id[128];
     json_int_t created;
     char *text;
     size_t len, cap;
 } hsink_t;
+
+static void hsink__free(hsink_t *h)
+{
+    free(h->text);
+    free(h);
+}
 
 static json_t *hsink__chunk(hsink_t *h, const char *text, size_t len, const char *finish)
 {
@@ -143,7 +103,7 @@ static json_t *hsink__chunk(hsink_t *h, const char *text, size_t len, const char
     h->first = 0;
     return json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", h->id, "object",
                      h->chat ? "chat.completion.chunk" : "text_completion", "created", h->created,
-                     "model", h->q->r->model_name, "choices", choice);
+                     "model", router_model_name(h->api->core), "choices", choice);
 }
 
 static void hsink__sse(hsink_t *h, json_t *obj)
@@ -155,9 +115,11 @@ static void hsink__sse(hsink_t *h, json_t *obj)
     free(s);
 }
 
-static void hsink_delta(rreq_t *q, const int32_t *ids, int n, const char *text, size_t len)
+static void hsink_delta(router_req_t *q, void *arg, const int32_t *ids, int n, const char *text,
+                        size_t len)
 {
-    hsink_t *h = q->sink_arg;
+    hsink_t *h = arg;
+    (void)q;
     (void)ids;
     (void)n;
     if (h->stream) {
@@ -175,23 +137,25 @@ static void hsink_delta(rreq_t *q, const int32_t *ids, int n, const char *text, 
     h->text[h->len] = 0;
 }
 
-static void hsink_finish(rreq_t *q, const char *reason, pd_status_t st, const char *msg)
+static void hsink_finish(router_req_t *q, void *arg, const char *reason, pd_status_t st,
+                         const char *msg)
 {
-    hsink_t *h = q->sink_arg;
+    hsink_t *h = arg;
+    int prompt, completion;
+    router_request_usage(q, &prompt, &completion);
+    h->q = NULL;
     pd_http_request_set_close_cb(h->req, NULL, NULL); /* h is freed below */
-    router_observe(q->r, q, st);
     if (h->stream) {
         if (st == PD_OK) {
             json_t *c = hsink__chunk(h, "", 0, reason);
             json_object_set_new(c, "usage",
-                                json_pack("{s:i,s:i,s:i}", "prompt_tokens", q->n_prompt,
-                                          "completion_tokens", q->n_generated, "total_tokens",
-                                          q->n_prompt + q->n_generated));
+                                json_pack("{s:i,s:i,s:i}", "prompt_tokens", prompt,
+                                          "completion_tokens", completion, "total_tokens",
+                                          prompt + completion));
             hsink__sse(h, c);
         } else {
-            json_t *err = json_pack("{s:{s:s,s:s,s:i}}", "error", "message", msg ? msg : "",
-                                    "type", pd_status_name(st), "code",
-                                    pd_status_http_code(st));
+            json_t *err = json_pack("{s:{s:s,s:s,s:i}}", "error", "message", msg ? msg : "", "type",
+                                    pd_status_name(st), "code", pd_status_http_code(st));
             hsink__sse(h, err);
         }
         (void)pd_http_stream_write(h->req, "data: [DONE]\n\n", 14);
@@ -200,36 +164,38 @@ static void hsink_finish(rreq_t *q, const char *reason, pd_status_t st, const ch
         pd_http_respond_error(h->req, st, msg);
     } else {
         json_t *choice =
-            h->chat ? json_pack("{s:i,s:{s:s,s:s%},s:s}", "index", 0, "message", "role",
-                                "assistant", "content", h->text ? h->text : "", h->len,
-                                "finish_reason", reason)
-                    : json_pack("{s:i,s:s%,s:n,s:s}", "index", 0, "text", h->text ? h->text : "",
-                                h->len, "logprobs", "finish_reason", reason);
-        pd_http_respond_json(
-            h->req, 200,
-            json_pack("{s:s,s:s,s:I,s:s,s:[o],s:{s:i,s:i,s:i}}", "id", h->id, "object",
-                      h->chat ? "chat.completion" : "text_completion", "created", h->created,
-                      "model", q->r->model_name, "choices", choice, "usage", "prompt_tokens",
-                      q->n_prompt, "completion_tokens", q->n_generated, "total_tokens",
-                      q->n_prompt + q->n_generated));
+            h->chat
+                ? json_pack("{s:i,s:{s:s,s:s%},s:s}", "index", 0, "message", "role", "assistant",
+                            "content", h->text ? h->text : "", h->len, "finish_reason", reason)
+                : json_pack("{s:i,s:s%,s:n,s:s}", "index", 0, "text", h->text ? h->text : "",
+                            h->len, "logprobs", "finish_reason", reason);
+        pd_http_respond_json(h->req, 200,
+                             json_pack("{s:s,s:s,s:I,s:s,s:[o],s:{s:i,s:i,s:i}}", "id", h->id,
+                                       "object", h->chat ? "chat.completion" : "text_completion",
+                                       "created", h->created, "model",
+                                       router_model_name(h->api->core), "choices", choice, "usage",
+                                       "prompt_tokens", prompt, "completion_tokens", completion,
+                                       "total_tokens", prompt + completion));
     }
-    free(h->text);
-    free(h);
+    hsink__free(h);
 }
 
-static const rsink_t http_sink = {hsink_delta, hsink_finish};
+static const router_sink_t http_sink = {hsink_delta, hsink_finish};
 
+/* The client went away before the request ended: cancel it in the core and finish the HTTP
+ * request (after a disconnect that only frees it). */
 static void router_http__closed(pd_http_request_t *req, void *arg)
 {
     hsink_t *h = arg;
-    (void)req;
-    if (h->q && !h->q->finished) {
-        rreq_t *q = h->q;
-        q->sink = NULL;
+    router_req_t *q = h->q;
+    h->q = NULL;
+    if (q)
         router_request_cancel(q);
-        free(h->text);
-        free(h);
-    }
+    if (h->stream)
+        (void)pd_http_stream_end(req);
+    else
+        (void)pd_http_respond_error(req, PD_ERR_CANCELLED, NULL);
+    hsink__free(h);
 }
 
 /* Reads the OpenAI sampling fields into in; returns 0 or -1 with err set. */
@@ -239,7 +205,8 @@ static int router_http__sampling(json_t *body, router_request_t *in, char *err, 
     in->max_tokens = 16;
     in->temperature = 1.0f;
     in->top_p = 1.0f;
-    if ((v = json_object_get(body, "max_tokens")) || (v = json_object_get(body, "max_completion_tokens"))) {
+    if ((v = json_object_get(body, "max_tokens")) ||
+        (v = json_object_get(body, "max_completion_tokens"))) {
         if (!json_is_integer(v)) {
             snprintf(err, err_len, "max_tokens must be an integer");
             return -1;
@@ -273,8 +240,9 @@ static int router_http__sampling(json_t *body, router_request_t *in, char *err, 
     return 0;
 }
 
-static void router_http__completion(pd_http_request_t *req, router_t *r, int chat)
+static void router_http__completion(pd_http_request_t *req, router_http_t *api, int chat)
 {
+    const char *chat_template, *bos, *eos;
     json_t *body = NULL, *v;
     router_request_t in = {0};
     char err[512], *prompt_buf = NULL;
@@ -315,7 +283,8 @@ static void router_http__completion(pd_http_request_t *req, router_t *r, int cha
             snprintf(err, sizeof err, "messages must be a non-empty array");
             goto bad;
         }
-        if (!r->chat_template) {
+        chat_template = router_chat_template(api->core, &bos, &eos);
+        if (!chat_template) {
             snprintf(err, sizeof err, "this model has no chat template; use /v1/completions");
             goto bad;
         }
@@ -331,8 +300,7 @@ static void router_http__completion(pd_http_request_t *req, router_t *r, int cha
                 goto bad;
             }
         }
-        st = chat_template_render(r->chat_template, cm, n, true, r->bos_token, r->eos_token,
-                                  &prompt_buf);
+        st = chat_template_render(chat_template, cm, n, true, bos, eos, &prompt_buf);
         free(cm);
         if (st != PD_OK) {
             snprintf(err, sizeof err, "the model's chat template could not be rendered");
@@ -366,18 +334,19 @@ static void router_http__completion(pd_http_request_t *req, router_t *r, int cha
     }
     h = calloc(1, sizeof *h);
     PD_ASSERT(h);
+    h->api = api;
     h->req = req;
     h->chat = chat;
     h->first = 1;
     h->stream = json_is_true(json_object_get(body, "stream"));
     h->created = (json_int_t)time(NULL);
-    st = router_request_start(r, &in, &http_sink, h, &h->q, err, sizeof err);
+    st = router_request_start(api->core, &in, &http_sink, h, &h->q, err, sizeof err);
     if (st != PD_OK) {
         free(h);
         pd_http_respond_error(req, st, err);
         goto out;
     }
-    snprintf(h->id, sizeof h->id, "%s-%s", chat ? "chatcmpl" : "cmpl", h->q->request_id);
+    snprintf(h->id, sizeof h->id, "%s-%s", chat ? "chatcmpl" : "cmpl", router_request_id(h->q));
     if (h->stream)
         (void)pd_http_stream_begin(req, 200, "text/event-stream");
     pd_http_request_set_close_cb(req, router_http__closed, h);
@@ -402,69 +371,43 @@ static void router_http__chat(pd_http_request_t *req, void *user)
 
 /* ==== lifetime ==== */
 
-static void router__load_chat_template(router_t *r)
+pd_status_t router_http_create(router_t *core, uv_loop_t *loop, const char *host, int port,
+                               router_http_t **api_p)
 {
-    char path[4200];
-    json_error_t jerr;
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", r->cfg->model);
-    json_t *tc = json_load_file(path, 0, &jerr);
-    const char *t = json_string_value(json_object_get(tc, "chat_template"));
-    const char *bos = json_string_value(json_object_get(tc, "bos_token"));
-    const char *eos = json_string_value(json_object_get(tc, "eos_token"));
-    if (t)
-        r->chat_template = strdup(t);
-    snprintf(r->bos_token, sizeof r->bos_token, "%s", bos ? bos : "");
-    snprintf(r->eos_token, sizeof r->eos_token, "%s", eos ? eos : "");
-    json_decref(tc);
-}
-
-pd_status_t router_http_start(router_t *r)
-{
+    router_http_t *api = calloc(1, sizeof *api);
     pd_status_t st;
-    int port;
-    static const double ttft_b[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
-    static const double e2e_b[] = {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
-    static const char *const ok_l[] = {"outcome", "ok", NULL}, *const bad_l[] = {"outcome", "error", NULL};
 
-    router__load_chat_template(r);
-    if ((st = metrics_create(&r->metrics)) != PD_OK)
-        return st;
-    metrics_counter_register(r->metrics, "pdserve_router_requests_total", "finished requests", ok_l,
-                             &rm.ok);
-    metrics_counter_register(r->metrics, "pdserve_router_requests_total", "finished requests",
-                             bad_l, &rm.failed);
-    metrics_counter_register(r->metrics, "pdserve_router_generated_tokens_total",
-                             "tokens generated", NULL, &rm.tokens);
-    metrics_counter_register(r->metrics, "pdserve_router_preemptions_total",
-                             "requests re-prefilled after a decode node ran out of pages", NULL,
-                             &rm.preemptions);
-    metrics_histogram_register(r->metrics, "pdserve_router_ttft_seconds", "time to first token",
-                               ttft_b, 12, NULL, &rm.ttft);
-    metrics_histogram_register(r->metrics, "pdserve_router_request_seconds",
-                               "request duration", e2e_b, 12, NULL, &rm.e2e);
-    if ((st = pd_http_server_create(r->loop, NULL, &r->http)) != PD_OK)
-        return st;
-    pd_http_server_route(r->http, "GET", "/live", router_http__live, r);
-    pd_http_server_route(r->http, "GET", "/ready", router_http__ready, r);
-    pd_http_server_route(r->http, "GET", "/health", router_http__ready, r);
-    pd_http_server_route(r->http, "GET", "/metrics", router_http__metrics, r);
-    pd_http_server_route(r->http, "GET", "/v1/models", router_http__models, r);
-    pd_http_server_route(r->http, "POST", "/v1/completions", router_http__completions, r);
-    pd_http_server_route(r->http, "POST", "/v1/chat/completions", router_http__chat, r);
-    if ((st = pd_http_server_listen(r->http, r->cfg->router.http_host, r->cfg->router.http_port,
-                                 &port)) != PD_OK)
-        return st;
-    pd_log_info("router: OpenAI API and probes on http://%s:%d", r->cfg->router.http_host, port);
+    if (!api)
+        return PD_ERR_NOMEM;
+    api->core = core;
+    if ((st = pd_http_server_create(loop, NULL, &api->srv)) != PD_OK)
+        goto err;
+    pd_http_server_route(api->srv, "GET", "/live", router_http__live, api);
+    pd_http_server_route(api->srv, "GET", "/ready", router_http__ready, api);
+    pd_http_server_route(api->srv, "GET", "/health", router_http__ready, api);
+    pd_http_server_route(api->srv, "GET", "/metrics", router_http__metrics, api);
+    pd_http_server_route(api->srv, "GET", "/v1/models", router_http__models, api);
+    pd_http_server_route(api->srv, "POST", "/v1/completions", router_http__completions, api);
+    pd_http_server_route(api->srv, "POST", "/v1/chat/completions", router_http__chat, api);
+    if ((st = pd_http_server_listen(api->srv, host, port, &api->port)) != PD_OK)
+        goto err;
+    pd_log_info("router: OpenAI API and probes on http://%s:%d", host, api->port);
+    *api_p = api;
     return PD_OK;
+err:
+    router_http_destroy(api);
+    return st;
 }
 
-void router_http_stop(router_t *r)
+int router_http_port(const router_http_t *api)
 {
-    pd_http_server_destroy(r->http);
-    r->http = NULL;
-    metrics_destroy(r->metrics);
-    r->metrics = NULL;
-    memset(&rm, 0, sizeof rm);
-    free(r->chat_template);
-    r->chat_template = NULL;
+    return api->port;
+}
+
+void router_http_destroy(router_http_t *api)
+{
+    if (!api)
+        return;
+    pd_http_server_destroy(api->srv); /* open requests: their close callbacks cancel them */
+    free(api);
 }

@@ -7,13 +7,18 @@
   choice within the 48 tokens (pdctl agrees with the cluster there; float32 transformers does not).
 - GetModelInfo, Tokenize (== `pdctl tokenize`), Abort of a running request, stop strings, usage,
   bad input (each with its gRPC status; the router keeps serving afterwards).
+- The router's HTTP port: /live, /ready, /v1/models, /v1/completions (JSON and SSE) give the
+  same tokens as gRPC; /metrics counts every finished request, gRPC and HTTP alike, and a
+  client's cancel as outcome="cancelled".
 Run by meson with /usr/bin/python3; argv[1] is pdctl."""
 import json
 import os
+import re
 import subprocess
 import tempfile
 import threading
 import time
+import urllib.request
 
 from cluster_testlib import (TEMPLATE_1, all_nodes, channel, check, cluster, finish, generate,
                              model_template, pb, pb_grpc, pdctl_local, reference, sampling,
@@ -45,6 +50,7 @@ def check_reference(model):
                                                          case["greedy_ids"], r.usage))
         if model == "tiny-llama":
             check_api(c, stub, ref)
+            check_http_and_metrics(c, stub, ref)
 
 
 def check_bf16_kv(model):
@@ -188,6 +194,81 @@ def check_api(c, stub, ref):
           r.ids == case["greedy_ids"], "%s %s" % (r.code, r.details))
     used = wait_pages_free(c)
     check("pages-free-after-api", all(v == 0 for v in used.values()), used)
+
+
+def http_get(c, path):
+    with urllib.request.urlopen("http://%s%s" % (c.router_http, path), timeout=30) as r:
+        return r.status, r.read().decode()
+
+
+def http_post(c, path, body):
+    req = urllib.request.Request("http://%s%s" % (c.router_http, path),
+                                 data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return r.status, r.read().decode()
+
+
+def requests_total(c):
+    """{outcome: value} of pdserve_router_requests_total from /metrics."""
+    _, text = http_get(c, "/metrics")
+    return {m.group(1): float(m.group(2)) for m in
+            re.finditer(r'^pdserve_router_requests_total\{outcome="(\w+)"\} (\S+)$', text, re.M)}
+
+
+def wait_requests_total(c, outcome, want, timeout=15):
+    end = time.time() + timeout
+    got = requests_total(c)
+    while got.get(outcome) != want and time.time() < end:
+        time.sleep(0.05)
+        got = requests_total(c)
+    return got
+
+
+def check_http_and_metrics(c, stub, ref):
+    case = ref["cases"][0]
+    n = 8
+    want_text = ref["cases"][0]["greedy_text"]
+    st, body = http_get(c, "/live")
+    check("http-live", st == 200 and "alive" in body, body)
+    st, body = http_get(c, "/ready")
+    check("http-ready", st == 200 and json.loads(body)["status"] == "ready", body)
+    st, body = http_get(c, "/v1/models")
+    check("http-models", st == 200 and json.loads(body)["data"][0]["id"] == "tiny-llama", body)
+    before = requests_total(c)
+    # gRPC requests are counted by the router core, whichever front end they came through
+    r = generate(stub, token_ids=case["input_ids"], sampling=sampling(n, ignore_eos=True))
+    check("metrics-grpc-generate", r.code == grpc.StatusCode.OK and len(r.ids) == n, r.code)
+    got = wait_requests_total(c, "ok", before.get("ok", 0) + 1)
+    check("metrics-count-grpc", got.get("ok") == before.get("ok", 0) + 1, (before, got))
+    # an HTTP completion: the same text as gRPC, counted too
+    st, body = http_post(c, "/v1/completions", {"prompt": case["input_ids"], "max_tokens": n,
+                                                "temperature": 0, "ignore_eos": True})
+    doc = json.loads(body)
+    check("http-completion", st == 200 and doc["choices"][0]["text"] == r.text and
+          want_text.startswith(r.text) and doc["usage"]["completion_tokens"] == n, body)
+    st, body = http_post(c, "/v1/completions", {"prompt": case["input_ids"], "max_tokens": n,
+                                                "temperature": 0, "ignore_eos": True,
+                                                "stream": True})
+    chunks = [json.loads(ln[6:]) for ln in body.splitlines()
+              if ln.startswith("data: ") and ln != "data: [DONE]"]
+    check("http-completion-sse", st == 200 and body.rstrip().endswith("data: [DONE]") and
+          "".join(ch["choices"][0]["text"] for ch in chunks) == r.text, body[-500:])
+    got = wait_requests_total(c, "ok", before.get("ok", 0) + 3)
+    check("metrics-count-http", got.get("ok") == before.get("ok", 0) + 3, (before, got))
+    # a gRPC client that cancels mid-stream: counted as cancelled (not as ok or error)
+
+    def cancel_after_first(call, res):
+        call.cancel()
+    r = generate(stub, token_ids=case["input_ids"], sampling=sampling(1500, ignore_eos=True),
+                 on_msg=cancel_after_first)
+    got = wait_requests_total(c, "cancelled", before.get("cancelled", 0) + 1)
+    check("metrics-count-cancelled", r.code == grpc.StatusCode.CANCELLED and
+          got.get("cancelled") == before.get("cancelled", 0) + 1 and
+          got.get("ok") == before.get("ok", 0) + 3 and
+          got.get("error", 0) == before.get("error", 0), (r.code, before, got))
+    used = wait_pages_free(c)
+    check("pages-free-after-cancel", all(v == 0 for v in used.values()), used)
 
 
 def main():
