@@ -725,6 +725,11 @@ static void decode__ready(void *arg, pd_status_t st)
         uv_stop(dn->loop);
         return;
     }
+    /* Stats answered before the compute thread's first tick must show the pool, not 0 pages
+     * (which the router's least_kv policy reads as a full node) */
+    pthread_mutex_lock(&dn->stats.mu);
+    dn->stats.pages_total = (uint32_t)kv_pool_n_pages(engine_pool(e));
+    pthread_mutex_unlock(&dn->stats.mu);
     node_set_serving(dn->health, &pdserve__v1__decode__descriptor, 1);
     pd_log_info("%s: serving (%s weights, %s kv, %d pages of %zu bytes, ucx port %d)",
                 dn->node->name, cluster_config_weights_str(dn->node->weights),

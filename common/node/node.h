@@ -34,7 +34,8 @@ void node_stats_fill(node_stats_t *s, const cluster_node_t *node, Pdserve__V1__N
 
 /* KV done (active message NODE_AM_KV_DONE, header = a packed pdserve.v1.KvDone): the prefill
  * node has written and flushed every page of reservation seq_id. The decode node trusts nothing
- * in it before node_kv_done_unpack() has checked it, and then checks it against the reservation. */
+ * in it before node_kv_done_unpack() has checked it, and then checks it against the reservation.
+ * Pack and unpack keep no state (any thread). */
 #define NODE_AM_KV_DONE 1
 /* Largest KvDone a receiver accepts (a transport header holds up to KV_TRANSPORT_AM_HEADER_MAX). */
 #define NODE_KV_DONE_MAX 256
