@@ -46,6 +46,8 @@ typedef struct dres {
     kv_seq_t kv;
     int n_tokens;
     int kv_done;
+    int32_t first_token; /* from KV-done: the Decode request's last token must equal it */
+    pd_status_t error;   /* KV-done disagreed with the reservation: pages released, Decode fails */
     int64_t deadline_ms; /* lease: writer and then decoder must show up before this */
     ddec_t *pending;     /* Decode arrived before KV-done */
     struct dres *next;
@@ -74,6 +76,7 @@ struct decode_node {
     ddec_t *decs;
     uint64_t next_res_id;
     int32_t watermark;
+    decode_node_hooks_t hooks; /* test builds only (decode-node-faults); all NULL in production */
 };
 
 
@@ -217,35 +220,6 @@ static void decode__on_token(void *arg, uint64_t seq_id, int32_t tok, engine_fin
     decode__drop_dec(dn, d);
 }
 
-/* Fault injection for tests (PDSERVE_FAULT=reuse|stale|table, PDSERVE_FAULT_REQUEST=substring of
- * the victim's request id): damages the victim's pages the way a bookkeeping bug would, so the
- * tag check must catch it before the first attention step. */
-static void decode__inject_fault(decode_node_t *dn, engine_t *e, const ddec_t *d, kv_seq_t *kv)
-{
-    const char *kind = getenv("PDSERVE_FAULT"), *who = getenv("PDSERVE_FAULT_REQUEST");
-    kv_page_ref_t thief;
-    (void)dn;
-    if (!kind || !who || !strstr(d->request_id, who) || kv->n_pages == 0)
-        return;
-    pd_log_warn("request %s: injecting fault '%s'", d->request_id, kind);
-    if (strcmp(kind, "reuse") == 0) {
-        /* the page is handed to someone else while this sequence still holds it */
-        if (kv_pool_debug_steal_page(engine_pool(e), kv->pages[0].page, &thief) == PD_OK)
-            (void)kv_pool_page_free(engine_pool(e), thief);
-    } else if (strcmp(kind, "stale") == 0) {
-        /* a late write of an earlier owner lands with its old stamp */
-        pd_backend_t *be = engine_backend(e);
-        uint32_t old = kv->pages[0].tag - 1;
-        be->ops->kv_stamp(be, engine_arena(e), kv_pool_layout(engine_pool(e)), &kv->pages[0].page,
-                          &old, 1);
-    } else if (strcmp(kind, "table") == 0) {
-        /* a block-table entry points at another page (the page it hid goes back to the pool) */
-        kv_page_ref_t orig = kv->pages[0];
-        kv->pages[0].page = (kv->pages[0].page + 1) % kv_pool_n_pages(engine_pool(e));
-        (void)kv_pool_page_free(engine_pool(e), orig);
-    }
-}
-
 /* Moves a reservation whose KV is done into the batch. */
 static void decode__admit(decode_node_t *dn, engine_t *e, dres_t **link, ddec_t *d)
 {
@@ -255,8 +229,14 @@ static void decode__admit(decode_node_t *dn, engine_t *e, dres_t **link, ddec_t 
         pd_log_error("seq %llu: decode with %d tokens for a reservation of %d prompt tokens",
                      (unsigned long long)r->id, d->n_tokens, r->n_tokens);
         st = PD_ERR_INVALID;
+    } else if (d->tokens[d->n_tokens - 1] != r->first_token) {
+        pd_log_error("request %s: seq %llu: decode's first token %d, the kv writer sampled %d",
+                     d->request_id, (unsigned long long)r->id, d->tokens[d->n_tokens - 1],
+                     r->first_token);
+        st = PD_ERR_PROTOCOL;
     } else {
-        decode__inject_fault(dn, e, d, &r->kv);
+        if (dn->hooks.before_admit)
+            dn->hooks.before_admit(dn->hooks.arg, e, d->request_id, &r->kv);
         st = engine_seq_add_prefilled(e, d->tokens, d->n_tokens, r->n_tokens, &r->kv, &d->gp,
                                       decode__on_token, d, &d->seq_id);
     }
@@ -333,10 +313,30 @@ static void decode__kv_done(compute_t *c, engine_t *e, void *arg)
     kvdone_job_t *j = arg;
     decode_node_t *dn = j->dn;
     dres_t **link, *r = decode__find_res(dn, j->msg.seq_id, &link);
-    (void)c;
     if (!r) {
         pd_log_warn("kv done for unknown reservation %llu (released or expired)",
                     (unsigned long long)j->msg.seq_id);
+        free(j);
+        return;
+    }
+    if (r->kv_done || r->error) {
+        pd_log_warn("seq %llu: kv done again: dropped", (unsigned long long)r->id);
+        free(j);
+        return;
+    }
+    if (j->msg.n_tokens != (uint32_t)r->n_tokens || j->msg.n_pages != (uint32_t)r->kv.n_pages) {
+        /* the writer wrote something else than was reserved: trust none of it. The pages stay
+         * quarantined until their lease ends (the writer may not be done). */
+        pd_log_error("seq %llu: kv done for %u tokens in %u pages, reserved %d in %d: failed",
+                     (unsigned long long)r->id, j->msg.n_tokens, j->msg.n_pages, r->n_tokens,
+                     r->kv.n_pages);
+        kv_seq_release(engine_pool(e), &r->kv);
+        r->error = PD_ERR_PROTOCOL;
+        if (r->pending) {
+            decode__post_event(c, r->pending->req, -1, ENGINE_FINISH_ABORT, r->error);
+            decode__drop_dec(dn, r->pending);
+            decode__drop_res(dn, e, link);
+        }
         free(j);
         return;
     }
@@ -352,6 +352,7 @@ static void decode__kv_done(compute_t *c, engine_t *e, void *arg)
     for (int32_t i = 0; i < r->kv.n_pages; i++)
         kv_pool_page_writer_done(engine_pool(e), r->kv.pages[i].page);
     r->kv_done = 1;
+    r->first_token = j->msg.first_token;
     r->deadline_ms = pd_clock_ms() + dn->cfg->transport.lease_ms;
     if (r->pending)
         decode__admit(dn, e, link, r->pending);
@@ -370,8 +371,11 @@ static void decode__start(compute_t *c, engine_t *e, void *arg)
     ddec_t *d = j->d;
     dres_t **link, *r = decode__find_res(dn, d->res_id, &link);
     free(j);
-    if (!r || r->pending) {
-        decode__post_event(c, d->req, -1, ENGINE_FINISH_ABORT, PD_ERR_NOT_FOUND);
+    if (!r || r->pending || r->error) {
+        decode__post_event(c, d->req, -1, ENGINE_FINISH_ABORT,
+                           r && r->error ? r->error : PD_ERR_NOT_FOUND);
+        if (r && r->error)
+            decode__drop_res(dn, e, link);
         free(d->tokens);
         free(d);
         return;
@@ -457,10 +461,20 @@ static void decode__tick(compute_t *c, engine_t *e, void *arg)
     int64_t now = pd_clock_ms();
     dres_t **pp = &dn->res;
     uint32_t queued = 0;
-    (void)c;
     while (*pp) {
         dres_t *r = *pp;
-        if (r->deadline_ms <= now && !r->pending) {
+        if (r->deadline_ms <= now && r->pending) {
+            /* the Decode came, but the writer's KV-done never did (lost or dropped as malformed):
+             * the writer is presumed gone, as for a lease without a Decode */
+            ddec_t *d = r->pending;
+            pd_log_warn("request %s: seq %llu: lease ended before kv done; failed", d->request_id,
+                        (unsigned long long)r->id);
+            decode__post_event(c, d->req, -1, ENGINE_FINISH_ABORT, PD_ERR_DEADLINE);
+            decode__drop_dec(dn, d);
+            decode__drop_res(dn, e, pp);
+            continue;
+        }
+        if (r->deadline_ms <= now) {
             pd_log_warn("reservation %llu: lease ended before %s; pages released",
                         (unsigned long long)r->id, r->kv_done ? "decode" : "kv done");
             decode__drop_res(dn, e, pp);
@@ -641,23 +655,30 @@ static const pd_grpc_method_fn decode_handlers[4] = {decode__rpc_reserve, decode
 
 /* ==== transport ==== */
 
-static void decode__am_kv_done(void *arg, const void *header, size_t header_len,
-                               const void *data, size_t len, kv_transport_ep_t *from)
+static void decode__am_kv_done(void *arg, const void *header, size_t header_len, const void *data,
+                               size_t len, kv_transport_ep_t *from)
 {
     decode_node_t *dn = arg;
+    uint8_t buf[NODE_KV_DONE_MAX];
+    node_kv_done_t m;
     kvdone_job_t *j;
     (void)data;
     (void)len;
     (void)from;
-    if (header_len != sizeof(node_kv_done_t)) {
-        pd_log_error("kv done: message of %zu bytes, expected %zu", header_len,
-                     sizeof(node_kv_done_t));
+    if (dn->hooks.on_kv_done && header_len <= sizeof buf) {
+        memcpy(buf, header, header_len);
+        dn->hooks.on_kv_done(dn->hooks.arg, buf, sizeof buf, &header_len);
+        header = buf;
+    }
+    if (node_kv_done_unpack(header, header_len, dn->node->name, &m) != PD_OK)
+        return; /* logged; the reservation's lease ends it */
+    if (!(j = malloc(sizeof *j))) {
+        pd_log_error("%s: kv done for seq %llu: out of memory: dropped", dn->node->name,
+                     (unsigned long long)m.seq_id);
         return;
     }
-    if (!(j = malloc(sizeof *j)))
-        return;
     j->dn = dn;
-    memcpy(&j->msg, header, sizeof j->msg);
+    j->msg = m;
     if (compute_submit(dn->comp, decode__kv_done, j) != PD_OK)
         free(j);
 }
@@ -691,6 +712,11 @@ static void decode__ready(void *arg, pd_status_t st)
         uv_stop(dn->loop);
         return;
     }
+    /* Stats answered before the compute thread's first tick must show the pool, not 0 pages
+     * (which the router's least_kv policy reads as a full node) */
+    pthread_mutex_lock(&dn->stats.mu);
+    dn->stats.pages_total = (uint32_t)kv_pool_n_pages(engine_pool(e));
+    pthread_mutex_unlock(&dn->stats.mu);
     node_set_serving(dn->health, &pdserve__v1__decode__descriptor, 1);
     pd_log_info("%s: serving (%s weights, %s kv, %d pages of %zu bytes, ucx port %d)",
                 dn->node->name, pd_wfmt_name(dn->node->weights),
@@ -699,7 +725,8 @@ static void decode__ready(void *arg, pd_status_t st)
 }
 
 pd_status_t decode_node_create(uv_loop_t *loop, const cluster_config_t *cfg,
-                               const cluster_node_t *node, decode_node_t **dn_p)
+                               const cluster_node_t *node, const decode_node_hooks_t *hooks,
+                               decode_node_t **dn_p)
 {
     decode_node_t *dn = calloc(1, sizeof *dn);
     engine_params_t ep;
@@ -712,6 +739,8 @@ pd_status_t decode_node_create(uv_loop_t *loop, const cluster_config_t *cfg,
     dn->loop = loop;
     dn->cfg = cfg;
     dn->node = node;
+    if (hooks)
+        dn->hooks = *hooks;
     node_stats_init(&dn->stats);
     tp.name = node->name;
     if ((st = kv_transport_ucx_create(loop, &tp, &dn->tr)) != PD_OK)

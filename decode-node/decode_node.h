@@ -19,14 +19,31 @@
 #include <uv.h>
 
 #include "cluster_config.h"
+#include "engine.h"
 #include "status.h"
 
 typedef struct decode_node decode_node_t;
 
-/* Starts serving (health NOT_SERVING until the model is loaded, then SERVING). Errors: the
- * control or transport port cannot be bound (PD_ERR_IO / PD_ERR_TRANSPORT), PD_ERR_NOMEM. */
+/* Test hooks: what a test build of the decode node (tests/support/decode_faults.c, linked into
+ * decode-node-faults) runs at fixed points to damage state the way a bookkeeping bug or a bad peer
+ * would, so that tests can show the node catches it. The decode-node binary passes none. Any hook
+ * may be NULL. */
+typedef struct {
+    void *arg;
+    /* Compute thread: a sequence whose KV has arrived is about to join the batch (before its
+     * first tag check). May damage kv (its pages in e's pool, their stamps, its block table). */
+    void (*before_admit)(void *arg, engine_t *e, const char *request_id, kv_seq_t *kv);
+    /* Loop thread: a KV-done message arrived and is about to be decoded. May rewrite it in place:
+     * buf (cap bytes) holds *len_p bytes. */
+    void (*on_kv_done)(void *arg, uint8_t *buf, size_t cap, size_t *len_p);
+} decode_node_hooks_t;
+
+/* Starts serving (health NOT_SERVING until the model is loaded, then SERVING). hooks: NULL in
+ * production (copied otherwise). Errors: the control or transport port cannot be bound
+ * (PD_ERR_IO / PD_ERR_TRANSPORT), PD_ERR_NOMEM. */
 pd_status_t decode_node_create(uv_loop_t *loop, const cluster_config_t *cfg,
-                               const cluster_node_t *node, decode_node_t **dn_p);
+                               const cluster_node_t *node, const decode_node_hooks_t *hooks,
+                               decode_node_t **dn_p);
 
 /* Stops serving (GOAWAY, calls end), stops the compute thread and frees everything. */
 void decode_node_destroy(decode_node_t *dn);

@@ -116,15 +116,20 @@ static void prefill__am_done(void *arg, pd_status_t st)
 static void prefill__flush_done(void *arg, pd_status_t st)
 {
     pjob_t *j = arg;
-    node_kv_done_t msg = {j->seq_id, j->first, (uint32_t)j->n_tokens};
+    node_kv_done_t msg = {j->seq_id, j->first, (uint32_t)j->n_tokens, (uint32_t)j->n_dst_pages};
+    uint8_t buf[NODE_KV_DONE_MAX];
+    size_t len;
     if (st == PD_OK)
         st = j->error;
     if (st != PD_OK) {
         prefill__fail(j, PD_ERR_UNAVAILABLE, "kv transfer to the decode node failed");
         return;
     }
-    st = kv_transport_am_send(j->peer->ep, NODE_AM_KV_DONE, &msg, sizeof msg, NULL, 0,
-                              prefill__am_done, j);
+    if (node_kv_done_pack(&msg, buf, sizeof buf, &len) != PD_OK) {
+        prefill__fail(j, PD_ERR_INTERNAL, "kv done message could not be packed");
+        return;
+    }
+    st = kv_transport_am_send(j->peer->ep, NODE_AM_KV_DONE, buf, len, NULL, 0, prefill__am_done, j);
     if (st != PD_OK)
         prefill__fail(j, PD_ERR_UNAVAILABLE, "kv done message to the decode node failed");
 }
@@ -312,7 +317,7 @@ static void prefill__rpc_prefill(pd_grpc_call_t *call, const ProtobufCMessage *m
         return;
     }
     const kv_layout_t *src = kv_pool_layout(engine_pool(e));
-    if (!d || !d->layout || req->n_token_ids == 0) {
+    if (!d || !d->layout || d->seq_id == 0 || req->n_token_ids == 0) {
         pd_grpc_call_finish_status(call, PD_ERR_INVALID, "prefill: tokens and a destination needed");
         return;
     }

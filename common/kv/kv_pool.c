@@ -1,27 +1,11 @@
 #include "kv_pool.h"
+#include "kv_pool_impl.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "kv_tracker.h"
 #include "log.h"
-
-enum { PAGE_FREE = 0, PAGE_USED, PAGE_QUARANTINE };
-
-struct kv_pool {
-    kv_layout_t layout;
-    int32_t n_pages;
-    kv_tracker_t *tracker;
-    int32_t *free_list; /* stack of free page ids */
-    int32_t n_free;
-    uint8_t *state;           /* (n_pages) PAGE_* */
-    uint8_t *remote_pending;  /* (n_pages) a remote write may be in flight */
-    int64_t *lease_deadline;  /* (n_pages) ms */
-    int64_t *quarantine_since; /* (n_pages) ms the expiry scan first saw it quarantined; -1 not yet */
-    uint32_t *gen;            /* (n_pages) allocation generation (owner check on free) */
-    int64_t quarantine_ms;
-    int32_t n_quarantined;
-};
 
 pd_status_t kv_pool_create(const kv_pool_params_t *params, kv_pool_t **pool_p)
 {
@@ -108,8 +92,8 @@ pd_status_t kv_pool_page_alloc(kv_pool_t *pool, kv_page_ref_t *ref_p)
     if (pool->n_free == 0)
         return PD_NO_PAGES;
     page = pool->free_list[--pool->n_free];
-    PD_ASSERT(pool->state[page] == PAGE_FREE);
-    pool->state[page] = PAGE_USED;
+    PD_ASSERT(pool->state[page] == KV_POOL__PAGE_FREE);
+    pool->state[page] = KV_POOL__PAGE_USED;
     pool->remote_pending[page] = 0;
     ref_p->page = page;
     ref_p->tag = pool->tracker->ops->on_alloc(pool->tracker, page);
@@ -130,7 +114,7 @@ pd_status_t kv_pool_page_alloc_remote(kv_pool_t *pool, int64_t lease_deadline_ms
 
 static void pool__push_free(kv_pool_t *pool, int32_t page)
 {
-    pool->state[page] = PAGE_FREE;
+    pool->state[page] = KV_POOL__PAGE_FREE;
     pool->remote_pending[page] = 0;
     pool->free_list[pool->n_free++] = page;
 }
@@ -139,7 +123,7 @@ void kv_pool_page_writer_done(kv_pool_t *pool, int32_t page)
 {
     PD_ASSERT(page >= 0 && page < pool->n_pages);
     pool->remote_pending[page] = 0;
-    if (pool->state[page] == PAGE_QUARANTINE) {
+    if (pool->state[page] == KV_POOL__PAGE_QUARANTINE) {
         pool->n_quarantined--;
         pool__push_free(pool, page);
     }
@@ -147,16 +131,15 @@ void kv_pool_page_writer_done(kv_pool_t *pool, int32_t page)
 
 pd_status_t kv_pool_page_free(kv_pool_t *pool, kv_page_ref_t ref)
 {
-    if (ref.page < 0 || ref.page >= pool->n_pages || pool->state[ref.page] != PAGE_USED ||
+    if (ref.page < 0 || ref.page >= pool->n_pages || pool->state[ref.page] != KV_POOL__PAGE_USED ||
         pool->gen[ref.page] != ref.gen ||
-        (kv_tracker_enabled(pool->tracker) &&
-         kv_tracker_tag(pool->tracker, ref.page) != ref.tag)) {
+        (kv_tracker_enabled(pool->tracker) && kv_tracker_tag(pool->tracker, ref.page) != ref.tag)) {
         pd_log_warn("kv pool: page %d tag %u is not held by this owner: not freed", ref.page,
                     ref.tag);
         return PD_ERR_KV_INTEGRITY;
     }
     if (pool->remote_pending[ref.page]) {
-        pool->state[ref.page] = PAGE_QUARANTINE;
+        pool->state[ref.page] = KV_POOL__PAGE_QUARANTINE;
         pool->quarantine_since[ref.page] = -1;
         pool->n_quarantined++;
         return PD_OK;
@@ -171,7 +154,7 @@ int32_t kv_pool_expire_leases(kv_pool_t *pool, int64_t now_ms)
     if (pool->n_quarantined == 0)
         return 0;
     for (int32_t p = 0; p < pool->n_pages; p++) {
-        if (pool->state[p] != PAGE_QUARANTINE)
+        if (pool->state[p] != KV_POOL__PAGE_QUARANTINE)
             continue;
         if (pool->quarantine_since[p] < 0)
             pool->quarantine_since[p] = now_ms;
@@ -209,18 +192,9 @@ pd_status_t kv_seq_reserve(kv_pool_t *pool, kv_seq_t *seq, int32_t n_tokens)
 
 void kv_seq_release(kv_pool_t *pool, kv_seq_t *seq)
 {
+    /* a page no longer ours stays with its owner */
     for (int32_t i = 0; i < seq->n_pages; i++)
-        (void)kv_pool_page_free(pool, seq->pages[i]); /* a page no longer ours stays with its owner */
+        (void)kv_pool_page_free(pool, seq->pages[i]);
     seq->n_pages = 0;
     seq->n_tokens = 0;
-}
-
-pd_status_t kv_pool_debug_steal_page(kv_pool_t *pool, int32_t page, kv_page_ref_t *ref_p)
-{
-    if (page < 0 || page >= pool->n_pages || pool->state[page] != PAGE_USED)
-        return PD_ERR_INVALID;
-    ref_p->page = page;
-    ref_p->tag = pool->tracker->ops->on_alloc(pool->tracker, page);
-    ref_p->gen = ++pool->gen[page];
-    return PD_OK;
 }

@@ -87,8 +87,4 @@ pd_status_t kv_seq_reserve(kv_pool_t *pool, kv_seq_t *seq, int32_t n_tokens);
 /* Frees every page of seq and empties it. */
 void kv_seq_release(kv_pool_t *pool, kv_seq_t *seq);
 
-/* Fault injection (tests only; compiled in, does nothing unless called). */
-/* Frees `page` behind its owner's back and hands it out again with a new tag. */
-pd_status_t kv_pool_debug_steal_page(kv_pool_t *pool, int32_t page, kv_page_ref_t *ref_p);
-
 #endif

@@ -5,9 +5,12 @@
 
 #include "health.pb-c.h"
 #include "kv_tracker.h"
+#include "kv_transport.h"
+#include "log.h"
 
-void node_engine_params(const cluster_config_t *cfg, const cluster_node_t *node,
-                        engine_params_t *p)
+_Static_assert(NODE_KV_DONE_MAX <= KV_TRANSPORT_AM_HEADER_MAX, "a KvDone fits a transport header");
+
+void node_engine_params(const cluster_config_t *cfg, const cluster_node_t *node, engine_params_t *p)
 {
     engine_params_default(p);
     p->model_dir = cfg->model;
@@ -66,7 +69,8 @@ void node_stats_fill(node_stats_t *s, const cluster_node_t *node, Pdserve__V1__N
 
 pd_status_t node_serve(uv_loop_t *loop, const cluster_node_t *node,
                        const ProtobufCServiceDescriptor *desc, const pd_grpc_method_fn *handlers,
-                       void *user, pd_grpc_server_t **srv_p, pd_grpc_health_t **health_p, int *port_p)
+                       void *user, pd_grpc_server_t **srv_p, pd_grpc_health_t **health_p,
+                       int *port_p)
 {
     pd_grpc_server_t *srv = NULL;
     pd_grpc_health_t *health = NULL;
@@ -95,4 +99,73 @@ void node_set_serving(pd_grpc_health_t *health, const ProtobufCServiceDescriptor
                     : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
     pd_grpc_health_set(health, "", v);
     pd_grpc_health_set(health, desc->name, v);
+}
+
+/* ==== KV done ==== */
+
+/* Why m cannot be a KvDone, or NULL when it can. */
+static const char *node__kv_done_bad(const node_kv_done_t *m)
+{
+    if (m->seq_id == 0)
+        return "seq_id 0";
+    if (m->first_token < 0)
+        return "negative first_token";
+    if (m->n_tokens == 0 || m->n_tokens > INT32_MAX)
+        return "n_tokens out of range";
+    if (m->n_pages == 0 || m->n_pages > m->n_tokens)
+        return "n_pages out of range";
+    return NULL;
+}
+
+pd_status_t node_kv_done_pack(const node_kv_done_t *m, uint8_t *buf, size_t cap, size_t *len_p)
+{
+    Pdserve__V1__KvDone pb = PDSERVE__V1__KV_DONE__INIT;
+    const char *bad = node__kv_done_bad(m);
+    size_t len;
+
+    if (bad) {
+        pd_log_error("kv done for seq %llu: %s", (unsigned long long)m->seq_id, bad);
+        return PD_ERR_INVALID;
+    }
+    pb.seq_id = m->seq_id;
+    pb.first_token = m->first_token;
+    pb.n_tokens = m->n_tokens;
+    pb.n_pages = m->n_pages;
+    len = pdserve__v1__kv_done__get_packed_size(&pb);
+    if (len > cap || len > NODE_KV_DONE_MAX) {
+        pd_log_error("kv done for seq %llu: %zu bytes do not fit %zu",
+                     (unsigned long long)m->seq_id, len, cap);
+        return PD_ERR_INVALID;
+    }
+    *len_p = pdserve__v1__kv_done__pack(&pb, buf);
+    return PD_OK;
+}
+
+pd_status_t node_kv_done_unpack(const void *buf, size_t len, const char *who, node_kv_done_t *m_p)
+{
+    Pdserve__V1__KvDone *pb;
+    node_kv_done_t m;
+    const char *bad;
+
+    if (len > NODE_KV_DONE_MAX) {
+        pd_log_error("%s: kv done of %zu bytes (at most %d): dropped", who, len, NODE_KV_DONE_MAX);
+        return PD_ERR_FORMAT;
+    }
+    pb = pdserve__v1__kv_done__unpack(NULL, len, len ? buf : (const uint8_t *)"");
+    if (!pb) {
+        pd_log_error("%s: kv done of %zu bytes: malformed or truncated: dropped", who, len);
+        return PD_ERR_FORMAT;
+    }
+    m.seq_id = pb->seq_id;
+    m.first_token = pb->first_token;
+    m.n_tokens = pb->n_tokens;
+    m.n_pages = pb->n_pages;
+    pdserve__v1__kv_done__free_unpacked(pb, NULL);
+    if ((bad = node__kv_done_bad(&m))) {
+        pd_log_error("%s: kv done for seq %llu: %s: dropped", who, (unsigned long long)m.seq_id,
+                     bad);
+        return PD_ERR_FORMAT;
+    }
+    *m_p = m;
+    return PD_OK;
 }

@@ -32,23 +32,41 @@ void node_stats_publish(node_stats_t *s, engine_t *e, uint32_t queued);
 /* Loop thread: fills a NodeStats message. */
 void node_stats_fill(node_stats_t *s, const cluster_node_t *node, Pdserve__V1__NodeStats *m);
 
-/* The completion message of a KV transfer (active message NODE_AM_KV_DONE): every page of the
- * reservation seq_id has been written and flushed. */
+/* KV done (active message NODE_AM_KV_DONE, header = a packed pdserve.v1.KvDone): the prefill
+ * node has written and flushed every page of reservation seq_id. The decode node trusts nothing
+ * in it before node_kv_done_unpack() has checked it, and then checks it against the reservation.
+ * Pack and unpack keep no state (any thread). */
 #define NODE_AM_KV_DONE 1
+/* Largest KvDone a receiver accepts (a transport header holds up to KV_TRANSPORT_AM_HEADER_MAX). */
+#define NODE_KV_DONE_MAX 256
 typedef struct {
-    uint64_t seq_id;
-    int32_t first_token;
-    uint32_t n_tokens;
+    uint64_t seq_id;     /* the decode node's reservation id, >= 1 */
+    int32_t first_token; /* the token sampled after the prompt, >= 0 */
+    uint32_t n_tokens;   /* tokens whose KV was written, 1..INT32_MAX */
+    uint32_t n_pages;    /* pages written, 1..n_tokens */
 } node_kv_done_t;
+
+/* Packs m as a pdserve.v1.KvDone into buf (cap bytes); *len_p: its length. PD_ERR_INVALID (logged)
+ * when a field is out of the ranges above (the receiver would drop it) or cap is too small;
+ * nothing is written to *len_p then. */
+pd_status_t node_kv_done_pack(const node_kv_done_t *m, uint8_t *buf, size_t cap, size_t *len_p);
+
+/* Decodes a KvDone received from another node and checks every field's range. Returns
+ * PD_ERR_FORMAT (logged with who as context) for a message that is empty, truncated, malformed,
+ * longer than NODE_KV_DONE_MAX or out of range; *m_p is written only on success. buf may be NULL
+ * when len is 0. */
+pd_status_t node_kv_done_unpack(const void *buf, size_t len, const char *who, node_kv_done_t *m_p);
 
 /* Starts a node's control server on node->host:port: the service desc with handlers (user as
  * their argument) and grpc.health.v1.Health, NOT_SERVING for "" and desc's full name until
  * node_set_serving(). On error nothing is left running. PD_ERR_IO (port), PD_ERR_NOMEM. */
 pd_status_t node_serve(uv_loop_t *loop, const cluster_node_t *node,
                        const ProtobufCServiceDescriptor *desc, const pd_grpc_method_fn *handlers,
-                       void *user, pd_grpc_server_t **srv_p, pd_grpc_health_t **health_p, int *port_p);
+                       void *user, pd_grpc_server_t **srv_p, pd_grpc_health_t **health_p,
+                       int *port_p);
 
 /* Marks the node (and desc's service) SERVING or NOT_SERVING in its health service. */
-void node_set_serving(pd_grpc_health_t *health, const ProtobufCServiceDescriptor *desc, int serving);
+void node_set_serving(pd_grpc_health_t *health, const ProtobufCServiceDescriptor *desc,
+                      int serving);
 
 #endif

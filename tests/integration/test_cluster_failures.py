@@ -9,17 +9,24 @@ is pdctl.
     all succeed.
 (c) the client cancels mid-stream (and during prefill): pages_used returns to 0 on the decode and
     the prefill node.
-(d) PDSERVE_FAULT=reuse|stale|table on the decode node: the victim ends with DATA_LOSS "kv
-    integrity check failed", its concurrent neighbours' tokens equal a clean run's, the decode
-    node's integrity_failures counter grows and no page leaks."""
+(d) PDSERVE_FAULT=reuse|stale|table on the test build of the decode node (decode-node-faults,
+    tests/support/decode_faults.c): the victim ends with DATA_LOSS "kv integrity check failed", its
+    concurrent neighbours' tokens equal a clean run's, the decode node's integrity_failures counter
+    grows and no page leaks. The production decode-node ignores PDSERVE_FAULT.
+(e) PDSERVE_FAULT=kvdone-truncate|kvdone-mismatch: the first KV-done the decode node receives is
+    cut short (it no longer decodes) or claims a token more than was reserved: the node drops it
+    and fails only that request (DEADLINE_EXCEEDED once the writer's lease ends, or INTERNAL
+    "protocol error" at once), later requests succeed and no page leaks."""
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 
 from cluster_testlib import (TEMPLATE_1, TEMPLATE_4, channel, check, cluster, finish, generate,
-                             pb, pb_grpc, reference, run_parallel, sampling, stats,
+                             model_template, pb, pb_grpc, reference, run_parallel, sampling, stats,
                              wait_pages_free)
 import grpc
 
@@ -230,9 +237,46 @@ def test_cancel():
         check("cancel-serves-after", r.code == OK and len(r.ids) == 48, r.details)
 
 
-def test_fault(kind):
-    env = {"PDSERVE_FAULT": kind, "PDSERVE_FAULT_REQUEST": "victim"}
+def build_dir():
+    return os.path.dirname(os.path.dirname(os.path.abspath(cluster.pdctl_path())))
+
+
+class FaultBuild:
+    """Environment that makes `pdctl up` start the test build decode-node-faults as decode-node:
+    a temporary $PDSERVE_BIN_DIR holding only a decode-node link to it (pdctl finds the router
+    and prefill-node next to itself, as usual)."""
+
+    def __init__(self, fault, request=None):
+        exe = os.path.join(build_dir(), "tests", "support", "decode-node-faults")
+        if not os.access(exe, os.X_OK):
+            raise RuntimeError("%s not built" % exe)
+        self.dir = tempfile.mkdtemp(prefix="pd-faults-bin-")
+        os.symlink(exe, os.path.join(self.dir, "decode-node"))
+        self.env = {"PDSERVE_BIN_DIR": self.dir, "PDSERVE_FAULT": fault}
+        if request:
+            self.env["PDSERVE_FAULT_REQUEST"] = request
+
+    def __enter__(self):
+        return self.env
+
+    def __exit__(self, *exc):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def test_fault_env_ignored():
+    """The production decode node reads no fault from its environment."""
+    env = {"PDSERVE_FAULT": "reuse", "PDSERVE_FAULT_REQUEST": "victim"}
     with cluster.Cluster(TEMPLATE_1, env=env) as c:
+        stub = pb_grpc.InferenceStub(channel(c.router_addr))
+        r = generate(stub, timeout=60, request_id="the-victim-0", token_ids=CASES[5]["input_ids"],
+                     sampling=sampling(40, ignore_eos=True))
+        check("fault-env-ignored-ok", r.code == OK and len(r.ids) == 40, (r.code, r.details))
+        check("fault-env-ignored-log", "injecting fault" not in c.log("decode0"))
+        check("fault-env-ignored-counter", stats(node(c, "decode0")).integrity_failures == 0)
+
+
+def test_fault(kind):
+    with FaultBuild(kind, "victim") as env, cluster.Cluster(TEMPLATE_1, env=env) as c:
         stub = pb_grpc.InferenceStub(channel(c.router_addr))
         neigh = [CASES[i] for i in (0, 2, 3, 6)]
 
@@ -265,10 +309,48 @@ def test_fault(kind):
               [(r.code, r.details) for r in again])
 
 
+def test_kv_done_fault(kind):
+    # a short lease: the victim of a dropped KV-done waits for it to end
+    tpl = model_template(TEMPLATE_1, "tiny-llama", tempfile.mkdtemp(prefix="pd-kvdone-"),
+                         lease_ms=4000)
+    with FaultBuild(kind) as env, cluster.Cluster(tpl, env=env) as c:
+        stub = pb_grpc.InferenceStub(channel(c.router_addr))
+        # the first KV-done the decode node receives is damaged: the victim's, sent alone
+        t = time.time()
+        v = generate(stub, timeout=60, request_id="the-victim-1", token_ids=CASES[5]["input_ids"],
+                     sampling=sampling(40, ignore_eos=True))
+        took = time.time() - t
+        log = c.log("decode0")
+        if kind == "kvdone-truncate":
+            check("%s-victim" % kind, v.code == grpc.StatusCode.DEADLINE_EXCEEDED and
+                  "decode0" in v.details and took < 30, "%s %r %.1f s" % (v.code, v.details, took))
+            check("%s-dropped" % kind, "malformed or truncated: dropped" in log, log[-2000:])
+        else:
+            check("%s-victim" % kind, v.code == grpc.StatusCode.INTERNAL and
+                  "protocol error" in v.details, "%s %r" % (v.code, v.details))
+            check("%s-dropped" % kind, "reserved" in log and "failed" in log, log[-2000:])
+        check("%s-log" % kind, "injecting fault '%s'" % kind in log)
+        check("%s-no-integrity-failure" % kind,
+              stats(node(c, "decode0")).integrity_failures == 0)
+        # the node keeps serving: later requests (their KV-done intact) succeed
+        res = run_parallel([lambda i=i: generate(stub, timeout=60, request_id="n-%d" % i,
+                                                 token_ids=CASES[i]["input_ids"],
+                                                 sampling=sampling(40, ignore_eos=True))
+                            for i in (0, 2, 3)])
+        check("%s-after" % kind, all(r.code == OK and len(r.ids) == 40 for r in res),
+              [(r.code, r.details) for r in res])
+        # the victim's pages come back once their writer's lease ends
+        used = wait_pages_free(c, timeout=30)
+        check("%s-pages-free" % kind, all(v == 0 for v in used.values()), used)
+
+
 def main():
-    for name, fn in (("cancel", test_cancel), ("fault-reuse", lambda: test_fault("reuse")),
+    for name, fn in (("cancel", test_cancel), ("fault-env-ignored", test_fault_env_ignored),
+                     ("fault-reuse", lambda: test_fault("reuse")),
                      ("fault-stale", lambda: test_fault("stale")),
                      ("fault-table", lambda: test_fault("table")),
+                     ("kvdone-truncate", lambda: test_kv_done_fault("kvdone-truncate")),
+                     ("kvdone-mismatch", lambda: test_kv_done_fault("kvdone-mismatch")),
                      ("prefill-kill", test_prefill_kill), ("decode-kill", test_decode_kill)):
         t = time.time()
         try:

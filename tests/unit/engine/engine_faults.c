@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "engine.h"
+#include "kv_pool_faults.h"
 #include "log.h"
 
 typedef struct {
@@ -50,9 +51,10 @@ static engine_t *open_engine(int64_t budget)
     return e;
 }
 
-static const int32_t prompts[3][12] = {{0, 654, 1134, 272, 783, 570, 339, 595, 1763, 821, 1989, 714},
-                                       {0, 17, 29, 300, 654, 1134, 272, 783, 570},
-                                       {0, 1989, 714, 15, 691, 328, 635, 17}};
+static const int32_t prompts[3][12] = {
+    {0, 654, 1134, 272, 783, 570, 339, 595, 1763, 821, 1989, 714},
+    {0, 17, 29, 300, 654, 1134, 272, 783, 570},
+    {0, 1989, 714, 15, 691, 328, 635, 17}};
 static const int lens[3] = {12, 9, 8};
 
 static void add_all(engine_t *e, col_t *cols, uint64_t *ids, int max_tokens)
@@ -87,13 +89,13 @@ static void run_fault(int kind)
     }
     assert_true(kv->n_pages >= 2 && kv->n_tokens > 20);
     if (kind == 0) {
-        assert_int_equal(kv_pool_debug_steal_page(engine_pool(e), kv->pages[0].page, &thief),
+        assert_int_equal(kv_pool_faults_steal_page(engine_pool(e), kv->pages[0].page, &thief),
                          PD_OK);
     } else if (kind == 1) {
         pd_backend_t *be = engine_backend(e);
         uint32_t old = kv->pages[1].tag - 1;
-        be->ops->kv_stamp(be, engine_arena(e), kv_pool_layout(engine_pool(e)),
-                          &kv->pages[1].page, &old, 1);
+        be->ops->kv_stamp(be, engine_arena(e), kv_pool_layout(engine_pool(e)), &kv->pages[1].page,
+                          &old, 1);
     } else {
         orig = kv->pages[0];
         kv->pages[0].page = engine_debug_seq_kv(e, ids[0])->pages[0].page;
@@ -197,9 +199,9 @@ static void test_bad_requests(void **s)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_reuse),      cmocka_unit_test(test_stale_write),
+        cmocka_unit_test(test_reuse),         cmocka_unit_test(test_stale_write),
         cmocka_unit_test(test_corrupt_entry), cmocka_unit_test(test_preemption),
-        cmocka_unit_test(test_abort),      cmocka_unit_test(test_bad_requests),
+        cmocka_unit_test(test_abort),         cmocka_unit_test(test_bad_requests),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,6 +13,7 @@
 
 #include "backend.h"
 #include "kv_pool.h"
+#include "kv_pool_faults.h"
 #include "kv_tracker.h"
 #include "log.h"
 
@@ -66,8 +67,8 @@ static int check(fx_t *f, kv_seq_t **seqs, int n, pd_status_t *st)
     kv_tag_io_t io = backend_tag_io(f->be);
     for (int i = 0; i < n; i++)
         ntok[i] = seqs[i]->n_tokens;
-    return kv_tracker_check(f->t, &io, f->arena, &f->l, (const kv_seq_t *const *)seqs, ntok,
-                            NULL, n, st);
+    return kv_tracker_check(f->t, &io, f->arena, &f->l, (const kv_seq_t *const *)seqs, ntok, NULL,
+                            n, st);
 }
 
 static void stale_write(fx_t *f, int32_t page, uint32_t stamp)
@@ -92,7 +93,7 @@ static void test_faults(void **state)
     assert_int_equal(check(&f, all, 3, st), 0);
 
     /* 1. b's page 1 is handed to someone else while b still holds it */
-    assert_int_equal(kv_pool_debug_steal_page(f.pool, b.pages[1].page, &thief), PD_OK);
+    assert_int_equal(kv_pool_faults_steal_page(f.pool, b.pages[1].page, &thief), PD_OK);
     assert_int_equal(check(&f, all, 3, st), 1);
     assert_int_equal(st[0], PD_OK);
     assert_int_equal(st[1], PD_ERR_KV_INTEGRITY);
@@ -140,7 +141,7 @@ static void test_noop_checks_nothing(void **state)
     fx_init(&f, KV_TRACKER_NOOP, 4);
     kv_seq_init(&a);
     assert_int_equal(grow(&f, &a, 8), PD_OK);
-    assert_int_equal(kv_pool_debug_steal_page(f.pool, a.pages[0].page, &thief), PD_OK);
+    assert_int_equal(kv_pool_faults_steal_page(f.pool, a.pages[0].page, &thief), PD_OK);
     assert_int_equal(check(&f, all, 1, st), 0); /* no tags, no check */
     assert_int_equal(st[0], PD_OK);
     /* ... but the pool still knows the page changed owner: a's release leaves it to the thief */
@@ -190,7 +191,7 @@ static void test_randomized(void **state)
             if (pi * f.l.page_tokens >= s->n_tokens)
                 continue; /* the check covers written tokens only */
             if (k == 0) {
-                assert_int_equal(kv_pool_debug_steal_page(f.pool, s->pages[pi].page, &stolen[i]),
+                assert_int_equal(kv_pool_faults_steal_page(f.pool, s->pages[pi].page, &stolen[i]),
                                  PD_OK);
                 has_stolen[i] = true;
             } else if (k == 1) {

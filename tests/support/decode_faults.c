@@ -1,0 +1,105 @@
+#include "decode_faults.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "kv_pool_faults.h"
+#include "log.h"
+#include "node.h"
+
+typedef enum {
+    FAULT_REUSE,
+    FAULT_STALE,
+    FAULT_TABLE,
+    FAULT_KVDONE_TRUNCATE,
+    FAULT_KVDONE_MISMATCH,
+} fault_kind_t;
+
+static const char *const fault_names[] = {
+    [FAULT_REUSE] = "reuse",
+    [FAULT_STALE] = "stale",
+    [FAULT_TABLE] = "table",
+    [FAULT_KVDONE_TRUNCATE] = "kvdone-truncate",
+    [FAULT_KVDONE_MISMATCH] = "kvdone-mismatch",
+};
+
+/* One fault per process: the environment does not change. */
+static struct {
+    fault_kind_t kind;
+    const char *victim;
+    atomic_int kv_done_seen;
+} fault;
+
+static void decode_faults__before_admit(void *arg, engine_t *e, const char *request_id,
+                                        kv_seq_t *kv)
+{
+    kv_pool_t *pool = engine_pool(e);
+    kv_page_ref_t thief;
+    (void)arg;
+    if (!strstr(request_id, fault.victim) || kv->n_pages == 0)
+        return;
+    pd_log_warn("request %s: injecting fault '%s'", request_id, fault_names[fault.kind]);
+    if (fault.kind == FAULT_REUSE) {
+        /* the page is handed to someone else while this sequence still holds it */
+        if (kv_pool_faults_steal_page(pool, kv->pages[0].page, &thief) == PD_OK)
+            (void)kv_pool_page_free(pool, thief);
+    } else if (fault.kind == FAULT_STALE) {
+        /* a late write of an earlier owner lands with its old stamp */
+        pd_backend_t *be = engine_backend(e);
+        uint32_t old = kv->pages[0].tag - 1;
+        be->ops->kv_stamp(be, engine_arena(e), kv_pool_layout(pool), &kv->pages[0].page, &old, 1);
+    } else {
+        /* a block-table entry points at another page (the page it hid goes back to the pool) */
+        kv_page_ref_t orig = kv->pages[0];
+        kv->pages[0].page = (kv->pages[0].page + 1) % kv_pool_n_pages(pool);
+        (void)kv_pool_page_free(pool, orig);
+    }
+}
+
+static void decode_faults__on_kv_done(void *arg, uint8_t *buf, size_t cap, size_t *len_p)
+{
+    node_kv_done_t m;
+    (void)arg;
+    if (atomic_fetch_add(&fault.kv_done_seen, 1) != 0 || *len_p == 0)
+        return; /* the first message only */
+    pd_log_warn("kv done of %zu bytes: injecting fault '%s'", *len_p, fault_names[fault.kind]);
+    if (fault.kind == FAULT_KVDONE_TRUNCATE) {
+        (*len_p)--;
+    } else if (node_kv_done_unpack(buf, *len_p, "fault", &m) == PD_OK) {
+        m.n_tokens++;
+        PD_ASSERT(node_kv_done_pack(&m, buf, cap, len_p) == PD_OK);
+    }
+}
+
+pd_status_t decode_faults_hooks_from_env(decode_node_hooks_t *hooks_p)
+{
+    const char *kind = getenv("PDSERVE_FAULT"), *who = getenv("PDSERVE_FAULT_REQUEST");
+    size_t k;
+
+    memset(hooks_p, 0, sizeof *hooks_p);
+    if (!kind || !*kind)
+        return PD_OK;
+    for (k = 0; k < sizeof fault_names / sizeof fault_names[0]; k++)
+        if (strcmp(kind, fault_names[k]) == 0)
+            break;
+    if (k == sizeof fault_names / sizeof fault_names[0]) {
+        pd_log_error("PDSERVE_FAULT=%s: unknown fault (reuse, stale, table, kvdone-truncate, "
+                     "kvdone-mismatch)",
+                     kind);
+        return PD_ERR_INVALID;
+    }
+    fault.kind = (fault_kind_t)k;
+    if (fault.kind == FAULT_KVDONE_TRUNCATE || fault.kind == FAULT_KVDONE_MISMATCH) {
+        hooks_p->on_kv_done = decode_faults__on_kv_done;
+        return PD_OK;
+    }
+    if (!who || !*who) {
+        pd_log_error("PDSERVE_FAULT=%s needs PDSERVE_FAULT_REQUEST (a request id substring)", kind);
+        return PD_ERR_INVALID;
+    }
+    fault.victim = who;
+    hooks_p->before_admit = decode_faults__before_admit;
+    return PD_OK;
+}
