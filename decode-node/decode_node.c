@@ -69,6 +69,9 @@ struct decode_node {
     kv_layout_t layout;
     int ucx_port;
     int failed;
+    int ready;    /* layout, watermark and transport key set: compute jobs may be submitted */
+    int draining; /* SIGTERM: no new reservations; running requests finish */
+    int n_streams; /* live Decode streams (loop thread) */
     node_stats_t stats;
     uint64_t next_req_id;
     /* compute thread only */
@@ -114,7 +117,9 @@ static void decode__call_cancelled(void *arg);
 
 static void decode__call_released(void *arg)
 {
-    free(arg);
+    dreq_t *r = arg;
+    r->dn->n_streams--;
+    free(r);
 }
 
 static const pd_grpc_stream_buf_ops_t decode_stream_ops = {
@@ -539,9 +544,14 @@ static void decode__rpc_reserve(pd_grpc_call_t *call, const ProtobufCMessage *ms
 {
     decode_node_t *dn = user;
     const Pdserve__V1__ReserveRequest *req = (const Pdserve__V1__ReserveRequest *)msg;
-    reserve_job_t *j = calloc(1, sizeof *j);
+    reserve_job_t *j;
     pd_status_t st;
-    if (!j) {
+    if (!dn->ready || dn->draining) {
+        pd_grpc_call_finish_status(call, PD_ERR_UNAVAILABLE,
+                                   dn->draining ? "decode node draining" : "decode node not ready");
+        return;
+    }
+    if (!(j = calloc(1, sizeof *j))) {
         pd_grpc_call_finish_status(call, PD_ERR_NOMEM, NULL);
         return;
     }
@@ -578,11 +588,18 @@ static void decode__rpc_decode(pd_grpc_call_t *call, const ProtobufCMessage *msg
 {
     decode_node_t *dn = user;
     const Pdserve__V1__DecodeRequest *req = (const Pdserve__V1__DecodeRequest *)msg;
-    dreq_t *r = calloc(1, sizeof *r);
-    ddec_t *d = calloc(1, sizeof *d);
-    start_job_t *j = malloc(sizeof *j);
+    dreq_t *r;
+    ddec_t *d;
+    start_job_t *j;
     pd_status_t st;
 
+    if (!dn->ready) { /* a Decode for an earlier reservation is accepted while draining */
+        pd_grpc_call_finish_status(call, PD_ERR_UNAVAILABLE, "decode node not ready");
+        return;
+    }
+    r = calloc(1, sizeof *r);
+    d = calloc(1, sizeof *d);
+    j = malloc(sizeof *j);
     if (!r || !d || !j || !(d->tokens = malloc((req->n_token_ids + 1) * sizeof *d->tokens)) ||
         pd_grpc_stream_buf_create(call, &decode_stream_ops, r, &r->out) != PD_OK) {
         free(r);
@@ -595,6 +612,7 @@ static void decode__rpc_decode(pd_grpc_call_t *call, const ProtobufCMessage *msg
     }
     r->dn = dn;
     r->id = ++dn->next_req_id;
+    dn->n_streams++; /* until decode__call_released */
     d->req = r;
     d->req_id = r->id;
     d->res_id = req->seq_id;
@@ -626,9 +644,13 @@ static void decode__rpc_release(pd_grpc_call_t *call, const ProtobufCMessage *ms
 {
     decode_node_t *dn = user;
     const Pdserve__V1__ReleaseRequest *req = (const Pdserve__V1__ReleaseRequest *)msg;
-    release_job_t *j = calloc(1, sizeof *j);
+    release_job_t *j;
     pd_status_t st;
-    if (!j) {
+    if (!dn->ready) {
+        pd_grpc_call_finish_status(call, PD_ERR_UNAVAILABLE, "decode node not ready");
+        return;
+    }
+    if (!(j = calloc(1, sizeof *j))) {
         pd_grpc_call_finish_status(call, PD_ERR_NOMEM, NULL);
         return;
     }
@@ -717,7 +739,9 @@ static void decode__ready(void *arg, pd_status_t st)
     pthread_mutex_lock(&dn->stats.mu);
     dn->stats.pages_total = (uint32_t)kv_pool_n_pages(engine_pool(e));
     pthread_mutex_unlock(&dn->stats.mu);
-    node_set_serving(dn->health, &pdserve__v1__decode__descriptor, 1);
+    dn->ready = 1; /* from here on, compute jobs see the layout, watermark and key */
+    if (!dn->draining)
+        node_set_serving(dn->health, &pdserve__v1__decode__descriptor, 1);
     pd_log_info("%s: serving (%s weights, %s kv, %d pages of %zu bytes, ucx port %d)",
                 dn->node->name, pd_wfmt_name(dn->node->weights),
                 pd_kvfmt_name(dn->node->kv), kv_pool_n_pages(engine_pool(e)),
@@ -773,6 +797,26 @@ err:
 int decode_node_failed(const decode_node_t *dn)
 {
     return dn->failed;
+}
+
+void decode_node_drain(decode_node_t *dn)
+{
+    if (dn->draining)
+        return;
+    dn->draining = 1;
+    node_set_serving(dn->health, &pdserve__v1__decode__descriptor, 0);
+    pd_log_info("%s: draining: no new reservations; %d streams running", dn->node->name,
+                dn->n_streams);
+}
+
+int decode_node_busy(decode_node_t *dn)
+{
+    uint32_t waiting, active;
+    pthread_mutex_lock(&dn->stats.mu); /* published by the compute thread every tick */
+    waiting = dn->stats.queued;
+    active = dn->stats.active;
+    pthread_mutex_unlock(&dn->stats.mu);
+    return dn->n_streams + (int)waiting + (int)active;
 }
 
 void decode_node_destroy(decode_node_t *dn)

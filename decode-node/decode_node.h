@@ -48,6 +48,14 @@ pd_status_t decode_node_create(uv_loop_t *loop, const cluster_config_t *cfg,
 /* Stops serving (GOAWAY, calls end), stops the compute thread and frees everything. */
 void decode_node_destroy(decode_node_t *dn);
 
+/* SIGTERM: health NOT_SERVING, Reserve answers UNAVAILABLE ("draining"); Decode streams of
+ * earlier reservations are still accepted and run to their end. Loop thread. */
+void decode_node_drain(decode_node_t *dn);
+
+/* Work still in flight: live Decode streams plus reservations and sequences the compute thread
+ * reported at its last tick (<= 100 ms old). 0: the node may stop. Loop thread. */
+int decode_node_busy(decode_node_t *dn);
+
 /* Whether loading the model failed (the process should exit nonzero). */
 int decode_node_failed(const decode_node_t *dn);
 

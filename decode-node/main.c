@@ -19,9 +19,19 @@ static int decode__failed(const void *n)
     return n && decode_node_failed(n);
 }
 
+static void decode__drain(void *n)
+{
+    decode_node_drain(n);
+}
+
+static int decode__busy(void *n)
+{
+    return decode_node_busy(n);
+}
+
 int main(int argc, char **argv)
 {
     static const node_main_ops_t ops = {CLUSTER_ROLE_DECODE, decode__create, decode__destroy,
-                                        decode__failed};
+                                        decode__failed, decode__drain, decode__busy};
     return node_main(argc, argv, &ops);
 }

@@ -19,9 +19,19 @@ static int prefill__failed(const void *n)
     return n && prefill_node_failed(n);
 }
 
+static void prefill__drain(void *n)
+{
+    prefill_node_drain(n);
+}
+
+static int prefill__busy(void *n)
+{
+    return prefill_node_busy(n);
+}
+
 int main(int argc, char **argv)
 {
     static const node_main_ops_t ops = {CLUSTER_ROLE_PREFILL, prefill__create, prefill__destroy,
-                                        prefill__failed};
+                                        prefill__failed, prefill__drain, prefill__busy};
     return node_main(argc, argv, &ops);
 }

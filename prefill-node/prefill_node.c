@@ -59,6 +59,7 @@ struct prefill_node {
     peer_t *peers;
     node_stats_t stats;
     int failed, ready;
+    int draining; /* SIGTERM: no new Prefill calls; running ones finish */
     int queued; /* calls waiting or running (loop thread) */
 };
 
@@ -312,8 +313,9 @@ static void prefill__rpc_prefill(pd_grpc_call_t *call, const ProtobufCMessage *m
     pd_status_t st = PD_OK;
     char why[200];
 
-    if (!e) {
-        pd_grpc_call_finish_status(call, PD_ERR_UNAVAILABLE, "prefill node not ready");
+    if (!e || pn->draining) {
+        pd_grpc_call_finish_status(call, PD_ERR_UNAVAILABLE,
+                                   pn->draining ? "prefill node draining" : "prefill node not ready");
         return;
     }
     const kv_layout_t *src = kv_pool_layout(engine_pool(e));
@@ -425,7 +427,8 @@ static void prefill__ready(void *arg, pd_status_t st)
         return;
     }
     pn->ready = 1;
-    node_set_serving(pn->health, &pdserve__v1__prefill__descriptor, 1);
+    if (!pn->draining)
+        node_set_serving(pn->health, &pdserve__v1__prefill__descriptor, 1);
     pd_log_info("%s: serving (%s weights, %s kv)", pn->node->name,
                 pd_wfmt_name(pn->node->weights),
                 pd_kvfmt_name(pn->node->kv));
@@ -467,6 +470,20 @@ err:
 int prefill_node_failed(const prefill_node_t *pn)
 {
     return pn->failed;
+}
+
+void prefill_node_drain(prefill_node_t *pn)
+{
+    if (pn->draining)
+        return;
+    pn->draining = 1;
+    node_set_serving(pn->health, &pdserve__v1__prefill__descriptor, 0);
+    pd_log_info("%s: draining: no new prefills; %d running", pn->node->name, pn->queued);
+}
+
+int prefill_node_busy(const prefill_node_t *pn)
+{
+    return pn->queued;
 }
 
 void prefill_node_destroy(prefill_node_t *pn)

@@ -27,4 +27,11 @@ pd_status_t prefill_node_create(uv_loop_t *loop, const cluster_config_t *cfg,
 void prefill_node_destroy(prefill_node_t *pn);
 int prefill_node_failed(const prefill_node_t *pn);
 
+/* SIGTERM: health NOT_SERVING, new Prefill calls answer UNAVAILABLE ("draining", the router
+ * tries another prefill node); calls already running finish. Loop thread. */
+void prefill_node_drain(prefill_node_t *pn);
+
+/* Prefill calls still running or queued (0: the node may stop). Loop thread. */
+int prefill_node_busy(const prefill_node_t *pn);
+
 #endif

@@ -79,6 +79,7 @@ struct router {
     router_counters_t cnt;
     uv_timer_t poll;
     int poll_open, stopping;
+    int draining; /* SIGTERM: no new requests, running ones finish */
     router_req_t *reqs;
     int n_reqs;
     uint64_t next_id;
@@ -103,7 +104,7 @@ static void router__update_serving(router_t *r)
         else
             d++;
     }
-    int serving = p > 0 && d > 0;
+    int serving = p > 0 && d > 0 && !r->draining;
     if (serving == r->serving)
         return;
     r->serving = serving;
@@ -641,8 +642,8 @@ pd_status_t router_request_start(router_t *r, const router_request_t *in, const 
     pd_status_t st;
     router_req_t *q;
 
-    if (r->stopping) {
-        snprintf(err, err_len, "router shutting down");
+    if (r->stopping || r->draining) {
+        snprintf(err, err_len, "router %s", r->stopping ? "shutting down" : "draining");
         return PD_ERR_UNAVAILABLE;
     }
     if (in->max_tokens < 1) {
@@ -789,6 +790,20 @@ void router_request_usage(const router_req_t *q, int *prompt_tokens_p, int *comp
 int router_serving(const router_t *r)
 {
     return r->serving;
+}
+
+void router_drain(router_t *r)
+{
+    if (r->draining)
+        return;
+    r->draining = 1;
+    pd_log_info("router: draining: no new requests; %d running", r->n_reqs);
+    router__update_serving(r); /* NOT_SERVING: load balancers stop sending */
+}
+
+int router_busy(const router_t *r)
+{
+    return r->n_reqs;
 }
 
 void router_set_serving_cb(router_t *r, void (*fn)(void *arg, int serving), void *arg)

@@ -114,6 +114,13 @@ void router_request_usage(const router_req_t *q, int *prompt_tokens_p, int *comp
 /* Nonzero while at least one prefill and one decode node are serving. */
 int router_serving(const router_t *r);
 
+/* SIGTERM: serving turns 0 (health NOT_SERVING, /ready 503) and new requests are refused with
+ * UNAVAILABLE ("router draining"); requests already running go on to their end. */
+void router_drain(router_t *r);
+
+/* Requests in flight (0 once a drain is complete). */
+int router_busy(const router_t *r);
+
 /* Sets fn(arg, serving), run each time router_serving changes (one watcher; NULL clears). */
 void router_set_serving_cb(router_t *r, void (*fn)(void *arg, int serving), void *arg);
 

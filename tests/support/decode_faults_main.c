@@ -26,9 +26,19 @@ static int faults__failed(const void *n)
     return n && decode_node_failed(n);
 }
 
+static void faults__drain(void *n)
+{
+    decode_node_drain(n);
+}
+
+static int faults__busy(void *n)
+{
+    return decode_node_busy(n);
+}
+
 int main(int argc, char **argv)
 {
     static const node_main_ops_t ops = {CLUSTER_ROLE_DECODE, faults__create, faults__destroy,
-                                        faults__failed};
+                                        faults__failed,      faults__drain,  faults__busy};
     return node_main(argc, argv, &ops);
 }
