@@ -37,6 +37,7 @@ typedef struct ddec {
     int32_t *tokens;
     int n_tokens;
     engine_gen_params_t gp;
+    uint8_t token[NODE_TOKEN_BYTES]; /* DecodeRequest.token: must be the reservation's */
     struct ddec *next;
 } ddec_t;
 
@@ -49,6 +50,7 @@ typedef struct dres {
     int32_t first_token; /* from KV-done: the Decode request's last token must equal it */
     pd_status_t error;   /* KV-done disagreed with the reservation: pages released, Decode fails */
     int64_t deadline_ms; /* lease: writer and then decoder must show up before this */
+    uint8_t token[NODE_TOKEN_BYTES]; /* unguessable: KV-done and the Decode must present it */
     ddec_t *pending;     /* Decode arrived before KV-done */
     struct dres *next;
 } dres_t;
@@ -267,6 +269,7 @@ typedef struct {
     uint64_t res_id;
     int n_pages;
     kv_page_ref_t *pages;
+    uint8_t token[NODE_TOKEN_BYTES];
 } reserve_job_t;
 
 static void decode__reserve_reply(void *arg);
@@ -288,6 +291,10 @@ static void decode__reserve(compute_t *c, engine_t *e, void *arg)
                !(j->pages = malloc((size_t)need * sizeof *j->pages))) {
         free(r);
         j->st = PD_ERR_NOMEM;
+    } else if ((j->st = node_token_new(r->token)) != PD_OK) {
+        free(r);
+        free(j->pages);
+        j->pages = NULL;
     } else {
         int64_t deadline = pd_clock_ms() + j->lease_ms;
         kv_seq_init(&r->kv);
@@ -298,6 +305,7 @@ static void decode__reserve(compute_t *c, engine_t *e, void *arg)
             j->pages[i] = ref;
         }
         r->id = ++dn->next_res_id;
+        memcpy(j->token, r->token, NODE_TOKEN_BYTES);
         r->n_tokens = (int)j->n_tokens;
         r->deadline_ms = deadline;
         r->next = dn->res;
@@ -313,6 +321,50 @@ typedef struct {
     node_kv_done_t msg;
 } kvdone_job_t;
 
+/* Constant-time comparison of reservation tokens. */
+static int decode__token_eq(const uint8_t *a, const uint8_t *b)
+{
+    uint8_t diff = 0;
+    for (int i = 0; i < NODE_TOKEN_BYTES; i++)
+        diff |= (uint8_t)(a[i] ^ b[i]);
+    return diff == 0;
+}
+
+/* Recomputes the writer's checksum over what landed in r's pages (host landing zone, the CPU
+ * pool, or pages downloaded from a GPU pool UCX wrote directly). Logs a mismatch. */
+static int decode__checksum_ok(decode_node_t *dn, engine_t *e, const dres_t *r, uint64_t want)
+{
+    const size_t pb = dn->layout.page_bytes;
+    pd_backend_t *be = engine_backend(e);
+    uint64_t got = 0;
+    if (dn->landing || strcmp(be->ops->name, "cpu") == 0) {
+        const uint8_t *base = dn->landing ? dn->landing : (const uint8_t *)engine_arena(e);
+        for (int32_t i = 0; i < r->kv.n_pages; i++)
+            got = node_pages_checksum(got, base, &r->kv.pages[i].page, 1, pb);
+    } else {
+        uint8_t *tmp = malloc(pb);
+        if (!tmp) {
+            pd_log_error("seq %llu: no memory to check the kv checksum", (unsigned long long)r->id);
+            return 0;
+        }
+        for (int32_t i = 0; i < r->kv.n_pages; i++) {
+            const uint8_t *src = (const uint8_t *)engine_arena(e) + (size_t)r->kv.pages[i].page * pb;
+            if (be->ops->download(be, tmp, src, pb) != PD_OK) {
+                free(tmp);
+                return 0;
+            }
+            got = node_pages_checksum(got, tmp, NULL, 1, pb);
+        }
+        free(tmp);
+    }
+    if (got != want)
+        pd_log_error("seq %llu: kv checksum %016llx != %016llx sent: the pages changed in "
+                     "flight; failed",
+                     (unsigned long long)r->id, (unsigned long long)got,
+                     (unsigned long long)want);
+    return got == want;
+}
+
 static void decode__kv_done(compute_t *c, engine_t *e, void *arg)
 {
     kvdone_job_t *j = arg;
@@ -321,6 +373,13 @@ static void decode__kv_done(compute_t *c, engine_t *e, void *arg)
     if (!r) {
         pd_log_warn("kv done for unknown reservation %llu (released or expired)",
                     (unsigned long long)j->msg.seq_id);
+        free(j);
+        return;
+    }
+    if (!decode__token_eq(r->token, j->msg.token)) {
+        /* not the writer this reservation was handed to: touch nothing */
+        pd_log_error("seq %llu: kv done with a wrong reservation token: dropped",
+                     (unsigned long long)r->id);
         free(j);
         return;
     }
@@ -337,6 +396,20 @@ static void decode__kv_done(compute_t *c, engine_t *e, void *arg)
                      r->kv.n_pages);
         kv_seq_release(engine_pool(e), &r->kv);
         r->error = PD_ERR_PROTOCOL;
+        if (r->pending) {
+            decode__post_event(c, r->pending->req, -1, ENGINE_FINISH_ABORT, r->error);
+            decode__drop_dec(dn, r->pending);
+            decode__drop_res(dn, e, link);
+        }
+        free(j);
+        return;
+    }
+    if (!decode__checksum_ok(dn, e, r, j->msg.checksum)) {
+        /* the bytes in the pages are not the bytes the writer sent (a late or torn write by a
+         * former owner's writer, a transport fault): DATA_LOSS, counted */
+        engine_tracker(e)->failures++;
+        kv_seq_release(engine_pool(e), &r->kv);
+        r->error = PD_ERR_KV_INTEGRITY;
         if (r->pending) {
             decode__post_event(c, r->pending->req, -1, ENGINE_FINISH_ABORT, r->error);
             decode__drop_dec(dn, r->pending);
@@ -376,6 +449,15 @@ static void decode__start(compute_t *c, engine_t *e, void *arg)
     ddec_t *d = j->d;
     dres_t **link, *r = decode__find_res(dn, d->res_id, &link);
     free(j);
+    if (r && !decode__token_eq(r->token, d->token)) {
+        /* not the router this reservation was made for: refuse the call, keep the reservation */
+        pd_log_error("request %s: decode for reservation %llu with a wrong token: refused",
+                     d->request_id, (unsigned long long)d->res_id);
+        decode__post_event(c, d->req, -1, ENGINE_FINISH_ABORT, PD_ERR_INVALID);
+        free(d->tokens);
+        free(d);
+        return;
+    }
     if (!r || r->pending || r->error) {
         decode__post_event(c, d->req, -1, ENGINE_FINISH_ABORT,
                            r && r->error ? r->error : PD_ERR_NOT_FOUND);
@@ -531,6 +613,9 @@ static void decode__reserve_reply(void *arg)
         dest.pages = prefs;
         dest.n_pages = (size_t)j->n_pages;
         dest.seq_id = j->res_id;
+        dest.token.data = j->token;
+        dest.token.len = NODE_TOKEN_BYTES;
+        dest.lease_ms = j->lease_ms;
         rep.dest = &dest;
         pd_grpc_call_finish_status(j->call, pd_grpc_call_send(j->call, &rep.base), NULL);
         free(refs);
@@ -617,6 +702,8 @@ static void decode__rpc_decode(pd_grpc_call_t *call, const ProtobufCMessage *msg
     d->req_id = r->id;
     d->res_id = req->seq_id;
     snprintf(d->request_id, sizeof d->request_id, "%s", req->request_id ? req->request_id : "");
+    if (req->token.len == NODE_TOKEN_BYTES)
+        memcpy(d->token, req->token.data, NODE_TOKEN_BYTES); /* else all zero: refused */
     memcpy(d->tokens, req->token_ids, req->n_token_ids * sizeof *d->tokens);
     d->n_tokens = (int)req->n_token_ids;
     if (req->sampling) {

@@ -46,6 +46,8 @@ typedef struct pjob {
     int64_t write_deadline_ms; /* no put is posted after this: the reservation's lease ends */
     uint8_t **staging;
     int n_staging;
+    uint8_t token[NODE_TOKEN_BYTES]; /* the reservation's token (KvDestination.token) */
+    uint64_t checksum;               /* XXH3-64 chain over the pages put so far, in order */
 } pjob_t;
 
 struct prefill_node {
@@ -117,7 +119,8 @@ static void prefill__am_done(void *arg, pd_status_t st)
 static void prefill__flush_done(void *arg, pd_status_t st)
 {
     pjob_t *j = arg;
-    node_kv_done_t msg = {j->seq_id, j->first, (uint32_t)j->n_tokens, (uint32_t)j->n_dst_pages};
+    node_kv_done_t msg = {j->seq_id,         j->first, (uint32_t)j->n_tokens, (uint32_t)j->n_dst_pages,
+                          j->checksum, {0}};
     uint8_t buf[NODE_KV_DONE_MAX];
     size_t len;
     if (st == PD_OK)
@@ -126,6 +129,7 @@ static void prefill__flush_done(void *arg, pd_status_t st)
         prefill__fail(j, PD_ERR_UNAVAILABLE, "kv transfer to the decode node failed");
         return;
     }
+    memcpy(msg.token, j->token, NODE_TOKEN_BYTES);
     if (node_kv_done_pack(&msg, buf, sizeof buf, &len) != PD_OK) {
         prefill__fail(j, PD_ERR_INTERNAL, "kv done message could not be packed");
         return;
@@ -162,6 +166,9 @@ static void prefill__put(void *arg)
     }
     j->staging = s;
     j->staging[j->n_staging++] = m->staging;
+    /* pages arrive in order (FIFO from the compute thread): the checksum the decode node will
+     * recompute over what landed in its pool */
+    j->checksum = node_pages_checksum(j->checksum, m->staging, NULL, m->n, pb);
     if (j->error == PD_OK && pd_clock_ms() > j->write_deadline_ms)
         j->error = PD_ERR_RESOURCE; /* the decode node may hand these pages to others now */
     for (int i = 0; i < m->n && j->error == PD_OK; i++) {
@@ -323,6 +330,12 @@ static void prefill__rpc_prefill(pd_grpc_call_t *call, const ProtobufCMessage *m
         pd_grpc_call_finish_status(call, PD_ERR_INVALID, "prefill: tokens and a destination needed");
         return;
     }
+    if (d->token.len != NODE_TOKEN_BYTES || d->lease_ms < 0 || d->lease_ms > 86400000) {
+        pd_grpc_call_finish_status(call, PD_ERR_INVALID,
+                                   "prefill: destination needs its 16-byte reservation token and "
+                                   "a lease of 0..86400000 ms");
+        return;
+    }
     pd_kvfmt_t dfmt;
     if (pd_kvfmt_parse(d->layout->kv_format, &dfmt) != 0 ||
         (int)d->layout->n_layers != src->n_layers ||
@@ -352,11 +365,13 @@ static void prefill__rpc_prefill(pd_grpc_call_t *call, const ProtobufCMessage *m
     j->pn = pn;
     j->call = call;
     j->refs = 1;
-    /* the decode node reserved the pages just before this call with the cluster's lease_ms and
-     * reuses them once it ends: post puts only in its first three quarters, the last covers the
-     * reserve -> prefill hop and the puts in flight */
-    j->write_deadline_ms = pd_clock_ms() + pn->cfg->transport.lease_ms -
-                           pn->cfg->transport.lease_ms / 4;
+    memcpy(j->token, d->token.data, NODE_TOKEN_BYTES);
+    /* the decode node reserved the pages just before this call for the request's lease
+     * (KvDestination.lease_ms; the cluster's transport.lease_ms when absent) and reuses them
+     * once it ends: post puts only in its first three quarters, the last covers the reserve ->
+     * prefill hop and the puts in flight */
+    int64_t lease = d->lease_ms > 0 ? d->lease_ms : pn->cfg->transport.lease_ms;
+    j->write_deadline_ms = pd_clock_ms() + lease - lease / 4;
     memcpy(j->tokens, req->token_ids, req->n_token_ids * sizeof *j->tokens);
     j->n_tokens = (int)req->n_token_ids;
     j->gp.max_tokens = 1;

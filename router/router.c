@@ -611,6 +611,13 @@ static void rreq_decode(router_req_t *q)
     Pdserve__V1__DecodeRequest req = PDSERVE__V1__DECODE_REQUEST__INIT;
     Pdserve__V1__SamplingParams sp = PDSERVE__V1__SAMPLING_PARAMS__INIT;
     rreq_fill_sampling(q, &sp);
+    uint8_t token[32]; /* the reservation's token: the decode node checks it (copied: resv is
+                          freed below, before the request is packed) */
+    size_t token_len = q->resv->dest->token.len <= sizeof token ? q->resv->dest->token.len : 0;
+    if (token_len)
+        memcpy(token, q->resv->dest->token.data, token_len);
+    req.token.data = token;
+    req.token.len = token_len;
     req.seq_id = q->resv->dest->seq_id;
     req.request_id = q->request_id;
     req.token_ids = q->tokens;

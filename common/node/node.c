@@ -1,7 +1,12 @@
 #include "node.h"
 
+#include <errno.h>
 #include <string.h>
+#include <sys/random.h>
+
 #include <time.h>
+
+#include <xxhash.h>
 
 #include "health.pb-c.h"
 #include "kv_tracker.h"
@@ -117,6 +122,33 @@ static const char *node__kv_done_bad(const node_kv_done_t *m)
     return NULL;
 }
 
+pd_status_t node_token_new(uint8_t token_out[NODE_TOKEN_BYTES])
+{
+    size_t got = 0;
+    while (got < NODE_TOKEN_BYTES) {
+        ssize_t n = getrandom(token_out + got, NODE_TOKEN_BYTES - got, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            pd_log_error("getrandom: %s", strerror(errno));
+            return PD_ERR_IO;
+        }
+        got += (size_t)n;
+    }
+    return PD_OK;
+}
+
+uint64_t node_pages_checksum(uint64_t seed, const uint8_t *base, const int32_t *pages, int n_pages,
+                             size_t page_bytes)
+{
+    uint64_t h = seed;
+    for (int i = 0; i < n_pages; i++) {
+        const uint8_t *p = base + (size_t)(pages ? pages[i] : i) * page_bytes;
+        h = XXH3_64bits_withSeed(p, page_bytes, h);
+    }
+    return h;
+}
+
 pd_status_t node_kv_done_pack(const node_kv_done_t *m, uint8_t *buf, size_t cap, size_t *len_p)
 {
     Pdserve__V1__KvDone pb = PDSERVE__V1__KV_DONE__INIT;
@@ -131,6 +163,9 @@ pd_status_t node_kv_done_pack(const node_kv_done_t *m, uint8_t *buf, size_t cap,
     pb.first_token = m->first_token;
     pb.n_tokens = m->n_tokens;
     pb.n_pages = m->n_pages;
+    pb.checksum = m->checksum;
+    pb.token.data = (uint8_t *)m->token;
+    pb.token.len = NODE_TOKEN_BYTES;
     len = pdserve__v1__kv_done__get_packed_size(&pb);
     if (len > cap || len > NODE_KV_DONE_MAX) {
         pd_log_error("kv done for seq %llu: %zu bytes do not fit %zu",
@@ -160,8 +195,14 @@ pd_status_t node_kv_done_unpack(const void *buf, size_t len, const char *who, no
     m.first_token = pb->first_token;
     m.n_tokens = pb->n_tokens;
     m.n_pages = pb->n_pages;
+    m.checksum = pb->checksum;
+    bad = NULL;
+    if (pb->token.len != NODE_TOKEN_BYTES)
+        bad = "token missing or not 16 bytes";
+    else
+        memcpy(m.token, pb->token.data, NODE_TOKEN_BYTES);
     pdserve__v1__kv_done__free_unpacked(pb, NULL);
-    if ((bad = node__kv_done_bad(&m))) {
+    if (bad || (bad = node__kv_done_bad(&m))) {
         pd_log_error("%s: kv done for seq %llu: %s: dropped", who, (unsigned long long)m.seq_id,
                      bad);
         return PD_ERR_FORMAT;

@@ -39,12 +39,25 @@ void node_stats_fill(node_stats_t *s, const cluster_node_t *node, Pdserve__V1__N
 #define NODE_AM_KV_DONE 1
 /* Largest KvDone a receiver accepts (a transport header holds up to KV_TRANSPORT_AM_HEADER_MAX). */
 #define NODE_KV_DONE_MAX 256
+/* Bytes of a reservation token (KvDestination.token: unguessable, from getrandom). */
+#define NODE_TOKEN_BYTES 16
 typedef struct {
     uint64_t seq_id;     /* the decode node's reservation id, >= 1 */
     int32_t first_token; /* the token sampled after the prompt, >= 0 */
     uint32_t n_tokens;   /* tokens whose KV was written, 1..INT32_MAX */
     uint32_t n_pages;    /* pages written, 1..n_tokens */
+    uint64_t checksum;   /* XXH3-64 over the pages' bytes as sent (node_pages_checksum) */
+    uint8_t token[NODE_TOKEN_BYTES]; /* the reservation's token */
 } node_kv_done_t;
+
+/* A fresh reservation token (getrandom). PD_ERR_IO when the kernel gives no randomness. */
+pd_status_t node_token_new(uint8_t token_out[NODE_TOKEN_BYTES]);
+
+/* The KV-done checksum: XXH3-64 over n_pages pages of page_bytes each, page i at
+ * base + pages[i] * page_bytes (the decode node's pool) or, with pages NULL, packed at base (the
+ * prefill node's staging). Chained by seed: checksum of pages [0, k) is the seed of [k, n). */
+uint64_t node_pages_checksum(uint64_t seed, const uint8_t *base, const int32_t *pages, int n_pages,
+                             size_t page_bytes);
 
 /* Packs m as a pdserve.v1.KvDone into buf (cap bytes); *len_p: its length. PD_ERR_INVALID (logged)
  * when a field is out of the ranges above (the receiver would drop it) or cap is too small;

@@ -4,7 +4,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "fuzz_verdict.h"
 #include "node.h"
 
 #define FUZZ_CHECK(cond)                                                                           \
@@ -23,8 +25,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint8_t buf[NODE_KV_DONE_MAX];
     size_t len;
 
-    if (node_kv_done_unpack(data, size, "fuzz", &m) != PD_OK)
+    if (node_kv_done_unpack(data, size, "fuzz", &m) != PD_OK) {
+        fuzz_verdict = "reject";
         return 0;
+    }
+    fuzz_verdict = "accept";
     FUZZ_CHECK(m.seq_id >= 1);
     FUZZ_CHECK(m.first_token >= 0);
     FUZZ_CHECK(m.n_tokens >= 1 && m.n_tokens <= INT32_MAX);
@@ -32,6 +37,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK(node_kv_done_pack(&m, buf, sizeof buf, &len) == PD_OK);
     FUZZ_CHECK(node_kv_done_unpack(buf, len, "fuzz", &again) == PD_OK);
     FUZZ_CHECK(again.seq_id == m.seq_id && again.first_token == m.first_token &&
-               again.n_tokens == m.n_tokens && again.n_pages == m.n_pages);
+               again.n_tokens == m.n_tokens && again.n_pages == m.n_pages &&
+               again.checksum == m.checksum && !memcmp(again.token, m.token, NODE_TOKEN_BYTES));
     return 0;
 }

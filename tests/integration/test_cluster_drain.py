@@ -50,6 +50,15 @@ def wait_gone(pid, timeout):
     return False
 
 
+def wait_log(c, name, text, timeout=30):
+    end = time.time() + timeout
+    while time.time() < end:
+        if text in c.log(name):
+            return True
+        time.sleep(0.02)
+    return False
+
+
 def wait_tokens(box, n, timeout=120):
     end = time.time() + timeout
     while time.time() < end and box["seen"] < n:
@@ -81,13 +90,15 @@ def test_drain():
         th = threading.Thread(target=long_request, args=(stub, box, 300))
         th.start()
         check("drain-request-running", wait_tokens(box, 5), box)
-        for name in ("router", "prefill0", "decode0"):
-            os.kill(pids[name], signal.SIGTERM)
+        os.kill(pids["router"], signal.SIGTERM)
+        check("drain-router-draining", wait_log(c, "router", "draining"))
         # new work is refused while the running request goes on
         r2 = generate(stub, timeout=30, token_ids=[0, 654, 1134],
                       sampling=sampling(4, ignore_eos=True))
         check("drain-new-request-refused", r2.code == UNAV and "draining" in r2.details,
               (r2.code, r2.details))
+        for name in ("prefill0", "decode0"):
+            os.kill(pids[name], signal.SIGTERM)
         th.join(300)
         r = box.get("r")
         check("drain-running-request-finished", r is not None and r.code == OK and
@@ -112,7 +123,9 @@ def test_second_signal():
         check("stop-request-running", wait_tokens(box, 5), box)
         dpid = pids["decode0"]
         os.kill(dpid, signal.SIGTERM)
-        time.sleep(0)  # the second signal right away: stop now, streams live
+        # the second signal once the first was handled (two pending SIGTERMs may merge into one):
+        # stop now, with the stream live
+        check("stop-decode-draining", wait_log(c, "decode0", "draining"))
         os.kill(dpid, signal.SIGTERM)
         check("stop-decode-exited", wait_gone(dpid, 30))
         th.join(120)

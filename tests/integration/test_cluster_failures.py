@@ -16,7 +16,10 @@ is pdctl.
 (e) PDSERVE_FAULT=kvdone-truncate|kvdone-mismatch: the first KV-done the decode node receives is
     cut short (it no longer decodes) or claims a token more than was reserved: the node drops it
     and fails only that request (DEADLINE_EXCEEDED once the writer's lease ends, or INTERNAL
-    "protocol error" at once), later requests succeed and no page leaks."""
+    "protocol error" at once), later requests succeed and no page leaks. kvdone-token: the KV-done
+    carries another reservation token (not the writer the pages were handed to): dropped, the
+    victim ends with DEADLINE_EXCEEDED. kvdone-checksum: the checksum does not match the bytes in
+    the pages: DATA_LOSS at once, counted in integrity_failures."""
 import os
 import shutil
 import signal
@@ -321,17 +324,25 @@ def test_kv_done_fault(kind):
                      sampling=sampling(40, ignore_eos=True))
         took = time.time() - t
         log = c.log("decode0")
-        if kind == "kvdone-truncate":
+        if kind in ("kvdone-truncate", "kvdone-token"):
+            # dropped: the decode node waits for a KV-done that never comes, until the lease ends
             check("%s-victim" % kind, v.code == grpc.StatusCode.DEADLINE_EXCEEDED and
                   "decode0" in v.details and took < 30, "%s %r %.1f s" % (v.code, v.details, took))
-            check("%s-dropped" % kind, "malformed or truncated: dropped" in log, log[-2000:])
+            want = ("malformed or truncated: dropped" if kind == "kvdone-truncate" else
+                    "wrong reservation token: dropped")
+            check("%s-dropped" % kind, want in log, log[-2000:])
+        elif kind == "kvdone-checksum":
+            # the pages' bytes are not the bytes sent: DATA_LOSS, counted
+            check("%s-victim" % kind, v.code == grpc.StatusCode.DATA_LOSS, "%s %r" % (v.code,
+                                                                                    v.details))
+            check("%s-logged" % kind, "kv checksum" in log, log[-2000:])
         else:
             check("%s-victim" % kind, v.code == grpc.StatusCode.INTERNAL and
                   "protocol error" in v.details, "%s %r" % (v.code, v.details))
             check("%s-dropped" % kind, "reserved" in log and "failed" in log, log[-2000:])
         check("%s-log" % kind, "injecting fault '%s'" % kind in log)
-        check("%s-no-integrity-failure" % kind,
-              stats(node(c, "decode0")).integrity_failures == 0)
+        check("%s-integrity-failures" % kind,
+              stats(node(c, "decode0")).integrity_failures == (kind == "kvdone-checksum"))
         # the node keeps serving: later requests (their KV-done intact) succeed
         res = run_parallel([lambda i=i: generate(stub, timeout=60, request_id="n-%d" % i,
                                                  token_ids=CASES[i]["input_ids"],
@@ -351,6 +362,8 @@ def main():
                      ("fault-table", lambda: test_fault("table")),
                      ("kvdone-truncate", lambda: test_kv_done_fault("kvdone-truncate")),
                      ("kvdone-mismatch", lambda: test_kv_done_fault("kvdone-mismatch")),
+                     ("kvdone-token", lambda: test_kv_done_fault("kvdone-token")),
+                     ("kvdone-checksum", lambda: test_kv_done_fault("kvdone-checksum")),
                      ("prefill-kill", test_prefill_kill), ("decode-kill", test_decode_kill)):
         t = time.time()
         try:

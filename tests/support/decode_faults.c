@@ -15,6 +15,8 @@ typedef enum {
     FAULT_TABLE,
     FAULT_KVDONE_TRUNCATE,
     FAULT_KVDONE_MISMATCH,
+    FAULT_KVDONE_TOKEN,
+    FAULT_KVDONE_CHECKSUM,
 } fault_kind_t;
 
 static const char *const fault_names[] = {
@@ -23,6 +25,8 @@ static const char *const fault_names[] = {
     [FAULT_TABLE] = "table",
     [FAULT_KVDONE_TRUNCATE] = "kvdone-truncate",
     [FAULT_KVDONE_MISMATCH] = "kvdone-mismatch",
+    [FAULT_KVDONE_TOKEN] = "kvdone-token",       /* a writer that holds the wrong token */
+    [FAULT_KVDONE_CHECKSUM] = "kvdone-checksum", /* the bytes that landed are not the ones sent */
 };
 
 /* One fault per process: the environment does not change. */
@@ -68,7 +72,12 @@ static void decode_faults__on_kv_done(void *arg, uint8_t *buf, size_t cap, size_
     if (fault.kind == FAULT_KVDONE_TRUNCATE) {
         (*len_p)--;
     } else if (node_kv_done_unpack(buf, *len_p, "fault", &m) == PD_OK) {
-        m.n_tokens++;
+        if (fault.kind == FAULT_KVDONE_TOKEN)
+            m.token[0] ^= 1;
+        else if (fault.kind == FAULT_KVDONE_CHECKSUM)
+            m.checksum ^= 1; /* as if one byte of a page had changed after it was sent */
+        else
+            m.n_tokens++;
         PD_ASSERT(node_kv_done_pack(&m, buf, cap, len_p) == PD_OK);
     }
 }
@@ -86,12 +95,12 @@ pd_status_t decode_faults_hooks_from_env(decode_node_hooks_t *hooks_p)
             break;
     if (k == sizeof fault_names / sizeof fault_names[0]) {
         pd_log_error("PDSERVE_FAULT=%s: unknown fault (reuse, stale, table, kvdone-truncate, "
-                     "kvdone-mismatch)",
+                     "kvdone-mismatch, kvdone-token, kvdone-checksum)",
                      kind);
         return PD_ERR_INVALID;
     }
     fault.kind = (fault_kind_t)k;
-    if (fault.kind == FAULT_KVDONE_TRUNCATE || fault.kind == FAULT_KVDONE_MISMATCH) {
+    if (fault.kind >= FAULT_KVDONE_TRUNCATE) {
         hooks_p->on_kv_done = decode_faults__on_kv_done;
         return PD_OK;
     }
