@@ -100,5 +100,8 @@ void loop_post_destroy(loop_post_t *post)
 {
     if (!post)
         return;
+    /* items posted but not yet run (the loop stopped first): run them now, so that nothing a
+     * producer handed over is lost or leaked */
+    loop__drain(&post->async);
     uv_close((uv_handle_t *)&post->async, loop__closed);
 }

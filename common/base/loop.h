@@ -24,8 +24,10 @@ pd_status_t loop_post_create(uv_loop_t *loop, loop_post_t **post_p);
  * queued). fn must not be NULL. */
 pd_status_t loop_post(loop_post_t *post, void (*fn)(void *arg), void *arg);
 
-/* Closes the async handle (the memory is freed once the loop processes the close) and drops queued
- * items; loop thread only. Accepts NULL. */
+/* Runs the items still queued (call it once every producer thread has stopped, while the state
+ * the items refer to still exists: nothing handed over is lost or leaked), then closes the async
+ * handle (the memory is freed once the loop processes the close); loop thread only. Accepts
+ * NULL. */
 void loop_post_destroy(loop_post_t *post);
 
 #endif
