@@ -10,12 +10,13 @@
 #include "log.h"
 #include "pdserve.pb-c.h"
 
-/* ==== requests whose text may hold NUL bytes ====
- * protobuf-c unpacks a string field into a NUL-terminated copy and keeps no length, so a prompt
- * holding a NUL byte would silently end there. The router unpacks GenerateRequest and
- * TokenizeRequest with copies of their descriptors in which `text` is read as bytes into a field
- * appended to the generated struct (the generated `text` stays NULL); on the wire string and
- * bytes are the same. */
+/* ==== text that may hold NUL bytes ====
+ * protobuf-c unpacks a string field into a NUL-terminated copy and keeps no length, and packs one
+ * up to its first NUL, so a prompt holding a NUL byte would silently end there (and so would
+ * generated text). The router unpacks GenerateRequest and TokenizeRequest, and packs the text of
+ * GenerateResponse, with copies of their descriptors in which `text` is bytes in a field appended
+ * to the generated struct (the generated `text` is unused); on the wire string and bytes are the
+ * same. */
 typedef struct {
     Pdserve__V1__GenerateRequest req;
     ProtobufCBinaryData text;
@@ -25,6 +26,11 @@ typedef struct {
     Pdserve__V1__TokenizeRequest req;
     ProtobufCBinaryData text;
 } tok_request_t;
+
+typedef struct {
+    Pdserve__V1__GenerateResponse resp;
+    ProtobufCBinaryData text;
+} gen_response_t;
 
 #define BYTES_DESC_MAX_FIELDS 8
 typedef struct {
@@ -38,7 +44,7 @@ struct router_grpc {
     pd_grpc_health_t *health;
     int port;
     int watching; /* the core's serving callback is ours */
-    bytes_desc_t gen_desc, tok_desc;
+    bytes_desc_t gen_desc, tok_desc, resp_desc;
     ProtobufCMethodDescriptor methods[4];
     ProtobufCServiceDescriptor service; /* pdserve.v1.Inference with the two copies */
 };
@@ -77,6 +83,8 @@ static void router_grpc__service_init(router_grpc_t *api)
                             sizeof(gen_request_t), offsetof(gen_request_t, text));
     router_grpc__bytes_desc(&api->tok_desc, &pdserve__v1__tokenize_request__descriptor, "text",
                             sizeof(tok_request_t), offsetof(tok_request_t, text));
+    router_grpc__bytes_desc(&api->resp_desc, &pdserve__v1__generate_response__descriptor, "text",
+                            sizeof(gen_response_t), offsetof(gen_response_t, text));
     memcpy(api->methods, src->methods, sizeof api->methods);
     for (int i = 0; i < 4; i++) {
         if (src->methods[i].input == &pdserve__v1__generate_request__descriptor)
@@ -92,6 +100,7 @@ static void router_grpc__service_init(router_grpc_t *api)
 
 /* A Generate call. Freed when its stream buffer releases the call. */
 typedef struct {
+    router_grpc_t *api;
     pd_grpc_stream_buf_t *out;
     router_req_t *q; /* NULL once the request ended (finished or cancelled) */
     char reason[16];
@@ -103,13 +112,14 @@ static pd_status_t router_grpc__send_output(pd_grpc_call_t *call, const int32_t 
                                             const char *text, size_t text_len, void *arg)
 {
     gen_t *g = arg;
-    Pdserve__V1__GenerateResponse m = PDSERVE__V1__GENERATE_RESPONSE__INIT;
-    (void)text_len;
-    m.token_ids = (int32_t *)ids;
-    m.n_token_ids = n_ids;
-    m.text = (char *)text;
-    m.request_id = g->request_id;
-    return pd_grpc_call_send(call, &m.base);
+    gen_response_t m = {PDSERVE__V1__GENERATE_RESPONSE__INIT, {0, NULL}};
+    m.resp.base.descriptor = &g->api->resp_desc.desc; /* text: text_len bytes, NULs and all */
+    m.resp.token_ids = (int32_t *)ids;
+    m.resp.n_token_ids = n_ids;
+    m.text.data = (uint8_t *)text;
+    m.text.len = text_len;
+    m.resp.request_id = g->request_id;
+    return pd_grpc_call_send(call, &m.resp.base);
 }
 
 static pd_status_t router_grpc__send_final(pd_grpc_call_t *call, void *arg)
@@ -180,6 +190,8 @@ static void router_grpc__generate(pd_grpc_call_t *call, const ProtobufCMessage *
     gen_t *g = calloc(1, sizeof *g);
     pd_status_t st;
 
+    if (g)
+        g->api = api;
     if (!g || pd_grpc_stream_buf_create(call, &gen_ops, g, &g->out) != PD_OK) {
         free(g);
         pd_grpc_call_finish_status(call, PD_ERR_NOMEM, "router out of memory for the call");

@@ -86,6 +86,7 @@ typedef struct {
 static fake_node_t prefill, decode;
 static pd_grpc_call_t *held_decode; /* a Decode call kept open ("hold" requests) */
 static int decode_cancels, releases;
+static int32_t nul_id = -1;     /* the token of byte 0, streamed to "nulout" requests */
 static int32_t prefill_ids[64]; /* the last Prefill's prompt (its first 64 ids) */
 static size_t n_prefill_ids;
 static int prefill_top_k, n_prefills;
@@ -151,7 +152,7 @@ static void fake_decode_cancelled(pd_grpc_call_t *call, void *arg)
 }
 
 /* Streams tokens 101, 102 then a final event; a "hold" request gets 101 and stays open; a
- * "baddec" request gets 101, -7. */
+ * "baddec" request gets 101, -7; a "nulout" request nul_id, 102. */
 static void fake_decode(pd_grpc_call_t *call, const ProtobufCMessage *msg, void *user)
 {
     const Pdserve__V1__DecodeRequest *req = (const Pdserve__V1__DecodeRequest *)msg;
@@ -169,6 +170,8 @@ static void fake_decode(pd_grpc_call_t *call, const ProtobufCMessage *msg, void 
     }
     if (strcmp(req->request_id, "baddec") == 0)
         ids[1] = -7; /* outside the vocabulary */
+    if (strcmp(req->request_id, "nulout") == 0)
+        ids[0] = nul_id;
     ev.n_token_ids = 2;
     assert_int_equal(pd_grpc_call_send(call, &ev.base), PD_OK);
     Pdserve__V1__DecodeEvent fin = PDSERVE__V1__DECODE_EVENT__INIT;
@@ -723,6 +726,58 @@ static void tok_done(void *arg, int code, const char *msg, ProtobufCMessage *res
     t->done = 1;
 }
 
+/* GenerateResponse with its text read as bytes (protobuf-c's string type ends at a NUL). */
+typedef struct {
+    Pdserve__V1__GenerateResponse resp;
+    ProtobufCBinaryData text;
+} resp_bytes_t;
+
+static ProtobufCMessageDescriptor resp_bytes_desc;
+static ProtobufCFieldDescriptor resp_bytes_fields[16];
+
+static void resp_bytes_init(void)
+{
+    const ProtobufCMessageDescriptor *src = &pdserve__v1__generate_response__descriptor;
+    assert_true(src->n_fields <= 16);
+    resp_bytes_desc = *src;
+    memcpy(resp_bytes_fields, src->fields, src->n_fields * sizeof *resp_bytes_fields);
+    for (unsigned i = 0; i < src->n_fields; i++) {
+        if (strcmp(resp_bytes_fields[i].name, "text") != 0)
+            continue;
+        resp_bytes_fields[i].type = PROTOBUF_C_TYPE_BYTES;
+        resp_bytes_fields[i].offset = offsetof(resp_bytes_t, text);
+        resp_bytes_fields[i].default_value = NULL;
+    }
+    resp_bytes_desc.fields = resp_bytes_fields;
+    resp_bytes_desc.sizeof_message = sizeof(resp_bytes_t);
+    resp_bytes_desc.message_init = NULL;
+}
+
+typedef struct {
+    int done, code;
+    char text[256];
+    size_t len;
+} text_result_t;
+
+static void text_msg(void *arg, ProtobufCMessage *msg)
+{
+    text_result_t *t = arg;
+    const resp_bytes_t *m = (const resp_bytes_t *)msg;
+    assert_true(t->len + m->text.len <= sizeof t->text);
+    if (m->text.len)
+        memcpy(t->text + t->len, m->text.data, m->text.len);
+    t->len += m->text.len;
+    protobuf_c_message_free_unpacked(msg, NULL);
+}
+
+static void text_done(void *arg, int code, const char *msg)
+{
+    text_result_t *t = arg;
+    (void)msg;
+    t->code = code;
+    t->done = 1;
+}
+
 static void test_nul_byte_in_prompt(void **state)
 {
     static const char text[] = "ab\0cd";           /* 5 bytes */
@@ -778,6 +833,38 @@ static void test_nul_byte_in_prompt(void **state)
     assert_int_equal(n_prefills, 1);
     assert_int_equal(n_prefill_ids, n_want);
     assert_memory_equal(prefill_ids, want, n_want * sizeof *want);
+    /* generated text holding a NUL byte streams whole over gRPC (protobuf-c cut it at the NUL) */
+    int32_t *nul, out[3] = {100, 0, 102};
+    size_t n_nul;
+    char *want_text;
+    size_t want_len;
+    assert_int_equal(tokenizer_encode(router_tokenizer(core), "", 1, false, &nul, &n_nul), PD_OK);
+    assert_int_equal(n_nul, 1);
+    nul_id = out[1] = nul[0];
+    free(nul);
+    assert_int_equal(tokenizer_decode(router_tokenizer(core), out, 3, true, &want_text, &want_len),
+                     PD_OK);
+    assert_non_null(memchr(want_text, 0, want_len));
+    resp_bytes_init();
+    text_result_t tr = {0};
+    int32_t three[3] = {0, 50, 60};
+    Pdserve__V1__GenerateRequest oreq = PDSERVE__V1__GENERATE_REQUEST__INIT;
+    Pdserve__V1__SamplingParams osp = PDSERVE__V1__SAMPLING_PARAMS__INIT;
+    osp.max_tokens = 3;
+    osp.ignore_eos = 1;
+    oreq.sampling = &osp;
+    oreq.token_ids = three;
+    oreq.n_token_ids = 3;
+    oreq.request_id = "nulout";
+    assert_int_equal(pd_grpc_client_stream(cli, "/pdserve.v1.Inference/Generate", &oreq.base,
+                                           &resp_bytes_desc, 10000, text_msg, text_done, &tr, NULL),
+                     PD_OK);
+    run_until(&tr.done, 10000);
+    assert_int_equal(tr.code, 0);
+    assert_int_equal(tr.len, want_len);
+    assert_memory_equal(tr.text, want_text, want_len);
+    free(want_text);
+
     /* ... and refused where it cannot be carried: chat messages (the template takes C strings),
      * stop strings */
     assert_int_equal(http_post_str(&h, "/v1/chat/completions",
