@@ -694,8 +694,7 @@ static void rreq_decode(router_req_t *q)
 
 /* Checks the numbers of a request (64-bit, before any narrowing) that do not need its tokens.
  * Returns PD_OK or PD_ERR_INVALID with err set. */
-static pd_status_t router__check_request(const router_t *r, const router_request_t *in, char *err,
-                                         size_t err_len)
+static pd_status_t router__check_request(const router_request_t *in, char *err, size_t err_len)
 {
     if (in->request_id && strlen(in->request_id) > ROUTER_REQUEST_ID_MAX) {
         snprintf(err, err_len, "request_id is longer than %d bytes", ROUTER_REQUEST_ID_MAX);
@@ -726,7 +725,6 @@ static pd_status_t router__check_request(const router_t *r, const router_request
         snprintf(err, err_len, "the prompt is empty (give text or token_ids)");
         return PD_ERR_INVALID;
     }
-    (void)r;
     return PD_OK;
 }
 
@@ -831,7 +829,7 @@ pd_status_t router_request_start(router_t *r, const router_request_t *in, const 
         snprintf(err, err_len, "the deadline passed before the request started");
         return PD_ERR_DEADLINE;
     }
-    if ((st = router__check_request(r, in, err, err_len)) != PD_OK)
+    if ((st = router__check_request(in, err, err_len)) != PD_OK)
         return st;
     if ((st = router__prompt(r, in, &ids, &n, err, err_len)) != PD_OK)
         return st;
