@@ -1,5 +1,6 @@
 #include "router.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #define SERVING GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
 #define POLL_MS 500
 #define RETRY_MS 20
+#define ROUTER_TIMEOUT_MAX_MS ((int64_t)1 << 40) /* ~35 years: no overflow of now + timeout */
 
 typedef struct rnode {
     struct router *router;
@@ -29,7 +31,6 @@ typedef struct rnode {
 
 struct router_req {
     struct router *r;
-    uint64_t id;
     char request_id[96];
     const router_sink_t *sink; /* NULL once finished or cancelled */
     void *sink_arg;
@@ -286,41 +287,74 @@ static void rreq_maybe_free(router_req_t *q)
     rreq_free_orphan(q);
 }
 
-/* Appends generated tokens: EOS / length / stop strings end the request. Returns 1 if it ended. */
-static int rreq_emit(router_req_t *q, const int32_t *ids, int n)
+/* The first occurrence of needle (nlen >= 1 bytes) in hay[0, len), or NULL. Generated text may
+ * hold NUL bytes, so no strstr. */
+static const char *rreq_find(const char *hay, size_t len, const char *needle, size_t nlen)
+{
+    return len >= nlen ? memmem(hay, len, needle, nlen) : NULL;
+}
+
+/* Appends one generated token's text; returns PD_OK or PD_ERR_NOMEM (q unchanged). */
+static pd_status_t rreq_append_text(router_req_t *q, const char *delta, size_t dlen)
+{
+    if (q->text_len + dlen + 1 > q->text_cap) {
+        size_t cap = (q->text_len + dlen + 1) * 2;
+        char *text = realloc(q->text, cap);
+        if (!text)
+            return PD_ERR_NOMEM;
+        q->text = text;
+        q->text_cap = cap;
+    }
+    memcpy(q->text + q->text_len, delta, dlen);
+    q->text_len += dlen;
+    q->text[q->text_len] = 0;
+    return PD_OK;
+}
+
+/* Appends generated tokens (from a node: checked here): EOS / length / stop strings end the
+ * request, and so do a token outside the vocabulary (PD_ERR_PROTOCOL) or an allocation failure
+ * (PD_ERR_NOMEM). Returns 1 if it ended. */
+static int rreq_emit(router_req_t *q, const int32_t *ids, size_t n, const char *from_node)
 {
     router_t *r = q->r;
-    for (int k = 0; k < n && !q->finished; k++) {
+    for (size_t k = 0; k < n && !q->finished; k++) {
         int32_t tok = ids[k];
-        char *delta = NULL;
+        char *delta = NULL, msg[160];
         size_t dlen = 0;
         bool eos = false;
-        if (q->n_tokens == q->cap) {
-            q->cap *= 2;
-            q->tokens = realloc(q->tokens, (size_t)q->cap * sizeof *q->tokens);
-            PD_ASSERT(q->tokens);
+        if (tok < 0 || tok >= r->model.vocab_size) {
+            snprintf(msg, sizeof msg, "%s sent token id %d, outside the vocabulary (0..%d)",
+                     from_node, tok, r->model.vocab_size - 1);
+            pd_log_error("request %s: %s", q->request_id, msg);
+            router_request_finish(q, NULL, PD_ERR_INTERNAL, msg);
+            break;
+        }
+        if (q->n_tokens == q->cap) { /* cap holds prompt + max_tokens: a node sent too many */
+            router_request_finish(q, "length", PD_OK, NULL);
+            break;
+        }
+        pd_status_t st = tokenizer_stream_push(q->detok, tok, &delta, &dlen);
+        if (st == PD_OK && dlen > 0)
+            st = rreq_append_text(q, delta, dlen);
+        else if (st == PD_ERR_INVALID) /* an id the tokenizer lacks (padded vocabulary): no text */
+            st = PD_OK;
+        free(delta);
+        if (st != PD_OK) {
+            router_request_finish(q, NULL, PD_ERR_NOMEM, "router out of memory for the output");
+            break;
         }
         q->tokens[q->n_tokens++] = tok;
         q->n_generated++;
         for (int i = 0; i < r->model.n_eos && !q->ignore_eos; i++)
             eos |= tok == r->model.eos_token_ids[i];
-        if (tokenizer_stream_push(q->detok, tok, &delta, &dlen) == PD_OK && dlen > 0) {
-            if (q->text_len + dlen + 1 > q->text_cap) {
-                q->text_cap = (q->text_len + dlen + 1) * 2;
-                q->text = realloc(q->text, q->text_cap);
-                PD_ASSERT(q->text);
-            }
-            memcpy(q->text + q->text_len, delta, dlen);
-            q->text_len += dlen;
-            q->text[q->text_len] = 0;
-        }
-        free(delta);
         /* stop strings: cut the text where the first one starts */
         size_t send_to = q->text_len,
                from = q->sent_len > q->max_stop ? q->sent_len - q->max_stop : 0;
         int stopped = 0;
         for (int i = 0; i < q->n_stop; i++) {
-            char *hit = q->text ? strstr(q->text + from, q->stop[i]) : NULL;
+            const char *hit = q->text ? rreq_find(q->text + from, q->text_len - from, q->stop[i],
+                                                  strlen(q->stop[i]))
+                                      : NULL;
             if (hit && (size_t)(hit - q->text) < send_to) {
                 send_to = (size_t)(hit - q->text);
                 stopped = 1;
@@ -404,6 +438,25 @@ static rnode_t *router__pick_prefill(router_t *r, const router_req_t *q)
     return best;
 }
 
+/* Checks a decode node's reservation for q's prompt (64-bit, before it reaches a prefill node).
+ * Returns 0 or -1 with err set. */
+static int rreq_check_resv(const router_req_t *q, const Pdserve__V1__KvDestination *d, char *err,
+                           size_t err_len)
+{
+    int64_t pt = d->layout && d->layout->page_tokens ? (int64_t)d->layout->page_tokens
+                                                     : (int64_t)q->dnode->node->page_tokens;
+    int64_t need = (q->n_tokens + pt - 1) / pt,
+            most = (q->r->model.max_position_embeddings + pt - 1) / pt;
+    if (d->seq_id != 0 && (int64_t)d->n_pages >= need && (int64_t)d->n_pages <= most)
+        return 0;
+    snprintf(err, err_len,
+             "decode node %s: reservation %llu of %zu pages of %lld tokens for %d tokens is "
+             "invalid",
+             q->dnode->node->name, (unsigned long long)d->seq_id, d->n_pages, (long long)pt,
+             q->n_tokens);
+    return -1;
+}
+
 static void rreq_reserve_done(void *arg, int code, const char *msg, ProtobufCMessage *resp)
 {
     router_req_t *q = arg;
@@ -420,7 +473,14 @@ static void rreq_reserve_done(void *arg, int code, const char *msg, ProtobufCMes
         return;
     }
     if (code == 0 && resp && ((Pdserve__V1__ReserveReply *)resp)->dest) {
+        char err[256];
         q->resv = (Pdserve__V1__ReserveReply *)resp;
+        if (rreq_check_resv(q, q->resv->dest, err, sizeof err) != 0) {
+            pd_log_error("request %s: %s", q->request_id, err);
+            rreq_release(q);
+            router_request_finish(q, NULL, PD_ERR_INTERNAL, err);
+            return;
+        }
         q->tried = 0;
         rreq_prefill(q);
         return;
@@ -503,7 +563,7 @@ static void rreq_prefill_done(void *arg, int code, const char *msg, ProtobufCMes
         protobuf_c_message_free_unpacked(resp, NULL);
         if (q->first_token_ms == 0)
             q->first_token_ms = pd_clock_ms();
-        if (rreq_emit(q, &first, 1))
+        if (rreq_emit(q, &first, 1, q->pnode->node->name))
             return; /* finished: maybe_free releases the reservation */
         rreq_decode(q);
         return;
@@ -569,7 +629,7 @@ static void rreq_decode_msg(void *arg, ProtobufCMessage *msg)
         if (ev->preempted)
             q->preempted = 1;
         else if (ev->n_token_ids)
-            rreq_emit(q, ev->token_ids, (int)ev->n_token_ids);
+            rreq_emit(q, ev->token_ids, ev->n_token_ids, q->dnode->node->name);
     }
     protobuf_c_message_free_unpacked(msg, NULL);
 }
@@ -640,31 +700,62 @@ static void rreq_decode(router_req_t *q)
 
 /* ==== requests (the front ends' entry points) ==== */
 
-pd_status_t router_request_start(router_t *r, const router_request_t *in, const router_sink_t *sink,
-                                 void *sink_arg, router_req_t **q_p, char *err, size_t err_len)
+/* Checks the numbers of a request (64-bit, before any narrowing) that do not need its tokens.
+ * Returns PD_OK or PD_ERR_INVALID with err set. */
+static pd_status_t router__check_request(const router_request_t *in, char *err, size_t err_len)
 {
-    const hf_config_t *m = &r->model;
-    int32_t *ids = NULL;
-    size_t n = 0;
-    pd_status_t st;
-    router_req_t *q;
-
-    if (r->stopping || r->draining) {
-        snprintf(err, err_len, "router %s", r->stopping ? "shutting down" : "draining");
-        return PD_ERR_UNAVAILABLE;
+    if (in->request_id && strlen(in->request_id) > ROUTER_REQUEST_ID_MAX) {
+        snprintf(err, err_len, "request_id is longer than %d bytes", ROUTER_REQUEST_ID_MAX);
+        return PD_ERR_INVALID;
     }
     if (in->max_tokens < 1) {
-        snprintf(err, err_len, "max_tokens must be at least 1 (got %d)", in->max_tokens);
+        snprintf(err, err_len, "max_tokens must be at least 1 (got %lld)",
+                 (long long)in->max_tokens);
         return PD_ERR_INVALID;
     }
-    if (!(in->temperature >= 0.0f) || in->top_p < 0.0f || in->top_p > 1.0f || in->top_k < 0) {
-        snprintf(err, err_len, "sampling: temperature must be >= 0, top_p in (0, 1], top_k >= 0");
+    if (!(in->temperature >= 0.0f) || !isfinite(in->temperature)) {
+        snprintf(err, err_len, "sampling: temperature must be a finite number >= 0");
         return PD_ERR_INVALID;
     }
+    if (!(in->top_p >= 0.0f && in->top_p <= 1.0f)) {
+        snprintf(err, err_len, "sampling: top_p must be in (0, 1] (0: unset)");
+        return PD_ERR_INVALID;
+    }
+    if (in->top_k < 0) {
+        snprintf(err, err_len, "sampling: top_k must be >= 0 (got %lld)", (long long)in->top_k);
+        return PD_ERR_INVALID;
+    }
+    if (in->n_stop > ROUTER_MAX_STOP) {
+        snprintf(err, err_len, "at most %d stop strings (got %zu)", ROUTER_MAX_STOP, in->n_stop);
+        return PD_ERR_INVALID;
+    }
+    if (in->n_token_ids == 0 && in->text_len == 0) {
+        snprintf(err, err_len, "the prompt is empty (give text or token_ids)");
+        return PD_ERR_INVALID;
+    }
+    return PD_OK;
+}
+
+/* The prompt's token ids into a malloc'd *ids_p (*n_p of them). Returns PD_OK, PD_ERR_INVALID
+ * with err set, or PD_ERR_NOMEM. */
+static pd_status_t router__prompt(const router_t *r, const router_request_t *in, int32_t **ids_p,
+                                  size_t *n_p, char *err, size_t err_len)
+{
+    const hf_config_t *m = &r->model;
+    pd_status_t st;
+    size_t bad;
+
     if (in->n_token_ids > 0) {
-        ids = malloc(in->n_token_ids * sizeof *ids);
-        if (!ids)
+        if (in->n_token_ids > (size_t)m->max_position_embeddings) {
+            *ids_p = NULL;
+            *n_p = in->n_token_ids; /* too long: the caller names the limit */
+            return PD_OK;
+        }
+        int32_t *ids = malloc(in->n_token_ids * sizeof *ids);
+        if (!ids) {
+            snprintf(err, err_len, "out of memory for the prompt");
             return PD_ERR_NOMEM;
+        }
         for (size_t i = 0; i < in->n_token_ids; i++) {
             if (in->token_ids[i] < 0 || in->token_ids[i] >= m->vocab_size) {
                 snprintf(err, err_len, "token_ids[%zu] = %d is outside the vocabulary (0..%d)", i,
@@ -674,27 +765,97 @@ pd_status_t router_request_start(router_t *r, const router_request_t *in, const 
             }
             ids[i] = in->token_ids[i];
         }
-        n = in->n_token_ids;
-    } else {
-        size_t bad;
-        if (!in->text || !in->text[0]) {
-            snprintf(err, err_len, "the prompt is empty (give text or token_ids)");
-            return PD_ERR_INVALID;
-        }
-        if (!tokenizer_utf8_valid(in->text, strlen(in->text), &bad)) {
-            snprintf(err, err_len, "text is not valid UTF-8 (byte %zu)", bad);
-            return PD_ERR_INVALID;
-        }
-        if ((st = tokenizer_encode(r->tok, in->text, strlen(in->text), true, &ids, &n)) != PD_OK) {
-            snprintf(err, err_len, "text could not be tokenized: %s", pd_status_str(st));
-            return st;
-        }
+        *ids_p = ids;
+        *n_p = in->n_token_ids;
+        return PD_OK;
     }
-    if ((int)n + 1 > m->max_position_embeddings) {
+    if (!tokenizer_utf8_valid(in->text, in->text_len, &bad)) {
+        snprintf(err, err_len, "text is not valid UTF-8 (byte %zu)", bad);
+        return PD_ERR_INVALID;
+    }
+    if ((st = tokenizer_encode(r->tok, in->text, in->text_len, true, ids_p, n_p)) != PD_OK) {
+        snprintf(err, err_len, "text could not be tokenized: %s", pd_status_str(st));
+        return st == PD_ERR_NOMEM ? st : PD_ERR_INVALID;
+    }
+    return PD_OK;
+}
+
+/* Copies the stop strings into q. Returns PD_OK or PD_ERR_NOMEM. */
+static pd_status_t rreq_copy_stop(router_req_t *q, const router_request_t *in)
+{
+    if (!in->n_stop)
+        return PD_OK;
+    if (!(q->stop = calloc(in->n_stop, sizeof *q->stop)))
+        return PD_ERR_NOMEM;
+    for (size_t i = 0; i < in->n_stop; i++) {
+        if (!in->stop[i] || !in->stop[i][0])
+            continue;
+        if (!(q->stop[q->n_stop] = strdup(in->stop[i])))
+            return PD_ERR_NOMEM;
+        size_t l = strlen(in->stop[i]);
+        if (l > q->max_stop)
+            q->max_stop = l;
+        q->n_stop++;
+    }
+    return PD_OK;
+}
+
+/* Sets q->request_id: the client's (unique among running requests) or a fresh req-N. Returns
+ * PD_OK or PD_ERR_EXISTS with err set. */
+static pd_status_t rreq_name(router_t *r, router_req_t *q, const char *given, char *err,
+                             size_t err_len)
+{
+    if (given && given[0]) {
+        if (router_request_find(r, given)) {
+            snprintf(err, err_len, "request_id %s is already running", given);
+            return PD_ERR_EXISTS;
+        }
+        snprintf(q->request_id, sizeof q->request_id, "%s", given);
+        return PD_OK;
+    }
+    do /* a client may have taken req-N for itself */
+        snprintf(q->request_id, sizeof q->request_id, "req-%llu", (unsigned long long)++r->next_id);
+    while (router_request_find(r, q->request_id));
+    return PD_OK;
+}
+
+pd_status_t router_request_start(router_t *r, const router_request_t *in, const router_sink_t *sink,
+                                 void *sink_arg, router_req_t **q_p, char *err, size_t err_len)
+{
+    const int64_t ctx = r->model.max_position_embeddings;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int64_t max_tokens = in->max_tokens, timeout;
+    pd_status_t st;
+    router_req_t *q;
+
+    if (r->stopping || r->draining) {
+        snprintf(err, err_len, "router %s", r->stopping ? "shutting down" : "draining");
+        return PD_ERR_UNAVAILABLE;
+    }
+    if (in->timeout_ms < 0) {
+        snprintf(err, err_len, "the deadline passed before the request started");
+        return PD_ERR_DEADLINE;
+    }
+    if ((st = router__check_request(in, err, err_len)) != PD_OK)
+        return st;
+    if ((st = router__prompt(r, in, &ids, &n, err, err_len)) != PD_OK)
+        return st;
+    if ((int64_t)n + 1 > ctx) {
         snprintf(err, err_len,
-                 "prompt of %zu tokens is too long: the context holds %d tokens, so prompts may "
-                 "have at most %d",
-                 n, m->max_position_embeddings, m->max_position_embeddings - 1);
+                 "prompt of %zu tokens is too long: the context holds %lld tokens, so prompts may "
+                 "have at most %lld",
+                 n, (long long)ctx, (long long)ctx - 1);
+        free(ids);
+        return PD_ERR_INVALID;
+    }
+    if (in->max_tokens_default && max_tokens > ctx - (int64_t)n)
+        max_tokens = ctx - (int64_t)n;
+    if (max_tokens > ctx - (int64_t)n) {
+        snprintf(err, err_len,
+                 "max_tokens %lld: prompt %zu + max_tokens exceeds the context of %lld tokens "
+                 "(max_tokens may be at most %lld here)",
+                 (long long)max_tokens, n, (long long)ctx, (long long)(ctx - (int64_t)n));
         free(ids);
         return PD_ERR_INVALID;
     }
@@ -706,43 +867,44 @@ pd_status_t router_request_start(router_t *r, const router_request_t *in, const 
     q = calloc(1, sizeof *q);
     if (!q) {
         free(ids);
+        snprintf(err, err_len, "out of memory for the request");
         return PD_ERR_NOMEM;
     }
     q->r = r;
-    q->id = ++r->next_id;
-    if (in->request_id && in->request_id[0])
-        snprintf(q->request_id, sizeof q->request_id, "%s", in->request_id);
-    else
-        snprintf(q->request_id, sizeof q->request_id, "req-%llu", (unsigned long long)q->id);
-    q->cap = (int)n + in->max_tokens + 1;
-    q->tokens = realloc(ids, (size_t)q->cap * sizeof *q->tokens);
-    PD_ASSERT(q->tokens);
+    if ((st = rreq_name(r, q, in->request_id, err, err_len)) != PD_OK) {
+        free(ids);
+        free(q);
+        return st;
+    }
+    /* n + max_tokens <= ctx: every token the request can hold, and one spare */
+    q->cap = (int)n + (int)max_tokens + 1;
+    int32_t *tokens = realloc(ids, (size_t)q->cap * sizeof *tokens);
+    if (!tokens) {
+        snprintf(err, err_len, "out of memory for %d tokens", q->cap);
+        free(ids);
+        free(q);
+        return PD_ERR_NOMEM;
+    }
+    q->tokens = tokens;
     q->n_prompt = q->n_tokens = (int)n;
-    q->max_tokens = in->max_tokens;
+    q->max_tokens = (int)max_tokens;
     q->temperature = in->temperature;
     q->top_p = in->top_p > 0 ? in->top_p : 1.0f;
-    q->top_k = in->top_k;
+    q->top_k = in->top_k < r->model.vocab_size ? (int)in->top_k : 0; /* all tokens: off */
     q->seed = in->seed;
     q->ignore_eos = in->ignore_eos;
-    q->n_stop = 0;
-    if (in->n_stop) {
-        q->stop = calloc(in->n_stop, sizeof *q->stop);
-        PD_ASSERT(q->stop);
-        for (size_t i = 0; i < in->n_stop; i++) {
-            if (!in->stop[i] || !in->stop[i][0])
-                continue;
-            q->stop[q->n_stop] = strdup(in->stop[i]);
-            size_t l = strlen(in->stop[i]);
-            if (l > q->max_stop)
-                q->max_stop = l;
-            q->n_stop++;
-        }
+    if (rreq_copy_stop(q, in) != PD_OK ||
+        tokenizer_stream_create(r->tok, true, &q->detok) != PD_OK) {
+        rreq_free_orphan(q);
+        snprintf(err, err_len, "out of memory for the request");
+        return PD_ERR_NOMEM;
     }
-    PD_ASSERT(tokenizer_stream_create(r->tok, true, &q->detok) == PD_OK);
     q->sink = sink;
     q->sink_arg = sink_arg;
     q->start_ms = pd_clock_ms();
-    int64_t timeout = in->timeout_ms > 0 ? in->timeout_ms : r->cfg->router.request_timeout_ms;
+    timeout = in->timeout_ms > 0 ? in->timeout_ms : r->cfg->router.request_timeout_ms;
+    if (timeout > ROUTER_TIMEOUT_MAX_MS)
+        timeout = ROUTER_TIMEOUT_MAX_MS;
     q->deadline_ms = q->start_ms + timeout;
     q->next = r->reqs;
     if (r->reqs)
@@ -751,11 +913,9 @@ pd_status_t router_request_start(router_t *r, const router_request_t *in, const 
     r->n_reqs++;
     *q_p = q;
     /* start from the loop, never inside this call: the sink may not be ready for a finish yet */
-    if (!q->timer_open) {
-        uv_timer_init(r->loop, &q->timer);
-        q->timer.data = q;
-        q->timer_open = 1;
-    }
+    uv_timer_init(r->loop, &q->timer);
+    q->timer.data = q;
+    q->timer_open = 1;
     q->timer_active = 1;
     uv_timer_start(&q->timer, rreq_retry_timer, 0, 0);
     return PD_OK;

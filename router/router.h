@@ -47,20 +47,25 @@ typedef struct {
     void (*finish)(router_req_t *q, void *arg, const char *reason, pd_status_t st, const char *msg);
 } router_sink_t;
 
-/* A request as the front ends hand it over. */
+/* A request as the front ends hand it over. Every number is checked by router_request_start in
+ * 64-bit arithmetic before it is narrowed, so front ends pass what the client sent unchanged. */
+#define ROUTER_REQUEST_ID_MAX 95 /* bytes of a client's request_id */
+#define ROUTER_MAX_STOP 16       /* stop strings per request */
 typedef struct {
-    const char *request_id; /* NULL or "": req-N */
-    const char *text;       /* prompt text (tokenized with BOS), or */
-    const int32_t *token_ids;
+    const char *request_id; /* NULL or "": req-N; else unique among running requests */
+    const char *text;       /* prompt text of text_len bytes (may hold NUL bytes; BOS added), or */
+    size_t text_len;
+    const int32_t *token_ids; /* token ids, used as given */
     size_t n_token_ids;
-    int max_tokens;
+    int64_t max_tokens;     /* >= 1, prompt + max_tokens <= the model's context */
+    int max_tokens_default; /* nonzero: max_tokens is a default, cut to what fits the context */
     float temperature, top_p;
-    int top_k;
+    int64_t top_k; /* >= 0; 0 and values >= the vocabulary: off */
     uint64_t seed;
     int ignore_eos;
-    char *const *stop;
+    char *const *stop; /* at most ROUTER_MAX_STOP */
     size_t n_stop;
-    int64_t timeout_ms; /* 0: router.request_timeout_ms */
+    int64_t timeout_ms; /* 0: router.request_timeout_ms; < 0: the deadline already passed */
 } router_request_t;
 
 /* One node as the router sees it (from its last poll). */
@@ -87,8 +92,10 @@ void router_destroy(router_t *r);
 /* ==== requests ==== */
 
 /* Validates and starts a request; output goes to sink (the first call comes from the loop, never
- * from inside this one). On a validation error returns PD_ERR_INVALID (PD_ERR_RESOURCE when the
- * router is full, PD_ERR_UNAVAILABLE when stopped) with a message in err; nothing is started. */
+ * from inside this one). On failure returns, with a message in err, PD_ERR_INVALID (a value out
+ * of range, named in the message), PD_ERR_EXISTS (request_id names a running request),
+ * PD_ERR_RESOURCE (the router is full), PD_ERR_NOMEM, PD_ERR_DEADLINE (timeout_ms < 0) or
+ * PD_ERR_UNAVAILABLE (stopped); nothing is started. */
 pd_status_t router_request_start(router_t *r, const router_request_t *in, const router_sink_t *sink,
                                  void *sink_arg, router_req_t **q_p, char *err, size_t err_len);
 

@@ -1,5 +1,6 @@
 #include "router_grpc.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,18 +10,97 @@
 #include "log.h"
 #include "pdserve.pb-c.h"
 
+/* ==== text that may hold NUL bytes ====
+ * protobuf-c unpacks a string field into a NUL-terminated copy and keeps no length, and packs one
+ * up to its first NUL, so a prompt holding a NUL byte would silently end there (and so would
+ * generated text). The router unpacks GenerateRequest and TokenizeRequest, and packs the text of
+ * GenerateResponse, with copies of their descriptors in which `text` is bytes in a field appended
+ * to the generated struct (the generated `text` is unused); on the wire string and bytes are the
+ * same. */
+typedef struct {
+    Pdserve__V1__GenerateRequest req;
+    ProtobufCBinaryData text;
+} gen_request_t;
+
+typedef struct {
+    Pdserve__V1__TokenizeRequest req;
+    ProtobufCBinaryData text;
+} tok_request_t;
+
+typedef struct {
+    Pdserve__V1__GenerateResponse resp;
+    ProtobufCBinaryData text;
+} gen_response_t;
+
+#define BYTES_DESC_MAX_FIELDS 8
+typedef struct {
+    ProtobufCMessageDescriptor desc;
+    ProtobufCFieldDescriptor fields[BYTES_DESC_MAX_FIELDS];
+} bytes_desc_t;
+
 struct router_grpc {
     router_t *core;
     pd_grpc_server_t *srv;
     pd_grpc_health_t *health;
     int port;
     int watching; /* the core's serving callback is ours */
+    bytes_desc_t gen_desc, tok_desc, resp_desc;
+    ProtobufCMethodDescriptor methods[4];
+    ProtobufCServiceDescriptor service; /* pdserve.v1.Inference with the two copies */
 };
+
+/* b: a copy of src whose string field `field` is read as bytes at offset of a struct of
+ * sizeof_message bytes (src's struct with the bytes appended). */
+static void router_grpc__bytes_desc(bytes_desc_t *b, const ProtobufCMessageDescriptor *src,
+                                    const char *field, size_t sizeof_message, size_t offset)
+{
+    int found = 0;
+    PD_ASSERT(src->n_fields <= BYTES_DESC_MAX_FIELDS);
+    b->desc = *src;
+    memcpy(b->fields, src->fields, src->n_fields * sizeof *b->fields);
+    for (unsigned i = 0; i < src->n_fields; i++) {
+        ProtobufCFieldDescriptor *f = &b->fields[i];
+        if (strcmp(f->name, field) != 0)
+            continue;
+        PD_ASSERT(f->type == PROTOBUF_C_TYPE_STRING && f->label == PROTOBUF_C_LABEL_NONE);
+        f->type = PROTOBUF_C_TYPE_BYTES;
+        f->offset = (unsigned)offset;
+        f->default_value = NULL;
+        found = 1;
+    }
+    PD_ASSERT(found);
+    b->desc.fields = b->fields;
+    b->desc.sizeof_message = sizeof_message;
+    b->desc.message_init = NULL; /* protobuf-c zeroes the whole struct, the bytes too */
+}
+
+/* api->service: pdserve.v1.Inference, Generate and Tokenize unpacked with the copies. */
+static void router_grpc__service_init(router_grpc_t *api)
+{
+    const ProtobufCServiceDescriptor *src = &pdserve__v1__inference__descriptor;
+    PD_ASSERT(src->n_methods == 4);
+    router_grpc__bytes_desc(&api->gen_desc, &pdserve__v1__generate_request__descriptor, "text",
+                            sizeof(gen_request_t), offsetof(gen_request_t, text));
+    router_grpc__bytes_desc(&api->tok_desc, &pdserve__v1__tokenize_request__descriptor, "text",
+                            sizeof(tok_request_t), offsetof(tok_request_t, text));
+    router_grpc__bytes_desc(&api->resp_desc, &pdserve__v1__generate_response__descriptor, "text",
+                            sizeof(gen_response_t), offsetof(gen_response_t, text));
+    memcpy(api->methods, src->methods, sizeof api->methods);
+    for (int i = 0; i < 4; i++) {
+        if (src->methods[i].input == &pdserve__v1__generate_request__descriptor)
+            api->methods[i].input = &api->gen_desc.desc;
+        else if (src->methods[i].input == &pdserve__v1__tokenize_request__descriptor)
+            api->methods[i].input = &api->tok_desc.desc;
+    }
+    api->service = *src;
+    api->service.methods = api->methods;
+}
 
 /* ==== Generate: a core request streaming into a flow-controlled call ==== */
 
 /* A Generate call. Freed when its stream buffer releases the call. */
 typedef struct {
+    router_grpc_t *api;
     pd_grpc_stream_buf_t *out;
     router_req_t *q; /* NULL once the request ended (finished or cancelled) */
     char reason[16];
@@ -32,13 +112,14 @@ static pd_status_t router_grpc__send_output(pd_grpc_call_t *call, const int32_t 
                                             const char *text, size_t text_len, void *arg)
 {
     gen_t *g = arg;
-    Pdserve__V1__GenerateResponse m = PDSERVE__V1__GENERATE_RESPONSE__INIT;
-    (void)text_len;
-    m.token_ids = (int32_t *)ids;
-    m.n_token_ids = n_ids;
-    m.text = (char *)text;
-    m.request_id = g->request_id;
-    return pd_grpc_call_send(call, &m.base);
+    gen_response_t m = {PDSERVE__V1__GENERATE_RESPONSE__INIT, {0, NULL}};
+    m.resp.base.descriptor = &g->api->resp_desc.desc; /* text: text_len bytes, NULs and all */
+    m.resp.token_ids = (int32_t *)ids;
+    m.resp.n_token_ids = n_ids;
+    m.text.data = (uint8_t *)text;
+    m.text.len = text_len;
+    m.resp.request_id = g->request_id;
+    return pd_grpc_call_send(call, &m.resp.base);
 }
 
 static pd_status_t router_grpc__send_final(pd_grpc_call_t *call, void *arg)
@@ -102,23 +183,27 @@ static const router_sink_t gen_sink = {router_grpc__delta, router_grpc__finish};
 static void router_grpc__generate(pd_grpc_call_t *call, const ProtobufCMessage *msg, void *user)
 {
     router_grpc_t *api = user;
-    const Pdserve__V1__GenerateRequest *req = (const Pdserve__V1__GenerateRequest *)msg;
+    const gen_request_t *wire = (const gen_request_t *)msg;
+    const Pdserve__V1__GenerateRequest *req = &wire->req;
     router_request_t in = {0};
     char err[512];
     gen_t *g = calloc(1, sizeof *g);
     pd_status_t st;
 
+    if (g)
+        g->api = api;
     if (!g || pd_grpc_stream_buf_create(call, &gen_ops, g, &g->out) != PD_OK) {
         free(g);
-        pd_grpc_call_finish_status(call, PD_ERR_NOMEM, NULL);
+        pd_grpc_call_finish_status(call, PD_ERR_NOMEM, "router out of memory for the call");
         return;
     }
     in.request_id = req->request_id;
-    in.text = req->text;
+    in.text = (const char *)wire->text.data;
+    in.text_len = wire->text.len;
     in.token_ids = req->token_ids;
     in.n_token_ids = req->n_token_ids;
     if (req->sampling) {
-        in.max_tokens = (int)req->sampling->max_tokens;
+        in.max_tokens = req->sampling->max_tokens;
         in.temperature = req->sampling->temperature;
         in.top_p = req->sampling->top_p;
         in.top_k = req->sampling->top_k;
@@ -127,8 +212,8 @@ static void router_grpc__generate(pd_grpc_call_t *call, const ProtobufCMessage *
         in.stop = req->sampling->stop;
         in.n_stop = req->sampling->n_stop;
     }
-    int64_t left = pd_grpc_call_deadline_ms(call);
-    in.timeout_ms = left > 0 ? left : 0;
+    int64_t left = pd_grpc_call_deadline_ms(call); /* -1: no deadline; 0: it passed */
+    in.timeout_ms = left > 0 ? left : left == 0 ? -1 : 0;
     st = router_request_start(api->core, &in, &gen_sink, g, &g->q, err, sizeof err);
     if (st != PD_OK) {
         g->q = NULL;
@@ -183,20 +268,24 @@ static void router_grpc__model_info(pd_grpc_call_t *call, const ProtobufCMessage
 static void router_grpc__tokenize(pd_grpc_call_t *call, const ProtobufCMessage *msg, void *user)
 {
     router_grpc_t *api = user;
-    const Pdserve__V1__TokenizeRequest *req = (const Pdserve__V1__TokenizeRequest *)msg;
+    const tok_request_t *wire = (const tok_request_t *)msg;
+    const Pdserve__V1__TokenizeRequest *req = &wire->req;
     Pdserve__V1__TokenizeResponse rep = PDSERVE__V1__TOKENIZE_RESPONSE__INIT;
-    const char *text = req->text ? req->text : "";
+    const char *text = wire->text.data ? (const char *)wire->text.data : "";
+    size_t len = wire->text.len;
     int32_t *ids;
     size_t n, bad;
     char err[128];
-    if (!tokenizer_utf8_valid(text, strlen(text), &bad)) {
+    pd_status_t st;
+    if (!tokenizer_utf8_valid(text, len, &bad)) {
         snprintf(err, sizeof err, "text is not valid UTF-8 (byte %zu)", bad);
         pd_grpc_call_finish_status(call, PD_ERR_INVALID, err);
         return;
     }
-    if (tokenizer_encode(router_tokenizer(api->core), text, strlen(text), !req->no_special_tokens,
-                         &ids, &n) != PD_OK) {
-        pd_grpc_call_finish_status(call, PD_ERR_INVALID, "text could not be tokenized");
+    if ((st = tokenizer_encode(router_tokenizer(api->core), text, len, !req->no_special_tokens,
+                               &ids, &n)) != PD_OK) {
+        pd_grpc_call_finish_status(call, st == PD_ERR_NOMEM ? st : PD_ERR_INVALID,
+                                   "text could not be tokenized");
         return;
     }
     rep.token_ids = ids;
@@ -227,10 +316,11 @@ pd_status_t router_grpc_create(router_t *core, uv_loop_t *loop, const char *host
     if (!api)
         return PD_ERR_NOMEM;
     api->core = core;
+    router_grpc__service_init(api);
     if ((st = pd_grpc_server_create(loop, NULL, &api->srv)) != PD_OK)
         goto err;
-    if ((st = pd_grpc_server_add_service(api->srv, &pdserve__v1__inference__descriptor,
-                                         inference_handlers, api)) != PD_OK)
+    if ((st = pd_grpc_server_add_service(api->srv, &api->service, inference_handlers, api)) !=
+        PD_OK)
         goto err;
     if ((st = pd_grpc_health_create(api->srv, &api->health)) != PD_OK)
         goto err;

@@ -46,10 +46,10 @@ static void router_http__ready(pd_http_request_t *req, void *user)
         router_node_info_t n;
         router_node_info(api->core, i, &n);
         json_array_append_new(nodes,
-                              json_pack("{s:s,s:s,s:b,s:i,s:i}", "name", n.node->name, "role",
+                              json_pack("{s:s,s:s,s:b,s:I,s:I}", "name", n.node->name, "role",
                                         cluster_config_role_str(n.node->role), "serving", n.serving,
-                                        "kv_pages_used", (int)n.pages_used, "kv_pages_total",
-                                        (int)n.pages_total));
+                                        "kv_pages_used", (json_int_t)n.pages_used, "kv_pages_total",
+                                        (json_int_t)n.pages_total));
     }
     int ok = router_serving(api->core);
     pd_http_respond_json(
@@ -74,6 +74,7 @@ typedef struct {
     pd_http_request_t *req;
     router_req_t *q; /* NULL once the request ended */
     int stream, chat, first;
+    int nomem; /* the text did not fit in memory: the request fails */
     char id[128];
     json_int_t created;
     char *text;
@@ -127,10 +128,17 @@ static void hsink_delta(router_req_t *q, void *arg, const int32_t *ids, int n, c
             hsink__sse(h, hsink__chunk(h, text, len, NULL));
         return;
     }
+    if (h->nomem)
+        return;
     if (h->len + len + 1 > h->cap) {
-        h->cap = (h->len + len + 1) * 2;
-        h->text = realloc(h->text, h->cap);
-        PD_ASSERT(h->text);
+        size_t cap = (h->len + len + 1) * 2;
+        char *text = realloc(h->text, cap);
+        if (!text) { /* this request fails at its finish; the router keeps serving */
+            h->nomem = 1;
+            return;
+        }
+        h->text = text;
+        h->cap = cap;
     }
     memcpy(h->text + h->len, text, len);
     h->len += len;
@@ -162,6 +170,8 @@ static void hsink_finish(router_req_t *q, void *arg, const char *reason, pd_stat
         (void)pd_http_stream_end(h->req);
     } else if (st != PD_OK) {
         pd_http_respond_error(h->req, st, msg);
+    } else if (h->nomem) {
+        pd_http_respond_error(h->req, PD_ERR_NOMEM, "router out of memory for the output");
     } else {
         json_t *choice =
             h->chat
@@ -198,20 +208,47 @@ static void router_http__closed(pd_http_request_t *req, void *arg)
     hsink__free(h);
 }
 
-/* Reads the OpenAI sampling fields into in; returns 0 or -1 with err set. */
+/* Reads the integer field name of body into *v_p (left as is when absent or null). Returns 0,
+ * or -1 with err set when it is not an integer. */
+static int router_http__int(json_t *body, const char *name, json_int_t *v_p, int *given_p,
+                            char *err, size_t err_len)
+{
+    json_t *v = json_object_get(body, name);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_integer(v)) {
+        snprintf(err, err_len, "%s must be an integer", name);
+        return -1;
+    }
+    *v_p = json_integer_value(v);
+    if (given_p)
+        *given_p = 1;
+    return 0;
+}
+
+/* Reads the OpenAI sampling fields into in (numbers unnarrowed: the core checks their ranges);
+ * returns 0 or -1 with err set. */
 static int router_http__sampling(json_t *body, router_request_t *in, char *err, size_t err_len)
 {
     json_t *v;
-    in->max_tokens = 16;
+    json_int_t max_tokens = 16, top_k = 0, seed = 0, n = 1;
+    int given = 0;
     in->temperature = 1.0f;
     in->top_p = 1.0f;
-    if ((v = json_object_get(body, "max_tokens")) ||
-        (v = json_object_get(body, "max_completion_tokens"))) {
-        if (!json_is_integer(v)) {
-            snprintf(err, err_len, "max_tokens must be an integer");
-            return -1;
-        }
-        in->max_tokens = (int)json_integer_value(v);
+    if (router_http__int(body, "max_tokens", &max_tokens, &given, err, err_len) != 0 ||
+        (!given &&
+         router_http__int(body, "max_completion_tokens", &max_tokens, &given, err, err_len) != 0) ||
+        router_http__int(body, "top_k", &top_k, NULL, err, err_len) != 0 ||
+        router_http__int(body, "seed", &seed, NULL, err, err_len) != 0 ||
+        router_http__int(body, "n", &n, NULL, err, err_len) != 0)
+        return -1;
+    in->max_tokens = max_tokens;
+    in->max_tokens_default = !given;     /* 16, or what fits the context */
+    in->top_k = top_k == -1 ? 0 : top_k; /* -1: off, as in vLLM */
+    in->seed = (uint64_t)seed;           /* any 64-bit integer, two's complement */
+    if (n != 1) {
+        snprintf(err, err_len, "n %lld: one choice per request is supported", (long long)n);
+        return -1;
     }
     if ((v = json_object_get(body, "temperature")) && !json_is_null(v)) {
         if (!json_is_number(v)) {
@@ -226,32 +263,122 @@ static int router_http__sampling(json_t *body, router_request_t *in, char *err, 
             return -1;
         }
         in->top_p = (float)json_number_value(v);
-        if (in->top_p <= 0.0f) {
+        if (!(in->top_p > 0.0f)) {
             snprintf(err, err_len, "top_p must be in (0, 1]");
             return -1;
         }
     }
-    if ((v = json_object_get(body, "top_k")) && json_is_integer(v))
-        in->top_k = (int)json_integer_value(v);
-    if ((v = json_object_get(body, "seed")) && json_is_integer(v))
-        in->seed = (uint64_t)json_integer_value(v);
-    if ((v = json_object_get(body, "ignore_eos")) && json_is_boolean(v))
+    if ((v = json_object_get(body, "ignore_eos")) && !json_is_null(v)) {
+        if (!json_is_boolean(v)) {
+            snprintf(err, err_len, "ignore_eos must be a boolean");
+            return -1;
+        }
         in->ignore_eos = json_is_true(v);
+    }
     return 0;
+}
+
+/* The string value of v, or NULL when v is not a string or holds a NUL byte ("\u0000"). */
+static const char *router_http__cstr(json_t *v)
+{
+    const char *s = json_string_value(v);
+    return s && strlen(s) == json_string_length(v) ? s : NULL;
+}
+
+/* The prompt as token ids (a JSON array of integers) into a malloc'd *ids_p, each checked against
+ * the vocabulary as a 64-bit value. Returns PD_OK, PD_ERR_INVALID or PD_ERR_NOMEM with err set. */
+static pd_status_t router_http__prompt_ids(router_http_t *api, json_t *v, int32_t **ids_p,
+                                           size_t *n_p, char *err, size_t err_len)
+{
+    json_int_t vocab = router_model(api->core)->vocab_size;
+    size_t n = json_array_size(v), i;
+    json_t *x;
+    int32_t *ids = malloc(n * sizeof *ids);
+    if (!ids) {
+        snprintf(err, err_len, "out of memory for %zu prompt tokens", n);
+        return PD_ERR_NOMEM;
+    }
+    json_array_foreach(v, i, x)
+    {
+        if (!json_is_integer(x)) {
+            snprintf(err, err_len, "prompt: token ids must be integers");
+            free(ids);
+            return PD_ERR_INVALID;
+        }
+        json_int_t id = json_integer_value(x);
+        if (id < 0 || id >= vocab) {
+            snprintf(err, err_len, "token_ids[%zu] = %lld is outside the vocabulary (0..%lld)", i,
+                     (long long)id, (long long)vocab - 1);
+            free(ids);
+            return PD_ERR_INVALID;
+        }
+        ids[i] = (int32_t)id;
+    }
+    *ids_p = ids;
+    *n_p = n;
+    return PD_OK;
+}
+
+/* The chat prompt rendered by the model's template into a malloc'd *prompt_p. Returns PD_OK,
+ * PD_ERR_INVALID or PD_ERR_NOMEM with err set. */
+static pd_status_t router_http__chat_prompt(router_http_t *api, json_t *body, char **prompt_p,
+                                            char *err, size_t err_len)
+{
+    const char *chat_template, *bos, *eos;
+    json_t *msgs = json_object_get(body, "messages"), *m;
+    size_t n = json_array_size(msgs), i;
+    pd_status_t st;
+
+    if (!json_is_array(msgs) || n == 0) {
+        snprintf(err, err_len, "messages must be a non-empty array");
+        return PD_ERR_INVALID;
+    }
+    chat_template = router_chat_template(api->core, &bos, &eos);
+    if (!chat_template) {
+        snprintf(err, err_len, "this model has no chat template; use /v1/completions");
+        return PD_ERR_INVALID;
+    }
+    chat_message_t *cm = calloc(n, sizeof *cm);
+    if (!cm) {
+        snprintf(err, err_len, "out of memory for %zu messages", n);
+        return PD_ERR_NOMEM;
+    }
+    json_array_foreach(msgs, i, m)
+    {
+        cm[i].role = router_http__cstr(json_object_get(m, "role"));
+        cm[i].content = router_http__cstr(json_object_get(m, "content"));
+        if (!cm[i].role || !cm[i].content) {
+            free(cm);
+            snprintf(err, err_len,
+                     "messages[%zu] needs string role and content (without NUL bytes)", i);
+            return PD_ERR_INVALID;
+        }
+    }
+    st = chat_template_render(chat_template, cm, n, true, bos, eos, prompt_p);
+    free(cm);
+    if (st != PD_OK) {
+        snprintf(err, err_len, "the model's chat template could not be rendered");
+        return st == PD_ERR_NOMEM ? st : PD_ERR_INVALID;
+    }
+    return PD_OK;
 }
 
 static void router_http__completion(pd_http_request_t *req, router_http_t *api, int chat)
 {
-    const char *chat_template, *bos, *eos;
-    json_t *body = NULL, *v;
+    json_t *body, *v;
+    json_error_t jerr;
     router_request_t in = {0};
     char err[512], *prompt_buf = NULL;
-    char *stops[16];
+    char *stops[ROUTER_MAX_STOP];
     int32_t *ids = NULL;
+    size_t body_len;
+    const char *body_text = pd_http_request_body(req, &body_len);
     hsink_t *h = NULL;
-    pd_status_t st;
+    pd_status_t st = PD_ERR_INVALID;
 
-    if (pd_http_request_json(req, &body) != PD_OK || !json_is_object(body)) {
+    /* "\u0000" is allowed: a prompt may hold NUL bytes (and other strings are checked) */
+    body = json_loadb(body_text, body_len, JSON_ALLOW_NUL, &jerr);
+    if (!json_is_object(body)) {
         pd_http_respond_error(req, PD_ERR_INVALID, "request body must be a JSON object");
         json_decref(body);
         return;
@@ -260,80 +387,55 @@ static void router_http__completion(pd_http_request_t *req, router_http_t *api, 
         goto bad;
     v = json_object_get(body, "stop");
     if (json_is_string(v)) {
-        stops[0] = (char *)json_string_value(v);
+        stops[0] = (char *)router_http__cstr(v);
         in.stop = stops;
         in.n_stop = 1;
+        if (!stops[0]) {
+            snprintf(err, sizeof err, "stop strings must not hold NUL bytes");
+            goto bad;
+        }
     } else if (json_is_array(v)) {
         size_t i;
         json_t *s;
         json_array_foreach(v, i, s)
         {
-            if (!json_is_string(s) || in.n_stop == 16) {
-                snprintf(err, sizeof err, "stop must be a string or at most 16 strings");
+            if (!json_is_string(s) || in.n_stop == ROUTER_MAX_STOP || !router_http__cstr(s)) {
+                snprintf(err, sizeof err,
+                         "stop must be a string or at most %d strings (without NUL bytes)",
+                         ROUTER_MAX_STOP);
                 goto bad;
             }
-            stops[in.n_stop++] = (char *)json_string_value(s);
+            stops[in.n_stop++] = (char *)router_http__cstr(s);
         }
         in.stop = stops;
     }
     if (chat) {
-        json_t *msgs = json_object_get(body, "messages"), *m;
-        size_t n = json_array_size(msgs), i;
-        if (!json_is_array(msgs) || n == 0) {
-            snprintf(err, sizeof err, "messages must be a non-empty array");
+        if ((st = router_http__chat_prompt(api, body, &prompt_buf, err, sizeof err)) != PD_OK)
             goto bad;
-        }
-        chat_template = router_chat_template(api->core, &bos, &eos);
-        if (!chat_template) {
-            snprintf(err, sizeof err, "this model has no chat template; use /v1/completions");
-            goto bad;
-        }
-        chat_message_t *cm = calloc(n, sizeof *cm);
-        PD_ASSERT(cm);
-        json_array_foreach(msgs, i, m)
-        {
-            cm[i].role = json_string_value(json_object_get(m, "role"));
-            cm[i].content = json_string_value(json_object_get(m, "content"));
-            if (!cm[i].role || !cm[i].content) {
-                free(cm);
-                snprintf(err, sizeof err, "messages[%zu] needs string role and content", i);
-                goto bad;
-            }
-        }
-        st = chat_template_render(chat_template, cm, n, true, bos, eos, &prompt_buf);
-        free(cm);
-        if (st != PD_OK) {
-            snprintf(err, sizeof err, "the model's chat template could not be rendered");
-            goto bad;
-        }
         in.text = prompt_buf;
+        in.text_len = strlen(prompt_buf);
     } else {
         v = json_object_get(body, "prompt");
         if (json_is_string(v)) {
             in.text = json_string_value(v);
+            in.text_len = json_string_length(v);
         } else if (json_is_array(v) && json_array_size(v) > 0 &&
                    json_is_integer(json_array_get(v, 0))) {
-            size_t i;
-            json_t *x;
-            ids = malloc(json_array_size(v) * sizeof *ids);
-            PD_ASSERT(ids);
-            json_array_foreach(v, i, x)
-            {
-                if (!json_is_integer(x)) {
-                    snprintf(err, sizeof err, "prompt: token ids must be integers");
-                    goto bad;
-                }
-                ids[i] = (int32_t)json_integer_value(x);
-            }
+            if ((st = router_http__prompt_ids(api, v, &ids, &in.n_token_ids, err, sizeof err)) !=
+                PD_OK)
+                goto bad;
             in.token_ids = ids;
-            in.n_token_ids = json_array_size(v);
         } else {
+            st = PD_ERR_INVALID;
             snprintf(err, sizeof err, "prompt must be a string or an array of token ids");
             goto bad;
         }
     }
-    h = calloc(1, sizeof *h);
-    PD_ASSERT(h);
+    if (!(h = calloc(1, sizeof *h))) {
+        st = PD_ERR_NOMEM;
+        snprintf(err, sizeof err, "router out of memory for the request");
+        goto bad;
+    }
     h->api = api;
     h->req = req;
     h->chat = chat;
@@ -343,8 +445,7 @@ static void router_http__completion(pd_http_request_t *req, router_http_t *api, 
     st = router_request_start(api->core, &in, &http_sink, h, &h->q, err, sizeof err);
     if (st != PD_OK) {
         free(h);
-        pd_http_respond_error(req, st, err);
-        goto out;
+        goto bad;
     }
     snprintf(h->id, sizeof h->id, "%s-%s", chat ? "chatcmpl" : "cmpl", router_request_id(h->q));
     if (h->stream)
@@ -352,7 +453,7 @@ static void router_http__completion(pd_http_request_t *req, router_http_t *api, 
     pd_http_request_set_close_cb(req, router_http__closed, h);
     goto out;
 bad:
-    pd_http_respond_error(req, PD_ERR_INVALID, err);
+    pd_http_respond_error(req, st, err);
 out:
     free(ids);
     free(prompt_buf);

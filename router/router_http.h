@@ -2,6 +2,9 @@
  * (/v1/completions, /v1/chat/completions with SSE streaming, /v1/models), the probes ops tooling
  * uses (/live: the process answers; /ready and /health: the core is serving, i.e. at least one
  * prefill and one decode node are) and /metrics (the core's metrics, Prometheus text).
+ * Bodies are parsed with "\u0000" allowed: a completion prompt may hold NUL bytes (chat messages
+ * and stop strings may not: 400). JSON numbers reach the core unnarrowed; a value out of range is a
+ * 400 naming it, an allocation failure a 503 for that request only.
  *
  * Loop thread only.
  */

@@ -11,15 +11,15 @@
 
 /* X(name, value, message, grpc_code, http_code)
  * gRPC codes: 0 OK, 1 CANCELLED, 2 UNKNOWN, 3 INVALID_ARGUMENT, 4 DEADLINE_EXCEEDED, 5 NOT_FOUND,
- * 8 RESOURCE_EXHAUSTED, 9 FAILED_PRECONDITION, 10 ABORTED, 11 OUT_OF_RANGE, 12 UNIMPLEMENTED,
- * 13 INTERNAL, 14 UNAVAILABLE, 15 DATA_LOSS. */
+ * 6 ALREADY_EXISTS, 8 RESOURCE_EXHAUSTED, 9 FAILED_PRECONDITION, 10 ABORTED, 11 OUT_OF_RANGE,
+ * 12 UNIMPLEMENTED, 13 INTERNAL, 14 UNAVAILABLE, 15 DATA_LOSS. */
 #define PD_STATUS_LIST(X)                                                                          \
     X(PD_OK, 0, "ok", 0, 200)                                                                      \
     X(PD_INPROGRESS, 1, "in progress", 2, 202)                                                     \
     X(PD_NO_PAGES, 2, "no free kv pages", 8, 503)                                                  \
     X(PD_AGAIN, 3, "resource busy, try again", 14, 503)                                            \
     X(PD_ERR_INVALID, -1, "invalid argument", 3, 400)                                              \
-    X(PD_ERR_NOMEM, -2, "out of memory", 8, 507)                                                   \
+    X(PD_ERR_NOMEM, -2, "out of memory", 8, 503)                                                   \
     X(PD_ERR_IO, -3, "i/o error", 13, 500)                                                         \
     X(PD_ERR_FORMAT, -4, "malformed input", 3, 400)                                                \
     X(PD_ERR_NOT_FOUND, -5, "not found", 5, 404)                                                   \
@@ -33,7 +33,8 @@
     X(PD_ERR_PROTOCOL, -13, "protocol error", 13, 400)                                             \
     X(PD_ERR_TRANSPORT, -14, "transport error", 14, 502)                                           \
     X(PD_ERR_CUDA, -15, "cuda error", 13, 500)                                                     \
-    X(PD_ERR_INTERNAL, -16, "internal error", 13, 500)
+    X(PD_ERR_INTERNAL, -16, "internal error", 13, 500)                                             \
+    X(PD_ERR_EXISTS, -17, "already exists", 6, 409)
 
 typedef enum {
 #define PD_STATUS__ENUM(name, value, msg, grpc, http) name = value,

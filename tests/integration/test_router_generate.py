@@ -18,6 +18,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 
 from cluster_testlib import (TEMPLATE_1, all_nodes, channel, check, cluster, finish, generate,
@@ -160,6 +161,15 @@ def check_api(c, stub, ref):
         ("top-p-high", {"text": "a", "sampling": sampling(4, top_p=1.5)}, INV, "top_p"),
         ("top-p-neg", {"text": "a", "sampling": sampling(4, top_p=-0.1)}, INV, "top_p"),
         ("top-k-neg", {"text": "a", "sampling": sampling(4, top_k=-3)}, INV, "top_k"),
+        # issue 13: 2^31 - 1 used to abort the router, 2^31 and more became negative counts
+        ("max-tokens-2^31-1", {"text": "hello", "sampling": sampling(2147483647)}, INV,
+         "max_tokens 2147483647: prompt"),
+        ("max-tokens-2^31", {"text": "hello", "sampling": sampling(2147483648)}, INV,
+         "exceeds the context of 2048 tokens"),
+        ("max-tokens-2^32-1", {"text": "hello", "sampling": sampling(4294967295)}, INV,
+         "max_tokens 4294967295"),
+        ("request-id-too-long", {"text": "a", "request_id": "x" * 96, "sampling": ok_s}, INV,
+         "request_id"),
     ]
     for name, req, code, word in bad:
         r = generate(stub, timeout=30, **req)
@@ -188,6 +198,30 @@ def check_api(c, stub, ref):
         check("tokenize-bad-utf8", e.code() == INV and "UTF-8" in (e.details() or ""),
               e.details())
     ch.close()
+    # a NUL byte in a text prompt is part of the prompt (it used to end it there)
+    nul = "ab\x00cd"
+    want = list(stub.Tokenize(pb.TokenizeRequest(text=nul), timeout=10).token_ids)
+    cut = list(stub.Tokenize(pb.TokenizeRequest(text="ab"), timeout=10).token_ids)
+    r = generate(stub, text=nul, sampling=sampling(2, ignore_eos=True))
+    check("nul-in-text", len(want) > len(cut) and r.code == grpc.StatusCode.OK and
+          r.usage == (len(want), 2), "%s %s %s %s" % (want, cut, r.code, r.usage))
+    # a second request with a running request's id: ALREADY_EXISTS; the first runs on
+    box = {}
+    started = threading.Event()
+    t = threading.Thread(target=lambda: box.update(r=generate(
+        stub, token_ids=case["input_ids"], request_id="dup-1",
+        sampling=sampling(1500, ignore_eos=True), timeout=120, on_msg=lambda c, res: started.set())))
+    t.start()
+    started.wait(60)
+    r = generate(stub, token_ids=case["input_ids"], request_id="dup-1", sampling=ok_s)
+    found = stub.Abort(pb.AbortRequest(request_id="dup-1"), timeout=10).found
+    t.join(60)
+    first = box.get("r")
+    check("duplicate-request-id", r.code == grpc.StatusCode.ALREADY_EXISTS and
+          "dup-1" in r.details and found and first is not None and
+          first.finish_reason == "abort",
+          "%s %r found=%s first=%s" % (r.code, r.details, found,
+                                       first and (first.code, first.finish_reason)))
     # the router keeps serving, and nothing leaked on the nodes
     r = generate(stub, token_ids=case["input_ids"], sampling=sampling(MAX, ignore_eos=True))
     check("serves-after-bad-input", r.code == grpc.StatusCode.OK and
@@ -207,6 +241,14 @@ def http_post(c, path, body):
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=60) as r:
         return r.status, r.read().decode()
+
+
+def http_post_status(c, path, body):
+    """(status, body) of a POST, error statuses included."""
+    try:
+        return http_post(c, path, body)
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
 
 
 def requests_total(c):
@@ -235,6 +277,21 @@ def check_http_and_metrics(c, stub, ref):
     check("http-ready", st == 200 and json.loads(body)["status"] == "ready", body)
     st, body = http_get(c, "/v1/models")
     check("http-models", st == 200 and json.loads(body)["data"][0]["id"] == "tiny-llama", body)
+    # issue 13: JSON numbers are checked whole (2^32 + 1 used to become 1 token, 2^31 - 1 to abort)
+    for v in (4294967297, 2147483647, 2147483648):
+        st, body = http_post_status(c, "/v1/completions", {"prompt": case["input_ids"],
+                                                           "max_tokens": v})
+        check("http-max-tokens-%d" % v, st == 400 and "max_tokens %d: prompt" % v in body and
+              "context of 2048" in body, (st, body))
+    st, body = http_post_status(c, "/v1/completions", {"prompt": [1, 4294967297],
+                                                       "max_tokens": 2})
+    check("http-token-id-64bit", st == 400 and "4294967297 is outside the vocabulary" in body,
+          (st, body))
+    st, body = http_post_status(c, "/v1/completions", {"prompt": "ab\u0000cd", "max_tokens": 2,
+                                                       "temperature": 0, "ignore_eos": True})
+    check("http-nul-in-prompt", st == 200 and json.loads(body)["usage"]["prompt_tokens"] ==
+          len(stub.Tokenize(pb.TokenizeRequest(text="ab\x00cd"), timeout=10).token_ids),
+          (st, body))
     before = requests_total(c)
     # gRPC requests are counted by the router core, whichever front end they came through
     r = generate(stub, token_ids=case["input_ids"], sampling=sampling(n, ignore_eos=True))
