@@ -9,6 +9,14 @@
  * requests are answered one at a time, in order (the next one is parsed after the current one is
  * finished).
  *
+ * Slow and idle clients: a connection waiting for a request (new, or kept alive) is closed after
+ * idle_timeout_ms; a request whose line and headers do not arrive within header_timeout_ms of its
+ * first byte, or whose body does not arrive within body_timeout_ms of its headers, is answered 408
+ * and closed; a close that cannot send its last bytes within header_timeout_ms is cut. The time a
+ * handler holds a request does not count. At most max_connections are open (lowered to leave file
+ * descriptors for the rest of the process, see conn_limit.h); past it a new connection gets a 503
+ * and is closed at once.
+ *
  * A handler gets the request when its body is complete and must finish it exactly once, now or
  * later from the loop thread: pd_http_respond, pd_http_respond_json, pd_http_respond_error, or
  * pd_http_stream_begin ... pd_http_stream_end. The request stays valid until then, even when the client
@@ -26,6 +34,7 @@
 #define PD_HTTP_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <jansson.h>
 #include <uv.h>
@@ -44,9 +53,22 @@ typedef void (*pd_http_handler_fn)(pd_http_request_t *req, void *user);
 typedef void (*pd_http_close_fn)(pd_http_request_t *req, void *arg);
 
 typedef struct {
-    size_t max_body;    /* bytes of request body; 0: 1 MiB */
-    size_t max_headers; /* bytes of request line + header fields; 0: 64 KiB */
+    size_t max_body;            /* bytes of request body; 0: 1 MiB */
+    size_t max_headers;         /* bytes of request line + header fields; 0: 64 KiB */
+    uint32_t idle_timeout_ms;   /* connection without a request; 0: 60 s */
+    uint32_t header_timeout_ms; /* request line + headers, from the first byte; 0: 10 s */
+    uint32_t body_timeout_ms;   /* body, from the end of the headers; 0: 30 s */
+    size_t max_connections;     /* open connections; 0: 1024 (then capped, conn_limit.h) */
 } pd_http_server_params_t;
+
+typedef struct {
+    uint64_t connections;          /* open now */
+    uint64_t max_connections;      /* the effective limit */
+    uint64_t rejected_connections; /* closed at accept: over the limit */
+    uint64_t accept_errors;        /* failed accepts (EMFILE, ...) */
+    uint64_t idle_closed;          /* closed by the idle timeout */
+    uint64_t timed_out;            /* requests answered 408 (headers or body too slow) */
+} pd_http_server_stats_t;
 
 /* Creates a server on loop (params NULL: defaults). Returns PD_OK or PD_ERR_NOMEM; *srv_p is
  * written only on success. Nothing is opened until pd_http_server_listen. */
@@ -65,6 +87,9 @@ pd_status_t pd_http_server_route(pd_http_server_t *srv, const char *method, cons
  * port actually bound, written only on success. On failure the server is not listening; destroy
  * it. */
 pd_status_t pd_http_server_listen(pd_http_server_t *srv, const char *host, int port, int *bound_port_p);
+
+/* Writes the server's counters. */
+void pd_http_server_stats(const pd_http_server_t *srv, pd_http_server_stats_t *stats_p);
 
 /* Stops accepting, closes every connection (close callbacks of unfinished requests run now) and
  * releases the server once the loop has closed its handles; NULL is accepted. */
