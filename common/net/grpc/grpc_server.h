@@ -14,6 +14,16 @@
  * per call, then returns PD_AGAIN until the writable callback runs; a connection stops producing
  * output while more than 1 MiB of its writes are pending on the socket.
  *
+ * Idle and abusive peers: a connection without streams for idle_timeout_ms is sent GOAWAY (a
+ * shutdown notice and a PING first, so that no stream the client starts meanwhile is lost) and
+ * closed; a stream whose request (headers, message, end of stream) has not arrived within
+ * request_timeout_ms ends with DEADLINE_EXCEEDED; at most max_connections are open (lowered to
+ * leave file descriptors for the rest of the process, conn_limit.h), a connection past it is
+ * closed at accept. Floods end the connection with GOAWAY(ENHANCE_YOUR_CALM): more than 100
+ * PING / SETTINGS / PRIORITY / empty DATA frames in a burst or 10 a second on average, RST_STREAM
+ * beyond nghttp2's rate limit (1000 burst, 33 a second), more than 32 entries in one SETTINGS
+ * frame, 8 CONTINUATIONs, or 100 PING / SETTINGS acks the peer does not read.
+ *
  * Threads: every function here runs on the loop thread only. Other threads hand results back with
  * loop_post() (loop.h). Handlers run on the loop thread and must not block.
  */
@@ -36,12 +46,21 @@ typedef struct {
     size_t max_recv_msg_size;        /* largest request message; 0 = 4 MiB */
     uint32_t max_concurrent_streams; /* per connection; 0 = 100 */
     size_t send_high_watermark;      /* per-call queued response bytes; 0 = 256 KiB */
+    uint32_t idle_timeout_ms;        /* connection without streams; 0 = 60 s */
+    uint32_t request_timeout_ms;     /* request headers + message + end of stream; 0 = 30 s */
+    size_t max_connections;          /* open connections; 0 = 1024 (then capped, conn_limit.h) */
 } pd_grpc_server_params_t;
 
 typedef struct {
     uint64_t active_calls;   /* calls allocated (including ones held only by handlers) */
     uint64_t connections;    /* open connections */
     uint64_t buffered_bytes; /* response bytes queued in calls plus socket writes pending */
+    uint64_t max_connections;      /* the effective limit */
+    uint64_t rejected_connections; /* closed at accept: over the limit */
+    uint64_t accept_errors;        /* failed accepts (EMFILE, ...) */
+    uint64_t idle_closed;          /* connections sent GOAWAY for being idle */
+    uint64_t flood_closed;         /* connections ended for a frame flood */
+    uint64_t request_timeouts;     /* streams whose request did not arrive in time */
 } pd_grpc_server_stats_t;
 
 /* A method handler: req is the decoded request (owned by the call, valid until finish). */
@@ -121,6 +140,8 @@ const char *pd_grpc_call_path(const pd_grpc_call_t *call);
 
 /* Opens a connection that is not a socket: bytes from the client go in through
  * pd_grpc_server__fake_feed; bytes the server writes go to out(arg, data, len) (NULL drops them).
+ * When the server closes the connection (on its own, or in fake_feed), out(arg, NULL, 0) is called
+ * once before the connection is freed; not on fake_close.
  * Returns PD_OK or PD_ERR_NOMEM. The connection closes with the server or with fake_close. */
 typedef struct pd_grpc_server__conn pd_grpc_server__conn_t;
 pd_status_t pd_grpc_server__fake_open(pd_grpc_server_t *srv,
