@@ -13,8 +13,8 @@ size_t conn_limit_for_fds(size_t configured, uint64_t nofile)
 
     if (configured == 0)
         configured = CONN_LIMIT_DEFAULT;
-    share = nofile > CONN_LIMIT_FD_RESERVE ? (nofile - CONN_LIMIT_FD_RESERVE) / CONN_LIMIT_FD_SHARE
-                                           : 0;
+    share =
+        nofile > CONN_LIMIT_FD_RESERVE ? (nofile - CONN_LIMIT_FD_RESERVE) / CONN_LIMIT_FD_SHARE : 0;
     if (share < 1)
         share = 1;
     return (uint64_t)configured < share ? configured : (size_t)share;
@@ -70,7 +70,8 @@ int conn_limit_on_connection(conn_limit_t *l, uv_stream_t *listener, int status,
         l->open++;
         return 1;
     }
-    /* Accept (libuv stops watching the listener until the pending connection is taken) and close. */
+    /* Accept (libuv stops watching the listener until the pending connection is taken) and close.
+     */
     t = malloc(sizeof *t);
     if (!t) {
         pd_log_error("%s: out of memory closing a connection over the limit", l->name);

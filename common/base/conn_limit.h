@@ -18,7 +18,7 @@
 
 #include <uv.h>
 
-#define CONN_LIMIT_DEFAULT 1024  /* connections per listener when none is configured */
+#define CONN_LIMIT_DEFAULT 1024   /* connections per listener when none is configured */
 #define CONN_LIMIT_FD_RESERVE 128 /* descriptors kept for everything but the listeners */
 #define CONN_LIMIT_FD_SHARE 2     /* listeners a process is assumed to have (router: gRPC + HTTP) */
 #define CONN_LIMIT_LOG_MS 10000   /* at most one log line per listener per this many ms */

@@ -128,7 +128,9 @@ pd_status_t cluster_config_parse_bytes(const char *text, int64_t *bytes_p);
 
 /* What a server binary's main() does with its command line: loads args->config, applies every
  * --set in order (for args->node when given, else router./cluster keys), and sets the log level
- * and tag (args->node, else tag). Errors are logged with file:line:col; PD_ERR_* and *cfg_p untouched. */
-pd_status_t cluster_config_load_args(const pd_args_t *args, const char *tag, cluster_config_t **cfg_p);
+ * and tag (args->node, else tag). Errors are logged with file:line:col; PD_ERR_* and *cfg_p
+ * untouched. */
+pd_status_t cluster_config_load_args(const pd_args_t *args, const char *tag,
+                                     cluster_config_t **cfg_p);
 
 #endif

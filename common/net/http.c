@@ -83,10 +83,10 @@ struct pd_http__conn {
     llhttp_t parser;
     pd_http__str_t in;      /* received, not yet parsed */
     pd_http_request_t *cur; /* being parsed or handled */
-    size_t header_bytes; /* of the message being parsed */
-    int error_status;    /* 413/431 decided in a parser callback */
-    int closing;         /* uv_close or uv_shutdown started */
-    int closed;          /* handle closed */
+    size_t header_bytes;    /* of the message being parsed */
+    int error_status;       /* 413/431 decided in a parser callback */
+    int closing;            /* uv_close or uv_shutdown started */
+    int closed;             /* handle closed */
     int reading;
     int in_process;
     int in_body;       /* the current request's headers are complete */
@@ -225,7 +225,7 @@ static void pd_http__on_write(uv_write_t *w, int status)
 
 /* Queues a + b as one write. */
 static pd_status_t pd_http__send(pd_http__conn_t *c, const char *a, size_t alen, const void *b,
-                              size_t blen, const char *c3, size_t clen)
+                                 size_t blen, const char *c3, size_t clen)
 {
     pd_http__write_t *wr;
     uv_buf_t buf;
@@ -272,11 +272,17 @@ static void pd_http__on_closed(uv_handle_t *h)
         c->next->prev = c->prev;
     c->srv = NULL;
     c->closed = 1;
-    conn_limit_release(&srv->limit);
     /* A request held by its handler keeps the connection's memory until it is finished. */
     if (!c->cur || c->cur->state == PD_HTTP__PARSING)
         pd_http__conn_free(c);
     pd_http__server_maybe_free(srv);
+}
+
+/* Closes the handle; libuv closes the socket now, so the connection stops counting now. */
+static void pd_http__close_tcp(pd_http__conn_t *c)
+{
+    conn_limit_release(&c->srv->limit);
+    uv_close((uv_handle_t *)&c->tcp, pd_http__on_closed);
 }
 
 static void pd_http__on_shutdown(uv_shutdown_t *s, int status)
@@ -284,7 +290,7 @@ static void pd_http__on_shutdown(uv_shutdown_t *s, int status)
     pd_http__conn_t *c = s->data;
     (void)status;
     if (!uv_is_closing((uv_handle_t *)&c->tcp))
-        uv_close((uv_handle_t *)&c->tcp, pd_http__on_closed);
+        pd_http__close_tcp(c);
 }
 
 /* Closes the connection: graceful sends what is queued first (shutdown), otherwise at once. The
@@ -300,10 +306,11 @@ static void pd_http__conn_close(pd_http__conn_t *c, int graceful)
         c->phase_at = uv_now(c->srv->loop);
         uv_read_stop((uv_stream_t *)&c->tcp);
         c->reading = 0;
-        if (!graceful || uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, pd_http__on_shutdown) != 0)
-            uv_close((uv_handle_t *)&c->tcp, pd_http__on_closed);
+        if (!graceful ||
+            uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, pd_http__on_shutdown) != 0)
+            pd_http__close_tcp(c);
     } else if (!graceful && !uv_is_closing((uv_handle_t *)&c->tcp)) {
-        uv_close((uv_handle_t *)&c->tcp, pd_http__on_closed); /* cancels a pending shutdown */
+        pd_http__close_tcp(c); /* cancels a pending shutdown */
     }
     if (req && req->state != PD_HTTP__PARSING && !req->gone) {
         req->gone = 1;
@@ -348,7 +355,7 @@ static pd_status_t pd_http__check(pd_http_request_t *req, int streaming)
 }
 
 pd_status_t pd_http_respond(pd_http_request_t *req, int status, const char *content_type,
-                         const void *body, size_t len)
+                            const void *body, size_t len)
 {
     char head[512];
     int n;
@@ -417,8 +424,8 @@ static void pd_http__status_code(pd_status_t st, char *out, size_t len)
     out[i] = 0;
 }
 
-static pd_status_t pd_http__respond_error_status(pd_http_request_t *req, int status, const char *code,
-                                              const char *message)
+static pd_status_t pd_http__respond_error_status(pd_http_request_t *req, int status,
+                                                 const char *code, const char *message)
 {
     char *text = pd_http__error_body(status, code, message);
     pd_status_t st;
@@ -438,7 +445,7 @@ pd_status_t pd_http_respond_error(pd_http_request_t *req, pd_status_t st, const 
     char code[64];
     pd_http__status_code(st, code, sizeof code);
     return pd_http__respond_error_status(req, pd_status_http_code(st), code,
-                                      message ? message : pd_status_str(st));
+                                         message ? message : pd_status_str(st));
 }
 
 pd_status_t pd_http_stream_begin(pd_http_request_t *req, int status, const char *content_type)
@@ -792,10 +799,10 @@ static void pd_http__process(pd_http__conn_t *c)
         } else {
             int status = c->error_status ? c->error_status : 400;
             pd_http__reject(c, status,
-                         status == 413   ? "request body too large"
-                         : status == 431 ? "request headers too large"
-                         : status == 500 ? "out of memory"
-                                         : llhttp_get_error_reason(&c->parser));
+                            status == 413   ? "request body too large"
+                            : status == 431 ? "request headers too large"
+                            : status == 500 ? "out of memory"
+                                            : llhttp_get_error_reason(&c->parser));
             break;
         }
         memmove(c->in.p, c->in.p + used, c->in.len - used);
@@ -887,7 +894,7 @@ static void pd_http__on_connection(uv_stream_t *server, int status)
     srv->conns = c;
     if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
         c->closing = 1;
-        uv_close((uv_handle_t *)&c->tcp, pd_http__on_closed);
+        pd_http__close_tcp(c);
         return;
     }
     uv_tcp_nodelay(&c->tcp, 1);
@@ -973,7 +980,7 @@ void pd_http_server_stats(const pd_http_server_t *srv, pd_http_server_stats_t *s
 /* ==== server ==== */
 
 pd_status_t pd_http_server_create(uv_loop_t *loop, const pd_http_server_params_t *params,
-                               pd_http_server_t **srv_p)
+                                  pd_http_server_t **srv_p)
 {
     pd_http_server_t *srv = calloc(1, sizeof *srv);
 
@@ -1001,7 +1008,7 @@ pd_status_t pd_http_server_create(uv_loop_t *loop, const pd_http_server_params_t
 }
 
 pd_status_t pd_http_server_route(pd_http_server_t *srv, const char *method, const char *path_prefix,
-                              pd_http_handler_fn fn, void *user)
+                                 pd_http_handler_fn fn, void *user)
 {
     pd_http__route_t rt = {0};
 
@@ -1047,7 +1054,8 @@ static void pd_http__on_listener_closed(uv_handle_t *h)
     pd_http__server_maybe_free(srv);
 }
 
-pd_status_t pd_http_server_listen(pd_http_server_t *srv, const char *host, int port, int *bound_port_p)
+pd_status_t pd_http_server_listen(pd_http_server_t *srv, const char *host, int port,
+                                  int *bound_port_p)
 {
     struct sockaddr_storage addr;
     struct sockaddr_storage bound;

@@ -183,15 +183,15 @@ static int pd_grpc_server__trailer_nv(pd_grpc_call_t *call, nghttp2_nv *nv, char
     return n;
 }
 
-#define PD_GRPC_SERVER__NV(k, v)                                                                      \
+#define PD_GRPC_SERVER__NV(k, v)                                                                   \
     (nghttp2_nv)                                                                                   \
     {                                                                                              \
         (uint8_t *)(k), (uint8_t *)(v), sizeof(k) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE             \
     }
 
 static ssize_t pd_grpc_server__data_read(nghttp2_session *ng, int32_t stream_id, uint8_t *buf,
-                                      size_t length, uint32_t *data_flags,
-                                      nghttp2_data_source *source, void *user_data)
+                                         size_t length, uint32_t *data_flags,
+                                         nghttp2_data_source *source, void *user_data)
 {
     pd_grpc_call_t *call = source->ptr;
     pd_grpc_server__conn_t *conn = user_data;
@@ -248,7 +248,8 @@ static pd_status_t pd_grpc_server__submit_headers(pd_grpc_call_t *call)
 
 /* Decides the call's final status and queues the trailers (after queued data), or a
  * trailers-only response with http_status when no headers went out yet. */
-static void pd_grpc_server__call_end(pd_grpc_call_t *call, int http_status, int code, const char *msg)
+static void pd_grpc_server__call_end(pd_grpc_call_t *call, int http_status, int code,
+                                     const char *msg)
 {
     if (call->status_set)
         return;
@@ -364,17 +365,18 @@ pd_status_t pd_grpc_call_finish(pd_grpc_call_t *call, int grpc_code, const char 
 pd_status_t pd_grpc_call_finish_status(pd_grpc_call_t *call, pd_status_t st, const char *message)
 {
     return pd_grpc_call_finish(call, pd_status_grpc_code(st),
-                            message ? message : (st == PD_OK ? NULL : pd_status_str(st)));
+                               message ? message : (st == PD_OK ? NULL : pd_status_str(st)));
 }
 
-void pd_grpc_call_set_cancel_cb(pd_grpc_call_t *call, void (*fn)(pd_grpc_call_t *call, void *arg), void *arg)
+void pd_grpc_call_set_cancel_cb(pd_grpc_call_t *call, void (*fn)(pd_grpc_call_t *call, void *arg),
+                                void *arg)
 {
     call->cancel_cb = fn;
     call->cancel_arg = arg;
 }
 
 void pd_grpc_call_set_writable_cb(pd_grpc_call_t *call, void (*fn)(pd_grpc_call_t *call, void *arg),
-                               void *arg)
+                                  void *arg)
 {
     call->writable_cb = fn;
     call->writable_arg = arg;
@@ -416,7 +418,7 @@ static pd_grpc_call_t *pd_grpc_server__stream_call(pd_grpc_server__conn_t *conn,
 }
 
 static int pd_grpc_server__on_begin_headers(nghttp2_session *ng, const nghttp2_frame *frame,
-                                         void *user_data)
+                                            void *user_data)
 {
     pd_grpc_server__conn_t *conn = user_data;
     pd_grpc_server_t *srv = conn->srv;
@@ -457,8 +459,8 @@ static char *pd_grpc_server__strndup(const uint8_t *s, size_t n)
 }
 
 static int pd_grpc_server__on_header(nghttp2_session *ng, const nghttp2_frame *frame,
-                                  const uint8_t *name, size_t namelen, const uint8_t *value,
-                                  size_t valuelen, uint8_t flags, void *user_data)
+                                     const uint8_t *name, size_t namelen, const uint8_t *value,
+                                     size_t valuelen, uint8_t flags, void *user_data)
 {
     pd_grpc_server__conn_t *conn = user_data;
     pd_grpc_call_t *call = pd_grpc_server__stream_call(conn, frame->hd.stream_id);
@@ -590,7 +592,7 @@ static void pd_grpc_server__on_request_end(pd_grpc_call_t *call)
 }
 
 static int pd_grpc_server__on_data(nghttp2_session *ng, uint8_t flags, int32_t stream_id,
-                                const uint8_t *data, size_t len, void *user_data)
+                                   const uint8_t *data, size_t len, void *user_data)
 {
     pd_grpc_server__conn_t *conn = user_data;
     pd_grpc_call_t *call = pd_grpc_server__stream_call(conn, stream_id);
@@ -619,13 +621,14 @@ static int pd_grpc_server__on_data(nghttp2_session *ng, uint8_t flags, int32_t s
             continue;
         if (++call->n_msgs > 1) {
             pd_grpc_server__call_end(call, 200, PD_GRPC_UNIMPLEMENTED,
-                                  "client streaming is not supported");
+                                     "client streaming is not supported");
             return 0;
         }
         call->req = protobuf_c_message_unpack(call->in_desc, NULL, mlen, msg);
         if (!call->req) {
             pd_log_debug("grpc server: %s: failed to parse request", call->path);
-            pd_grpc_server__call_end(call, 200, PD_GRPC_INTERNAL, "failed to parse request message");
+            pd_grpc_server__call_end(call, 200, PD_GRPC_INTERNAL,
+                                     "failed to parse request message");
             return 0;
         }
     }
@@ -663,7 +666,7 @@ static int pd_grpc_server__ctrl_budget(pd_grpc_server__conn_t *conn)
 }
 
 static int pd_grpc_server__on_frame_recv(nghttp2_session *ng, const nghttp2_frame *frame,
-                                      void *user_data)
+                                         void *user_data)
 {
     pd_grpc_server__conn_t *conn = user_data;
     pd_grpc_call_t *call;
@@ -696,7 +699,7 @@ static int pd_grpc_server__on_frame_recv(nghttp2_session *ng, const nghttp2_fram
 }
 
 static int pd_grpc_server__on_frame_send(nghttp2_session *ng, const nghttp2_frame *frame,
-                                      void *user_data)
+                                         void *user_data)
 {
     pd_grpc_server__conn_t *conn = user_data;
     pd_grpc_call_t *call;
@@ -716,8 +719,8 @@ static int pd_grpc_server__on_frame_send(nghttp2_session *ng, const nghttp2_fram
     return 0;
 }
 
-static int pd_grpc_server__on_stream_close(nghttp2_session *ng, int32_t stream_id, uint32_t error_code,
-                                        void *user_data)
+static int pd_grpc_server__on_stream_close(nghttp2_session *ng, int32_t stream_id,
+                                           uint32_t error_code, void *user_data)
 {
     pd_grpc_server__conn_t *conn = user_data;
     pd_grpc_call_t *call = pd_grpc_server__stream_call(conn, stream_id);
@@ -840,7 +843,8 @@ static int pd_grpc_server__flush(pd_grpc_server__conn_t *conn, int run_cbs)
                 continue;
             }
             uv_buf_t b = uv_buf_init((char *)w->data, (unsigned)w->len);
-            int rc = uv_write(&w->req, (uv_stream_t *)&conn->tcp, &b, 1, pd_grpc_server__write_done);
+            int rc =
+                uv_write(&w->req, (uv_stream_t *)&conn->tcp, &b, 1, pd_grpc_server__write_done);
             if (rc < 0) {
                 pd_log_debug("grpc server: uv_write: %s", uv_strerror(rc));
                 free(w);
@@ -864,7 +868,8 @@ static int pd_grpc_server__flush(pd_grpc_server__conn_t *conn, int run_cbs)
             uv_read_stop((uv_stream_t *)&conn->tcp);
             conn->reading = 0;
         } else if (!over && !conn->reading) {
-            uv_read_start((uv_stream_t *)&conn->tcp, pd_grpc_server__alloc, pd_grpc_server__on_read);
+            uv_read_start((uv_stream_t *)&conn->tcp, pd_grpc_server__alloc,
+                          pd_grpc_server__on_read);
             conn->reading = 1;
         }
     }
@@ -876,7 +881,8 @@ static int pd_grpc_server__flush(pd_grpc_server__conn_t *conn, int run_cbs)
     return 0;
 }
 
-static pd_status_t pd_grpc_server__recv(pd_grpc_server__conn_t *conn, const uint8_t *data, size_t len)
+static pd_status_t pd_grpc_server__recv(pd_grpc_server__conn_t *conn, const uint8_t *data,
+                                        size_t len)
 {
     ssize_t rv;
 
@@ -930,7 +936,6 @@ static void pd_grpc_server__conn_closed(uv_handle_t *h)
     pd_grpc_server_t *srv = conn->srv;
 
     free(conn);
-    conn_limit_release(&srv->limit);
     srv->pending_closes--;
     pd_grpc_server__maybe_free(srv);
 }
@@ -973,6 +978,7 @@ static void pd_grpc_server__conn_close(pd_grpc_server__conn_t *conn)
         return;
     }
     srv->pending_closes++;
+    conn_limit_release(&srv->limit); /* libuv closes the socket now */
     uv_close((uv_handle_t *)&conn->tcp, pd_grpc_server__conn_closed);
 }
 
@@ -1011,7 +1017,8 @@ static pd_status_t pd_grpc_server__session_new(pd_grpc_server__conn_t *conn)
         return PD_ERR_NOMEM;
     }
     nghttp2_submit_settings(conn->ng, NGHTTP2_FLAG_NONE, iv, sizeof iv / sizeof iv[0]);
-    nghttp2_session_set_local_window_size(conn->ng, NGHTTP2_FLAG_NONE, 0, 16 * PD_GRPC_SERVER__WINDOW);
+    nghttp2_session_set_local_window_size(conn->ng, NGHTTP2_FLAG_NONE, 0,
+                                          16 * PD_GRPC_SERVER__WINDOW);
     return PD_OK;
 }
 
@@ -1142,7 +1149,7 @@ static void pd_grpc_server__sweep_closed(uv_handle_t *h)
 /* ==== server ==== */
 
 pd_status_t pd_grpc_server_create(uv_loop_t *loop, const pd_grpc_server_params_t *params,
-                               pd_grpc_server_t **srv_p)
+                                  pd_grpc_server_t **srv_p)
 {
     pd_grpc_server_t *srv = calloc(1, sizeof *srv);
 
@@ -1170,8 +1177,9 @@ pd_status_t pd_grpc_server_create(uv_loop_t *loop, const pd_grpc_server_params_t
     return PD_OK;
 }
 
-pd_status_t pd_grpc_server_add_service(pd_grpc_server_t *srv, const ProtobufCServiceDescriptor *desc,
-                                    const pd_grpc_method_fn *handlers, void *user)
+pd_status_t pd_grpc_server_add_service(pd_grpc_server_t *srv,
+                                       const ProtobufCServiceDescriptor *desc,
+                                       const pd_grpc_method_fn *handlers, void *user)
 {
     pd_grpc_server__svc_t *svcs;
 
@@ -1199,7 +1207,8 @@ static void pd_grpc_server__listener_closed(uv_handle_t *h)
     pd_grpc_server__maybe_free(srv);
 }
 
-pd_status_t pd_grpc_server_listen(pd_grpc_server_t *srv, const char *host, int port, int *bound_port_p)
+pd_status_t pd_grpc_server_listen(pd_grpc_server_t *srv, const char *host, int port,
+                                  int *bound_port_p)
 {
     struct sockaddr_storage ss;
     int namelen = sizeof ss, rc;
@@ -1293,8 +1302,8 @@ void pd_grpc_server_stats(const pd_grpc_server_t *srv, pd_grpc_server_stats_t *s
 /* ==== in-memory connections ==== */
 
 pd_status_t pd_grpc_server__fake_open(pd_grpc_server_t *srv,
-                                   void (*out)(void *arg, const uint8_t *data, size_t len),
-                                   void *arg, pd_grpc_server__conn_t **conn_p)
+                                      void (*out)(void *arg, const uint8_t *data, size_t len),
+                                      void *arg, pd_grpc_server__conn_t **conn_p)
 {
     pd_grpc_server__conn_t *conn = pd_grpc_server__conn_new(srv);
 

@@ -52,9 +52,9 @@ typedef struct {
 } pd_grpc_server_params_t;
 
 typedef struct {
-    uint64_t active_calls;   /* calls allocated (including ones held only by handlers) */
-    uint64_t connections;    /* open connections */
-    uint64_t buffered_bytes; /* response bytes queued in calls plus socket writes pending */
+    uint64_t active_calls;         /* calls allocated (including ones held only by handlers) */
+    uint64_t connections;          /* open connections */
+    uint64_t buffered_bytes;       /* response bytes queued in calls plus socket writes pending */
     uint64_t max_connections;      /* the effective limit */
     uint64_t rejected_connections; /* closed at accept: over the limit */
     uint64_t accept_errors;        /* failed accepts (EMFILE, ...) */
@@ -69,19 +69,21 @@ typedef void (*pd_grpc_method_fn)(pd_grpc_call_t *call, const ProtobufCMessage *
 /* Creates a server on loop; params may be NULL for defaults. Returns PD_OK or PD_ERR_NOMEM;
  * nothing is allocated on failure. */
 pd_status_t pd_grpc_server_create(uv_loop_t *loop, const pd_grpc_server_params_t *params,
-                               pd_grpc_server_t **srv_p);
+                                  pd_grpc_server_t **srv_p);
 
 /* Registers desc's methods at /<desc->name>/<method>; handlers[i] serves desc->methods[i] (a NULL
  * entry answers UNIMPLEMENTED). desc and handlers must outlive the server. Returns PD_OK,
  * PD_ERR_NOMEM, or PD_ERR_INVALID when a service of that name is already registered. */
-pd_status_t pd_grpc_server_add_service(pd_grpc_server_t *srv, const ProtobufCServiceDescriptor *desc,
-                                    const pd_grpc_method_fn *handlers, void *user);
+pd_status_t pd_grpc_server_add_service(pd_grpc_server_t *srv,
+                                       const ProtobufCServiceDescriptor *desc,
+                                       const pd_grpc_method_fn *handlers, void *user);
 
 /* Listens on host:port (port 0 picks an ephemeral port) and writes the bound port. Returns PD_OK,
  * PD_ERR_INVALID (bad address, already listening) or PD_ERR_IO (bind/listen failed, logged); on
  * failure the server is not listening
  * (and, after PD_ERR_IO, cannot listen again: destroy it). */
-pd_status_t pd_grpc_server_listen(pd_grpc_server_t *srv, const char *host, int port, int *bound_port_p);
+pd_status_t pd_grpc_server_listen(pd_grpc_server_t *srv, const char *host, int port,
+                                  int *bound_port_p);
 
 /* Graceful stop: closes the listener, sends GOAWAY on every connection, lets in-flight calls
  * finish, then closes each connection when it has no calls left. Idempotent. */
@@ -116,12 +118,12 @@ pd_status_t pd_grpc_call_finish_status(pd_grpc_call_t *call, pd_status_t st, con
 /* Sets fn(call, arg), run once if the call is cancelled while the handler holds it. Inside fn
  * the call is still valid; the handler must still finish it (now or later). */
 void pd_grpc_call_set_cancel_cb(pd_grpc_call_t *call, void (*fn)(pd_grpc_call_t *call, void *arg),
-                             void *arg);
+                                void *arg);
 
 /* Sets fn(call, arg), run once each time after pd_grpc_call_send returned PD_AGAIN, when the send
  * buffer drained below half the watermark. */
 void pd_grpc_call_set_writable_cb(pd_grpc_call_t *call, void (*fn)(pd_grpc_call_t *call, void *arg),
-                               void *arg);
+                                  void *arg);
 
 /* Returns the milliseconds left until the call's deadline (0 when passed), or -1 when the client
  * sent no grpc-timeout. */
@@ -145,13 +147,14 @@ const char *pd_grpc_call_path(const pd_grpc_call_t *call);
  * Returns PD_OK or PD_ERR_NOMEM. The connection closes with the server or with fake_close. */
 typedef struct pd_grpc_server__conn pd_grpc_server__conn_t;
 pd_status_t pd_grpc_server__fake_open(pd_grpc_server_t *srv,
-                                   void (*out)(void *arg, const uint8_t *data, size_t len),
-                                   void *arg, pd_grpc_server__conn_t **conn_p);
+                                      void (*out)(void *arg, const uint8_t *data, size_t len),
+                                      void *arg, pd_grpc_server__conn_t **conn_p);
 
 /* Feeds client bytes and runs the session. Returns PD_OK; PD_ERR_PROTOCOL when the session
  * failed, PD_ERR_TRANSPORT when it ended (GOAWAY done): the connection is then closed and freed,
  * do not use it again. */
-pd_status_t pd_grpc_server__fake_feed(pd_grpc_server__conn_t *conn, const uint8_t *data, size_t len);
+pd_status_t pd_grpc_server__fake_feed(pd_grpc_server__conn_t *conn, const uint8_t *data,
+                                      size_t len);
 
 /* Closes a fake connection as if the peer vanished. Accepts NULL. */
 void pd_grpc_server__fake_close(pd_grpc_server__conn_t *conn);

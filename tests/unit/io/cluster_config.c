@@ -238,7 +238,8 @@ static void test_override(void **state)
 
     struct ov o = {cfg, "d0", "kv", "fp16"};
     assert_int_equal(with_stderr(log, sizeof log, run_override, &o), PD_ERR_INVALID);
-    assert_non_null(strstr(log, "--set nodes.d0.kv: unknown value 'fp16' (expected bf16, fp8, f32)"));
+    assert_non_null(
+        strstr(log, "--set nodes.d0.kv: unknown value 'fp16' (expected bf16, fp8, f32)"));
     assert_int_equal(cluster_config_find_node(cfg, "d0")->kv, PD_KV_BF16); /* unchanged */
 
     o = (struct ov){cfg, "d0", "port", "50060"}; /* collides with p0 */
@@ -344,7 +345,8 @@ static void test_load_errors(void **state)
     assert_int_equal(with_stderr(log, sizeof log, run_load_missing, path), PD_ERR_FORMAT);
     char want[256];
     snprintf(want, sizeof want,
-             "%s:10:14: nodes.a.weights: unknown value 'int8' (expected bf16, fp8, int4, f32)", path);
+             "%s:10:14: nodes.a.weights: unknown value 'int8' (expected bf16, fp8, int4, f32)",
+             path);
     if (!strstr(log, want)) {
         print_error("got: %s\nwant: %s\n", log, want);
         fail();
