@@ -1007,6 +1007,11 @@ metrics_t *router_metrics(router_t *r)
     return r->metrics;
 }
 
+const cluster_config_t *router_cluster_config(const router_t *r)
+{
+    return r->cfg;
+}
+
 const char *router_model_name(const router_t *r)
 {
     return r->model_name;

@@ -135,6 +135,9 @@ void router_set_serving_cb(router_t *r, void (*fn)(void *arg, int serving), void
  * poll, requests in flight), for rendering; owned by the core. */
 metrics_t *router_metrics(router_t *r);
 
+/* The cluster config the router was created with. */
+const cluster_config_t *router_cluster_config(const router_t *r);
+
 /* The model's name (the model folder's last component), config and tokenizer. */
 const char *router_model_name(const router_t *r);
 const hf_config_t *router_model(const router_t *r);

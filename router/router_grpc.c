@@ -317,7 +317,14 @@ pd_status_t router_grpc_create(router_t *core, uv_loop_t *loop, const char *host
         return PD_ERR_NOMEM;
     api->core = core;
     router_grpc__service_init(api);
-    if ((st = pd_grpc_server_create(loop, NULL, &api->srv)) != PD_OK)
+    const cluster_router_t *rc = &router_cluster_config(core)->router; /* 0: server defaults */
+    pd_grpc_server_params_t params = {
+        .max_concurrent_streams = (uint32_t)rc->max_streams,
+        .idle_timeout_ms = (uint32_t)rc->idle_timeout_ms,
+        .request_timeout_ms = (uint32_t)rc->body_timeout_ms,
+        .max_connections = (size_t)rc->max_connections,
+    };
+    if ((st = pd_grpc_server_create(loop, &params, &api->srv)) != PD_OK)
         goto err;
     if ((st = pd_grpc_server_add_service(api->srv, &api->service, inference_handlers, api)) !=
         PD_OK)

@@ -481,7 +481,14 @@ pd_status_t router_http_create(router_t *core, uv_loop_t *loop, const char *host
     if (!api)
         return PD_ERR_NOMEM;
     api->core = core;
-    if ((st = pd_http_server_create(loop, NULL, &api->srv)) != PD_OK)
+    const cluster_router_t *rc = &router_cluster_config(core)->router; /* 0: server defaults */
+    pd_http_server_params_t params = {
+        .idle_timeout_ms = (uint32_t)rc->idle_timeout_ms,
+        .header_timeout_ms = (uint32_t)rc->header_timeout_ms,
+        .body_timeout_ms = (uint32_t)rc->body_timeout_ms,
+        .max_connections = (size_t)rc->max_connections,
+    };
+    if ((st = pd_http_server_create(loop, &params, &api->srv)) != PD_OK)
         goto err;
     pd_http_server_route(api->srv, "GET", "/live", router_http__live, api);
     pd_http_server_route(api->srv, "GET", "/ready", router_http__ready, api);

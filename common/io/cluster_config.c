@@ -166,6 +166,11 @@ enum {
     RF_DECODE_POLICY,
     RF_TIMEOUT,
     RF_QUEUE,
+    RF_IDLE_TIMEOUT,
+    RF_HEADER_TIMEOUT,
+    RF_BODY_TIMEOUT,
+    RF_MAX_CONNECTIONS,
+    RF_MAX_STREAMS,
     RF__COUNT
 };
 
@@ -181,6 +186,12 @@ static const cluster_config__field_t cluster_config__router_fields[RF__COUNT] = 
     [RF_TIMEOUT] =
         ROUTER_F("request_timeout_ms", F_INT64, request_timeout_ms, 1, 86400000, NULL, 0),
     [RF_QUEUE] = ROUTER_F("max_queue", F_INT, max_queue, 0, 1 << 24, NULL, 0),
+    [RF_IDLE_TIMEOUT] = ROUTER_F("idle_timeout_ms", F_INT64, idle_timeout_ms, 1, 86400000, NULL, 0),
+    [RF_HEADER_TIMEOUT] =
+        ROUTER_F("header_timeout_ms", F_INT64, header_timeout_ms, 1, 86400000, NULL, 0),
+    [RF_BODY_TIMEOUT] = ROUTER_F("body_timeout_ms", F_INT64, body_timeout_ms, 1, 86400000, NULL, 0),
+    [RF_MAX_CONNECTIONS] = ROUTER_F("max_connections", F_INT, max_connections, 1, 1 << 20, NULL, 0),
+    [RF_MAX_STREAMS] = ROUTER_F("max_streams", F_INT, max_streams, 1, 1 << 20, NULL, 0),
 };
 
 enum { TF_UCX_TLS = 0, TF_LEASE, TF__COUNT };
@@ -909,7 +920,8 @@ void cluster_config_destroy(cluster_config_t *cfg)
     free(cfg);
 }
 
-pd_status_t cluster_config_load_args(const pd_args_t *args, const char *tag, cluster_config_t **cfg_p)
+pd_status_t cluster_config_load_args(const pd_args_t *args, const char *tag,
+                                     cluster_config_t **cfg_p)
 {
     cluster_config_t *cfg = NULL;
     pd_status_t st;

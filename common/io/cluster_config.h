@@ -65,6 +65,12 @@ typedef struct {
     cluster_decode_policy_t decode_policy;
     int64_t request_timeout_ms;
     int max_queue;
+    /* network limits of both listeners; 0 (unset): the servers' defaults (http.h, grpc_server.h) */
+    int64_t idle_timeout_ms;   /* HTTP: no request; gRPC: no stream (60 s) */
+    int64_t header_timeout_ms; /* HTTP request line + headers (10 s) */
+    int64_t body_timeout_ms;   /* HTTP body; gRPC: the whole request (30 s) */
+    int max_connections;       /* per listener (1024, capped by RLIMIT_NOFILE) */
+    int max_streams;           /* gRPC concurrent streams per connection (100) */
 } cluster_router_t;
 
 typedef struct {
@@ -122,7 +128,9 @@ pd_status_t cluster_config_parse_bytes(const char *text, int64_t *bytes_p);
 
 /* What a server binary's main() does with its command line: loads args->config, applies every
  * --set in order (for args->node when given, else router./cluster keys), and sets the log level
- * and tag (args->node, else tag). Errors are logged with file:line:col; PD_ERR_* and *cfg_p untouched. */
-pd_status_t cluster_config_load_args(const pd_args_t *args, const char *tag, cluster_config_t **cfg_p);
+ * and tag (args->node, else tag). Errors are logged with file:line:col; PD_ERR_* and *cfg_p
+ * untouched. */
+pd_status_t cluster_config_load_args(const pd_args_t *args, const char *tag,
+                                     cluster_config_t **cfg_p);
 
 #endif

@@ -9,10 +9,14 @@
 
 #include <llhttp.h>
 
+#include "conn_limit.h"
 #include "log.h"
 
 #define PD_HTTP__DEFAULT_MAX_BODY (1u << 20)
 #define PD_HTTP__DEFAULT_MAX_HEADERS (64u << 10)
+#define PD_HTTP__DEFAULT_IDLE_MS 60000
+#define PD_HTTP__DEFAULT_HEADER_MS 10000
+#define PD_HTTP__DEFAULT_BODY_MS 30000
 
 typedef struct {
     char *p;
@@ -42,6 +46,10 @@ struct pd_http_server {
     pd_http__route_t *routes;
     size_t n_routes;
     pd_http__conn_t *conns; /* open handles */
+    conn_limit_t limit;
+    uv_timer_t sweep; /* checks the connections' timeouts; unreferenced */
+    int sweep_open;   /* uv_timer_init done, not yet closed */
+    uint64_t idle_closed, timed_out;
 };
 
 typedef enum {
@@ -75,12 +83,14 @@ struct pd_http__conn {
     llhttp_t parser;
     pd_http__str_t in;      /* received, not yet parsed */
     pd_http_request_t *cur; /* being parsed or handled */
-    size_t header_bytes; /* of the message being parsed */
-    int error_status;    /* 413/431 decided in a parser callback */
-    int closing;         /* uv_close or uv_shutdown started */
-    int closed;          /* handle closed */
+    size_t header_bytes;    /* of the message being parsed */
+    int error_status;       /* 413/431 decided in a parser callback */
+    int closing;            /* uv_close or uv_shutdown started */
+    int closed;             /* handle closed */
     int reading;
     int in_process;
+    int in_body;       /* the current request's headers are complete */
+    uint64_t phase_at; /* uv_now when the current wait began (idle, headers, body, close) */
 };
 
 typedef struct {
@@ -189,7 +199,7 @@ static void pd_http__conn_free(pd_http__conn_t *c)
 
 static void pd_http__server_maybe_free(pd_http_server_t *srv)
 {
-    if (!srv->destroyed || srv->listener_open || srv->conns)
+    if (!srv->destroyed || srv->listener_open || srv->sweep_open || srv->conns)
         return;
     for (size_t i = 0; i < srv->n_routes; i++) {
         free(srv->routes[i].method);
@@ -215,7 +225,7 @@ static void pd_http__on_write(uv_write_t *w, int status)
 
 /* Queues a + b as one write. */
 static pd_status_t pd_http__send(pd_http__conn_t *c, const char *a, size_t alen, const void *b,
-                              size_t blen, const char *c3, size_t clen)
+                                 size_t blen, const char *c3, size_t clen)
 {
     pd_http__write_t *wr;
     uv_buf_t buf;
@@ -268,12 +278,19 @@ static void pd_http__on_closed(uv_handle_t *h)
     pd_http__server_maybe_free(srv);
 }
 
+/* Closes the handle; libuv closes the socket now, so the connection stops counting now. */
+static void pd_http__close_tcp(pd_http__conn_t *c)
+{
+    conn_limit_release(&c->srv->limit);
+    uv_close((uv_handle_t *)&c->tcp, pd_http__on_closed);
+}
+
 static void pd_http__on_shutdown(uv_shutdown_t *s, int status)
 {
     pd_http__conn_t *c = s->data;
     (void)status;
     if (!uv_is_closing((uv_handle_t *)&c->tcp))
-        uv_close((uv_handle_t *)&c->tcp, pd_http__on_closed);
+        pd_http__close_tcp(c);
 }
 
 /* Closes the connection: graceful sends what is queued first (shutdown), otherwise at once. The
@@ -286,12 +303,14 @@ static void pd_http__conn_close(pd_http__conn_t *c, int graceful)
         return;
     if (!c->closing) {
         c->closing = 1;
+        c->phase_at = uv_now(c->srv->loop);
         uv_read_stop((uv_stream_t *)&c->tcp);
         c->reading = 0;
-        if (!graceful || uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, pd_http__on_shutdown) != 0)
-            uv_close((uv_handle_t *)&c->tcp, pd_http__on_closed);
+        if (!graceful ||
+            uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, pd_http__on_shutdown) != 0)
+            pd_http__close_tcp(c);
     } else if (!graceful && !uv_is_closing((uv_handle_t *)&c->tcp)) {
-        uv_close((uv_handle_t *)&c->tcp, pd_http__on_closed); /* cancels a pending shutdown */
+        pd_http__close_tcp(c); /* cancels a pending shutdown */
     }
     if (req && req->state != PD_HTTP__PARSING && !req->gone) {
         req->gone = 1;
@@ -319,6 +338,7 @@ static void pd_http__finish(pd_http_request_t *req)
         pd_http__conn_close(c, 1);
         return;
     }
+    c->phase_at = uv_now(c->srv->loop); /* idle until the next request begins */
     pd_http__process(c);
 }
 
@@ -335,7 +355,7 @@ static pd_status_t pd_http__check(pd_http_request_t *req, int streaming)
 }
 
 pd_status_t pd_http_respond(pd_http_request_t *req, int status, const char *content_type,
-                         const void *body, size_t len)
+                            const void *body, size_t len)
 {
     char head[512];
     int n;
@@ -404,8 +424,8 @@ static void pd_http__status_code(pd_status_t st, char *out, size_t len)
     out[i] = 0;
 }
 
-static pd_status_t pd_http__respond_error_status(pd_http_request_t *req, int status, const char *code,
-                                              const char *message)
+static pd_status_t pd_http__respond_error_status(pd_http_request_t *req, int status,
+                                                 const char *code, const char *message)
 {
     char *text = pd_http__error_body(status, code, message);
     pd_status_t st;
@@ -425,7 +445,7 @@ pd_status_t pd_http_respond_error(pd_http_request_t *req, pd_status_t st, const 
     char code[64];
     pd_http__status_code(st, code, sizeof code);
     return pd_http__respond_error_status(req, pd_status_http_code(st), code,
-                                      message ? message : pd_status_str(st));
+                                         message ? message : pd_status_str(st));
 }
 
 pd_status_t pd_http_stream_begin(pd_http_request_t *req, int status, const char *content_type)
@@ -589,6 +609,8 @@ static int pd_http__on_message_begin(llhttp_t *p)
     }
     c->cur->conn = c;
     c->header_bytes = 0;
+    c->in_body = 0;
+    c->phase_at = uv_now(c->srv->loop);
     return 0;
 }
 
@@ -654,6 +676,8 @@ static int pd_http__on_headers_complete(llhttp_t *p)
         c->error_status = 413;
         return -1;
     }
+    c->in_body = 1;
+    c->phase_at = uv_now(c->srv->loop);
     expect = pd_http_request_header(r, "Expect");
     if (expect && strcasecmp(expect, "100-continue") == 0 && p->http_major == 1 &&
         p->http_minor == 1)
@@ -737,7 +761,10 @@ static void pd_http__reject(pd_http__conn_t *c, int status, const char *reason)
     char *text;
     char head[256];
     int n;
-    const char *code = status == 413 ? "too_long" : status == 431 ? "too_long" : "format";
+    const char *code = status == 413   ? "too_long"
+                       : status == 431 ? "too_long"
+                       : status == 408 ? "timeout"
+                                       : "format";
 
     pd_log_debug("http: rejecting a request with %d: %s", status, reason);
     text = pd_http__error_body(status, status == 500 ? "internal" : code, reason);
@@ -772,10 +799,10 @@ static void pd_http__process(pd_http__conn_t *c)
         } else {
             int status = c->error_status ? c->error_status : 400;
             pd_http__reject(c, status,
-                         status == 413   ? "request body too large"
-                         : status == 431 ? "request headers too large"
-                         : status == 500 ? "out of memory"
-                                         : llhttp_get_error_reason(&c->parser));
+                            status == 413   ? "request body too large"
+                            : status == 431 ? "request headers too large"
+                            : status == 500 ? "out of memory"
+                                            : llhttp_get_error_reason(&c->parser));
             break;
         }
         memmove(c->in.p, c->in.p + used, c->in.len - used);
@@ -840,19 +867,24 @@ static void pd_http__start_reading(pd_http__conn_t *c)
 
 static void pd_http__on_connection(uv_stream_t *server, int status)
 {
+    static const char busy[] =
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+        "Content-Length: 88\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
+        "{\"error\":{\"message\":\"too many connections\",\"type\":\"server_error\","
+        "\"code\":\"unavailable\"}}\n";
     pd_http_server_t *srv = server->data;
     pd_http__conn_t *c;
 
-    if (status < 0) {
-        pd_log_error("http: accept failed: %s", uv_strerror(status));
+    if (!conn_limit_on_connection(&srv->limit, server, status, busy, sizeof busy - 1))
         return;
-    }
     c = calloc(1, sizeof *c);
     if (!c) {
         pd_log_error("http: out of memory for a connection");
+        conn_limit_release(&srv->limit);
         return;
     }
     c->srv = srv;
+    c->phase_at = uv_now(srv->loop);
     uv_tcp_init(srv->loop, &c->tcp);
     c->tcp.data = c;
     c->shutdown.data = c;
@@ -862,7 +894,7 @@ static void pd_http__on_connection(uv_stream_t *server, int status)
     srv->conns = c;
     if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
         c->closing = 1;
-        uv_close((uv_handle_t *)&c->tcp, pd_http__on_closed);
+        pd_http__close_tcp(c);
         return;
     }
     uv_tcp_nodelay(&c->tcp, 1);
@@ -871,10 +903,84 @@ static void pd_http__on_connection(uv_stream_t *server, int status)
     pd_http__start_reading(c);
 }
 
+/* ==== timeouts ==== */
+
+/* Closes or answers 408 to every connection past its current wait. */
+static void pd_http__on_sweep(uv_timer_t *t)
+{
+    pd_http_server_t *srv = t->data;
+    const pd_http_server_params_t *p = &srv->params;
+    uint64_t now = uv_now(srv->loop);
+    char msg[96];
+
+    for (pd_http__conn_t *c = srv->conns, *next; c; c = next) {
+        uint64_t waited = now - c->phase_at;
+        next = c->next;
+        if (c->closed)
+            continue;
+        if (c->closing) {
+            if (waited >= p->header_timeout_ms && !uv_is_closing((uv_handle_t *)&c->tcp))
+                pd_http__conn_close(c, 0); /* the peer does not read its last bytes */
+        } else if (!c->cur) {
+            if (waited >= p->idle_timeout_ms) {
+                srv->idle_closed++;
+                pd_http__conn_close(c, 0);
+            }
+        } else if (c->cur->state == PD_HTTP__PARSING) {
+            uint32_t limit = c->in_body ? p->body_timeout_ms : p->header_timeout_ms;
+            if (waited < limit)
+                continue;
+            snprintf(msg, sizeof msg, "request %s not received within %u ms",
+                     c->in_body ? "body" : "headers", limit);
+            srv->timed_out++;
+            pd_http__reject(c, 408, msg);
+        }
+    }
+}
+
+static void pd_http__sweep_start(pd_http_server_t *srv)
+{
+    const pd_http_server_params_t *p = &srv->params;
+    uint32_t every = p->idle_timeout_ms;
+
+    if (p->header_timeout_ms < every)
+        every = p->header_timeout_ms;
+    if (p->body_timeout_ms < every)
+        every = p->body_timeout_ms;
+    every /= 8; /* a timeout fires at most an eighth late */
+    every = every < 5 ? 5 : every > 1000 ? 1000 : every;
+    if (!srv->sweep_open) {
+        uv_timer_init(srv->loop, &srv->sweep);
+        srv->sweep.data = srv;
+        srv->sweep_open = 1;
+        uv_unref((uv_handle_t *)&srv->sweep); /* never keeps the loop alive by itself */
+    }
+    uv_timer_start(&srv->sweep, pd_http__on_sweep, every, every);
+}
+
+static void pd_http__on_sweep_closed(uv_handle_t *h)
+{
+    pd_http_server_t *srv = h->data;
+    srv->sweep_open = 0;
+    pd_http__server_maybe_free(srv);
+}
+
+void pd_http_server_stats(const pd_http_server_t *srv, pd_http_server_stats_t *stats_p)
+{
+    *stats_p = (pd_http_server_stats_t){
+        .connections = srv->limit.open,
+        .max_connections = srv->limit.max,
+        .rejected_connections = srv->limit.rejected,
+        .accept_errors = srv->limit.accept_errors,
+        .idle_closed = srv->idle_closed,
+        .timed_out = srv->timed_out,
+    };
+}
+
 /* ==== server ==== */
 
 pd_status_t pd_http_server_create(uv_loop_t *loop, const pd_http_server_params_t *params,
-                               pd_http_server_t **srv_p)
+                                  pd_http_server_t **srv_p)
 {
     pd_http_server_t *srv = calloc(1, sizeof *srv);
 
@@ -889,12 +995,20 @@ pd_status_t pd_http_server_create(uv_loop_t *loop, const pd_http_server_params_t
         srv->params.max_body = PD_HTTP__DEFAULT_MAX_BODY;
     if (!srv->params.max_headers)
         srv->params.max_headers = PD_HTTP__DEFAULT_MAX_HEADERS;
+    if (!srv->params.idle_timeout_ms)
+        srv->params.idle_timeout_ms = PD_HTTP__DEFAULT_IDLE_MS;
+    if (!srv->params.header_timeout_ms)
+        srv->params.header_timeout_ms = PD_HTTP__DEFAULT_HEADER_MS;
+    if (!srv->params.body_timeout_ms)
+        srv->params.body_timeout_ms = PD_HTTP__DEFAULT_BODY_MS;
+    conn_limit_init(&srv->limit, "http", srv->params.max_connections);
+    srv->params.max_connections = srv->limit.max;
     *srv_p = srv;
     return PD_OK;
 }
 
 pd_status_t pd_http_server_route(pd_http_server_t *srv, const char *method, const char *path_prefix,
-                              pd_http_handler_fn fn, void *user)
+                                 pd_http_handler_fn fn, void *user)
 {
     pd_http__route_t rt = {0};
 
@@ -940,7 +1054,8 @@ static void pd_http__on_listener_closed(uv_handle_t *h)
     pd_http__server_maybe_free(srv);
 }
 
-pd_status_t pd_http_server_listen(pd_http_server_t *srv, const char *host, int port, int *bound_port_p)
+pd_status_t pd_http_server_listen(pd_http_server_t *srv, const char *host, int port,
+                                  int *bound_port_p)
 {
     struct sockaddr_storage addr;
     struct sockaddr_storage bound;
@@ -975,6 +1090,7 @@ pd_status_t pd_http_server_listen(pd_http_server_t *srv, const char *host, int p
         uv_close((uv_handle_t *)&srv->listener, pd_http__on_listener_closed);
         return rc == UV_EADDRINUSE ? PD_ERR_UNAVAILABLE : PD_ERR_IO;
     }
+    pd_http__sweep_start(srv);
     if (bound_port_p)
         *bound_port_p =
             ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
@@ -989,6 +1105,8 @@ void pd_http_server_destroy(pd_http_server_t *srv)
     srv->destroyed = 1;
     if (srv->listener_open && !uv_is_closing((uv_handle_t *)&srv->listener))
         uv_close((uv_handle_t *)&srv->listener, pd_http__on_listener_closed);
+    if (srv->sweep_open && !uv_is_closing((uv_handle_t *)&srv->sweep))
+        uv_close((uv_handle_t *)&srv->sweep, pd_http__on_sweep_closed);
     for (pd_http__conn_t *c = srv->conns, *next; c; c = next) {
         next = c->next;
         pd_http__conn_close(c, 0);

@@ -9,16 +9,24 @@
  * requests are answered one at a time, in order (the next one is parsed after the current one is
  * finished).
  *
+ * Slow and idle clients: a connection waiting for a request (new, or kept alive) is closed after
+ * idle_timeout_ms; a request whose line and headers do not arrive within header_timeout_ms of its
+ * first byte, or whose body does not arrive within body_timeout_ms of its headers, is answered 408
+ * and closed; a close that cannot send its last bytes within header_timeout_ms is cut. The time a
+ * handler holds a request does not count. At most max_connections are open (lowered to leave file
+ * descriptors for the rest of the process, see conn_limit.h); past it a new connection gets a 503
+ * and is closed at once.
+ *
  * A handler gets the request when its body is complete and must finish it exactly once, now or
  * later from the loop thread: pd_http_respond, pd_http_respond_json, pd_http_respond_error, or
- * pd_http_stream_begin ... pd_http_stream_end. The request stays valid until then, even when the client
- * disconnects first: the close callback (pd_http_request_set_close_cb) is called once, writes return
- * PD_ERR_CANCELLED, and finishing only frees the request. Body, headers and path stay valid for
- * the request's lifetime.
+ * pd_http_stream_begin ... pd_http_stream_end. The request stays valid until then, even when the
+ * client disconnects first: the close callback (pd_http_request_set_close_cb) is called once,
+ * writes return PD_ERR_CANCELLED, and finishing only frees the request. Body, headers and path stay
+ * valid for the request's lifetime.
  *
  * Loop thread only: every function here must be called on the thread running the loop (compute
- * threads hand results back with uv_async_send). pd_http_server_destroy closes the listener and every
- * connection; the loop must run afterwards so the close callbacks complete (uv_run until it
+ * threads hand results back with uv_async_send). pd_http_server_destroy closes the listener and
+ * every connection; the loop must run afterwards so the close callbacks complete (uv_run until it
  * returns 0, then uv_loop_close() == 0). The server's memory is released once all its handles are
  * closed and every request handed to a handler has been finished.
  */
@@ -26,6 +34,7 @@
 #define PD_HTTP_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <jansson.h>
 #include <uv.h>
@@ -44,27 +53,44 @@ typedef void (*pd_http_handler_fn)(pd_http_request_t *req, void *user);
 typedef void (*pd_http_close_fn)(pd_http_request_t *req, void *arg);
 
 typedef struct {
-    size_t max_body;    /* bytes of request body; 0: 1 MiB */
-    size_t max_headers; /* bytes of request line + header fields; 0: 64 KiB */
+    size_t max_body;            /* bytes of request body; 0: 1 MiB */
+    size_t max_headers;         /* bytes of request line + header fields; 0: 64 KiB */
+    uint32_t idle_timeout_ms;   /* connection without a request; 0: 60 s */
+    uint32_t header_timeout_ms; /* request line + headers, from the first byte; 0: 10 s */
+    uint32_t body_timeout_ms;   /* body, from the end of the headers; 0: 30 s */
+    size_t max_connections;     /* open connections; 0: 1024 (then capped, conn_limit.h) */
 } pd_http_server_params_t;
+
+typedef struct {
+    uint64_t connections;          /* open now */
+    uint64_t max_connections;      /* the effective limit */
+    uint64_t rejected_connections; /* closed at accept: over the limit */
+    uint64_t accept_errors;        /* failed accepts (EMFILE, ...) */
+    uint64_t idle_closed;          /* closed by the idle timeout */
+    uint64_t timed_out;            /* requests answered 408 (headers or body too slow) */
+} pd_http_server_stats_t;
 
 /* Creates a server on loop (params NULL: defaults). Returns PD_OK or PD_ERR_NOMEM; *srv_p is
  * written only on success. Nothing is opened until pd_http_server_listen. */
 pd_status_t pd_http_server_create(uv_loop_t *loop, const pd_http_server_params_t *params,
-                               pd_http_server_t **srv_p);
+                                  pd_http_server_t **srv_p);
 
 /* Adds a route: method ("GET", "POST"; NULL or "*" for any) and a path prefix starting with '/'
  * ("/" alone matches everything). The same method and prefix twice replaces the handler.
  * Returns PD_OK, PD_ERR_INVALID (bad prefix), PD_ERR_NOMEM; on failure routes are unchanged. */
 pd_status_t pd_http_server_route(pd_http_server_t *srv, const char *method, const char *path_prefix,
-                              pd_http_handler_fn fn, void *user);
+                                 pd_http_handler_fn fn, void *user);
 
 /* Binds host (IPv4 or IPv6 literal) and port (0: ephemeral) and starts accepting. Returns PD_OK,
  * PD_ERR_INVALID (bad address, already listening), PD_ERR_UNAVAILABLE (address in use),
  * PD_ERR_IO (other socket errors, logged with the address); *bound_port_p (may be NULL) gets the
  * port actually bound, written only on success. On failure the server is not listening; destroy
  * it. */
-pd_status_t pd_http_server_listen(pd_http_server_t *srv, const char *host, int port, int *bound_port_p);
+pd_status_t pd_http_server_listen(pd_http_server_t *srv, const char *host, int port,
+                                  int *bound_port_p);
+
+/* Writes the server's counters. */
+void pd_http_server_stats(const pd_http_server_t *srv, pd_http_server_stats_t *stats_p);
 
 /* Stops accepting, closes every connection (close callbacks of unfinished requests run now) and
  * releases the server once the loop has closed its handles; NULL is accepted. */
@@ -110,7 +136,7 @@ void pd_http_request_set_close_cb(pd_http_request_t *req, pd_http_close_fn fn, v
  * PD_ERR_INVALID (the request was streaming: it is not finished then), PD_ERR_NOMEM or
  * PD_ERR_TRANSPORT (the connection is closed). */
 pd_status_t pd_http_respond(pd_http_request_t *req, int status, const char *content_type,
-                         const void *body, size_t len);
+                            const void *body, size_t len);
 
 /* Sends body (steals the reference; NULL sends a 500 error) as application/json. Same returns. */
 pd_status_t pd_http_respond_json(pd_http_request_t *req, int status, json_t *body);
@@ -127,8 +153,8 @@ pd_status_t pd_http_respond_error(pd_http_request_t *req, pd_status_t st, const 
  * PD_ERR_TRANSPORT. */
 pd_status_t pd_http_stream_begin(pd_http_request_t *req, int status, const char *content_type);
 
-/* Sends len bytes as one chunk (len 0 sends nothing). Returns as pd_http_stream_begin; PD_ERR_INVALID
- * when the stream has not begun. */
+/* Sends len bytes as one chunk (len 0 sends nothing). Returns as pd_http_stream_begin;
+ * PD_ERR_INVALID when the stream has not begun. */
 pd_status_t pd_http_stream_write(pd_http_request_t *req, const void *data, size_t len);
 
 /* Sends one server-sent event "data: <json_text>\n\n". Returns as pd_http_stream_write. */

@@ -7,12 +7,17 @@
 
 #include <nghttp2/nghttp2.h>
 
+#include "conn_limit.h"
 #include "log.h"
 
 #define PD_GRPC_SERVER__WRITE_LIMIT (1u << 20)  /* pending socket bytes before output pauses */
 #define PD_GRPC_SERVER__WRITE_CHUNK (64u << 10) /* bytes gathered per uv_write */
 #define PD_GRPC_SERVER__MD_LIMIT (16u << 10)    /* metadata bytes kept per call */
 #define PD_GRPC_SERVER__WINDOW (1 << 20)        /* stream and connection receive window */
+#define PD_GRPC_SERVER__CTRL_BURST 100.0        /* PING/SETTINGS/PRIORITY/empty DATA in a burst */
+#define PD_GRPC_SERVER__CTRL_RATE 10.0          /* ... and per second on average */
+#define PD_GRPC_SERVER__GRACE_MS 5000           /* a closing connection's writes and PING ack */
+static const uint8_t pd_grpc_server__idle_ping[8] = {'p', 'd', '-', 'i', 'd', 'l', 'e', 0};
 
 typedef struct {
     const ProtobufCServiceDescriptor *desc;
@@ -46,6 +51,7 @@ struct pd_grpc_call {
     pd_grpc_method_fn fn;
     void *user;
     uv_timer_t *timer;
+    uint64_t started_at; /* uv_now() of the request's first HEADERS */
     /* response */
     uint8_t *sbuf; /* (scap) framed response bytes; [soff, slen) still to send */
     size_t slen, soff, scap;
@@ -67,6 +73,12 @@ struct pd_grpc_server__conn {
     nghttp2_session *ng;
     size_t write_pending;
     unsigned in_recv : 1, flushing : 1, closing : 1, reading : 1, writable_pending : 1;
+    unsigned idle_notice : 1, idle_goaway : 1, flooded : 1;
+    uint32_t n_streams;  /* open streams with a call */
+    uint64_t idle_since; /* uv_now() when n_streams became 0 */
+    uint64_t close_by;   /* uv_now() after which a closing connection is cut; 0: none */
+    double ctrl_tokens;  /* control-frame budget */
+    uint64_t ctrl_at;    /* uv_now() of its last refill */
 };
 
 struct pd_grpc_server {
@@ -80,6 +92,10 @@ struct pd_grpc_server {
     pd_grpc_server__conn_t *conns;
     pd_grpc_call_t *calls;
     uint64_t n_calls, n_conns;
+    conn_limit_t limit;
+    uv_timer_t sweep; /* idle connections and late requests; unreferenced */
+    int sweep_open;
+    uint64_t idle_closed, flood_closed, request_timeouts;
 };
 
 typedef struct {
@@ -167,15 +183,15 @@ static int pd_grpc_server__trailer_nv(pd_grpc_call_t *call, nghttp2_nv *nv, char
     return n;
 }
 
-#define PD_GRPC_SERVER__NV(k, v)                                                                      \
+#define PD_GRPC_SERVER__NV(k, v)                                                                   \
     (nghttp2_nv)                                                                                   \
     {                                                                                              \
         (uint8_t *)(k), (uint8_t *)(v), sizeof(k) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE             \
     }
 
 static ssize_t pd_grpc_server__data_read(nghttp2_session *ng, int32_t stream_id, uint8_t *buf,
-                                      size_t length, uint32_t *data_flags,
-                                      nghttp2_data_source *source, void *user_data)
+                                         size_t length, uint32_t *data_flags,
+                                         nghttp2_data_source *source, void *user_data)
 {
     pd_grpc_call_t *call = source->ptr;
     pd_grpc_server__conn_t *conn = user_data;
@@ -232,7 +248,8 @@ static pd_status_t pd_grpc_server__submit_headers(pd_grpc_call_t *call)
 
 /* Decides the call's final status and queues the trailers (after queued data), or a
  * trailers-only response with http_status when no headers went out yet. */
-static void pd_grpc_server__call_end(pd_grpc_call_t *call, int http_status, int code, const char *msg)
+static void pd_grpc_server__call_end(pd_grpc_call_t *call, int http_status, int code,
+                                     const char *msg)
 {
     if (call->status_set)
         return;
@@ -348,17 +365,18 @@ pd_status_t pd_grpc_call_finish(pd_grpc_call_t *call, int grpc_code, const char 
 pd_status_t pd_grpc_call_finish_status(pd_grpc_call_t *call, pd_status_t st, const char *message)
 {
     return pd_grpc_call_finish(call, pd_status_grpc_code(st),
-                            message ? message : (st == PD_OK ? NULL : pd_status_str(st)));
+                               message ? message : (st == PD_OK ? NULL : pd_status_str(st)));
 }
 
-void pd_grpc_call_set_cancel_cb(pd_grpc_call_t *call, void (*fn)(pd_grpc_call_t *call, void *arg), void *arg)
+void pd_grpc_call_set_cancel_cb(pd_grpc_call_t *call, void (*fn)(pd_grpc_call_t *call, void *arg),
+                                void *arg)
 {
     call->cancel_cb = fn;
     call->cancel_arg = arg;
 }
 
 void pd_grpc_call_set_writable_cb(pd_grpc_call_t *call, void (*fn)(pd_grpc_call_t *call, void *arg),
-                               void *arg)
+                                  void *arg)
 {
     call->writable_cb = fn;
     call->writable_arg = arg;
@@ -400,7 +418,7 @@ static pd_grpc_call_t *pd_grpc_server__stream_call(pd_grpc_server__conn_t *conn,
 }
 
 static int pd_grpc_server__on_begin_headers(nghttp2_session *ng, const nghttp2_frame *frame,
-                                         void *user_data)
+                                            void *user_data)
 {
     pd_grpc_server__conn_t *conn = user_data;
     pd_grpc_server_t *srv = conn->srv;
@@ -418,6 +436,8 @@ static int pd_grpc_server__on_begin_headers(nghttp2_session *ng, const nghttp2_f
     call->stream_id = frame->hd.stream_id;
     call->stream_ref = 1;
     call->deadline_at = -1;
+    call->started_at = uv_now(srv->loop);
+    conn->n_streams++;
     pd_grpc_wire_deframer_init(&call->df, srv->params.max_recv_msg_size);
     call->next = srv->calls;
     if (srv->calls)
@@ -439,8 +459,8 @@ static char *pd_grpc_server__strndup(const uint8_t *s, size_t n)
 }
 
 static int pd_grpc_server__on_header(nghttp2_session *ng, const nghttp2_frame *frame,
-                                  const uint8_t *name, size_t namelen, const uint8_t *value,
-                                  size_t valuelen, uint8_t flags, void *user_data)
+                                     const uint8_t *name, size_t namelen, const uint8_t *value,
+                                     size_t valuelen, uint8_t flags, void *user_data)
 {
     pd_grpc_server__conn_t *conn = user_data;
     pd_grpc_call_t *call = pd_grpc_server__stream_call(conn, frame->hd.stream_id);
@@ -572,7 +592,7 @@ static void pd_grpc_server__on_request_end(pd_grpc_call_t *call)
 }
 
 static int pd_grpc_server__on_data(nghttp2_session *ng, uint8_t flags, int32_t stream_id,
-                                const uint8_t *data, size_t len, void *user_data)
+                                   const uint8_t *data, size_t len, void *user_data)
 {
     pd_grpc_server__conn_t *conn = user_data;
     pd_grpc_call_t *call = pd_grpc_server__stream_call(conn, stream_id);
@@ -601,26 +621,71 @@ static int pd_grpc_server__on_data(nghttp2_session *ng, uint8_t flags, int32_t s
             continue;
         if (++call->n_msgs > 1) {
             pd_grpc_server__call_end(call, 200, PD_GRPC_UNIMPLEMENTED,
-                                  "client streaming is not supported");
+                                     "client streaming is not supported");
             return 0;
         }
         call->req = protobuf_c_message_unpack(call->in_desc, NULL, mlen, msg);
         if (!call->req) {
             pd_log_debug("grpc server: %s: failed to parse request", call->path);
-            pd_grpc_server__call_end(call, 200, PD_GRPC_INTERNAL, "failed to parse request message");
+            pd_grpc_server__call_end(call, 200, PD_GRPC_INTERNAL,
+                                     "failed to parse request message");
             return 0;
         }
     }
     return 0;
 }
 
+static int pd_grpc_server__is_ctrl_frame(const nghttp2_frame *frame)
+{
+    switch (frame->hd.type) {
+    case NGHTTP2_PING:
+    case NGHTTP2_SETTINGS:
+        return !(frame->hd.flags & NGHTTP2_FLAG_ACK);
+    case NGHTTP2_PRIORITY:
+        return 1;
+    case NGHTTP2_DATA:
+        return frame->hd.length == 0 && !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM);
+    default:
+        return 0;
+    }
+}
+
+/* Takes one control frame from the connection's token bucket; 0 when it is empty. */
+static int pd_grpc_server__ctrl_budget(pd_grpc_server__conn_t *conn)
+{
+    uint64_t now = uv_now(conn->srv->loop);
+
+    conn->ctrl_tokens += (double)(now - conn->ctrl_at) * PD_GRPC_SERVER__CTRL_RATE / 1000.0;
+    if (conn->ctrl_tokens > PD_GRPC_SERVER__CTRL_BURST)
+        conn->ctrl_tokens = PD_GRPC_SERVER__CTRL_BURST;
+    conn->ctrl_at = now;
+    if (conn->ctrl_tokens < 1.0)
+        return 0;
+    conn->ctrl_tokens -= 1.0;
+    return 1;
+}
+
 static int pd_grpc_server__on_frame_recv(nghttp2_session *ng, const nghttp2_frame *frame,
-                                      void *user_data)
+                                         void *user_data)
 {
     pd_grpc_server__conn_t *conn = user_data;
     pd_grpc_call_t *call;
-    (void)ng;
 
+    if (pd_grpc_server__is_ctrl_frame(frame) && !pd_grpc_server__ctrl_budget(conn)) {
+        pd_log_debug("grpc server: control frame flood (type %u): ending the connection",
+                     frame->hd.type);
+        nghttp2_session_terminate_session(ng, NGHTTP2_ENHANCE_YOUR_CALM);
+        return 0;
+    }
+    if (frame->hd.type == NGHTTP2_PING && (frame->hd.flags & NGHTTP2_FLAG_ACK) &&
+        conn->idle_notice && !conn->idle_goaway &&
+        memcmp(frame->ping.opaque_data, pd_grpc_server__idle_ping, 8) == 0) {
+        /* every stream the client began before it saw the notice has arrived: the final GOAWAY */
+        conn->idle_goaway = 1;
+        nghttp2_submit_goaway(ng, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(ng),
+                              NGHTTP2_NO_ERROR, NULL, 0);
+        return 0;
+    }
     if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA)
         return 0;
     call = pd_grpc_server__stream_call(conn, frame->hd.stream_id);
@@ -634,11 +699,17 @@ static int pd_grpc_server__on_frame_recv(nghttp2_session *ng, const nghttp2_fram
 }
 
 static int pd_grpc_server__on_frame_send(nghttp2_session *ng, const nghttp2_frame *frame,
-                                      void *user_data)
+                                         void *user_data)
 {
     pd_grpc_server__conn_t *conn = user_data;
     pd_grpc_call_t *call;
 
+    if (frame->hd.type == NGHTTP2_GOAWAY && frame->goaway.error_code == NGHTTP2_ENHANCE_YOUR_CALM &&
+        !conn->flooded) {
+        conn->flooded = 1;
+        conn->srv->flood_closed++;
+        conn->close_by = uv_now(conn->srv->loop) + PD_GRPC_SERVER__GRACE_MS;
+    }
     if (frame->hd.type != NGHTTP2_HEADERS || !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
         return 0;
     call = pd_grpc_server__stream_call(conn, frame->hd.stream_id);
@@ -648,8 +719,8 @@ static int pd_grpc_server__on_frame_send(nghttp2_session *ng, const nghttp2_fram
     return 0;
 }
 
-static int pd_grpc_server__on_stream_close(nghttp2_session *ng, int32_t stream_id, uint32_t error_code,
-                                        void *user_data)
+static int pd_grpc_server__on_stream_close(nghttp2_session *ng, int32_t stream_id,
+                                           uint32_t error_code, void *user_data)
 {
     pd_grpc_server__conn_t *conn = user_data;
     pd_grpc_call_t *call = pd_grpc_server__stream_call(conn, stream_id);
@@ -659,6 +730,8 @@ static int pd_grpc_server__on_stream_close(nghttp2_session *ng, int32_t stream_i
     nghttp2_session_set_stream_user_data(ng, stream_id, NULL);
     call->stream_ref = 0;
     call->conn = NULL;
+    if (--conn->n_streams == 0)
+        conn->idle_since = uv_now(conn->srv->loop);
     if (call->handler_ref && !call->status_set) {
         pd_log_debug("grpc server: stream %d %s: closed by peer (error %u)", stream_id, call->path,
                      error_code);
@@ -770,7 +843,8 @@ static int pd_grpc_server__flush(pd_grpc_server__conn_t *conn, int run_cbs)
                 continue;
             }
             uv_buf_t b = uv_buf_init((char *)w->data, (unsigned)w->len);
-            int rc = uv_write(&w->req, (uv_stream_t *)&conn->tcp, &b, 1, pd_grpc_server__write_done);
+            int rc =
+                uv_write(&w->req, (uv_stream_t *)&conn->tcp, &b, 1, pd_grpc_server__write_done);
             if (rc < 0) {
                 pd_log_debug("grpc server: uv_write: %s", uv_strerror(rc));
                 free(w);
@@ -794,7 +868,8 @@ static int pd_grpc_server__flush(pd_grpc_server__conn_t *conn, int run_cbs)
             uv_read_stop((uv_stream_t *)&conn->tcp);
             conn->reading = 0;
         } else if (!over && !conn->reading) {
-            uv_read_start((uv_stream_t *)&conn->tcp, pd_grpc_server__alloc, pd_grpc_server__on_read);
+            uv_read_start((uv_stream_t *)&conn->tcp, pd_grpc_server__alloc,
+                          pd_grpc_server__on_read);
             conn->reading = 1;
         }
     }
@@ -806,7 +881,8 @@ static int pd_grpc_server__flush(pd_grpc_server__conn_t *conn, int run_cbs)
     return 0;
 }
 
-static pd_status_t pd_grpc_server__recv(pd_grpc_server__conn_t *conn, const uint8_t *data, size_t len)
+static pd_status_t pd_grpc_server__recv(pd_grpc_server__conn_t *conn, const uint8_t *data,
+                                        size_t len)
 {
     ssize_t rv;
 
@@ -815,6 +891,8 @@ static pd_status_t pd_grpc_server__recv(pd_grpc_server__conn_t *conn, const uint
     conn->in_recv = 0;
     if (rv < 0) {
         pd_log_debug("grpc server: session recv: %s", nghttp2_strerror((int)rv));
+        if (rv == NGHTTP2_ERR_FLOODED && !conn->flooded)
+            conn->srv->flood_closed++;
         pd_grpc_server__conn_close(conn);
         return PD_ERR_PROTOCOL;
     }
@@ -841,7 +919,7 @@ static void pd_grpc_server__on_read(uv_stream_t *s, ssize_t nread, const uv_buf_
 
 static void pd_grpc_server__maybe_free(pd_grpc_server_t *srv)
 {
-    if (!srv->destroyed || srv->pending_closes > 0)
+    if (!srv->destroyed || srv->pending_closes > 0 || srv->sweep_open)
         return;
     for (pd_grpc_call_t *c = srv->calls, *next; c; c = next) {
         next = c->next;
@@ -894,10 +972,13 @@ static void pd_grpc_server__conn_close(pd_grpc_server__conn_t *conn)
         conn->next->prev = conn->prev;
     srv->n_conns--;
     if (conn->fake) {
+        if (conn->out)
+            conn->out(conn->out_arg, NULL, 0); /* tells the test the connection is gone */
         free(conn);
         return;
     }
     srv->pending_closes++;
+    conn_limit_release(&srv->limit); /* libuv closes the socket now */
     uv_close((uv_handle_t *)&conn->tcp, pd_grpc_server__conn_closed);
 }
 
@@ -924,6 +1005,10 @@ static pd_status_t pd_grpc_server__session_new(pd_grpc_server__conn_t *conn)
         nghttp2_session_callbacks_del(cbs);
         return PD_ERR_NOMEM;
     }
+    nghttp2_option_set_max_settings(opt, 32);
+    nghttp2_option_set_max_outbound_ack(opt, 100);
+    nghttp2_option_set_stream_reset_rate_limit(opt, 1000, 33);
+    nghttp2_option_set_max_continuations(opt, 8);
     rv = nghttp2_session_server_new2(&conn->ng, cbs, conn, opt);
     nghttp2_option_del(opt);
     nghttp2_session_callbacks_del(cbs);
@@ -932,7 +1017,8 @@ static pd_status_t pd_grpc_server__session_new(pd_grpc_server__conn_t *conn)
         return PD_ERR_NOMEM;
     }
     nghttp2_submit_settings(conn->ng, NGHTTP2_FLAG_NONE, iv, sizeof iv / sizeof iv[0]);
-    nghttp2_session_set_local_window_size(conn->ng, NGHTTP2_FLAG_NONE, 0, 16 * PD_GRPC_SERVER__WINDOW);
+    nghttp2_session_set_local_window_size(conn->ng, NGHTTP2_FLAG_NONE, 0,
+                                          16 * PD_GRPC_SERVER__WINDOW);
     return PD_OK;
 }
 
@@ -943,6 +1029,8 @@ static pd_grpc_server__conn_t *pd_grpc_server__conn_new(pd_grpc_server_t *srv)
     if (!conn)
         return NULL;
     conn->srv = srv;
+    conn->idle_since = conn->ctrl_at = uv_now(srv->loop);
+    conn->ctrl_tokens = PD_GRPC_SERVER__CTRL_BURST;
     if (pd_grpc_server__session_new(conn) != PD_OK) {
         free(conn);
         return NULL;
@@ -961,13 +1049,12 @@ static void pd_grpc_server__on_connection(uv_stream_t *listener, int status)
     pd_grpc_server__conn_t *conn;
     int rc;
 
-    if (status < 0) {
-        pd_log_error("grpc server: accept: %s", uv_strerror(status));
+    if (!conn_limit_on_connection(&srv->limit, listener, status, NULL, 0))
         return;
-    }
     conn = pd_grpc_server__conn_new(srv);
     if (!conn) {
         pd_log_error("grpc server: out of memory accepting a connection");
+        conn_limit_release(&srv->limit);
         return;
     }
     uv_tcp_init(srv->loop, &conn->tcp);
@@ -984,10 +1071,85 @@ static void pd_grpc_server__on_connection(uv_stream_t *listener, int status)
     pd_grpc_server__flush(conn, 1); /* starts reading */
 }
 
+/* ==== timeouts ==== */
+
+/* Ends the first stream whose request is late; returns 0 when there is none. */
+static int pd_grpc_server__end_late_request(pd_grpc_server_t *srv, uint64_t now)
+{
+    uint32_t limit = srv->params.request_timeout_ms;
+    char msg[80];
+
+    for (pd_grpc_call_t *call = srv->calls; call; call = call->next) {
+        pd_grpc_server__conn_t *conn = call->conn;
+        if (!conn || conn->closing || call->dispatched || call->status_set ||
+            now - call->started_at < limit)
+            continue;
+        snprintf(msg, sizeof msg, "request not received within %u ms", limit);
+        srv->request_timeouts++;
+        pd_grpc_server__call_end(call, 200, PD_GRPC_DEADLINE_EXCEEDED, msg);
+        pd_grpc_server__flush(conn, 1); /* may free calls: the caller starts over */
+        return 1;
+    }
+    return 0;
+}
+
+static void pd_grpc_server__on_sweep(uv_timer_t *t)
+{
+    pd_grpc_server_t *srv = t->data;
+    uint64_t now = uv_now(srv->loop);
+
+    while (pd_grpc_server__end_late_request(srv, now))
+        ;
+    for (pd_grpc_server__conn_t *conn = srv->conns, *next; conn; conn = next) {
+        next = conn->next;
+        if (conn->closing)
+            continue;
+        if (conn->close_by && now >= conn->close_by && (conn->flooded || conn->n_streams == 0)) {
+            pd_log_debug("grpc server: cutting a connection that did not finish closing");
+            pd_grpc_server__conn_close(conn);
+            continue;
+        }
+        if (conn->idle_notice || conn->n_streams > 0 || srv->shutting_down ||
+            now - conn->idle_since < srv->params.idle_timeout_ms)
+            continue;
+        conn->idle_notice = 1;
+        srv->idle_closed++;
+        conn->close_by = now + (srv->params.idle_timeout_ms < PD_GRPC_SERVER__GRACE_MS
+                                    ? srv->params.idle_timeout_ms
+                                    : PD_GRPC_SERVER__GRACE_MS);
+        nghttp2_submit_shutdown_notice(conn->ng);
+        nghttp2_submit_ping(conn->ng, NGHTTP2_FLAG_NONE, pd_grpc_server__idle_ping);
+        pd_grpc_server__flush(conn, 1); /* may close (and free) conn */
+    }
+}
+
+static void pd_grpc_server__sweep_start(pd_grpc_server_t *srv)
+{
+    uint32_t every = srv->params.idle_timeout_ms < srv->params.request_timeout_ms
+                         ? srv->params.idle_timeout_ms
+                         : srv->params.request_timeout_ms;
+
+    every /= 8; /* a timeout fires at most an eighth late */
+    every = every < 5 ? 5 : every > 1000 ? 1000 : every;
+    uv_timer_init(srv->loop, &srv->sweep);
+    srv->sweep.data = srv;
+    srv->sweep_open = 1;
+    uv_unref((uv_handle_t *)&srv->sweep); /* never keeps the loop alive by itself */
+    uv_timer_start(&srv->sweep, pd_grpc_server__on_sweep, every, every);
+}
+
+static void pd_grpc_server__sweep_closed(uv_handle_t *h)
+{
+    pd_grpc_server_t *srv = h->data;
+
+    srv->sweep_open = 0;
+    pd_grpc_server__maybe_free(srv);
+}
+
 /* ==== server ==== */
 
 pd_status_t pd_grpc_server_create(uv_loop_t *loop, const pd_grpc_server_params_t *params,
-                               pd_grpc_server_t **srv_p)
+                                  pd_grpc_server_t **srv_p)
 {
     pd_grpc_server_t *srv = calloc(1, sizeof *srv);
 
@@ -1004,12 +1166,20 @@ pd_status_t pd_grpc_server_create(uv_loop_t *loop, const pd_grpc_server_params_t
         srv->params.max_concurrent_streams = 100;
     if (!srv->params.send_high_watermark)
         srv->params.send_high_watermark = 256u << 10;
+    if (!srv->params.idle_timeout_ms)
+        srv->params.idle_timeout_ms = 60000;
+    if (!srv->params.request_timeout_ms)
+        srv->params.request_timeout_ms = 30000;
+    conn_limit_init(&srv->limit, "grpc server", srv->params.max_connections);
+    srv->params.max_connections = srv->limit.max;
+    pd_grpc_server__sweep_start(srv);
     *srv_p = srv;
     return PD_OK;
 }
 
-pd_status_t pd_grpc_server_add_service(pd_grpc_server_t *srv, const ProtobufCServiceDescriptor *desc,
-                                    const pd_grpc_method_fn *handlers, void *user)
+pd_status_t pd_grpc_server_add_service(pd_grpc_server_t *srv,
+                                       const ProtobufCServiceDescriptor *desc,
+                                       const pd_grpc_method_fn *handlers, void *user)
 {
     pd_grpc_server__svc_t *svcs;
 
@@ -1037,7 +1207,8 @@ static void pd_grpc_server__listener_closed(uv_handle_t *h)
     pd_grpc_server__maybe_free(srv);
 }
 
-pd_status_t pd_grpc_server_listen(pd_grpc_server_t *srv, const char *host, int port, int *bound_port_p)
+pd_status_t pd_grpc_server_listen(pd_grpc_server_t *srv, const char *host, int port,
+                                  int *bound_port_p)
 {
     struct sockaddr_storage ss;
     int namelen = sizeof ss, rc;
@@ -1101,6 +1272,8 @@ void pd_grpc_server_destroy(pd_grpc_server_t *srv)
     srv->destroyed = 1;
     srv->shutting_down = 1;
     pd_grpc_server__stop_listening(srv);
+    if (srv->sweep_open && !uv_is_closing((uv_handle_t *)&srv->sweep))
+        uv_close((uv_handle_t *)&srv->sweep, pd_grpc_server__sweep_closed);
     while (srv->conns)
         pd_grpc_server__conn_close(srv->conns);
     pd_grpc_server__maybe_free(srv);
@@ -1108,7 +1281,16 @@ void pd_grpc_server_destroy(pd_grpc_server_t *srv)
 
 void pd_grpc_server_stats(const pd_grpc_server_t *srv, pd_grpc_server_stats_t *stats_p)
 {
-    pd_grpc_server_stats_t s = {srv->n_calls, srv->n_conns, 0};
+    pd_grpc_server_stats_t s = {
+        .active_calls = srv->n_calls,
+        .connections = srv->n_conns,
+        .max_connections = srv->limit.max,
+        .rejected_connections = srv->limit.rejected,
+        .accept_errors = srv->limit.accept_errors,
+        .idle_closed = srv->idle_closed,
+        .flood_closed = srv->flood_closed,
+        .request_timeouts = srv->request_timeouts,
+    };
 
     for (const pd_grpc_call_t *c = srv->calls; c; c = c->next)
         s.buffered_bytes += c->slen - c->soff;
@@ -1120,8 +1302,8 @@ void pd_grpc_server_stats(const pd_grpc_server_t *srv, pd_grpc_server_stats_t *s
 /* ==== in-memory connections ==== */
 
 pd_status_t pd_grpc_server__fake_open(pd_grpc_server_t *srv,
-                                   void (*out)(void *arg, const uint8_t *data, size_t len),
-                                   void *arg, pd_grpc_server__conn_t **conn_p)
+                                      void (*out)(void *arg, const uint8_t *data, size_t len),
+                                      void *arg, pd_grpc_server__conn_t **conn_p)
 {
     pd_grpc_server__conn_t *conn = pd_grpc_server__conn_new(srv);
 

@@ -46,6 +46,11 @@ static void test_defaults(void **state)
     assert_int_equal(cfg->router.prefill_policy, CLUSTER_PREFILL_ROUND_ROBIN);
     assert_int_equal(cfg->router.request_timeout_ms, 60000);
     assert_int_equal(cfg->router.max_queue, 1024);
+    assert_int_equal(cfg->router.idle_timeout_ms, 0); /* unset: the servers' defaults */
+    assert_int_equal(cfg->router.header_timeout_ms, 0);
+    assert_int_equal(cfg->router.body_timeout_ms, 0);
+    assert_int_equal(cfg->router.max_connections, 0);
+    assert_int_equal(cfg->router.max_streams, 0);
     assert_int_equal(cfg->transport.lease_ms, 10000);
     assert_string_equal(cfg->transport.ucx_tls, "");
     assert_int_equal(cfg->n_nodes, 2);
@@ -233,7 +238,8 @@ static void test_override(void **state)
 
     struct ov o = {cfg, "d0", "kv", "fp16"};
     assert_int_equal(with_stderr(log, sizeof log, run_override, &o), PD_ERR_INVALID);
-    assert_non_null(strstr(log, "--set nodes.d0.kv: unknown value 'fp16' (expected bf16, fp8, f32)"));
+    assert_non_null(
+        strstr(log, "--set nodes.d0.kv: unknown value 'fp16' (expected bf16, fp8, f32)"));
     assert_int_equal(cluster_config_find_node(cfg, "d0")->kv, PD_KV_BF16); /* unchanged */
 
     o = (struct ov){cfg, "d0", "port", "50060"}; /* collides with p0 */
@@ -253,6 +259,23 @@ static void test_override(void **state)
     o = (struct ov){cfg, "p0", "role", "decode"};
     assert_int_equal(with_stderr(log, sizeof log, run_override, &o), PD_ERR_INVALID);
     o = (struct ov){cfg, NULL, "router.nope", "1"};
+    assert_int_equal(with_stderr(log, sizeof log, run_override, &o), PD_ERR_INVALID);
+
+    /* network limits */
+    assert_int_equal(cluster_config_override(cfg, NULL, "router.idle_timeout_ms", "500"), PD_OK);
+    assert_int_equal(cluster_config_override(cfg, NULL, "router.header_timeout_ms", "400"), PD_OK);
+    assert_int_equal(cluster_config_override(cfg, NULL, "router.body_timeout_ms", "300"), PD_OK);
+    assert_int_equal(cluster_config_override(cfg, NULL, "router.max_connections", "64"), PD_OK);
+    assert_int_equal(cluster_config_override(cfg, NULL, "router.max_streams", "8"), PD_OK);
+    assert_int_equal(cfg->router.idle_timeout_ms, 500);
+    assert_int_equal(cfg->router.header_timeout_ms, 400);
+    assert_int_equal(cfg->router.body_timeout_ms, 300);
+    assert_int_equal(cfg->router.max_connections, 64);
+    assert_int_equal(cfg->router.max_streams, 8);
+    o = (struct ov){cfg, NULL, "router.max_connections", "0"};
+    assert_int_equal(with_stderr(log, sizeof log, run_override, &o), PD_ERR_INVALID);
+    assert_int_equal(cfg->router.max_connections, 64);
+    o = (struct ov){cfg, NULL, "router.idle_timeout_ms", "-1"};
     assert_int_equal(with_stderr(log, sizeof log, run_override, &o), PD_ERR_INVALID);
     cluster_config_destroy(cfg);
 }
@@ -322,7 +345,8 @@ static void test_load_errors(void **state)
     assert_int_equal(with_stderr(log, sizeof log, run_load_missing, path), PD_ERR_FORMAT);
     char want[256];
     snprintf(want, sizeof want,
-             "%s:10:14: nodes.a.weights: unknown value 'int8' (expected bf16, fp8, int4, f32)", path);
+             "%s:10:14: nodes.a.weights: unknown value 'int8' (expected bf16, fp8, int4, f32)",
+             path);
     if (!strstr(log, want)) {
         print_error("got: %s\nwant: %s\n", log, want);
         fail();

@@ -2,9 +2,12 @@
  * talks to it over plain blocking sockets so every byte (pipelining, bad requests, disconnects) is
  * under its control. Checks GET/POST/JSON, 404/405/413/431/400, chunked SSE, keep-alive and
  * pipelining, HTTP/1.0, the close callback on disconnect and on server destroy, and that the loop
- * closes cleanly (uv_loop_close() == 0). */
+ * closes cleanly (uv_loop_close() == 0). Two more servers on the same loop have short limits: T
+ * (idle / header / body timeouts of 300 ms) and L (4 connections at most); the tests wait for the
+ * server's close (EOF) or its 408 / 503, never for a fixed time. */
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -30,6 +33,10 @@ static struct {
     uv_loop_t loop;
     uv_async_t stop;
     pd_http_server_t *srv;
+    pd_http_server_t *tsrv, *lsrv; /* short timeouts; connection limit */
+    int tport, lport;
+    uv_timer_t slow; /* answers /slow later */
+    pd_http_request_t *slow_req;
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -44,8 +51,8 @@ static void h_hello(pd_http_request_t *req, void *user)
     char body[256];
     const char *t = pd_http_request_header(req, "x-TEST");
     (void)user;
-    snprintf(body, sizeof body, "hello %s %s %s", pd_http_request_path(req), pd_http_request_query(req),
-             t ? t : "-");
+    snprintf(body, sizeof body, "hello %s %s %s", pd_http_request_path(req),
+             pd_http_request_query(req), t ? t : "-");
     pd_http_respond(req, 200, "text/plain", body, strlen(body));
 }
 
@@ -100,26 +107,73 @@ static void h_hang(pd_http_request_t *req, void *user)
     pd_http_stream_sse(req, "{\"first\":true}");
 }
 
+static void on_slow_timer(uv_timer_t *t)
+{
+    (void)t;
+    pd_http_respond(S.slow_req, 200, "text/plain", "slow", 4);
+    S.slow_req = NULL;
+}
+
+/* Answers after 3 idle timeouts of T: the time a handler holds a request does not count. */
+static void h_slow(pd_http_request_t *req, void *user)
+{
+    (void)user;
+    S.slow_req = req;
+    uv_timer_start(&S.slow, on_slow_timer, 900, 0);
+}
+
+/* The counters of T and L. */
+static void h_stats(pd_http_request_t *req, void *user)
+{
+    pd_http_server_stats_t t, l;
+    (void)user;
+    pd_http_server_stats(S.tsrv, &t);
+    pd_http_server_stats(S.lsrv, &l);
+    pd_http_respond_json(
+        req, 200,
+        json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "t_idle", (json_int_t)t.idle_closed, "t_408",
+                  (json_int_t)t.timed_out, "l_open", (json_int_t)l.connections, "l_max",
+                  (json_int_t)l.max_connections, "l_rejected", (json_int_t)l.rejected_connections,
+                  "l_idle", (json_int_t)l.idle_closed));
+}
+
 static void on_stop(uv_async_t *a)
 {
     pd_http_server_destroy(S.srv);
+    pd_http_server_destroy(S.tsrv);
+    pd_http_server_destroy(S.lsrv);
+    uv_close((uv_handle_t *)&S.slow, NULL);
     uv_close((uv_handle_t *)a, NULL);
 }
 
 static void *server_main(void *arg)
 {
     pd_http_server_params_t params = {.max_body = 1024, .max_headers = 4096};
+    pd_http_server_params_t tparams = {
+        .idle_timeout_ms = 300, .header_timeout_ms = 300, .body_timeout_ms = 300};
+    pd_http_server_params_t lparams = {.max_connections = 4, .idle_timeout_ms = 2000};
     int port = -1;
     (void)arg;
 
     uv_loop_init(&S.loop);
     uv_async_init(&S.loop, &S.stop, on_stop);
+    uv_timer_init(&S.loop, &S.slow);
+    if (pd_http_server_create(&S.loop, &tparams, &S.tsrv) != PD_OK ||
+        pd_http_server_route(S.tsrv, NULL, "/hello", h_hello, NULL) != PD_OK ||
+        pd_http_server_route(S.tsrv, "POST", "/echo", h_echo, NULL) != PD_OK ||
+        pd_http_server_route(S.tsrv, "GET", "/slow", h_slow, NULL) != PD_OK ||
+        pd_http_server_listen(S.tsrv, "127.0.0.1", 0, &S.tport) != PD_OK ||
+        pd_http_server_create(&S.loop, &lparams, &S.lsrv) != PD_OK ||
+        pd_http_server_route(S.lsrv, NULL, "/hello", h_hello, NULL) != PD_OK ||
+        pd_http_server_listen(S.lsrv, "127.0.0.1", 0, &S.lport) != PD_OK)
+        S.tport = -1;
     if (pd_http_server_create(&S.loop, &params, &S.srv) == PD_OK &&
         pd_http_server_route(S.srv, "GET", "/hello", h_hello, NULL) == PD_OK &&
         pd_http_server_route(S.srv, "POST", "/echo", h_echo, NULL) == PD_OK &&
         pd_http_server_route(S.srv, "POST", "/post-only", h_echo, NULL) == PD_OK &&
         pd_http_server_route(S.srv, "GET", "/sse", h_sse, NULL) == PD_OK &&
         pd_http_server_route(S.srv, "GET", "/hang", h_hang, NULL) == PD_OK &&
+        pd_http_server_route(S.srv, "GET", "/stats", h_stats, NULL) == PD_OK && S.tport > 0 &&
         pd_http_server_route(S.srv, NULL, "/api", h_tag, "api") == PD_OK &&
         pd_http_server_route(S.srv, "*", "/api/v2", h_tag, "old") == PD_OK &&
         pd_http_server_route(S.srv, "*", "/api/v2", h_tag, "v2") == PD_OK) /* replaces */
@@ -161,9 +215,9 @@ typedef struct {
     size_t body_len;
 } response_t;
 
-static void cl_open(client_t *c)
+static void cl_open_port(client_t *c, int port)
 {
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)S.port)};
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     struct timeval tv = {5, 0};
     inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
     c->fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -172,6 +226,11 @@ static void cl_open(client_t *c)
     assert_true(c->fd >= 0);
     setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     assert_int_equal(connect(c->fd, (struct sockaddr *)&a, sizeof a), 0);
+}
+
+static void cl_open(client_t *c)
+{
+    cl_open_port(c, S.port);
 }
 
 static void cl_send(client_t *c, const char *s, size_t len)
@@ -258,6 +317,18 @@ static void cl_expect_eof(client_t *c)
 {
     assert_int_equal(c->len, 0);
     assert_int_equal(cl_fill(c), 0);
+}
+
+/* Waits for the server to close: recv returns 0 (a timeout of SO_RCVTIMEO, 5 s, fails). */
+static void cl_wait_eof(client_t *c)
+{
+    ssize_t n;
+    while ((n = recv(c->fd, c->buf, sizeof c->buf - 1, 0)) > 0)
+        ;
+    if (n < 0)
+        print_error("no close from the server: %s\n", strerror(errno));
+    assert_int_equal(n, 0);
+    c->len = 0;
 }
 
 static void request(const char *raw, response_t *r)
@@ -426,6 +497,119 @@ static void test_keep_alive(void **state)
     free(c);
 }
 
+static json_int_t server_stat(const char *key)
+{
+    json_t *j;
+    json_int_t v;
+    request("GET /stats HTTP/1.1\r\nHost: t\r\n\r\n", &R);
+    assert_int_equal(R.status, 200);
+    j = json_loads(R.body, 0, NULL);
+    assert_non_null(j);
+    v = json_integer_value(json_object_get(j, key));
+    json_decref(j);
+    return v;
+}
+
+static void test_idle_timeout(void **state)
+{
+    client_t *c = malloc(sizeof *c), *d = malloc(sizeof *d);
+    (void)state;
+
+    cl_open_port(c, S.tport); /* sends nothing */
+    cl_open_port(d, S.tport); /* one request, then keeps the connection */
+    const char *a = "GET /hello HTTP/1.1\r\nHost: t\r\n\r\n";
+    cl_send(d, a, strlen(a));
+    assert_int_equal(cl_response(d, &R), 0);
+    assert_int_equal(R.status, 200);
+    assert_non_null(strstr(R.headers, "connection: keep-alive\r\n"));
+    cl_wait_eof(c);
+    cl_wait_eof(d);
+    assert_int_equal(server_stat("t_idle"), 2);
+    close(c->fd);
+    close(d->fd);
+
+    /* a handler holding the request three idle timeouts long: answered, not closed */
+    cl_open_port(c, S.tport);
+    const char *b = "GET /slow HTTP/1.1\r\nHost: t\r\n\r\n";
+    cl_send(c, b, strlen(b));
+    assert_int_equal(cl_response(c, &R), 0);
+    assert_int_equal(R.status, 200);
+    assert_string_equal(R.body, "slow");
+    cl_wait_eof(c); /* and idle again afterwards */
+    close(c->fd);
+    free(c);
+    free(d);
+}
+
+static void test_slow_request(void **state)
+{
+    client_t *c = malloc(sizeof *c);
+    (void)state;
+
+    /* headers never finish: 408 and close */
+    cl_open_port(c, S.tport);
+    const char *a = "GET /hello HTTP/1.1\r\nHost: t\r\nX-Slow: ";
+    cl_send(c, a, strlen(a));
+    assert_int_equal(cl_response(c, &R), 0);
+    assert_int_equal(R.status, 408);
+    assert_non_null(strstr(R.headers, "connection: close\r\n"));
+    assert_non_null(strstr(R.body, "\"code\":\"timeout\""));
+    assert_non_null(strstr(R.body, "headers not received within 300 ms"));
+    cl_wait_eof(c);
+    close(c->fd);
+
+    /* the body stops short of its Content-Length: 408 and close */
+    cl_open_port(c, S.tport);
+    const char *b = "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\n[1,";
+    cl_send(c, b, strlen(b));
+    assert_int_equal(cl_response(c, &R), 0);
+    assert_int_equal(R.status, 408);
+    assert_non_null(strstr(R.body, "body not received within 300 ms"));
+    cl_wait_eof(c);
+    close(c->fd);
+    assert_int_equal(server_stat("t_408"), 2);
+    free(c);
+}
+
+static void test_connection_limit(void **state)
+{
+    client_t *c[5];
+    const char *a = "GET /hello HTTP/1.1\r\nHost: t\r\n\r\n";
+    (void)state;
+
+    assert_int_equal(server_stat("l_max"), 4);
+    for (int i = 0; i < 5; i++)
+        c[i] = malloc(sizeof *c[i]);
+    for (int i = 0; i < 4; i++) { /* the limit, each one accepted (answered) */
+        cl_open_port(c[i], S.lport);
+        cl_send(c[i], a, strlen(a));
+        assert_int_equal(cl_response(c[i], &R), 0);
+        assert_int_equal(R.status, 200);
+    }
+    assert_int_equal(server_stat("l_open"), 4);
+    /* one more: 503 and closed at once; the other servers still answer */
+    cl_open_port(c[4], S.lport);
+    assert_int_equal(cl_response(c[4], &R), 0);
+    assert_int_equal(R.status, 503);
+    assert_non_null(strstr(R.body, "too many connections"));
+    cl_wait_eof(c[4]);
+    close(c[4]->fd);
+    assert_int_equal(server_stat("l_rejected"), 1);
+    /* the idle timeout frees the slots; then a new connection is served */
+    for (int i = 0; i < 4; i++) {
+        cl_wait_eof(c[i]);
+        close(c[i]->fd);
+    }
+    cl_open_port(c[4], S.lport);
+    cl_send(c[4], a, strlen(a));
+    assert_int_equal(cl_response(c[4], &R), 0);
+    assert_int_equal(R.status, 200);
+    close(c[4]->fd);
+    assert_int_equal(server_stat("l_idle"), 4);
+    for (int i = 0; i < 5; i++)
+        free(c[i]);
+}
+
 static void wait_close_calls(int n)
 {
     for (int i = 0; i < 500 && atomic_load(&S.close_calls) < n; i++)
@@ -464,9 +648,11 @@ static void test_disconnect(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_get_post),   cmocka_unit_test(test_routes),
-        cmocka_unit_test(test_limits),     cmocka_unit_test(test_sse),
-        cmocka_unit_test(test_keep_alive), cmocka_unit_test(test_disconnect), /* last: stops */
+        cmocka_unit_test(test_get_post),     cmocka_unit_test(test_routes),
+        cmocka_unit_test(test_limits),       cmocka_unit_test(test_sse),
+        cmocka_unit_test(test_keep_alive),   cmocka_unit_test(test_idle_timeout),
+        cmocka_unit_test(test_slow_request), cmocka_unit_test(test_connection_limit),
+        cmocka_unit_test(test_disconnect), /* last: stops */
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -1,7 +1,10 @@
-/* Tests common/pd_grpc_server.c with raw HTTP/2 bytes: an nghttp2 client session talks to the server
- * through an in-memory connection (pd_grpc_server__fake_open). Malformed requests each get the right
- * status while other calls on the same connection keep working; cancel, deadline, shutdown and
- * destroy paths release everything (uv_loop_close() == 0; run under -Dsanitize=true for leaks). */
+/* Tests common/pd_grpc_server.c with raw HTTP/2 bytes: an nghttp2 client session talks to the
+ * server through an in-memory connection (pd_grpc_server__fake_open). Malformed requests each get
+ * the right status while other calls on the same connection keep working; cancel, deadline,
+ * shutdown and destroy paths release everything (uv_loop_close() == 0; run under -Dsanitize=true
+ * for leaks). Limits with short params: an idle connection gets a shutdown notice, a PING and the
+ * final GOAWAY (a stream the client began before it saw the notice still completes), a late request
+ * ends with DEADLINE_EXCEEDED, PING / SETTINGS floods end the connection with ENHANCE_YOUR_CALM. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -32,6 +35,11 @@ static pd_grpc_server__conn_t *conn;
 static nghttp2_session *cli;
 static stream_t streams[32];
 static int n_streams, goaway_seen, conn_gone;
+static uint32_t goaway_error;
+static int32_t goaway_last_id;
+static int hold_output; /* srv_out keeps the server's bytes in held_out instead of delivering */
+static uint8_t held_out[1 << 16];
+static size_t held_len;
 static pd_grpc_call_t *held;
 static int cancels;
 
@@ -134,8 +142,11 @@ static int c_on_frame(nghttp2_session *s, const nghttp2_frame *f, void *u)
 {
     (void)s;
     (void)u;
-    if (f->hd.type == NGHTTP2_GOAWAY)
-        goaway_seen = 1;
+    if (f->hd.type == NGHTTP2_GOAWAY) {
+        goaway_seen++;
+        goaway_error = f->goaway.error_code;
+        goaway_last_id = f->goaway.last_stream_id;
+    }
     return 0;
 }
 
@@ -159,6 +170,16 @@ static ssize_t c_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t len, 
 static void srv_out(void *arg, const uint8_t *data, size_t len)
 {
     (void)arg;
+    if (!data) { /* the server closed the connection */
+        conn_gone = 1;
+        return;
+    }
+    if (hold_output) {
+        assert_true(held_len + len <= sizeof held_out);
+        memcpy(held_out + held_len, data, len);
+        held_len += len;
+        return;
+    }
     assert_true(nghttp2_session_mem_recv(cli, data, len) == (ssize_t)len);
 }
 
@@ -182,10 +203,18 @@ static void pump(void)
     }
 }
 
+static void setup_conn_params(const pd_grpc_server_params_t *params);
+
 static void setup_conn(size_t max_recv)
 {
-    nghttp2_session_callbacks *cbs;
     pd_grpc_server_params_t p = {.max_recv_msg_size = max_recv};
+    setup_conn_params(&p);
+}
+
+static void setup_conn_params(const pd_grpc_server_params_t *params)
+{
+    nghttp2_session_callbacks *cbs;
+    pd_grpc_server_params_t p = *params;
 
     assert_int_equal(uv_loop_init(&loop), 0);
     assert_int_equal(pd_grpc_server_create(&loop, &p, &srv), PD_OK);
@@ -202,7 +231,10 @@ static void setup_conn(size_t max_recv)
     nghttp2_session_callbacks_del(cbs);
     nghttp2_submit_settings(cli, NGHTTP2_FLAG_NONE, NULL, 0);
     memset(streams, 0, sizeof streams);
-    n_streams = goaway_seen = conn_gone = cancels = 0;
+    n_streams = goaway_seen = conn_gone = cancels = hold_output = 0;
+    goaway_error = 0;
+    goaway_last_id = -1;
+    held_len = 0;
     held = NULL;
     assert_int_equal(pd_grpc_server__fake_open(srv, srv_out, NULL, &conn), PD_OK);
     pump();
@@ -491,6 +523,179 @@ static void test_garbage_connection(void **state)
     teardown_conn();
 }
 
+/* The server's sweep timer does not keep the loop alive: a ticking timer does, while tests wait. */
+static uv_timer_t tick;
+
+static void on_tick(uv_timer_t *t)
+{
+    (void)t;
+}
+
+static void tick_start(void)
+{
+    uv_timer_init(&loop, &tick);
+    uv_timer_start(&tick, on_tick, 5, 5);
+}
+
+static void tick_stop(void)
+{
+    uv_close((uv_handle_t *)&tick, NULL);
+}
+
+/* Runs the loop (timers) and moves bytes until cond holds. */
+#define RUN_UNTIL(cond)                                                                            \
+    do {                                                                                           \
+        while (!(cond)) {                                                                          \
+            uv_run(&loop, UV_RUN_ONCE);                                                            \
+            if (!conn_gone)                                                                        \
+                pump();                                                                            \
+        }                                                                                          \
+    } while (0)
+
+static void test_idle_timeout(void **state)
+{
+    pd_grpc_server_params_t p = {.idle_timeout_ms = 50};
+    pd_grpc_server_stats_t s;
+    uint8_t body[64];
+    size_t n = echo_body(body, "late");
+    (void)state;
+
+    /* nothing on the connection: the shutdown notice and a PING; an nghttp2 client without
+     * streams treats the notice as the end and does not answer the PING, so the server cuts the
+     * connection after its grace time */
+    setup_conn_params(&p);
+    tick_start();
+    RUN_UNTIL(conn_gone);
+    assert_int_equal(goaway_seen, 1);
+    assert_int_equal(goaway_error, NGHTTP2_NO_ERROR);
+    assert_int_equal(goaway_last_id, INT32_MAX);
+    pd_grpc_server_stats(srv, &s);
+    assert_int_equal(s.idle_closed, 1);
+    assert_int_equal(s.connections, 0);
+    tick_stop();
+    teardown_conn();
+
+    /* a stream the client sends before it sees the notice is served; the PING's ack brings the
+     * final GOAWAY (last stream: that one), then the connection closes once the stream is done */
+    setup_conn_params(&p);
+    tick_start();
+    hold_output = 1;
+    while (held_len == 0) /* the notice and the PING, held back */
+        uv_run(&loop, UV_RUN_ONCE);
+    stream_t *st = request("/pdtest.Echo/Unary", body, n);
+    pump(); /* the request reaches the server after its notice */
+    hold_output = 0;
+    assert_true(nghttp2_session_mem_recv(cli, held_out, held_len) == (ssize_t)held_len);
+    RUN_UNTIL(conn_gone);
+    expect(st, 200, 0, NULL); /* a GOAWAY right away (last stream 0) would have refused it */
+    assert_int_equal(goaway_last_id, INT32_MAX); /* the client ignores the final one: closing */
+    tick_stop();
+    teardown_conn();
+}
+
+static void test_busy_connection_not_idle(void **state)
+{
+    pd_grpc_server_params_t p = {.idle_timeout_ms = 30};
+    uint8_t body[64];
+    size_t n = echo_body(body, "hold");
+    (void)state;
+
+    setup_conn_params(&p);
+    stream_t *st = request("/pdtest.Echo/Unary", body, n);
+    pump();
+    assert_non_null(held);
+    /* ten idle timeouts with a call open: no GOAWAY (waiting for the absence of an event needs a
+     * time; the loop's own timer measures it) */
+    tick_start();
+    uint64_t until = uv_now(&loop) + 300;
+    while (uv_now(&loop) < until) {
+        uv_run(&loop, UV_RUN_ONCE);
+        pump();
+    }
+    assert_int_equal(goaway_seen, 0);
+    assert_int_equal(pd_grpc_call_finish(held, 0, NULL), PD_OK);
+    RUN_UNTIL(conn_gone);
+    expect(st, 200, 0, NULL);
+    assert_int_equal(goaway_seen, 1);
+    tick_stop();
+    teardown_conn();
+}
+
+static void test_request_timeout(void **state)
+{
+    pd_grpc_server_params_t p = {.request_timeout_ms = 40};
+    nghttp2_nv nv[6] = {NV(":method", "POST"),
+                        NV(":scheme", "http"),
+                        NV(":path", "/pdtest.Echo/Unary"),
+                        NV(":authority", "test"),
+                        NV("content-type", "application/grpc"),
+                        NV("te", "trailers")};
+    pd_grpc_server_stats_t s;
+    uint8_t body[64];
+    size_t n = echo_body(body, "ok");
+    (void)state;
+
+    setup_conn_params(&p);
+    tick_start();
+    /* headers without END_STREAM, and no message ever */
+    stream_t *late = &streams[n_streams++];
+    late->grpc_status = -1;
+    late->id = nghttp2_submit_headers(cli, NGHTTP2_FLAG_NONE, -1, NULL, nv, 6, NULL);
+    assert_true(late->id > 0);
+    RUN_UNTIL(late->closed);
+    expect(late, 200, PD_GRPC_DEADLINE_EXCEEDED, "request not received within 40 ms");
+    pd_grpc_server_stats(srv, &s);
+    assert_int_equal(s.request_timeouts, 1);
+    assert_int_equal(s.active_calls, 0);
+    /* the connection still serves */
+    stream_t *ok = request("/pdtest.Echo/Unary", body, n);
+    pump();
+    expect(ok, 200, 0, NULL);
+    tick_stop();
+    teardown_conn();
+}
+
+static void test_ping_flood(void **state)
+{
+    pd_grpc_server_stats_t s;
+    (void)state;
+
+    setup_conn(0);
+    for (int i = 0; i < 50; i++) /* a burst within the budget */
+        nghttp2_submit_ping(cli, NGHTTP2_FLAG_NONE, NULL);
+    pump();
+    assert_int_equal(goaway_seen, 0);
+    for (int i = 0; i < 100; i++)
+        nghttp2_submit_ping(cli, NGHTTP2_FLAG_NONE, NULL);
+    pump();
+    assert_true(goaway_seen);
+    assert_int_equal(goaway_error, NGHTTP2_ENHANCE_YOUR_CALM);
+    assert_true(conn_gone);
+    pd_grpc_server_stats(srv, &s);
+    assert_int_equal(s.flood_closed, 1);
+    teardown_conn();
+
+    /* SETTINGS count too */
+    setup_conn(0);
+    for (int i = 0; i < 150; i++)
+        nghttp2_submit_settings(cli, NGHTTP2_FLAG_NONE, NULL, 0);
+    pump();
+    assert_int_equal(goaway_error, NGHTTP2_ENHANCE_YOUR_CALM);
+    assert_true(conn_gone);
+    teardown_conn();
+
+    /* one SETTINGS frame with more than 32 entries */
+    nghttp2_settings_entry iv[40];
+    for (int i = 0; i < 40; i++)
+        iv[i] = (nghttp2_settings_entry){NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 65535};
+    setup_conn(0);
+    nghttp2_submit_settings(cli, NGHTTP2_FLAG_NONE, iv, 40);
+    pump();
+    assert_true(goaway_seen);
+    assert_true(conn_gone);
+    teardown_conn();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -502,6 +707,10 @@ int main(void)
         cmocka_unit_test(test_destroy_with_held_call),
         cmocka_unit_test(test_shutdown_drains),
         cmocka_unit_test(test_garbage_connection),
+        cmocka_unit_test(test_idle_timeout),
+        cmocka_unit_test(test_busy_connection_not_idle),
+        cmocka_unit_test(test_request_timeout),
+        cmocka_unit_test(test_ping_flood),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
