@@ -345,8 +345,7 @@ static int rreq_emit(router_req_t *q, const int32_t *ids, size_t n, const char *
         }
         q->tokens[q->n_tokens++] = tok;
         q->n_generated++;
-        for (int i = 0; i < r->model.n_eos && !q->ignore_eos; i++)
-            eos |= tok == r->model.eos_token_ids[i];
+        eos = hf_config_is_stop(&r->model, tok, q->ignore_eos, NULL, 0);
         /* stop strings: cut the text where the first one starts */
         size_t send_to = q->text_len,
                from = q->sent_len > q->max_stop ? q->sent_len - q->max_stop : 0;

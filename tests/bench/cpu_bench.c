@@ -6,14 +6,8 @@
 #include <time.h>
 
 #include "engine.h"
+#include "clock.h"
 #include "log.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void bench(const char *dir, int threads, pd_wfmt_t w, pd_kvfmt_t kv)
 {
@@ -33,10 +27,10 @@ static void bench(const char *dir, int threads, pd_wfmt_t w, pd_kvfmt_t kv)
         prompt[i] = i == 0 ? 0 : 2 + rand() % (engine_model(e)->cfg.vocab_size - 2);
     /* prefill: one 512-token prompt, one new token */
     engine_gen_params_t gp = {{0, 0, 1.0f, 0}, 1, true, NULL, 0, 0};
-    double t0 = now_s();
+    double t0 = pd_clock_s();
     engine_seq_add(e, prompt, 512, &gp, NULL, NULL, &id);
     engine_run(e);
-    double prefill = 512.0 / (now_s() - t0);
+    double prefill = 512.0 / (pd_clock_s() - t0);
     double dec[2];
     int batches[2] = {1, 8};
     for (int b = 0; b < 2; b++) {
@@ -44,9 +38,9 @@ static void bench(const char *dir, int threads, pd_wfmt_t w, pd_kvfmt_t kv)
         for (int s = 0; s < batches[b]; s++)
             engine_seq_add(e, prompt, 16, &gp, NULL, NULL, &id);
         engine_step(e); /* the prompts and first tokens: not counted */
-        t0 = now_s();
+        t0 = pd_clock_s();
         engine_run(e);
-        dec[b] = 128.0 * batches[b] / (now_s() - t0);
+        dec[b] = 128.0 * batches[b] / (pd_clock_s() - t0);
     }
     printf("| %-5s | %-4s | %8.0f | %8.1f | %8.1f |\n", pd_wfmt_name(w), pd_kvfmt_name(kv),
            prefill, dec[0], dec[1]);

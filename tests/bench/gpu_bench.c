@@ -31,6 +31,7 @@
 #include "backend_cuda.h"
 #include "dtype.h"
 #include "kv_pool.h"
+#include "clock.h"
 #include "log.h"
 #include "matmul.h"
 #include "model.h"
@@ -82,13 +83,6 @@ static void *dev_i32(const int32_t *h, size_t n)
     ok(be->ops->alloc(be, n * 4, &d), "alloc");
     ok(be->ops->upload(be, d, h, n * 4), "upload");
     return d;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static int cmp_f(const void *a, const void *b)
@@ -657,10 +651,10 @@ static float run_forward(model_t *m, pd_kvfmt_t kvfmt, int B, int ctx, int q_len
     }
     float ts[32];
     for (int i = 0; i < reps + 2; i++) {
-        double t0 = now_s();
+        double t0 = pd_clock_s();
         ok(model_forward(ctxp, arena, &l, &b, logits), "forward");
         if (i >= 2)
-            ts[i - 2] = (float)((now_s() - t0) * 1e3);
+            ts[i - 2] = (float)((pd_clock_s() - t0) * 1e3);
     }
     qsort(ts, (size_t)reps, sizeof ts[0], cmp_f);
     if (model_ctx_graphs(ctxp) != mode) {
@@ -706,10 +700,10 @@ static void bench_model(bool decode, bool prefill)
         if (!((decode && confs[i].dec) || (prefill && confs[i].pre)))
             continue;
         model_t *m;
-        double t0 = now_s();
+        double t0 = pd_clock_s();
         ok(model_create_random(&cfg, confs[i].w, PD_WFMT_BF16, be, 42, &m), "model");
         fprintf(stderr, "model %s: %.1f s to build, %.2f GB\n", pd_wfmt_name(confs[i].w),
-                now_s() - t0, m->weight_bytes / 1e9);
+                pd_clock_s() - t0, m->weight_bytes / 1e9);
         static const int batches[] = {1, 3, 16, 64};
         for (size_t bi = 0; decode && confs[i].dec && bi < sizeof batches / sizeof batches[0];
              bi++) {

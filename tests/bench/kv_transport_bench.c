@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "kv_transport.h"
+#include "clock.h"
 #include "log.h"
 
 #define REGION (64u << 20)
@@ -110,13 +111,6 @@ static void post_one(bench_t *b)
     }
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static int run_mode(const char *exe, const char *mode, size_t size, uint64_t total_bytes,
                     int window)
 {
@@ -166,12 +160,12 @@ static int run_mode(const char *exe, const char *mode, size_t size, uint64_t tot
         post_one(&w);
     while (!w.flushed)
         uv_run(&loop, UV_RUN_ONCE);
-    double t0 = now_s();
+    double t0 = pd_clock_s();
     for (int i = 0; i < window && b.posted < b.total; i++)
         post_one(&b);
     while (!b.flushed)
         uv_run(&loop, UV_RUN_ONCE);
-    double dt = now_s() - t0;
+    double dt = pd_clock_s() - t0;
     printf("%-3s  %6zu B puts  window %3d  %8.1f MiB in %6.3f s  %9.1f MB/s  %7.0f puts/s  "
            "errors %llu  flush %s\n",
            mode, size, window, (double)(b.total * size) / (1 << 20), dt,
