@@ -52,6 +52,12 @@ typedef struct dres {
     int64_t deadline_ms; /* lease: writer and then decoder must show up before this */
     uint8_t token[NODE_TOKEN_BYTES]; /* unguessable: KV-done and the Decode must present it */
     ddec_t *pending;     /* Decode arrived before KV-done */
+    /* released (Release, or the request ended) before its writer's KV-done: the pages are
+     * quarantined; these are their ids, freed at once when that KV-done (or an aborted one)
+     * comes, else by the pool when the lease ends */
+    int released;
+    int32_t *wpages;
+    int n_wpages;
     struct dres *next;
 } dres_t;
 
@@ -184,8 +190,27 @@ static void decode__drop_res(decode_node_t *dn, engine_t *e, dres_t **link)
     *link = r->next;
     kv_seq_release(engine_pool(e), &r->kv); /* pages still being written are quarantined */
     kv_seq_deinit(&r->kv);
+    free(r->wpages);
     free(r);
     (void)dn;
+}
+
+/* Release before the writer is done: quarantine the pages now, keep the record (and the page
+ * ids) so the writer's KV-done can free them at once. Without memory for the ids, the pages wait
+ * for the lease as before. */
+static void decode__release_early(decode_node_t *dn, engine_t *e, dres_t **link)
+{
+    dres_t *r = *link;
+    if (r->kv_done || r->released || !(r->wpages = malloc((size_t)r->kv.n_pages * sizeof(int32_t)))) {
+        if (!r->released)
+            decode__drop_res(dn, e, link);
+        return;
+    }
+    for (int32_t i = 0; i < r->kv.n_pages; i++)
+        r->wpages[i] = r->kv.pages[i].page;
+    r->n_wpages = r->kv.n_pages;
+    kv_seq_release(engine_pool(e), &r->kv);
+    r->released = 1;
 }
 
 static void decode__unlink_dec(decode_node_t *dn, ddec_t *d)
@@ -383,8 +408,33 @@ static void decode__kv_done(compute_t *c, engine_t *e, void *arg)
         free(j);
         return;
     }
+    if (r->released) {
+        /* its request ended first; now its writer is done too: the quarantined pages are free */
+        for (int i = 0; i < r->n_wpages; i++)
+            kv_pool_page_writer_done(engine_pool(e), r->wpages[i]);
+        pd_log_info("seq %llu: writer done after release: %d pages freed",
+                    (unsigned long long)r->id, r->n_wpages);
+        decode__drop_res(dn, e, link);
+        free(j);
+        return;
+    }
     if (r->kv_done || r->error) {
         pd_log_warn("seq %llu: kv done again: dropped", (unsigned long long)r->id);
+        free(j);
+        return;
+    }
+    if (j->msg.aborted) {
+        /* the writer stopped (its request was cancelled) and will write nothing more: the pages
+         * are free now, not when the lease ends */
+        pd_log_info("seq %llu: writer stopped (cancelled): reservation freed",
+                    (unsigned long long)r->id);
+        for (int32_t i = 0; i < r->kv.n_pages; i++)
+            kv_pool_page_writer_done(engine_pool(e), r->kv.pages[i].page);
+        if (r->pending) {
+            decode__post_event(c, r->pending->req, -1, ENGINE_FINISH_ABORT, PD_ERR_CANCELLED);
+            decode__drop_dec(dn, r->pending);
+        }
+        decode__drop_res(dn, e, link);
         free(j);
         return;
     }
@@ -458,7 +508,7 @@ static void decode__start(compute_t *c, engine_t *e, void *arg)
         free(d);
         return;
     }
-    if (!r || r->pending || r->error) {
+    if (!r || r->pending || r->error || r->released) {
         decode__post_event(c, d->req, -1, ENGINE_FINISH_ABORT,
                            r && r->error ? r->error : PD_ERR_NOT_FOUND);
         if (r && r->error)
@@ -527,8 +577,9 @@ static void decode__release(compute_t *c, engine_t *e, void *arg)
             ddec_t *d = r->pending;
             decode__post_event(c, d->req, -1, ENGINE_FINISH_ABORT, PD_ERR_CANCELLED);
             decode__drop_dec(dn, d);
+            r->pending = NULL;
         }
-        decode__drop_res(dn, e, link);
+        decode__release_early(dn, e, link);
         j->found = 1;
     } else {
         for (ddec_t *d = dn->decs; d; d = d->next) {
@@ -562,12 +613,14 @@ static void decode__tick(compute_t *c, engine_t *e, void *arg)
             continue;
         }
         if (r->deadline_ms <= now) {
-            pd_log_warn("reservation %llu: lease ended before %s; pages released",
-                        (unsigned long long)r->id, r->kv_done ? "decode" : "kv done");
-            decode__drop_res(dn, e, pp);
+            if (!r->released)
+                pd_log_warn("reservation %llu: lease ended before %s; pages released",
+                            (unsigned long long)r->id, r->kv_done ? "decode" : "kv done");
+            decode__drop_res(dn, e, pp); /* released: its pages stay with the pool's quarantine */
             continue;
         }
-        queued++;
+        if (!r->released)
+            queued++;
         pp = &r->next;
     }
     kv_pool_expire_leases(engine_pool(e), now);

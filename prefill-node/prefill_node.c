@@ -1,5 +1,6 @@
 #include "prefill_node.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,6 +48,9 @@ typedef struct pjob {
     uint8_t **staging;
     int n_staging;
     uint8_t token[NODE_TOKEN_BYTES]; /* the reservation's token (KvDestination.token) */
+    atomic_int cancelled; /* the client went away or its deadline passed (set on the loop thread,
+                             read by the compute thread at each chunk) */
+    int aborted;          /* the KV-done sent is the "writer stopped" one */
     uint64_t checksum;               /* XXH3-64 chain over the pages put so far, in order */
 } pjob_t;
 
@@ -104,6 +108,10 @@ static void prefill__am_done(void *arg, pd_status_t st)
         prefill__fail(j, PD_ERR_UNAVAILABLE, "kv done message to the decode node failed");
         return;
     }
+    if (j->aborted) { /* the decode node frees the reservation now */
+        prefill__fail(j, PD_ERR_CANCELLED, "prefill cancelled");
+        return;
+    }
     Pdserve__V1__PrefillReply rep = PDSERVE__V1__PREFILL_REPLY__INIT;
     rep.first_token = j->first;
     rep.n_tokens = (uint32_t)j->n_tokens;
@@ -119,8 +127,8 @@ static void prefill__am_done(void *arg, pd_status_t st)
 static void prefill__flush_done(void *arg, pd_status_t st)
 {
     pjob_t *j = arg;
-    node_kv_done_t msg = {j->seq_id,         j->first, (uint32_t)j->n_tokens, (uint32_t)j->n_dst_pages,
-                          j->checksum, {0}};
+    node_kv_done_t msg = {j->seq_id,   j->first, (uint32_t)j->n_tokens, (uint32_t)j->n_dst_pages,
+                          j->aborted, j->checksum, {0}};
     uint8_t buf[NODE_KV_DONE_MAX];
     size_t len;
     if (st == PD_OK)
@@ -192,6 +200,15 @@ static void prefill__done(void *arg)
         prefill__fail(j, PD_ERR_RESOURCE, "kv lease ended before the pages were written");
         return;
     }
+    if (j->prefill_status == PD_ERR_CANCELLED && j->error == PD_OK) {
+        /* stopped at a chunk boundary: flush what was posted, then tell the decode node the writer
+         * is done for good (KvDone aborted), so it frees the reservation at once instead of
+         * holding its pages until the lease ends */
+        j->aborted = 1;
+        if ((st = kv_transport_flush(j->peer->ep, prefill__flush_done, j)) != PD_OK)
+            prefill__fail(j, PD_ERR_CANCELLED, "prefill cancelled");
+        return;
+    }
     if (j->prefill_status != PD_OK) {
         prefill__fail(j, j->prefill_status, "prefill failed");
         return;
@@ -209,14 +226,26 @@ static void prefill__done(void *arg)
         prefill__fail(j, PD_ERR_UNAVAILABLE, "kv transfer to the decode node failed");
 }
 
+/* The client of the Prefill call (the router) went away or the deadline passed: the compute
+ * thread stops at the next chunk (j stays valid: the call is finished only by prefill__done). */
+static void prefill__call_cancelled(pd_grpc_call_t *call, void *arg)
+{
+    pjob_t *j = arg;
+    (void)call;
+    atomic_store(&j->cancelled, 1);
+}
+
 /* ==== compute thread ==== */
 
-static void prefill__pages(void *arg, const kv_seq_t *kv, int first, int n)
+static int prefill__pages(void *arg, const kv_seq_t *kv, int first, int n)
 {
     pjob_t *j = arg;
     compute_t *c = j->pn->comp;
-    put_msg_t *m = malloc(sizeof *m);
+    put_msg_t *m;
 
+    if (atomic_load(&j->cancelled))
+        return 1; /* engine_prefill stops here with PD_ERR_CANCELLED */
+    m = malloc(sizeof *m);
     PD_ASSERT(m); /* a message back to the loop thread must not be lost (compute_post aborts too) */
     m->staging = malloc((size_t)n * j->dst_layout.page_bytes);
     m->st = m->staging ? engine_export_pages(compute_engine(c), kv, first, n, &j->dst_layout,
@@ -230,6 +259,7 @@ static void prefill__pages(void *arg, const kv_seq_t *kv, int first, int n)
     m->first = first;
     m->n = n;
     compute_post(c, prefill__put, m);
+    return 0;
 }
 
 static void prefill__run(compute_t *c, engine_t *e, void *arg)
@@ -238,6 +268,11 @@ static void prefill__run(compute_t *c, engine_t *e, void *arg)
     kv_seq_t kv;
     if (pd_clock_ms() > j->write_deadline_ms) { /* queued too long: skip the work */
         j->prefill_status = PD_ERR_RESOURCE;
+        compute_post(c, prefill__done, j);
+        return;
+    }
+    if (atomic_load(&j->cancelled)) { /* cancelled while queued: skip the work */
+        j->prefill_status = PD_ERR_CANCELLED;
         compute_post(c, prefill__done, j);
         return;
     }
@@ -410,6 +445,7 @@ static void prefill__rpc_prefill(pd_grpc_call_t *call, const ProtobufCMessage *m
     }
     j->base = kv_transport_rkey_base(j->peer->rkey);
     pn->queued++;
+    pd_grpc_call_set_cancel_cb(call, prefill__call_cancelled, j);
     if ((st = compute_submit(pn->comp, prefill__run, j)) != PD_OK) {
         pn->queued--;
         free(j->tokens);

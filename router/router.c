@@ -927,8 +927,11 @@ void router_request_cancel(router_req_t *q)
     q->sink = NULL; /* the client is gone: nothing more to send */
     q->finished = 1;
     router__observe(q->r, q, PD_ERR_CANCELLED);
-    if (q->ccall && q->decoding)
-        pd_grpc_client_call_cancel(q->ccall); /* a decode stream: its pages are freed there */
+    /* a decode stream: its pages are freed there; a prefill (the reservation is held): the
+     * prefill node stops at its next chunk and tells the decode node its writer is done, the
+     * reservation is released when the call ends (rreq_maybe_free) */
+    if (q->ccall && (q->decoding || q->resv))
+        pd_grpc_client_call_cancel(q->ccall);
     rreq_maybe_free(q);
 }
 

@@ -655,8 +655,10 @@ pd_status_t engine_prefill(engine_t *e, const int32_t *tokens, int n,
             goto err;
         kv.n_tokens = ctx;
         int full = s0 + len == n ? kv.n_pages : ctx / P;
-        if (on_pages && full > done_pages)
-            on_pages(arg, &kv, done_pages, full - done_pages);
+        if (on_pages && full > done_pages && on_pages(arg, &kv, done_pages, full - done_pages)) {
+            st = PD_ERR_CANCELLED; /* the caller stops at this chunk boundary */
+            goto err;
+        }
         done_pages = full;
     }
     *first_p = sampler_sample(&sm, e->logits);

@@ -97,8 +97,10 @@ pd_status_t engine_seq_add_prefilled(engine_t *e, const int32_t *tokens, int n_t
                                      engine_token_fn cb, void *arg, uint64_t *seq_id_p);
 
 /* Called by engine_prefill after each chunk with the pages [first, first + n) of kv whose tokens
- * are all written (and at the end with the last, partial page). */
-typedef void (*engine_pages_fn)(void *arg, const kv_seq_t *kv, int first, int n);
+ * are all written (and at the end with the last, partial page). Returns 0 to go on, nonzero to
+ * stop the prefill there (the request was cancelled): engine_prefill then returns
+ * PD_ERR_CANCELLED and keeps nothing. */
+typedef int (*engine_pages_fn)(void *arg, const kv_seq_t *kv, int first, int n);
 
 /* Runs a prompt through the model in chunks of prefill_chunk tokens (a prefill node's job), keeps
  * its KV in *kv_out (caller releases with kv_seq_release(engine_pool(e), kv)), and samples the

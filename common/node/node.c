@@ -163,6 +163,7 @@ pd_status_t node_kv_done_pack(const node_kv_done_t *m, uint8_t *buf, size_t cap,
     pb.first_token = m->first_token;
     pb.n_tokens = m->n_tokens;
     pb.n_pages = m->n_pages;
+    pb.aborted = m->aborted != 0;
     pb.checksum = m->checksum;
     pb.token.data = (uint8_t *)m->token;
     pb.token.len = NODE_TOKEN_BYTES;
@@ -195,6 +196,7 @@ pd_status_t node_kv_done_unpack(const void *buf, size_t len, const char *who, no
     m.first_token = pb->first_token;
     m.n_tokens = pb->n_tokens;
     m.n_pages = pb->n_pages;
+    m.aborted = pb->aborted;
     m.checksum = pb->checksum;
     bad = NULL;
     if (pb->token.len != NODE_TOKEN_BYTES)

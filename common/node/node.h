@@ -46,6 +46,7 @@ typedef struct {
     int32_t first_token; /* the token sampled after the prompt, >= 0 */
     uint32_t n_tokens;   /* tokens whose KV was written, 1..INT32_MAX */
     uint32_t n_pages;    /* pages written, 1..n_tokens */
+    int aborted;         /* the writer stopped early (cancelled): it writes nothing more */
     uint64_t checksum;   /* XXH3-64 over the pages' bytes as sent (node_pages_checksum) */
     uint8_t token[NODE_TOKEN_BYTES]; /* the reservation's token */
 } node_kv_done_t;

@@ -38,6 +38,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK(node_kv_done_unpack(buf, len, "fuzz", &again) == PD_OK);
     FUZZ_CHECK(again.seq_id == m.seq_id && again.first_token == m.first_token &&
                again.n_tokens == m.n_tokens && again.n_pages == m.n_pages &&
-               again.checksum == m.checksum && !memcmp(again.token, m.token, NODE_TOKEN_BYTES));
+               again.checksum == m.checksum && again.aborted == m.aborted && !memcmp(again.token, m.token, NODE_TOKEN_BYTES));
     return 0;
 }

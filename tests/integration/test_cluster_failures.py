@@ -28,8 +28,8 @@ import tempfile
 import threading
 import time
 
-from cluster_testlib import (TEMPLATE_1, TEMPLATE_4, channel, check, cluster, finish, generate,
-                             model_template, pb, pb_grpc, reference, run_parallel, sampling, stats,
+from cluster_testlib import (TEMPLATE_1, TEMPLATE_4, all_nodes, channel, check, cluster, finish,
+                             generate, model_template, pb, pb_grpc, reference, run_parallel, sampling, stats,
                              wait_pages_free)
 import grpc
 
@@ -240,6 +240,58 @@ def test_cancel():
         check("cancel-serves-after", r.code == OK and len(r.ids) == 48, r.details)
 
 
+def test_cancel_prefill():
+    """Cancels during prefill reach the prefill node, which stops at its next chunk and tells the
+    decode node its writer is done: the reservation's pages are free at once, long before the
+    (here 60 s) lease, and the next request is not stuck behind the cancelled prompts."""
+    tmp = tempfile.mkdtemp(prefix="pd-cancel-prefill-")
+    tpl = model_template(TEMPLATE_1, "tiny-llama", tmp, lease_ms=60000)
+    with cluster.Cluster(tpl, overrides=all_nodes(tpl, prefill_chunk=64)) as c:
+        stub = pb_grpc.InferenceStub(channel(c.router_addr))
+        long_prompt = [(7 * i) % 2000 + 2 for i in range(1900)]
+        pnode = node(c, "prefill0")
+        calls = []
+        for i in range(2):
+            call = stub.Generate(pb.GenerateRequest(  # the call starts at once; never read here
+                token_ids=long_prompt[i:], sampling=sampling(8, ignore_eos=True)), timeout=120)
+            calls.append(call)
+        # both prompts are at the prefill node (running or queued) and their pages reserved on the
+        # decode node (its published stats lag by up to a tick): cancel them there
+        dnode = node(c, "decode0")
+        end = time.time() + 30
+        while (stats(pnode).active < 2 or stats(dnode).pages_used == 0) and time.time() < end:
+            time.sleep(0.01)
+        check("cancel-prefill-reached-node", stats(pnode).active >= 1 and
+              stats(dnode).pages_used > 0, (stats(pnode), stats(dnode)))
+        t_cancel = time.time()
+        for call in calls:
+            call.cancel()
+        used = wait_pages_free(c, timeout=20)
+        freed_s = time.time() - t_cancel
+        check("cancel-prefill-pages-free-at-once", all(v == 0 for v in used.values()) and
+              freed_s < 20, "%s after %.1f s (lease 60 s)" % (used, freed_s))
+        # the decode node freed them on the prefill node's word (aborted KV-done), whether the
+        # router's Release came first or not
+        def writer_done(log):
+            return ("writer stopped (cancelled)" in log or
+                    "writer done after release" in log)
+        end = time.time() + 20
+        while not writer_done(c.log("decode0")) and time.time() < end:
+            time.sleep(0.02)
+        log = c.log("decode0")
+        check("cancel-prefill-writer-stopped", writer_done(log), log[-1500:])
+        end = time.time() + 30
+        while stats(pnode).active != 0 and time.time() < end:
+            time.sleep(0.01)
+        check("cancel-prefill-node-idle", stats(pnode).active == 0, stats(pnode))
+        # the cancelled prompts were not computed in full
+        check("cancel-prefill-not-counted", stats(pnode).requests == 0, stats(pnode))
+        r = generate(stub, token_ids=CASES[0]["input_ids"], sampling=sampling(8, ignore_eos=True))
+        check("cancel-prefill-serves-after", r.code == OK and len(r.ids) == 8, r.details)
+        print("info cancel during prefill: pages free %.2f s after the cancels, next TTFT %.2f s"
+              % (freed_s, r.first_s), flush=True)
+
+
 def build_dir():
     return os.path.dirname(os.path.dirname(os.path.abspath(cluster.pdctl_path())))
 
@@ -360,7 +412,8 @@ def test_kv_done_fault(kind):
 
 
 def main():
-    for name, fn in (("cancel", test_cancel), ("fault-env-ignored", test_fault_env_ignored),
+    for name, fn in (("cancel", test_cancel), ("cancel-prefill", test_cancel_prefill),
+                     ("fault-env-ignored", test_fault_env_ignored),
                      ("fault-reuse", lambda: test_fault("reuse")),
                      ("fault-stale", lambda: test_fault("stale")),
                      ("fault-table", lambda: test_fault("table")),

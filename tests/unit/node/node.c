@@ -20,10 +20,10 @@
 
 #define TOK {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
 static const node_kv_done_t samples[] = {
-    {1, 0, 1, 1, 0, TOK},
-    {42, 1234, 300, 19, 0x0123456789abcdefull, TOK},
-    {UINT64_MAX, INT32_MAX, INT32_MAX, INT32_MAX, UINT64_MAX, TOK},
-    {7, 5, 16, 1, 99, {0}},
+    {1, 0, 1, 1, 0, 0, TOK},
+    {42, 1234, 300, 19, 0, 0x0123456789abcdefull, TOK},
+    {UINT64_MAX, INT32_MAX, INT32_MAX, INT32_MAX, 1, UINT64_MAX, TOK},
+    {7, 5, 16, 1, 1, 99, {0}},
 };
 #define N_SAMPLES (sizeof samples / sizeof samples[0])
 
@@ -59,6 +59,7 @@ static void test_roundtrip(void **s)
         assert_int_equal(out.n_tokens, samples[i].n_tokens);
         assert_int_equal(out.n_pages, samples[i].n_pages);
         assert_true(out.checksum == samples[i].checksum);
+        assert_int_equal(out.aborted, samples[i].aborted);
         assert_memory_equal(out.token, samples[i].token, NODE_TOKEN_BYTES);
     }
 }
@@ -66,12 +67,12 @@ static void test_roundtrip(void **s)
 static void test_pack_refuses_out_of_range(void **s)
 {
     static const node_kv_done_t bad[] = {
-        {0, 1, 1, 1, 0, TOK},                       /* seq_id 0 */
-        {1, -1, 1, 1, 0, TOK},                      /* negative first token */
-        {1, 1, 0, 1, 0, TOK},                       /* no tokens */
-        {1, 1, (uint32_t)INT32_MAX + 1, 1, 0, TOK}, /* tokens past int32 */
-        {1, 1, 4, 0, 0, TOK},                       /* no pages */
-        {1, 1, 4, 5, 0, TOK},                       /* more pages than tokens */
+        {0, 1, 1, 1, 0, 0, TOK},                       /* seq_id 0 */
+        {1, -1, 1, 1, 0, 0, TOK},                      /* negative first token */
+        {1, 1, 0, 1, 0, 0, TOK},                       /* no tokens */
+        {1, 1, (uint32_t)INT32_MAX + 1, 1, 0, 0, TOK}, /* tokens past int32 */
+        {1, 1, 4, 0, 0, 0, TOK},                       /* no pages */
+        {1, 1, 4, 5, 0, 0, TOK},                       /* more pages than tokens */
     };
     uint8_t buf[NODE_KV_DONE_MAX];
     size_t len = 12345;
