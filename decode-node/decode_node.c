@@ -323,11 +323,28 @@ static void decode__reserve(compute_t *c, engine_t *e, void *arg)
     } else {
         int64_t deadline = pd_clock_ms() + j->lease_ms;
         kv_seq_init(&r->kv);
-        for (int32_t i = 0; i < need; i++) {
+        for (int32_t i = 0; i < need && j->st == PD_OK; i++) {
             kv_page_ref_t ref;
+            /* cannot fail: the free pages were counted above, on this (the only) thread */
             PD_ASSERT(kv_pool_page_alloc_remote(pool, deadline, &ref) == PD_OK);
-            PD_ASSERT(kv_seq_push_page(&r->kv, ref) == PD_OK);
+            if (kv_seq_push_page(&r->kv, ref) != PD_OK) {
+                kv_pool_page_writer_done(pool, ref.page); /* never handed out: free at once */
+                (void)kv_pool_page_free(pool, ref);
+                j->st = PD_ERR_NOMEM;
+                break;
+            }
             j->pages[i] = ref;
+        }
+        if (j->st != PD_OK) { /* out of memory for the block table: give back what was taken */
+            for (int32_t i = 0; i < r->kv.n_pages; i++)
+                kv_pool_page_writer_done(pool, r->kv.pages[i].page);
+            kv_seq_release(pool, &r->kv);
+            kv_seq_deinit(&r->kv);
+            free(r);
+            free(j->pages);
+            j->pages = NULL;
+            compute_post(c, decode__reserve_reply, j);
+            return;
         }
         r->id = ++dn->next_res_id;
         memcpy(j->token, r->token, NODE_TOKEN_BYTES);
@@ -644,7 +661,14 @@ static void decode__reserve_reply(void *arg)
         Pdserve__V1__KvLayout lay = PDSERVE__V1__KV_LAYOUT__INIT;
         Pdserve__V1__PageRef *refs = calloc((size_t)j->n_pages, sizeof *refs);
         Pdserve__V1__PageRef **prefs = calloc((size_t)j->n_pages, sizeof *prefs);
-        PD_ASSERT(refs && prefs);
+        if (!refs || !prefs) { /* the reservation expires with its lease */
+            free(refs);
+            free(prefs);
+            pd_grpc_call_finish_status(j->call, PD_ERR_NOMEM, "decode node out of memory");
+            free(j->pages);
+            free(j);
+            return;
+        }
         for (int i = 0; i < j->n_pages; i++) {
             pdserve__v1__page_ref__init(&refs[i]);
             refs[i].page = j->pages[i].page;
@@ -862,8 +886,13 @@ static void decode__ready(void *arg, pd_status_t st)
     dn->watermark = kv_pool_n_pages(engine_pool(e)) / 16;
     region = engine_arena(e);
     if (strcmp(engine_backend(e)->ops->name, "cpu") != 0 && !kv_transport_query_cuda(dn->tr)) {
-        dn->landing = calloc(1, dn->arena_bytes);
-        PD_ASSERT(dn->landing);
+        if (!(dn->landing = calloc(1, dn->arena_bytes))) {
+            pd_log_error("%s: no host memory for a %zu-byte landing zone", dn->node->name,
+                         dn->arena_bytes);
+            dn->failed = 1;
+            uv_stop(dn->loop);
+            return;
+        }
         region = dn->landing;
         pd_log_info("%s: transport cannot reach GPU memory: pages land in host memory first",
                     dn->node->name);

@@ -310,13 +310,19 @@ static peer_t *prefill__peer(prefill_node_t *pn, const Pdserve__V1__KvDestinatio
             }
             if (p->rkey_len != d->rkey.len || memcmp(p->rkey_bytes, d->rkey.data, p->rkey_len)) {
                 kv_transport_rkey_t *r;
-                if ((*st_p = kv_transport_rkey_unpack(p->ep, d->rkey.data, d->rkey.len, &r)))
+                uint8_t *bytes = malloc(d->rkey.len ? d->rkey.len : 1);
+                if (!bytes) {
+                    *st_p = PD_ERR_NOMEM;
                     return NULL;
+                }
+                if ((*st_p = kv_transport_rkey_unpack(p->ep, d->rkey.data, d->rkey.len, &r))) {
+                    free(bytes);
+                    return NULL;
+                }
                 kv_transport_rkey_destroy(p->rkey);
                 free(p->rkey_bytes);
                 p->rkey = r;
-                p->rkey_bytes = malloc(d->rkey.len);
-                PD_ASSERT(p->rkey_bytes);
+                p->rkey_bytes = bytes;
                 memcpy(p->rkey_bytes, d->rkey.data, d->rkey.len);
                 p->rkey_len = d->rkey.len;
             }
@@ -336,8 +342,13 @@ static peer_t *prefill__peer(prefill_node_t *pn, const Pdserve__V1__KvDestinatio
         free(p);
         return NULL;
     }
-    p->rkey_bytes = malloc(d->rkey.len);
-    PD_ASSERT(p->rkey_bytes);
+    if (!(p->rkey_bytes = malloc(d->rkey.len ? d->rkey.len : 1))) {
+        kv_transport_rkey_destroy(p->rkey);
+        kv_transport_ep_close(p->ep);
+        free(p);
+        *st_p = PD_ERR_NOMEM;
+        return NULL;
+    }
     memcpy(p->rkey_bytes, d->rkey.data, d->rkey.len);
     p->rkey_len = d->rkey.len;
     p->next = pn->peers;
