@@ -76,6 +76,10 @@ struct router {
     int serving;
     void (*serving_cb)(void *arg, int serving);
     void *serving_arg;
+    struct {
+        void (*fn)(void *arg, metrics_t *m);
+        void *arg;
+    } sources[ROUTER_MAX_SOURCES];
     metrics_t *metrics;
     router_counters_t cnt;
     uv_timer_t poll;
@@ -1006,7 +1010,66 @@ metrics_t *router_metrics(router_t *r)
     if (metrics_gauge_register(r->metrics, "pdserve_router_requests_active", "requests in flight",
                                NULL, &active) == PD_OK)
         metrics_gauge_set(active, r->n_reqs);
+    for (int i = 0; i < ROUTER_MAX_SOURCES; i++)
+        if (r->sources[i].fn)
+            r->sources[i].fn(r->sources[i].arg, r->metrics);
     return r->metrics;
+}
+
+pd_status_t router_add_metrics_source(router_t *r, void (*fn)(void *arg, metrics_t *m), void *arg)
+{
+    for (int i = 0; i < ROUTER_MAX_SOURCES; i++) {
+        if (!r->sources[i].fn) {
+            r->sources[i].fn = fn;
+            r->sources[i].arg = arg;
+            return PD_OK;
+        }
+    }
+    return PD_ERR_RESOURCE;
+}
+
+void router_remove_metrics_source(router_t *r, void (*fn)(void *arg, metrics_t *m), void *arg)
+{
+    for (int i = 0; i < ROUTER_MAX_SOURCES; i++)
+        if (r->sources[i].fn == fn && r->sources[i].arg == arg)
+            r->sources[i].fn = NULL;
+}
+
+static void router__counter_to(metrics_t *m, const char *name, const char *help,
+                               const char *const *labels, uint64_t total)
+{
+    metrics_counter_t *c;
+    if (metrics_counter_register(m, name, help, labels, &c) == PD_OK) {
+        double now = metrics_counter_value(c);
+        if ((double)total > now)
+            metrics_counter_add(c, (double)total - now);
+    }
+}
+
+void router_metrics_listener(metrics_t *m, const char *name, uint64_t connections,
+                             uint64_t max_connections, uint64_t rejected, uint64_t accept_errors,
+                             uint64_t idle_closed, uint64_t timed_out, uint64_t flood_closed)
+{
+    const char *labels[] = {"listener", name, NULL};
+    metrics_gauge_t *g;
+    if (metrics_gauge_register(m, "pdserve_listener_connections", "open client connections",
+                               labels, &g) == PD_OK)
+        metrics_gauge_set(g, (double)connections);
+    if (metrics_gauge_register(m, "pdserve_listener_connections_max",
+                               "connection limit (max_connections, capped by RLIMIT_NOFILE)",
+                               labels, &g) == PD_OK)
+        metrics_gauge_set(g, (double)max_connections);
+    router__counter_to(m, "pdserve_listener_rejected_total",
+                       "connections closed at accept: over the limit", labels, rejected);
+    router__counter_to(m, "pdserve_listener_accept_errors_total", "failed accepts (EMFILE, ...)",
+                       labels, accept_errors);
+    router__counter_to(m, "pdserve_listener_idle_closed_total",
+                       "connections closed by the idle timeout", labels, idle_closed);
+    router__counter_to(m, "pdserve_listener_timeouts_total",
+                       "requests too slow to arrive (HTTP 408, gRPC DEADLINE_EXCEEDED)", labels,
+                       timed_out);
+    router__counter_to(m, "pdserve_listener_flood_closed_total",
+                       "connections ended for a frame flood (gRPC)", labels, flood_closed);
 }
 
 const cluster_config_t *router_cluster_config(const router_t *r)

@@ -135,6 +135,19 @@ void router_set_serving_cb(router_t *r, void (*fn)(void *arg, int serving), void
  * poll, requests in flight), for rendering; owned by the core. */
 metrics_t *router_metrics(router_t *r);
 
+/* A front end's own counters (its listener's connections, rejections, timeouts): fn(arg, m)
+ * refreshes them in m just before each render of router_metrics. At most ROUTER_MAX_SOURCES;
+ * PD_ERR_RESOURCE past that. remove accepts a source never added. Loop thread. */
+#define ROUTER_MAX_SOURCES 4
+pd_status_t router_add_metrics_source(router_t *r, void (*fn)(void *arg, metrics_t *m), void *arg);
+void router_remove_metrics_source(router_t *r, void (*fn)(void *arg, metrics_t *m), void *arg);
+
+/* Helpers for sources: the listener gauges and counters of one front end (label listener=name),
+ * from cumulative numbers (counters move by the difference since the last render). */
+void router_metrics_listener(metrics_t *m, const char *name, uint64_t connections,
+                             uint64_t max_connections, uint64_t rejected, uint64_t accept_errors,
+                             uint64_t idle_closed, uint64_t timed_out, uint64_t flood_closed);
+
 /* The cluster config the router was created with. */
 const cluster_config_t *router_cluster_config(const router_t *r);
 

@@ -307,6 +307,16 @@ static void router_grpc__serving(void *arg, int serving)
     pd_grpc_health_set(api->health, "pdserve.v1.Inference", st);
 }
 
+static void router_grpc__metrics_source(void *arg, metrics_t *m)
+{
+    router_grpc_t *api = arg;
+    pd_grpc_server_stats_t st;
+    pd_grpc_server_stats(api->srv, &st);
+    router_metrics_listener(m, "grpc", st.connections, st.max_connections,
+                            st.rejected_connections, st.accept_errors, st.idle_closed,
+                            st.request_timeouts, st.flood_closed);
+}
+
 pd_status_t router_grpc_create(router_t *core, uv_loop_t *loop, const char *host, int port,
                                router_grpc_t **api_p)
 {
@@ -335,6 +345,7 @@ pd_status_t router_grpc_create(router_t *core, uv_loop_t *loop, const char *host
     if ((st = pd_grpc_server_listen(api->srv, host, port, &api->port)) != PD_OK)
         goto err;
     router_set_serving_cb(core, router_grpc__serving, api);
+    (void)router_add_metrics_source(core, router_grpc__metrics_source, api);
     api->watching = 1;
     pd_log_info("router: serving %s on %s:%d (gRPC)", router_model_name(core), host, api->port);
     *api_p = api;
@@ -353,6 +364,7 @@ void router_grpc_destroy(router_grpc_t *api)
 {
     if (!api)
         return;
+    router_remove_metrics_source(api->core, router_grpc__metrics_source, api);
     if (api->watching)
         router_set_serving_cb(api->core, NULL, NULL);
     if (api->srv)

@@ -19,6 +19,16 @@ struct router_http {
 
 /* ==== probes, metrics, models ==== */
 
+static void router_http__metrics_source(void *arg, metrics_t *m)
+{
+    router_http_t *api = arg;
+    pd_http_server_stats_t st;
+    pd_http_server_stats(api->srv, &st);
+    router_metrics_listener(m, "http", st.connections, st.max_connections,
+                            st.rejected_connections, st.accept_errors, st.idle_closed,
+                            st.timed_out, 0);
+}
+
 static void router_http__metrics(pd_http_request_t *req, void *user)
 {
     router_http_t *api = user;
@@ -490,6 +500,7 @@ pd_status_t router_http_create(router_t *core, uv_loop_t *loop, const char *host
     };
     if ((st = pd_http_server_create(loop, &params, &api->srv)) != PD_OK)
         goto err;
+    (void)router_add_metrics_source(core, router_http__metrics_source, api);
     pd_http_server_route(api->srv, "GET", "/live", router_http__live, api);
     pd_http_server_route(api->srv, "GET", "/ready", router_http__ready, api);
     pd_http_server_route(api->srv, "GET", "/health", router_http__ready, api);
@@ -516,6 +527,7 @@ void router_http_destroy(router_http_t *api)
 {
     if (!api)
         return;
+    router_remove_metrics_source(api->core, router_http__metrics_source, api);
     pd_http_server_destroy(api->srv); /* open requests: their close callbacks cancel them */
     free(api);
 }

@@ -196,6 +196,31 @@ def main():
             n = log.count("%s: connection limit reached" % name)
             check("%s: rejections logged once per burst (%d lines)" % (name, n), 1 <= n <= 2,
                   log[-2000:])
+        # the listeners' counters are on /metrics (Prometheus text)
+        code, body = http_get(http_port, "/metrics")
+        text = body.decode() if isinstance(body, bytes) else body
+
+        def value(name, listener):
+            for line in text.splitlines():
+                if line.startswith('%s{listener="%s"}' % (name, listener)):
+                    return float(line.split()[-1])
+            return None
+        got = {k: value(k, l) for k, l in (("pdserve_listener_rejected_total", "http"),
+                                           ("pdserve_listener_timeouts_total", "http"),
+                                           ("pdserve_listener_rejected_total", "grpc"),
+                                           ("pdserve_listener_idle_closed_total", "grpc"),
+                                           ("pdserve_listener_connections_max", "http"))}
+        check("metrics: listener counters exported", code == 200 and
+              got[("pdserve_listener_rejected_total")] is not None and
+              all(v is not None for v in got.values()), got)
+        check("metrics: http rejections and 408s counted",
+              (value("pdserve_listener_rejected_total", "http") or 0) > 0 and
+              (value("pdserve_listener_timeouts_total", "http") or 0) > 0, text[-3000:])
+        check("metrics: grpc rejections and idle closes counted",
+              (value("pdserve_listener_rejected_total", "grpc") or 0) > 0 and
+              (value("pdserve_listener_idle_closed_total", "grpc") or 0) > 0, text[-3000:])
+        check("metrics: the limit", value("pdserve_listener_connections_max", "http") == LIMIT,
+              value("pdserve_listener_connections_max", "http"))
     finally:
         p.send_signal(signal.SIGTERM)
         try:
