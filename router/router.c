@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include <jansson.h>
 
@@ -47,6 +48,7 @@ struct router_req {
     char *text; /* generated text; [0, sent_len) went to the client */
     size_t text_len, text_cap, sent_len;
     int64_t start_ms, first_token_ms, deadline_ms;
+    int64_t last_token_ms; /* for the inter-token latency histogram */
     rnode_t *dnode, *pnode;
     Pdserve__V1__ReserveReply *resv; /* held reservation (until Decode starts) */
     pd_grpc_client_call_t *ccall;    /* the control call in flight */
@@ -59,8 +61,8 @@ struct router_req {
 
 /* The request counters and histograms of the router's metrics. */
 typedef struct {
-    metrics_counter_t *ok, *failed, *cancelled, *tokens, *preemptions;
-    metrics_histogram_t *ttft, *e2e;
+    metrics_counter_t *ok, *failed, *cancelled, *tokens, *prompt_tokens, *preemptions;
+    metrics_histogram_t *ttft, *e2e, *itl;
 } router_counters_t;
 
 struct router {
@@ -201,6 +203,7 @@ static void router__observe(router_t *r, const router_req_t *q, pd_status_t st)
     router_counters_t *c = &r->cnt;
     metrics_counter_inc(st == PD_OK ? c->ok : st == PD_ERR_CANCELLED ? c->cancelled : c->failed);
     metrics_counter_add(c->tokens, q->n_generated);
+    metrics_counter_add(c->prompt_tokens, q->n_prompt);
     metrics_counter_add(c->preemptions, q->n_preemptions);
     if (q->first_token_ms)
         metrics_histogram_observe(c->ttft, (double)(q->first_token_ms - q->start_ms) / 1000.0);
@@ -349,6 +352,10 @@ static int rreq_emit(router_req_t *q, const int32_t *ids, size_t n, const char *
         }
         q->tokens[q->n_tokens++] = tok;
         q->n_generated++;
+        int64_t now = pd_clock_ms();
+        if (q->last_token_ms) /* tokens of one batch from the node arrive together: 0 s */
+            metrics_histogram_observe(r->cnt.itl, (double)(now - q->last_token_ms) / 1000.0);
+        q->last_token_ms = now;
         eos = hf_config_is_stop(&r->model, tok, q->ignore_eos, NULL, 0);
         /* stop strings: cut the text where the first one starts */
         size_t send_to = q->text_len,
@@ -895,6 +902,14 @@ pd_status_t router_request_start(router_t *r, const router_request_t *in, const 
     q->top_p = in->top_p > 0 ? in->top_p : 1.0f;
     q->top_k = in->top_k < r->model.vocab_size ? (int)in->top_k : 0; /* all tokens: off */
     q->seed = in->seed;
+    if (q->seed == 0 && in->temperature > 0.0f) {
+        /* no seed: a fresh one per request (sampled text differs between requests, as with
+         * vLLM / SGLang); the seed is not needed for greedy decoding */
+        uint64_t fresh = 0;
+        while (fresh == 0 && getrandom(&fresh, sizeof fresh, 0) != (ssize_t)sizeof fresh)
+            fresh = (uint64_t)pd_clock_ms() * 6364136223846793005ull + (uint64_t)r->n_reqs;
+        q->seed = fresh;
+    }
     q->ignore_eos = in->ignore_eos;
     if (rreq_copy_stop(q, in) != PD_OK ||
         tokenizer_stream_create(r->tok, true, &q->detok) != PD_OK) {
@@ -985,6 +1000,17 @@ void router_set_serving_cb(router_t *r, void (*fn)(void *arg, int serving), void
     r->serving_arg = arg;
 }
 
+static void router__counter_to(metrics_t *m, const char *name, const char *help,
+                               const char *const *labels, uint64_t total)
+{
+    metrics_counter_t *c;
+    if (metrics_counter_register(m, name, help, labels, &c) == PD_OK) {
+        double now = metrics_counter_value(c);
+        if ((double)total > now)
+            metrics_counter_add(c, (double)total - now);
+    }
+}
+
 metrics_t *router_metrics(router_t *r)
 {
     for (int i = 0; i < r->n_nodes; i++) {
@@ -998,18 +1024,26 @@ metrics_t *router_metrics(router_t *r)
         if (metrics_gauge_register(r->metrics, "pdserve_node_kv_pages_used",
                                    "kv pages in use on the node", labels, &g) == PD_OK)
             metrics_gauge_set(g, n->pages_used);
-        if (metrics_gauge_register(r->metrics, "pdserve_node_kv_pages_total",
+        if (metrics_gauge_register(r->metrics, "pdserve_node_kv_pages_capacity",
                                    "kv pages of the node", labels, &g) == PD_OK)
             metrics_gauge_set(g, n->pages_total);
-        if (metrics_gauge_register(r->metrics, "pdserve_node_integrity_failures",
-                                   "sequences failed by the kv tag check on the node", labels,
-                                   &g) == PD_OK)
-            metrics_gauge_set(g, (double)n->integrity_failures);
+        router__counter_to(r->metrics, "pdserve_node_integrity_failures_total",
+                           "sequences failed by the kv integrity checks on the node (tags, "
+                           "checksums)",
+                           labels, n->integrity_failures);
     }
     metrics_gauge_t *active;
     if (metrics_gauge_register(r->metrics, "pdserve_router_requests_active", "requests in flight",
                                NULL, &active) == PD_OK)
         metrics_gauge_set(active, r->n_reqs);
+    int waiting = 0; /* not yet at a node: reserving, or waiting to retry */
+    for (const router_req_t *q = r->reqs; q; q = q->next)
+        waiting += !q->finished && !q->decoding && !q->ccall;
+    metrics_gauge_t *queue;
+    if (metrics_gauge_register(r->metrics, "pdserve_router_requests_waiting",
+                               "requests in flight waiting for a node (pages or a retry)", NULL,
+                               &queue) == PD_OK)
+        metrics_gauge_set(queue, waiting);
     for (int i = 0; i < ROUTER_MAX_SOURCES; i++)
         if (r->sources[i].fn)
             r->sources[i].fn(r->sources[i].arg, r->metrics);
@@ -1035,16 +1069,6 @@ void router_remove_metrics_source(router_t *r, void (*fn)(void *arg, metrics_t *
             r->sources[i].fn = NULL;
 }
 
-static void router__counter_to(metrics_t *m, const char *name, const char *help,
-                               const char *const *labels, uint64_t total)
-{
-    metrics_counter_t *c;
-    if (metrics_counter_register(m, name, help, labels, &c) == PD_OK) {
-        double now = metrics_counter_value(c);
-        if ((double)total > now)
-            metrics_counter_add(c, (double)total - now);
-    }
-}
 
 void router_metrics_listener(metrics_t *m, const char *name, uint64_t connections,
                              uint64_t max_connections, uint64_t rejected, uint64_t accept_errors,
@@ -1135,6 +1159,8 @@ static pd_status_t router__metrics_create(router_t *r)
 {
     static const double ttft_b[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
     static const double e2e_b[] = {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
+    static const double itl_b[] = {0.001, 0.0025, 0.005, 0.01, 0.02, 0.04,
+                                   0.06,  0.08,   0.1,   0.25, 0.5,  1};
     static const char *const ok_l[] = {"outcome", "ok", NULL};
     static const char *const bad_l[] = {"outcome", "error", NULL};
     static const char *const cancel_l[] = {"outcome", "cancelled", NULL};
@@ -1158,7 +1184,14 @@ static pd_status_t router__metrics_create(router_t *r)
                                          "time to first token", ttft_b, 12, NULL, &c->ttft)) !=
             PD_OK ||
         (st = metrics_histogram_register(r->metrics, "pdserve_router_request_seconds",
-                                         "request duration", e2e_b, 12, NULL, &c->e2e)) != PD_OK)
+                                         "request duration", e2e_b, 12, NULL, &c->e2e)) != PD_OK ||
+        (st = metrics_histogram_register(r->metrics, "pdserve_router_itl_seconds",
+                                         "inter-token latency (time between two tokens of a "
+                                         "request, as the router receives them)",
+                                         itl_b, 12, NULL, &c->itl)) != PD_OK ||
+        (st = metrics_counter_register(r->metrics, "pdserve_router_prompt_tokens_total",
+                                       "prompt tokens of finished requests", NULL,
+                                       &c->prompt_tokens)) != PD_OK)
         return st;
     return PD_OK;
 }

@@ -70,10 +70,23 @@ static void router_http__ready(pd_http_request_t *req, void *user)
 static void router_http__models(pd_http_request_t *req, void *user)
 {
     router_http_t *api = user;
+    const char *path = pd_http_request_path(req), *id = NULL;
+    if (strncmp(path, "/v1/models/", 11) == 0 && path[11])
+        id = path + 11;
+    else if (strcmp(path, "/v1/models") != 0 && strcmp(path, "/v1/models/") != 0) {
+        pd_http_respond_error(req, PD_ERR_NOT_FOUND, "no such path");
+        return;
+    }
+    if (id && strcmp(id, router_model_name(api->core)) != 0) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "The model `%.200s` does not exist.", id);
+        pd_http_respond_error_code(req, 404, "model_not_found", msg);
+        return;
+    }
     json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:i}", "id", router_model_name(api->core), "object",
                           "model", "created", (json_int_t)0, "owned_by", "pdserve", "max_model_len",
                           router_model(api->core)->max_position_embeddings);
-    pd_http_respond_json(req, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m));
+    pd_http_respond_json(req, 200, id ? m : json_pack("{s:s,s:[o]}", "object", "list", "data", m));
 }
 
 /* ==== completions ==== */
@@ -84,6 +97,7 @@ typedef struct {
     pd_http_request_t *req;
     router_req_t *q; /* NULL once the request ended */
     int stream, chat, first;
+    int include_usage; /* stream_options.include_usage: a last chunk with the usage */
     int nomem; /* the text did not fit in memory: the request fails */
     char id[128];
     json_int_t created;
@@ -165,16 +179,22 @@ static void hsink_finish(router_req_t *q, void *arg, const char *reason, pd_stat
     pd_http_request_set_close_cb(h->req, NULL, NULL); /* h is freed below */
     if (h->stream) {
         if (st == PD_OK) {
-            json_t *c = hsink__chunk(h, "", 0, reason);
-            json_object_set_new(c, "usage",
-                                json_pack("{s:i,s:i,s:i}", "prompt_tokens", prompt,
-                                          "completion_tokens", completion, "total_tokens",
-                                          prompt + completion));
-            hsink__sse(h, c);
+            hsink__sse(h, hsink__chunk(h, "", 0, reason));
+            if (h->include_usage) { /* as the OpenAI spec has it: empty choices, the usage */
+                json_t *c = hsink__chunk(h, "", 0, NULL);
+                json_object_set_new(c, "choices", json_array());
+                json_object_set_new(c, "usage",
+                                    json_pack("{s:i,s:i,s:i}", "prompt_tokens", prompt,
+                                              "completion_tokens", completion, "total_tokens",
+                                              prompt + completion));
+                hsink__sse(h, c);
+            }
         } else {
-            json_t *err = json_pack("{s:{s:s,s:s,s:i}}", "error", "message", msg ? msg : "", "type",
-                                    pd_status_name(st), "code", pd_status_http_code(st));
-            hsink__sse(h, err);
+            /* the same error object as a non-streamed request gets (pd_http_error_json) */
+            char *e = pd_http_error_json(st, msg);
+            if (e)
+                (void)pd_http_stream_sse(h->req, e);
+            free(e);
         }
         (void)pd_http_stream_write(h->req, "data: [DONE]\n\n", 14);
         (void)pd_http_stream_end(h->req);
@@ -238,7 +258,36 @@ static int router_http__int(json_t *body, const char *name, json_int_t *v_p, int
 
 /* Reads the OpenAI sampling fields into in (numbers unnarrowed: the core checks their ranges);
  * returns 0 or -1 with err set. */
-static int router_http__sampling(json_t *body, router_request_t *in, char *err, size_t err_len)
+/* Parameters of the OpenAI API that pdserve does not implement: a 400 naming the parameter,
+ * never silently ignored. A value that asks for nothing (null, false, 0, empty) passes. */
+static int router_http__unsupported(json_t *body, char *err, size_t err_len)
+{
+    static const char *const names[] = {
+        "tools",           "tool_choice",       "functions",        "function_call",
+        "response_format", "logprobs",          "top_logprobs",     "echo",
+        "logit_bias",      "presence_penalty",  "frequency_penalty", "repetition_penalty",
+        "suffix",          "min_tokens",        "stop_token_ids",   "best_of",
+        "parallel_tool_calls", "guided_json",   "guided_regex",     "guided_choice",
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        json_t *v = json_object_get(body, names[i]);
+        if (!v || json_is_null(v) || json_is_false(v) ||
+            (json_is_number(v) && json_number_value(v) == 0) ||
+            (json_is_object(v) && json_object_size(v) == 0) ||
+            (json_is_array(v) && json_array_size(v) == 0) ||
+            (!strcmp(names[i], "best_of") && json_is_integer(v) && json_integer_value(v) == 1) ||
+            (!strcmp(names[i], "response_format") && json_is_object(v) &&
+             json_is_string(json_object_get(v, "type")) &&
+             !strcmp(json_string_value(json_object_get(v, "type")), "text")))
+            continue;
+        snprintf(err, err_len, "%s is not supported by this server", names[i]);
+        return -1;
+    }
+    return 0;
+}
+
+static int router_http__sampling(json_t *body, router_request_t *in, int chat, int64_t context,
+                                 char *err, size_t err_len)
 {
     json_t *v;
     json_int_t max_tokens = 16, top_k = 0, seed = 0, n = 1;
@@ -252,8 +301,12 @@ static int router_http__sampling(json_t *body, router_request_t *in, char *err, 
         router_http__int(body, "seed", &seed, NULL, err, err_len) != 0 ||
         router_http__int(body, "n", &n, NULL, err, err_len) != 0)
         return -1;
+    if (router_http__unsupported(body, err, err_len) != 0)
+        return -1;
+    if (chat && !given)
+        max_tokens = context; /* chat: the rest of the context, as vLLM does */
     in->max_tokens = max_tokens;
-    in->max_tokens_default = !given;     /* 16, or what fits the context */
+    in->max_tokens_default = !given;     /* completions 16, chat the context: cut to what fits */
     in->top_k = top_k == -1 ? 0 : top_k; /* -1: off, as in vLLM */
     in->seed = (uint64_t)seed;           /* any 64-bit integer, two's complement */
     if (n != 1) {
@@ -363,6 +416,13 @@ static pd_status_t router_http__chat_prompt(router_http_t *api, json_t *body, ch
                      "messages[%zu] needs string role and content (without NUL bytes)", i);
             return PD_ERR_INVALID;
         }
+        if (strcmp(cm[i].role, "system") && strcmp(cm[i].role, "user") &&
+            strcmp(cm[i].role, "assistant") && strcmp(cm[i].role, "developer")) {
+            snprintf(err, err_len, "messages[%zu].role '%.40s': expected system, user, assistant "
+                     "or developer", i, cm[i].role);
+            free(cm);
+            return PD_ERR_INVALID;
+        }
     }
     st = chat_template_render(chat_template, cm, n, true, bos, eos, prompt_p);
     free(cm);
@@ -393,8 +453,31 @@ static void router_http__completion(pd_http_request_t *req, router_http_t *api, 
         json_decref(body);
         return;
     }
-    if (router_http__sampling(body, &in, err, sizeof err) != 0)
+    if (router_http__sampling(body, &in, chat, router_model(api->core)->max_position_embeddings,
+                              err, sizeof err) != 0)
         goto bad;
+    v = json_object_get(body, "model");
+    if (v && !json_is_null(v) &&
+        (!json_is_string(v) || strcmp(json_string_value(v), router_model_name(api->core)) != 0)) {
+        snprintf(err, sizeof err, "The model `%.200s` does not exist.",
+                 json_is_string(v) ? json_string_value(v) : "(not a string)");
+        pd_http_respond_error_code(req, 404, "model_not_found", err);
+        json_decref(body);
+        return;
+    }
+    if ((v = json_object_get(body, "stream")) && !json_is_null(v) && !json_is_boolean(v)) {
+        snprintf(err, sizeof err, "stream must be a boolean");
+        goto bad;
+    }
+    if ((v = json_object_get(body, "stream_options")) && !json_is_null(v) && !json_is_object(v)) {
+        snprintf(err, sizeof err, "stream_options must be an object");
+        goto bad;
+    }
+    if ((v = json_object_get(body, "stop")) && !json_is_null(v) && !json_is_string(v) &&
+        !json_is_array(v)) {
+        snprintf(err, sizeof err, "stop must be a string or an array of strings");
+        goto bad;
+    }
     v = json_object_get(body, "stop");
     if (json_is_string(v)) {
         stops[0] = (char *)router_http__cstr(v);
@@ -451,6 +534,8 @@ static void router_http__completion(pd_http_request_t *req, router_http_t *api, 
     h->chat = chat;
     h->first = 1;
     h->stream = json_is_true(json_object_get(body, "stream"));
+    h->include_usage =
+        json_is_true(json_object_get(json_object_get(body, "stream_options"), "include_usage"));
     h->created = (json_int_t)time(NULL);
     st = router_request_start(api->core, &in, &http_sink, h, &h->q, err, sizeof err);
     if (st != PD_OK) {

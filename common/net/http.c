@@ -440,6 +440,19 @@ static pd_status_t pd_http__respond_error_status(pd_http_request_t *req, int sta
     return st;
 }
 
+char *pd_http_error_json(pd_status_t st, const char *message)
+{
+    char code[64];
+    pd_http__status_code(st, code, sizeof code);
+    return pd_http__error_body(pd_status_http_code(st), code, message ? message : pd_status_str(st));
+}
+
+pd_status_t pd_http_respond_error_code(pd_http_request_t *req, int status, const char *code,
+                                       const char *message)
+{
+    return pd_http__respond_error_status(req, status, code, message);
+}
+
 pd_status_t pd_http_respond_error(pd_http_request_t *req, pd_status_t st, const char *message)
 {
     char code[64];

@@ -145,6 +145,14 @@ pd_status_t pd_http_respond_json(pd_http_request_t *req, int status, json_t *bod
  * pd_status_http_code(st); type is "invalid_request_error" (4xx), "rate_limit_error" (429) or
  * "server_error" (5xx), code is the status name in lowercase without PD_/ERR_ ("not_found").
  * message NULL: pd_status_str(st). Same returns. */
+/* The OpenAI-style error object pd_http_respond_error sends for st, as malloc'd JSON text (for
+ * an error inside a stream: the same shape); NULL when out of memory. */
+char *pd_http_error_json(pd_status_t st, const char *message);
+
+/* An OpenAI-style error with an explicit HTTP status and code ("model_not_found"). */
+pd_status_t pd_http_respond_error_code(pd_http_request_t *req, int status, const char *code,
+                                       const char *message);
+
 pd_status_t pd_http_respond_error(pd_http_request_t *req, pd_status_t st, const char *message);
 
 /* Sends the status line and headers of a streamed response (chunked transfer encoding; for an

@@ -326,6 +326,64 @@ def check_http_and_metrics(c, stub, ref):
           got.get("error", 0) == before.get("error", 0), (r.code, before, got))
     used = wait_pages_free(c)
     check("pages-free-after-cancel", all(v == 0 for v in used.values()), used)
+    check_openai_details(c, case)
+
+
+def check_openai_details(c, case):
+    """Issue 14's first items: what users of the openai clients run into first."""
+    # sampling without a seed: a fresh seed per request, so the texts differ
+    texts = set()
+    for _ in range(3):
+        st, body = http_post(c, "/v1/completions", {"prompt": "ROMEO:", "max_tokens": 12,
+                                                    "temperature": 1.0, "ignore_eos": True})
+        texts.add(json.loads(body)["choices"][0]["text"])
+    check("openai-fresh-seed", len(texts) > 1, texts)
+    st1, b1 = http_post(c, "/v1/completions", {"prompt": "ROMEO:", "max_tokens": 12, "seed": 7,
+                                               "temperature": 1.0, "ignore_eos": True})
+    st2, b2 = http_post(c, "/v1/completions", {"prompt": "ROMEO:", "max_tokens": 12, "seed": 7,
+                                               "temperature": 1.0, "ignore_eos": True})
+    check("openai-seed-repeats", json.loads(b1)["choices"][0]["text"] ==
+          json.loads(b2)["choices"][0]["text"], (b1, b2))
+    # models: unknown model 404, /v1/models/{id} one object
+    st, body = http_post_status(c, "/v1/completions", {"model": "gpt-4", "prompt": "a",
+                                                       "max_tokens": 1})
+    check("openai-unknown-model", st == 404 and json.loads(body)["error"]["code"] ==
+          "model_not_found", (st, body))
+    st, body = http_get(c, "/v1/models/tiny-llama")
+    check("openai-model-object", st == 200 and json.loads(body)["id"] == "tiny-llama" and
+          json.loads(body)["object"] == "model", body)
+    try:
+        st, body = http_get(c, "/v1/models/other")
+    except urllib.error.HTTPError as e:
+        st, body = e.code, e.read().decode()
+    check("openai-model-404", st == 404 and "model_not_found" in body, (st, body))
+    # usage in a stream only when asked, as a last chunk with empty choices
+    def stream(extra):
+        st, body = http_post(c, "/v1/completions", dict({"prompt": case["input_ids"],
+                                                         "max_tokens": 3, "stream": True,
+                                                         "temperature": 0}, **extra))
+        return [json.loads(ln[6:]) for ln in body.splitlines()
+                if ln.startswith("data: ") and ln != "data: [DONE]"]
+    chunks = stream({})
+    check("openai-no-usage-unasked", all("usage" not in ch for ch in chunks), chunks[-2:])
+    chunks = stream({"stream_options": {"include_usage": True}})
+    check("openai-include-usage", chunks[-1]["choices"] == [] and
+          chunks[-1]["usage"]["completion_tokens"] == 3 and
+          all("usage" not in ch for ch in chunks[:-1]), chunks[-2:])
+    # parameters pdserve does not implement: a 400 naming them; wrong types: 400
+    for bad, name in (({"tools": [{"type": "function"}]}, "tools"),
+                      ({"response_format": {"type": "json_object"}}, "response_format"),
+                      ({"logprobs": 2}, "logprobs"), ({"best_of": 3}, "best_of"),
+                      ({"presence_penalty": 0.5}, "presence_penalty"),
+                      ({"stream": "yes"}, "stream"), ({"stop": 5}, "stop")):
+        st, body = http_post_status(c, "/v1/completions", dict({"prompt": "a", "max_tokens": 1},
+                                                               **bad))
+        check("openai-400-%s" % name, st == 400 and name in json.loads(body)["error"]["message"],
+              (st, body))
+    st, body = http_post_status(c, "/v1/chat/completions",
+                                {"messages": [{"role": "wizard", "content": "hi"}],
+                                 "max_tokens": 1})
+    check("openai-400-role", st == 400 and "role" in body, (st, body))
 
 
 def main():
