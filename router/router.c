@@ -61,7 +61,7 @@ struct router_req {
 
 /* The request counters and histograms of the router's metrics. */
 typedef struct {
-    metrics_counter_t *ok, *failed, *cancelled, *tokens, *prompt_tokens, *preemptions;
+    metrics_counter_t *ok, *failed, *cancelled, *rejected, *tokens, *prompt_tokens, *preemptions;
     metrics_histogram_t *ttft, *e2e, *itl;
 } router_counters_t;
 
@@ -198,6 +198,16 @@ static int64_t rreq_remaining_ms(const router_req_t *q)
 }
 
 /* Counts a request that ended (st PD_OK: ok; PD_ERR_CANCELLED: the client went away). */
+/* Counts a finished request's finish reason (stop, length, abort, error, cancelled). */
+static void router__observe_reason(router_t *r, const char *reason)
+{
+    const char *labels[] = {"reason", reason, NULL};
+    metrics_counter_t *c;
+    if (metrics_counter_register(r->metrics, "pdserve_router_finish_reason_total",
+                                 "finished requests by finish reason", labels, &c) == PD_OK)
+        metrics_counter_inc(c);
+}
+
 static void router__observe(router_t *r, const router_req_t *q, pd_status_t st)
 {
     router_counters_t *c = &r->cnt;
@@ -220,6 +230,7 @@ void router_request_finish(router_req_t *q, const char *reason, pd_status_t st, 
         q->sent_len = q->text_len;
     }
     router__observe(q->r, q, st);
+    router__observe_reason(q->r, st == PD_OK ? (reason ? reason : "stop") : "error");
     q->sink->finish(q, q->sink_arg, reason, st, msg);
     q->sink = NULL;
     if (q->ccall && q->decoding) /* a decode stream still running: RST_STREAM frees its pages */
@@ -829,8 +840,9 @@ static pd_status_t rreq_name(router_t *r, router_req_t *q, const char *given, ch
     return PD_OK;
 }
 
-pd_status_t router_request_start(router_t *r, const router_request_t *in, const router_sink_t *sink,
-                                 void *sink_arg, router_req_t **q_p, char *err, size_t err_len)
+static pd_status_t router__request_start(router_t *r, const router_request_t *in,
+                                         const router_sink_t *sink, void *sink_arg,
+                                         router_req_t **q_p, char *err, size_t err_len)
 {
     const int64_t ctx = r->model.max_position_embeddings;
     int32_t *ids = NULL;
@@ -939,6 +951,15 @@ pd_status_t router_request_start(router_t *r, const router_request_t *in, const 
     return PD_OK;
 }
 
+pd_status_t router_request_start(router_t *r, const router_request_t *in, const router_sink_t *sink,
+                                 void *sink_arg, router_req_t **q_p, char *err, size_t err_len)
+{
+    pd_status_t st = router__request_start(r, in, sink, sink_arg, q_p, err, err_len);
+    if (st != PD_OK) /* refused before it started (bad input, full, draining): counted too */
+        metrics_counter_inc(r->cnt.rejected);
+    return st;
+}
+
 void router_request_cancel(router_req_t *q)
 {
     if (q->finished)
@@ -946,6 +967,7 @@ void router_request_cancel(router_req_t *q)
     q->sink = NULL; /* the client is gone: nothing more to send */
     q->finished = 1;
     router__observe(q->r, q, PD_ERR_CANCELLED);
+    router__observe_reason(q->r, "cancelled");
     /* a decode stream: its pages are freed there; a prefill (the reservation is held): the
      * prefill node stops at its next chunk and tells the decode node its writer is done, the
      * reservation is released when the call ends (rreq_maybe_free) */
@@ -1069,15 +1091,14 @@ void router_remove_metrics_source(router_t *r, void (*fn)(void *arg, metrics_t *
             r->sources[i].fn = NULL;
 }
 
-
 void router_metrics_listener(metrics_t *m, const char *name, uint64_t connections,
                              uint64_t max_connections, uint64_t rejected, uint64_t accept_errors,
                              uint64_t idle_closed, uint64_t timed_out, uint64_t flood_closed)
 {
     const char *labels[] = {"listener", name, NULL};
     metrics_gauge_t *g;
-    if (metrics_gauge_register(m, "pdserve_listener_connections", "open client connections",
-                               labels, &g) == PD_OK)
+    if (metrics_gauge_register(m, "pdserve_listener_connections", "open client connections", labels,
+                               &g) == PD_OK)
         metrics_gauge_set(g, (double)connections);
     if (metrics_gauge_register(m, "pdserve_listener_connections_max",
                                "connection limit (max_connections, capped by RLIMIT_NOFILE)",
@@ -1164,6 +1185,7 @@ static pd_status_t router__metrics_create(router_t *r)
     static const char *const ok_l[] = {"outcome", "ok", NULL};
     static const char *const bad_l[] = {"outcome", "error", NULL};
     static const char *const cancel_l[] = {"outcome", "cancelled", NULL};
+    static const char *const rej_l[] = {"outcome", "rejected", NULL};
     router_counters_t *c = &r->cnt;
     pd_status_t st;
 
@@ -1175,6 +1197,8 @@ static pd_status_t router__metrics_create(router_t *r)
                                        "finished requests", bad_l, &c->failed)) != PD_OK ||
         (st = metrics_counter_register(r->metrics, "pdserve_router_requests_total",
                                        "finished requests", cancel_l, &c->cancelled)) != PD_OK ||
+        (st = metrics_counter_register(r->metrics, "pdserve_router_requests_total",
+                                       "finished requests", rej_l, &c->rejected)) != PD_OK ||
         (st = metrics_counter_register(r->metrics, "pdserve_router_generated_tokens_total",
                                        "tokens generated", NULL, &c->tokens)) != PD_OK ||
         (st = metrics_counter_register(r->metrics, "pdserve_router_preemptions_total",

@@ -384,6 +384,13 @@ def check_openai_details(c, case):
                                 {"messages": [{"role": "wizard", "content": "hi"}],
                                  "max_tokens": 1})
     check("openai-400-role", st == 400 and "role" in body, (st, body))
+    # refusals and finish reasons are counted
+    _, text = http_get(c, "/metrics")
+    rejected = re.search(r'^pdserve_router_requests_total\{outcome="rejected"\} (\S+)$', text, re.M)
+    check("metrics-rejected-counted", rejected and float(rejected.group(1)) >= 9, text[-1500:])
+    length = re.search(r'^pdserve_router_finish_reason_total\{reason="length"\} (\S+)$', text,
+                       re.M)
+    check("metrics-finish-reasons", length and float(length.group(1)) >= 5, text[-1500:])
 
 
 def main():
