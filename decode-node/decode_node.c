@@ -67,6 +67,7 @@ struct decode_node {
     const cluster_node_t *node;
     pd_grpc_server_t *srv;
     pd_grpc_health_t *health;
+    node_http_t *http; /* /live /ready /health /metrics on the node's http_port */
     compute_t *comp;
     kv_transport_t *tr;
     kv_transport_mem_t *mem;
@@ -951,6 +952,8 @@ pd_status_t decode_node_create(uv_loop_t *loop, const cluster_config_t *cfg,
     if ((st = node_serve(loop, node, &pdserve__v1__decode__descriptor, decode_handlers, dn,
                          &dn->srv, &dn->health, &port)) != PD_OK)
         goto err;
+    if ((st = node_http_create(loop, node, dn->health, &dn->stats, &dn->http)) != PD_OK)
+        goto err;
     node_engine_params(cfg, node, &ep);
     if ((st = compute_create(loop, &ep, decode__ready, decode__tick, 100, dn, &dn->comp)))
         goto err;
@@ -997,6 +1000,7 @@ void decode_node_destroy(decode_node_t *dn)
     compute_destroy(dn->comp); /* queued events for calls are dropped with the server */
     dn->comp = NULL;           /* Decode calls cancelled below end without their final event */
     pd_grpc_server_destroy(dn->srv);
+    node_http_destroy(dn->http);
     pd_grpc_health_destroy(dn->health);
     free(dn->rkey);
     kv_transport_mem_deregister(dn->mem);

@@ -60,6 +60,7 @@ struct prefill_node {
     const cluster_node_t *node;
     pd_grpc_server_t *srv;
     pd_grpc_health_t *health;
+    node_http_t *http; /* /live /ready /health /metrics on the node's http_port */
     compute_t *comp;
     kv_transport_t *tr;
     peer_t *peers;
@@ -517,6 +518,8 @@ pd_status_t prefill_node_create(uv_loop_t *loop, const cluster_config_t *cfg,
     if ((st = node_serve(loop, node, &pdserve__v1__prefill__descriptor, prefill_handlers, pn,
                          &pn->srv, &pn->health, &port)) != PD_OK)
         goto err;
+    if ((st = node_http_create(loop, node, pn->health, &pn->stats, &pn->http)) != PD_OK)
+        goto err;
     node_engine_params(cfg, node, &ep);
     if ((st = compute_create(loop, &ep, prefill__ready, prefill__tick, 200, pn, &pn->comp)))
         goto err;
@@ -556,6 +559,7 @@ void prefill_node_destroy(prefill_node_t *pn)
         pd_grpc_server_shutdown(pn->srv);
     compute_destroy(pn->comp);
     pd_grpc_server_destroy(pn->srv);
+    node_http_destroy(pn->http);
     pd_grpc_health_destroy(pn->health);
     while (pn->peers) {
         peer_t *p = pn->peers;

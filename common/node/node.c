@@ -4,11 +4,16 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include <stdlib.h>
 #include <time.h>
+
+#include <jansson.h>
 
 #include <xxhash.h>
 
 #include "health.pb-c.h"
+#include "http.h"
+#include "metrics.h"
 #include "kv_tracker.h"
 #include "kv_transport.h"
 #include "log.h"
@@ -211,4 +216,141 @@ pd_status_t node_kv_done_unpack(const void *buf, size_t len, const char *who, no
     }
     *m_p = m;
     return PD_OK;
+}
+
+/* ==== the ops endpoint ==== */
+
+struct node_http {
+    const cluster_node_t *node;
+    const pd_grpc_health_t *health;
+    node_stats_t *stats;
+    pd_http_server_t *srv;
+    metrics_t *metrics;
+};
+
+static int node_http__serving(const node_http_t *h)
+{
+    return pd_grpc_health_get(h->health, "") == PD_GRPC_HEALTH_SERVING;
+}
+
+static void node_http__live(pd_http_request_t *req, void *user)
+{
+    (void)user;
+    pd_http_respond_json(req, 200, json_pack("{s:s}", "status", "alive"));
+}
+
+static void node_http__ready(pd_http_request_t *req, void *user)
+{
+    node_http_t *h = user;
+    node_stats_t st;
+    int serving = node_http__serving(h);
+    pthread_mutex_lock(&h->stats->mu);
+    st = *h->stats;
+    pthread_mutex_unlock(&h->stats->mu);
+    pd_http_respond_json(
+        req, serving ? 200 : 503,
+        json_pack("{s:s,s:s,s:s,s:i,s:i,s:I,s:I}", "status", serving ? "ready" : "not ready",
+                  "node", h->node->name, "role", cluster_config_role_str(h->node->role), "active",
+                  (int)st.active, "waiting", (int)st.queued, "kv_pages_used",
+                  (json_int_t)st.pages_used, "kv_pages_capacity", (json_int_t)st.pages_total));
+}
+
+static void node_http__counter(metrics_t *m, const char *name, const char *help,
+                               const char *const *labels, uint64_t total)
+{
+    metrics_counter_t *c;
+    if (metrics_counter_register(m, name, help, labels, &c) == PD_OK) {
+        double now = metrics_counter_value(c);
+        if ((double)total > now)
+            metrics_counter_add(c, (double)total - now);
+    }
+}
+
+static void node_http__gauge(metrics_t *m, const char *name, const char *help,
+                             const char *const *labels, double v)
+{
+    metrics_gauge_t *g;
+    if (metrics_gauge_register(m, name, help, labels, &g) == PD_OK)
+        metrics_gauge_set(g, v);
+}
+
+static void node_http__metrics(pd_http_request_t *req, void *user)
+{
+    node_http_t *h = user;
+    const char *labels[] = {"node", h->node->name, "role", cluster_config_role_str(h->node->role),
+                            NULL};
+    node_stats_t st;
+    char *text;
+    size_t len;
+    pthread_mutex_lock(&h->stats->mu);
+    st = *h->stats;
+    pthread_mutex_unlock(&h->stats->mu);
+    node_http__gauge(h->metrics, "pdserve_node_up", "1 while the node serves", labels,
+                     node_http__serving(h));
+    node_http__gauge(h->metrics, "pdserve_node_requests_running",
+                     "sequences running on the node", labels, st.active);
+    node_http__gauge(h->metrics, "pdserve_node_requests_waiting",
+                     "requests waiting on the node (reservations, queued prefills)", labels,
+                     st.queued);
+    node_http__gauge(h->metrics, "pdserve_node_kv_pages_used", "kv pages in use", labels,
+                     st.pages_used);
+    node_http__gauge(h->metrics, "pdserve_node_kv_pages_capacity", "kv pages of the node",
+                     labels, st.pages_total);
+    node_http__counter(h->metrics, "pdserve_node_integrity_failures_total",
+                       "sequences failed by the kv integrity checks (tags, checksums)", labels,
+                       st.integrity_failures);
+    node_http__counter(h->metrics, "pdserve_node_tokens_total", "tokens processed", labels,
+                       st.tokens);
+    node_http__counter(h->metrics, "pdserve_node_requests_total", "requests served", labels,
+                       st.requests);
+    if (metrics_render(h->metrics, &text, &len) != PD_OK) {
+        pd_http_respond_error(req, PD_ERR_NOMEM, "metrics");
+        return;
+    }
+    pd_http_respond(req, 200, "text/plain; version=0.0.4", text, len);
+    free(text);
+}
+
+pd_status_t node_http_create(uv_loop_t *loop, const cluster_node_t *node,
+                             const pd_grpc_health_t *health, node_stats_t *stats,
+                             node_http_t **h_p)
+{
+    node_http_t *h;
+    pd_status_t st;
+    int port;
+
+    if (node->http_port <= 0) {
+        *h_p = NULL;
+        return PD_OK;
+    }
+    if (!(h = calloc(1, sizeof *h)))
+        return PD_ERR_NOMEM;
+    h->node = node;
+    h->health = health;
+    h->stats = stats;
+    if ((st = metrics_create(&h->metrics)) != PD_OK ||
+        (st = pd_http_server_create(loop, NULL, &h->srv)) != PD_OK)
+        goto err;
+    if ((st = pd_http_server_route(h->srv, "GET", "/live", node_http__live, h)) != PD_OK ||
+        (st = pd_http_server_route(h->srv, "GET", "/ready", node_http__ready, h)) != PD_OK ||
+        (st = pd_http_server_route(h->srv, "GET", "/health", node_http__ready, h)) != PD_OK ||
+        (st = pd_http_server_route(h->srv, "GET", "/metrics", node_http__metrics, h)) != PD_OK ||
+        (st = pd_http_server_listen(h->srv, node->host, node->http_port, &port)) != PD_OK)
+        goto err;
+    pd_log_info("%s: ops endpoint on http://%s:%d (/live /ready /health /metrics)", node->name,
+                node->host, port);
+    *h_p = h;
+    return PD_OK;
+err:
+    node_http_destroy(h);
+    return st;
+}
+
+void node_http_destroy(node_http_t *h)
+{
+    if (!h)
+        return;
+    pd_http_server_destroy(h->srv);
+    metrics_destroy(h->metrics);
+    free(h);
 }

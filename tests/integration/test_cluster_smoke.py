@@ -66,6 +66,21 @@ def main():
             check("http-completion", j["usage"]["completion_tokens"] == 4, j)
         used = wait_pages_free(c, timeout=60)
         check("pages-free", all(v == 0 for v in used.values()), used)
+        # every node answers its ops endpoint on its http_port
+        for n in c.nodes:
+            if n.get("role") not in ("prefill", "decode") or not n.get("http_port"):
+                continue
+            base = "http://%s:%s" % (n.get("host", "127.0.0.1"), n["http_port"])
+            with urllib.request.urlopen(base + "/live", timeout=30) as resp:
+                check("%s-live" % n["name"], resp.status == 200)
+            with urllib.request.urlopen(base + "/ready", timeout=30) as resp:
+                j = json.loads(resp.read())
+                check("%s-ready" % n["name"], resp.status == 200 and j["node"] == n["name"], j)
+            with urllib.request.urlopen(base + "/metrics", timeout=30) as resp:
+                text = resp.read().decode()
+                check("%s-metrics" % n["name"], resp.status == 200 and
+                      'pdserve_node_kv_pages_capacity{node="%s"' % n["name"] in text and
+                      "pdserve_node_integrity_failures_total" in text, text[:800])
     finally:
         c.stop()  # pdctl down: SIGTERM, the processes exit and print their sanitizer summaries
     reports = []
