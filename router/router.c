@@ -1022,17 +1022,6 @@ void router_set_serving_cb(router_t *r, void (*fn)(void *arg, int serving), void
     r->serving_arg = arg;
 }
 
-static void router__counter_to(metrics_t *m, const char *name, const char *help,
-                               const char *const *labels, uint64_t total)
-{
-    metrics_counter_t *c;
-    if (metrics_counter_register(m, name, help, labels, &c) == PD_OK) {
-        double now = metrics_counter_value(c);
-        if ((double)total > now)
-            metrics_counter_add(c, (double)total - now);
-    }
-}
-
 metrics_t *router_metrics(router_t *r)
 {
     for (int i = 0; i < r->n_nodes; i++) {
@@ -1049,10 +1038,10 @@ metrics_t *router_metrics(router_t *r)
         if (metrics_gauge_register(r->metrics, "pdserve_node_kv_pages_capacity",
                                    "kv pages of the node", labels, &g) == PD_OK)
             metrics_gauge_set(g, n->pages_total);
-        router__counter_to(r->metrics, "pdserve_node_integrity_failures_total",
-                           "sequences failed by the kv integrity checks on the node (tags, "
-                           "checksums)",
-                           labels, n->integrity_failures);
+        metrics_counter_put_total(r->metrics, "pdserve_node_integrity_failures_total",
+                                  "sequences failed by the kv integrity checks on the node (tags, "
+                                  "checksums)",
+                                  labels, n->integrity_failures);
     }
     metrics_gauge_t *active;
     if (metrics_gauge_register(r->metrics, "pdserve_router_requests_active", "requests in flight",
@@ -1104,17 +1093,17 @@ void router_metrics_listener(metrics_t *m, const char *name, uint64_t connection
                                "connection limit (max_connections, capped by RLIMIT_NOFILE)",
                                labels, &g) == PD_OK)
         metrics_gauge_set(g, (double)max_connections);
-    router__counter_to(m, "pdserve_listener_rejected_total",
-                       "connections closed at accept: over the limit", labels, rejected);
-    router__counter_to(m, "pdserve_listener_accept_errors_total", "failed accepts (EMFILE, ...)",
-                       labels, accept_errors);
-    router__counter_to(m, "pdserve_listener_idle_closed_total",
-                       "connections closed by the idle timeout", labels, idle_closed);
-    router__counter_to(m, "pdserve_listener_timeouts_total",
-                       "requests too slow to arrive (HTTP 408, gRPC DEADLINE_EXCEEDED)", labels,
-                       timed_out);
-    router__counter_to(m, "pdserve_listener_flood_closed_total",
-                       "connections ended for a frame flood (gRPC)", labels, flood_closed);
+    metrics_counter_put_total(m, "pdserve_listener_rejected_total",
+                              "connections closed at accept: over the limit", labels, rejected);
+    metrics_counter_put_total(m, "pdserve_listener_accept_errors_total",
+                              "failed accepts (EMFILE, ...)", labels, accept_errors);
+    metrics_counter_put_total(m, "pdserve_listener_idle_closed_total",
+                              "connections closed by the idle timeout", labels, idle_closed);
+    metrics_counter_put_total(m, "pdserve_listener_timeouts_total",
+                              "requests too slow to arrive (HTTP 408, gRPC DEADLINE_EXCEEDED)",
+                              labels, timed_out);
+    metrics_counter_put_total(m, "pdserve_listener_flood_closed_total",
+                              "connections ended for a frame flood (gRPC)", labels, flood_closed);
 }
 
 const cluster_config_t *router_cluster_config(const router_t *r)

@@ -460,3 +460,22 @@ err_nomem:
     free(b.p);
     return PD_ERR_NOMEM;
 }
+
+void metrics_gauge_put(metrics_t *m, const char *name, const char *help, const char *const *labels,
+                       double v)
+{
+    metrics_gauge_t *g;
+    if (metrics_gauge_register(m, name, help, labels, &g) == PD_OK)
+        metrics_gauge_set(g, v);
+}
+
+void metrics_counter_put_total(metrics_t *m, const char *name, const char *help,
+                               const char *const *labels, uint64_t total)
+{
+    metrics_counter_t *c;
+    if (metrics_counter_register(m, name, help, labels, &c) == PD_OK) {
+        double now = metrics_counter_value(c);
+        if ((double)total > now)
+            metrics_counter_add(c, (double)total - now);
+    }
+}

@@ -16,6 +16,8 @@
 
 #include <stddef.h>
 
+#include <stdint.h>
+
 #include "status.h"
 
 typedef struct metrics metrics_t;
@@ -54,6 +56,15 @@ void metrics_gauge_add(metrics_gauge_t *g, double v);
 
 /* Returns the gauge's current value. */
 double metrics_gauge_value(const metrics_gauge_t *g);
+
+/* For numbers another part of the program keeps (a server's stats, a node's published counters):
+ * registers (or finds) the series and sets a gauge to v, or moves a counter up to total (never
+ * down: a smaller total is ignored). Registration errors are ignored (the series is missing
+ * from the next render). */
+void metrics_gauge_put(metrics_t *m, const char *name, const char *help, const char *const *labels,
+                       double v);
+void metrics_counter_put_total(metrics_t *m, const char *name, const char *help,
+                               const char *const *labels, uint64_t total);
 
 /* Registers (or finds) a histogram series with the upper bounds bounds[n_bounds] (finite,
  * strictly increasing; +Inf is implied). Every series of one name must use the same bounds, and

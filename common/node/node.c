@@ -255,25 +255,6 @@ static void node_http__ready(pd_http_request_t *req, void *user)
                   (json_int_t)st.pages_used, "kv_pages_capacity", (json_int_t)st.pages_total));
 }
 
-static void node_http__counter(metrics_t *m, const char *name, const char *help,
-                               const char *const *labels, uint64_t total)
-{
-    metrics_counter_t *c;
-    if (metrics_counter_register(m, name, help, labels, &c) == PD_OK) {
-        double now = metrics_counter_value(c);
-        if ((double)total > now)
-            metrics_counter_add(c, (double)total - now);
-    }
-}
-
-static void node_http__gauge(metrics_t *m, const char *name, const char *help,
-                             const char *const *labels, double v)
-{
-    metrics_gauge_t *g;
-    if (metrics_gauge_register(m, name, help, labels, &g) == PD_OK)
-        metrics_gauge_set(g, v);
-}
-
 static void node_http__metrics(pd_http_request_t *req, void *user)
 {
     node_http_t *h = user;
@@ -285,24 +266,24 @@ static void node_http__metrics(pd_http_request_t *req, void *user)
     pthread_mutex_lock(&h->stats->mu);
     st = *h->stats;
     pthread_mutex_unlock(&h->stats->mu);
-    node_http__gauge(h->metrics, "pdserve_node_up", "1 while the node serves", labels,
-                     node_http__serving(h));
-    node_http__gauge(h->metrics, "pdserve_node_requests_running",
-                     "sequences running on the node", labels, st.active);
-    node_http__gauge(h->metrics, "pdserve_node_requests_waiting",
-                     "requests waiting on the node (reservations, queued prefills)", labels,
-                     st.queued);
-    node_http__gauge(h->metrics, "pdserve_node_kv_pages_used", "kv pages in use", labels,
-                     st.pages_used);
-    node_http__gauge(h->metrics, "pdserve_node_kv_pages_capacity", "kv pages of the node",
-                     labels, st.pages_total);
-    node_http__counter(h->metrics, "pdserve_node_integrity_failures_total",
-                       "sequences failed by the kv integrity checks (tags, checksums)", labels,
-                       st.integrity_failures);
-    node_http__counter(h->metrics, "pdserve_node_tokens_total", "tokens processed", labels,
-                       st.tokens);
-    node_http__counter(h->metrics, "pdserve_node_requests_total", "requests served", labels,
-                       st.requests);
+    metrics_gauge_put(h->metrics, "pdserve_node_up", "1 while the node serves", labels,
+                      node_http__serving(h));
+    metrics_gauge_put(h->metrics, "pdserve_node_requests_running", "sequences running on the node",
+                      labels, st.active);
+    metrics_gauge_put(h->metrics, "pdserve_node_requests_waiting",
+                      "requests waiting on the node (reservations, queued prefills)", labels,
+                      st.queued);
+    metrics_gauge_put(h->metrics, "pdserve_node_kv_pages_used", "kv pages in use", labels,
+                      st.pages_used);
+    metrics_gauge_put(h->metrics, "pdserve_node_kv_pages_capacity", "kv pages of the node", labels,
+                      st.pages_total);
+    metrics_counter_put_total(h->metrics, "pdserve_node_integrity_failures_total",
+                              "sequences failed by the kv integrity checks (tags, checksums)",
+                              labels, st.integrity_failures);
+    metrics_counter_put_total(h->metrics, "pdserve_node_tokens_total", "tokens processed", labels,
+                              st.tokens);
+    metrics_counter_put_total(h->metrics, "pdserve_node_requests_total", "requests served", labels,
+                              st.requests);
     if (metrics_render(h->metrics, &text, &len) != PD_OK) {
         pd_http_respond_error(req, PD_ERR_NOMEM, "metrics");
         return;
@@ -312,8 +293,7 @@ static void node_http__metrics(pd_http_request_t *req, void *user)
 }
 
 pd_status_t node_http_create(uv_loop_t *loop, const cluster_node_t *node,
-                             const pd_grpc_health_t *health, node_stats_t *stats,
-                             node_http_t **h_p)
+                             const pd_grpc_health_t *health, node_stats_t *stats, node_http_t **h_p)
 {
     node_http_t *h;
     pd_status_t st;
