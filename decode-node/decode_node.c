@@ -408,6 +408,21 @@ static int decode__checksum_ok(decode_node_t *dn, engine_t *e, const dres_t *r, 
     return got == want;
 }
 
+/* A KV-done that cannot be trusted: the reservation's pages are released (quarantined: the
+ * writer may not be done) and its Decode, now or when it comes, fails with st. */
+static void decode__kv_done_fail(decode_node_t *dn, compute_t *c, engine_t *e, dres_t **link,
+                                 pd_status_t st)
+{
+    dres_t *r = *link;
+    kv_seq_release(engine_pool(e), &r->kv);
+    r->error = st;
+    if (r->pending) {
+        decode__post_event(c, r->pending->req, -1, ENGINE_FINISH_ABORT, r->error);
+        decode__drop_dec(dn, r->pending);
+        decode__drop_res(dn, e, link);
+    }
+}
+
 static void decode__kv_done(compute_t *c, engine_t *e, void *arg)
 {
     kvdone_job_t *j = arg;
@@ -462,13 +477,7 @@ static void decode__kv_done(compute_t *c, engine_t *e, void *arg)
         pd_log_error("seq %llu: kv done for %u tokens in %u pages, reserved %d in %d: failed",
                      (unsigned long long)r->id, j->msg.n_tokens, j->msg.n_pages, r->n_tokens,
                      r->kv.n_pages);
-        kv_seq_release(engine_pool(e), &r->kv);
-        r->error = PD_ERR_PROTOCOL;
-        if (r->pending) {
-            decode__post_event(c, r->pending->req, -1, ENGINE_FINISH_ABORT, r->error);
-            decode__drop_dec(dn, r->pending);
-            decode__drop_res(dn, e, link);
-        }
+        decode__kv_done_fail(dn, c, e, link, PD_ERR_PROTOCOL);
         free(j);
         return;
     }
@@ -476,13 +485,7 @@ static void decode__kv_done(compute_t *c, engine_t *e, void *arg)
         /* the bytes in the pages are not the bytes the writer sent (a late or torn write by a
          * former owner's writer, a transport fault): DATA_LOSS, counted */
         engine_tracker(e)->failures++;
-        kv_seq_release(engine_pool(e), &r->kv);
-        r->error = PD_ERR_KV_INTEGRITY;
-        if (r->pending) {
-            decode__post_event(c, r->pending->req, -1, ENGINE_FINISH_ABORT, r->error);
-            decode__drop_dec(dn, r->pending);
-            decode__drop_res(dn, e, link);
-        }
+        decode__kv_done_fail(dn, c, e, link, PD_ERR_KV_INTEGRITY);
         free(j);
         return;
     }
