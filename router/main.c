@@ -6,51 +6,23 @@
 #include <uv.h>
 
 #include "args.h"
-#include "clock.h"
+#include "drain.h"
 #include "cluster_config.h"
 #include "log.h"
 #include "router.h"
 #include "router_grpc.h"
 #include "router_http.h"
 
-/* SIGTERM / SIGINT: drain (no new requests; running ones finish, at most
- * router.request_timeout_ms, which no request may outlive), then stop; a second signal stops
- * at once. */
-typedef struct {
-    router_t *core;
-    uv_timer_t timer;
-    int64_t deadline_ms, drain_ms;
-    int draining;
-} drain_t;
-
-static void on_drain_check(uv_timer_t *t)
+/* SIGTERM / SIGINT: drain (common/base/drain.h): no new requests, running ones finish (at most
+ * router.request_timeout_ms, which no request may outlive), then stop; again: stop at once. */
+static void on_drain(void *core)
 {
-    drain_t *d = t->data;
-    int busy = router_busy(d->core);
-    if (busy == 0) {
-        pd_log_info("router: drained: stopping");
-        uv_stop(t->loop);
-    } else if (pd_clock_ms() >= d->deadline_ms) {
-        pd_log_warn("router: %d requests still running after %lld ms: stopping anyway", busy,
-                    (long long)d->drain_ms);
-        uv_stop(t->loop);
-    }
+    router_drain(core);
 }
 
-static void on_signal(uv_signal_t *h, int signum)
+static int on_busy(void *core)
 {
-    drain_t *d = h->data;
-    if (d->draining) {
-        pd_log_info("signal %d: stopping now", signum);
-        uv_stop(h->loop);
-        return;
-    }
-    d->draining = 1;
-    d->deadline_ms = pd_clock_ms() + d->drain_ms;
-    pd_log_info("signal %d: draining (at most %lld ms; again to stop now)", signum,
-                (long long)d->drain_ms);
-    router_drain(d->core);
-    uv_timer_start(&d->timer, on_drain_check, 0, 50);
+    return router_busy(core);
 }
 
 int main(int argc, char **argv)
@@ -61,8 +33,7 @@ int main(int argc, char **argv)
     router_grpc_t *grpc = NULL;
     router_http_t *http = NULL;
     uv_loop_t loop;
-    uv_signal_t s1, s2;
-    drain_t drain = {0};
+    pd_drain_t drain;
     int rc = 1;
 
     signal(SIGPIPE, SIG_IGN);
@@ -77,19 +48,11 @@ int main(int argc, char **argv)
         (cfg->router.http_port > 0 && router_http_create(core, &loop, cfg->router.http_host,
                                                          cfg->router.http_port, &http) != PD_OK))
         goto out;
-    drain.core = core;
-    drain.drain_ms = cfg->router.request_timeout_ms > 0 ? cfg->router.request_timeout_ms : 30000;
-    uv_timer_init(&loop, &drain.timer);
-    drain.timer.data = &drain;
-    uv_signal_init(&loop, &s1);
-    uv_signal_init(&loop, &s2);
-    s1.data = s2.data = &drain;
-    uv_signal_start(&s1, on_signal, SIGINT);
-    uv_signal_start(&s2, on_signal, SIGTERM);
+    if (pd_drain_init(&drain, &loop, cfg->router.request_timeout_ms, on_drain, on_busy, core) !=
+        PD_OK)
+        goto out;
     uv_run(&loop, UV_RUN_DEFAULT);
-    uv_close((uv_handle_t *)&drain.timer, NULL);
-    uv_close((uv_handle_t *)&s1, NULL);
-    uv_close((uv_handle_t *)&s2, NULL);
+    pd_drain_deinit(&drain);
     rc = 0;
 out:
     router_stop(core); /* requests in flight end with UNAVAILABLE while the front ends are up */

@@ -5,45 +5,25 @@
 #include <string.h>
 
 #include "args.h"
-#include "clock.h"
+#include "drain.h"
 #include "log.h"
 
+/* drain callbacks: the node is set once it exists (a signal while it starts stops at once) */
 typedef struct {
     const node_main_ops_t *ops;
     void *node;
-    uv_timer_t timer;
-    int64_t deadline_ms, drain_ms;
-    int draining;
 } node_main__t;
 
-static void node_main__check(uv_timer_t *t)
+static void node_main__drain(void *arg)
 {
-    node_main__t *m = t->data;
-    int busy = m->ops->busy(m->node);
-    if (busy == 0) {
-        pd_log_info("drained: stopping");
-        uv_stop(t->loop);
-    } else if (pd_clock_ms() >= m->deadline_ms) {
-        pd_log_warn("drain: %d requests still running after %lld ms: stopping anyway", busy,
-                    (long long)m->drain_ms);
-        uv_stop(t->loop);
-    }
+    node_main__t *m = arg;
+    m->ops->drain(m->node);
 }
 
-static void node_main__signal(uv_signal_t *h, int signum)
+static int node_main__busy(void *arg)
 {
-    node_main__t *m = h->data;
-    if (m->draining || !m->node) {
-        pd_log_info("signal %d: stopping now", signum);
-        uv_stop(h->loop);
-        return;
-    }
-    m->draining = 1;
-    m->deadline_ms = pd_clock_ms() + m->drain_ms;
-    pd_log_info("signal %d: draining (at most %lld ms; again to stop now)", signum,
-                (long long)m->drain_ms);
-    m->ops->drain(m->node);
-    uv_timer_start(&m->timer, node_main__check, 0, 50);
+    node_main__t *m = arg;
+    return m->ops->busy(m->node);
 }
 
 int node_main(int argc, char **argv, const node_main_ops_t *ops)
@@ -52,7 +32,7 @@ int node_main(int argc, char **argv, const node_main_ops_t *ops)
     cluster_config_t *cfg = NULL;
     const cluster_node_t *node;
     uv_loop_t loop;
-    uv_signal_t sigint, sigterm;
+    pd_drain_t drain;
     node_main__t m;
     void *n = NULL;
     int rc = 1;
@@ -82,22 +62,16 @@ int node_main(int argc, char **argv, const node_main_ops_t *ops)
         goto out;
     }
     m.node = n;
-    m.drain_ms = cfg->router.request_timeout_ms > 0 ? cfg->router.request_timeout_ms : 30000;
-    uv_timer_init(&loop, &m.timer);
-    m.timer.data = &m;
-    uv_signal_init(&loop, &sigint);
-    uv_signal_init(&loop, &sigterm);
-    sigint.data = sigterm.data = &m;
-    uv_signal_start(&sigint, node_main__signal, SIGINT);
-    uv_signal_start(&sigterm, node_main__signal, SIGTERM);
+    if (pd_drain_init(&drain, &loop, cfg->router.request_timeout_ms, node_main__drain,
+                      node_main__busy, &m) != PD_OK) {
+        ops->destroy(n);
+        uv_run(&loop, UV_RUN_DEFAULT);
+        (void)uv_loop_close(&loop);
+        goto out;
+    }
     uv_run(&loop, UV_RUN_DEFAULT);
     rc = ops->failed(n) ? 1 : 0;
-    uv_timer_stop(&m.timer);
-    uv_close((uv_handle_t *)&m.timer, NULL);
-    uv_signal_stop(&sigint);
-    uv_signal_stop(&sigterm);
-    uv_close((uv_handle_t *)&sigint, NULL);
-    uv_close((uv_handle_t *)&sigterm, NULL);
+    pd_drain_deinit(&drain);
     ops->destroy(n);
     uv_run(&loop, UV_RUN_DEFAULT); /* let closing handles and draining calls finish */
     if (uv_loop_close(&loop) != 0)
