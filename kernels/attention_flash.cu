@@ -543,13 +543,22 @@ extern "C" pd_status_t attention_flash_run(float *out, const float *q, const voi
                                            const pd_attn_batch_t *batch, int n_rows, int n_heads,
                                            cudaStream_t stream)
 {
+    return attention_flash_run_variant(out, q, arena, l, layer, batch, n_rows, n_heads, -1,
+                                       stream);
+}
+
+extern "C" pd_status_t attention_flash_run_variant(float *out, const float *q, const void *arena,
+                                                   const kv_layout_t *l, int layer,
+                                                   const pd_attn_batch_t *batch, int n_rows,
+                                                   int n_heads, int variant, cudaStream_t stream)
+{
     KUTIL_REQUIRE(attention_flash_supports(l, n_heads), "attention_flash");
     KUTIL_REQUIRE(n_rows >= 0 && batch->n_seqs > 0 && layer >= 0 && layer < l->n_layers,
                   "attention_flash");
     if (n_rows == 0)
         return PD_OK;
     const char *env = getenv("PD_CUDA_FLASH_VARIANT");
-    const int v = env ? atoi(env) : flash__pick(n_rows, n_heads);
+    const int v = env ? atoi(env) : variant >= 0 ? variant : flash__pick(n_rows, n_heads);
     const bool fp8 = l->fmt == PD_KV_FP8;
     if (l->head_dim == 128)
         return fp8 ? flash__variant<128, PD_KV_FP8>(v, out, q, arena, l, layer, batch, n_rows,

@@ -83,6 +83,8 @@ pd_status_t engine_create(const engine_params_t *p, engine_t **e_p)
         e->p.prefill_chunk = 512;
     if ((st = backend_create(p->backend, p->device, p->threads, &e->be)) != PD_OK)
         goto err;
+    if ((st = backend_set_options(e->be, p->backend_options)) != PD_OK)
+        goto err;
     e->tag_io = backend_tag_io(e->be);
     mp = (model_load_params_t){p->model_dir, p->wfmt, p->lm_head_fmt, e->be, p->progress, NULL};
     if ((st = model_load(&mp, &e->m)) != PD_OK)

@@ -27,6 +27,7 @@ void node_engine_params(const cluster_config_t *cfg, const cluster_node_t *node,
     p->backend = node->backend == CLUSTER_BACKEND_CUDA ? "cuda" : "cpu";
     p->device = node->device;
     p->threads = node->threads;
+    p->backend_options = node->backend_options;
     p->wfmt = node->weights;
     p->kvfmt = node->kv;
     p->page_tokens = node->page_tokens;

@@ -338,7 +338,8 @@ static void bench_flash(pd_kvfmt_t fmt, int B, int q_len, int ctx, int reps_simt
 
 typedef struct {
     int op, n;
-    float *x, *y, *gu;
+    float *x, *y, *gu, *xs;
+    uint8_t *xq;
     uint16_t *w;
     int32_t *pos, *slots;
     float *inv;
@@ -361,14 +362,38 @@ static void run_ew(void *p)
     case 3:
         be->ops->silu_mul(be, a->y, a->gu, a->n, 14336);
         break;
-    default:
+    case 4:
         be->ops->kv_write(be, a->arena, a->l, 0, a->x, a->y, a->slots, a->n);
+        break;
+    case 5: { /* fused: residual add + rmsnorm + fp8 quantization (what the FP8 qkv GEMMs read) */
+        pd_act_fp8_t q = {a->xq, a->xs};
+        be->ops->add_rmsnorm(be, a->x, a->y, NULL, a->w, a->n, 4096, 1e-5f, &q);
+        break;
+    }
+    case 6: /* the same, unfused: add, rmsnorm, and the quantization of each of q, k, v */
+        be->ops->add(be, a->x, a->y, (size_t)a->n * 4096);
+        be->ops->rmsnorm(be, a->y + (size_t)a->n * 4096, a->x, a->w, a->n, 4096, 1e-5f);
+        for (int i = 0; i < 3; i++)
+            ok(matmul_quant_act_fp8(a->xq, NULL, a->xs, a->y + (size_t)a->n * 4096, a->n, 4096,
+                                    stream),
+               "quant");
+        break;
+    case 7: { /* fused: silu_mul + fp8 quantization (what the FP8 down GEMM reads) */
+        pd_act_fp8_t q = {a->xq, a->xs};
+        be->ops->silu_mul_fp8(be, NULL, a->gu, a->n, 14336, &q);
+        break;
+    }
+    default: /* the same, unfused */
+        be->ops->silu_mul(be, a->y, a->gu, a->n, 14336);
+        ok(matmul_quant_act_fp8(a->xq, NULL, a->xs, a->y, a->n, 14336, stream), "quant");
     }
 }
 
 static void bench_elementwise(int n)
 {
-    static const char *names[] = {"rmsnorm", "add", "rope q", "silu_mul", "kv_write fp8"};
+    static const char *names[] = {"rmsnorm",          "add",          "rope q",
+                                  "silu_mul",         "kv_write fp8", "add_rmsnorm fp8",
+                                  "(unfused, x3 q)", "silu_mul_fp8", "(unfused)"};
     kv_layout_t l;
     kv_layout_init(&l, 1, 8, 128, 16, PD_KV_FP8);
     ew_arg_t a = {0};
@@ -376,6 +401,8 @@ static void bench_elementwise(int n)
     a.x = dev_random_f32((size_t)n * 4096, 1.0f);
     a.y = dev_random_f32((size_t)n * 14336, 1.0f);
     a.gu = dev_random_f32((size_t)n * 2 * 14336, 1.0f);
+    a.xs = dev_random_f32((size_t)n, 1.0f);
+    ok(be->ops->alloc(be, (size_t)n * 14336, (void **)&a.xq), "alloc");
     a.inv = dev_random_f32(64, 0.5f);
     uint16_t hw[4096];
     int32_t *hp = malloc((size_t)n * 4);
@@ -389,9 +416,15 @@ static void bench_elementwise(int n)
     a.slots = a.pos;
     ok(be->ops->alloc(be, ((size_t)n / 16 + 1) * l.page_bytes, &a.arena), "alloc");
     a.l = &l;
-    const double bytes[] = {(double)n * 4096 * 8, (double)n * 4096 * 12, (double)n * 4096 * 8,
-                            (double)n * 14336 * 12, (double)n * 1024 * (8 + 2) + n * 64.0};
-    for (int op = 0; op < 5; op++) {
+    /* bytes: the fused ops' own traffic (the unfused rows are timed against the same bytes) */
+    const double bytes[] = {(double)n * 4096 * 8,  (double)n * 4096 * 12,
+                            (double)n * 4096 * 8,  (double)n * 14336 * 12,
+                            (double)n * 1024 * (8 + 2) + n * 64.0,
+                            (double)n * 4096 * 13, (double)n * 4096 * 13,
+                            (double)n * 14336 * 9, (double)n * 14336 * 9};
+    for (int op = 0; op < 9; op++) {
+        if (op >= 5 && (!be->ops->add_rmsnorm || !be->ops->silu_mul_fp8))
+            break;
         char shape[64];
         a.op = op;
         float ms = time_op(run_ew, &a, 20);
@@ -401,6 +434,8 @@ static void bench_elementwise(int n)
     be->ops->free(be, a.x);
     be->ops->free(be, a.y);
     be->ops->free(be, a.gu);
+    be->ops->free(be, a.xs);
+    be->ops->free(be, a.xq);
     be->ops->free(be, a.inv);
     be->ops->free(be, a.w);
     be->ops->free(be, a.pos);
@@ -768,11 +803,13 @@ static void bench_model(bool decode, bool prefill)
 
 int main(int argc, char **argv)
 {
-    bool ops = argc < 2, decode = argc < 2, prefill = argc < 2, flash = false, int4 = false;
+    bool ops = argc < 2, decode = argc < 2, prefill = argc < 2, flash = false, int4 = false,
+         fused = false;
     for (int i = 1; i < argc; i++) {
         bool all = !strcmp(argv[i], "all");
         flash |= !strcmp(argv[i], "flash");
         int4 |= !strcmp(argv[i], "int4"); /* the INT4 paths table alone (also part of ops) */
+        fused |= !strcmp(argv[i], "elementwise"); /* the elementwise table alone (part of ops) */
         ops |= all || !strcmp(argv[i], "ops");
         decode |= all || !strcmp(argv[i], "decode");
         prefill |= all || !strcmp(argv[i], "prefill");
@@ -794,6 +831,13 @@ int main(int argc, char **argv)
         bench_ops();
     else if (int4)
         bench_int4_paths();
+    if (fused && !ops) {
+        printf("| %-12s | %-34s | %9s | %8s | %9s | %6s |\n", "op", "shape", "time us", "GB/s",
+               "TFLOP/s", "floor");
+        printf("|---|---|---|---|---|---|\n");
+        bench_elementwise(64);
+        bench_elementwise(8192);
+    }
     if (flash) { /* the prefill kernels alone (variants; for ncu) */
         printf("| %-12s | %-34s | %9s | %8s | %9s | %6s |\n", "op", "shape", "time us", "GB/s",
                "TFLOP/s", "floor");

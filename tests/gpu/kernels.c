@@ -20,6 +20,7 @@
 #include "backend.h"
 #include "backend_cuda.h"
 #include "dtype.h"
+#include "elementwise.h"
 #include "kv_pool.h"
 #include "log.h"
 #include "matmul.h"
@@ -298,6 +299,259 @@ static void case_silu_mul(int n, int f)
     pair_free(&pg);
     pair_free(&out);
     free(gu);
+}
+
+/* ---- fused ops (add_rmsnorm, silu_mul_fp8, matmul_fp8) ---- */
+
+/* Checks fp8 activations (n rows of len) q / qs of both backends against each other, per element:
+ * the decoded values q * s may differ by one fp8 step where the f32 values the two backends
+ * quantized (equal to ~1e-6) straddle a rounding midpoint: |g - c| <= 2^-3 |c| + 2^-9 s (one
+ * e4m3 step, or one subnormal step) on every element, at most 1e-3 of the bytes differing, and the
+ * scales within 1e-5. Then (exact) the GPU's bytes against matmul_quant_act_fp8 applied on the
+ * GPU to ref_g (n, len) f32 (what the unfused FP8 matmul makes of the same values), when given. */
+static void check_act_fp8(const char *op, const char *shape, const pair_t *q, const pair_t *qs,
+                          int n, int len, const float *ref_g)
+{
+    uint8_t *qc, *qg;
+    float *sc, *sg;
+    char what[128];
+    pair_get(q, (void **)&qc, (void **)&qg);
+    pair_get(qs, (void **)&sc, (void **)&sg);
+    double worst = 0.0, sworst = 0.0;
+    size_t ndiff = 0;
+    for (int i = 0; i < n; i++) {
+        sworst = fmax(sworst, isnan(sg[i]) ? INFINITY : fabs(sg[i] - sc[i]) / sc[i]);
+        for (int j = 0; j < len; j++) {
+            const size_t e = (size_t)i * len + j;
+            const double c = pd_fp8_to_f32(qc[e]) * (double)sc[i];
+            const double g = pd_fp8_to_f32(qg[e]) * (double)sg[i];
+            const double bound = 0.125 * fabs(c) + 0x1p-9 * sc[i] + 1e-30;
+            worst = fmax(worst, isnan(g) ? INFINITY : fabs(g - c) / bound);
+            ndiff += qc[e] != qg[e];
+        }
+    }
+    snprintf(what, sizeof what, "%s scales", shape);
+    report(op, what, sworst, 1e-5);
+    snprintf(what, sizeof what, "%s q per element", shape);
+    report(op, what, worst, 1.0);
+    snprintf(what, sizeof what, "%s q bytes != cpu", shape);
+    report(op, what, (double)ndiff / ((double)n * len), 1e-3);
+    if (ref_g) {
+        void *b = NULL;
+        const size_t qb = ((size_t)n * len + 255) / 256 * 256;
+        pair_ok(gpu->ops->alloc(gpu, qb + (size_t)n * 4, &b));
+        pair_ok(gpu->ops->memset(gpu, b, 0xff, qb + (size_t)n * 4));
+        pair_ok(matmul_quant_act_fp8(b, NULL, (float *)((uint8_t *)b + qb), ref_g, n, len,
+                                     backend_cuda_stream(gpu)));
+        uint8_t *rq = xmalloc(qb + (size_t)n * 4);
+        pair_ok(gpu->ops->sync(gpu));
+        pair_ok(gpu->ops->download(gpu, rq, b, qb + (size_t)n * 4));
+        size_t nd = memcmp(rq + qb, sg, (size_t)n * 4) != 0;
+        for (size_t e = 0; e < (size_t)n * len; e++)
+            nd += rq[e] != qg[e];
+        snprintf(what, sizeof what, "%s == quant_act_fp8", shape);
+        report(op, what, (double)nd, 0.0);
+        free(rq);
+        gpu->ops->free(gpu, b);
+    }
+    free(qc);
+    free(qg);
+    free(sc);
+    free(sg);
+}
+
+/* add_rmsnorm at a fixed printed seed: x (n, d) += y (when add), out = rmsnorm(x) * w (when
+ * with_out), q = fp8 of out (when quant). Outputs poisoned. Checks x (exact: one f32 add), out
+ * per element (|g - c| <= 1e-5 |c| + 1e-6 rms: only the sum of squares is summed in another
+ * order) and q (check_act_fp8). generic: the any-length kernel (elementwise_force_generic). */
+static void case_add_rmsnorm(int n, int d, bool add, bool with_out, bool quant, bool generic,
+                             uint64_t seed)
+{
+    char shape[96];
+    const uint64_t saved = rng_state;
+    rng_state = seed;
+    float *x = xmalloc((size_t)n * d * 4), *y = xmalloc((size_t)n * d * 4);
+    uint16_t *w = xmalloc((size_t)d * 2);
+    fill_f32(x, (size_t)n * d, 3.0f);
+    fill_f32(y, (size_t)n * d, 2.0f);
+    for (int i = 0; i < n; i++) /* rows of different sizes */
+        for (int j = 0; j < d; j++)
+            x[(size_t)i * d + j] *= (float)(1 + i % 5);
+    for (int i = 0; i < d; i++)
+        w[i] = pd_f32_to_bf16(rng_float() + 1.5f);
+    pair_t px = pair_new((size_t)n * d * 4, x), py = pair_new((size_t)n * d * 4, y);
+    pair_t pw = pair_new((size_t)d * 2, w), out = pair_new((size_t)n * d * 4, NULL);
+    pair_t q = pair_new((size_t)n * d, NULL), qs = pair_new((size_t)n * 4, NULL);
+    pd_act_fp8_t qc = {q.c, qs.c}, qg = {q.g, qs.g};
+    elementwise_force_generic = generic;
+    cpu->ops->add_rmsnorm(cpu, px.c, add ? py.c : NULL, with_out ? out.c : NULL, pw.c, n, d, 1e-5f,
+                          quant ? &qc : NULL);
+    gpu->ops->add_rmsnorm(gpu, px.g, add ? py.g : NULL, with_out ? out.g : NULL, pw.g, n, d, 1e-5f,
+                          quant ? &qg : NULL);
+    pair_ok(gpu->ops->sync(gpu));
+    elementwise_force_generic = 0;
+    snprintf(shape, sizeof shape, "n %d d %d%s%s%s%s seed %llu", n, d, add ? " +y" : "",
+             with_out ? " out" : "", quant ? " fp8" : "", generic ? " generic" : "",
+             (unsigned long long)seed);
+    report("add_rmsnorm", shape, err_f32(&px, (size_t)n * d), 0.0);
+    if (with_out) {
+        float *c, *g;
+        pair_get(&out, (void **)&c, (void **)&g);
+        double worst = 0.0;
+        for (int i = 0; i < n; i++) {
+            double rms = 0.0;
+            for (int j = 0; j < d; j++)
+                rms += (double)c[(size_t)i * d + j] * c[(size_t)i * d + j];
+            rms = sqrt(rms / d);
+            for (int j = 0; j < d; j++) {
+                const size_t e = (size_t)i * d + j;
+                const double bound = 1e-5 * fabs(c[e]) + 1e-6 * rms + 1e-30;
+                worst = fmax(worst, isnan(g[e]) ? INFINITY : fabs((double)g[e] - c[e]) / bound);
+            }
+        }
+        report("add_rmsnorm", "  out per element", worst, 1.0);
+        free(c);
+        free(g);
+    }
+    if (quant)
+        check_act_fp8("add_rmsnorm", "  ", &q, &qs, n, d, with_out ? out.g : NULL);
+    pair_free(&px);
+    pair_free(&py);
+    pair_free(&pw);
+    pair_free(&out);
+    pair_free(&q);
+    pair_free(&qs);
+    free(x);
+    free(y);
+    free(w);
+    rng_state = saved;
+}
+
+/* silu_mul_fp8 at a fixed printed seed: out (when with_out) per element against the CPU
+ * (|g - c| <= 1e-6 |c| + 1e-7 max|c|: expf may differ by an ulp), q by check_act_fp8. */
+static void case_silu_mul_fp8(int n, int f, bool with_out, bool generic, uint64_t seed)
+{
+    char shape[96];
+    const uint64_t saved = rng_state;
+    rng_state = seed;
+    float *gu = xmalloc((size_t)n * 2 * f * 4);
+    fill_f32(gu, (size_t)n * 2 * f, 6.0f);
+    pair_t pg = pair_new((size_t)n * 2 * f * 4, gu), out = pair_new((size_t)n * f * 4, NULL);
+    pair_t q = pair_new((size_t)n * f, NULL), qs = pair_new((size_t)n * 4, NULL);
+    pd_act_fp8_t qc = {q.c, qs.c}, qg = {q.g, qs.g};
+    elementwise_force_generic = generic;
+    cpu->ops->silu_mul_fp8(cpu, with_out ? out.c : NULL, pg.c, n, f, &qc);
+    gpu->ops->silu_mul_fp8(gpu, with_out ? out.g : NULL, pg.g, n, f, &qg);
+    pair_ok(gpu->ops->sync(gpu));
+    elementwise_force_generic = 0;
+    snprintf(shape, sizeof shape, "n %d f %d%s%s seed %llu", n, f, with_out ? " out" : "",
+             generic ? " generic" : "", (unsigned long long)seed);
+    if (with_out) {
+        float *c, *g;
+        pair_get(&out, (void **)&c, (void **)&g);
+        double worst = 0.0, mx = 0.0;
+        for (size_t e = 0; e < (size_t)n * f; e++)
+            mx = fmax(mx, fabs(c[e]));
+        for (size_t e = 0; e < (size_t)n * f; e++) {
+            const double bound = 1e-6 * fabs(c[e]) + 1e-7 * mx + 1e-30;
+            worst = fmax(worst, isnan(g[e]) ? INFINITY : fabs((double)g[e] - c[e]) / bound);
+        }
+        report("silu_mul_fp8", shape, worst, 1.0);
+        free(c);
+        free(g);
+    }
+    check_act_fp8("silu_mul_fp8", with_out ? "  " : shape, &q, &qs, n, f,
+                  with_out ? out.g : NULL);
+    pair_free(&pg);
+    pair_free(&out);
+    pair_free(&q);
+    pair_free(&qs);
+    free(gu);
+    rng_state = saved;
+}
+
+/* matmul_fp8 (pre-quantized activations) at a fixed printed seed: x (n, K) f32 with tokens of
+ * different magnitudes is quantized on the host (quant_fp8_vec) for the CPU and by
+ * matmul_quant_act_fp8 on the GPU; checks (1) the GPU's matmul_fp8 against its own matmul on the
+ * f32 x: bit-identical (the same kernels on the same fp8 values), (2) against the CPU backend's
+ * matmul_fp8 per element: |g - c| <= 3e-4 sum_k |xq_k w_k| (f32 accumulation order, as
+ * case_mma_gemm), (3) max |g - c| / max |c| <= 2e-3 as the FP8 matmul cases. */
+static void case_matmul_fp8(int n, int64_t N, int64_t K, uint64_t seed, const char *what)
+{
+    char shape[128];
+    const uint64_t saved = rng_state;
+    rng_state = seed;
+    uint16_t *src = xmalloc((size_t)(N * K) * 2);
+    pd_weight_t host, wc, wg;
+    for (int64_t i = 0; i < N * K; i++)
+        src[i] = pd_f32_to_bf16(rng_float() * 0.05f);
+    pair_ok(model_quantize_bf16(src, N, K, PD_WFMT_FP8, &host));
+    free(src);
+    pair_ok(backend_weight_upload(cpu, &host, &wc));
+    pair_ok(backend_weight_upload(gpu, &host, &wg));
+    float *x = xmalloc((size_t)n * K * 4), *xs = xmalloc((size_t)n * 4);
+    uint8_t *xq = xmalloc((size_t)n * K);
+    fill_f32(x, (size_t)n * K, 1.0f);
+    for (int t = 0; t < n; t++)
+        for (int64_t k = 0; k < K; k++)
+            x[(size_t)t * K + k] *= (float)(1 << (t % 9)) / 16.0f;
+    for (int t = 0; t < n; t++)
+        xs[t] = quant_fp8_vec(xq + (size_t)t * K, x + (size_t)t * K, K);
+    pair_t px = pair_new((size_t)n * K * 4, x), pq = pair_new((size_t)n * K, xq);
+    pair_t ps = pair_new((size_t)n * 4, xs);
+    pair_t out = pair_new((size_t)n * N * 4, NULL), ref = pair_new((size_t)n * N * 4, NULL);
+    /* GPU: quantize on the device into pq.g / ps.g (overwriting the host copy) */
+    pair_ok(matmul_quant_act_fp8(pq.g, NULL, ps.g, px.g, n, K, backend_cuda_stream(gpu)));
+    pd_act_fp8_t ac = {pq.c, ps.c}, ag = {pq.g, ps.g};
+    cpu->ops->matmul_fp8(cpu, out.c, &ac, &wc, n);
+    gpu->ops->matmul_fp8(gpu, out.g, &ag, &wg, n);
+    gpu->ops->matmul(gpu, ref.g, px.g, &wg, n);
+    pair_ok(gpu->ops->sync(gpu));
+    float *g = xmalloc((size_t)n * N * 4), *c = xmalloc((size_t)n * N * 4),
+          *r = xmalloc((size_t)n * N * 4), *wrow = xmalloc((size_t)K * 4);
+    pair_ok(gpu->ops->download(gpu, g, out.g, (size_t)n * N * 4));
+    pair_ok(gpu->ops->download(gpu, r, ref.g, (size_t)n * N * 4));
+    pair_ok(cpu->ops->download(cpu, c, out.c, (size_t)n * N * 4));
+    size_t nd = 0;
+    for (size_t e = 0; e < (size_t)n * N; e++)
+        nd += memcmp(&g[e], &r[e], 4) != 0;
+    snprintf(shape, sizeof shape, "%s n %d N %lld K %lld seed %llu", what, n, (long long)N,
+             (long long)K, (unsigned long long)seed);
+    report("matmul_fp8", shape, (double)nd, 0.0);
+    report("matmul_fp8", "  max err vs cpu", err_f32(&out, (size_t)n * N), 2e-3);
+    int64_t stride = (int64_t)((double)n * N * K / 2e8) + 1;
+    double worst = 0.0;
+    for (int64_t row = 0; row < N; row += stride) {
+        quant_dequant_row(wrow, &host, row);
+        for (int t = 0; t < n; t++) {
+            double bound = 0.0;
+            for (int64_t k = 0; k < K; k++)
+                bound += fabs((double)pd_fp8_to_f32(xq[(size_t)t * K + k]) * xs[t] * wrow[k]);
+            const float v = g[(size_t)t * N + row];
+            const double e = isnan(v) ? INFINITY
+                                      : fabs(v - (double)c[(size_t)t * N + row]) /
+                                            (3e-4 * bound + 1e-6);
+            worst = e > worst ? e : worst;
+        }
+    }
+    snprintf(shape, sizeof shape, "  per element (rows/%lld)", (long long)stride);
+    report("matmul_fp8", shape, worst, 1.0);
+    free(g);
+    free(c);
+    free(r);
+    free(wrow);
+    pair_free(&px);
+    pair_free(&pq);
+    pair_free(&ps);
+    pair_free(&out);
+    pair_free(&ref);
+    free(x);
+    free(xs);
+    free(xq);
+    model_host_weight_free(&host);
+    backend_weight_free(cpu, &wc);
+    backend_weight_free(gpu, &wg);
+    rng_state = saved;
 }
 
 /* Random weight (n, k) in fmt on both backends; returns the host copy through host_p. */
@@ -851,6 +1105,32 @@ int main(void)
     case_silu_mul(37, 1024);
     if (!small_only)
         case_silu_mul(64, 14336);
+
+    /* fused ops (fixed seeds 201..): register kernels, the any-length kernel, odd lengths */
+    case_add_rmsnorm(37, 512, true, true, true, false, 201);
+    case_add_rmsnorm(37, 512, true, true, true, true, 202);
+    case_add_rmsnorm(37, 512, false, true, false, false, 203);
+    case_add_rmsnorm(5, 300, true, true, true, false, 204); /* d % 4 != 0: any-length kernel */
+    case_add_rmsnorm(3, 512, true, false, true, false, 205);
+    case_silu_mul_fp8(37, 1024, true, false, 211);
+    case_silu_mul_fp8(37, 1024, true, true, 212);
+    case_silu_mul_fp8(5, 300, true, false, 213);
+    case_silu_mul_fp8(3, 1024, false, false, 214);
+    case_matmul_fp8(1, 200, 384, 221, "fixture mma");
+    case_matmul_fp8(3, 200, 400, 222, "gemv");
+    case_matmul_fp8(37, 2048, 512, 223, "fixture gemm");
+    if (!small_only) {
+        case_add_rmsnorm(64, 4096, true, true, true, false, 206);
+        case_add_rmsnorm(300, 4096, true, false, true, false, 207);
+        case_add_rmsnorm(2, 12288, true, true, true, false, 208); /* > 8192: any-length kernel */
+        case_silu_mul_fp8(64, 14336, true, false, 215);
+        case_silu_mul_fp8(300, 14336, false, false, 216);
+        case_silu_mul_fp8(64, 14336, true, true, 217);
+        case_matmul_fp8(1, 28672, 4096, 224, "8B gate_up gemv");
+        case_matmul_fp8(8, 4096, 14336, 225, "8B down mma");
+        case_matmul_fp8(64, 6144, 4096, 226, "8B qkv gemm");
+        case_matmul_fp8(512, 14336, 4096, 227, "8B gate gemm");
+    }
 
     const pd_wfmt_t fmts[] = {PD_WFMT_BF16, PD_WFMT_FP8, PD_WFMT_INT4, PD_WFMT_F32};
     for (int f = 0; f < 4; f++) {
