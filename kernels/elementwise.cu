@@ -40,24 +40,33 @@ static __global__ void elementwise__add(float *x, const float *y, size_t n)
         x[i] += y[i];
 }
 
-/* grid (n), block 128: x (n, n_heads, head_dim) f32 in place, pos (n) int32,
- * inv_freq (head_dim / 2) f32 */
+/* grid (n, ceil(n_heads / ELEMENTWISE_ROPE_HEADS)), block 128: x (n, n_heads, head_dim) f32 in
+ * place, pos (n) int32, inv_freq (head_dim / 2) f32. Block (row, y) rotates heads
+ * [y * ELEMENTWISE_ROPE_HEADS, +ELEMENTWISE_ROPE_HEADS) of the row; each thread takes one
+ * frequency j (one cos / sin) and every G-th of those heads (G = blockDim / half thread groups). */
+#define ELEMENTWISE_ROPE_HEADS 8
 static __global__ void elementwise__rope(float *x, const int32_t *pos, const float *inv_freq,
                                          int n_heads, int head_dim)
 {
     const int half = head_dim / 2;
+    const bool wide = (int)blockDim.x >= half; /* all frequencies at once, G groups of heads */
+    const int G = wide ? (int)blockDim.x / half : 1, g = wide ? (int)threadIdx.x / half : 0;
+    const int h0 = blockIdx.y * ELEMENTWISE_ROPE_HEADS,
+              h1 = min(n_heads, h0 + ELEMENTWISE_ROPE_HEADS);
+    if (g >= G)
+        return;
     const float p = (float)pos[blockIdx.x];
     float *row = x + (size_t)blockIdx.x * n_heads * head_dim;
-    for (int i = threadIdx.x; i < n_heads * half; i += blockDim.x) {
-        const int h = i / half, j = i % half;
-        float s, c;
+    for (int j = wide ? (int)threadIdx.x % half : (int)threadIdx.x; j < half;
+         j += wide ? half : (int)blockDim.x) {
         const float ang = p * inv_freq[j];
-        c = cosf(ang);
-        s = sinf(ang);
-        float *v = row + (size_t)h * head_dim;
-        const float a = v[j], b = v[j + half];
-        v[j] = a * c - b * s;
-        v[j + half] = b * c + a * s;
+        const float c = cosf(ang), s = sinf(ang);
+        for (int h = h0 + g; h < h1; h += G) {
+            float *v = row + (size_t)h * head_dim;
+            const float a = v[j], b = v[j + half];
+            v[j] = a * c - b * s;
+            v[j + half] = b * c + a * s;
+        }
     }
 }
 
@@ -294,7 +303,9 @@ extern "C" pd_status_t elementwise_rope(float *x, const int32_t *pos, const floa
     KUTIL_REQUIRE(n >= 0 && n_heads > 0 && head_dim > 0 && head_dim % 2 == 0, "rope");
     if (n == 0)
         return PD_OK;
-    elementwise__rope<<<n, 128, 0, stream>>>(x, pos, inv_freq, n_heads, head_dim);
+    const dim3 grid((unsigned)n,
+                    (unsigned)((n_heads + ELEMENTWISE_ROPE_HEADS - 1) / ELEMENTWISE_ROPE_HEADS));
+    elementwise__rope<<<grid, 128, 0, stream>>>(x, pos, inv_freq, n_heads, head_dim);
     return KUTIL_LAUNCHED("rope");
 }
 

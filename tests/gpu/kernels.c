@@ -1100,6 +1100,8 @@ int main(void)
     if (!small_only)
         case_add((size_t)64 * 4096 + 3);
     case_rope(37, 4, 128, 2048);
+    case_rope(5, 12, 64, 4096); /* heads not a multiple of the kernel's 8 per block, hd 64 */
+    case_rope(3, 3, 512, 100);  /* half > block: the frequency loop */
     if (!small_only)
         case_rope(64, 32, 128, 8192);
     case_silu_mul(37, 1024);
