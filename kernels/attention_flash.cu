@@ -523,7 +523,8 @@ static pd_status_t flash__launch(float *out, const float *q, const void *arena,
 /* The variants (PD_CUDA_FLASH_VARIANT=0..3; when unset, flash__pick chooses 3 or 0):
  *   0: 64 query rows, 64-key tiles, Q in registers, 2 blocks per SM;
  *   1: 64 query rows, 32-key tiles, Q in registers, 3 blocks per SM;
- *   2: 64 query rows, 32-key tiles, Q read from shared memory per tile, 4 blocks per SM;
+ *   2: 64 query rows, 32-key tiles, Q read from shared memory per tile, 4 blocks per SM by
+ *      registers (3 by shared memory since the third bf16 K/V buffer);
  *   3: 128 query rows (two row groups per warp share each K/V fragment), 32-key tiles, Q read
  *      from shared memory per tile, 2 blocks per SM. */
 

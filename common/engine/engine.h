@@ -27,7 +27,7 @@
 typedef struct {
     const char *model_dir;
     const char *backend;     /* "cpu" | "cuda" */
-    const char *backend_options; /* backend_set_options; NULL: none */
+    char backend_options[256]; /* "key=value,..." for backend_set_options; "": none */
     int device, threads;
     pd_wfmt_t wfmt, lm_head_fmt;
     pd_kvfmt_t kvfmt;

@@ -1,6 +1,7 @@
 #include "node.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
 
@@ -27,7 +28,7 @@ void node_engine_params(const cluster_config_t *cfg, const cluster_node_t *node,
     p->backend = node->backend == CLUSTER_BACKEND_CUDA ? "cuda" : "cpu";
     p->device = node->device;
     p->threads = node->threads;
-    p->backend_options = node->backend_options;
+    snprintf(p->backend_options, sizeof p->backend_options, "%s", node->backend_options);
     p->wfmt = node->weights;
     p->kvfmt = node->kv;
     p->page_tokens = node->page_tokens;

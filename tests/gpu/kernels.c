@@ -554,6 +554,28 @@ static void case_matmul_fp8(int n, int64_t N, int64_t K, uint64_t seed, const ch
     rng_state = saved;
 }
 
+/* Backend options (backend_set_options on a fresh CUDA backend): a valid list is taken and
+ * fused=off / on takes the fused ops out of / back into the table; an unknown key, a bad value
+ * and a list without '=' are refused (PD_ERR_INVALID). The error is the number of wrong answers. */
+static void case_backend_options(void)
+{
+    pd_backend_t *b = NULL;
+    int bad = 0;
+    pair_ok(backend_cuda_create(0, &b));
+    bad += backend_set_options(b, "bf16_gemm=split,flash=on,flash_variant=auto,fused=off") != PD_OK;
+    bad += b->ops->add_rmsnorm != NULL || b->ops->matmul_fp8 != NULL;
+    bad += backend_set_options(b, "fused=on,flash_variant=3,bf16_gemm=one") != PD_OK;
+    bad += b->ops->add_rmsnorm == NULL || b->ops->silu_mul_fp8 == NULL;
+    bad += backend_set_options(b, "no_such_option=1") != PD_ERR_INVALID;
+    bad += backend_set_options(b, "flash_variant=7") != PD_ERR_INVALID;
+    bad += backend_set_options(b, "flash=maybe") != PD_ERR_INVALID;
+    bad += backend_set_options(b, "fused") != PD_ERR_INVALID;
+    bad += backend_set_options(b, "") != PD_OK || backend_set_options(b, NULL) != PD_OK;
+    bad += backend_cuda_stream(b) == NULL;
+    backend_destroy(b);
+    report("options", "backend_set_options (wrong answers)", (double)bad, 0.0);
+}
+
 /* Random weight (n, k) in fmt on both backends; returns the host copy through host_p. */
 static void weight_new(pd_wfmt_t fmt, int64_t n, int64_t k, pd_weight_t *wc, pd_weight_t *wg)
 {
@@ -1066,6 +1088,7 @@ int main(void)
     unsetenv("PD_CUDA_BF16_GEMM"); /* gpu: the defaults (one bf16 GEMM, flash attention) */
     unsetenv("PD_CUDA_FLASH");
     unsetenv("PD_CUDA_FLASH_VARIANT");
+    unsetenv("PD_CUDA_FUSED");
     int n_dev = 0;
     if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
         printf("no CUDA device visible: GPU tests skipped\n");
@@ -1108,6 +1131,7 @@ int main(void)
     if (!small_only)
         case_silu_mul(64, 14336);
 
+    case_backend_options();
     /* fused ops (fixed seeds 201..): register kernels, the any-length kernel, odd lengths */
     case_add_rmsnorm(37, 512, true, true, true, false, 201);
     case_add_rmsnorm(37, 512, true, true, true, true, 202);
