@@ -75,13 +75,13 @@ typedef struct {
     bool capturing;  /* between graph_begin and graph_end */
     pd_status_t cap_err;    /* first failure inside the capture */
     uint64_t scratch_epoch; /* bumped whenever a scratch buffer moves */
-    bool bf16_split; /* BF16 GEMMs: hi + lo split of the activations (PD_CUDA_BF16_GEMM=split) */
-    bool no_flash;   /* PD_CUDA_FLASH=0: attention_run for every batch */
-    int flash_variant;  /* flash_variant option: -1 auto, 0..3 (attention_flash.cu) */
-    bool no_fused;      /* fused=off: the table without the fused ops (cuda_ops_plain) */
-    unsigned env_set;   /* CUDA__ENV_* bits: options fixed by the environment */
-    int fp8_scaled;  /* FP8 GEMM with outer-vector scales: 0 untried, 1 works, -1 unsupported */
-    int32_t *h_ids;  /* MoE host staging */
+    bool bf16_split;   /* BF16 GEMMs: hi + lo split of the activations (PD_CUDA_BF16_GEMM=split) */
+    bool no_flash;     /* PD_CUDA_FLASH=0: attention_run for every batch */
+    int flash_variant; /* flash_variant option: -1 auto, 0..3 (attention_flash.cu) */
+    bool no_fused;     /* fused=off: the table without the fused ops (cuda_ops_plain) */
+    unsigned env_set;  /* CUDA__ENV_* bits: options fixed by the environment */
+    int fp8_scaled;    /* FP8 GEMM with outer-vector scales: 0 untried, 1 works, -1 unsupported */
+    int32_t *h_ids;    /* MoE host staging */
     int32_t *h_perm;
     size_t h_cap;
 } cuda_t;
@@ -437,8 +437,8 @@ static void cuda_add_rmsnorm(pd_backend_t *be, float *x, const float *y, float *
                              const uint16_t *w, int n, int d, float eps, const pd_act_fp8_t *q)
 {
     cuda_t *c = cuda__get(be);
-    cuda__note(c, elementwise_add_rmsnorm(x, y, out, w, q ? q->q : NULL, q ? q->scale : NULL, n,
-                                          d, eps, c->stream));
+    cuda__note(c, elementwise_add_rmsnorm(x, y, out, w, q ? q->q : NULL, q ? q->scale : NULL, n, d,
+                                          eps, c->stream));
 }
 
 static void cuda_silu_mul_fp8(pd_backend_t *be, float *out, const float *gu, int n, int f,

@@ -55,7 +55,8 @@ typedef struct {
     cluster_tracker_t tracker;
     int threads; /* CPU backend threads, 0 = all cores */
     int tp;      /* tensor-parallel degree */
-    char backend_options[CLUSTER_BACKEND_OPTIONS_MAX]; /* "key=value,..." (backend_set_options) */
+    /* "key=value,..." for backend_set_options (CUDA: kernels/backend_cuda.h) */
+    char backend_options[CLUSTER_BACKEND_OPTIONS_MAX];
 } cluster_node_t;
 
 typedef struct {

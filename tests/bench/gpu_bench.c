@@ -391,8 +391,8 @@ static void run_ew(void *p)
 
 static void bench_elementwise(int n)
 {
-    static const char *names[] = {"rmsnorm",          "add",          "rope q",
-                                  "silu_mul",         "kv_write fp8", "add_rmsnorm fp8",
+    static const char *names[] = {"rmsnorm",         "add",          "rope q",
+                                  "silu_mul",        "kv_write fp8", "add_rmsnorm fp8",
                                   "(unfused, x3 q)", "silu_mul_fp8", "(unfused)"};
     kv_layout_t l;
     kv_layout_init(&l, 1, 8, 128, 16, PD_KV_FP8);
@@ -417,11 +417,15 @@ static void bench_elementwise(int n)
     ok(be->ops->alloc(be, ((size_t)n / 16 + 1) * l.page_bytes, &a.arena), "alloc");
     a.l = &l;
     /* bytes: the fused ops' own traffic (the unfused rows are timed against the same bytes) */
-    const double bytes[] = {(double)n * 4096 * 8,  (double)n * 4096 * 12,
-                            (double)n * 4096 * 8,  (double)n * 14336 * 12,
+    const double bytes[] = {(double)n * 4096 * 8,
+                            (double)n * 4096 * 12,
+                            (double)n * 4096 * 8,
+                            (double)n * 14336 * 12,
                             (double)n * 1024 * (8 + 2) + n * 64.0,
-                            (double)n * 4096 * 13, (double)n * 4096 * 13,
-                            (double)n * 14336 * 9, (double)n * 14336 * 9};
+                            (double)n * 4096 * 13,
+                            (double)n * 4096 * 13,
+                            (double)n * 14336 * 9,
+                            (double)n * 14336 * 9};
     for (int op = 0; op < 9; op++) {
         if (op >= 5 && (!be->ops->add_rmsnorm || !be->ops->silu_mul_fp8))
             break;

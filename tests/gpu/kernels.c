@@ -460,8 +460,7 @@ static void case_silu_mul_fp8(int n, int f, bool with_out, bool generic, uint64_
         free(c);
         free(g);
     }
-    check_act_fp8("silu_mul_fp8", with_out ? "  " : shape, &q, &qs, n, f,
-                  with_out ? out.g : NULL);
+    check_act_fp8("silu_mul_fp8", with_out ? "  " : shape, &q, &qs, n, f, with_out ? out.g : NULL);
     pair_free(&pg);
     pair_free(&out);
     pair_free(&q);
@@ -528,9 +527,9 @@ static void case_matmul_fp8(int n, int64_t N, int64_t K, uint64_t seed, const ch
             for (int64_t k = 0; k < K; k++)
                 bound += fabs((double)pd_fp8_to_f32(xq[(size_t)t * K + k]) * xs[t] * wrow[k]);
             const float v = g[(size_t)t * N + row];
-            const double e = isnan(v) ? INFINITY
-                                      : fabs(v - (double)c[(size_t)t * N + row]) /
-                                            (3e-4 * bound + 1e-6);
+            const double e = isnan(v)
+                                 ? INFINITY
+                                 : fabs(v - (double)c[(size_t)t * N + row]) / (3e-4 * bound + 1e-6);
             worst = e > worst ? e : worst;
         }
     }
