@@ -1,5 +1,6 @@
 /* elementwise: launchers for the row-wise and element-wise ops of the backend table (embed,
- * rmsnorm, add, rope, silu_mul). Pointers are device memory; activations f32. Each launcher
+ * rmsnorm, add, rope, silu_mul, and the fused add_rmsnorm / silu_mul_fp8 with the FP8 activation
+ * quantization). Pointers are device memory; activations f32. Each launcher
  * checks its shapes (PD_ERR_INVALID), enqueues on `stream` and returns the launch status
  * (PD_ERR_CUDA); nothing is allocated. Any thread may call them with its own stream.
  */

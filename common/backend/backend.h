@@ -3,7 +3,8 @@
  * the same table and is tested op by op against the CPU one.
  *
  * Buffers are backend memory (`void *` from ops->alloc): host memory for the CPU backend, device
- * memory for CUDA. Activations are f32 everywhere. Shapes are given in the comments, row-major.
+ * memory for CUDA. Activations are f32 (the fused ops also hand FP8 activations, pd_act_fp8_t, to
+ * the FP8 matmul). Shapes are given in the comments, row-major.
  * Index arrays (ids, positions, slots, block tables) are backend memory too, uploaded by the
  * caller. Ops run in order on the backend's single stream; `sync` waits for them. One thread
  * (the node's compute thread) uses a backend.
