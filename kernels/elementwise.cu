@@ -1,4 +1,4 @@
-/* elementwise: embed, rmsnorm, add, rope, silu_mul, add_rmsnorm, silu_mul_fp8 (see elementwise.h). */
+/* elementwise: embed, rmsnorm, add, rope, silu_mul, add_rmsnorm, silu_mul_fp8 (elementwise.h). */
 #include "elementwise.h"
 #include "kutil.cuh"
 
