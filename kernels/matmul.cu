@@ -929,7 +929,8 @@ static __global__ void __launch_bounds__(256, 1)
  * 2048 bytes), one commit group per unit; the first WD units are issued before the prologue, so
  * their latency hides the activation loads. */
 
-#define MATMUL__SMEM_MAX 232448 /* dynamic shared memory per block (227 KiB, sm_90) */
+#define MATMUL__SMEM_MAX 231424 /* dynamic shared memory per block: 226 KiB (sm_90 allows 227 KiB
+                                   * per block including the static shared memory) */
 
 /* bytes per token row of the staged activations for ups units per split */
 static __host__ __device__ __forceinline__ int matmul__wg_pitch(bool int4, int ups)
@@ -1520,7 +1521,8 @@ static void matmul__wg_plan(bool int4, int n, int64_t N, int64_t K, int n_sm, in
                 const size_t smem = matmul__wg_smem(int4, n, (int)ups, W, WD);
                 if (smem > MATMUL__SMEM_MAX)
                     continue;
-                int occ = (int)((MATMUL__SMEM_MAX + 1024) / (smem + 1024));
+                /* 228 KiB per SM; per block 1 KiB reserved and 256 bytes of static memory */
+                int occ = (int)(233472 / (smem + 1280));
                 occ = occ < 16 / W ? occ : 16 / W;
                 occ = occ < 1 ? 1 : occ;
                 const int64_t ctas = (mu + W - 1) / W * S;

@@ -618,7 +618,7 @@ static void bench_wgemv_sweep(void)
                             /* skip plans over the shared memory limit (the launcher refuses) */
                             const size_t xb = (size_t)n * (f ? ((size_t)ups * 64 + 127) / 128 * 128 + 64
                                                              : (size_t)ups * 256 + 64);
-                            if (xb + 192 + (size_t)Ws[wi] * Ds[di] * (f ? 2048 : 2176) > 232448)
+                            if (xb + 192 + (size_t)Ws[wi] * Ds[di] * (f ? 2048 : 2176) > 231424)
                                 continue;
                             const float ms = time_op(run_i4, &a, 10);
                             best = ms < best ? ms : best;
