@@ -33,14 +33,22 @@
 #include "moe.h"
 #include "sample.h"
 
-/* n at or below which a matmul runs as GEMV (one pass over W) instead of a GEMM. INT4 and FP8 at
- * n <= MATMUL_WGEMV_MAX_N run on the weight-streaming tensor-core GEMV with the activation
- * quantization inside (matmul_wgemv) where the layout allows (INT4 tiled: n % 32 == 0, every
- * Llama shape; FP8 K % 64 == 0). Above that, INT4 runs on the tensor-core GEMM (matmul_int4_mma)
- * up to MATMUL_INT4_MMA_MAX_N, and is dequantized to bf16 for cuBLAS beyond (prefill); FP8 on
- * cuBLASLt. The f32 GEMVs (matmul_gemv) take what is left at n <= CUDA_GEMV_MAX_N. */
+/* n at or below which a matmul runs as GEMV (one pass over W) instead of a GEMM. INT4 runs on
+ * the tensor-core kernels when the weight is tiled (n % 32 == 0: every Llama shape): the
+ * weight-streaming GEMV with the activation quantization inside (matmul_wgemv) at n <=
+ * CUDA_WGEMV_MAX_N, the GEMM (matmul_int4_mma) up to MATMUL_INT4_MMA_MAX_N (untiled: above
+ * CUDA_GEMV_MAX_N_INT4); above MATMUL_INT4_MMA_MAX_N (prefill) it is dequantized to bf16 for
+ * cuBLAS. matmul_wgemv measured faster than quantization + matmul_int4_mma at n 1 on every
+ * Llama-3-8B shape, mixed at n 2, slower at n 4..8 (docs/performance.md, 2026-12-01 session 3). */
 #define CUDA_GEMV_MAX_N 8
 #define CUDA_GEMV_MAX_N_INT4 8
+#define CUDA_WGEMV_MAX_N 2
+/* FP8 at or below this n (and K % 64 == 0) runs on the FP8 mma kernel (matmul_fp8_mma) instead of
+ * the GEMV / cuBLASLt, except n == 1 with more than CUDA_FP8_GEMV_MIN_ROWS rows, where the f32
+ * GEMV measured faster (docs/performance.md, issue 11: 28672 x 4096 n 1: 43 vs 48 us; n 2: 68 vs
+ * 48 us) */
+#define CUDA_FP8_MMA_MAX_N 8
+#define CUDA_FP8_GEMV_MIN_ROWS 8192
 #define CUDA_LT_WS_BYTES ((size_t)32 << 20)
 /* attention runs as flash attention (kernels/attention_flash.h, tensor cores) when the batch has
  * at least this many query rows per sequence on average (prefill, chunked prefill); decode-shaped
@@ -271,13 +279,13 @@ static pd_status_t cuda_weight_prepare(pd_backend_t *be, pd_weight_t *w)
     return st;
 }
 
-/* INT4 (tiled) / FP8 at n <= MATMUL_WGEMV_MAX_N: act scratch = the partial sums of a K split. */
+/* INT4 (tiled) at n <= CUDA_WGEMV_MAX_N: act scratch = the partial sums of a K split. */
 static pd_status_t cuda__matmul_wgemv(cuda_t *c, float *out, const float *x, const pd_weight_t *w,
                                       int n)
 {
     int warps, splits, depth;
     pd_status_t st;
-    matmul_wgemv_plan(w->fmt, n, w->n, w->k, c->n_sm, &warps, &splits, &depth);
+    matmul_wgemv_plan(n, w->n, w->k, c->n_sm, &warps, &splits, &depth);
     size_t pf = matmul_int4_mma_part_floats(n, w->n, splits);
     if (pf && (st = cuda__grow(c, &c->act, pf * 4)) != PD_OK)
         return st;
@@ -312,9 +320,23 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
 
     if (n <= 0)
         return PD_OK;
-    if (n <= MATMUL_WGEMV_MAX_N &&
-        (cuda__int4_tiled(w) || (w->fmt == PD_WFMT_FP8 && K % 64 == 0)))
+    if (n <= CUDA_WGEMV_MAX_N && cuda__int4_tiled(w))
         return cuda__matmul_wgemv(c, out, x, w, n);
+    if (w->fmt == PD_WFMT_FP8 && n <= CUDA_FP8_MMA_MAX_N && K % 64 == 0 &&
+        (n >= 2 || N <= CUDA_FP8_GEMV_MIN_ROWS)) {
+        int warps, splits;
+        matmul_fp8_mma_plan(n, N, K, c->n_sm, &warps, &splits);
+        size_t qb = ((size_t)n * (size_t)K + 255) / 256 * 256,
+               sb = ((size_t)n * 4 + 255) / 256 * 256;
+        size_t pf = matmul_int4_mma_part_floats(n, N, splits);
+        if ((st = cuda__grow(c, &c->act, qb + sb + pf * 4)) != PD_OK)
+            return st;
+        float *xs = (float *)((uint8_t *)c->act.p + qb),
+              *part = pf ? (float *)((uint8_t *)c->act.p + qb + sb) : NULL;
+        if ((st = matmul_quant_act_fp8(c->act.p, NULL, xs, x, n, K, c->stream)) != PD_OK)
+            return st;
+        return matmul_fp8_mma(out, part, c->act.p, xs, w, n, warps, splits, c->stream);
+    }
     if (w->fmt == PD_WFMT_FP8) {
         const bool gemm = n > CUDA_GEMV_MAX_N && K % 16 == 0 && N % 16 == 0;
         /* GEMM: fp8 bytes (n, K); GEMV: decoded f32 (n, K); then scales (n) */

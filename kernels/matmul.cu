@@ -912,110 +912,84 @@ static __global__ void __launch_bounds__(256, 1)
         }
 }
 
-/* ==== weight-streaming GEMV on the tensor cores for n <= 8, activation quantization fused ====
+/* ==== INT4 weight-streaming GEMV on the tensor cores for n <= 8, activation quantization fused ====
  *
- * matmul__wgemv<FMT, WD>: out (n, N) f32 = x (n, K) f32 @ W^T for one tile of n <= 8 tokens, W
- * INT4 in the tiled layout or FP8 e4m3 row-major, on the same mma.sync steps as
- * matmul__int4_mma_cp<1> / matmul__fp8_mma_cp<1>. The block quantizes the activations itself in
- * a prologue (no separate launch, no f16 / fp8 copy in global memory):
- *   - INT4: per token f16 x * 2^-e, e the exponent of max |x| over the block's split of K, in
- *     the permuted column order of matmul__quant_act_f16; the epilogue multiplies 2^(e - 4);
- *   - FP8: per token e4m3 of x / s, s = max |x| / 448 over the whole row: the same arithmetic as
- *     matmul__quant_act_fp8 (so the same values as the CPU backend and the cuBLASLt path).
- * The split's activations stay in shared memory for the whole kernel (n rows of pitch P, 64 mod
- * 128 bytes: conflict-free B loads), so after the prologue the warps never synchronize: each
- * streams its 32 rows through its own ring of WD units with cp.async (INT4 unit: a group of 128
- * columns = 2048 bytes of data + 64 of scales + 32 of zeros; FP8 unit: a block of 64 columns =
- * 2048 bytes), one commit group per unit; the first WD units are issued before the prologue, so
- * their latency hides the activation loads. */
+ * matmul__wgemv<WD>: out (n, N) f32 = x (n, K) f32 @ W^T for one tile of n <= 8 tokens, W INT4
+ * in the tiled layout, on the same mma.sync steps as matmul__int4_mma_cp<1>. The block quantizes
+ * the activations itself in a prologue (no separate launch, no f16 copy in global memory): per
+ * token f16 x * 2^-e, e the exponent of max |x| over the block's split of K, in the permuted
+ * column order of matmul__quant_act_f16; the epilogue multiplies 2^(e - 4). The split's
+ * activations stay in shared memory for the whole kernel (n rows of pitch P = 64 mod 128 bytes:
+ * conflict-free B loads), so after the prologue the warps never synchronize: each streams its 32
+ * rows through its own ring of WD groups with cp.async (a group of 128 columns = 2048 bytes of
+ * data + 64 of scales + 32 of zeros), one commit group per group; the first WD are issued before
+ * the prologue, so their latency hides the activation loads.
+ * (An FP8 variant with the per-token fp8 quantization inside measured slower than the separate
+ * quantization + matmul__fp8_mma_cp at every shape, docs/performance.md 2026-12-01 session 3,
+ * and was removed.) */
 
 #define MATMUL__SMEM_MAX 231424 /* dynamic shared memory per block: 226 KiB (sm_90 allows 227 KiB
                                    * per block including the static shared memory) */
 
-/* bytes per token row of the staged activations for ups units per split */
-static __host__ __device__ __forceinline__ int matmul__wg_pitch(bool int4, int ups)
+/* bytes per token row of the staged activations for ups groups per split */
+static __host__ __device__ __forceinline__ int matmul__wg_pitch(int ups)
 {
-    return int4 ? ups * 256 + 64 : (ups * 64 + 127) / 128 * 128 + 64;
+    return ups * 256 + 64;
 }
 
 /* dynamic shared memory of matmul__wgemv: activations, 16 f32 (multipliers, inverse scales),
  * then W rings of WD slots */
-static __host__ __device__ __forceinline__ size_t matmul__wg_smem(bool int4, int n, int ups,
-                                                                  int W, int WD)
+static __host__ __device__ __forceinline__ size_t matmul__wg_smem(int n, int ups, int W, int WD)
 {
-    return ((size_t)n * matmul__wg_pitch(int4, ups) + 64 + 127) / 128 * 128 +
-           (size_t)W * WD * (int4 ? MATMUL__WSLOT : 2048);
+    return ((size_t)n * matmul__wg_pitch(ups) + 64 + 127) / 128 * 128 +
+           (size_t)W * WD * MATMUL__WSLOT;
 }
 
 /* grid (1, ceil(N / (32 W)), S), block 32 W (W <= 8), dynamic shared memory
- * matmul__wg_smem(FMT == INT4, n, ups, W, WD).
+ * matmul__wg_smem(n, ups, W, WD).
  * out: S == 1: (n, N) f32; S > 1: partial sums (S, n, N) f32 for matmul__sum_parts.
  * x (n, K) f32 activations, n <= 8.
- * INT4: wd tiled data (N * K / 2 bytes), wsc tiled (N, K/128) bf16 scales, wz tiled (N, K/128)
- *   uint8 zeros (N % 32 == 0, K % 128 == 0); ups = groups of 128 columns per split.
- * FP8: wd (N, K) e4m3, wsc (N) f32 per-row scales, wz unused (K % 64 == 0); ups = blocks of 64
- *   columns per split.
- * Split z takes units [z ups, min((z + 1) ups, K / unit)); warp v of the block rows [row0 + 32 v,
+ * wd tiled data (N * K / 2 bytes), wsc tiled (N, K/128) bf16 scales, wz tiled (N, K/128) uint8
+ * zeros (N % 32 == 0, K % 128 == 0); ups = groups of 128 columns per split.
+ * Split z takes groups [z ups, min((z + 1) ups, K / 128)); warp v of the block rows [row0 + 32 v,
  * +32) (two m16 tiles), the tokens as the n8 tile. */
-template <int FMT, int WD>
+template <int WD>
 static __global__ void __launch_bounds__(256, 2)
-    matmul__wgemv(float *out, const float *x, const uint8_t *wd, const void *wsc,
+    matmul__wgemv(float *out, const float *x, const uint8_t *wd, const uint16_t *wsc,
                   const uint8_t *wz, int n, int64_t N, int64_t K, int ups)
 {
     extern __shared__ __align__(16) uint8_t matmul__smw[]; /* x [n][P], 16 f32, rings */
     __shared__ float red[8][8];                            /* [token][warp] max |x| */
-    constexpr bool I4 = FMT == MATMUL__INT4;
-    constexpr int UC = I4 ? 128 : 64;                      /* columns per unit */
-    constexpr int SLOT = I4 ? MATMUL__WSLOT : 2048;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
-    const int nw = blockDim.x >> 5, nu = (int)(K / UC);
+    const int nw = blockDim.x >> 5, nu = (int)(K / 128);
     const int ub = blockIdx.z * ups, ue = min(nu, ub + ups), nU = ue - ub;
-    const int P = matmul__wg_pitch(I4, ups);
+    const int P = matmul__wg_pitch(ups);
     const int64_t row0 = (int64_t)blockIdx.y * blockDim.x + warp * 32;
     const bool live = row0 < N; /* a warp past N only helps with the prologue */
     uint8_t *xsm = matmul__smw;
-    float *msm = (float *)(matmul__smw + (size_t)n * P); /* [0, 8) multipliers, [8, 16) 1 / scale */
+    float *msm = (float *)(matmul__smw + (size_t)n * P); /* [0, 8) multipliers, [8, 16) 2^-e */
     uint8_t *ring =
-        matmul__smw + ((size_t)n * P + 64 + 127) / 128 * 128 + (size_t)warp * WD * SLOT;
+        matmul__smw + ((size_t)n * P + 64 + 127) / 128 * 128 + (size_t)warp * WD * MATMUL__WSLOT;
 
-    /* the lane's weight sources: INT4 its 16-byte pieces of the warp's tiles; FP8 its 16 bytes of
-     * each 64-column block of rows g, g + 8, g + 16, g + 24 */
-    const int64_t blk = I4 ? min(row0 / 32, N / 32 - 1) : 0;
+    /* the lane's 16-byte pieces of the warp's tiles */
+    const int64_t blk = min(row0 / 32, N / 32 - 1);
     const uint8_t *wtile = wd + (size_t)blk * nu * 2048 + lane * 16;
     const uint8_t *stile = (const uint8_t *)wsc + (size_t)blk * nu * 64 + lane * 16;
     const uint8_t *ztile = wz + (size_t)blk * nu * 32;
-    const uint8_t *wrow[2][2];
-#pragma unroll
-    for (int r = 0; r < 2; r++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            int64_t row = row0 + 16 * r + 8 * h + gq;
-            row = row < N ? row : N - 1; /* rows past N compute a copy, never stored */
-            wrow[r][h] = wd + row * K + tq * 16;
-        }
 
     auto issue = [&](int j) {
         if (live && j < nU) {
             const int u = ub + j;
-            uint8_t *slot = ring + (j % WD) * SLOT;
-            if (I4) {
+            uint8_t *slot = ring + (j % WD) * MATMUL__WSLOT;
 #pragma unroll
-                for (int p = 0; p < 4; p++)
-                    matmul__cp_async16(slot + p * 512 + lane * 16,
-                                       wtile + (size_t)u * 2048 + p * 512, 16);
-                if (lane < 4)
-                    matmul__cp_async16(slot + 2048 + lane * 16, stile + (size_t)u * 64, 16);
-                else if (lane < 6)
-                    matmul__cp_async16(slot + 2112 + (lane - 4) * 16,
-                                       ztile + (size_t)u * 32 + (lane - 4) * 16, 16);
-            } else {
-#pragma unroll
-                for (int r = 0; r < 2; r++)
-#pragma unroll
-                    for (int h = 0; h < 2; h++)
-                        matmul__cp_async16(slot + ((2 * r + h) * 32 + lane) * 16,
-                                           wrow[r][h] + (size_t)u * 64, 16);
-            }
+            for (int p = 0; p < 4; p++)
+                matmul__cp_async16(slot + p * 512 + lane * 16, wtile + (size_t)u * 2048 + p * 512,
+                                   16);
+            if (lane < 4)
+                matmul__cp_async16(slot + 2048 + lane * 16, stile + (size_t)u * 64, 16);
+            else if (lane < 6)
+                matmul__cp_async16(slot + 2112 + (lane - 4) * 16,
+                                   ztile + (size_t)u * 32 + (lane - 4) * 16, 16);
         }
         asm volatile("cp.async.commit_group;\n" ::);
     };
@@ -1023,9 +997,9 @@ static __global__ void __launch_bounds__(256, 2)
     for (int j = 0; j < WD; j++)
         issue(j);
 
-    /* prologue 1: max |x| per token (INT4: over the split's columns; FP8: the whole row) */
+    /* prologue 1: max |x| per token over the split's columns */
     {
-        const int64_t j0 = I4 ? (int64_t)ub * 32 : 0, j1 = I4 ? (int64_t)ue * 32 : K / 4;
+        const int64_t j0 = (int64_t)ub * 32, j1 = (int64_t)ue * 32; /* float4 indices */
         float am[8];
 #pragma unroll
         for (int t = 0; t < 8; t++)
@@ -1049,48 +1023,31 @@ static __global__ void __launch_bounds__(256, 2)
             float m = 0.0f;
             for (int v = 0; v < nw; v++)
                 m = fmaxf(m, red[threadIdx.x][v]);
-            if (I4) {
-                int e = 0;
-                if (m > 0.0f && m <= 3.0e38f)
-                    frexpf(m, &e);
-                msm[threadIdx.x] = ldexpf(1.0f, e) / MATMUL__WSHIFT;
-                msm[8 + threadIdx.x] = ldexpf(1.0f, -e);
-            } else {
-                const float s = m > 0.0f ? m / 448.0f : 1.0f;
-                msm[threadIdx.x] = s;
-                msm[8 + threadIdx.x] = 1.0f / s;
-            }
+            int e = 0;
+            if (m > 0.0f && m <= 3.0e38f)
+                frexpf(m, &e);
+            msm[threadIdx.x] = ldexpf(1.0f, e) / MATMUL__WSHIFT;
+            msm[8 + threadIdx.x] = ldexpf(1.0f, -e);
         }
         __syncthreads();
     }
-    /* prologue 2: the split's activations, quantized, into shared memory (16-byte chunks) */
+    /* prologue 2: the split's activations as f16 into shared memory; 16-byte chunk d = local
+     * group G, position p = w * 4 + tq holds columns tq * 32 + w * 8 .. + 8 of the group */
     {
-        const int per_t = nU * (I4 ? 16 : 4);
+        const int per_t = nU * 16;
         for (int idx = threadIdx.x; idx < n * per_t; idx += blockDim.x) {
             const int t = idx / per_t, d = idx % per_t;
             const float inv = msm[8 + t];
+            const int G = d / 16, p = d % 16, w = p / 4, q = p % 4;
+            const float4 *src =
+                (const float4 *)(x + (size_t)t * K + (size_t)(ub + G) * 128 + q * 32 + w * 8);
+            const float4 a = __ldg(src), b = __ldg(src + 1);
+            const float lo[4] = {a.x, a.y, a.z, a.w}, hi[4] = {b.x, b.y, b.z, b.w};
             uint32_t o[4];
-            if (I4) { /* chunk d = local group G, position p = w * 4 + tq: columns tq * 32 + w * 8 */
-                const int G = d / 16, p = d % 16, w = p / 4, q = p % 4;
-                const float4 *src =
-                    (const float4 *)(x + (size_t)t * K + (size_t)(ub + G) * 128 + q * 32 + w * 8);
-                const float4 a = __ldg(src), b = __ldg(src + 1);
-                const float lo[4] = {a.x, a.y, a.z, a.w}, hi[4] = {b.x, b.y, b.z, b.w};
 #pragma unroll
-                for (int j = 0; j < 4; j++)
-                    o[j] = (uint32_t)__half_as_ushort(__float2half_rn(lo[j] * inv)) |
-                           ((uint32_t)__half_as_ushort(__float2half_rn(hi[j] * inv)) << 16);
-            } else { /* chunk d: columns ub * 64 + 16 d .. + 16 */
-                const float4 *src = (const float4 *)(x + (size_t)t * K + (size_t)ub * 64 + d * 16);
-#pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    const float4 a = __ldg(src + j);
-                    o[j] = (uint32_t)kutil_f32_to_fp8(a.x * inv) |
-                           (uint32_t)kutil_f32_to_fp8(a.y * inv) << 8 |
-                           (uint32_t)kutil_f32_to_fp8(a.z * inv) << 16 |
-                           (uint32_t)kutil_f32_to_fp8(a.w * inv) << 24;
-                }
-            }
+            for (int j = 0; j < 4; j++)
+                o[j] = (uint32_t)__half_as_ushort(__float2half_rn(lo[j] * inv)) |
+                       ((uint32_t)__half_as_ushort(__float2half_rn(hi[j] * inv)) << 16);
             *(uint4 *)(xsm + (size_t)t * P + d * 16) = make_uint4(o[0], o[1], o[2], o[3]);
         }
         __syncthreads();
@@ -1107,35 +1064,19 @@ static __global__ void __launch_bounds__(256, 2)
     for (int i = 0; i < nL; i++) {
         asm volatile("cp.async.wait_group %0;\n" ::"n"(WD - 1));
         __syncwarp();
-        const uint8_t *slot = ring + (i % WD) * SLOT;
-        if (I4) {
-            matmul__wgrp_t cur;
+        const uint8_t *slot = ring + (i % WD) * MATMUL__WSLOT;
+        matmul__wgrp_t cur;
 #pragma unroll
-            for (int r = 0; r < 2; r++)
+        for (int r = 0; r < 2; r++)
 #pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int rr = 16 * r + 8 * h + gq;
-                    cur.q[r][h] = *(const uint4 *)(slot + ((2 * r + h) * 32 + lane) * 16);
-                    cur.s[r][h] = *(const uint16_t *)(slot + 2048 + rr * 2);
-                    cur.z[r][h] = slot[2112 + rr];
-                }
-            matmul__int4_group<1>(acc, cur, xsm + i * 256, gq, tq, P, bv);
-        } else {
-            uint4 q[2][2];
-#pragma unroll
-            for (int r = 0; r < 2; r++)
-#pragma unroll
-                for (int h = 0; h < 2; h++)
-                    q[r][h] = *(const uint4 *)(slot + ((2 * r + h) * 32 + lane) * 16);
-            const uint4 b = bv ? *(const uint4 *)(xsm + (size_t)gq * P + i * 64 + tq * 16)
-                               : make_uint4(0u, 0u, 0u, 0u);
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                matmul__mma_fp8(acc[r][0], q[r][0].x, q[r][1].x, q[r][0].y, q[r][1].y, b.x, b.y);
-                matmul__mma_fp8(acc[r][0], q[r][0].z, q[r][1].z, q[r][0].w, q[r][1].w, b.z, b.w);
+            for (int h = 0; h < 2; h++) {
+                const int rr = 16 * r + 8 * h + gq;
+                cur.q[r][h] = *(const uint4 *)(slot + ((2 * r + h) * 32 + lane) * 16);
+                cur.s[r][h] = *(const uint16_t *)(slot + 2048 + rr * 2);
+                cur.z[r][h] = slot[2112 + rr];
             }
-        }
-        __syncwarp(); /* every lane has used the slot (INT4 scales: other lanes' copies) */
+        matmul__int4_group<1>(acc, cur, xsm + i * 256, gq, tq, P, bv);
+        __syncwarp(); /* every lane has used the slot (scales: other lanes' copies) */
         issue(i + WD);
     }
     asm volatile("cp.async.wait_group 0;\n" ::);
@@ -1155,9 +1096,7 @@ static __global__ void __launch_bounds__(256, 2)
             for (int h = 0; h < 2; h++) {
                 const int64_t row = row0 + 16 * r + 8 * h + gq;
                 if (row < N)
-                    o[(size_t)t * N + row] =
-                        I4 ? acc[r][0][2 * h + i] * m
-                           : acc[r][0][2 * h + i] * m * ((const float *)wsc)[row];
+                    o[(size_t)t * N + row] = acc[r][0][2 * h + i] * m;
             }
     }
 }
@@ -1493,17 +1432,18 @@ extern "C" pd_status_t matmul_fp8_mma(float *out, float *part, const uint8_t *xq
 }
 
 /* Plan for matmul__wgemv: warps per block W (2..8), K splits S and ring depth WD (4, 8, 16) for
- * n tokens, N rows, nu K-units (2 KiB of weights per warp each). Cost in per-SM units of one
- * warp-unit: the busiest SM's share of the weights (waves x resident blocks x W x units), divided
- * by the fraction of MATMUL__WG_INFLIGHT bytes the resident warps keep in flight, plus the
- * partial sums' traffic and the prologue's activation reads (INT4: the split's columns; FP8: the
- * whole row, for the per-token scale). Blocks per SM from shared memory and 128 registers per
- * thread (the kernel's launch bound). */
+ * n tokens, N rows, nu groups (2 KiB of weights per warp each). Cost in per-SM units of one
+ * warp-group: the busiest SM's share of the weights (waves x resident blocks x W x groups),
+ * divided by the fraction of MATMUL__WG_INFLIGHT bytes the resident warps keep in flight, plus the
+ * partial sums' traffic and the prologue's activation reads. Blocks per SM from shared memory
+ * and 128 registers per thread (the kernel's launch bound). (Measured on the H200, the ring depth
+ * mattered less than this model says: at n 1 on 28672 x 4096 depth 8 ran as fast as depth 4;
+ * the kernel is bound by instruction latency with ~7 warps per SM, see docs/performance.md.) */
 #define MATMUL__WG_INFLIGHT (96 << 10)
-static void matmul__wg_plan(bool int4, int n, int64_t N, int64_t K, int n_sm, int *warps_p,
-                            int *splits_p, int *depth_p)
+extern "C" void matmul_wgemv_plan(int n, int64_t N, int64_t K, int n_sm, int *warps_p,
+                                  int *splits_p, int *depth_p)
 {
-    const int64_t nu = K / (int4 ? 128 : 64), mu = (N + 31) / 32;
+    const int64_t nu = K / 128, mu = (N + 31) / 32;
     const int depths[3] = {4, 8, 16};
     double best = 1e300;
     *warps_p = 8;
@@ -1518,7 +1458,7 @@ static void matmul__wg_plan(bool int4, int n, int64_t N, int64_t K, int n_sm, in
                 const int64_t ups = (nu + S - 1) / S;
                 if (S > 1 && (S - 1) * ups >= nu)
                     continue; /* an empty split */
-                const size_t smem = matmul__wg_smem(int4, n, (int)ups, W, WD);
+                const size_t smem = matmul__wg_smem(n, (int)ups, W, WD);
                 if (smem > MATMUL__SMEM_MAX)
                     continue;
                 /* 228 KiB per SM; per block 1 KiB reserved and 256 bytes of static memory */
@@ -1533,7 +1473,7 @@ static void matmul__wg_plan(bool int4, int n, int64_t N, int64_t K, int n_sm, in
                                                                   : 1.0;
                 double cost = (double)waves * res * W * ups / eff;
                 /* the prologue: activation bytes read per SM (L2, about 2x DRAM speed) */
-                cost += (double)waves * res * n * (int4 ? ups * 128 : K) * 4 / 2048.0 / 2.0;
+                cost += (double)waves * res * n * ups * 128 * 4 / 2048.0 / 2.0;
                 if (S > 1)
                     cost += 2.0 * S * n * (double)N * 4 / (2048.0 * n_sm) + 32.0;
                 if (cost < best - 1e-9) {
@@ -1545,62 +1485,44 @@ static void matmul__wg_plan(bool int4, int n, int64_t N, int64_t K, int n_sm, in
             }
 }
 
-extern "C" void matmul_wgemv_plan(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int n_sm,
-                                  int *warps_p, int *splits_p, int *depth_p)
-{
-    matmul__wg_plan(fmt == PD_WFMT_INT4, n, N, K, n_sm, warps_p, splits_p, depth_p);
-}
-
-template <int FMT, int WD>
+template <int WD>
 static void matmul__wgemv_launch(float *dst, const float *x, const pd_weight_t *w, int n, int W,
                                  int S, int ups, size_t smem, cudaStream_t stream)
 {
     static bool attr;
     if (!attr) {
-        cudaFuncSetAttribute(matmul__wgemv<FMT, WD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaFuncSetAttribute(matmul__wgemv<WD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              MATMUL__SMEM_MAX);
         attr = true;
     }
     const dim3 grid(1u, (unsigned)((w->n + 32 * W - 1) / (32 * W)), (unsigned)S);
-    matmul__wgemv<FMT, WD><<<grid, 32 * W, smem, stream>>>(
-        dst, x, (const uint8_t *)w->data, w->scales, (const uint8_t *)w->zeros, n, w->n, w->k,
-        ups);
+    matmul__wgemv<WD><<<grid, 32 * W, smem, stream>>>(
+        dst, x, (const uint8_t *)w->data, (const uint16_t *)w->scales, (const uint8_t *)w->zeros,
+        n, w->n, w->k, ups);
 }
 
 extern "C" pd_status_t matmul_wgemv(float *out, float *part, const float *x, const pd_weight_t *w,
                                     int n, int warps, int splits, int depth, cudaStream_t stream)
 {
-    const bool int4 = w->fmt == PD_WFMT_INT4;
-    KUTIL_REQUIRE((int4 && w->k % 128 == 0 && w->n % 32 == 0) ||
-                      (w->fmt == PD_WFMT_FP8 && w->k % 64 == 0),
+    KUTIL_REQUIRE(w->fmt == PD_WFMT_INT4 && w->k % 128 == 0 && w->n > 0 && w->n % 32 == 0,
                   "matmul_wgemv");
-    KUTIL_REQUIRE(w->n > 0 && n >= 0 && n <= MATMUL_WGEMV_MAX_N && warps >= 1 && warps <= 8 &&
-                      splits >= 1 && (splits == 1 || part) &&
-                      (depth == 4 || depth == 8 || depth == 16),
+    KUTIL_REQUIRE(n >= 0 && n <= MATMUL_WGEMV_MAX_N && warps >= 1 && warps <= 8 && splits >= 1 &&
+                      (splits == 1 || part) && (depth == 4 || depth == 8 || depth == 16),
                   "matmul_wgemv");
     KUTIL_REQUIRE((w->n + 32 * warps - 1) / (32 * warps) < 65535, "matmul_wgemv");
     if (n == 0)
         return PD_OK;
-    const int nu = (int)(w->k / (int4 ? 128 : 64)), ups = (nu + splits - 1) / splits;
+    const int nu = (int)(w->k / 128), ups = (nu + splits - 1) / splits;
     KUTIL_REQUIRE((splits - 1) * ups < nu, "matmul_wgemv splits");
-    const size_t smem = matmul__wg_smem(int4, n, ups, warps, depth);
+    const size_t smem = matmul__wg_smem(n, ups, warps, depth);
     KUTIL_REQUIRE(smem <= MATMUL__SMEM_MAX, "matmul_wgemv shared memory");
     float *dst = splits > 1 ? part : out;
-    if (int4) {
-        if (depth == 4)
-            matmul__wgemv_launch<MATMUL__INT4, 4>(dst, x, w, n, warps, splits, ups, smem, stream);
-        else if (depth == 8)
-            matmul__wgemv_launch<MATMUL__INT4, 8>(dst, x, w, n, warps, splits, ups, smem, stream);
-        else
-            matmul__wgemv_launch<MATMUL__INT4, 16>(dst, x, w, n, warps, splits, ups, smem, stream);
-    } else {
-        if (depth == 4)
-            matmul__wgemv_launch<MATMUL__FP8, 4>(dst, x, w, n, warps, splits, ups, smem, stream);
-        else if (depth == 8)
-            matmul__wgemv_launch<MATMUL__FP8, 8>(dst, x, w, n, warps, splits, ups, smem, stream);
-        else
-            matmul__wgemv_launch<MATMUL__FP8, 16>(dst, x, w, n, warps, splits, ups, smem, stream);
-    }
+    if (depth == 4)
+        matmul__wgemv_launch<4>(dst, x, w, n, warps, splits, ups, smem, stream);
+    else if (depth == 8)
+        matmul__wgemv_launch<8>(dst, x, w, n, warps, splits, ups, smem, stream);
+    else
+        matmul__wgemv_launch<16>(dst, x, w, n, warps, splits, ups, smem, stream);
     pd_status_t st = KUTIL_LAUNCHED("matmul_wgemv");
     if (st != PD_OK || splits == 1)
         return st;

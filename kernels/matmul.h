@@ -76,17 +76,16 @@ void matmul_fp8_mma_plan(int n, int64_t N, int64_t K, int n_sm, int *warps_p, in
 pd_status_t matmul_fp8_mma(float *out, float *part, const uint8_t *xq, const float *xs,
                            const pd_weight_t *w, int n, int warps, int splits, cudaStream_t stream);
 
-/* Weight-streaming GEMV on the tensor cores for n = 1 .. MATMUL_WGEMV_MAX_N, INT4 (tiled layout,
- * w->n % 32 == 0, w->k % 128 == 0) or FP8 (w->k % 64 == 0), activations quantized inside the
- * kernel (no separate launch): out (n, w->n) f32 = x (n, w->k) f32 @ W^T. INT4: f16 activations
- * scaled per token and K split by a power of two (as matmul_int4_mma); FP8: W8A8 with the
- * per-token scales of matmul_quant_act_fp8 (bit-identical to matmul_fp8_mma). Each warp keeps
- * `depth` (4, 8 or 16) 2 KiB weight units in flight. matmul_wgemv_plan picks warps (2..8), K
- * splits and depth for n_sm SMs; with splits > 1, part is scratch of
- * matmul_int4_mma_part_floats(n, w->n, splits) f32, summed into out by a second launch. */
+/* INT4 weight-streaming GEMV on the tensor cores for n = 1 .. MATMUL_WGEMV_MAX_N (tiled layout:
+ * w->n % 32 == 0, w->k % 128 == 0), the activation quantization inside the kernel (no separate
+ * launch): out (n, w->n) f32 = x (n, w->k) f32 @ W^T, with f16 activations scaled per token and K
+ * split by a power of two (the numerics of matmul_int4_mma). Each warp keeps `depth` (4, 8 or
+ * 16) 2 KiB weight groups in flight. matmul_wgemv_plan picks warps (2..8), K splits and depth for
+ * n_sm SMs; with splits > 1, part is scratch of matmul_int4_mma_part_floats(n, w->n, splits)
+ * f32, summed into out by a second launch. */
 #define MATMUL_WGEMV_MAX_N 8
-void matmul_wgemv_plan(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int n_sm, int *warps_p,
-                       int *splits_p, int *depth_p);
+void matmul_wgemv_plan(int n, int64_t N, int64_t K, int n_sm, int *warps_p, int *splits_p,
+                       int *depth_p);
 pd_status_t matmul_wgemv(float *out, float *part, const float *x, const pd_weight_t *w, int n,
                          int warps, int splits, int depth, cudaStream_t stream);
 
