@@ -479,10 +479,9 @@ static __device__ __forceinline__ void matmul__mma(float (&d)[4], uint32_t a0, u
 /* One group for a warp: 2 m-tiles x C n-tiles x 8 k-steps of mma. xg: the group's 256 bytes of
  * token row 0 of the stage (row pitch MATMUL__RSB). */
 template <int C>
-static __device__ __forceinline__ void matmul__int4_group(float (&acc)[2][C][4],
-                                                          const matmul__wgrp_t &g,
-                                                          const uint8_t *xg, int gq, int tq,
-                                                          int pitch = MATMUL__RSB, bool bv = true)
+static __device__ __forceinline__ void
+matmul__int4_group(float (&acc)[2][C][4], const matmul__wgrp_t &g, const uint8_t *xg, int gq,
+                   int tq, int pitch = MATMUL__RSB, bool bv = true)
 {
     uint32_t sc[2][2], zz[2][2];
 #pragma unroll
@@ -912,7 +911,7 @@ static __global__ void __launch_bounds__(256, 1)
         }
 }
 
-/* ==== INT4 weight-streaming GEMV on the tensor cores for n <= 8, activation quantization fused ====
+/* ==== INT4 weight-streaming GEMV (tensor cores, n <= 8, activation quantization inside) ====
  *
  * matmul__wgemv<WD>: out (n, N) f32 = x (n, K) f32 @ W^T for one tile of n <= 8 tokens, W INT4
  * in the tiled layout, on the same mma.sync steps as matmul__int4_mma_cp<1>. The block quantizes
@@ -928,8 +927,8 @@ static __global__ void __launch_bounds__(256, 1)
  * quantization + matmul__fp8_mma_cp at every shape, docs/performance.md 2026-12-01 session 3,
  * and was removed.) */
 
-#define MATMUL__SMEM_MAX 231424 /* dynamic shared memory per block: 226 KiB (sm_90 allows 227 KiB
-                                   * per block including the static shared memory) */
+/* dynamic shared memory per block: 226 KiB (sm_90 allows 227 KiB including static memory) */
+#define MATMUL__SMEM_MAX 231424
 
 /* bytes per token row of the staged activations for ups groups per split */
 static __host__ __device__ __forceinline__ int matmul__wg_pitch(int ups)
@@ -1009,8 +1008,8 @@ static __global__ void __launch_bounds__(256, 2)
             for (int t = 0; t < 8; t++)
                 if (t < n) {
                     const float4 a = __ldg((const float4 *)(x + (size_t)t * K) + j);
-                    am[t] = fmaxf(am[t], fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)),
-                                               fmaxf(fabsf(a.z), fabsf(a.w))));
+                    am[t] = fmaxf(
+                        am[t], fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))));
                 }
 #pragma unroll
         for (int t = 0; t < 8; t++) {
@@ -1391,9 +1390,9 @@ static void matmul__fp8_mma_launch(float *dst, const uint8_t *xq, const float *x
     }
     const dim3 grid((unsigned)((n + 8 * C - 1) / (8 * C)),
                     (unsigned)((w->n + 32 * W - 1) / (32 * W)), (unsigned)S);
-    matmul__fp8_mma_cp<C><<<grid, 32 * W, 2 * 8 * C * MATMUL__RSB8 + W * MATMUL__BPC * 2048,
-                            stream>>>(dst, xq, xs, (const uint8_t *)w->data,
-                                      (const float *)w->scales, n, w->n, w->k, bps);
+    matmul__fp8_mma_cp<C>
+        <<<grid, 32 * W, 2 * 8 * C * MATMUL__RSB8 + W * MATMUL__BPC * 2048, stream>>>(
+            dst, xq, xs, (const uint8_t *)w->data, (const float *)w->scales, n, w->n, w->k, bps);
 }
 
 extern "C" pd_status_t matmul_fp8_mma(float *out, float *part, const uint8_t *xq, const float *xs,
@@ -1469,8 +1468,8 @@ extern "C" void matmul_wgemv_plan(int n, int64_t N, int64_t K, int n_sm, int *wa
                 const int64_t waves = (ctas + (int64_t)n_sm * occ - 1) / ((int64_t)n_sm * occ);
                 const int64_t res = ctas < (int64_t)n_sm * occ ? (ctas + n_sm - 1) / n_sm : occ;
                 const double inflight = (double)res * W * WD * 2048;
-                const double eff = inflight < MATMUL__WG_INFLIGHT ? inflight / MATMUL__WG_INFLIGHT
-                                                                  : 1.0;
+                const double eff =
+                    inflight < MATMUL__WG_INFLIGHT ? inflight / MATMUL__WG_INFLIGHT : 1.0;
                 double cost = (double)waves * res * W * ups / eff;
                 /* the prologue: activation bytes read per SM (L2, about 2x DRAM speed) */
                 cost += (double)waves * res * n * ups * 128 * 4 / 2048.0 / 2.0;
@@ -1497,8 +1496,8 @@ static void matmul__wgemv_launch(float *dst, const float *x, const pd_weight_t *
     }
     const dim3 grid(1u, (unsigned)((w->n + 32 * W - 1) / (32 * W)), (unsigned)S);
     matmul__wgemv<WD><<<grid, 32 * W, smem, stream>>>(
-        dst, x, (const uint8_t *)w->data, (const uint16_t *)w->scales, (const uint8_t *)w->zeros,
-        n, w->n, w->k, ups);
+        dst, x, (const uint8_t *)w->data, (const uint16_t *)w->scales, (const uint8_t *)w->zeros, n,
+        w->n, w->k, ups);
 }
 
 extern "C" pd_status_t matmul_wgemv(float *out, float *part, const float *x, const pd_weight_t *w,

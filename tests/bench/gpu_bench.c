@@ -564,11 +564,12 @@ static void bench_int4_paths(void)
                 else
                     snprintf(v[f], sizeof v[f], "-");
             }
-            printf("| %lld x %lld | %d | %s | %.1f (%d, %d) | %s | %.1f | %.0f | %s | %.1f (%d, %d) "
-                   "| %.1f | %.0f | %.2f |\n",
-                   (long long)N, (long long)K, n, g[0], t[0][1] * 1e3, pw[0], ps[0], v[0],
-                   t[0][2] * 1e3, wb[0] / (t[0][2] * 1e-3) / 1e9, g[1], t[1][1] * 1e3, pw[1], ps[1],
-                   t[1][2] * 1e3, wb[1] / (t[1][2] * 1e-3) / 1e9, t[0][2] / t[1][2]);
+            printf(
+                "| %lld x %lld | %d | %s | %.1f (%d, %d) | %s | %.1f | %.0f | %s | %.1f (%d, %d) "
+                "| %.1f | %.0f | %.2f |\n",
+                (long long)N, (long long)K, n, g[0], t[0][1] * 1e3, pw[0], ps[0], v[0],
+                t[0][2] * 1e3, wb[0] / (t[0][2] * 1e-3) / 1e9, g[1], t[1][1] * 1e3, pw[1], ps[1],
+                t[1][2] * 1e3, wb[1] / (t[1][2] * 1e-3) / 1e9, t[0][2] / t[1][2]);
             fflush(stdout);
             i4_free(&a);
         }
@@ -590,7 +591,8 @@ static void bench_wgemv_sweep(void)
     cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0);
     l2_flush_bytes = (size_t)256 << 20;
     ok(be->ops->alloc(be, l2_flush_bytes, &l2_flush), "alloc");
-    printf("\n### matmul_wgemv plans (us; W/S/D = warps, splits, depth; * = the planner's pick)\n\n");
+    printf(
+        "\n### matmul_wgemv plans (us; W/S/D = warps, splits, depth; * = the planner's pick)\n\n");
     for (int s = 0; s < 4; s++) {
         const int64_t N = i4_shapes[s][0], K = i4_shapes[s][1];
         pd_weight_t h4, h8, w4, w8;
@@ -616,8 +618,9 @@ static void bench_wgemv_sweep(void)
                                 continue;
                             a.warps = Ws[wi], a.splits = S, a.depth = Ds[di];
                             /* skip plans over the shared memory limit (the launcher refuses) */
-                            const size_t xb = (size_t)n * (f ? ((size_t)ups * 64 + 127) / 128 * 128 + 64
-                                                             : (size_t)ups * 256 + 64);
+                            const size_t xb =
+                                (size_t)n * (f ? ((size_t)ups * 64 + 127) / 128 * 128 + 64
+                                               : (size_t)ups * 256 + 64);
                             if (xb + 192 + (size_t)Ws[wi] * Ds[di] * (f ? 2048 : 2176) > 231424)
                                 continue;
                             const float ms = time_op(run_i4, &a, 10);

@@ -384,12 +384,13 @@ static pair_t arena_new(const kv_layout_t *l, int n_pages)
 /* Tensor-core GEMMs of kernels/matmul.cu (matmul_int4_mma, matmul_fp8_mma, matmul_wgemv) at a
  * fixed, printed seed: through the backend op (warps == 0: the default routing and plan) or the
  * kernel itself with a forced plan (warps, splits; depth > 0: INT4 matmul_wgemv with that ring
- * depth, the activation quantization inside), or (warps < 0) the INT4 f32 GEMV on the tiled layout. Checks
- * (1) max |gpu - cpu| / max |cpu| over all of out against the CPU backend, and (2) per element, on
- * sampled rows, |gpu - ref| <= f * B + 1e-6, B = sum_k |x_k w_k| (w dequantized, in double): INT4:
- * ref the double dot product, f = 2e-3 (f16 activations and weights: one rounding of 2^-11 each per
- * product); FP8 (W8A8, the same activation rounding on both sides, up to a rounding flip of x * (1
- * / s) against x / s): ref the CPU backend's element, f = 3e-4. Outputs start poisoned (NaN). */
+ * depth, the activation quantization inside), or (warps < 0) the INT4 f32 GEMV on the tiled layout.
+ * Checks (1) max |gpu - cpu| / max |cpu| over all of out against the CPU backend, and (2) per
+ * element, on sampled rows, |gpu - ref| <= f * B + 1e-6, B = sum_k |x_k w_k| (w dequantized, in
+ * double): INT4: ref the double dot product, f = 2e-3 (f16 activations and weights: one rounding of
+ * 2^-11 each per product); FP8 (W8A8, the same activation rounding on both sides, up to a rounding
+ * flip of x * (1 / s) against x / s): ref the CPU backend's element, f = 3e-4. Outputs start
+ * poisoned (NaN). */
 static void case_mma_gemm_d(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warps, int splits,
                             int depth, uint64_t seed, const char *what)
 {
