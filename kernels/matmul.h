@@ -1,6 +1,8 @@
 /* matmul: the pieces of out (n, N) f32 = x (n, K) f32 @ W^T for the three weight formats of
  * common/quant.h (plus f32), composed by the CUDA backend:
- *   - small n (decode): matmul_gemv reads W once at full bandwidth, f32 arithmetic;
+ *   - small n (decode): matmul_gemv reads W once at full bandwidth, f32 arithmetic; on the
+ *     tensor cores (mma.sync), INT4: matmul_wgemv (n <= 8, activation quantization inside) and
+ *     matmul_int4_mma (n <= 256), FP8: matmul_fp8_mma;
  *   - BF16 (and INT4 dequantized to BF16) at larger n: x is split into bf16 hi + lo parts and two
  *     cuBLAS bf16 GEMMs accumulate in f32 (close to f32 accuracy on the tensor cores);
  *   - FP8 W8A8: x quantized per token to fp8 (matmul_quant_act_fp8), then one cuBLASLt fp8 GEMM
