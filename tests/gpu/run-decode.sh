@@ -13,7 +13,8 @@ export LD_LIBRARY_PATH=$G/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} UCX_MOD
 export PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
 DEADLINE=${DEADLINE:-330}
 steps=${*:-kernels memcheck int4 wgemv ncu bench greedy baseline}
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
+# at most 8 files come back from a run: the GPU line goes to summary.log, wgemv to int4.log
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee -a "$OUT/summary.log"
 step() { # name timeout cmd...
     local name=$1 t=$2; shift 2
     local left=$((DEADLINE - SECONDS))
@@ -32,7 +33,7 @@ for s in $steps; do
     memcheck) PD_GPU_TEST_SMALL=1 step memcheck 120 compute-sanitizer --tool memcheck \
         --error-exitcode 3 "$G/bin/test_gpu_kernels" ;;
     int4) step int4 120 "$G/bin/gpu_bench" int4 ;;
-    wgemv) step wgemv 120 "$G/bin/gpu_bench" wgemv ;;
+    wgemv) step int4 120 "$G/bin/gpu_bench" wgemv ;;
     ncu) for k in 'wgemv<.int.2' 'wgemv<.int.1' 'int4_mma_cp<.int.8>'; do
         GPU_BENCH_INT4_SHAPES=1 step ncu 90 $NCU "regex:$k" "$G/bin/gpu_bench" int4; done ;;
     bench) step bench 200 "$G/bin/gpu_bench" ${BENCH:-ops decode} ;;
