@@ -36,11 +36,15 @@
 #include "sample.h"
 
 /* n at or below which a matmul runs as GEMV (one pass over W) instead of a GEMM. INT4 runs on
- * the tensor-core kernel (matmul_int4_mma) for n <= MATMUL_INT4_MMA_MAX_N when the weight is
- * tiled (n % 32 == 0: every Llama shape), else above CUDA_GEMV_MAX_N_INT4; above
- * MATMUL_INT4_MMA_MAX_N (prefill) it is dequantized to bf16 for cuBLAS. */
+ * the tensor-core kernels when the weight is tiled (n % 32 == 0: every Llama shape): the
+ * weight-streaming GEMV with the activation quantization inside (matmul_wgemv) at n <=
+ * CUDA_WGEMV_MAX_N, the GEMM (matmul_int4_mma) up to MATMUL_INT4_MMA_MAX_N (untiled: above
+ * CUDA_GEMV_MAX_N_INT4); above MATMUL_INT4_MMA_MAX_N (prefill) it is dequantized to bf16 for
+ * cuBLAS. matmul_wgemv measured faster than quantization + matmul_int4_mma at n 1 on every
+ * Llama-3-8B shape, mixed at n 2, slower at n 4..8 (docs/performance.md, 2026-12-01 session 3). */
 #define CUDA_GEMV_MAX_N 8
 #define CUDA_GEMV_MAX_N_INT4 8
+#define CUDA_WGEMV_MAX_N 2
 /* FP8 at or below this n (and K % 64 == 0) runs on the FP8 mma kernel (matmul_fp8_mma) instead of
  * the GEMV / cuBLASLt, except n == 1 with more than CUDA_FP8_GEMV_MIN_ROWS rows, where the f32
  * GEMV measured faster (docs/performance.md, issue 11: 28672 x 4096 n 1: 43 vs 48 us; n 2: 68 vs
@@ -280,6 +284,19 @@ static pd_status_t cuda_weight_prepare(pd_backend_t *be, pd_weight_t *w)
     return st;
 }
 
+/* INT4 (tiled) at n <= CUDA_WGEMV_MAX_N: act scratch = the partial sums of a K split. */
+static pd_status_t cuda__matmul_wgemv(cuda_t *c, float *out, const float *x, const pd_weight_t *w,
+                                      int n)
+{
+    int warps, splits, depth;
+    pd_status_t st;
+    matmul_wgemv_plan(n, w->n, w->k, c->n_sm, &warps, &splits, &depth);
+    size_t pf = matmul_int4_mma_part_floats(n, w->n, splits);
+    if (pf && (st = cuda__grow(c, &c->act, pf * 4)) != PD_OK)
+        return st;
+    return matmul_wgemv(out, pf ? c->act.p : NULL, x, w, n, warps, splits, depth, c->stream);
+}
+
 /* INT4 on the tensor cores: act scratch = xh (n, K) f16, mult (n) f32, partial sums. */
 static pd_status_t cuda__matmul_int4_mma(cuda_t *c, float *out, const float *x,
                                          const pd_weight_t *w, int n)
@@ -308,6 +325,8 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
 
     if (n <= 0)
         return PD_OK;
+    if (n <= CUDA_WGEMV_MAX_N && cuda__int4_tiled(w))
+        return cuda__matmul_wgemv(c, out, x, w, n);
     if (w->fmt == PD_WFMT_FP8 && n <= CUDA_FP8_MMA_MAX_N && K % 64 == 0 &&
         (n >= 2 || N <= CUDA_FP8_GEMV_MIN_ROWS)) {
         int warps, splits;
@@ -351,7 +370,7 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
             return st;
         return matmul_fp8_scale(out, xs, w->scales, n, N, c->stream);
     }
-        if (w->fmt == PD_WFMT_INT4 && (n > CUDA_GEMV_MAX_N_INT4 || cuda__int4_tiled(w)) &&
+    if (w->fmt == PD_WFMT_INT4 && (n > CUDA_GEMV_MAX_N_INT4 || cuda__int4_tiled(w)) &&
         n <= MATMUL_INT4_MMA_MAX_N)
         return cuda__matmul_int4_mma(c, out, x, w, n);
     if (n <= (w->fmt == PD_WFMT_INT4 ? CUDA_GEMV_MAX_N_INT4 : CUDA_GEMV_MAX_N))

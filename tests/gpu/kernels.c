@@ -656,16 +656,18 @@ static pair_t arena_new(const kv_layout_t *l, int n_pages)
     return a;
 }
 
-/* Tensor-core GEMMs of kernels/matmul.cu (matmul_int4_mma, matmul_fp8_mma) at a fixed, printed
- * seed: through the backend op (warps == 0: the default routing and plan) or the kernel itself
- * with a forced plan (warps, splits), or (warps < 0) the INT4 f32 GEMV on the tiled layout. Checks
- * (1) max |gpu - cpu| / max |cpu| over all of out against the CPU backend, and (2) per element, on
- * sampled rows, |gpu - ref| <= f * B + 1e-6, B = sum_k |x_k w_k| (w dequantized, in double): INT4:
- * ref the double dot product, f = 2e-3 (f16 activations and weights: one rounding of 2^-11 each per
- * product); FP8 (W8A8, the same activation rounding on both sides, up to a rounding flip of x * (1
- * / s) against x / s): ref the CPU backend's element, f = 3e-4. Outputs start poisoned (NaN). */
-static void case_mma_gemm(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warps, int splits,
-                          uint64_t seed, const char *what)
+/* Tensor-core GEMMs of kernels/matmul.cu (matmul_int4_mma, matmul_fp8_mma, matmul_wgemv) at a
+ * fixed, printed seed: through the backend op (warps == 0: the default routing and plan) or the
+ * kernel itself with a forced plan (warps, splits; depth > 0: INT4 matmul_wgemv with that ring
+ * depth, the activation quantization inside), or (warps < 0) the INT4 f32 GEMV on the tiled layout.
+ * Checks (1) max |gpu - cpu| / max |cpu| over all of out against the CPU backend, and (2) per
+ * element, on sampled rows, |gpu - ref| <= f * B + 1e-6, B = sum_k |x_k w_k| (w dequantized, in
+ * double): INT4: ref the double dot product, f = 2e-3 (f16 activations and weights: one rounding of
+ * 2^-11 each per product); FP8 (W8A8, the same activation rounding on both sides, up to a rounding
+ * flip of x * (1 / s) against x / s): ref the CPU backend's element, f = 3e-4. Outputs start
+ * poisoned (NaN). */
+static void case_mma_gemm_d(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warps, int splits,
+                            int depth, uint64_t seed, const char *what)
 {
     char shape[96];
     const uint64_t saved = rng_state;
@@ -699,7 +701,9 @@ static void case_mma_gemm(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warps,
         cudaStream_t st = backend_cuda_stream(gpu);
         uint8_t *b = scratch;
         float *mult = (float *)(b + hb), *part = pf ? (float *)(b + hb + mb) : NULL;
-        if (int4) {
+        if (depth > 0) {
+            pair_ok(matmul_wgemv(out.g, part, px.g, &wg, n, warps, splits, depth, st));
+        } else if (int4) {
             pair_ok(matmul_quant_act_f16((uint16_t *)b, mult, px.g, n, K, st));
             pair_ok(matmul_int4_mma(out.g, part, (uint16_t *)b, mult, &wg, n, warps, splits,
                                     N % 32 == 0 /* the backend tiles these at upload */, st));
@@ -708,8 +712,8 @@ static void case_mma_gemm(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warps,
             pair_ok(matmul_fp8_mma(out.g, part, b, mult, &wg, n, warps, splits, st));
         }
     }
-    snprintf(shape, sizeof shape, "%s %s n %d N %lld K %lld w%d s%d seed %llu",
-             pd_wfmt_name(fmt), what, n, (long long)N, (long long)K, warps, splits,
+    snprintf(shape, sizeof shape, "%s %s n %d N %lld K %lld w%d s%d d%d seed %llu",
+             pd_wfmt_name(fmt), what, n, (long long)N, (long long)K, warps, splits, depth,
              (unsigned long long)seed);
     report("mma gemm", shape, err_f32(&out, (size_t)n * N), warps < 0 ? 1e-5 : int4 ? 1e-3 : 2e-3);
 
@@ -753,6 +757,12 @@ static void case_mma_gemm(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warps,
     backend_weight_free(cpu, &wc);
     backend_weight_free(gpu, &wg);
     rng_state = saved;
+}
+
+static void case_mma_gemm(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warps, int splits,
+                          uint64_t seed, const char *what)
+{
+    case_mma_gemm_d(fmt, n, N, K, warps, splits, 0, seed, what);
 }
 
 static void case_kv_write(pd_kvfmt_t fmt, int kvh, int hd, int n)
@@ -1197,17 +1207,18 @@ int main(void)
     case_mma_gemm(i4, 8, 512, 512, 8, 2, 105, "forced");
     case_mma_gemm(i4, 1, 256, 1024, 7, 1, 106, "forced");
     case_mma_gemm(i4, 5, 256, 1024, -1, 0, 107, "gemv tiled");
-    /* the register-fed kernels (matmul_mma_async = 0), then back to the default */
-    matmul_mma_async = 0;
-    case_mma_gemm(i4, 37, 512, 640, 0, 0, 108, "reg kernel");
-    case_mma_gemm(i4, 8, 512, 512, 8, 2, 109, "reg kernel");
-    case_mma_gemm(f8, 3, 300, 640, 6, 3, 126, "reg kernel");
-    case_mma_gemm(f8, 40, 1000, 1152, 8, 2, 127, "reg kernel");
-    if (!small_only) {
-        case_mma_gemm(i4, 64, 28672, 4096, 0, 0, 141, "reg kernel 8B gate_up");
-        case_mma_gemm(f8, 8, 4096, 14336, 0, 0, 142, "reg kernel 8B down");
-    }
-    matmul_mma_async = 1;
+    /* the register-fed INT4 kernel: the plain layout (N % 32 != 0) */
+    case_mma_gemm(i4, 37, 520, 640, 0, 0, 108, "plain layout");
+    case_mma_gemm(i4, 8, 1000, 512, 8, 2, 109, "plain layout");
+    /* matmul_wgemv (INT4 tiled, n <= 8, quantization inside): forced plans; dead warps past N
+     * (N 96 with 4 warps, N 320 with 3), every depth, splits */
+    case_mma_gemm_d(i4, 1, 256, 1024, 2, 1, 4, 151, "wgemv");
+    case_mma_gemm_d(i4, 3, 320, 640, 3, 2, 8, 152, "wgemv");
+    case_mma_gemm_d(i4, 8, 512, 1024, 4, 3, 16, 153, "wgemv");
+    case_mma_gemm_d(i4, 5, 96, 384, 4, 1, 4, 154, "wgemv dead warp");
+    case_mma_gemm_d(i4, 2, 224, 1280, 7, 4, 8, 155, "wgemv");
+    case_mma_gemm(i4, 2, 256, 1024, 0, 0, 160, "default (wgemv)");
+    case_mma_gemm(f8, 6, 256, 1024, 0, 0, 161, "default");
     case_mma_gemm(f8, 1, 200, 384, 0, 0, 121, "odd N");
     case_mma_gemm(f8, 7, 1000, 640, 0, 0, 122, "n 7");
     case_mma_gemm(f8, 3, 300, 640, 6, 3, 123, "forced");
@@ -1229,6 +1240,13 @@ int main(void)
         case_mma_gemm(f8, 64, 4096, 14336, 6, 6, 134, "forced 8B down");
         case_mma_gemm(f8, 1, 28672, 4096, 7, 1, 135, "forced 8B gate_up");
         case_mma_gemm(f8, 2, 6144, 4096, 6, 4, 136, "forced 8B qkv");
+        case_mma_gemm(i4, 8, 28672, 4096, 0, 0, 162, "default 8B gate_up");
+        case_mma_gemm(i4, 2, 4096, 14336, 0, 0, 163, "default 8B down");
+        case_mma_gemm(i4, 1, 6144, 4096, 0, 0, 164, "default 8B qkv");
+        case_mma_gemm(f8, 4, 28672, 4096, 0, 0, 165, "default 8B gate_up");
+        case_mma_gemm(f8, 1, 4096, 14336, 0, 0, 166, "default 8B down");
+        case_mma_gemm_d(i4, 1, 28672, 4096, 4, 1, 16, 167, "wgemv 8B gate_up");
+        case_mma_gemm_d(i4, 8, 4096, 14336, 4, 8, 16, 168, "wgemv 8B down");
     }
 
     const pd_kvfmt_t kfs[] = {PD_KV_BF16, PD_KV_FP8, PD_KV_F32};
