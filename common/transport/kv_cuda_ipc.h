@@ -29,11 +29,12 @@ typedef struct kv_cuda_ipc_map kv_cuda_ipc_map_t;
 /* Whether this build has CUDA IPC (1) or not (0). */
 int kv_cuda_ipc_built(void);
 
-/* Writes the blob of dev_base[0, len) (the start of a cudaMalloc allocation on the current
- * device) into blob_out (KV_CUDA_IPC_BLOB_BYTES). Returns PD_ERR_UNSUPPORTED (no CUDA in this
- * build), PD_ERR_CUDA (cudaIpcGetMemHandle refused: not device memory, or not the start of an
- * allocation) or PD_ERR_IO (no boot id); blob_out is undefined on failure. */
-pd_status_t kv_cuda_ipc_export(void *dev_base, size_t len,
+/* Writes the blob of dev_base[0, len) (the start of a cudaMalloc allocation on device, which
+ * becomes the calling thread's current device) into blob_out (KV_CUDA_IPC_BLOB_BYTES). Returns
+ * PD_ERR_UNSUPPORTED (no CUDA in this build), PD_ERR_CUDA (cudaIpcGetMemHandle refused: not
+ * device memory, or not the start of an allocation) or PD_ERR_IO (no boot id); blob_out is
+ * undefined on failure. */
+pd_status_t kv_cuda_ipc_export(int device, void *dev_base, size_t len,
                                uint8_t blob_out[KV_CUDA_IPC_BLOB_BYTES]);
 
 /* Whether blob (len bytes) is a well-formed export made on this host (same boot id): 1 yes,

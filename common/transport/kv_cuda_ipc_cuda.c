@@ -23,7 +23,8 @@ int kv_cuda_ipc_built(void)
     return 1;
 }
 
-pd_status_t kv_cuda_ipc_export(void *dev_base, size_t len, uint8_t blob_out[KV_CUDA_IPC_BLOB_BYTES])
+pd_status_t kv_cuda_ipc_export(int device, void *dev_base, size_t len,
+                               uint8_t blob_out[KV_CUDA_IPC_BLOB_BYTES])
 {
     kv_cuda_ipc__blob_t b;
     cudaIpcMemHandle_t h;
@@ -36,7 +37,7 @@ pd_status_t kv_cuda_ipc_export(void *dev_base, size_t len, uint8_t blob_out[KV_C
         pd_log_error("cuda ipc: no boot id in /proc: handles cannot be matched to a host");
         return PD_ERR_IO;
     }
-    if ((e = cudaGetDevice(&dev)) != cudaSuccess ||
+    if ((e = cudaSetDevice(device)) != cudaSuccess || (e = cudaGetDevice(&dev)) != cudaSuccess ||
         (e = cudaGetDeviceProperties(&prop, dev)) != cudaSuccess ||
         (e = cudaIpcGetMemHandle(&h, dev_base)) != cudaSuccess) {
         pd_log_error("cuda ipc: export of %p+%zu: %s", dev_base, len, cudaGetErrorString(e));

@@ -7,8 +7,10 @@ int kv_cuda_ipc_built(void)
     return 0;
 }
 
-pd_status_t kv_cuda_ipc_export(void *dev_base, size_t len, uint8_t blob_out[KV_CUDA_IPC_BLOB_BYTES])
+pd_status_t kv_cuda_ipc_export(int device, void *dev_base, size_t len,
+                               uint8_t blob_out[KV_CUDA_IPC_BLOB_BYTES])
 {
+    (void)device;
     (void)dev_base;
     (void)len;
     (void)blob_out;

@@ -119,7 +119,7 @@ static void test_built(void **state)
     uint8_t blob[KV_CUDA_IPC_BLOB_BYTES];
     static uint8_t host[4096];
     /* host memory is never exportable: without CUDA unsupported, with CUDA refused by the driver */
-    pd_status_t st = kv_cuda_ipc_export(host, sizeof host, blob);
+    pd_status_t st = kv_cuda_ipc_export(0, host, sizeof host, blob);
     assert_int_equal(st, kv_cuda_ipc_built() ? PD_ERR_CUDA : PD_ERR_UNSUPPORTED);
 }
 
