@@ -73,6 +73,7 @@ typedef struct pjob {
     kv_path_t path;
     int direct;
     kv_cuda_ipc_map_t *ipc;
+    struct put_msg *held, **held_tail; /* no_overlap: exports waiting for the end of the prefill */
 } pjob_t;
 
 struct prefill_node {
@@ -90,6 +91,9 @@ struct prefill_node {
     int draining; /* SIGTERM: no new Prefill calls; running ones finish */
     int queued; /* calls waiting or running (loop thread) */
     int no_ipc; /* PDSERVE_KV_CUDA_IPC=0: never write over CUDA IPC (benchmarks, debugging) */
+    /* PDSERVE_KV_OVERLAP=0: staged pages are put only after the whole prompt is computed, not
+     * while the next chunk computes (to measure what the overlap buys) */
+    int no_overlap;
     ipc_peer_t *ipc_peers; /* compute thread */
 };
 
@@ -174,11 +178,12 @@ static void prefill__flush_done(void *arg, pd_status_t st)
 
 /* ==== compute -> loop messages ==== */
 
-typedef struct {
+typedef struct put_msg {
     pjob_t *j;
     uint8_t *staging; /* NULL when st != PD_OK or when the pages went direct */
     int first, n;
     pd_status_t st; /* the export's status: a failed export is never put */
+    struct put_msg *next; /* pjob_t.held */
 } put_msg_t;
 
 static void prefill__count_pages(prefill_node_t *pn, kv_path_t p, int n)
@@ -188,9 +193,25 @@ static void prefill__count_pages(prefill_node_t *pn, kv_path_t p, int n)
     pthread_mutex_unlock(&pn->stats.mu);
 }
 
+static void prefill__put_now(put_msg_t *m);
+
 static void prefill__put(void *arg)
 {
     put_msg_t *m = arg;
+    pjob_t *j = m->j;
+    if (j->pn->no_overlap && !j->direct) { /* held until prefill__done */
+        m->next = NULL;
+        if (!j->held_tail)
+            j->held_tail = &j->held;
+        *j->held_tail = m;
+        j->held_tail = &m->next;
+        return;
+    }
+    prefill__put_now(m);
+}
+
+static void prefill__put_now(put_msg_t *m)
+{
     pjob_t *j = m->j;
     const size_t pb = j->dst_layout.page_bytes;
     uint8_t **s = NULL;
@@ -233,6 +254,11 @@ static void prefill__done(void *arg)
 {
     pjob_t *j = arg;
     pd_status_t st;
+    while (j->held) { /* no_overlap: the puts start now */
+        put_msg_t *m = j->held;
+        j->held = m->next;
+        prefill__put_now(m);
+    }
     if (j->prefill_status == PD_ERR_RESOURCE || j->error == PD_ERR_RESOURCE) {
         prefill__fail(j, PD_ERR_RESOURCE, "kv lease ended before the pages were written");
         return;
@@ -690,6 +716,11 @@ pd_status_t prefill_node_create(uv_loop_t *loop, const cluster_config_t *cfg,
     node_stats_init(&pn->stats);
     const char *ipc_env = getenv("PDSERVE_KV_CUDA_IPC");
     pn->no_ipc = ipc_env && strcmp(ipc_env, "0") == 0;
+    const char *ov_env = getenv("PDSERVE_KV_OVERLAP");
+    pn->no_overlap = ov_env && strcmp(ov_env, "0") == 0;
+    if (pn->no_ipc || pn->no_overlap)
+        pd_log_info("%s: kv transfer:%s%s", node->name, pn->no_ipc ? " cuda ipc off" : "",
+                    pn->no_overlap ? " overlap off (puts wait for the whole prompt)" : "");
     tp.name = node->name;
     if ((st = kv_transport_ucx_create(loop, &tp, &pn->tr)) != PD_OK)
         goto err;
