@@ -180,7 +180,7 @@ static void prefill__flush_done(void *arg, pd_status_t st)
 
 typedef struct put_msg {
     pjob_t *j;
-    uint8_t *staging; /* NULL when st != PD_OK or when the pages went direct */
+    uint8_t *staging; /* NULL when st != PD_OK; direct: the pages as sent, for the checksum */
     int first, n;
     pd_status_t st; /* the export's status: a failed export is never put */
     struct put_msg *next; /* pjob_t.held */
@@ -226,7 +226,10 @@ static void prefill__put_now(put_msg_t *m)
         return;
     }
     prefill__count_pages(j->pn, j->path, m->n);
-    if (j->direct) { /* written and checksummed on the compute thread: nothing to put */
+    if (j->direct) { /* already written GPU -> GPU: only the checksum, here as on the staged path
+                      * (off the compute thread, in page order) */
+        j->checksum = node_pages_checksum(j->checksum, m->staging, NULL, m->n, pb);
+        free(m->staging);
         free(m);
         return;
     }
@@ -374,17 +377,18 @@ static void prefill__choose_path(prefill_node_t *pn, pjob_t *j, engine_t *e)
 }
 
 /* cuda-ipc: converts pages [first, first + n) of kv into the destination format in device
- * memory, copies them GPU -> GPU into the decode node's mapped pool, and extends j's checksum.
- * The checksum (XXH3-64, the same chain as the staged path) is computed on the host from one
- * device -> host copy of the exported pages: XXH3 is sequential over each page's 1 KiB blocks, so
- * a GPU kernel would not be faster than that read, and it keeps one definition of the bytes as
- * sent. The download also synchronizes the stream, so the pages have landed when it returns. */
+ * memory, copies them GPU -> GPU into the decode node's mapped pool, and reads the exported pages
+ * back into host_out (n pages) for the checksum, which the loop thread computes (XXH3-64, the same
+ * chain as the staged path, while the next chunk computes). XXH3 is sequential over a page's
+ * 1 KiB blocks and the pages are chained, so a GPU kernel would not beat that one device -> host
+ * read, and the checksum keeps one definition of the bytes as sent. The read also synchronizes
+ * the stream: the pages have landed when it returns. */
 static pd_status_t prefill__write_direct(pjob_t *j, engine_t *e, const kv_seq_t *kv, int first,
-                                         int n)
+                                         int n, uint8_t *host)
 {
     pd_backend_t *be = engine_backend(e);
     const size_t pb = j->dst_layout.page_bytes, len = kv_cuda_ipc_len(j->ipc);
-    uint8_t *base = kv_cuda_ipc_base(j->ipc), *dev = NULL, *host = NULL;
+    uint8_t *base = kv_cuda_ipc_base(j->ipc), *dev = NULL;
     pd_status_t st;
 
     if (pd_clock_ms() > j->write_deadline_ms)
@@ -397,8 +401,6 @@ static pd_status_t prefill__write_direct(pjob_t *j, engine_t *e, const kv_seq_t 
             return PD_ERR_INVALID;
         }
     }
-    if (!(host = malloc((size_t)n * pb)))
-        return PD_ERR_NOMEM;
     if ((st = be->ops->alloc(be, (size_t)n * pb, (void **)&dev)) != PD_OK)
         goto out;
     if ((st = engine_export_pages_dev(e, kv, first, n, &j->dst_layout, j->dst_pages + first, dev)))
@@ -413,15 +415,12 @@ static pd_status_t prefill__write_direct(pjob_t *j, engine_t *e, const kv_seq_t 
     }
     if (st == PD_OK)
         st = be->ops->download(be, host, dev, (size_t)n * pb);
-    if (st == PD_OK)
-        j->checksum = node_pages_checksum(j->checksum, host, NULL, n, pb);
-    else
+    if (st != PD_OK)
         pd_log_error("seq %llu: cuda ipc write of pages %d..%d: %s", (unsigned long long)j->seq_id,
                      first, first + n - 1, pd_status_str(st));
 out:
     if (dev)
         be->ops->free(be, dev);
-    free(host);
     return st;
 }
 
@@ -436,8 +435,13 @@ static int prefill__pages(void *arg, const kv_seq_t *kv, int first, int n)
     m = malloc(sizeof *m);
     PD_ASSERT(m); /* a message back to the loop thread must not be lost (compute_post aborts too) */
     if (j->direct) {
-        m->staging = NULL;
-        m->st = prefill__write_direct(j, compute_engine(c), kv, first, n);
+        m->staging = malloc((size_t)n * j->dst_layout.page_bytes);
+        m->st = m->staging ? prefill__write_direct(j, compute_engine(c), kv, first, n, m->staging)
+                           : PD_ERR_NOMEM;
+        if (m->st != PD_OK) {
+            free(m->staging);
+            m->staging = NULL;
+        }
         m->j = j;
         m->first = first;
         m->n = n;
