@@ -2,9 +2,10 @@
  * weights, so real-size models can be served and benchmarked without downloads.
  *
  * Writes config.json (the published shape of the architecture; --layers, --hidden and --experts
- * shrink it), BF16 safetensors shards of at most 4 GiB with model.safetensors.index.json, and the
- * fixtures' tokenizer (tiny-llama's byte-level BPE) with its vocabulary padded to the model's
- * vocab_size by unreachable "<|synth_pad_N|>" entries, so every id the model can emit decodes.
+ * shrink it, --context sets max_position_embeddings), BF16 safetensors shards of at most 4 GiB with
+ * model.safetensors.index.json, and the fixtures' tokenizer (tiny-llama's byte-level BPE) with its
+ * vocabulary padded to the model's vocab_size by unreachable "<|synth_pad_N|>" entries, so every id
+ * the model can emit decodes.
  *
  * Weights: each tensor is filled from its own stream (splitmix64 seeded by --seed and the tensor
  * name, so a tensor does not depend on the others or on the shard layout), uniform with the
@@ -374,7 +375,8 @@ static int synth__usage(void)
 {
     fprintf(stderr,
             "usage: pdctl synth --arch NAME --out DIR [--layers N] [--seed S] "
-            "[--hidden H] [--experts E] [--shard-mib M] [--tokenizer-from DIR] [--config-only]\n"
+            "[--hidden H] [--experts E] [--context N] [--shard-mib M] [--tokenizer-from DIR] "
+            "[--config-only]\n"
             "architectures:");
     for (size_t i = 0; i < sizeof synth_arches / sizeof synth_arches[0]; i++)
         fprintf(stderr, " %s%s", synth_arches[i].name, synth_arches[i].loads ? "" : " (not yet)");
@@ -385,7 +387,7 @@ static int synth__usage(void)
 int pdctl_synth(int argc, char **argv)
 {
     const char *arch = NULL, *out = NULL, *from = PDCTL_MODELS_DIR "/tiny-llama";
-    long layers = 0, hidden = 0, experts = 0, shard_mib = SYNTH_SHARD_MIB;
+    long layers = 0, hidden = 0, experts = 0, context = 0, shard_mib = SYNTH_SHARD_MIB;
     int config_only = 0;
     unsigned long long seed = 0;
     synth_arch_t a;
@@ -416,6 +418,8 @@ int pdctl_synth(int argc, char **argv)
             hidden = strtol(v, &end, 10);
         else if (strcmp(o, "--shard-mib") == 0)
             shard_mib = strtol(v, &end, 10);
+        else if (strcmp(o, "--context") == 0)
+            context = strtol(v, &end, 10);
         else if (strcmp(o, "--experts") == 0)
             experts = strtol(v, &end, 10);
         else
@@ -450,6 +454,12 @@ int pdctl_synth(int argc, char **argv)
                 a.layers, a.top_k, a.experts);
         return 2;
     }
+    if (context < 0 || context > (1 << 20)) {
+        fprintf(stderr, "pdctl synth: --context 1..%d\n", 1 << 20);
+        return 2;
+    }
+    if (context) /* e.g. 32768 for 32k-token prompts on a Llama-3 shape (published: 8192) */
+        a.max_pos = (int)context;
     if (layers)
         a.layers = (int)layers;
     if (experts)

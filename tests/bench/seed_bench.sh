@@ -13,7 +13,7 @@
 #   tcp       kv_transport_bench --mode tcp: the staged path's network leg (UCX over TCP loopback)
 #   cluster   check_cluster.py: the fixtures through a CUDA cluster (both nodes on GPU 0, so KV
 #             goes over CUDA IPC) give the single-process tokens
-#   synth     pdctl synth --arch $ARCH --layers $LAYERS
+#   synth     pdctl synth --arch $ARCH --layers $LAYERS --context $CONTEXT
 #   bench     seed_bench.py (all experiments, or $EXPERIMENTS; SMALL=1: --small) → $OUT/bench,
 #             $OUT/benchmarks.md and PNGs
 # Logs and results go to $OUT; exits 1 when a step failed or the deadline skipped it.
@@ -26,7 +26,8 @@ export UCX_MODULE_DIR=$G/ucx PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
 export PDSERVE_BIN_DIR=$G/bin PDCTL=$G/bin/pdctl
 ARCH=${ARCH:-llama-3-8b}
 LAYERS=${LAYERS:-4}
-MODEL=${MODEL_DIR:-/tmp/pdserve-synth-$ARCH-$LAYERS}
+CONTEXT=${CONTEXT:-33024} # max_position_embeddings: room for the 32k-token prompts of experiment 6
+MODEL=${MODEL_DIR:-/tmp/pdserve-synth-$ARCH-$LAYERS-$CONTEXT}
 steps=${STEPS:-ipc tcp cluster synth bench}
 rc=0
 step() { # name timeout cmd...
@@ -59,7 +60,8 @@ for s in $steps; do
     tcp) step tcp 120 "$G/bin/kv_transport_bench" --mode tcp --size 1048576 --total-mb 1024 ;;
     cluster) step cluster 300 python3 "$G/check_cluster.py" "$G/bin" --models deploy/models ;;
     synth) [ -f "$MODEL/config.json" ] || step synth 300 "$G/bin/pdctl" synth --arch "$ARCH" \
-            --layers "$LAYERS" --out "$MODEL" --tokenizer-from deploy/models/tiny-llama ;;
+            --layers "$LAYERS" --context "$CONTEXT" --out "$MODEL" \
+            --tokenizer-from deploy/models/tiny-llama ;;
     bench)
         python3 - "$OUT" <<'PY'
 import json, re, sys
@@ -69,9 +71,10 @@ try:
     for line in open(out + "/ipc.jsonl"):
         x = json.loads(line)
         k = "%d KiB pages" % (x["page_bytes"] >> 10)
-        r["cuda ipc, %s (%s, reader check %s)" % (k, x["what"], "ok" if x["verified"] else "FAILED")] = "%.1f" % x["ipc_gbs"]
-        r["staged: device -> pinned host, %s" % k] = "%.1f" % x["staged_d2h_gbs"]
-        r["staged: pinned host -> device, %s" % k] = "%.1f" % x["staged_h2d_gbs"]
+        r["cuda ipc, one copy per %s page (%s, reader check %s)" % (k, x["what"], "ok" if x["verified"] else "FAILED")] = "%.1f" % x["ipc_gbs"]
+        r["writer checksum read + XXH3 of %.2f GB (pageable host)" % (x["checksum_bytes"] / 1e9)] = "%.2f" % (x["checksum_bytes"] / 1e9 / (x["checksum_ms"] / 1e3))
+        r["staged leg: device -> pinned host, bulk copies of %.1f GB" % (x["bytes"] / 1e9)] = "%.1f" % x["staged_d2h_gbs"]
+        r["staged leg: pinned host -> device, bulk copies of %.1f GB" % (x["bytes"] / 1e9)] = "%.1f" % x["staged_h2d_gbs"]
     m = re.search(r"([0-9.]+) MB/s", open(out + "/tcp.log").read())
     if m:
         r["staged: UCX put over TCP loopback, 1 MiB puts"] = "%.2f" % (float(m.group(1)) / 1e3)

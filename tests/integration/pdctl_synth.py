@@ -75,6 +75,11 @@ with tempfile.TemporaryDirectory() as tmp:
         check(f"{arch} tokenizer padded", ids == set(range(want["vocab_size"])),
               f"{len(ids)} ids")
 
+    out = os.path.join(tmp, "ctx")
+    rc, _, err = run(["synth", "--arch", "llama-3-8b", "--out", out, "--config-only",
+                      "--context", "33024"])
+    check("--context sets max_position_embeddings", rc == 0 and json.load(
+        open(os.path.join(out, "config.json")))["max_position_embeddings"] == 33024, err)
     rc, _, err = run(["synth", "--arch", "glm-4.5", "--out", os.path.join(tmp, "glm")])
     check("glm-4.5 refused until its family loads", rc == 2 and "does not load" in err, err)
     rc, _, err = run(["synth", "--arch", "llama-3-8b", "--out", os.path.join(tmp, "x"),

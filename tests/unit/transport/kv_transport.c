@@ -58,8 +58,8 @@ static void on_sent(void *arg, pd_status_t st)
     (void)st;
 }
 
-static void on_ack(void *arg, const void *header, size_t header_len, const void *data, size_t len,
-                   kv_transport_ep_t *from)
+static void on_ack(void *arg, const void *header, size_t header_len, const void *data,
+                   size_t len, kv_transport_ep_t *from)
 {
     (void)header;
     (void)header_len;
@@ -149,19 +149,20 @@ static void on_flush_then_send(void *arg, pd_status_t st)
     fx_t *fx = arg;
     fx_event(fx, 'f', st);
     uint32_t off = 2 * PAGE;
-    assert_int_equal(
-        kv_transport_am_send(fx->ep, AM_DONE, &off, sizeof off, "hello", 5, on_sent, fx), PD_OK);
+    assert_int_equal(kv_transport_am_send(fx->ep, AM_DONE, &off, sizeof off, "hello", 5, on_sent,
+                                          fx),
+                     PD_OK);
 }
 
 static void test_put_flush_am_order(void **state)
 {
     fx_t *fx = *state;
-    assert_int_equal(
-        kv_transport_put(fx->ep, fx->expect, PAGE, fx_addr(fx, 2 * PAGE), fx->rkey, on_put, fx),
-        PD_OK);
-    assert_int_equal(
-        kv_transport_put(fx->ep, fx->expect, 100, fx_addr(fx, REGION - 100), fx->rkey, on_put, fx),
-        PD_OK);
+    assert_int_equal(kv_transport_put(fx->ep, fx->expect, PAGE, fx_addr(fx, 2 * PAGE), fx->rkey,
+                                      on_put, fx),
+                     PD_OK);
+    assert_int_equal(kv_transport_put(fx->ep, fx->expect, 100, fx_addr(fx, REGION - 100),
+                                      fx->rkey, on_put, fx),
+                     PD_OK);
     assert_int_equal(kv_transport_flush(fx->ep, on_flush_then_send, fx), PD_OK);
     /* Callbacks never run inside the call that started the operation. */
     assert_int_equal(fx->n_events, 0);
@@ -220,8 +221,9 @@ static void test_put_outside_region(void **state)
     assert_int_equal(kv_transport_put(fx->ep, big, REGION + 1, base, fx->rkey, on_put, fx),
                      PD_ERR_INVALID);
     /* Wrap-around of remote_addr + len. */
-    assert_int_equal(kv_transport_put(fx->ep, big, (size_t)-1 - 2, base + 8, fx->rkey, on_put, fx),
-                     PD_ERR_INVALID);
+    assert_int_equal(
+        kv_transport_put(fx->ep, big, (size_t)-1 - 2, base + 8, fx->rkey, on_put, fx),
+        PD_ERR_INVALID);
     /* The exact region is fine. */
     assert_int_equal(kv_transport_put(fx->ep, big, REGION, base, fx->rkey, on_put, fx), PD_OK);
     uv_run(&fx->loop, UV_RUN_DEFAULT);
@@ -235,7 +237,8 @@ static void test_region_deregistered(void **state)
     fx_t *fx = *state;
     kv_transport_mem_deregister(fx->mem);
     fx->mem = NULL;
-    assert_int_equal(kv_transport_put(fx->ep, fx->expect, 8, fx_addr(fx, 0), fx->rkey, on_put, fx),
+    assert_int_equal(kv_transport_put(fx->ep, fx->expect, 8, fx_addr(fx, 0), fx->rkey, on_put,
+                                      fx),
                      PD_OK);
     uv_run(&fx->loop, UV_RUN_DEFAULT);
     assert_string_equal(fx->events, "p");
@@ -246,9 +249,9 @@ static void test_peer_gone(void **state)
 {
     fx_t *fx = *state;
     for (int i = 0; i < 4; i++)
-        assert_int_equal(
-            kv_transport_put(fx->ep, fx->expect, PAGE, fx_addr(fx, i * PAGE), fx->rkey, on_put, fx),
-            PD_OK);
+        assert_int_equal(kv_transport_put(fx->ep, fx->expect, PAGE, fx_addr(fx, i * PAGE),
+                                          fx->rkey, on_put, fx),
+                         PD_OK);
     assert_int_equal(kv_transport_flush(fx->ep, on_flush, fx), PD_OK);
     kv_transport_mem_deregister(fx->mem);
     fx->mem = NULL;
@@ -262,7 +265,8 @@ static void test_peer_gone(void **state)
     assert_ptr_equal(fx->failed_ep, fx->ep);
     assert_true(fx->region[0] == 0);
     /* Later calls are refused at once. */
-    assert_int_equal(kv_transport_put(fx->ep, fx->expect, 8, fx_addr(fx, 0), fx->rkey, on_put, fx),
+    assert_int_equal(kv_transport_put(fx->ep, fx->expect, 8, fx_addr(fx, 0), fx->rkey, on_put,
+                                      fx),
                      PD_ERR_UNAVAILABLE);
     assert_int_equal(kv_transport_flush(fx->ep, on_flush, fx), PD_ERR_UNAVAILABLE);
     assert_int_equal(kv_transport_am_send(fx->ep, AM_DONE, NULL, 0, NULL, 0, on_sent, fx),
@@ -298,8 +302,9 @@ static void test_peer_gone(void **state)
 static void test_close_cancels(void **state)
 {
     fx_t *fx = *state;
-    assert_int_equal(
-        kv_transport_put(fx->ep, fx->expect, PAGE, fx_addr(fx, 0), fx->rkey, on_put, fx), PD_OK);
+    assert_int_equal(kv_transport_put(fx->ep, fx->expect, PAGE, fx_addr(fx, 0), fx->rkey, on_put,
+                                      fx),
+                     PD_OK);
     assert_int_equal(kv_transport_flush(fx->ep, on_flush, fx), PD_OK);
     kv_transport_ep_close(fx->ep);
     fx->ep = NULL;
@@ -313,8 +318,9 @@ static void test_close_cancels(void **state)
 static void test_destroy_cancels(void **state)
 {
     fx_t *fx = *state;
-    assert_int_equal(
-        kv_transport_put(fx->ep, fx->expect, PAGE, fx_addr(fx, 0), fx->rkey, on_put, fx), PD_OK);
+    assert_int_equal(kv_transport_put(fx->ep, fx->expect, PAGE, fx_addr(fx, 0), fx->rkey, on_put,
+                                      fx),
+                     PD_OK);
     kv_transport_destroy(fx->src); /* completes the put with CANCELLED, frees ep */
     fx->src = NULL;
     fx->ep = NULL;
@@ -357,9 +363,9 @@ static void test_cuda_refused(void **state)
     assert_int_equal(kv_transport_mem_register_cuda(fx->dst, fx->region, PAGE, &m),
                      PD_ERR_UNSUPPORTED);
     assert_null(m);
-    assert_int_equal(
-        kv_transport_put_cuda(fx->ep, fx->expect, PAGE, fx_addr(fx, 0), fx->rkey, on_put, fx),
-        PD_ERR_UNSUPPORTED);
+    assert_int_equal(kv_transport_put_cuda(fx->ep, fx->expect, PAGE, fx_addr(fx, 0), fx->rkey,
+                                           on_put, fx),
+                     PD_ERR_UNSUPPORTED);
     assert_int_equal(fx->n_events, 0);
 }
 
