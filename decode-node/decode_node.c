@@ -874,7 +874,7 @@ static void decode__kv_done_msg(decode_node_t *dn, const void *header, size_t he
     kvdone_job_t *j;
     if (dn->hooks.on_kv_done && header_len <= sizeof buf) {
         memcpy(buf, header, header_len);
-        dn->hooks.on_kv_done(dn->hooks.arg, buf, sizeof buf, &header_len);
+        dn->hooks.on_kv_done(dn->hooks.arg, buf, sizeof buf, &header_len, &direct);
         header = buf;
     }
     if (node_kv_done_unpack(header, header_len, dn->node->name, &m) != PD_OK)
