@@ -476,8 +476,9 @@ int pdctl_synth(int argc, char **argv)
         kv = kv < 1 ? 1 : kv;
         while (heads % kv)
             kv--;
-        a.inter = (int)((int64_t)a.inter * hidden / a.hidden);
-        a.moe_inter = (int)((int64_t)a.moe_inter * hidden / a.hidden);
+        /* MLP widths in proportion, rounded up to 128 so INT4 (groups of 128 along K) loads */
+        a.inter = (int)(((int64_t)a.inter * hidden / a.hidden + 127) / 128 * 128);
+        a.moe_inter = (int)(((int64_t)a.moe_inter * hidden / a.hidden + 127) / 128 * 128);
         a.hidden = (int)hidden;
         a.heads = heads;
         a.kv_heads = kv;

@@ -95,7 +95,13 @@ with tempfile.TemporaryDirectory() as tmp:
         if rc != 0:
             continue
         cfg = json.load(open(os.path.join(out, "config.json")))
-        check(f"{arch} shrunk", cfg["num_hidden_layers"] == 2 and cfg["hidden_size"] == 256, "")
+        check(f"{arch} shrunk", cfg["num_hidden_layers"] == 2 and cfg["hidden_size"] == 256 and
+              cfg["intermediate_size"] % 128 == 0 and cfg.get("moe_intermediate_size", 128) % 128 == 0,
+              str(cfg))
+        # every weight format loads the shrunk model (INT4 needs K % 128 == 0)
+        rc, so, err = run(["generate", "--model", out, "--prompt", "hi", "--max-tokens", "2",
+                           "--weights", "int4"])
+        check(f"{arch} loads as int4", rc == 0, err.strip()[-200:])
         logits = os.path.join(tmp, arch + ".logits")
         rc, so, err = run(["generate", "--model", out, "--prompt", "To be, or not to be",
                            "--max-tokens", "16", "--json", "--logits-out", logits])
