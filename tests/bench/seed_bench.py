@@ -205,7 +205,7 @@ def exp_kv_transfer(a, R):
 
 def exp_overlap(a, R):
     out = []
-    n = 4096 if a.backend == "cuda" else 1024
+    n = min(4096 if a.backend == "cuda" else 1024, max_pos(a.model) - 8)
     for ov in ("1", "0"):
         env = {"PDSERVE_KV_OVERLAP": ov, "PDSERVE_KV_CUDA_IPC": "0"}
         with Run(a, "overlap-" + ov, prefill={"prefill_chunk": a.chunk}, env=env) as r:
@@ -249,7 +249,7 @@ def exp_int4_decode(a, R):
 
 def exp_int4_prefill(a, R):
     out = []
-    n = 4096 if a.small else 8192
+    n = min(4096 if a.small else 8192, max_pos(a.model) - 64)
     for w in ("fp8", "int4"):
         with Run(a, "pre-" + w, prefill={"weights": w}) as r:
             x = load(r.http, 1, 2 if a.small else 4, n, 1, R["vocab"])
@@ -263,6 +263,7 @@ def exp_int4_prefill(a, R):
 def exp_tracker(a, R):
     out = []
     P, O, C, N = (2048, 64, 4, 8) if a.small else (8192, 1000, 8, 16)
+    P = min(P, max_pos(a.model) - O - 1)
     runs = 1 if a.small else 3
     for i in range(runs):
         for t in (("tagged", "noop") if i % 2 == 0 else ("noop", "tagged")):
