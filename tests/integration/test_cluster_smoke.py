@@ -76,11 +76,19 @@ def main():
             with urllib.request.urlopen(base + "/ready", timeout=30) as resp:
                 j = json.loads(resp.read())
                 check("%s-ready" % n["name"], resp.status == 200 and j["node"] == n["name"], j)
+                # CPU pools on both sides: the KV path is ucx-host (kv_path.h), on both nodes
+                check("%s-kv-path" % n["name"], j.get("kv_path") == "ucx-host", j)
             with urllib.request.urlopen(base + "/metrics", timeout=30) as resp:
                 text = resp.read().decode()
                 check("%s-metrics" % n["name"], resp.status == 200 and
                       'pdserve_node_kv_pages_capacity{node="%s"' % n["name"] in text and
                       "pdserve_node_integrity_failures_total" in text, text[:800])
+                m = re.search(r'pdserve_node_kv_pages_written_total\{[^}]*path="ucx-host"\} (\d+)',
+                              text)
+                written = int(m.group(1)) if m else -1
+                # the prefill node counts the pages it wrote; the decode node writes none
+                check("%s-kv-pages-written" % n["name"],
+                      written > 0 if n.get("role") == "prefill" else written == 0, written)
     finally:
         c.stop()  # pdctl down: SIGTERM, the processes exit and print their sanitizer summaries
     reports = []
