@@ -386,6 +386,15 @@ static void cuda_kv_write(pd_backend_t *be, void *arena, const kv_layout_t *l, i
     cuda__note(c, kv_write(arena, l, layer, k, v, slots, n, c->stream));
 }
 
+static void cuda_rope_kv_write(pd_backend_t *be, float *q, float *k, const float *v,
+                               const int32_t *pos, const float *inv_freq, int n, int n_heads,
+                               void *arena, const kv_layout_t *l, int layer, const int32_t *slots)
+{
+    cuda_t *c = cuda__get(be);
+    cuda__note(c, kv_rope_write(q, k, v, pos, inv_freq, n, n_heads, arena, l, layer, slots,
+                                c->stream));
+}
+
 static pd_status_t cuda__attention(cuda_t *c, float *out, const float *q, const void *arena,
                                    const kv_layout_t *l, int layer, const pd_attn_batch_t *b,
                                    int n_heads)
@@ -749,6 +758,7 @@ static const pd_backend_ops_t cuda_ops = {
         .graph_free = cuda_graph_free,
     .weight_prepare = cuda_weight_prepare,
     .sample = cuda_sample,
+    .rope_kv_write = cuda_rope_kv_write,
 };
 
 void *backend_cuda_stream(pd_backend_t *be)
