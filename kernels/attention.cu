@@ -708,11 +708,12 @@ static __global__ void __launch_bounds__(32 * ATTN_TC__WARPS, attn_tc__cfg<FMT, 
                     pv[j][e] = attn_tc__ex2(pv[j][e] - mvs);
             mv = mv_new;
         }
+        if (__any_sync(0xffffffffu, corr_o != 1.0f)) /* the max moved for some head */
 #pragma unroll
-        for (int j = 0; j < C::DT; j++)
+            for (int j = 0; j < C::DT; j++)
 #pragma unroll
-            for (int i = 0; i < 4; i++)
-                o[j][i] *= corr_o;
+                for (int i = 0; i < 4; i++)
+                    o[j][i] *= corr_o;
         /* P as the A operand: k = tokens 2 qd + {0, 1} (n tile 0) and 8 + 2 qd + {0, 1} */
         uint32_t pa0[3], pa1[3];
         attn_tc__split<FMT>(pv[0][0], pv[0][1], pa0);

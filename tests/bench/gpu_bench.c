@@ -14,6 +14,7 @@
  * Per-op also times flash attention (kernels/attention_flash.h) against the SIMT kernel
  * (attention_run) on prefill shapes, one layer: 8192 causal, 16 x 512 varlen, a 512-row chunk at
  * the end of 8192 tokens; and the BF16 GEMM in both modes (one bf16 GEMM, hi + lo split).
+ * attnprof: one launch each of fp8 / bf16 at B 64 ctx 1k and B 1 ctx 32k (for ncu).
  * attn: decode attention alone (tensor-core kernel against the SIMT kernels, B 1..64, ctx 1k..32k).
  * Usage: gpu_bench [ops] [decode] [prefill] [flash] [int4] [attn] [all] (default all; flash: only the
  * 8192 causal flash attention and the FP8 8192 x 14336 x 4096 GEMM, for ncu; int4: the INT4
@@ -94,13 +95,14 @@ static int cmp_f(const void *a, const void *b)
 
 /* median ms of fn over reps (after 3 warm-ups), timed with events on the backend stream */
 typedef void (*op_fn)(void *arg);
+static int time_warm = 3; /* warm-up launches of time_op (attnprof: 0, one launch per case) */
 static float time_op(op_fn fn, void *arg, int reps)
 {
     cudaEvent_t a, b;
     float ts[64];
     cudaEventCreate(&a);
     cudaEventCreate(&b);
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < time_warm; i++)
         fn(arg);
     ok(be->ops->sync(be), "warm-up");
     for (int i = 0; i < reps; i++) {
@@ -230,7 +232,7 @@ static void bench_attention_on(pd_kvfmt_t fmt, int B, int ctx, int tc)
     att_arg_t a = {NULL, dev_random_f32((size_t)B * 32 * 128, 1.0f), arena, &l, &b};
     ok(be->ops->alloc(be, (size_t)B * 32 * 128 * 4, (void **)&a.out), "alloc");
     attention_decode_tc = tc;
-    float ms = time_op(run_att, &a, 20);
+    float ms = time_op(run_att, &a, time_warm ? 20 : 1);
     attention_decode_tc = 1;
     double bytes = (double)B * ctx * 2 * (l.side_bytes + l.scale_bytes) / l.page_tokens;
     snprintf(shape, sizeof shape, "%s kv B %d ctx %d%s", pd_kvfmt_name(fmt), B, ctx,
@@ -798,12 +800,13 @@ static void bench_model(bool decode, bool prefill)
 int main(int argc, char **argv)
 {
     bool ops = argc < 2, decode = argc < 2, prefill = argc < 2, flash = false, int4 = false;
-    bool attn = false;
+    bool attn = false, attnprof = false;
     for (int i = 1; i < argc; i++) {
         bool all = !strcmp(argv[i], "all");
         flash |= !strcmp(argv[i], "flash");
         int4 |= !strcmp(argv[i], "int4"); /* the INT4 paths table alone (also part of ops) */
         attn |= !strcmp(argv[i], "attn"); /* the decode attention table alone */
+        attnprof |= !strcmp(argv[i], "attnprof"); /* 4 single launches, for ncu */
         ops |= all || !strcmp(argv[i], "ops");
         decode |= all || !strcmp(argv[i], "decode");
         prefill |= all || !strcmp(argv[i], "prefill");
@@ -836,6 +839,13 @@ int main(int argc, char **argv)
     }
     if (attn)
         bench_attn_decode();
+    if (attnprof) { /* one launch each of the tensor-core kernel, for ncu */
+        time_warm = 0;
+        bench_attention_on(PD_KV_FP8, 64, 1024, 1);
+        bench_attention_on(PD_KV_FP8, 1, 32768, 1);
+        bench_attention_on(PD_KV_BF16, 64, 1024, 1);
+        bench_attention_on(PD_KV_BF16, 1, 32768, 1);
+    }
     if (decode || prefill)
         bench_model(decode, prefill);
     backend_destroy(be_split);
