@@ -386,8 +386,10 @@ static __global__ void attention__merge(float *out, const float *part, int n_spl
  * One block = one query row, one KV head (all G <= 8 query heads of its GQA group), one split of
  * the row's context; ATTN_TC__WARPS warps, each taking every ATTN_TC__WARPS-th tile of 16 tokens
  * of the split. A warp streams its tiles (K and V rows of 16 tokens, fp8: their scales) from the
- * pages into its own shared-memory ring with cp.async (ATTN_TC__STAGES(FMT) tiles, up to
- * STAGES - 1 in flight while it computes one) and runs both products on mma.sync m16n8k16:
+ * pages into its own shared-memory ring with cp.async (STAGES tiles, STAGES - 1 in flight while
+ * it computes one; 16-byte chunks XOR-swizzled per row so that the fragment loads below are
+ * free of bank conflicts) and runs both products on mma.sync m16n8k16 (Q's fragments are built
+ * once per block into shared memory):
  *
  *   S (16 x 8 tokens) = Qparts (16 x D) K^T: the A rows are the query heads split into parts
  *     (fp8 KV: f16 hi in rows 0..7, lo in rows 8..15: 22 bits; bf16 KV: bf16 hi / mid in rows
@@ -414,18 +416,22 @@ static __global__ void attention__merge(float *out, const float *part, int n_spl
 template <int FMT, int D> struct attn_tc__cfg {
     static constexpr int ELEM = FMT == PD_KV_FP8 ? 1 : 2;
     static constexpr int ROW = D * ELEM;    /* bytes of one (token, kv head) vector */
-    static constexpr int RS = ROW + 16;     /* its stride in shared memory (padded: banks) */
-    static constexpr int CPR = ROW / 16;    /* 16-byte chunks per row */
+    static constexpr int RS = ROW;          /* its stride in shared memory */
+    static constexpr int CPR = ROW / 16;    /* 16-byte chunks per row; chunk c of token row t is
+                                               stored at c ^ (t % CPR) (banks) */
     static constexpr int NCS = ATTN_TC__TILE * CPR / 32; /* chunks per lane per side and tile */
     static constexpr int SIDE = ATTN_TC__TILE * RS;      /* bytes of a tile's K (or V) */
     static constexpr int STAGE = 2 * SIDE + (FMT == PD_KV_FP8 ? 2 * ATTN_TC__TILE * 4 : 0);
-    static constexpr int STAGES = 3;
-    static constexpr int SMEM = ATTN_TC__WARPS * STAGES * STAGE;
+    static constexpr int STAGES = FMT == PD_KV_FP8 ? 3 : 2; /* ring slots per warp */
     static constexpr int KS = D / 16;         /* k steps of Q K^T */
+    /* Q fragments of the block, shared by its warps: (KS, 32 lanes) uint4 [+ (KS, 32) uint2] */
+    static constexpr int QSMEM = KS * 32 * (FMT == PD_KV_FP8 ? 16 : 24);
+    static constexpr int SMEM = QSMEM + ATTN_TC__WARPS * STAGES * STAGE;
     static constexpr int DT = D / 8;          /* n tiles of P V */
     static constexpr int KW = D / 4 * ELEM / 4; /* K words one lane reads per token */
     static constexpr int VW = D / 8 * ELEM / 4; /* V words one lane reads per token row */
-    static constexpr int MINB = FMT == PD_KV_FP8 ? 3 : 2; /* blocks per SM (registers) */
+    /* blocks per SM (registers; shared memory allows the same: fp8 hd 128 53.5 KB, bf16 70 KB) */
+    static constexpr int MINB = FMT == PD_KV_FP8 ? 4 : 3;
 };
 
 static __device__ __forceinline__ uint32_t attn_tc__saddr(const void *p)
@@ -540,7 +546,9 @@ static __global__ void __launch_bounds__(32 * ATTN_TC__WARPS, attn_tc__cfg<FMT, 
 
     const size_t koff = kutil_kv_data_off(l, layer, 0), voff = kutil_kv_data_off(l, layer, 1);
     const size_t ksoff = kutil_kv_scale_off(l, layer, 0), vsoff = kutil_kv_scale_off(l, layer, 1);
-    uint8_t *ring = attn_tc__smem + (size_t)warp * C::STAGES * C::STAGE;
+    uint4 *sqa = (uint4 *)attn_tc__smem;
+    uint2 *sqb = (uint2 *)(attn_tc__smem + C::KS * 32 * 16);
+    uint8_t *ring = attn_tc__smem + C::QSMEM + (size_t)warp * C::STAGES * C::STAGE;
 
     /* tile `tile` of this split (16 tokens from t_begin + 16 tile) -> ring slot `slot`; tokens
      * past t_end are zero-filled (their loads read a valid token) */
@@ -555,8 +563,9 @@ static __global__ void __launch_bounds__(32 * ATTN_TC__WARPS, attn_tc__cfg<FMT, 
             const size_t off =
                 (size_t)bt[pg] * l.page_bytes + ((size_t)ti * KVH + kvh) * C::ROW + ch * 16;
             const int nb = t < t_end ? 16 : 0;
-            attn_tc__cp16(sa + tok * C::RS + ch * 16, arena + koff + off, nb);
-            attn_tc__cp16(sa + C::SIDE + tok * C::RS + ch * 16, arena + voff + off, nb);
+            const int dst = tok * C::RS + ((ch ^ (tok % C::CPR)) << 4);
+            attn_tc__cp16(sa + dst, arena + koff + off, nb);
+            attn_tc__cp16(sa + C::SIDE + dst, arena + voff + off, nb);
         }
         if constexpr (FMT == PD_KV_FP8) { /* lanes 0..15: K scales, 16..31: V scales */
             const int t = t0 + (lane & 15), tc = t < t_end ? t : t_end - 1;
@@ -578,7 +587,6 @@ static __global__ void __launch_bounds__(32 * ATTN_TC__WARPS, attn_tc__cfg<FMT, 
      * dims qd D/4 + 4 ks + {0, 1} (k = 2 qd + {0, 1}) and + {2, 3} (k = 2 qd + 8 + {0, 1}).
      * fp8 KV: q is scaled by 2^e per head into [2^14, 2^15) so that its f16 parts keep 22 bits;
      * qsc undoes it and carries log2(e) / sqrt(D). */
-    uint32_t qa[C::KS][4], qb[C::KS][2];
     float qsc = 1.4426950408889634f / sqrtf((float)D);
     {
         float qv[D / 4];
@@ -611,10 +619,14 @@ static __global__ void __launch_bounds__(32 * ATTN_TC__WARPS, attn_tc__cfg<FMT, 
             uint32_t p01[3], p23[3];
             attn_tc__split<FMT>(qv[4 * k], qv[4 * k + 1], p01);
             attn_tc__split<FMT>(qv[4 * k + 2], qv[4 * k + 3], p23);
-            qa[k][0] = p01[0], qa[k][1] = p01[1], qa[k][2] = p23[0], qa[k][3] = p23[1];
-            qb[k][0] = p01[2], qb[k][1] = p23[2];
+            if (warp == 0) { /* every warp computed the same fragments */
+                sqa[k * 32 + lane] = make_uint4(p01[0], p01[1], p23[0], p23[1]);
+                if constexpr (FMT != PD_KV_FP8)
+                    sqb[k * 32 + lane] = make_uint2(p01[2], p23[2]);
+            }
         }
     }
+    __syncthreads();
 
     float o[C::DT][4];
 #pragma unroll
@@ -637,26 +649,35 @@ static __global__ void __launch_bounds__(32 * ATTN_TC__WARPS, attn_tc__cfg<FMT, 
 
         /* S: n tile j = tokens 8 j + [0, 8); this lane's B column is token 8 j + g */
         float sc[2][4];
+        uint32_t kw[2][C::KW];
 #pragma unroll
         for (int j = 0; j < 2; j++) {
             sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
-            uint32_t kw[C::KW];
-            const uint4 *kp = (const uint4 *)(st + (8 * j + g) * C::RS + qd * C::KW * 4);
+            const int tok = 8 * j + g;
 #pragma unroll
-            for (int i = 0; i < C::KW / 4; i++) {
-                const uint4 v = kp[i];
-                kw[4 * i] = v.x, kw[4 * i + 1] = v.y, kw[4 * i + 2] = v.z, kw[4 * i + 3] = v.w;
+            for (int i = 0; i < C::KW / 4; i++) { /* this lane's chunks qd KW/4 + i */
+                const int ch = (qd * (C::KW / 4) + i) ^ (tok % C::CPR);
+                const uint4 v = *(const uint4 *)(st + tok * C::RS + (ch << 4));
+                kw[j][4 * i] = v.x, kw[j][4 * i + 1] = v.y;
+                kw[j][4 * i + 2] = v.z, kw[j][4 * i + 3] = v.w;
             }
+        }
 #pragma unroll
-            for (int k = 0; k < C::KS; k++) {
+        for (int k = 0; k < C::KS; k++) {
+            const uint4 a = sqa[k * 32 + lane];
+            uint2 bq = make_uint2(0u, 0u);
+            if constexpr (FMT != PD_KV_FP8)
+                bq = sqb[k * 32 + lane];
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
                 uint32_t b0, b1;
                 if constexpr (FMT == PD_KV_FP8)
-                    attn_tc__e4m3x4(kw[k], b0, b1);
+                    attn_tc__e4m3x4(kw[j][k], b0, b1);
                 else
-                    b0 = kw[2 * k], b1 = kw[2 * k + 1];
-                attn_tc__mma<FMT>(sc[j], qa[k][0], qa[k][1], qa[k][2], qa[k][3], b0, b1);
+                    b0 = kw[j][2 * k], b1 = kw[j][2 * k + 1];
+                attn_tc__mma<FMT>(sc[j], a.x, a.y, a.z, a.w, b0, b1);
                 if constexpr (FMT != PD_KV_FP8)
-                    attn_tc__mma<FMT>(sc[j], qb[k][0], 0u, qb[k][1], 0u, b0, b1);
+                    attn_tc__mma<FMT>(sc[j], bq.x, 0u, bq.y, 0u, b0, b1);
             }
         }
         /* this lane: head g, tokens 8 j + 2 qd + e */
@@ -724,14 +745,17 @@ static __global__ void __launch_bounds__(32 * ATTN_TC__WARPS, attn_tc__cfg<FMT, 
 #pragma unroll
         for (int rr = 0; rr < 4; rr++) {
             const int tok = 2 * qd + (rr & 1) + 8 * (rr >> 1);
-            const uint8_t *vp = st + C::SIDE + tok * C::RS + g * C::VW * 4;
+            const uint8_t *vr = st + C::SIDE + tok * C::RS;
+            const int b = g * C::VW * 4; /* byte of this lane's dims in the row, unswizzled */
             if constexpr (C::VW == 2) {
-                const uint2 v = *(const uint2 *)vp;
+                const int ch = (b >> 4) ^ (tok % C::CPR);
+                const uint2 v = *(const uint2 *)(vr + (ch << 4) + (b & 15));
                 vw[rr][0] = v.x, vw[rr][1] = v.y;
             } else {
 #pragma unroll
                 for (int i = 0; i < C::VW / 4; i++) {
-                    const uint4 v = ((const uint4 *)vp)[i];
+                    const int ch = ((b >> 4) + i) ^ (tok % C::CPR);
+                    const uint4 v = *(const uint4 *)(vr + (ch << 4));
                     vw[rr][4 * i] = v.x, vw[rr][4 * i + 1] = v.y;
                     vw[rr][4 * i + 2] = v.z, vw[rr][4 * i + 3] = v.w;
                 }
@@ -814,10 +838,10 @@ static __global__ void __launch_bounds__(32 * ATTN_TC__WARPS, attn_tc__cfg<FMT, 
 
 /* ==== launchers ==== */
 
-/* splits: enough blocks for about ATTENTION__TARGET_BLOCKS (3 resident blocks of the tensor-core
+/* splits: enough blocks for about ATTENTION__TARGET_BLOCKS (4 resident blocks of the tensor-core
  * kernel on each of an H200's 132 SMs), each at least ATTENTION__MIN_CHUNK tokens */
 #define ATTENTION__MIN_CHUNK 64
-#define ATTENTION__TARGET_BLOCKS (3 * 132)
+#define ATTENTION__TARGET_BLOCKS (4 * 132)
 
 int attention_decode_tc = 1;
 
