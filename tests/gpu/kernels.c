@@ -3,6 +3,7 @@
  * zeros), with poisoned outputs (NaN / 0xff bytes), per-op tolerances, on the fixtures' shapes
  * (hidden 512, 4 heads / 2 KV heads, head_dim 128) and Llama-3-8B's (hidden 4096, 32 / 8 heads,
  * FFN 14336). Prints one line per case: op, shape, max error, tolerance, PASS/FAIL.
+ * PD_GPU_TEST_ATTN=1 runs only the decode attention and fused RoPE + KV write cases.
  * Exits 77 (meson: SKIP) when there is no CUDA device, 1 when a case fails.
  * Errors are max |gpu - cpu| / max |cpu| over the output, or a count of differing bytes / ids
  * where the two must agree exactly; flash attention (bf16 tensor cores) is checked per element
@@ -1056,6 +1057,18 @@ int main(void)
     printf("seed %llu (PD_TEST_SEED to repeat)%s\n", (unsigned long long)rng_state,
            small_only ? ", fixture shapes only" : "");
     printf("%-12s %-44s %11s %9s  %s\n", "op", "shape", "max err", "tol", "result");
+    if (getenv("PD_GPU_TEST_ATTN") && atoi(getenv("PD_GPU_TEST_ATTN"))) {
+        /* the decode attention and fused RoPE + KV write cases alone (quick device rounds) */
+        const pd_kvfmt_t fs[] = {PD_KV_BF16, PD_KV_FP8, PD_KV_F32};
+        for (int f = 0; f < 3; f++)
+            case_rope_kv_write(fs[f], 32, 8, 128, 64, 321 + (uint64_t)f);
+        cases_attention_tc();
+        printf("%d cases, %d failed\n", n_cases, n_fail);
+        backend_destroy(gpu_split);
+        backend_destroy(gpu);
+        backend_destroy(cpu);
+        return n_fail ? 1 : 0;
+    }
 
     case_embed(2048, 512, 37);
     if (!small_only)

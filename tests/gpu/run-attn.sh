@@ -2,7 +2,8 @@
 # run-attn.sh [STEP...]: the decode-attention round (issue 11, session 3) on the device machine,
 # from the repository root with the carried folder $G (bin/: test_gpu_kernels gpu_bench pdctl;
 # lib/, ucx/ from collect-libs.sh; this script, check_reference.py, torch_decode_baseline.py,
-# torch_attn_baseline.py). Logs go to $OUT. Steps: kernels attn ncu memcheck greedy decode
+# torch_attn_baseline.py). Logs go to $OUT. Steps: kernels (kattn: the attention cases alone,
+# ksmall: fixture shapes) attn ncu memcheck greedy decode
 # baseline attnbase. DEADLINE=S: no step starts after S seconds, timeouts are cut to what is left.
 set -uo pipefail
 G=${G:-$PWD/.gpu-attn/b}
@@ -33,6 +34,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | t
 for s in "$@"; do
     case $s in
     kernels) step kernels 200 "$G/bin/test_gpu_kernels" ;;
+    kattn) PD_GPU_TEST_ATTN=1 step kattn 100 "$G/bin/test_gpu_kernels" ;;
+    ksmall) PD_GPU_TEST_SMALL=1 step ksmall 100 "$G/bin/test_gpu_kernels" ;;
     attn) step attn 120 "$G/bin/gpu_bench" attn ;;
     ncu) step ncu 120 ncu --clock-control none --kernel-name "regex:attention__tc_kernel" \
         --launch-count 4 --section SpeedOfLight --section Occupancy --section LaunchStats \
@@ -47,5 +50,5 @@ for s in "$@"; do
     *) echo "unknown step $s"; rc=2 ;;
     esac
 done
-grep -E "FAIL|cases,|ERROR SUMMARY" "$OUT"/kernels.log "$OUT"/memcheck.log 2>/dev/null | tail -20
+grep -E "FAIL|cases,|ERROR SUMMARY" "$OUT"/k*.log "$OUT"/memcheck.log 2>/dev/null | tail -20
 exit $rc
