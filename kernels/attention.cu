@@ -848,7 +848,9 @@ int attention_decode_tc = 1;
 extern "C" int attention_splits(int n_rows, int n_kv_heads, int max_ctx)
 {
     const int blocks = n_rows * n_kv_heads, target = ATTENTION__TARGET_BLOCKS;
-    if (blocks >= target || max_ctx <= ATTENTION__MIN_CHUNK)
+    /* 3/4 of the target already fills the SMs about once: a second split would only add a wave
+     * and the merge (B 64 x 8 KV heads = 512 blocks) */
+    if (4 * blocks >= 3 * target || max_ctx <= ATTENTION__MIN_CHUNK)
         return 1;
     int splits = (target + blocks - 1) / blocks;
     const int by_len = (max_ctx + ATTENTION__MIN_CHUNK - 1) / ATTENTION__MIN_CHUNK;
