@@ -415,19 +415,19 @@ static __global__ void attention__merge(float *out, const float *part, int n_spl
 
 template <int FMT, int D> struct attn_tc__cfg {
     static constexpr int ELEM = FMT == PD_KV_FP8 ? 1 : 2;
-    static constexpr int ROW = D * ELEM;    /* bytes of one (token, kv head) vector */
-    static constexpr int RS = ROW;          /* its stride in shared memory */
-    static constexpr int CPR = ROW / 16;    /* 16-byte chunks per row; chunk c of token row t is
-                                               stored at c ^ (t % CPR) (banks) */
+    static constexpr int ROW = D * ELEM; /* bytes of one (token, kv head) vector */
+    static constexpr int RS = ROW;       /* its stride in shared memory */
+    static constexpr int CPR = ROW / 16; /* 16-byte chunks per row; chunk c of token row t is
+                                            stored at c ^ (t % CPR) (banks) */
     static constexpr int NCS = ATTN_TC__TILE * CPR / 32; /* chunks per lane per side and tile */
     static constexpr int SIDE = ATTN_TC__TILE * RS;      /* bytes of a tile's K (or V) */
     static constexpr int STAGE = 2 * SIDE + (FMT == PD_KV_FP8 ? 2 * ATTN_TC__TILE * 4 : 0);
     static constexpr int STAGES = FMT == PD_KV_FP8 ? 3 : 2; /* ring slots per warp */
-    static constexpr int KS = D / 16;         /* k steps of Q K^T */
+    static constexpr int KS = D / 16;                       /* k steps of Q K^T */
     /* Q fragments of the block, shared by its warps: (KS, 32 lanes) uint4 [+ (KS, 32) uint2] */
     static constexpr int QSMEM = KS * 32 * (FMT == PD_KV_FP8 ? 16 : 24);
     static constexpr int SMEM = QSMEM + ATTN_TC__WARPS * STAGES * STAGE;
-    static constexpr int DT = D / 8;          /* n tiles of P V */
+    static constexpr int DT = D / 8;            /* n tiles of P V */
     static constexpr int KW = D / 4 * ELEM / 4; /* K words one lane reads per token */
     static constexpr int VW = D / 8 * ELEM / 4; /* V words one lane reads per token row */
     /* blocks per SM (registers; shared memory allows the same: fp8 hd 128 53.5 KB, bf16 70 KB) */
@@ -590,8 +590,8 @@ static __global__ void __launch_bounds__(32 * ATTN_TC__WARPS, attn_tc__cfg<FMT, 
     float qsc = 1.4426950408889634f / sqrtf((float)D);
     {
         float qv[D / 4];
-        const float4 *qp = (const float4 *)(q + ((size_t)r * H + kvh * G + (g < G ? g : 0)) * D +
-                                            qd * (D / 4));
+        const float4 *qp =
+            (const float4 *)(q + ((size_t)r * H + kvh * G + (g < G ? g : 0)) * D + qd * (D / 4));
 #pragma unroll
         for (int i = 0; i < D / 16; i++) {
             const float4 v = g < G ? qp[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -950,19 +950,27 @@ extern "C" pd_status_t attention_run(float *out, float *scratch, const float *q,
     if (n_rows == 0)
         return PD_OK;
     const int G = n_heads / l->n_kv_heads;
-    if (attention_decode_tc && (l->fmt == PD_KV_BF16 || l->fmt == PD_KV_FP8) && (D == 64 || D == 128)) {
+    if (attention_decode_tc && (l->fmt == PD_KV_BF16 || l->fmt == PD_KV_FP8) &&
+        (D == 64 || D == 128)) {
         /* the tensor-core kernel: split boundaries on tiles of ATTN_TC__TILE tokens */
-        int chunk = n_splits == 1 ? (max_ctx > 0 ? max_ctx : 1) : (max_ctx + n_splits - 1) / n_splits;
+        int chunk =
+            n_splits == 1 ? (max_ctx > 0 ? max_ctx : 1) : (max_ctx + n_splits - 1) / n_splits;
         if (n_splits > 1)
             chunk = (chunk + ATTN_TC__TILE - 1) / ATTN_TC__TILE * ATTN_TC__TILE;
         const dim3 grid((unsigned)n_rows, (unsigned)l->n_kv_heads, (unsigned)n_splits);
         pd_status_t st;
         if (l->fmt == PD_KV_FP8)
-            st = D == 128 ? attention__tc_launch<PD_KV_FP8, 128>(grid, stream, out, scratch, q, arena, l, layer, batch, n_heads, chunk)
-                          : attention__tc_launch<PD_KV_FP8, 64>(grid, stream, out, scratch, q, arena, l, layer, batch, n_heads, chunk);
+            st = D == 128
+                     ? attention__tc_launch<PD_KV_FP8, 128>(grid, stream, out, scratch, q, arena, l,
+                                                            layer, batch, n_heads, chunk)
+                     : attention__tc_launch<PD_KV_FP8, 64>(grid, stream, out, scratch, q, arena, l,
+                                                           layer, batch, n_heads, chunk);
         else
-            st = D == 128 ? attention__tc_launch<PD_KV_BF16, 128>(grid, stream, out, scratch, q, arena, l, layer, batch, n_heads, chunk)
-                          : attention__tc_launch<PD_KV_BF16, 64>(grid, stream, out, scratch, q, arena, l, layer, batch, n_heads, chunk);
+            st = D == 128
+                     ? attention__tc_launch<PD_KV_BF16, 128>(grid, stream, out, scratch, q, arena,
+                                                             l, layer, batch, n_heads, chunk)
+                     : attention__tc_launch<PD_KV_BF16, 64>(grid, stream, out, scratch, q, arena, l,
+                                                            layer, batch, n_heads, chunk);
         if (st != PD_OK || n_splits == 1)
             return st;
         attention__merge<<<dim3((unsigned)n_rows, (unsigned)n_heads), D, 0, stream>>>(out, scratch,

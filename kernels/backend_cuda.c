@@ -391,8 +391,8 @@ static void cuda_rope_kv_write(pd_backend_t *be, float *q, float *k, const float
                                void *arena, const kv_layout_t *l, int layer, const int32_t *slots)
 {
     cuda_t *c = cuda__get(be);
-    cuda__note(c, kv_rope_write(q, k, v, pos, inv_freq, n, n_heads, arena, l, layer, slots,
-                                c->stream));
+    cuda__note(
+        c, kv_rope_write(q, k, v, pos, inv_freq, n, n_heads, arena, l, layer, slots, c->stream));
 }
 
 static pd_status_t cuda__attention(cuda_t *c, float *out, const float *q, const void *arena,
@@ -755,7 +755,7 @@ static const pd_backend_ops_t cuda_ops = {
     .graph_begin = cuda_graph_begin,
     .graph_end = cuda_graph_end,
     .graph_launch = cuda_graph_launch,
-        .graph_free = cuda_graph_free,
+    .graph_free = cuda_graph_free,
     .weight_prepare = cuda_weight_prepare,
     .sample = cuda_sample,
     .rope_kv_write = cuda_rope_kv_write,

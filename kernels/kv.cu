@@ -176,8 +176,8 @@ extern "C" pd_status_t kv_rope_write(float *q, float *k, const float *v, const i
     if (n == 0)
         return PD_OK;
     const int warps = l->n_kv_heads > 4 ? l->n_kv_heads : 4;
-    kv__rope_write<<<n, 32 * warps, 0, stream>>>(q, k, v, pos, inv_freq, n_heads,
-                                                 (uint8_t *)arena, *l, layer, slots);
+    kv__rope_write<<<n, 32 * warps, 0, stream>>>(q, k, v, pos, inv_freq, n_heads, (uint8_t *)arena,
+                                                 *l, layer, slots);
     return KUTIL_LAUNCHED("kv_rope_write");
 }
 

@@ -16,8 +16,8 @@
  * the end of 8192 tokens; and the BF16 GEMM in both modes (one bf16 GEMM, hi + lo split).
  * attnprof: one launch each of fp8 / bf16 at B 64 ctx 1k and B 1 ctx 32k (for ncu).
  * attn: decode attention alone (tensor-core kernel against the SIMT kernels, B 1..64, ctx 1k..32k).
- * Usage: gpu_bench [ops] [decode] [prefill] [flash] [int4] [attn] [all] (default all; flash: only the
- * 8192 causal flash attention and the FP8 8192 x 14336 x 4096 GEMM, for ncu; int4: the INT4
+ * Usage: gpu_bench [ops] [decode] [prefill] [flash] [int4] [attn] [all] (default all; flash: only
+ * the 8192 causal flash attention and the FP8 8192 x 14336 x 4096 GEMM, for ncu; int4: the INT4
  * paths table of ops alone). Needs a CUDA device (exits 77 without).
  */
 #include <cuda_runtime_api.h>
@@ -258,7 +258,8 @@ static void bench_attention(pd_kvfmt_t fmt, int B, int ctx)
  * replaced; the time includes the split merge where there is one). */
 static void bench_attn_decode(void)
 {
-    printf("\ndecode attention, one layer, 32 / 8 heads, hd 128, page 16 (floor: bytes / 4.2 TB/s)\n");
+    printf(
+        "\ndecode attention, one layer, 32 / 8 heads, hd 128, page 16 (floor: bytes / 4.2 TB/s)\n");
     printf("| %-12s | %-34s | %9s | %8s | %9s | %6s |\n", "op", "shape", "time us", "GB/s",
            "TFLOP/s", "floor");
     printf("|---|---|---|---|---|---|\n");

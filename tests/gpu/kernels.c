@@ -743,8 +743,8 @@ static void case_attention_tc(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_
         for (int t = t0; t < P; t++)
             for (int side = 0; side < 2; side++) {
                 size_t row = (size_t)kvh * hd * l.elem_bytes;
-                size_t off = (size_t)last * l.page_bytes + kv_layout_data_off(&l, 1, side) +
-                             (size_t)t * row;
+                size_t off =
+                    (size_t)last * l.page_bytes + kv_layout_data_off(&l, 1, side) + (size_t)t * row;
                 pair_ok(cpu->ops->memset(cpu, (uint8_t *)a.c + off, 0xff, row));
                 pair_ok(gpu->ops->memset(gpu, (uint8_t *)a.g + off, 0xff, row));
                 if (fmt == PD_KV_FP8) {
@@ -796,8 +796,8 @@ static void cases_attention_tc(void)
     static int ones[64], c64[64], c64b[64];
     for (int i = 0; i < 64; i++) {
         ones[i] = 1;
-        c64[i] = 1024 - (i % 7) * 3;       /* 1003 .. 1024 */
-        c64b[i] = 1 + (i * 613) % 2047;    /* 1 .. 2047 */
+        c64[i] = 1024 - (i % 7) * 3;    /* 1003 .. 1024 */
+        c64b[i] = 1 + (i * 613) % 2047; /* 1 .. 2047 */
     }
     const pd_kvfmt_t fs[] = {PD_KV_FP8, PD_KV_BF16};
     for (int f = 0; f < 2; f++) {
