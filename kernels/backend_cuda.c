@@ -480,6 +480,15 @@ static void cuda_kv_write(pd_backend_t *be, void *arena, const kv_layout_t *l, i
     cuda__note(c, kv_write(arena, l, layer, k, v, slots, n, c->stream));
 }
 
+static void cuda_rope_kv_write(pd_backend_t *be, float *q, float *k, const float *v,
+                               const int32_t *pos, const float *inv_freq, int n, int n_heads,
+                               void *arena, const kv_layout_t *l, int layer, const int32_t *slots)
+{
+    cuda_t *c = cuda__get(be);
+    cuda__note(
+        c, kv_rope_write(q, k, v, pos, inv_freq, n, n_heads, arena, l, layer, slots, c->stream));
+}
+
 static pd_status_t cuda__attention(cuda_t *c, float *out, const float *q, const void *arena,
                                    const kv_layout_t *l, int layer, const pd_attn_batch_t *b,
                                    int n_heads)
@@ -843,13 +852,14 @@ static const pd_backend_ops_t cuda_ops = {
     .graph_begin = cuda_graph_begin,
     .graph_end = cuda_graph_end,
     .graph_launch = cuda_graph_launch,
-        .graph_free = cuda_graph_free,
+    .graph_free = cuda_graph_free,
     .weight_prepare = cuda_weight_prepare,
     .sample = cuda_sample,
     .add_rmsnorm = cuda_add_rmsnorm,
     .silu_mul_fp8 = cuda_silu_mul_fp8,
     .matmul_fp8 = cuda_matmul_fp8,
     .set_option = cuda_set_option,
+    .rope_kv_write = cuda_rope_kv_write,
 };
 
 /* cuda_ops without the fused ops (option fused=off), made once */

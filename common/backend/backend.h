@@ -174,6 +174,12 @@ typedef struct {
      * unknown key or value. */
     pd_status_t (*set_option)(pd_backend_t *be, const char *key, const char *value);
 
+    /* rope on q (n, n_heads, head_dim) and k (n, l->n_kv_heads, head_dim), then kv_write of k
+     * and v at slots, in one launch; the same results as rope, rope, kv_write (CUDA:
+     * bit-identical). NULL: the model runs the three ops. */
+    void (*rope_kv_write)(pd_backend_t *be, float *q, float *k, const float *v, const int32_t *pos,
+                          const float *inv_freq, int n, int n_heads, void *arena,
+                          const kv_layout_t *l, int layer, const int32_t *slots);
 } pd_backend_ops_t;
 
 struct pd_backend {
