@@ -31,6 +31,7 @@
 #include "log.h"
 #include "matmul.h"
 #include "moe.h"
+#include "logits.h"
 #include "sample.h"
 
 /* n at or below which a matmul runs as GEMV (one pass over W) instead of a GEMM. INT4 runs on
@@ -602,6 +603,13 @@ static void cuda_sample(pd_backend_t *be, int32_t *tokens_out, const float *logi
     cuda__note(c, sample_run(tokens_out, logits, n, vocab, temperature, top_k, top_p, u, c->stream));
 }
 
+static void cuda_logits_process(pd_backend_t *be, float *logits, int n, int vocab,
+                                const int32_t *ent, const float *bias, int n_ent, const float *pen)
+{
+    cuda_t *c = cuda__get(be);
+    cuda__note(c, logits_process_run(logits, n, vocab, ent, bias, n_ent, pen, c->stream));
+}
+
 /* ==== graphs ==== */
 
 typedef struct {
@@ -749,6 +757,7 @@ static const pd_backend_ops_t cuda_ops = {
         .graph_free = cuda_graph_free,
     .weight_prepare = cuda_weight_prepare,
     .sample = cuda_sample,
+    .logits_process = cuda_logits_process,
 };
 
 void *backend_cuda_stream(pd_backend_t *be)

@@ -558,6 +558,13 @@ static void cpu_sample(pd_backend_t *be, int32_t *tokens_out, const float *logit
     free(probs);
 }
 
+static void cpu_logits_process(pd_backend_t *be, float *logits, int n, int vocab,
+                               const int32_t *ent, const float *bias, int n_ent, const float *pen)
+{
+    (void)be;
+    sampler_logits_process_ref(logits, n, vocab, ent, bias, n_ent, pen);
+}
+
 static const pd_backend_ops_t cpu_ops = {
     .name = "cpu",
     .supports_op = cpu_supports_op,
@@ -583,6 +590,7 @@ static const pd_backend_ops_t cpu_ops = {
     .kv_check = cpu_kv_check,
     .kv_export = cpu_kv_export,
     .sample = cpu_sample,
+    .logits_process = cpu_logits_process,
 };
 
 pd_status_t backend_cpu_create(int n_threads, pd_backend_t **be_p)
