@@ -347,7 +347,7 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
             return st;
         return matmul_fp8_scale(out, xs, w->scales, n, N, c->stream);
     }
-        if (w->fmt == PD_WFMT_INT4 && (n > CUDA_GEMV_MAX_N_INT4 || cuda__int4_tiled(w)) &&
+    if (w->fmt == PD_WFMT_INT4 && (n > CUDA_GEMV_MAX_N_INT4 || cuda__int4_tiled(w)) &&
         n <= MATMUL_INT4_MMA_MAX_N)
         return cuda__matmul_int4_mma(c, out, x, w, n);
     if (n <= (w->fmt == PD_WFMT_INT4 ? CUDA_GEMV_MAX_N_INT4 : CUDA_GEMV_MAX_N))
@@ -600,7 +600,8 @@ static void cuda_sample(pd_backend_t *be, int32_t *tokens_out, const float *logi
                         const float *top_p, const float *u)
 {
     cuda_t *c = cuda__get(be);
-    cuda__note(c, sample_run(tokens_out, logits, n, vocab, temperature, top_k, top_p, u, c->stream));
+    cuda__note(c,
+               sample_run(tokens_out, logits, n, vocab, temperature, top_k, top_p, u, c->stream));
 }
 
 static void cuda_logits_process(pd_backend_t *be, float *logits, int n, int vocab,
@@ -754,7 +755,7 @@ static const pd_backend_ops_t cuda_ops = {
     .graph_begin = cuda_graph_begin,
     .graph_end = cuda_graph_end,
     .graph_launch = cuda_graph_launch,
-        .graph_free = cuda_graph_free,
+    .graph_free = cuda_graph_free,
     .weight_prepare = cuda_weight_prepare,
     .sample = cuda_sample,
     .logits_process = cuda_logits_process,

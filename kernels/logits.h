@@ -21,8 +21,7 @@ extern "C" {
  * bias (n_ent) f32, pen (n, 3) f32 (presence, frequency, repetition). n_ent 0 enqueues
  * nothing. */
 pd_status_t logits_process_run(float *logits, int n, int vocab, const int32_t *ent,
-                               const float *bias, int n_ent, const float *pen,
-                               cudaStream_t stream);
+                               const float *bias, int n_ent, const float *pen, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -278,7 +278,7 @@ static void prefill__run(compute_t *c, engine_t *e, void *arg)
         return;
     }
     j->prefill_status = engine_prefill(e, j->tokens, j->n_tokens, &j->gp, prefill__pages, j,
-                                       &j->first, &kv);
+                                       &j->first, &kv, NULL);
     if (j->prefill_status == PD_OK) {
         kv_seq_release(engine_pool(e), &kv);
         kv_seq_deinit(&kv);

@@ -91,8 +91,8 @@ typedef struct {
     /* writes k, v (n, n_kv_heads, head_dim) f32 into the arena at slots (n) int32
      * (slot = page * page_tokens + offset; a negative slot writes nothing: padded rows),
      * converting to the layout's dtype (fp8: per (token, head) scale) */
-    void (*kv_write)(pd_backend_t *be, void *arena, const kv_layout_t *l, int layer,
-                     const float *k, const float *v, const int32_t *slots, int n);
+    void (*kv_write)(pd_backend_t *be, void *arena, const kv_layout_t *l, int layer, const float *k,
+                     const float *v, const int32_t *slots, int n);
     /* out (n, n_heads, head_dim) = softmax(q k^T / sqrt(head_dim)) v over the paged cache,
      * q (n, n_heads, head_dim); GQA: head h reads kv head h / (n_heads / n_kv_heads) */
     void (*attention)(pd_backend_t *be, float *out, const float *q, const void *arena,

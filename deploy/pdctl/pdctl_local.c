@@ -235,7 +235,7 @@ static int pdctl__write_floats(const char *path, const float *v, size_t n)
 int pdctl_generate(int argc, char **argv)
 {
     pdctl_model_opts_t mo;
-    engine_gen_params_t gp = {{0.0f, 0, 1.0f, 0}, 16, false, NULL, 0, 0};
+    engine_gen_params_t gp = {.sampling = {0.0f, 0, 1.0f, 0}, .max_tokens = 16};
     const char *prompt = NULL, *logits_out = NULL, *pre_w = NULL, *pre_kv = NULL;
     engine_t *pe = NULL;
     bool json = false;

@@ -433,9 +433,8 @@ static void case_mma_gemm(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warps,
             pair_ok(matmul_fp8_mma(out.g, part, b, mult, &wg, n, warps, splits, st));
         }
     }
-    snprintf(shape, sizeof shape, "%s %s n %d N %lld K %lld w%d s%d seed %llu",
-             pd_wfmt_name(fmt), what, n, (long long)N, (long long)K, warps, splits,
-             (unsigned long long)seed);
+    snprintf(shape, sizeof shape, "%s %s n %d N %lld K %lld w%d s%d seed %llu", pd_wfmt_name(fmt),
+             what, n, (long long)N, (long long)K, warps, splits, (unsigned long long)seed);
     report("mma gemm", shape, err_f32(&out, (size_t)n * N), warps < 0 ? 1e-5 : int4 ? 1e-3 : 2e-3);
 
     /* per element on sampled rows (about 2e8 multiply-adds) */
@@ -583,8 +582,8 @@ static void case_attention(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_seq
             snprintf(shape, sizeof shape, "%s %s h %d/%d hd %d rows %d ctx<=%d flash v%d",
                      pd_kvfmt_name(fmt), what, heads, kvh, hd, n_rows, max_ctx, v);
             report("attention", shape, err_f32_vec(&out, (size_t)n_rows * heads, (size_t)hd), 3e-2);
-            snprintf(shape, sizeof shape, "%s %s h %d/%d hd %d rows %d v%d (l2)", pd_kvfmt_name(fmt),
-                     what, heads, kvh, hd, n_rows, v);
+            snprintf(shape, sizeof shape, "%s %s h %d/%d hd %d rows %d v%d (l2)",
+                     pd_kvfmt_name(fmt), what, heads, kvh, hd, n_rows, v);
             report("attention", shape, err_f32_l2(&out, qn), 6e-3);
         }
         unsetenv("PD_CUDA_FLASH_VARIANT");
@@ -642,8 +641,8 @@ static void case_moe_experts(pd_wfmt_t fmt, int n, int E, int k, int d, int f)
     pair_t pw = pair_new((size_t)n * k * 4, w), out = pair_new((size_t)n * d * 4, NULL);
     cpu->ops->moe_experts(cpu, out.c, px.c, pi.c, pw.c, guc, dc, n, k, d, f);
     gpu->ops->moe_experts(gpu, out.g, px.g, pi.g, pw.g, gug, dg, n, k, d, f);
-    snprintf(shape, sizeof shape, "%s n %d experts %d k %d d %d f %d%s", pd_wfmt_name(fmt), n, E,
-             k, d, f, fmt != PD_WFMT_F32 ? " (l2)" : "");
+    snprintf(shape, sizeof shape, "%s n %d experts %d k %d d %d f %d%s", pd_wfmt_name(fmt), n, E, k,
+             d, f, fmt != PD_WFMT_F32 ? " (l2)" : "");
     /* fp8: two W8A8 matmuls in a row; a rounding flip of an activation quantized to fp8 (one
      * ulp, up to 2^-3 relative) shows through the second, so the error is measured in l2. Over
      * 37 tokens x 2 experts a few such flips land in one run (3.5e-3 and 5e-3 were seen on
@@ -657,8 +656,8 @@ static void case_moe_experts(pd_wfmt_t fmt, int n, int E, int k, int d, int f)
     if (fmt == PD_WFMT_BF16) {
         gpu_split->ops->moe_experts(gpu_split, out.g, px.g, pi.g, pw.g, gug, dg, n, k, d, f);
         pair_ok(gpu_split->ops->sync(gpu_split));
-        snprintf(shape, sizeof shape, "%s n %d experts %d k %d d %d f %d split",
-                 pd_wfmt_name(fmt), n, E, k, d, f);
+        snprintf(shape, sizeof shape, "%s n %d experts %d k %d d %d f %d split", pd_wfmt_name(fmt),
+                 n, E, k, d, f);
         report("moe_experts", shape, err_f32(&out, (size_t)n * d), 1e-5);
     }
     for (int e = 0; e < E; e++) {
@@ -849,8 +848,7 @@ static void case_logits_process(int n, int vocab, int per_row)
         bad = (size_t)n * vocab;
     free(c);
     free(g);
-    snprintf(shape, sizeof shape, "n %d V %d entries/row %d (logits differing)", n, vocab,
-             per_row);
+    snprintf(shape, sizeof shape, "n %d V %d entries/row %d (logits differing)", n, vocab, per_row);
     report("logits_process", shape, (double)bad / ((double)n * vocab), 0.0);
     pair_free(&px);
     pair_free(&pe);
