@@ -539,7 +539,9 @@ static pd_status_t engine__seq_new(engine_t *e, const int32_t *tokens, int n_tok
         free(s);
         return PD_ERR_NOMEM;
     }
-    if ((st = sampler_init(&s->sampler, &gp->sampling, vocab)) != PD_OK) {
+    sampler_params_t sp = gp->sampling;
+    sp.seed = sampler_seed_for(sp.seed, gp->sample_index);
+    if ((st = sampler_init(&s->sampler, &sp, vocab)) != PD_OK) {
         free(s->tokens);
         free(s->stop_ids);
         free(s);
@@ -971,7 +973,7 @@ pd_status_t engine_prefill(engine_t *e, const int32_t *tokens, int n, const engi
      * its sampler and logits-processing state */
     for (int i = 0; i < n_samples; i++) {
         engine_gen_params_t g = *gp;
-        g.sampling.seed = sampler_seed_for(gp->sampling.seed, (uint32_t)i);
+        g.sample_index = gp->sample_index + (uint32_t)i;
         if ((st = engine__seq_new(e, tokens, n, &g, NULL, NULL, &probes[i])) != PD_OK)
             goto err;
     }

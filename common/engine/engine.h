@@ -85,6 +85,10 @@ typedef struct {
      * after the first (logits of every prompt row: the LM head runs over the whole prompt) */
     int n_samples;
     bool prompt_logprobs;
+    /* which sample of a request this is (n > 1): it draws with seed
+     * sampler_seed_for(sampling.seed, sample_index); engine_prefill's sample i is sample_index + i
+     */
+    uint32_t sample_index;
 } engine_gen_params_t;
 
 typedef struct engine engine_t;
@@ -134,8 +138,8 @@ typedef int (*engine_pages_fn)(void *arg, const kv_seq_t *kv, int first, int n);
 /* Runs a prompt through the model in chunks of prefill_chunk tokens (a prefill node's job), keeps
  * its KV in *kv_out (caller releases with kv_seq_release(engine_pool(e), kv)), and samples the
  * first new token of each of max(gp->n_samples, 1) samples into first_p[i] with gp->sampling
- * (seed sampler_seed_for(seed, i), advanced by gp->n_generated draws) after the logits
- * processing of gp. lp_out (NULL: none): with gp->logprobs, lp_out[i] gets sample i's first
+ * (seed sampler_seed_for(seed, sample_index + i), advanced by gp->n_generated draws) after the
+ * logits processing of gp. lp_out (NULL: none): with gp->logprobs, lp_out[i] gets sample i's first
  * token's logprobs; with gp->prompt_logprobs, lp_out[n_samples + j] those of prompt token j + 1
  * (j < n - 1). PD_NO_PAGES when the pool cannot hold the prompt; nothing stays allocated on
  * error. */
