@@ -191,7 +191,11 @@ typedef struct {
     int n_out, cap;
     engine_finish_t finish;
     pd_status_t status;
+    engine_t **e_lp;        /* --logprobs: the engine whose token logprobs are kept */
+    sampler_logprobs_t *lp; /* (cap) */
 } gen_state_t;
+
+#define PDCTL_MAX_IDS 64
 
 static void pdctl__on_token(void *arg, uint64_t seq_id, int32_t token, engine_finish_t finish,
                             pd_status_t status)
@@ -207,6 +211,15 @@ static void pdctl__on_token(void *arg, uint64_t seq_id, int32_t token, engine_fi
         g->cap = g->cap ? 2 * g->cap : 64;
         g->out = realloc(g->out, (size_t)g->cap * sizeof *g->out);
         PD_ASSERT(g->out);
+    }
+    if (g->e_lp) {
+        const sampler_logprobs_t *lp = engine_token_logprobs(*g->e_lp);
+        g->lp = realloc(g->lp, (size_t)g->cap * sizeof *g->lp);
+        PD_ASSERT(g->lp);
+        if (lp)
+            g->lp[g->n_out] = *lp;
+        else /* the first token of the two-engine pipeline is the prefill engine's */
+            memset(&g->lp[g->n_out], 0, sizeof *g->lp);
     }
     g->out[g->n_out++] = token;
     if (g->print) {
@@ -247,6 +260,9 @@ int pdctl_generate(int argc, char **argv)
     uint64_t seq;
     gen_state_t g = {0};
     float *logits = NULL;
+    int32_t bias_ids[PDCTL_MAX_IDS], stop_ids[PDCTL_MAX_IDS];
+    float bias_vals[PDCTL_MAX_IDS];
+    int n_bias = 0, n_stop = 0;
 
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--router") == 0)
@@ -286,7 +302,34 @@ int pdctl_generate(int argc, char **argv)
                 return 2;
         } else if (strcmp(a, "--seed") == 0)
             gp.sampling.seed = strtoull(v, NULL, 10);
-        else if (strcmp(a, "--logits-out") == 0)
+        else if (strcmp(a, "--presence-penalty") == 0)
+            gp.presence_penalty = strtof(v, NULL);
+        else if (strcmp(a, "--frequency-penalty") == 0)
+            gp.frequency_penalty = strtof(v, NULL);
+        else if (strcmp(a, "--repetition-penalty") == 0)
+            gp.repetition_penalty = strtof(v, NULL);
+        else if (strcmp(a, "--min-tokens") == 0) {
+            if (pdctl__int(a, v, 0, &gp.min_tokens) < 0)
+                return 2;
+        } else if (strcmp(a, "--logit-bias") == 0) { /* ID=BIAS, repeatable */
+            char *end;
+            long id = strtol(v, &end, 10);
+            if (*end != '=' || n_bias == PDCTL_MAX_IDS) {
+                fprintf(stderr, "pdctl generate: --logit-bias ID=BIAS (at most %d)\n",
+                        PDCTL_MAX_IDS);
+                return 2;
+            }
+            bias_ids[n_bias] = (int32_t)id;
+            bias_vals[n_bias++] = strtof(end + 1, NULL);
+        } else if (strcmp(a, "--stop-token-id") == 0) { /* repeatable */
+            if (n_stop == PDCTL_MAX_IDS || pdctl__int(a, v, 0, &stop_ids[n_stop]) < 0)
+                return 2;
+            n_stop++;
+        } else if (strcmp(a, "--logprobs") == 0) { /* N alternatives (0..20), in --json */
+            if (pdctl__int(a, v, 0, &gp.top_logprobs) < 0)
+                return 2;
+            gp.logprobs = true;
+        } else if (strcmp(a, "--logits-out") == 0)
             logits_out = v;
         else if (strcmp(a, "--prefill-weights") == 0)
             pre_w = v;
@@ -299,6 +342,12 @@ int pdctl_generate(int argc, char **argv)
     }
     if (pdctl_model_opts_finish(&mo) != 0)
         return 2;
+    gp.bias_ids = bias_ids;
+    gp.bias_vals = bias_vals;
+    gp.n_bias = n_bias;
+    gp.stop_ids = stop_ids;
+    gp.n_stop_ids = n_stop;
+    g.e_lp = gp.logprobs ? &e : NULL;
     if (!prompt) {
         fprintf(stderr, "pdctl generate: --prompt TEXT is required\n");
         return 2;
@@ -318,8 +367,9 @@ int pdctl_generate(int argc, char **argv)
         double nll;
         const model_t *m = engine_model(e);
         if ((int)n_ids > m->cfg.max_position_embeddings) {
-            fprintf(stderr, "pdctl generate: prompt of %zu tokens is longer than the context (%d)\n",
-                    n_ids, m->cfg.max_position_embeddings);
+            fprintf(stderr,
+                    "pdctl generate: prompt of %zu tokens is longer than the context (%d)\n", n_ids,
+                    m->cfg.max_position_embeddings);
             goto out;
         }
         logits = malloc((size_t)m->cfg.vocab_size * sizeof *logits);
@@ -365,6 +415,17 @@ int pdctl_generate(int argc, char **argv)
             json_array_append_new(outa, json_integer(g.out[i]));
         json_t *o = json_pack("{s:o,s:o,s:s%,s:s}", "input_ids", in, "output_ids", outa, "text",
                               text, len, "finish_reason", engine_finish_str(g.finish));
+        if (g.e_lp) { /* [[logprob, [[id, logprob], ...]], ...] per output token */
+            json_t *lps = json_array();
+            for (int i = 0; i < g.n_out; i++) {
+                json_t *top = json_array();
+                for (int k = 0; k < g.lp[i].n_top; k++)
+                    json_array_append_new(top, json_pack("[i,f]", g.lp[i].top_ids[k],
+                                                         (double)g.lp[i].top_logprobs[k]));
+                json_array_append_new(lps, json_pack("[f,o]", (double)g.lp[i].logprob, top));
+            }
+            json_object_set_new(o, "logprobs", lps);
+        }
         char *s = json_dumps(o, JSON_COMPACT);
         printf("%s\n", s);
         free(s);
@@ -383,6 +444,7 @@ int pdctl_generate(int argc, char **argv)
 out:
     tokenizer_stream_destroy(g.stream);
     free(g.out);
+    free(g.lp);
     free(logits);
     free(ids);
     engine_destroy(pe);
@@ -537,7 +599,8 @@ int pdctl_agree(int argc, char **argv)
     if (pdctl_model_opts_finish(&mo) != 0)
         return 2;
     if (!ref_path) {
-        fprintf(stderr, "usage: pdctl agree --model DIR --reference reference.json [model options]\n");
+        fprintf(stderr,
+                "usage: pdctl agree --model DIR --reference reference.json [model options]\n");
         return 2;
     }
     if (!(ref = json_load_file(ref_path, 0, &jerr))) {
