@@ -526,6 +526,11 @@ static int router_http__openai(json_t *body, router_request_t *in, int chat, htt
         router_http__num(body, "frequency_penalty", &in->frequency_penalty, err, err_len) != 0 ||
         router_http__num(body, "repetition_penalty", &in->repetition_penalty, err, err_len) != 0)
         return -1;
+    v = json_object_get(body, "repetition_penalty");
+    if (v && !json_is_null(v) && !(in->repetition_penalty > 0.0f)) {
+        snprintf(err, err_len, "repetition_penalty must be > 0 (1: off)");
+        return -1;
+    }
     in->best_of = best_of;
     in->min_tokens = min_tokens;
     v = json_object_get(body, "logprobs");
