@@ -54,6 +54,7 @@ typedef struct dres {
     int32_t first_token; /* from KV-done: the Decode request's last token must equal it */
     pd_status_t error;   /* KV-done disagreed with the reservation: pages released, Decode fails */
     int64_t deadline_ms; /* lease: writer and then decoder must show up before this */
+    double reserved_s;   /* when it was reserved (pdserve_node_kv_transfer_seconds) */
     uint8_t token[NODE_TOKEN_BYTES]; /* unguessable: KV-done and the Decode must present it */
     ddec_t *pending;                 /* Decodes arrived before KV-done (list through pnext) */
     /* parallel samples (n > 1): n_samples Decode calls share the prompt's KV; each but the last
@@ -434,6 +435,7 @@ static void decode__reserve(compute_t *c, engine_t *e, void *arg)
             return;
         }
         r->id = ++dn->next_res_id;
+        r->reserved_s = pd_clock_s();
         memcpy(j->token, r->token, NODE_TOKEN_BYTES);
         r->n_tokens = (int)j->n_tokens;
         r->deadline_ms = deadline;
@@ -523,6 +525,7 @@ static void decode__kv_done(compute_t *c, engine_t *e, void *arg)
         /* not the writer this reservation was handed to: touch nothing */
         pd_log_error("seq %llu: kv done with a wrong reservation token: dropped",
                      (unsigned long long)r->id);
+        node_stats_integrity(&dn->stats, NODE_INTEGRITY_TOKEN);
         free(j);
         return;
     }
@@ -559,6 +562,7 @@ static void decode__kv_done(compute_t *c, engine_t *e, void *arg)
         pd_log_error("seq %llu: kv done for %u tokens in %u pages, reserved %d in %d: failed",
                      (unsigned long long)r->id, j->msg.n_tokens, j->msg.n_pages, r->n_tokens,
                      r->kv.n_pages);
+        node_stats_integrity(&dn->stats, NODE_INTEGRITY_SIZE);
         decode__kv_done_fail(dn, c, e, link, PD_ERR_PROTOCOL);
         free(j);
         return;
@@ -567,6 +571,7 @@ static void decode__kv_done(compute_t *c, engine_t *e, void *arg)
         /* the bytes in the pages are not the bytes the writer sent (a late or torn write by a
          * former owner's writer, a transport fault): DATA_LOSS, counted */
         engine_tracker(e)->failures++;
+        node_stats_integrity(&dn->stats, NODE_INTEGRITY_CHECKSUM);
         decode__kv_done_fail(dn, c, e, link, PD_ERR_KV_INTEGRITY);
         free(j);
         return;
@@ -584,6 +589,8 @@ static void decode__kv_done(compute_t *c, engine_t *e, void *arg)
         kv_pool_page_writer_done(engine_pool(e), r->kv.pages[i].page);
     r->kv_done = 1;
     r->first_token = j->msg.first_token;
+    node_stats_kv_transfer(&dn->stats, (uint64_t)r->kv.n_pages * dn->layout.page_bytes,
+                           pd_clock_s() - r->reserved_s);
     r->deadline_ms = pd_clock_ms() + dn->cfg->transport.lease_ms;
     ddec_t *wait = r->pending; /* the last admit may free r */
     r->pending = NULL;

@@ -56,6 +56,7 @@ typedef struct pjob {
                              read by the compute thread at each chunk) */
     int aborted;          /* the KV-done sent is the "writer stopped" one */
     uint64_t checksum;    /* XXH3-64 chain over the pages put so far, in order */
+    double put_start_s;   /* the first put (pdserve_node_kv_transfer_seconds) */
 } pjob_t;
 
 struct prefill_node {
@@ -121,6 +122,8 @@ static void prefill__am_done(void *arg, pd_status_t st)
     }
     Pdserve__V1__PrefillReply rep = PDSERVE__V1__PREFILL_REPLY__INIT;
     void *first_store = NULL, *prompt_store = NULL;
+    node_stats_kv_transfer(&j->pn->stats, (uint64_t)j->n_dst_pages * j->dst_layout.page_bytes,
+                           j->put_start_s > 0.0 ? pd_clock_s() - j->put_start_s : 0.0);
     rep.first_token = j->first;
     rep.n_tokens = (uint32_t)j->n_tokens;
     rep.first_tokens = j->firsts;
@@ -128,11 +131,11 @@ static void prefill__am_done(void *arg, pd_status_t st)
     pd_status_t lst = PD_OK;
     if (j->lps && j->gp.logprobs &&
         (lst = node_sampling_logprobs_msg(j->lps, (size_t)j->n_samples, &rep.first_logprobs,
-                                         &first_store)) == PD_OK)
+                                          &first_store)) == PD_OK)
         rep.n_first_logprobs = (size_t)j->n_samples;
     if (lst == PD_OK && j->lps && j->gp.prompt_logprobs && j->n_tokens > 1 &&
         (lst = node_sampling_logprobs_msg(j->lps + j->n_samples, (size_t)j->n_tokens - 1,
-                                         &rep.prompt_logprobs, &prompt_store)) == PD_OK)
+                                          &rep.prompt_logprobs, &prompt_store)) == PD_OK)
         rep.n_prompt_logprobs = (size_t)j->n_tokens - 1;
     pd_grpc_call_finish_status(j->call, lst != PD_OK ? lst : pd_grpc_call_send(j->call, &rep.base),
                                NULL);
@@ -197,6 +200,8 @@ static void prefill__put(void *arg)
     }
     j->staging = s;
     j->staging[j->n_staging++] = m->staging;
+    if (j->put_start_s == 0.0)
+        j->put_start_s = pd_clock_s();
     /* pages arrive in order (FIFO from the compute thread): the checksum the decode node will
      * recompute over what landed in its pool */
     j->checksum = node_pages_checksum(j->checksum, m->staging, NULL, m->n, pb);
