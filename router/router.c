@@ -302,16 +302,19 @@ void router_request_finish(router_req_t *q, const char *reason, pd_status_t st, 
     router__observe(q->r, q, st);
     router__observe_reason(q->r, st == PD_OK ? (reason ? reason : "stop") : "error");
     rgroup_t *g = q->group;
-    if (g && q->n_prefill_samples > 1) {
-        /* the leader ended before its prefill answered: the samples waiting on it end too */
+    const int cascade = g && q->n_prefill_samples > 1;
+    if (cascade)
         g->live++;
+    q->sink->finish(q, q->sink_arg, reason, st, msg);
+    q->sink = NULL;
+    if (cascade) {
+        /* the leader ended before its prefill answered: the samples waiting on it end too
+         * (after the leader's finish, in which a front end may cancel them all) */
         for (int i = 1; i < g->n; i++)
             if (g->child[i] && !g->child[i]->finished && g->child[i]->waiting)
                 router_request_finish(g->child[i], reason, st, msg);
         rgroup_unref(g);
     }
-    q->sink->finish(q, q->sink_arg, reason, st, msg);
-    q->sink = NULL;
     if (q->ccall && q->decoding) /* a decode stream still running: RST_STREAM frees its pages */
         pd_grpc_client_call_cancel(q->ccall);
     rreq_maybe_free(q); /* reserve / prefill calls finish first, then the pages are released */
