@@ -10,8 +10,9 @@ chat shapes) and gRPC:
   (content[].token / logprob / bytes / top_logprobs); equal to pdctl's; raw (the alternatives of
   the first position are the same at temperature 0 and 1.5); gRPC carries one per token.
 - echo: the prompt first; with logprobs the prompt tokens' (the first null); streamed too.
-- n: n choices from one prefill (the prefill node counts one request), sample 0 of n equals the
-  n = 1 request with the same seed, HTTP and gRPC agree sample by sample; best_of == n accepted.
+- n: n choices from one prefill (the prefill node counts one request), equal to `pdctl generate
+  --n` (one prefill, KV copies, in one process), sample 0 of n equals the n = 1 request with the
+  same seed, HTTP and gRPC agree sample by sample; best_of == n accepted.
 - 400 / INVALID_ARGUMENT for what stays unsupported (best_of > n, tools, ...) and for values out
   of range, naming the parameter; no KV page is left behind on any node.
 Run by meson with /usr/bin/python3; argv[1] is pdctl."""
@@ -220,6 +221,11 @@ def check_n(c, stub):
           len(set(texts)) > 1 and doc["usage"]["completion_tokens"] == 30, (st, doc))
     after = stats(next(n for n in c.nodes if n["role"] == "prefill")).requests
     check("n-one-prefill", after == prefills + 1, (prefills, after))
+    # the single-process engine runs n the same way (one prefill, KV copies): the same samples
+    want = pdctl_local("tiny-llama", PROMPT, 10, extra=["--n", "3", "--temperature", "1.0",
+                                                        "--seed", "11"])
+    check("n-equal-pdctl", [x["text"] for x in want["samples"]] == texts,
+          ([x["text"] for x in want["samples"]], texts))
     _, one = completion(c, temperature=1.0, seed=11, max_tokens=10)
     check("n-sample0-is-n1", texts and one["choices"][0]["text"] == texts[0], (texts, one))
     # gRPC: the same samples, by index, with logprobs
