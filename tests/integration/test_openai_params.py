@@ -279,6 +279,9 @@ def check_refusals(c, stub):
     st, doc = post(c, "/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}],
                                                "max_tokens": 1, "echo": True})
     check("400-chat-echo", st == 400 and "echo" in doc["error"]["message"], (st, doc))
+    r = grpc_ids(stub, n=2, best_of=2, temperature=1.0, seed=4, max_tokens=3, ignore_eos=True)
+    check("grpc-best-of-equal-n", r.code == grpc.StatusCode.OK and len(r.ids) == 6,
+          (r.code, r.details, r.ids))
     for kw, name in (({"n": 2, "best_of": 3}, "best_of"), ({"logprobs": True,
                                                             "top_logprobs": 21}, "logprobs"),
                      ({"min_tokens": 20}, "min_tokens"),
