@@ -385,8 +385,8 @@ static void router_grpc__delta(router_req_t *q, void *arg, const int32_t *ids, i
             if (g->prompt_ids)
                 memcpy(g->prompt_ids, p, (size_t)g->n_prompt * sizeof *p);
             if (!g->prompt_text) /* token ids given: their text, as vLLM decodes them */
-                (void)tokenizer_decode(router_tokenizer(g->api->core), p, (size_t)g->n_prompt,
-                                       true, &g->prompt_text, &g->prompt_text_len);
+                (void)tokenizer_decode(router_tokenizer(g->api->core), p, (size_t)g->n_prompt, true,
+                                       &g->prompt_text, &g->prompt_text_len);
             if (plp && g->n_prompt > 1 &&
                 (g->prompt_lp = malloc(((size_t)g->n_prompt - 1) * sizeof *plp)))
                 memcpy(g->prompt_lp, plp, ((size_t)g->n_prompt - 1) * sizeof *plp);

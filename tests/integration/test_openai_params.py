@@ -23,9 +23,9 @@ import tempfile
 import urllib.error
 import urllib.request
 
-from cluster_testlib import (PDCTL, TEMPLATE_1, all_nodes, channel, check, cluster, finish, generate,
-                             model_dir, model_template, pb, pb_grpc, pdctl_local, stats,
-                             wait_pages_free)
+from cluster_testlib import (PDCTL, TEMPLATE_1, all_nodes, channel, check, cluster, finish,
+                             generate, model_dir, model_template, pb, pb_grpc, pdctl_local,
+                             stats, wait_pages_free)
 import grpc
 
 TMP = tempfile.mkdtemp(prefix="pd-test-openai-")
