@@ -19,7 +19,7 @@ import urllib.error
 import urllib.request
 
 from cluster_testlib import (TEMPLATE_1, channel, check, cluster, finish, generate, metric_value,
-                             model_template, node_metrics, pb, pb_grpc, sampling, wait_pages_free)
+                             model_template, node_metrics, pb_grpc, sampling, wait_pages_free)
 
 TMP = tempfile.mkdtemp(prefix="pd-test-metrics-")
 DASHBOARD = os.path.join(cluster.SOURCE_DIR, "deploy", "grafana", "pdserve.json")
