@@ -1115,6 +1115,7 @@ void decode_node_destroy(decode_node_t *dn)
         dres_t *r = dn->res;
         dn->res = r->next;
         kv_seq_deinit(&r->kv);
+        free(r->wpages); /* released before its writer was done */
         free(r);
     }
     while (dn->decs) {

@@ -722,7 +722,8 @@ static void rreq_distribute(router_req_t *q, Pdserve__V1__PrefillReply *rep)
         c->first_token_ms = q->first_token_ms;
         c->d_seq_id = resv->dest->seq_id;
         c->d_token_len = resv->dest->token.len <= sizeof c->d_token ? resv->dest->token.len : 0;
-        memcpy(c->d_token, resv->dest->token.data, c->d_token_len);
+        if (c->d_token_len)
+            memcpy(c->d_token, resv->dest->token.data, c->d_token_len);
     }
     uint32_t going = 0;
     for (int i = 0; i < n; i++) {
@@ -904,7 +905,8 @@ static void rreq_decode(router_req_t *q)
         q->d_seq_id = q->resv->dest->seq_id;
         q->d_token_len =
             q->resv->dest->token.len <= sizeof q->d_token ? q->resv->dest->token.len : 0;
-        memcpy(q->d_token, q->resv->dest->token.data, q->d_token_len);
+        if (q->d_token_len)
+            memcpy(q->d_token, q->resv->dest->token.data, q->d_token_len);
         protobuf_c_message_free_unpacked(&q->resv->base, NULL);
         q->resv = NULL;
     }

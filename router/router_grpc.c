@@ -358,7 +358,8 @@ static void router_grpc__rec(gen_t *g, uint32_t index, int32_t token, const rout
     memcpy(buf, &h, sizeof h);
     if (lp)
         memcpy(buf + sizeof h, lp, sizeof *lp);
-    memcpy(buf + sizeof h + (lp ? sizeof *lp : 0), text, len);
+    if (len)
+        memcpy(buf + sizeof h + (lp ? sizeof *lp : 0), text, len);
     (void)pd_grpc_stream_buf_append(g->out, NULL, 0, buf, total);
     free(buf);
 }

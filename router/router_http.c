@@ -264,7 +264,8 @@ static void hsink__append(hsink_t *h, hchoice_t *c, const char *text, size_t len
         c->text = t;
         c->cap = cap;
     }
-    memcpy(c->text + c->len, text, len);
+    if (len)
+        memcpy(c->text + c->len, text, len);
     c->len += len;
     c->text[c->len] = 0;
 }

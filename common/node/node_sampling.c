@@ -39,7 +39,8 @@ pd_status_t node_sampling_params(const Pdserve__V1__SamplingParams *sp, engine_g
         ids[i] = b ? b->token_id : -1; /* -1: refused by the engine */
         vals[i] = b ? b->bias : 0.0f;
     }
-    memcpy(stop, sp->stop_token_ids, ns * sizeof *stop);
+    if (ns)
+        memcpy(stop, sp->stop_token_ids, ns * sizeof *stop);
     gp->bias_ids = ids;
     gp->bias_vals = vals;
     gp->n_bias = (int)nb;

@@ -293,7 +293,9 @@ def check_refusals(c, stub):
 
 def main():
     tpl = model_template(TEMPLATE_1, "tiny-llama", TMP)
-    with cluster.Cluster(tpl, overrides=all_nodes(tpl, weights="bf16", kv="bf16")) as c:
+    with cluster.Cluster(tpl, overrides=all_nodes(tpl, weights="bf16", kv="bf16"),
+                         keep_dir=bool(os.environ.get("PD_KEEP_LOGS"))) as c:
+        print("info logs in %s" % c.log_dir, flush=True)
         stub = pb_grpc.InferenceStub(channel(c.router_addr))
         check_against_pdctl(c, stub)
         check_logprobs(c, stub)
