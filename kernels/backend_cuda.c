@@ -33,6 +33,7 @@
 #include "log.h"
 #include "matmul.h"
 #include "moe.h"
+#include "logits.h"
 #include "sample.h"
 
 /* n at or below which a matmul runs as GEMV (one pass over W) instead of a GEMM. INT4 runs on
@@ -703,7 +704,15 @@ static void cuda_sample(pd_backend_t *be, int32_t *tokens_out, const float *logi
                         const float *top_p, const float *u)
 {
     cuda_t *c = cuda__get(be);
-    cuda__note(c, sample_run(tokens_out, logits, n, vocab, temperature, top_k, top_p, u, c->stream));
+    cuda__note(c,
+               sample_run(tokens_out, logits, n, vocab, temperature, top_k, top_p, u, c->stream));
+}
+
+static void cuda_logits_process(pd_backend_t *be, float *logits, int n, int vocab,
+                                const int32_t *ent, const float *bias, int n_ent, const float *pen)
+{
+    cuda_t *c = cuda__get(be);
+    cuda__note(c, logits_process_run(logits, n, vocab, ent, bias, n_ent, pen, c->stream));
 }
 
 /* ==== graphs ==== */
@@ -860,6 +869,7 @@ static const pd_backend_ops_t cuda_ops = {
     .matmul_fp8 = cuda_matmul_fp8,
     .set_option = cuda_set_option,
     .rope_kv_write = cuda_rope_kv_write,
+    .logits_process = cuda_logits_process,
 };
 
 /* cuda_ops without the fused ops (option fused=off), made once */

@@ -90,8 +90,8 @@ void backend_weight_free(pd_backend_t *be, pd_weight_t *w)
 }
 
 static void backend__tag_check(void *ctx, uint8_t *bad_out, uint32_t *found_out, const void *arena,
-                               const kv_layout_t *l, const int32_t *pages,
-                               const uint32_t *expected, const uint32_t *current, int n)
+                               const kv_layout_t *l, const int32_t *pages, const uint32_t *expected,
+                               const uint32_t *current, int n)
 {
     pd_backend_t *be = ctx;
     be->ops->kv_check(be, bad_out, found_out, arena, l, pages, expected, current, n);

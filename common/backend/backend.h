@@ -37,6 +37,7 @@ typedef enum {
     PD_OP_KV_STAMP,
     PD_OP_KV_CHECK,
     PD_OP_KV_EXPORT,
+    PD_OP_LOGITS_PROCESS,
     PD_OP__COUNT
 } pd_op_t;
 
@@ -98,8 +99,8 @@ typedef struct {
     /* writes k, v (n, n_kv_heads, head_dim) f32 into the arena at slots (n) int32
      * (slot = page * page_tokens + offset; a negative slot writes nothing: padded rows),
      * converting to the layout's dtype (fp8: per (token, head) scale) */
-    void (*kv_write)(pd_backend_t *be, void *arena, const kv_layout_t *l, int layer,
-                     const float *k, const float *v, const int32_t *slots, int n);
+    void (*kv_write)(pd_backend_t *be, void *arena, const kv_layout_t *l, int layer, const float *k,
+                     const float *v, const int32_t *slots, int n);
     /* out (n, n_heads, head_dim) = softmax(q k^T / sqrt(head_dim)) v over the paged cache,
      * q (n, n_heads, head_dim); GQA: head h reads kv head h / (n_heads / n_kv_heads) */
     void (*attention)(pd_backend_t *be, float *out, const float *q, const void *arena,
@@ -127,6 +128,13 @@ typedef struct {
      * packed in order); headers are copied */
     void (*kv_export)(pd_backend_t *be, void *dst, const kv_layout_t *dst_l, const void *arena,
                       const kv_layout_t *src_l, const int32_t *src_pages, int n_pages);
+    /* the sampler's logits processing (penalties, logit bias, min_tokens masks) in place on
+     * logits (n, vocab) f32: entries ent (n_ent, 4) int32 (row, token, output count, flags
+     * SAMPLER_ENT_*), bias (n_ent) f32, pen (n, 3) f32 (presence, frequency, repetition per
+     * row); each (row, token) at most once; semantics of sampler_logits_process_ref. All arrays
+     * backend memory. */
+    void (*logits_process)(pd_backend_t *be, float *logits, int n, int vocab, const int32_t *ent,
+                           const float *bias, int n_ent, const float *pen);
 
     /* ---- optional capabilities: NULL where the backend lacks them ---- */
 

@@ -59,6 +59,27 @@ void node_stats_publish(node_stats_t *s, engine_t *e, uint32_t queued)
     s->pages_total = (uint32_t)kv_pool_n_pages(pool);
     s->pages_used = (uint32_t)kv_pool_used_pages(pool);
     s->integrity_failures = engine_tracker(e)->failures;
+    /* the tracker also counts the decode node's checksum failures (they fail a sequence too) */
+    s->integrity[NODE_INTEGRITY_TAG] =
+        s->integrity_failures > s->integrity[NODE_INTEGRITY_CHECKSUM]
+            ? s->integrity_failures - s->integrity[NODE_INTEGRITY_CHECKSUM]
+            : 0;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void node_stats_integrity(node_stats_t *s, node_integrity_t kind)
+{
+    pthread_mutex_lock(&s->mu);
+    s->integrity[kind]++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void node_stats_kv_transfer(node_stats_t *s, uint64_t bytes, double seconds)
+{
+    pthread_mutex_lock(&s->mu);
+    s->kv_transfers++;
+    s->kv_bytes += bytes;
+    s->kv_seconds += seconds > 0 ? seconds : 0;
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -283,6 +304,27 @@ static void node_http__metrics(pd_http_request_t *req, void *user)
     metrics_counter_put_total(h->metrics, "pdserve_node_integrity_failures_total",
                               "sequences failed by the kv integrity checks (tags, checksums)",
                               labels, st.integrity_failures);
+    static const char *const kinds[NODE_INTEGRITY__COUNT] = {"tag", "checksum", "token", "size"};
+    for (int k = 0; k < NODE_INTEGRITY__COUNT; k++) {
+        const char *kl[] = {"node", h->node->name, "role", cluster_config_role_str(h->node->role),
+                            "kind", kinds[k],      NULL};
+        metrics_counter_put_total(h->metrics, "pdserve_node_kv_integrity_failures_total",
+                                  "kv integrity failures by kind: page tag check, KV-done "
+                                  "checksum, reservation token, KV-done size",
+                                  kl, st.integrity[k]);
+    }
+    metrics_counter_put_total(h->metrics, "pdserve_node_kv_transfers_total",
+                              "kv transfers completed (prefill: sent, decode: accepted)", labels,
+                              st.kv_transfers);
+    metrics_counter_put_total(h->metrics, "pdserve_node_kv_transfer_bytes_total",
+                              "kv page bytes of the completed transfers", labels, st.kv_bytes);
+    metrics_counter_t *secs;
+    if (metrics_counter_register(h->metrics, "pdserve_node_kv_transfer_seconds_total",
+                                 "seconds the completed kv transfers took (prefill: first put to "
+                                 "KV-done sent; decode: reservation to KV-done accepted)",
+                                 labels, &secs) == PD_OK &&
+        st.kv_seconds > metrics_counter_value(secs))
+        metrics_counter_add(secs, st.kv_seconds - metrics_counter_value(secs));
     metrics_counter_put_total(h->metrics, "pdserve_node_tokens_total", "tokens processed", labels,
                               st.tokens);
     metrics_counter_put_total(h->metrics, "pdserve_node_requests_total", "requests served", labels,

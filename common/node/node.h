@@ -19,6 +19,17 @@
 void node_engine_params(const cluster_config_t *cfg, const cluster_node_t *node,
                         engine_params_t *p);
 
+/* Kinds of KV integrity failure (pdserve_node_kv_integrity_failures_total{kind}): a page's tag
+ * check before attention, the KV-done checksum over what landed, a KV-done presenting another
+ * reservation's token, a KV-done whose tokens / pages differ from what was reserved. */
+typedef enum {
+    NODE_INTEGRITY_TAG = 0,
+    NODE_INTEGRITY_CHECKSUM,
+    NODE_INTEGRITY_TOKEN,
+    NODE_INTEGRITY_SIZE,
+    NODE_INTEGRITY__COUNT
+} node_integrity_t;
+
 /* Counters published by the compute thread, read by the loop thread. */
 typedef struct {
     pthread_mutex_t mu;
@@ -28,7 +39,18 @@ typedef struct {
      * /health, and pages written per path (prefill; indexed by kv_path_t) for /metrics */
     char kv_path[16];
     uint64_t kv_pages_by_path[KV_PATH_COUNT];
+    /* integrity failures by kind; TAG is derived at publish (tracker failures less CHECKSUM) */
+    uint64_t integrity[NODE_INTEGRITY__COUNT];
+    /* KV transfers that completed: prefill side, first put to the KV-done sent; decode side,
+     * reservation to the KV-done accepted (node_stats_kv_transfer) */
+    uint64_t kv_transfers, kv_bytes;
+    double kv_seconds;
 } node_stats_t;
+
+/* Any thread: counts one integrity failure of kind. */
+void node_stats_integrity(node_stats_t *s, node_integrity_t kind);
+/* Any thread: counts one completed KV transfer of bytes that took seconds. */
+void node_stats_kv_transfer(node_stats_t *s, uint64_t bytes, double seconds);
 
 void node_stats_init(node_stats_t *s);
 void node_stats_deinit(node_stats_t *s);

@@ -15,7 +15,8 @@ static const pdctl_cmd_t pdctl_cmds[] = {
     {"generate", pdctl_generate,
      "generate --model DIR --prompt TEXT --max-tokens N [--temperature T --top-p P --top-k K "
      "--seed S] [--weights bf16|fp8|int4] [--kv bf16|fp8] [--prefill-weights W --prefill-kv K] "
-     "[--json] [--logits-out FILE]"},
+     "[--presence-penalty F --frequency-penalty F --repetition-penalty F --logit-bias ID=BIAS "
+     "--min-tokens N --stop-token-id ID --logprobs N] [--n N] [--json] [--logits-out FILE]"},
     {"ppl", pdctl_ppl,
      "ppl --model DIR --text-file F [--window 512] [--weights bf16|fp8|int4] [--kv bf16|fp8]"},
     {"quantize", pdctl_quantize,

@@ -956,8 +956,8 @@ static void case_attention(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_seq
             snprintf(shape, sizeof shape, "%s %s h %d/%d hd %d rows %d ctx<=%d flash v%d",
                      pd_kvfmt_name(fmt), what, heads, kvh, hd, n_rows, max_ctx, v);
             report("attention", shape, err_f32_vec(&out, (size_t)n_rows * heads, (size_t)hd), 3e-2);
-            snprintf(shape, sizeof shape, "%s %s h %d/%d hd %d rows %d v%d (l2)", pd_kvfmt_name(fmt),
-                     what, heads, kvh, hd, n_rows, v);
+            snprintf(shape, sizeof shape, "%s %s h %d/%d hd %d rows %d v%d (l2)",
+                     pd_kvfmt_name(fmt), what, heads, kvh, hd, n_rows, v);
             report("attention", shape, err_f32_l2(&out, qn), 6e-3);
         }
         unsetenv("PD_CUDA_FLASH_VARIANT");
@@ -1150,8 +1150,8 @@ static void case_moe_experts(pd_wfmt_t fmt, int n, int E, int k, int d, int f)
     pair_t pw = pair_new((size_t)n * k * 4, w), out = pair_new((size_t)n * d * 4, NULL);
     cpu->ops->moe_experts(cpu, out.c, px.c, pi.c, pw.c, guc, dc, n, k, d, f);
     gpu->ops->moe_experts(gpu, out.g, px.g, pi.g, pw.g, gug, dg, n, k, d, f);
-    snprintf(shape, sizeof shape, "%s n %d experts %d k %d d %d f %d%s", pd_wfmt_name(fmt), n, E,
-             k, d, f, fmt != PD_WFMT_F32 ? " (l2)" : "");
+    snprintf(shape, sizeof shape, "%s n %d experts %d k %d d %d f %d%s", pd_wfmt_name(fmt), n, E, k,
+             d, f, fmt != PD_WFMT_F32 ? " (l2)" : "");
     /* fp8: two W8A8 matmuls in a row; a rounding flip of an activation quantized to fp8 (one
      * ulp, up to 2^-3 relative) shows through the second, so the error is measured in l2. Over
      * 37 tokens x 2 experts a few such flips land in one run (3.5e-3 and 5e-3 were seen on
@@ -1165,8 +1165,8 @@ static void case_moe_experts(pd_wfmt_t fmt, int n, int E, int k, int d, int f)
     if (fmt == PD_WFMT_BF16) {
         gpu_split->ops->moe_experts(gpu_split, out.g, px.g, pi.g, pw.g, gug, dg, n, k, d, f);
         pair_ok(gpu_split->ops->sync(gpu_split));
-        snprintf(shape, sizeof shape, "%s n %d experts %d k %d d %d f %d split",
-                 pd_wfmt_name(fmt), n, E, k, d, f);
+        snprintf(shape, sizeof shape, "%s n %d experts %d k %d d %d f %d split", pd_wfmt_name(fmt),
+                 n, E, k, d, f);
         report("moe_experts", shape, err_f32(&out, (size_t)n * d), 1e-5);
     }
     for (int e = 0; e < E; e++) {
@@ -1310,6 +1310,64 @@ static void case_sample(int n, int vocab, float scale, float T, int top_k, float
     free(pv);
     free(uv);
     free(kv);
+}
+
+/* logits_process: random unique (row, token) entries with counts, prompt / mask flags and
+ * biases over random logits; per-row penalties (some rows with repetition 1). The kernel does the
+ * reference's float operations in its order: compared bit for bit (differing logits). */
+static void case_logits_process(int n, int vocab, int per_row)
+{
+    char shape[96];
+    const int n_ent = n * per_row;
+    float *x = xmalloc((size_t)n * vocab * 4), *bias = xmalloc((size_t)n_ent * 4),
+          *pen = xmalloc((size_t)n * 12);
+    int32_t *ent = xmalloc((size_t)n_ent * 16);
+    uint8_t *used = xmalloc((size_t)vocab);
+    fill_f32(x, (size_t)n * vocab, 8.0f);
+    for (int i = 0; i < n; i++) {
+        pen[3 * i] = rng_float() * 2.0f - 0.5f;
+        pen[3 * i + 1] = rng_float() * 1.5f - 0.25f;
+        pen[3 * i + 2] = i % 3 == 0 ? 1.0f : 1.0f + rng_float();
+        memset(used, 0, (size_t)vocab);
+        for (int k = 0; k < per_row; k++) {
+            int j = i * per_row + k, tok;
+            do
+                tok = (int)(rng_next() % (uint64_t)vocab);
+            while (used[tok]);
+            used[tok] = 1;
+            ent[4 * j] = i;
+            ent[4 * j + 1] = tok;
+            ent[4 * j + 2] = k % 4 == 0 ? 0 : (int32_t)(rng_next() % 9);
+            ent[4 * j + 3] = (int32_t)(rng_next() % 4); /* in prompt, masked, both, none */
+            bias[j] = k % 5 == 0 ? 0.0f : rng_float() * 20.0f - 10.0f;
+        }
+    }
+    pair_t px = pair_new((size_t)n * vocab * 4, x), pe = pair_new((size_t)n_ent * 16, ent),
+           pb = pair_new((size_t)n_ent * 4, bias), pp = pair_new((size_t)n * 12, pen);
+    cpu->ops->logits_process(cpu, px.c, n, vocab, pe.c, pb.c, n_ent, pp.c);
+    gpu->ops->logits_process(gpu, px.g, n, vocab, pe.g, pb.g, n_ent, pp.g);
+    float *c, *g;
+    pair_get(&px, (void **)&c, (void **)&g);
+    size_t bad = 0, changed = 0;
+    for (size_t i = 0; i < (size_t)n * vocab; i++) {
+        bad += memcmp(&c[i], &g[i], 4) != 0;
+        changed += memcmp(&c[i], &x[i], 4) != 0;
+    }
+    if (changed == 0) /* the reference changed nothing: the case tests nothing */
+        bad = (size_t)n * vocab;
+    free(c);
+    free(g);
+    snprintf(shape, sizeof shape, "n %d V %d entries/row %d (logits differing)", n, vocab, per_row);
+    report("logits_process", shape, (double)bad / ((double)n * vocab), 0.0);
+    pair_free(&px);
+    pair_free(&pe);
+    pair_free(&pb);
+    pair_free(&pp);
+    free(x);
+    free(bias);
+    free(pen);
+    free(ent);
+    free(used);
 }
 
 int main(void)
@@ -1559,6 +1617,9 @@ int main(void)
         case_sample(64, 128256, 1.0f, 1.0f, 2048, 1.0f, 0.02);
         case_sample(64, 128256, 3.0f, 0.6f, 1000, 0.9f, 0.02);
     }
+    case_logits_process(7, 2048, 300);
+    if (!small_only)
+        case_logits_process(64, 128256, 2000);
     printf("%d cases, %d failed\n", n_cases, n_fail);
     backend_destroy(gpu_split);
     backend_destroy(gpu);
