@@ -17,6 +17,10 @@
 #define SERVING GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
 #define POLL_MS 500
 #define RETRY_MS 20
+/* Health polls in a row without an answer (each waits POLL_MS * 2) after which the router drops
+ * its connections to the node: a peer behind a cut link or a hung host never resets them, and its
+ * calls (decode streams) would otherwise hang until their deadlines. They end with UNAVAILABLE. */
+#define LOST_POLLS 3
 #define ROUTER_TIMEOUT_MAX_MS ((int64_t)1 << 40) /* ~35 years: no overflow of now + timeout */
 
 typedef struct rnode {
@@ -25,6 +29,7 @@ typedef struct rnode {
     pd_grpc_client_t *client;
     pd_grpc_client_call_t *poll_call;
     int healthy;
+    int poll_failures; /* health polls in a row that got no answer */
     uint32_t pages_used, pages_total, active, reserved_est;
     uint64_t integrity_failures;
     int inflight;
@@ -150,10 +155,18 @@ static void router__health_done(void *arg, int code, const char *msg, ProtobufCM
     router_t *r = n->router;
     int serving = code == 0 && resp &&
                   ((const Grpc__Health__V1__HealthCheckResponse *)resp)->status == SERVING;
-    (void)msg;
     n->poll_call = NULL;
     if (resp)
         protobuf_c_message_free_unpacked(resp, NULL);
+    if (code == 0)
+        n->poll_failures = 0;
+    else if (++n->poll_failures % LOST_POLLS == 0 && !r->stopping) {
+        char why[160];
+        snprintf(why, sizeof why, "node %s stopped answering (%s)", n->node->name,
+                 msg && *msg ? msg : pd_grpc_wire_code_name(code));
+        pd_log_warn("%s: dropping its connections", why);
+        pd_grpc_client_reset(n->client, why); /* its calls end with UNAVAILABLE */
+    }
     if (serving != n->healthy) {
         if (serving)
             pd_log_info("node %s is serving", n->node->name);
