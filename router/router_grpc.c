@@ -1,4 +1,5 @@
 #include "router_grpc.h"
+#include "router_control.h"
 
 #include <stddef.h>
 #include <stdlib.h>
@@ -312,9 +313,8 @@ static void router_grpc__metrics_source(void *arg, metrics_t *m)
     router_grpc_t *api = arg;
     pd_grpc_server_stats_t st;
     pd_grpc_server_stats(api->srv, &st);
-    router_metrics_listener(m, "grpc", st.connections, st.max_connections,
-                            st.rejected_connections, st.accept_errors, st.idle_closed,
-                            st.request_timeouts, st.flood_closed);
+    router_metrics_listener(m, "grpc", st.connections, st.max_connections, st.rejected_connections,
+                            st.accept_errors, st.idle_closed, st.request_timeouts, st.flood_closed);
 }
 
 pd_status_t router_grpc_create(router_t *core, uv_loop_t *loop, const char *host, int port,
@@ -338,6 +338,8 @@ pd_status_t router_grpc_create(router_t *core, uv_loop_t *loop, const char *host
         goto err;
     if ((st = pd_grpc_server_add_service(api->srv, &api->service, inference_handlers, api)) !=
         PD_OK)
+        goto err;
+    if ((st = router_control_add(core, api->srv)) != PD_OK) /* pdserve.v1.Cluster */
         goto err;
     if ((st = pd_grpc_health_create(api->srv, &api->health)) != PD_OK)
         goto err;

@@ -1,5 +1,6 @@
 /* args: the command line the three server binaries share, parsed once with getopt_long:
- *   BINARY --config FILE [--node NAME] [--set KEY=VALUE ...] [--log-level debug|info|warn|error]
+ *   BINARY --config FILE [--node NAME [--join ROUTER_HOST:PORT]] [--set KEY=VALUE ...]
+ *          [--log-level debug|info|warn|error] [--log-format text|json]
  * The parsed struct points into argv (no copies); --set may repeat (at most PD_ARGS_MAX_SETS).
  * Called by main() only, before any thread starts.
  */
@@ -14,12 +15,14 @@
 #define PD_ARGS_MAX_SETS 64
 
 typedef struct {
-    const char *config;               /* --config FILE (required) */
-    const char *node;                 /* --node NAME (required when need_node) */
+    const char *config;                 /* --config FILE (required) */
+    const char *node;                   /* --node NAME (required when need_node) */
     const char *sets[PD_ARGS_MAX_SETS]; /* --set KEY=VALUE, in order */
     int n_sets;
     bool have_log_level;
-    pd_log_level_t log_level;         /* --log-level */
+    pd_log_level_t log_level; /* --log-level */
+    const char *join;         /* --join ROUTER_HOST:PORT (nodes): register with it */
+    bool log_json;            /* --log-format json: one JSON object per log line */
 } pd_args_t;
 
 /* Parses argv into *args_p. need_node: --node is required (the nodes) or refused (the router).

@@ -17,6 +17,10 @@ int pdctl_up(int argc, char **argv);
 int pdctl_down(int argc, char **argv);
 int pdctl_health(int argc, char **argv);
 int pdctl_models(int argc, char **argv);
+/* pdctl_members.c: the router's pdserve.v1.Cluster service */
+int pdctl_nodes(int argc, char **argv);
+int pdctl_drain(int argc, char **argv);
+int pdctl_undrain(int argc, char **argv);
 /* pdctl generate --router HOST:PORT ...: pdctl_generate hands over to it when --router is given. */
 int pdctl_generate_router(int argc, char **argv);
 
