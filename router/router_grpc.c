@@ -313,8 +313,9 @@ static void router_grpc__metrics_source(void *arg, metrics_t *m)
     router_grpc_t *api = arg;
     pd_grpc_server_stats_t st;
     pd_grpc_server_stats(api->srv, &st);
-    router_metrics_listener(m, "grpc", st.connections, st.max_connections, st.rejected_connections,
-                            st.accept_errors, st.idle_closed, st.request_timeouts, st.flood_closed);
+    router_metrics_listener(m, "grpc", st.connections, st.max_connections,
+                            st.rejected_connections, st.accept_errors, st.idle_closed,
+                            st.request_timeouts, st.flood_closed);
 }
 
 pd_status_t router_grpc_create(router_t *core, uv_loop_t *loop, const char *host, int port,

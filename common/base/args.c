@@ -6,9 +6,8 @@
 
 static void args__usage(const char *prog, bool need_node)
 {
-    fprintf(stderr,
-            "usage: %s --config FILE%s [--set KEY=VALUE ...] "
-            "[--log-level debug|info|warn|error] [--log-format text|json]\n",
+    fprintf(stderr, "usage: %s --config FILE%s [--set KEY=VALUE ...] "
+                    "[--log-level debug|info|warn|error] [--log-format text|json]\n",
             prog, need_node ? " --node NAME [--join ROUTER_HOST:PORT]" : "");
 }
 
@@ -17,9 +16,7 @@ pd_status_t pd_args_log_level(const char *name, pd_log_level_t *level_p)
     static const struct {
         const char *name;
         pd_log_level_t level;
-    } levels[] = {{"debug", PD_LOG_DEBUG},
-                  {"info", PD_LOG_INFO},
-                  {"warn", PD_LOG_WARN},
+    } levels[] = {{"debug", PD_LOG_DEBUG}, {"info", PD_LOG_INFO}, {"warn", PD_LOG_WARN},
                   {"error", PD_LOG_ERROR}};
     for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++) {
         if (strcmp(name, levels[i].name) == 0) {
@@ -49,10 +46,14 @@ pd_status_t pd_args_split_set(const char *set, char *key_buf, size_t key_cap, co
 pd_status_t pd_args_parse(int argc, char **argv, bool need_node, pd_args_t *args_p)
 {
     static const struct option opts[] = {
-        {"config", required_argument, NULL, 'c'}, {"node", required_argument, NULL, 'n'},
-        {"set", required_argument, NULL, 's'},    {"log-level", required_argument, NULL, 'l'},
-        {"join", required_argument, NULL, 'j'},   {"log-format", required_argument, NULL, 'f'},
-        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+        {"config", required_argument, NULL, 'c'},
+        {"node", required_argument, NULL, 'n'},
+        {"set", required_argument, NULL, 's'},
+        {"log-level", required_argument, NULL, 'l'},
+        {"join", required_argument, NULL, 'j'},
+        {"log-format", required_argument, NULL, 'f'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     const char *prog = argc > 0 ? argv[0] : "pdserve";
     pd_args_t a;

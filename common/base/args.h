@@ -15,14 +15,14 @@
 #define PD_ARGS_MAX_SETS 64
 
 typedef struct {
-    const char *config;                 /* --config FILE (required) */
-    const char *node;                   /* --node NAME (required when need_node) */
+    const char *config;               /* --config FILE (required) */
+    const char *node;                 /* --node NAME (required when need_node) */
     const char *sets[PD_ARGS_MAX_SETS]; /* --set KEY=VALUE, in order */
     int n_sets;
     bool have_log_level;
-    pd_log_level_t log_level; /* --log-level */
-    const char *join;         /* --join ROUTER_HOST:PORT (nodes): register with it */
-    bool log_json;            /* --log-format json: one JSON object per log line */
+    pd_log_level_t log_level;         /* --log-level */
+    const char *join;                 /* --join ROUTER_HOST:PORT (nodes): register with it */
+    bool log_json;                    /* --log-format json: one JSON object per log line */
 } pd_args_t;
 
 /* Parses argv into *args_p. need_node: --node is required (the nodes) or refused (the router).

@@ -22,7 +22,7 @@ struct pd_grpc_client_call {
     pd_grpc_client__conn_t *conn;       /* NULL when not on a connection */
     pd_grpc_client_call_t *prev, *next; /* c->calls */
     pd_grpc_client_call_t *done_next;   /* c->done_head queue */
-    int32_t stream_id;                  /* 0 = not submitted */
+    int32_t stream_id;               /* 0 = not submitted */
     unsigned stream_open : 1, finished : 1, delivered : 1, queued : 1, unary : 1;
     char *path;
     uint8_t *req; /* (req_len) framed request */
@@ -193,7 +193,7 @@ static void pd_grpc_client__call_closed(pd_grpc_client_call_t *call, uint32_t er
             pd_grpc_client__call_finish(call, PD_GRPC_INTERNAL, "no response message");
         else
             pd_grpc_client__call_finish(call, call->grpc_status,
-                                        call->grpc_message ? call->grpc_message : "");
+                                     call->grpc_message ? call->grpc_message : "");
     } else if (call->http_status != 0 && call->http_status != 200) {
         snprintf(msg, sizeof msg, "http status %d", call->http_status);
         pd_grpc_client__call_finish(call, pd_grpc_wire_http_to_grpc(call->http_status), msg);
@@ -212,8 +212,8 @@ static void pd_grpc_client__call_closed(pd_grpc_client_call_t *call, uint32_t er
 /* ==== nghttp2 callbacks ==== */
 
 static ssize_t pd_grpc_client__data_read(nghttp2_session *ng, int32_t stream_id, uint8_t *buf,
-                                         size_t length, uint32_t *data_flags,
-                                         nghttp2_data_source *source, void *user_data)
+                                      size_t length, uint32_t *data_flags,
+                                      nghttp2_data_source *source, void *user_data)
 {
     pd_grpc_client_call_t *call = source->ptr;
     size_t n = call->req_len - call->req_off;
@@ -231,8 +231,8 @@ static ssize_t pd_grpc_client__data_read(nghttp2_session *ng, int32_t stream_id,
 }
 
 static int pd_grpc_client__on_header(nghttp2_session *ng, const nghttp2_frame *frame,
-                                     const uint8_t *name, size_t namelen, const uint8_t *value,
-                                     size_t valuelen, uint8_t flags, void *user_data)
+                                  const uint8_t *name, size_t namelen, const uint8_t *value,
+                                  size_t valuelen, uint8_t flags, void *user_data)
 {
     pd_grpc_client_call_t *call = nghttp2_session_get_stream_user_data(ng, frame->hd.stream_id);
     (void)flags;
@@ -259,7 +259,7 @@ static int pd_grpc_client__on_header(nghttp2_session *ng, const nghttp2_frame *f
 }
 
 static int pd_grpc_client__on_data(nghttp2_session *ng, uint8_t flags, int32_t stream_id,
-                                   const uint8_t *data, size_t len, void *user_data)
+                                const uint8_t *data, size_t len, void *user_data)
 {
     pd_grpc_client_call_t *call = nghttp2_session_get_stream_user_data(ng, stream_id);
     (void)flags;
@@ -285,7 +285,7 @@ static int pd_grpc_client__on_data(nghttp2_session *ng, uint8_t flags, int32_t s
             if (m)
                 protobuf_c_message_free_unpacked(m, NULL);
             pd_grpc_client__call_finish(call, PD_GRPC_INTERNAL,
-                                        m ? "too many responses" : "failed to parse response");
+                                     m ? "too many responses" : "failed to parse response");
             nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, stream_id, NGHTTP2_CANCEL);
             return 0;
         }
@@ -298,8 +298,8 @@ static int pd_grpc_client__on_data(nghttp2_session *ng, uint8_t flags, int32_t s
     return 0;
 }
 
-static int pd_grpc_client__on_stream_close(nghttp2_session *ng, int32_t stream_id,
-                                           uint32_t error_code, void *user_data)
+static int pd_grpc_client__on_stream_close(nghttp2_session *ng, int32_t stream_id, uint32_t error_code,
+                                        void *user_data)
 {
     pd_grpc_client_call_t *call = nghttp2_session_get_stream_user_data(ng, stream_id);
     (void)user_data;
@@ -316,7 +316,7 @@ static int pd_grpc_client__on_stream_close(nghttp2_session *ng, int32_t stream_i
 }
 
 static int pd_grpc_client__on_frame_recv(nghttp2_session *ng, const nghttp2_frame *frame,
-                                         void *user_data)
+                                      void *user_data)
 {
     pd_grpc_client__conn_t *conn = user_data;
     (void)ng;
@@ -496,8 +496,7 @@ static pd_status_t pd_grpc_client__session_new(pd_grpc_client__conn_t *conn)
     if (rv != 0)
         return PD_ERR_NOMEM;
     nghttp2_submit_settings(conn->ng, NGHTTP2_FLAG_NONE, iv, sizeof iv / sizeof iv[0]);
-    nghttp2_session_set_local_window_size(conn->ng, NGHTTP2_FLAG_NONE, 0,
-                                          4 * PD_GRPC_CLIENT__WINDOW);
+    nghttp2_session_set_local_window_size(conn->ng, NGHTTP2_FLAG_NONE, 0, 4 * PD_GRPC_CLIENT__WINDOW);
     return PD_OK;
 }
 
@@ -610,7 +609,7 @@ static void pd_grpc_client__submit(pd_grpc_client_call_t *call)
     nv[n++] = NV("user-agent", "pdserve-grpc-c/0.1", 18);
     if (call->deadline_at >= 0) {
         pd_grpc_wire_timeout_format(timeout, sizeof timeout,
-                                    call->deadline_at - (int64_t)uv_now(c->loop));
+                                 call->deadline_at - (int64_t)uv_now(c->loop));
         nv[n++] = NV("grpc-timeout", timeout, strlen(timeout));
     }
     for (size_t i = 0; i < call->n_md && n < sizeof nv / sizeof nv[0]; i++)
@@ -674,9 +673,9 @@ static void pd_grpc_client__kick(pd_grpc_client_t *c)
 }
 
 static pd_status_t pd_grpc_client__start(pd_grpc_client_t *c, const char *path,
-                                         const ProtobufCMessage *req,
-                                         const ProtobufCMessageDescriptor *resp_desc,
-                                         int64_t timeout_ms, pd_grpc_client_call_t **call_p)
+                                      const ProtobufCMessage *req,
+                                      const ProtobufCMessageDescriptor *resp_desc,
+                                      int64_t timeout_ms, pd_grpc_client_call_t **call_p)
 {
     pd_grpc_client_call_t *call = calloc(1, sizeof *call);
     size_t len = protobuf_c_message_get_packed_size(req);
@@ -727,9 +726,8 @@ err_free_call:
 }
 
 pd_status_t pd_grpc_client_unary(pd_grpc_client_t *c, const char *path, const ProtobufCMessage *req,
-                                 const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
-                                 pd_grpc_client_unary_cb cb, void *arg,
-                                 pd_grpc_client_call_t **call_p)
+                              const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
+                              pd_grpc_client_unary_cb cb, void *arg, pd_grpc_client_call_t **call_p)
 {
     pd_grpc_client_call_t *call;
     pd_status_t st = pd_grpc_client__start(c, path, req, resp_desc, timeout_ms, &call);
@@ -744,11 +742,10 @@ pd_status_t pd_grpc_client_unary(pd_grpc_client_t *c, const char *path, const Pr
     return PD_OK;
 }
 
-pd_status_t pd_grpc_client_stream(pd_grpc_client_t *c, const char *path,
-                                  const ProtobufCMessage *req,
-                                  const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
-                                  pd_grpc_client_msg_cb on_message, pd_grpc_client_done_cb on_done,
-                                  void *arg, pd_grpc_client_call_t **call_p)
+pd_status_t pd_grpc_client_stream(pd_grpc_client_t *c, const char *path, const ProtobufCMessage *req,
+                               const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
+                               pd_grpc_client_msg_cb on_message, pd_grpc_client_done_cb on_done,
+                               void *arg, pd_grpc_client_call_t **call_p)
 {
     pd_grpc_client_call_t *call;
     pd_status_t st = pd_grpc_client__start(c, path, req, resp_desc, timeout_ms, &call);
@@ -764,7 +761,7 @@ pd_status_t pd_grpc_client_stream(pd_grpc_client_t *c, const char *path,
 }
 
 pd_status_t pd_grpc_client_call_add_metadata(pd_grpc_client_call_t *call, const char *key,
-                                             const char *value)
+                                          const char *value)
 {
     pd_grpc_client__md_t *md;
 
@@ -787,8 +784,7 @@ pd_status_t pd_grpc_client_call_add_metadata(pd_grpc_client_call_t *call, const 
 
 /* ==== client ==== */
 
-pd_status_t pd_grpc_client_create(uv_loop_t *loop, const char *host, int port,
-                                  pd_grpc_client_t **c_p)
+pd_status_t pd_grpc_client_create(uv_loop_t *loop, const char *host, int port, pd_grpc_client_t **c_p)
 {
     pd_grpc_client_t *c = calloc(1, sizeof *c);
 

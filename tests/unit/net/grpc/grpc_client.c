@@ -1,7 +1,7 @@
-/* Tests common/pd_grpc_client.c against common/pd_grpc_server.c on one loop over loopback TCP:
- * unary, health Watch updates, cancel before and after the request is on the wire, destroy with
- * calls in flight and from inside a done callback, GOAWAY draining then UNAVAILABLE, and a clean
- * loop close. */
+/* Tests common/pd_grpc_client.c against common/pd_grpc_server.c on one loop over loopback TCP: unary,
+ * health Watch updates, cancel before and after the request is on the wire, destroy with calls in
+ * flight and from inside a done callback, GOAWAY draining then UNAVAILABLE, and a clean loop
+ * close. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -123,8 +123,7 @@ static void start_unary(const char *text, int64_t timeout_ms, res_t *r, pd_grpc_
     Pdtest__EchoRequest req = PDTEST__ECHO_REQUEST__INIT;
     req.text = (char *)text;
     assert_int_equal(pd_grpc_client_unary(cli, "/pdtest.Echo/Unary", &req.base,
-                                          &pdtest__echo_reply__descriptor, timeout_ms, on_unary, r,
-                                          c),
+                                       &pdtest__echo_reply__descriptor, timeout_ms, on_unary, r, c),
                      PD_OK);
 }
 
@@ -140,14 +139,13 @@ static void test_unary_and_health_watch(void **state)
     assert_int_equal(a.code, 0);
     hreq.service = "svc";
     pd_grpc_client_stream(cli, "/grpc.health.v1.Health/Watch", &hreq.base,
-                          &grpc__health__v1__health_check_response__descriptor, 0, on_health,
-                          on_done, &w, &wc);
+                       &grpc__health__v1__health_check_response__descriptor, 0, on_health, on_done,
+                       &w, &wc);
     while (w.n_msgs < 1)
         uv_run(&loop, UV_RUN_ONCE);
     assert_int_equal(w.last_status, PD_GRPC_HEALTH_SERVICE_UNKNOWN);
     assert_int_equal(pd_grpc_health_set(health, "svc", PD_GRPC_HEALTH_NOT_SERVING), PD_OK);
-    assert_int_equal(pd_grpc_health_set(health, "svc", PD_GRPC_HEALTH_NOT_SERVING),
-                     PD_OK); /* no-op */
+    assert_int_equal(pd_grpc_health_set(health, "svc", PD_GRPC_HEALTH_NOT_SERVING), PD_OK); /* no-op */
     assert_int_equal(pd_grpc_health_set(health, "svc", 7), PD_ERR_INVALID);
     while (w.n_msgs < 2)
         uv_run(&loop, UV_RUN_ONCE);
