@@ -9,6 +9,7 @@
 #include "drain.h"
 #include "cluster_config.h"
 #include "log.h"
+#include "notify.h"
 #include "router.h"
 #include "router_grpc.h"
 #include "router_http.h"
@@ -51,6 +52,8 @@ int main(int argc, char **argv)
     if (pd_drain_init(&drain, &loop, cfg->router.request_timeout_ms, on_drain, on_busy, core) !=
         PD_OK)
         goto out;
+    /* systemd Type=notify: the router is ready once it listens (nodes come and go behind it) */
+    pd_notify_ready("listening");
     uv_run(&loop, UV_RUN_DEFAULT);
     pd_drain_deinit(&drain);
     rc = 0;

@@ -927,6 +927,7 @@ pd_status_t cluster_config_load_args(const pd_args_t *args, const char *tag,
     pd_status_t st;
 
     pd_log_set_tag(args->node ? args->node : tag);
+    pd_log_set_json(args->log_json);
     if (args->have_log_level)
         pd_log_set_level(args->log_level);
     if ((st = cluster_config_load(args->config, &cfg)) != PD_OK)

@@ -17,6 +17,7 @@
 #include "kv_tracker.h"
 #include "kv_transport.h"
 #include "log.h"
+#include "notify.h"
 
 _Static_assert(NODE_KV_DONE_MAX <= KV_TRANSPORT_AM_HEADER_MAX, "a KvDone fits a transport header");
 
@@ -109,6 +110,10 @@ void node_set_serving(pd_grpc_health_t *health, const ProtobufCServiceDescriptor
                     : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
     pd_grpc_health_set(health, "", v);
     pd_grpc_health_set(health, desc->name, v);
+    if (serving) /* systemd Type=notify: READY=1 the first time */
+        pd_notify_ready("serving");
+    else
+        pd_notify_status("not serving");
 }
 
 /* ==== KV done ==== */

@@ -79,7 +79,8 @@ pd_status_t node_serve(uv_loop_t *loop, const cluster_node_t *node,
                        void *user, pd_grpc_server_t **srv_p, pd_grpc_health_t **health_p,
                        int *port_p);
 
-/* Marks the node (and desc's service) SERVING or NOT_SERVING in its health service. */
+/* Marks the node (and desc's service) SERVING or NOT_SERVING in its health service (and tells
+ * systemd: READY=1 the first time it serves, STATUS= after; notify.h). */
 void node_set_serving(pd_grpc_health_t *health, const ProtobufCServiceDescriptor *desc,
                       int serving);
 
