@@ -1360,7 +1360,9 @@ pd_status_t router_create(uv_loop_t *loop, const cluster_config_t *cfg, router_t
              slash && slash[1] ? slash + 1 : cfg->model);
     if ((st = router__metrics_create(r)) != PD_OK)
         goto err;
-    r->n_nodes = (int)cfg->n_nodes;
+    r->n_nodes = 0;
+    for (size_t i = 0; i < cfg->n_nodes; i++)
+        r->n_nodes += !cfg->nodes[i].template_; /* templates: for nodes that join */
     if (r->n_nodes > ROUTER_MAX_NODES) {
         pd_log_error("%s: at most %d nodes per router", cfg->source, ROUTER_MAX_NODES);
         st = PD_ERR_UNSUPPORTED;
@@ -1372,12 +1374,15 @@ pd_status_t router_create(uv_loop_t *loop, const cluster_config_t *cfg, router_t
         st = PD_ERR_NOMEM;
         goto err;
     }
-    for (int i = 0; i < r->n_nodes; i++) {
+    for (size_t k = 0, i = 0; k < cfg->n_nodes; k++) {
+        if (cfg->nodes[k].template_)
+            continue;
         r->nodes[i].router = r;
-        r->nodes[i].node = &cfg->nodes[i];
-        if ((st = pd_grpc_client_create(loop, cfg->nodes[i].host, cfg->nodes[i].port,
+        r->nodes[i].node = &cfg->nodes[k];
+        if ((st = pd_grpc_client_create(loop, cfg->nodes[k].host, cfg->nodes[k].port,
                                         &r->nodes[i].client)) != PD_OK)
             goto err;
+        i++;
     }
     uv_timer_init(loop, &r->poll);
     r->poll.data = r;

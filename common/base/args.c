@@ -8,7 +8,7 @@ static void args__usage(const char *prog, bool need_node)
 {
     fprintf(stderr, "usage: %s --config FILE%s [--set KEY=VALUE ...] "
                     "[--log-level debug|info|warn|error] [--log-format text|json]\n",
-            prog, need_node ? " --node NAME [--join ROUTER_HOST:PORT]" : "");
+            prog, need_node ? " --node NAME [--join ROUTER_HOST:PORT [--join-name NAME]]" : "");
 }
 
 pd_status_t pd_args_log_level(const char *name, pd_log_level_t *level_p)
@@ -51,6 +51,7 @@ pd_status_t pd_args_parse(int argc, char **argv, bool need_node, pd_args_t *args
         {"set", required_argument, NULL, 's'},
         {"log-level", required_argument, NULL, 'l'},
         {"join", required_argument, NULL, 'j'},
+        {"join-name", required_argument, NULL, 'J'},
         {"log-format", required_argument, NULL, 'f'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -104,6 +105,13 @@ pd_status_t pd_args_parse(int argc, char **argv, bool need_node, pd_args_t *args
                 return PD_ERR_INVALID;
             }
             a.join = optarg;
+            break;
+        case 'J':
+            if (!need_node) {
+                fprintf(stderr, "%s: --join-name is not an option of this binary\n", prog);
+                return PD_ERR_INVALID;
+            }
+            a.join_name = optarg;
             break;
         case 'f':
             if (strcmp(optarg, "json") != 0 && strcmp(optarg, "text") != 0) {

@@ -17,6 +17,7 @@
 static const char *const cluster_config__roles[] = {"prefill", "decode", NULL};
 static const char *const cluster_config__backends[] = {"cpu", "cuda", NULL};
 static const char *const cluster_config__trackers[] = {"tagged", "noop", NULL};
+static const char *const cluster_config__bools[] = {"false", "true", NULL};
 static const char *const cluster_config__prefill_policies[] = {"round_robin", "least_load", NULL};
 static const char *const cluster_config__decode_policies[] = {"least_kv", NULL};
 
@@ -130,6 +131,7 @@ enum {
     NF_TRACKER,
     NF_THREADS,
     NF_TP,
+    NF_TEMPLATE,
     NF__COUNT
 };
 
@@ -151,6 +153,7 @@ static const cluster_config__field_t cluster_config__node_fields[NF__COUNT] = {
     [NF_TRACKER] = NODE_F("tracker", F_ENUM, tracker, 0, 0, cluster_config__trackers, 0),
     [NF_THREADS] = NODE_F("threads", F_INT, threads, 0, 4096, NULL, 0),
     [NF_TP] = NODE_F("tp", F_INT, tp, 1, 64, NULL, 0),
+    [NF_TEMPLATE] = NODE_F("template", F_ENUM, template_, 0, 0, cluster_config__bools, 0),
 };
 
 #define ROUTER_F(k, t, member, mn, mx, nm, req)                                                    \

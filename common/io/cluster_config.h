@@ -54,6 +54,8 @@ typedef struct {
     cluster_tracker_t tracker;
     int threads; /* CPU backend threads, 0 = all cores */
     int tp;      /* tensor-parallel degree */
+    int template_; /* "template: true": settings for nodes that join (--join, --join-name: the
+                      replicas of a Kubernetes Deployment); the router does not use the entry */
 } cluster_node_t;
 
 typedef struct {

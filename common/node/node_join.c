@@ -91,7 +91,7 @@ static void node_join__register(uv_timer_t *t)
 }
 
 pd_status_t node_join_create(uv_loop_t *loop, const char *router_addr, const cluster_node_t *node,
-                             node_join_t **j_p)
+                             const char *name, node_join_t **j_p)
 {
     const char *colon = strrchr(router_addr, ':');
     char host[CLUSTER_HOST_MAX];
@@ -105,6 +105,10 @@ pd_status_t node_join_create(uv_loop_t *loop, const char *router_addr, const clu
         pd_log_error("--join %s: expected ROUTER_HOST:PORT", router_addr);
         return PD_ERR_INVALID;
     }
+    if (name && (!*name || strlen(name) >= sizeof node->name)) {
+        pd_log_error("--join-name '%s': 1 to %zu characters", name, sizeof node->name - 1);
+        return PD_ERR_INVALID;
+    }
     memcpy(host, router_addr, (size_t)(colon - router_addr));
     host[colon - router_addr] = 0;
     if (host[0] == '[' && host[strlen(host) - 1] == ']') { /* [v6]:port */
@@ -115,6 +119,8 @@ pd_status_t node_join_create(uv_loop_t *loop, const char *router_addr, const clu
         return PD_ERR_NOMEM;
     j->loop = loop;
     j->node = *node;
+    if (name)
+        snprintf(j->node.name, sizeof j->node.name, "%s", name);
     snprintf(j->router, sizeof j->router, "%s", router_addr);
     if (pd_grpc_client_create(loop, host, (int)port, &j->client) != PD_OK) {
         free(j);

@@ -21,10 +21,12 @@
 
 typedef struct node_join node_join_t;
 
-/* Starts registering node (copied) with the router at router_addr ("HOST:PORT"). PD_ERR_INVALID
- * (logged) for an address that is not HOST:PORT, PD_ERR_NOMEM; nothing started on failure. */
+/* Starts registering node (copied) with the router at router_addr ("HOST:PORT"), under name (NULL:
+ * node->name; the replicas of one template entry each give their own, e.g. the pod name).
+ * PD_ERR_INVALID (logged) for an address that is not HOST:PORT or a name too long,
+ * PD_ERR_NOMEM; nothing started on failure. */
 pd_status_t node_join_create(uv_loop_t *loop, const char *router_addr, const cluster_node_t *node,
-                             node_join_t **j_p);
+                             const char *name, node_join_t **j_p);
 
 /* The node drains: no more registrations; DeregisterNode is sent once (best effort). */
 void node_join_leave(node_join_t *j);

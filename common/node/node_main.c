@@ -65,7 +65,7 @@ int node_main(int argc, char **argv, const node_main_ops_t *ops)
         goto out;
     }
     m.node = n;
-    if (args.join && node_join_create(&loop, args.join, node, &m.join) != PD_OK) {
+    if (args.join && node_join_create(&loop, args.join, node, args.join_name, &m.join) != PD_OK) {
         ops->destroy(n);
         uv_run(&loop, UV_RUN_DEFAULT);
         (void)uv_loop_close(&loop);

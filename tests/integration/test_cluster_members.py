@@ -1,7 +1,7 @@
 """Membership and drain on a real 2P/2D cluster (deploy/local-2p2d.yaml on free ports):
   - `pdctl nodes` lists the router's nodes, all serving;
-  - a third decode node started with `--join ROUTER` (its entry only in its own copy of the file)
-    registers, is health-checked, then takes work: with decode0 and decode1 drained every request
+  - a third decode node started with `--join ROUTER --join-name decode2-r0` (its entry only in its
+    own copy of the file) registers under that name, is health-checked, then takes work: with decode0 and decode1 drained every request
     lands on it and gives the reference ids; on SIGTERM it deregisters (state "left") and the
     cluster goes on without it;
   - `pdctl drain decode0` while a long request runs on it: no new request goes there, the running
@@ -123,12 +123,14 @@ def main():
         with open(own, "w") as f:
             f.write(text)
         log2 = open(os.path.join(tmp, "decode2.log"), "ab")
+        # registered under its own name (--join-name: a replica of a template entry)
         d2 = subprocess.Popen([BIN["decode"], "--config", own, "--node", "decode2", "--join",
-                               router], stdout=log2, stderr=subprocess.STDOUT)
+                               router, "--join-name", "decode2-r0"], stdout=log2,
+                              stderr=subprocess.STDOUT)
         procs.append(d2)
-        t = wait_nodes(router, lambda t: "decode2" in t and t["decode2"]["serving"])
-        check("joined-node-serving", t.get("decode2", {}).get("joined") and
-              t["decode2"]["state"] == "serving", t)
+        t = wait_nodes(router, lambda t: "decode2-r0" in t and t["decode2-r0"]["serving"])
+        check("joined-node-serving", t.get("decode2-r0", {}).get("joined") and
+              t["decode2-r0"]["state"] == "serving" and "decode2" not in t, t)
         for name in ("decode0", "decode1"):
             check("drain-%s-idle" % name,
                   pdctl("drain", name, "--router", router, "--wait-s", "60").returncode == 0)
@@ -146,7 +148,7 @@ def main():
         d2.send_signal(signal.SIGTERM)
         check("joined-node-exit-0", d2.wait(timeout=120) == 0)
         t = nodes(router)
-        check("joined-node-left", t.get("decode2", {}).get("state") == "left", t)
+        check("joined-node-left", t.get("decode2-r0", {}).get("state") == "left", t)
         r = generate(stub, token_ids=cases[0]["input_ids"], sampling=sampling(N, ignore_eos=True))
         check("generate-after-leave", r.code == grpc.StatusCode.OK and
               r.ids == cases[0]["greedy_ids"][:N], (r.code, r.details))
@@ -171,6 +173,9 @@ def main():
         t = wait_nodes(router, lambda t: t[victim]["state"] in ("draining", "drained"), 30)
         check("draining-state", t[victim]["state"] == "draining", t)
         vnode = byname[victim]
+        end = time.time() + 60  # the long request admitted on the victim (it counts then)
+        while stats(vnode).active == 0 and time.time() < end and th.is_alive():
+            time.sleep(0.05)
         before = stats(vnode).requests
         for i in range(2):
             r = generate(stub, token_ids=cases[i]["input_ids"], sampling=sampling(N, ignore_eos=True))
