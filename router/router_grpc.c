@@ -363,6 +363,11 @@ int router_grpc_port(const router_grpc_t *api)
     return api->port;
 }
 
+pd_grpc_server_t *router_grpc_server(const router_grpc_t *api)
+{
+    return api->srv;
+}
+
 void router_grpc_destroy(router_grpc_t *api)
 {
     if (!api)

@@ -12,6 +12,7 @@
 
 #include <uv.h>
 
+#include "grpc_server.h"
 #include "router.h"
 #include "status.h"
 
@@ -25,6 +26,9 @@ pd_status_t router_grpc_create(router_t *core, uv_loop_t *loop, const char *host
 
 /* The port it listens on. */
 int router_grpc_port(const router_grpc_t *api);
+
+/* Its gRPC server (for router_auth's check). */
+pd_grpc_server_t *router_grpc_server(const router_grpc_t *api);
 
 /* Stops serving: calls still open are cancelled (their requests cancelled in the core). Run the
  * loop afterwards to close the connections. Accepts NULL. */

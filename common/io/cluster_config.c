@@ -174,6 +174,11 @@ enum {
     RF_BODY_TIMEOUT,
     RF_MAX_CONNECTIONS,
     RF_MAX_STREAMS,
+    RF_CONTROL,
+    RF_TLS_CERT,
+    RF_TLS_KEY,
+    RF_API_KEYS_FILE,
+    RF_OPS_TOKEN_FILE,
     RF__COUNT
 };
 
@@ -195,6 +200,12 @@ static const cluster_config__field_t cluster_config__router_fields[RF__COUNT] = 
     [RF_BODY_TIMEOUT] = ROUTER_F("body_timeout_ms", F_INT64, body_timeout_ms, 1, 86400000, NULL, 0),
     [RF_MAX_CONNECTIONS] = ROUTER_F("max_connections", F_INT, max_connections, 1, 1 << 20, NULL, 0),
     [RF_MAX_STREAMS] = ROUTER_F("max_streams", F_INT, max_streams, 1, 1 << 20, NULL, 0),
+    [RF_CONTROL] = {"control", F_HOSTPORT, offsetof(cluster_router_t, control_host),
+                    offsetof(cluster_router_t, control_port), CLUSTER_HOST_MAX, 1, 65535, NULL, 0},
+    [RF_TLS_CERT] = ROUTER_F("tls_cert", F_STR, tls_cert, 0, 0, NULL, 0),
+    [RF_TLS_KEY] = ROUTER_F("tls_key", F_STR, tls_key, 0, 0, NULL, 0),
+    [RF_API_KEYS_FILE] = ROUTER_F("api_keys_file", F_STR, api_keys_file, 0, 0, NULL, 0),
+    [RF_OPS_TOKEN_FILE] = ROUTER_F("ops_token_file", F_STR, ops_token_file, 0, 0, NULL, 0),
 };
 
 enum { TF_UCX_TLS = 0, TF_LEASE, TF__COUNT };

@@ -73,6 +73,17 @@ typedef struct {
     int64_t body_timeout_ms;   /* HTTP body; gRPC: the whole request (30 s) */
     int max_connections;       /* per listener (1024, capped by RLIMIT_NOFILE) */
     int max_streams;           /* gRPC concurrent streams per connection (100) */
+    /* with TLS: where the plaintext gRPC server listens for the cluster's own clients (nodes'
+     * --join, pdctl drain / nodes), e.g. an internal address; unset: 127.0.0.1, ephemeral */
+    char control_host[CLUSTER_HOST_MAX];
+    int control_port;
+    /* TLS on both public listeners when both are set (PEM files; tls_proxy.h) */
+    char tls_cert[CLUSTER_PATH_MAX];
+    char tls_key[CLUSTER_PATH_MAX];
+    /* credentials (router_auth.h): API keys for Inference and /v1 (one per line), the ops token
+     * for pdserve.v1.Cluster and /metrics; "" : that part is open */
+    char api_keys_file[CLUSTER_PATH_MAX];
+    char ops_token_file[CLUSTER_PATH_MAX];
 } cluster_router_t;
 
 typedef struct {

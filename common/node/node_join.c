@@ -10,10 +10,32 @@
 
 #define NODE_JOIN_CALL_MS 1000
 
+/* "Bearer TOKEN" from $PDSERVE_OPS_TOKEN or the first line of $PDSERVE_OPS_TOKEN_FILE (the
+ * router's router.ops_token_file), or "" when neither is set. */
+static void node_join__bearer(char *out, size_t cap)
+{
+    const char *env = getenv("PDSERVE_OPS_TOKEN"), *file = getenv("PDSERVE_OPS_TOKEN_FILE");
+    char line[512] = "";
+    out[0] = 0;
+    if (env && *env)
+        snprintf(line, sizeof line, "%s", env);
+    else if (file && *file) {
+        FILE *f = fopen(file, "r");
+        if (!f || !fgets(line, sizeof line, f))
+            pd_log_error("PDSERVE_OPS_TOKEN_FILE %s: cannot read", file);
+        if (f)
+            fclose(f);
+    }
+    line[strcspn(line, "\r\n")] = 0;
+    if (line[0])
+        snprintf(out, cap, "Bearer %s", line);
+}
+
 struct node_join {
     uv_loop_t *loop;
     cluster_node_t node;
     char router[CLUSTER_HOST_MAX + 8];
+    char bearer[520]; /* "Bearer OPS_TOKEN" or "" */
     pd_grpc_client_t *client;
     pd_grpc_client_call_t *reg_call, *leave_call; /* RegisterNode, DeregisterNode in flight */
     uv_timer_t timer;
@@ -87,7 +109,10 @@ static void node_join__register(uv_timer_t *t)
                              node_join__register_done, j, &j->reg_call) != PD_OK) {
         j->reg_call = NULL;
         uv_timer_start(&j->timer, node_join__register, NODE_JOIN_RETRY_MS, 0);
+        return;
     }
+    if (j->bearer[0])
+        (void)pd_grpc_client_call_add_metadata(j->reg_call, "authorization", j->bearer);
 }
 
 pd_status_t node_join_create(uv_loop_t *loop, const char *router_addr, const cluster_node_t *node,
@@ -122,6 +147,7 @@ pd_status_t node_join_create(uv_loop_t *loop, const char *router_addr, const clu
     if (name)
         snprintf(j->node.name, sizeof j->node.name, "%s", name);
     snprintf(j->router, sizeof j->router, "%s", router_addr);
+    node_join__bearer(j->bearer, sizeof j->bearer);
     if (pd_grpc_client_create(loop, host, (int)port, &j->client) != PD_OK) {
         free(j);
         return PD_ERR_NOMEM;
@@ -162,6 +188,8 @@ void node_join_leave(node_join_t *j)
                              &pdserve__v1__deregister_reply__descriptor, NODE_JOIN_CALL_MS,
                              node_join__leave_done, j, &j->leave_call) != PD_OK)
         j->leave_call = NULL;
+    else if (j->bearer[0])
+        (void)pd_grpc_client_call_add_metadata(j->leave_call, "authorization", j->bearer);
 }
 
 void node_join_destroy(node_join_t *j)

@@ -4,7 +4,8 @@
  * router that is down is retried every NODE_JOIN_RETRY_MS). The router health-checks the node
  * before it sends it work. On drain, node_join_leave() stops that and sends DeregisterNode once.
  * The node's own entry (role, formats, budget) comes from its cluster file as usual; the router's
- * file need not name it.
+ * file need not name it. When the router wants the ops token (router_auth.h), the calls carry
+ * "authorization: Bearer TOKEN" from $PDSERVE_OPS_TOKEN or the file $PDSERVE_OPS_TOKEN_FILE.
  *
  * Loop thread only; main() owns the object.
  */

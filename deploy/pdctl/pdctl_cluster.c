@@ -1130,6 +1130,10 @@ int pdctl_generate_router(int argc, char **argv)
         uv_close((uv_handle_t *)&g.sig, NULL);
         goto out;
     }
+    char bearer[520]; /* the router's API key, when it wants one */
+    pdctl_bearer("PDSERVE_API_KEY", bearer, sizeof bearer);
+    if (bearer[0])
+        (void)pd_grpc_client_call_add_metadata(g.call, "authorization", bearer);
     while (!g.done)
         uv_run(&loop, UV_RUN_ONCE);
     if (!g.json && g.n_text)

@@ -32,7 +32,31 @@ static void pdctl_members__done(void *arg, int code, const char *msg, ProtobufCM
     c->resp = resp;
 }
 
-/* One unary call to the router at addr; the response (code 0) belongs to the caller. */
+/* "Bearer TOKEN" from the environment variable var or the first line of the file ${var}_FILE, or
+ * "" when neither is set. */
+void pdctl_bearer(const char *var, char *out, size_t cap)
+{
+    char file_var[64], line[512] = "";
+    const char *env = getenv(var), *file;
+    snprintf(file_var, sizeof file_var, "%s_FILE", var);
+    file = getenv(file_var);
+    out[0] = 0;
+    if (env && *env)
+        snprintf(line, sizeof line, "%s", env);
+    else if (file && *file) {
+        FILE *f = fopen(file, "r");
+        if (!f || !fgets(line, sizeof line, f))
+            fprintf(stderr, "pdctl: %s %s: cannot read\n", file_var, file);
+        if (f)
+            fclose(f);
+    }
+    line[strcspn(line, "\r\n")] = 0;
+    if (line[0])
+        snprintf(out, cap, "Bearer %s", line);
+}
+
+/* One unary call to the router at addr (with the ops token of $PDSERVE_OPS_TOKEN[_FILE]); the
+ * response (code 0) belongs to the caller. */
 static int pdctl_members__call(const char *addr, const char *path, const ProtobufCMessage *req,
                                const ProtobufCMessageDescriptor *desc, long timeout_ms,
                                pdctl_members__call_t *out)
@@ -41,8 +65,11 @@ static int pdctl_members__call(const char *addr, const char *path, const Protobu
     int port;
     uv_loop_t loop;
     pd_grpc_client_t *cl;
+    pd_grpc_client_call_t *call = NULL;
+    char bearer[520];
 
     memset(out, 0, sizeof *out);
+    pdctl_bearer("PDSERVE_OPS_TOKEN", bearer, sizeof bearer);
     if (pdctl_host_parse_addr(addr, host, sizeof host, &port) != PD_OK) {
         snprintf(out->msg, sizeof out->msg, "'%s' is not HOST:PORT", addr);
         out->code = PD_GRPC_INVALID_ARGUMENT;
@@ -50,12 +77,13 @@ static int pdctl_members__call(const char *addr, const char *path, const Protobu
     }
     PD_ASSERT(uv_loop_init(&loop) == 0);
     if (pd_grpc_client_create(&loop, pdctl_host_connect_name(host), port, &cl) != PD_OK ||
-        pd_grpc_client_unary(cl, path, req, desc, timeout_ms, pdctl_members__done, out, NULL) !=
+        pd_grpc_client_unary(cl, path, req, desc, timeout_ms, pdctl_members__done, out, &call) !=
             PD_OK) {
         out->code = PD_GRPC_INTERNAL;
         snprintf(out->msg, sizeof out->msg, "cannot start the call");
         out->done = 1;
-    }
+    } else if (bearer[0])
+        (void)pd_grpc_client_call_add_metadata(call, "authorization", bearer);
     while (!out->done)
         uv_run(&loop, UV_RUN_ONCE);
     pd_grpc_client_destroy(cl);
