@@ -95,6 +95,7 @@ struct router {
     uv_timer_t poll;
     int poll_open, stopping;
     int draining; /* SIGTERM: no new requests, running ones finish */
+    char bearer[264]; /* "Bearer CLUSTER_TOKEN" for the nodes' control ports, "" : none */
     router_req_t *reqs;
     int n_reqs;
     uint64_t next_id;
@@ -104,6 +105,13 @@ static void rreq_reserve(router_req_t *q);
 static void rreq_prefill(router_req_t *q);
 static void rreq_decode(router_req_t *q);
 static void rreq_maybe_free(router_req_t *q);
+
+/* Adds the cluster token to a call to a node just started (transport.cluster_token_file). */
+static void router__auth(const router_t *r, pd_grpc_client_call_t *call)
+{
+    if (r->bearer[0] && call)
+        (void)pd_grpc_client_call_add_metadata(call, "authorization", r->bearer);
+}
 
 /* ==== node table and health polling ==== */
 
@@ -203,6 +211,7 @@ static void router__health_done(void *arg, int code, const char *msg, ProtobufCM
     if (pd_grpc_client_unary(n->client, path, &req.base, &pdserve__v1__node_stats__descriptor,
                              POLL_MS * 2, router__stats_done, n, &n->poll_call) != PD_OK)
         n->poll_call = NULL;
+    router__auth(r, n->poll_call);
 }
 
 static void router__poll(uv_timer_t *t)
@@ -286,9 +295,11 @@ static void rreq_release(router_req_t *q)
     if (!q->resv || !q->dnode || q->r->stopping)
         return;
     req.seq_id = q->resv->dest->seq_id;
-    (void)pd_grpc_client_unary(q->dnode->client, "/pdserve.v1.Decode/Release", &req.base,
-                               &pdserve__v1__release_reply__descriptor, 5000, rreq_release_done,
-                               NULL, NULL);
+    pd_grpc_client_call_t *call = NULL;
+    if (pd_grpc_client_unary(q->dnode->client, "/pdserve.v1.Decode/Release", &req.base,
+                             &pdserve__v1__release_reply__descriptor, 5000, rreq_release_done, NULL,
+                             &call) == PD_OK)
+        router__auth(q->r, call);
     protobuf_c_message_free_unpacked(&q->resv->base, NULL);
     q->resv = NULL;
 }
@@ -586,7 +597,9 @@ static void rreq_reserve(router_req_t *q)
                              rreq_reserve_done, q, &q->ccall) != PD_OK) {
         q->ccall = NULL;
         router_request_finish(q, NULL, PD_ERR_NOMEM, "reserve failed");
+        return;
     }
+    router__auth(r, q->ccall);
 }
 
 static void rreq_fill_sampling(const router_req_t *q, Pdserve__V1__SamplingParams *sp)
@@ -671,7 +684,9 @@ static void rreq_prefill(router_req_t *q)
         n->inflight--;
         q->ccall = NULL;
         router_request_finish(q, NULL, PD_ERR_NOMEM, "prefill failed");
+        return;
     }
+    router__auth(r, q->ccall);
 }
 
 static void rreq_decode_msg(void *arg, ProtobufCMessage *msg)
@@ -748,7 +763,9 @@ static void rreq_decode(router_req_t *q)
         q->ccall = NULL;
         q->decoding = 0;
         router_request_finish(q, NULL, PD_ERR_NOMEM, "decode failed");
+        return;
     }
+    router__auth(q->r, q->ccall);
 }
 
 /* ==== requests (the front ends' entry points) ==== */
@@ -1360,6 +1377,13 @@ pd_status_t router_create(uv_loop_t *loop, const cluster_config_t *cfg, router_t
              slash && slash[1] ? slash + 1 : cfg->model);
     if ((st = router__metrics_create(r)) != PD_OK)
         goto err;
+    if (cfg->transport.cluster_token_file[0]) {
+        char token[256];
+        if ((st = cluster_config_read_token(cfg->transport.cluster_token_file, token,
+                                            sizeof token)) != PD_OK)
+            goto err;
+        snprintf(r->bearer, sizeof r->bearer, "Bearer %s", token);
+    }
     r->n_nodes = 0;
     for (size_t i = 0; i < cfg->n_nodes; i++)
         r->n_nodes += !cfg->nodes[i].template_; /* templates: for nodes that join */

@@ -208,13 +208,16 @@ static const cluster_config__field_t cluster_config__router_fields[RF__COUNT] = 
     [RF_OPS_TOKEN_FILE] = ROUTER_F("ops_token_file", F_STR, ops_token_file, 0, 0, NULL, 0),
 };
 
-enum { TF_UCX_TLS = 0, TF_LEASE, TF__COUNT };
+enum { TF_UCX_TLS = 0, TF_LEASE, TF_CLUSTER_TOKEN, TF__COUNT };
 
 static const cluster_config__field_t cluster_config__transport_fields[TF__COUNT] = {
     [TF_UCX_TLS] = {"ucx_tls", F_STR, offsetof(cluster_transport_t, ucx_tls), 0,
                     sizeof(((cluster_transport_t *)0)->ucx_tls), 0, 0, NULL, 0},
     [TF_LEASE] = {"lease_ms", F_INT64, offsetof(cluster_transport_t, lease_ms), 0, 0, 1, 3600000,
                   NULL, 0},
+    [TF_CLUSTER_TOKEN] = {"cluster_token_file", F_STR,
+                          offsetof(cluster_transport_t, cluster_token_file), 0,
+                          sizeof(((cluster_transport_t *)0)->cluster_token_file), 0, 0, NULL, 0},
 };
 
 static int cluster_config__find_field(const cluster_config__field_t *fields, int n, const char *key)
@@ -924,6 +927,38 @@ pd_status_t cluster_config_override(cluster_config_t *cfg, const char *node_name
             *cfg = tmp;
     }
     return st == PD_OK ? PD_OK : st == PD_ERR_NOMEM ? st : PD_ERR_INVALID;
+}
+
+pd_status_t cluster_config_read_token(const char *path, char *out, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    char line[1024];
+    pd_status_t st = PD_ERR_FORMAT;
+
+    if (!f) {
+        pd_log_error("%s: cannot read the token", path);
+        return PD_ERR_IO;
+    }
+    while (fgets(line, sizeof line, f)) {
+        char *s = line, *e;
+        while (*s == ' ' || *s == '\t')
+            s++;
+        e = s + strcspn(s, "\r\n");
+        while (e > s && (e[-1] == ' ' || e[-1] == '\t'))
+            e--;
+        *e = 0;
+        if (!*s || *s == '#')
+            continue;
+        if (strpbrk(s, " \t") || (size_t)(e - s) >= cap)
+            break;
+        memcpy(out, s, (size_t)(e - s) + 1);
+        st = PD_OK;
+        break;
+    }
+    fclose(f);
+    if (st != PD_OK)
+        pd_log_error("%s: no token (one line, no spaces, under %zu bytes)", path, cap);
+    return st;
 }
 
 void cluster_config_destroy(cluster_config_t *cfg)

@@ -89,6 +89,9 @@ typedef struct {
 typedef struct {
     char ucx_tls[CLUSTER_HOST_MAX]; /* exported as UCX_TLS when not empty */
     int64_t lease_ms;               /* how long a reserved page may wait for its writer */
+    /* the cluster token (its first line): the router sends it to the nodes' control ports
+     * ("authorization: Bearer TOKEN"), which refuse every other method call; "" : open */
+    char cluster_token_file[CLUSTER_PATH_MAX];
 } cluster_transport_t;
 
 typedef struct {
@@ -126,6 +129,10 @@ pd_status_t cluster_config_override(cluster_config_t *cfg, const char *node_name
                                     const char *value);
 
 /* Releases cfg; NULL is accepted. */
+/* Reads a token file: its first non-empty line, trimmed, into out (cap bytes). PD_ERR_IO
+ * (unreadable), PD_ERR_FORMAT (empty, spaces inside, longer than cap - 1); logged with path. */
+pd_status_t cluster_config_read_token(const char *path, char *out, size_t cap);
+
 void cluster_config_destroy(cluster_config_t *cfg);
 
 /* Spellings used in the file ("prefill", "int4", "least_kv", ...); "?" for out-of-range values. */

@@ -7,6 +7,7 @@
 #include "args.h"
 #include "drain.h"
 #include "log.h"
+#include "node.h"
 #include "node_join.h"
 
 /* drain callbacks: the node is set once it exists (a signal while it starts stops at once) */
@@ -58,6 +59,8 @@ int node_main(int argc, char **argv, const node_main_ops_t *ops)
     }
     if (cfg->transport.ucx_tls[0])
         setenv("UCX_TLS", cfg->transport.ucx_tls, 0);
+    if (node_cluster_token_load(cfg) != PD_OK) /* logged */
+        goto out;
     uv_loop_init(&loop);
     if (ops->create(&loop, cfg, node, &n) != PD_OK) {
         pd_log_error("%s: cannot start", args.node);

@@ -10,6 +10,9 @@ decode node of deploy/local.yaml on free ports. Checks:
   - pdserve.v1.Cluster wants the ops token (an API key is not enough), on the TLS port and on the
     plaintext control address, where a node joins with PDSERVE_OPS_TOKEN_FILE and pdctl nodes /
     drain work with PDSERVE_OPS_TOKEN;
+  - the nodes' control ports want the cluster token (transport.cluster_token_file): a stray
+    client gets UNAUTHENTICATED for Reserve and Stats (health stays open), the router's calls carry
+    it (the requests above work), pdctl health --config reads it;
   - the router refuses to start with a key that does not match the certificate.
 Run by meson with /usr/bin/python3; argv[1] is pdctl."""
 import json
@@ -28,7 +31,7 @@ import grpc
 BIN = {"router": os.path.join(cluster.BUILD_DIR, "router", "router"),
        "prefill": os.path.join(cluster.BUILD_DIR, "prefill-node", "prefill-node"),
        "decode": os.path.join(cluster.BUILD_DIR, "decode-node", "decode-node")}
-API_KEY, OPS = "sk-test-2", "ops-7f3a9c"
+API_KEY, OPS, CLUSTER_TOKEN = "sk-test-2", "ops-7f3a9c", "cl-51d2e8"
 N = 8
 
 
@@ -81,6 +84,9 @@ def main():
     ops = os.path.join(tmp, "ops-token")
     with open(ops, "w") as f:
         f.write(OPS + "\n")
+    ctoken = os.path.join(tmp, "cluster-token")
+    with open(ctoken, "w") as f:
+        f.write("# the nodes' token\n" + CLUSTER_TOKEN + "\n")
     control = cluster.free_port()
     tpl = model_template(TEMPLATE_1, "tiny-llama", tmp)
     ro = {"tls_cert": cert, "tls_key": key, "api_keys_file": keys, "ops_token_file": ops,
@@ -88,6 +94,7 @@ def main():
     with open(tpl) as f:
         text, nodes = cluster.rewrite_config(f.read(), os.path.dirname(tpl),
                                              all_nodes(tpl, weights="bf16", kv="f32"), ro)
+    text = text.replace("transport:\n", "transport:\n  cluster_token_file: %s\n" % ctoken, 1)
     cfg = os.path.join(tmp, "cluster.yaml")
     with open(cfg, "w") as f:
         f.write(text)
@@ -216,6 +223,41 @@ def main():
         code, _ = gen(pb_grpc.InferenceStub(pch), case)
         check("control-port-inference-needs-key", code == grpc.StatusCode.UNAUTHENTICATED, code)
         pch.close()
+        # ---- the nodes' control ports: the cluster token ----
+        dnode = [n for n in nodes if n["role"] == "decode"][0]
+        nch = grpc.insecure_channel("127.0.0.1:%s" % dnode["port"])
+        dstub = pb_grpc.DecodeStub(nch)
+        for what, call in (("reserve", lambda md: dstub.Reserve(pb.ReserveRequest(
+                               request_id="stray", n_tokens=4, max_tokens=4), timeout=10,
+                               metadata=md)),
+                           ("stats", lambda md: dstub.Stats(pb.StatsRequest(), timeout=10,
+                                                            metadata=md))):
+            for how, md in (("none", None), ("wrong", [("authorization", "Bearer nope")])):
+                try:
+                    call(md)
+                    code = grpc.StatusCode.OK
+                except grpc.RpcError as e:
+                    code = e.code()
+                check("node-%s-%s-token-unauthenticated" % (what, how),
+                      code == grpc.StatusCode.UNAUTHENTICATED, code)
+        st = dstub.Stats(pb.StatsRequest(), timeout=10,
+                         metadata=[("authorization", "Bearer " + CLUSTER_TOKEN)])
+        check("node-stats-with-token", st.pages_total > 0, st)
+        hs = health_grpc.HealthStub(nch).Check(health_pb.HealthCheckRequest(service=""),
+                                               timeout=10)
+        check("node-health-open", hs.status == health_pb.HealthCheckResponse.SERVING, hs)
+        nch.close()
+        p = subprocess.run([PDCTL, "health", "--config", cfg, "--json"], capture_output=True,
+                           text=True, env={k: v for k, v in os.environ.items()
+                                           if not k.startswith("PDSERVE_CLUSTER_TOKEN")})
+        try:
+            hj = {n["node"]: n for n in json.loads(p.stdout)["nodes"]}
+        except (ValueError, KeyError):
+            hj = {}
+        check("pdctl-health-reads-cluster-token", hj.get("decode0", {}).get("stats") is not None,
+              p.stdout + p.stderr)
+        dlog = open(os.path.join(tmp, "decode0.log"), errors="replace").read()
+        check("node-refusal-logged", "refused: no cluster token" in dlog, dlog[-1000:])
         ch.close()
         rlog = open(os.path.join(tmp, "router.log"), errors="replace").read()
         check("refusals-logged", "auth: grpc /pdserve.v1.Inference/Generate: missing" in rlog,
