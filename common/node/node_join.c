@@ -10,25 +10,19 @@
 
 #define NODE_JOIN_CALL_MS 1000
 
-/* "Bearer TOKEN" from $PDSERVE_OPS_TOKEN or the first line of $PDSERVE_OPS_TOKEN_FILE (the
- * router's router.ops_token_file), or "" when neither is set. */
+/* "Bearer TOKEN" from $PDSERVE_OPS_TOKEN or the file $PDSERVE_OPS_TOKEN_FILE (the router's
+ * router.ops_token_file), or "" when neither is set. */
 static void node_join__bearer(char *out, size_t cap)
 {
     const char *env = getenv("PDSERVE_OPS_TOKEN"), *file = getenv("PDSERVE_OPS_TOKEN_FILE");
-    char line[512] = "";
+    char token[512] = "";
     out[0] = 0;
     if (env && *env)
-        snprintf(line, sizeof line, "%s", env);
-    else if (file && *file) {
-        FILE *f = fopen(file, "r");
-        if (!f || !fgets(line, sizeof line, f))
-            pd_log_error("PDSERVE_OPS_TOKEN_FILE %s: cannot read", file);
-        if (f)
-            fclose(f);
-    }
-    line[strcspn(line, "\r\n")] = 0;
-    if (line[0])
-        snprintf(out, cap, "Bearer %s", line);
+        snprintf(token, sizeof token, "%s", env);
+    else if (file && *file && cluster_config_read_token(file, token, sizeof token) != PD_OK)
+        token[0] = 0; /* logged */
+    if (token[0])
+        snprintf(out, cap, "Bearer %s", token);
 }
 
 struct node_join {

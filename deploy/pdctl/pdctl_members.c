@@ -36,23 +36,17 @@ static void pdctl_members__done(void *arg, int code, const char *msg, ProtobufCM
  * "" when neither is set. */
 void pdctl_bearer(const char *var, char *out, size_t cap)
 {
-    char file_var[64], line[512] = "";
+    char file_var[64], token[512] = "";
     const char *env = getenv(var), *file;
     snprintf(file_var, sizeof file_var, "%s_FILE", var);
     file = getenv(file_var);
     out[0] = 0;
     if (env && *env)
-        snprintf(line, sizeof line, "%s", env);
-    else if (file && *file) {
-        FILE *f = fopen(file, "r");
-        if (!f || !fgets(line, sizeof line, f))
-            fprintf(stderr, "pdctl: %s %s: cannot read\n", file_var, file);
-        if (f)
-            fclose(f);
-    }
-    line[strcspn(line, "\r\n")] = 0;
-    if (line[0])
-        snprintf(out, cap, "Bearer %s", line);
+        snprintf(token, sizeof token, "%s", env);
+    else if (file && *file && cluster_config_read_token(file, token, sizeof token) != PD_OK)
+        token[0] = 0; /* logged */
+    if (token[0])
+        snprintf(out, cap, "Bearer %s", token);
 }
 
 /* One unary call to the router at addr (with the ops token of $PDSERVE_OPS_TOKEN[_FILE]); the
