@@ -58,7 +58,7 @@ int main(int argc, char **argv)
     if (router_create(&loop, cfg, &core) != PD_OK ||
         router_auth_create(core, rc_, &auth) != PD_OK ||
         router_grpc_create(core, &loop,
-                           !tls                 ? rc_->listen_host
+                           !tls                ? rc_->listen_host
                            : rc_->control_port ? rc_->control_host
                                                : "127.0.0.1",
                            !tls ? rc_->listen_port : rc_->control_port, &grpc) != PD_OK ||

@@ -1,9 +1,10 @@
 /* router_grpc: the router's gRPC front end. It serves pdserve.v1.Inference (Generate, Abort,
- * GetModelInfo, Tokenize), pdserve.v1.Cluster (router_control.h) and grpc.health.v1.Health on its own gRPC server, on top of a router
- * core (router.h): Generate starts a core request whose output streams back under flow control
- * (pd_grpc_stream_buf); the health status ("" and "pdserve.v1.Inference") follows the core's
- * serving state. Text (Generate's and Tokenize's prompt, the text Generate streams) is carried as
- * bytes, NUL bytes included. A Generate whose request_id names a running request: ALREADY_EXISTS.
+ * GetModelInfo, Tokenize), pdserve.v1.Cluster (router_control.h) and grpc.health.v1.Health on its
+ * own gRPC server, on top of a router core (router.h): Generate starts a core request whose output
+ * streams back under flow control (pd_grpc_stream_buf); the health status ("" and
+ * "pdserve.v1.Inference") follows the core's serving state. Text (Generate's and Tokenize's prompt,
+ * the text Generate streams) is carried as bytes, NUL bytes included. A Generate whose request_id
+ * names a running request: ALREADY_EXISTS.
  *
  * Loop thread only.
  */

@@ -6,8 +6,9 @@
 
 static void args__usage(const char *prog, bool need_node)
 {
-    fprintf(stderr, "usage: %s --config FILE%s [--set KEY=VALUE ...] "
-                    "[--log-level debug|info|warn|error] [--log-format text|json]\n",
+    fprintf(stderr,
+            "usage: %s --config FILE%s [--set KEY=VALUE ...] "
+            "[--log-level debug|info|warn|error] [--log-format text|json]\n",
             prog, need_node ? " --node NAME [--join ROUTER_HOST:PORT [--join-name NAME]]" : "");
 }
 

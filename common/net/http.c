@@ -762,8 +762,7 @@ static void pd_http__dispatch(pd_http__conn_t *c)
         const char *why = NULL;
         int status = c->srv->auth(r, c->srv->auth_arg, &why);
         if (status) {
-            pd_http__respond_error_status(r, status,
-                                          status == 401 ? "unauthorized" : "forbidden",
+            pd_http__respond_error_status(r, status, status == 401 ? "unauthorized" : "forbidden",
                                           why ? why : "missing or invalid credentials");
             return;
         }

@@ -129,8 +129,8 @@ static void pdctl__rpc_run(pdctl_rpc_t *rpcs, size_t n)
         pd_status_t st = pd_grpc_client_create(&loop, r->host, r->port, &cl[i]);
         pd_grpc_client_call_t *call = NULL;
         if (st == PD_OK)
-            st = pd_grpc_client_unary(cl[i], r->path, r->req, r->desc, r->timeout_ms, pdctl__rpc_done,
-                                   r, &call);
+            st = pd_grpc_client_unary(cl[i], r->path, r->req, r->desc, r->timeout_ms,
+                                      pdctl__rpc_done, r, &call);
         if (st == PD_OK && bearer[0]) /* the nodes' cluster token (their Stats want it) */
             (void)pd_grpc_client_call_add_metadata(call, "authorization", bearer);
         if (st != PD_OK) {

@@ -66,8 +66,7 @@ static void test_bad_lines(void **state)
                      PD_ERR_INVALID);
     assert_int_equal(parse(false, &a, "--config", "c.yaml", "extra", NULL), PD_ERR_INVALID);
     /* --join / --join-name are the nodes'; --log-format is text or json */
-    assert_int_equal(parse(false, &a, "--config", "c.yaml", "--join", "r:1", NULL),
-                     PD_ERR_INVALID);
+    assert_int_equal(parse(false, &a, "--config", "c.yaml", "--join", "r:1", NULL), PD_ERR_INVALID);
     assert_int_equal(parse(false, &a, "--config", "c.yaml", "--join-name", "x", NULL),
                      PD_ERR_INVALID);
     assert_int_equal(parse(false, &a, "--config", "c.yaml", "--log-format", "xml", NULL),
