@@ -11,6 +11,7 @@
 Run by meson with /usr/bin/python3; argv[1] is pdctl."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -229,6 +230,11 @@ def main():
                 p.kill()
                 p.wait()
         c.stop()
+    import cluster_testlib
+    if cluster_testlib.failures:
+        print("logs kept in %s" % tmp)
+    else:
+        shutil.rmtree(tmp, True)
     finish()
 
 

@@ -17,6 +17,7 @@ decode node of deploy/local.yaml on free ports. Checks:
 Run by meson with /usr/bin/python3; argv[1] is pdctl."""
 import json
 import os
+import shutil
 import signal
 import socket
 import ssl
@@ -273,6 +274,16 @@ def main():
                 p.kill()
                 p.wait()
     check("router-exit-0", procs and procs[0].returncode == 0, procs and procs[0].returncode)
+    for name in ("key.pem", "other-key.pem"):  # made for this run: never left behind
+        try:
+            os.unlink(os.path.join(tmp, name))
+        except OSError:
+            pass
+    import cluster_testlib
+    if cluster_testlib.failures:
+        print("logs kept in %s" % tmp)
+    else:
+        shutil.rmtree(tmp, True)
     finish()
 
 

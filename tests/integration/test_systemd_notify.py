@@ -8,6 +8,7 @@ object with ts, level, tag, msg. The unit files in deploy/systemd are checked fo
 WatchdogSec and the binaries' flags. Run by meson with /usr/bin/python3; argv[1] is pdctl."""
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -133,6 +134,11 @@ def main():
             if p.poll() is None:
                 p.kill()
                 p.wait()
+    import cluster_testlib
+    if cluster_testlib.failures:
+        print("logs kept in %s" % tmp)
+    else:
+        shutil.rmtree(tmp, True)
     finish()
 
 
