@@ -971,7 +971,8 @@ static void pdctl__gen_msg(void *arg, ProtobufCMessage *m)
         g->ids = ni;
         g->cap_ids = cap;
     }
-    memcpy(g->ids + g->n_ids, r->token_ids, r->n_token_ids * sizeof *g->ids);
+    if (r->n_token_ids) /* the last message may have none: token_ids is NULL then */
+        memcpy(g->ids + g->n_ids, r->token_ids, r->n_token_ids * sizeof *g->ids);
     g->n_ids += r->n_token_ids;
     if (r->text && *r->text) {
         size_t l = strlen(r->text);

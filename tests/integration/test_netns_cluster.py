@@ -116,12 +116,15 @@ def grpc_client(net, stubs, router, reqs):
 
 
 def client_results(p, timeout):
+    """Waits for the client (at most timeout s) and parses its JSON line. Reads the pipes itself:
+    communicate() would lose what a readline() already buffered."""
     try:
-        out, err = p.communicate(timeout=timeout)
+        p.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         p.kill()
-        out, err = p.communicate()
-        return None, "client hung: " + err[-2000:]
+        p.wait()
+        return None, "client hung: " + p.stderr.read()[-2000:]
+    out, err = p.stdout.read(), p.stderr.read()
     lines = out.strip().splitlines()
     try:
         return json.loads(lines[-1]), err
@@ -221,11 +224,13 @@ def run_checks(net, tmp, stubs, cases, wants):
     deadline = 90  # the requests take a few seconds each: long enough to be cut mid-stream
     long_reqs = [{"token_ids": wants[i % 3]["input_ids"], "max_tokens": 300, "timeout": deadline}
                  for i in range(4)]
+    t_start = time.time()
     cl = grpc_client(net, stubs, router, long_reqs)
     started = cl.stdout.readline().strip()
     t_cut = time.time()
     net.link("decode0", up=False)
-    res, err = client_results(cl, deadline + 30)
+    # every call ends by its deadline (from its start): the client must be done soon after
+    res, err = client_results(cl, max(1, t_start + deadline + 30 - time.time()))
     check("cut-client-started", started == "started", started)
     check("cut-nothing-hangs", res is not None, err)
     if res is not None:
