@@ -17,6 +17,10 @@
 #define SERVING GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
 #define POLL_MS 500
 #define RETRY_MS 20
+/* Health polls in a row without an answer (each waits POLL_MS * 2) after which the router drops
+ * its connections to the node: a peer behind a cut link or a hung host never resets them, and its
+ * calls (decode streams) would otherwise hang until their deadlines. They end with UNAVAILABLE. */
+#define LOST_POLLS 3
 #define ROUTER_TIMEOUT_MAX_MS ((int64_t)1 << 40) /* ~35 years: no overflow of now + timeout */
 
 typedef struct rnode {
@@ -25,6 +29,10 @@ typedef struct rnode {
     pd_grpc_client_t *client;
     pd_grpc_client_call_t *poll_call;
     int healthy;
+    int poll_failures;     /* health polls in a row that got no answer */
+    int draining;          /* pdctl drain: no new work; running requests finish */
+    int left;              /* deregistered: no new work, not polled; may register again */
+    cluster_node_t *owned; /* a node that joined at run time: its entry (node points here) */
     uint32_t pages_used, pages_total, active, reserved_est;
     uint64_t integrity_failures;
     int inflight;
@@ -113,6 +121,7 @@ struct router {
     uv_timer_t poll;
     int poll_open, stopping;
     int draining; /* SIGTERM: no new requests, running ones finish */
+    char bearer[264]; /* "Bearer CLUSTER_TOKEN" for the nodes' control ports, "" : none */
     router_req_t *reqs;
     int n_reqs;
     uint64_t next_id;
@@ -123,14 +132,37 @@ static void rreq_prefill(router_req_t *q);
 static void rreq_decode(router_req_t *q);
 static void rreq_maybe_free(router_req_t *q);
 
+/* Adds the cluster token to a call to a node just started (transport.cluster_token_file). */
+static void router__auth(const router_t *r, pd_grpc_client_call_t *call)
+{
+    if (r->bearer[0] && call)
+        (void)pd_grpc_client_call_add_metadata(call, "authorization", r->bearer);
+}
+
 /* ==== node table and health polling ==== */
+
+/* Requests of this router that use node n now: a decode node from its reservation to the end of
+ * the stream, a prefill node while its Prefill call runs. */
+static int router__node_running(const router_t *r, const rnode_t *n)
+{
+    int k = n->inflight; /* prefill calls */
+    for (const router_req_t *q = r->reqs; q; q = q->next)
+        k += !q->finished && q->dnode == n && n->node->role == CLUSTER_ROLE_DECODE;
+    return k;
+}
+
+/* A node that may take new work: serving, not drained, not gone. */
+static int router__usable(const rnode_t *n)
+{
+    return n->healthy && !n->draining && !n->left;
+}
 
 /* Recomputes the serving state (a prefill and a decode node up) and tells the watcher. */
 static void router__update_serving(router_t *r)
 {
     int p = 0, d = 0;
     for (int i = 0; i < r->n_nodes; i++) {
-        if (!r->nodes[i].healthy)
+        if (!router__usable(&r->nodes[i]))
             continue;
         if (r->nodes[i].node->role == CLUSTER_ROLE_PREFILL)
             p++;
@@ -176,10 +208,18 @@ static void router__health_done(void *arg, int code, const char *msg, ProtobufCM
     router_t *r = n->router;
     int serving = code == 0 && resp &&
                   ((const Grpc__Health__V1__HealthCheckResponse *)resp)->status == SERVING;
-    (void)msg;
     n->poll_call = NULL;
     if (resp)
         protobuf_c_message_free_unpacked(resp, NULL);
+    if (code == 0)
+        n->poll_failures = 0;
+    else if (++n->poll_failures % LOST_POLLS == 0 && !r->stopping) {
+        char why[160];
+        snprintf(why, sizeof why, "node %s stopped answering (%s)", n->node->name,
+                 msg && *msg ? msg : pd_grpc_wire_code_name(code));
+        pd_log_warn("%s: dropping its connections", why);
+        pd_grpc_client_reset(n->client, why); /* its calls end with UNAVAILABLE */
+    }
     if (serving != n->healthy) {
         if (serving)
             pd_log_info("node %s is serving", n->node->name);
@@ -197,6 +237,7 @@ static void router__health_done(void *arg, int code, const char *msg, ProtobufCM
     if (pd_grpc_client_unary(n->client, path, &req.base, &pdserve__v1__node_stats__descriptor,
                              POLL_MS * 2, router__stats_done, n, &n->poll_call) != PD_OK)
         n->poll_call = NULL;
+    router__auth(r, n->poll_call);
 }
 
 static void router__poll(uv_timer_t *t)
@@ -205,7 +246,7 @@ static void router__poll(uv_timer_t *t)
     for (int i = 0; i < r->n_nodes; i++) {
         rnode_t *n = &r->nodes[i];
         Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
-        if (n->poll_call)
+        if (n->poll_call || n->left)
             continue;
         req.service = "";
         if (pd_grpc_client_unary(n->client, "/grpc.health.v1.Health/Check", &req.base,
@@ -336,9 +377,11 @@ static void router__release(router_t *r, rnode_t *n, uint64_t seq_id)
     if (!n || r->stopping)
         return;
     req.seq_id = seq_id;
-    (void)pd_grpc_client_unary(n->client, "/pdserve.v1.Decode/Release", &req.base,
-                               &pdserve__v1__release_reply__descriptor, 5000, rreq_release_done,
-                               NULL, NULL);
+    pd_grpc_client_call_t *call = NULL;
+    if (pd_grpc_client_unary(n->client, "/pdserve.v1.Decode/Release", &req.base,
+                             &pdserve__v1__release_reply__descriptor, 5000, rreq_release_done, NULL,
+                             &call) == PD_OK)
+        router__auth(r, call);
 }
 
 /* Drops the reservation on the decode node (the request will not be decoded there). */
@@ -536,7 +579,7 @@ static rnode_t *router__pick_decode(router_t *r, const router_req_t *q)
     double best_use = 2.0;
     for (int i = 0; i < r->n_nodes; i++) {
         rnode_t *n = &r->nodes[i];
-        if (n->node->role != CLUSTER_ROLE_DECODE || !n->healthy || (q->tried & (1ull << i)))
+        if (n->node->role != CLUSTER_ROLE_DECODE || !router__usable(n) || (q->tried & (1ull << i)))
             continue;
         double use =
             n->pages_total ? (double)(n->pages_used + n->reserved_est) / n->pages_total : 1.0;
@@ -554,7 +597,7 @@ static rnode_t *router__pick_prefill(router_t *r, const router_req_t *q)
     for (int k = 0; k < r->n_nodes; k++) {
         int i = (r->rr + k) % r->n_nodes;
         rnode_t *n = &r->nodes[i];
-        if (n->node->role != CLUSTER_ROLE_PREFILL || !n->healthy || (q->tried & (1ull << i)))
+        if (n->node->role != CLUSTER_ROLE_PREFILL || !router__usable(n) || (q->tried & (1ull << i)))
             continue;
         if (r->cfg->router.prefill_policy == CLUSTER_PREFILL_ROUND_ROBIN) {
             r->rr = i + 1;
@@ -640,7 +683,7 @@ static void rreq_reserve(router_req_t *q)
     if (!(n = router__pick_decode(r, q))) {
         int any = 0;
         for (int i = 0; i < r->n_nodes; i++)
-            any |= r->nodes[i].node->role == CLUSTER_ROLE_DECODE && r->nodes[i].healthy;
+            any |= r->nodes[i].node->role == CLUSTER_ROLE_DECODE && router__usable(&r->nodes[i]);
         if (!any) {
             router_request_finish(q, NULL, PD_ERR_UNAVAILABLE, "no decode node is available");
             return;
@@ -661,7 +704,9 @@ static void rreq_reserve(router_req_t *q)
                              rreq_reserve_done, q, &q->ccall) != PD_OK) {
         q->ccall = NULL;
         router_request_finish(q, NULL, PD_ERR_NOMEM, "reserve failed");
+        return;
     }
+    router__auth(r, q->ccall);
 }
 
 static void rreq_fill_sampling(const router_req_t *q, Pdserve__V1__SamplingParams *sp)
@@ -843,7 +888,9 @@ static void rreq_prefill(router_req_t *q)
         n->inflight--;
         q->ccall = NULL;
         router_request_finish(q, NULL, PD_ERR_NOMEM, "prefill failed");
+        return;
     }
+    router__auth(r, q->ccall);
 }
 
 static void rreq_decode_msg(void *arg, ProtobufCMessage *msg)
@@ -930,7 +977,9 @@ static void rreq_decode(router_req_t *q)
         q->ccall = NULL;
         q->decoding = 0;
         router_request_finish(q, NULL, PD_ERR_NOMEM, "decode failed");
+        return;
     }
+    router__auth(q->r, q->ccall);
 }
 
 /* ==== requests (the front ends' entry points) ==== */
@@ -1598,6 +1647,103 @@ void router_node_info(const router_t *r, int i, router_node_info_t *info_p)
     info_p->serving = r->nodes[i].healthy;
     info_p->pages_used = r->nodes[i].pages_used;
     info_p->pages_total = r->nodes[i].pages_total;
+    info_p->active = r->nodes[i].active;
+    info_p->running = router__node_running(r, &r->nodes[i]);
+    info_p->draining = r->nodes[i].draining;
+    info_p->left = r->nodes[i].left;
+    info_p->joined = r->nodes[i].owned != NULL;
+}
+
+/* ==== membership and maintenance ==== */
+
+static rnode_t *router__node_find(router_t *r, const char *name)
+{
+    for (int i = 0; i < r->n_nodes; i++)
+        if (strcmp(r->nodes[i].node->name, name) == 0)
+            return &r->nodes[i];
+    return NULL;
+}
+
+pd_status_t router_node_register(router_t *r, const cluster_node_t *node, char *err, size_t err_len)
+{
+    rnode_t *n = router__node_find(r, node->name);
+    cluster_node_t *copy;
+    pd_grpc_client_t *client;
+
+    if (r->stopping) {
+        snprintf(err, err_len, "router shutting down");
+        return PD_ERR_UNAVAILABLE;
+    }
+    if (n && n->node->role != node->role) {
+        snprintf(err, err_len, "node %s is a %s node", node->name,
+                 cluster_config_role_str(n->node->role));
+        return PD_ERR_EXISTS;
+    }
+    if (n && strcmp(n->node->host, node->host) == 0 && n->node->port == node->port) {
+        if (n->left)
+            pd_log_info("node %s joins again at %s:%d", node->name, node->host, node->port);
+        n->left = 0; /* known: the health poll decides when it takes work */
+        return PD_OK;
+    }
+    if (n && (!n->left || router__node_running(r, n) || n->poll_call)) {
+        snprintf(err, err_len, "node %s is at %s:%d", node->name, n->node->host, n->node->port);
+        return PD_ERR_EXISTS;
+    }
+    if (!n && r->n_nodes == ROUTER_MAX_NODES) {
+        snprintf(err, err_len, "the router has %d nodes", ROUTER_MAX_NODES);
+        return PD_ERR_RESOURCE;
+    }
+    if (!(copy = malloc(sizeof *copy)))
+        return PD_ERR_NOMEM;
+    *copy = *node;
+    if (pd_grpc_client_create(r->loop, copy->host, copy->port, &client) != PD_OK) {
+        free(copy);
+        return PD_ERR_NOMEM;
+    }
+    if (n) { /* a node that left comes back at a new address */
+        pd_grpc_client_destroy(n->client);
+        free(n->owned);
+    } else {
+        n = &r->nodes[r->n_nodes++];
+        memset(n, 0, sizeof *n);
+        n->router = r;
+    }
+    n->client = client;
+    n->owned = copy;
+    n->node = copy;
+    n->healthy = 0; /* until its health check passes */
+    n->left = 0;
+    n->poll_failures = 0;
+    pd_log_info("node %s (%s) joins at %s:%d; in use once its health check passes", copy->name,
+                cluster_config_role_str(copy->role), copy->host, copy->port);
+    return PD_OK;
+}
+
+pd_status_t router_node_deregister(router_t *r, const char *name)
+{
+    rnode_t *n = router__node_find(r, name);
+    if (!n)
+        return PD_ERR_NOT_FOUND;
+    if (!n->left)
+        pd_log_info("node %s leaves (%d request(s) still on it finish)", name,
+                    router__node_running(r, n));
+    n->left = 1;
+    n->healthy = 0;
+    router__update_serving(r);
+    return PD_OK;
+}
+
+pd_status_t router_node_drain(router_t *r, const char *name, int drain)
+{
+    rnode_t *n = router__node_find(r, name);
+    if (!n)
+        return PD_ERR_NOT_FOUND;
+    if (n->draining != !!drain)
+        pd_log_info("node %s: %s (%d request(s) on it)", name, drain ? "draining" : "undrained",
+                    router__node_running(r, n));
+    n->draining = !!drain;
+    router__update_serving(r);
+    return PD_OK;
 }
 
 /* ==== lifetime ==== */
@@ -1684,23 +1830,36 @@ pd_status_t router_create(uv_loop_t *loop, const cluster_config_t *cfg, router_t
              slash && slash[1] ? slash + 1 : cfg->model);
     if ((st = router__metrics_create(r)) != PD_OK)
         goto err;
-    r->n_nodes = (int)cfg->n_nodes;
-    if (r->n_nodes > 64) {
-        pd_log_error("%s: at most 64 nodes per router", cfg->source);
+    if (cfg->transport.cluster_token_file[0]) {
+        char token[256];
+        if ((st = cluster_config_read_token(cfg->transport.cluster_token_file, token,
+                                            sizeof token)) != PD_OK)
+            goto err;
+        snprintf(r->bearer, sizeof r->bearer, "Bearer %s", token);
+    }
+    r->n_nodes = 0;
+    for (size_t i = 0; i < cfg->n_nodes; i++)
+        r->n_nodes += !cfg->nodes[i].template_; /* templates: for nodes that join */
+    if (r->n_nodes > ROUTER_MAX_NODES) {
+        pd_log_error("%s: at most %d nodes per router", cfg->source, ROUTER_MAX_NODES);
         st = PD_ERR_UNSUPPORTED;
         goto err;
     }
-    r->nodes = calloc((size_t)r->n_nodes, sizeof *r->nodes);
+    /* room for nodes that join later: requests hold pointers into the table, it never moves */
+    r->nodes = calloc(ROUTER_MAX_NODES, sizeof *r->nodes);
     if (!r->nodes) {
         st = PD_ERR_NOMEM;
         goto err;
     }
-    for (int i = 0; i < r->n_nodes; i++) {
+    for (size_t k = 0, i = 0; k < cfg->n_nodes; k++) {
+        if (cfg->nodes[k].template_)
+            continue;
         r->nodes[i].router = r;
-        r->nodes[i].node = &cfg->nodes[i];
-        if ((st = pd_grpc_client_create(loop, cfg->nodes[i].host, cfg->nodes[i].port,
+        r->nodes[i].node = &cfg->nodes[k];
+        if ((st = pd_grpc_client_create(loop, cfg->nodes[k].host, cfg->nodes[k].port,
                                         &r->nodes[i].client)) != PD_OK)
             goto err;
+        i++;
     }
     uv_timer_init(loop, &r->poll);
     r->poll.data = r;
@@ -1756,6 +1915,8 @@ void router_destroy(router_t *r)
         }
         uv_close((uv_handle_t *)&q->timer, rreq_timer_closed);
     }
+    for (int i = 0; r->nodes && i < r->n_nodes; i++)
+        free(r->nodes[i].owned);
     free(r->nodes);
     metrics_destroy(r->metrics);
     free(r->chat_template);

@@ -104,7 +104,15 @@ typedef struct {
     const cluster_node_t *node;
     int serving;
     uint32_t pages_used, pages_total;
+    uint32_t active; /* sequences running on the node (its Stats) */
+    int running;     /* this router's requests on it now */
+    int draining;    /* router_node_drain: takes no new work */
+    int left;        /* router_node_deregister: gone (until it registers again) */
+    int joined;      /* registered at run time, not from the cluster file */
 } router_node_info_t;
+
+/* Nodes of the cluster file plus those that join: at most this many. */
+#define ROUTER_MAX_NODES 64
 
 /* Loads the model's config.json, tokenizer.json and tokenizer_config.json (chat template) and
  * starts polling cfg's nodes (cfg must outlive the router). Serves nothing by itself. Returns
@@ -205,8 +213,27 @@ const tokenizer_t *router_tokenizer(const router_t *r);
 /* The model's chat template (NULL when it has none) and its BOS / EOS token text ("" if none). */
 const char *router_chat_template(const router_t *r, const char **bos_p, const char **eos_p);
 
-/* Nodes, in config order. */
+/* Nodes, in config order, then those that joined in the order they came. */
 int router_node_count(const router_t *r);
 void router_node_info(const router_t *r, int i, router_node_info_t *info_p);
+
+/* ==== membership and maintenance (router_control) ==== */
+
+/* A node joins (or says it is still there): node is copied. A new node takes work once its health
+ * check passes (the poll); a known one (same name, address and role) is kept as it is, or comes
+ * back after a deregister. PD_ERR_EXISTS (the name is taken by another role or address, message in
+ * err), PD_ERR_RESOURCE (ROUTER_MAX_NODES), PD_ERR_UNAVAILABLE (stopping), PD_ERR_NOMEM; nothing
+ * changes on failure. */
+pd_status_t router_node_register(router_t *r, const cluster_node_t *node, char *err,
+                                 size_t err_len);
+
+/* The node leaves: no new work, no polls; its running requests go on to their end. A later
+ * register brings it back. PD_ERR_NOT_FOUND for an unknown name. */
+pd_status_t router_node_deregister(router_t *r, const char *name);
+
+/* drain 1: no new work goes to the node, its running requests finish (router_node_info: running
+ * reaches 0, and active once the node's Stats say so); drain 0 (undrain): it takes work again once
+ * serving. The flag outlives a restart of the node. PD_ERR_NOT_FOUND for an unknown name. */
+pd_status_t router_node_drain(router_t *r, const char *name, int drain);
 
 #endif

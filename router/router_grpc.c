@@ -1,4 +1,5 @@
 #include "router_grpc.h"
+#include "router_control.h"
 
 #include <stddef.h>
 #include <stdlib.h>
@@ -670,6 +671,8 @@ pd_status_t router_grpc_create(router_t *core, uv_loop_t *loop, const char *host
     if ((st = pd_grpc_server_add_service(api->srv, &api->service, inference_handlers, api)) !=
         PD_OK)
         goto err;
+    if ((st = router_control_add(core, api->srv)) != PD_OK) /* pdserve.v1.Cluster */
+        goto err;
     if ((st = pd_grpc_health_create(api->srv, &api->health)) != PD_OK)
         goto err;
     router_grpc__serving(api, router_serving(core));
@@ -689,6 +692,11 @@ err:
 int router_grpc_port(const router_grpc_t *api)
 {
     return api->port;
+}
+
+pd_grpc_server_t *router_grpc_server(const router_grpc_t *api)
+{
+    return api->srv;
 }
 
 void router_grpc_destroy(router_grpc_t *api)

@@ -986,6 +986,11 @@ int router_http_port(const router_http_t *api)
     return api->port;
 }
 
+pd_http_server_t *router_http_server(const router_http_t *api)
+{
+    return api->srv;
+}
+
 void router_http_destroy(router_http_t *api)
 {
     if (!api)

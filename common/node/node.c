@@ -17,7 +17,9 @@
 #include "metrics.h"
 #include "kv_tracker.h"
 #include "kv_transport.h"
+#include "grpc_wire.h"
 #include "log.h"
+#include "notify.h"
 
 _Static_assert(NODE_KV_DONE_MAX <= KV_TRANSPORT_AM_HEADER_MAX, "a KvDone fits a transport header");
 
@@ -100,6 +102,40 @@ void node_stats_fill(node_stats_t *s, const cluster_node_t *node, Pdserve__V1__N
     m->kv = (char *)pd_kvfmt_name(node->kv);
 }
 
+/* The process's cluster token (node_cluster_token_load), "" when the ports are open. */
+static char node__token[256];
+
+pd_status_t node_cluster_token_load(const cluster_config_t *cfg)
+{
+    node__token[0] = 0;
+    if (!cfg->transport.cluster_token_file[0])
+        return PD_OK;
+    return cluster_config_read_token(cfg->transport.cluster_token_file, node__token,
+                                     sizeof node__token);
+}
+
+/* Every method but grpc.health.v1 wants "authorization: Bearer TOKEN". */
+static int node__auth(const pd_grpc_call_t *call, const char *path, void *arg, const char **why_p)
+{
+    const char *v = pd_grpc_call_metadata(call, "authorization");
+    (void)arg;
+    if (strncmp(path, "/grpc.health.v1.", 16) == 0)
+        return 0;
+    if (v && strncmp(v, "Bearer ", 7) == 0) {
+        const char *t = v + 7;
+        size_t lt = strlen(t), lk = strlen(node__token), n = lt > lk ? lt : lk;
+        unsigned diff = (unsigned)(lt ^ lk);
+        for (size_t i = 0; i < n; i++) /* constant time */
+            diff |= (unsigned)((i < lt ? (unsigned char)t[i] : 0) ^
+                               (i < lk ? (unsigned char)node__token[i] : 0));
+        if (!diff)
+            return 0;
+    }
+    pd_log_warn("%s: refused: %s cluster token", path, v ? "wrong" : "no");
+    *why_p = "this node wants the cluster token (authorization: Bearer TOKEN)";
+    return PD_GRPC_UNAUTHENTICATED;
+}
+
 pd_status_t node_serve(uv_loop_t *loop, const cluster_node_t *node,
                        const ProtobufCServiceDescriptor *desc, const pd_grpc_method_fn *handlers,
                        void *user, pd_grpc_server_t **srv_p, pd_grpc_health_t **health_p,
@@ -115,6 +151,8 @@ pd_status_t node_serve(uv_loop_t *loop, const cluster_node_t *node,
         (st = pd_grpc_health_create(srv, &health)) != PD_OK)
         goto err;
     node_set_serving(health, desc, 0);
+    if (node__token[0])
+        pd_grpc_server_set_auth(srv, node__auth, NULL);
     if ((st = pd_grpc_server_listen(srv, node->host, node->port, port_p)) != PD_OK)
         goto err;
     *srv_p = srv;
@@ -132,6 +170,10 @@ void node_set_serving(pd_grpc_health_t *health, const ProtobufCServiceDescriptor
                     : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
     pd_grpc_health_set(health, "", v);
     pd_grpc_health_set(health, desc->name, v);
+    if (serving) /* systemd Type=notify: READY=1 the first time */
+        pd_notify_ready("serving");
+    else
+        pd_notify_status("not serving");
 }
 
 /* ==== KV done ==== */

@@ -102,6 +102,12 @@ pd_status_t node_kv_done_pack(const node_kv_done_t *m, uint8_t *buf, size_t cap,
  * when len is 0. */
 pd_status_t node_kv_done_unpack(const void *buf, size_t len, const char *who, node_kv_done_t *m_p);
 
+/* Reads cfg's transport.cluster_token_file (none: PD_OK, the control port stays open) for
+ * node_serve: then every method but grpc.health.v1 wants "authorization: Bearer TOKEN" (the
+ * router sends it; a stray client gets UNAUTHENTICATED, logged). One token per process; main()
+ * calls it before the node is created. PD_ERR_IO / PD_ERR_FORMAT (logged). */
+pd_status_t node_cluster_token_load(const cluster_config_t *cfg);
+
 /* Starts a node's control server on node->host:port: the service desc with handlers (user as
  * their argument) and grpc.health.v1.Health, NOT_SERVING for "" and desc's full name until
  * node_set_serving(). On error nothing is left running. PD_ERR_IO (port), PD_ERR_NOMEM. */
@@ -110,7 +116,8 @@ pd_status_t node_serve(uv_loop_t *loop, const cluster_node_t *node,
                        void *user, pd_grpc_server_t **srv_p, pd_grpc_health_t **health_p,
                        int *port_p);
 
-/* Marks the node (and desc's service) SERVING or NOT_SERVING in its health service. */
+/* Marks the node (and desc's service) SERVING or NOT_SERVING in its health service (and tells
+ * systemd: READY=1 the first time it serves, STATUS= after; notify.h). */
 void node_set_serving(pd_grpc_health_t *health, const ProtobufCServiceDescriptor *desc,
                       int serving);
 

@@ -39,6 +39,12 @@ static const pdctl_cmd_t pdctl_cmds[] = {
      "generate --router HOST:PORT --prompt TEXT --max-tokens N [--temperature T --top-p P "
      "--top-k K --seed S --stop STR ... --ignore-eos] [--json] [--timeout-ms N]"},
     {"models", pdctl_models, "models --router HOST:PORT [--timeout-ms N]"},
+    {"nodes", pdctl_nodes,
+     "nodes --router HOST:PORT | --config FILE [--json] (the router's nodes and their state)"},
+    {"drain", pdctl_drain,
+     "drain NODE --router HOST:PORT | --config FILE [--wait-s N] [--json] (no new work to NODE; "
+     "waits until its running requests are done: state drained)"},
+    {"undrain", pdctl_undrain, "undrain NODE --router HOST:PORT | --config FILE [--json]"},
 };
 
 static void pdctl_usage(FILE *f)
