@@ -8,6 +8,8 @@
 #include "dtype.h"
 #include "log.h"
 #include "safetensors.h"
+#include "model_family.h"
+#include "model_impl.h"
 #include "tp_shard.h"
 
 /* ==== host weights ==== */
@@ -80,7 +82,7 @@ pd_status_t model_quantize_bf16(const uint16_t *src, int64_t n, int64_t k, pd_wf
 
 /* Reads weight `base` (e.g. "model.layers.0.mlp.down_proj") of shape (n, k) in format fmt:
  * as stored when the checkpoint already holds that format, quantized from BF16 otherwise. */
-static pd_status_t model__read_weight(const safetensors_t *st, const char *base, int64_t n,
+pd_status_t model__read_weight(const safetensors_t *st, const char *base, int64_t n,
                                       int64_t k, pd_wfmt_t fmt, pd_weight_t *w_p)
 {
     char name[256];
@@ -144,7 +146,7 @@ static pd_status_t model__read_weight(const safetensors_t *st, const char *base,
 }
 
 /* Concatenates the rows of a and b (same format and k) into *out (host). */
-static pd_status_t model__concat_rows(const pd_weight_t *a, const pd_weight_t *b, pd_weight_t *out)
+pd_status_t model__concat_rows(const pd_weight_t *a, const pd_weight_t *b, pd_weight_t *out)
 {
     pd_weight_t w;
     pd_status_t st = model__alloc_host(a->fmt, a->n + b->n, a->k, &w);
@@ -168,24 +170,10 @@ static pd_status_t model__concat_rows(const pd_weight_t *a, const pd_weight_t *b
 
 /* ==== loading onto the backend ==== */
 
-typedef struct {
-    model_t *m;
-    const safetensors_t *st;
-} loader_t;
-
-/* how a linear weight is cut under tensor parallelism (tp_shard.h) */
-typedef enum {
-    SPLIT_NONE,    /* replicated (MoE router) */
-    SPLIT_Q_HEADS, /* column-parallel by attention heads */
-    SPLIT_KV_HEADS,
-    SPLIT_COLUMN,  /* column-parallel by rows (LM head by vocab) */
-    SPLIT_GATE_UP, /* column-parallel, [gate_shard; up_shard] */
-    SPLIT_ROW,     /* row-parallel by columns (o_proj, down_proj) */
-} model_split_t;
 
 /* Replaces the host weight *h by this rank's shard (nothing to do at TP 1). On failure *h is
  * freed. */
-static pd_status_t model__shard(const model_t *m, model_split_t split, pd_weight_t *h)
+pd_status_t model__shard(const model_t *m, model_split_t split, pd_weight_t *h)
 {
     const hf_config_t *c = &m->cfg;
     const int r = m->tp_rank, n = m->tp_size;
@@ -219,7 +207,7 @@ static pd_status_t model__shard(const model_t *m, model_split_t split, pd_weight
     return st;
 }
 
-static pd_status_t model__upload(loader_t *ld, pd_weight_t *host, pd_weight_t *dst)
+pd_status_t model__upload(loader_t *ld, pd_weight_t *host, pd_weight_t *dst)
 {
     pd_status_t st = backend_weight_upload(ld->m->be, host, dst);
     if (st == PD_OK)
@@ -231,7 +219,7 @@ static pd_status_t model__upload(loader_t *ld, pd_weight_t *host, pd_weight_t *d
 }
 
 /* reads the whole (n, k) weight `base`, keeps this rank's shard */
-static pd_status_t model__linear(loader_t *ld, const char *base, int64_t n, int64_t k,
+pd_status_t model__linear(loader_t *ld, const char *base, int64_t n, int64_t k,
                                  pd_wfmt_t fmt, model_split_t split, pd_weight_t *dst)
 {
     pd_weight_t h;
@@ -244,7 +232,7 @@ static pd_status_t model__linear(loader_t *ld, const char *base, int64_t n, int6
 }
 
 /* gate_proj and up_proj of `prefix` fused into one (2 f, d) weight */
-static pd_status_t model__gate_up(loader_t *ld, const char *prefix, int64_t f, int64_t d,
+pd_status_t model__gate_up(loader_t *ld, const char *prefix, int64_t f, int64_t d,
                                   pd_weight_t *dst)
 {
     char name[256];
@@ -270,7 +258,7 @@ static pd_status_t model__gate_up(loader_t *ld, const char *prefix, int64_t f, i
 }
 
 /* a BF16 vector or matrix copied as-is */
-static pd_status_t model__bf16(loader_t *ld, const char *name, int n_dims, const int64_t *shape,
+pd_status_t model__bf16(loader_t *ld, const char *name, int n_dims, const int64_t *shape,
                                uint16_t **dst_p)
 {
     const safetensors_tensor_t *t;
@@ -306,6 +294,8 @@ static pd_status_t model__layer(loader_t *ld, int i)
         if ((st = (x)) != PD_OK)                                                                   \
             return st;                                                                             \
     } while (0)
+    if (m->family)
+        return model_family_layer_load(ld, i);
     snprintf(p, sizeof p, "model.layers.%d", i);
     snprintf(name, sizeof name, "%s.input_layernorm.weight", p);
     TRY(model__bf16(ld, name, 1, vd, &L->attn_norm));
@@ -389,7 +379,8 @@ pd_status_t model_load(const model_load_params_t *p, model_t **m_p)
     snprintf(path, sizeof path, "%s/config.json", p->dir);
     if ((rc = hf_config_load(path, &m->cfg)) != PD_OK)
         goto err;
-    if (m->cfg.attention_bias || m->cfg.mlp_bias) {
+    m->family = model_family_arch(&m->cfg);
+    if ((m->cfg.attention_bias && !m->family) || m->cfg.mlp_bias) {
         pd_log_error("%s: attention_bias / mlp_bias models are not supported", path);
         rc = PD_ERR_UNSUPPORTED;
         goto err;
@@ -411,6 +402,8 @@ pd_status_t model_load(const model_load_params_t *p, model_t **m_p)
     m->ffn = m->cfg.intermediate_size / m->tp_size;
     m->moe_ffn = m->cfg.moe_intermediate_size / m->tp_size;
     m->vocab_local = m->cfg.vocab_size / m->tp_size;
+    if (m->family && (rc = model_family_check(m)) != PD_OK)
+        goto err;
     if ((rc = safetensors_open_model(p->dir, &st)) != PD_OK)
         goto err;
     ld.m = m;
@@ -449,6 +442,8 @@ pd_status_t model_load(const model_load_params_t *p, model_t **m_p)
     if ((rc = m->be->ops->alloc(m->be, (size_t)m->cfg.head_dim / 2 * 4, (void **)&m->inv_freq)))
         goto err;
     if ((rc = m->be->ops->upload(m->be, m->inv_freq, inv_freq, (size_t)m->cfg.head_dim / 2 * 4)))
+        goto err;
+    if (m->family && (rc = model_family_rope(m)) != PD_OK)
         goto err;
     safetensors_close(st);
     *m_p = m;
@@ -496,6 +491,7 @@ void model_destroy(model_t *m)
         }
         free(L->exp_gate_up);
         free(L->exp_down);
+        model_family_layer_free(be, L);
     }
     free(m->layers);
     free(m);
