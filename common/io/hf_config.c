@@ -254,11 +254,7 @@ static pd_status_t hf_config__yarn(const char *src, const json_t *rp, const char
          (rc = hf_config__pos_num(src, rp, pre, "mscale_all_dim", false, 0,
                                   &c->rope_mscale_all_dim))))
         return rc;
-    if (c->rope_beta_fast <= c->rope_beta_slow) {
-        pd_log_error("%s: %sbeta_fast: %g must exceed beta_slow %g", src, pre, c->rope_beta_fast,
-                     c->rope_beta_slow);
-        return PD_ERR_FORMAT;
-    }
+    /* beta_fast == beta_slow is valid (Kimi K2 ships 1.0 and 1.0): the ramp degenerates */
     return PD_OK;
 }
 

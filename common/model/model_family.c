@@ -105,13 +105,37 @@ static pd_status_t fam__gather_rows(const pd_weight_t *src, int64_t n_blocks, in
     return PD_OK;
 }
 
+/* The format a checkpoint stores weight `base` in (pdserve int4 / fp8, or bf16). */
+static pd_wfmt_t fam__stored_fmt(const safetensors_t *st, const char *base)
+{
+    char name[300];
+    const safetensors_tensor_t *t;
+    snprintf(name, sizeof name, "%s.qweight", base);
+    if (safetensors_find(st, name))
+        return PD_WFMT_INT4;
+    snprintf(name, sizeof name, "%s.weight", base);
+    t = safetensors_find(st, name);
+    return t && t->dtype == PD_DTYPE_F8_E4M3 ? PD_WFMT_FP8 : PD_WFMT_BF16;
+}
+
 /* Splits the (n_blocks * block, k) weight `base` into the uploaded row sets [0, n0) and
  * [n0, block) of each block. */
 static pd_status_t fam__split(loader_t *ld, const char *base, int64_t n_blocks, int64_t block,
                               int64_t n0, int64_t k, pd_weight_t *a, pd_weight_t *b)
 {
     pd_weight_t whole, ha, hb;
-    pd_status_t st = model__read_weight(ld->st, base, n_blocks * block, k, ld->m->wfmt, &whole);
+    pd_wfmt_t fmt = ld->m->wfmt;
+    pd_status_t st;
+
+    if (fmt == PD_WFMT_INT4 && k % QUANT_INT4_GROUP != 0 &&
+        fam__stored_fmt(ld->st, base) != PD_WFMT_INT4) {
+        /* e.g. q_b_proj of a q_lora_rank that is not a multiple of 128 (the published models'
+         * 1536 is): int4 g128 cannot hold it, fp8 can */
+        pd_log_info("%s: K %lld is not a multiple of %d; fp8 instead of int4", base, (long long)k,
+                    QUANT_INT4_GROUP);
+        fmt = PD_WFMT_FP8;
+    }
+    st = model__read_weight(ld->st, base, n_blocks * block, k, fmt, &whole);
     if (st != PD_OK)
         return st;
     if ((st = fam__gather_rows(&whole, n_blocks, block, 0, n0, &ha)) == PD_OK &&
@@ -125,19 +149,6 @@ static pd_status_t fam__split(loader_t *ld, const char *base, int64_t n_blocks, 
         return st;
     }
     return model__upload(ld, &hb, b);
-}
-
-/* The format a checkpoint stores weight `base` in (pdserve int4 / fp8, or bf16). */
-static pd_wfmt_t fam__stored_fmt(const safetensors_t *st, const char *base)
-{
-    char name[300];
-    const safetensors_tensor_t *t;
-    snprintf(name, sizeof name, "%s.qweight", base);
-    if (safetensors_find(st, name))
-        return PD_WFMT_INT4;
-    snprintf(name, sizeof name, "%s.weight", base);
-    t = safetensors_find(st, name);
-    return t && t->dtype == PD_DTYPE_F8_E4M3 ? PD_WFMT_FP8 : PD_WFMT_BF16;
 }
 
 /* kv_b_proj (H (nope + v), r) into the absorbed per-head matrices: w_uk_t (H, r, nope) and
