@@ -150,10 +150,11 @@ typedef struct {
     void (*moe_route_grouped)(pd_backend_t *be, int32_t *ids, float *weights,
                               const float *logits, const float *bias, int n, int n_experts,
                               int k, int n_group, int topk_group, bool norm, float scale);
-    /* a matmul per head: out (n, n_heads, nout) = x (n, n_heads, kin) @ W_h^T for each head h,
-     * w (n_heads, nout, kin) bf16 (MLA: q_nope through W_UK^T, the latent output through W_UV) */
+    /* a matmul per head: out (n, n_heads, nout) = x[:, h, :kin] @ W_h^T for each head h, x
+     * (n, n_heads, x_stride) with x_stride >= kin, w (n_heads, nout, kin) bf16 (MLA: q_nope
+     * through W_UK^T, the latent output through W_UV) */
     void (*head_matmul)(pd_backend_t *be, float *out, const float *x, const uint16_t *w, int n,
-                        int n_heads, int nout, int kin);
+                        int n_heads, int nout, int kin, int x_stride);
     /* writes the MLA latent of n tokens into side 0 of a latent layout (n_sides 1, one head of
      * head_dim = r + rope): [c (n, r) | kpe (n, rope)] f32 at slots (n) int32 (negative: no
      * write), converted to the layout's dtype (fp8: one scale per token) */
@@ -161,11 +162,12 @@ typedef struct {
                          const float *c, const float *kpe, const int32_t *slots, int n, int r);
     /* absorbed MLA attention over a latent layout: for row i, head h, context token t
      * (causal, as attention): score = (q_lat[i, h] . c_t + q_pe[i, h] . kpe_t) * scale,
-     * out (n, n_heads, r) = softmax(score) . c; q_lat (n, n_heads, r), q_pe (n, n_heads, rope)
-     * with r + rope = l->head_dim */
+     * out (n, n_heads, r) = softmax(score) . c; q_lat (n, n_heads, r), q_pe (n, n_heads,
+     * pe_stride) of which the first rope = l->head_dim - r values are read */
     void (*latent_attention)(pd_backend_t *be, float *out, const float *q_lat, const float *q_pe,
                              const void *arena, const kv_layout_t *l, int layer,
-                             const pd_attn_batch_t *batch, int n_heads, int r, float scale);
+                             const pd_attn_batch_t *batch, int n_heads, int r, int pe_stride,
+                             float scale);
 
     /* Called by backend_weight_upload on the weight it just uploaded: the backend may rewrite
      * data / scales / zeros in place into its own layout (CUDA: INT4 weights with n % 32 == 0

@@ -116,7 +116,7 @@ typedef struct {
     float *out;
     const float *x;
     const uint16_t *w;
-    int n, n_heads, nout, kin;
+    int n, n_heads, nout, kin, x_stride;
 } head_mm_job_t;
 
 /* tasks: (head, output row) pairs; each converts its weight row once for every token */
@@ -131,7 +131,7 @@ static void cpu__head_mm_rows(void *arg, size_t t0, size_t t1)
         for (int q = 0; q < j->kin; q++)
             row[q] = pd_bf16_to_f32(wr[q]);
         for (int i = 0; i < j->n; i++) {
-            const float *xi = j->x + ((size_t)i * j->n_heads + h) * j->kin;
+            const float *xi = j->x + ((size_t)i * j->n_heads + h) * j->x_stride;
             float acc = 0.0f;
             for (int q = 0; q < j->kin; q++)
                 acc += xi[q] * row[q];
@@ -142,9 +142,10 @@ static void cpu__head_mm_rows(void *arg, size_t t0, size_t t1)
 }
 
 void backend_cpu__head_matmul(pd_backend_t *be, float *out, const float *x, const uint16_t *w,
-                              int n, int n_heads, int nout, int kin)
+                              int n, int n_heads, int nout, int kin, int x_stride)
 {
-    head_mm_job_t j = {out, x, w, n, n_heads, nout, kin};
+    head_mm_job_t j = {out, x, w, n, n_heads, nout, kin, x_stride};
+    PD_ASSERT(x_stride >= kin);
     threadpool_for(backend_cpu__pool(be), (size_t)n_heads * (size_t)nout, cpu__head_mm_rows, &j);
 }
 
@@ -202,7 +203,7 @@ typedef struct {
     const float *q_lat, *q_pe;
     const uint8_t *arena;
     const kv_layout_t *l;
-    int layer, n_heads, r, n_rows;
+    int layer, n_heads, r, n_rows, pe_stride;
     float scale;
     const pd_attn_batch_t *b;
 } latent_job_t;
@@ -234,7 +235,7 @@ static void cpu__latent_rows(void *arg, size_t r0, size_t r1)
                              lat + (size_t)t * D);
         for (int h = 0; h < H; h++) {
             const float *ql = j->q_lat + ((size_t)row * H + h) * r;
-            const float *qp = j->q_pe + ((size_t)row * H + h) * rope;
+            const float *qp = j->q_pe + ((size_t)row * H + h) * j->pe_stride;
             float *o = j->out + ((size_t)row * H + h) * r;
             float mx = -INFINITY, sum = 0.0f;
             for (int32_t t = 0; t <= pos; t++) {
@@ -268,10 +269,11 @@ static void cpu__latent_rows(void *arg, size_t r0, size_t r1)
 void backend_cpu__latent_attention(pd_backend_t *be, float *out, const float *q_lat,
                                    const float *q_pe, const void *arena, const kv_layout_t *l,
                                    int layer, const pd_attn_batch_t *batch, int n_heads, int r,
-                                   float scale)
+                                   int pe_stride, float scale)
 {
-    latent_job_t j = {out,     q_lat, q_pe, arena, l, layer, n_heads, r,
-                      batch->q_start[batch->n_seqs], scale, batch};
-    PD_ASSERT(l->n_sides == 1 && l->n_kv_heads == 1 && r < l->head_dim);
+    latent_job_t j = {out,   q_lat,   q_pe, arena, l, layer, n_heads, r, batch->q_start[batch->n_seqs],
+                      pe_stride, scale, batch};
+    PD_ASSERT(l->n_sides == 1 && l->n_kv_heads == 1 && r < l->head_dim &&
+              pe_stride >= l->head_dim - r);
     threadpool_for(backend_cpu__pool(be), (size_t)j.n_rows, cpu__latent_rows, &j);
 }

@@ -15,14 +15,14 @@ void backend_cpu__moe_route_grouped(pd_backend_t *be, int32_t *ids, float *weigh
                                     const float *logits, const float *bias, int n, int n_experts,
                                     int k, int n_group, int topk_group, bool norm, float scale);
 void backend_cpu__head_matmul(pd_backend_t *be, float *out, const float *x, const uint16_t *w,
-                              int n, int n_heads, int nout, int kin);
+                              int n, int n_heads, int nout, int kin, int x_stride);
 void backend_cpu__latent_write(pd_backend_t *be, void *arena, const kv_layout_t *l, int layer,
                                const float *c, const float *kpe, const int32_t *slots, int n,
                                int r);
 void backend_cpu__latent_attention(pd_backend_t *be, float *out, const float *q_lat,
                                    const float *q_pe, const void *arena, const kv_layout_t *l,
                                    int layer, const pd_attn_batch_t *batch, int n_heads, int r,
-                                   float scale);
+                                   int pe_stride, float scale);
 
 /* the backend's thread pool (backend_cpu.c) */
 threadpool_t *backend_cpu__pool(pd_backend_t *be);

@@ -70,6 +70,10 @@ pd_status_t model_quantize_bf16(const uint16_t *src, int64_t n, int64_t k, pd_wf
             memcpy((float *)w.data + r0 * k, rows, (size_t)(nr * k) * 4);
         else if (fmt == PD_WFMT_FP8)
             quant_fp8_rows((uint8_t *)w.data + r0 * k, (float *)w.scales + r0, rows, nr, k);
+        else if (fmt == PD_WFMT_FP8_BLOCK) /* chunk is a multiple of the 128-row block */
+            quant_fp8_block_rows((uint8_t *)w.data + r0 * k,
+                                 (float *)w.scales + r0 / QUANT_FP8_BLOCK * quant_fp8_blocks(k),
+                                 rows, nr, k);
         else
             quant_int4_rows((uint8_t *)w.data + r0 * k / 2,
                             (uint16_t *)w.scales + r0 * (k / QUANT_INT4_GROUP),
@@ -78,6 +82,89 @@ pd_status_t model_quantize_bf16(const uint16_t *src, int64_t n, int64_t k, pd_wf
     free(rows);
     *w_p = w;
     return PD_OK;
+}
+
+/* Converts host weight src (any format) into fmt, 256 rows at a time through f32 (never a whole
+ * BF16 copy): e.g. a published fp8 block-scaled weight into int4. */
+pd_status_t model__convert(const pd_weight_t *src, pd_wfmt_t fmt, pd_weight_t *w_p)
+{
+    const int64_t n = src->n, k = src->k, chunk = 256;
+    pd_weight_t w;
+    pd_status_t st;
+    float *rows;
+
+    if (fmt == PD_WFMT_INT4 && k % QUANT_INT4_GROUP != 0)
+        return PD_ERR_INVALID;
+    if ((st = model__alloc_host(fmt, n, k, &w)) != PD_OK)
+        return st;
+    if (!(rows = malloc((size_t)(chunk * k) * sizeof *rows))) {
+        model_host_weight_free(&w);
+        return PD_ERR_NOMEM;
+    }
+    for (int64_t r0 = 0; r0 < n; r0 += chunk) {
+        int64_t nr = n - r0 < chunk ? n - r0 : chunk;
+        for (int64_t r = 0; r < nr; r++)
+            quant_dequant_row(rows + r * k, src, r0 + r);
+        if (fmt == PD_WFMT_F32)
+            memcpy((float *)w.data + r0 * k, rows, (size_t)(nr * k) * 4);
+        else if (fmt == PD_WFMT_BF16)
+            for (int64_t i = 0; i < nr * k; i++)
+                ((uint16_t *)w.data)[r0 * k + i] = pd_f32_to_bf16(rows[i]);
+        else if (fmt == PD_WFMT_FP8)
+            quant_fp8_rows((uint8_t *)w.data + r0 * k, (float *)w.scales + r0, rows, nr, k);
+        else if (fmt == PD_WFMT_FP8_BLOCK)
+            quant_fp8_block_rows((uint8_t *)w.data + r0 * k,
+                                 (float *)w.scales + r0 / QUANT_FP8_BLOCK * quant_fp8_blocks(k),
+                                 rows, nr, k);
+        else
+            quant_int4_rows((uint8_t *)w.data + r0 * k / 2,
+                            (uint16_t *)w.scales + r0 * (k / QUANT_INT4_GROUP),
+                            (uint8_t *)w.zeros + r0 * (k / QUANT_INT4_GROUP), rows, nr, k);
+    }
+    free(rows);
+    *w_p = w;
+    return PD_OK;
+}
+
+/* A weight of a published fp8 checkpoint (DeepSeek-V3, Kimi K2): base.weight (n, k) e4m3 and
+ * base.weight_scale_inv (ceil(n / 128), ceil(k / 128)) f32 (bf16 accepted), w = q * scale_inv.
+ * fmt fp8 (or fp8-block) keeps it as stored (PD_WFMT_FP8_BLOCK); another format converts it
+ * row-chunk by row-chunk. */
+static pd_status_t model__read_fp8_block(const safetensors_t *st, const char *base, int64_t n,
+                                         int64_t k, pd_wfmt_t fmt, pd_weight_t *w_p)
+{
+    char name[300];
+    const safetensors_tensor_t *t, *ts;
+    int64_t shape[2] = {n, k}, sshape[2] = {quant_fp8_blocks(n), quant_fp8_blocks(k)};
+    pd_weight_t w;
+    pd_status_t rc;
+
+    snprintf(name, sizeof name, "%s.weight", base);
+    if ((rc = safetensors_get(st, name, PD_DTYPE_F8_E4M3, 2, shape, &t)) != PD_OK)
+        return rc;
+    snprintf(name, sizeof name, "%s.weight_scale_inv", base);
+    ts = safetensors_find(st, name);
+    if ((rc = safetensors_get(st, name,
+                              ts && ts->dtype == PD_DTYPE_BF16 ? PD_DTYPE_BF16 : PD_DTYPE_F32, 2,
+                              sshape, &ts)) != PD_OK)
+        return rc;
+    if ((rc = model__alloc_host(PD_WFMT_FP8_BLOCK, n, k, &w)) != PD_OK)
+        return rc;
+    memcpy(w.data, t->data, t->nbytes);
+    for (int64_t i = 0; i < sshape[0] * sshape[1]; i++)
+        ((float *)w.scales)[i] = ts->dtype == PD_DTYPE_F32
+                                     ? ((const float *)ts->data)[i]
+                                     : pd_bf16_to_f32(((const uint16_t *)ts->data)[i]);
+    if (fmt == PD_WFMT_FP8 || fmt == PD_WFMT_FP8_BLOCK) {
+        *w_p = w;
+        return PD_OK;
+    }
+    rc = model__convert(&w, fmt, w_p);
+    model_host_weight_free(&w);
+    if (rc == PD_ERR_INVALID)
+        pd_log_error("%s: %s weights need K (%lld) to be a multiple of %d", base,
+                     pd_wfmt_name(fmt), (long long)k, QUANT_INT4_GROUP);
+    return rc;
 }
 
 /* Reads weight `base` (e.g. "model.layers.0.mlp.down_proj") of shape (n, k) in format fmt:
@@ -115,6 +202,9 @@ pd_status_t model__read_weight(const safetensors_t *st, const char *base, int64_
         *w_p = w;
         return PD_OK;
     }
+    snprintf(name, sizeof name, "%s.weight_scale_inv", base);
+    if (safetensors_find(st, name)) /* a published fp8 checkpoint: 128x128 block scales */
+        return model__read_fp8_block(st, base, n, k, fmt, w_p);
     snprintf(name, sizeof name, "%s.weight", base);
     t = safetensors_find(st, name);
     if (t && t->dtype == PD_DTYPE_F8_E4M3) { /* fp8 checkpoint */

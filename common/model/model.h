@@ -45,10 +45,10 @@ typedef struct {
     float *q_bias, *k_bias, *v_bias; /* (q_dim), (kv_dim), (kv_dim) f32: attention_bias */
     float *router_bias;              /* (n_experts) f32: e_score_correction_bias */
     pd_weight_t sh_gate_up, sh_down; /* shared experts: (2 fs, d), (d, fs); fs = n_shared * fm */
-    /* MLA: q through q_a (qr, d), q_a_norm (qr), then q_nope (H nope, qr) and q_pe (H rope, qr)
-     * (the rows of q_b_proj, split); without q LoRA q_nope / q_pe read h directly (k = d).
-     * kv_a_proj_with_mqa split into kv_a (r, d) and kv_pe (rope, d); kv_a_norm (r) */
-    pd_weight_t q_a, q_nope, q_pe, kv_a, kv_pe;
+    /* MLA: q through q_a (qr, d), q_a_norm (qr), then q (H (nope + rope), qr) = q_b_proj, or
+     * q_proj (k = d) without q LoRA; kv_a_proj_with_mqa split by rows into kv_a (r, d) and
+     * kv_pe (rope, d); kv_a_norm (r) */
+    pd_weight_t q_a, kv_a, kv_pe;
     uint16_t *q_a_norm, *kv_a_norm;
     uint16_t *w_uk_t; /* (H, r, nope) bf16: kv_b_proj's K rows of each head, transposed */
     uint16_t *w_uv;   /* (H, v, r) bf16: kv_b_proj's V rows of each head */

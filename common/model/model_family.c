@@ -75,32 +75,34 @@ static pd_status_t fam__f32vec(loader_t *ld, const char *name, int64_t n, float 
     return st;
 }
 
-/* Host weight of rows [r0, r0 + nr) of every block of `block` rows of src (n_blocks blocks):
- * e.g. the q_nope rows of each head of q_b_proj. Any format (rows are independent). */
-static pd_status_t fam__gather_rows(const pd_weight_t *src, int64_t n_blocks, int64_t block,
-                                    int64_t r0, int64_t nr, pd_weight_t *dst_p)
+/* Host weight of rows [r0, r0 + nr) of src (any format; for fp8-block r0 and nr must be on
+ * 128-row block boundaries, or nr reach the end). */
+static pd_status_t fam__rows(const pd_weight_t *src, int64_t r0, int64_t nr, pd_weight_t *dst_p)
 {
     const int64_t k = src->k;
-    const size_t db = quant_data_bytes(src->fmt, 1, k), sb = quant_scales_bytes(src->fmt, 1, k),
-                 zb = quant_zeros_bytes(src->fmt, 1, k);
-    pd_weight_t w = {src->fmt, n_blocks * nr, k, NULL, NULL, NULL};
-    w.data = malloc(db * (size_t)w.n);
-    w.scales = sb ? malloc(sb * (size_t)w.n) : NULL;
-    w.zeros = zb ? malloc(zb * (size_t)w.n) : NULL;
-    if (!w.data || (sb && !w.scales) || (zb && !w.zeros)) {
+    pd_weight_t w = {src->fmt, nr, k, NULL, NULL, NULL};
+    const size_t nd = quant_data_bytes(src->fmt, nr, k), ns = quant_scales_bytes(src->fmt, nr, k),
+                 nz = quant_zeros_bytes(src->fmt, nr, k);
+    /* the byte offsets of row r0: scales of the block format are per 128 rows */
+    const size_t od = quant_data_bytes(src->fmt, r0, k),
+                 os = src->fmt == PD_WFMT_FP8_BLOCK
+                          ? (size_t)(r0 / QUANT_FP8_BLOCK * quant_fp8_blocks(k) * 4)
+                          : quant_scales_bytes(src->fmt, r0, k),
+                 oz = quant_zeros_bytes(src->fmt, r0, k);
+
+    PD_ASSERT(src->fmt != PD_WFMT_FP8_BLOCK || r0 % QUANT_FP8_BLOCK == 0);
+    w.data = malloc(nd ? nd : 1);
+    w.scales = ns ? malloc(ns) : NULL;
+    w.zeros = nz ? malloc(nz) : NULL;
+    if (!w.data || (ns && !w.scales) || (nz && !w.zeros)) {
         model_host_weight_free(&w);
         return PD_ERR_NOMEM;
     }
-    for (int64_t b = 0; b < n_blocks; b++)
-        for (int64_t r = 0; r < nr; r++) {
-            size_t from = (size_t)(b * block + r0 + r), to = (size_t)(b * nr + r);
-            memcpy((uint8_t *)w.data + to * db, (const uint8_t *)src->data + from * db, db);
-            if (sb)
-                memcpy((uint8_t *)w.scales + to * sb, (const uint8_t *)src->scales + from * sb,
-                       sb);
-            if (zb)
-                memcpy((uint8_t *)w.zeros + to * zb, (const uint8_t *)src->zeros + from * zb, zb);
-        }
+    memcpy(w.data, (const uint8_t *)src->data + od, nd);
+    if (ns)
+        memcpy(w.scales, (const uint8_t *)src->scales + os, ns);
+    if (nz)
+        memcpy(w.zeros, (const uint8_t *)src->zeros + oz, nz);
     *dst_p = w;
     return PD_OK;
 }
@@ -118,28 +120,42 @@ static pd_wfmt_t fam__stored_fmt(const safetensors_t *st, const char *base)
     return t && t->dtype == PD_DTYPE_F8_E4M3 ? PD_WFMT_FP8 : PD_WFMT_BF16;
 }
 
-/* Splits the (n_blocks * block, k) weight `base` into the uploaded row sets [0, n0) and
- * [n0, block) of each block. */
-static pd_status_t fam__split(loader_t *ld, const char *base, int64_t n_blocks, int64_t block,
-                              int64_t n0, int64_t k, pd_weight_t *a, pd_weight_t *b)
+/* The format weight `base` of k columns is kept in: the model's, except int4 for a K that is not
+ * a multiple of 128 (e.g. q_b_proj of a q_lora_rank that is not; the published models' 1536 is),
+ * which becomes fp8. */
+static pd_wfmt_t fam__fmt(const loader_t *ld, const char *base, int64_t k)
 {
-    pd_weight_t whole, ha, hb;
-    pd_wfmt_t fmt = ld->m->wfmt;
-    pd_status_t st;
-
-    if (fmt == PD_WFMT_INT4 && k % QUANT_INT4_GROUP != 0 &&
+    if (ld->m->wfmt == PD_WFMT_INT4 && k % QUANT_INT4_GROUP != 0 &&
         fam__stored_fmt(ld->st, base) != PD_WFMT_INT4) {
-        /* e.g. q_b_proj of a q_lora_rank that is not a multiple of 128 (the published models'
-         * 1536 is): int4 g128 cannot hold it, fp8 can */
         pd_log_info("%s: K %lld is not a multiple of %d; fp8 instead of int4", base, (long long)k,
                     QUANT_INT4_GROUP);
-        fmt = PD_WFMT_FP8;
+        return PD_WFMT_FP8;
     }
-    st = model__read_weight(ld->st, base, n_blocks * block, k, fmt, &whole);
+    return ld->m->wfmt;
+}
+
+/* Splits the (n, k) weight `base` by rows into [0, n0) and [n0, n), uploaded. A block-scaled
+ * fp8 weight cut inside a 128-row block is re-quantized per row (fp8, one scale per row). */
+static pd_status_t fam__split(loader_t *ld, const char *base, int64_t n, int64_t n0, int64_t k,
+                              pd_weight_t *a, pd_weight_t *b)
+{
+    pd_weight_t whole, ha, hb;
+    pd_status_t st = model__read_weight(ld->st, base, n, k, fam__fmt(ld, base, k), &whole);
+
     if (st != PD_OK)
         return st;
-    if ((st = fam__gather_rows(&whole, n_blocks, block, 0, n0, &ha)) == PD_OK &&
-        (st = fam__gather_rows(&whole, n_blocks, block, n0, block - n0, &hb)) != PD_OK)
+    if (whole.fmt == PD_WFMT_FP8_BLOCK && n0 % QUANT_FP8_BLOCK != 0) {
+        pd_weight_t rows;
+        pd_log_info("%s: split at row %lld inside a 128-row scale block; per-row fp8", base,
+                    (long long)n0);
+        st = model__convert(&whole, PD_WFMT_FP8, &rows);
+        model_host_weight_free(&whole);
+        if (st != PD_OK)
+            return st;
+        whole = rows;
+    }
+    if ((st = fam__rows(&whole, 0, n0, &ha)) == PD_OK &&
+        (st = fam__rows(&whole, n0, n - n0, &hb)) != PD_OK)
         model_host_weight_free(&ha);
     model_host_weight_free(&whole);
     if (st != PD_OK)
@@ -209,14 +225,15 @@ static pd_status_t fam__mla(loader_t *ld, const char *p, model_layer_t *L)
         snprintf(name, sizeof name, "%s.self_attn.q_a_layernorm.weight", p);
         TRY(model__bf16(ld, name, 1, vq, &L->q_a_norm));
         snprintf(name, sizeof name, "%s.self_attn.q_b_proj", p);
-        TRY(fam__split(ld, name, H, nope + rope, nope, qr, &L->q_nope, &L->q_pe));
+        TRY(model__linear(ld, name, H * (nope + rope), qr, fam__fmt(ld, name, qr), SPLIT_NONE,
+                          &L->q));
     } else {
         snprintf(name, sizeof name, "%s.self_attn.q_proj", p);
-        TRY(fam__split(ld, name, H, nope + rope, nope, d, &L->q_nope, &L->q_pe));
+        TRY(model__linear(ld, name, H * (nope + rope), d, m->wfmt, SPLIT_NONE, &L->q));
     }
     int64_t vr[1] = {r};
     snprintf(name, sizeof name, "%s.self_attn.kv_a_proj_with_mqa", p);
-    TRY(fam__split(ld, name, 1, r + rope, r, d, &L->kv_a, &L->kv_pe));
+    TRY(fam__split(ld, name, r + rope, r, d, &L->kv_a, &L->kv_pe));
     snprintf(name, sizeof name, "%s.self_attn.kv_a_layernorm.weight", p);
     TRY(model__bf16(ld, name, 1, vr, &L->kv_a_norm));
     snprintf(name, sizeof name, "%s.self_attn.kv_b_proj", p);
@@ -323,8 +340,6 @@ void model_family_layer_free(pd_backend_t *be, model_layer_t *L)
     backend_weight_free(be, &L->sh_gate_up);
     backend_weight_free(be, &L->sh_down);
     backend_weight_free(be, &L->q_a);
-    backend_weight_free(be, &L->q_nope);
-    backend_weight_free(be, &L->q_pe);
     backend_weight_free(be, &L->kv_a);
     backend_weight_free(be, &L->kv_pe);
 }
@@ -398,9 +413,9 @@ pd_status_t model_family_rope(model_t *m)
 
 struct model_family_scratch {
     int cap;
-    /* MLA (n rows): qa (qr), qn (H nope), qp (H rope), ckv (r), kpe (rope), qlat, olat (H r),
+    /* MLA (n rows): qa (qr), q (H (nope + rope)), ckv (r), kpe (rope), qlat, olat (H r),
      * att (H v); shared experts: sgu (2 fs), sact (fs), sout (d) */
-    float *qa, *qn, *qp, *ckv, *kpe, *qlat, *olat, *att, *sgu, *sact, *sout;
+    float *qa, *q, *ckv, *kpe, *qlat, *olat, *att, *sgu, *sact, *sout;
 };
 
 void model_family_scratch_free(model_family_scratch_t **sp, pd_backend_t *be)
@@ -408,8 +423,8 @@ void model_family_scratch_free(model_family_scratch_t **sp, pd_backend_t *be)
     model_family_scratch_t *s = *sp;
     if (!s)
         return;
-    float **bufs[] = {&s->qa,   &s->qn,   &s->qp,  &s->ckv,  &s->kpe, &s->qlat,
-                      &s->olat, &s->att,  &s->sgu, &s->sact, &s->sout};
+    float **bufs[] = {&s->qa,  &s->q,   &s->ckv,  &s->kpe, &s->qlat, &s->olat,
+                      &s->att, &s->sgu, &s->sact, &s->sout};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (*bufs[i])
             be->ops->free(be, *bufs[i]);
@@ -434,8 +449,7 @@ pd_status_t model_family_reserve(model_family_scratch_t **sp, const model_t *m, 
     if (st == PD_OK && (count) > 0)                                                                \
     st = be->ops->alloc(be, N * (count) * 4, (void **)&(ptr))
     A(s->qa, (size_t)c->q_lora_rank);
-    A(s->qn, H * (size_t)c->qk_nope_head_dim);
-    A(s->qp, H * (size_t)c->qk_rope_head_dim);
+    A(s->q, H * (size_t)(c->qk_nope_head_dim + c->qk_rope_head_dim));
     A(s->ckv, r);
     A(s->kpe, (size_t)c->qk_rope_head_dim);
     A(s->qlat, H * r);
@@ -496,7 +510,7 @@ static void fam__mla_forward(model_family_scratch_t *s, const model_t *m, const 
     pd_backend_t *be = m->be;
     const pd_backend_ops_t *o = be->ops;
     const int H = c->num_attention_heads, nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim,
-              r = c->kv_lora_rank;
+              r = c->kv_lora_rank, qk = nope + rope;
     const float eps = (float)c->rms_norm_eps;
     const float *qsrc = b->h;
 
@@ -505,19 +519,19 @@ static void fam__mla_forward(model_family_scratch_t *s, const model_t *m, const 
         o->rmsnorm(be, s->qa, s->qa, L->q_a_norm, n, c->q_lora_rank, eps);
         qsrc = s->qa;
     }
-    o->matmul(be, s->qn, qsrc, &L->q_nope, n);
-    o->matmul(be, s->qp, qsrc, &L->q_pe, n);
+    o->matmul(be, s->q, qsrc, &L->q, n); /* (n, H, [nope | rope]) */
     o->matmul(be, s->ckv, b->h, &L->kv_a, n);
     o->rmsnorm(be, s->ckv, s->ckv, L->kv_a_norm, n, r, eps);
     o->matmul(be, s->kpe, b->h, &L->kv_pe, n);
-    o->rope_partial(be, s->qp, b->d_pos, m->inv_freq, n, H, rope, rope, c->rope_interleave,
+    o->rope_partial(be, s->q + nope, b->d_pos, m->inv_freq, n, H, qk, rope, c->rope_interleave,
                     m->rope_scale);
     o->rope_partial(be, s->kpe, b->d_pos, m->inv_freq, n, 1, rope, rope, c->rope_interleave,
                     m->rope_scale);
     o->latent_write(be, arena, l, li, s->ckv, s->kpe, b->d_slots, n, r);
-    o->head_matmul(be, s->qlat, s->qn, L->w_uk_t, n, H, r, nope);
-    o->latent_attention(be, s->olat, s->qlat, s->qp, arena, l, li, ab, H, r, m->attn_scale);
-    o->head_matmul(be, s->att, s->olat, L->w_uv, n, H, c->v_head_dim, r);
+    o->head_matmul(be, s->qlat, s->q, L->w_uk_t, n, H, r, nope, qk);
+    o->latent_attention(be, s->olat, s->qlat, s->q + nope, arena, l, li, ab, H, r, qk,
+                        m->attn_scale);
+    o->head_matmul(be, s->att, s->olat, L->w_uv, n, H, c->v_head_dim, r, r);
 }
 
 /* the MLP block on b->h into b->tmp: dense, or routed experts plus shared experts */

@@ -26,6 +26,9 @@ typedef enum {
  * a published fp8 block-scaled checkpoint). Errors name the tensor. */
 pd_status_t model__read_weight(const safetensors_t *st, const char *base, int64_t n, int64_t k,
                                pd_wfmt_t fmt, pd_weight_t *w_p);
+/* src (any format) converted into fmt through f32, 256 rows at a time. PD_ERR_INVALID for int4
+ * with k % 128 != 0; PD_ERR_NOMEM. */
+pd_status_t model__convert(const pd_weight_t *src, pd_wfmt_t fmt, pd_weight_t *w_p);
 /* rows of a then b (same format and k) into *out (host) */
 pd_status_t model__concat_rows(const pd_weight_t *a, const pd_weight_t *b, pd_weight_t *out);
 /* replaces *h by this rank's shard; *h is freed on failure */
