@@ -337,6 +337,20 @@ pd_status_t model__gate_up(loader_t *ld, const char *prefix, int64_t f, int64_t 
         model_host_weight_free(&g);
         return st;
     }
+    if (g.fmt != u.fmt || (g.fmt == PD_WFMT_FP8_BLOCK && f % QUANT_FP8_BLOCK != 0)) {
+        /* mixed formats (one of them block-scaled fp8), or 128-row scale blocks the fused
+         * matrix would not keep: both as per-row fp8 */
+        pd_weight_t g8, u8;
+        st = model__convert(&g, PD_WFMT_FP8, &g8);
+        if (st == PD_OK && (st = model__convert(&u, PD_WFMT_FP8, &u8)) != PD_OK)
+            model_host_weight_free(&g8);
+        model_host_weight_free(&g);
+        model_host_weight_free(&u);
+        if (st != PD_OK)
+            return st;
+        g = g8;
+        u = u8;
+    }
     st = model__concat_rows(&g, &u, &gu);
     model_host_weight_free(&g);
     model_host_weight_free(&u);
