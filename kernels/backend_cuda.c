@@ -679,6 +679,8 @@ static bool cuda_supports_op(pd_backend_t *be, pd_op_t op, int variant)
 {
     (void)be;
     (void)variant;
+    if (op == PD_OP_MATMUL && variant == PD_WFMT_FP8_BLOCK)
+        return false; /* no kernel for 128x128 block-scaled fp8 yet */
     return op < PD_OP_BIAS_ADD; /* the GLM-4.5 / DeepSeek-V3 ops have no CUDA kernels yet */
 }
 

@@ -292,6 +292,7 @@ static void cpu_kv_write(pd_backend_t *be, void *arena, const kv_layout_t *l, in
 {
     const size_t row = (size_t)l->n_kv_heads * l->head_dim;
     (void)be;
+    PD_ASSERT(l->n_sides == 2); /* a latent layout is written by latent_write */
     for (int i = 0; i < n; i++) {
         if (slots[i] < 0)
             continue;

@@ -484,6 +484,15 @@ pd_status_t model_load(const model_load_params_t *p, model_t **m_p)
     if ((rc = hf_config_load(path, &m->cfg)) != PD_OK)
         goto err;
     m->family = model_family_arch(&m->cfg);
+    if (!m->be->ops->supports_op(m->be, PD_OP_MATMUL, m->wfmt) ||
+        (m->wfmt == PD_WFMT_FP8 && strcmp(m->cfg.quant_format, "fp8_block") == 0 &&
+         !m->be->ops->supports_op(m->be, PD_OP_MATMUL, PD_WFMT_FP8_BLOCK))) {
+        pd_log_error("%s: backend %s cannot multiply %s weights%s", path, m->be->ops->name,
+                     pd_wfmt_name(m->wfmt),
+                     m->wfmt == PD_WFMT_FP8 ? " (fp8 with 128x128 block scales)" : "");
+        rc = PD_ERR_UNSUPPORTED;
+        goto err;
+    }
     if ((m->cfg.attention_bias && !m->family) || m->cfg.mlp_bias) {
         pd_log_error("%s: attention_bias / mlp_bias models are not supported", path);
         rc = PD_ERR_UNSUPPORTED;
