@@ -513,9 +513,9 @@ static void cuda_bias_add(pd_backend_t *be, float *x, const float *bias, int n, 
     cuda__note(c, family_bias_add(x, bias, n, d, c->stream));
 }
 
-static void cuda_rope_partial(pd_backend_t *be, float *x, const int32_t *pos,
-                              const float *inv_freq, int n, int n_heads, int head_dim, int rot_dim,
-                              bool interleave, float scale)
+static void cuda_rope_partial(pd_backend_t *be, float *x, const int32_t *pos, const float *inv_freq,
+                              int n, int n_heads, int head_dim, int rot_dim, bool interleave,
+                              float scale)
 {
     cuda_t *c = cuda__get(be);
     cuda__note(c, family_rope_partial(x, pos, inv_freq, n, n_heads, head_dim, rot_dim, interleave,
@@ -531,16 +531,15 @@ static void cuda_moe_route_grouped(pd_backend_t *be, int32_t *ids, float *weight
                                            topk_group, norm, scale, c->stream));
 }
 
-static void cuda_head_matmul(pd_backend_t *be, float *out, const float *x, const uint16_t *w,
-                             int n, int n_heads, int nout, int kin, int x_stride)
+static void cuda_head_matmul(pd_backend_t *be, float *out, const float *x, const uint16_t *w, int n,
+                             int n_heads, int nout, int kin, int x_stride)
 {
     cuda_t *c = cuda__get(be);
     cuda__note(c, family_head_matmul(out, x, w, n, n_heads, nout, kin, x_stride, c->stream));
 }
 
 static void cuda_latent_write(pd_backend_t *be, void *arena, const kv_layout_t *l, int layer,
-                              const float *cl, const float *kpe, const int32_t *slots, int n,
-                              int r)
+                              const float *cl, const float *kpe, const int32_t *slots, int n, int r)
 {
     cuda_t *c = cuda__get(be);
     cuda__note(c, family_latent_write(arena, l, layer, cl, kpe, slots, n, r, c->stream));
@@ -816,7 +815,7 @@ static const pd_backend_ops_t cuda_ops = {
     .graph_begin = cuda_graph_begin,
     .graph_end = cuda_graph_end,
     .graph_launch = cuda_graph_launch,
-        .graph_free = cuda_graph_free,
+    .graph_free = cuda_graph_free,
     .weight_prepare = cuda_weight_prepare,
     .sample = cuda_sample,
     .bias_add = cuda_bias_add,

@@ -15,8 +15,8 @@ static __global__ void family__bias_add(float *x, const float *bias, int n, int 
 
 /* grid (n), block 128: x (n, n_heads, head_dim) f32 in place, pos (n), inv_freq (rot_dim / 2) */
 static __global__ void family__rope_partial(float *x, const int32_t *pos, const float *inv_freq,
-                                            int n_heads, int head_dim, int rot_dim,
-                                            bool interleave, float scale)
+                                            int n_heads, int head_dim, int rot_dim, bool interleave,
+                                            float scale)
 {
     const int half = rot_dim / 2;
     const float p = (float)pos[blockIdx.x];
@@ -114,8 +114,8 @@ static __global__ void family__head_matmul(float *out, const float *x, const uin
 
 /* grid (n), block 128: the latent of token i into its slot */
 static __global__ void family__latent_write(uint8_t *arena, kv_layout_t l, int layer,
-                                            const float *c, const float *kpe,
-                                            const int32_t *slots, int r)
+                                            const float *c, const float *kpe, const int32_t *slots,
+                                            int r)
 {
     __shared__ float red[32];
     const int i = blockIdx.x, D = l.head_dim, rope = D - r;
@@ -242,8 +242,8 @@ extern "C" pd_status_t family_rope_partial(float *x, const int32_t *pos, const f
 
 extern "C" pd_status_t family_moe_route_grouped(int32_t *ids, float *weights, const float *logits,
                                                 const float *bias, int n, int n_experts, int k,
-                                                int n_group, int topk_group, bool norm,
-                                                float scale, cudaStream_t stream)
+                                                int n_group, int topk_group, bool norm, float scale,
+                                                cudaStream_t stream)
 {
     KUTIL_REQUIRE(n >= 0 && n_experts > 0 && n_experts <= 1024 && n_group > 0 && n_group <= 64 &&
                       n_experts % n_group == 0 && topk_group >= 1 && topk_group <= n_group &&
@@ -260,8 +260,7 @@ extern "C" pd_status_t family_head_matmul(float *out, const float *x, const uint
                                           int n_heads, int nout, int kin, int x_stride,
                                           cudaStream_t stream)
 {
-    KUTIL_REQUIRE(n >= 0 && n_heads > 0 && nout > 0 && kin > 0 && x_stride >= kin,
-                  "head_matmul");
+    KUTIL_REQUIRE(n >= 0 && n_heads > 0 && nout > 0 && kin > 0 && x_stride >= kin, "head_matmul");
     const size_t tasks = (size_t)n * n_heads * nout, blocks = (tasks + 7) / 8;
     KUTIL_REQUIRE(blocks < (1u << 31), "head_matmul");
     if (n == 0)
@@ -272,8 +271,8 @@ extern "C" pd_status_t family_head_matmul(float *out, const float *x, const uint
 }
 
 extern "C" pd_status_t family_latent_write(void *arena, const kv_layout_t *l, int layer,
-                                           const float *c, const float *kpe,
-                                           const int32_t *slots, int n, int r, cudaStream_t stream)
+                                           const float *c, const float *kpe, const int32_t *slots,
+                                           int n, int r, cudaStream_t stream)
 {
     KUTIL_REQUIRE(n >= 0 && layer >= 0 && layer < l->n_layers && l->n_sides == 1 &&
                       l->n_kv_heads == 1 && r > 0 && r < l->head_dim,
@@ -293,8 +292,8 @@ extern "C" pd_status_t family_latent_attention(float *out, const float *q_lat, c
 {
     KUTIL_REQUIRE(n_rows >= 0 && n_seqs > 0 && n_heads > 0 && n_heads < 65536 && l->n_sides == 1 &&
                       l->n_kv_heads == 1 && r > 0 && r < l->head_dim &&
-                      r <= FAMILY__ATT_PER * FAMILY__ATT_THREADS &&
-                      pe_stride >= l->head_dim - r && l->head_dim * 4 <= 48 * 1024,
+                      r <= FAMILY__ATT_PER * FAMILY__ATT_THREADS && pe_stride >= l->head_dim - r &&
+                      l->head_dim * 4 <= 48 * 1024,
                   "latent_attention");
     if (n_rows == 0)
         return PD_OK;

@@ -133,8 +133,8 @@ extern "C" pd_status_t kv_export(void *dst, const kv_layout_t *dst_l, const void
                       src_l->page_tokens < 65536,
                   "kv_export");
     kv__export<<<dim3(n_pages, src_l->n_layers * src_l->n_sides, src_l->page_tokens),
-                 32 * src_l->n_kv_heads,
-                 smem, stream>>>((uint8_t *)dst, *dst_l, (const uint8_t *)arena, *src_l, src_pages);
+                 32 * src_l->n_kv_heads, smem, stream>>>((uint8_t *)dst, *dst_l,
+                                                         (const uint8_t *)arena, *src_l, src_pages);
     return KUTIL_LAUNCHED("kv_export");
 }
 

@@ -147,9 +147,9 @@ typedef struct {
      * of their two best, the topk_group best groups kept (others' scores 0, as transformers
      * masks), then the k best experts (ties: lower id) -> ids (n, k) int32; weights (n, k) f32
      * are the plain s of those, divided by their sum (+1e-20) when norm, times scale */
-    void (*moe_route_grouped)(pd_backend_t *be, int32_t *ids, float *weights,
-                              const float *logits, const float *bias, int n, int n_experts,
-                              int k, int n_group, int topk_group, bool norm, float scale);
+    void (*moe_route_grouped)(pd_backend_t *be, int32_t *ids, float *weights, const float *logits,
+                              const float *bias, int n, int n_experts, int k, int n_group,
+                              int topk_group, bool norm, float scale);
     /* a matmul per head: out (n, n_heads, nout) = x[:, h, :kin] @ W_h^T for each head h, x
      * (n, n_heads, x_stride) with x_stride >= kin, w (n_heads, nout, kin) bf16 (MLA: q_nope
      * through W_UK^T, the latent output through W_UV) */

@@ -20,8 +20,8 @@ void backend_cpu__bias_add(pd_backend_t *be, float *x, const float *bias, int n,
 }
 
 void backend_cpu__rope_partial(pd_backend_t *be, float *x, const int32_t *pos,
-                               const float *inv_freq, int n, int n_heads, int head_dim,
-                               int rot_dim, bool interleave, float scale)
+                               const float *inv_freq, int n, int n_heads, int head_dim, int rot_dim,
+                               bool interleave, float scale)
 {
     const int half = rot_dim / 2;
     (void)be;
@@ -152,8 +152,7 @@ void backend_cpu__head_matmul(pd_backend_t *be, float *out, const float *x, cons
 /* ==== the MLA latent cache ==== */
 
 void backend_cpu__latent_write(pd_backend_t *be, void *arena, const kv_layout_t *l, int layer,
-                               const float *c, const float *kpe, const int32_t *slots, int n,
-                               int r)
+                               const float *c, const float *kpe, const int32_t *slots, int n, int r)
 {
     const int D = l->head_dim, rope = D - r;
     float *tmp = malloc((size_t)D * sizeof *tmp);
@@ -271,8 +270,9 @@ void backend_cpu__latent_attention(pd_backend_t *be, float *out, const float *q_
                                    int layer, const pd_attn_batch_t *batch, int n_heads, int r,
                                    int pe_stride, float scale)
 {
-    latent_job_t j = {out,   q_lat,   q_pe, arena, l, layer, n_heads, r, batch->q_start[batch->n_seqs],
-                      pe_stride, scale, batch};
+    latent_job_t j = {
+        out,       q_lat, q_pe, arena, l, layer, n_heads, r, batch->q_start[batch->n_seqs],
+        pe_stride, scale, batch};
     PD_ASSERT(l->n_sides == 1 && l->n_kv_heads == 1 && r < l->head_dim &&
               pe_stride >= l->head_dim - r);
     threadpool_for(backend_cpu__pool(be), (size_t)j.n_rows, cpu__latent_rows, &j);

@@ -9,8 +9,8 @@
 
 void backend_cpu__bias_add(pd_backend_t *be, float *x, const float *bias, int n, int d);
 void backend_cpu__rope_partial(pd_backend_t *be, float *x, const int32_t *pos,
-                               const float *inv_freq, int n, int n_heads, int head_dim,
-                               int rot_dim, bool interleave, float scale);
+                               const float *inv_freq, int n, int n_heads, int head_dim, int rot_dim,
+                               bool interleave, float scale);
 void backend_cpu__moe_route_grouped(pd_backend_t *be, int32_t *ids, float *weights,
                                     const float *logits, const float *bias, int n, int n_experts,
                                     int k, int n_group, int topk_group, bool norm, float scale);

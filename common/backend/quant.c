@@ -66,7 +66,8 @@ void quant_fp8_block_rows(uint8_t *q_out, float *scales_out, const float *w, int
     const int64_t B = QUANT_FP8_BLOCK, kb = quant_fp8_blocks(k);
     for (int64_t bi = 0; bi * B < n; bi++)
         for (int64_t bj = 0; bj < kb; bj++) {
-            const int64_t r1 = bi * B + B < n ? bi * B + B : n, c1 = bj * B + B < k ? bj * B + B : k;
+            const int64_t r1 = bi * B + B < n ? bi * B + B : n,
+                          c1 = bj * B + B < k ? bj * B + B : k;
             float amax = 0.0f;
             for (int64_t r = bi * B; r < r1; r++)
                 for (int64_t c = bj * B; c < c1; c++)

@@ -468,8 +468,7 @@ static pd_status_t hf_config__family(const char *src, const json_t *root, hf_con
         (rc = hf_config__bool(src, root, "", "norm_topk_prob", false, &c->norm_topk_prob)) ||
         (rc = hf_config__bool(src, root, "", "use_qk_norm", false, &c->use_qk_norm)) ||
         (rc = hf_config__str(src, root, "", "scoring_func", false, scoring, sizeof scoring)) ||
-        (rc = hf_config__str(src, root, "", "topk_method", false, topk_method,
-                             sizeof topk_method)))
+        (rc = hf_config__str(src, root, "", "topk_method", false, topk_method, sizeof topk_method)))
         return rc;
     c->decoder_sparse_step = 1;
     c->moe_sigmoid = true;
@@ -478,8 +477,7 @@ static pd_status_t hf_config__family(const char *src, const json_t *root, hf_con
         return PD_ERR_UNSUPPORTED;
     }
     if (topk_method[0] && strcmp(topk_method, "noaux_tc") != 0) {
-        pd_log_error("%s: topk_method: unsupported \"%s\" (supported: noaux_tc)", src,
-                     topk_method);
+        pd_log_error("%s: topk_method: unsupported \"%s\" (supported: noaux_tc)", src, topk_method);
         return PD_ERR_UNSUPPORTED;
     }
     if (freq != 1) {
@@ -505,10 +503,10 @@ static pd_status_t hf_config__family(const char *src, const json_t *root, hf_con
         return PD_OK;
     if ((rc = hf_config__int(src, root, "", "q_lora_rank", false, 0, 0, &c->q_lora_rank)) ||
         (rc = hf_config__int(src, root, "", "kv_lora_rank", true, 0, 1, &c->kv_lora_rank)) ||
-        (rc = hf_config__int(src, root, "", "qk_nope_head_dim", true, 0, 1,
-                             &c->qk_nope_head_dim)) ||
-        (rc = hf_config__int(src, root, "", "qk_rope_head_dim", true, 0, 2,
-                             &c->qk_rope_head_dim)) ||
+        (rc =
+             hf_config__int(src, root, "", "qk_nope_head_dim", true, 0, 1, &c->qk_nope_head_dim)) ||
+        (rc =
+             hf_config__int(src, root, "", "qk_rope_head_dim", true, 0, 2, &c->qk_rope_head_dim)) ||
         (rc = hf_config__int(src, root, "", "v_head_dim", true, 0, 1, &c->v_head_dim)))
         return rc;
     if (c->qk_rope_head_dim % 2) {
@@ -535,13 +533,11 @@ static pd_status_t hf_config__quant_fp8_block(const char *src, const json_t *q, 
     if ((rc = hf_config__str(src, q, "quantization_config.", "fmt", false, fmt, sizeof fmt)))
         return rc;
     if (fmt[0] && strcmp(fmt, "e4m3") != 0) {
-        pd_log_error("%s: quantization_config.fmt: unsupported \"%s\" (supported: e4m3)", src,
-                     fmt);
+        pd_log_error("%s: quantization_config.fmt: unsupported \"%s\" (supported: e4m3)", src, fmt);
         return PD_ERR_UNSUPPORTED;
     }
-    if (!json_is_array(bs) || json_array_size(bs) != 2 ||
-        !json_is_integer(json_array_get(bs, 0)) || !json_is_integer(json_array_get(bs, 1)) ||
-        json_integer_value(json_array_get(bs, 0)) < 1 ||
+    if (!json_is_array(bs) || json_array_size(bs) != 2 || !json_is_integer(json_array_get(bs, 0)) ||
+        !json_is_integer(json_array_get(bs, 1)) || json_integer_value(json_array_get(bs, 0)) < 1 ||
         json_integer_value(json_array_get(bs, 0)) > 65536 ||
         json_integer_value(json_array_get(bs, 1)) < 1 ||
         json_integer_value(json_array_get(bs, 1)) > 65536) {

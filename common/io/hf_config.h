@@ -3,9 +3,10 @@
  * Supports the architectures pdserve can run (LlamaForCausalLM, Qwen3MoeForCausalLM,
  * Glm4MoeForCausalLM, DeepseekV3ForCausalLM) and accepts both the transformers 4 spelling
  * ("rope_theta", "rope_scaling", as the published GLM-4.5 / DeepSeek-V3 / Kimi K2 config.json files
- * write it) and the transformers 5 one ("rope_parameters"). Every field is checked where it is read; an error names the source file and
- * the field. hf_config_t is a plain value the caller owns (no pointers inside), filled only on
- * success. Pure functions apart from logging and, for hf_config_load, reading the file; any thread.
+ * write it) and the transformers 5 one ("rope_parameters"). Every field is checked where it is
+ * read; an error names the source file and the field. hf_config_t is a plain value the caller owns
+ * (no pointers inside), filled only on success. Pure functions apart from logging and, for
+ * hf_config_load, reading the file; any thread.
  */
 #ifndef PD_HF_CONFIG_H
 #define PD_HF_CONFIG_H
@@ -40,12 +41,12 @@ typedef struct {
     int vocab_size, max_position_embeddings;
     double rms_norm_eps, rope_theta; /* rope_theta from "rope_theta" or transformers-5
                                         "rope_parameters": {"rope_theta"}; default 10000 */
-    int rope_type; /* HF_ROPE_*: rope_scaling / rope_parameters rope_type "llama3" | "yarn" */
-    double rope_factor;                                /* llama3 and yarn, else 0 */
+    int rope_type;      /* HF_ROPE_*: rope_scaling / rope_parameters rope_type "llama3" | "yarn" */
+    double rope_factor; /* llama3 and yarn, else 0 */
     double rope_low_freq_factor, rope_high_freq_factor; /* llama3 only, else 0 */
     int rope_original_max_position;                     /* llama3 and yarn, else 0 */
-    double rope_beta_fast, rope_beta_slow; /* yarn: default 32, 1 */
-    double rope_mscale, rope_mscale_all_dim; /* yarn: default 0 (absent) */
+    double rope_beta_fast, rope_beta_slow;              /* yarn: default 32, 1 */
+    double rope_mscale, rope_mscale_all_dim;            /* yarn: default 0 (absent) */
     /* dims of each head that rotate: head_dim * partial_rotary_factor (rope_parameters or top
      * level, default 1), qk_rope_head_dim for DeepSeek-V3 */
     int rotary_dim;

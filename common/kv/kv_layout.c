@@ -22,7 +22,8 @@ void kv_layout_init_sides(kv_layout_t *l, int n_layers, int n_kv_heads, int head
     l->elem_bytes = fmt == PD_KV_FP8 ? 1 : fmt == PD_KV_BF16 ? 2 : 4;
     l->side_bytes = (size_t)page_tokens * (size_t)n_kv_heads * (size_t)head_dim * l->elem_bytes;
     l->scale_bytes = fmt == PD_KV_FP8 ? (size_t)page_tokens * (size_t)n_kv_heads * 4 : 0;
-    l->page_bytes = KV_PAGE_HEADER_BYTES + (size_t)n_layers * (size_t)n_sides * (l->side_bytes + l->scale_bytes);
+    l->page_bytes = KV_PAGE_HEADER_BYTES +
+                    (size_t)n_layers * (size_t)n_sides * (l->side_bytes + l->scale_bytes);
     l->page_bytes = (l->page_bytes + 63) & ~(size_t)63;
 }
 

@@ -25,7 +25,7 @@
 
 typedef struct {
     int n_layers, n_kv_heads, head_dim, page_tokens;
-    int n_sides;        /* 2: K and V; 1: the MLA latent only */
+    int n_sides; /* 2: K and V; 1: the MLA latent only */
     pd_kvfmt_t fmt;
     size_t elem_bytes;  /* 2 bf16, 1 fp8, 4 f32 */
     size_t side_bytes;  /* one layer's K (or V): page_tokens * n_kv_heads * head_dim * elem */

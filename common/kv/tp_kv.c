@@ -35,7 +35,8 @@ pd_status_t tp_kv_reslice(void *dst, const kv_layout_t *dst_l, int dst_rank, int
     if (src_size < 1 || dst_size < 1 || src_rank < 0 || src_rank >= src_size || dst_rank < 0 ||
         dst_rank >= dst_size || n_pages < 0 || src_l->n_layers != dst_l->n_layers ||
         src_l->head_dim != dst_l->head_dim || src_l->page_tokens != dst_l->page_tokens ||
-        src_l->fmt != dst_l->fmt || src_l->n_sides != dst_l->n_sides || (long)sh * src_size != (long)dh * dst_size) {
+        src_l->fmt != dst_l->fmt || src_l->n_sides != dst_l->n_sides ||
+        (long)sh * src_size != (long)dh * dst_size) {
         pd_log_error("tp kv reslice: rank %d/%d (%d heads) -> rank %d/%d (%d heads): layouts do "
                      "not match",
                      src_rank, src_size, sh, dst_rank, dst_size, dh);

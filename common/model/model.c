@@ -162,15 +162,15 @@ static pd_status_t model__read_fp8_block(const safetensors_t *st, const char *ba
     rc = model__convert(&w, fmt, w_p);
     model_host_weight_free(&w);
     if (rc == PD_ERR_INVALID)
-        pd_log_error("%s: %s weights need K (%lld) to be a multiple of %d", base,
-                     pd_wfmt_name(fmt), (long long)k, QUANT_INT4_GROUP);
+        pd_log_error("%s: %s weights need K (%lld) to be a multiple of %d", base, pd_wfmt_name(fmt),
+                     (long long)k, QUANT_INT4_GROUP);
     return rc;
 }
 
 /* Reads weight `base` (e.g. "model.layers.0.mlp.down_proj") of shape (n, k) in format fmt:
  * as stored when the checkpoint already holds that format, quantized from BF16 otherwise. */
-pd_status_t model__read_weight(const safetensors_t *st, const char *base, int64_t n,
-                                      int64_t k, pd_wfmt_t fmt, pd_weight_t *w_p)
+pd_status_t model__read_weight(const safetensors_t *st, const char *base, int64_t n, int64_t k,
+                               pd_wfmt_t fmt, pd_weight_t *w_p)
 {
     char name[256];
     const safetensors_tensor_t *t, *ts, *tz;
@@ -260,7 +260,6 @@ pd_status_t model__concat_rows(const pd_weight_t *a, const pd_weight_t *b, pd_we
 
 /* ==== loading onto the backend ==== */
 
-
 /* Replaces the host weight *h by this rank's shard (nothing to do at TP 1). On failure *h is
  * freed. */
 pd_status_t model__shard(const model_t *m, model_split_t split, pd_weight_t *h)
@@ -309,8 +308,8 @@ pd_status_t model__upload(loader_t *ld, pd_weight_t *host, pd_weight_t *dst)
 }
 
 /* reads the whole (n, k) weight `base`, keeps this rank's shard */
-pd_status_t model__linear(loader_t *ld, const char *base, int64_t n, int64_t k,
-                                 pd_wfmt_t fmt, model_split_t split, pd_weight_t *dst)
+pd_status_t model__linear(loader_t *ld, const char *base, int64_t n, int64_t k, pd_wfmt_t fmt,
+                          model_split_t split, pd_weight_t *dst)
 {
     pd_weight_t h;
     pd_status_t st = model__read_weight(ld->st, base, n, k, fmt, &h);
@@ -322,8 +321,7 @@ pd_status_t model__linear(loader_t *ld, const char *base, int64_t n, int64_t k,
 }
 
 /* gate_proj and up_proj of `prefix` fused into one (2 f, d) weight */
-pd_status_t model__gate_up(loader_t *ld, const char *prefix, int64_t f, int64_t d,
-                                  pd_weight_t *dst)
+pd_status_t model__gate_up(loader_t *ld, const char *prefix, int64_t f, int64_t d, pd_weight_t *dst)
 {
     char name[256];
     pd_weight_t g, u, gu;
@@ -363,7 +361,7 @@ pd_status_t model__gate_up(loader_t *ld, const char *prefix, int64_t f, int64_t 
 
 /* a BF16 vector or matrix copied as-is */
 pd_status_t model__bf16(loader_t *ld, const char *name, int n_dims, const int64_t *shape,
-                               uint16_t **dst_p)
+                        uint16_t **dst_p)
 {
     const safetensors_tensor_t *t;
     pd_backend_t *be = ld->m->be;

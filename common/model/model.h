@@ -1,6 +1,7 @@
 /* model: a decoder-only transformer (LlamaForCausalLM, Qwen3MoeForCausalLM, Glm4MoeForCausalLM,
- * DeepseekV3ForCausalLM; the last two in model_family.c) loaded from a Hugging Face directory (config.json + safetensors) onto a backend, and its forward pass over a paged
- * KV cache, written once against the backend ops table.
+ * DeepseekV3ForCausalLM; the last two in model_family.c) loaded from a Hugging Face directory
+ * (config.json + safetensors) onto a backend, and its forward pass over a paged KV cache, written
+ * once against the backend ops table.
  *
  * Weights are kept in the requested format: bf16 (as stored), fp8 (e4m3, per-row scale) or int4
  * (g128 asymmetric), quantized at load from a BF16 checkpoint or read as-is from a checkpoint

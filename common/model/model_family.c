@@ -17,7 +17,7 @@ bool model_family_arch(const hf_config_t *cfg)
 pd_status_t model_family_check(const model_t *m)
 {
     const pd_backend_ops_t *o = m->be->ops;
-    static const pd_op_t ops[] = {PD_OP_BIAS_ADD,    PD_OP_ROPE_PARTIAL,  PD_OP_MOE_ROUTE_GROUPED,
+    static const pd_op_t ops[] = {PD_OP_BIAS_ADD,    PD_OP_ROPE_PARTIAL, PD_OP_MOE_ROUTE_GROUPED,
                                   PD_OP_HEAD_MATMUL, PD_OP_LATENT_WRITE, PD_OP_LATENT_ATTENTION};
     bool have = o->bias_add && o->rope_partial && o->moe_route_grouped && o->head_matmul &&
                 o->latent_write && o->latent_attention;
@@ -55,9 +55,9 @@ static pd_status_t fam__f32vec(loader_t *ld, const char *name, int64_t n, float 
     void *p;
     pd_status_t st;
 
-    if ((st = safetensors_get(ld->st, name, t && t->dtype == PD_DTYPE_F32 ? PD_DTYPE_F32
-                                                                          : PD_DTYPE_BF16,
-                              1, shape, &t)) != PD_OK)
+    if ((st = safetensors_get(ld->st, name,
+                              t && t->dtype == PD_DTYPE_F32 ? PD_DTYPE_F32 : PD_DTYPE_BF16, 1,
+                              shape, &t)) != PD_OK)
         return st;
     if (!(h = malloc((size_t)n * 4)))
         return PD_ERR_NOMEM;
@@ -181,8 +181,7 @@ static pd_status_t fam__kv_b(loader_t *ld, const char *base, model_layer_t *L)
     pd_status_t st = row && uk && uv ? PD_OK : PD_ERR_NOMEM;
 
     if (st == PD_OK)
-        st = model__read_weight(ld->st, base, H * (nope + v), r, fam__stored_fmt(ld->st, base),
-                                &w);
+        st = model__read_weight(ld->st, base, H * (nope + v), r, fam__stored_fmt(ld->st, base), &w);
     if (st == PD_OK) {
         for (int64_t h = 0; h < H; h++)
             for (int64_t i = 0; i < nope + v; i++) {
@@ -330,7 +329,7 @@ pd_status_t model_family_layer_load(loader_t *ld, int i)
 
 void model_family_layer_free(pd_backend_t *be, model_layer_t *L)
 {
-    void *ptrs[] = {L->q_bias, L->k_bias,   L->v_bias,    L->router_bias,
+    void *ptrs[] = {L->q_bias,   L->k_bias,    L->v_bias, L->router_bias,
                     L->q_a_norm, L->kv_a_norm, L->w_uk_t, L->w_uv};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
         if (ptrs[i])
@@ -423,8 +422,8 @@ void model_family_scratch_free(model_family_scratch_t **sp, pd_backend_t *be)
     model_family_scratch_t *s = *sp;
     if (!s)
         return;
-    float **bufs[] = {&s->qa,  &s->q,   &s->ckv,  &s->kpe, &s->qlat, &s->olat,
-                      &s->att, &s->sgu, &s->sact, &s->sout};
+    float **bufs[] = {&s->qa,   &s->q,   &s->ckv, &s->kpe,  &s->qlat,
+                      &s->olat, &s->att, &s->sgu, &s->sact, &s->sout};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (*bufs[i])
             be->ops->free(be, *bufs[i]);
@@ -447,7 +446,7 @@ pd_status_t model_family_reserve(model_family_scratch_t **sp, const model_t *m, 
         return PD_ERR_NOMEM;
 #define A(ptr, count)                                                                              \
     if (st == PD_OK && (count) > 0)                                                                \
-    st = be->ops->alloc(be, N * (count) * 4, (void **)&(ptr))
+    st = be->ops->alloc(be, N * (count)*4, (void **)&(ptr))
     A(s->qa, (size_t)c->q_lora_rank);
     A(s->q, H * (size_t)(c->qk_nope_head_dim + c->qk_rope_head_dim));
     A(s->ckv, r);
@@ -495,8 +494,8 @@ static void fam__gqa_forward(const model_t *m, const model_layer_t *L, const mod
     }
     o->rope_partial(be, b->q, b->d_pos, m->inv_freq, n, H, D, c->rotary_dim, c->rope_interleave,
                     m->rope_scale);
-    o->rope_partial(be, b->k, b->d_pos, m->inv_freq, n, KVH, D, c->rotary_dim,
-                    c->rope_interleave, m->rope_scale);
+    o->rope_partial(be, b->k, b->d_pos, m->inv_freq, n, KVH, D, c->rotary_dim, c->rope_interleave,
+                    m->rope_scale);
     o->kv_write(be, arena, l, li, b->k, b->v, b->d_slots, n);
     o->attention(be, b->attn, b->q, arena, l, li, ab, H);
 }

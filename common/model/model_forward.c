@@ -221,7 +221,7 @@ static pd_status_t ctx__enqueue(model_ctx_t *c, void *arena, const kv_layout_t *
     PD_ASSERT(m->family || l->n_kv_heads == KVH);
     o->embed(be, c->x, m->embed, c->d_tokens, n, d);
     if (m->family) {
-        model_family_bufs_t fb = {c->x,  c->h,  c->tmp, c->q,       c->k,  c->v,     c->attn,
+        model_family_bufs_t fb = {c->x,  c->h,   c->tmp,     c->q,  c->k,    c->v,     c->attn,
                                   c->gu, c->act, c->rlogits, c->mw, c->mids, c->d_pos, c->d_slots};
         model_family_layers(c->fam, m, &fb, arena, l, n, ab);
     }

@@ -861,8 +861,8 @@ static void case_moe_route_grouped(int n, int E, int k, int ng, int tg)
     pair_t ids = pair_new((size_t)n * k * 4, NULL), w = pair_new((size_t)n * k * 4, NULL);
     cpu->ops->moe_route_grouped(cpu, ids.c, w.c, pl.c, pb.c, n, E, k, ng, tg, true, 2.5f);
     gpu->ops->moe_route_grouped(gpu, ids.g, w.g, pl.g, pb.g, n, E, k, ng, tg, true, 2.5f);
-    snprintf(shape, sizeof shape, "n %d experts %d k %d groups %d/%d (ids differing)", n, E, k,
-             tg, ng);
+    snprintf(shape, sizeof shape, "n %d experts %d k %d groups %d/%d (ids differing)", n, E, k, tg,
+             ng);
     report("moe_route_g", shape, err_bytes(&ids), 0.0);
     snprintf(shape, sizeof shape, "n %d experts %d k %d groups %d/%d (weights)", n, E, k, tg, ng);
     report("moe_route_g", shape, err_f32(&w, (size_t)n * k), 1e-5);
@@ -1014,13 +1014,13 @@ static void case_latent_attention(pd_kvfmt_t fmt, int heads, int r, int rope, in
 static void cases_family(void)
 {
     case_bias_add(37, 512);
-    case_rope_partial(37, 4, 128, 0, 64, false, 1.0f);    /* GLM: half of each head */
-    case_rope_partial(37, 4, 96, 64, 32, true, 1.0f);     /* tiny-dsv3 q: rope after nope */
-    case_rope_partial(37, 1, 32, 0, 32, true, 1.1386f);   /* k_pe, a yarn factor */
-    case_moe_route_grouped(37, 8, 2, 1, 1);               /* tiny-glm */
-    case_moe_route_grouped(37, 8, 2, 2, 1);               /* tiny-dsv3 */
-    case_head_matmul(37, 4, 128, 64, 96);                 /* tiny-dsv3 q_nope -> latent */
-    case_head_matmul(37, 4, 64, 128, 128);                /* latent -> v */
+    case_rope_partial(37, 4, 128, 0, 64, false, 1.0f);  /* GLM: half of each head */
+    case_rope_partial(37, 4, 96, 64, 32, true, 1.0f);   /* tiny-dsv3 q: rope after nope */
+    case_rope_partial(37, 1, 32, 0, 32, true, 1.1386f); /* k_pe, a yarn factor */
+    case_moe_route_grouped(37, 8, 2, 1, 1);             /* tiny-glm */
+    case_moe_route_grouped(37, 8, 2, 2, 1);             /* tiny-dsv3 */
+    case_head_matmul(37, 4, 128, 64, 96);               /* tiny-dsv3 q_nope -> latent */
+    case_head_matmul(37, 4, 64, 128, 128);              /* latent -> v */
     const int q1[] = {1, 1, 1}, c1[] = {1, 17, 40}, qp[] = {23}, cp[] = {23};
     const pd_kvfmt_t kf[] = {PD_KV_F32, PD_KV_BF16, PD_KV_FP8};
     for (int f = 0; f < 3; f++) {

@@ -223,11 +223,11 @@ static void test_threads_and_seed(void **s)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_llama_f32),  cmocka_unit_test(test_moe_f32),
-        cmocka_unit_test(test_llama_bf16), cmocka_unit_test(test_moe_bf16),
-        cmocka_unit_test(test_threads_and_seed),
-        cmocka_unit_test(test_glm_f32),    cmocka_unit_test(test_dsv3_f32),
-        cmocka_unit_test(test_glm_bf16),   cmocka_unit_test(test_dsv3_bf16),
+        cmocka_unit_test(test_llama_f32),        cmocka_unit_test(test_moe_f32),
+        cmocka_unit_test(test_llama_bf16),       cmocka_unit_test(test_moe_bf16),
+        cmocka_unit_test(test_threads_and_seed), cmocka_unit_test(test_glm_f32),
+        cmocka_unit_test(test_dsv3_f32),         cmocka_unit_test(test_glm_bf16),
+        cmocka_unit_test(test_dsv3_bf16),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

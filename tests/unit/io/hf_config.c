@@ -518,9 +518,9 @@ static void test_family_errors(void **state)
     assert_int_equal(parse_patched(cfg_glm45, "{\"partial_rotary_factor\": 1.5}", &c),
                      PD_ERR_FORMAT);
     /* yarn stays DeepSeek-V3's: a Llama with it is refused, not run with the wrong frequencies */
-    assert_int_equal(parse_patched(base_llama,
-                                   "{\"rope_scaling\": {\"type\": \"yarn\", \"factor\": 4}}", &c),
-                     PD_ERR_UNSUPPORTED);
+    assert_int_equal(
+        parse_patched(base_llama, "{\"rope_scaling\": {\"type\": \"yarn\", \"factor\": 4}}", &c),
+        PD_ERR_UNSUPPORTED);
     /* factor absent: max_position_embeddings / original_max_position_embeddings */
     assert_int_equal(parse_patched(cfg_deepseek_v3,
                                    "{\"rope_scaling\": {\"type\": \"yarn\","

@@ -87,7 +87,8 @@ static int setup(void **state)
                 float amax = 0;
                 for (int64_t r = bi * 128; r < rows && r < bi * 128 + 128; r++)
                     for (int64_t c = bj * 128; c < k && c < bj * 128 + 128; c++)
-                        amax = fmaxf(amax, fabsf(pd_bf16_to_f32(((const uint16_t *)t->data)[r * k + c])));
+                        amax = fmaxf(amax,
+                                     fabsf(pd_bf16_to_f32(((const uint16_t *)t->data)[r * k + c])));
                 /* a power of two at least amax / 448, times 1, 2 or 4 by block position */
                 float sc = ldexpf(1.0f, (int)ceilf(log2f(amax > 0 ? amax / 448.0f : 1.0f)) +
                                             (int)((bi + 2 * bj) % 3));
@@ -104,13 +105,13 @@ static int setup(void **state)
         names[i] = malloc(strlen(t->name) + 16);
         sprintf(names[i], "%.*s_scale_inv", (int)strlen(t->name), t->name);
         shard_of[n8] = (int)(i % 2);
-        t8[n8++] = (safetensors_tensor_t){t->name, PD_DTYPE_F8_E4M3, 2, {rows, k}, q,
-                                          (size_t)(rows * k)};
+        t8[n8++] =
+            (safetensors_tensor_t){t->name, PD_DTYPE_F8_E4M3, 2, {rows, k}, q, (size_t)(rows * k)};
         shard_of[n8] = (int)(i % 2);
-        t8[n8++] = (safetensors_tensor_t){names[i], PD_DTYPE_F32, 2, {rb, kb}, s,
-                                          (size_t)(rb * kb) * 4};
-        tb[nb++] = (safetensors_tensor_t){t->name, PD_DTYPE_BF16, 2, {rows, k}, deq,
-                                          (size_t)(rows * k) * 2};
+        t8[n8++] =
+            (safetensors_tensor_t){names[i], PD_DTYPE_F32, 2, {rb, kb}, s, (size_t)(rb * kb) * 4};
+        tb[nb++] = (safetensors_tensor_t){t->name,   PD_DTYPE_BF16, 2,
+                                          {rows, k}, deq,           (size_t)(rows * k) * 2};
         bufs[n_bufs++] = q;
         bufs[n_bufs++] = s;
         bufs[n_bufs++] = deq;
