@@ -8,7 +8,6 @@
 #include "dtype.h"
 #include "log.h"
 #include "safetensors.h"
-#include "model_family.h"
 #include "model_impl.h"
 #include "tp_shard.h"
 

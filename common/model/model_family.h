@@ -21,22 +21,9 @@
 #include "model.h"
 #include "model_impl.h"
 
-/* True for the architectures this file runs. */
-bool model_family_arch(const hf_config_t *cfg);
-
-/* Checks that the backend has the ops and the model is TP 1: PD_ERR_UNSUPPORTED with one error
- * line naming what is missing. */
-pd_status_t model_family_check(const model_t *m);
-
-/* Loads layer i's weights (model_layer_t's family fields). Errors as model_load. */
-pd_status_t model_family_layer_load(loader_t *ld, int i);
-
-/* Frees what model_family_layer_load allocated (accepts a partly loaded layer). */
-void model_family_layer_free(pd_backend_t *be, model_layer_t *L);
-
-/* Replaces m->inv_freq by the family's (rotary_dim / 2 entries; yarn for DeepSeek-V3) and sets
- * m->rope_scale and m->attn_scale. PD_ERR_NOMEM leaves m->inv_freq NULL. */
-pd_status_t model_family_rope(model_t *m);
+/* model_family_arch, _check, _layer_load, _layer_free and _rope, which model.c calls, are
+ * declared in model_impl.h (model.c may not include this header: the include would close a
+ * cycle) and defined in model_family.c. */
 
 /* The context's activation buffers the family forward uses (model_forward.c's scratch, sized
  * for the batch): x, h, tmp (n, d); q, k, v, attn (n, q_dim / kv_dim); gu (n, 2 f); act (n, f);

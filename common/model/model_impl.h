@@ -45,4 +45,23 @@ pd_status_t model__gate_up(loader_t *ld, const char *prefix, int64_t f, int64_t 
 pd_status_t model__bf16(loader_t *ld, const char *name, int n_dims, const int64_t *shape,
                         uint16_t **dst_p);
 
+/* ==== GLM-4.5 / DeepSeek-V3, defined in model_family.c (see model_family.h) ==== */
+
+/* True for GLM-4.5 and DeepSeek-V3 (the architectures model_family.c runs). */
+bool model_family_arch(const hf_config_t *cfg);
+
+/* Checks that the backend has the ops and the model is TP 1: PD_ERR_UNSUPPORTED with one error
+ * line naming what is missing. */
+pd_status_t model_family_check(const model_t *m);
+
+/* Loads layer i's weights (model_layer_t's family fields). Errors as model_load. */
+pd_status_t model_family_layer_load(loader_t *ld, int i);
+
+/* Frees what model_family_layer_load allocated (accepts a partly loaded layer). */
+void model_family_layer_free(pd_backend_t *be, model_layer_t *L);
+
+/* Replaces m->inv_freq by the family's (rotary_dim / 2 entries; yarn for DeepSeek-V3) and sets
+ * m->rope_scale and m->attn_scale. PD_ERR_NOMEM leaves m->inv_freq NULL. */
+pd_status_t model_family_rope(model_t *m);
+
 #endif
