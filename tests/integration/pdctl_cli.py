@@ -193,8 +193,8 @@ with tempfile.TemporaryDirectory() as tmp:
     # MLA (issue 15): one latent of kv_lora_rank + qk_rope_head_dim values per token and layer;
     # Kimi K2's shape is 61 layers x 576 values (config.json as published, trimmed to what
     # kv-plan reads), the tiny-dsv3 fixture 4 x 160
-    with tempfile.TemporaryDirectory() as tmp:
-        kimi = os.path.join(tmp, "kimi-k2")
+    with tempfile.TemporaryDirectory() as kimi_tmp:
+        kimi = os.path.join(kimi_tmp, "kimi-k2")
         os.mkdir(kimi)
         json.dump({"architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 7168,
                    "intermediate_size": 18432, "kv_lora_rank": 512,
