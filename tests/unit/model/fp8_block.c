@@ -25,7 +25,7 @@
 #include "quant.h"
 #include "safetensors.h"
 
-static char tmp_dir[256], dir_fp8[300], dir_bf16[300];
+static char tmp_dir[256], dir_fp8[300], dir_bf16[300], dir_mixed[300];
 
 static bool is_fp8_weight(const char *name)
 {
@@ -56,6 +56,8 @@ static int setup(void **state)
     assert_non_null(mkdtemp(tmp_dir));
     snprintf(dir_fp8, sizeof dir_fp8, "%s/fp8", tmp_dir);
     snprintf(dir_bf16, sizeof dir_bf16, "%s/bf16", tmp_dir);
+    snprintf(dir_mixed, sizeof dir_mixed, "%s/mixed", tmp_dir);
+    assert_int_equal(mkdir(dir_mixed, 0755), 0);
     assert_int_equal(mkdir(dir_fp8, 0755), 0);
     assert_int_equal(mkdir(dir_bf16, 0755), 0);
     snprintf(src, sizeof src, "%s/tiny-dsv3", getenv("PD_MODELS_DIR"));
@@ -155,6 +157,22 @@ static int setup(void **state)
                                   "e4m3", "quant_method", "fp8", "weight_block_size", 128, 128));
     text = json_dumps(cfg, JSON_INDENT(2));
     write_text(dir_fp8, "config.json", text);
+    write_text(dir_mixed, "config.json", text);
+    /* mixed: the up_proj weights BF16 (dequantized), everything else as in the fp8 one */
+    {
+        safetensors_tensor_t *tm = calloc(n8 + nb, sizeof *tm);
+        size_t nm = 0;
+        assert_non_null(tm);
+        for (size_t i = 0; i < n8; i++)
+            if (!strstr(t8[i].name, "up_proj.weight"))
+                tm[nm++] = t8[i];
+        for (size_t i = 0; i < nb; i++)
+            if (strstr(tb[i].name, "up_proj.weight"))
+                tm[nm++] = tb[i];
+        snprintf(path, sizeof path, "%s/model.safetensors", dir_mixed);
+        assert_int_equal(safetensors_write(path, tm, nm, meta, 1), PD_OK);
+        free(tm);
+    }
     free(text);
     json_decref(cfg);
 
@@ -266,12 +284,31 @@ static void test_fp8_block_loses_little(void **state)
     free(r);
 }
 
+/* gate_proj block-scaled fp8 beside a BF16 up_proj: the two are fused at load (gate and up in one
+ * matrix), which once concatenated the two formats' buffers as if they were one (heap
+ * corruption); now both become per-row fp8 */
+static void test_fp8_block_mixed_gate_up(void **state)
+{
+    double nll_a, nll_b;
+    (void)state;
+    float *a = logits_of(dir_mixed, PD_WFMT_FP8, &nll_a);
+    float *b = logits_of(dir_bf16, PD_WFMT_BF16, &nll_b);
+    double d = max_diff(a, b, 2048);
+    printf("fp8 block gate + bf16 up vs dequantized bf16: max |logit diff| %.3g, nll %.4f vs %.4f "
+           "(per-row fp8 weights and activations: the noise of fp8, as fp8 block vs bf16 above)\n",
+           d, nll_a, nll_b);
+    assert_true(d < 0.5 && fabs(nll_a - nll_b) / nll_b < 5e-3);
+    free(a);
+    free(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fp8_block_equals_dequantized),
         cmocka_unit_test(test_fp8_block_converted),
         cmocka_unit_test(test_fp8_block_loses_little),
+        cmocka_unit_test(test_fp8_block_mixed_gate_up),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
