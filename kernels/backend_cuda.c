@@ -28,6 +28,7 @@
 #include "attention_flash.h"
 #include "backend_cuda.h"
 #include "backend.h"
+#include "family.h"
 #include "elementwise.h"
 #include "kv.h"
 #include "log.h"
@@ -609,6 +610,72 @@ static void cuda_kv_export(pd_backend_t *be, void *dst, const kv_layout_t *dst_l
     cuda__note(c, st);
 }
 
+/* ==== GLM-4.5 / DeepSeek-V3 (kernels/family.h) ==== */
+
+static void cuda_bias_add(pd_backend_t *be, float *x, const float *bias, int n, int d)
+{
+    cuda_t *c = cuda__get(be);
+    cuda__note(c, family_bias_add(x, bias, n, d, c->stream));
+}
+
+static void cuda_rope_partial(pd_backend_t *be, float *x, const int32_t *pos, const float *inv_freq,
+                              int n, int n_heads, int head_dim, int rot_dim, bool interleave,
+                              float scale)
+{
+    cuda_t *c = cuda__get(be);
+    cuda__note(c, family_rope_partial(x, pos, inv_freq, n, n_heads, head_dim, rot_dim, interleave,
+                                      scale, c->stream));
+}
+
+static void cuda_moe_route_grouped(pd_backend_t *be, int32_t *ids, float *weights,
+                                   const float *logits, const float *bias, int n, int n_experts,
+                                   int k, int n_group, int topk_group, bool norm, float scale)
+{
+    cuda_t *c = cuda__get(be);
+    cuda__note(c, family_moe_route_grouped(ids, weights, logits, bias, n, n_experts, k, n_group,
+                                           topk_group, norm, scale, c->stream));
+}
+
+static void cuda_head_matmul(pd_backend_t *be, float *out, const float *x, const uint16_t *w, int n,
+                             int n_heads, int nout, int kin, int x_stride)
+{
+    cuda_t *c = cuda__get(be);
+    cuda__note(c, family_head_matmul(out, x, w, n, n_heads, nout, kin, x_stride, c->stream));
+}
+
+static void cuda_latent_write(pd_backend_t *be, void *arena, const kv_layout_t *l, int layer,
+                              const float *cl, const float *kpe, const int32_t *slots, int n, int r)
+{
+    cuda_t *c = cuda__get(be);
+    cuda__note(c, family_latent_write(arena, l, layer, cl, kpe, slots, n, r, c->stream));
+}
+
+static void cuda_latent_attention(pd_backend_t *be, float *out, const float *q_lat,
+                                  const float *q_pe, const void *arena, const kv_layout_t *l,
+                                  int layer, const pd_attn_batch_t *b, int n_heads, int r,
+                                  int pe_stride, float scale)
+{
+    cuda_t *c = cuda__get(be);
+    int n_rows = b->n_rows;
+    pd_status_t st = PD_OK;
+
+    if (n_rows <= 0) { /* as cuda__attention: read the row count back (not inside a capture) */
+        if (c->capturing) {
+            pd_log_error("backend cuda: latent attention without a row count inside a capture");
+            st = PD_ERR_INTERNAL;
+        } else if ((st = cuda__status(cudaMemcpyAsync(&n_rows, b->q_start + b->n_seqs, 4,
+                                                      cudaMemcpyDeviceToHost, c->stream),
+                                      "latent attention rows")) == PD_OK) {
+            st = cuda__status(cudaStreamSynchronize(c->stream), "latent attention rows");
+        }
+    }
+    if (st == PD_OK)
+        st = family_latent_attention(out, q_lat, q_pe, arena, l, layer, b->q_start, b->ctx_len,
+                                     b->block_tables, b->n_seqs, b->max_pages, n_rows, n_heads, r,
+                                     pe_stride, scale, c->stream);
+    cuda__note(c, st);
+}
+
 /* ==== MoE ==== */
 
 static void cuda_moe_route(pd_backend_t *be, int32_t *ids, float *weights, const float *logits,
@@ -792,6 +859,8 @@ static bool cuda_supports_op(pd_backend_t *be, pd_op_t op, int variant)
 {
     (void)be;
     (void)variant;
+    if (op == PD_OP_MATMUL && variant == PD_WFMT_FP8_BLOCK)
+        return false; /* no kernel for 128x128 block-scaled fp8 yet */
     return op < PD_OP__COUNT;
 }
 
@@ -870,6 +939,12 @@ static const pd_backend_ops_t cuda_ops = {
     .set_option = cuda_set_option,
     .rope_kv_write = cuda_rope_kv_write,
     .logits_process = cuda_logits_process,
+    .bias_add = cuda_bias_add,
+    .rope_partial = cuda_rope_partial,
+    .moe_route_grouped = cuda_moe_route_grouped,
+    .head_matmul = cuda_head_matmul,
+    .latent_write = cuda_latent_write,
+    .latent_attention = cuda_latent_attention,
 };
 
 /* cuda_ops without the fused ops (option fused=off), made once */

@@ -110,13 +110,13 @@ static __device__ __forceinline__ float kutil_block_max(float v, float *red)
 static __device__ __forceinline__ size_t kutil_kv_data_off(const kv_layout_t &l, int layer,
                                                            int side)
 {
-    return KV_PAGE_HEADER_BYTES + ((size_t)layer * 2 + (size_t)side) * l.side_bytes;
+    return KV_PAGE_HEADER_BYTES + ((size_t)layer * l.n_sides + (size_t)side) * l.side_bytes;
 }
 static __device__ __forceinline__ size_t kutil_kv_scale_off(const kv_layout_t &l, int layer,
                                                             int side)
 {
-    return KV_PAGE_HEADER_BYTES + (size_t)l.n_layers * 2 * l.side_bytes +
-           ((size_t)layer * 2 + (size_t)side) * l.scale_bytes;
+    return KV_PAGE_HEADER_BYTES + (size_t)l.n_layers * l.n_sides * l.side_bytes +
+           ((size_t)layer * l.n_sides + (size_t)side) * l.scale_bytes;
 }
 
 #endif

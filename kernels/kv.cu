@@ -96,13 +96,14 @@ static __global__ void kv__rope_write(float *q, float *k, const float *v, const 
     }
 }
 
-/* grid (n_pages, n_layers * 2, page_tokens), block 32 * n_kv_heads: dst pages (dst_l), arena
+/* grid (n_pages, n_layers * n_sides, page_tokens), block 32 * n_kv_heads: dst pages (dst_l), arena
  * (src_l), src_pages (n_pages) int32 */
 static __global__ void kv__export(uint8_t *dst, kv_layout_t dl, const uint8_t *arena,
                                   kv_layout_t sl, const int32_t *src_pages)
 {
     extern __shared__ float kv__buf[]; /* (n_kv_heads, head_dim) f32 */
-    const int p = blockIdx.x, layer = blockIdx.y >> 1, side = blockIdx.y & 1, t = blockIdx.z;
+    const int p = blockIdx.x, layer = blockIdx.y / sl.n_sides, side = blockIdx.y % sl.n_sides,
+              t = blockIdx.z;
     const int h = threadIdx.x >> 5, lane = threadIdx.x & 31, H = sl.n_kv_heads, D = sl.head_dim;
     const uint8_t *sp = arena + (size_t)src_pages[p] * sl.page_bytes;
     uint8_t *dp = dst + (size_t)p * dl.page_bytes;
@@ -188,15 +189,18 @@ extern "C" pd_status_t kv_export(void *dst, const kv_layout_t *dst_l, const void
     KUTIL_REQUIRE(n_pages >= 0 && n_pages < 65536 * 1024, "kv_export");
     KUTIL_REQUIRE(dst_l->n_layers == src_l->n_layers && dst_l->n_kv_heads == src_l->n_kv_heads &&
                       dst_l->head_dim == src_l->head_dim &&
-                      dst_l->page_tokens == src_l->page_tokens && src_l->n_kv_heads <= 32,
+                      dst_l->page_tokens == src_l->page_tokens && src_l->n_kv_heads <= 32 &&
+                      dst_l->n_sides == src_l->n_sides,
                   "kv_export");
     if (n_pages == 0)
         return PD_OK;
     const size_t smem = (size_t)src_l->n_kv_heads * src_l->head_dim * sizeof(float);
-    KUTIL_REQUIRE(smem <= 48 * 1024 && src_l->n_layers * 2 < 65536 && src_l->page_tokens < 65536,
+    KUTIL_REQUIRE(smem <= 48 * 1024 && src_l->n_layers * src_l->n_sides < 65536 &&
+                      src_l->page_tokens < 65536,
                   "kv_export");
-    kv__export<<<dim3(n_pages, src_l->n_layers * 2, src_l->page_tokens), 32 * src_l->n_kv_heads,
-                 smem, stream>>>((uint8_t *)dst, *dst_l, (const uint8_t *)arena, *src_l, src_pages);
+    kv__export<<<dim3(n_pages, src_l->n_layers * src_l->n_sides, src_l->page_tokens),
+                 32 * src_l->n_kv_heads, smem, stream>>>((uint8_t *)dst, *dst_l,
+                                                         (const uint8_t *)arena, *src_l, src_pages);
     return KUTIL_LAUNCHED("kv_export");
 }
 

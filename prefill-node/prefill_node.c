@@ -666,8 +666,8 @@ static void prefill__rpc_prefill(pd_grpc_call_t *call, const ProtobufCMessage *m
     /* samples beyond the router's limit are refused by it; bound the allocation here too */
     j->n_samples = req->n_samples > 1 ? (req->n_samples > 256 ? 256 : (int)req->n_samples) : 1;
     j->gp.n_samples = j->n_samples;
-    kv_layout_init(&j->dst_layout, src->n_layers, src->n_kv_heads, src->head_dim, src->page_tokens,
-                   dfmt);
+    kv_layout_init_sides(&j->dst_layout, src->n_layers, src->n_kv_heads, src->head_dim,
+                         src->n_sides, src->page_tokens, dfmt); /* n_sides 1: MLA latent */
     if (j->dst_layout.page_bytes != d->layout->page_bytes) {
         free(j->tokens);
         free(j->dst_pages);

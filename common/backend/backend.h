@@ -38,6 +38,13 @@ typedef enum {
     PD_OP_KV_CHECK,
     PD_OP_KV_EXPORT,
     PD_OP_LOGITS_PROCESS,
+    /* GLM-4.5 / DeepSeek-V3 (optional table entries below) */
+    PD_OP_BIAS_ADD,
+    PD_OP_ROPE_PARTIAL,
+    PD_OP_MOE_ROUTE_GROUPED,
+    PD_OP_HEAD_MATMUL,
+    PD_OP_LATENT_WRITE,
+    PD_OP_LATENT_ATTENTION,
     PD_OP__COUNT
 } pd_op_t;
 
@@ -137,6 +144,46 @@ typedef struct {
                            const float *bias, int n_ent, const float *pen);
 
     /* ---- optional capabilities: NULL where the backend lacks them ---- */
+
+    /* -- GLM-4.5 and DeepSeek-V3 / Kimi K2 (model_family.c); a backend without them cannot run
+     * those families (model_load says so) -- */
+
+    /* x (n, d) += bias (d) f32, every row */
+    void (*bias_add)(pd_backend_t *be, float *x, const float *bias, int n, int d);
+    /* in place RoPE on the first rot_dim dims of each head of x (n, n_heads, head_dim) at
+     * positions pos (n) int32, inv_freq (rot_dim / 2) f32; the rotated dims are multiplied by
+     * scale (yarn's attention factor; 1 otherwise). interleave: pairs (2j, 2j + 1) turn by
+     * inv_freq[j] (DeepSeek-V3's rope_interleave; transformers permutes to halves first, which
+     * leaves every q.k product the same); else halves (j, j + rot_dim / 2), as rope does. */
+    void (*rope_partial)(pd_backend_t *be, float *x, const int32_t *pos, const float *inv_freq,
+                         int n, int n_heads, int head_dim, int rot_dim, bool interleave,
+                         float scale);
+    /* noaux_tc router (DeepSeek-V3, GLM-4.5): s = sigmoid(logits (n, n_experts)); the choice
+     * uses s + bias (n_experts) f32: groups (n_group of n_experts / n_group) ranked by the sum
+     * of their two best, the topk_group best groups kept (others' scores 0, as transformers
+     * masks), then the k best experts (ties: lower id) -> ids (n, k) int32; weights (n, k) f32
+     * are the plain s of those, divided by their sum (+1e-20) when norm, times scale */
+    void (*moe_route_grouped)(pd_backend_t *be, int32_t *ids, float *weights, const float *logits,
+                              const float *bias, int n, int n_experts, int k, int n_group,
+                              int topk_group, bool norm, float scale);
+    /* a matmul per head: out (n, n_heads, nout) = x[:, h, :kin] @ W_h^T for each head h, x
+     * (n, n_heads, x_stride) with x_stride >= kin, w (n_heads, nout, kin) bf16 (MLA: q_nope
+     * through W_UK^T, the latent output through W_UV) */
+    void (*head_matmul)(pd_backend_t *be, float *out, const float *x, const uint16_t *w, int n,
+                        int n_heads, int nout, int kin, int x_stride);
+    /* writes the MLA latent of n tokens into side 0 of a latent layout (n_sides 1, one head of
+     * head_dim = r + rope): [c (n, r) | kpe (n, rope)] f32 at slots (n) int32 (negative: no
+     * write), converted to the layout's dtype (fp8: one scale per token) */
+    void (*latent_write)(pd_backend_t *be, void *arena, const kv_layout_t *l, int layer,
+                         const float *c, const float *kpe, const int32_t *slots, int n, int r);
+    /* absorbed MLA attention over a latent layout: for row i, head h, context token t
+     * (causal, as attention): score = (q_lat[i, h] . c_t + q_pe[i, h] . kpe_t) * scale,
+     * out (n, n_heads, r) = softmax(score) . c; q_lat (n, n_heads, r), q_pe (n, n_heads,
+     * pe_stride) of which the first rope = l->head_dim - r values are read */
+    void (*latent_attention)(pd_backend_t *be, float *out, const float *q_lat, const float *q_pe,
+                             const void *arena, const kv_layout_t *l, int layer,
+                             const pd_attn_batch_t *batch, int n_heads, int r, int pe_stride,
+                             float scale);
 
     /* Called by backend_weight_upload on the weight it just uploaded: the backend may rewrite
      * data / scales / zeros in place into its own layout (CUDA: INT4 weights with n % 32 == 0

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "backend_cpu_family.h"
 #include "dtype.h"
 #include "log.h"
 #include "sampler.h"
@@ -20,6 +21,11 @@ typedef struct {
 static cpu_t *cpu__get(pd_backend_t *be)
 {
     return be->impl;
+}
+
+threadpool_t *backend_cpu__pool(pd_backend_t *be)
+{
+    return cpu__get(be)->pool;
 }
 
 /* ==== memory ==== */
@@ -335,6 +341,7 @@ static void cpu_kv_write(pd_backend_t *be, void *arena, const kv_layout_t *l, in
 {
     const size_t row = (size_t)l->n_kv_heads * l->head_dim;
     (void)be;
+    PD_ASSERT(l->n_sides == 2); /* a latent layout is written by latent_write */
     for (int i = 0; i < n; i++) {
         if (slots[i] < 0)
             continue;
@@ -480,7 +487,7 @@ static void cpu_kv_export(pd_backend_t *be, void *dst, const kv_layout_t *dst_l,
         uint8_t *dp = (uint8_t *)dst + (size_t)p * dst_l->page_bytes;
         memcpy(dp, sp, KV_PAGE_HEADER_BYTES);
         for (int layer = 0; layer < src_l->n_layers; layer++)
-            for (int side = 0; side < 2; side++)
+            for (int side = 0; side < src_l->n_sides; side++)
                 for (int t = 0; t < src_l->page_tokens; t++) {
                     for (int h = 0; h < H; h++)
                         cpu__kv_load(src_l, sp, layer, side, t, h, tmp + (size_t)h * D);
@@ -644,6 +651,12 @@ static const pd_backend_ops_t cpu_ops = {
     .silu_mul_fp8 = cpu_silu_mul_fp8,
     .matmul_fp8 = cpu_matmul_fp8,
     .logits_process = cpu_logits_process,
+    .bias_add = backend_cpu__bias_add,
+    .rope_partial = backend_cpu__rope_partial,
+    .moe_route_grouped = backend_cpu__moe_route_grouped,
+    .head_matmul = backend_cpu__head_matmul,
+    .latent_write = backend_cpu__latent_write,
+    .latent_attention = backend_cpu__latent_attention,
 };
 
 pd_status_t backend_cpu_create(int n_threads, pd_backend_t **be_p)

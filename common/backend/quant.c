@@ -16,6 +16,8 @@ size_t quant_data_bytes(pd_wfmt_t fmt, int64_t n, int64_t k)
         return (size_t)(n * k / 2);
     case PD_WFMT_F32:
         return (size_t)(n * k * 4);
+    case PD_WFMT_FP8_BLOCK:
+        return (size_t)(n * k);
     }
     return 0;
 }
@@ -26,6 +28,8 @@ size_t quant_scales_bytes(pd_wfmt_t fmt, int64_t n, int64_t k)
         return (size_t)n * 4;
     if (fmt == PD_WFMT_INT4)
         return (size_t)(n * (k / QUANT_INT4_GROUP) * 2);
+    if (fmt == PD_WFMT_FP8_BLOCK)
+        return (size_t)(quant_fp8_blocks(n) * quant_fp8_blocks(k) * 4);
     return 0;
 }
 
@@ -50,6 +54,30 @@ void quant_fp8_rows(uint8_t *q_out, float *scales_out, const float *w, int64_t n
 {
     for (int64_t r = 0; r < n; r++)
         scales_out[r] = quant_fp8_vec(q_out + r * k, w + r * k, k);
+}
+
+int64_t quant_fp8_blocks(int64_t len)
+{
+    return (len + QUANT_FP8_BLOCK - 1) / QUANT_FP8_BLOCK;
+}
+
+void quant_fp8_block_rows(uint8_t *q_out, float *scales_out, const float *w, int64_t n, int64_t k)
+{
+    const int64_t B = QUANT_FP8_BLOCK, kb = quant_fp8_blocks(k);
+    for (int64_t bi = 0; bi * B < n; bi++)
+        for (int64_t bj = 0; bj < kb; bj++) {
+            const int64_t r1 = bi * B + B < n ? bi * B + B : n,
+                          c1 = bj * B + B < k ? bj * B + B : k;
+            float amax = 0.0f;
+            for (int64_t r = bi * B; r < r1; r++)
+                for (int64_t c = bj * B; c < c1; c++)
+                    amax = fmaxf(amax, fabsf(w[r * k + c]));
+            float s = amax > 0.0f ? amax / 448.0f : 1.0f, inv = 1.0f / s;
+            scales_out[bi * kb + bj] = s;
+            for (int64_t r = bi * B; r < r1; r++)
+                for (int64_t c = bj * B; c < c1; c++)
+                    q_out[r * k + c] = pd_f32_to_fp8(w[r * k + c] * inv);
+        }
 }
 
 pd_status_t quant_int4_rows(uint8_t *q_out, uint16_t *scales_out, uint8_t *zeros_out,
@@ -101,6 +129,12 @@ void quant_dequant_row(float *out, const pd_weight_t *w, int64_t r)
         float s = ((const float *)w->scales)[r];
         for (int64_t i = 0; i < k; i++)
             out[i] = pd_fp8_to_f32(((const uint8_t *)w->data)[r * k + i]) * s;
+        break;
+    }
+    case PD_WFMT_FP8_BLOCK: {
+        const float *s = (const float *)w->scales + (r / QUANT_FP8_BLOCK) * quant_fp8_blocks(k);
+        for (int64_t i = 0; i < k; i++)
+            out[i] = pd_fp8_to_f32(((const uint8_t *)w->data)[r * k + i]) * s[i / QUANT_FP8_BLOCK];
         break;
     }
     case PD_WFMT_INT4: {

@@ -45,6 +45,18 @@ void quant_fp8_rows(uint8_t *q_out, float *scales_out, const float *w, int64_t n
 /* Quantizes one vector x (len) to FP8 with one scale; returns the scale (max|x|/448, 1 if 0). */
 float quant_fp8_vec(uint8_t *q_out, const float *x, int64_t len);
 
+/* FP8 block format (PD_WFMT_FP8_BLOCK, DeepSeek-V3's weight_scale_inv layout): data (n, k) e4m3,
+ * scales (ceil(n / 128), ceil(k / 128)) f32; w[r][c] = fp8(q[r][c]) * scales[r / 128][c / 128].
+ * The CPU matmul runs it with f32 activations. */
+#define QUANT_FP8_BLOCK 128
+
+/* ceil(len / QUANT_FP8_BLOCK) */
+int64_t quant_fp8_blocks(int64_t len);
+
+/* Quantizes f32 rows w (n, k) into the FP8 block format (scale: block amax / 448). Row blocks
+ * are independent: a caller may quantize a matrix in chunks of a multiple of 128 rows. */
+void quant_fp8_block_rows(uint8_t *q_out, float *scales_out, const float *w, int64_t n, int64_t k);
+
 /* Quantizes f32 rows w (n, k) into INT4 g128 (data (n, k/2), scales (n, k/128) bf16, zeros
  * (n, k/128)). PD_ERR_INVALID when k is not a multiple of 128 (nothing written). */
 pd_status_t quant_int4_rows(uint8_t *q_out, uint16_t *scales_out, uint8_t *zeros_out,

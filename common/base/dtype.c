@@ -34,8 +34,9 @@ int pd_dtype_parse(const char *name, pd_dtype_t *dt_p)
 }
 
 const char *const pd_wfmt_names[PD_WFMT_COUNT + 1] = {
-    [PD_WFMT_BF16] = "bf16", [PD_WFMT_FP8] = "fp8", [PD_WFMT_INT4] = "int4", [PD_WFMT_F32] = "f32",
-    [PD_WFMT_COUNT] = NULL};
+    [PD_WFMT_BF16] = "bf16",           [PD_WFMT_FP8] = "fp8",
+    [PD_WFMT_INT4] = "int4",           [PD_WFMT_F32] = "f32",
+    [PD_WFMT_FP8_BLOCK] = "fp8-block", [PD_WFMT_COUNT] = NULL};
 const char *const pd_kvfmt_names[PD_KV_COUNT + 1] = {
     [PD_KV_BF16] = "bf16", [PD_KV_FP8] = "fp8", [PD_KV_F32] = "f32", [PD_KV_COUNT] = NULL};
 

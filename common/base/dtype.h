@@ -31,13 +31,20 @@ typedef enum {
 
 /* Size of one element in bytes. */
 /* Weight formats (the decode/prefill weight choice; see backend/quant.h for their layouts). */
-typedef enum { PD_WFMT_BF16 = 0, PD_WFMT_FP8, PD_WFMT_INT4, PD_WFMT_F32 } pd_wfmt_t;
-#define PD_WFMT_COUNT 4
+typedef enum {
+    PD_WFMT_BF16 = 0,
+    PD_WFMT_FP8,
+    PD_WFMT_INT4,
+    PD_WFMT_F32,
+    PD_WFMT_FP8_BLOCK, /* e4m3 with 128x128 block scales, as DeepSeek-V3 / Kimi K2 publish */
+} pd_wfmt_t;
+#define PD_WFMT_COUNT 5
 /* KV page formats (see kv/kv_layout.h). */
 typedef enum { PD_KV_BF16 = 0, PD_KV_FP8, PD_KV_F32 } pd_kvfmt_t;
 #define PD_KV_COUNT 3
 
-/* The one name table of each (indexed by the enum, NULL-terminated): "bf16" "fp8" "int4" "f32";
+/* The one name table of each (indexed by the enum, NULL-terminated): "bf16" "fp8" "int4" "f32"
+ * "fp8-block";
  * "bf16" "fp8" "f32". Config files, flags, metrics and logs all use these names. */
 extern const char *const pd_wfmt_names[PD_WFMT_COUNT + 1];
 extern const char *const pd_kvfmt_names[PD_KV_COUNT + 1];

@@ -106,8 +106,10 @@ pd_status_t engine_create(const engine_params_t *p, engine_t **e_p)
     mp = (model_load_params_t){p->model_dir, p->wfmt, p->lm_head_fmt, e->be, p->progress, NULL};
     if ((st = model_load(&mp, &e->m)) != PD_OK)
         goto err;
-    kv_layout_init(&e->layout, e->m->cfg.num_hidden_layers, e->m->cfg.num_key_value_heads,
-                   e->m->cfg.head_dim, e->p.page_tokens, p->kvfmt);
+    int kv_heads, kv_dim, kv_sides;
+    hf_config_kv_shape(&e->m->cfg, &kv_heads, &kv_dim, &kv_sides);
+    kv_layout_init_sides(&e->layout, e->m->cfg.num_hidden_layers, kv_heads, kv_dim, kv_sides,
+                         e->p.page_tokens, p->kvfmt);
     if (p->kv_budget > 0) {
         n_pages = p->kv_budget / (int64_t)e->layout.page_bytes;
     } else {

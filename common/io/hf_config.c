@@ -18,8 +18,11 @@ static const struct {
 } hf_config_archs[] = {
     {"LlamaForCausalLM", HF_ARCH_LLAMA},
     {"Qwen3MoeForCausalLM", HF_ARCH_QWEN3_MOE},
+    {"Glm4MoeForCausalLM", HF_ARCH_GLM4_MOE},
+    {"DeepseekV3ForCausalLM", HF_ARCH_DEEPSEEK_V3},
 };
-#define HF_CONFIG__SUPPORTED "LlamaForCausalLM, Qwen3MoeForCausalLM"
+#define HF_CONFIG__SUPPORTED                                                                       \
+    "LlamaForCausalLM, Qwen3MoeForCausalLM, Glm4MoeForCausalLM, DeepseekV3ForCausalLM"
 
 /* ==== typed field readers: each logs its own error ==== */
 
@@ -224,6 +227,37 @@ static pd_status_t hf_config__sizes(const char *src, const json_t *root, hf_conf
     return PD_OK;
 }
 
+/* yarn (DeepSeek-V3, Kimi K2): factor (default max_position_embeddings /
+ * original_max_position_embeddings, as transformers does), original_max_position_embeddings
+ * (default max_position_embeddings), beta_fast 32, beta_slow 1, mscale and mscale_all_dim (0 when
+ * absent). */
+static pd_status_t hf_config__yarn(const char *src, const json_t *rp, const char *pre,
+                                   hf_config_t *c)
+{
+    pd_status_t rc;
+    json_t *ms = json_object_get(rp, "mscale"), *msa = json_object_get(rp, "mscale_all_dim");
+
+    c->rope_type = HF_ROPE_YARN;
+    if ((rc = hf_config__int(src, rp, pre, "original_max_position_embeddings", false,
+                             c->max_position_embeddings, 1, &c->rope_original_max_position)) ||
+        (rc = hf_config__pos_num(src, rp, pre, "factor", false,
+                                 (double)c->max_position_embeddings /
+                                     (double)c->rope_original_max_position,
+                                 &c->rope_factor)) ||
+        (rc = hf_config__pos_num(src, rp, pre, "beta_fast", false, 32, &c->rope_beta_fast)) ||
+        (rc = hf_config__pos_num(src, rp, pre, "beta_slow", false, 1, &c->rope_beta_slow)))
+        return rc;
+    /* mscale 0 is meaningful (off), so these are read as non-negative numbers */
+    if ((ms && !json_is_null(ms) && json_number_value(ms) != 0 &&
+         (rc = hf_config__pos_num(src, rp, pre, "mscale", false, 0, &c->rope_mscale))) ||
+        (msa && !json_is_null(msa) && json_number_value(msa) != 0 &&
+         (rc = hf_config__pos_num(src, rp, pre, "mscale_all_dim", false, 0,
+                                  &c->rope_mscale_all_dim))))
+        return rc;
+    /* beta_fast == beta_slow is valid (Kimi K2 ships 1.0 and 1.0): the ramp degenerates */
+    return PD_OK;
+}
+
 /* rope_theta and the rope type, from rope_parameters (transformers 5) or rope_theta/rope_scaling.
  */
 static pd_status_t hf_config__rope(const char *src, const json_t *root, hf_config_t *c)
@@ -251,6 +285,26 @@ static pd_status_t hf_config__rope(const char *src, const json_t *root, hf_confi
         pd_log_warn("%s: rope_theta %g and rope_parameters.rope_theta %g differ; using the latter",
                     src, theta_top, theta_params);
     c->rope_theta = theta_params > 0 ? theta_params : theta_top > 0 ? theta_top : 10000.0;
+    double partial = 0;
+    if (json_is_object(params) &&
+        (rc = hf_config__pos_num(src, params, "rope_parameters.", "partial_rotary_factor", false, 0,
+                                 &partial)))
+        return rc;
+    if (partial == 0 &&
+        (rc = hf_config__pos_num(src, root, "", "partial_rotary_factor", false, 1.0, &partial)))
+        return rc;
+    if (partial > 1.0) {
+        pd_log_error("%s: partial_rotary_factor: %g exceeds 1", src, partial);
+        return PD_ERR_FORMAT;
+    }
+    c->rotary_dim = (int)(c->head_dim * partial);
+    if (c->rotary_dim < 2 || c->rotary_dim % 2) {
+        pd_log_error("%s: partial_rotary_factor: %g of head_dim %d is not an even number of dims",
+                     src, partial, c->head_dim);
+        return PD_ERR_FORMAT;
+    }
+    if ((rc = hf_config__bool(src, root, "", "rope_interleave", false, &c->rope_interleave)))
+        return rc;
 
     /* the rope type: rope_parameters when it names one, else rope_scaling */
     if (json_is_object(params) &&
@@ -258,7 +312,7 @@ static pd_status_t hf_config__rope(const char *src, const json_t *root, hf_confi
         rp = params;
     else if (json_is_object(scaling))
         rp = scaling;
-    c->rope_type = 0;
+    c->rope_type = HF_ROPE_DEFAULT;
     if (!rp)
         return PD_OK;
     const char *field = rp == params ? "rope_parameters" : "rope_scaling";
@@ -272,13 +326,15 @@ static pd_status_t hf_config__rope(const char *src, const json_t *root, hf_confi
     }
     if (strcmp(json_string_value(type), "default") == 0)
         return PD_OK;
+    if (strcmp(json_string_value(type), "yarn") == 0 && c->arch == HF_ARCH_DEEPSEEK_V3)
+        return hf_config__yarn(src, rp, pre, c);
     if (strcmp(json_string_value(type), "llama3") != 0) {
         pd_log_error("%s: %s.rope_type: unsupported rope type \"%.40s\" (supported: default, "
-                     "llama3)",
+                     "llama3; yarn for DeepseekV3ForCausalLM)",
                      src, field, json_string_value(type));
         return PD_ERR_UNSUPPORTED;
     }
-    c->rope_type = 1;
+    c->rope_type = HF_ROPE_LLAMA3;
     if ((rc = hf_config__pos_num(src, rp, pre, "factor", true, 0, &c->rope_factor)) ||
         (rc = hf_config__pos_num(src, rp, pre, "low_freq_factor", true, 0,
                                  &c->rope_low_freq_factor)) ||
@@ -385,6 +441,118 @@ static pd_status_t hf_config__moe(const char *src, const json_t *root, hf_config
     return PD_OK;
 }
 
+/* The published FP8 layout (DeepSeek-V3, Kimi K2): e4m3 weights with a weight_scale_inv per
+ * weight_block_size block; activations quantized dynamically (we run them in f32). */
+/* GLM-4.5 and DeepSeek-V3: MoE from n_routed_experts after first_k_dense_replace dense layers,
+ * grouped sigmoid routing, shared experts; MLA sizes for DeepSeek-V3. */
+static pd_status_t hf_config__family(const char *src, const json_t *root, hf_config_t *c)
+{
+    char scoring[32], topk_method[32];
+    int freq;
+    pd_status_t rc;
+
+    if ((rc = hf_config__int(src, root, "", "n_routed_experts", true, 0, 1, &c->num_experts)) ||
+        (rc = hf_config__int(src, root, "", "num_experts_per_tok", true, 0, 1,
+                             &c->num_experts_per_tok)) ||
+        (rc = hf_config__int(src, root, "", "moe_intermediate_size", true, 0, 1,
+                             &c->moe_intermediate_size)) ||
+        (rc = hf_config__int(src, root, "", "first_k_dense_replace", false, 0, 0,
+                             &c->first_k_dense_replace)) ||
+        (rc = hf_config__int(src, root, "", "n_shared_experts", false, 0, 0,
+                             &c->n_shared_experts)) ||
+        (rc = hf_config__int(src, root, "", "n_group", false, 1, 1, &c->n_group)) ||
+        (rc = hf_config__int(src, root, "", "topk_group", false, 1, 1, &c->topk_group)) ||
+        (rc = hf_config__int(src, root, "", "moe_layer_freq", false, 1, 1, &freq)) ||
+        (rc = hf_config__pos_num(src, root, "", "routed_scaling_factor", false, 1.0,
+                                 &c->routed_scaling_factor)) ||
+        (rc = hf_config__bool(src, root, "", "norm_topk_prob", false, &c->norm_topk_prob)) ||
+        (rc = hf_config__bool(src, root, "", "use_qk_norm", false, &c->use_qk_norm)) ||
+        (rc = hf_config__str(src, root, "", "scoring_func", false, scoring, sizeof scoring)) ||
+        (rc = hf_config__str(src, root, "", "topk_method", false, topk_method, sizeof topk_method)))
+        return rc;
+    c->decoder_sparse_step = 1;
+    c->moe_sigmoid = true;
+    if (scoring[0] && strcmp(scoring, "sigmoid") != 0) {
+        pd_log_error("%s: scoring_func: unsupported \"%s\" (supported: sigmoid)", src, scoring);
+        return PD_ERR_UNSUPPORTED;
+    }
+    if (topk_method[0] && strcmp(topk_method, "noaux_tc") != 0) {
+        pd_log_error("%s: topk_method: unsupported \"%s\" (supported: noaux_tc)", src, topk_method);
+        return PD_ERR_UNSUPPORTED;
+    }
+    if (freq != 1) {
+        pd_log_error("%s: moe_layer_freq: %d unsupported (supported: 1)", src, freq);
+        return PD_ERR_UNSUPPORTED;
+    }
+    if (c->num_experts_per_tok > c->num_experts || c->num_experts % c->n_group != 0 ||
+        c->topk_group > c->n_group ||
+        c->num_experts_per_tok > c->topk_group * (c->num_experts / c->n_group)) {
+        pd_log_error("%s: num_experts_per_tok %d, n_routed_experts %d, n_group %d, topk_group %d: "
+                     "experts must split into the groups and the chosen groups hold the top-k",
+                     src, c->num_experts_per_tok, c->num_experts, c->n_group, c->topk_group);
+        return PD_ERR_FORMAT;
+    }
+    if (c->n_group > 1 && c->num_experts / c->n_group < 2) {
+        pd_log_error("%s: n_group: %d groups of %d experts (need at least 2 per group)", src,
+                     c->n_group, c->num_experts / c->n_group);
+        return PD_ERR_FORMAT;
+    }
+    for (int i = 0; i < c->first_k_dense_replace && i < c->num_hidden_layers; i++)
+        c->mlp_only[i] = true;
+    if (c->arch != HF_ARCH_DEEPSEEK_V3)
+        return PD_OK;
+    if ((rc = hf_config__int(src, root, "", "q_lora_rank", false, 0, 0, &c->q_lora_rank)) ||
+        (rc = hf_config__int(src, root, "", "kv_lora_rank", true, 0, 1, &c->kv_lora_rank)) ||
+        (rc =
+             hf_config__int(src, root, "", "qk_nope_head_dim", true, 0, 1, &c->qk_nope_head_dim)) ||
+        (rc =
+             hf_config__int(src, root, "", "qk_rope_head_dim", true, 0, 2, &c->qk_rope_head_dim)) ||
+        (rc = hf_config__int(src, root, "", "v_head_dim", true, 0, 1, &c->v_head_dim)))
+        return rc;
+    if (c->qk_rope_head_dim % 2) {
+        pd_log_error("%s: qk_rope_head_dim: %d is odd (rotary embeddings need pairs)", src,
+                     c->qk_rope_head_dim);
+        return PD_ERR_FORMAT;
+    }
+    if (c->kv_lora_rank + c->qk_rope_head_dim > 4096 ||
+        c->qk_nope_head_dim + c->qk_rope_head_dim > 4096 || c->v_head_dim > 4096) {
+        pd_log_error("%s: kv_lora_rank %d / head dims too large (at most 4096)", src,
+                     c->kv_lora_rank);
+        return PD_ERR_UNSUPPORTED;
+    }
+    c->rotary_dim = c->qk_rope_head_dim;
+    return PD_OK;
+}
+
+static pd_status_t hf_config__quant_fp8_block(const char *src, const json_t *q, hf_config_t *c)
+{
+    json_t *bs = json_object_get(q, "weight_block_size");
+    char fmt[16];
+    pd_status_t rc;
+
+    if ((rc = hf_config__str(src, q, "quantization_config.", "fmt", false, fmt, sizeof fmt)))
+        return rc;
+    if (fmt[0] && strcmp(fmt, "e4m3") != 0) {
+        pd_log_error("%s: quantization_config.fmt: unsupported \"%s\" (supported: e4m3)", src, fmt);
+        return PD_ERR_UNSUPPORTED;
+    }
+    if (!json_is_array(bs) || json_array_size(bs) != 2 || !json_is_integer(json_array_get(bs, 0)) ||
+        !json_is_integer(json_array_get(bs, 1)) || json_integer_value(json_array_get(bs, 0)) < 1 ||
+        json_integer_value(json_array_get(bs, 0)) > 65536 ||
+        json_integer_value(json_array_get(bs, 1)) < 1 ||
+        json_integer_value(json_array_get(bs, 1)) > 65536) {
+        pd_log_error("%s: quantization_config.weight_block_size: expected [block_n, block_k] "
+                     "(positive integers)",
+                     src);
+        return PD_ERR_FORMAT;
+    }
+    strcpy(c->quant_format, "fp8_block");
+    strcpy(c->quant_lm_head, "bf16");
+    c->quant_block_n = (int)json_integer_value(json_array_get(bs, 0));
+    c->quant_block_k = (int)json_integer_value(json_array_get(bs, 1));
+    return PD_OK;
+}
+
 static pd_status_t hf_config__quant(const char *src, const json_t *root, hf_config_t *c)
 {
     json_t *q = json_object_get(root, "quantization_config");
@@ -401,9 +569,11 @@ static pd_status_t hf_config__quant(const char *src, const json_t *root, hf_conf
     if ((rc = hf_config__str(src, q, "quantization_config.", "quant_method", true, method,
                              sizeof method)))
         return rc;
+    if (strcmp(method, "fp8") == 0)
+        return hf_config__quant_fp8_block(src, q, c);
     if (strcmp(method, "pdserve") != 0) {
         pd_log_error("%s: quantization_config.quant_method: unsupported method \"%s\" "
-                     "(supported: pdserve)",
+                     "(supported: pdserve, fp8)",
                      src, method);
         return PD_ERR_UNSUPPORTED;
     }
@@ -462,6 +632,8 @@ pd_status_t hf_config_parse(const char *text, size_t len, const char *source, hf
     if ((rc = hf_config__arch(src, root, c)) || (rc = hf_config__sizes(src, root, c)) ||
         (rc = hf_config__rope(src, root, c)) || (rc = hf_config__tokens(src, root, c)) ||
         (c->arch == HF_ARCH_QWEN3_MOE && (rc = hf_config__moe(src, root, c))) ||
+        ((c->arch == HF_ARCH_GLM4_MOE || c->arch == HF_ARCH_DEEPSEEK_V3) &&
+         (rc = hf_config__family(src, root, c))) ||
         (rc = hf_config__quant(src, root, c)))
         goto err_free_json;
     json_decref(root);
@@ -523,6 +695,24 @@ bool hf_config_layer_is_moe(const hf_config_t *cfg, int layer)
     return cfg->num_experts > 0 && layer >= 0 && layer < cfg->num_hidden_layers &&
            layer < HF_MAX_LAYERS && !cfg->mlp_only[layer] && cfg->decoder_sparse_step > 0 &&
            (layer + 1) % cfg->decoder_sparse_step == 0;
+}
+
+bool hf_config_is_mla(const hf_config_t *cfg)
+{
+    return cfg->arch == HF_ARCH_DEEPSEEK_V3;
+}
+
+void hf_config_kv_shape(const hf_config_t *cfg, int *n_kv_heads, int *head_dim, int *n_sides)
+{
+    if (hf_config_is_mla(cfg)) {
+        *n_kv_heads = 1;
+        *head_dim = cfg->kv_lora_rank + cfg->qk_rope_head_dim;
+        *n_sides = 1;
+    } else {
+        *n_kv_heads = cfg->num_key_value_heads;
+        *head_dim = cfg->head_dim;
+        *n_sides = 2;
+    }
 }
 
 bool hf_config_is_stop(const hf_config_t *cfg, int32_t tok, bool ignore_eos,

@@ -6,7 +6,14 @@
 void kv_layout_init(kv_layout_t *l, int n_layers, int n_kv_heads, int head_dim, int page_tokens,
                     pd_kvfmt_t fmt)
 {
+    kv_layout_init_sides(l, n_layers, n_kv_heads, head_dim, 2, page_tokens, fmt);
+}
+
+void kv_layout_init_sides(kv_layout_t *l, int n_layers, int n_kv_heads, int head_dim, int n_sides,
+                          int page_tokens, pd_kvfmt_t fmt)
+{
     memset(l, 0, sizeof *l);
+    l->n_sides = n_sides;
     l->n_layers = n_layers;
     l->n_kv_heads = n_kv_heads;
     l->head_dim = head_dim;
@@ -15,13 +22,14 @@ void kv_layout_init(kv_layout_t *l, int n_layers, int n_kv_heads, int head_dim, 
     l->elem_bytes = fmt == PD_KV_FP8 ? 1 : fmt == PD_KV_BF16 ? 2 : 4;
     l->side_bytes = (size_t)page_tokens * (size_t)n_kv_heads * (size_t)head_dim * l->elem_bytes;
     l->scale_bytes = fmt == PD_KV_FP8 ? (size_t)page_tokens * (size_t)n_kv_heads * 4 : 0;
-    l->page_bytes = KV_PAGE_HEADER_BYTES + (size_t)n_layers * 2 * (l->side_bytes + l->scale_bytes);
+    l->page_bytes = KV_PAGE_HEADER_BYTES +
+                    (size_t)n_layers * (size_t)n_sides * (l->side_bytes + l->scale_bytes);
     l->page_bytes = (l->page_bytes + 63) & ~(size_t)63;
 }
 
 double kv_layout_bytes_per_token(const kv_layout_t *l)
 {
-    return (double)((size_t)l->n_layers * 2 * (l->side_bytes + l->scale_bytes)) /
+    return (double)((size_t)l->n_layers * (size_t)l->n_sides * (l->side_bytes + l->scale_bytes)) /
            (double)l->page_tokens;
 }
 

@@ -7,6 +7,9 @@
  *          fp8 only, for each layer l: K scales (page_tokens, n_kv_heads) f32
  *                                      V scales (page_tokens, n_kv_heads) f32
  *
+ * A latent layout (n_sides 1, MLA: DeepSeek-V3 / Kimi K2) has no V: each layer holds one side,
+ * (page_tokens, 1, kv_lora_rank + rope dims), and (fp8) one scale per token.
+ *
  * Plain data; any thread.
  */
 #ifndef PD_KV_LAYOUT_H
@@ -22,6 +25,7 @@
 
 typedef struct {
     int n_layers, n_kv_heads, head_dim, page_tokens;
+    int n_sides; /* 2: K and V; 1: the MLA latent only */
     pd_kvfmt_t fmt;
     size_t elem_bytes;  /* 2 bf16, 1 fp8, 4 f32 */
     size_t side_bytes;  /* one layer's K (or V): page_tokens * n_kv_heads * head_dim * elem */
@@ -32,15 +36,20 @@ typedef struct {
 void kv_layout_init(kv_layout_t *l, int n_layers, int n_kv_heads, int head_dim, int page_tokens,
                     pd_kvfmt_t fmt);
 
-/* Byte offsets inside a page; side 0 = K, 1 = V. */
+/* As kv_layout_init with n_sides sides per layer (2: K and V; 1: an MLA latent of head_dim
+ * values per token, n_kv_heads 1). */
+void kv_layout_init_sides(kv_layout_t *l, int n_layers, int n_kv_heads, int head_dim, int n_sides,
+                          int page_tokens, pd_kvfmt_t fmt);
+
+/* Byte offsets inside a page; side 0 = K (or the latent), 1 = V. */
 static inline size_t kv_layout_data_off(const kv_layout_t *l, int layer, int side)
 {
-    return KV_PAGE_HEADER_BYTES + ((size_t)layer * 2 + (size_t)side) * l->side_bytes;
+    return KV_PAGE_HEADER_BYTES + ((size_t)layer * l->n_sides + (size_t)side) * l->side_bytes;
 }
 static inline size_t kv_layout_scale_off(const kv_layout_t *l, int layer, int side)
 {
-    return KV_PAGE_HEADER_BYTES + (size_t)l->n_layers * 2 * l->side_bytes +
-           ((size_t)layer * 2 + (size_t)side) * l->scale_bytes;
+    return KV_PAGE_HEADER_BYTES + (size_t)l->n_layers * l->n_sides * l->side_bytes +
+           ((size_t)layer * l->n_sides + (size_t)side) * l->scale_bytes;
 }
 
 /* KV bytes per token, scales included (headers excluded). */

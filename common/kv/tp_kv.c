@@ -12,8 +12,8 @@ pd_status_t tp_kv_layout(const kv_layout_t *full, int size, kv_layout_t *l_p)
         pd_log_error("tp %d: %d kv heads do not split %d ways", size, full->n_kv_heads, size);
         return PD_ERR_INVALID;
     }
-    kv_layout_init(l_p, full->n_layers, full->n_kv_heads / size, full->head_dim, full->page_tokens,
-                   full->fmt);
+    kv_layout_init_sides(l_p, full->n_layers, full->n_kv_heads / size, full->head_dim,
+                         full->n_sides, full->page_tokens, full->fmt);
     return PD_OK;
 }
 
@@ -35,7 +35,8 @@ pd_status_t tp_kv_reslice(void *dst, const kv_layout_t *dst_l, int dst_rank, int
     if (src_size < 1 || dst_size < 1 || src_rank < 0 || src_rank >= src_size || dst_rank < 0 ||
         dst_rank >= dst_size || n_pages < 0 || src_l->n_layers != dst_l->n_layers ||
         src_l->head_dim != dst_l->head_dim || src_l->page_tokens != dst_l->page_tokens ||
-        src_l->fmt != dst_l->fmt || (long)sh * src_size != (long)dh * dst_size) {
+        src_l->fmt != dst_l->fmt || src_l->n_sides != dst_l->n_sides ||
+        (long)sh * src_size != (long)dh * dst_size) {
         pd_log_error("tp kv reslice: rank %d/%d (%d heads) -> rank %d/%d (%d heads): layouts do "
                      "not match",
                      src_rank, src_size, sh, dst_rank, dst_size, dh);
@@ -50,7 +51,7 @@ pd_status_t tp_kv_reslice(void *dst, const kv_layout_t *dst_l, int dst_rank, int
         uint8_t *dp = (uint8_t *)dst + (size_t)p * dst_l->page_bytes;
         const uint8_t *sp = (const uint8_t *)src + (size_t)p * src_l->page_bytes;
         for (int layer = 0; layer < src_l->n_layers; layer++)
-            for (int side = 0; side < 2; side++) {
+            for (int side = 0; side < src_l->n_sides; side++) {
                 tp_kv__copy_heads(dp + kv_layout_data_off(dst_l, layer, side), d0, dh,
                                   sp + kv_layout_data_off(src_l, layer, side), s0, sh, h0, h1,
                                   src_l->page_tokens, head_bytes);

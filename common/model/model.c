@@ -8,6 +8,7 @@
 #include "dtype.h"
 #include "log.h"
 #include "safetensors.h"
+#include "model_impl.h"
 #include "tp_shard.h"
 
 /* ==== host weights ==== */
@@ -68,6 +69,10 @@ pd_status_t model_quantize_bf16(const uint16_t *src, int64_t n, int64_t k, pd_wf
             memcpy((float *)w.data + r0 * k, rows, (size_t)(nr * k) * 4);
         else if (fmt == PD_WFMT_FP8)
             quant_fp8_rows((uint8_t *)w.data + r0 * k, (float *)w.scales + r0, rows, nr, k);
+        else if (fmt == PD_WFMT_FP8_BLOCK) /* chunk is a multiple of the 128-row block */
+            quant_fp8_block_rows((uint8_t *)w.data + r0 * k,
+                                 (float *)w.scales + r0 / QUANT_FP8_BLOCK * quant_fp8_blocks(k),
+                                 rows, nr, k);
         else
             quant_int4_rows((uint8_t *)w.data + r0 * k / 2,
                             (uint16_t *)w.scales + r0 * (k / QUANT_INT4_GROUP),
@@ -78,10 +83,93 @@ pd_status_t model_quantize_bf16(const uint16_t *src, int64_t n, int64_t k, pd_wf
     return PD_OK;
 }
 
+/* Converts host weight src (any format) into fmt, 256 rows at a time through f32 (never a whole
+ * BF16 copy): e.g. a published fp8 block-scaled weight into int4. */
+pd_status_t model__convert(const pd_weight_t *src, pd_wfmt_t fmt, pd_weight_t *w_p)
+{
+    const int64_t n = src->n, k = src->k, chunk = 256;
+    pd_weight_t w;
+    pd_status_t st;
+    float *rows;
+
+    if (fmt == PD_WFMT_INT4 && k % QUANT_INT4_GROUP != 0)
+        return PD_ERR_INVALID;
+    if ((st = model__alloc_host(fmt, n, k, &w)) != PD_OK)
+        return st;
+    if (!(rows = malloc((size_t)(chunk * k) * sizeof *rows))) {
+        model_host_weight_free(&w);
+        return PD_ERR_NOMEM;
+    }
+    for (int64_t r0 = 0; r0 < n; r0 += chunk) {
+        int64_t nr = n - r0 < chunk ? n - r0 : chunk;
+        for (int64_t r = 0; r < nr; r++)
+            quant_dequant_row(rows + r * k, src, r0 + r);
+        if (fmt == PD_WFMT_F32)
+            memcpy((float *)w.data + r0 * k, rows, (size_t)(nr * k) * 4);
+        else if (fmt == PD_WFMT_BF16)
+            for (int64_t i = 0; i < nr * k; i++)
+                ((uint16_t *)w.data)[r0 * k + i] = pd_f32_to_bf16(rows[i]);
+        else if (fmt == PD_WFMT_FP8)
+            quant_fp8_rows((uint8_t *)w.data + r0 * k, (float *)w.scales + r0, rows, nr, k);
+        else if (fmt == PD_WFMT_FP8_BLOCK)
+            quant_fp8_block_rows((uint8_t *)w.data + r0 * k,
+                                 (float *)w.scales + r0 / QUANT_FP8_BLOCK * quant_fp8_blocks(k),
+                                 rows, nr, k);
+        else
+            quant_int4_rows((uint8_t *)w.data + r0 * k / 2,
+                            (uint16_t *)w.scales + r0 * (k / QUANT_INT4_GROUP),
+                            (uint8_t *)w.zeros + r0 * (k / QUANT_INT4_GROUP), rows, nr, k);
+    }
+    free(rows);
+    *w_p = w;
+    return PD_OK;
+}
+
+/* A weight of a published fp8 checkpoint (DeepSeek-V3, Kimi K2): base.weight (n, k) e4m3 and
+ * base.weight_scale_inv (ceil(n / 128), ceil(k / 128)) f32 (bf16 accepted), w = q * scale_inv.
+ * fmt fp8 (or fp8-block) keeps it as stored (PD_WFMT_FP8_BLOCK); another format converts it
+ * row-chunk by row-chunk. */
+static pd_status_t model__read_fp8_block(const safetensors_t *st, const char *base, int64_t n,
+                                         int64_t k, pd_wfmt_t fmt, pd_weight_t *w_p)
+{
+    char name[300];
+    const safetensors_tensor_t *t, *ts;
+    int64_t shape[2] = {n, k}, sshape[2] = {quant_fp8_blocks(n), quant_fp8_blocks(k)};
+    pd_weight_t w;
+    pd_status_t rc;
+
+    snprintf(name, sizeof name, "%s.weight", base);
+    if ((rc = safetensors_get(st, name, PD_DTYPE_F8_E4M3, 2, shape, &t)) != PD_OK)
+        return rc;
+    snprintf(name, sizeof name, "%s.weight_scale_inv", base);
+    ts = safetensors_find(st, name);
+    if ((rc = safetensors_get(st, name,
+                              ts && ts->dtype == PD_DTYPE_BF16 ? PD_DTYPE_BF16 : PD_DTYPE_F32, 2,
+                              sshape, &ts)) != PD_OK)
+        return rc;
+    if ((rc = model__alloc_host(PD_WFMT_FP8_BLOCK, n, k, &w)) != PD_OK)
+        return rc;
+    memcpy(w.data, t->data, t->nbytes);
+    for (int64_t i = 0; i < sshape[0] * sshape[1]; i++)
+        ((float *)w.scales)[i] = ts->dtype == PD_DTYPE_F32
+                                     ? ((const float *)ts->data)[i]
+                                     : pd_bf16_to_f32(((const uint16_t *)ts->data)[i]);
+    if (fmt == PD_WFMT_FP8 || fmt == PD_WFMT_FP8_BLOCK) {
+        *w_p = w;
+        return PD_OK;
+    }
+    rc = model__convert(&w, fmt, w_p);
+    model_host_weight_free(&w);
+    if (rc == PD_ERR_INVALID)
+        pd_log_error("%s: %s weights need K (%lld) to be a multiple of %d", base, pd_wfmt_name(fmt),
+                     (long long)k, QUANT_INT4_GROUP);
+    return rc;
+}
+
 /* Reads weight `base` (e.g. "model.layers.0.mlp.down_proj") of shape (n, k) in format fmt:
  * as stored when the checkpoint already holds that format, quantized from BF16 otherwise. */
-static pd_status_t model__read_weight(const safetensors_t *st, const char *base, int64_t n,
-                                      int64_t k, pd_wfmt_t fmt, pd_weight_t *w_p)
+pd_status_t model__read_weight(const safetensors_t *st, const char *base, int64_t n, int64_t k,
+                               pd_wfmt_t fmt, pd_weight_t *w_p)
 {
     char name[256];
     const safetensors_tensor_t *t, *ts, *tz;
@@ -113,6 +201,9 @@ static pd_status_t model__read_weight(const safetensors_t *st, const char *base,
         *w_p = w;
         return PD_OK;
     }
+    snprintf(name, sizeof name, "%s.weight_scale_inv", base);
+    if (safetensors_find(st, name)) /* a published fp8 checkpoint: 128x128 block scales */
+        return model__read_fp8_block(st, base, n, k, fmt, w_p);
     snprintf(name, sizeof name, "%s.weight", base);
     t = safetensors_find(st, name);
     if (t && t->dtype == PD_DTYPE_F8_E4M3) { /* fp8 checkpoint */
@@ -144,7 +235,7 @@ static pd_status_t model__read_weight(const safetensors_t *st, const char *base,
 }
 
 /* Concatenates the rows of a and b (same format and k) into *out (host). */
-static pd_status_t model__concat_rows(const pd_weight_t *a, const pd_weight_t *b, pd_weight_t *out)
+pd_status_t model__concat_rows(const pd_weight_t *a, const pd_weight_t *b, pd_weight_t *out)
 {
     pd_weight_t w;
     pd_status_t st = model__alloc_host(a->fmt, a->n + b->n, a->k, &w);
@@ -168,24 +259,9 @@ static pd_status_t model__concat_rows(const pd_weight_t *a, const pd_weight_t *b
 
 /* ==== loading onto the backend ==== */
 
-typedef struct {
-    model_t *m;
-    const safetensors_t *st;
-} loader_t;
-
-/* how a linear weight is cut under tensor parallelism (tp_shard.h) */
-typedef enum {
-    SPLIT_NONE,    /* replicated (MoE router) */
-    SPLIT_Q_HEADS, /* column-parallel by attention heads */
-    SPLIT_KV_HEADS,
-    SPLIT_COLUMN,  /* column-parallel by rows (LM head by vocab) */
-    SPLIT_GATE_UP, /* column-parallel, [gate_shard; up_shard] */
-    SPLIT_ROW,     /* row-parallel by columns (o_proj, down_proj) */
-} model_split_t;
-
 /* Replaces the host weight *h by this rank's shard (nothing to do at TP 1). On failure *h is
  * freed. */
-static pd_status_t model__shard(const model_t *m, model_split_t split, pd_weight_t *h)
+pd_status_t model__shard(const model_t *m, model_split_t split, pd_weight_t *h)
 {
     const hf_config_t *c = &m->cfg;
     const int r = m->tp_rank, n = m->tp_size;
@@ -219,7 +295,7 @@ static pd_status_t model__shard(const model_t *m, model_split_t split, pd_weight
     return st;
 }
 
-static pd_status_t model__upload(loader_t *ld, pd_weight_t *host, pd_weight_t *dst)
+pd_status_t model__upload(loader_t *ld, pd_weight_t *host, pd_weight_t *dst)
 {
     pd_status_t st = backend_weight_upload(ld->m->be, host, dst);
     if (st == PD_OK)
@@ -231,8 +307,8 @@ static pd_status_t model__upload(loader_t *ld, pd_weight_t *host, pd_weight_t *d
 }
 
 /* reads the whole (n, k) weight `base`, keeps this rank's shard */
-static pd_status_t model__linear(loader_t *ld, const char *base, int64_t n, int64_t k,
-                                 pd_wfmt_t fmt, model_split_t split, pd_weight_t *dst)
+pd_status_t model__linear(loader_t *ld, const char *base, int64_t n, int64_t k, pd_wfmt_t fmt,
+                          model_split_t split, pd_weight_t *dst)
 {
     pd_weight_t h;
     pd_status_t st = model__read_weight(ld->st, base, n, k, fmt, &h);
@@ -244,8 +320,7 @@ static pd_status_t model__linear(loader_t *ld, const char *base, int64_t n, int6
 }
 
 /* gate_proj and up_proj of `prefix` fused into one (2 f, d) weight */
-static pd_status_t model__gate_up(loader_t *ld, const char *prefix, int64_t f, int64_t d,
-                                  pd_weight_t *dst)
+pd_status_t model__gate_up(loader_t *ld, const char *prefix, int64_t f, int64_t d, pd_weight_t *dst)
 {
     char name[256];
     pd_weight_t g, u, gu;
@@ -259,6 +334,20 @@ static pd_status_t model__gate_up(loader_t *ld, const char *prefix, int64_t f, i
         model_host_weight_free(&g);
         return st;
     }
+    if (g.fmt != u.fmt || (g.fmt == PD_WFMT_FP8_BLOCK && f % QUANT_FP8_BLOCK != 0)) {
+        /* mixed formats (one of them block-scaled fp8), or 128-row scale blocks the fused
+         * matrix would not keep: both as per-row fp8 */
+        pd_weight_t g8, u8;
+        st = model__convert(&g, PD_WFMT_FP8, &g8);
+        if (st == PD_OK && (st = model__convert(&u, PD_WFMT_FP8, &u8)) != PD_OK)
+            model_host_weight_free(&g8);
+        model_host_weight_free(&g);
+        model_host_weight_free(&u);
+        if (st != PD_OK)
+            return st;
+        g = g8;
+        u = u8;
+    }
     st = model__concat_rows(&g, &u, &gu);
     model_host_weight_free(&g);
     model_host_weight_free(&u);
@@ -270,8 +359,8 @@ static pd_status_t model__gate_up(loader_t *ld, const char *prefix, int64_t f, i
 }
 
 /* a BF16 vector or matrix copied as-is */
-static pd_status_t model__bf16(loader_t *ld, const char *name, int n_dims, const int64_t *shape,
-                               uint16_t **dst_p)
+pd_status_t model__bf16(loader_t *ld, const char *name, int n_dims, const int64_t *shape,
+                        uint16_t **dst_p)
 {
     const safetensors_tensor_t *t;
     pd_backend_t *be = ld->m->be;
@@ -306,6 +395,8 @@ static pd_status_t model__layer(loader_t *ld, int i)
         if ((st = (x)) != PD_OK)                                                                   \
             return st;                                                                             \
     } while (0)
+    if (m->family)
+        return model_family_layer_load(ld, i);
     snprintf(p, sizeof p, "model.layers.%d", i);
     snprintf(name, sizeof name, "%s.input_layernorm.weight", p);
     TRY(model__bf16(ld, name, 1, vd, &L->attn_norm));
@@ -389,7 +480,17 @@ pd_status_t model_load(const model_load_params_t *p, model_t **m_p)
     snprintf(path, sizeof path, "%s/config.json", p->dir);
     if ((rc = hf_config_load(path, &m->cfg)) != PD_OK)
         goto err;
-    if (m->cfg.attention_bias || m->cfg.mlp_bias) {
+    m->family = model_family_arch(&m->cfg);
+    if (!m->be->ops->supports_op(m->be, PD_OP_MATMUL, m->wfmt) ||
+        (m->wfmt == PD_WFMT_FP8 && strcmp(m->cfg.quant_format, "fp8_block") == 0 &&
+         !m->be->ops->supports_op(m->be, PD_OP_MATMUL, PD_WFMT_FP8_BLOCK))) {
+        pd_log_error("%s: backend %s cannot multiply %s weights%s", path, m->be->ops->name,
+                     pd_wfmt_name(m->wfmt),
+                     m->wfmt == PD_WFMT_FP8 ? " (fp8 with 128x128 block scales)" : "");
+        rc = PD_ERR_UNSUPPORTED;
+        goto err;
+    }
+    if ((m->cfg.attention_bias && !m->family) || m->cfg.mlp_bias) {
         pd_log_error("%s: attention_bias / mlp_bias models are not supported", path);
         rc = PD_ERR_UNSUPPORTED;
         goto err;
@@ -411,6 +512,8 @@ pd_status_t model_load(const model_load_params_t *p, model_t **m_p)
     m->ffn = m->cfg.intermediate_size / m->tp_size;
     m->moe_ffn = m->cfg.moe_intermediate_size / m->tp_size;
     m->vocab_local = m->cfg.vocab_size / m->tp_size;
+    if (m->family && (rc = model_family_check(m)) != PD_OK)
+        goto err;
     if ((rc = safetensors_open_model(p->dir, &st)) != PD_OK)
         goto err;
     ld.m = m;
@@ -449,6 +552,8 @@ pd_status_t model_load(const model_load_params_t *p, model_t **m_p)
     if ((rc = m->be->ops->alloc(m->be, (size_t)m->cfg.head_dim / 2 * 4, (void **)&m->inv_freq)))
         goto err;
     if ((rc = m->be->ops->upload(m->be, m->inv_freq, inv_freq, (size_t)m->cfg.head_dim / 2 * 4)))
+        goto err;
+    if (m->family && (rc = model_family_rope(m)) != PD_OK)
         goto err;
     safetensors_close(st);
     *m_p = m;
@@ -496,6 +601,7 @@ void model_destroy(model_t *m)
         }
         free(L->exp_gate_up);
         free(L->exp_down);
+        model_family_layer_free(be, L);
     }
     free(m->layers);
     free(m);

@@ -1,6 +1,7 @@
-/* model: a decoder-only transformer (LlamaForCausalLM, Qwen3MoeForCausalLM) loaded from a Hugging
- * Face directory (config.json + safetensors) onto a backend, and its forward pass over a paged
- * KV cache, written once against the backend ops table.
+/* model: a decoder-only transformer (LlamaForCausalLM, Qwen3MoeForCausalLM, Glm4MoeForCausalLM,
+ * DeepseekV3ForCausalLM; the last two in model_family.c) loaded from a Hugging Face directory
+ * (config.json + safetensors) onto a backend, and its forward pass over a paged KV cache, written
+ * once against the backend ops table.
  *
  * Weights are kept in the requested format: bf16 (as stored), fp8 (e4m3, per-row scale) or int4
  * (g128 asymmetric), quantized at load from a BF16 checkpoint or read as-is from a checkpoint
@@ -41,6 +42,17 @@ typedef struct {
     pd_weight_t router;             /* MoE: (n_experts, d) bf16, whole on every rank */
     pd_weight_t *exp_gate_up;       /* MoE: (n_experts) of (2 fm, d); fm = moe_ffn */
     pd_weight_t *exp_down;          /* MoE: (n_experts) of (d, fm) */
+    /* GLM-4.5 / DeepSeek-V3 (model_family.c); NULL / empty otherwise */
+    float *q_bias, *k_bias, *v_bias; /* (q_dim), (kv_dim), (kv_dim) f32: attention_bias */
+    float *router_bias;              /* (n_experts) f32: e_score_correction_bias */
+    pd_weight_t sh_gate_up, sh_down; /* shared experts: (2 fs, d), (d, fs); fs = n_shared * fm */
+    /* MLA: q through q_a (qr, d), q_a_norm (qr), then q (H (nope + rope), qr) = q_b_proj, or
+     * q_proj (k = d) without q LoRA; kv_a_proj_with_mqa split by rows into kv_a (r, d) and
+     * kv_pe (rope, d); kv_a_norm (r) */
+    pd_weight_t q_a, kv_a, kv_pe;
+    uint16_t *q_a_norm, *kv_a_norm;
+    uint16_t *w_uk_t; /* (H, r, nope) bf16: kv_b_proj's K rows of each head, transposed */
+    uint16_t *w_uv;   /* (H, v, r) bf16: kv_b_proj's V rows of each head */
 } model_layer_t;
 
 typedef struct {
@@ -60,6 +72,10 @@ typedef struct {
     int tp_rank, tp_size;    /* 0, 1 without a communicator */
     tp_comm_t *comm;         /* borrowed; NULL at TP 1 */
     size_t weight_bytes;  /* bytes of weights in backend memory */
+    /* GLM-4.5 / DeepSeek-V3 (model_family.c) */
+    bool family;      /* the forward runs model_family_layers */
+    float rope_scale; /* yarn attention factor on the rotated dims (1 otherwise) */
+    float attn_scale; /* MLA softmax scale: qk_head_dim^-1/2 * yarn mscale^2 */
 } model_t;
 
 typedef struct {

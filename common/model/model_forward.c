@@ -7,6 +7,7 @@
 
 #include "log.h"
 #include "model.h"
+#include "model_family.h"
 #include "tp_comm.h"
 
 /* one captured decode step */
@@ -34,6 +35,7 @@ struct model_ctx {
     int32_t *d_tokens, *d_pos, *d_slots, *d_qstart, *d_ctx, *d_bt;
     int32_t *h_pos, *h_slots, *h_bt;
     float *glogits; /* (tp_size, n_logits, vocab_local): gathered logits, TP > 1 only */
+    model_family_scratch_t *fam; /* GLM-4.5 / DeepSeek-V3 only (model_family.h) */
     /* graph path: mode, captured steps, host staging of the padded index arrays */
     model_graphs_t graphs;
     model_graph_t cache[MODEL_GRAPH_CACHE];
@@ -67,6 +69,7 @@ static void ctx__free_bufs(model_ctx_t *c)
             c->be->ops->free(c->be, *bufs[i]);
         *bufs[i] = NULL;
     }
+    model_family_scratch_free(&c->fam, c->be);
     free(c->h_pos);
     free(c->h_slots);
     free(c->h_bt);
@@ -131,6 +134,8 @@ static pd_status_t ctx__reserve(model_ctx_t *c, int n, int s, int bt, int nl)
     c->h_bt = malloc((size_t)bt * 4);
     if (st == PD_OK && (!c->h_pos || !c->h_slots || !c->h_bt))
         st = PD_ERR_NOMEM;
+    if (st == PD_OK && c->m->family)
+        st = model_family_reserve(&c->fam, c->m, n);
     if (st != PD_OK) {
         pd_log_error("model: cannot allocate scratch for %d tokens", n);
         ctx__free_bufs(c);
@@ -266,10 +271,15 @@ static pd_status_t ctx__enqueue(model_ctx_t *c, void *arena, const kv_layout_t *
     const float eps = (float)cfg->rms_norm_eps;
     pd_status_t st;
 
-    PD_ASSERT(l->n_kv_heads == KVH);
+    PD_ASSERT(m->family || l->n_kv_heads == KVH);
     o->embed(be, c->x, m->embed, c->d_tokens, n, d);
     const float *res = NULL; /* the layer output not yet added to x (fused into the next norm) */
-    for (int li = 0; li < cfg->num_hidden_layers; li++) {
+    if (m->family) {
+        model_family_bufs_t fb = {c->x,  c->h,   c->tmp,     c->q,  c->k,    c->v,     c->attn,
+                                  c->gu, c->act, c->rlogits, c->mw, c->mids, c->d_pos, c->d_slots};
+        model_family_layers(c->fam, m, &fb, arena, l, n, ab);
+    }
+    for (int li = 0; !m->family && li < cfg->num_hidden_layers; li++) {
         const model_layer_t *L = &m->layers[li];
         const bool qkv8 = fwd__fp8(c, &L->q) && fwd__fp8(c, &L->k) && fwd__fp8(c, &L->v);
         fwd__norm(c, res, L->attn_norm, n, qkv8);

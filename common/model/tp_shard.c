@@ -39,6 +39,8 @@ static void tp_shard__copy2d(void *dst, const void *src, int64_t r0, int64_t row
 
 pd_status_t tp_shard_rows(const pd_weight_t *w, int64_t row0, int64_t n_rows, pd_weight_t *out_p)
 {
+    if (w->fmt == PD_WFMT_FP8_BLOCK) /* rows would cut 128-row scale blocks */
+        return PD_ERR_INVALID;
     pd_weight_t o;
     pd_status_t st;
     if (row0 < 0 || n_rows < 0 || row0 + n_rows > w->n)
@@ -62,7 +64,7 @@ pd_status_t tp_shard_cols(const pd_weight_t *w, int64_t col0, int64_t n_cols, pd
     pd_weight_t o;
     pd_status_t st;
     const int64_t G = QUANT_INT4_GROUP;
-    if (col0 < 0 || n_cols < 0 || col0 + n_cols > w->k)
+    if (col0 < 0 || n_cols < 0 || col0 + n_cols > w->k || w->fmt == PD_WFMT_FP8_BLOCK)
         return PD_ERR_INVALID;
     if (w->fmt == PD_WFMT_INT4 && (col0 % G != 0 || n_cols % G != 0))
         return PD_ERR_INVALID;
@@ -89,6 +91,8 @@ pd_status_t tp_shard_cols(const pd_weight_t *w, int64_t col0, int64_t n_cols, pd
                          (size_t)(col0 / G) * gz, (size_t)(n_cols / G) * gz);
         break;
     }
+    case PD_WFMT_FP8_BLOCK: /* refused above */
+        break;
     }
     *out_p = o;
     return PD_OK;
@@ -190,6 +194,10 @@ pd_status_t tp_shard_check(const hf_config_t *cfg, pd_wfmt_t wfmt, pd_wfmt_t lm_
     if (size < 1) {
         pd_log_error("tp %d: size must be at least 1", size);
         return PD_ERR_INVALID;
+    }
+    if (size > 1 && (wfmt == PD_WFMT_FP8_BLOCK || !strcmp(cfg->quant_format, "fp8_block"))) {
+        pd_log_error("tp %d: fp8 block-scaled weights cannot be sharded yet", size);
+        return PD_ERR_UNSUPPORTED;
     }
     for (int i = 0; i < cfg->num_hidden_layers; i++)
         dense |= !hf_config_layer_is_moe(cfg, i);

@@ -305,8 +305,10 @@ int pdctl_kv_plan(int argc, char **argv)
                "tokens");
     for (size_t i = 0; i < 2; i++) {
         kv_layout_t l;
-        kv_layout_init(&l, cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim,
-                       page_tokens, fmts[i]);
+        int kv_heads, kv_dim, kv_sides; /* MLA: one latent of kv_lora_rank + rope dims */
+        hf_config_kv_shape(&cfg, &kv_heads, &kv_dim, &kv_sides);
+        kv_layout_init_sides(&l, cfg.num_hidden_layers, kv_heads, kv_dim, kv_sides, page_tokens,
+                             fmts[i]);
         int64_t pages = budget / (int64_t)l.page_bytes;
         if (min_pages < 0 || pages < min_pages)
             min_pages = pages;

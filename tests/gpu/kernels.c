@@ -2,7 +2,8 @@
  * (the oracle), on fresh random inputs (seeded from the clock unless PD_TEST_SEED is set; never
  * zeros), with poisoned outputs (NaN / 0xff bytes), per-op tolerances, on the fixtures' shapes
  * (hidden 512, 4 heads / 2 KV heads, head_dim 128) and Llama-3-8B's (hidden 4096, 32 / 8 heads,
- * FFN 14336). Prints one line per case: op, shape, max error, tolerance, PASS/FAIL.
+ * FFN 14336), and for the GLM-4.5 / DeepSeek-V3 ops the fixtures' and Kimi K2's shapes.
+ * Prints one line per case: op, shape, max error, tolerance, PASS/FAIL.
  * PD_GPU_TEST_ATTN=1 runs only the decode attention and fused RoPE + KV write cases.
  * Exits 77 (meson: SKIP) when there is no CUDA device, 1 when a case fails.
  * Errors are max |gpu - cpu| / max |cpu| over the output, or a count of differing bytes / ids
@@ -1368,6 +1369,241 @@ static void case_logits_process(int n, int vocab, int per_row)
     free(pen);
     free(ent);
     free(used);
+/* ==== GLM-4.5 / DeepSeek-V3 ops (kernels/family.cu) ==== */
+
+static void case_bias_add(int n, int d)
+{
+    char shape[96];
+    float *x = xmalloc((size_t)n * d * 4), *b = xmalloc((size_t)d * 4);
+    fill_f32(x, (size_t)n * d, 2.0f);
+    fill_f32(b, (size_t)d, 1.0f);
+    pair_t px = pair_new((size_t)n * d * 4, x), pb = pair_new((size_t)d * 4, b);
+    cpu->ops->bias_add(cpu, px.c, pb.c, n, d);
+    gpu->ops->bias_add(gpu, px.g, pb.g, n, d);
+    snprintf(shape, sizeof shape, "n %d d %d", n, d);
+    report("bias_add", shape, err_f32(&px, (size_t)n * d), 0.0);
+    pair_free(&px);
+    pair_free(&pb);
+    free(x);
+    free(b);
+}
+
+/* rope on rot dims at offset off of each head of (n, heads, hd) (MLA: q + nope, hd nope+rope) */
+static void case_rope_partial(int n, int heads, int hd, int off, int rot, bool inter, float scale)
+{
+    char shape[96];
+    const size_t nx = (size_t)n * heads * hd;
+    float *x = xmalloc(nx * 4), *inv = xmalloc((size_t)rot / 2 * 4);
+    int32_t *pos = xmalloc((size_t)n * 4);
+    fill_f32(x, nx, 2.0f);
+    for (int j = 0; j < rot / 2; j++)
+        inv[j] = (float)pow(10000.0, -2.0 * j / rot);
+    for (int i = 0; i < n; i++)
+        pos[i] = (int32_t)(rng_next() % 4096);
+    pair_t px = pair_new(nx * 4, x), pp = pair_new((size_t)n * 4, pos);
+    pair_t pi = pair_new((size_t)rot / 2 * 4, inv);
+    cpu->ops->rope_partial(cpu, (float *)px.c + off, pp.c, pi.c, n, heads, hd, rot, inter, scale);
+    gpu->ops->rope_partial(gpu, (float *)px.g + off, pp.g, pi.g, n, heads, hd, rot, inter, scale);
+    snprintf(shape, sizeof shape, "n %d h %d hd %d rot %d@%d %s x%.3g", n, heads, hd, rot, off,
+             inter ? "pairs" : "halves", scale);
+    report("rope_partial", shape, err_f32(&px, nx - (size_t)off), 2e-5);
+    pair_free(&px);
+    pair_free(&pp);
+    pair_free(&pi);
+    free(x);
+    free(inv);
+    free(pos);
+}
+
+static void case_moe_route_grouped(int n, int E, int k, int ng, int tg)
+{
+    char shape[96];
+    float *lg = xmalloc((size_t)n * E * 4), *bias = xmalloc((size_t)E * 4);
+    fill_f32(lg, (size_t)n * E, 4.0f);
+    fill_f32(bias, (size_t)E, 0.5f);
+    pair_t pl = pair_new((size_t)n * E * 4, lg), pb = pair_new((size_t)E * 4, bias);
+    pair_t ids = pair_new((size_t)n * k * 4, NULL), w = pair_new((size_t)n * k * 4, NULL);
+    cpu->ops->moe_route_grouped(cpu, ids.c, w.c, pl.c, pb.c, n, E, k, ng, tg, true, 2.5f);
+    gpu->ops->moe_route_grouped(gpu, ids.g, w.g, pl.g, pb.g, n, E, k, ng, tg, true, 2.5f);
+    snprintf(shape, sizeof shape, "n %d experts %d k %d groups %d/%d (ids differing)", n, E, k, tg,
+             ng);
+    report("moe_route_g", shape, err_bytes(&ids), 0.0);
+    snprintf(shape, sizeof shape, "n %d experts %d k %d groups %d/%d (weights)", n, E, k, tg, ng);
+    report("moe_route_g", shape, err_f32(&w, (size_t)n * k), 1e-5);
+    pair_free(&pl);
+    pair_free(&pb);
+    pair_free(&ids);
+    pair_free(&w);
+    free(lg);
+    free(bias);
+}
+
+static void case_head_matmul(int n, int heads, int nout, int kin, int stride)
+{
+    char shape[96];
+    const size_t nx = (size_t)n * heads * stride, nw = (size_t)heads * nout * kin;
+    float *x = xmalloc(nx * 4);
+    uint16_t *w = xmalloc(nw * 2);
+    fill_f32(x, nx, 2.0f);
+    for (size_t i = 0; i < nw; i++)
+        w[i] = pd_f32_to_bf16(rng_float() * 0.1f);
+    pair_t px = pair_new(nx * 4, x), pw = pair_new(nw * 2, w);
+    pair_t out = pair_new((size_t)n * heads * nout * 4, NULL);
+    cpu->ops->head_matmul(cpu, out.c, px.c, pw.c, n, heads, nout, kin, stride);
+    gpu->ops->head_matmul(gpu, out.g, px.g, pw.g, n, heads, nout, kin, stride);
+    snprintf(shape, sizeof shape, "n %d h %d out %d in %d stride %d", n, heads, nout, kin, stride);
+    report("head_matmul", shape, err_f32(&out, (size_t)n * heads * nout), 2e-5);
+    pair_free(&px);
+    pair_free(&pw);
+    pair_free(&out);
+    free(x);
+    free(w);
+}
+
+/* a latent arena (n_pages pages of layout l) filled through the CPU latent_write */
+static pair_t latent_arena_new(const kv_layout_t *l, int n_pages, int r)
+{
+    const int D = l->head_dim, P = l->page_tokens;
+    size_t bytes = (size_t)n_pages * l->page_bytes;
+    uint8_t *host = xmalloc(bytes);
+    float *c = xmalloc((size_t)P * r * 4), *kpe = xmalloc((size_t)P * (D - r) * 4);
+    int32_t *slots = xmalloc((size_t)P * 4);
+    for (size_t i = 0; i < bytes; i++)
+        host[i] = (uint8_t)rng_next();
+    for (int p = 0; p < n_pages; p++) {
+        for (int t = 0; t < P; t++)
+            slots[t] = p * P + t;
+        for (int layer = 0; layer < l->n_layers; layer++) {
+            fill_f32(c, (size_t)P * r, 2.0f);
+            fill_f32(kpe, (size_t)P * (D - r), 2.0f);
+            cpu->ops->latent_write(cpu, host, l, layer, c, kpe, slots, P, r);
+        }
+    }
+    pair_t a = pair_new(bytes, host);
+    free(host);
+    free(c);
+    free(kpe);
+    free(slots);
+    return a;
+}
+
+static void case_latent_write(pd_kvfmt_t fmt, int r, int rope, int n)
+{
+    char shape[96];
+    kv_layout_t l;
+    kv_layout_init_sides(&l, 2, 1, r + rope, 1, 16, fmt);
+    const int n_pages = (n + 15) / 16 + 3;
+    pair_t a = latent_arena_new(&l, n_pages, r);
+    float *c = xmalloc((size_t)n * r * 4), *kpe = xmalloc((size_t)n * rope * 4);
+    int32_t *slots = xmalloc((size_t)n * 4);
+    fill_f32(c, (size_t)n * r, 4.0f);
+    fill_f32(kpe, (size_t)n * rope, 4.0f);
+    for (int i = 0; i < n; i++)
+        slots[i] = (int32_t)(((size_t)i * 7 + 5) % ((size_t)n_pages * 16));
+    for (int i = 3; i < n; i += 7)
+        slots[i] = -1;
+    pair_t pc = pair_new((size_t)n * r * 4, c), pk = pair_new((size_t)n * rope * 4, kpe);
+    pair_t ps = pair_new((size_t)n * 4, slots);
+    cpu->ops->latent_write(cpu, a.c, &l, 1, pc.c, pk.c, ps.c, n, r);
+    gpu->ops->latent_write(gpu, a.g, &l, 1, pc.g, pk.g, ps.g, n, r);
+    snprintf(shape, sizeof shape, "%s r %d rope %d n %d (bytes differing)", pd_kvfmt_name(fmt), r,
+             rope, n);
+    report("latent_write", shape, err_bytes(&a), 0.0);
+    pair_free(&a);
+    pair_free(&pc);
+    pair_free(&pk);
+    pair_free(&ps);
+    free(c);
+    free(kpe);
+    free(slots);
+}
+
+/* n_seqs sequences, q_len[s] rows and ctx[s] context each; q_pe read with stride pe_stride */
+static void case_latent_attention(pd_kvfmt_t fmt, int heads, int r, int rope, int pe_stride,
+                                  int n_seqs, const int *q_len, const int *ctx, const char *what)
+{
+    char shape[128];
+    kv_layout_t l;
+    const int P = 16;
+    int max_pages = 1, total = 0, n_rows = 0, max_ctx = 0;
+    kv_layout_init_sides(&l, 2, 1, r + rope, 1, P, fmt);
+    for (int s = 0; s < n_seqs; s++) {
+        int np = (ctx[s] + P - 1) / P;
+        max_pages = np > max_pages ? np : max_pages;
+        total += np;
+        n_rows += q_len[s];
+        max_ctx = ctx[s] > max_ctx ? ctx[s] : max_ctx;
+    }
+    int n_pages = total + 2, used = 0;
+    int32_t *bt = xmalloc((size_t)n_seqs * max_pages * 4), *qs = xmalloc(((size_t)n_seqs + 1) * 4);
+    qs[0] = 0;
+    for (int s = 0; s < n_seqs; s++) { /* pages in reverse order: block tables matter */
+        int np = (ctx[s] + P - 1) / P;
+        for (int i = 0; i < max_pages; i++)
+            bt[s * max_pages + i] = i < np ? n_pages - 1 - (used + i) : 0;
+        used += np;
+        qs[s + 1] = qs[s] + q_len[s];
+    }
+    pair_t a = latent_arena_new(&l, n_pages, r);
+    const size_t nl = (size_t)n_rows * heads * r, np = (size_t)n_rows * heads * pe_stride;
+    float *ql = xmalloc(nl * 4), *qp = xmalloc(np * 4);
+    fill_f32(ql, nl, 0.2f);
+    fill_f32(qp, np, 0.5f);
+    pair_t pql = pair_new(nl * 4, ql), pqp = pair_new(np * 4, qp), out = pair_new(nl * 4, NULL);
+    pair_t pqs = pair_new(((size_t)n_seqs + 1) * 4, qs), pctx = pair_new((size_t)n_seqs * 4, ctx);
+    pair_t pbt = pair_new((size_t)n_seqs * max_pages * 4, bt);
+    pd_attn_batch_t bc = {n_seqs, max_pages, pqs.c, pctx.c, pbt.c, 0, 0};
+    pd_attn_batch_t bg = {n_seqs, max_pages, pqs.g, pctx.g, pbt.g, 0, 0};
+    const float scale = 1.0f / sqrtf(192.0f);
+    cpu->ops->latent_attention(cpu, out.c, pql.c, pqp.c, a.c, &l, 1, &bc, heads, r, pe_stride,
+                               scale);
+    gpu->ops->latent_attention(gpu, out.g, pql.g, pqp.g, a.g, &l, 1, &bg, heads, r, pe_stride,
+                               scale);
+    snprintf(shape, sizeof shape, "%s %s h %d r %d rope %d rows %d ctx<=%d", pd_kvfmt_name(fmt),
+             what, heads, r, rope, n_rows, max_ctx);
+    report("latent_attn", shape, err_f32_vec(&out, (size_t)n_rows * heads, (size_t)r), 1e-4);
+    pair_free(&a);
+    pair_free(&pql);
+    pair_free(&pqp);
+    pair_free(&out);
+    pair_free(&pqs);
+    pair_free(&pctx);
+    pair_free(&pbt);
+    free(bt);
+    free(qs);
+    free(ql);
+    free(qp);
+}
+
+static void cases_family(void)
+{
+    case_bias_add(37, 512);
+    case_rope_partial(37, 4, 128, 0, 64, false, 1.0f);  /* GLM: half of each head */
+    case_rope_partial(37, 4, 96, 64, 32, true, 1.0f);   /* tiny-dsv3 q: rope after nope */
+    case_rope_partial(37, 1, 32, 0, 32, true, 1.1386f); /* k_pe, a yarn factor */
+    case_moe_route_grouped(37, 8, 2, 1, 1);             /* tiny-glm */
+    case_moe_route_grouped(37, 8, 2, 2, 1);             /* tiny-dsv3 */
+    case_head_matmul(37, 4, 128, 64, 96);               /* tiny-dsv3 q_nope -> latent */
+    case_head_matmul(37, 4, 64, 128, 128);              /* latent -> v */
+    const int q1[] = {1, 1, 1}, c1[] = {1, 17, 40}, qp[] = {23}, cp[] = {23};
+    const pd_kvfmt_t kf[] = {PD_KV_F32, PD_KV_BF16, PD_KV_FP8};
+    for (int f = 0; f < 3; f++) {
+        case_latent_write(kf[f], 128, 32, 37);
+        case_latent_attention(kf[f], 4, 128, 32, 96, 3, q1, c1, "decode");
+        case_latent_attention(kf[f], 4, 128, 32, 96, 1, qp, cp, "prefill");
+    }
+    if (small_only)
+        return;
+    /* Kimi K2 / DeepSeek-V3 shapes: 64 / 128 heads, latent 512 + 64, 384 / 256 experts */
+    case_rope_partial(8, 64, 192, 128, 64, true, 1.0f);
+    case_moe_route_grouped(64, 384, 8, 1, 1);
+    case_moe_route_grouped(64, 256, 8, 8, 4);
+    case_head_matmul(8, 64, 512, 128, 192);
+    case_head_matmul(8, 64, 128, 512, 512);
+    const int qd[] = {1, 1}, cd[] = {300, 1024};
+    case_latent_write(PD_KV_FP8, 512, 64, 64);
+    case_latent_attention(PD_KV_FP8, 64, 512, 64, 192, 2, qd, cd, "Kimi decode");
+    case_latent_attention(PD_KV_BF16, 128, 512, 64, 192, 2, qd, cd, "V3 decode");
 }
 
 int main(void)
@@ -1620,6 +1856,7 @@ int main(void)
     case_logits_process(7, 2048, 300);
     if (!small_only)
         case_logits_process(64, 128256, 2000);
+    cases_family();
     printf("%d cases, %d failed\n", n_cases, n_fail);
     backend_destroy(gpu_split);
     backend_destroy(gpu);

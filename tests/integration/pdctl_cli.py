@@ -190,6 +190,34 @@ with tempfile.TemporaryDirectory() as tmp:
     print(f"{'ok ' if ok else 'FAIL'} kv-plan: bytes per token (scales included), pages, tokens")
     if not ok:
         failures.append("kv-plan")
+    # MLA (issue 15): one latent of kv_lora_rank + qk_rope_head_dim values per token and layer;
+    # Kimi K2's shape is 61 layers x 576 values (config.json as published, trimmed to what
+    # kv-plan reads), the tiny-dsv3 fixture 4 x 160
+    with tempfile.TemporaryDirectory() as kimi_tmp:
+        kimi = os.path.join(kimi_tmp, "kimi-k2")
+        os.mkdir(kimi)
+        json.dump({"architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 7168,
+                   "intermediate_size": 18432, "kv_lora_rank": 512,
+                   "max_position_embeddings": 131072, "moe_intermediate_size": 2048,
+                   "n_group": 1, "n_routed_experts": 384, "n_shared_experts": 1,
+                   "num_attention_heads": 64, "num_experts_per_tok": 8, "num_hidden_layers": 61,
+                   "num_key_value_heads": 64, "q_lora_rank": 1536, "qk_nope_head_dim": 128,
+                   "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06, "first_k_dense_replace": 1,
+                   "rope_scaling": {"beta_fast": 1.0, "beta_slow": 1.0, "factor": 32.0,
+                                    "mscale": 1.0, "mscale_all_dim": 1.0,
+                                    "original_max_position_embeddings": 4096, "type": "yarn"},
+                   "rope_theta": 50000.0, "routed_scaling_factor": 2.827, "topk_group": 1,
+                   "v_head_dim": 128, "vocab_size": 163840}, open(os.path.join(kimi, "config.json"), "w"))
+        rc, out, err = run(["kv-plan", "--model", kimi, "--budget", "64GiB", "--json"])
+        plan = json.loads(out) if rc == 0 else []
+        ok = rc == 0 and [p["bytes_per_token"] for p in plan] == [61 * 576 * 2, 61 * (576 + 4)]
+        rc, out, err = run(["kv-plan", "--model", os.path.join(MODELS, "tiny-dsv3"), "--budget",
+                            "64MiB", "--json"])
+        plan = json.loads(out) if rc == 0 else []
+        ok = ok and rc == 0 and [p["bytes_per_token"] for p in plan] == [4 * 160 * 2, 4 * 164]
+    print(f"{'ok ' if ok else 'FAIL'} kv-plan: MLA latent bytes per token (Kimi K2 61 x 576)")
+    if not ok:
+        failures.append("kv-plan mla")
     expect_error("kv budget too small for one page", ["kv-plan", "--model", LLAMA, "--budget", "1000"],
                  ["holds no page"])
     expect_error("engine kv budget too small", ["generate", "--model", LLAMA, "--kv-budget", "1KiB",

@@ -45,7 +45,9 @@ static engine_t *open_engine(const char *dir, pd_kvfmt_t kv, int threads)
     return e;
 }
 
-static void check_model(const char *name, pd_kvfmt_t kv, double tol)
+/* max_differ: greedy sequences allowed to differ from transformers' (BF16 KV rounding can turn a
+ * near tie late in a 48-token run; with f32 KV none may) */
+static void check_model_n(const char *name, pd_kvfmt_t kv, double tol, int max_differ)
 {
     char dir[2048], path[4096];
     snprintf(dir, sizeof dir, "%s/%s", getenv("PD_MODELS_DIR"), name);
@@ -105,12 +107,17 @@ static void check_model(const char *name, pd_kvfmt_t kv, double tol)
     printf("%s kv=%s: %d/%zu greedy sequences identical, max |logit diff| %.3g (tol %.3g)\n", name,
            pd_kvfmt_name(kv), exact, json_array_size(cases), worst, tol);
     assert_true(worst <= tol);
-    assert_true(exact >= (int)json_array_size(cases) - 1);
+    assert_true(exact >= (int)json_array_size(cases) - max_differ);
     assert_int_equal(kv_pool_used_pages(engine_pool(e)), 0);
     free(logits);
     engine_destroy(e);
     tokenizer_destroy(tok);
     json_decref(ref);
+}
+
+static void check_model(const char *name, pd_kvfmt_t kv, double tol)
+{
+    check_model_n(name, kv, tol, 1);
 }
 
 static void test_llama_f32(void **s)
@@ -132,6 +139,27 @@ static void test_moe_bf16(void **s)
 {
     (void)s;
     check_model("tiny-moe", PD_KV_BF16, 3e-2);
+}
+
+static void test_glm_f32(void **s)
+{
+    (void)s;
+    check_model("tiny-glm", PD_KV_F32, 2e-3);
+}
+static void test_dsv3_f32(void **s)
+{
+    (void)s;
+    check_model("tiny-dsv3", PD_KV_F32, 2e-3);
+}
+static void test_glm_bf16(void **s)
+{
+    (void)s;
+    check_model("tiny-glm", PD_KV_BF16, 4e-2); /* measured 0.031 */
+}
+static void test_dsv3_bf16(void **s)
+{
+    (void)s;
+    check_model_n("tiny-dsv3", PD_KV_BF16, 3e-2, 2); /* measured 0.015, 6/8 identical */
 }
 
 static const int32_t batch_prompts[3][6] = {
@@ -207,7 +235,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_llama_f32),        cmocka_unit_test(test_moe_f32),
         cmocka_unit_test(test_llama_bf16),       cmocka_unit_test(test_moe_bf16),
-        cmocka_unit_test(test_threads_and_seed),
+        cmocka_unit_test(test_threads_and_seed), cmocka_unit_test(test_glm_f32),
+        cmocka_unit_test(test_dsv3_f32),         cmocka_unit_test(test_glm_bf16),
+        cmocka_unit_test(test_dsv3_bf16),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

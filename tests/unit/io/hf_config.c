@@ -304,6 +304,233 @@ static void test_errors(void **state)
     assert_int_equal(hf_config_load("/nonexistent/config.json", &c), PD_ERR_IO);
 }
 
+/* ==== GLM-4.5 and DeepSeek-V3 / Kimi K2: the published config.json files (values as shipped,
+ * auto_map and other ignored keys left out) ==== */
+
+static const char *cfg_deepseek_v3 =
+    "{\"architectures\": [\"DeepseekV3ForCausalLM\"], \"attention_bias\": false,"
+    " \"bos_token_id\": 0, \"eos_token_id\": 1, \"ep_size\": 1, \"first_k_dense_replace\": 3,"
+    " \"hidden_act\": \"silu\", \"hidden_size\": 7168, \"intermediate_size\": 18432,"
+    " \"kv_lora_rank\": 512, \"max_position_embeddings\": 163840, \"model_type\": \"deepseek_v3\","
+    " \"moe_intermediate_size\": 2048, \"moe_layer_freq\": 1, \"n_group\": 8,"
+    " \"n_routed_experts\": 256, \"n_shared_experts\": 1, \"norm_topk_prob\": true,"
+    " \"num_attention_heads\": 128, \"num_experts_per_tok\": 8, \"num_hidden_layers\": 61,"
+    " \"num_key_value_heads\": 128, \"num_nextn_predict_layers\": 1, \"pretraining_tp\": 1,"
+    " \"q_lora_rank\": 1536, \"qk_nope_head_dim\": 128, \"qk_rope_head_dim\": 64,"
+    " \"quantization_config\": {\"activation_scheme\": \"dynamic\", \"fmt\": \"e4m3\","
+    " \"quant_method\": \"fp8\", \"weight_block_size\": [128, 128]}, \"rms_norm_eps\": 1e-06,"
+    " \"rope_scaling\": {\"beta_fast\": 32, \"beta_slow\": 1, \"factor\": 40, \"mscale\": 1.0,"
+    " \"mscale_all_dim\": 1.0, \"original_max_position_embeddings\": 4096, \"type\": \"yarn\"},"
+    " \"rope_theta\": 10000, \"routed_scaling_factor\": 2.5, \"scoring_func\": \"sigmoid\","
+    " \"seq_aux\": true, \"tie_word_embeddings\": false, \"topk_group\": 4,"
+    " \"topk_method\": \"noaux_tc\", \"torch_dtype\": \"bfloat16\", \"use_cache\": true,"
+    " \"v_head_dim\": 128, \"vocab_size\": 129280}";
+
+static const char *cfg_kimi_k2 =
+    "{\"architectures\": [\"DeepseekV3ForCausalLM\"], \"attention_bias\": false,"
+    " \"bos_token_id\": 163584, \"eos_token_id\": 163585, \"first_k_dense_replace\": 1,"
+    " \"hidden_act\": \"silu\", \"hidden_size\": 7168, \"intermediate_size\": 18432,"
+    " \"kv_lora_rank\": 512, \"max_position_embeddings\": 131072, \"model_type\": \"kimi_k2\","
+    " \"moe_intermediate_size\": 2048, \"moe_layer_freq\": 1, \"n_group\": 1,"
+    " \"n_routed_experts\": 384, \"n_shared_experts\": 1, \"norm_topk_prob\": true,"
+    " \"num_attention_heads\": 64, \"num_experts_per_tok\": 8, \"num_hidden_layers\": 61,"
+    " \"num_key_value_heads\": 64, \"num_nextn_predict_layers\": 0, \"pretraining_tp\": 1,"
+    " \"q_lora_rank\": 1536, \"qk_nope_head_dim\": 128, \"qk_rope_head_dim\": 64,"
+    " \"quantization_config\": {\"activation_scheme\": \"dynamic\", \"fmt\": \"e4m3\","
+    " \"quant_method\": \"fp8\", \"weight_block_size\": [128, 128]}, \"rms_norm_eps\": 1e-06,"
+    " \"rope_scaling\": {\"beta_fast\": 1.0, \"beta_slow\": 1.0, \"factor\": 32.0,"
+    " \"mscale\": 1.0, \"mscale_all_dim\": 1.0, \"original_max_position_embeddings\": 4096,"
+    " \"type\": \"yarn\"}, \"rope_theta\": 50000.0, \"routed_scaling_factor\": 2.827,"
+    " \"scoring_func\": \"sigmoid\", \"seq_aux\": true, \"tie_word_embeddings\": false,"
+    " \"topk_group\": 1, \"topk_method\": \"noaux_tc\", \"torch_dtype\": \"bfloat16\","
+    " \"use_cache\": true, \"v_head_dim\": 128, \"vocab_size\": 163840}";
+
+static const char *cfg_glm45 =
+    "{\"architectures\": [\"Glm4MoeForCausalLM\"], \"attention_bias\": true,"
+    " \"attention_dropout\": 0.0, \"pad_token_id\": 151329, \"eos_token_id\": [151329, 151336,"
+    " 151338], \"head_dim\": 128, \"hidden_act\": \"silu\", \"hidden_size\": 5120,"
+    " \"partial_rotary_factor\": 0.5, \"initializer_range\": 0.02, \"intermediate_size\": 12288,"
+    " \"max_position_embeddings\": 131072, \"model_type\": \"glm4_moe\","
+    " \"moe_intermediate_size\": 1536, \"norm_topk_prob\": true, \"num_attention_heads\": 96,"
+    " \"n_group\": 1, \"topk_group\": 1, \"n_routed_experts\": 160, \"n_shared_experts\": 1,"
+    " \"routed_scaling_factor\": 2.5, \"num_experts_per_tok\": 8, \"first_k_dense_replace\": 3,"
+    " \"num_hidden_layers\": 92, \"num_key_value_heads\": 8, \"rms_norm_eps\": 1e-05,"
+    " \"rope_scaling\": null, \"rope_theta\": 1000000, \"num_nextn_predict_layers\": 1,"
+    " \"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\", \"use_cache\": true,"
+    " \"use_qk_norm\": true, \"vocab_size\": 151552}";
+
+static void test_published_deepseek_v3(void **state)
+{
+    hf_config_t c;
+    int heads, dim, sides;
+    (void)state;
+    assert_int_equal(hf_config_parse(cfg_deepseek_v3, strlen(cfg_deepseek_v3), NULL, &c), PD_OK);
+    assert_int_equal(c.arch, HF_ARCH_DEEPSEEK_V3);
+    assert_true(hf_config_is_mla(&c));
+    assert_int_equal(c.q_lora_rank, 1536);
+    assert_int_equal(c.kv_lora_rank, 512);
+    assert_int_equal(c.qk_nope_head_dim, 128);
+    assert_int_equal(c.qk_rope_head_dim, 64);
+    assert_int_equal(c.v_head_dim, 128);
+    assert_int_equal(c.rotary_dim, 64);
+    assert_false(c.rope_interleave); /* transformers 4 configs leave it out (the model default) */
+    assert_int_equal(c.rope_type, HF_ROPE_YARN);
+    assert_true(c.rope_factor == 40.0);
+    assert_true(c.rope_theta == 10000.0);
+    assert_int_equal(c.rope_original_max_position, 4096);
+    assert_true(c.rope_beta_fast == 32.0 && c.rope_beta_slow == 1.0);
+    assert_true(c.rope_mscale == 1.0 && c.rope_mscale_all_dim == 1.0);
+    assert_int_equal(c.num_experts, 256);
+    assert_int_equal(c.num_experts_per_tok, 8);
+    assert_int_equal(c.n_group, 8);
+    assert_int_equal(c.topk_group, 4);
+    assert_int_equal(c.n_shared_experts, 1);
+    assert_true(c.routed_scaling_factor == 2.5);
+    assert_true(c.norm_topk_prob && c.moe_sigmoid);
+    assert_int_equal(c.first_k_dense_replace, 3);
+    assert_false(hf_config_layer_is_moe(&c, 2));
+    assert_true(hf_config_layer_is_moe(&c, 3));
+    assert_true(hf_config_layer_is_moe(&c, 60));
+    assert_string_equal(c.quant_format, "fp8_block");
+    assert_int_equal(c.quant_block_n, 128);
+    assert_int_equal(c.quant_block_k, 128);
+    /* MLA: one latent head of 512 + 64 values per token and layer */
+    hf_config_kv_shape(&c, &heads, &dim, &sides);
+    assert_int_equal(heads, 1);
+    assert_int_equal(dim, 576);
+    assert_int_equal(sides, 1);
+}
+
+static void test_published_kimi_k2(void **state)
+{
+    hf_config_t c;
+    (void)state;
+    /* beta_fast == beta_slow (1.0, 1.0) is what Kimi K2 ships */
+    assert_int_equal(hf_config_parse(cfg_kimi_k2, strlen(cfg_kimi_k2), NULL, &c), PD_OK);
+    assert_int_equal(c.arch, HF_ARCH_DEEPSEEK_V3);
+    assert_string_equal(c.model_type, "kimi_k2");
+    assert_int_equal(c.num_attention_heads, 64);
+    assert_int_equal(c.num_experts, 384);
+    assert_int_equal(c.n_group, 1);
+    assert_int_equal(c.topk_group, 1);
+    assert_true(c.routed_scaling_factor == 2.827);
+    assert_true(c.rope_theta == 50000.0);
+    assert_true(c.rope_factor == 32.0);
+    assert_true(c.rope_beta_fast == 1.0 && c.rope_beta_slow == 1.0);
+    assert_int_equal(c.first_k_dense_replace, 1);
+    assert_false(hf_config_layer_is_moe(&c, 0));
+    assert_true(hf_config_layer_is_moe(&c, 1));
+    assert_int_equal(c.bos_token_id, 163584);
+}
+
+static void test_published_glm45(void **state)
+{
+    hf_config_t c;
+    int heads, dim, sides;
+    (void)state;
+    assert_int_equal(hf_config_parse(cfg_glm45, strlen(cfg_glm45), NULL, &c), PD_OK);
+    assert_int_equal(c.arch, HF_ARCH_GLM4_MOE);
+    assert_false(hf_config_is_mla(&c));
+    assert_true(c.attention_bias);
+    assert_true(c.use_qk_norm);
+    assert_int_equal(c.head_dim, 128);
+    assert_int_equal(c.rotary_dim, 64); /* partial_rotary_factor 0.5 at the top level */
+    assert_int_equal(c.rope_type, HF_ROPE_DEFAULT);
+    assert_true(c.rope_theta == 1000000.0);
+    assert_int_equal(c.num_experts, 160);
+    assert_int_equal(c.moe_intermediate_size, 1536);
+    assert_int_equal(c.first_k_dense_replace, 3);
+    assert_int_equal(c.n_eos, 3);
+    assert_true(c.routed_scaling_factor == 2.5);
+    assert_true(c.moe_sigmoid);
+    assert_string_equal(c.quant_format, "");
+    hf_config_kv_shape(&c, &heads, &dim, &sides);
+    assert_int_equal(heads, 8);
+    assert_int_equal(dim, 128);
+    assert_int_equal(sides, 2);
+    /* GLM-4.5-Air's differences */
+    assert_int_equal(parse_patched(cfg_glm45,
+                                   "{\"hidden_size\": 4096, \"num_hidden_layers\": 46,"
+                                   " \"n_routed_experts\": 128, \"moe_intermediate_size\": 1408,"
+                                   " \"intermediate_size\": 10944, \"first_k_dense_replace\": 1,"
+                                   " \"use_qk_norm\": false}",
+                                   &c),
+                     PD_OK);
+    assert_false(c.use_qk_norm);
+    assert_int_equal(c.num_experts, 128);
+    assert_true(hf_config_layer_is_moe(&c, 1));
+}
+
+/* The fixtures, as transformers 5 writes them (rope_parameters with partial_rotary_factor,
+ * rope_interleave, yarn with rope_type and type) */
+static void test_fixture_families(void **state)
+{
+    hf_config_t c;
+    (void)state;
+    load_fixture("tiny-glm", &c);
+    assert_int_equal(c.arch, HF_ARCH_GLM4_MOE);
+    assert_int_equal(c.rotary_dim, 64);
+    assert_int_equal(c.num_experts, 8);
+    assert_int_equal(c.n_shared_experts, 1);
+    assert_false(hf_config_layer_is_moe(&c, 0));
+    assert_true(hf_config_layer_is_moe(&c, 1));
+    load_fixture("tiny-dsv3", &c);
+    assert_int_equal(c.arch, HF_ARCH_DEEPSEEK_V3);
+    assert_true(c.rope_interleave);
+    assert_int_equal(c.rope_type, HF_ROPE_YARN);
+    assert_true(c.rope_factor == 4.0);
+    assert_int_equal(c.rope_original_max_position, 512);
+    assert_int_equal(c.rotary_dim, 32);
+    assert_int_equal(c.q_lora_rank, 192);
+    assert_int_equal(c.kv_lora_rank, 128);
+    assert_int_equal(c.n_group, 2);
+    assert_int_equal(c.topk_group, 1);
+    assert_string_equal(c.quant_format, "");
+}
+
+static void test_family_errors(void **state)
+{
+    hf_config_t c;
+    (void)state;
+    /* DeepSeek-V2's softmax / greedy routing is another model */
+    assert_int_equal(parse_patched(cfg_deepseek_v3, "{\"scoring_func\": \"softmax\"}", &c),
+                     PD_ERR_UNSUPPORTED);
+    assert_int_equal(parse_patched(cfg_deepseek_v3, "{\"topk_method\": \"greedy\"}", &c),
+                     PD_ERR_UNSUPPORTED);
+    assert_int_equal(parse_patched(cfg_deepseek_v3, "{\"topk_group\": 9}", &c), PD_ERR_FORMAT);
+    assert_int_equal(parse_patched(cfg_deepseek_v3, "{\"n_group\": 7}", &c), PD_ERR_FORMAT);
+    assert_int_equal(parse_patched(cfg_deepseek_v3, "{\"moe_layer_freq\": 2}", &c),
+                     PD_ERR_UNSUPPORTED);
+    assert_int_equal(parse_patched(cfg_deepseek_v3, "{\"qk_rope_head_dim\": 63}", &c),
+                     PD_ERR_FORMAT);
+    assert_int_equal(parse_without(cfg_deepseek_v3, "kv_lora_rank", &c), PD_ERR_FORMAT);
+    assert_int_equal(parse_without(cfg_glm45, "n_routed_experts", &c), PD_ERR_FORMAT);
+    assert_int_equal(parse_patched(cfg_deepseek_v3,
+                                   "{\"quantization_config\": {\"quant_method\": \"fp8\","
+                                   " \"fmt\": \"e5m2\", \"weight_block_size\": [128, 128]}}",
+                                   &c),
+                     PD_ERR_UNSUPPORTED);
+    assert_int_equal(parse_patched(cfg_deepseek_v3,
+                                   "{\"quantization_config\": {\"quant_method\": \"fp8\","
+                                   " \"weight_block_size\": [128]}}",
+                                   &c),
+                     PD_ERR_FORMAT);
+    assert_int_equal(parse_patched(cfg_glm45, "{\"partial_rotary_factor\": 1.5}", &c),
+                     PD_ERR_FORMAT);
+    /* yarn stays DeepSeek-V3's: a Llama with it is refused, not run with the wrong frequencies */
+    assert_int_equal(
+        parse_patched(base_llama, "{\"rope_scaling\": {\"type\": \"yarn\", \"factor\": 4}}", &c),
+        PD_ERR_UNSUPPORTED);
+    /* factor absent: max_position_embeddings / original_max_position_embeddings */
+    assert_int_equal(parse_patched(cfg_deepseek_v3,
+                                   "{\"rope_scaling\": {\"type\": \"yarn\","
+                                   " \"original_max_position_embeddings\": 4096}}",
+                                   &c),
+                     PD_OK);
+    assert_true(c.rope_factor == 40.0);
+    assert_true(c.rope_mscale == 0 && c.rope_mscale_all_dim == 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -312,6 +539,11 @@ int main(void)
         cmocka_unit_test(test_defaults_and_variants),
         cmocka_unit_test(test_moe_layers),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_published_deepseek_v3),
+        cmocka_unit_test(test_published_kimi_k2),
+        cmocka_unit_test(test_published_glm45),
+        cmocka_unit_test(test_fixture_families),
+        cmocka_unit_test(test_family_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -25,6 +25,28 @@ static void test_layout(void **s)
     assert_true(kv_layout_scale_off(&l, 3, 1) + l.scale_bytes <= l.page_bytes);
 }
 
+/* MLA (n_sides 1): one latent "head" of kv_lora_rank + rope values per token and layer; at
+ * Kimi K2's size 61 layers x 576 values, fp8 with one scale per token */
+static void test_layout_latent(void **s)
+{
+    kv_layout_t l;
+    (void)s;
+    kv_layout_init_sides(&l, 61, 1, 576, 1, 16, PD_KV_BF16);
+    assert_int_equal(l.n_sides, 1);
+    assert_true(kv_layout_bytes_per_token(&l) == 61 * 576 * 2);
+    assert_int_equal(kv_layout_data_off(&l, 1, 0), 64 + l.side_bytes);
+    assert_int_equal(l.page_bytes, (64 + 61 * 16 * 576 * 2 + 63) / 64 * 64);
+    kv_layout_init_sides(&l, 61, 1, 576, 1, 16, PD_KV_FP8);
+    assert_true(kv_layout_bytes_per_token(&l) == 61 * (576 + 4));
+    assert_int_equal(kv_layout_scale_off(&l, 0, 0), 64 + 61 * l.side_bytes);
+    assert_true(kv_layout_scale_off(&l, 60, 0) + l.scale_bytes <= l.page_bytes);
+    /* kv_layout_init is the two-sided case */
+    kv_layout_t a, b;
+    kv_layout_init(&a, 4, 2, 128, 16, PD_KV_FP8);
+    kv_layout_init_sides(&b, 4, 2, 128, 2, 16, PD_KV_FP8);
+    assert_memory_equal(&a, &b, sizeof a);
+}
+
 static kv_pool_t *make_pool(kv_tracker_t **t, kv_tracker_kind_t kind, int n)
 {
     kv_pool_params_t p;
@@ -184,6 +206,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layout),
+        cmocka_unit_test(test_layout_latent),
         cmocka_unit_test(test_alloc_tags),
         cmocka_unit_test(test_reserve),
         cmocka_unit_test(test_remote_quarantine),

@@ -1,0 +1,305 @@
+/* family: the GLM-4.5 / DeepSeek-V3 ops (see family.h). */
+#include "family.h"
+#include "kutil.cuh"
+
+/* ==== kernels ==== */
+
+/* x (n, d) f32, bias (d) f32 */
+static __global__ void family__bias_add(float *x, const float *bias, int n, int d)
+{
+    const size_t total = (size_t)n * d;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] += bias[i % d];
+}
+
+/* grid (n), block 128: x (n, n_heads, head_dim) f32 in place, pos (n), inv_freq (rot_dim / 2) */
+static __global__ void family__rope_partial(float *x, const int32_t *pos, const float *inv_freq,
+                                            int n_heads, int head_dim, int rot_dim, bool interleave,
+                                            float scale)
+{
+    const int half = rot_dim / 2;
+    const float p = (float)pos[blockIdx.x];
+    float *row = x + (size_t)blockIdx.x * n_heads * head_dim;
+    for (int i = threadIdx.x; i < n_heads * half; i += blockDim.x) {
+        const int h = i / half, j = i % half;
+        const float ang = p * inv_freq[j];
+        const float c = cosf(ang) * scale, s = sinf(ang) * scale;
+        const int ia = interleave ? 2 * j : j, ib = interleave ? 2 * j + 1 : j + half;
+        float *v = row + (size_t)h * head_dim;
+        const float a = v[ia], b = v[ib];
+        v[ia] = a * c - b * s;
+        v[ib] = b * c + a * s;
+    }
+}
+
+/* grid (n), block 32 (one warp per token; lane 0 decides, as the CPU reference does):
+ * ids, weights (n, k); logits (n, E); bias (E) */
+static __global__ void family__moe_route_grouped(int32_t *ids, float *weights, const float *logits,
+                                                 const float *bias, int E, int k, int n_group,
+                                                 int topk_group, bool norm, float scale)
+{
+    __shared__ float s[1024], choice[1024], gscore[64];
+    __shared__ bool taken[1024], gkeep[64];
+    const int i = blockIdx.x, per = E / n_group;
+    const float *lg = logits + (size_t)i * E;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        s[e] = 1.0f / (1.0f + expf(-lg[e]));
+        choice[e] = s[e] + bias[e];
+        taken[e] = false;
+    }
+    __syncwarp();
+    if (threadIdx.x != 0)
+        return;
+    for (int g = 0; g < n_group; g++) {
+        const float *c = choice + g * per;
+        int b0 = 0, b1 = -1;
+        for (int e = 1; e < per; e++)
+            if (c[e] > c[b0])
+                b0 = e;
+        for (int e = 0; e < per; e++)
+            if (e != b0 && (b1 < 0 || c[e] > c[b1]))
+                b1 = e;
+        gscore[g] = c[b0] + (b1 >= 0 ? c[b1] : 0.0f);
+        gkeep[g] = false;
+    }
+    for (int t = 0; t < topk_group; t++) {
+        int best = -1;
+        for (int g = 0; g < n_group; g++)
+            if (!gkeep[g] && (best < 0 || gscore[g] > gscore[best]))
+                best = g;
+        gkeep[best] = true;
+    }
+    for (int e = 0; e < E; e++)
+        if (!gkeep[e / per])
+            choice[e] = 0.0f;
+    float sum = 0.0f;
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++)
+            if (!taken[e] && (best < 0 || choice[e] > choice[best]))
+                best = e;
+        taken[best] = true;
+        ids[(size_t)i * k + j] = best;
+        weights[(size_t)i * k + j] = s[best];
+        sum += s[best];
+    }
+    for (int j = 0; j < k; j++) {
+        float w = weights[(size_t)i * k + j];
+        if (norm)
+            w /= sum + 1e-20f;
+        weights[(size_t)i * k + j] = w * scale;
+    }
+}
+
+/* one warp per output (i, h, o), 8 warps a block: out (n, H, nout), x (n, H, x_stride),
+ * w (H, nout, kin) bf16 */
+static __global__ void family__head_matmul(float *out, const float *x, const uint16_t *w, int n,
+                                           int H, int nout, int kin, int x_stride)
+{
+    const size_t task = (size_t)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (task >= (size_t)n * H * nout)
+        return;
+    const int o = (int)(task % nout), h = (int)(task / nout % H), i = (int)(task / nout / H);
+    const float *xi = x + ((size_t)i * H + h) * x_stride;
+    const uint16_t *wr = w + ((size_t)h * nout + o) * kin;
+    float acc = 0.0f;
+    for (int q = lane; q < kin; q += 32)
+        acc += xi[q] * kutil_bf16_to_f32(wr[q]);
+    acc = kutil_warp_sum(acc);
+    if (lane == 0)
+        out[((size_t)i * H + h) * nout + o] = acc;
+}
+
+/* grid (n), block 128: the latent of token i into its slot */
+static __global__ void family__latent_write(uint8_t *arena, kv_layout_t l, int layer,
+                                            const float *c, const float *kpe, const int32_t *slots,
+                                            int r)
+{
+    __shared__ float red[32];
+    const int i = blockIdx.x, D = l.head_dim, rope = D - r;
+    const int32_t slot = slots[i];
+    if (slot < 0)
+        return;
+    uint8_t *p = arena + (size_t)(slot / l.page_tokens) * l.page_bytes;
+    const int tok = slot % l.page_tokens;
+    uint8_t *data = p + kutil_kv_data_off(l, layer, 0);
+    float amax = 0.0f;
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        const float v = d < r ? c[(size_t)i * r + d] : kpe[(size_t)i * rope + d - r];
+        amax = fmaxf(amax, fabsf(v));
+    }
+    if (l.fmt == PD_KV_FP8) /* uniform over the block */
+        amax = kutil_block_max(amax, red);
+    const float s = amax > 0.0f ? amax / 448.0f : 1.0f, inv = 1.0f / s;
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        const float v = d < r ? c[(size_t)i * r + d] : kpe[(size_t)i * rope + d - r];
+        const size_t at = (size_t)tok * D + d;
+        if (l.fmt == PD_KV_F32)
+            ((float *)data)[at] = v;
+        else if (l.fmt == PD_KV_BF16)
+            ((uint16_t *)data)[at] = kutil_f32_to_bf16(v);
+        else
+            data[at] = kutil_f32_to_fp8(v * inv);
+    }
+    if (l.fmt == PD_KV_FP8 && threadIdx.x == 0)
+        ((float *)(p + kutil_kv_scale_off(l, layer, 0)))[tok] = s;
+}
+
+/* latent element d of token tok of a page (f32) */
+static __device__ __forceinline__ float family__lat(const uint8_t *page, const kv_layout_t &l,
+                                                    int layer, int tok, int d, float s)
+{
+    const uint8_t *data = page + kutil_kv_data_off(l, layer, 0);
+    const size_t at = (size_t)tok * l.head_dim + d;
+    if (l.fmt == PD_KV_F32)
+        return ((const float *)data)[at];
+    if (l.fmt == PD_KV_BF16)
+        return kutil_bf16_to_f32(((const uint16_t *)data)[at]);
+    return kutil_fp8_to_f32(data[at]) * s;
+}
+
+#define FAMILY__ATT_THREADS 128
+#define FAMILY__ATT_PER 8 /* r <= 8 * 128 */
+
+/* grid (n_rows, H), block 128, smem head_dim floats: online softmax over the row's context */
+static __global__ void family__latent_attention(float *out, const float *q_lat, const float *q_pe,
+                                                const uint8_t *arena, kv_layout_t l, int layer,
+                                                const int32_t *q_start, const int32_t *ctx_len,
+                                                const int32_t *bt, int max_pages, int H, int r,
+                                                int pe_stride, float scale)
+{
+    extern __shared__ float family__q[]; /* (head_dim) */
+    __shared__ float red[32];
+    const int row = blockIdx.x, h = blockIdx.y, D = l.head_dim, P = l.page_tokens;
+    int s = 0;
+    while (q_start[s + 1] <= row)
+        s++;
+    const int pos = ctx_len[s] - (q_start[s + 1] - q_start[s]) + (row - q_start[s]);
+    for (int d = threadIdx.x; d < D; d += blockDim.x)
+        family__q[d] = d < r ? q_lat[((size_t)row * H + h) * r + d]
+                             : q_pe[((size_t)row * H + h) * pe_stride + d - r];
+    __syncthreads();
+    float acc[FAMILY__ATT_PER], m = -INFINITY, lsum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < FAMILY__ATT_PER; i++)
+        acc[i] = 0.0f;
+    for (int t = 0; t <= pos; t++) {
+        const uint8_t *page = arena + (size_t)bt[(size_t)s * max_pages + t / P] * l.page_bytes;
+        const int tok = t % P;
+        const float ts = l.fmt == PD_KV_FP8
+                             ? ((const float *)(page + kutil_kv_scale_off(l, layer, 0)))[tok]
+                             : 1.0f;
+        float part = 0.0f;
+        for (int d = threadIdx.x; d < D; d += blockDim.x)
+            part += family__q[d] * family__lat(page, l, layer, tok, d, ts);
+        const float score = kutil_block_sum(part, red) * scale;
+        const float m_new = fmaxf(m, score), corr = expf(m - m_new), p = expf(score - m_new);
+        lsum = lsum * corr + p;
+#pragma unroll
+        for (int i = 0; i < FAMILY__ATT_PER; i++) {
+            const int d = threadIdx.x + i * blockDim.x;
+            if (d < r)
+                acc[i] = acc[i] * corr + p * family__lat(page, l, layer, tok, d, ts);
+        }
+        m = m_new;
+    }
+#pragma unroll
+    for (int i = 0; i < FAMILY__ATT_PER; i++) {
+        const int d = threadIdx.x + i * blockDim.x;
+        if (d < r)
+            out[((size_t)row * H + h) * r + d] = acc[i] / lsum;
+    }
+}
+
+/* ==== launchers ==== */
+
+extern "C" pd_status_t family_bias_add(float *x, const float *bias, int n, int d,
+                                       cudaStream_t stream)
+{
+    KUTIL_REQUIRE(n >= 0 && d > 0, "bias_add");
+    if (n == 0)
+        return PD_OK;
+    size_t blocks = ((size_t)n * d + 255) / 256;
+    family__bias_add<<<(unsigned)(blocks > 65535 * 8 ? 65535 * 8 : blocks), 256, 0, stream>>>(
+        x, bias, n, d);
+    return KUTIL_LAUNCHED("bias_add");
+}
+
+extern "C" pd_status_t family_rope_partial(float *x, const int32_t *pos, const float *inv_freq,
+                                           int n, int n_heads, int head_dim, int rot_dim,
+                                           bool interleave, float scale, cudaStream_t stream)
+{
+    KUTIL_REQUIRE(n >= 0 && n_heads > 0 && rot_dim > 0 && rot_dim % 2 == 0 && rot_dim <= head_dim,
+                  "rope_partial");
+    if (n == 0)
+        return PD_OK;
+    family__rope_partial<<<n, 128, 0, stream>>>(x, pos, inv_freq, n_heads, head_dim, rot_dim,
+                                                interleave, scale);
+    return KUTIL_LAUNCHED("rope_partial");
+}
+
+extern "C" pd_status_t family_moe_route_grouped(int32_t *ids, float *weights, const float *logits,
+                                                const float *bias, int n, int n_experts, int k,
+                                                int n_group, int topk_group, bool norm, float scale,
+                                                cudaStream_t stream)
+{
+    KUTIL_REQUIRE(n >= 0 && n_experts > 0 && n_experts <= 1024 && n_group > 0 && n_group <= 64 &&
+                      n_experts % n_group == 0 && topk_group >= 1 && topk_group <= n_group &&
+                      k >= 1 && k <= topk_group * (n_experts / n_group),
+                  "moe_route_grouped");
+    if (n == 0)
+        return PD_OK;
+    family__moe_route_grouped<<<n, 32, 0, stream>>>(ids, weights, logits, bias, n_experts, k,
+                                                    n_group, topk_group, norm, scale);
+    return KUTIL_LAUNCHED("moe_route_grouped");
+}
+
+extern "C" pd_status_t family_head_matmul(float *out, const float *x, const uint16_t *w, int n,
+                                          int n_heads, int nout, int kin, int x_stride,
+                                          cudaStream_t stream)
+{
+    KUTIL_REQUIRE(n >= 0 && n_heads > 0 && nout > 0 && kin > 0 && x_stride >= kin, "head_matmul");
+    const size_t tasks = (size_t)n * n_heads * nout, blocks = (tasks + 7) / 8;
+    KUTIL_REQUIRE(blocks < (1u << 31), "head_matmul");
+    if (n == 0)
+        return PD_OK;
+    family__head_matmul<<<(unsigned)blocks, 256, 0, stream>>>(out, x, w, n, n_heads, nout, kin,
+                                                              x_stride);
+    return KUTIL_LAUNCHED("head_matmul");
+}
+
+extern "C" pd_status_t family_latent_write(void *arena, const kv_layout_t *l, int layer,
+                                           const float *c, const float *kpe, const int32_t *slots,
+                                           int n, int r, cudaStream_t stream)
+{
+    KUTIL_REQUIRE(n >= 0 && layer >= 0 && layer < l->n_layers && l->n_sides == 1 &&
+                      l->n_kv_heads == 1 && r > 0 && r < l->head_dim,
+                  "latent_write");
+    if (n == 0)
+        return PD_OK;
+    family__latent_write<<<n, 128, 0, stream>>>((uint8_t *)arena, *l, layer, c, kpe, slots, r);
+    return KUTIL_LAUNCHED("latent_write");
+}
+
+extern "C" pd_status_t family_latent_attention(float *out, const float *q_lat, const float *q_pe,
+                                               const void *arena, const kv_layout_t *l, int layer,
+                                               const int32_t *q_start, const int32_t *ctx_len,
+                                               const int32_t *block_tables, int n_seqs,
+                                               int max_pages, int n_rows, int n_heads, int r,
+                                               int pe_stride, float scale, cudaStream_t stream)
+{
+    KUTIL_REQUIRE(n_rows >= 0 && n_seqs > 0 && n_heads > 0 && n_heads < 65536 && l->n_sides == 1 &&
+                      l->n_kv_heads == 1 && r > 0 && r < l->head_dim &&
+                      r <= FAMILY__ATT_PER * FAMILY__ATT_THREADS && pe_stride >= l->head_dim - r &&
+                      l->head_dim * 4 <= 48 * 1024,
+                  "latent_attention");
+    if (n_rows == 0)
+        return PD_OK;
+    family__latent_attention<<<dim3(n_rows, n_heads), FAMILY__ATT_THREADS,
+                               (size_t)l->head_dim * sizeof(float), stream>>>(
+        out, q_lat, q_pe, (const uint8_t *)arena, *l, layer, q_start, ctx_len, block_tables,
+        max_pages, n_heads, r, pe_stride, scale);
+    return KUTIL_LAUNCHED("latent_attention");
+}
