@@ -1369,6 +1369,8 @@ static void case_logits_process(int n, int vocab, int per_row)
     free(pen);
     free(ent);
     free(used);
+}
+
 /* ==== GLM-4.5 / DeepSeek-V3 ops (kernels/family.cu) ==== */
 
 static void case_bias_add(int n, int d)
