@@ -13,8 +13,8 @@
 #include "clock.h"
 #include "log.h"
 #include "node.h"
+#include "node_control.h"
 #include "pdserve.pb-c.h"
-
 
 /* A decode node we write to: one endpoint and its unpacked keys. */
 typedef struct peer {
@@ -51,25 +51,16 @@ typedef struct pjob {
     atomic_int cancelled; /* the client went away or its deadline passed (set on the loop thread,
                              read by the compute thread at each chunk) */
     int aborted;          /* the KV-done sent is the "writer stopped" one */
-    uint64_t checksum;               /* XXH3-64 chain over the pages put so far, in order */
+    uint64_t checksum;    /* XXH3-64 chain over the pages put so far, in order */
 } pjob_t;
 
 struct prefill_node {
-    uv_loop_t *loop;
-    const cluster_config_t *cfg;
-    const cluster_node_t *node;
-    pd_grpc_server_t *srv;
-    pd_grpc_health_t *health;
-    node_http_t *http; /* /live /ready /health /metrics on the node's http_port */
+    /* control server, ops endpoint, stats, transport, clock; nc.draining: no new Prefill calls */
+    node_control_t nc;
     compute_t *comp;
-    kv_transport_t *tr;
     peer_t *peers;
-    node_stats_t stats;
-    int failed, ready;
-    int draining; /* SIGTERM: no new Prefill calls; running ones finish */
     int queued; /* calls waiting or running (loop thread) */
 };
-
 
 /* ==== loop thread: job lifetime ==== */
 
@@ -88,7 +79,7 @@ static void prefill__unref(pjob_t *j)
 static void prefill__fail(pjob_t *j, pd_status_t st, const char *what)
 {
     char msg[256];
-    snprintf(msg, sizeof msg, "%s: %s: %s", j->pn->node->name, what, pd_status_str(st));
+    snprintf(msg, sizeof msg, "%s: %s: %s", j->pn->nc.node->name, what, pd_status_str(st));
     pd_grpc_call_finish_status(j->call, st, msg);
     j->pn->queued--;
     prefill__unref(j);
@@ -118,18 +109,19 @@ static void prefill__am_done(void *arg, pd_status_t st)
     rep.n_tokens = (uint32_t)j->n_tokens;
     pd_grpc_call_finish_status(j->call, pd_grpc_call_send(j->call, &rep.base), NULL);
     j->pn->queued--;
-    pthread_mutex_lock(&j->pn->stats.mu);
-    j->pn->stats.requests++;
-    j->pn->stats.tokens += (uint64_t)j->n_tokens;
-    pthread_mutex_unlock(&j->pn->stats.mu);
+    pthread_mutex_lock(&j->pn->nc.stats.mu);
+    j->pn->nc.stats.requests++;
+    j->pn->nc.stats.tokens += (uint64_t)j->n_tokens;
+    pthread_mutex_unlock(&j->pn->nc.stats.mu);
     prefill__unref(j);
 }
 
 static void prefill__flush_done(void *arg, pd_status_t st)
 {
     pjob_t *j = arg;
-    node_kv_done_t msg = {j->seq_id,   j->first, (uint32_t)j->n_tokens, (uint32_t)j->n_dst_pages,
-                          j->aborted, j->checksum, {0}};
+    node_kv_done_t msg = {
+        j->seq_id,   j->first, (uint32_t)j->n_tokens, (uint32_t)j->n_dst_pages, j->aborted,
+        j->checksum, {0}};
     uint8_t buf[NODE_KV_DONE_MAX];
     size_t len;
     if (st == PD_OK)
@@ -162,8 +154,8 @@ static void prefill__put(void *arg)
     put_msg_t *m = arg;
     pjob_t *j = m->j;
     const size_t pb = j->dst_layout.page_bytes;
-    uint8_t **s = m->st == PD_OK ? realloc(j->staging, (size_t)(j->n_staging + 1) * sizeof *s)
-                                 : NULL;
+    uint8_t **s =
+        m->st == PD_OK ? realloc(j->staging, (size_t)(j->n_staging + 1) * sizeof *s) : NULL;
     if (m->st == PD_OK && !s)
         m->st = PD_ERR_NOMEM;
     if (m->st != PD_OK) {
@@ -178,13 +170,13 @@ static void prefill__put(void *arg)
     /* pages arrive in order (FIFO from the compute thread): the checksum the decode node will
      * recompute over what landed in its pool */
     j->checksum = node_pages_checksum(j->checksum, m->staging, NULL, m->n, pb);
-    if (j->error == PD_OK && pd_clock_ms() > j->write_deadline_ms)
+    if (j->error == PD_OK && node_control_now_ms(&j->pn->nc) > j->write_deadline_ms)
         j->error = PD_ERR_RESOURCE; /* the decode node may hand these pages to others now */
     for (int i = 0; i < m->n && j->error == PD_OK; i++) {
         const kv_page_ref_t *r = &j->dst_pages[m->first + i];
-        pd_status_t st = kv_transport_put(j->peer->ep, m->staging + (size_t)i * pb, pb,
-                                          j->base + (uint64_t)r->page * pb, j->peer->rkey,
-                                          prefill__op_done, j);
+        pd_status_t st =
+            kv_transport_put(j->peer->ep, m->staging + (size_t)i * pb, pb,
+                             j->base + (uint64_t)r->page * pb, j->peer->rkey, prefill__op_done, j);
         if (st != PD_OK)
             j->error = st;
         else
@@ -267,7 +259,8 @@ static void prefill__run(compute_t *c, engine_t *e, void *arg)
 {
     pjob_t *j = arg;
     kv_seq_t kv;
-    if (pd_clock_ms() > j->write_deadline_ms) { /* queued too long: skip the work */
+    if (node_control_now_ms(&j->pn->nc) >
+        j->write_deadline_ms) { /* queued too long: skip the work */
         j->prefill_status = PD_ERR_RESOURCE;
         compute_post(c, prefill__done, j);
         return;
@@ -277,8 +270,8 @@ static void prefill__run(compute_t *c, engine_t *e, void *arg)
         compute_post(c, prefill__done, j);
         return;
     }
-    j->prefill_status = engine_prefill(e, j->tokens, j->n_tokens, &j->gp, prefill__pages, j,
-                                       &j->first, &kv);
+    j->prefill_status =
+        engine_prefill(e, j->tokens, j->n_tokens, &j->gp, prefill__pages, j, &j->first, &kv);
     if (j->prefill_status == PD_OK) {
         kv_seq_release(engine_pool(e), &kv);
         kv_seq_deinit(&kv);
@@ -290,7 +283,7 @@ static void prefill__tick(compute_t *c, engine_t *e, void *arg)
 {
     prefill_node_t *pn = arg;
     (void)c;
-    node_stats_publish(&pn->stats, e, 0);
+    node_stats_publish(&pn->nc.stats, e, 0);
 }
 
 /* ==== loop thread: rpcs ==== */
@@ -337,7 +330,7 @@ static peer_t *prefill__peer(prefill_node_t *pn, const Pdserve__V1__KvDestinatio
     }
     snprintf(p->host, sizeof p->host, "%s", d->ucx_host);
     p->port = (int)d->ucx_port;
-    if ((*st_p = kv_transport_connect(pn->tr, p->host, p->port, &p->ep)) != PD_OK ||
+    if ((*st_p = kv_transport_connect(pn->nc.tr, p->host, p->port, &p->ep)) != PD_OK ||
         (*st_p = kv_transport_rkey_unpack(p->ep, d->rkey.data, d->rkey.len, &p->rkey)) != PD_OK) {
         kv_transport_ep_close(p->ep);
         free(p);
@@ -362,19 +355,21 @@ static void prefill__rpc_prefill(pd_grpc_call_t *call, const ProtobufCMessage *m
     prefill_node_t *pn = user;
     const Pdserve__V1__PrefillRequest *req = (const Pdserve__V1__PrefillRequest *)msg;
     const Pdserve__V1__KvDestination *d = req->dest;
-    engine_t *e = pn->ready ? compute_engine(pn->comp) : NULL;
+    engine_t *e = pn->nc.ready ? compute_engine(pn->comp) : NULL;
     pjob_t *j;
     pd_status_t st = PD_OK;
     char why[200];
 
-    if (!e || pn->draining) {
+    if (!e || pn->nc.draining) {
         pd_grpc_call_finish_status(call, PD_ERR_UNAVAILABLE,
-                                   pn->draining ? "prefill node draining" : "prefill node not ready");
+                                   pn->nc.draining ? "prefill node draining"
+                                                   : "prefill node not ready");
         return;
     }
     const kv_layout_t *src = kv_pool_layout(engine_pool(e));
     if (!d || !d->layout || d->seq_id == 0 || req->n_token_ids == 0) {
-        pd_grpc_call_finish_status(call, PD_ERR_INVALID, "prefill: tokens and a destination needed");
+        pd_grpc_call_finish_status(call, PD_ERR_INVALID,
+                                   "prefill: tokens and a destination needed");
         return;
     }
     if (d->token.len != NODE_TOKEN_BYTES || d->lease_ms < 0 || d->lease_ms > 86400000) {
@@ -389,8 +384,9 @@ static void prefill__rpc_prefill(pd_grpc_call_t *call, const ProtobufCMessage *m
         (int)d->layout->n_kv_heads != src->n_kv_heads ||
         (int)d->layout->head_dim != src->head_dim ||
         (int)d->layout->page_tokens != src->page_tokens) {
-        snprintf(why, sizeof why, "prefill: destination kv layout does not match this model "
-                                  "(%u layers, %u kv heads, %u head dim, %u page tokens, %s)",
+        snprintf(why, sizeof why,
+                 "prefill: destination kv layout does not match this model "
+                 "(%u layers, %u kv heads, %u head dim, %u page tokens, %s)",
                  d->layout->n_layers, d->layout->n_kv_heads, d->layout->head_dim,
                  d->layout->page_tokens, d->layout->kv_format);
         pd_grpc_call_finish_status(call, PD_ERR_INVALID, why);
@@ -417,8 +413,8 @@ static void prefill__rpc_prefill(pd_grpc_call_t *call, const ProtobufCMessage *m
      * (KvDestination.lease_ms; the cluster's transport.lease_ms when absent) and reuses them
      * once it ends: post puts only in its first three quarters, the last covers the reserve ->
      * prefill hop and the puts in flight */
-    int64_t lease = d->lease_ms > 0 ? d->lease_ms : pn->cfg->transport.lease_ms;
-    j->write_deadline_ms = pd_clock_ms() + lease - lease / 4;
+    int64_t lease = d->lease_ms > 0 ? d->lease_ms : pn->nc.cfg->transport.lease_ms;
+    j->write_deadline_ms = node_control_now_ms(&j->pn->nc) + lease - lease / 4;
     memcpy(j->tokens, req->token_ids, req->n_token_ids * sizeof *j->tokens);
     j->n_tokens = (int)req->n_token_ids;
     j->gp.max_tokens = 1;
@@ -430,8 +426,8 @@ static void prefill__rpc_prefill(pd_grpc_call_t *call, const ProtobufCMessage *m
         j->gp.sampling.seed = req->sampling->seed;
     }
     j->gp.n_generated = (int)req->n_generated;
-    kv_layout_init(&j->dst_layout, src->n_layers, src->n_kv_heads, src->head_dim,
-                   src->page_tokens, dfmt);
+    kv_layout_init(&j->dst_layout, src->n_layers, src->n_kv_heads, src->head_dim, src->page_tokens,
+                   dfmt);
     if (j->dst_layout.page_bytes != d->layout->page_bytes) {
         free(j->tokens);
         free(j->dst_pages);
@@ -450,8 +446,8 @@ static void prefill__rpc_prefill(pd_grpc_call_t *call, const ProtobufCMessage *m
         free(j->tokens);
         free(j->dst_pages);
         free(j);
-        snprintf(why, sizeof why, "%s: cannot reach decode node %s at %s:%u: %s",
-                 pn->node->name, d->node, d->ucx_host, d->ucx_port, pd_status_str(st));
+        snprintf(why, sizeof why, "%s: cannot reach decode node %s at %s:%u: %s", pn->nc.node->name,
+                 d->node, d->ucx_host, d->ucx_port, pd_status_str(st));
         pd_grpc_call_finish_status(call, PD_ERR_UNAVAILABLE, why);
         return;
     }
@@ -472,7 +468,7 @@ static void prefill__rpc_stats(pd_grpc_call_t *call, const ProtobufCMessage *msg
     prefill_node_t *pn = user;
     Pdserve__V1__NodeStats m = PDSERVE__V1__NODE_STATS__INIT;
     (void)msg;
-    node_stats_fill(&pn->stats, pn->node, &m);
+    node_stats_fill(&pn->nc.stats, pn->nc.node, &m);
     m.queued = (uint32_t)pn->queued;
     m.active = (uint32_t)pn->queued;
     pd_grpc_call_finish_status(call, pd_grpc_call_send(call, &m.base), NULL);
@@ -484,47 +480,32 @@ static void prefill__ready(void *arg, pd_status_t st)
 {
     prefill_node_t *pn = arg;
     if (st != PD_OK) {
-        pd_log_error("%s: model load failed: %s", pn->node->name, pd_status_str(st));
-        pn->failed = 1;
-        uv_stop(pn->loop);
+        node_control_fail(&pn->nc, "model load failed", st);
         return;
     }
-    pn->ready = 1;
-    if (!pn->draining)
-        node_set_serving(pn->health, &pdserve__v1__prefill__descriptor, 1);
-    pd_log_info("%s: serving (%s weights, %s kv)", pn->node->name,
-                pd_wfmt_name(pn->node->weights),
-                pd_kvfmt_name(pn->node->kv));
+    node_control_ready(&pn->nc);
+    pd_log_info("%s: serving (%s weights, %s kv)", pn->nc.node->name,
+                pd_wfmt_name(pn->nc.node->weights), pd_kvfmt_name(pn->nc.node->kv));
 }
 
 pd_status_t prefill_node_create(uv_loop_t *loop, const cluster_config_t *cfg,
-                                const cluster_node_t *node, prefill_node_t **pn_p)
+                                const cluster_node_t *node, const node_env_t *env,
+                                prefill_node_t **pn_p)
 {
     prefill_node_t *pn = calloc(1, sizeof *pn);
     engine_params_t ep;
-    kv_transport_params_t tp = {0};
-    int port;
     pd_status_t st;
 
     if (!pn)
         return PD_ERR_NOMEM;
-    pn->loop = loop;
-    pn->cfg = cfg;
-    pn->node = node;
-    node_stats_init(&pn->stats);
-    tp.name = node->name;
-    if ((st = kv_transport_ucx_create(loop, &tp, &pn->tr)) != PD_OK)
-        goto err;
-    if ((st = node_serve(loop, node, &pdserve__v1__prefill__descriptor, prefill_handlers, pn,
-                         &pn->srv, &pn->health, &port)) != PD_OK)
-        goto err;
-    if ((st = node_http_create(loop, node, pn->health, &pn->stats, &pn->http)) != PD_OK)
+    if ((st = node_control_init(&pn->nc, loop, cfg, node, &pdserve__v1__prefill__descriptor,
+                                prefill_handlers, pn, env)) != PD_OK)
         goto err;
     node_engine_params(cfg, node, &ep);
     if ((st = compute_create(loop, &ep, prefill__ready, prefill__tick, 200, pn, &pn->comp)))
         goto err;
     pd_log_info("%s: loading %s on %s (control %s:%d)", node->name, cfg->model, ep.backend,
-                node->host, port);
+                node->host, pn->nc.port);
     *pn_p = pn;
     return PD_OK;
 err:
@@ -534,16 +515,18 @@ err:
 
 int prefill_node_failed(const prefill_node_t *pn)
 {
-    return pn->failed;
+    return pn->nc.failed;
+}
+
+int prefill_node_port(const prefill_node_t *pn)
+{
+    return pn->nc.port;
 }
 
 void prefill_node_drain(prefill_node_t *pn)
 {
-    if (pn->draining)
-        return;
-    pn->draining = 1;
-    node_set_serving(pn->health, &pdserve__v1__prefill__descriptor, 0);
-    pd_log_info("%s: draining: no new prefills; %d running", pn->node->name, pn->queued);
+    if (node_control_drain(&pn->nc))
+        pd_log_info("%s: draining: no new prefills; %d running", pn->nc.node->name, pn->queued);
 }
 
 int prefill_node_busy(const prefill_node_t *pn)
@@ -555,12 +538,10 @@ void prefill_node_destroy(prefill_node_t *pn)
 {
     if (!pn)
         return;
-    if (pn->srv)
-        pd_grpc_server_shutdown(pn->srv);
+    node_control_shutdown(&pn->nc);
     compute_destroy(pn->comp);
-    pd_grpc_server_destroy(pn->srv);
-    node_http_destroy(pn->http);
-    pd_grpc_health_destroy(pn->health);
+    pd_grpc_server_destroy(pn->nc.srv); /* cancels the calls while the node still exists */
+    pn->nc.srv = NULL;
     while (pn->peers) {
         peer_t *p = pn->peers;
         pn->peers = p->next;
@@ -569,7 +550,6 @@ void prefill_node_destroy(prefill_node_t *pn)
         free(p->rkey_bytes);
         free(p);
     }
-    kv_transport_destroy(pn->tr);
-    node_stats_deinit(&pn->stats);
+    node_control_deinit(&pn->nc);
     free(pn);
 }

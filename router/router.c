@@ -1085,25 +1085,9 @@ void router_metrics_listener(metrics_t *m, const char *name, uint64_t connection
                              uint64_t idle_closed, uint64_t timed_out, uint64_t flood_closed)
 {
     const char *labels[] = {"listener", name, NULL};
-    metrics_gauge_t *g;
-    if (metrics_gauge_register(m, "pdserve_listener_connections", "open client connections", labels,
-                               &g) == PD_OK)
-        metrics_gauge_set(g, (double)connections);
-    if (metrics_gauge_register(m, "pdserve_listener_connections_max",
-                               "connection limit (max_connections, capped by RLIMIT_NOFILE)",
-                               labels, &g) == PD_OK)
-        metrics_gauge_set(g, (double)max_connections);
-    metrics_counter_put_total(m, "pdserve_listener_rejected_total",
-                              "connections closed at accept: over the limit", labels, rejected);
-    metrics_counter_put_total(m, "pdserve_listener_accept_errors_total",
-                              "failed accepts (EMFILE, ...)", labels, accept_errors);
-    metrics_counter_put_total(m, "pdserve_listener_idle_closed_total",
-                              "connections closed by the idle timeout", labels, idle_closed);
-    metrics_counter_put_total(m, "pdserve_listener_timeouts_total",
-                              "requests too slow to arrive (HTTP 408, gRPC DEADLINE_EXCEEDED)",
-                              labels, timed_out);
-    metrics_counter_put_total(m, "pdserve_listener_flood_closed_total",
-                              "connections ended for a frame flood (gRPC)", labels, flood_closed);
+    metrics_listener_t l = {connections, max_connections, rejected,    accept_errors,
+                            idle_closed, timed_out,       flood_closed};
+    metrics_listener_put(m, labels, &l);
 }
 
 const cluster_config_t *router_cluster_config(const router_t *r)

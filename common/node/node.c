@@ -77,40 +77,6 @@ void node_stats_fill(node_stats_t *s, const cluster_node_t *node, Pdserve__V1__N
     m->kv = (char *)pd_kvfmt_name(node->kv);
 }
 
-pd_status_t node_serve(uv_loop_t *loop, const cluster_node_t *node,
-                       const ProtobufCServiceDescriptor *desc, const pd_grpc_method_fn *handlers,
-                       void *user, pd_grpc_server_t **srv_p, pd_grpc_health_t **health_p,
-                       int *port_p)
-{
-    pd_grpc_server_t *srv = NULL;
-    pd_grpc_health_t *health = NULL;
-    pd_status_t st;
-
-    if ((st = pd_grpc_server_create(loop, NULL, &srv)) != PD_OK)
-        return st;
-    if ((st = pd_grpc_server_add_service(srv, desc, handlers, user)) != PD_OK ||
-        (st = pd_grpc_health_create(srv, &health)) != PD_OK)
-        goto err;
-    node_set_serving(health, desc, 0);
-    if ((st = pd_grpc_server_listen(srv, node->host, node->port, port_p)) != PD_OK)
-        goto err;
-    *srv_p = srv;
-    *health_p = health;
-    return PD_OK;
-err:
-    pd_grpc_server_destroy(srv);
-    pd_grpc_health_destroy(health);
-    return st;
-}
-
-void node_set_serving(pd_grpc_health_t *health, const ProtobufCServiceDescriptor *desc, int serving)
-{
-    int v = serving ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
-                    : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
-    pd_grpc_health_set(health, "", v);
-    pd_grpc_health_set(health, desc->name, v);
-}
-
 /* ==== KV done ==== */
 
 /* Why m cannot be a KvDone, or NULL when it can. */
@@ -223,6 +189,7 @@ pd_status_t node_kv_done_unpack(const void *buf, size_t len, const char *who, no
 struct node_http {
     const cluster_node_t *node;
     const pd_grpc_health_t *health;
+    const pd_grpc_server_t *grpc; /* the control server (its listener counters) */
     node_stats_t *stats;
     pd_http_server_t *srv;
     metrics_t *metrics;
@@ -255,6 +222,33 @@ static void node_http__ready(pd_http_request_t *req, void *user)
                   (json_int_t)st.pages_used, "kv_pages_capacity", (json_int_t)st.pages_total));
 }
 
+/* The listener counters of the control server and of this endpoint (pdserve_listener_*, as
+ * the router exports its own). */
+static void node_http__listeners(node_http_t *h)
+{
+    const char *grpc_labels[] = {"node", h->node->name, "listener", "grpc", NULL};
+    const char *http_labels[] = {"node", h->node->name, "listener", "http", NULL};
+    pd_grpc_server_stats_t gs;
+    pd_http_server_stats_t hs;
+    metrics_listener_t l;
+    if (h->grpc) {
+        pd_grpc_server_stats(h->grpc, &gs);
+        l = (metrics_listener_t){gs.connections,   gs.max_connections, gs.rejected_connections,
+                                 gs.accept_errors, gs.idle_closed,     gs.request_timeouts,
+                                 gs.flood_closed};
+        metrics_listener_put(h->metrics, grpc_labels, &l);
+    }
+    pd_http_server_stats(h->srv, &hs);
+    l = (metrics_listener_t){hs.connections,
+                             hs.max_connections,
+                             hs.rejected_connections,
+                             hs.accept_errors,
+                             hs.idle_closed,
+                             hs.timed_out,
+                             0};
+    metrics_listener_put(h->metrics, http_labels, &l);
+}
+
 static void node_http__metrics(pd_http_request_t *req, void *user)
 {
     node_http_t *h = user;
@@ -284,6 +278,7 @@ static void node_http__metrics(pd_http_request_t *req, void *user)
                               st.tokens);
     metrics_counter_put_total(h->metrics, "pdserve_node_requests_total", "requests served", labels,
                               st.requests);
+    node_http__listeners(h);
     if (metrics_render(h->metrics, &text, &len) != PD_OK) {
         pd_http_respond_error(req, PD_ERR_NOMEM, "metrics");
         return;
@@ -293,7 +288,8 @@ static void node_http__metrics(pd_http_request_t *req, void *user)
 }
 
 pd_status_t node_http_create(uv_loop_t *loop, const cluster_node_t *node,
-                             const pd_grpc_health_t *health, node_stats_t *stats, node_http_t **h_p)
+                             const pd_grpc_health_t *health, const pd_grpc_server_t *grpc,
+                             node_stats_t *stats, node_http_t **h_p)
 {
     node_http_t *h;
     pd_status_t st;
@@ -307,6 +303,7 @@ pd_status_t node_http_create(uv_loop_t *loop, const cluster_node_t *node,
         return PD_ERR_NOMEM;
     h->node = node;
     h->health = health;
+    h->grpc = grpc;
     h->stats = stats;
     if ((st = metrics_create(&h->metrics)) != PD_OK ||
         (st = pd_http_server_create(loop, NULL, &h->srv)) != PD_OK)

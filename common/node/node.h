@@ -71,29 +71,18 @@ pd_status_t node_kv_done_pack(const node_kv_done_t *m, uint8_t *buf, size_t cap,
  * when len is 0. */
 pd_status_t node_kv_done_unpack(const void *buf, size_t len, const char *who, node_kv_done_t *m_p);
 
-/* Starts a node's control server on node->host:port: the service desc with handlers (user as
- * their argument) and grpc.health.v1.Health, NOT_SERVING for "" and desc's full name until
- * node_set_serving(). On error nothing is left running. PD_ERR_IO (port), PD_ERR_NOMEM. */
-pd_status_t node_serve(uv_loop_t *loop, const cluster_node_t *node,
-                       const ProtobufCServiceDescriptor *desc, const pd_grpc_method_fn *handlers,
-                       void *user, pd_grpc_server_t **srv_p, pd_grpc_health_t **health_p,
-                       int *port_p);
-
-/* Marks the node (and desc's service) SERVING or NOT_SERVING in its health service. */
-void node_set_serving(pd_grpc_health_t *health, const ProtobufCServiceDescriptor *desc,
-                      int serving);
-
 /* The node's ops endpoint on node->http_port (0: none): GET /live (the process answers),
  * /ready and /health (200 while health says SERVING, else 503; JSON with the node's counters),
  * /metrics (Prometheus text of stats: requests running / waiting, KV pages used / capacity,
- * integrity failures, tokens, requests). Loop thread; health and stats are borrowed. */
+ * integrity failures, tokens, requests; the pdserve_listener_* counters of the control server
+ * grpc (may be NULL) and of this endpoint). Loop thread; health, grpc and stats are borrowed. */
 typedef struct node_http node_http_t;
 
 /* PD_OK with *h_p NULL when node->http_port is 0; PD_ERR_UNAVAILABLE / PD_ERR_IO (port) or
  * PD_ERR_NOMEM, nothing left open. */
 pd_status_t node_http_create(uv_loop_t *loop, const cluster_node_t *node,
-                             const pd_grpc_health_t *health, node_stats_t *stats,
-                             node_http_t **h_p);
+                             const pd_grpc_health_t *health, const pd_grpc_server_t *grpc,
+                             node_stats_t *stats, node_http_t **h_p);
 void node_http_destroy(node_http_t *h);
 
 #endif
