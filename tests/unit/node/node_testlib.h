@@ -2,7 +2,7 @@
  * prefill_node.c) share: a libuv loop, a fake clock the test advances by hand (no sleeps: the
  * nodes read every lease and deadline from it), a cluster config for tiny-llama on the CPU
  * backend with ports picked by the kernel, unary and streaming calls through pd_grpc_client, and
- * waiting for the compute thread's ticks. Header-only (static functions): each test is one
+ * waiting for the compute thread's ticks. Header-only (static inline functions): each test is one
  * program. */
 #ifndef PD_NODE_TESTLIB_H
 #define PD_NODE_TESTLIB_H
@@ -35,22 +35,69 @@ static pthread_t loop_thread;
 
 static _Atomic int64_t fake_now = 1000000; /* ms; starts far from 0 like a monotonic clock */
 static atomic_int clock_reads_off_loop;    /* reads from other threads (the compute thread) */
+static atomic_int clock_reads_on_loop;
 
-static int64_t fake_clock(void *arg)
+/* Conditions a test arms before a call, met when the node reads the clock: */
+static _Atomic int64_t jump_off_loop; /* added to the clock at the next off-loop read */
+static int jump_on_loop_at;           /* loop read at which jump_on_loop is added (0: none) */
+static int64_t jump_on_loop;
+static pthread_mutex_t hold_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t hold_cv = PTHREAD_COND_INITIALIZER;
+static int hold_armed; /* the next off-loop read blocks until clock_release() */
+static atomic_int held;
+
+static inline int64_t fake_clock(void *arg)
 {
     (void)arg;
-    if (!pthread_equal(pthread_self(), loop_thread))
+    if (!pthread_equal(pthread_self(), loop_thread)) {
         atomic_fetch_add(&clock_reads_off_loop, 1);
+        atomic_fetch_add(&fake_now, atomic_exchange(&jump_off_loop, 0));
+        pthread_mutex_lock(&hold_mu);
+        if (hold_armed) {
+            atomic_store(&held, 1);
+            while (hold_armed)
+                pthread_cond_wait(&hold_cv, &hold_mu);
+            atomic_store(&held, 0);
+        }
+        pthread_mutex_unlock(&hold_mu);
+    } else if (atomic_fetch_add(&clock_reads_on_loop, 1) + 1 == jump_on_loop_at) {
+        atomic_fetch_add(&fake_now, jump_on_loop);
+        jump_on_loop_at = 0;
+    }
     return atomic_load(&fake_now);
 }
 
-static void clock_advance(int64_t ms)
+/* The compute thread's next clock read waits until clock_release(): a job held in its queue. */
+static inline void clock_hold(void)
+{
+    pthread_mutex_lock(&hold_mu);
+    hold_armed = 1;
+    pthread_mutex_unlock(&hold_mu);
+}
+
+static inline void clock_release(void)
+{
+    pthread_mutex_lock(&hold_mu);
+    hold_armed = 0;
+    pthread_cond_broadcast(&hold_cv);
+    pthread_mutex_unlock(&hold_mu);
+}
+
+/* The loop thread's n-th clock read from now on sees the clock ms later (a deadline passes
+ * between two steps of one request). */
+static inline void clock_jump_on_loop_read(int n, int64_t ms)
+{
+    jump_on_loop = ms;
+    jump_on_loop_at = atomic_load(&clock_reads_on_loop) + n;
+}
+
+static inline void clock_advance(int64_t ms)
 {
     atomic_fetch_add(&fake_now, ms);
 }
 
 /* Runs the loop until *flag is set; fails after timeout_ms of real time. */
-static void run_until(const int *flag, int64_t timeout_ms)
+static inline void run_until(const int *flag, int64_t timeout_ms)
 {
     int64_t end = pd_clock_ms() + timeout_ms;
     while (!*flag && pd_clock_ms() < end)
@@ -58,12 +105,12 @@ static void run_until(const int *flag, int64_t timeout_ms)
     assert_true(*flag);
 }
 
-static void wake_cb(uv_timer_t *t)
+static inline void wake_cb(uv_timer_t *t)
 {
     (void)t;
 }
 
-static void set_flag_cb(uv_timer_t *t)
+static inline void set_flag_cb(uv_timer_t *t)
 {
     *(int *)t->data = 1;
 }
@@ -71,7 +118,7 @@ static void set_flag_cb(uv_timer_t *t)
 /* Runs the loop until the compute thread has read the clock n more times (each tick reads it
  * once; the test submits no other work meanwhile): at least n - 1 whole ticks ran after this
  * call, all seeing the clock as it is now. */
-static void wait_ticks(int n)
+static inline void wait_ticks(int n)
 {
     int start = atomic_load(&clock_reads_off_loop);
     int64_t end = pd_clock_ms() + 20000;
@@ -90,7 +137,7 @@ static void wait_ticks(int n)
 /* A config for tiny-llama (PD_MODELS_DIR) on the CPU backend with nodes prefill0 (FP8 weights,
  * BF16 KV) and decode0 (INT4 weights, FP8 KV), both with kv_budget (e.g. "3MiB"), their ports
  * picked by the kernel. */
-static cluster_config_t *test_config(const char *kv_budget, int64_t lease_ms)
+static inline cluster_config_t *test_config(const char *kv_budget, int64_t lease_ms)
 {
     char text[2048], err[256];
     cluster_config_t *cfg;
@@ -123,7 +170,7 @@ typedef struct {
     ProtobufCMessage *resp;
 } unary_t;
 
-static void unary_done(void *arg, int code, const char *msg, ProtobufCMessage *resp)
+static inline void unary_done(void *arg, int code, const char *msg, ProtobufCMessage *resp)
 {
     unary_t *u = arg;
     u->code = code;
@@ -133,7 +180,7 @@ static void unary_done(void *arg, int code, const char *msg, ProtobufCMessage *r
 }
 
 /* Starts a unary call; the caller runs the loop until u->done and frees u->resp. */
-static void unary_start(pd_grpc_client_t *cli, const char *path, const ProtobufCMessage *req,
+static inline void unary_start(pd_grpc_client_t *cli, const char *path, const ProtobufCMessage *req,
                         const ProtobufCMessageDescriptor *resp_desc, unary_t *u)
 {
     memset(u, 0, sizeof *u);
@@ -150,7 +197,7 @@ static int unary(pd_grpc_client_t *cli, const char *path, const ProtobufCMessage
     return u->code;
 }
 
-static void unary_free(unary_t *u)
+static inline void unary_free(unary_t *u)
 {
     if (u->resp)
         protobuf_c_message_free_unpacked(u->resp, NULL);
@@ -158,7 +205,7 @@ static void unary_free(unary_t *u)
 }
 
 /* A node's Stats (path: "/pdserve.v1.Decode/Stats" or "/pdserve.v1.Prefill/Stats"). */
-static Pdserve__V1__NodeStats node_stats(pd_grpc_client_t *cli, const char *path)
+static inline Pdserve__V1__NodeStats node_stats(pd_grpc_client_t *cli, const char *path)
 {
     Pdserve__V1__StatsRequest req = PDSERVE__V1__STATS_REQUEST__INIT;
     Pdserve__V1__NodeStats s;
@@ -171,7 +218,7 @@ static Pdserve__V1__NodeStats node_stats(pd_grpc_client_t *cli, const char *path
 }
 
 /* Waits until the node is SERVING: its Stats show a pool (decode) and its health says so. */
-static void wait_serving(pd_grpc_client_t *cli, const char *service)
+static inline void wait_serving(pd_grpc_client_t *cli, const char *service)
 {
     int64_t end = pd_clock_ms() + 60000;
     for (;;) {
