@@ -17,9 +17,9 @@
 #include "prefill_node.h"
 
 static pthread_t loop_thread;
-static int every;                   /* N of prefill-late:N */
-static atomic_int compute_reads;    /* clock reads off the loop thread: one per prefill job */
-static _Atomic int64_t offset_ms;   /* the jumps so far (the clock stays monotonic) */
+static int every;                 /* N of prefill-late:N */
+static atomic_int compute_reads;  /* clock reads off the loop thread: one per prefill job */
+static _Atomic int64_t offset_ms; /* the jumps so far (the clock stays monotonic) */
 
 static int64_t faults__clock(void *arg)
 {

@@ -181,7 +181,7 @@ static inline void unary_done(void *arg, int code, const char *msg, ProtobufCMes
 
 /* Starts a unary call; the caller runs the loop until u->done and frees u->resp. */
 static inline void unary_start(pd_grpc_client_t *cli, const char *path, const ProtobufCMessage *req,
-                        const ProtobufCMessageDescriptor *resp_desc, unary_t *u)
+                               const ProtobufCMessageDescriptor *resp_desc, unary_t *u)
 {
     memset(u, 0, sizeof *u);
     assert_int_equal(pd_grpc_client_unary(cli, path, req, resp_desc, 20000, unary_done, u, NULL),

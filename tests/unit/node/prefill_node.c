@@ -145,8 +145,7 @@ static int setup(void **state)
     cfg = test_config("8MiB", LEASE_MS);
     snprintf(path, sizeof path, "%s/tiny-llama/config.json", getenv("PD_MODELS_DIR"));
     assert_int_equal(hf_config_load(path, &hf), PD_OK);
-    kv_layout_init(&lay, hf.num_hidden_layers, hf.num_key_value_heads, hf.head_dim, 16,
-                   PD_KV_FP8);
+    kv_layout_init(&lay, hf.num_hidden_layers, hf.num_key_value_heads, hf.head_dim, 16, PD_KV_FP8);
     assert_non_null(pool = calloc(N_PAGES, lay.page_bytes));
     tp.name = "decode-fake";
     assert_int_equal(kv_transport_loopback_create(&loop, &tp, &ttr), PD_OK);
@@ -210,8 +209,7 @@ static void test_prefill_writes_and_reports(void **state)
     assert_int_equal(last_kv_done.aborted, 0);
     assert_memory_equal(last_kv_done.token, token, NODE_TOKEN_BYTES);
     int32_t pages[4] = {0, 1, 2, 3};
-    assert_true(last_kv_done.checksum ==
-                node_pages_checksum(0, pool, pages, 4, lay.page_bytes));
+    assert_true(last_kv_done.checksum == node_pages_checksum(0, pool, pages, 4, lay.page_bytes));
     for (int i = 0; i < 4; i++)
         assert_int_equal(page_stamp(i), p.refs[i].tag);
     assert_true(page_untouched(4));
