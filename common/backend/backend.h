@@ -5,8 +5,12 @@
  * Buffers are backend memory (`void *` from ops->alloc): host memory for the CPU backend, device
  * memory for CUDA. Activations are f32 everywhere. Shapes are given in the comments, row-major.
  * Index arrays (ids, positions, slots, block tables) are backend memory too, uploaded by the
- * caller. Ops run in order on the backend's single stream; `sync` waits for them. One thread
- * (the node's compute thread) uses a backend.
+ * caller. Ops run in order on the backend's single stream; `sync` waits for them. An op (void,
+ * like a kernel launch) that fails — the CPU backend out of memory for its scratch, a failed CUDA
+ * launch — reports at the next `sync` or `download`, which return its error (PD_ERR_NOMEM,
+ * PD_ERR_CUDA) once; the outputs of the ops in between are garbage and must be dropped (the
+ * engine fails the batch's requests and goes on). One thread (the node's compute thread) uses a
+ * backend.
  */
 #ifndef PD_BACKEND_H
 #define PD_BACKEND_H

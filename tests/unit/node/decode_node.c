@@ -16,12 +16,32 @@
  * - a Decode waiting for KV-done ends with DEADLINE_EXCEEDED when the lease ends;
  * - Reserve keeps the watermark free (RESOURCE_EXHAUSTED one page past it);
  * - two sequences that outgrow the pool: the newest is preempted (its stream says so), the other
- *   completes, and every page comes back.
+ *   completes, and every page comes back;
+ * - the CPU backend out of memory for an op's scratch (attention) in a decode step: that request
+ *   fails with RESOURCE_EXHAUSTED and the node serves the next one (issue 13: it aborted; malloc
+ *   is wrapped at link time, --wrap=malloc).
  * Each test ends with every page free; the last checks the loop closes (uv_loop_close() == 0). */
 #include "node_testlib.h"
 
 #include "decode_node.h"
 #include "kv_transport_loopback.h"
+
+/* ==== allocations that fail on demand (linked with --wrap=malloc) ==== */
+
+static atomic_size_t fail_size; /* the next malloc of exactly this many bytes fails (0: none) */
+static atomic_int n_failed;
+
+void *__real_malloc(size_t n);
+
+void *__wrap_malloc(size_t n)
+{
+    size_t want = n;
+    if (n && atomic_compare_exchange_strong(&fail_size, &want, 0)) {
+        atomic_fetch_add(&n_failed, 1);
+        return NULL;
+    }
+    return __real_malloc(n);
+}
 
 #define QUARANTINE_MS 2000 /* kv_pool's default (the engine does not change it) */
 #define LEASE_MS 1000
@@ -453,6 +473,32 @@ static void test_preemption(void **state)
     assert_int_equal(pages_used(), 0);
 }
 
+static void test_backend_out_of_memory(void **state)
+{
+    resv_t r;
+    stream_t s;
+    (void)state;
+    /* a 333-token prompt plus its first token: the first decode step attends over 334 positions,
+     * and the CPU backend's attention keeps (334 + 1) * head_dim f32 of K per thread */
+    assert_int_equal(reserve(333, LEASE_MS, &r, NULL), 0);
+    kv_done(&r, 9, write_pages(&r, 0x11), r.token, 0);
+    atomic_store(&n_failed, 0);
+    atomic_store(&fail_size, (size_t)(334 + 1) * 128 * sizeof(float));
+    decode_start(&r, 9, 4, r.token, &s);
+    run_until(&s.done, 20000);
+    assert_int_equal(atomic_load(&n_failed), 1);
+    assert_int_equal(s.code, 8); /* RESOURCE_EXHAUSTED: that request only */
+    assert_int_equal(pages_used(), 0);
+    /* the node goes on serving */
+    assert_int_equal(reserve(333, LEASE_MS, &r, NULL), 0);
+    kv_done(&r, 9, write_pages(&r, 0x11), r.token, 0);
+    decode_start(&r, 9, 4, r.token, &s);
+    run_until(&s.done, 20000);
+    assert_int_equal(s.code, 0);
+    assert_int_equal(s.n_tokens, 4);
+    assert_int_equal(pages_used(), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -465,6 +511,7 @@ int main(void)
         cmocka_unit_test(test_decode_wrong_token_and_lease),
         cmocka_unit_test(test_watermark),
         cmocka_unit_test(test_preemption),
+        cmocka_unit_test(test_backend_out_of_memory),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
