@@ -94,8 +94,8 @@ typedef struct {
     /* writes k, v (n, n_kv_heads, head_dim) f32 into the arena at slots (n) int32
      * (slot = page * page_tokens + offset; a negative slot writes nothing: padded rows),
      * converting to the layout's dtype (fp8: per (token, head) scale) */
-    void (*kv_write)(pd_backend_t *be, void *arena, const kv_layout_t *l, int layer,
-                     const float *k, const float *v, const int32_t *slots, int n);
+    void (*kv_write)(pd_backend_t *be, void *arena, const kv_layout_t *l, int layer, const float *k,
+                     const float *v, const int32_t *slots, int n);
     /* out (n, n_heads, head_dim) = softmax(q k^T / sqrt(head_dim)) v over the paged cache,
      * q (n, n_heads, head_dim); GQA: head h reads kv head h / (n_heads / n_kv_heads) */
     void (*attention)(pd_backend_t *be, float *out, const float *q, const void *arena,
@@ -111,13 +111,13 @@ typedef struct {
                         int n, int k, int d, int f);
     /* writes tags (n) into the headers of pages (n) (host arrays) */
     void (*kv_stamp)(pd_backend_t *be, void *arena, const kv_layout_t *l, const int32_t *pages,
-                     const uint32_t *tags, int n);
+                     const kv_tag_t *tags, int n);
     /* the integrity check: for each i, bad_out[i] = 1 if current[i] != expected[i], else 2 if the
      * stamp in page pages[i]'s header != expected[i], else 0; found_out[i] = that stamp.
      * pages, expected, current, bad_out, found_out are host arrays (n). */
-    void (*kv_check)(pd_backend_t *be, uint8_t *bad_out, uint32_t *found_out, const void *arena,
-                     const kv_layout_t *l, const int32_t *pages, const uint32_t *expected,
-                     const uint32_t *current, int n);
+    void (*kv_check)(pd_backend_t *be, uint8_t *bad_out, kv_tag_t *found_out, const void *arena,
+                     const kv_layout_t *l, const int32_t *pages, const kv_tag_t *expected,
+                     const kv_tag_t *current, int n);
     /* converts n_pages pages src_pages (host int32) of arena (layout src_l, bf16 or f32) into
      * dst_l's format (fp8 with scales) at dst (backend memory, n_pages * dst_l->page_bytes,
      * packed in order); headers are copied */

@@ -443,21 +443,21 @@ static void cpu_attention(pd_backend_t *be, float *out, const float *q, const vo
 }
 
 static void cpu_kv_stamp(pd_backend_t *be, void *arena, const kv_layout_t *l, const int32_t *pages,
-                         const uint32_t *tags, int n)
+                         const kv_tag_t *tags, int n)
 {
     (void)be;
     for (int i = 0; i < n; i++)
-        memcpy((uint8_t *)arena + (size_t)pages[i] * l->page_bytes, &tags[i], 4);
+        memcpy((uint8_t *)arena + (size_t)pages[i] * l->page_bytes, &tags[i], sizeof tags[i]);
 }
 
-static void cpu_kv_check(pd_backend_t *be, uint8_t *bad_out, uint32_t *found_out, const void *arena,
-                         const kv_layout_t *l, const int32_t *pages, const uint32_t *expected,
-                         const uint32_t *current, int n)
+static void cpu_kv_check(pd_backend_t *be, uint8_t *bad_out, kv_tag_t *found_out, const void *arena,
+                         const kv_layout_t *l, const int32_t *pages, const kv_tag_t *expected,
+                         const kv_tag_t *current, int n)
 {
     (void)be;
     for (int i = 0; i < n; i++) {
-        uint32_t stamp;
-        memcpy(&stamp, (const uint8_t *)arena + (size_t)pages[i] * l->page_bytes, 4);
+        kv_tag_t stamp;
+        memcpy(&stamp, (const uint8_t *)arena + (size_t)pages[i] * l->page_bytes, sizeof stamp);
         found_out[i] = stamp;
         bad_out[i] = current[i] != expected[i] ? 1 : stamp != expected[i] ? 2 : 0;
     }

@@ -712,7 +712,7 @@ pd_status_t engine_export_pages(engine_t *e, const kv_seq_t *kv, int first, int 
         goto out;
     }
     for (int i = 0; i < n; i++) /* the writer's stamp: the tag the destination handed out */
-        memcpy(host_out + (size_t)i * pb, &dst_refs[i].tag, 4);
+        memcpy(host_out + (size_t)i * pb, &dst_refs[i].tag, sizeof dst_refs[i].tag);
 out:
     if (dev)
         be->ops->free(be, dev);

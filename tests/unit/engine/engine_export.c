@@ -28,24 +28,26 @@ static engine_t *open_engine(void)
 
 static void test_export(void **state)
 {
-    static const int32_t prompt[40] = {0,   654, 1134, 272, 783, 570, 339, 595,  1763, 821,
-                                       1989, 714, 17,  29,  300, 654, 1134, 272, 783, 570,
-                                       0,   654, 1134, 272, 783, 570, 339, 595,  1763, 821,
-                                       1989, 714, 17,  29,  300, 654, 1134, 272, 783, 570};
+    static const int32_t prompt[40] = {0,    654, 1134, 272, 783, 570, 339,  595, 1763, 821,
+                                       1989, 714, 17,   29,  300, 654, 1134, 272, 783,  570,
+                                       0,    654, 1134, 272, 783, 570, 339,  595, 1763, 821,
+                                       1989, 714, 17,   29,  300, 654, 1134, 272, 783,  570};
     engine_t *e = open_engine();
     const kv_layout_t *src_l = kv_pool_layout(engine_pool(e));
     engine_gen_params_t gp = {{0, 0, 1.0f, 0}, 4, true, NULL, 0, 0};
     kv_layout_t dst_l;
-    kv_page_ref_t dst[3] = {{7, 1001, 0}, {8, 1002, 0}, {9, 1003, 0}};
+    /* 64-bit destination tags: the high half must arrive too */
+    kv_page_ref_t dst[3] = {
+        {7, 1001 | 1ull << 40, 0}, {8, 1002 | 1ull << 40, 0}, {9, 1003 | 1ull << 40, 0}};
     kv_seq_t kv;
     int32_t first;
-    uint32_t stamp;
+    kv_tag_t stamp;
     (void)state;
 
     assert_int_equal(engine_prefill(e, prompt, 40, &gp, NULL, NULL, &first, &kv), PD_OK);
     assert_int_equal(kv.n_pages, 3); /* 40 tokens, 16 per page */
-    kv_layout_init(&dst_l, src_l->n_layers, src_l->n_kv_heads, src_l->head_dim,
-                   src_l->page_tokens, PD_KV_FP8);
+    kv_layout_init(&dst_l, src_l->n_layers, src_l->n_kv_heads, src_l->head_dim, src_l->page_tokens,
+                   PD_KV_FP8);
     uint8_t *out = malloc(3 * dst_l.page_bytes);
     assert_non_null(out);
 
@@ -53,24 +55,24 @@ static void test_export(void **state)
     memset(out, 0xa5, 3 * dst_l.page_bytes);
     assert_int_equal(engine_export_pages(e, &kv, 0, 3, &dst_l, dst, out), PD_OK);
     for (int i = 0; i < 3; i++) {
-        memcpy(&stamp, out + (size_t)i * dst_l.page_bytes, 4);
-        assert_int_equal(stamp, dst[i].tag);
+        memcpy(&stamp, out + (size_t)i * dst_l.page_bytes, sizeof stamp);
+        assert_true(stamp == dst[i].tag);
     }
 
     /* a stale write into the source's second page (its header carries another owner's stamp) */
     uint8_t *hdr = (uint8_t *)engine_arena(e) + (size_t)kv.pages[1].page * src_l->page_bytes;
-    uint32_t saved, bogus = kv.pages[1].tag + 77;
-    memcpy(&saved, hdr, 4);
-    memcpy(hdr, &bogus, 4);
+    kv_tag_t saved, bogus = kv.pages[1].tag + (1ull << 32); /* differs only in the high half */
+    memcpy(&saved, hdr, sizeof saved);
+    memcpy(hdr, &bogus, sizeof bogus);
     memset(out, 0xa5, 3 * dst_l.page_bytes);
     assert_int_equal(engine_export_pages(e, &kv, 0, 3, &dst_l, dst, out), PD_ERR_KV_INTEGRITY);
     for (int i = 0; i < 3; i++) { /* no destination tag was stamped anywhere */
-        memcpy(&stamp, out + (size_t)i * dst_l.page_bytes, 4);
-        assert_int_not_equal(stamp, dst[i].tag);
+        memcpy(&stamp, out + (size_t)i * dst_l.page_bytes, sizeof stamp);
+        assert_true(stamp != dst[i].tag);
     }
     /* the pages before the bad one alone are still fine */
     assert_int_equal(engine_export_pages(e, &kv, 0, 1, &dst_l, dst, out), PD_OK);
-    memcpy(hdr, &saved, 4);
+    memcpy(hdr, &saved, sizeof saved);
     assert_int_equal(engine_export_pages(e, &kv, 1, 2, &dst_l, dst + 1, out), PD_OK);
 
     free(out);

@@ -60,7 +60,7 @@ typedef struct {
     uint8_t token[NODE_TOKEN_BYTES];
     int n_tokens, n_pages;
     int32_t pages[256];
-    uint32_t tags[256];
+    kv_tag_t tags[256];
     size_t page_bytes;
 } resv_t;
 

@@ -3,8 +3,8 @@
  * loopback transport, driven through its control port by a gRPC client; the destination is a
  * fake decode node: a loopback transport with a registered FP8 pool and a KV-done handler. The
  * clock is moved by hand at the node's own reads of it (node_testlib.h): no sleeps.
- * - a Prefill writes every destination page (stamped with its tag) and sends one KV-done whose
- *   token, counts and checksum match what landed, and answers with the first token;
+ * - a Prefill writes every destination page (stamped with its 64-bit tag) and sends one KV-done
+ * whose token, counts and checksum match what landed, and answers with the first token;
  * - a Prefill queued past its reservation's write deadline (the lease less a quarter) does no
  *   work, writes nothing, sends no KV-done and answers RESOURCE_EXHAUSTED, which makes the
  *   router reserve again (the condition cluster_load used to need a slow machine for);
@@ -75,7 +75,7 @@ static void prefill_req(prefill_req_t *p, int n_tokens, uint64_t seq)
     for (int i = 0; i < n_pages; i++) {
         pdserve__v1__page_ref__init(&p->refs[i]);
         p->refs[i].page = i;
-        p->refs[i].tag = (uint32_t)(0x100 + seq * 16 + (uint64_t)i);
+        p->refs[i].tag = 0x100 + seq * 16 + (uint64_t)i + (7ull << 40); /* 64-bit tags */
         p->prefs[i] = &p->refs[i];
     }
     p->layout.n_layers = (uint32_t)lay.n_layers;
@@ -108,9 +108,9 @@ static int prefill(prefill_req_t *p, unary_t *u)
                  &pdserve__v1__prefill_reply__descriptor, u);
 }
 
-static uint32_t page_stamp(int page)
+static kv_tag_t page_stamp(int page)
 {
-    uint32_t tag;
+    kv_tag_t tag;
     memcpy(&tag, pool + (size_t)page * lay.page_bytes, sizeof tag);
     return tag;
 }
@@ -211,7 +211,7 @@ static void test_prefill_writes_and_reports(void **state)
     int32_t pages[4] = {0, 1, 2, 3};
     assert_true(last_kv_done.checksum == node_pages_checksum(0, pool, pages, 4, lay.page_bytes));
     for (int i = 0; i < 4; i++)
-        assert_int_equal(page_stamp(i), p.refs[i].tag);
+        assert_true(page_stamp(i) == p.refs[i].tag); /* all 64 bits, through proto and export */
     assert_true(page_untouched(4));
 }
 
@@ -243,7 +243,7 @@ static void test_lease_ends_between_chunks(void **state)
     unary_free(&u);
     node_sync();
     assert_int_equal(n_kv_done, 0);
-    assert_int_equal(page_stamp(0), p.refs[0].tag); /* the first chunk's page was written */
+    assert_true(page_stamp(0) == p.refs[0].tag); /* the first chunk's page was written */
     for (int i = 1; i < N_PAGES; i++)
         assert_true(page_untouched(i)); /* nothing after the deadline */
 }
