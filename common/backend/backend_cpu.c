@@ -347,8 +347,7 @@ static void cpu__kv_load(const kv_layout_t *l, const uint8_t *page, int layer, i
         for (int d = 0; d < D; d++)
             dst[d] = pd_bf16_to_f32(((const uint16_t *)data)[base + d]);
     } else {
-        float s =
-            ((const float *)(page + kv_layout_scale_off(l, layer, side)))[(size_t)tok * H + h];
+        float s = ((const float *)(page + kv_layout_scale_off(l, layer, side)))[(size_t)tok * H + h];
         for (int d = 0; d < D; d++)
             dst[d] = cpu_fp8_table[data[base + d]] * s;
     }

@@ -18,10 +18,7 @@
 
 #include "node.h"
 
-#define TOK                                                                                        \
-    {                                                                                              \
-        1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16                                      \
-    }
+#define TOK {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
 static const node_kv_done_t samples[] = {
     {1, 0, 1, 1, 0, 0, TOK},
     {42, 1234, 300, 19, 0, 0x0123456789abcdefull, TOK},
