@@ -52,7 +52,7 @@ typedef struct dres {
     pd_status_t error;   /* KV-done disagreed with the reservation: pages released, Decode fails */
     int64_t deadline_ms; /* lease: writer and then decoder must show up before this */
     uint8_t token[NODE_TOKEN_BYTES]; /* unguessable: KV-done and the Decode must present it */
-    ddec_t *pending;                 /* Decode arrived before KV-done */
+    ddec_t *pending;     /* Decode arrived before KV-done */
     /* released (Release, or the request ended) before its writer's KV-done: the pages are
      * quarantined; these are their ids, freed at once when that KV-done (or an aborted one)
      * comes, else by the pool when the lease ends */
@@ -83,6 +83,7 @@ struct decode_node {
     int32_t watermark;
     decode_node_hooks_t hooks; /* test builds only (decode-node-faults); all NULL in production */
 };
+
 
 /* ==== compute -> loop events ==== */
 
@@ -194,8 +195,7 @@ static void decode__drop_res(decode_node_t *dn, engine_t *e, dres_t **link)
 static void decode__release_early(decode_node_t *dn, engine_t *e, dres_t **link)
 {
     dres_t *r = *link;
-    if (r->kv_done || r->released ||
-        !(r->wpages = malloc((size_t)r->kv.n_pages * sizeof(int32_t)))) {
+    if (r->kv_done || r->released || !(r->wpages = malloc((size_t)r->kv.n_pages * sizeof(int32_t)))) {
         if (!r->released)
             decode__drop_res(dn, e, link);
         return;
@@ -384,8 +384,7 @@ static int decode__checksum_ok(decode_node_t *dn, engine_t *e, const dres_t *r, 
             return 0;
         }
         for (int32_t i = 0; i < r->kv.n_pages; i++) {
-            const uint8_t *src =
-                (const uint8_t *)engine_arena(e) + (size_t)r->kv.pages[i].page * pb;
+            const uint8_t *src = (const uint8_t *)engine_arena(e) + (size_t)r->kv.pages[i].page * pb;
             if (be->ops->download(be, tmp, src, pb) != PD_OK) {
                 free(tmp);
                 return 0;
@@ -397,7 +396,8 @@ static int decode__checksum_ok(decode_node_t *dn, engine_t *e, const dres_t *r, 
     if (got != want)
         pd_log_error("seq %llu: kv checksum %016llx != %016llx sent: the pages changed in "
                      "flight; failed",
-                     (unsigned long long)r->id, (unsigned long long)got, (unsigned long long)want);
+                     (unsigned long long)r->id, (unsigned long long)got,
+                     (unsigned long long)want);
     return got == want;
 }
 
@@ -835,7 +835,7 @@ static void decode__rpc_stats(pd_grpc_call_t *call, const ProtobufCMessage *msg,
 }
 
 static const pd_grpc_method_fn decode_handlers[4] = {decode__rpc_reserve, decode__rpc_decode,
-                                                     decode__rpc_release, decode__rpc_stats};
+                                                   decode__rpc_release, decode__rpc_stats};
 
 /* ==== transport ==== */
 

@@ -16,6 +16,7 @@
 #include "node_control.h"
 #include "pdserve.pb-c.h"
 
+
 /* A decode node we write to: one endpoint and its unpacked keys. */
 typedef struct peer {
     char host[256];
@@ -51,7 +52,7 @@ typedef struct pjob {
     atomic_int cancelled; /* the client went away or its deadline passed (set on the loop thread,
                              read by the compute thread at each chunk) */
     int aborted;          /* the KV-done sent is the "writer stopped" one */
-    uint64_t checksum;    /* XXH3-64 chain over the pages put so far, in order */
+    uint64_t checksum;               /* XXH3-64 chain over the pages put so far, in order */
 } pjob_t;
 
 struct prefill_node {
@@ -61,6 +62,7 @@ struct prefill_node {
     peer_t *peers;
     int queued; /* calls waiting or running (loop thread) */
 };
+
 
 /* ==== loop thread: job lifetime ==== */
 
@@ -119,9 +121,8 @@ static void prefill__am_done(void *arg, pd_status_t st)
 static void prefill__flush_done(void *arg, pd_status_t st)
 {
     pjob_t *j = arg;
-    node_kv_done_t msg = {
-        j->seq_id,   j->first, (uint32_t)j->n_tokens, (uint32_t)j->n_dst_pages, j->aborted,
-        j->checksum, {0}};
+    node_kv_done_t msg = {j->seq_id,   j->first, (uint32_t)j->n_tokens, (uint32_t)j->n_dst_pages,
+                          j->aborted, j->checksum, {0}};
     uint8_t buf[NODE_KV_DONE_MAX];
     size_t len;
     if (st == PD_OK)
@@ -154,8 +155,8 @@ static void prefill__put(void *arg)
     put_msg_t *m = arg;
     pjob_t *j = m->j;
     const size_t pb = j->dst_layout.page_bytes;
-    uint8_t **s =
-        m->st == PD_OK ? realloc(j->staging, (size_t)(j->n_staging + 1) * sizeof *s) : NULL;
+    uint8_t **s = m->st == PD_OK ? realloc(j->staging, (size_t)(j->n_staging + 1) * sizeof *s)
+                                 : NULL;
     if (m->st == PD_OK && !s)
         m->st = PD_ERR_NOMEM;
     if (m->st != PD_OK) {
@@ -174,9 +175,9 @@ static void prefill__put(void *arg)
         j->error = PD_ERR_RESOURCE; /* the decode node may hand these pages to others now */
     for (int i = 0; i < m->n && j->error == PD_OK; i++) {
         const kv_page_ref_t *r = &j->dst_pages[m->first + i];
-        pd_status_t st =
-            kv_transport_put(j->peer->ep, m->staging + (size_t)i * pb, pb,
-                             j->base + (uint64_t)r->page * pb, j->peer->rkey, prefill__op_done, j);
+        pd_status_t st = kv_transport_put(j->peer->ep, m->staging + (size_t)i * pb, pb,
+                                          j->base + (uint64_t)r->page * pb, j->peer->rkey,
+                                          prefill__op_done, j);
         if (st != PD_OK)
             j->error = st;
         else
@@ -270,8 +271,8 @@ static void prefill__run(compute_t *c, engine_t *e, void *arg)
         compute_post(c, prefill__done, j);
         return;
     }
-    j->prefill_status =
-        engine_prefill(e, j->tokens, j->n_tokens, &j->gp, prefill__pages, j, &j->first, &kv);
+    j->prefill_status = engine_prefill(e, j->tokens, j->n_tokens, &j->gp, prefill__pages, j,
+                                       &j->first, &kv);
     if (j->prefill_status == PD_OK) {
         kv_seq_release(engine_pool(e), &kv);
         kv_seq_deinit(&kv);
@@ -362,14 +363,12 @@ static void prefill__rpc_prefill(pd_grpc_call_t *call, const ProtobufCMessage *m
 
     if (!e || pn->nc.draining) {
         pd_grpc_call_finish_status(call, PD_ERR_UNAVAILABLE,
-                                   pn->nc.draining ? "prefill node draining"
-                                                   : "prefill node not ready");
+                                   pn->nc.draining ? "prefill node draining" : "prefill node not ready");
         return;
     }
     const kv_layout_t *src = kv_pool_layout(engine_pool(e));
     if (!d || !d->layout || d->seq_id == 0 || req->n_token_ids == 0) {
-        pd_grpc_call_finish_status(call, PD_ERR_INVALID,
-                                   "prefill: tokens and a destination needed");
+        pd_grpc_call_finish_status(call, PD_ERR_INVALID, "prefill: tokens and a destination needed");
         return;
     }
     if (d->token.len != NODE_TOKEN_BYTES || d->lease_ms < 0 || d->lease_ms > 86400000) {
@@ -384,9 +383,8 @@ static void prefill__rpc_prefill(pd_grpc_call_t *call, const ProtobufCMessage *m
         (int)d->layout->n_kv_heads != src->n_kv_heads ||
         (int)d->layout->head_dim != src->head_dim ||
         (int)d->layout->page_tokens != src->page_tokens) {
-        snprintf(why, sizeof why,
-                 "prefill: destination kv layout does not match this model "
-                 "(%u layers, %u kv heads, %u head dim, %u page tokens, %s)",
+        snprintf(why, sizeof why, "prefill: destination kv layout does not match this model "
+                                  "(%u layers, %u kv heads, %u head dim, %u page tokens, %s)",
                  d->layout->n_layers, d->layout->n_kv_heads, d->layout->head_dim,
                  d->layout->page_tokens, d->layout->kv_format);
         pd_grpc_call_finish_status(call, PD_ERR_INVALID, why);
@@ -426,8 +424,8 @@ static void prefill__rpc_prefill(pd_grpc_call_t *call, const ProtobufCMessage *m
         j->gp.sampling.seed = req->sampling->seed;
     }
     j->gp.n_generated = (int)req->n_generated;
-    kv_layout_init(&j->dst_layout, src->n_layers, src->n_kv_heads, src->head_dim, src->page_tokens,
-                   dfmt);
+    kv_layout_init(&j->dst_layout, src->n_layers, src->n_kv_heads, src->head_dim,
+                   src->page_tokens, dfmt);
     if (j->dst_layout.page_bytes != d->layout->page_bytes) {
         free(j->tokens);
         free(j->dst_pages);
@@ -446,8 +444,8 @@ static void prefill__rpc_prefill(pd_grpc_call_t *call, const ProtobufCMessage *m
         free(j->tokens);
         free(j->dst_pages);
         free(j);
-        snprintf(why, sizeof why, "%s: cannot reach decode node %s at %s:%u: %s", pn->nc.node->name,
-                 d->node, d->ucx_host, d->ucx_port, pd_status_str(st));
+        snprintf(why, sizeof why, "%s: cannot reach decode node %s at %s:%u: %s",
+                 pn->nc.node->name, d->node, d->ucx_host, d->ucx_port, pd_status_str(st));
         pd_grpc_call_finish_status(call, PD_ERR_UNAVAILABLE, why);
         return;
     }
@@ -485,7 +483,8 @@ static void prefill__ready(void *arg, pd_status_t st)
     }
     node_control_ready(&pn->nc);
     pd_log_info("%s: serving (%s weights, %s kv)", pn->nc.node->name,
-                pd_wfmt_name(pn->nc.node->weights), pd_kvfmt_name(pn->nc.node->kv));
+                pd_wfmt_name(pn->nc.node->weights),
+                pd_kvfmt_name(pn->nc.node->kv));
 }
 
 pd_status_t prefill_node_create(uv_loop_t *loop, const cluster_config_t *cfg,

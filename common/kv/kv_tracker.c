@@ -121,9 +121,9 @@ static pd_status_t tracker__grow(kv_tracker_t *t, int32_t need)
     return PD_OK;
 }
 
-int kv_tracker_check(kv_tracker_t *t, const kv_tag_io_t *io, const void *arena,
-                     const kv_layout_t *l, const kv_seq_t *const *seqs, const int32_t *n_tokens,
-                     const uint64_t *seq_ids, int n_seqs, pd_status_t *status_out)
+int kv_tracker_check(kv_tracker_t *t, const kv_tag_io_t *io, const void *arena, const kv_layout_t *l,
+                     const kv_seq_t *const *seqs, const int32_t *n_tokens, const uint64_t *seq_ids,
+                     int n_seqs, pd_status_t *status_out)
 {
     int32_t total = 0, k = 0;
     int failed = 0;
@@ -151,7 +151,8 @@ int kv_tracker_check(kv_tracker_t *t, const kv_tag_io_t *io, const void *arena,
         }
     }
     if (total > 0)
-        io->check(io->ctx, t->bad, t->found, arena, l, t->pages, t->expected, t->current, total);
+        io->check(io->ctx, t->bad, t->found, arena, l, t->pages, t->expected, t->current,
+                          total);
     t->checks += (uint64_t)total;
     k = 0;
     for (int s = 0; s < n_seqs; s++) {
