@@ -187,7 +187,7 @@ static void decode_start(const resv_t *r, int32_t first, uint32_t max_new, const
     req.token.len = NODE_TOKEN_BYTES;
     memset(s, 0, sizeof *s);
     assert_int_equal(pd_grpc_client_stream(cli, "/pdserve.v1.Decode/Decode", &req.base,
-                                           &pdserve__v1__decode_event__descriptor, 60000,
+                                           &pdserve__v1__decode_event__descriptor, WAIT_MS,
                                            stream_msg, stream_done, s, &s->call),
                      PD_OK);
 }
@@ -226,7 +226,7 @@ static uint64_t write_pages(const resv_t *r, uint8_t fill)
                          PD_OK);
     }
     assert_int_equal(kv_transport_flush(wep, op_done, &fl), PD_OK);
-    run_until(&fl.done, 10000);
+    run_until(&fl.done, WAIT_MS);
     assert_int_equal(fl.st, PD_OK);
     for (int i = 0; i < r->n_pages; i++)
         assert_int_equal(ops[i].st, PD_OK);
@@ -248,7 +248,7 @@ static void kv_done(const resv_t *r, int32_t first, uint64_t checksum, const uin
     assert_int_equal(node_kv_done_pack(&m, buf, sizeof buf, &len), PD_OK);
     assert_int_equal(kv_transport_am_send(wep, NODE_AM_KV_DONE, buf, len, NULL, 0, op_done, &o),
                      PD_OK);
-    run_until(&o.done, 10000);
+    run_until(&o.done, WAIT_MS);
     assert_int_equal(o.st, PD_OK);
     barrier();
 }
@@ -326,7 +326,7 @@ static void test_late_kv_done(void **state)
     assert_int_equal(dstats().queued, 0);
     kv_done(&r, 7, write_pages(&r, 0x11), r.token, 0); /* late: dropped */
     decode_start(&r, 7, 4, r.token, &s);
-    run_until(&s.done, 20000);
+    run_until(&s.done, WAIT_MS);
     assert_int_equal(s.code, 5); /* NOT_FOUND */
     assert_int_equal(s.n_tokens, 0);
     clock_advance(QUARANTINE_MS + 1);
@@ -344,7 +344,7 @@ static void test_duplicate_kv_done(void **state)
     kv_done(&r, 9, sum, r.token, 0);
     kv_done(&r, 9, sum, r.token, 0); /* again: dropped */
     decode_start(&r, 9, 5, r.token, &s);
-    run_until(&s.done, 20000);
+    run_until(&s.done, WAIT_MS);
     assert_int_equal(s.code, 0);
     assert_int_equal(s.n_tokens, 5);
     assert_string_equal(s.finish, "length");
@@ -367,7 +367,7 @@ static void test_wrong_token_kv_done(void **state)
     kv_done(&r, 9, sum, bad, 1);     /* not even an abort */
     kv_done(&r, 9, sum, r.token, 0); /* the writer: accepted */
     decode_start(&r, 9, 3, r.token, &s);
-    run_until(&s.done, 20000);
+    run_until(&s.done, WAIT_MS);
     assert_int_equal(s.code, 0);
     assert_int_equal(s.n_tokens, 3);
     assert_int_equal(pages_used(), 0);
@@ -396,7 +396,7 @@ static void test_checksum_mismatch(void **state)
     assert_int_equal(reserve(20, LEASE_MS, &r, NULL), 0);
     kv_done(&r, 9, write_pages(&r, 0x11) ^ 1, r.token, 0);
     decode_start(&r, 9, 3, r.token, &s);
-    run_until(&s.done, 20000);
+    run_until(&s.done, WAIT_MS);
     assert_int_equal(s.code, 15); /* DATA_LOSS */
     assert_int_equal(dstats().integrity_failures, before + 1);
     clock_advance(LEASE_MS + QUARANTINE_MS + 1); /* quarantined pages: the lease and after */
@@ -412,13 +412,13 @@ static void test_decode_wrong_token_and_lease(void **state)
     (void)state;
     assert_int_equal(reserve(20, LEASE_MS, &r, NULL), 0);
     decode_start(&r, 9, 3, bad, &s);
-    run_until(&s.done, 20000);
+    run_until(&s.done, WAIT_MS);
     assert_int_equal(s.code, 3); /* INVALID_ARGUMENT; the reservation stays */
     assert_int_equal(dstats().queued, 1);
     decode_start(&r, 9, 3, r.token, &s); /* waits for KV-done, which never comes */
     barrier();
     clock_advance(LEASE_MS + 1);
-    run_until(&s.done, 20000);
+    run_until(&s.done, WAIT_MS);
     assert_int_equal(s.code, 4); /* DEADLINE_EXCEEDED */
     clock_advance(QUARANTINE_MS + 1);
     assert_int_equal(pages_used(), 0);
@@ -461,10 +461,10 @@ static void test_preemption(void **state)
     /* each grows by a page every 16 tokens: together they need more than the pool has */
     uint32_t grow = (uint32_t)(pages_total - 2 * each) * 16;
     decode_start(&a, 9, grow, a.token, &sa);
-    run_until(&sa.n_tokens, 20000); /* a runs first: b is the newest */
+    run_until(&sa.n_tokens, WAIT_MS); /* a runs first: b is the newest */
     decode_start(&b, 9, grow, b.token, &sb);
-    run_until(&sb.done, 120000);
-    run_until(&sa.done, 120000);
+    run_until(&sb.done, WAIT_MS);
+    run_until(&sa.done, WAIT_MS);
     assert_int_equal(sa.code, 0);
     assert_int_equal(sa.n_tokens, (int)grow);
     assert_int_equal(sb.code, 0); /* told, not failed: the router prefills it again */
@@ -485,7 +485,7 @@ static void test_backend_out_of_memory(void **state)
     atomic_store(&n_failed, 0);
     atomic_store(&fail_size, (size_t)(334 + 1) * 128 * sizeof(float));
     decode_start(&r, 9, 4, r.token, &s);
-    run_until(&s.done, 20000);
+    run_until(&s.done, WAIT_MS);
     assert_int_equal(atomic_load(&n_failed), 1);
     assert_int_equal(s.code, 8); /* RESOURCE_EXHAUSTED: that request only */
     assert_int_equal(pages_used(), 0);
@@ -493,7 +493,7 @@ static void test_backend_out_of_memory(void **state)
     assert_int_equal(reserve(333, LEASE_MS, &r, NULL), 0);
     kv_done(&r, 9, write_pages(&r, 0x11), r.token, 0);
     decode_start(&r, 9, 4, r.token, &s);
-    run_until(&s.done, 20000);
+    run_until(&s.done, WAIT_MS);
     assert_int_equal(s.code, 0);
     assert_int_equal(s.n_tokens, 4);
     assert_int_equal(pages_used(), 0);

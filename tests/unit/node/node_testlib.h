@@ -28,6 +28,10 @@
 #include "node_control.h"
 #include "pdserve.pb-c.h"
 
+/* How long a test waits for an event (real time) before it fails: generous, as the model runs
+ * much slower under the sanitizers; meson's timeout bounds the whole test anyway. */
+#define WAIT_MS 600000
+
 static uv_loop_t loop;
 static pthread_t loop_thread;
 
@@ -121,7 +125,7 @@ static inline void set_flag_cb(uv_timer_t *t)
 static inline void wait_ticks(int n)
 {
     int start = atomic_load(&clock_reads_off_loop);
-    int64_t end = pd_clock_ms() + 20000;
+    int64_t end = pd_clock_ms() + WAIT_MS;
     uv_timer_t t; /* the loop polls at 5 ms meanwhile: ticks do not post to it */
     uv_timer_init(&loop, &t);
     uv_timer_start(&t, wake_cb, 5, 5);
@@ -184,7 +188,7 @@ static inline void unary_start(pd_grpc_client_t *cli, const char *path, const Pr
                                const ProtobufCMessageDescriptor *resp_desc, unary_t *u)
 {
     memset(u, 0, sizeof *u);
-    assert_int_equal(pd_grpc_client_unary(cli, path, req, resp_desc, 20000, unary_done, u, NULL),
+    assert_int_equal(pd_grpc_client_unary(cli, path, req, resp_desc, WAIT_MS, unary_done, u, NULL),
                      PD_OK);
 }
 
@@ -193,7 +197,7 @@ static int unary(pd_grpc_client_t *cli, const char *path, const ProtobufCMessage
                  const ProtobufCMessageDescriptor *resp_desc, unary_t *u)
 {
     unary_start(cli, path, req, resp_desc, u);
-    run_until(&u->done, 20000);
+    run_until(&u->done, WAIT_MS);
     return u->code;
 }
 
@@ -220,7 +224,7 @@ static inline Pdserve__V1__NodeStats node_stats(pd_grpc_client_t *cli, const cha
 /* Waits until the node is SERVING: its Stats show a pool (decode) and its health says so. */
 static inline void wait_serving(pd_grpc_client_t *cli, const char *service)
 {
-    int64_t end = pd_clock_ms() + 60000;
+    int64_t end = pd_clock_ms() + WAIT_MS;
     for (;;) {
         Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
         unary_t u;

@@ -258,20 +258,20 @@ static void test_cancel_while_queued(void **state)
     clock_hold(); /* the compute thread stops at its next clock read: the job waits */
     memset(&u, 0, sizeof u);
     assert_int_equal(pd_grpc_client_unary(cli, "/pdserve.v1.Prefill/Prefill", &p.req.base,
-                                          &pdserve__v1__prefill_reply__descriptor, 20000,
+                                          &pdserve__v1__prefill_reply__descriptor, WAIT_MS,
                                           unary_done, &u, &call),
                      PD_OK);
-    int64_t end = pd_clock_ms() + 20000;
+    int64_t end = pd_clock_ms() + WAIT_MS;
     while (!atomic_load(&held) && pd_clock_ms() < end)
         uv_run(&loop, UV_RUN_NOWAIT);
     assert_true(atomic_load(&held));
     pd_grpc_client_call_cancel(call); /* the router's client went away */
-    run_until(&u.done, 20000);
+    run_until(&u.done, WAIT_MS);
     assert_int_equal(u.code, 1); /* CANCELLED */
     unary_free(&u);
     node_sync(); /* the node has seen the reset */
     clock_release();
-    end = pd_clock_ms() + 20000;
+    end = pd_clock_ms() + WAIT_MS;
     while (n_kv_done == 0 && pd_clock_ms() < end)
         uv_run(&loop, UV_RUN_ONCE);
     assert_int_equal(n_kv_done, 1); /* "the writer stopped": the reservation is freed now */
