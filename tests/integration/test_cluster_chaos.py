@@ -1,8 +1,8 @@
 """Bounded chaos on deploy/local-2p2d.yaml (2 prefill, 2 decode nodes; router.request_timeout_ms
 20 s): for PD_CHAOS_S seconds (default 60) client threads send Generate requests (random prompts
 and lengths, some cancelled by the client part way) while a chaos thread, driven by one seeded
-random generator, kills nodes with SIGKILL and restarts them (at least one node of each role
-stays up), and drops connections to the router (an HTTP/2 or HTTP/1 request cut off half way,
+random generator, kills nodes with SIGKILL and restarts them (only while another node of the
+same role is SERVING: the cluster keeps serving), and drops connections to the router (an HTTP/2 or HTTP/1 request cut off half way,
 then a TCP reset; an HTTP stream reset after its first bytes). Then every dead node is restarted
 and the load stops. Checked:
 - every request ended within its deadline (20 s + 5 s of slack) with a documented status: OK with
@@ -12,8 +12,9 @@ and the load stops. Checked:
   node's pages return to free (pdserve_node_kv_pages_used on its /metrics, after the leases and
   quarantine of the writers that died run out);
 - no node reported an integrity failure; no process logged an assertion or sanitizer report;
-- memory is flat: the RSS of the processes that lived through it all (the router, the nodes never
-  killed) grew by less than 25% + 24 MiB between the end of the warm-up and the end.
+- memory is flat: the RSS of the processes that lived through it all (the router, and the nodes
+  never killed: one, chosen by the seed, is spared on purpose) grew by less than 25% + 24 MiB
+  between the end of the warm-up and the end.
 The seed is printed first; PD_CHAOS_SEED=N reproduces the same sequence of actions (timing on a
 loaded machine still varies). Run with /usr/bin/python3; argv[1] is pdctl."""
 import os
@@ -27,8 +28,8 @@ import threading
 import time
 import urllib.request
 
-from cluster_testlib import (TEMPLATE_4, channel, check, cluster, finish, pb, pb_grpc, stats,
-                             sampling)
+from cluster_testlib import (TEMPLATE_4, channel, check, cluster, finish, health_grpc, health_pb,
+                             node_addr, pb, pb_grpc, sampling, stats)
 import grpc
 
 SEED = int(os.environ.get("PD_CHAOS_SEED") or random.SystemRandom().randrange(1, 1 << 31))
@@ -41,6 +42,15 @@ ALLOWED = {C.OK, C.UNAVAILABLE, C.DEADLINE_EXCEEDED, C.RESOURCE_EXHAUSTED}
 
 print("chaos seed %d (reproduce: PD_CHAOS_SEED=%d), %.0f s" % (SEED, SEED, DURATION_S),
       flush=True)
+
+
+def alive(pid):
+    """Whether pid runs (a zombie has closed its sockets already)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
 
 
 def rss_kib(pid):
@@ -63,6 +73,18 @@ def proc_pids(c):
                     if parts[0] == "proc" and len(parts) >= 5:
                         out[parts[1]] = int(parts[4])
     return out
+
+
+def serving(node):
+    """Whether the node's grpc.health.v1 says SERVING (a restarted node loads first)."""
+    ch = channel(node_addr(node))
+    try:
+        r = health_grpc.HealthStub(ch).Check(health_pb.HealthCheckRequest(service=""), timeout=2)
+        return r.status == health_pb.HealthCheckResponse.SERVING
+    except grpc.RpcError:
+        return False
+    finally:
+        ch.close()
 
 
 def metrics_pages_used(node):
@@ -93,6 +115,8 @@ class Chaos:
         self.bins = {"prefill": os.path.join(build, "prefill-node", "prefill-node"),
                      "decode": os.path.join(build, "decode-node", "decode-node")}
         self.restart_logs = []
+        # one node (seeded choice) is never killed: its memory is measured with the router's
+        self.witness = self.rng.choice(sorted(self.nodes))
 
     def log(self, what):
         line = "%6.1f s  %s" % (time.time() - T0, what)
@@ -101,18 +125,22 @@ class Chaos:
 
     def kill(self):
         alive = [n for n in sorted(self.nodes) if n not in self.dead]
-        # keep one node of each role up: the cluster must keep serving something
-        cand = [n for n in alive
-                if sum(1 for m in alive if self.nodes[m]["role"] == self.nodes[n]["role"]) > 1]
-        if not cand:
+        name = self.rng.choice([n for n in alive if n != self.witness])
+        # another node of its role must be serving (not still loading after a restart): the
+        # cluster keeps serving something
+        if not any(serving(self.nodes[m]) for m in alive
+                   if m != name and self.nodes[m]["role"] == self.nodes[name]["role"]):
+            self.log("no kill of %s: no other %s node serving" % (name, self.nodes[name]["role"]))
             return
-        name = self.rng.choice(cand)
         os.kill(self.pids[name], signal.SIGKILL)
         self.dead.add(name)
         self.killed.add(name)
         self.log("kill -9 %s (pid %d)" % (name, self.pids[name]))
 
     def restart(self, name):
+        end = time.time() + 10  # its ports are free once the killed process is gone
+        while alive(self.pids[name]) and time.time() < end:
+            time.sleep(0.05)
         log = open(os.path.join(self.c.tmp, "%s-restart-%d.log" % (name, len(self.restart_logs))),
                    "w")
         self.restart_logs.append(log.name)
@@ -231,6 +259,8 @@ class Load:
         stub = pb_grpc.InferenceStub(ch)
         while not self.stop.is_set():
             self.one(stub, rng)
+            if self.results[-1]["code"] == C.UNAVAILABLE:
+                self.stop.wait(0.2)  # a client backs off a little before it tries again
         ch.close()
 
     def start(self):
@@ -281,7 +311,9 @@ def main():
             ct.join()
             # every node is back: wait until all serve, then a few seconds more of load
             h = c.wait_serving(timeout=90)
-            check("all-nodes-serving-again", h.returncode == 0, h.stdout + h.stderr)
+            if not check("all-nodes-serving-again", h.returncode == 0, h.stdout + h.stderr):
+                for path in chaos.restart_logs[-4:]:
+                    print("info %s:\n%s" % (path, open(path, errors="replace").read()[-1500:]))
             t_back = time.time()
             while time.time() - t_back < 5:
                 time.sleep(0.2)
@@ -303,7 +335,7 @@ def main():
                 print("info   %4d x %s" % (v, k), flush=True)
             check("requests-documented-status-in-time", not bad,
                   "%d bad (seed %d): %s" % (len(bad), SEED, bad[:5]))
-            check("some-requests-ok", counts.get("OK", 0) >= len(res) // 4, counts)
+            check("some-requests-ok", counts.get("OK", 0) >= len(res) // 5, counts)
             check("chaos-acted", any("kill" in a for a in chaos.actions), chaos.actions)
             # a final batch: all succeed on the restored cluster
             stub = pb_grpc.InferenceStub(channel(c.router_addr))
