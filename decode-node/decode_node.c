@@ -8,6 +8,8 @@
 #include "health.pb-c.h"
 #include "grpc_server.h"
 #include "grpc_stream_buf.h"
+#include "kv_cuda_ipc.h"
+#include "kv_path.h"
 #include "kv_tracker.h"
 #include "kv_transport.h"
 #include "clock.h"
@@ -71,6 +73,10 @@ struct decode_node {
     void *rkey;
     size_t rkey_len;
     uint8_t *landing; /* host landing zone when the pool is GPU memory UCX cannot register */
+    /* the GPU pool's CUDA IPC handle (KvDestination.cuda_ipc), when the pool is on a GPU and the
+     * build has CUDA: same-host prefill nodes write into the pool directly */
+    uint8_t ipc_blob[KV_CUDA_IPC_BLOB_BYTES];
+    int ipc_ok;
     size_t arena_bytes;
     kv_layout_t layout;
     int ucx_port;
@@ -355,6 +361,7 @@ static void decode__reserve(compute_t *c, engine_t *e, void *arg)
 typedef struct {
     decode_node_t *dn;
     node_kv_done_t msg;
+    int direct; /* NODE_AM_KV_DONE_DIRECT: written into the GPU pool with CUDA IPC */
 } kvdone_job_t;
 
 /* Constant-time comparison of reservation tokens. */
@@ -367,13 +374,15 @@ static int decode__token_eq(const uint8_t *a, const uint8_t *b)
 }
 
 /* Recomputes the writer's checksum over what landed in r's pages (host landing zone, the CPU
- * pool, or pages downloaded from a GPU pool UCX wrote directly). Logs a mismatch. */
-static int decode__checksum_ok(decode_node_t *dn, engine_t *e, const dres_t *r, uint64_t want)
+ * pool, or pages downloaded from a GPU pool that UCX or, direct, CUDA IPC wrote). Logs a
+ * mismatch. */
+static int decode__checksum_ok(decode_node_t *dn, engine_t *e, const dres_t *r, uint64_t want,
+                               int direct)
 {
     const size_t pb = dn->layout.page_bytes;
     pd_backend_t *be = engine_backend(e);
     uint64_t got = 0;
-    if (dn->landing || strcmp(be->ops->name, "cpu") == 0) {
+    if ((dn->landing && !direct) || strcmp(be->ops->name, "cpu") == 0) {
         const uint8_t *base = dn->landing ? dn->landing : (const uint8_t *)engine_arena(e);
         for (int32_t i = 0; i < r->kv.n_pages; i++)
             got = node_pages_checksum(got, base, &r->kv.pages[i].page, 1, pb);
@@ -474,7 +483,15 @@ static void decode__kv_done(compute_t *c, engine_t *e, void *arg)
         free(j);
         return;
     }
-    if (!decode__checksum_ok(dn, e, r, j->msg.checksum)) {
+    if (j->direct && !dn->ipc_ok) {
+        /* a direct write needs the handle this node never handed out: trust none of it */
+        pd_log_error("seq %llu: kv done (direct) but this node exports no cuda ipc handle: failed",
+                     (unsigned long long)r->id);
+        decode__kv_done_fail(dn, c, e, link, PD_ERR_PROTOCOL);
+        free(j);
+        return;
+    }
+    if (!decode__checksum_ok(dn, e, r, j->msg.checksum, j->direct)) {
         /* the bytes in the pages are not the bytes the writer sent (a late or torn write by a
          * former owner's writer, a transport fault): DATA_LOSS, counted */
         engine_tracker(e)->failures++;
@@ -482,7 +499,7 @@ static void decode__kv_done(compute_t *c, engine_t *e, void *arg)
         free(j);
         return;
     }
-    if (dn->landing) {
+    if (dn->landing && !j->direct) {
         /* GPU pool: the pages landed in host memory; move them onto the device */
         pd_backend_t *be = engine_backend(e);
         for (int32_t i = 0; i < r->kv.n_pages; i++) {
@@ -683,6 +700,10 @@ static void decode__reserve_reply(void *arg)
         dest.ucx_port = (uint32_t)dn->ucx_port;
         dest.rkey.data = dn->rkey;
         dest.rkey.len = dn->rkey_len;
+        if (dn->ipc_ok) {
+            dest.cuda_ipc.data = dn->ipc_blob;
+            dest.cuda_ipc.len = sizeof dn->ipc_blob;
+        }
         dest.layout = &lay;
         dest.pages = prefs;
         dest.n_pages = (size_t)j->n_pages;
@@ -839,19 +860,15 @@ static const pd_grpc_method_fn decode_handlers[4] = {decode__rpc_reserve, decode
 
 /* ==== transport ==== */
 
-static void decode__am_kv_done(void *arg, const void *header, size_t header_len, const void *data,
-                               size_t len, kv_transport_ep_t *from)
+static void decode__kv_done_msg(decode_node_t *dn, const void *header, size_t header_len,
+                                int direct)
 {
-    decode_node_t *dn = arg;
     uint8_t buf[NODE_KV_DONE_MAX];
     node_kv_done_t m;
     kvdone_job_t *j;
-    (void)data;
-    (void)len;
-    (void)from;
     if (dn->hooks.on_kv_done && header_len <= sizeof buf) {
         memcpy(buf, header, header_len);
-        dn->hooks.on_kv_done(dn->hooks.arg, buf, sizeof buf, &header_len);
+        dn->hooks.on_kv_done(dn->hooks.arg, buf, sizeof buf, &header_len, &direct);
         header = buf;
     }
     if (node_kv_done_unpack(header, header_len, dn->nc.node->name, &m) != PD_OK)
@@ -863,8 +880,62 @@ static void decode__am_kv_done(void *arg, const void *header, size_t header_len,
     }
     j->dn = dn;
     j->msg = m;
+    j->direct = direct;
     if (compute_submit(dn->comp, decode__kv_done, j) != PD_OK)
         free(j);
+}
+
+static void decode__am_kv_done(void *arg, const void *header, size_t header_len, const void *data,
+                               size_t len, kv_transport_ep_t *from)
+{
+    (void)data;
+    (void)len;
+    (void)from;
+    decode__kv_done_msg(arg, header, header_len, 0);
+}
+
+static void decode__am_kv_done_direct(void *arg, const void *header, size_t header_len,
+                                      const void *data, size_t len, kv_transport_ep_t *from)
+{
+    (void)data;
+    (void)len;
+    (void)from;
+    decode__kv_done_msg(arg, header, header_len, 1);
+}
+
+/* A GPU pool: export it with a CUDA IPC handle for prefill nodes on this host, and say which
+ * path this node offers (log line, /health kv_path, pdserve_node_kv_path). */
+static void decode__offer_ipc(decode_node_t *dn, engine_t *e)
+{
+    engine_params_t ep;
+    kv_path_offer_t o = {0};
+    const char *why;
+    int gpu = strcmp(engine_backend(e)->ops->name, "cpu") != 0;
+    node_engine_params(dn->nc.cfg, dn->nc.node, &ep);
+    if (gpu && kv_cuda_ipc_built()) {
+        pd_status_t st =
+            kv_cuda_ipc_export(ep.device, engine_arena(e), dn->arena_bytes, dn->ipc_blob);
+        dn->ipc_ok = st == PD_OK;
+        if (st != PD_OK)
+            pd_log_warn("%s: kv pool not exported over cuda ipc (%s): same-host prefill nodes "
+                        "use ucx",
+                        dn->nc.node->name, pd_status_str(st));
+    }
+    /* the best path a same-host GPU writer can take into this node */
+    o.src_gpu = 1;
+    o.dst_gpu = gpu;
+    o.ipc_offered = o.ipc_same_host = o.ipc_opened = dn->ipc_ok;
+    o.src_ucx_cuda = o.dst_ucx_cuda = gpu && kv_transport_query_cuda(dn->nc.tr);
+    kv_path_t p = gpu ? kv_path_select(&o, &why) : KV_PATH_UCX_HOST;
+    pthread_mutex_lock(&dn->nc.stats.mu);
+    snprintf(dn->nc.stats.kv_path, sizeof dn->nc.stats.kv_path, "%s", kv_path_name(p));
+    pthread_mutex_unlock(&dn->nc.stats.mu);
+    pd_log_info("%s: kv transport: offers %s (%s pool%s)", dn->nc.node->name, kv_path_name(p),
+                gpu ? "gpu" : "host",
+                dn->ipc_ok      ? "; cuda ipc handle exported, other hosts use ucx"
+                : dn->landing   ? "; ucx into a host landing zone"
+                : gpu           ? "; ucx into gpu memory"
+                                : "");
 }
 
 static void decode__ready(void *arg, pd_status_t st)
@@ -892,11 +963,18 @@ static void decode__ready(void *arg, pd_status_t st)
         pd_log_info("%s: transport cannot reach GPU memory: pages land in host memory first",
                     dn->nc.node->name);
     }
-    if ((st = kv_transport_mem_register(dn->nc.tr, region, dn->arena_bytes, &dn->mem)) != PD_OK ||
-        (st = kv_transport_mem_pack(dn->mem, &dn->rkey, &dn->rkey_len)) != PD_OK) {
-        node_control_fail(&dn->nc, "kv pool registration", st);
+    /* device memory is registered as such (memory type CUDA), never left to UCX to guess */
+    pd_status_t rst = region == engine_arena(e) && strcmp(engine_backend(e)->ops->name, "cpu")
+                          ? kv_transport_mem_register_cuda(dn->nc.tr, region, dn->arena_bytes,
+                                                           &dn->mem)
+                          : kv_transport_mem_register(dn->nc.tr, region, dn->arena_bytes, &dn->mem);
+    if (rst == PD_OK)
+        rst = kv_transport_mem_pack(dn->mem, &dn->rkey, &dn->rkey_len);
+    if (rst != PD_OK) {
+        node_control_fail(&dn->nc, "kv pool registration", rst);
         return;
     }
+    decode__offer_ipc(dn, e);
     /* Stats answered before the compute thread's first tick must show the pool, not 0 pages
      * (which the router's least_kv policy reads as a full node) */
     pthread_mutex_lock(&dn->nc.stats.mu);
@@ -932,7 +1010,9 @@ pd_status_t decode_node_create(uv_loop_t *loop, const cluster_config_t *cfg,
         if ((st = kv_transport_listen(dn->nc.tr, node->host, 0, &dn->ucx_port)) != PD_OK)
             goto err;
     }
-    if ((st = kv_transport_set_am_handler(dn->nc.tr, NODE_AM_KV_DONE, decode__am_kv_done, dn)))
+    if ((st = kv_transport_set_am_handler(dn->nc.tr, NODE_AM_KV_DONE, decode__am_kv_done, dn)) ||
+        (st = kv_transport_set_am_handler(dn->nc.tr, NODE_AM_KV_DONE_DIRECT,
+                                          decode__am_kv_done_direct, dn)))
         goto err;
     node_engine_params(cfg, node, &ep);
     if ((st = compute_create(loop, &ep, decode__ready, decode__tick, 100, dn, &dn->comp)))

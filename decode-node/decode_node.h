@@ -35,8 +35,9 @@ typedef struct {
      * first tag check). May damage kv (its pages in e's pool, their stamps, its block table). */
     void (*before_admit)(void *arg, engine_t *e, const char *request_id, kv_seq_t *kv);
     /* Loop thread: a KV-done message arrived and is about to be decoded. May rewrite it in place:
-     * buf (cap bytes) holds *len_p bytes. */
-    void (*on_kv_done)(void *arg, uint8_t *buf, size_t cap, size_t *len_p);
+     * buf (cap bytes) holds *len_p bytes; *direct_p is 1 when it came as NODE_AM_KV_DONE_DIRECT
+     * (pages written into the GPU pool over CUDA IPC) and may be changed too. */
+    void (*on_kv_done)(void *arg, uint8_t *buf, size_t cap, size_t *len_p, int *direct_p);
 } decode_node_hooks_t;
 
 /* Starts serving (health NOT_SERVING until the model is loaded, then SERVING). hooks: NULL in

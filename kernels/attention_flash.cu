@@ -95,7 +95,9 @@ template <int D_, int FMT_, int BN_, bool QREG_, int MINB_, int RG_ = 1> struct 
     static constexpr bool QREG = QREG_;
     static constexpr int CH = D / 8;                      /* 16-byte bf16 chunks per row */
     static constexpr int TILE = BN * D;                   /* bf16 elements of one K or V tile */
-    static constexpr int NBUF = FMT == PD_KV_FP8 ? 1 : 2; /* bf16 K/V tile buffers */
+    /* bf16 K/V tile buffers: bf16 KV keeps three (tile kt is read while kt + 1 and kt + 2 are in
+     * flight: one barrier per tile); fp8 converts into one (raw tiles double buffered) */
+    static constexpr int NBUF = FMT == PD_KV_FP8 ? 1 : 3;
     /* shared memory: Q (BM, D) bf16, NBUF x K and V (BN, D) bf16; fp8: 2 x raw K and V (BN, D)
      * fp8 and 2 x their scales (2, BN) f32 */
     static constexpr size_t SMEM = (size_t)(BM * D + 2 * NBUF * TILE) * 2 +
@@ -114,6 +116,10 @@ flash__load_kv(__nv_bfloat16 *ks, __nv_bfloat16 *vs, uint8_t *rk, uint8_t *rv, f
 {
     constexpr int D = C::D, BN = C::BN;
     const int tid = threadIdx.x, P = l.page_tokens, KVH = l.n_kv_heads;
+    /* page of key t: a shift and a mask for power-of-two pages (every layout in use), not an
+     * integer division per copy */
+    const bool p2 = (P & (P - 1)) == 0;
+    const int ps = __ffs(P) - 1;
     if constexpr (C::FMT == PD_KV_BF16) {
         constexpr int CH = D / 8, PER = BN * CH / FLASH__THREADS;
 #pragma unroll
@@ -121,8 +127,9 @@ flash__load_kv(__nv_bfloat16 *ks, __nv_bfloat16 *vs, uint8_t *rk, uint8_t *rv, f
             const int idx = tid + i * FLASH__THREADS, r = idx / CH, ch = idx % CH, t = t0 + r;
             const bool valid = t < n_keys;
             const int tt = valid ? t : 0;
-            const uint8_t *page = arena + (size_t)bt[tt / P] * l.page_bytes;
-            const size_t e = ((size_t)(tt % P) * KVH + kvh) * D + (size_t)ch * 8; /* element */
+            const int pg = p2 ? tt >> ps : tt / P, pt = p2 ? tt & (P - 1) : tt % P;
+            const uint8_t *page = arena + (size_t)bt[pg] * l.page_bytes;
+            const size_t e = ((size_t)pt * KVH + kvh) * D + (size_t)ch * 8; /* element */
             const int so = flash__off<D>(r, ch);
             flash__cp16(flash__smem_addr(ks + so), valid ? page + koff + e * 2 : arena,
                         valid ? 16 : 0);
@@ -136,8 +143,9 @@ flash__load_kv(__nv_bfloat16 *ks, __nv_bfloat16 *vs, uint8_t *rk, uint8_t *rv, f
             const int idx = tid + i * FLASH__THREADS, r = idx / CB, cb = idx % CB, t = t0 + r;
             const bool valid = t < n_keys;
             const int tt = valid ? t : 0;
-            const uint8_t *page = arena + (size_t)bt[tt / P] * l.page_bytes;
-            const size_t e = ((size_t)(tt % P) * KVH + kvh) * D + (size_t)cb * 16;
+            const int pg = p2 ? tt >> ps : tt / P, pt = p2 ? tt & (P - 1) : tt % P;
+            const uint8_t *page = arena + (size_t)bt[pg] * l.page_bytes;
+            const size_t e = ((size_t)pt * KVH + kvh) * D + (size_t)cb * 16;
             flash__cp16(flash__smem_addr(rk + r * D + cb * 16), valid ? page + koff + e : arena,
                         valid ? 16 : 0);
             flash__cp16(flash__smem_addr(rv + r * D + cb * 16), valid ? page + voff + e : arena,
@@ -147,8 +155,9 @@ flash__load_kv(__nv_bfloat16 *ks, __nv_bfloat16 *vs, uint8_t *rk, uint8_t *rv, f
             const int side = idx / BN, r = idx % BN, t = t0 + r;
             const bool valid = t < n_keys;
             const int tt = valid ? t : 0;
-            const uint8_t *page = arena + (size_t)bt[tt / P] * l.page_bytes;
-            const size_t so = (side ? vsoff : ksoff) + ((size_t)(tt % P) * KVH + kvh) * 4;
+            const int pg = p2 ? tt >> ps : tt / P, pt = p2 ? tt & (P - 1) : tt % P;
+            const uint8_t *page = arena + (size_t)bt[pg] * l.page_bytes;
+            const size_t so = (side ? vsoff : ksoff) + ((size_t)pt * KVH + kvh) * 4;
             flash__cp4(flash__smem_addr(rsc + idx), valid ? page + so : arena, valid ? 4 : 0);
         }
     }
@@ -252,6 +261,12 @@ static __global__ void __launch_bounds__(FLASH__THREADS, C::MINB)
     flash__load_kv<C>(kbuf, vbuf, rkbuf, rvbuf, rsbuf, arena, l, koff, voff, ksoff, vsoff, bt, kvh,
                       0, n_keys);
     flash__cp_commit();
+    if constexpr (!FP8) { /* bf16: tile 1 in flight too (an empty group when there is none) */
+        if (n_kt > 1)
+            flash__load_kv<C>(kbuf + TILE, vbuf + TILE, rkbuf, rvbuf, rsbuf, arena, l, koff, voff,
+                              ksoff, vsoff, bt, kvh, BN, n_keys);
+        flash__cp_commit();
+    }
 #pragma unroll
     for (int i = 0; i < BM * CH / FLASH__THREADS; i++) {
         const int idx = tid + i * FLASH__THREADS, r = idx / CH, ch = idx % CH;
@@ -302,28 +317,35 @@ static __global__ void __launch_bounds__(FLASH__THREADS, C::MINB)
     }
 
     for (int kt = 0; kt < n_kt; kt++) {
-        const int buf = kt & 1, nb = buf ^ 1;
-        if (kt + 1 < n_kt) {
-            if constexpr (FP8)
+        const int buf = kt & 1, nb = buf ^ 1, b3 = kt % 3;
+        if constexpr (FP8) {
+            if (kt + 1 < n_kt) {
                 flash__load_kv<C>(kbuf, vbuf, rkbuf + nb * TILE, rvbuf + nb * TILE,
                                   rsbuf + nb * 2 * BN, arena, l, koff, voff, ksoff, vsoff, bt, kvh,
                                   (kt + 1) * BN, n_keys);
-            else
-                flash__load_kv<C>(kbuf + nb * TILE, vbuf + nb * TILE, rkbuf, rvbuf, rsbuf, arena, l,
-                                  koff, voff, ksoff, vsoff, bt, kvh, (kt + 1) * BN, n_keys);
-            flash__cp_commit();
-            flash__cp_wait<1>();
-        } else {
-            flash__cp_wait<0>();
-        }
-        __syncthreads();
-        const __nv_bfloat16 *ks = kbuf + (FP8 ? 0 : buf * TILE),
-                            *vs = vbuf + (FP8 ? 0 : buf * TILE);
-        if constexpr (FP8) {
+                flash__cp_commit();
+                flash__cp_wait<1>();
+            } else {
+                flash__cp_wait<0>();
+            }
+            __syncthreads();
             flash__convert<C>(kbuf, vbuf, rkbuf + buf * TILE, rvbuf + buf * TILE,
                               rsbuf + buf * 2 * BN);
             __syncthreads();
+        } else {
+            /* groups committed so far: tiles 0 .. kt + 1; all but the newest are complete */
+            flash__cp_wait<1>();
+            /* tile kt visible to all; every warp is done with tile kt - 1, whose buffer
+             * ((kt + 2) % 3) takes tile kt + 2 now */
+            __syncthreads();
+            const int b2 = (kt + 2) % 3;
+            if (kt + 2 < n_kt)
+                flash__load_kv<C>(kbuf + b2 * TILE, vbuf + b2 * TILE, rkbuf, rvbuf, rsbuf, arena,
+                                  l, koff, voff, ksoff, vsoff, bt, kvh, (kt + 2) * BN, n_keys);
+            flash__cp_commit();
         }
+        const __nv_bfloat16 *ks = kbuf + (FP8 ? 0 : b3 * TILE),
+                            *vs = vbuf + (FP8 ? 0 : b3 * TILE);
 
         /* S (16 RG rows x BN keys) = Q K^T, raw (unscaled) */
         float sacc[RG][NT][4];
@@ -386,7 +408,8 @@ static __global__ void __launch_bounds__(FLASH__THREADS, C::MINB)
                 mx[i] = fmaxf(mx[i], __shfl_xor_sync(full, mx[i], 1));
                 mx[i] = fmaxf(mx[i], __shfl_xor_sync(full, mx[i], 2));
                 const float mn = fmaxf(m[rg][i], mx[i]); /* finite: every row sees key 0 */
-                corr[i] = flash__ex2((m[rg][i] - mn) * sc);
+                /* exactly 1 where the row's maximum stays (most tiles past the first few) */
+                corr[i] = mn == m[rg][i] ? 1.0f : flash__ex2((m[rg][i] - mn) * sc);
                 m[rg][i] = mn;
                 msc[i] = mn * sc;
             }
@@ -404,12 +427,16 @@ static __global__ void __launch_bounds__(FLASH__THREADS, C::MINB)
 #pragma unroll
             for (int i = 0; i < 2; i++)
                 lsum[rg][i] = lsum[rg][i] * corr[i] + rs[i];
+            /* rescale O only where some row of the warp's group has a new maximum: skipping a
+             * multiplication by exactly 1 changes nothing (4 DT FMULs per thread per tile) */
+            if (!__all_sync(full, corr[0] == 1.0f && corr[1] == 1.0f)) {
 #pragma unroll
-            for (int d = 0; d < DT; d++) {
-                o[rg][d][0] *= corr[0];
-                o[rg][d][1] *= corr[0];
-                o[rg][d][2] *= corr[1];
-                o[rg][d][3] *= corr[1];
+                for (int d = 0; d < DT; d++) {
+                    o[rg][d][0] *= corr[0];
+                    o[rg][d][1] *= corr[0];
+                    o[rg][d][2] *= corr[1];
+                    o[rg][d][3] *= corr[1];
+                }
             }
         }
 
@@ -429,7 +456,8 @@ static __global__ void __launch_bounds__(FLASH__THREADS, C::MINB)
                 }
             }
         }
-        __syncthreads(); /* the buffers are refilled next iteration */
+        if constexpr (FP8)
+            __syncthreads(); /* the bf16 tile is converted into again next iteration */
     }
 
     /* ---- normalize and store the valid rows ---- */
@@ -495,7 +523,8 @@ static pd_status_t flash__launch(float *out, const float *q, const void *arena,
 /* The variants (PD_CUDA_FLASH_VARIANT=0..3; when unset, flash__pick chooses 3 or 0):
  *   0: 64 query rows, 64-key tiles, Q in registers, 2 blocks per SM;
  *   1: 64 query rows, 32-key tiles, Q in registers, 3 blocks per SM;
- *   2: 64 query rows, 32-key tiles, Q read from shared memory per tile, 4 blocks per SM;
+ *   2: 64 query rows, 32-key tiles, Q read from shared memory per tile, 4 blocks per SM by
+ *      registers (3 by shared memory since the third bf16 K/V buffer);
  *   3: 128 query rows (two row groups per warp share each K/V fragment), 32-key tiles, Q read
  *      from shared memory per tile, 2 blocks per SM. */
 
@@ -543,13 +572,22 @@ extern "C" pd_status_t attention_flash_run(float *out, const float *q, const voi
                                            const pd_attn_batch_t *batch, int n_rows, int n_heads,
                                            cudaStream_t stream)
 {
+    return attention_flash_run_variant(out, q, arena, l, layer, batch, n_rows, n_heads, -1,
+                                       stream);
+}
+
+extern "C" pd_status_t attention_flash_run_variant(float *out, const float *q, const void *arena,
+                                                   const kv_layout_t *l, int layer,
+                                                   const pd_attn_batch_t *batch, int n_rows,
+                                                   int n_heads, int variant, cudaStream_t stream)
+{
     KUTIL_REQUIRE(attention_flash_supports(l, n_heads), "attention_flash");
     KUTIL_REQUIRE(n_rows >= 0 && batch->n_seqs > 0 && layer >= 0 && layer < l->n_layers,
                   "attention_flash");
     if (n_rows == 0)
         return PD_OK;
     const char *env = getenv("PD_CUDA_FLASH_VARIANT");
-    const int v = env ? atoi(env) : flash__pick(n_rows, n_heads);
+    const int v = env ? atoi(env) : variant >= 0 ? variant : flash__pick(n_rows, n_heads);
     const bool fp8 = l->fmt == PD_KV_FP8;
     if (l->head_dim == 128)
         return fp8 ? flash__variant<128, PD_KV_FP8>(v, out, q, arena, l, layer, batch, n_rows,

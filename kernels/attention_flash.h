@@ -42,6 +42,14 @@ pd_status_t attention_flash_run(float *out, const float *q, const void *arena, c
                                 int layer, const pd_attn_batch_t *batch, int n_rows, int n_heads,
                                 cudaStream_t stream);
 
+/* attention_flash_run with a kernel variant (attention_flash.cu lists them): 0..3, or -1 for the
+ * default choice by shape. PD_CUDA_FLASH_VARIANT=0..3, read at each launch, overrides both (tests
+ * and benchmarks). */
+pd_status_t attention_flash_run_variant(float *out, const float *q, const void *arena,
+                                        const kv_layout_t *l, int layer,
+                                        const pd_attn_batch_t *batch, int n_rows, int n_heads,
+                                        int variant, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -5,10 +5,11 @@
  * matmuls, attention split partials, INT4 dequantization, MoE rows, index uploads) is owned here
  * and grows on demand; growing it waits for the stream. One thread uses a backend.
  *
- * Environment, read at creation: PD_CUDA_BF16_GEMM=split runs BF16 (and dequantized INT4)
- * GEMMs as two bf16 GEMMs on the hi + lo split of the activations (near f32 accuracy, for the
- * checks against float32 transformers); the default is one bf16 GEMM on bf16(x).
- * PD_CUDA_FLASH=0 keeps attention_run for prefill-shaped batches too (comparisons).
+ * Options (set_option; backend_cuda.h lists them): bf16_gemm = one | split (BF16 and dequantized
+ * INT4 GEMMs: one bf16 GEMM on bf16(x), or two on the hi + lo split for near-f32 accuracy),
+ * flash = on | off, flash_variant = auto | 0..3, fused = on | off (add_rmsnorm / silu_mul_fp8 /
+ * matmul_fp8 in the table). The environment (PD_CUDA_BF16_GEMM, PD_CUDA_FLASH, PD_CUDA_FUSED,
+ * read at creation; PD_CUDA_FLASH_VARIANT, read per launch) overrides them, for benchmarks.
  *
  * Graphs (graph_begin / graph_end / graph_launch): the stream is captured in thread-local mode
  * into a CUDA graph and instantiated. Scratch may not grow during a capture (that would need a
@@ -19,6 +20,7 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,11 +36,15 @@
 #include "sample.h"
 
 /* n at or below which a matmul runs as GEMV (one pass over W) instead of a GEMM. INT4 runs on
- * the tensor-core kernel (matmul_int4_mma) for n <= MATMUL_INT4_MMA_MAX_N when the weight is
- * tiled (n % 32 == 0: every Llama shape), else above CUDA_GEMV_MAX_N_INT4; above
- * MATMUL_INT4_MMA_MAX_N (prefill) it is dequantized to bf16 for cuBLAS. */
+ * the tensor-core kernels when the weight is tiled (n % 32 == 0: every Llama shape): the
+ * weight-streaming GEMV with the activation quantization inside (matmul_wgemv) at n <=
+ * CUDA_WGEMV_MAX_N, the GEMM (matmul_int4_mma) up to MATMUL_INT4_MMA_MAX_N (untiled: above
+ * CUDA_GEMV_MAX_N_INT4); above MATMUL_INT4_MMA_MAX_N (prefill) it is dequantized to bf16 for
+ * cuBLAS. matmul_wgemv measured faster than quantization + matmul_int4_mma at n 1 on every
+ * Llama-3-8B shape, mixed at n 2, slower at n 4..8 (docs/performance.md, 2026-12-01 session 3). */
 #define CUDA_GEMV_MAX_N 8
 #define CUDA_GEMV_MAX_N_INT4 8
+#define CUDA_WGEMV_MAX_N 2
 /* FP8 at or below this n (and K % 64 == 0) runs on the FP8 mma kernel (matmul_fp8_mma) instead of
  * the GEMV / cuBLASLt, except n == 1 with more than CUDA_FP8_GEMV_MIN_ROWS rows, where the f32
  * GEMV measured faster (docs/performance.md, issue 11: 28672 x 4096 n 1: 43 vs 48 us; n 2: 68 vs
@@ -73,10 +79,13 @@ typedef struct {
     bool capturing;  /* between graph_begin and graph_end */
     pd_status_t cap_err;    /* first failure inside the capture */
     uint64_t scratch_epoch; /* bumped whenever a scratch buffer moves */
-    bool bf16_split; /* BF16 GEMMs: hi + lo split of the activations (PD_CUDA_BF16_GEMM=split) */
-    bool no_flash;   /* PD_CUDA_FLASH=0: attention_run for every batch */
-    int fp8_scaled;  /* FP8 GEMM with outer-vector scales: 0 untried, 1 works, -1 unsupported */
-    int32_t *h_ids;  /* MoE host staging */
+    bool bf16_split;   /* BF16 GEMMs: hi + lo split of the activations (PD_CUDA_BF16_GEMM=split) */
+    bool no_flash;     /* PD_CUDA_FLASH=0: attention_run for every batch */
+    int flash_variant; /* flash_variant option: -1 auto, 0..3 (attention_flash.cu) */
+    bool no_fused;     /* fused=off: the table without the fused ops (cuda_ops_plain) */
+    unsigned env_set;  /* CUDA__ENV_* bits: options fixed by the environment */
+    int fp8_scaled;    /* FP8 GEMM with outer-vector scales: 0 untried, 1 works, -1 unsupported */
+    int32_t *h_ids;    /* MoE host staging */
     int32_t *h_perm;
     size_t h_cap;
 } cuda_t;
@@ -275,6 +284,19 @@ static pd_status_t cuda_weight_prepare(pd_backend_t *be, pd_weight_t *w)
     return st;
 }
 
+/* INT4 (tiled) at n <= CUDA_WGEMV_MAX_N: act scratch = the partial sums of a K split. */
+static pd_status_t cuda__matmul_wgemv(cuda_t *c, float *out, const float *x, const pd_weight_t *w,
+                                      int n)
+{
+    int warps, splits, depth;
+    pd_status_t st;
+    matmul_wgemv_plan(n, w->n, w->k, c->n_sm, &warps, &splits, &depth);
+    size_t pf = matmul_int4_mma_part_floats(n, w->n, splits);
+    if (pf && (st = cuda__grow(c, &c->act, pf * 4)) != PD_OK)
+        return st;
+    return matmul_wgemv(out, pf ? c->act.p : NULL, x, w, n, warps, splits, depth, c->stream);
+}
+
 /* INT4 on the tensor cores: act scratch = xh (n, K) f16, mult (n) f32, partial sums. */
 static pd_status_t cuda__matmul_int4_mma(cuda_t *c, float *out, const float *x,
                                          const pd_weight_t *w, int n)
@@ -303,6 +325,8 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
 
     if (n <= 0)
         return PD_OK;
+    if (n <= CUDA_WGEMV_MAX_N && cuda__int4_tiled(w))
+        return cuda__matmul_wgemv(c, out, x, w, n);
     if (w->fmt == PD_WFMT_FP8 && n <= CUDA_FP8_MMA_MAX_N && K % 64 == 0 &&
         (n >= 2 || N <= CUDA_FP8_GEMV_MIN_ROWS)) {
         int warps, splits;
@@ -346,7 +370,7 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
             return st;
         return matmul_fp8_scale(out, xs, w->scales, n, N, c->stream);
     }
-        if (w->fmt == PD_WFMT_INT4 && (n > CUDA_GEMV_MAX_N_INT4 || cuda__int4_tiled(w)) &&
+    if (w->fmt == PD_WFMT_INT4 && (n > CUDA_GEMV_MAX_N_INT4 || cuda__int4_tiled(w)) &&
         n <= MATMUL_INT4_MMA_MAX_N)
         return cuda__matmul_int4_mma(c, out, x, w, n);
     if (n <= (w->fmt == PD_WFMT_INT4 ? CUDA_GEMV_MAX_N_INT4 : CUDA_GEMV_MAX_N))
@@ -375,6 +399,76 @@ static void cuda_matmul(pd_backend_t *be, float *out, const float *x, const pd_w
 {
     cuda_t *c = cuda__get(be);
     cuda__note(c, cuda__matmul(c, out, x, w, n));
+}
+
+/* FP8 matmul on activations the fused ops already quantized (backend.h matmul_fp8; xq (n, K)
+ * fp8, xs (n) f32 as matmul_quant_act_fp8 makes them): cuda__matmul's FP8 routing without the
+ * quantization launch. */
+static pd_status_t cuda__matmul_fp8(cuda_t *c, float *out, const uint8_t *xq, const float *xs,
+                                    const pd_weight_t *w, int n)
+{
+    const int64_t N = w->n, K = w->k;
+    pd_status_t st;
+
+    if (n <= 0)
+        return PD_OK;
+    if (w->fmt != PD_WFMT_FP8) {
+        pd_log_error("backend cuda: matmul_fp8 on a %s weight", pd_wfmt_name(w->fmt));
+        return PD_ERR_INVALID;
+    }
+    if (n <= CUDA_FP8_MMA_MAX_N && K % 64 == 0 && (n >= 2 || N <= CUDA_FP8_GEMV_MIN_ROWS)) {
+        int warps, splits;
+        matmul_fp8_mma_plan(n, N, K, c->n_sm, &warps, &splits);
+        size_t pf = matmul_int4_mma_part_floats(n, N, splits);
+        if (pf && (st = cuda__grow(c, &c->act, pf * 4)) != PD_OK)
+            return st;
+        return matmul_fp8_mma(out, pf ? c->act.p : NULL, xq, xs, w, n, warps, splits, c->stream);
+    }
+    if (n <= CUDA_GEMV_MAX_N || K % 16 != 0 || N % 16 != 0) { /* GEMV on the decoded fp8 values */
+        if ((st = cuda__grow(c, &c->act, (size_t)n * (size_t)K * 4)) != PD_OK ||
+            (st = elementwise_fp8_to_f32(c->act.p, xq, (size_t)n * (size_t)K, c->stream)) != PD_OK)
+            return st;
+        return cuda__gemv_chunks(c, out, c->act.p, xs, w, n);
+    }
+    if (c->fp8_scaled >= 0) {
+        st = matmul_gemm_fp8_scaled(c->lt, c->lt_ws, CUDA_LT_WS_BYTES, out, xq, xs, w->data,
+                                    w->scales, n, N, K, c->stream);
+        if (st != PD_ERR_UNSUPPORTED) {
+            c->fp8_scaled = st == PD_OK ? 1 : c->fp8_scaled;
+            return st;
+        }
+        c->fp8_scaled = -1;
+    }
+    if ((st = matmul_gemm_fp8(c->lt, c->lt_ws, CUDA_LT_WS_BYTES, out, xq, w->data, n, N, K,
+                              c->stream)) != PD_OK)
+        return st;
+    return matmul_fp8_scale(out, xs, w->scales, n, N, c->stream);
+}
+
+static void cuda_matmul_fp8(pd_backend_t *be, float *out, const pd_act_fp8_t *x,
+                            const pd_weight_t *w, int n)
+{
+    cuda_t *c = cuda__get(be);
+    cuda__note(c, cuda__matmul_fp8(c, out, x->q, x->scale, w, n));
+}
+
+static void cuda_add_rmsnorm(pd_backend_t *be, float *x, const float *y, float *out,
+                             const uint16_t *w, int n, int d, float eps, const pd_act_fp8_t *q)
+{
+    cuda_t *c = cuda__get(be);
+    cuda__note(c, elementwise_add_rmsnorm(x, y, out, w, q ? q->q : NULL, q ? q->scale : NULL, n, d,
+                                          eps, c->stream));
+}
+
+static void cuda_silu_mul_fp8(pd_backend_t *be, float *out, const float *gu, int n, int f,
+                              const pd_act_fp8_t *q)
+{
+    cuda_t *c = cuda__get(be);
+    if (!q) { /* plain silu_mul */
+        cuda__note(c, out ? elementwise_silu_mul(out, gu, n, f, c->stream) : PD_OK);
+        return;
+    }
+    cuda__note(c, elementwise_silu_mul_fp8(out, gu, q->q, q->scale, n, f, c->stream));
 }
 
 /* ==== paged KV ==== */
@@ -406,7 +500,8 @@ static pd_status_t cuda__attention(cuda_t *c, float *out, const float *q, const 
     }
     if (n_rows >= CUDA_FLASH_MIN_ROWS * b->n_seqs && !c->no_flash &&
         attention_flash_supports(l, n_heads))
-        return attention_flash_run(out, q, arena, l, layer, b, n_rows, n_heads, c->stream);
+        return attention_flash_run_variant(out, q, arena, l, layer, b, n_rows, n_heads,
+                                           c->flash_variant, c->stream);
     if (max_ctx <= 0)
         max_ctx = b->max_pages * l->page_tokens;
     int splits = attention_splits(n_rows, l->n_kv_heads, max_ctx);
@@ -729,6 +824,8 @@ static void cuda_destroy(pd_backend_t *be)
     free(be);
 }
 
+static pd_status_t cuda_set_option(pd_backend_t *be, const char *key, const char *value);
+
 static const pd_backend_ops_t cuda_ops = {
     .name = "cuda",
     .supports_op = cuda_supports_op,
@@ -759,11 +856,86 @@ static const pd_backend_ops_t cuda_ops = {
         .graph_free = cuda_graph_free,
     .weight_prepare = cuda_weight_prepare,
     .sample = cuda_sample,
+    .add_rmsnorm = cuda_add_rmsnorm,
+    .silu_mul_fp8 = cuda_silu_mul_fp8,
+    .matmul_fp8 = cuda_matmul_fp8,
+    .set_option = cuda_set_option,
 };
+
+/* cuda_ops without the fused ops (option fused=off), made once */
+static pd_backend_ops_t cuda_ops_plain;
+static pthread_once_t cuda_ops_plain_once = PTHREAD_ONCE_INIT;
+
+static void cuda__ops_plain_init(void)
+{
+    cuda_ops_plain = cuda_ops;
+    cuda_ops_plain.add_rmsnorm = NULL;
+    cuda_ops_plain.silu_mul_fp8 = NULL;
+    cuda_ops_plain.matmul_fp8 = NULL;
+}
+
+enum { CUDA__ENV_BF16 = 1, CUDA__ENV_FLASH = 2, CUDA__ENV_FUSED = 4 };
+
+/* on / off (also 1 / 0); -1 for anything else */
+static int cuda__onoff(const char *v)
+{
+    return !strcmp(v, "on") || !strcmp(v, "1") ? 1 : !strcmp(v, "off") || !strcmp(v, "0") ? 0 : -1;
+}
+
+static void cuda__set_fused(pd_backend_t *be, bool on)
+{
+    cuda_t *c = cuda__get(be);
+    pthread_once(&cuda_ops_plain_once, cuda__ops_plain_init);
+    c->no_fused = !on;
+    be->ops = on ? &cuda_ops : &cuda_ops_plain;
+}
+
+/* The options of backend_cuda.h; an option whose environment variable is set keeps the
+ * environment's value (logged). */
+static pd_status_t cuda_set_option(pd_backend_t *be, const char *key, const char *value)
+{
+    cuda_t *c = cuda__get(be);
+    const int b = cuda__onoff(value);
+    unsigned bit = 0;
+    bool ok = true;
+    if (!strcmp(key, "bf16_gemm")) {
+        ok = !strcmp(value, "one") || !strcmp(value, "split");
+        bit = CUDA__ENV_BF16;
+        if (ok && !(c->env_set & bit))
+            c->bf16_split = !strcmp(value, "split");
+    } else if (!strcmp(key, "flash")) {
+        ok = b >= 0;
+        bit = CUDA__ENV_FLASH;
+        if (ok && !(c->env_set & bit))
+            c->no_flash = !b;
+    } else if (!strcmp(key, "fused")) {
+        ok = b >= 0;
+        bit = CUDA__ENV_FUSED;
+        if (ok && !(c->env_set & bit))
+            cuda__set_fused(be, b);
+    } else if (!strcmp(key, "flash_variant")) {
+        char *end = NULL;
+        long v = strcmp(value, "auto") ? strtol(value, &end, 10) : -1;
+        ok = !end || (*end == '\0' && end != value && v >= 0 && v <= 3);
+        if (ok)
+            c->flash_variant = (int)v;
+    } else {
+        pd_log_error("backend cuda: unknown option '%s' (bf16_gemm, flash, flash_variant, fused)",
+                     key);
+        return PD_ERR_INVALID;
+    }
+    if (!ok) {
+        pd_log_error("backend cuda: option %s: bad value '%s'", key, value);
+        return PD_ERR_INVALID;
+    }
+    if (c->env_set & bit)
+        pd_log_info("backend cuda: option %s=%s: the environment's setting stays", key, value);
+    return PD_OK;
+}
 
 void *backend_cuda_stream(pd_backend_t *be)
 {
-    return be && be->ops == &cuda_ops ? cuda__get(be)->stream : NULL;
+    return be && be->ops->destroy == cuda_destroy ? cuda__get(be)->stream : NULL;
 }
 
 pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
@@ -793,10 +965,18 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     be->impl = c;
     be->n_threads = 1;
     c->device = device;
+    c->flash_variant = -1;
     const char *env = getenv("PD_CUDA_BF16_GEMM");
     c->bf16_split = env && strcmp(env, "split") == 0;
+    c->env_set |= env && *env ? CUDA__ENV_BF16 : 0;
     env = getenv("PD_CUDA_FLASH");
     c->no_flash = env && strcmp(env, "0") == 0;
+    c->env_set |= env && *env ? CUDA__ENV_FLASH : 0;
+    env = getenv("PD_CUDA_FUSED");
+    if (env && *env) {
+        cuda__set_fused(be, cuda__onoff(env) != 0);
+        c->env_set |= CUDA__ENV_FUSED;
+    }
     if ((st = cuda__status(cudaSetDevice(device), "set device")) != PD_OK)
         goto err_destroy;
     if ((st = cuda__status(cudaDeviceGetAttribute(&c->n_sm, cudaDevAttrMultiProcessorCount, device),

@@ -1,9 +1,21 @@
 /* backend_cuda: extras of the CUDA backend beyond the ops table of common/backend.h (which
  * backend_cuda_create() implements): access to its stream, for benchmarks and graph capture.
  * Same threading rule as the backend: the thread that owns it.
- * Environment read by backend_cuda_create(): PD_CUDA_BF16_GEMM=split (BF16 weights: two GEMMs on
- * the hi + lo split of the activations, near f32; default one bf16 GEMM), PD_CUDA_FLASH=0
- * (no flash attention for prefill-shaped batches).
+ *
+ * Options (ops->set_option, backend_set_options; a node's `backend_options = "k=v,k=v"` in the
+ * cluster config):
+ *   bf16_gemm = one | split   BF16 (and dequantized INT4) GEMMs: one bf16 GEMM on bf16(x)
+ *                             (default), or two on the hi + lo split of x (near f32; the checks
+ *                             against float32 transformers use it)
+ *   flash = on | off          flash attention for prefill-shaped batches (default on); off keeps
+ *                             attention_run for every batch (comparisons)
+ *   flash_variant = auto | 0..3   the flash attention kernel (attention_flash.cu; default auto:
+ *                             chosen by shape)
+ *   fused = on | off          the fused ops add_rmsnorm / silu_mul_fp8 / matmul_fp8 (default on);
+ *                             off leaves them out of the ops table (the model runs the plain ops)
+ * Environment, read by backend_cuda_create() and overriding the options (benchmarks):
+ * PD_CUDA_BF16_GEMM=split|one, PD_CUDA_FLASH=0|1, PD_CUDA_FUSED=0|1, and PD_CUDA_FLASH_VARIANT
+ * (read at each flash launch, kernels/attention_flash.h).
  */
 #ifndef PD_KERNELS_BACKEND_CUDA_H
 #define PD_KERNELS_BACKEND_CUDA_H

@@ -1,6 +1,8 @@
-/* elementwise: embed, rmsnorm, add, rope, silu_mul (see elementwise.h). */
+/* elementwise: embed, rmsnorm, add, rope, silu_mul, add_rmsnorm, silu_mul_fp8 (elementwise.h). */
 #include "elementwise.h"
 #include "kutil.cuh"
+
+int elementwise_force_generic;
 
 /* ==== kernels ==== */
 
@@ -38,24 +40,33 @@ static __global__ void elementwise__add(float *x, const float *y, size_t n)
         x[i] += y[i];
 }
 
-/* grid (n), block 128: x (n, n_heads, head_dim) f32 in place, pos (n) int32,
- * inv_freq (head_dim / 2) f32 */
+/* grid (n, ceil(n_heads / ELEMENTWISE_ROPE_HEADS)), block 128: x (n, n_heads, head_dim) f32 in
+ * place, pos (n) int32, inv_freq (head_dim / 2) f32. Block (row, y) rotates heads
+ * [y * ELEMENTWISE_ROPE_HEADS, +ELEMENTWISE_ROPE_HEADS) of the row; each thread takes one
+ * frequency j (one cos / sin) and every G-th of those heads (G = blockDim / half thread groups). */
+#define ELEMENTWISE_ROPE_HEADS 8
 static __global__ void elementwise__rope(float *x, const int32_t *pos, const float *inv_freq,
                                          int n_heads, int head_dim)
 {
     const int half = head_dim / 2;
+    const bool wide = (int)blockDim.x >= half; /* all frequencies at once, G groups of heads */
+    const int G = wide ? (int)blockDim.x / half : 1, g = wide ? (int)threadIdx.x / half : 0;
+    const int h0 = blockIdx.y * ELEMENTWISE_ROPE_HEADS,
+              h1 = min(n_heads, h0 + ELEMENTWISE_ROPE_HEADS);
+    if (g >= G)
+        return;
     const float p = (float)pos[blockIdx.x];
     float *row = x + (size_t)blockIdx.x * n_heads * head_dim;
-    for (int i = threadIdx.x; i < n_heads * half; i += blockDim.x) {
-        const int h = i / half, j = i % half;
-        float s, c;
+    for (int j = wide ? (int)threadIdx.x % half : (int)threadIdx.x; j < half;
+         j += wide ? half : (int)blockDim.x) {
         const float ang = p * inv_freq[j];
-        c = cosf(ang);
-        s = sinf(ang);
-        float *v = row + (size_t)h * head_dim;
-        const float a = v[j], b = v[j + half];
-        v[j] = a * c - b * s;
-        v[j + half] = b * c + a * s;
+        const float c = cosf(ang), s = sinf(ang);
+        for (int h = h0 + g; h < h1; h += G) {
+            float *v = row + (size_t)h * head_dim;
+            const float a = v[j], b = v[j + half];
+            v[j] = a * c - b * s;
+            v[j + half] = b * c + a * s;
+        }
     }
 }
 
@@ -69,6 +80,185 @@ static __global__ void elementwise__silu_mul(float *out, const float *gu, int n,
         const float g = gu[r * 2 * f + j], u = gu[r * 2 * f + f + j];
         out[i] = g / (1.0f + expf(-g)) * u;
     }
+}
+
+/* ---- fused ops: residual add + RMSNorm (+ fp8 quantization), SiLU-mul (+ fp8 quantization) ----
+ * A row is one block. IT > 0: the row is held in registers, IT float4 per thread (row length a
+ * multiple of 4, at most IT * 4 * blockDim.x); IT == 0: any row length, the row is read again from
+ * global memory (L1 / L2) for each pass. The f32 values are computed with the same expressions as
+ * the plain kernels above, and the quantization is matmul_quant_act_fp8's (scale = amax / 448,
+ * q = fp8(v * (1 / scale))), so q is what the matmul would have made of out. */
+
+/* Loads element group j (IT > 0: 4 floats at 4 j; IT == 0: 1 float at j) of a row. */
+template <int IT>
+static __device__ __forceinline__ float4 elementwise__ld(const float *row, int j)
+{
+    if (IT > 0)
+        return ((const float4 *)row)[j];
+    return make_float4(row[j], 0.0f, 0.0f, 0.0f);
+}
+
+template <int IT>
+static __device__ __forceinline__ void elementwise__st(float *row, int j, float4 v)
+{
+    if (IT > 0)
+        ((float4 *)row)[j] = v;
+    else
+        row[j] = v.x;
+}
+
+/* q (k) fp8 of group j = v * inv */
+template <int IT>
+static __device__ __forceinline__ void elementwise__st_fp8(uint8_t *row, int j, float4 v, float inv)
+{
+    if (IT > 0)
+        ((uint32_t *)row)[j] = kutil_f32_to_fp8(v.x * inv) |
+                               (uint32_t)kutil_f32_to_fp8(v.y * inv) << 8 |
+                               (uint32_t)kutil_f32_to_fp8(v.z * inv) << 16 |
+                               (uint32_t)kutil_f32_to_fp8(v.w * inv) << 24;
+    else
+        row[j] = kutil_f32_to_fp8(v.x * inv);
+}
+
+static __device__ __forceinline__ float elementwise__amax4(float4 v, int lanes)
+{
+    float a = fabsf(v.x);
+    if (lanes > 1)
+        a = fmaxf(fmaxf(a, fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+    return a;
+}
+
+/* rmsnorm output of group j: (v * inv) * w */
+template <int IT>
+static __device__ __forceinline__ float4 elementwise__norm4(float4 v, const uint16_t *w, int j,
+                                                            float inv)
+{
+    const int e = IT > 0 ? 4 * j : j;
+    float4 o;
+    o.x = (v.x * inv) * kutil_bf16_to_f32(w[e]);
+    if (IT > 0) {
+        o.y = (v.y * inv) * kutil_bf16_to_f32(w[e + 1]);
+        o.z = (v.z * inv) * kutil_bf16_to_f32(w[e + 2]);
+        o.w = (v.w * inv) * kutil_bf16_to_f32(w[e + 3]);
+    }
+    return o;
+}
+
+/* grid (n), block T (a multiple of 32): x (n, d) f32, the residual stream: x += y when y != NULL;
+ * y (n, d) f32 or NULL; out (n, d) f32 = rmsnorm(x) * w, or NULL; w (d) bf16; q (n, d) fp8 e4m3 and
+ * qs (n) f32 = out quantized per row, or NULL. */
+template <int IT>
+static __global__ void elementwise__add_rmsnorm(float *x, const float *y, float *out,
+                                                const uint16_t *w, uint8_t *q, float *qs, int d,
+                                                float eps)
+{
+    __shared__ float red[32];
+    const int ng = IT > 0 ? d / 4 : d, lanes = IT > 0 ? 4 : 1; /* element groups per row */
+    const size_t row = blockIdx.x;
+    float *xi = x + row * d;
+    float4 r[IT > 0 ? IT : 1];
+    float ss = 0.0f;
+#pragma unroll
+    for (int it = 0; it < (IT > 0 ? IT : 1); it++)
+        for (int j = threadIdx.x + it * blockDim.x; j < ng; j += (IT > 0 ? ng : blockDim.x)) {
+            float4 v = elementwise__ld<IT>(xi, j);
+            if (y) {
+                const float4 b = elementwise__ld<IT>(y + row * d, j);
+                v.x += b.x, v.y += b.y, v.z += b.z, v.w += b.w;
+                elementwise__st<IT>(xi, j, v);
+            }
+            ss += v.x * v.x;
+            if (lanes > 1)
+                ss += v.y * v.y + v.z * v.z + v.w * v.w;
+            if (IT > 0)
+                r[it] = v;
+        }
+    ss = kutil_block_sum(ss, red);
+    const float inv = 1.0f / sqrtf(ss / (float)d + eps);
+    float amax = 0.0f;
+#pragma unroll
+    for (int it = 0; it < (IT > 0 ? IT : 1); it++)
+        for (int j = threadIdx.x + it * blockDim.x; j < ng; j += (IT > 0 ? ng : blockDim.x)) {
+            const float4 o =
+                elementwise__norm4<IT>(IT > 0 ? r[it] : elementwise__ld<IT>(xi, j), w, j, inv);
+            if (out)
+                elementwise__st<IT>(out + row * d, j, o);
+            amax = fmaxf(amax, elementwise__amax4(o, lanes));
+        }
+    if (!q)
+        return;
+    amax = kutil_block_max(amax, red);
+    const float scale = amax > 0.0f ? amax / 448.0f : 1.0f, qinv = 1.0f / scale;
+#pragma unroll
+    for (int it = 0; it < (IT > 0 ? IT : 1); it++)
+        for (int j = threadIdx.x + it * blockDim.x; j < ng; j += (IT > 0 ? ng : blockDim.x)) {
+            const float4 o =
+                elementwise__norm4<IT>(IT > 0 ? r[it] : elementwise__ld<IT>(xi, j), w, j, inv);
+            elementwise__st_fp8<IT>(q + row * d, j, o, qinv);
+        }
+    if (threadIdx.x == 0)
+        qs[row] = scale;
+}
+
+static __device__ __forceinline__ float elementwise__silu1(float g, float u)
+{
+    return g / (1.0f + expf(-g)) * u;
+}
+
+/* silu(g) * u of group j of a row; gu row (2f) f32 */
+template <int IT>
+static __device__ __forceinline__ float4 elementwise__silu4(const float *gu, int f, int j)
+{
+    const float4 g = elementwise__ld<IT>(gu, j), u = elementwise__ld<IT>(gu + f, j);
+    float4 o;
+    o.x = elementwise__silu1(g.x, u.x);
+    if (IT > 0) {
+        o.y = elementwise__silu1(g.y, u.y);
+        o.z = elementwise__silu1(g.z, u.z);
+        o.w = elementwise__silu1(g.w, u.w);
+    }
+    return o;
+}
+
+/* grid (n), block T: gu (n, 2f) f32; out (n, f) f32 = silu(gu[:, :f]) * gu[:, f:], or NULL;
+ * q (n, f) fp8 e4m3 and qs (n) f32 = out quantized per row (never NULL here) */
+template <int IT>
+static __global__ void elementwise__silu_mul_fp8(float *out, const float *gu, uint8_t *q,
+                                                 float *qs, int f)
+{
+    __shared__ float red[32];
+    const int ng = IT > 0 ? f / 4 : f, lanes = IT > 0 ? 4 : 1;
+    const size_t row = blockIdx.x;
+    const float *gi = gu + row * 2 * f;
+    float4 r[IT > 0 ? IT : 1];
+    float amax = 0.0f;
+#pragma unroll
+    for (int it = 0; it < (IT > 0 ? IT : 1); it++)
+        for (int j = threadIdx.x + it * blockDim.x; j < ng; j += (IT > 0 ? ng : blockDim.x)) {
+            const float4 o = elementwise__silu4<IT>(gi, f, j);
+            if (out)
+                elementwise__st<IT>(out + row * f, j, o);
+            amax = fmaxf(amax, elementwise__amax4(o, lanes));
+            if (IT > 0)
+                r[it] = o;
+        }
+    amax = kutil_block_max(amax, red);
+    const float scale = amax > 0.0f ? amax / 448.0f : 1.0f, qinv = 1.0f / scale;
+#pragma unroll
+    for (int it = 0; it < (IT > 0 ? IT : 1); it++)
+        for (int j = threadIdx.x + it * blockDim.x; j < ng; j += (IT > 0 ? ng : blockDim.x))
+            elementwise__st_fp8<IT>(q + row * f, j,
+                                    IT > 0 ? r[it] : elementwise__silu4<IT>(gi, f, j), qinv);
+    if (threadIdx.x == 0)
+        qs[row] = scale;
+}
+
+/* out (n) f32 = fp8 e4m3 q (n) decoded */
+static __global__ void elementwise__fp8_to_f32(float *out, const uint8_t *q, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = kutil_fp8_to_f32(q[i]);
 }
 
 /* ==== launchers ==== */
@@ -113,7 +303,9 @@ extern "C" pd_status_t elementwise_rope(float *x, const int32_t *pos, const floa
     KUTIL_REQUIRE(n >= 0 && n_heads > 0 && head_dim > 0 && head_dim % 2 == 0, "rope");
     if (n == 0)
         return PD_OK;
-    elementwise__rope<<<n, 128, 0, stream>>>(x, pos, inv_freq, n_heads, head_dim);
+    const dim3 grid((unsigned)n,
+                    (unsigned)((n_heads + ELEMENTWISE_ROPE_HEADS - 1) / ELEMENTWISE_ROPE_HEADS));
+    elementwise__rope<<<grid, 128, 0, stream>>>(x, pos, inv_freq, n_heads, head_dim);
     return KUTIL_LAUNCHED("rope");
 }
 
@@ -125,4 +317,68 @@ extern "C" pd_status_t elementwise_silu_mul(float *out, const float *gu, int n, 
         return PD_OK;
     elementwise__silu_mul<<<elementwise__grid((size_t)n * f, 256), 256, 0, stream>>>(out, gu, n, f);
     return KUTIL_LAUNCHED("silu_mul");
+}
+
+/* Threads per row block and registers per thread (IT float4; 0 = the any-length kernel) for a row
+ * of len f32: len % 4 == 0 and len <= 8 * 4 * threads take the register kernel. */
+static void elementwise__row_plan(int len, int max_threads, int *threads_p, int *it_p)
+{
+    int t = 32;
+    while (t < max_threads && t * 4 < len)
+        t *= 2;
+    int it = (len + 4 * t - 1) / (4 * t);
+    *threads_p = t;
+    *it_p = len % 4 != 0 ? 0 : it <= 1 ? 1 : it <= 2 ? 2 : it <= 4 ? 4 : it <= 8 ? 8 : 0;
+    if (*it_p == 0)
+        *threads_p = max_threads;
+}
+
+extern "C" pd_status_t elementwise_add_rmsnorm(float *x, const float *y, float *out,
+                                               const uint16_t *w, uint8_t *q, float *qs, int n,
+                                               int d, float eps, cudaStream_t stream)
+{
+    KUTIL_REQUIRE(n >= 0 && d > 0 && (q == NULL) == (qs == NULL) && out != x, "add_rmsnorm");
+    if (n == 0)
+        return PD_OK;
+    int t, it;
+    elementwise__row_plan(d, 256, &t, &it);
+    if (elementwise_force_generic)
+        it = 0, t = 256;
+    switch (it) {
+    case 1: elementwise__add_rmsnorm<1><<<n, t, 0, stream>>>(x, y, out, w, q, qs, d, eps); break;
+    case 2: elementwise__add_rmsnorm<2><<<n, t, 0, stream>>>(x, y, out, w, q, qs, d, eps); break;
+    case 4: elementwise__add_rmsnorm<4><<<n, t, 0, stream>>>(x, y, out, w, q, qs, d, eps); break;
+    case 8: elementwise__add_rmsnorm<8><<<n, t, 0, stream>>>(x, y, out, w, q, qs, d, eps); break;
+    default: elementwise__add_rmsnorm<0><<<n, t, 0, stream>>>(x, y, out, w, q, qs, d, eps); break;
+    }
+    return KUTIL_LAUNCHED("add_rmsnorm");
+}
+
+extern "C" pd_status_t elementwise_silu_mul_fp8(float *out, const float *gu, uint8_t *q, float *qs,
+                                                int n, int f, cudaStream_t stream)
+{
+    KUTIL_REQUIRE(n >= 0 && f > 0 && q && qs, "silu_mul_fp8");
+    if (n == 0)
+        return PD_OK;
+    int t, it;
+    elementwise__row_plan(f, 512, &t, &it);
+    if (elementwise_force_generic)
+        it = 0, t = 512;
+    switch (it) {
+    case 1: elementwise__silu_mul_fp8<1><<<n, t, 0, stream>>>(out, gu, q, qs, f); break;
+    case 2: elementwise__silu_mul_fp8<2><<<n, t, 0, stream>>>(out, gu, q, qs, f); break;
+    case 4: elementwise__silu_mul_fp8<4><<<n, t, 0, stream>>>(out, gu, q, qs, f); break;
+    case 8: elementwise__silu_mul_fp8<8><<<n, t, 0, stream>>>(out, gu, q, qs, f); break;
+    default: elementwise__silu_mul_fp8<0><<<n, t, 0, stream>>>(out, gu, q, qs, f); break;
+    }
+    return KUTIL_LAUNCHED("silu_mul_fp8");
+}
+
+extern "C" pd_status_t elementwise_fp8_to_f32(float *out, const uint8_t *q, size_t n,
+                                              cudaStream_t stream)
+{
+    if (n == 0)
+        return PD_OK;
+    elementwise__fp8_to_f32<<<elementwise__grid(n, 256), 256, 0, stream>>>(out, q, n);
+    return KUTIL_LAUNCHED("fp8_to_f32");
 }

@@ -1,5 +1,6 @@
 /* elementwise: launchers for the row-wise and element-wise ops of the backend table (embed,
- * rmsnorm, add, rope, silu_mul). Pointers are device memory; activations f32. Each launcher
+ * rmsnorm, add, rope, silu_mul, and the fused add_rmsnorm / silu_mul_fp8 with the FP8 activation
+ * quantization). Pointers are device memory; activations f32. Each launcher
  * checks its shapes (PD_ERR_INVALID), enqueues on `stream` and returns the launch status
  * (PD_ERR_CUDA); nothing is allocated. Any thread may call them with its own stream.
  */
@@ -34,6 +35,27 @@ pd_status_t elementwise_rope(float *x, const int32_t *pos, const float *inv_freq
 
 /* out (n, f) f32 = silu(gu[:, :f]) * gu[:, f:], gu (n, 2f) f32. */
 pd_status_t elementwise_silu_mul(float *out, const float *gu, int n, int f, cudaStream_t stream);
+
+/* Fused ops (backend.h add_rmsnorm, silu_mul_fp8): the results of the plain ops above, with the
+ * fp8 quantization of matmul_quant_act_fp8 (kernels/matmul.h) on top.
+ * y != NULL: x (n, d) f32 += y (n, d) f32. Then out (n, d) f32 = x / rms(x) * w (d) bf16 (out may
+ * be NULL, never x) and, q != NULL: q (n, d) fp8 e4m3, qs (n) f32 = out quantized per row
+ * (scale = max |out row| / 448). */
+pd_status_t elementwise_add_rmsnorm(float *x, const float *y, float *out, const uint16_t *w,
+                                    uint8_t *q, float *qs, int n, int d, float eps,
+                                    cudaStream_t stream);
+
+/* out (n, f) f32 = silu(gu[:, :f]) * gu[:, f:] (out may be NULL), gu (n, 2f) f32; q (n, f) fp8
+ * e4m3, qs (n) f32 = out quantized per row (both required). */
+pd_status_t elementwise_silu_mul_fp8(float *out, const float *gu, uint8_t *q, float *qs, int n,
+                                     int f, cudaStream_t stream);
+
+/* out (n) f32 = q (n) fp8 e4m3 decoded (unscaled): the GEMV's activation form. */
+pd_status_t elementwise_fp8_to_f32(float *out, const uint8_t *q, size_t n, cudaStream_t stream);
+
+/* 1: the fused kernels take their any-length path (rows re-read from memory) for every shape; a
+ * process-wide switch for the harness (both paths must agree bit for bit). Default 0. */
+extern int elementwise_force_generic;
 
 #ifdef __cplusplus
 }

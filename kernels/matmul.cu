@@ -479,9 +479,9 @@ static __device__ __forceinline__ void matmul__mma(float (&d)[4], uint32_t a0, u
 /* One group for a warp: 2 m-tiles x C n-tiles x 8 k-steps of mma. xg: the group's 256 bytes of
  * token row 0 of the stage (row pitch MATMUL__RSB). */
 template <int C>
-static __device__ __forceinline__ void matmul__int4_group(float (&acc)[2][C][4],
-                                                          const matmul__wgrp_t &g,
-                                                          const uint8_t *xg, int gq, int tq)
+static __device__ __forceinline__ void
+matmul__int4_group(float (&acc)[2][C][4], const matmul__wgrp_t &g, const uint8_t *xg, int gq,
+                   int tq, int pitch = MATMUL__RSB, bool bv = true)
 {
     uint32_t sc[2][2], zz[2][2];
 #pragma unroll
@@ -509,8 +509,10 @@ static __device__ __forceinline__ void matmul__int4_group(float (&acc)[2][C][4],
             }
 #pragma unroll
         for (int c = 0; c < C; c++) {
+            /* bv false: token gq of the tile does not exist (its B column is zero) */
             const uint4 b =
-                *(const uint4 *)(xg + (size_t)(c * 8 + gq) * MATMUL__RSB + (w * 4 + tq) * 16);
+                bv ? *(const uint4 *)(xg + (size_t)(c * 8 + gq) * pitch + (w * 4 + tq) * 16)
+                   : make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll
             for (int r = 0; r < 2; r++) {
                 matmul__mma(acc[r][c], a[r][0][0], a[r][1][0], a[r][0][1], a[r][1][1], b.x, b.y);
@@ -789,137 +791,12 @@ static __device__ __forceinline__ void matmul__mma_fp8(float (&d)[4], uint32_t a
 }
 
 /* grid (ceil(n / (8 C)), ceil(N / (32 W)), S), block 32 W (W <= 8), dynamic shared memory
- * 2 * 8 C * MATMUL__RSB8 bytes. out: S == 1: (n, N) f32, else partial sums (S, n, N) f32;
- * xq (n, K) fp8 e4m3, xs (n) f32 its per-token scales; wd (N, K) fp8 e4m3, ws (N) f32 per-row
- * scales; bps: 64-column blocks per split. Warp v takes rows [row0 + 32 v, +32) (two m16 tiles)
- * and the block's 8 C tokens; weights go global -> registers four blocks ahead. */
-template <int C>
-static __global__ void __launch_bounds__(256, 1)
-    matmul__fp8_mma(float *out, const uint8_t *xq, const float *xs, const uint8_t *wd,
-                    const float *ws, int n, int64_t N, int64_t K, int bps)
-{
-    extern __shared__ __align__(16) uint8_t matmul__xsm8[]; /* [2][8 C][MATMUL__RSB8] */
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
-    const int nblk = (int)(K / 64);
-    const int t0 = blockIdx.x * 8 * C;
-    const int64_t row0 = (int64_t)blockIdx.y * blockDim.x + warp * 32;
-    const int bb = blockIdx.z * bps, be = min(nblk, bb + bps);
-    const int nchunk = (be - bb + MATMUL__BPC - 1) / MATMUL__BPC;
-    constexpr int STAGE = 8 * C * MATMUL__RSB8;
-
-    const uint8_t *wrow[2][2];
-#pragma unroll
-    for (int r = 0; r < 2; r++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            int64_t row = row0 + 16 * r + 8 * h + gq;
-            row = row < N ? row : N - 1; /* rows past N compute a copy, never stored */
-            wrow[r][h] = wd + row * K + tq * 16;
-        }
-    float acc[2][C][4];
-#pragma unroll
-    for (int r = 0; r < 2; r++)
-#pragma unroll
-        for (int c = 0; c < C; c++)
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                acc[r][c][i] = 0.0f;
-
-    auto stage = [&](int ch) {
-        uint8_t *dst = matmul__xsm8 + (ch & 1) * STAGE;
-        const int b0 = bb + ch * MATMUL__BPC, bn = min(MATMUL__BPC, be - b0);
-        const int per_row = bn * 4; /* 16-byte pieces */
-        for (int i = threadIdx.x; i < 8 * C * per_row; i += blockDim.x) {
-            const int row = i / per_row, col = i % per_row, t = t0 + row;
-            const uint8_t *src = t < n ? xq + (size_t)t * K + (size_t)b0 * 64 + col * 16 : xq;
-            matmul__cp_async16(dst + row * MATMUL__RSB8 + col * 16, src, t < n ? 16 : 0);
-        }
-        asm volatile("cp.async.commit_group;\n" ::);
-    };
-    auto load = [&](uint4(&q)[2][2], int blk) {
-#pragma unroll
-        for (int r = 0; r < 2; r++)
-#pragma unroll
-            for (int h = 0; h < 2; h++)
-                q[r][h] = __ldcs((const uint4 *)(wrow[r][h] + (size_t)blk * 64));
-    };
-    auto block = [&](const uint4(&q)[2][2], const uint8_t *xb) {
-#pragma unroll
-        for (int c = 0; c < C; c++) {
-            const uint4 b = *(const uint4 *)(xb + (size_t)(c * 8 + gq) * MATMUL__RSB8 + tq * 16);
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                matmul__mma_fp8(acc[r][c], q[r][0].x, q[r][1].x, q[r][0].y, q[r][1].y, b.x, b.y);
-                matmul__mma_fp8(acc[r][c], q[r][0].z, q[r][1].z, q[r][0].w, q[r][1].w, b.z, b.w);
-            }
-        }
-    };
-
-    uint4 ring[4][2][2];
-#pragma unroll
-    for (int d = 0; d < 4; d++)
-        if (bb + d < be)
-            load(ring[d], bb + d);
-    stage(0);
-    for (int ch = 0; ch < nchunk; ch++) {
-        if (ch + 1 < nchunk)
-            stage(ch + 1);
-        else
-            asm volatile("cp.async.commit_group;\n" ::);
-        asm volatile("cp.async.wait_group 1;\n" ::);
-        __syncthreads();
-        const uint8_t *xsb = matmul__xsm8 + (ch & 1) * STAGE;
-        const int b0 = bb + ch * MATMUL__BPC;
-#pragma unroll
-        for (int bl = 0; bl < MATMUL__BPC; bl++) {
-            const int blk = b0 + bl;
-            if (blk < be) {
-                uint4 cur[2][2];
-#pragma unroll
-                for (int r = 0; r < 2; r++)
-#pragma unroll
-                    for (int h = 0; h < 2; h++)
-                        cur[r][h] = ring[bl % 4][r][h];
-                if (blk + 4 < be)
-                    load(ring[bl % 4], blk + 4);
-                block(cur, xsb + bl * 64);
-            }
-        }
-        __syncthreads();
-    }
-
-    float *o = out + (size_t)blockIdx.z * n * N;
-    float wsc[2][2];
-#pragma unroll
-    for (int r = 0; r < 2; r++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int64_t row = row0 + 16 * r + 8 * h + gq;
-            wsc[r][h] = ws[row < N ? row : N - 1];
-        }
-#pragma unroll
-    for (int c = 0; c < C; c++)
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            const int t = t0 + c * 8 + 2 * tq + i;
-            if (t >= n)
-                continue;
-            const float m = xs[t];
-#pragma unroll
-            for (int r = 0; r < 2; r++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int64_t row = row0 + 16 * r + 8 * h + gq;
-                    if (row < N)
-                        o[(size_t)t * N + row] = acc[r][c][2 * h + i] * m * wsc[r][h];
-                }
-        }
-}
-
-/* matmul__fp8_mma with the weights streamed through a per-warp shared-memory ring by cp.async
- * (MATMUL__BPC blocks of 64 columns in flight per warp, 2048 bytes each), one commit group per
- * step as in matmul__int4_mma_cp. Grid, block and arguments as matmul__fp8_mma; dynamic shared
- * memory 2 * 8 C * MATMUL__RSB8 + (blockDim.x / 32) * MATMUL__BPC * 2048 bytes. */
+ * 2 * 8 C * MATMUL__RSB8 + W * MATMUL__BPC * 2048 bytes. out: S == 1: (n, N) f32, else partial
+ * sums (S, n, N) f32; xq (n, K) fp8 e4m3, xs (n) f32 its per-token scales; wd (N, K) fp8 e4m3,
+ * ws (N) f32 per-row scales; bps: 64-column blocks per split. Warp v takes rows [row0 + 32 v,
+ * +32) (two m16 tiles) and the block's 8 C tokens. The weights are streamed through a per-warp
+ * shared-memory ring by cp.async (MATMUL__BPC blocks of 64 columns in flight per warp, 2048
+ * bytes each), one commit group per step as in matmul__int4_mma_cp. */
 template <int C>
 static __global__ void __launch_bounds__(256, 1)
     matmul__fp8_mma_cp(float *out, const uint8_t *xq, const float *xs, const uint8_t *wd,
@@ -1032,6 +909,195 @@ static __global__ void __launch_bounds__(256, 1)
                         o[(size_t)t * N + row] = acc[r][c][2 * h + i] * m * wsc[r][h];
                 }
         }
+}
+
+/* ==== INT4 weight-streaming GEMV (tensor cores, n <= 8, activation quantization inside) ====
+ *
+ * matmul__wgemv<WD>: out (n, N) f32 = x (n, K) f32 @ W^T for one tile of n <= 8 tokens, W INT4
+ * in the tiled layout, on the same mma.sync steps as matmul__int4_mma_cp<1>. The block quantizes
+ * the activations itself in a prologue (no separate launch, no f16 copy in global memory): per
+ * token f16 x * 2^-e, e the exponent of max |x| over the block's split of K, in the permuted
+ * column order of matmul__quant_act_f16; the epilogue multiplies 2^(e - 4). The split's
+ * activations stay in shared memory for the whole kernel (n rows of pitch P = 64 mod 128 bytes:
+ * conflict-free B loads), so after the prologue the warps never synchronize: each streams its 32
+ * rows through its own ring of WD groups with cp.async (a group of 128 columns = 2048 bytes of
+ * data + 64 of scales + 32 of zeros), one commit group per group; the first WD are issued before
+ * the prologue, so their latency hides the activation loads.
+ * (An FP8 variant with the per-token fp8 quantization inside measured slower than the separate
+ * quantization + matmul__fp8_mma_cp at every shape, docs/performance.md 2026-12-01 session 3,
+ * and was removed.) */
+
+/* dynamic shared memory per block: 226 KiB (sm_90 allows 227 KiB including static memory) */
+#define MATMUL__SMEM_MAX 231424
+
+/* bytes per token row of the staged activations for ups groups per split */
+static __host__ __device__ __forceinline__ int matmul__wg_pitch(int ups)
+{
+    return ups * 256 + 64;
+}
+
+/* dynamic shared memory of matmul__wgemv: activations, 16 f32 (multipliers, inverse scales),
+ * then W rings of WD slots */
+static __host__ __device__ __forceinline__ size_t matmul__wg_smem(int n, int ups, int W, int WD)
+{
+    return ((size_t)n * matmul__wg_pitch(ups) + 64 + 127) / 128 * 128 +
+           (size_t)W * WD * MATMUL__WSLOT;
+}
+
+/* grid (1, ceil(N / (32 W)), S), block 32 W (W <= 8), dynamic shared memory
+ * matmul__wg_smem(n, ups, W, WD).
+ * out: S == 1: (n, N) f32; S > 1: partial sums (S, n, N) f32 for matmul__sum_parts.
+ * x (n, K) f32 activations, n <= 8.
+ * wd tiled data (N * K / 2 bytes), wsc tiled (N, K/128) bf16 scales, wz tiled (N, K/128) uint8
+ * zeros (N % 32 == 0, K % 128 == 0); ups = groups of 128 columns per split.
+ * Split z takes groups [z ups, min((z + 1) ups, K / 128)); warp v of the block rows [row0 + 32 v,
+ * +32) (two m16 tiles), the tokens as the n8 tile. */
+template <int WD>
+static __global__ void __launch_bounds__(256, 2)
+    matmul__wgemv(float *out, const float *x, const uint8_t *wd, const uint16_t *wsc,
+                  const uint8_t *wz, int n, int64_t N, int64_t K, int ups)
+{
+    extern __shared__ __align__(16) uint8_t matmul__smw[]; /* x [n][P], 16 f32, rings */
+    __shared__ float red[8][8];                            /* [token][warp] max |x| */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
+    const int nw = blockDim.x >> 5, nu = (int)(K / 128);
+    const int ub = blockIdx.z * ups, ue = min(nu, ub + ups), nU = ue - ub;
+    const int P = matmul__wg_pitch(ups);
+    const int64_t row0 = (int64_t)blockIdx.y * blockDim.x + warp * 32;
+    const bool live = row0 < N; /* a warp past N only helps with the prologue */
+    uint8_t *xsm = matmul__smw;
+    float *msm = (float *)(matmul__smw + (size_t)n * P); /* [0, 8) multipliers, [8, 16) 2^-e */
+    uint8_t *ring =
+        matmul__smw + ((size_t)n * P + 64 + 127) / 128 * 128 + (size_t)warp * WD * MATMUL__WSLOT;
+
+    /* the lane's 16-byte pieces of the warp's tiles */
+    const int64_t blk = min(row0 / 32, N / 32 - 1);
+    const uint8_t *wtile = wd + (size_t)blk * nu * 2048 + lane * 16;
+    const uint8_t *stile = (const uint8_t *)wsc + (size_t)blk * nu * 64 + lane * 16;
+    const uint8_t *ztile = wz + (size_t)blk * nu * 32;
+
+    auto issue = [&](int j) {
+        if (live && j < nU) {
+            const int u = ub + j;
+            uint8_t *slot = ring + (j % WD) * MATMUL__WSLOT;
+#pragma unroll
+            for (int p = 0; p < 4; p++)
+                matmul__cp_async16(slot + p * 512 + lane * 16, wtile + (size_t)u * 2048 + p * 512,
+                                   16);
+            if (lane < 4)
+                matmul__cp_async16(slot + 2048 + lane * 16, stile + (size_t)u * 64, 16);
+            else if (lane < 6)
+                matmul__cp_async16(slot + 2112 + (lane - 4) * 16,
+                                   ztile + (size_t)u * 32 + (lane - 4) * 16, 16);
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
+    };
+#pragma unroll
+    for (int j = 0; j < WD; j++)
+        issue(j);
+
+    /* prologue 1: max |x| per token over the split's columns */
+    {
+        const int64_t j0 = (int64_t)ub * 32, j1 = (int64_t)ue * 32; /* float4 indices */
+        float am[8];
+#pragma unroll
+        for (int t = 0; t < 8; t++)
+            am[t] = 0.0f;
+        for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x)
+#pragma unroll
+            for (int t = 0; t < 8; t++)
+                if (t < n) {
+                    const float4 a = __ldg((const float4 *)(x + (size_t)t * K) + j);
+                    am[t] = fmaxf(
+                        am[t], fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))));
+                }
+#pragma unroll
+        for (int t = 0; t < 8; t++) {
+            const float v = kutil_warp_max(am[t]);
+            if (lane == 0)
+                red[t][warp] = v;
+        }
+        __syncthreads();
+        if (threadIdx.x < n) {
+            float m = 0.0f;
+            for (int v = 0; v < nw; v++)
+                m = fmaxf(m, red[threadIdx.x][v]);
+            int e = 0;
+            if (m > 0.0f && m <= 3.0e38f)
+                frexpf(m, &e);
+            msm[threadIdx.x] = ldexpf(1.0f, e) / MATMUL__WSHIFT;
+            msm[8 + threadIdx.x] = ldexpf(1.0f, -e);
+        }
+        __syncthreads();
+    }
+    /* prologue 2: the split's activations as f16 into shared memory; 16-byte chunk d = local
+     * group G, position p = w * 4 + tq holds columns tq * 32 + w * 8 .. + 8 of the group */
+    {
+        const int per_t = nU * 16;
+        for (int idx = threadIdx.x; idx < n * per_t; idx += blockDim.x) {
+            const int t = idx / per_t, d = idx % per_t;
+            const float inv = msm[8 + t];
+            const int G = d / 16, p = d % 16, w = p / 4, q = p % 4;
+            const float4 *src =
+                (const float4 *)(x + (size_t)t * K + (size_t)(ub + G) * 128 + q * 32 + w * 8);
+            const float4 a = __ldg(src), b = __ldg(src + 1);
+            const float lo[4] = {a.x, a.y, a.z, a.w}, hi[4] = {b.x, b.y, b.z, b.w};
+            uint32_t o[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                o[j] = (uint32_t)__half_as_ushort(__float2half_rn(lo[j] * inv)) |
+                       ((uint32_t)__half_as_ushort(__float2half_rn(hi[j] * inv)) << 16);
+            *(uint4 *)(xsm + (size_t)t * P + d * 16) = make_uint4(o[0], o[1], o[2], o[3]);
+        }
+        __syncthreads();
+    }
+
+    float acc[2][1][4];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            acc[r][0][i] = 0.0f;
+    const bool bv = gq < n; /* the lane's token (B column) exists */
+    const int nL = live ? nU : 0;
+    for (int i = 0; i < nL; i++) {
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(WD - 1));
+        __syncwarp();
+        const uint8_t *slot = ring + (i % WD) * MATMUL__WSLOT;
+        matmul__wgrp_t cur;
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int rr = 16 * r + 8 * h + gq;
+                cur.q[r][h] = *(const uint4 *)(slot + ((2 * r + h) * 32 + lane) * 16);
+                cur.s[r][h] = *(const uint16_t *)(slot + 2048 + rr * 2);
+                cur.z[r][h] = slot[2112 + rr];
+            }
+        matmul__int4_group<1>(acc, cur, xsm + i * 256, gq, tq, P, bv);
+        __syncwarp(); /* every lane has used the slot (scales: other lanes' copies) */
+        issue(i + WD);
+    }
+    asm volatile("cp.async.wait_group 0;\n" ::);
+    if (!live)
+        return;
+
+    float *o = out + (size_t)blockIdx.z * n * N;
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int t = 2 * tq + i;
+        if (t >= n)
+            continue;
+        const float m = msm[t];
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int64_t row = row0 + 16 * r + 8 * h + gq;
+                if (row < N)
+                    o[(size_t)t * N + row] = acc[r][0][2 * h + i] * m;
+            }
+    }
 }
 
 /* grid-stride over (n, N): out = sum over s of part (S, n, N) f32, in order s = 0 .. S-1 */
@@ -1238,14 +1304,16 @@ extern "C" size_t matmul_int4_mma_part_floats(int n, int64_t N, int splits)
     return splits > 1 ? (size_t)splits * (size_t)n * (size_t)N : 0;
 }
 
-int matmul_mma_async = 1;
-
+/* Tiled weights: matmul__int4_mma_cp (weights through a shared-memory ring); plain layout (N % 32
+ * != 0): matmul__int4_mma (weights straight into registers). */
 template <int C>
 static void matmul__int4_mma_launch(float *dst, const uint16_t *xh, const float *mult,
                                     const pd_weight_t *w, int n, int W, int S, int gps, bool tiled,
                                     cudaStream_t stream)
 {
-    if (tiled && matmul_mma_async) {
+    const dim3 grid((unsigned)((n + 8 * C - 1) / (8 * C)),
+                    (unsigned)((w->n + 32 * W - 1) / (32 * W)), (unsigned)S);
+    if (tiled) {
         static bool attr_cp;
         const int smem_cp = 2 * 8 * C * MATMUL__RSB + 8 * MATMUL__WD * MATMUL__WSLOT;
         if (!attr_cp) {
@@ -1253,8 +1321,6 @@ static void matmul__int4_mma_launch(float *dst, const uint16_t *xh, const float 
                                  cudaFuncAttributeMaxDynamicSharedMemorySize, smem_cp);
             attr_cp = true;
         }
-        const dim3 grid((unsigned)((n + 8 * C - 1) / (8 * C)),
-                        (unsigned)((w->n + 32 * W - 1) / (32 * W)), (unsigned)S);
         matmul__int4_mma_cp<C>
             <<<grid, 32 * W, 2 * 8 * C * MATMUL__RSB + W * MATMUL__WD * MATMUL__WSLOT, stream>>>(
                 dst, (const uint4 *)xh, mult, (const uint8_t *)w->data, (const uint16_t *)w->scales,
@@ -1268,11 +1334,9 @@ static void matmul__int4_mma_launch(float *dst, const uint16_t *xh, const float 
                              smem);
         attr_set = true;
     }
-    const dim3 grid((unsigned)((n + 8 * C - 1) / (8 * C)),
-                    (unsigned)((w->n + 32 * W - 1) / (32 * W)), (unsigned)S);
     matmul__int4_mma<C><<<grid, 32 * W, smem, stream>>>(
         dst, (const uint4 *)xh, mult, (const uint8_t *)w->data, (const uint16_t *)w->scales,
-        (const uint8_t *)w->zeros, n, w->n, w->k, gps, tiled);
+        (const uint8_t *)w->zeros, n, w->n, w->k, gps, false);
 }
 
 extern "C" pd_status_t matmul_int4_mma(float *out, float *part, const uint16_t *xh,
@@ -1317,32 +1381,18 @@ static void matmul__fp8_mma_launch(float *dst, const uint8_t *xq, const float *x
                                    const pd_weight_t *w, int n, int W, int S, int bps,
                                    cudaStream_t stream)
 {
-    if (matmul_mma_async) {
-        static bool attr_cp;
-        const int smem_cp = 2 * 8 * C * MATMUL__RSB8 + 8 * MATMUL__BPC * 2048;
-        if (!attr_cp) {
-            cudaFuncSetAttribute(matmul__fp8_mma_cp<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 smem_cp);
-            attr_cp = true;
-        }
-        const dim3 grid((unsigned)((n + 8 * C - 1) / (8 * C)),
-                        (unsigned)((w->n + 32 * W - 1) / (32 * W)), (unsigned)S);
-        matmul__fp8_mma_cp<C>
-            <<<grid, 32 * W, 2 * 8 * C * MATMUL__RSB8 + W * MATMUL__BPC * 2048, stream>>>(
-                dst, xq, xs, (const uint8_t *)w->data, (const float *)w->scales, n, w->n, w->k,
-                bps);
-        return;
-    }
-    static bool attr_set;
-    const int smem = 2 * 8 * C * MATMUL__RSB8;
-    if (!attr_set) {
-        cudaFuncSetAttribute(matmul__fp8_mma<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-        attr_set = true;
+    static bool attr_cp;
+    const int smem_cp = 2 * 8 * C * MATMUL__RSB8 + 8 * MATMUL__BPC * 2048;
+    if (!attr_cp) {
+        cudaFuncSetAttribute(matmul__fp8_mma_cp<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             smem_cp);
+        attr_cp = true;
     }
     const dim3 grid((unsigned)((n + 8 * C - 1) / (8 * C)),
                     (unsigned)((w->n + 32 * W - 1) / (32 * W)), (unsigned)S);
-    matmul__fp8_mma<C><<<grid, 32 * W, smem, stream>>>(
-        dst, xq, xs, (const uint8_t *)w->data, (const float *)w->scales, n, w->n, w->k, bps);
+    matmul__fp8_mma_cp<C>
+        <<<grid, 32 * W, 2 * 8 * C * MATMUL__RSB8 + W * MATMUL__BPC * 2048, stream>>>(
+            dst, xq, xs, (const uint8_t *)w->data, (const float *)w->scales, n, w->n, w->k, bps);
 }
 
 extern "C" pd_status_t matmul_fp8_mma(float *out, float *part, const uint8_t *xq, const float *xs,
@@ -1378,6 +1428,106 @@ extern "C" pd_status_t matmul_fp8_mma(float *out, float *part, const uint8_t *xq
     const size_t total = (size_t)n * (size_t)w->n;
     matmul__sum_parts<<<matmul__grid(total, 256), 256, 0, stream>>>(out, part, splits, total);
     return KUTIL_LAUNCHED("matmul_fp8_mma sum");
+}
+
+/* Plan for matmul__wgemv: warps per block W (2..8), K splits S and ring depth WD (4, 8, 16) for
+ * n tokens, N rows, nu groups (2 KiB of weights per warp each). Cost in per-SM units of one
+ * warp-group: the busiest SM's share of the weights (waves x resident blocks x W x groups),
+ * divided by the fraction of MATMUL__WG_INFLIGHT bytes the resident warps keep in flight, plus the
+ * partial sums' traffic and the prologue's activation reads. Blocks per SM from shared memory
+ * and 128 registers per thread (the kernel's launch bound). (Measured on the H200, the ring depth
+ * mattered less than this model says: at n 1 on 28672 x 4096 depth 8 ran as fast as depth 4;
+ * the kernel is bound by instruction latency with ~7 warps per SM, see docs/performance.md.) */
+#define MATMUL__WG_INFLIGHT (96 << 10)
+extern "C" void matmul_wgemv_plan(int n, int64_t N, int64_t K, int n_sm, int *warps_p,
+                                  int *splits_p, int *depth_p)
+{
+    const int64_t nu = K / 128, mu = (N + 31) / 32;
+    const int depths[3] = {4, 8, 16};
+    double best = 1e300;
+    *warps_p = 8;
+    *splits_p = 1;
+    *depth_p = 4;
+    if (n_sm < 1)
+        n_sm = 1;
+    for (int di = 0; di < 3; di++)
+        for (int W = 8; W >= 2; W--)
+            for (int S = 1; S <= 16 && S <= nu; S++) {
+                const int WD = depths[di];
+                const int64_t ups = (nu + S - 1) / S;
+                if (S > 1 && (S - 1) * ups >= nu)
+                    continue; /* an empty split */
+                const size_t smem = matmul__wg_smem(n, (int)ups, W, WD);
+                if (smem > MATMUL__SMEM_MAX)
+                    continue;
+                /* 228 KiB per SM; per block 1 KiB reserved and 256 bytes of static memory */
+                int occ = (int)(233472 / (smem + 1280));
+                occ = occ < 16 / W ? occ : 16 / W;
+                occ = occ < 1 ? 1 : occ;
+                const int64_t ctas = (mu + W - 1) / W * S;
+                const int64_t waves = (ctas + (int64_t)n_sm * occ - 1) / ((int64_t)n_sm * occ);
+                const int64_t res = ctas < (int64_t)n_sm * occ ? (ctas + n_sm - 1) / n_sm : occ;
+                const double inflight = (double)res * W * WD * 2048;
+                const double eff =
+                    inflight < MATMUL__WG_INFLIGHT ? inflight / MATMUL__WG_INFLIGHT : 1.0;
+                double cost = (double)waves * res * W * ups / eff;
+                /* the prologue: activation bytes read per SM (L2, about 2x DRAM speed) */
+                cost += (double)waves * res * n * ups * 128 * 4 / 2048.0 / 2.0;
+                if (S > 1)
+                    cost += 2.0 * S * n * (double)N * 4 / (2048.0 * n_sm) + 32.0;
+                if (cost < best - 1e-9) {
+                    best = cost;
+                    *warps_p = W;
+                    *splits_p = S;
+                    *depth_p = WD;
+                }
+            }
+}
+
+template <int WD>
+static void matmul__wgemv_launch(float *dst, const float *x, const pd_weight_t *w, int n, int W,
+                                 int S, int ups, size_t smem, cudaStream_t stream)
+{
+    static bool attr;
+    if (!attr) {
+        cudaFuncSetAttribute(matmul__wgemv<WD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             MATMUL__SMEM_MAX);
+        attr = true;
+    }
+    const dim3 grid(1u, (unsigned)((w->n + 32 * W - 1) / (32 * W)), (unsigned)S);
+    matmul__wgemv<WD><<<grid, 32 * W, smem, stream>>>(
+        dst, x, (const uint8_t *)w->data, (const uint16_t *)w->scales, (const uint8_t *)w->zeros, n,
+        w->n, w->k, ups);
+}
+
+extern "C" pd_status_t matmul_wgemv(float *out, float *part, const float *x, const pd_weight_t *w,
+                                    int n, int warps, int splits, int depth, cudaStream_t stream)
+{
+    KUTIL_REQUIRE(w->fmt == PD_WFMT_INT4 && w->k % 128 == 0 && w->n > 0 && w->n % 32 == 0,
+                  "matmul_wgemv");
+    KUTIL_REQUIRE(n >= 0 && n <= MATMUL_WGEMV_MAX_N && warps >= 1 && warps <= 8 && splits >= 1 &&
+                      (splits == 1 || part) && (depth == 4 || depth == 8 || depth == 16),
+                  "matmul_wgemv");
+    KUTIL_REQUIRE((w->n + 32 * warps - 1) / (32 * warps) < 65535, "matmul_wgemv");
+    if (n == 0)
+        return PD_OK;
+    const int nu = (int)(w->k / 128), ups = (nu + splits - 1) / splits;
+    KUTIL_REQUIRE((splits - 1) * ups < nu, "matmul_wgemv splits");
+    const size_t smem = matmul__wg_smem(n, ups, warps, depth);
+    KUTIL_REQUIRE(smem <= MATMUL__SMEM_MAX, "matmul_wgemv shared memory");
+    float *dst = splits > 1 ? part : out;
+    if (depth == 4)
+        matmul__wgemv_launch<4>(dst, x, w, n, warps, splits, ups, smem, stream);
+    else if (depth == 8)
+        matmul__wgemv_launch<8>(dst, x, w, n, warps, splits, ups, smem, stream);
+    else
+        matmul__wgemv_launch<16>(dst, x, w, n, warps, splits, ups, smem, stream);
+    pd_status_t st = KUTIL_LAUNCHED("matmul_wgemv");
+    if (st != PD_OK || splits == 1)
+        return st;
+    const size_t total = (size_t)n * (size_t)w->n;
+    matmul__sum_parts<<<matmul__grid(total, 256), 256, 0, stream>>>(out, part, splits, total);
+    return KUTIL_LAUNCHED("matmul_wgemv sum");
 }
 
 extern "C" pd_status_t matmul_int4_tile(pd_weight_t *w, void *tmp, cudaStream_t stream)

@@ -1,6 +1,8 @@
 /* matmul: the pieces of out (n, N) f32 = x (n, K) f32 @ W^T for the three weight formats of
  * common/quant.h (plus f32), composed by the CUDA backend:
- *   - small n (decode): matmul_gemv reads W once at full bandwidth, f32 arithmetic;
+ *   - small n (decode): matmul_gemv reads W once at full bandwidth, f32 arithmetic; on the
+ *     tensor cores (mma.sync), INT4: matmul_wgemv (n <= 8, activation quantization inside) and
+ *     matmul_int4_mma (n <= 256), FP8: matmul_fp8_mma;
  *   - BF16 (and INT4 dequantized to BF16) at larger n: x is split into bf16 hi + lo parts and two
  *     cuBLAS bf16 GEMMs accumulate in f32 (close to f32 accuracy on the tensor cores);
  *   - FP8 W8A8: x quantized per token to fp8 (matmul_quant_act_fp8), then one cuBLASLt fp8 GEMM
@@ -46,8 +48,9 @@ pd_status_t matmul_split_bf16(uint16_t *hi, uint16_t *lo, const float *x, int n,
 pd_status_t matmul_gemv(float *out, const float *x, const float *xs, const pd_weight_t *w, int n,
                         bool int4_tiled, cudaStream_t stream);
 
-/* INT4 tensor-core GEMM (mma.sync, weights dequantized in registers, plain row-major INT4
- * layout: nothing is reshuffled at load), for n = 1 .. MATMUL_INT4_MMA_MAX_N:
+/* INT4 tensor-core GEMM (mma.sync, weights dequantized in registers; tiled weights (below) are
+ * streamed through shared memory by cp.async, plain row-major ones (N % 32 != 0) go straight
+ * into registers), for n = 1 .. MATMUL_INT4_MMA_MAX_N:
  *   1. matmul_quant_act_f16: xh (n, k) f16 = x scaled per token by a power of two, in the
  *      kernel's permuted column order; mult (n) f32 the epilogue multipliers;
  *   2. matmul_int4_mma_plan: the block size (warps) and K splits for the shape on n_sm SMs;
@@ -55,12 +58,6 @@ pd_status_t matmul_gemv(float *out, const float *x, const float *xs, const pd_we
  *      matmul_int4_mma_part_floats(n, w->n, splits) f32, and sums it into out (second launch).
  * Needs w->k % 128 == 0 (INT4) and a group scale <= ~270 (f16 range of (q - z) * s * 16). */
 #define MATMUL_INT4_MMA_MAX_N 256
-
-/* 1 (default): matmul_int4_mma (on tiled weights) and matmul_fp8_mma stream the weights through
- * shared memory with cp.async (matmul__int4_mma_cp, matmul__fp8_mma_cp); 0: straight into
- * registers (matmul__int4_mma, matmul__fp8_mma). A process-wide switch for the harness and the
- * benchmark; both kernels of a format give the same results. */
-extern int matmul_mma_async;
 
 /* xh (n, k) f16 bits (permuted, see matmul.cu), mult (n) f32, x (n, k) f32; k % 128 == 0. */
 pd_status_t matmul_quant_act_f16(uint16_t *xh, float *mult, const float *x, int n, int64_t k,
@@ -80,6 +77,19 @@ pd_status_t matmul_int4_mma(float *out, float *part, const uint16_t *xh, const f
 void matmul_fp8_mma_plan(int n, int64_t N, int64_t K, int n_sm, int *warps_p, int *splits_p);
 pd_status_t matmul_fp8_mma(float *out, float *part, const uint8_t *xq, const float *xs,
                            const pd_weight_t *w, int n, int warps, int splits, cudaStream_t stream);
+
+/* INT4 weight-streaming GEMV on the tensor cores for n = 1 .. MATMUL_WGEMV_MAX_N (tiled layout:
+ * w->n % 32 == 0, w->k % 128 == 0), the activation quantization inside the kernel (no separate
+ * launch): out (n, w->n) f32 = x (n, w->k) f32 @ W^T, with f16 activations scaled per token and K
+ * split by a power of two (the numerics of matmul_int4_mma). Each warp keeps `depth` (4, 8 or
+ * 16) 2 KiB weight groups in flight. matmul_wgemv_plan picks warps (2..8), K splits and depth for
+ * n_sm SMs; with splits > 1, part is scratch of matmul_int4_mma_part_floats(n, w->n, splits)
+ * f32, summed into out by a second launch. */
+#define MATMUL_WGEMV_MAX_N 8
+void matmul_wgemv_plan(int n, int64_t N, int64_t K, int n_sm, int *warps_p, int *splits_p,
+                       int *depth_p);
+pd_status_t matmul_wgemv(float *out, float *part, const float *x, const pd_weight_t *w, int n,
+                         int warps, int splits, int depth, cudaStream_t stream);
 
 /* dst (w->n, w->k) bf16 = the INT4 g128 weight w dequantized ((q - z) * s, rounded to bf16);
  * tiled: w is in the tiled layout (below). */

@@ -8,6 +8,8 @@
 #include "grpc_health.h"
 #include "grpc_server.h"
 #include "health.pb-c.h"
+#include "kv_cuda_ipc.h"
+#include "kv_path.h"
 #include "kv_tracker.h"
 #include "kv_transport.h"
 #include "clock.h"
@@ -27,6 +29,17 @@ typedef struct peer {
     kv_transport_rkey_t *rkey;
     struct peer *next;
 } peer_t;
+
+/* Compute thread: what this node knows about writing to one decode node (host:port) without
+ * UCX: its CUDA IPC handle, mapped once, and the path last logged. */
+typedef struct ipc_peer {
+    char key[300]; /* "host:port" of the decode node's UCX listener */
+    uint8_t blob[KV_CUDA_IPC_BLOB_BYTES];
+    kv_cuda_ipc_map_t *map; /* NULL: not opened, or the open failed (failed set) */
+    int failed;
+    int logged; /* kv_path_t + 1 of the last log line */
+    struct ipc_peer *next;
+} ipc_peer_t;
 
 /* One Prefill call. Freed when the call is answered and every transport callback has run. */
 typedef struct pjob {
@@ -53,6 +66,15 @@ typedef struct pjob {
                              read by the compute thread at each chunk) */
     int aborted;          /* the KV-done sent is the "writer stopped" one */
     uint64_t checksum;               /* XXH3-64 chain over the pages put so far, in order */
+    char peer_key[300];              /* "host:port" of the decode node (ipc_peer_t.key) */
+    uint8_t ipc_blob[KV_CUDA_IPC_BLOB_BYTES]; /* KvDestination.cuda_ipc, if has_ipc */
+    int has_ipc;
+    /* set by the compute thread before the first page (read by the loop thread after
+     * prefill__done): the path, and for cuda-ipc the mapped pool */
+    kv_path_t path;
+    int direct;
+    kv_cuda_ipc_map_t *ipc;
+    struct put_msg *held, **held_tail; /* no_overlap: exports waiting for the end of the prefill */
 } pjob_t;
 
 struct prefill_node {
@@ -61,6 +83,11 @@ struct prefill_node {
     compute_t *comp;
     peer_t *peers;
     int queued; /* calls waiting or running (loop thread) */
+    int no_ipc; /* PDSERVE_KV_CUDA_IPC=0: never write over CUDA IPC (benchmarks, debugging) */
+    /* PDSERVE_KV_OVERLAP=0: staged pages are put only after the whole prompt is computed, not
+     * while the next chunk computes (to measure what the overlap buys) */
+    int no_overlap;
+    ipc_peer_t *ipc_peers; /* compute thread */
 };
 
 
@@ -136,32 +163,65 @@ static void prefill__flush_done(void *arg, pd_status_t st)
         prefill__fail(j, PD_ERR_INTERNAL, "kv done message could not be packed");
         return;
     }
-    st = kv_transport_am_send(j->peer->ep, NODE_AM_KV_DONE, buf, len, NULL, 0, prefill__am_done, j);
+    st = kv_transport_am_send(j->peer->ep, j->direct ? NODE_AM_KV_DONE_DIRECT : NODE_AM_KV_DONE,
+                              buf, len, NULL, 0, prefill__am_done, j);
     if (st != PD_OK)
         prefill__fail(j, PD_ERR_UNAVAILABLE, "kv done message to the decode node failed");
 }
 
 /* ==== compute -> loop messages ==== */
 
-typedef struct {
+typedef struct put_msg {
     pjob_t *j;
-    uint8_t *staging; /* NULL when st != PD_OK */
+    uint8_t *staging; /* NULL when st != PD_OK; direct: the pages as sent, for the checksum */
     int first, n;
     pd_status_t st; /* the export's status: a failed export is never put */
+    struct put_msg *next; /* pjob_t.held */
 } put_msg_t;
+
+static void prefill__count_pages(prefill_node_t *pn, kv_path_t p, int n)
+{
+    pthread_mutex_lock(&pn->nc.stats.mu);
+    pn->nc.stats.kv_pages_by_path[p] += (uint64_t)n;
+    pthread_mutex_unlock(&pn->nc.stats.mu);
+}
+
+static void prefill__put_now(put_msg_t *m);
 
 static void prefill__put(void *arg)
 {
     put_msg_t *m = arg;
     pjob_t *j = m->j;
+    if (j->pn->no_overlap && !j->direct) { /* held until prefill__done */
+        m->next = NULL;
+        if (!j->held_tail)
+            j->held_tail = &j->held;
+        *j->held_tail = m;
+        j->held_tail = &m->next;
+        return;
+    }
+    prefill__put_now(m);
+}
+
+static void prefill__put_now(put_msg_t *m)
+{
+    pjob_t *j = m->j;
     const size_t pb = j->dst_layout.page_bytes;
-    uint8_t **s = m->st == PD_OK ? realloc(j->staging, (size_t)(j->n_staging + 1) * sizeof *s)
-                                 : NULL;
-    if (m->st == PD_OK && !s)
+    uint8_t **s = NULL;
+    if (m->st == PD_OK && !j->direct &&
+        !(s = realloc(j->staging, (size_t)(j->n_staging + 1) * sizeof *s)))
         m->st = PD_ERR_NOMEM;
     if (m->st != PD_OK) {
         if (j->error == PD_OK)
             j->error = m->st;
+        free(m->staging);
+        free(m);
+        return;
+    }
+    prefill__count_pages(j->pn, j->path, m->n);
+    if (j->direct) { /* already written GPU -> GPU: only the checksum, here as on the staged path
+                      * (off the compute thread, in page order) */
+        j->checksum = node_pages_checksum(j->checksum, m->staging, NULL, m->n, pb);
         free(m->staging);
         free(m);
         return;
@@ -190,6 +250,11 @@ static void prefill__done(void *arg)
 {
     pjob_t *j = arg;
     pd_status_t st;
+    while (j->held) { /* no_overlap: the puts start now */
+        put_msg_t *m = j->held;
+        j->held = m->next;
+        prefill__put_now(m);
+    }
     if (j->prefill_status == PD_ERR_RESOURCE || j->error == PD_ERR_RESOURCE) {
         prefill__fail(j, PD_ERR_RESOURCE, "kv lease ended before the pages were written");
         return;
@@ -231,6 +296,127 @@ static void prefill__call_cancelled(pd_grpc_call_t *call, void *arg)
 
 /* ==== compute thread ==== */
 
+/* The decode node's CUDA IPC mapping for j, opened once per peer and handle (a restarted decode
+ * node sends a new handle: the old mapping is closed). NULL when it cannot be opened; a failed
+ * handle is not tried again. */
+static kv_cuda_ipc_map_t *prefill__ipc_map(prefill_node_t *pn, pjob_t *j, ipc_peer_t **peer_p)
+{
+    ipc_peer_t *p;
+    for (p = pn->ipc_peers; p; p = p->next)
+        if (strcmp(p->key, j->peer_key) == 0)
+            break;
+    if (!p) {
+        if (!(p = calloc(1, sizeof *p)))
+            return NULL;
+        snprintf(p->key, sizeof p->key, "%s", j->peer_key);
+        p->next = pn->ipc_peers;
+        pn->ipc_peers = p;
+    }
+    *peer_p = p;
+    if (!j->has_ipc)
+        return NULL;
+    if (memcmp(p->blob, j->ipc_blob, sizeof p->blob) != 0) {
+        kv_cuda_ipc_close(p->map);
+        p->map = NULL;
+        p->failed = 0;
+        memcpy(p->blob, j->ipc_blob, sizeof p->blob);
+    }
+    if (!p->map && !p->failed && kv_cuda_ipc_open(p->blob, sizeof p->blob, &p->map) != PD_OK) {
+        p->map = NULL;
+        p->failed = 1; /* logged by kv_cuda_ipc_open */
+    }
+    return p->map;
+}
+
+/* Picks j's path (kv_path.h) before its first page, logs it when it changes for that peer and
+ * shows it in /health and /metrics. */
+static void prefill__choose_path(prefill_node_t *pn, pjob_t *j, engine_t *e)
+{
+    kv_path_offer_t o = {0};
+    const char *why;
+    ipc_peer_t *peer = NULL;
+    o.src_gpu = strcmp(engine_backend(e)->ops->name, "cpu") != 0;
+    o.dst_gpu = j->has_ipc; /* a decode node offers a handle only for a GPU pool */
+    o.ipc_offered = j->has_ipc && !pn->no_ipc;
+    o.ipc_same_host = o.ipc_offered && kv_cuda_ipc_same_host(j->ipc_blob, sizeof j->ipc_blob, NULL);
+    o.ipc_opened = -1;
+    /* ucx-cuda is the decode node's choice (it registers its GPU pool with UCX); this side puts
+     * from the host copy it checksums either way, so it counts as staged here */
+    kv_path_t p = kv_path_select(&o, &why);
+    if (p == KV_PATH_CUDA_IPC) {
+        j->ipc = prefill__ipc_map(pn, j, &peer);
+        if (!j->ipc) {
+            o.ipc_opened = 0;
+            p = kv_path_select(&o, &why);
+        }
+    } else {
+        prefill__ipc_map(pn, j, &peer); /* for the log line's memory */
+    }
+    if (j->has_ipc && pn->no_ipc)
+        why = "cuda ipc turned off (PDSERVE_KV_CUDA_IPC=0)";
+    j->path = p;
+    j->direct = p == KV_PATH_CUDA_IPC;
+    if (peer && peer->logged != (int)p + 1) {
+        peer->logged = (int)p + 1;
+        if (j->direct)
+            pd_log_info("%s: kv to %s: cuda-ipc, %s, no host staging", pn->nc.node->name, j->peer_key,
+                        kv_cuda_ipc_describe(j->ipc));
+        else
+            pd_log_info("%s: kv to %s: %s (%s)", pn->nc.node->name, j->peer_key, kv_path_name(p), why);
+    }
+    pthread_mutex_lock(&pn->nc.stats.mu);
+    snprintf(pn->nc.stats.kv_path, sizeof pn->nc.stats.kv_path, "%s", kv_path_name(p));
+    pthread_mutex_unlock(&pn->nc.stats.mu);
+}
+
+/* cuda-ipc: converts pages [first, first + n) of kv into the destination format in device
+ * memory, copies them GPU -> GPU into the decode node's mapped pool, and reads the exported pages
+ * back into host_out (n pages) for the checksum, which the loop thread computes (XXH3-64, the same
+ * chain as the staged path, while the next chunk computes). XXH3 is sequential over a page's
+ * 1 KiB blocks and the pages are chained, so a GPU kernel would not beat that one device -> host
+ * read, and the checksum keeps one definition of the bytes as sent. The read also synchronizes
+ * the stream: the pages have landed when it returns. */
+static pd_status_t prefill__write_direct(pjob_t *j, engine_t *e, const kv_seq_t *kv, int first,
+                                         int n, uint8_t *host)
+{
+    pd_backend_t *be = engine_backend(e);
+    const size_t pb = j->dst_layout.page_bytes, len = kv_cuda_ipc_len(j->ipc);
+    uint8_t *base = kv_cuda_ipc_base(j->ipc), *dev = NULL;
+    pd_status_t st;
+
+    if (node_control_now_ms(&j->pn->nc) > j->write_deadline_ms)
+        return PD_ERR_RESOURCE; /* the decode node may hand these pages to others now */
+    for (int i = 0; i < n; i++) {
+        int32_t pg = j->dst_pages[first + i].page;
+        if (pg < 0 || (size_t)pg >= len / pb) {
+            pd_log_error("seq %llu: destination page %d outside the decode node's pool (%zu pages)",
+                         (unsigned long long)j->seq_id, pg, len / pb);
+            return PD_ERR_INVALID;
+        }
+    }
+    if ((st = be->ops->alloc(be, (size_t)n * pb, (void **)&dev)) != PD_OK)
+        goto out;
+    if ((st = engine_export_pages_dev(e, kv, first, n, &j->dst_layout, j->dst_pages + first, dev)))
+        goto out;
+    for (int i = 0; i < n && st == PD_OK;) { /* one copy per run of consecutive pages */
+        int32_t pg = j->dst_pages[first + i].page;
+        int run = 1;
+        while (i + run < n && j->dst_pages[first + i + run].page == pg + run)
+            run++;
+        st = be->ops->copy(be, base + (size_t)pg * pb, dev + (size_t)i * pb, (size_t)run * pb);
+        i += run;
+    }
+    if (st == PD_OK)
+        st = be->ops->download(be, host, dev, (size_t)n * pb);
+    if (st != PD_OK)
+        pd_log_error("seq %llu: cuda ipc write of pages %d..%d: %s", (unsigned long long)j->seq_id,
+                     first, first + n - 1, pd_status_str(st));
+out:
+    if (dev)
+        be->ops->free(be, dev);
+    return st;
+}
+
 static int prefill__pages(void *arg, const kv_seq_t *kv, int first, int n)
 {
     pjob_t *j = arg;
@@ -241,6 +427,20 @@ static int prefill__pages(void *arg, const kv_seq_t *kv, int first, int n)
         return 1; /* engine_prefill stops here with PD_ERR_CANCELLED */
     m = malloc(sizeof *m);
     PD_ASSERT(m); /* a message back to the loop thread must not be lost (compute_post aborts too) */
+    if (j->direct) {
+        m->staging = malloc((size_t)n * j->dst_layout.page_bytes);
+        m->st = m->staging ? prefill__write_direct(j, compute_engine(c), kv, first, n, m->staging)
+                           : PD_ERR_NOMEM;
+        if (m->st != PD_OK) {
+            free(m->staging);
+            m->staging = NULL;
+        }
+        m->j = j;
+        m->first = first;
+        m->n = n;
+        compute_post(c, prefill__put, m);
+        return 0;
+    }
     m->staging = malloc((size_t)n * j->dst_layout.page_bytes);
     m->st = m->staging ? engine_export_pages(compute_engine(c), kv, first, n, &j->dst_layout,
                                              j->dst_pages + first, m->staging)
@@ -271,6 +471,7 @@ static void prefill__run(compute_t *c, engine_t *e, void *arg)
         compute_post(c, prefill__done, j);
         return;
     }
+    prefill__choose_path(j->pn, j, e);
     j->prefill_status = engine_prefill(e, j->tokens, j->n_tokens, &j->gp, prefill__pages, j,
                                        &j->first, &kv);
     if (j->prefill_status == PD_OK) {
@@ -439,6 +640,11 @@ static void prefill__rpc_prefill(pd_grpc_call_t *call, const ProtobufCMessage *m
     }
     j->n_dst_pages = (int)d->n_pages;
     j->seq_id = d->seq_id;
+    snprintf(j->peer_key, sizeof j->peer_key, "%s:%u", d->ucx_host, d->ucx_port);
+    if (d->cuda_ipc.len == KV_CUDA_IPC_BLOB_BYTES) {
+        memcpy(j->ipc_blob, d->cuda_ipc.data, KV_CUDA_IPC_BLOB_BYTES);
+        j->has_ipc = 1;
+    }
     j->peer = prefill__peer(pn, d, &st);
     if (!j->peer) {
         free(j->tokens);
@@ -500,6 +706,13 @@ pd_status_t prefill_node_create(uv_loop_t *loop, const cluster_config_t *cfg,
     if ((st = node_control_init(&pn->nc, loop, cfg, node, &pdserve__v1__prefill__descriptor,
                                 prefill_handlers, pn, env)) != PD_OK)
         goto err;
+    const char *ipc_env = getenv("PDSERVE_KV_CUDA_IPC");
+    pn->no_ipc = ipc_env && strcmp(ipc_env, "0") == 0;
+    const char *ov_env = getenv("PDSERVE_KV_OVERLAP");
+    pn->no_overlap = ov_env && strcmp(ov_env, "0") == 0;
+    if (pn->no_ipc || pn->no_overlap)
+        pd_log_info("%s: kv transfer:%s%s", node->name, pn->no_ipc ? " cuda ipc off" : "",
+                    pn->no_overlap ? " overlap off (puts wait for the whole prompt)" : "");
     node_engine_params(cfg, node, &ep);
     if ((st = compute_create(loop, &ep, prefill__ready, prefill__tick, 200, pn, &pn->comp)))
         goto err;
@@ -547,6 +760,12 @@ void prefill_node_destroy(prefill_node_t *pn)
         kv_transport_rkey_destroy(p->rkey);
         kv_transport_ep_close(p->ep);
         free(p->rkey_bytes);
+        free(p);
+    }
+    while (pn->ipc_peers) { /* the compute thread is gone: its mappings go now */
+        ipc_peer_t *p = pn->ipc_peers;
+        pn->ipc_peers = p->next;
+        kv_cuda_ipc_close(p->map);
         free(p);
     }
     node_control_deinit(&pn->nc);

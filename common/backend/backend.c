@@ -14,6 +14,30 @@ pd_status_t backend_create(const char *name, int device, int n_threads, pd_backe
     return PD_ERR_INVALID;
 }
 
+pd_status_t backend_set_options(pd_backend_t *be, const char *opts)
+{
+    char buf[256];
+    pd_status_t st = PD_OK;
+    if (!opts || !*opts)
+        return PD_OK;
+    if (strlen(opts) >= sizeof buf || !be->ops->set_option) {
+        pd_log_error("backend %s: cannot take options '%s'", be->ops->name, opts);
+        return PD_ERR_INVALID;
+    }
+    strcpy(buf, opts);
+    for (char *save = NULL, *kv = strtok_r(buf, ",", &save); kv && st == PD_OK;
+         kv = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(kv, '=');
+        if (!eq) {
+            pd_log_error("backend %s: option '%s' is not key=value", be->ops->name, kv);
+            return PD_ERR_INVALID;
+        }
+        *eq = '\0';
+        st = be->ops->set_option(be, kv, eq + 1);
+    }
+    return st;
+}
+
 void backend_destroy(pd_backend_t *be)
 {
     if (be)

@@ -3,7 +3,8 @@
  * the same table and is tested op by op against the CPU one.
  *
  * Buffers are backend memory (`void *` from ops->alloc): host memory for the CPU backend, device
- * memory for CUDA. Activations are f32 everywhere. Shapes are given in the comments, row-major.
+ * memory for CUDA. Activations are f32 (the fused ops also hand FP8 activations, pd_act_fp8_t, to
+ * the FP8 matmul). Shapes are given in the comments, row-major.
  * Index arrays (ids, positions, slots, block tables) are backend memory too, uploaded by the
  * caller. Ops run in order on the backend's single stream; `sync` waits for them. An op (void,
  * like a kernel launch) that fails — the CPU backend out of memory for its scratch, a failed CUDA
@@ -59,6 +60,13 @@ typedef struct {
     int n_rows;
     int max_ctx;
 } pd_attn_batch_t;
+
+/* FP8 activations for an FP8 (W8A8) matmul: row i of x (n, k) quantized as quant_fp8_vec does it,
+ * x[i] ~ q[i] * scale[i] (the activation side of the FP8 matmul). Backend memory. */
+typedef struct {
+    uint8_t *q;   /* (n, k) fp8 e4m3 */
+    float *scale; /* (n) f32 */
+} pd_act_fp8_t;
 
 typedef struct {
     const char *name;
@@ -151,6 +159,25 @@ typedef struct {
                    const float *temperature, const int32_t *top_k, const float *top_p,
                    const float *u);
 
+    /* Fused ops (fewer passes over the activations); each gives the results of the plain ops it
+     * stands for, and the model uses the plain ops where they are NULL.
+     * add_rmsnorm: y != NULL: x (n, d) += y (n, d) (add); then out (n, d) = rmsnorm(x) * w as
+     * rmsnorm does (out != x; out may be NULL) and, q != NULL, q = that output quantized to fp8
+     * per row (pd_act_fp8_t), i.e. what matmul would make of it for an FP8 weight. */
+    void (*add_rmsnorm)(pd_backend_t *be, float *x, const float *y, float *out, const uint16_t *w,
+                        int n, int d, float eps, const pd_act_fp8_t *q);
+    /* out (n, f) = silu_mul(gu) (out may be NULL) and, q != NULL, q = out quantized to fp8 */
+    void (*silu_mul_fp8)(pd_backend_t *be, float *out, const float *gu, int n, int f,
+                         const pd_act_fp8_t *q);
+    /* out (n, w->n) f32 = matmul of x for an FP8 weight w, with x given as its quantization
+     * x (n, w->k) from the ops above: the same result as matmul on the f32 x */
+    void (*matmul_fp8)(pd_backend_t *be, float *out, const pd_act_fp8_t *x, const pd_weight_t *w,
+                       int n);
+
+    /* Sets one backend option (CUDA: kernels/backend_cuda.h lists them); PD_ERR_INVALID for an
+     * unknown key or value. */
+    pd_status_t (*set_option)(pd_backend_t *be, const char *key, const char *value);
+
 } pd_backend_ops_t;
 
 struct pd_backend {
@@ -169,6 +196,11 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p);
 pd_status_t backend_create(const char *name, int device, int n_threads, pd_backend_t **be_p);
 
 void backend_destroy(pd_backend_t *be);
+
+/* Applies "key=value[,key=value...]" (a node's backend_options) through ops->set_option. NULL or
+ * "": nothing. PD_ERR_INVALID for a malformed list, an unknown option, or options for a backend
+ * that takes none. */
+pd_status_t backend_set_options(pd_backend_t *be, const char *opts);
 
 /* Uploads a host weight (any format) into backend memory; *dst_p owns three allocations. */
 /* The tag tracker's stamp / check on this backend's memory (be->ops->kv_stamp / kv_check). */

@@ -286,6 +286,55 @@ static void cpu_matmul(pd_backend_t *be, float *out, const float *x, const pd_we
     cpu__matmul(c, c->pool, out, x, w, n);
 }
 
+/* ==== fused ops: the plain ops above in sequence (backend.h) ==== */
+
+/* q->q (n, k) fp8, q->scale (n) = x (n, k) quantized per row (quant_fp8_vec) */
+static void cpu__quant_rows(const pd_act_fp8_t *q, const float *x, int n, int64_t k)
+{
+    for (int i = 0; i < n; i++)
+        q->scale[i] = quant_fp8_vec(q->q + (size_t)i * k, x + (size_t)i * k, k);
+}
+
+static void cpu_add_rmsnorm(pd_backend_t *be, float *x, const float *y, float *out,
+                            const uint16_t *w, int n, int d, float eps, const pd_act_fp8_t *q)
+{
+    float *o = out ? out : malloc((size_t)n * d * sizeof *o);
+    PD_ASSERT(o);
+    if (y)
+        cpu_add(be, x, y, (size_t)n * d);
+    cpu_rmsnorm(be, o, x, w, n, d, eps);
+    if (q)
+        cpu__quant_rows(q, o, n, d);
+    if (!out)
+        free(o);
+}
+
+static void cpu_silu_mul_fp8(pd_backend_t *be, float *out, const float *gu, int n, int f,
+                             const pd_act_fp8_t *q)
+{
+    float *o = out ? out : malloc((size_t)n * f * sizeof *o);
+    PD_ASSERT(o);
+    cpu_silu_mul(be, o, gu, n, f);
+    if (q)
+        cpu__quant_rows(q, o, n, f);
+    if (!out)
+        free(o);
+}
+
+static void cpu_matmul_fp8(pd_backend_t *be, float *out, const pd_act_fp8_t *x,
+                           const pd_weight_t *w, int n)
+{
+    cpu_t *c = cpu__get(be);
+    PD_ASSERT(w->fmt == PD_WFMT_FP8);
+    float *xq = malloc((size_t)n * (size_t)w->k * sizeof *xq);
+    PD_ASSERT(xq);
+    for (size_t i = 0; i < (size_t)n * (size_t)w->k; i++)
+        xq[i] = c->fp8_lut[x->q[i]];
+    matmul_job_t j = {c, out, xq, x->scale, w, n};
+    threadpool_for(c->pool, (size_t)((w->n + MM_ROWS - 1) / MM_ROWS), cpu__matmul_rows, &j);
+    free(xq);
+}
+
 /* ==== paged KV ==== */
 
 /* fp8 e4m3 -> f32 for every byte; filled once (pthread_once) by the first backend_cpu_create:
@@ -639,6 +688,9 @@ static const pd_backend_ops_t cpu_ops = {
     .kv_check = cpu_kv_check,
     .kv_export = cpu_kv_export,
     .sample = cpu_sample,
+    .add_rmsnorm = cpu_add_rmsnorm,
+    .silu_mul_fp8 = cpu_silu_mul_fp8,
+    .matmul_fp8 = cpu_matmul_fp8,
 };
 
 pd_status_t backend_cpu_create(int n_threads, pd_backend_t **be_p)

@@ -83,6 +83,8 @@ pd_status_t engine_create(const engine_params_t *p, engine_t **e_p)
         e->p.prefill_chunk = 512;
     if ((st = backend_create(p->backend, p->device, p->threads, &e->be)) != PD_OK)
         goto err;
+    if ((st = backend_set_options(e->be, p->backend_options)) != PD_OK)
+        goto err;
     e->tag_io = backend_tag_io(e->be);
     mp = (model_load_params_t){p->model_dir, p->wfmt, p->lm_head_fmt, e->be, p->progress, NULL};
     if ((st = model_load(&mp, &e->m)) != PD_OK)
@@ -672,37 +674,42 @@ err:
     return st;
 }
 
+/* The writer checks its own pages [first, first + n) of kv first: a bookkeeping bug on this side
+ * must not be stamped with the destination's valid tags. Fills pages_out with their ids. */
+static pd_status_t engine__export_check(engine_t *e, const kv_seq_t *kv, int first, int n,
+                                        int32_t *pages_out)
+{
+    kv_seq_t view = (kv_seq_t){n * e->layout.page_tokens, n, n, kv->pages + first};
+    int32_t ntok = view.n_tokens;
+    const kv_seq_t *one[1] = {&view};
+    pd_status_t check;
+    if (kv_tracker_check(e->tracker, &e->tag_io, e->arena, &e->layout, one, &ntok, NULL, 1,
+                         &check) < 0)
+        return PD_ERR_NOMEM;
+    if (check != PD_OK) {
+        pd_log_error("kv export: pages %d..%d fail their own tag check: not sent", first,
+                     first + n - 1);
+        return check;
+    }
+    for (int i = 0; i < n; i++)
+        pages_out[i] = kv->pages[first + i].page;
+    return PD_OK;
+}
+
 pd_status_t engine_export_pages(engine_t *e, const kv_seq_t *kv, int first, int n,
                                 const kv_layout_t *dst_l, const kv_page_ref_t *dst_refs,
                                 uint8_t *host_out)
 {
     pd_backend_t *be = e->be;
     const size_t pb = dst_l->page_bytes;
-    kv_seq_t view;
-    int32_t ntok, *pages = malloc((size_t)n * sizeof *pages);
-    pd_status_t st, check;
+    int32_t *pages = malloc((size_t)n * sizeof *pages);
+    pd_status_t st;
     void *dev = NULL;
 
     if (!pages)
         return PD_ERR_NOMEM;
-    /* the writer checks its own pages first: a bookkeeping bug on this side must not be stamped
-     * with the destination's valid tags */
-    view = (kv_seq_t){n * e->layout.page_tokens, n, n, kv->pages + first};
-    ntok = view.n_tokens;
-    const kv_seq_t *one[1] = {&view};
-    if (kv_tracker_check(e->tracker, &e->tag_io, e->arena, &e->layout, one, &ntok, NULL, 1,
-                         &check) < 0) {
-        st = PD_ERR_NOMEM;
+    if ((st = engine__export_check(e, kv, first, n, pages)) != PD_OK)
         goto out;
-    }
-    if (check != PD_OK) {
-        pd_log_error("kv export: pages %d..%d fail their own tag check: not sent", first,
-                     first + n - 1);
-        st = check;
-        goto out;
-    }
-    for (int i = 0; i < n; i++)
-        pages[i] = kv->pages[first + i].page;
     if ((st = be->ops->alloc(be, (size_t)n * pb, &dev)) != PD_OK)
         goto out;
     be->ops->kv_export(be, dev, dst_l, e->arena, &e->layout, pages, n);
@@ -717,5 +724,30 @@ out:
     if (dev)
         be->ops->free(be, dev);
     free(pages);
+    return st;
+}
+
+pd_status_t engine_export_pages_dev(engine_t *e, const kv_seq_t *kv, int first, int n,
+                                    const kv_layout_t *dst_l, const kv_page_ref_t *dst_refs,
+                                    void *dev_out)
+{
+    pd_backend_t *be = e->be;
+    int32_t *pages = malloc((size_t)n * 2 * sizeof *pages);
+    kv_tag_t *tags = malloc((size_t)n * sizeof *tags);
+    pd_status_t st = PD_ERR_NOMEM;
+
+    if (!pages || !tags)
+        goto out;
+    if ((st = engine__export_check(e, kv, first, n, pages)) != PD_OK)
+        goto out;
+    be->ops->kv_export(be, dev_out, dst_l, e->arena, &e->layout, pages, n);
+    for (int i = 0; i < n; i++) { /* the writer's stamp: the tag the destination handed out */
+        pages[n + i] = i;
+        tags[i] = dst_refs[i].tag;
+    }
+    be->ops->kv_stamp(be, dev_out, dst_l, pages + n, tags, n);
+out:
+    free(pages);
+    free(tags);
     return st;
 }

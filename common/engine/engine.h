@@ -27,6 +27,7 @@
 typedef struct {
     const char *model_dir;
     const char *backend;     /* "cpu" | "cuda" */
+    char backend_options[256]; /* "key=value,..." for backend_set_options; "": none */
     int device, threads;
     pd_wfmt_t wfmt, lm_head_fmt;
     pd_kvfmt_t kvfmt;
@@ -119,6 +120,15 @@ pd_status_t engine_prefill(engine_t *e, const int32_t *tokens, int n,
 pd_status_t engine_export_pages(engine_t *e, const kv_seq_t *kv, int first, int n,
                                 const kv_layout_t *dst_l, const kv_page_ref_t *dst_refs,
                                 uint8_t *host_out);
+
+/* As engine_export_pages, but leaves the converted, stamped pages in this engine's backend memory
+ * at dev_out (n * dst_l->page_bytes, from the backend's alloc): for writers that move them
+ * GPU -> GPU. The work is enqueued on the backend's stream; a kernel's failure shows at the next
+ * sync or download, after which dev_out must not be sent. Returns PD_ERR_KV_INTEGRITY (a source
+ * page fails its own tag check: nothing enqueued) or PD_ERR_NOMEM. */
+pd_status_t engine_export_pages_dev(engine_t *e, const kv_seq_t *kv, int first, int n,
+                                    const kv_layout_t *dst_l, const kv_page_ref_t *dst_refs,
+                                    void *dev_out);
 
 /* Ends a sequence now (callback with ENGINE_FINISH_ABORT, PD_ERR_CANCELLED); its pages are freed.
  * PD_ERR_NOT_FOUND if unknown or already finished. */

@@ -130,6 +130,7 @@ enum {
     NF_TRACKER,
     NF_THREADS,
     NF_TP,
+    NF_BACKEND_OPTIONS,
     NF__COUNT
 };
 
@@ -151,6 +152,7 @@ static const cluster_config__field_t cluster_config__node_fields[NF__COUNT] = {
     [NF_TRACKER] = NODE_F("tracker", F_ENUM, tracker, 0, 0, cluster_config__trackers, 0),
     [NF_THREADS] = NODE_F("threads", F_INT, threads, 0, 4096, NULL, 0),
     [NF_TP] = NODE_F("tp", F_INT, tp, 1, 64, NULL, 0),
+    [NF_BACKEND_OPTIONS] = NODE_F("backend_options", F_STR, backend_options, 0, 0, NULL, 0),
 };
 
 #define ROUTER_F(k, t, member, mn, mx, nm, req)                                                    \

@@ -25,6 +25,7 @@
 
 #define CLUSTER_NAME_MAX 64
 #define CLUSTER_HOST_MAX 256
+#define CLUSTER_BACKEND_OPTIONS_MAX 256
 #define CLUSTER_PATH_MAX 4096
 
 typedef enum { CLUSTER_ROLE_PREFILL = 0, CLUSTER_ROLE_DECODE } cluster_role_t;
@@ -54,6 +55,8 @@ typedef struct {
     cluster_tracker_t tracker;
     int threads; /* CPU backend threads, 0 = all cores */
     int tp;      /* tensor-parallel degree */
+    /* "key=value,..." for backend_set_options (CUDA: kernels/backend_cuda.h) */
+    char backend_options[CLUSTER_BACKEND_OPTIONS_MAX];
 } cluster_node_t;
 
 typedef struct {

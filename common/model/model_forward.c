@@ -26,6 +26,10 @@ struct model_ctx {
     /* activations (backend memory), sized for cap_tokens rows */
     float *x, *h, *q, *k, *v, *attn, *tmp, *gu, *act, *rlogits, *mw, *lrows, *logits;
     int32_t *mids;
+    /* FP8 activations made by the fused ops for the FP8 matmuls (fwd__norm, fwd__silu):
+     * (cap_tokens, max(hidden, ffn)) fp8 and (cap_tokens) scales */
+    uint8_t *aq;
+    float *as;
     /* index arrays (backend memory) and their host staging */
     int32_t *d_tokens, *d_pos, *d_slots, *d_qstart, *d_ctx, *d_bt;
     int32_t *h_pos, *h_slots, *h_bt;
@@ -53,6 +57,7 @@ static void ctx__free_bufs(model_ctx_t *c)
                      (void **)&c->k,     (void **)&c->v,      (void **)&c->attn,
                      (void **)&c->tmp,   (void **)&c->gu,     (void **)&c->act,
                      (void **)&c->rlogits, (void **)&c->mw,   (void **)&c->mids,
+                     (void **)&c->aq,    (void **)&c->as,
                      (void **)&c->lrows, (void **)&c->logits, (void **)&c->glogits,
                      (void **)&c->d_tokens,
                      (void **)&c->d_pos, (void **)&c->d_slots, (void **)&c->d_qstart,
@@ -108,6 +113,8 @@ static pd_status_t ctx__reserve(model_ctx_t *c, int n, int s, int bt, int nl)
     A(c->rlogits, N * E * 4);
     A(c->mw, N * K * 4);
     A(c->mids, N * K * 4);
+    A(c->aq, N * (d > (size_t)f ? d : (size_t)f));
+    A(c->as, N * 4);
     A(c->lrows, (size_t)nl * d * 4);
     A(c->logits, (size_t)nl * (size_t)c->m->vocab_local * 4);
     if (c->m->tp_size > 1)
@@ -197,6 +204,52 @@ static pd_status_t fwd__logits(model_ctx_t *c, int n_logits, float *logits_out)
     return PD_OK;
 }
 
+/* Whether w runs as matmul_fp8 on the FP8 activations of the fused ops (backend.h). */
+static bool fwd__fp8(const model_ctx_t *c, const pd_weight_t *w)
+{
+    return c->be->ops->matmul_fp8 && c->be->ops->add_rmsnorm && c->be->ops->silu_mul_fp8 &&
+           w->fmt == PD_WFMT_FP8;
+}
+
+/* x += res (res != NULL: the residual the previous layer left pending), then c->h = rmsnorm(x) *
+ * w; quant: the only readers are FP8 matmuls (fwd__fp8), so only the FP8 activations c->aq / c->as
+ * are made (c->h is not written). One fused op where the backend has it. */
+static void fwd__norm(model_ctx_t *c, const float *res, const uint16_t *w, int n, bool quant)
+{
+    pd_backend_t *be = c->be;
+    const int d = c->m->cfg.hidden_size;
+    const float eps = (float)c->m->cfg.rms_norm_eps;
+    pd_act_fp8_t q = {c->aq, c->as};
+    if (be->ops->add_rmsnorm) {
+        be->ops->add_rmsnorm(be, c->x, res, quant ? NULL : c->h, w, n, d, eps, quant ? &q : NULL);
+        return;
+    }
+    if (res)
+        be->ops->add(be, c->x, res, (size_t)n * d);
+    be->ops->rmsnorm(be, c->h, c->x, w, n, d, eps);
+}
+
+/* c->act = silu_mul(c->gu), or (quant, see fwd__norm) only its FP8 activations */
+static void fwd__silu(model_ctx_t *c, int n, int f, bool quant)
+{
+    pd_act_fp8_t q = {c->aq, c->as};
+    if (quant)
+        c->be->ops->silu_mul_fp8(c->be, NULL, c->gu, n, f, &q);
+    else
+        c->be->ops->silu_mul(c->be, c->act, c->gu, n, f);
+}
+
+/* out = x @ w^T; quant: x's FP8 activations are in c->aq / c->as (fwd__norm, fwd__silu) */
+static void fwd__mm(model_ctx_t *c, float *out, const float *x, bool quant, const pd_weight_t *w,
+                    int n)
+{
+    pd_act_fp8_t q = {c->aq, c->as};
+    if (quant)
+        c->be->ops->matmul_fp8(c->be, out, &q, w, n);
+    else
+        c->be->ops->matmul(c->be, out, x, w, n);
+}
+
 /* Enqueues the whole step for n rows: embedding, layers, and (n_logits > 0) the final norm and
  * LM head over x rows logit_rows (NULL: rows 0 .. n_logits - 1) into c->logits. Index arrays are
  * already in c->d_*; nothing here waits for the device except the TP collectives. Returns PD_OK or
@@ -215,12 +268,14 @@ static pd_status_t ctx__enqueue(model_ctx_t *c, void *arena, const kv_layout_t *
 
     PD_ASSERT(l->n_kv_heads == KVH);
     o->embed(be, c->x, m->embed, c->d_tokens, n, d);
+    const float *res = NULL; /* the layer output not yet added to x (fused into the next norm) */
     for (int li = 0; li < cfg->num_hidden_layers; li++) {
         const model_layer_t *L = &m->layers[li];
-        o->rmsnorm(be, c->h, c->x, L->attn_norm, n, d, eps);
-        o->matmul(be, c->q, c->h, &L->q, n);
-        o->matmul(be, c->k, c->h, &L->k, n);
-        o->matmul(be, c->v, c->h, &L->v, n);
+        const bool qkv8 = fwd__fp8(c, &L->q) && fwd__fp8(c, &L->k) && fwd__fp8(c, &L->v);
+        fwd__norm(c, res, L->attn_norm, n, qkv8);
+        fwd__mm(c, c->q, c->h, qkv8, &L->q, n);
+        fwd__mm(c, c->k, c->h, qkv8, &L->k, n);
+        fwd__mm(c, c->v, c->h, qkv8, &L->v, n);
         if (L->q_norm) {
             o->rmsnorm(be, c->q, c->q, L->q_norm, n * H, D, eps);
             o->rmsnorm(be, c->k, c->k, L->k_norm, n * KVH, D, eps);
@@ -232,13 +287,14 @@ static pd_status_t ctx__enqueue(model_ctx_t *c, void *arena, const kv_layout_t *
         o->matmul(be, c->tmp, c->attn, &L->o, n);
         if ((st = fwd__all_reduce(c, c->tmp, (size_t)n * d)) != PD_OK)
             return st;
-        o->add(be, c->x, c->tmp, (size_t)n * d);
-        o->rmsnorm(be, c->h, c->x, L->mlp_norm, n, d, eps);
+        const bool gu8 = !L->moe && fwd__fp8(c, &L->gate_up);
+        fwd__norm(c, c->tmp, L->mlp_norm, n, gu8);
         if (!L->moe) {
             int f = m->ffn;
-            o->matmul(be, c->gu, c->h, &L->gate_up, n);
-            o->silu_mul(be, c->act, c->gu, n, f);
-            o->matmul(be, c->tmp, c->act, &L->down, n);
+            const bool down8 = fwd__fp8(c, &L->down);
+            fwd__mm(c, c->gu, c->h, gu8, &L->gate_up, n);
+            fwd__silu(c, n, f, down8);
+            fwd__mm(c, c->tmp, c->act, down8, &L->down, n);
         } else {
             int E = cfg->num_experts, K = cfg->num_experts_per_tok;
             o->matmul(be, c->rlogits, c->h, &L->router, n);
@@ -248,8 +304,10 @@ static pd_status_t ctx__enqueue(model_ctx_t *c, void *arena, const kv_layout_t *
         }
         if ((st = fwd__all_reduce(c, c->tmp, (size_t)n * d)) != PD_OK)
             return st;
-        o->add(be, c->x, c->tmp, (size_t)n * d);
+        res = c->tmp;
     }
+    if (res)
+        o->add(be, c->x, res, (size_t)n * d);
     if (n_logits > 0) {
         if (!logit_rows)
             o->copy(be, c->lrows, c->x, (size_t)n_logits * d * 4);

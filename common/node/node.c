@@ -1,6 +1,7 @@
 #include "node.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
 
@@ -27,6 +28,7 @@ void node_engine_params(const cluster_config_t *cfg, const cluster_node_t *node,
     p->backend = node->backend == CLUSTER_BACKEND_CUDA ? "cuda" : "cpu";
     p->device = node->device;
     p->threads = node->threads;
+    snprintf(p->backend_options, sizeof p->backend_options, "%s", node->backend_options);
     p->wfmt = node->weights;
     p->kvfmt = node->kv;
     p->page_tokens = node->page_tokens;
@@ -216,10 +218,11 @@ static void node_http__ready(pd_http_request_t *req, void *user)
     pthread_mutex_unlock(&h->stats->mu);
     pd_http_respond_json(
         req, serving ? 200 : 503,
-        json_pack("{s:s,s:s,s:s,s:i,s:i,s:I,s:I}", "status", serving ? "ready" : "not ready",
+        json_pack("{s:s,s:s,s:s,s:i,s:i,s:I,s:I,s:s}", "status", serving ? "ready" : "not ready",
                   "node", h->node->name, "role", cluster_config_role_str(h->node->role), "active",
                   (int)st.active, "waiting", (int)st.queued, "kv_pages_used",
-                  (json_int_t)st.pages_used, "kv_pages_capacity", (json_int_t)st.pages_total));
+                  (json_int_t)st.pages_used, "kv_pages_capacity", (json_int_t)st.pages_total,
+                  "kv_path", st.kv_path[0] ? st.kv_path : "none"));
 }
 
 /* The listener counters of the control server and of this endpoint (pdserve_listener_*, as
@@ -278,6 +281,19 @@ static void node_http__metrics(pd_http_request_t *req, void *user)
                               st.tokens);
     metrics_counter_put_total(h->metrics, "pdserve_node_requests_total", "requests served", labels,
                               st.requests);
+    for (int p = 0; p < KV_PATH_COUNT; p++) {
+        const char *pl[] = {"node", h->node->name,
+                            "role", cluster_config_role_str(h->node->role),
+                            "path", kv_path_name((kv_path_t)p),
+                            NULL};
+        metrics_counter_put_total(h->metrics, "pdserve_node_kv_pages_written_total",
+                                  "kv pages written to decode nodes, by transfer path", pl,
+                                  st.kv_pages_by_path[p]);
+        metrics_gauge_put(h->metrics, "pdserve_node_kv_path",
+                          "1 for the kv transfer path in use (prefill: last used; decode: best "
+                          "offered)",
+                          pl, strcmp(st.kv_path, kv_path_name((kv_path_t)p)) == 0);
+    }
     node_http__listeners(h);
     if (metrics_render(h->metrics, &text, &len) != PD_OK) {
         pd_http_respond_error(req, PD_ERR_NOMEM, "metrics");

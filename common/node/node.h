@@ -12,6 +12,7 @@
 #include "engine.h"
 #include "grpc_health.h"
 #include "grpc_server.h"
+#include "kv_path.h"
 #include "pdserve.pb-c.h"
 
 /* Fills p from the cluster file's entry for node (model, backend, formats, budget, ...). */
@@ -23,6 +24,10 @@ typedef struct {
     pthread_mutex_t mu;
     uint32_t active, queued, pages_total, pages_used;
     uint64_t integrity_failures, tokens, requests;
+    /* KV transfer (kv_path.h): the path this node last used (prefill) or offers (decode), for
+     * /health, and pages written per path (prefill; indexed by kv_path_t) for /metrics */
+    char kv_path[16];
+    uint64_t kv_pages_by_path[KV_PATH_COUNT];
 } node_stats_t;
 
 void node_stats_init(node_stats_t *s);
@@ -37,6 +42,10 @@ void node_stats_fill(node_stats_t *s, const cluster_node_t *node, Pdserve__V1__N
  * in it before node_kv_done_unpack() has checked it, and then checks it against the reservation.
  * Pack and unpack keep no state (any thread). */
 #define NODE_AM_KV_DONE 1
+/* The same message when the pages were written straight into the decode node's GPU pool with
+ * CUDA IPC (KvDestination.cuda_ipc), not into its host landing zone. A separate id, not a field,
+ * so that a cut message can never turn one into the other. */
+#define NODE_AM_KV_DONE_DIRECT 2
 /* Largest KvDone a receiver accepts (a transport header holds up to KV_TRANSPORT_AM_HEADER_MAX). */
 #define NODE_KV_DONE_MAX 256
 /* Bytes of a reservation token (KvDestination.token: unguessable, from getrandom). */

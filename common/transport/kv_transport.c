@@ -178,15 +178,21 @@ pd_status_t kv_transport_set_am_handler(kv_transport_t *t, uint16_t id, kv_trans
 
 /* ==== public: memory ==== */
 
-pd_status_t kv_transport_mem_register(kv_transport_t *t, void *base, size_t len,
-                                      kv_transport_mem_t **m_p)
+static pd_status_t kv_transport__mem_register(kv_transport_t *t, void *base, size_t len, int cuda,
+                                              kv_transport_mem_t **m_p)
 {
     if (!base || len == 0) {
         pd_log_error("%s: mem register: empty region %p+%zu", t->name, base, len);
         return PD_ERR_INVALID;
     }
+    if (cuda && (!t->ops->mem_register_cuda || !t->ops->query_cuda(t))) {
+        pd_log_error("%s: mem register %p+%zu: this transport cannot reach CUDA memory", t->name,
+                     base, len);
+        return PD_ERR_UNSUPPORTED;
+    }
     kv_transport_mem_t *m;
-    pd_status_t st = t->ops->mem_register(t, base, len, &m);
+    pd_status_t st =
+        cuda ? t->ops->mem_register_cuda(t, base, len, &m) : t->ops->mem_register(t, base, len, &m);
     if (st != PD_OK)
         return st;
     m->t = t;
@@ -194,6 +200,18 @@ pd_status_t kv_transport_mem_register(kv_transport_t *t, void *base, size_t len,
     m->len = len;
     *m_p = m;
     return PD_OK;
+}
+
+pd_status_t kv_transport_mem_register(kv_transport_t *t, void *base, size_t len,
+                                      kv_transport_mem_t **m_p)
+{
+    return kv_transport__mem_register(t, base, len, 0, m_p);
+}
+
+pd_status_t kv_transport_mem_register_cuda(kv_transport_t *t, void *base, size_t len,
+                                           kv_transport_mem_t **m_p)
+{
+    return kv_transport__mem_register(t, base, len, 1, m_p);
 }
 
 pd_status_t kv_transport_mem_pack(kv_transport_mem_t *m, void **rkey_p, size_t *len_p)
@@ -338,13 +356,17 @@ size_t kv_transport_rkey_len(const kv_transport_rkey_t *r)
 
 /* ==== public: operations ==== */
 
-pd_status_t kv_transport_put(kv_transport_ep_t *ep, const void *local, size_t len,
-                             uint64_t remote_addr, kv_transport_rkey_t *r,
-                             kv_transport_done_fn cb, void *arg)
+static pd_status_t kv_transport__put(kv_transport_ep_t *ep, const void *local, size_t len, int cuda,
+                                     uint64_t remote_addr, kv_transport_rkey_t *r,
+                                     kv_transport_done_fn cb, void *arg)
 {
     pd_status_t st = kv_transport__ep_check(ep, "put");
     if (st != PD_OK)
         return st;
+    if (cuda && (!ep->t->ops->put_cuda || !ep->t->ops->query_cuda(ep->t))) {
+        pd_log_error("%s: put: this transport cannot read CUDA memory", ep->t->name);
+        return PD_ERR_UNSUPPORTED;
+    }
     if (!r || r->ep != ep || !cb || (!local && len)) {
         pd_log_error("%s: put: key %p does not belong to endpoint %p", ep->t->name, (void *)r,
                      (void *)ep);
@@ -355,7 +377,22 @@ pd_status_t kv_transport_put(kv_transport_ep_t *ep, const void *local, size_t le
                      (unsigned long long)remote_addr, len, (unsigned long long)r->base, r->len);
         return PD_ERR_INVALID;
     }
-    return ep->t->ops->put(ep, local, len, remote_addr, r, cb, arg);
+    return cuda ? ep->t->ops->put_cuda(ep, local, len, remote_addr, r, cb, arg)
+                : ep->t->ops->put(ep, local, len, remote_addr, r, cb, arg);
+}
+
+pd_status_t kv_transport_put(kv_transport_ep_t *ep, const void *local, size_t len,
+                             uint64_t remote_addr, kv_transport_rkey_t *r, kv_transport_done_fn cb,
+                             void *arg)
+{
+    return kv_transport__put(ep, local, len, 0, remote_addr, r, cb, arg);
+}
+
+pd_status_t kv_transport_put_cuda(kv_transport_ep_t *ep, const void *local, size_t len,
+                                  uint64_t remote_addr, kv_transport_rkey_t *r,
+                                  kv_transport_done_fn cb, void *arg)
+{
+    return kv_transport__put(ep, local, len, 1, remote_addr, r, cb, arg);
 }
 
 pd_status_t kv_transport_flush(kv_transport_ep_t *ep, kv_transport_done_fn cb, void *arg)

@@ -92,6 +92,11 @@ pd_status_t kv_transport_listen(kv_transport_t *t, const char *host, int port, i
 pd_status_t kv_transport_mem_register(kv_transport_t *t, void *base, size_t len,
                                       kv_transport_mem_t **m_p);
 
+/* As kv_transport_mem_register for CUDA device memory (registered with memory type CUDA).
+ * Returns PD_ERR_UNSUPPORTED unless kv_transport_query_cuda(t); otherwise as above. */
+pd_status_t kv_transport_mem_register_cuda(kv_transport_t *t, void *base, size_t len,
+                                           kv_transport_mem_t **m_p);
+
 /* Packs the key a source needs to write into m (base, length and the remote key) into a buffer
  * the caller frees with free(). Returns PD_ERR_NOMEM or PD_ERR_TRANSPORT. */
 pd_status_t kv_transport_mem_pack(kv_transport_mem_t *m, void **rkey_p, size_t *len_p);
@@ -142,8 +147,14 @@ size_t kv_transport_rkey_len(const kv_transport_rkey_t *r);
  * Returns PD_ERR_INVALID (outside the region, r not of ep), PD_ERR_UNAVAILABLE (ep failed),
  * PD_ERR_NOMEM or PD_ERR_TRANSPORT. */
 pd_status_t kv_transport_put(kv_transport_ep_t *ep, const void *local, size_t len,
-                             uint64_t remote_addr, kv_transport_rkey_t *r,
-                             kv_transport_done_fn cb, void *arg);
+                             uint64_t remote_addr, kv_transport_rkey_t *r, kv_transport_done_fn cb,
+                             void *arg);
+
+/* As kv_transport_put with local in CUDA device memory (the put says so: memory type CUDA).
+ * Returns PD_ERR_UNSUPPORTED unless the transport reports CUDA memory; otherwise as above. */
+pd_status_t kv_transport_put_cuda(kv_transport_ep_t *ep, const void *local, size_t len,
+                                  uint64_t remote_addr, kv_transport_rkey_t *r,
+                                  kv_transport_done_fn cb, void *arg);
 
 /* cb(arg, st) runs when every put started on ep before this call is visible at the target.
  * Returns PD_ERR_UNAVAILABLE (ep failed), PD_ERR_NOMEM or PD_ERR_TRANSPORT. */

@@ -57,25 +57,28 @@ typedef struct {
     pd_status_t (*listen)(kv_transport_t *t, const char *host, int port, int *port_p);
     pd_status_t (*mem_register)(kv_transport_t *t, void *base, size_t len,
                                 kv_transport_mem_t **m_p);
+    /* optional (NULL: no CUDA memory): as mem_register / put for device memory */
+    pd_status_t (*mem_register_cuda)(kv_transport_t *t, void *base, size_t len,
+                                     kv_transport_mem_t **m_p);
+    pd_status_t (*put_cuda)(kv_transport_ep_t *ep, const void *local, size_t len,
+                            uint64_t remote_addr, kv_transport_rkey_t *r, kv_transport_done_fn cb,
+                            void *arg);
     pd_status_t (*mem_pack)(kv_transport_mem_t *m, void **key_p, size_t *len_p);
     void (*mem_release_key)(kv_transport_mem_t *m, void *key);
     void (*mem_deregister)(kv_transport_mem_t *m);
-    pd_status_t (*set_am_handler)(kv_transport_t *t, uint16_t id, kv_transport_am_fn fn,
-                                  void *arg);
-    pd_status_t (*connect)(kv_transport_t *t, const char *host, int port,
-                           kv_transport_ep_t **ep_p);
+    pd_status_t (*set_am_handler)(kv_transport_t *t, uint16_t id, kv_transport_am_fn fn, void *arg);
+    pd_status_t (*connect)(kv_transport_t *t, const char *host, int port, kv_transport_ep_t **ep_p);
     void (*ep_close)(kv_transport_ep_t *ep);
     void (*ep_print)(kv_transport_ep_t *ep, FILE *f);
     pd_status_t (*rkey_unpack)(kv_transport_ep_t *ep, const void *key, size_t len,
                                kv_transport_rkey_t **r_p);
     void (*rkey_destroy)(kv_transport_rkey_t *r);
-    pd_status_t (*put)(kv_transport_ep_t *ep, const void *local, size_t len,
-                       uint64_t remote_addr, kv_transport_rkey_t *r, kv_transport_done_fn cb,
-                       void *arg);
+    pd_status_t (*put)(kv_transport_ep_t *ep, const void *local, size_t len, uint64_t remote_addr,
+                       kv_transport_rkey_t *r, kv_transport_done_fn cb, void *arg);
     pd_status_t (*flush)(kv_transport_ep_t *ep, kv_transport_done_fn cb, void *arg);
     pd_status_t (*am_send)(kv_transport_ep_t *ep, uint16_t id, const void *header,
-                           size_t header_len, const void *data, size_t len,
-                           kv_transport_done_fn cb, void *arg);
+                           size_t header_len, const void *data, size_t len, kv_transport_done_fn cb,
+                           void *arg);
 } kv_transport_ops_t;
 
 struct kv_transport {

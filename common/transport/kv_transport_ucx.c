@@ -211,8 +211,7 @@ static void ucx_on_ep_error(void *arg, ucp_ep_h uep, ucs_status_t s)
     if (ep->base.failed)
         return;
     ep->base.failed = 1;
-    pd_log_info("%s: endpoint %p failed: %s", ep->base.t->name, (void *)ep,
-                ucs_status_string(s));
+    pd_log_info("%s: endpoint %p failed: %s", ep->base.t->name, (void *)ep, ucs_status_string(s));
     ucx_op_t *op = calloc(1, sizeof *op);
     if (!op) {
         pd_log_error("%s: endpoint %p failed, owner not told: out of memory", ep->base.t->name,
@@ -471,8 +470,10 @@ static pd_status_t ucx_set_am_handler(kv_transport_t *t, uint16_t id, kv_transpo
 
 /* ==== memory ==== */
 
-static pd_status_t ucx_mem_register(kv_transport_t *t, void *base, size_t len,
-                                    kv_transport_mem_t **m_p)
+/* Maps base[0, len) with UCX; mem_type UCS_MEMORY_TYPE_CUDA for device memory (set explicitly
+ * rather than left to UCX's pointer detection, which a CUDA-less UCX does not have). */
+static pd_status_t ucx__mem_map(kv_transport_t *t, void *base, size_t len,
+                                ucs_memory_type_t mem_type, kv_transport_mem_t **m_p)
 {
     ucx_transport_t *u = ucx_of(t);
     ucx_mem_t *m = calloc(1, sizeof *m);
@@ -481,9 +482,11 @@ static pd_status_t ucx_mem_register(kv_transport_t *t, void *base, size_t len,
         return PD_ERR_NOMEM;
     }
     ucp_mem_map_params_t p = {
-        .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH,
+        .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                      UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE,
         .address = base,
         .length = len,
+        .memory_type = mem_type,
     };
     ucs_status_t s = ucp_mem_map(u->ctx, &p, &m->memh);
     if (s != UCS_OK) {
@@ -497,6 +500,18 @@ static pd_status_t ucx_mem_register(kv_transport_t *t, void *base, size_t len,
     u->mems = m;
     *m_p = &m->base;
     return PD_OK;
+}
+
+static pd_status_t ucx_mem_register(kv_transport_t *t, void *base, size_t len,
+                                    kv_transport_mem_t **m_p)
+{
+    return ucx__mem_map(t, base, len, UCS_MEMORY_TYPE_HOST, m_p);
+}
+
+static pd_status_t ucx_mem_register_cuda(kv_transport_t *t, void *base, size_t len,
+                                         kv_transport_mem_t **m_p)
+{
+    return ucx__mem_map(t, base, len, UCS_MEMORY_TYPE_CUDA, m_p);
 }
 
 static pd_status_t ucx_mem_pack(kv_transport_mem_t *base, void **key_p, size_t *len_p)
@@ -526,8 +541,7 @@ static void ucx_mem_free(ucx_transport_t *u, ucx_mem_t *m)
         m->next->prev = m->prev;
     ucs_status_t s = ucp_mem_unmap(u->ctx, m->memh);
     if (s != UCS_OK)
-        pd_log_error("%s: mem deregister %p: %s", u->base.name, m->base.base,
-                     ucs_status_string(s));
+        pd_log_error("%s: mem deregister %p: %s", u->base.name, m->base.base, ucs_status_string(s));
     free(m);
 }
 
@@ -547,8 +561,7 @@ static pd_status_t ucx_rkey_unpack(kv_transport_ep_t *base, const void *key, siz
     }
     ucs_status_t s = ucp_ep_rkey_unpack(ep->uep, key, &r->rkey);
     if (s != UCS_OK) {
-        pd_log_error("%s: rkey unpack (%zu bytes): %s", base->t->name, len,
-                     ucs_status_string(s));
+        pd_log_error("%s: rkey unpack (%zu bytes): %s", base->t->name, len, ucs_status_string(s));
         free(r);
         return s == UCS_ERR_NO_MEMORY ? PD_ERR_NOMEM : PD_ERR_FORMAT;
     }
@@ -628,17 +641,33 @@ static pd_status_t ucx_op_started(kv_transport_ep_t *ep, ucx_op_t *op, ucs_statu
     return PD_OK;
 }
 
-static pd_status_t ucx_put(kv_transport_ep_t *ep, const void *local, size_t len,
-                           uint64_t remote_addr, kv_transport_rkey_t *r, kv_transport_done_fn cb,
-                           void *arg)
+static pd_status_t ucx__put(kv_transport_ep_t *ep, const void *local, size_t len,
+                            ucs_memory_type_t mem_type, uint64_t remote_addr,
+                            kv_transport_rkey_t *r, kv_transport_done_fn cb, void *arg)
 {
     ucp_request_param_t p;
     ucx_op_t *op = ucx_op_new(ep, cb, arg, &p);
     if (!op)
         return PD_ERR_NOMEM;
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE; /* the local buffer's, on every put */
+    p.memory_type = mem_type;
     ucs_status_ptr_t req =
         ucp_put_nbx(((ucx_ep_t *)ep)->uep, local, len, remote_addr, ((ucx_rkey_t *)r)->rkey, &p);
     return ucx_op_started(ep, op, req, "put");
+}
+
+static pd_status_t ucx_put(kv_transport_ep_t *ep, const void *local, size_t len,
+                           uint64_t remote_addr, kv_transport_rkey_t *r, kv_transport_done_fn cb,
+                           void *arg)
+{
+    return ucx__put(ep, local, len, UCS_MEMORY_TYPE_HOST, remote_addr, r, cb, arg);
+}
+
+static pd_status_t ucx_put_cuda(kv_transport_ep_t *ep, const void *local, size_t len,
+                                uint64_t remote_addr, kv_transport_rkey_t *r,
+                                kv_transport_done_fn cb, void *arg)
+{
+    return ucx__put(ep, local, len, UCS_MEMORY_TYPE_CUDA, remote_addr, r, cb, arg);
 }
 
 static pd_status_t ucx_flush(kv_transport_ep_t *ep, kv_transport_done_fn cb, void *arg)
@@ -717,6 +746,7 @@ static const kv_transport_ops_t ucx_ops = {
     .progress = ucx_progress,
     .listen = ucx_listen,
     .mem_register = ucx_mem_register,
+    .mem_register_cuda = ucx_mem_register_cuda,
     .mem_pack = ucx_mem_pack,
     .mem_release_key = ucx_mem_release_key,
     .mem_deregister = ucx_mem_deregister,
@@ -727,6 +757,7 @@ static const kv_transport_ops_t ucx_ops = {
     .rkey_unpack = ucx_rkey_unpack,
     .rkey_destroy = ucx_rkey_destroy,
     .put = ucx_put,
+    .put_cuda = ucx_put_cuda,
     .flush = ucx_flush,
     .am_send = ucx_am_send,
 };
@@ -793,8 +824,7 @@ pd_status_t kv_transport_ucx_create(uv_loop_t *loop, const kv_transport_params_t
         pd_log_error("ucx create: out of memory");
         return PD_ERR_NOMEM;
     }
-    snprintf(u->base.name, sizeof u->base.name, "%s",
-             params && params->name ? params->name : "kv");
+    snprintf(u->base.name, sizeof u->base.name, "%s", params && params->name ? params->name : "kv");
     st = ucx_context_init(u);
     if (st != PD_OK)
         goto err_free;

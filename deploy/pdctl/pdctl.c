@@ -23,6 +23,10 @@ static const pdctl_cmd_t pdctl_cmds[] = {
     {"agree", pdctl_agree,
      "agree --model DIR --reference reference.json [--weights ...] [--kv ...] (teacher-forced "
      "top-1 agreement)"},
+    {"synth", pdctl_synth,
+     "synth --arch llama-3-8b|llama-3-70b|qwen3-30b-a3b --out DIR [--layers N] [--seed S] "
+     "[--hidden H] [--experts E] [--context N] [--shard-mib M] [--config-only] (random-weight "
+     "checkpoint of a published shape)"},
     {"kv-plan", pdctl_kv_plan, "kv-plan --model DIR --budget BYTES [--page-tokens N] [--json]"},
     {"up", pdctl_up,
      "up --config FILE [--detach] [--log-dir DIR] [--timeout-s N] [--grace-s N] (start the "

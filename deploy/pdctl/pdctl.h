@@ -11,6 +11,8 @@ int pdctl_ppl(int argc, char **argv);
 int pdctl_quantize(int argc, char **argv);
 int pdctl_agree(int argc, char **argv);
 int pdctl_kv_plan(int argc, char **argv);
+/* pdctl synth (pdctl_synth.c). */
+int pdctl_synth(int argc, char **argv);
 
 /* Cluster commands (pdctl_cluster.c). */
 int pdctl_up(int argc, char **argv);

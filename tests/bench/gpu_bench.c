@@ -14,7 +14,8 @@
  * Per-op also times flash attention (kernels/attention_flash.h) against the SIMT kernel
  * (attention_run) on prefill shapes, one layer: 8192 causal, 16 x 512 varlen, a 512-row chunk at
  * the end of 8192 tokens; and the BF16 GEMM in both modes (one bf16 GEMM, hi + lo split).
- * Usage: gpu_bench [ops] [decode] [prefill] [flash] [int4] [all] (default all; flash: only the
+ * Usage: gpu_bench [ops] [decode] [prefill] [flash] [int4] [wgemv] [all] (default all; wgemv:
+ * matmul_wgemv over forced plans, not part of all; flash: only the
  * 8192 causal flash attention and the FP8 8192 x 14336 x 4096 GEMM, for ncu; int4: the INT4
  * paths table of ops alone). Needs a CUDA device (exits 77 without).
  */
@@ -93,6 +94,11 @@ static int cmp_f(const void *a, const void *b)
 
 /* median ms of fn over reps (after 3 warm-ups), timed with events on the backend stream */
 typedef void (*op_fn)(void *arg);
+/* when set, time_op writes this buffer (l2_flush_bytes, more than the 50 MB L2) before each
+ * timed repeat, so that weights do not stay in L2 from one repeat to the next */
+static void *l2_flush;
+static size_t l2_flush_bytes;
+
 static float time_op(op_fn fn, void *arg, int reps)
 {
     cudaEvent_t a, b;
@@ -103,6 +109,8 @@ static float time_op(op_fn fn, void *arg, int reps)
         fn(arg);
     ok(be->ops->sync(be), "warm-up");
     for (int i = 0; i < reps; i++) {
+        if (l2_flush)
+            cudaMemsetAsync(l2_flush, i & 0xff, l2_flush_bytes, stream);
         cudaEventRecord(a, stream);
         fn(arg);
         cudaEventRecord(b, stream);
@@ -338,7 +346,8 @@ static void bench_flash(pd_kvfmt_t fmt, int B, int q_len, int ctx, int reps_simt
 
 typedef struct {
     int op, n;
-    float *x, *y, *gu;
+    float *x, *y, *gu, *xs;
+    uint8_t *xq;
     uint16_t *w;
     int32_t *pos, *slots;
     float *inv;
@@ -361,14 +370,38 @@ static void run_ew(void *p)
     case 3:
         be->ops->silu_mul(be, a->y, a->gu, a->n, 14336);
         break;
-    default:
+    case 4:
         be->ops->kv_write(be, a->arena, a->l, 0, a->x, a->y, a->slots, a->n);
+        break;
+    case 5: { /* fused: residual add + rmsnorm + fp8 quantization (what the FP8 qkv GEMMs read) */
+        pd_act_fp8_t q = {a->xq, a->xs};
+        be->ops->add_rmsnorm(be, a->x, a->y, NULL, a->w, a->n, 4096, 1e-5f, &q);
+        break;
+    }
+    case 6: /* the same, unfused: add, rmsnorm, and the quantization of each of q, k, v */
+        be->ops->add(be, a->x, a->y, (size_t)a->n * 4096);
+        be->ops->rmsnorm(be, a->y + (size_t)a->n * 4096, a->x, a->w, a->n, 4096, 1e-5f);
+        for (int i = 0; i < 3; i++)
+            ok(matmul_quant_act_fp8(a->xq, NULL, a->xs, a->y + (size_t)a->n * 4096, a->n, 4096,
+                                    stream),
+               "quant");
+        break;
+    case 7: { /* fused: silu_mul + fp8 quantization (what the FP8 down GEMM reads) */
+        pd_act_fp8_t q = {a->xq, a->xs};
+        be->ops->silu_mul_fp8(be, NULL, a->gu, a->n, 14336, &q);
+        break;
+    }
+    default: /* the same, unfused */
+        be->ops->silu_mul(be, a->y, a->gu, a->n, 14336);
+        ok(matmul_quant_act_fp8(a->xq, NULL, a->xs, a->y, a->n, 14336, stream), "quant");
     }
 }
 
 static void bench_elementwise(int n)
 {
-    static const char *names[] = {"rmsnorm", "add", "rope q", "silu_mul", "kv_write fp8"};
+    static const char *names[] = {"rmsnorm",         "add",          "rope q",
+                                  "silu_mul",        "kv_write fp8", "add_rmsnorm fp8",
+                                  "(unfused, x3 q)", "silu_mul_fp8", "(unfused)"};
     kv_layout_t l;
     kv_layout_init(&l, 1, 8, 128, 16, PD_KV_FP8);
     ew_arg_t a = {0};
@@ -376,6 +409,8 @@ static void bench_elementwise(int n)
     a.x = dev_random_f32((size_t)n * 4096, 1.0f);
     a.y = dev_random_f32((size_t)n * 14336, 1.0f);
     a.gu = dev_random_f32((size_t)n * 2 * 14336, 1.0f);
+    a.xs = dev_random_f32((size_t)n, 1.0f);
+    ok(be->ops->alloc(be, (size_t)n * 14336, (void **)&a.xq), "alloc");
     a.inv = dev_random_f32(64, 0.5f);
     uint16_t hw[4096];
     int32_t *hp = malloc((size_t)n * 4);
@@ -389,9 +424,19 @@ static void bench_elementwise(int n)
     a.slots = a.pos;
     ok(be->ops->alloc(be, ((size_t)n / 16 + 1) * l.page_bytes, &a.arena), "alloc");
     a.l = &l;
-    const double bytes[] = {(double)n * 4096 * 8, (double)n * 4096 * 12, (double)n * 4096 * 8,
-                            (double)n * 14336 * 12, (double)n * 1024 * (8 + 2) + n * 64.0};
-    for (int op = 0; op < 5; op++) {
+    /* bytes: the fused ops' own traffic (the unfused rows are timed against the same bytes) */
+    const double bytes[] = {(double)n * 4096 * 8,
+                            (double)n * 4096 * 12,
+                            (double)n * 4096 * 8,
+                            (double)n * 14336 * 12,
+                            (double)n * 1024 * (8 + 2) + n * 64.0,
+                            (double)n * 4096 * 13,
+                            (double)n * 4096 * 13,
+                            (double)n * 14336 * 9,
+                            (double)n * 14336 * 9};
+    for (int op = 0; op < 9; op++) {
+        if (op >= 5 && (!be->ops->add_rmsnorm || !be->ops->silu_mul_fp8))
+            break;
         char shape[64];
         a.op = op;
         float ms = time_op(run_ew, &a, 20);
@@ -401,6 +446,8 @@ static void bench_elementwise(int n)
     be->ops->free(be, a.x);
     be->ops->free(be, a.y);
     be->ops->free(be, a.gu);
+    be->ops->free(be, a.xs);
+    be->ops->free(be, a.xq);
     be->ops->free(be, a.inv);
     be->ops->free(be, a.w);
     be->ops->free(be, a.pos);
@@ -409,26 +456,21 @@ static void bench_elementwise(int n)
 }
 
 /* INT4 and FP8 kernel paths side by side (issue 11): the f32 GEMVs (matmul_gemv), the
- * tensor-core kernels (activation quantization + matmul_int4_mma / matmul_fp8_mma with their
- * plans), and the backend op (default routing: GEMV, mma, cuBLAS(Lt)). */
+ * tensor-core kernels with the separate activation quantization (matmul_quant_act_* +
+ * matmul_int4_mma / matmul_fp8_mma with their plans), the INT4 weight-streaming GEMV with the
+ * quantization inside (matmul_wgemv, n <= 8), and the backend op (default routing). A 256 MB
+ * memset before every timed repeat evicts the weights from L2 (it leaves dirty lines that the
+ * timed op may have to write back: every column pays that alike). */
 typedef struct {
-    int mode; /* 0 gemv, 1 mma, 2 op, 3 mma with the register-fed kernel */
+    int mode; /* 0 gemv, 1 quant + mma, 2 op, 3 wgemv */
     float *out, *x, *part, *xf, *mult;
     uint16_t *xh;
     pd_weight_t *w;
-    int n, warps, splits;
+    int n, warps, splits, depth;
 } i4_arg_t;
 static void run_i4(void *p)
 {
     i4_arg_t *a = p;
-    if (a->mode == 3) {
-        matmul_mma_async = 0;
-        a->mode = 1;
-        run_i4(p);
-        a->mode = 3;
-        matmul_mma_async = 1;
-        return;
-    }
     const bool fp8 = a->w->fmt == PD_WFMT_FP8;
     if (a->mode == 0) {
         if (fp8)
@@ -447,99 +489,199 @@ static void run_i4(void *p)
         ok(matmul_int4_mma(a->out, a->part, a->xh, a->mult, a->w, a->n, a->warps, a->splits,
                            a->w->n % 32 == 0, stream),
            "int4 mma");
+    } else if (a->mode == 3) {
+        ok(matmul_wgemv(a->out, a->part, a->x, a->w, a->n, a->warps, a->splits, a->depth, stream),
+           "wgemv");
     } else
         be->ops->matmul(be, a->out, a->x, a->w, a->n);
 }
 
+static const int64_t i4_shapes[4][2] = {{28672, 4096}, {4096, 14336}, {6144, 4096}, {4096, 4096}};
+
+/* host weights of shape s in INT4 and FP8 (same bf16 source), uploaded (INT4 tiled) */
+static void i4_weights(int s, pd_weight_t *h4, pd_weight_t *h8, pd_weight_t *w4, pd_weight_t *w8,
+                       double wb[2])
+{
+    const int64_t N = i4_shapes[s][0], K = i4_shapes[s][1];
+    uint16_t *src = malloc((size_t)(N * K) * 2);
+    for (int64_t i = 0; i < N * K; i++)
+        src[i] = pd_f32_to_bf16(rnd() * 0.02f);
+    ok(model_quantize_bf16(src, N, K, PD_WFMT_INT4, h4), "quantize");
+    ok(model_quantize_bf16(src, N, K, PD_WFMT_FP8, h8), "quantize");
+    free(src);
+    ok(backend_weight_upload(be, h4, w4), "weight upload");
+    ok(backend_weight_upload(be, h8, w8), "weight upload");
+    for (int f = 0; f < 2; f++) {
+        const pd_wfmt_t fmt = f ? PD_WFMT_FP8 : PD_WFMT_INT4;
+        wb[f] = (double)(quant_data_bytes(fmt, N, K) + quant_scales_bytes(fmt, N, K) +
+                         quant_zeros_bytes(fmt, N, K));
+    }
+}
+
+static void i4_alloc(i4_arg_t *a, int n, int64_t N, int64_t K)
+{
+    a->n = n;
+    a->x = dev_random_f32((size_t)n * K, 1.0f);
+    ok(be->ops->alloc(be, (size_t)n * N * 4, (void **)&a->out), "alloc");
+    ok(be->ops->alloc(be, (size_t)n * K * 4 + 64, (void **)&a->xf), "alloc");
+    ok(be->ops->alloc(be, (size_t)n * K * 2 + 64, (void **)&a->xh), "alloc");
+    ok(be->ops->alloc(be, (size_t)n * 4 + 64, (void **)&a->mult), "alloc");
+    ok(be->ops->alloc(be, (size_t)16 * n * N * 4 + 64, (void **)&a->part), "alloc");
+}
+
+static void i4_free(i4_arg_t *a)
+{
+    be->ops->free(be, a->x);
+    be->ops->free(be, a->out);
+    be->ops->free(be, a->xf);
+    be->ops->free(be, a->xh);
+    be->ops->free(be, a->mult);
+    be->ops->free(be, a->part);
+}
+
 static void bench_int4_paths(void)
 {
-    const int64_t shapes[3][2] = {{28672, 4096}, {4096, 14336}, {6144, 4096}};
     const int ns[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
     int n_sm = 0;
     cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0);
-    printf("\n### INT4 / FP8 paths (us; GB/s = weight bytes incl. scales and zeros / time)\n\n");
-    printf("| N x K | n | int4 gemv | int4 mma reg | int4 mma cp (W, S) | int4 op | int4 op GB/s | "
-           "fp8 gemv | fp8 mma reg | fp8 mma cp (W, S) | fp8 op | fp8 op GB/s | int4 op / fp8 op "
-           "|\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-    for (int s = 0; s < 3; s++) {
-        const int64_t N = shapes[s][0], K = shapes[s][1];
-        uint16_t *src = malloc((size_t)(N * K) * 2);
+    l2_flush_bytes = (size_t)256 << 20;
+    ok(be->ops->alloc(be, l2_flush_bytes, &l2_flush), "alloc");
+    printf("\n### INT4 / FP8 paths (us, L2 flushed before each repeat; GB/s = weight bytes incl. "
+           "scales and zeros / op time)\n\n");
+    printf("| N x K | n | int4 gemv | int4 q+mma (W, S) | int4 wgemv (W, S, D) | int4 op | int4 op "
+           "GB/s | fp8 gemv | fp8 q+mma (W, S) | fp8 op | fp8 op GB/s | int4 op / fp8 op |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    /* GPU_BENCH_INT4_SHAPES=k: the first k shapes only (for ncu) */
+    const char *lim = getenv("GPU_BENCH_INT4_SHAPES");
+    const int nshape = lim && atoi(lim) > 0 && atoi(lim) < 4 ? atoi(lim) : 4;
+    for (int s = 0; s < nshape; s++) {
+        const int64_t N = i4_shapes[s][0], K = i4_shapes[s][1];
         pd_weight_t h4, h8, w4, w8;
-        for (int64_t i = 0; i < N * K; i++)
-            src[i] = pd_f32_to_bf16(rnd() * 0.02f);
-        ok(model_quantize_bf16(src, N, K, PD_WFMT_INT4, &h4), "quantize");
-        ok(model_quantize_bf16(src, N, K, PD_WFMT_FP8, &h8), "quantize");
-        free(src);
-        ok(backend_weight_upload(be, &h4, &w4), "weight upload");
-        ok(backend_weight_upload(be, &h8, &w8), "weight upload");
         double wb[2];
-        for (int f = 0; f < 2; f++) {
-            const pd_wfmt_t fmt = f ? PD_WFMT_FP8 : PD_WFMT_INT4;
-            wb[f] = (double)(quant_data_bytes(fmt, N, K) + quant_scales_bytes(fmt, N, K) +
-                             quant_zeros_bytes(fmt, N, K));
-        }
+        i4_weights(s, &h4, &h8, &w4, &w8, wb);
         for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
             const int n = ns[i];
-            float t[2][4]; /* [int4, fp8][gemv, mma, op, mma register-fed] */
-            int pw[2], ps[2];
+            if (s == 3 && n > 8)
+                break;
+            float t[2][4]; /* [int4, fp8][gemv, q + mma, op, wgemv] */
+            int pw[2], ps[2], gw[2] = {0, 0}, gs[2] = {0, 0}, gd[2] = {0, 0};
             i4_arg_t a = {0};
-            a.n = n;
-
-            a.x = dev_random_f32((size_t)n * K, 1.0f);
-            ok(be->ops->alloc(be, (size_t)n * N * 4, (void **)&a.out), "alloc");
-            ok(be->ops->alloc(be, (size_t)n * K * 4 + 64, (void **)&a.xf), "alloc");
-            ok(be->ops->alloc(be, (size_t)n * K * 2 + 64, (void **)&a.xh), "alloc");
-            ok(be->ops->alloc(be, (size_t)n * 4 + 64, (void **)&a.mult), "alloc");
+            i4_alloc(&a, n, N, K);
             for (int f = 0; f < 2; f++) {
                 a.w = f ? &w8 : &w4;
+                t[f][0] = t[f][3] = -1.0f;
+                if (n <= MATMUL_GEMV_MAX_N) {
+                    a.mode = 0;
+                    t[f][0] = time_op(run_i4, &a, 20);
+                }
+                if (n <= MATMUL_WGEMV_MAX_N && !f) {
+                    matmul_wgemv_plan(n, N, K, n_sm, &a.warps, &a.splits, &a.depth);
+                    gw[f] = a.warps, gs[f] = a.splits, gd[f] = a.depth;
+                    a.mode = 3;
+                    t[f][3] = time_op(run_i4, &a, 20);
+                }
                 if (f)
                     matmul_fp8_mma_plan(n, N, K, n_sm, &a.warps, &a.splits);
                 else
                     matmul_int4_mma_plan(n, N, K, n_sm, &a.warps, &a.splits);
                 pw[f] = a.warps;
                 ps[f] = a.splits;
-                ok(be->ops->alloc(be, matmul_int4_mma_part_floats(n, N, a.splits) * 4 + 64,
-                                  (void **)&a.part),
-                   "alloc");
-                t[f][0] = -1.0f;
-                if (n <= MATMUL_GEMV_MAX_N) {
-                    a.mode = 0;
-                    t[f][0] = time_op(run_i4, &a, 20);
-                }
                 a.mode = 1;
                 t[f][1] = time_op(run_i4, &a, 20);
                 a.mode = 2;
                 t[f][2] = time_op(run_i4, &a, 20);
-                a.mode = 3;
-                t[f][3] = time_op(run_i4, &a, 20);
-                be->ops->free(be, a.part);
             }
-            char g[2][32];
+            char g[2][32], v[2][48];
             for (int f = 0; f < 2; f++) {
                 if (t[f][0] > 0.0f)
                     snprintf(g[f], sizeof g[f], "%.1f", t[f][0] * 1e3);
                 else
                     snprintf(g[f], sizeof g[f], "-");
+                if (t[f][3] > 0.0f)
+                    snprintf(v[f], sizeof v[f], "%.1f (%d, %d, %d)", t[f][3] * 1e3, gw[f], gs[f],
+                             gd[f]);
+                else
+                    snprintf(v[f], sizeof v[f], "-");
             }
-            printf("| %lld x %lld | %d | %s | %.1f | %.1f (%d, %d) | %.1f | %.0f | %s | %.1f | "
-                   "%.1f (%d, %d) | %.1f | %.0f | %.2f |\n",
-                   (long long)N, (long long)K, n, g[0], t[0][3] * 1e3, t[0][1] * 1e3, pw[0], ps[0],
-                   t[0][2] * 1e3, wb[0] / (t[0][2] * 1e-3) / 1e9, g[1], t[1][3] * 1e3,
-                   t[1][1] * 1e3, pw[1], ps[1], t[1][2] * 1e3, wb[1] / (t[1][2] * 1e-3) / 1e9,
-                   t[0][2] / t[1][2]);
+            printf(
+                "| %lld x %lld | %d | %s | %.1f (%d, %d) | %s | %.1f | %.0f | %s | %.1f (%d, %d) "
+                "| %.1f | %.0f | %.2f |\n",
+                (long long)N, (long long)K, n, g[0], t[0][1] * 1e3, pw[0], ps[0], v[0],
+                t[0][2] * 1e3, wb[0] / (t[0][2] * 1e-3) / 1e9, g[1], t[1][1] * 1e3, pw[1], ps[1],
+                t[1][2] * 1e3, wb[1] / (t[1][2] * 1e-3) / 1e9, t[0][2] / t[1][2]);
             fflush(stdout);
-            be->ops->free(be, a.x);
-            be->ops->free(be, a.out);
-            be->ops->free(be, a.xf);
-            be->ops->free(be, a.xh);
-            be->ops->free(be, a.mult);
+            i4_free(&a);
         }
         model_host_weight_free(&h4);
         model_host_weight_free(&h8);
         backend_weight_free(be, &w4);
         backend_weight_free(be, &w8);
     }
+    be->ops->free(be, l2_flush);
+    l2_flush = NULL;
+}
+
+/* INT4 matmul_wgemv over forced plans (warps, splits, depth) at n 1, 4, 8 on the four shapes: the
+ * data for matmul_wgemv_plan (us, L2 flushed as in bench_int4_paths; GB/s of the best). */
+static void bench_wgemv_sweep(void)
+{
+    const int ns[] = {1, 4, 8}, Ws[] = {4, 6, 8}, Ss[] = {1, 2, 4, 8}, Ds[] = {4, 8, 16};
+    int n_sm = 0;
+    cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0);
+    l2_flush_bytes = (size_t)256 << 20;
+    ok(be->ops->alloc(be, l2_flush_bytes, &l2_flush), "alloc");
+    printf(
+        "\n### matmul_wgemv plans (us; W/S/D = warps, splits, depth; * = the planner's pick)\n\n");
+    for (int s = 0; s < 4; s++) {
+        const int64_t N = i4_shapes[s][0], K = i4_shapes[s][1];
+        pd_weight_t h4, h8, w4, w8;
+        double wb[2];
+        i4_weights(s, &h4, &h8, &w4, &w8, wb);
+        for (int f = 0; f < 1; f++) /* INT4 only (f 1 would be FP8) */
+            for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+                i4_arg_t a = {0};
+                const int n = ns[i];
+                int pw, ps, pdp;
+                i4_alloc(&a, n, N, K);
+                a.w = f ? &w8 : &w4;
+                a.mode = 3;
+                matmul_wgemv_plan(n, N, K, n_sm, &pw, &ps, &pdp);
+                printf("%s %lld x %lld n %d:", f ? "fp8" : "int4", (long long)N, (long long)K, n);
+                float best = 1e30f;
+                for (int wi = 0; wi < 3; wi++)
+                    for (int si = 0; si < 4; si++)
+                        for (int di = 0; di < 3; di++) {
+                            const int nu = (int)(K / (f ? 64 : 128)), S = Ss[si];
+                            const int ups = (nu + S - 1) / S;
+                            if ((S - 1) * ups >= nu)
+                                continue;
+                            a.warps = Ws[wi], a.splits = S, a.depth = Ds[di];
+                            /* skip plans over the shared memory limit (the launcher refuses) */
+                            const size_t xb =
+                                (size_t)n * (f ? ((size_t)ups * 64 + 127) / 128 * 128 + 64
+                                               : (size_t)ups * 256 + 64);
+                            if (xb + 192 + (size_t)Ws[wi] * Ds[di] * (f ? 2048 : 2176) > 231424)
+                                continue;
+                            const float ms = time_op(run_i4, &a, 10);
+                            best = ms < best ? ms : best;
+                            printf(" %d/%d/%d=%.1f%s", a.warps, S, a.depth, ms * 1e3,
+                                   a.warps == pw && S == ps && a.depth == pdp ? "*" : "");
+                        }
+                a.warps = pw, a.splits = ps, a.depth = pdp;
+                const float mp = time_op(run_i4, &a, 20);
+                printf(" | plan %d/%d/%d %.1f us %.0f GB/s | best %.1f us %.0f GB/s\n", pw, ps, pdp,
+                       mp * 1e3, wb[f] / (mp * 1e-3) / 1e9, best * 1e3,
+                       wb[f] / (best * 1e-3) / 1e9);
+                fflush(stdout);
+                i4_free(&a);
+            }
+        model_host_weight_free(&h4);
+        model_host_weight_free(&h8);
+        backend_weight_free(be, &w4);
+        backend_weight_free(be, &w8);
+    }
+    be->ops->free(be, l2_flush);
+    l2_flush = NULL;
 }
 
 static void bench_ops(void)
@@ -768,11 +910,14 @@ static void bench_model(bool decode, bool prefill)
 
 int main(int argc, char **argv)
 {
-    bool ops = argc < 2, decode = argc < 2, prefill = argc < 2, flash = false, int4 = false;
+    bool ops = argc < 2, decode = argc < 2, prefill = argc < 2, flash = false, int4 = false,
+         fused = false, sweep = false;
     for (int i = 1; i < argc; i++) {
         bool all = !strcmp(argv[i], "all");
         flash |= !strcmp(argv[i], "flash");
         int4 |= !strcmp(argv[i], "int4"); /* the INT4 paths table alone (also part of ops) */
+        fused |= !strcmp(argv[i], "elementwise"); /* the elementwise table alone (part of ops) */
+        sweep |= !strcmp(argv[i], "wgemv"); /* matmul_wgemv plans (not part of all) */
         ops |= all || !strcmp(argv[i], "ops");
         decode |= all || !strcmp(argv[i], "decode");
         prefill |= all || !strcmp(argv[i], "prefill");
@@ -794,6 +939,15 @@ int main(int argc, char **argv)
         bench_ops();
     else if (int4)
         bench_int4_paths();
+    if (fused && !ops) {
+        printf("| %-12s | %-34s | %9s | %8s | %9s | %6s |\n", "op", "shape", "time us", "GB/s",
+               "TFLOP/s", "floor");
+        printf("|---|---|---|---|---|---|\n");
+        bench_elementwise(64);
+        bench_elementwise(8192);
+    }
+    if (sweep)
+        bench_wgemv_sweep();
     if (flash) { /* the prefill kernels alone (variants; for ncu) */
         printf("| %-12s | %-34s | %9s | %8s | %9s | %6s |\n", "op", "shape", "time us", "GB/s",
                "TFLOP/s", "floor");

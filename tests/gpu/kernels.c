@@ -20,6 +20,7 @@
 #include "backend.h"
 #include "backend_cuda.h"
 #include "dtype.h"
+#include "elementwise.h"
 #include "kv_pool.h"
 #include "log.h"
 #include "matmul.h"
@@ -300,6 +301,280 @@ static void case_silu_mul(int n, int f)
     free(gu);
 }
 
+/* ---- fused ops (add_rmsnorm, silu_mul_fp8, matmul_fp8) ---- */
+
+/* Checks fp8 activations (n rows of len) q / qs of both backends against each other, per element:
+ * the decoded values q * s may differ by one fp8 step where the f32 values the two backends
+ * quantized (equal to ~1e-6) straddle a rounding midpoint: |g - c| <= 2^-3 |c| + 2^-9 s (one
+ * e4m3 step, or one subnormal step) on every element, at most 1e-3 of the bytes differing, and the
+ * scales within 1e-5. Then (exact) the GPU's bytes against matmul_quant_act_fp8 applied on the
+ * GPU to ref_g (n, len) f32 (what the unfused FP8 matmul makes of the same values), when given. */
+static void check_act_fp8(const char *op, const char *shape, const pair_t *q, const pair_t *qs,
+                          int n, int len, const float *ref_g)
+{
+    uint8_t *qc, *qg;
+    float *sc, *sg;
+    char what[128];
+    pair_get(q, (void **)&qc, (void **)&qg);
+    pair_get(qs, (void **)&sc, (void **)&sg);
+    double worst = 0.0, sworst = 0.0;
+    size_t ndiff = 0;
+    for (int i = 0; i < n; i++) {
+        sworst = fmax(sworst, isnan(sg[i]) ? INFINITY : fabs(sg[i] - sc[i]) / sc[i]);
+        for (int j = 0; j < len; j++) {
+            const size_t e = (size_t)i * len + j;
+            const double c = pd_fp8_to_f32(qc[e]) * (double)sc[i];
+            const double g = pd_fp8_to_f32(qg[e]) * (double)sg[i];
+            const double bound = 0.125 * fabs(c) + 0x1p-9 * sc[i] + 1e-30;
+            worst = fmax(worst, isnan(g) ? INFINITY : fabs(g - c) / bound);
+            ndiff += qc[e] != qg[e];
+        }
+    }
+    snprintf(what, sizeof what, "%s scales", shape);
+    report(op, what, sworst, 1e-5);
+    snprintf(what, sizeof what, "%s q per element", shape);
+    report(op, what, worst, 1.0);
+    snprintf(what, sizeof what, "%s q bytes != cpu", shape);
+    report(op, what, (double)ndiff / ((double)n * len), 1e-3);
+    if (ref_g) {
+        void *b = NULL;
+        const size_t qb = ((size_t)n * len + 255) / 256 * 256;
+        pair_ok(gpu->ops->alloc(gpu, qb + (size_t)n * 4, &b));
+        pair_ok(gpu->ops->memset(gpu, b, 0xff, qb + (size_t)n * 4));
+        pair_ok(matmul_quant_act_fp8(b, NULL, (float *)((uint8_t *)b + qb), ref_g, n, len,
+                                     backend_cuda_stream(gpu)));
+        uint8_t *rq = xmalloc(qb + (size_t)n * 4);
+        pair_ok(gpu->ops->sync(gpu));
+        pair_ok(gpu->ops->download(gpu, rq, b, qb + (size_t)n * 4));
+        size_t nd = memcmp(rq + qb, sg, (size_t)n * 4) != 0;
+        for (size_t e = 0; e < (size_t)n * len; e++)
+            nd += rq[e] != qg[e];
+        snprintf(what, sizeof what, "%s == quant_act_fp8", shape);
+        report(op, what, (double)nd, 0.0);
+        free(rq);
+        gpu->ops->free(gpu, b);
+    }
+    free(qc);
+    free(qg);
+    free(sc);
+    free(sg);
+}
+
+/* add_rmsnorm at a fixed printed seed: x (n, d) += y (when add), out = rmsnorm(x) * w (when
+ * with_out), q = fp8 of out (when quant). Outputs poisoned. Checks x (exact: one f32 add), out
+ * per element (|g - c| <= 1e-5 |c| + 1e-6 rms: only the sum of squares is summed in another
+ * order) and q (check_act_fp8). generic: the any-length kernel (elementwise_force_generic). */
+static void case_add_rmsnorm(int n, int d, bool add, bool with_out, bool quant, bool generic,
+                             uint64_t seed)
+{
+    char shape[96];
+    const uint64_t saved = rng_state;
+    rng_state = seed;
+    float *x = xmalloc((size_t)n * d * 4), *y = xmalloc((size_t)n * d * 4);
+    uint16_t *w = xmalloc((size_t)d * 2);
+    fill_f32(x, (size_t)n * d, 3.0f);
+    fill_f32(y, (size_t)n * d, 2.0f);
+    for (int i = 0; i < n; i++) /* rows of different sizes */
+        for (int j = 0; j < d; j++)
+            x[(size_t)i * d + j] *= (float)(1 + i % 5);
+    for (int i = 0; i < d; i++)
+        w[i] = pd_f32_to_bf16(rng_float() + 1.5f);
+    pair_t px = pair_new((size_t)n * d * 4, x), py = pair_new((size_t)n * d * 4, y);
+    pair_t pw = pair_new((size_t)d * 2, w), out = pair_new((size_t)n * d * 4, NULL);
+    pair_t q = pair_new((size_t)n * d, NULL), qs = pair_new((size_t)n * 4, NULL);
+    pd_act_fp8_t qc = {q.c, qs.c}, qg = {q.g, qs.g};
+    elementwise_force_generic = generic;
+    cpu->ops->add_rmsnorm(cpu, px.c, add ? py.c : NULL, with_out ? out.c : NULL, pw.c, n, d, 1e-5f,
+                          quant ? &qc : NULL);
+    gpu->ops->add_rmsnorm(gpu, px.g, add ? py.g : NULL, with_out ? out.g : NULL, pw.g, n, d, 1e-5f,
+                          quant ? &qg : NULL);
+    pair_ok(gpu->ops->sync(gpu));
+    elementwise_force_generic = 0;
+    snprintf(shape, sizeof shape, "n %d d %d%s%s%s%s seed %llu", n, d, add ? " +y" : "",
+             with_out ? " out" : "", quant ? " fp8" : "", generic ? " generic" : "",
+             (unsigned long long)seed);
+    report("add_rmsnorm", shape, err_f32(&px, (size_t)n * d), 0.0);
+    if (with_out) {
+        float *c, *g;
+        pair_get(&out, (void **)&c, (void **)&g);
+        double worst = 0.0;
+        for (int i = 0; i < n; i++) {
+            double rms = 0.0;
+            for (int j = 0; j < d; j++)
+                rms += (double)c[(size_t)i * d + j] * c[(size_t)i * d + j];
+            rms = sqrt(rms / d);
+            for (int j = 0; j < d; j++) {
+                const size_t e = (size_t)i * d + j;
+                const double bound = 1e-5 * fabs(c[e]) + 1e-6 * rms + 1e-30;
+                worst = fmax(worst, isnan(g[e]) ? INFINITY : fabs((double)g[e] - c[e]) / bound);
+            }
+        }
+        report("add_rmsnorm", "  out per element", worst, 1.0);
+        free(c);
+        free(g);
+    }
+    if (quant)
+        check_act_fp8("add_rmsnorm", "  ", &q, &qs, n, d, with_out ? out.g : NULL);
+    pair_free(&px);
+    pair_free(&py);
+    pair_free(&pw);
+    pair_free(&out);
+    pair_free(&q);
+    pair_free(&qs);
+    free(x);
+    free(y);
+    free(w);
+    rng_state = saved;
+}
+
+/* silu_mul_fp8 at a fixed printed seed: out (when with_out) per element against the CPU
+ * (|g - c| <= 1e-6 |c| + 1e-7 max|c|: expf may differ by an ulp), q by check_act_fp8. */
+static void case_silu_mul_fp8(int n, int f, bool with_out, bool generic, uint64_t seed)
+{
+    char shape[96];
+    const uint64_t saved = rng_state;
+    rng_state = seed;
+    float *gu = xmalloc((size_t)n * 2 * f * 4);
+    fill_f32(gu, (size_t)n * 2 * f, 6.0f);
+    pair_t pg = pair_new((size_t)n * 2 * f * 4, gu), out = pair_new((size_t)n * f * 4, NULL);
+    pair_t q = pair_new((size_t)n * f, NULL), qs = pair_new((size_t)n * 4, NULL);
+    pd_act_fp8_t qc = {q.c, qs.c}, qg = {q.g, qs.g};
+    elementwise_force_generic = generic;
+    cpu->ops->silu_mul_fp8(cpu, with_out ? out.c : NULL, pg.c, n, f, &qc);
+    gpu->ops->silu_mul_fp8(gpu, with_out ? out.g : NULL, pg.g, n, f, &qg);
+    pair_ok(gpu->ops->sync(gpu));
+    elementwise_force_generic = 0;
+    snprintf(shape, sizeof shape, "n %d f %d%s%s seed %llu", n, f, with_out ? " out" : "",
+             generic ? " generic" : "", (unsigned long long)seed);
+    if (with_out) {
+        float *c, *g;
+        pair_get(&out, (void **)&c, (void **)&g);
+        double worst = 0.0, mx = 0.0;
+        for (size_t e = 0; e < (size_t)n * f; e++)
+            mx = fmax(mx, fabs(c[e]));
+        for (size_t e = 0; e < (size_t)n * f; e++) {
+            const double bound = 1e-6 * fabs(c[e]) + 1e-7 * mx + 1e-30;
+            worst = fmax(worst, isnan(g[e]) ? INFINITY : fabs((double)g[e] - c[e]) / bound);
+        }
+        report("silu_mul_fp8", shape, worst, 1.0);
+        free(c);
+        free(g);
+    }
+    check_act_fp8("silu_mul_fp8", with_out ? "  " : shape, &q, &qs, n, f, with_out ? out.g : NULL);
+    pair_free(&pg);
+    pair_free(&out);
+    pair_free(&q);
+    pair_free(&qs);
+    free(gu);
+    rng_state = saved;
+}
+
+/* matmul_fp8 (pre-quantized activations) at a fixed printed seed: x (n, K) f32 with tokens of
+ * different magnitudes is quantized on the host (quant_fp8_vec) for the CPU and by
+ * matmul_quant_act_fp8 on the GPU; checks (1) the GPU's matmul_fp8 against its own matmul on the
+ * f32 x: bit-identical (the same kernels on the same fp8 values), (2) against the CPU backend's
+ * matmul_fp8 per element: |g - c| <= 3e-4 sum_k |xq_k w_k| (f32 accumulation order, as
+ * case_mma_gemm), (3) max |g - c| / max |c| <= 2e-3 as the FP8 matmul cases. */
+static void case_matmul_fp8(int n, int64_t N, int64_t K, uint64_t seed, const char *what)
+{
+    char shape[128];
+    const uint64_t saved = rng_state;
+    rng_state = seed;
+    uint16_t *src = xmalloc((size_t)(N * K) * 2);
+    pd_weight_t host, wc, wg;
+    for (int64_t i = 0; i < N * K; i++)
+        src[i] = pd_f32_to_bf16(rng_float() * 0.05f);
+    pair_ok(model_quantize_bf16(src, N, K, PD_WFMT_FP8, &host));
+    free(src);
+    pair_ok(backend_weight_upload(cpu, &host, &wc));
+    pair_ok(backend_weight_upload(gpu, &host, &wg));
+    float *x = xmalloc((size_t)n * K * 4), *xs = xmalloc((size_t)n * 4);
+    uint8_t *xq = xmalloc((size_t)n * K);
+    fill_f32(x, (size_t)n * K, 1.0f);
+    for (int t = 0; t < n; t++)
+        for (int64_t k = 0; k < K; k++)
+            x[(size_t)t * K + k] *= (float)(1 << (t % 9)) / 16.0f;
+    for (int t = 0; t < n; t++)
+        xs[t] = quant_fp8_vec(xq + (size_t)t * K, x + (size_t)t * K, K);
+    pair_t px = pair_new((size_t)n * K * 4, x), pq = pair_new((size_t)n * K, xq);
+    pair_t ps = pair_new((size_t)n * 4, xs);
+    pair_t out = pair_new((size_t)n * N * 4, NULL), ref = pair_new((size_t)n * N * 4, NULL);
+    /* GPU: quantize on the device into pq.g / ps.g (overwriting the host copy) */
+    pair_ok(matmul_quant_act_fp8(pq.g, NULL, ps.g, px.g, n, K, backend_cuda_stream(gpu)));
+    pd_act_fp8_t ac = {pq.c, ps.c}, ag = {pq.g, ps.g};
+    cpu->ops->matmul_fp8(cpu, out.c, &ac, &wc, n);
+    gpu->ops->matmul_fp8(gpu, out.g, &ag, &wg, n);
+    gpu->ops->matmul(gpu, ref.g, px.g, &wg, n);
+    pair_ok(gpu->ops->sync(gpu));
+    float *g = xmalloc((size_t)n * N * 4), *c = xmalloc((size_t)n * N * 4),
+          *r = xmalloc((size_t)n * N * 4), *wrow = xmalloc((size_t)K * 4);
+    pair_ok(gpu->ops->download(gpu, g, out.g, (size_t)n * N * 4));
+    pair_ok(gpu->ops->download(gpu, r, ref.g, (size_t)n * N * 4));
+    pair_ok(cpu->ops->download(cpu, c, out.c, (size_t)n * N * 4));
+    size_t nd = 0;
+    for (size_t e = 0; e < (size_t)n * N; e++)
+        nd += memcmp(&g[e], &r[e], 4) != 0;
+    snprintf(shape, sizeof shape, "%s n %d N %lld K %lld seed %llu", what, n, (long long)N,
+             (long long)K, (unsigned long long)seed);
+    report("matmul_fp8", shape, (double)nd, 0.0);
+    report("matmul_fp8", "  max err vs cpu", err_f32(&out, (size_t)n * N), 2e-3);
+    int64_t stride = (int64_t)((double)n * N * K / 2e8) + 1;
+    double worst = 0.0;
+    for (int64_t row = 0; row < N; row += stride) {
+        quant_dequant_row(wrow, &host, row);
+        for (int t = 0; t < n; t++) {
+            double bound = 0.0;
+            for (int64_t k = 0; k < K; k++)
+                bound += fabs((double)pd_fp8_to_f32(xq[(size_t)t * K + k]) * xs[t] * wrow[k]);
+            const float v = g[(size_t)t * N + row];
+            const double e = isnan(v)
+                                 ? INFINITY
+                                 : fabs(v - (double)c[(size_t)t * N + row]) / (3e-4 * bound + 1e-6);
+            worst = e > worst ? e : worst;
+        }
+    }
+    snprintf(shape, sizeof shape, "  per element (rows/%lld)", (long long)stride);
+    report("matmul_fp8", shape, worst, 1.0);
+    free(g);
+    free(c);
+    free(r);
+    free(wrow);
+    pair_free(&px);
+    pair_free(&pq);
+    pair_free(&ps);
+    pair_free(&out);
+    pair_free(&ref);
+    free(x);
+    free(xs);
+    free(xq);
+    model_host_weight_free(&host);
+    backend_weight_free(cpu, &wc);
+    backend_weight_free(gpu, &wg);
+    rng_state = saved;
+}
+
+/* Backend options (backend_set_options on a fresh CUDA backend): a valid list is taken and
+ * fused=off / on takes the fused ops out of / back into the table; an unknown key, a bad value
+ * and a list without '=' are refused (PD_ERR_INVALID). The error is the number of wrong answers. */
+static void case_backend_options(void)
+{
+    pd_backend_t *b = NULL;
+    int bad = 0;
+    pair_ok(backend_cuda_create(0, &b));
+    bad += backend_set_options(b, "bf16_gemm=split,flash=on,flash_variant=auto,fused=off") != PD_OK;
+    bad += b->ops->add_rmsnorm != NULL || b->ops->matmul_fp8 != NULL;
+    bad += backend_set_options(b, "fused=on,flash_variant=3,bf16_gemm=one") != PD_OK;
+    bad += b->ops->add_rmsnorm == NULL || b->ops->silu_mul_fp8 == NULL;
+    bad += backend_set_options(b, "no_such_option=1") != PD_ERR_INVALID;
+    bad += backend_set_options(b, "flash_variant=7") != PD_ERR_INVALID;
+    bad += backend_set_options(b, "flash=maybe") != PD_ERR_INVALID;
+    bad += backend_set_options(b, "fused") != PD_ERR_INVALID;
+    bad += backend_set_options(b, "") != PD_OK || backend_set_options(b, NULL) != PD_OK;
+    bad += backend_cuda_stream(b) == NULL;
+    backend_destroy(b);
+    report("options", "backend_set_options (wrong answers)", (double)bad, 0.0);
+}
+
 /* Random weight (n, k) in fmt on both backends; returns the host copy through host_p. */
 static void weight_new(pd_wfmt_t fmt, int64_t n, int64_t k, pd_weight_t *wc, pd_weight_t *wg)
 {
@@ -381,16 +656,18 @@ static pair_t arena_new(const kv_layout_t *l, int n_pages)
     return a;
 }
 
-/* Tensor-core GEMMs of kernels/matmul.cu (matmul_int4_mma, matmul_fp8_mma) at a fixed, printed
- * seed: through the backend op (warps == 0: the default routing and plan) or the kernel itself
- * with a forced plan (warps, splits), or (warps < 0) the INT4 f32 GEMV on the tiled layout. Checks
- * (1) max |gpu - cpu| / max |cpu| over all of out against the CPU backend, and (2) per element, on
- * sampled rows, |gpu - ref| <= f * B + 1e-6, B = sum_k |x_k w_k| (w dequantized, in double): INT4:
- * ref the double dot product, f = 2e-3 (f16 activations and weights: one rounding of 2^-11 each per
- * product); FP8 (W8A8, the same activation rounding on both sides, up to a rounding flip of x * (1
- * / s) against x / s): ref the CPU backend's element, f = 3e-4. Outputs start poisoned (NaN). */
-static void case_mma_gemm(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warps, int splits,
-                          uint64_t seed, const char *what)
+/* Tensor-core GEMMs of kernels/matmul.cu (matmul_int4_mma, matmul_fp8_mma, matmul_wgemv) at a
+ * fixed, printed seed: through the backend op (warps == 0: the default routing and plan) or the
+ * kernel itself with a forced plan (warps, splits; depth > 0: INT4 matmul_wgemv with that ring
+ * depth, the activation quantization inside), or (warps < 0) the INT4 f32 GEMV on the tiled layout.
+ * Checks (1) max |gpu - cpu| / max |cpu| over all of out against the CPU backend, and (2) per
+ * element, on sampled rows, |gpu - ref| <= f * B + 1e-6, B = sum_k |x_k w_k| (w dequantized, in
+ * double): INT4: ref the double dot product, f = 2e-3 (f16 activations and weights: one rounding of
+ * 2^-11 each per product); FP8 (W8A8, the same activation rounding on both sides, up to a rounding
+ * flip of x * (1 / s) against x / s): ref the CPU backend's element, f = 3e-4. Outputs start
+ * poisoned (NaN). */
+static void case_mma_gemm_d(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warps, int splits,
+                            int depth, uint64_t seed, const char *what)
 {
     char shape[96];
     const uint64_t saved = rng_state;
@@ -424,7 +701,9 @@ static void case_mma_gemm(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warps,
         cudaStream_t st = backend_cuda_stream(gpu);
         uint8_t *b = scratch;
         float *mult = (float *)(b + hb), *part = pf ? (float *)(b + hb + mb) : NULL;
-        if (int4) {
+        if (depth > 0) {
+            pair_ok(matmul_wgemv(out.g, part, px.g, &wg, n, warps, splits, depth, st));
+        } else if (int4) {
             pair_ok(matmul_quant_act_f16((uint16_t *)b, mult, px.g, n, K, st));
             pair_ok(matmul_int4_mma(out.g, part, (uint16_t *)b, mult, &wg, n, warps, splits,
                                     N % 32 == 0 /* the backend tiles these at upload */, st));
@@ -433,8 +712,8 @@ static void case_mma_gemm(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warps,
             pair_ok(matmul_fp8_mma(out.g, part, b, mult, &wg, n, warps, splits, st));
         }
     }
-    snprintf(shape, sizeof shape, "%s %s n %d N %lld K %lld w%d s%d seed %llu",
-             pd_wfmt_name(fmt), what, n, (long long)N, (long long)K, warps, splits,
+    snprintf(shape, sizeof shape, "%s %s n %d N %lld K %lld w%d s%d d%d seed %llu",
+             pd_wfmt_name(fmt), what, n, (long long)N, (long long)K, warps, splits, depth,
              (unsigned long long)seed);
     report("mma gemm", shape, err_f32(&out, (size_t)n * N), warps < 0 ? 1e-5 : int4 ? 1e-3 : 2e-3);
 
@@ -478,6 +757,12 @@ static void case_mma_gemm(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warps,
     backend_weight_free(cpu, &wc);
     backend_weight_free(gpu, &wg);
     rng_state = saved;
+}
+
+static void case_mma_gemm(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warps, int splits,
+                          uint64_t seed, const char *what)
+{
+    case_mma_gemm_d(fmt, n, N, K, warps, splits, 0, seed, what);
 }
 
 static void case_kv_write(pd_kvfmt_t fmt, int kvh, int hd, int n)
@@ -813,6 +1098,7 @@ int main(void)
     unsetenv("PD_CUDA_BF16_GEMM"); /* gpu: the defaults (one bf16 GEMM, flash attention) */
     unsetenv("PD_CUDA_FLASH");
     unsetenv("PD_CUDA_FLASH_VARIANT");
+    unsetenv("PD_CUDA_FUSED");
     int n_dev = 0;
     if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
         printf("no CUDA device visible: GPU tests skipped\n");
@@ -847,11 +1133,40 @@ int main(void)
     if (!small_only)
         case_add((size_t)64 * 4096 + 3);
     case_rope(37, 4, 128, 2048);
+    case_rope(5, 12, 64, 4096); /* heads not a multiple of the kernel's 8 per block, hd 64 */
+    case_rope(3, 3, 512, 100);  /* half > block: the frequency loop */
     if (!small_only)
         case_rope(64, 32, 128, 8192);
     case_silu_mul(37, 1024);
     if (!small_only)
         case_silu_mul(64, 14336);
+
+    case_backend_options();
+    /* fused ops (fixed seeds 201..): register kernels, the any-length kernel, odd lengths */
+    case_add_rmsnorm(37, 512, true, true, true, false, 201);
+    case_add_rmsnorm(37, 512, true, true, true, true, 202);
+    case_add_rmsnorm(37, 512, false, true, false, false, 203);
+    case_add_rmsnorm(5, 300, true, true, true, false, 204); /* d % 4 != 0: any-length kernel */
+    case_add_rmsnorm(3, 512, true, false, true, false, 205);
+    case_silu_mul_fp8(37, 1024, true, false, 211);
+    case_silu_mul_fp8(37, 1024, true, true, 212);
+    case_silu_mul_fp8(5, 300, true, false, 213);
+    case_silu_mul_fp8(3, 1024, false, false, 214);
+    case_matmul_fp8(1, 200, 384, 221, "fixture mma");
+    case_matmul_fp8(3, 200, 400, 222, "gemv");
+    case_matmul_fp8(37, 2048, 512, 223, "fixture gemm");
+    if (!small_only) {
+        case_add_rmsnorm(64, 4096, true, true, true, false, 206);
+        case_add_rmsnorm(300, 4096, true, false, true, false, 207);
+        case_add_rmsnorm(2, 12288, true, true, true, false, 208); /* > 8192: any-length kernel */
+        case_silu_mul_fp8(64, 14336, true, false, 215);
+        case_silu_mul_fp8(300, 14336, false, false, 216);
+        case_silu_mul_fp8(64, 14336, true, true, 217);
+        case_matmul_fp8(1, 28672, 4096, 224, "8B gate_up gemv");
+        case_matmul_fp8(8, 4096, 14336, 225, "8B down mma");
+        case_matmul_fp8(64, 6144, 4096, 226, "8B qkv gemm");
+        case_matmul_fp8(512, 14336, 4096, 227, "8B gate gemm");
+    }
 
     const pd_wfmt_t fmts[] = {PD_WFMT_BF16, PD_WFMT_FP8, PD_WFMT_INT4, PD_WFMT_F32};
     for (int f = 0; f < 4; f++) {
@@ -893,17 +1208,18 @@ int main(void)
     case_mma_gemm(i4, 8, 512, 512, 8, 2, 105, "forced");
     case_mma_gemm(i4, 1, 256, 1024, 7, 1, 106, "forced");
     case_mma_gemm(i4, 5, 256, 1024, -1, 0, 107, "gemv tiled");
-    /* the register-fed kernels (matmul_mma_async = 0), then back to the default */
-    matmul_mma_async = 0;
-    case_mma_gemm(i4, 37, 512, 640, 0, 0, 108, "reg kernel");
-    case_mma_gemm(i4, 8, 512, 512, 8, 2, 109, "reg kernel");
-    case_mma_gemm(f8, 3, 300, 640, 6, 3, 126, "reg kernel");
-    case_mma_gemm(f8, 40, 1000, 1152, 8, 2, 127, "reg kernel");
-    if (!small_only) {
-        case_mma_gemm(i4, 64, 28672, 4096, 0, 0, 141, "reg kernel 8B gate_up");
-        case_mma_gemm(f8, 8, 4096, 14336, 0, 0, 142, "reg kernel 8B down");
-    }
-    matmul_mma_async = 1;
+    /* the register-fed INT4 kernel: the plain layout (N % 32 != 0) */
+    case_mma_gemm(i4, 37, 520, 640, 0, 0, 108, "plain layout");
+    case_mma_gemm(i4, 8, 1000, 512, 8, 2, 109, "plain layout");
+    /* matmul_wgemv (INT4 tiled, n <= 8, quantization inside): forced plans; dead warps past N
+     * (N 96 with 4 warps, N 320 with 3), every depth, splits */
+    case_mma_gemm_d(i4, 1, 256, 1024, 2, 1, 4, 151, "wgemv");
+    case_mma_gemm_d(i4, 3, 320, 640, 3, 2, 8, 152, "wgemv");
+    case_mma_gemm_d(i4, 8, 512, 1024, 4, 3, 16, 153, "wgemv");
+    case_mma_gemm_d(i4, 5, 96, 384, 4, 1, 4, 154, "wgemv dead warp");
+    case_mma_gemm_d(i4, 2, 224, 1280, 7, 4, 8, 155, "wgemv");
+    case_mma_gemm(i4, 2, 256, 1024, 0, 0, 160, "default (wgemv)");
+    case_mma_gemm(f8, 6, 256, 1024, 0, 0, 161, "default");
     case_mma_gemm(f8, 1, 200, 384, 0, 0, 121, "odd N");
     case_mma_gemm(f8, 7, 1000, 640, 0, 0, 122, "n 7");
     case_mma_gemm(f8, 3, 300, 640, 6, 3, 123, "forced");
@@ -925,6 +1241,13 @@ int main(void)
         case_mma_gemm(f8, 64, 4096, 14336, 6, 6, 134, "forced 8B down");
         case_mma_gemm(f8, 1, 28672, 4096, 7, 1, 135, "forced 8B gate_up");
         case_mma_gemm(f8, 2, 6144, 4096, 6, 4, 136, "forced 8B qkv");
+        case_mma_gemm(i4, 8, 28672, 4096, 0, 0, 162, "default 8B gate_up");
+        case_mma_gemm(i4, 2, 4096, 14336, 0, 0, 163, "default 8B down");
+        case_mma_gemm(i4, 1, 6144, 4096, 0, 0, 164, "default 8B qkv");
+        case_mma_gemm(f8, 4, 28672, 4096, 0, 0, 165, "default 8B gate_up");
+        case_mma_gemm(f8, 1, 4096, 14336, 0, 0, 166, "default 8B down");
+        case_mma_gemm_d(i4, 1, 28672, 4096, 4, 1, 16, 167, "wgemv 8B gate_up");
+        case_mma_gemm_d(i4, 8, 4096, 14336, 4, 8, 16, 168, "wgemv 8B down");
     }
 
     const pd_kvfmt_t kfs[] = {PD_KV_BF16, PD_KV_FP8, PD_KV_F32};

@@ -19,7 +19,9 @@ is pdctl.
     "protocol error" at once), later requests succeed and no page leaks. kvdone-token: the KV-done
     carries another reservation token (not the writer the pages were handed to): dropped, the
     victim ends with DEADLINE_EXCEEDED. kvdone-checksum: the checksum does not match the bytes in
-    the pages: DATA_LOSS at once, counted in integrity_failures."""
+    the pages: DATA_LOSS at once, counted in integrity_failures. kvdone-direct: the KV-done claims
+    the pages were written straight into the GPU pool over CUDA IPC, which this (CPU) decode node
+    never offered: INTERNAL "protocol error" at once."""
 import os
 import shutil
 import signal
@@ -383,6 +385,12 @@ def test_kv_done_fault(kind):
             want = ("malformed or truncated: dropped" if kind == "kvdone-truncate" else
                     "wrong reservation token: dropped")
             check("%s-dropped" % kind, want in log, log[-2000:])
+        elif kind == "kvdone-direct":
+            # a writer claiming a CUDA IPC write into a pool that exports no handle (a CPU pool)
+            # is not trusted: the request fails at once, nothing is admitted
+            check("%s-victim" % kind, v.code == grpc.StatusCode.INTERNAL and
+                  "protocol error" in v.details, "%s %r" % (v.code, v.details))
+            check("%s-logged" % kind, "exports no cuda ipc handle" in log, log[-2000:])
         elif kind == "kvdone-checksum":
             # the pages' bytes are not the bytes sent: DATA_LOSS, counted
             check("%s-victim" % kind, v.code == grpc.StatusCode.DATA_LOSS, "%s %r" % (v.code,
@@ -421,6 +429,7 @@ def main():
                      ("kvdone-mismatch", lambda: test_kv_done_fault("kvdone-mismatch")),
                      ("kvdone-token", lambda: test_kv_done_fault("kvdone-token")),
                      ("kvdone-checksum", lambda: test_kv_done_fault("kvdone-checksum")),
+                     ("kvdone-direct", lambda: test_kv_done_fault("kvdone-direct")),
                      ("prefill-kill", test_prefill_kill), ("decode-kill", test_decode_kill)):
         t = time.time()
         try:

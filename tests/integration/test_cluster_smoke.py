@@ -76,6 +76,8 @@ def main():
             with urllib.request.urlopen(base + "/ready", timeout=30) as resp:
                 j = json.loads(resp.read())
                 check("%s-ready" % n["name"], resp.status == 200 and j["node"] == n["name"], j)
+                # CPU pools on both sides: the KV path is ucx-host (kv_path.h), on both nodes
+                check("%s-kv-path" % n["name"], j.get("kv_path") == "ucx-host", j)
             with urllib.request.urlopen(base + "/metrics", timeout=30) as resp:
                 text = resp.read().decode()
                 check("%s-metrics" % n["name"], resp.status == 200 and
@@ -90,6 +92,12 @@ def main():
                           m is not None and float(m.group(1)) >= 1 and
                           'pdserve_listener_rejected_total{node="%s",listener="%s"}'
                           % (n["name"], lis) in text, text[:1500])
+                m = re.search(r'pdserve_node_kv_pages_written_total\{[^}]*path="ucx-host"\} (\d+)',
+                              text)
+                written = int(m.group(1)) if m else -1
+                # the prefill node counts the pages it wrote; the decode node writes none
+                check("%s-kv-pages-written" % n["name"],
+                      written > 0 if n.get("role") == "prefill" else written == 0, written)
     finally:
         c.stop()  # pdctl down: SIGTERM, the processes exit and print their sanitizer summaries
     reports = []

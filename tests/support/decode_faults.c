@@ -17,6 +17,7 @@ typedef enum {
     FAULT_KVDONE_MISMATCH,
     FAULT_KVDONE_TOKEN,
     FAULT_KVDONE_CHECKSUM,
+    FAULT_KVDONE_DIRECT,
 } fault_kind_t;
 
 static const char *const fault_names[] = {
@@ -27,6 +28,7 @@ static const char *const fault_names[] = {
     [FAULT_KVDONE_MISMATCH] = "kvdone-mismatch",
     [FAULT_KVDONE_TOKEN] = "kvdone-token",       /* a writer that holds the wrong token */
     [FAULT_KVDONE_CHECKSUM] = "kvdone-checksum", /* the bytes that landed are not the ones sent */
+    [FAULT_KVDONE_DIRECT] = "kvdone-direct", /* claims a CUDA IPC write this node never offered */
 };
 
 /* One fault per process: the environment does not change. */
@@ -62,7 +64,8 @@ static void decode_faults__before_admit(void *arg, engine_t *e, const char *requ
     }
 }
 
-static void decode_faults__on_kv_done(void *arg, uint8_t *buf, size_t cap, size_t *len_p)
+static void decode_faults__on_kv_done(void *arg, uint8_t *buf, size_t cap, size_t *len_p,
+                                      int *direct_p)
 {
     node_kv_done_t m;
     (void)arg;
@@ -71,6 +74,8 @@ static void decode_faults__on_kv_done(void *arg, uint8_t *buf, size_t cap, size_
     pd_log_warn("kv done of %zu bytes: injecting fault '%s'", *len_p, fault_names[fault.kind]);
     if (fault.kind == FAULT_KVDONE_TRUNCATE) {
         (*len_p)--;
+    } else if (fault.kind == FAULT_KVDONE_DIRECT) {
+        *direct_p = 1;
     } else if (node_kv_done_unpack(buf, *len_p, "fault", &m) == PD_OK) {
         if (fault.kind == FAULT_KVDONE_TOKEN)
             m.token[0] ^= 1;
@@ -95,7 +100,7 @@ pd_status_t decode_faults_hooks_from_env(decode_node_hooks_t *hooks_p)
             break;
     if (k == sizeof fault_names / sizeof fault_names[0]) {
         pd_log_error("PDSERVE_FAULT=%s: unknown fault (reuse, stale, table, kvdone-truncate, "
-                     "kvdone-mismatch, kvdone-token, kvdone-checksum)",
+                     "kvdone-mismatch, kvdone-token, kvdone-checksum, kvdone-direct)",
                      kind);
         return PD_ERR_INVALID;
     }

@@ -1,4 +1,4 @@
-/* Tests engine_export_pages (common/engine/engine.c), the writer's side of a KV transfer: clean
+/* Tests engine_export_pages and engine_export_pages_dev (common/engine/engine.c), the writer's side of a KV transfer: clean
  * pages are converted and stamped with the destination's tags; a source page that fails its own
  * tag check (a stale write on the prefill side) is refused with PD_ERR_KV_INTEGRITY and nothing
  * is stamped, so corrupt KV never leaves the node carrying valid destination tags. */
@@ -59,6 +59,17 @@ static void test_export(void **state)
         assert_true(stamp == dst[i].tag);
     }
 
+    /* the device variant (here the CPU backend's memory) leaves the same bytes, stamps included */
+    pd_backend_t *be = engine_backend(e);
+    void *dev = NULL;
+    uint8_t *back = malloc(3 * dst_l.page_bytes);
+    assert_non_null(back);
+    assert_int_equal(be->ops->alloc(be, 3 * dst_l.page_bytes, &dev), PD_OK);
+    assert_int_equal(be->ops->memset(be, dev, 0x5a, 3 * dst_l.page_bytes), PD_OK);
+    assert_int_equal(engine_export_pages_dev(e, &kv, 0, 3, &dst_l, dst, dev), PD_OK);
+    assert_int_equal(be->ops->download(be, back, dev, 3 * dst_l.page_bytes), PD_OK);
+    assert_memory_equal(back, out, 3 * dst_l.page_bytes);
+
     /* a stale write into the source's second page (its header carries another owner's stamp) */
     uint8_t *hdr = (uint8_t *)engine_arena(e) + (size_t)kv.pages[1].page * src_l->page_bytes;
     kv_tag_t saved, bogus = kv.pages[1].tag + (1ull << 32); /* differs only in the high half */
@@ -70,6 +81,15 @@ static void test_export(void **state)
         memcpy(&stamp, out + (size_t)i * dst_l.page_bytes, sizeof stamp);
         assert_true(stamp != dst[i].tag);
     }
+    assert_int_equal(be->ops->memset(be, dev, 0x5a, 3 * dst_l.page_bytes), PD_OK);
+    assert_int_equal(engine_export_pages_dev(e, &kv, 0, 3, &dst_l, dst, dev), PD_ERR_KV_INTEGRITY);
+    assert_int_equal(be->ops->download(be, back, dev, 3 * dst_l.page_bytes), PD_OK);
+    for (int i = 0; i < 3; i++) { /* nothing enqueued: no stamp */
+        memcpy(&stamp, back + (size_t)i * dst_l.page_bytes, sizeof stamp);
+        assert_true(stamp != dst[i].tag);
+    }
+    be->ops->free(be, dev);
+    free(back);
     /* the pages before the bad one alone are still fine */
     assert_int_equal(engine_export_pages(e, &kv, 0, 1, &dst_l, dst, out), PD_OK);
     memcpy(hdr, &saved, sizeof saved);

@@ -28,7 +28,8 @@ static const char *good = "model: models/tiny-llama\n"
                           "    host: 127.0.0.1\n"
                           "    port: 50070\n"
                           "    ucx_port: 50071\n"
-                          "    kv_budget: 2GiB\n";
+                          "    kv_budget: 2GiB\n"
+                          "    backend_options: bf16_gemm=split,fused=off\n";
 
 static void test_defaults(void **state)
 {
@@ -74,6 +75,8 @@ static void test_defaults(void **state)
     assert_int_equal(p->backend, CLUSTER_BACKEND_CPU);
     assert_int_equal(p->tp, 1);
     assert_int_equal(p->threads, 0);
+    assert_string_equal(p->backend_options, "");
+    assert_string_equal(d->backend_options, "bf16_gemm=split,fused=off");
     assert_string_equal(pd_kvfmt_name(d->kv), "fp8");
     assert_string_equal(pd_wfmt_name(d->weights), "int4");
     cluster_config_destroy(cfg);

@@ -353,6 +353,22 @@ static void test_listen_errors(void **state)
     kv_transport_rkey_destroy(NULL);
 }
 
+/* A transport without CUDA memory (loopback; Debian's UCX) refuses device registrations and
+ * device puts instead of treating a device pointer as host memory. */
+static void test_cuda_refused(void **state)
+{
+    fx_t *fx = *state;
+    kv_transport_mem_t *m = NULL;
+    assert_int_equal(kv_transport_query_cuda(fx->dst), 0);
+    assert_int_equal(kv_transport_mem_register_cuda(fx->dst, fx->region, PAGE, &m),
+                     PD_ERR_UNSUPPORTED);
+    assert_null(m);
+    assert_int_equal(kv_transport_put_cuda(fx->ep, fx->expect, PAGE, fx_addr(fx, 0), fx->rkey,
+                                           on_put, fx),
+                     PD_ERR_UNSUPPORTED);
+    assert_int_equal(fx->n_events, 0);
+}
+
 int main(void)
 {
     srand(1234);
@@ -365,6 +381,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_close_cancels, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_destroy_cancels, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_listen_errors, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_cuda_refused, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
