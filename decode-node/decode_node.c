@@ -15,6 +15,7 @@
 #include "clock.h"
 #include "log.h"
 #include "node.h"
+#include "node_sampling.h"
 #include "node_control.h"
 #include "pdserve.pb-c.h"
 
@@ -40,8 +41,11 @@ typedef struct ddec {
     int32_t *tokens;
     int n_tokens;
     engine_gen_params_t gp;
+    void *gp_store;     /* gp's arrays (node_sampling_params) */
+    uint32_t n_samples; /* Decode calls sharing the reservation (DecodeRequest.n_samples, >= 1) */
     uint8_t token[NODE_TOKEN_BYTES]; /* DecodeRequest.token: must be the reservation's */
     struct ddec *next;
+    struct ddec *pnext; /* in its reservation's pending list */
 } ddec_t;
 
 /* Compute-thread record of a reservation. */
@@ -53,8 +57,12 @@ typedef struct dres {
     int32_t first_token; /* from KV-done: the Decode request's last token must equal it */
     pd_status_t error;   /* KV-done disagreed with the reservation: pages released, Decode fails */
     int64_t deadline_ms; /* lease: writer and then decoder must show up before this */
+    double reserved_s;   /* when it was reserved (pdserve_node_kv_transfer_seconds) */
     uint8_t token[NODE_TOKEN_BYTES]; /* unguessable: KV-done and the Decode must present it */
-    ddec_t *pending;     /* Decode arrived before KV-done */
+    ddec_t *pending;                 /* Decodes arrived before KV-done (list through pnext) */
+    /* parallel samples (n > 1): n_samples Decode calls share the prompt's KV; each but the last
+     * admitted gets a copy of the pages (engine_kv_copy), the last takes them (0: not known yet) */
+    uint32_t n_samples, n_taken;
     /* released (Release, or the request ended) before its writer's KV-done: the pages are
      * quarantined; these are their ids, freed at once when that KV-done (or an aborted one)
      * comes, else by the pool when the lease ends */
@@ -90,7 +98,6 @@ struct decode_node {
     decode_node_hooks_t hooks; /* test builds only (decode-node-faults); all NULL in production */
 };
 
-
 /* ==== compute -> loop events ==== */
 
 typedef struct {
@@ -98,18 +105,36 @@ typedef struct {
     int32_t token; /* -1: final */
     engine_finish_t finish;
     pd_status_t status;
+    int has_lp;
+    sampler_logprobs_t lp; /* the token's, when its request asked for logprobs */
 } devent_t;
 
+/* The stream buffer's byte channel carries one sampler_logprobs_t record per token when the
+ * request asked for logprobs (none otherwise): they go out as DecodeEvent.logprobs. */
 static pd_status_t decode__send_tokens(pd_grpc_call_t *call, const int32_t *ids, size_t n_ids,
                                        const char *text, size_t text_len, void *arg)
 {
     Pdserve__V1__DecodeEvent ev = PDSERVE__V1__DECODE_EVENT__INIT;
-    (void)text;
-    (void)text_len;
+    sampler_logprobs_t *lps = NULL;
+    void *store = NULL;
+    pd_status_t st;
     (void)arg;
     ev.token_ids = (int32_t *)ids;
     ev.n_token_ids = n_ids;
-    return pd_grpc_call_send(call, &ev.base);
+    if (text_len > 0 && text_len == n_ids * sizeof *lps) {
+        if (!(lps = malloc(text_len)))
+            return PD_ERR_NOMEM;
+        memcpy(lps, text, text_len); /* aligned copies of the records */
+        if ((st = node_sampling_logprobs_msg(lps, n_ids, &ev.logprobs, &store)) != PD_OK) {
+            free(lps);
+            return st;
+        }
+        ev.n_logprobs = n_ids;
+    }
+    st = pd_grpc_call_send(call, &ev.base);
+    free(store);
+    free(lps);
+    return st;
 }
 
 static pd_status_t decode__send_final(pd_grpc_call_t *call, void *arg)
@@ -138,7 +163,9 @@ static void decode__event(void *arg)
     devent_t *ev = arg;
     dreq_t *r = ev->req;
     if (ev->token >= 0) {
-        if (pd_grpc_stream_buf_append(r->out, &ev->token, 1, "", 0) == PD_ERR_CANCELLED)
+        if (pd_grpc_stream_buf_append(r->out, &ev->token, 1,
+                                      ev->has_lp ? (const char *)&ev->lp : "",
+                                      ev->has_lp ? sizeof ev->lp : 0) == PD_ERR_CANCELLED)
             decode__call_cancelled(r); /* gone during this send: no callback comes */
     } else if (ev->status == PD_OK || ev->finish == ENGINE_FINISH_PREEMPTED) {
         r->finish = ev->finish;
@@ -152,8 +179,8 @@ static void decode__event(void *arg)
     free(ev);
 }
 
-static void decode__post_event(compute_t *c, dreq_t *r, int32_t token, engine_finish_t f,
-                               pd_status_t st)
+static void decode__post_event_lp(compute_t *c, dreq_t *r, int32_t token, engine_finish_t f,
+                                  pd_status_t st, const sampler_logprobs_t *lp)
 {
     devent_t *ev = malloc(sizeof *ev);
     PD_ASSERT(ev);
@@ -161,7 +188,16 @@ static void decode__post_event(compute_t *c, dreq_t *r, int32_t token, engine_fi
     ev->token = token;
     ev->finish = f;
     ev->status = st;
+    ev->has_lp = lp != NULL;
+    if (lp)
+        ev->lp = *lp;
     compute_post(c, decode__event, ev);
+}
+
+static void decode__post_event(compute_t *c, dreq_t *r, int32_t token, engine_finish_t f,
+                               pd_status_t st)
+{
+    decode__post_event_lp(c, r, token, f, st, NULL);
 }
 
 /* ==== compute thread ==== */
@@ -201,7 +237,8 @@ static void decode__drop_res(decode_node_t *dn, engine_t *e, dres_t **link)
 static void decode__release_early(decode_node_t *dn, engine_t *e, dres_t **link)
 {
     dres_t *r = *link;
-    if (r->kv_done || r->released || !(r->wpages = malloc((size_t)r->kv.n_pages * sizeof(int32_t)))) {
+    if (r->kv_done || r->released ||
+        !(r->wpages = malloc((size_t)r->kv.n_pages * sizeof(int32_t)))) {
         if (!r->released)
             decode__drop_res(dn, e, link);
         return;
@@ -222,12 +259,29 @@ static void decode__unlink_dec(decode_node_t *dn, ddec_t *d)
         *pp = d->next;
 }
 
+static void decode__free_dec(ddec_t *d)
+{
+    free(d->tokens);
+    free(d->gp_store);
+    free(d);
+}
+
 /* Forgets a Decode record (its final event has been posted). */
 static void decode__drop_dec(decode_node_t *dn, ddec_t *d)
 {
     decode__unlink_dec(dn, d);
-    free(d->tokens);
-    free(d);
+    decode__free_dec(d);
+}
+
+/* Ends every Decode waiting on r's KV-done with st. */
+static void decode__fail_pending(decode_node_t *dn, compute_t *c, dres_t *r, pd_status_t st)
+{
+    while (r->pending) {
+        ddec_t *d = r->pending;
+        r->pending = d->pnext;
+        decode__post_event(c, d->req, -1, ENGINE_FINISH_ABORT, st);
+        decode__drop_dec(dn, d);
+    }
 }
 
 static compute_t *decode__compute(decode_node_t *dn)
@@ -245,23 +299,56 @@ static void decode__on_token(void *arg, uint64_t seq_id, int32_t tok, engine_fin
         pthread_mutex_lock(&dn->nc.stats.mu);
         dn->nc.stats.tokens++;
         pthread_mutex_unlock(&dn->nc.stats.mu);
-        decode__post_event(decode__compute(dn), d->req, tok, ENGINE_FINISH_NONE, PD_OK);
+        decode__post_event_lp(decode__compute(dn), d->req, tok, ENGINE_FINISH_NONE, PD_OK,
+                              engine_token_logprobs(compute_engine(decode__compute(dn))));
         return;
     }
     decode__post_event(decode__compute(dn), d->req, -1, f, st);
     decode__drop_dec(dn, d);
 }
 
-/* Moves a reservation whose KV is done into the batch. */
+/* Moves a reservation whose KV is done into the batch: the last of its n_samples Decodes takes
+ * its pages (the reservation goes), the others a copy of them. */
 static void decode__admit(decode_node_t *dn, engine_t *e, dres_t **link, ddec_t *d)
 {
     dres_t *r = *link;
+    const int last = r->n_taken + 1 >= (r->n_samples ? r->n_samples : 1);
     pd_status_t st;
+    r->n_taken++;
+    if (!last) {
+        kv_seq_t view = r->kv, copy;
+        view.n_tokens = r->n_tokens;
+        kv_seq_init(&copy);
+        if (d->n_tokens != r->n_tokens + 1) {
+            pd_log_error("seq %llu: decode with %d tokens for a reservation of %d prompt tokens",
+                         (unsigned long long)r->id, d->n_tokens, r->n_tokens);
+            st = PD_ERR_INVALID;
+        } else if ((st = engine_kv_copy(e, &view, r->n_tokens, &copy)) == PD_OK) {
+            st = engine_seq_add_prefilled(e, d->tokens, d->n_tokens, r->n_tokens, &copy, &d->gp,
+                                          decode__on_token, d, &d->seq_id);
+            kv_seq_release(engine_pool(e), &copy); /* on error; empty after a move */
+        }
+        kv_seq_deinit(&copy);
+        if (st != PD_OK) {
+            /* no pages for a copy: like an eviction, the router re-prefills this sample */
+            decode__post_event(dn->comp, d->req, -1,
+                               st == PD_NO_PAGES ? ENGINE_FINISH_PREEMPTED : ENGINE_FINISH_ABORT,
+                               st);
+            decode__drop_dec(dn, d);
+            return;
+        }
+        d->admitted = 1;
+        pthread_mutex_lock(&dn->nc.stats.mu);
+        dn->nc.stats.requests++;
+        pthread_mutex_unlock(&dn->nc.stats.mu);
+        return;
+    }
     if (d->n_tokens != r->n_tokens + 1) {
         pd_log_error("seq %llu: decode with %d tokens for a reservation of %d prompt tokens",
                      (unsigned long long)r->id, d->n_tokens, r->n_tokens);
         st = PD_ERR_INVALID;
-    } else if (d->tokens[d->n_tokens - 1] != r->first_token) {
+    } else if (r->n_samples <= 1 && d->tokens[d->n_tokens - 1] != r->first_token) {
+        /* (a shared reservation's KV-done names one sample's first token only) */
         pd_log_error("request %s: seq %llu: decode's first token %d, the kv writer sampled %d",
                      d->request_id, (unsigned long long)r->id, d->tokens[d->n_tokens - 1],
                      r->first_token);
@@ -347,6 +434,7 @@ static void decode__reserve(compute_t *c, engine_t *e, void *arg)
             return;
         }
         r->id = ++dn->next_res_id;
+        r->reserved_s = pd_clock_s();
         memcpy(j->token, r->token, NODE_TOKEN_BYTES);
         r->n_tokens = (int)j->n_tokens;
         r->deadline_ms = deadline;
@@ -393,7 +481,8 @@ static int decode__checksum_ok(decode_node_t *dn, engine_t *e, const dres_t *r, 
             return 0;
         }
         for (int32_t i = 0; i < r->kv.n_pages; i++) {
-            const uint8_t *src = (const uint8_t *)engine_arena(e) + (size_t)r->kv.pages[i].page * pb;
+            const uint8_t *src =
+                (const uint8_t *)engine_arena(e) + (size_t)r->kv.pages[i].page * pb;
             if (be->ops->download(be, tmp, src, pb) != PD_OK) {
                 free(tmp);
                 return 0;
@@ -405,8 +494,7 @@ static int decode__checksum_ok(decode_node_t *dn, engine_t *e, const dres_t *r, 
     if (got != want)
         pd_log_error("seq %llu: kv checksum %016llx != %016llx sent: the pages changed in "
                      "flight; failed",
-                     (unsigned long long)r->id, (unsigned long long)got,
-                     (unsigned long long)want);
+                     (unsigned long long)r->id, (unsigned long long)got, (unsigned long long)want);
     return got == want;
 }
 
@@ -419,8 +507,7 @@ static void decode__kv_done_fail(decode_node_t *dn, compute_t *c, engine_t *e, d
     kv_seq_release(engine_pool(e), &r->kv);
     r->error = st;
     if (r->pending) {
-        decode__post_event(c, r->pending->req, -1, ENGINE_FINISH_ABORT, r->error);
-        decode__drop_dec(dn, r->pending);
+        decode__fail_pending(dn, c, r, r->error);
         decode__drop_res(dn, e, link);
     }
 }
@@ -440,6 +527,7 @@ static void decode__kv_done(compute_t *c, engine_t *e, void *arg)
         /* not the writer this reservation was handed to: touch nothing */
         pd_log_error("seq %llu: kv done with a wrong reservation token: dropped",
                      (unsigned long long)r->id);
+        node_stats_integrity(&dn->nc.stats, NODE_INTEGRITY_TOKEN);
         free(j);
         return;
     }
@@ -465,10 +553,7 @@ static void decode__kv_done(compute_t *c, engine_t *e, void *arg)
                     (unsigned long long)r->id);
         for (int32_t i = 0; i < r->kv.n_pages; i++)
             kv_pool_page_writer_done(engine_pool(e), r->kv.pages[i].page);
-        if (r->pending) {
-            decode__post_event(c, r->pending->req, -1, ENGINE_FINISH_ABORT, PD_ERR_CANCELLED);
-            decode__drop_dec(dn, r->pending);
-        }
+        decode__fail_pending(dn, c, r, PD_ERR_CANCELLED);
         decode__drop_res(dn, e, link);
         free(j);
         return;
@@ -479,6 +564,7 @@ static void decode__kv_done(compute_t *c, engine_t *e, void *arg)
         pd_log_error("seq %llu: kv done for %u tokens in %u pages, reserved %d in %d: failed",
                      (unsigned long long)r->id, j->msg.n_tokens, j->msg.n_pages, r->n_tokens,
                      r->kv.n_pages);
+        node_stats_integrity(&dn->nc.stats, NODE_INTEGRITY_SIZE);
         decode__kv_done_fail(dn, c, e, link, PD_ERR_PROTOCOL);
         free(j);
         return;
@@ -495,6 +581,7 @@ static void decode__kv_done(compute_t *c, engine_t *e, void *arg)
         /* the bytes in the pages are not the bytes the writer sent (a late or torn write by a
          * former owner's writer, a transport fault): DATA_LOSS, counted */
         engine_tracker(e)->failures++;
+        node_stats_integrity(&dn->nc.stats, NODE_INTEGRITY_CHECKSUM);
         decode__kv_done_fail(dn, c, e, link, PD_ERR_KV_INTEGRITY);
         free(j);
         return;
@@ -512,9 +599,16 @@ static void decode__kv_done(compute_t *c, engine_t *e, void *arg)
         kv_pool_page_writer_done(engine_pool(e), r->kv.pages[i].page);
     r->kv_done = 1;
     r->first_token = j->msg.first_token;
+    node_stats_kv_transfer(&dn->nc.stats, (uint64_t)r->kv.n_pages * dn->layout.page_bytes,
+                           pd_clock_s() - r->reserved_s);
     r->deadline_ms = node_control_now_ms(&dn->nc) + dn->nc.cfg->transport.lease_ms;
-    if (r->pending)
-        decode__admit(dn, e, link, r->pending);
+    ddec_t *wait = r->pending; /* the last admit may free r */
+    r->pending = NULL;
+    while (wait) {
+        ddec_t *d = wait;
+        wait = d->pnext;
+        decode__admit(dn, e, link, d);
+    }
     free(j);
 }
 
@@ -535,25 +629,30 @@ static void decode__start(compute_t *c, engine_t *e, void *arg)
         pd_log_error("request %s: decode for reservation %llu with a wrong token: refused",
                      d->request_id, (unsigned long long)d->res_id);
         decode__post_event(c, d->req, -1, ENGINE_FINISH_ABORT, PD_ERR_INVALID);
-        free(d->tokens);
-        free(d);
+        decode__free_dec(d);
         return;
     }
-    if (!r || r->pending || r->error || r->released) {
+    uint32_t waiting = 0;
+    for (ddec_t *p = r ? r->pending : NULL; p; p = p->pnext)
+        waiting++;
+    if (r && !r->n_samples)
+        r->n_samples = d->n_samples; /* the first Decode tells how many share the pages */
+    if (!r || r->error || r->released || r->n_taken + waiting >= r->n_samples) {
         decode__post_event(c, d->req, -1, ENGINE_FINISH_ABORT,
                            r && r->error ? r->error : PD_ERR_NOT_FOUND);
         if (r && r->error)
             decode__drop_res(dn, e, link);
-        free(d->tokens);
-        free(d);
+        decode__free_dec(d);
         return;
     }
     d->next = dn->decs;
     dn->decs = d;
-    if (r->kv_done)
+    if (r->kv_done) {
         decode__admit(dn, e, link, d);
-    else
+    } else {
+        d->pnext = r->pending;
         r->pending = d;
+    }
 }
 
 typedef struct {
@@ -576,8 +675,18 @@ static void decode__cancel(compute_t *c, engine_t *e, void *arg)
         return;
     }
     dres_t **link, *r = decode__find_res(dn, d->res_id, &link);
-    if (r)
-        decode__drop_res(dn, e, link);
+    if (r) {
+        ddec_t **pp;
+        for (pp = &r->pending; *pp && *pp != d; pp = &(*pp)->pnext)
+            ;
+        if (*pp)
+            *pp = d->pnext;
+        /* one sharer fewer; the reservation goes with its last one */
+        if (r->n_samples > 0)
+            r->n_samples--;
+        if (!r->pending && r->n_taken >= r->n_samples)
+            decode__drop_res(dn, e, link);
+    }
     decode__post_event(c, d->req, -1, ENGINE_FINISH_ABORT, PD_ERR_CANCELLED);
     decode__drop_dec(dn, d);
 }
@@ -604,12 +713,7 @@ static void decode__release(compute_t *c, engine_t *e, void *arg)
     decode_node_t *dn = j->dn;
     dres_t **link, *r = decode__find_res(dn, j->seq_id, &link);
     if (r) {
-        if (r->pending) {
-            ddec_t *d = r->pending;
-            decode__post_event(c, d->req, -1, ENGINE_FINISH_ABORT, PD_ERR_CANCELLED);
-            decode__drop_dec(dn, d);
-            r->pending = NULL;
-        }
+        decode__fail_pending(dn, c, r, PD_ERR_CANCELLED);
         decode__release_early(dn, e, link);
         j->found = 1;
     } else {
@@ -635,11 +739,9 @@ static void decode__tick(compute_t *c, engine_t *e, void *arg)
         if (r->deadline_ms <= now && r->pending) {
             /* the Decode came, but the writer's KV-done never did (lost or dropped as malformed):
              * the writer is presumed gone, as for a lease without a Decode */
-            ddec_t *d = r->pending;
-            pd_log_warn("request %s: seq %llu: lease ended before kv done; failed", d->request_id,
-                        (unsigned long long)r->id);
-            decode__post_event(c, d->req, -1, ENGINE_FINISH_ABORT, PD_ERR_DEADLINE);
-            decode__drop_dec(dn, d);
+            pd_log_warn("request %s: seq %llu: lease ended before kv done; failed",
+                        r->pending->request_id, (unsigned long long)r->id);
+            decode__fail_pending(dn, c, r, PD_ERR_DEADLINE);
             decode__drop_res(dn, e, pp);
             continue;
         }
@@ -802,22 +904,22 @@ static void decode__rpc_decode(pd_grpc_call_t *call, const ProtobufCMessage *msg
         memcpy(d->token, req->token.data, NODE_TOKEN_BYTES); /* else all zero: refused */
     memcpy(d->tokens, req->token_ids, req->n_token_ids * sizeof *d->tokens);
     d->n_tokens = (int)req->n_token_ids;
-    if (req->sampling) {
-        d->gp.sampling.temperature = req->sampling->temperature;
-        d->gp.sampling.top_k = req->sampling->top_k;
-        d->gp.sampling.top_p = req->sampling->top_p > 0 ? req->sampling->top_p : 1.0f;
-        d->gp.sampling.seed = req->sampling->seed;
-        d->gp.ignore_eos = req->sampling->ignore_eos;
-    } else {
-        d->gp.sampling.top_p = 1.0f;
+    if (node_sampling_params(req->sampling, &d->gp, &d->gp_store) != PD_OK) {
+        free(d->tokens);
+        free(d);
+        free(j);
+        pd_grpc_stream_buf_end(r->out, PD_ERR_NOMEM, NULL); /* frees r */
+        return;
     }
+    d->gp.prompt_logprobs = false; /* the prefill node's */
     d->gp.max_tokens = (int)req->max_new_tokens;
     d->gp.n_generated = (int)req->n_generated;
+    d->gp.sample_index = req->sample_index;
+    d->n_samples = req->n_samples > 1 ? (req->n_samples > 256 ? 256 : req->n_samples) : 1;
     j->dn = dn;
     j->d = d;
     if ((st = compute_submit(dn->comp, decode__start, j)) != PD_OK) {
-        free(d->tokens);
-        free(d);
+        decode__free_dec(d);
         free(j);
         pd_grpc_stream_buf_end(r->out, st, "decode node not ready"); /* frees r */
     }
@@ -856,7 +958,7 @@ static void decode__rpc_stats(pd_grpc_call_t *call, const ProtobufCMessage *msg,
 }
 
 static const pd_grpc_method_fn decode_handlers[4] = {decode__rpc_reserve, decode__rpc_decode,
-                                                   decode__rpc_release, decode__rpc_stats};
+                                                     decode__rpc_release, decode__rpc_stats};
 
 /* ==== transport ==== */
 
@@ -982,9 +1084,8 @@ static void decode__ready(void *arg, pd_status_t st)
     pthread_mutex_unlock(&dn->nc.stats.mu);
     node_control_ready(&dn->nc); /* from here on, compute jobs see the layout, watermark, key */
     pd_log_info("%s: serving (%s weights, %s kv, %d pages of %zu bytes, ucx port %d)",
-                dn->nc.node->name, pd_wfmt_name(dn->nc.node->weights),
-                pd_kvfmt_name(dn->nc.node->kv), kv_pool_n_pages(engine_pool(e)),
-                dn->layout.page_bytes, dn->ucx_port);
+                dn->nc.node->name, pd_wfmt_name(dn->nc.node->weights), pd_kvfmt_name(dn->nc.node->kv),
+                kv_pool_n_pages(engine_pool(e)), dn->layout.page_bytes, dn->ucx_port);
 }
 
 pd_status_t decode_node_create(uv_loop_t *loop, const cluster_config_t *cfg,
@@ -1070,14 +1171,13 @@ void decode_node_destroy(decode_node_t *dn)
         dres_t *r = dn->res;
         dn->res = r->next;
         kv_seq_deinit(&r->kv);
-        free(r->wpages);
+        free(r->wpages); /* released before its writer was done */
         free(r);
     }
     while (dn->decs) {
         ddec_t *d = dn->decs;
         dn->decs = d->next;
-        free(d->tokens);
-        free(d);
+        decode__free_dec(d);
     }
     node_control_deinit(&dn->nc);
     free(dn);

@@ -1,4 +1,7 @@
 /* attention: paged causal GQA attention with optional sequence splits (see attention.h). */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include "attention.h"
 #include "kutil.cuh"
 
@@ -378,14 +381,476 @@ static __global__ void attention__merge(float *out, const float *part, int n_spl
     out[rh * D + d] = O / L;
 }
 
+/* ==== decode attention on the tensor cores (bf16 / fp8 KV, head_dim 64 / 128) ====
+ *
+ * One block = one query row, one KV head (all G <= 8 query heads of its GQA group), one split of
+ * the row's context; ATTN_TC__WARPS warps, each taking every ATTN_TC__WARPS-th tile of 16 tokens
+ * of the split. A warp streams its tiles (K and V rows of 16 tokens, fp8: their scales) from the
+ * pages into its own shared-memory ring with cp.async (STAGES tiles, STAGES - 1 in flight while
+ * it computes one; 16-byte chunks XOR-swizzled per row so that the fragment loads below are
+ * free of bank conflicts) and runs both products on mma.sync m16n8k16 (Q's fragments are built
+ * once per block into shared memory):
+ *
+ *   S (16 x 8 tokens) = Qparts (16 x D) K^T: the A rows are the query heads split into parts
+ *     (fp8 KV: f16 hi in rows 0..7, lo in rows 8..15: 22 bits; bf16 KV: bf16 hi / mid in rows
+ *     0..7 / 8..15 of one tile and lo in rows 0..7 of a second tile, accumulated into the same
+ *     C: 24 bits), so S[h] + S[8 + h] is the f32-accurate dot product. Lane (h = lane / 4, c =
+ *     lane % 4) reads its B fragments straight from 32 contiguous K bytes of token h: inside a
+ *     k step the head dimensions are permuted (the same way for Q, built once), fp8 pairs
+ *     become f16 pairs with one cvt.rn.f16x2.e4m3x2 (exact), bf16 needs no conversion. The
+ *     per-(token, kv head) K scale multiplies the dot product once.
+ *   O (16 x D) += Pparts (16 x 16 tokens) V: the S accumulator layout is the A layout of P (the
+ *     usual flash-attention register reuse); P (fp8: times the V scale of its token) is split
+ *     into parts like Q. V's B fragments pair two tokens of one dimension: a lane reads 16
+ *     contiguous bytes of 4 token rows and pairs them with one prmt (the output dimensions are
+ *     permuted: n tile j, column n is dimension (D / 8) n + j).
+ *
+ * Softmax in log2 units, online per tile of 16 tokens: one max over the lane quad (2 shuffles),
+ * one exp2 per (token, head); fp8 keeps a second running max of s + log2(v scale) so that the
+ * f16 P parts stay in (0, 1]. The warps merge through shared memory in a fixed order; splits
+ * write (o, m, l) partials that attention__merge combines: deterministic. */
+
+#define ATTN_TC__WARPS 4
+#define ATTN_TC__TILE 16
+
+template <int FMT, int D> struct attn_tc__cfg {
+    static constexpr int ELEM = FMT == PD_KV_FP8 ? 1 : 2;
+    static constexpr int ROW = D * ELEM; /* bytes of one (token, kv head) vector */
+    static constexpr int RS = ROW;       /* its stride in shared memory */
+    static constexpr int CPR = ROW / 16; /* 16-byte chunks per row; chunk c of token row t is
+                                            stored at c ^ (t % CPR) (banks) */
+    static constexpr int NCS = ATTN_TC__TILE * CPR / 32; /* chunks per lane per side and tile */
+    static constexpr int SIDE = ATTN_TC__TILE * RS;      /* bytes of a tile's K (or V) */
+    static constexpr int STAGE = 2 * SIDE + (FMT == PD_KV_FP8 ? 2 * ATTN_TC__TILE * 4 : 0);
+    static constexpr int STAGES = FMT == PD_KV_FP8 ? 3 : 2; /* ring slots per warp */
+    static constexpr int KS = D / 16;                       /* k steps of Q K^T */
+    /* Q fragments of the block, shared by its warps: (KS, 32 lanes) uint4 [+ (KS, 32) uint2] */
+    static constexpr int QSMEM = KS * 32 * (FMT == PD_KV_FP8 ? 16 : 24);
+    static constexpr int SMEM = QSMEM + ATTN_TC__WARPS * STAGES * STAGE;
+    static constexpr int DT = D / 8;            /* n tiles of P V */
+    static constexpr int KW = D / 4 * ELEM / 4; /* K words one lane reads per token */
+    static constexpr int VW = D / 8 * ELEM / 4; /* V words one lane reads per token row */
+    /* blocks per SM (registers; shared memory allows the same: fp8 hd 128 53.5 KB, bf16 70 KB) */
+    static constexpr int MINB = FMT == PD_KV_FP8 ? 4 : 3;
+};
+
+static __device__ __forceinline__ uint32_t attn_tc__saddr(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+/* 16 bytes global -> shared, asynchronously; src_bytes 0 writes zeros. */
+static __device__ __forceinline__ void attn_tc__cp16(uint32_t dst, const void *src, int src_bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes));
+}
+static __device__ __forceinline__ void attn_tc__cp4(uint32_t dst, const void *src, int src_bytes)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes));
+}
+static __device__ __forceinline__ float attn_tc__ex2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+static __device__ __forceinline__ float attn_tc__lg2(float x)
+{
+    float y;
+    asm("lg2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+/* four e4m3 bytes -> two f16x2: lo from bytes 0, 1 (byte 0 in the low half), hi from 2, 3 */
+static __device__ __forceinline__ void attn_tc__e4m3x4(uint32_t w, uint32_t &lo, uint32_t &hi)
+{
+    asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\t"
+        "cvt.rn.f16x2.e4m3x2 %0, l;\n\tcvt.rn.f16x2.e4m3x2 %1, h;\n\t}"
+        : "=r"(lo), "=r"(hi)
+        : "r"(w));
+}
+/* c (16x8 f32) += a (16x16, row) b (16x8, col); f16 (fp8 KV) or bf16 operands */
+template <int FMT>
+static __device__ __forceinline__ void attn_tc__mma(float c[4], uint32_t a0, uint32_t a1,
+                                                    uint32_t a2, uint32_t a3, uint32_t b0,
+                                                    uint32_t b1)
+{
+    if constexpr (FMT == PD_KV_FP8)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+                     "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+                     "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+/* x, y -> packed parts (x in the low halves): fp8 KV: f16 hi, lo; bf16 KV: bf16 hi, mid, lo */
+template <int FMT>
+static __device__ __forceinline__ void attn_tc__split(float x, float y, uint32_t p[3])
+{
+    if constexpr (FMT == PD_KV_FP8) {
+        const __half2 h = __floats2half2_rn(x, y);
+        const __half2 lo = __floats2half2_rn(x - __low2float(h), y - __high2float(h));
+        p[0] = *(const uint32_t *)&h;
+        p[1] = *(const uint32_t *)&lo;
+        p[2] = 0;
+    } else {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+        const float rx = x - __low2float(h), ry = y - __high2float(h);
+        const __nv_bfloat162 m = __floats2bfloat162_rn(rx, ry);
+        const __nv_bfloat162 lo = __floats2bfloat162_rn(rx - __low2float(m), ry - __high2float(m));
+        p[0] = *(const uint32_t *)&h;
+        p[1] = *(const uint32_t *)&m;
+        p[2] = *(const uint32_t *)&lo;
+    }
+}
+
+/* grid (n_rows, n_kv_heads, n_splits), block 32 * ATTN_TC__WARPS, dynamic shared memory
+ * attn_tc__cfg::SMEM bytes. Outputs as attention__kernel: out (n_rows, n_heads, D) f32
+ * [n_splits == 1]; part (n_splits, n_rows, n_heads, D + 2) f32 [n_splits > 1]. q (n_rows,
+ * n_heads, D) f32; arena pages (layout l, fmt FMT, head_dim D); q_start (n_seqs + 1), ctx_len
+ * (n_seqs), block_tables (n_seqs, max_pages) int32; chunk: tokens per split, a multiple of
+ * ATTN_TC__TILE; p_shift: log2(page_tokens) when a power of two, else -1. */
+template <int FMT, int D>
+static __global__ void __launch_bounds__(32 * ATTN_TC__WARPS, attn_tc__cfg<FMT, D>::MINB)
+    attention__tc_kernel(float *out, float *part, const float *q, const uint8_t *arena,
+                         kv_layout_t l, int layer, const int32_t *q_start, const int32_t *ctx_len,
+                         const int32_t *block_tables, int n_seqs, int max_pages, int n_heads,
+                         int chunk, int p_shift)
+{
+    using C = attn_tc__cfg<FMT, D>;
+    constexpr int T = ATTN_TC__TILE, NW = ATTN_TC__WARPS;
+    extern __shared__ __align__(16) uint8_t attn_tc__smem[];
+    const int r = blockIdx.x, kvh = blockIdx.y, sp = blockIdx.z, n_rows = gridDim.x;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, qd = lane & 3; /* head (S, O rows) / token (K column), quad lane */
+    const int H = n_heads, G = n_heads / l.n_kv_heads, KVH = l.n_kv_heads, P = l.page_tokens;
+
+    int lo = 0, hi = n_seqs - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if (q_start[mid + 1] > r)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    const int s = lo;
+    const int q_len = q_start[s + 1] - q_start[s];
+    const int n_tok = ctx_len[s] - q_len + (r - q_start[s]) + 1;
+    const int t_begin = sp * chunk, t_end = min(n_tok, t_begin + chunk);
+    const int32_t *bt = block_tables + (size_t)s * max_pages;
+    const int n_tiles = t_end > t_begin ? (t_end - t_begin + T - 1) / T : 0;
+    const int my_n = n_tiles > warp ? (n_tiles - warp + NW - 1) / NW : 0;
+
+    const size_t koff = kutil_kv_data_off(l, layer, 0), voff = kutil_kv_data_off(l, layer, 1);
+    const size_t ksoff = kutil_kv_scale_off(l, layer, 0), vsoff = kutil_kv_scale_off(l, layer, 1);
+    uint4 *sqa = (uint4 *)attn_tc__smem;
+    uint2 *sqb = (uint2 *)(attn_tc__smem + C::KS * 32 * 16);
+    uint8_t *ring = attn_tc__smem + C::QSMEM + (size_t)warp * C::STAGES * C::STAGE;
+
+    /* tile `tile` of this split (16 tokens from t_begin + 16 tile) -> ring slot `slot`; tokens
+     * past t_end are zero-filled (their loads read a valid token) */
+    auto load = [&](int tile, int slot) {
+        const uint32_t sa = attn_tc__saddr(ring + slot * C::STAGE);
+        const int t0 = t_begin + tile * T;
+#pragma unroll
+        for (int i = 0; i < C::NCS; i++) {
+            const int cc = lane + 32 * i, tok = cc / C::CPR, ch = cc % C::CPR;
+            const int t = t0 + tok, tc = t < t_end ? t : t_end - 1;
+            const int pg = p_shift >= 0 ? tc >> p_shift : tc / P, ti = tc - pg * P;
+            const size_t off =
+                (size_t)bt[pg] * l.page_bytes + ((size_t)ti * KVH + kvh) * C::ROW + ch * 16;
+            const int nb = t < t_end ? 16 : 0;
+            const int dst = tok * C::RS + ((ch ^ (tok % C::CPR)) << 4);
+            attn_tc__cp16(sa + dst, arena + koff + off, nb);
+            attn_tc__cp16(sa + C::SIDE + dst, arena + voff + off, nb);
+        }
+        if constexpr (FMT == PD_KV_FP8) { /* lanes 0..15: K scales, 16..31: V scales */
+            const int t = t0 + (lane & 15), tc = t < t_end ? t : t_end - 1;
+            const int pg = p_shift >= 0 ? tc >> p_shift : tc / P, ti = tc - pg * P;
+            const size_t off = (size_t)bt[pg] * l.page_bytes + (lane < 16 ? ksoff : vsoff) +
+                               ((size_t)ti * KVH + kvh) * 4;
+            attn_tc__cp4(sa + 2 * C::SIDE + lane * 4, arena + off, t < t_end ? 4 : 0);
+        }
+    };
+    /* start the ring before the Q setup, so the loads are in flight meanwhile */
+#pragma unroll
+    for (int st = 0; st < C::STAGES - 1; st++) {
+        if (st < my_n)
+            load(warp + st * NW, st);
+        asm volatile("cp.async.commit_group;\n" ::);
+    }
+
+    /* Q fragments: lane (g, qd) holds head g's dimensions qd D/4 + [0, D/4); k step ks uses
+     * dims qd D/4 + 4 ks + {0, 1} (k = 2 qd + {0, 1}) and + {2, 3} (k = 2 qd + 8 + {0, 1}).
+     * fp8 KV: q is scaled by 2^e per head into [2^14, 2^15) so that its f16 parts keep 22 bits;
+     * qsc undoes it and carries log2(e) / sqrt(D). */
+    float qsc = 1.4426950408889634f / sqrtf((float)D);
+    {
+        float qv[D / 4];
+        const float4 *qp =
+            (const float4 *)(q + ((size_t)r * H + kvh * G + (g < G ? g : 0)) * D + qd * (D / 4));
+#pragma unroll
+        for (int i = 0; i < D / 16; i++) {
+            const float4 v = g < G ? qp[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            qv[4 * i] = v.x, qv[4 * i + 1] = v.y, qv[4 * i + 2] = v.z, qv[4 * i + 3] = v.w;
+        }
+        if constexpr (FMT == PD_KV_FP8) {
+            float amax = 0.0f;
+#pragma unroll
+            for (int i = 0; i < D / 4; i++)
+                amax = fmaxf(amax, fabsf(qv[i]));
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+            if (amax > 0.0f) {
+                int ex;
+                frexpf(amax, &ex); /* amax in [2^(ex-1), 2^ex) */
+                const float f = ldexpf(1.0f, 15 - ex);
+#pragma unroll
+                for (int i = 0; i < D / 4; i++)
+                    qv[i] *= f;
+                qsc = ldexpf(qsc, ex - 15);
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < C::KS; k++) {
+            uint32_t p01[3], p23[3];
+            attn_tc__split<FMT>(qv[4 * k], qv[4 * k + 1], p01);
+            attn_tc__split<FMT>(qv[4 * k + 2], qv[4 * k + 3], p23);
+            if (warp == 0) { /* every warp computed the same fragments */
+                sqa[k * 32 + lane] = make_uint4(p01[0], p01[1], p23[0], p23[1]);
+                if constexpr (FMT != PD_KV_FP8)
+                    sqb[k * 32 + lane] = make_uint2(p01[2], p23[2]);
+            }
+        }
+    }
+    __syncthreads();
+
+    float o[C::DT][4];
+#pragma unroll
+    for (int j = 0; j < C::DT; j++)
+        o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+    float m = -INFINITY, lsum = 0.0f, mv = -INFINITY;
+
+    for (int it = 0; it < my_n; it++) {
+        {
+            const int nx = it + C::STAGES - 1;
+            if (nx < my_n)
+                load(warp + nx * NW, nx % C::STAGES);
+            asm volatile("cp.async.commit_group;\n" ::);
+        }
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(C::STAGES - 1));
+        __syncwarp();
+        const uint8_t *st = ring + (it % C::STAGES) * C::STAGE;
+        const float *sks = (const float *)(st + 2 * C::SIDE), *svs = sks + T;
+        const int t0 = t_begin + (warp + it * NW) * T;
+
+        /* S: n tile j = tokens 8 j + [0, 8); this lane's B column is token 8 j + g */
+        float sc[2][4];
+        uint32_t kw[2][C::KW];
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
+            const int tok = 8 * j + g;
+#pragma unroll
+            for (int i = 0; i < C::KW / 4; i++) { /* this lane's chunks qd KW/4 + i */
+                const int ch = (qd * (C::KW / 4) + i) ^ (tok % C::CPR);
+                const uint4 v = *(const uint4 *)(st + tok * C::RS + (ch << 4));
+                kw[j][4 * i] = v.x, kw[j][4 * i + 1] = v.y;
+                kw[j][4 * i + 2] = v.z, kw[j][4 * i + 3] = v.w;
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < C::KS; k++) {
+            const uint4 a = sqa[k * 32 + lane];
+            uint2 bq = make_uint2(0u, 0u);
+            if constexpr (FMT != PD_KV_FP8)
+                bq = sqb[k * 32 + lane];
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                uint32_t b0, b1;
+                if constexpr (FMT == PD_KV_FP8)
+                    attn_tc__e4m3x4(kw[j][k], b0, b1);
+                else
+                    b0 = kw[j][2 * k], b1 = kw[j][2 * k + 1];
+                attn_tc__mma<FMT>(sc[j], a.x, a.y, a.z, a.w, b0, b1);
+                if constexpr (FMT != PD_KV_FP8)
+                    attn_tc__mma<FMT>(sc[j], bq.x, 0u, bq.y, 0u, b0, b1);
+            }
+        }
+        /* this lane: head g, tokens 8 j + 2 qd + e */
+        float sv[2][2], pv[2][2];
+        float mt = -INFINITY, mvt = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int tok = 8 * j + 2 * qd + e;
+                float x = (sc[j][e] + sc[j][2 + e]) * qsc;
+                if constexpr (FMT == PD_KV_FP8)
+                    x *= sks[tok];
+                if (t0 + tok >= t_end)
+                    x = -INFINITY;
+                sv[j][e] = x;
+                mt = fmaxf(mt, x);
+                if constexpr (FMT == PD_KV_FP8) {
+                    pv[j][e] = x + attn_tc__lg2(svs[tok]); /* -inf for masked tokens */
+                    mvt = fmaxf(mvt, pv[j][e]);
+                }
+            }
+        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
+        const float m_new = fmaxf(m, mt), ms = m_new == -INFINITY ? 0.0f : m_new;
+        const float corr = attn_tc__ex2(m - ms);
+        float ps = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const float p = attn_tc__ex2(sv[j][e] - ms);
+                ps += p;
+                if constexpr (FMT != PD_KV_FP8)
+                    pv[j][e] = p;
+            }
+        lsum = lsum * corr + ps;
+        m = m_new;
+        float corr_o = corr;
+        if constexpr (FMT == PD_KV_FP8) { /* P' = p * v scale, relative to 2^mv */
+            mvt = fmaxf(mvt, __shfl_xor_sync(0xffffffffu, mvt, 1));
+            mvt = fmaxf(mvt, __shfl_xor_sync(0xffffffffu, mvt, 2));
+            const float mv_new = fmaxf(mv, mvt), mvs = mv_new == -INFINITY ? 0.0f : mv_new;
+            corr_o = attn_tc__ex2(mv - mvs);
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++)
+                    pv[j][e] = attn_tc__ex2(pv[j][e] - mvs);
+            mv = mv_new;
+        }
+        if (__any_sync(0xffffffffu, corr_o != 1.0f)) /* the max moved for some head */
+#pragma unroll
+            for (int j = 0; j < C::DT; j++)
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    o[j][i] *= corr_o;
+        /* P as the A operand: k = tokens 2 qd + {0, 1} (n tile 0) and 8 + 2 qd + {0, 1} */
+        uint32_t pa0[3], pa1[3];
+        attn_tc__split<FMT>(pv[0][0], pv[0][1], pa0);
+        attn_tc__split<FMT>(pv[1][0], pv[1][1], pa1);
+
+        /* O: V rows 2 qd, 2 qd + 1, 2 qd + 8, 2 qd + 9, dims (D / 8) g + [0, D / 8) */
+        uint32_t vw[4][C::VW];
+#pragma unroll
+        for (int rr = 0; rr < 4; rr++) {
+            const int tok = 2 * qd + (rr & 1) + 8 * (rr >> 1);
+            const uint8_t *vr = st + C::SIDE + tok * C::RS;
+            const int b = g * C::VW * 4; /* byte of this lane's dims in the row, unswizzled */
+            if constexpr (C::VW == 2) {
+                const int ch = (b >> 4) ^ (tok % C::CPR);
+                const uint2 v = *(const uint2 *)(vr + (ch << 4) + (b & 15));
+                vw[rr][0] = v.x, vw[rr][1] = v.y;
+            } else {
+#pragma unroll
+                for (int i = 0; i < C::VW / 4; i++) {
+                    const int ch = ((b >> 4) + i) ^ (tok % C::CPR);
+                    const uint4 v = *(const uint4 *)(vr + (ch << 4));
+                    vw[rr][4 * i] = v.x, vw[rr][4 * i + 1] = v.y;
+                    vw[rr][4 * i + 2] = v.z, vw[rr][4 * i + 3] = v.w;
+                }
+            }
+        }
+        if constexpr (FMT == PD_KV_FP8) {
+#pragma unroll
+            for (int i = 0; i < C::VW; i++) { /* n tiles 4 i .. 4 i + 3 */
+                uint32_t b0[4], b1[4];
+                attn_tc__e4m3x4(__byte_perm(vw[0][i], vw[1][i], 0x5140), b0[0], b0[1]);
+                attn_tc__e4m3x4(__byte_perm(vw[0][i], vw[1][i], 0x7362), b0[2], b0[3]);
+                attn_tc__e4m3x4(__byte_perm(vw[2][i], vw[3][i], 0x5140), b1[0], b1[1]);
+                attn_tc__e4m3x4(__byte_perm(vw[2][i], vw[3][i], 0x7362), b1[2], b1[3]);
+#pragma unroll
+                for (int u = 0; u < 4; u++)
+                    attn_tc__mma<FMT>(o[4 * i + u], pa0[0], pa0[1], pa1[0], pa1[1], b0[u], b1[u]);
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < C::VW; i++) { /* n tiles 2 i, 2 i + 1 */
+#pragma unroll
+                for (int u = 0; u < 2; u++) {
+                    const uint32_t sel = u ? 0x7632 : 0x5410;
+                    const uint32_t b0 = __byte_perm(vw[0][i], vw[1][i], sel);
+                    const uint32_t b1 = __byte_perm(vw[2][i], vw[3][i], sel);
+                    attn_tc__mma<FMT>(o[2 * i + u], pa0[0], pa0[1], pa1[0], pa1[1], b0, b1);
+                    attn_tc__mma<FMT>(o[2 * i + u], pa0[2], 0u, pa1[2], 0u, b0, b1);
+                }
+            }
+        }
+        __syncwarp(); /* the slot is refilled by the next iteration's load */
+    }
+    asm volatile("cp.async.wait_group 0;\n" ::);
+
+    /* this warp's (m, l, o) for head g: l summed over the quad; fp8: o relative to 2^m */
+    lsum += __shfl_xor_sync(0xffffffffu, lsum, 1);
+    lsum += __shfl_xor_sync(0xffffffffu, lsum, 2);
+    float f = 1.0f;
+    if constexpr (FMT == PD_KV_FP8)
+        f = m == -INFINITY ? 0.0f : attn_tc__ex2(mv - m);
+    __syncthreads(); /* every warp is done with its ring: reuse the shared memory */
+    float *s_acc = (float *)attn_tc__smem, *s_m = s_acc + NW * G * D, *s_l = s_m + NW * G;
+    if (g < G) {
+#pragma unroll
+        for (int j = 0; j < C::DT; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++)
+                s_acc[(warp * G + g) * D + (D / 8) * (2 * qd + e) + j] =
+                    (o[j][e] + o[j][2 + e]) * f;
+        if (qd == 0) {
+            s_m[warp * G + g] = m;
+            s_l[warp * G + g] = lsum;
+        }
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < G * D; idx += blockDim.x) {
+        const int gg = idx / D, d = idx % D;
+        float M = -INFINITY, L = 0.0f, O = 0.0f;
+        for (int w = 0; w < NW; w++)
+            M = fmaxf(M, s_m[w * G + gg]);
+        if (M != -INFINITY)
+            for (int w = 0; w < NW; w++) {
+                const float c = attn_tc__ex2(s_m[w * G + gg] - M);
+                L += s_l[w * G + gg] * c;
+                O += s_acc[(w * G + gg) * D + d] * c;
+            }
+        const int h = kvh * G + gg;
+        if (gridDim.z == 1) {
+            out[((size_t)r * H + h) * D + d] = O / L;
+        } else {
+            float *pp = part + (((size_t)sp * n_rows + r) * H + h) * (D + 2);
+            pp[d] = O;
+            if (d == 0) {
+                pp[D] = M * 0.6931471805599453f; /* natural units for the merge */
+                pp[D + 1] = L;
+            }
+        }
+    }
+}
+
 /* ==== launchers ==== */
 
-#define ATTENTION__MIN_CHUNK 32
+/* splits: enough blocks for about ATTENTION__TARGET_BLOCKS (4 resident blocks of the tensor-core
+ * kernel on each of an H200's 132 SMs), each at least ATTENTION__MIN_CHUNK tokens */
+#define ATTENTION__MIN_CHUNK 64
+#define ATTENTION__TARGET_BLOCKS (4 * 132)
+
+int attention_decode_tc = 1;
 
 extern "C" int attention_splits(int n_rows, int n_kv_heads, int max_ctx)
 {
-    const int blocks = n_rows * n_kv_heads, target = 2 * 132;
-    if (blocks >= target || max_ctx <= ATTENTION__MIN_CHUNK)
+    const int blocks = n_rows * n_kv_heads, target = ATTENTION__TARGET_BLOCKS;
+    /* 3/4 of the target already fills the SMs about once: a second split would only add a wave
+     * and the merge (B 64 x 8 KV heads = 512 blocks) */
+    if (4 * blocks >= 3 * target || max_ctx <= ATTENTION__MIN_CHUNK)
         return 1;
     int splits = (target + blocks - 1) / blocks;
     const int by_len = (max_ctx + ATTENTION__MIN_CHUNK - 1) / ATTENTION__MIN_CHUNK;
@@ -440,6 +905,36 @@ static void attention__launch_d128(dim3 grid, size_t smem, cudaStream_t stream, 
 #undef ATTENTION__GO2
 }
 
+template <int FMT, int D>
+static pd_status_t attention__tc_launch(dim3 grid, cudaStream_t stream, float *out, float *part,
+                                        const float *q, const void *arena, const kv_layout_t *l,
+                                        int layer, const pd_attn_batch_t *b, int n_heads, int chunk)
+{
+    using C = attn_tc__cfg<FMT, D>;
+    /* the attribute is per device: set once per (kernel, device); a race sets it twice */
+    static unsigned attr_set;
+    int dev = 0;
+    pd_status_t st = kutil_status(cudaGetDevice(&dev), "attention device");
+    if (st != PD_OK)
+        return st;
+    if (dev >= 32 || !(attr_set & (1u << dev))) {
+        st = kutil_status(cudaFuncSetAttribute(attention__tc_kernel<FMT, D>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               (int)C::SMEM),
+                          "attention smem");
+        if (st != PD_OK)
+            return st;
+        if (dev < 32)
+            attr_set |= 1u << dev;
+    }
+    const int P = l->page_tokens;
+    const int p_shift = (P & (P - 1)) == 0 ? __builtin_ctz((unsigned)P) : -1;
+    attention__tc_kernel<FMT, D><<<grid, 32 * ATTN_TC__WARPS, C::SMEM, stream>>>(
+        out, part, q, (const uint8_t *)arena, *l, layer, b->q_start, b->ctx_len, b->block_tables,
+        b->n_seqs, b->max_pages, n_heads, chunk, p_shift);
+    return KUTIL_LAUNCHED("attention");
+}
+
 extern "C" pd_status_t attention_run(float *out, float *scratch, const float *q, const void *arena,
                                      const kv_layout_t *l, int layer, const pd_attn_batch_t *batch,
                                      int n_rows, int n_heads, int max_ctx, int n_splits,
@@ -455,6 +950,33 @@ extern "C" pd_status_t attention_run(float *out, float *scratch, const float *q,
     if (n_rows == 0)
         return PD_OK;
     const int G = n_heads / l->n_kv_heads;
+    if (attention_decode_tc && (l->fmt == PD_KV_BF16 || l->fmt == PD_KV_FP8) &&
+        (D == 64 || D == 128)) {
+        /* the tensor-core kernel: split boundaries on tiles of ATTN_TC__TILE tokens */
+        int chunk =
+            n_splits == 1 ? (max_ctx > 0 ? max_ctx : 1) : (max_ctx + n_splits - 1) / n_splits;
+        if (n_splits > 1)
+            chunk = (chunk + ATTN_TC__TILE - 1) / ATTN_TC__TILE * ATTN_TC__TILE;
+        const dim3 grid((unsigned)n_rows, (unsigned)l->n_kv_heads, (unsigned)n_splits);
+        pd_status_t st;
+        if (l->fmt == PD_KV_FP8)
+            st = D == 128
+                     ? attention__tc_launch<PD_KV_FP8, 128>(grid, stream, out, scratch, q, arena, l,
+                                                            layer, batch, n_heads, chunk)
+                     : attention__tc_launch<PD_KV_FP8, 64>(grid, stream, out, scratch, q, arena, l,
+                                                           layer, batch, n_heads, chunk);
+        else
+            st = D == 128
+                     ? attention__tc_launch<PD_KV_BF16, 128>(grid, stream, out, scratch, q, arena,
+                                                             l, layer, batch, n_heads, chunk)
+                     : attention__tc_launch<PD_KV_BF16, 64>(grid, stream, out, scratch, q, arena, l,
+                                                            layer, batch, n_heads, chunk);
+        if (st != PD_OK || n_splits == 1)
+            return st;
+        attention__merge<<<dim3((unsigned)n_rows, (unsigned)n_heads), D, 0, stream>>>(out, scratch,
+                                                                                      n_splits, D);
+        return KUTIL_LAUNCHED("attention merge");
+    }
     const int chunk =
         n_splits == 1 ? (max_ctx > 0 ? max_ctx : 1) : (max_ctx + n_splits - 1) / n_splits;
     const dim3 grid((unsigned)n_rows, (unsigned)l->n_kv_heads, (unsigned)n_splits);

@@ -22,6 +22,11 @@
 extern "C" {
 #endif
 
+/* 1 (default): bf16 / fp8 KV with head_dim 64 / 128 run on the tensor-core decode kernel
+ * (mma.sync, cp.async page staging); 0: the SIMT kernels (kept for comparisons and f32 KV /
+ * head_dim 256). Read at each attention_run. */
+extern int attention_decode_tc;
+
 /* Splits of each row's context attention_run will use for n_rows rows and contexts of at most
  * max_ctx tokens (1 = no split). */
 int attention_splits(int n_rows, int n_kv_heads, int max_ctx);

@@ -33,6 +33,7 @@
 #include "log.h"
 #include "matmul.h"
 #include "moe.h"
+#include "logits.h"
 #include "sample.h"
 
 /* n at or below which a matmul runs as GEMV (one pass over W) instead of a GEMM. INT4 runs on
@@ -480,6 +481,15 @@ static void cuda_kv_write(pd_backend_t *be, void *arena, const kv_layout_t *l, i
     cuda__note(c, kv_write(arena, l, layer, k, v, slots, n, c->stream));
 }
 
+static void cuda_rope_kv_write(pd_backend_t *be, float *q, float *k, const float *v,
+                               const int32_t *pos, const float *inv_freq, int n, int n_heads,
+                               void *arena, const kv_layout_t *l, int layer, const int32_t *slots)
+{
+    cuda_t *c = cuda__get(be);
+    cuda__note(
+        c, kv_rope_write(q, k, v, pos, inv_freq, n, n_heads, arena, l, layer, slots, c->stream));
+}
+
 static pd_status_t cuda__attention(cuda_t *c, float *out, const float *q, const void *arena,
                                    const kv_layout_t *l, int layer, const pd_attn_batch_t *b,
                                    int n_heads)
@@ -704,7 +714,15 @@ static void cuda_sample(pd_backend_t *be, int32_t *tokens_out, const float *logi
                         const float *top_p, const float *u)
 {
     cuda_t *c = cuda__get(be);
-    cuda__note(c, sample_run(tokens_out, logits, n, vocab, temperature, top_k, top_p, u, c->stream));
+    cuda__note(c,
+               sample_run(tokens_out, logits, n, vocab, temperature, top_k, top_p, u, c->stream));
+}
+
+static void cuda_logits_process(pd_backend_t *be, float *logits, int n, int vocab,
+                                const int32_t *ent, const float *bias, int n_ent, const float *pen)
+{
+    cuda_t *c = cuda__get(be);
+    cuda__note(c, logits_process_run(logits, n, vocab, ent, bias, n_ent, pen, c->stream));
 }
 
 /* ==== graphs ==== */
@@ -853,13 +871,15 @@ static const pd_backend_ops_t cuda_ops = {
     .graph_begin = cuda_graph_begin,
     .graph_end = cuda_graph_end,
     .graph_launch = cuda_graph_launch,
-        .graph_free = cuda_graph_free,
+    .graph_free = cuda_graph_free,
     .weight_prepare = cuda_weight_prepare,
     .sample = cuda_sample,
     .add_rmsnorm = cuda_add_rmsnorm,
     .silu_mul_fp8 = cuda_silu_mul_fp8,
     .matmul_fp8 = cuda_matmul_fp8,
     .set_option = cuda_set_option,
+    .rope_kv_write = cuda_rope_kv_write,
+    .logits_process = cuda_logits_process,
 };
 
 /* cuda_ops without the fused ops (option fused=off), made once */

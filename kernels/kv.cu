@@ -47,6 +47,55 @@ static __global__ void kv__write(uint8_t *arena, kv_layout_t l, int layer, const
               lane);
 }
 
+/* The decode step's RoPE + KV write in one launch: rotate-half RoPE (as elementwise__rope, the
+ * same arithmetic: results bit-identical) on q and k in place, then k (rotated) and v into the
+ * pages as kv__write. grid (n), block 32 * max(n_kv_heads, 4) (<= 1024): q (n, n_heads, D) f32,
+ * k, v (n, n_kv_heads, D) f32, pos (n) int32, inv_freq (D / 2) f32, arena pages (layout l),
+ * slots (n) int32 (< 0: no KV write for that row; q and k are still rotated). */
+static __global__ void kv__rope_write(float *q, float *k, const float *v, const int32_t *pos,
+                                      const float *inv_freq, int n_heads, uint8_t *arena,
+                                      kv_layout_t l, int layer, const int32_t *slots)
+{
+    const int i = blockIdx.x, H = l.n_kv_heads, D = l.head_dim, half = D / 2;
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const float p = (float)pos[i];
+    float *qr = q + (size_t)i * n_heads * D;
+    for (int x = threadIdx.x; x < n_heads * half; x += blockDim.x) {
+        const int h = x / half, j = x % half;
+        const float ang = p * inv_freq[j];
+        const float c = cosf(ang), s = sinf(ang);
+        float *vv = qr + (size_t)h * D;
+        const float a = vv[j], b = vv[j + half];
+        vv[j] = a * c - b * s;
+        vv[j + half] = b * c + a * s;
+    }
+    if (w >= H)
+        return;
+    /* warp w: kv head w; the rotated row goes back to k (kv__store reads it from there) */
+    float *kr = k + ((size_t)i * H + w) * D;
+    for (int j = lane; j < half; j += 32) {
+        const float ang = p * inv_freq[j];
+        const float c = cosf(ang), s = sinf(ang);
+        const float a = kr[j], b = kr[j + half];
+        kr[j] = a * c - b * s;
+        kr[j + half] = b * c + a * s;
+    }
+    __syncwarp();
+    const int32_t slot = slots[i];
+    if (slot < 0)
+        return;
+    const int page = slot / l.page_tokens, tok = slot % l.page_tokens;
+    uint8_t *pg = arena + (size_t)page * l.page_bytes;
+    for (int side = 0; side < 2; side++) {
+        const float *src = side ? v + ((size_t)i * H + w) * D : kr;
+        float *scales =
+            l.fmt == PD_KV_FP8 ? (float *)(pg + kutil_kv_scale_off(l, layer, side)) : NULL;
+        kv__store(pg + kutil_kv_data_off(l, layer, side),
+                  scales ? scales + (size_t)tok * H + w : NULL, ((size_t)tok * H + w) * D, src, l,
+                  lane);
+    }
+}
+
 /* grid (n_pages, n_layers * 2, page_tokens), block 32 * n_kv_heads: dst pages (dst_l), arena
  * (src_l), src_pages (n_pages) int32 */
 static __global__ void kv__export(uint8_t *dst, kv_layout_t dl, const uint8_t *arena,
@@ -113,6 +162,23 @@ extern "C" pd_status_t kv_write(void *arena, const kv_layout_t *l, int layer, co
     kv__write<<<dim3(n, 2), 32 * l->n_kv_heads, 0, stream>>>((uint8_t *)arena, *l, layer, k, v,
                                                              slots);
     return KUTIL_LAUNCHED("kv_write");
+}
+
+extern "C" pd_status_t kv_rope_write(float *q, float *k, const float *v, const int32_t *pos,
+                                     const float *inv_freq, int n, int n_heads, void *arena,
+                                     const kv_layout_t *l, int layer, const int32_t *slots,
+                                     cudaStream_t stream)
+{
+    KUTIL_REQUIRE(n >= 0 && layer >= 0 && layer < l->n_layers && n_heads > 0, "kv_rope_write");
+    KUTIL_REQUIRE(l->n_kv_heads > 0 && l->n_kv_heads <= 32 && l->head_dim > 0 &&
+                      l->head_dim % 2 == 0,
+                  "kv_rope_write");
+    if (n == 0)
+        return PD_OK;
+    const int warps = l->n_kv_heads > 4 ? l->n_kv_heads : 4;
+    kv__rope_write<<<n, 32 * warps, 0, stream>>>(q, k, v, pos, inv_freq, n_heads, (uint8_t *)arena,
+                                                 *l, layer, slots);
+    return KUTIL_LAUNCHED("kv_rope_write");
 }
 
 extern "C" pd_status_t kv_export(void *dst, const kv_layout_t *dst_l, const void *arena,

@@ -22,6 +22,15 @@ extern "C" {
 pd_status_t kv_write(void *arena, const kv_layout_t *l, int layer, const float *k, const float *v,
                      const int32_t *slots, int n, cudaStream_t stream);
 
+/* The decode step's RoPE + KV write in one launch: rotate-half RoPE at positions pos (n) int32
+ * with inv_freq (head_dim / 2) f32 on q (n, n_heads, head_dim) and k (n, n_kv_heads, head_dim)
+ * f32 in place, then kv_write of the rotated k and v (n, n_kv_heads, head_dim) f32 at slots (n)
+ * int32 (< 0: not written). Bit-identical to elementwise_rope on q and k followed by kv_write. */
+pd_status_t kv_rope_write(float *q, float *k, const float *v, const int32_t *pos,
+                          const float *inv_freq, int n, int n_heads, void *arena,
+                          const kv_layout_t *l, int layer, const int32_t *slots,
+                          cudaStream_t stream);
+
 /* dst (n_pages, dst_l->page_bytes), packed in order = pages src_pages (n_pages) int32 of arena
  * (layout src_l: bf16 or f32) converted to dst_l (fp8 with scales; same model shape); the 64-byte
  * headers are copied. */

@@ -15,9 +15,9 @@
 #include "clock.h"
 #include "log.h"
 #include "node.h"
+#include "node_sampling.h"
 #include "node_control.h"
 #include "pdserve.pb-c.h"
-
 
 /* A decode node we write to: one endpoint and its unpacked keys. */
 typedef struct peer {
@@ -57,6 +57,10 @@ typedef struct pjob {
     int refs;          /* the job itself + transport operations in flight */
     pd_status_t error; /* first transport error */
     int32_t first;
+    void *gp_store;          /* the arrays of gp (node_sampling_params) */
+    int n_samples;           /* first tokens to sample (PrefillRequest.n_samples) */
+    int32_t *firsts;         /* (n_samples) */
+    sampler_logprobs_t *lps; /* (n_samples + n_tokens) when logprobs are asked, else NULL */
     pd_status_t prefill_status;
     int64_t write_deadline_ms; /* no put is posted after this: the reservation's lease ends */
     uint8_t **staging;
@@ -75,6 +79,7 @@ typedef struct pjob {
     int direct;
     kv_cuda_ipc_map_t *ipc;
     struct put_msg *held, **held_tail; /* no_overlap: exports waiting for the end of the prefill */
+    double put_start_s; /* the first put (pdserve_node_kv_transfer_seconds) */
 } pjob_t;
 
 struct prefill_node {
@@ -90,7 +95,6 @@ struct prefill_node {
     ipc_peer_t *ipc_peers; /* compute thread */
 };
 
-
 /* ==== loop thread: job lifetime ==== */
 
 static void prefill__unref(pjob_t *j)
@@ -102,6 +106,9 @@ static void prefill__unref(pjob_t *j)
     free(j->staging);
     free(j->tokens);
     free(j->dst_pages);
+    free(j->gp_store);
+    free(j->firsts);
+    free(j->lps);
     free(j);
 }
 
@@ -134,9 +141,26 @@ static void prefill__am_done(void *arg, pd_status_t st)
         return;
     }
     Pdserve__V1__PrefillReply rep = PDSERVE__V1__PREFILL_REPLY__INIT;
+    void *first_store = NULL, *prompt_store = NULL;
+    node_stats_kv_transfer(&j->pn->nc.stats, (uint64_t)j->n_dst_pages * j->dst_layout.page_bytes,
+                           j->put_start_s > 0.0 ? pd_clock_s() - j->put_start_s : 0.0);
     rep.first_token = j->first;
     rep.n_tokens = (uint32_t)j->n_tokens;
-    pd_grpc_call_finish_status(j->call, pd_grpc_call_send(j->call, &rep.base), NULL);
+    rep.first_tokens = j->firsts;
+    rep.n_first_tokens = (size_t)j->n_samples;
+    pd_status_t lst = PD_OK;
+    if (j->lps && j->gp.logprobs &&
+        (lst = node_sampling_logprobs_msg(j->lps, (size_t)j->n_samples, &rep.first_logprobs,
+                                          &first_store)) == PD_OK)
+        rep.n_first_logprobs = (size_t)j->n_samples;
+    if (lst == PD_OK && j->lps && j->gp.prompt_logprobs && j->n_tokens > 1 &&
+        (lst = node_sampling_logprobs_msg(j->lps + j->n_samples, (size_t)j->n_tokens - 1,
+                                          &rep.prompt_logprobs, &prompt_store)) == PD_OK)
+        rep.n_prompt_logprobs = (size_t)j->n_tokens - 1;
+    pd_grpc_call_finish_status(j->call, lst != PD_OK ? lst : pd_grpc_call_send(j->call, &rep.base),
+                               NULL);
+    free(first_store);
+    free(prompt_store);
     j->pn->queued--;
     pthread_mutex_lock(&j->pn->nc.stats.mu);
     j->pn->nc.stats.requests++;
@@ -148,8 +172,9 @@ static void prefill__am_done(void *arg, pd_status_t st)
 static void prefill__flush_done(void *arg, pd_status_t st)
 {
     pjob_t *j = arg;
-    node_kv_done_t msg = {j->seq_id,   j->first, (uint32_t)j->n_tokens, (uint32_t)j->n_dst_pages,
-                          j->aborted, j->checksum, {0}};
+    node_kv_done_t msg = {
+        j->seq_id,   j->first, (uint32_t)j->n_tokens, (uint32_t)j->n_dst_pages, j->aborted,
+        j->checksum, {0}};
     uint8_t buf[NODE_KV_DONE_MAX];
     size_t len;
     if (st == PD_OK)
@@ -228,6 +253,8 @@ static void prefill__put_now(put_msg_t *m)
     }
     j->staging = s;
     j->staging[j->n_staging++] = m->staging;
+    if (j->put_start_s == 0.0)
+        j->put_start_s = pd_clock_s();
     /* pages arrive in order (FIFO from the compute thread): the checksum the decode node will
      * recompute over what landed in its pool */
     j->checksum = node_pages_checksum(j->checksum, m->staging, NULL, m->n, pb);
@@ -235,9 +262,9 @@ static void prefill__put_now(put_msg_t *m)
         j->error = PD_ERR_RESOURCE; /* the decode node may hand these pages to others now */
     for (int i = 0; i < m->n && j->error == PD_OK; i++) {
         const kv_page_ref_t *r = &j->dst_pages[m->first + i];
-        pd_status_t st = kv_transport_put(j->peer->ep, m->staging + (size_t)i * pb, pb,
-                                          j->base + (uint64_t)r->page * pb, j->peer->rkey,
-                                          prefill__op_done, j);
+        pd_status_t st =
+            kv_transport_put(j->peer->ep, m->staging + (size_t)i * pb, pb,
+                             j->base + (uint64_t)r->page * pb, j->peer->rkey, prefill__op_done, j);
         if (st != PD_OK)
             j->error = st;
         else
@@ -473,7 +500,8 @@ static void prefill__run(compute_t *c, engine_t *e, void *arg)
     }
     prefill__choose_path(j->pn, j, e);
     j->prefill_status = engine_prefill(e, j->tokens, j->n_tokens, &j->gp, prefill__pages, j,
-                                       &j->first, &kv);
+                                       j->firsts, &kv, j->lps);
+    j->first = j->firsts[0];
     if (j->prefill_status == PD_OK) {
         kv_seq_release(engine_pool(e), &kv);
         kv_seq_deinit(&kv);
@@ -564,12 +592,14 @@ static void prefill__rpc_prefill(pd_grpc_call_t *call, const ProtobufCMessage *m
 
     if (!e || pn->nc.draining) {
         pd_grpc_call_finish_status(call, PD_ERR_UNAVAILABLE,
-                                   pn->nc.draining ? "prefill node draining" : "prefill node not ready");
+                                   pn->nc.draining ? "prefill node draining"
+                                                : "prefill node not ready");
         return;
     }
     const kv_layout_t *src = kv_pool_layout(engine_pool(e));
     if (!d || !d->layout || d->seq_id == 0 || req->n_token_ids == 0) {
-        pd_grpc_call_finish_status(call, PD_ERR_INVALID, "prefill: tokens and a destination needed");
+        pd_grpc_call_finish_status(call, PD_ERR_INVALID,
+                                   "prefill: tokens and a destination needed");
         return;
     }
     if (d->token.len != NODE_TOKEN_BYTES || d->lease_ms < 0 || d->lease_ms > 86400000) {
@@ -584,8 +614,9 @@ static void prefill__rpc_prefill(pd_grpc_call_t *call, const ProtobufCMessage *m
         (int)d->layout->n_kv_heads != src->n_kv_heads ||
         (int)d->layout->head_dim != src->head_dim ||
         (int)d->layout->page_tokens != src->page_tokens) {
-        snprintf(why, sizeof why, "prefill: destination kv layout does not match this model "
-                                  "(%u layers, %u kv heads, %u head dim, %u page tokens, %s)",
+        snprintf(why, sizeof why,
+                 "prefill: destination kv layout does not match this model "
+                 "(%u layers, %u kv heads, %u head dim, %u page tokens, %s)",
                  d->layout->n_layers, d->layout->n_kv_heads, d->layout->head_dim,
                  d->layout->page_tokens, d->layout->kv_format);
         pd_grpc_call_finish_status(call, PD_ERR_INVALID, why);
@@ -616,20 +647,25 @@ static void prefill__rpc_prefill(pd_grpc_call_t *call, const ProtobufCMessage *m
     j->write_deadline_ms = node_control_now_ms(&j->pn->nc) + lease - lease / 4;
     memcpy(j->tokens, req->token_ids, req->n_token_ids * sizeof *j->tokens);
     j->n_tokens = (int)req->n_token_ids;
-    j->gp.max_tokens = 1;
-    j->gp.sampling.top_p = 1.0f;
-    if (req->sampling) {
-        j->gp.sampling.temperature = req->sampling->temperature;
-        j->gp.sampling.top_k = req->sampling->top_k;
-        j->gp.sampling.top_p = req->sampling->top_p > 0 ? req->sampling->top_p : 1.0f;
-        j->gp.sampling.seed = req->sampling->seed;
+    if (node_sampling_params(req->sampling, &j->gp, &j->gp_store) != PD_OK) {
+        free(j->tokens);
+        free(j->dst_pages);
+        free(j);
+        pd_grpc_call_finish_status(call, PD_ERR_NOMEM, NULL);
+        return;
     }
+    j->gp.max_tokens = 1;
     j->gp.n_generated = (int)req->n_generated;
-    kv_layout_init(&j->dst_layout, src->n_layers, src->n_kv_heads, src->head_dim,
-                   src->page_tokens, dfmt);
+    j->gp.sample_index = req->sample_index;
+    /* samples beyond the router's limit are refused by it; bound the allocation here too */
+    j->n_samples = req->n_samples > 1 ? (req->n_samples > 256 ? 256 : (int)req->n_samples) : 1;
+    j->gp.n_samples = j->n_samples;
+    kv_layout_init(&j->dst_layout, src->n_layers, src->n_kv_heads, src->head_dim, src->page_tokens,
+                   dfmt);
     if (j->dst_layout.page_bytes != d->layout->page_bytes) {
         free(j->tokens);
         free(j->dst_pages);
+        free(j->gp_store);
         free(j);
         pd_grpc_call_finish_status(call, PD_ERR_INVALID, "prefill: destination page size differs");
         return;
@@ -649,19 +685,31 @@ static void prefill__rpc_prefill(pd_grpc_call_t *call, const ProtobufCMessage *m
     if (!j->peer) {
         free(j->tokens);
         free(j->dst_pages);
+        free(j->gp_store);
         free(j);
-        snprintf(why, sizeof why, "%s: cannot reach decode node %s at %s:%u: %s",
-                 pn->nc.node->name, d->node, d->ucx_host, d->ucx_port, pd_status_str(st));
+        snprintf(why, sizeof why, "%s: cannot reach decode node %s at %s:%u: %s", pn->nc.node->name,
+                 d->node, d->ucx_host, d->ucx_port, pd_status_str(st));
         pd_grpc_call_finish_status(call, PD_ERR_UNAVAILABLE, why);
         return;
     }
     j->base = kv_transport_rkey_base(j->peer->rkey);
+    j->firsts = calloc((size_t)j->n_samples, sizeof *j->firsts);
+    if (j->gp.logprobs || j->gp.prompt_logprobs)
+        j->lps = malloc(((size_t)j->n_samples + (size_t)j->n_tokens) * sizeof *j->lps);
+    if (!j->firsts || ((j->gp.logprobs || j->gp.prompt_logprobs) && !j->lps)) {
+        prefill__unref(j);
+        pd_grpc_call_finish_status(call, PD_ERR_NOMEM, NULL);
+        return;
+    }
     pn->queued++;
     pd_grpc_call_set_cancel_cb(call, prefill__call_cancelled, j);
     if ((st = compute_submit(pn->comp, prefill__run, j)) != PD_OK) {
         pn->queued--;
         free(j->tokens);
         free(j->dst_pages);
+        free(j->gp_store);
+        free(j->firsts);
+        free(j->lps);
         free(j);
         pd_grpc_call_finish_status(call, st, "prefill node not ready");
     }
@@ -689,8 +737,7 @@ static void prefill__ready(void *arg, pd_status_t st)
     }
     node_control_ready(&pn->nc);
     pd_log_info("%s: serving (%s weights, %s kv)", pn->nc.node->name,
-                pd_wfmt_name(pn->nc.node->weights),
-                pd_kvfmt_name(pn->nc.node->kv));
+                pd_wfmt_name(pn->nc.node->weights), pd_kvfmt_name(pn->nc.node->kv));
 }
 
 pd_status_t prefill_node_create(uv_loop_t *loop, const cluster_config_t *cfg,

@@ -17,6 +17,10 @@
 #define SERVING GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
 #define POLL_MS 500
 #define RETRY_MS 20
+/* Health polls in a row without an answer (each waits POLL_MS * 2) after which the router drops
+ * its connections to the node: a peer behind a cut link or a hung host never resets them, and its
+ * calls (decode streams) would otherwise hang until their deadlines. They end with UNAVAILABLE. */
+#define LOST_POLLS 3
 #define ROUTER_TIMEOUT_MAX_MS ((int64_t)1 << 40) /* ~35 years: no overflow of now + timeout */
 
 typedef struct rnode {
@@ -25,6 +29,10 @@ typedef struct rnode {
     pd_grpc_client_t *client;
     pd_grpc_client_call_t *poll_call;
     int healthy;
+    int poll_failures;     /* health polls in a row that got no answer */
+    int draining;          /* pdctl drain: no new work; running requests finish */
+    int left;              /* deregistered: no new work, not polled; may register again */
+    cluster_node_t *owned; /* a node that joined at run time: its entry (node points here) */
     uint32_t pages_used, pages_total, active, reserved_est;
     uint64_t integrity_failures;
     int inflight;
@@ -56,8 +64,34 @@ struct router_req {
     int decoding, preempted, n_preemptions, finished, orphan;
     uv_timer_t timer;
     int timer_open, timer_active;
+    /* OpenAI / vLLM parameters */
+    int index;             /* which sample of its request */
+    struct rgroup *group;  /* the request's samples when n > 1, else NULL */
+    int n_prefill_samples; /* first tokens the next Prefill samples (the leader's first: n) */
+    int waiting;           /* a sample > 0 waiting for the leader's prefill */
+    int logprobs, top_logprobs, prompt_logprobs;
+    float presence_penalty, frequency_penalty, repetition_penalty;
+    Pdserve__V1__LogitBias *bias, **bias_ptrs; /* (n_bias) */
+    size_t n_bias;
+    int min_tokens;
+    int32_t *stop_ids; /* (n_stop_ids) */
+    int n_stop_ids;
+    router_logprob_t *prompt_lp; /* (n_prompt - 1) prompt logprobs, owned by q or its group */
+    /* the decode node's reservation this sample decodes from (set by rreq_decode / the leader) */
+    uint64_t d_seq_id;
+    uint8_t d_token[32];
+    size_t d_token_len;
+    uint32_t d_n_samples; /* Decode calls sharing it (0: 1) */
     struct router_req *next, *prev;
 };
+
+/* The samples of a request with n > 1: sample 0 (the leader) reserves and prefills for all;
+ * each sample then decodes on its own. Freed with its last sample. */
+typedef struct rgroup {
+    int n, live;
+    router_logprob_t *prompt_lp;
+    router_req_t *child[];
+} rgroup_t;
 
 /* The request counters and histograms of the router's metrics. */
 typedef struct {
@@ -88,6 +122,7 @@ struct router {
     uv_timer_t poll;
     int poll_open, stopping;
     int draining; /* SIGTERM: no new requests, running ones finish */
+    char bearer[264]; /* "Bearer CLUSTER_TOKEN" for the nodes' control ports, "" : none */
     router_req_t *reqs;
     int n_reqs;
     uint64_t next_id;
@@ -98,14 +133,37 @@ static void rreq_prefill(router_req_t *q);
 static void rreq_decode(router_req_t *q);
 static void rreq_maybe_free(router_req_t *q);
 
+/* Adds the cluster token to a call to a node just started (transport.cluster_token_file). */
+static void router__auth(const router_t *r, pd_grpc_client_call_t *call)
+{
+    if (r->bearer[0] && call)
+        (void)pd_grpc_client_call_add_metadata(call, "authorization", r->bearer);
+}
+
 /* ==== node table and health polling ==== */
+
+/* Requests of this router that use node n now: a decode node from its reservation to the end of
+ * the stream, a prefill node while its Prefill call runs. */
+static int router__node_running(const router_t *r, const rnode_t *n)
+{
+    int k = n->inflight; /* prefill calls */
+    for (const router_req_t *q = r->reqs; q; q = q->next)
+        k += !q->finished && q->dnode == n && n->node->role == CLUSTER_ROLE_DECODE;
+    return k;
+}
+
+/* A node that may take new work: serving, not drained, not gone. */
+static int router__usable(const rnode_t *n)
+{
+    return n->healthy && !n->draining && !n->left;
+}
 
 /* Recomputes the serving state (a prefill and a decode node up) and tells the watcher. */
 static void router__update_serving(router_t *r)
 {
     int p = 0, d = 0;
     for (int i = 0; i < r->n_nodes; i++) {
-        if (!r->nodes[i].healthy)
+        if (!router__usable(&r->nodes[i]))
             continue;
         if (r->nodes[i].node->role == CLUSTER_ROLE_PREFILL)
             p++;
@@ -151,10 +209,18 @@ static void router__health_done(void *arg, int code, const char *msg, ProtobufCM
     router_t *r = n->router;
     int serving = code == 0 && resp &&
                   ((const Grpc__Health__V1__HealthCheckResponse *)resp)->status == SERVING;
-    (void)msg;
     n->poll_call = NULL;
     if (resp)
         protobuf_c_message_free_unpacked(resp, NULL);
+    if (code == 0)
+        n->poll_failures = 0;
+    else if (++n->poll_failures % LOST_POLLS == 0 && !r->stopping) {
+        char why[160];
+        snprintf(why, sizeof why, "node %s stopped answering (%s)", n->node->name,
+                 msg && *msg ? msg : pd_grpc_wire_code_name(code));
+        pd_log_warn("%s: dropping its connections", why);
+        pd_grpc_client_reset(n->client, why); /* its calls end with UNAVAILABLE */
+    }
     if (serving != n->healthy) {
         if (serving)
             pd_log_info("node %s is serving", n->node->name);
@@ -172,6 +238,7 @@ static void router__health_done(void *arg, int code, const char *msg, ProtobufCM
     if (pd_grpc_client_unary(n->client, path, &req.base, &pdserve__v1__node_stats__descriptor,
                              POLL_MS * 2, router__stats_done, n, &n->poll_call) != PD_OK)
         n->poll_call = NULL;
+    router__auth(r, n->poll_call);
 }
 
 static void router__poll(uv_timer_t *t)
@@ -180,7 +247,7 @@ static void router__poll(uv_timer_t *t)
     for (int i = 0; i < r->n_nodes; i++) {
         rnode_t *n = &r->nodes[i];
         Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
-        if (n->poll_call)
+        if (n->poll_call || n->left)
             continue;
         req.service = "";
         if (pd_grpc_client_unary(n->client, "/grpc.health.v1.Health/Check", &req.base,
@@ -198,7 +265,49 @@ static int64_t rreq_remaining_ms(const router_req_t *q)
     return left > 1 ? left : 1;
 }
 
-/* Counts a request that ended (st PD_OK: ok; PD_ERR_CANCELLED: the client went away). */
+static void rgroup_unref(rgroup_t *g)
+{
+    if (--g->live > 0)
+        return;
+    free(g->prompt_lp);
+    free(g);
+}
+
+/* A node's TokenLogprob (checked: ids in the vocabulary, at most 20 alternatives) into *out.
+ * Returns 0, or -1 when it does not fit. */
+static int router__logprob(const router_t *r, const Pdserve__V1__TokenLogprob *m,
+                           router_logprob_t *out)
+{
+    if (!m || m->token_id < 0 || m->token_id >= r->model.vocab_size ||
+        m->n_top > ROUTER_MAX_TOP_LOGPROBS)
+        return -1;
+    out->token = m->token_id;
+    out->logprob = m->logprob;
+    out->n_top = (int)m->n_top;
+    for (size_t k = 0; k < m->n_top; k++) {
+        if (!m->top[k] || m->top[k]->token_id < 0 || m->top[k]->token_id >= r->model.vocab_size)
+            return -1;
+        out->top_ids[k] = m->top[k]->token_id;
+        out->top_logprobs[k] = m->top[k]->logprob;
+    }
+    return 0;
+}
+
+/* n TokenLogprobs into a malloc'd array (NULL when n is 0, a message does not fit, or out of
+ * memory). */
+static router_logprob_t *router__logprobs(const router_t *r, Pdserve__V1__TokenLogprob **m,
+                                          size_t n)
+{
+    router_logprob_t *lp = n ? malloc(n * sizeof *lp) : NULL;
+    for (size_t i = 0; lp && i < n; i++) {
+        if (router__logprob(r, m[i], &lp[i]) != 0) {
+            free(lp);
+            return NULL;
+        }
+    }
+    return lp;
+}
+
 /* Counts a finished request's finish reason (stop, length, abort, error, cancelled). */
 static void router__observe_reason(router_t *r, const char *reason)
 {
@@ -214,7 +323,8 @@ static void router__observe(router_t *r, const router_req_t *q, pd_status_t st)
     router_counters_t *c = &r->cnt;
     metrics_counter_inc(st == PD_OK ? c->ok : st == PD_ERR_CANCELLED ? c->cancelled : c->failed);
     metrics_counter_add(c->tokens, q->n_generated);
-    metrics_counter_add(c->prompt_tokens, q->n_prompt);
+    if (q->index == 0) /* the samples of one request share its prompt */
+        metrics_counter_add(c->prompt_tokens, q->n_prompt);
     metrics_counter_add(c->preemptions, q->n_preemptions);
     if (q->first_token_ms)
         metrics_histogram_observe(c->ttft, (double)(q->first_token_ms - q->start_ms) / 1000.0);
@@ -228,13 +338,26 @@ void router_request_finish(router_req_t *q, const char *reason, pd_status_t st, 
         return;
     q->finished = 1;
     if (q->text_len > q->sent_len && st == PD_OK) { /* text held back for stop strings */
-        q->sink->delta(q, q->sink_arg, NULL, 0, q->text + q->sent_len, q->text_len - q->sent_len);
+        q->sink->delta(q, q->sink_arg, NULL, 0, q->text + q->sent_len, q->text_len - q->sent_len,
+                       NULL);
         q->sent_len = q->text_len;
     }
     router__observe(q->r, q, st);
     router__observe_reason(q->r, st == PD_OK ? (reason ? reason : "stop") : "error");
+    rgroup_t *g = q->group;
+    const int cascade = g && q->n_prefill_samples > 1;
+    if (cascade)
+        g->live++;
     q->sink->finish(q, q->sink_arg, reason, st, msg);
     q->sink = NULL;
+    if (cascade) {
+        /* the leader ended before its prefill answered: the samples waiting on it end too
+         * (after the leader's finish, in which a front end may cancel them all) */
+        for (int i = 1; i < g->n; i++)
+            if (g->child[i] && !g->child[i]->finished && g->child[i]->waiting)
+                router_request_finish(g->child[i], reason, st, msg);
+        rgroup_unref(g);
+    }
     if (q->ccall && q->decoding) /* a decode stream still running: RST_STREAM frees its pages */
         pd_grpc_client_call_cancel(q->ccall);
     rreq_maybe_free(q); /* reserve / prefill calls finish first, then the pages are released */
@@ -249,16 +372,26 @@ static void rreq_release_done(void *arg, int code, const char *msg, ProtobufCMes
         protobuf_c_message_free_unpacked(resp, NULL);
 }
 
+/* Drops reservation seq_id on decode node n (nobody will decode from it). */
+static void router__release(router_t *r, rnode_t *n, uint64_t seq_id)
+{
+    Pdserve__V1__ReleaseRequest req = PDSERVE__V1__RELEASE_REQUEST__INIT;
+    if (!n || r->stopping)
+        return;
+    req.seq_id = seq_id;
+    pd_grpc_client_call_t *call = NULL;
+    if (pd_grpc_client_unary(n->client, "/pdserve.v1.Decode/Release", &req.base,
+                             &pdserve__v1__release_reply__descriptor, 5000, rreq_release_done, NULL,
+                             &call) == PD_OK)
+        router__auth(r, call);
+}
+
 /* Drops the reservation on the decode node (the request will not be decoded there). */
 static void rreq_release(router_req_t *q)
 {
-    Pdserve__V1__ReleaseRequest req = PDSERVE__V1__RELEASE_REQUEST__INIT;
-    if (!q->resv || !q->dnode || q->r->stopping)
+    if (!q->resv || !q->dnode)
         return;
-    req.seq_id = q->resv->dest->seq_id;
-    (void)pd_grpc_client_unary(q->dnode->client, "/pdserve.v1.Decode/Release", &req.base,
-                               &pdserve__v1__release_reply__descriptor, 5000, rreq_release_done,
-                               NULL, NULL);
+    router__release(q->r, q->dnode, q->resv->dest->seq_id);
     protobuf_c_message_free_unpacked(&q->resv->base, NULL);
     q->resv = NULL;
 }
@@ -273,6 +406,15 @@ static void rreq_free_orphan(router_req_t *q)
     free(q->text);
     if (q->resv)
         protobuf_c_message_free_unpacked(&q->resv->base, NULL);
+    free(q->bias);
+    free(q->bias_ptrs);
+    free(q->stop_ids);
+    if (q->group) {
+        q->group->child[q->index] = NULL;
+        rgroup_unref(q->group);
+    } else {
+        free(q->prompt_lp);
+    }
     free(q);
 }
 
@@ -334,7 +476,8 @@ static pd_status_t rreq_append_text(router_req_t *q, const char *delta, size_t d
 /* Appends generated tokens (from a node: checked here): EOS / length / stop strings end the
  * request, and so do a token outside the vocabulary (PD_ERR_PROTOCOL) or an allocation failure
  * (PD_ERR_NOMEM). Returns 1 if it ended. */
-static int rreq_emit(router_req_t *q, const int32_t *ids, size_t n, const char *from_node)
+static int rreq_emit(router_req_t *q, const int32_t *ids, size_t n, const char *from_node,
+                     const router_logprob_t *lps)
 {
     router_t *r = q->r;
     for (size_t k = 0; k < n && !q->finished; k++) {
@@ -353,7 +496,13 @@ static int rreq_emit(router_req_t *q, const int32_t *ids, size_t n, const char *
             router_request_finish(q, "length", PD_OK, NULL);
             break;
         }
-        pd_status_t st = tokenizer_stream_push(q->detok, tok, &delta, &dlen);
+        /* min_tokens: EOS, stop ids and stop strings count only from then on (vLLM) */
+        const int may_stop = q->n_generated + 1 >= q->min_tokens;
+        int stop_id = 0;
+        for (int i = 0; may_stop && i < q->n_stop_ids; i++)
+            stop_id |= tok == q->stop_ids[i];
+        /* a stop token's text is not returned (vLLM), its id and logprob are */
+        pd_status_t st = stop_id ? PD_OK : tokenizer_stream_push(q->detok, tok, &delta, &dlen);
         if (st == PD_OK && dlen > 0)
             st = rreq_append_text(q, delta, dlen);
         else if (st == PD_ERR_INVALID) /* an id the tokenizer lacks (padded vocabulary): no text */
@@ -369,12 +518,12 @@ static int rreq_emit(router_req_t *q, const int32_t *ids, size_t n, const char *
         if (q->last_token_ms) /* tokens of one batch from the node arrive together: 0 s */
             metrics_histogram_observe(r->cnt.itl, (double)(now - q->last_token_ms) / 1000.0);
         q->last_token_ms = now;
-        eos = hf_config_is_stop(&r->model, tok, q->ignore_eos, NULL, 0);
+        eos = may_stop && (stop_id || hf_config_is_stop(&r->model, tok, q->ignore_eos, NULL, 0));
         /* stop strings: cut the text where the first one starts */
         size_t send_to = q->text_len,
                from = q->sent_len > q->max_stop ? q->sent_len - q->max_stop : 0;
         int stopped = 0;
-        for (int i = 0; i < q->n_stop; i++) {
+        for (int i = 0; may_stop && i < q->n_stop; i++) {
             const char *hit = q->text ? rreq_find(q->text + from, q->text_len - from, q->stop[i],
                                                   strlen(q->stop[i]))
                                       : NULL;
@@ -387,7 +536,8 @@ static int rreq_emit(router_req_t *q, const int32_t *ids, size_t n, const char *
             send_to = q->text_len >= q->max_stop - 1 ? q->text_len - (q->max_stop - 1) : 0;
         if (send_to < q->sent_len)
             send_to = q->sent_len;
-        q->sink->delta(q, q->sink_arg, &tok, 1, q->text + q->sent_len, send_to - q->sent_len);
+        q->sink->delta(q, q->sink_arg, &tok, 1, q->text + q->sent_len, send_to - q->sent_len,
+                       lps ? &lps[k] : NULL);
         q->sent_len = send_to;
         if (stopped) {
             q->text_len = send_to; /* the stop string and what follows are not returned */
@@ -431,7 +581,7 @@ static rnode_t *router__pick_decode(router_t *r, const router_req_t *q)
     double best_use = 2.0;
     for (int i = 0; i < r->n_nodes; i++) {
         rnode_t *n = &r->nodes[i];
-        if (n->node->role != CLUSTER_ROLE_DECODE || !n->healthy || (q->tried & (1ull << i)))
+        if (n->node->role != CLUSTER_ROLE_DECODE || !router__usable(n) || (q->tried & (1ull << i)))
             continue;
         double use =
             n->pages_total ? (double)(n->pages_used + n->reserved_est) / n->pages_total : 1.0;
@@ -449,7 +599,7 @@ static rnode_t *router__pick_prefill(router_t *r, const router_req_t *q)
     for (int k = 0; k < r->n_nodes; k++) {
         int i = (r->rr + k) % r->n_nodes;
         rnode_t *n = &r->nodes[i];
-        if (n->node->role != CLUSTER_ROLE_PREFILL || !n->healthy || (q->tried & (1ull << i)))
+        if (n->node->role != CLUSTER_ROLE_PREFILL || !router__usable(n) || (q->tried & (1ull << i)))
             continue;
         if (r->cfg->router.prefill_policy == CLUSTER_PREFILL_ROUND_ROBIN) {
             r->rr = i + 1;
@@ -535,7 +685,7 @@ static void rreq_reserve(router_req_t *q)
     if (!(n = router__pick_decode(r, q))) {
         int any = 0;
         for (int i = 0; i < r->n_nodes; i++)
-            any |= r->nodes[i].node->role == CLUSTER_ROLE_DECODE && r->nodes[i].healthy;
+            any |= r->nodes[i].node->role == CLUSTER_ROLE_DECODE && router__usable(&r->nodes[i]);
         if (!any) {
             router_request_finish(q, NULL, PD_ERR_UNAVAILABLE, "no decode node is available");
             return;
@@ -556,7 +706,9 @@ static void rreq_reserve(router_req_t *q)
                              rreq_reserve_done, q, &q->ccall) != PD_OK) {
         q->ccall = NULL;
         router_request_finish(q, NULL, PD_ERR_NOMEM, "reserve failed");
+        return;
     }
+    router__auth(r, q->ccall);
 }
 
 static void rreq_fill_sampling(const router_req_t *q, Pdserve__V1__SamplingParams *sp)
@@ -567,6 +719,79 @@ static void rreq_fill_sampling(const router_req_t *q, Pdserve__V1__SamplingParam
     sp->top_k = q->top_k;
     sp->seed = q->seed;
     sp->ignore_eos = q->ignore_eos;
+    sp->logprobs = q->logprobs;
+    sp->top_logprobs = (uint32_t)q->top_logprobs;
+    sp->presence_penalty = q->presence_penalty;
+    sp->frequency_penalty = q->frequency_penalty;
+    sp->repetition_penalty = q->repetition_penalty;
+    sp->logit_bias = q->bias_ptrs;
+    sp->n_logit_bias = q->n_bias;
+    sp->min_tokens = (uint32_t)q->min_tokens;
+    sp->stop_token_ids = q->stop_ids;
+    sp->n_stop_token_ids = (size_t)q->n_stop_ids;
+}
+
+/* The leader's prefill answered for every sample: each sample emits its first token; those that
+ * go on decode from the one reservation (its pages copied on the decode node for all but the
+ * last), which is released when none goes on. Consumes rep. */
+static void rreq_distribute(router_req_t *q, Pdserve__V1__PrefillReply *rep)
+{
+    router_t *r = q->r;
+    rgroup_t *g = q->group;
+    const int n = q->n_prefill_samples;
+    router_logprob_t *lps = NULL;
+    char name[64];
+
+    if (rep->n_first_tokens != (size_t)n ||
+        (q->logprobs &&
+         (rep->n_first_logprobs != (size_t)n ||
+          !(lps = router__logprobs(r, rep->first_logprobs, rep->n_first_logprobs))))) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "prefill node %s answered %zu first tokens for %d samples",
+                 q->pnode->node->name, rep->n_first_tokens, n);
+        pd_log_error("request %s: %s", q->request_id, msg);
+        protobuf_c_message_free_unpacked(&rep->base, NULL);
+        router_request_finish(q, NULL, PD_ERR_INTERNAL, msg); /* its samples too */
+        return;
+    }
+    Pdserve__V1__ReserveReply *resv = q->resv; /* the samples' now: not released with q */
+    rnode_t *dnode = q->dnode;
+    q->resv = NULL;
+    snprintf(name, sizeof name, "%s", q->pnode->node->name);
+    g->live++; /* samples may be freed below */
+    for (int i = 0; i < n; i++) {
+        router_req_t *c = g->child[i];
+        if (!c || c->finished)
+            continue;
+        c->waiting = 0;
+        c->n_prefill_samples = 1; /* a re-prefill (after a preemption) is its own */
+        c->dnode = dnode;
+        c->first_token_ms = q->first_token_ms;
+        c->d_seq_id = resv->dest->seq_id;
+        c->d_token_len = resv->dest->token.len <= sizeof c->d_token ? resv->dest->token.len : 0;
+        if (c->d_token_len)
+            memcpy(c->d_token, resv->dest->token.data, c->d_token_len);
+    }
+    uint32_t going = 0;
+    for (int i = 0; i < n; i++) {
+        router_req_t *c = g->child[i];
+        if (c && !c->finished &&
+            !rreq_emit(c, &rep->first_tokens[i], 1, name, lps ? &lps[i] : NULL))
+            going++;
+    }
+    if (going == 0)
+        router__release(r, dnode, resv->dest->seq_id);
+    for (int i = 0; i < n && going > 0; i++) {
+        router_req_t *c = g->child[i];
+        if (!c || c->finished)
+            continue;
+        c->d_n_samples = going;
+        rreq_decode(c);
+    }
+    free(lps);
+    protobuf_c_message_free_unpacked(&resv->base, NULL);
+    protobuf_c_message_free_unpacked(&rep->base, NULL);
+    rgroup_unref(g);
 }
 
 static void rreq_prefill_done(void *arg, int code, const char *msg, ProtobufCMessage *resp)
@@ -582,11 +807,32 @@ static void rreq_prefill_done(void *arg, int code, const char *msg, ProtobufCMes
         return;
     }
     if (code == 0 && resp) {
-        int32_t first = ((Pdserve__V1__PrefillReply *)resp)->first_token;
-        protobuf_c_message_free_unpacked(resp, NULL);
+        Pdserve__V1__PrefillReply *rep = (Pdserve__V1__PrefillReply *)resp;
+        int32_t first = rep->first_token;
+        router_logprob_t lp;
+        int have_lp = q->logprobs && rep->n_first_logprobs >= 1 &&
+                      router__logprob(r, rep->first_logprobs[0], &lp) == 0;
         if (q->first_token_ms == 0)
             q->first_token_ms = pd_clock_now_ms(&q->r->clock);
-        if (rreq_emit(q, &first, 1, q->pnode->node->name))
+        if (q->prompt_logprobs && !q->prompt_lp && q->n_prompt > 1 &&
+            rep->n_prompt_logprobs == (size_t)q->n_prompt - 1) {
+            router_logprob_t *plp =
+                router__logprobs(r, rep->prompt_logprobs, rep->n_prompt_logprobs);
+            if (q->group) {
+                q->group->prompt_lp = plp;
+                for (int i = 0; i < q->group->n; i++)
+                    if (q->group->child[i])
+                        q->group->child[i]->prompt_lp = plp;
+            } else {
+                q->prompt_lp = plp;
+            }
+        }
+        if (q->n_prefill_samples > 1) {
+            rreq_distribute(q, rep);
+            return;
+        }
+        protobuf_c_message_free_unpacked(resp, NULL);
+        if (rreq_emit(q, &first, 1, q->pnode->node->name, have_lp ? &lp : NULL))
             return; /* finished: maybe_free releases the reservation */
         rreq_decode(q);
         return;
@@ -634,6 +880,9 @@ static void rreq_prefill(router_req_t *q)
     req.sampling = &sp;
     req.dest = q->resv->dest;
     req.n_generated = (uint32_t)q->n_generated;
+    req.n_samples = (uint32_t)q->n_prefill_samples;
+    req.sample_index = (uint32_t)q->index;
+    sp.prompt_logprobs = q->prompt_logprobs && !q->prompt_lp; /* once, for the first prefill */
     n->inflight++;
     if (pd_grpc_client_unary(n->client, "/pdserve.v1.Prefill/Prefill", &req.base,
                              &pdserve__v1__prefill_reply__descriptor, rreq_remaining_ms(q),
@@ -641,7 +890,9 @@ static void rreq_prefill(router_req_t *q)
         n->inflight--;
         q->ccall = NULL;
         router_request_finish(q, NULL, PD_ERR_NOMEM, "prefill failed");
+        return;
     }
+    router__auth(r, q->ccall);
 }
 
 static void rreq_decode_msg(void *arg, ProtobufCMessage *msg)
@@ -649,10 +900,15 @@ static void rreq_decode_msg(void *arg, ProtobufCMessage *msg)
     router_req_t *q = arg;
     const Pdserve__V1__DecodeEvent *ev = (const Pdserve__V1__DecodeEvent *)msg;
     if (!q->finished) {
-        if (ev->preempted)
+        if (ev->preempted) {
             q->preempted = 1;
-        else if (ev->n_token_ids)
-            rreq_emit(q, ev->token_ids, ev->n_token_ids, q->dnode->node->name);
+        } else if (ev->n_token_ids) {
+            router_logprob_t *lps = q->logprobs && ev->n_logprobs == ev->n_token_ids
+                                        ? router__logprobs(q->r, ev->logprobs, ev->n_logprobs)
+                                        : NULL;
+            rreq_emit(q, ev->token_ids, ev->n_token_ids, q->dnode->node->name, lps);
+            free(lps);
+        }
     }
     protobuf_c_message_free_unpacked(msg, NULL);
 }
@@ -694,14 +950,21 @@ static void rreq_decode(router_req_t *q)
     Pdserve__V1__DecodeRequest req = PDSERVE__V1__DECODE_REQUEST__INIT;
     Pdserve__V1__SamplingParams sp = PDSERVE__V1__SAMPLING_PARAMS__INIT;
     rreq_fill_sampling(q, &sp);
-    uint8_t token[32]; /* the reservation's token: the decode node checks it (copied: resv is
-                          freed below, before the request is packed) */
-    size_t token_len = q->resv->dest->token.len <= sizeof token ? q->resv->dest->token.len : 0;
-    if (token_len)
-        memcpy(token, q->resv->dest->token.data, token_len);
-    req.token.data = token;
-    req.token.len = token_len;
-    req.seq_id = q->resv->dest->seq_id;
+    if (q->resv) { /* the reservation's token: the decode node checks it */
+        q->d_seq_id = q->resv->dest->seq_id;
+        q->d_token_len =
+            q->resv->dest->token.len <= sizeof q->d_token ? q->resv->dest->token.len : 0;
+        if (q->d_token_len)
+            memcpy(q->d_token, q->resv->dest->token.data, q->d_token_len);
+        protobuf_c_message_free_unpacked(&q->resv->base, NULL);
+        q->resv = NULL;
+    }
+    req.token.data = q->d_token;
+    req.token.len = q->d_token_len;
+    req.seq_id = q->d_seq_id;
+    req.sample_index = (uint32_t)q->index;
+    req.n_samples = q->d_n_samples ? q->d_n_samples : 1;
+    q->d_n_samples = 0; /* a later Decode (after a preemption) has its own reservation */
     req.request_id = q->request_id;
     req.token_ids = q->tokens;
     req.n_token_ids = (size_t)q->n_tokens;
@@ -709,8 +972,6 @@ static void rreq_decode(router_req_t *q)
     req.max_new_tokens = (uint32_t)(q->max_tokens - q->n_generated);
     req.n_generated = (uint32_t)q->n_generated;
     /* from here the decode node owns the pages: no Release, a cancel of the stream frees them */
-    protobuf_c_message_free_unpacked(&q->resv->base, NULL);
-    q->resv = NULL;
     q->decoding = 1;
     if (pd_grpc_client_stream(q->dnode->client, "/pdserve.v1.Decode/Decode", &req.base,
                               &pdserve__v1__decode_event__descriptor, rreq_remaining_ms(q),
@@ -718,10 +979,127 @@ static void rreq_decode(router_req_t *q)
         q->ccall = NULL;
         q->decoding = 0;
         router_request_finish(q, NULL, PD_ERR_NOMEM, "decode failed");
+        return;
     }
+    router__auth(q->r, q->ccall);
 }
 
 /* ==== requests (the front ends' entry points) ==== */
+
+/* Checks the OpenAI / vLLM parameters of a request (64-bit, before any narrowing); the vocabulary
+ * checks are router__check_ids'. Returns PD_OK or PD_ERR_INVALID with err set. */
+static pd_status_t router__check_openai(const router_request_t *in, char *err, size_t err_len)
+{
+    const int64_t n = in->n ? in->n : 1;
+    if (n < 1 || n > ROUTER_MAX_N) {
+        snprintf(err, err_len, "n must be in 1..%d (got %lld)", ROUTER_MAX_N, (long long)in->n);
+        return PD_ERR_INVALID;
+    }
+    if (in->best_of != 0 && in->best_of < n) {
+        snprintf(err, err_len, "best_of %lld must be at least n %lld", (long long)in->best_of,
+                 (long long)n);
+        return PD_ERR_INVALID;
+    }
+    if (in->best_of > n) {
+        snprintf(err, err_len,
+                 "best_of %lld > n %lld is not supported by this server (best_of == n is)",
+                 (long long)in->best_of, (long long)n);
+        return PD_ERR_INVALID;
+    }
+    if (in->top_logprobs < 0 || in->top_logprobs > ROUTER_MAX_TOP_LOGPROBS) {
+        snprintf(err, err_len, "top_logprobs must be in 0..%d (got %lld)", ROUTER_MAX_TOP_LOGPROBS,
+                 (long long)in->top_logprobs);
+        return PD_ERR_INVALID;
+    }
+    if (!(in->presence_penalty >= -2.0f && in->presence_penalty <= 2.0f) ||
+        !(in->frequency_penalty >= -2.0f && in->frequency_penalty <= 2.0f)) {
+        snprintf(err, err_len, "presence_penalty and frequency_penalty must be in [-2, 2]");
+        return PD_ERR_INVALID;
+    }
+    if (!(in->repetition_penalty >= 0.0f) || !isfinite(in->repetition_penalty) ||
+        (in->repetition_penalty == 0.0f && signbit(in->repetition_penalty))) {
+        snprintf(err, err_len, "repetition_penalty must be a finite number > 0");
+        return PD_ERR_INVALID;
+    }
+    if (in->n_bias > ROUTER_MAX_LOGIT_BIAS) {
+        snprintf(err, err_len, "logit_bias: at most %d entries (got %zu)", ROUTER_MAX_LOGIT_BIAS,
+                 in->n_bias);
+        return PD_ERR_INVALID;
+    }
+    for (size_t i = 0; i < in->n_bias; i++) {
+        if (!(in->bias_vals[i] >= -100.0f && in->bias_vals[i] <= 100.0f)) {
+            snprintf(err, err_len, "logit_bias: the bias of token %d must be in [-100, 100]",
+                     in->bias_ids[i]);
+            return PD_ERR_INVALID;
+        }
+    }
+    if (in->min_tokens < 0 || in->min_tokens > in->max_tokens) {
+        snprintf(err, err_len, "min_tokens %lld must be in 0..max_tokens (%lld)",
+                 (long long)in->min_tokens, (long long)in->max_tokens);
+        return PD_ERR_INVALID;
+    }
+    if (in->n_stop_token_ids > ROUTER_MAX_STOP_IDS) {
+        snprintf(err, err_len, "stop_token_ids: at most %d (got %zu)", ROUTER_MAX_STOP_IDS,
+                 in->n_stop_token_ids);
+        return PD_ERR_INVALID;
+    }
+    return PD_OK;
+}
+
+/* Token ids of logit_bias and stop_token_ids in the vocabulary. PD_OK or PD_ERR_INVALID. */
+static pd_status_t router__check_ids(const router_t *r, const router_request_t *in, char *err,
+                                     size_t err_len)
+{
+    const int32_t vocab = r->model.vocab_size;
+    for (size_t i = 0; i < in->n_bias; i++) {
+        if (in->bias_ids[i] < 0 || in->bias_ids[i] >= vocab) {
+            snprintf(err, err_len, "logit_bias: token %d is outside the vocabulary (0..%d)",
+                     in->bias_ids[i], vocab - 1);
+            return PD_ERR_INVALID;
+        }
+    }
+    for (size_t i = 0; i < in->n_stop_token_ids; i++) {
+        if (in->stop_token_ids[i] < 0 || in->stop_token_ids[i] >= vocab) {
+            snprintf(err, err_len, "stop_token_ids: %d is outside the vocabulary (0..%d)",
+                     in->stop_token_ids[i], vocab - 1);
+            return PD_ERR_INVALID;
+        }
+    }
+    return PD_OK;
+}
+
+/* Copies the OpenAI / vLLM parameters of in into q. PD_OK or PD_ERR_NOMEM. */
+static pd_status_t rreq_copy_openai(router_req_t *q, const router_request_t *in)
+{
+    q->logprobs = in->logprobs != 0;
+    q->top_logprobs = (int)in->top_logprobs;
+    q->prompt_logprobs = in->prompt_logprobs != 0;
+    q->presence_penalty = in->presence_penalty;
+    q->frequency_penalty = in->frequency_penalty;
+    q->repetition_penalty = in->repetition_penalty;
+    q->min_tokens = (int)in->min_tokens;
+    if (in->n_bias) {
+        q->bias = calloc(in->n_bias, sizeof *q->bias);
+        q->bias_ptrs = calloc(in->n_bias, sizeof *q->bias_ptrs);
+        if (!q->bias || !q->bias_ptrs)
+            return PD_ERR_NOMEM;
+        for (size_t i = 0; i < in->n_bias; i++) {
+            Pdserve__V1__LogitBias init = PDSERVE__V1__LOGIT_BIAS__INIT;
+            q->bias[i] = init;
+            q->bias[i].token_id = in->bias_ids[i];
+            q->bias[i].bias = in->bias_vals[i];
+            q->bias_ptrs[i] = &q->bias[i];
+        }
+        q->n_bias = in->n_bias;
+    }
+    if (in->n_stop_token_ids) {
+        if (!(q->stop_ids = malloc(in->n_stop_token_ids * sizeof *q->stop_ids)))
+            return PD_ERR_NOMEM;
+        memcpy(q->stop_ids, in->stop_token_ids, in->n_stop_token_ids * sizeof *q->stop_ids);
+        q->n_stop_ids = (int)in->n_stop_token_ids;
+    }
+    return PD_OK;
+}
 
 /* Checks the numbers of a request (64-bit, before any narrowing) that do not need its tokens.
  * Returns PD_OK or PD_ERR_INVALID with err set. */
@@ -756,7 +1134,7 @@ static pd_status_t router__check_request(const router_request_t *in, char *err, 
         snprintf(err, err_len, "the prompt is empty (give text or token_ids)");
         return PD_ERR_INVALID;
     }
-    return PD_OK;
+    return router__check_openai(in, err, err_len);
 }
 
 /* The prompt's token ids into a malloc'd *ids_p (*n_p of them). Returns PD_OK, PD_ERR_INVALID
@@ -842,6 +1220,63 @@ static pd_status_t rreq_name(router_t *r, router_req_t *q, const char *given, ch
     return PD_OK;
 }
 
+/* Sample index of leader q's request: a copy of q waiting for q's prefill. NULL: no memory. */
+static router_req_t *rreq_clone(const router_req_t *q, const router_request_t *in, int index)
+{
+    router_req_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->r = q->r;
+    memcpy(c->request_id, q->request_id, sizeof c->request_id);
+    c->sink = q->sink;
+    c->sink_arg = q->sink_arg;
+    c->cap = q->cap;
+    c->n_prompt = c->n_tokens = q->n_prompt;
+    c->max_tokens = q->max_tokens;
+    c->temperature = q->temperature;
+    c->top_p = q->top_p;
+    c->top_k = q->top_k;
+    c->seed = q->seed; /* the nodes derive sample index's seed from it */
+    c->ignore_eos = q->ignore_eos;
+    c->start_ms = q->start_ms;
+    c->deadline_ms = q->deadline_ms;
+    c->index = index;
+    c->waiting = 1;
+    c->n_prefill_samples = 1;
+    if (!(c->tokens = malloc((size_t)c->cap * sizeof *c->tokens)) ||
+        rreq_copy_stop(c, in) != PD_OK || rreq_copy_openai(c, in) != PD_OK ||
+        tokenizer_stream_create(c->r->tok, true, &c->detok) != PD_OK) {
+        rreq_free_orphan(c);
+        return NULL;
+    }
+    memcpy(c->tokens, q->tokens, (size_t)q->n_prompt * sizeof *c->tokens);
+    return c;
+}
+
+/* Makes leader q the first of n samples (its group, n - 1 waiting copies). PD_OK or PD_ERR_NOMEM
+ * (q unchanged). */
+static pd_status_t rreq_make_samples(router_req_t *q, const router_request_t *in, int n)
+{
+    rgroup_t *g = calloc(1, sizeof *g + (size_t)n * sizeof g->child[0]);
+    if (!g)
+        return PD_ERR_NOMEM;
+    g->n = n;
+    g->child[0] = q;
+    for (int i = 1; i < n; i++) {
+        if (!(g->child[i] = rreq_clone(q, in, i))) {
+            while (--i > 0)
+                rreq_free_orphan(g->child[i]);
+            free(g);
+            return PD_ERR_NOMEM;
+        }
+    }
+    for (int i = 0; i < n; i++)
+        g->child[i]->group = g;
+    g->live = n;
+    q->n_prefill_samples = n;
+    return PD_OK;
+}
+
 static pd_status_t router__request_start(router_t *r, const router_request_t *in,
                                          const router_sink_t *sink, void *sink_arg,
                                          router_req_t **q_p, char *err, size_t err_len)
@@ -883,7 +1318,12 @@ static pd_status_t router__request_start(router_t *r, const router_request_t *in
         free(ids);
         return PD_ERR_INVALID;
     }
-    if (r->n_reqs >= r->cfg->router.max_queue) {
+    if ((st = router__check_ids(r, in, err, err_len)) != PD_OK) {
+        free(ids);
+        return st;
+    }
+    const int n_samples = in->n > 1 ? (int)in->n : 1;
+    if (r->n_reqs + n_samples > r->cfg->router.max_queue) {
         snprintf(err, err_len, "router is at its limit of %d requests", r->cfg->router.max_queue);
         free(ids);
         return PD_ERR_RESOURCE;
@@ -926,7 +1366,8 @@ static pd_status_t router__request_start(router_t *r, const router_request_t *in
     }
     q->ignore_eos = in->ignore_eos;
     if (rreq_copy_stop(q, in) != PD_OK ||
-        tokenizer_stream_create(r->tok, true, &q->detok) != PD_OK) {
+        tokenizer_stream_create(r->tok, true, &q->detok) != PD_OK ||
+        rreq_copy_openai(q, in) != PD_OK) {
         rreq_free_orphan(q);
         snprintf(err, err_len, "out of memory for the request");
         return PD_ERR_NOMEM;
@@ -938,11 +1379,20 @@ static pd_status_t router__request_start(router_t *r, const router_request_t *in
     if (timeout > ROUTER_TIMEOUT_MAX_MS)
         timeout = ROUTER_TIMEOUT_MAX_MS;
     q->deadline_ms = q->start_ms + timeout;
-    q->next = r->reqs;
-    if (r->reqs)
-        r->reqs->prev = q;
-    r->reqs = q;
-    r->n_reqs++;
+    q->n_prefill_samples = 1;
+    if (n_samples > 1 && rreq_make_samples(q, in, n_samples) != PD_OK) {
+        rreq_free_orphan(q);
+        snprintf(err, err_len, "out of memory for %d samples", n_samples);
+        return PD_ERR_NOMEM;
+    }
+    for (int i = n_samples - 1; i >= 0; i--) {
+        router_req_t *c = q->group ? q->group->child[i] : q;
+        c->next = r->reqs;
+        if (r->reqs)
+            r->reqs->prev = c;
+        r->reqs = c;
+        r->n_reqs++;
+    }
     *q_p = q;
     /* start from the loop, never inside this call: the sink may not be ready for a finish yet */
     uv_timer_init(r->loop, &q->timer);
@@ -962,7 +1412,59 @@ pd_status_t router_request_start(router_t *r, const router_request_t *in, const 
     return st;
 }
 
+static void rreq_cancel(router_req_t *q);
+
 void router_request_cancel(router_req_t *q)
+{
+    rgroup_t *g = q->group;
+    if (!g) {
+        rreq_cancel(q);
+        return;
+    }
+    g->live++; /* samples are freed as they are cancelled */
+    for (int i = 0; i < g->n; i++)
+        if (g->child[i])
+            rreq_cancel(g->child[i]);
+    rgroup_unref(g);
+}
+
+int router_request_index(const router_req_t *q)
+{
+    return q->index;
+}
+
+const int32_t *router_request_prompt(const router_req_t *q, int *n_p, const router_logprob_t **lp_p)
+{
+    *n_p = q->n_prompt;
+    *lp_p = q->prompt_lp;
+    return q->tokens;
+}
+
+size_t router_token_text(const router_t *r, int32_t id, char *buf, size_t cap)
+{
+    char *text = NULL;
+    size_t len = 0, out = 0, bad;
+    if (cap == 0)
+        return 0;
+    buf[0] = 0;
+    if (tokenizer_decode(r->tok, &id, 1, false, &text, &len) != PD_OK)
+        return 0;
+    if (tokenizer_utf8_valid(text, len, &bad) && memchr(text, 0, len) == NULL) {
+        out = len < cap - 1 ? len : cap - 1;
+        while (out > 0 && out < len && ((unsigned char)text[out] & 0xc0) == 0x80)
+            out--; /* cut at a character boundary */
+        memcpy(buf, text, out);
+    } else {
+        out = (size_t)snprintf(buf, cap, "bytes:");
+        for (size_t i = 0; i < len && out + 5 < cap; i++)
+            out += (size_t)snprintf(buf + out, cap - out, "\\x%02x", (unsigned char)text[i]);
+    }
+    buf[out] = 0;
+    free(text);
+    return out;
+}
+
+static void rreq_cancel(router_req_t *q)
 {
     if (q->finished)
         return;
@@ -1131,6 +1633,103 @@ void router_node_info(const router_t *r, int i, router_node_info_t *info_p)
     info_p->serving = r->nodes[i].healthy;
     info_p->pages_used = r->nodes[i].pages_used;
     info_p->pages_total = r->nodes[i].pages_total;
+    info_p->active = r->nodes[i].active;
+    info_p->running = router__node_running(r, &r->nodes[i]);
+    info_p->draining = r->nodes[i].draining;
+    info_p->left = r->nodes[i].left;
+    info_p->joined = r->nodes[i].owned != NULL;
+}
+
+/* ==== membership and maintenance ==== */
+
+static rnode_t *router__node_find(router_t *r, const char *name)
+{
+    for (int i = 0; i < r->n_nodes; i++)
+        if (strcmp(r->nodes[i].node->name, name) == 0)
+            return &r->nodes[i];
+    return NULL;
+}
+
+pd_status_t router_node_register(router_t *r, const cluster_node_t *node, char *err, size_t err_len)
+{
+    rnode_t *n = router__node_find(r, node->name);
+    cluster_node_t *copy;
+    pd_grpc_client_t *client;
+
+    if (r->stopping) {
+        snprintf(err, err_len, "router shutting down");
+        return PD_ERR_UNAVAILABLE;
+    }
+    if (n && n->node->role != node->role) {
+        snprintf(err, err_len, "node %s is a %s node", node->name,
+                 cluster_config_role_str(n->node->role));
+        return PD_ERR_EXISTS;
+    }
+    if (n && strcmp(n->node->host, node->host) == 0 && n->node->port == node->port) {
+        if (n->left)
+            pd_log_info("node %s joins again at %s:%d", node->name, node->host, node->port);
+        n->left = 0; /* known: the health poll decides when it takes work */
+        return PD_OK;
+    }
+    if (n && (!n->left || router__node_running(r, n) || n->poll_call)) {
+        snprintf(err, err_len, "node %s is at %s:%d", node->name, n->node->host, n->node->port);
+        return PD_ERR_EXISTS;
+    }
+    if (!n && r->n_nodes == ROUTER_MAX_NODES) {
+        snprintf(err, err_len, "the router has %d nodes", ROUTER_MAX_NODES);
+        return PD_ERR_RESOURCE;
+    }
+    if (!(copy = malloc(sizeof *copy)))
+        return PD_ERR_NOMEM;
+    *copy = *node;
+    if (pd_grpc_client_create(r->loop, copy->host, copy->port, &client) != PD_OK) {
+        free(copy);
+        return PD_ERR_NOMEM;
+    }
+    if (n) { /* a node that left comes back at a new address */
+        pd_grpc_client_destroy(n->client);
+        free(n->owned);
+    } else {
+        n = &r->nodes[r->n_nodes++];
+        memset(n, 0, sizeof *n);
+        n->router = r;
+    }
+    n->client = client;
+    n->owned = copy;
+    n->node = copy;
+    n->healthy = 0; /* until its health check passes */
+    n->left = 0;
+    n->poll_failures = 0;
+    pd_log_info("node %s (%s) joins at %s:%d; in use once its health check passes", copy->name,
+                cluster_config_role_str(copy->role), copy->host, copy->port);
+    return PD_OK;
+}
+
+pd_status_t router_node_deregister(router_t *r, const char *name)
+{
+    rnode_t *n = router__node_find(r, name);
+    if (!n)
+        return PD_ERR_NOT_FOUND;
+    if (!n->left)
+        pd_log_info("node %s leaves (%d request(s) still on it finish)", name,
+                    router__node_running(r, n));
+    n->left = 1;
+    n->healthy = 0;
+    router__update_serving(r);
+    return PD_OK;
+}
+
+pd_status_t router_node_drain(router_t *r, const char *name, int drain)
+{
+    rnode_t *n = router__node_find(r, name);
+    if (!n)
+        return PD_ERR_NOT_FOUND;
+    if (n->draining != !!drain)
+        pd_log_info("node %s: %s (%d request(s) on it)", name, drain ? "draining" : "undrained",
+                    router__node_running(r, n));
+    n->draining = !!drain;
+    router__update_serving(r);
+    return PD_OK;
 }
 
 /* ==== lifetime ==== */
@@ -1217,23 +1816,36 @@ pd_status_t router_create(uv_loop_t *loop, const cluster_config_t *cfg, router_t
              slash && slash[1] ? slash + 1 : cfg->model);
     if ((st = router__metrics_create(r)) != PD_OK)
         goto err;
-    r->n_nodes = (int)cfg->n_nodes;
-    if (r->n_nodes > 64) {
-        pd_log_error("%s: at most 64 nodes per router", cfg->source);
+    if (cfg->transport.cluster_token_file[0]) {
+        char token[256];
+        if ((st = cluster_config_read_token(cfg->transport.cluster_token_file, token,
+                                            sizeof token)) != PD_OK)
+            goto err;
+        snprintf(r->bearer, sizeof r->bearer, "Bearer %s", token);
+    }
+    r->n_nodes = 0;
+    for (size_t i = 0; i < cfg->n_nodes; i++)
+        r->n_nodes += !cfg->nodes[i].template_; /* templates: for nodes that join */
+    if (r->n_nodes > ROUTER_MAX_NODES) {
+        pd_log_error("%s: at most %d nodes per router", cfg->source, ROUTER_MAX_NODES);
         st = PD_ERR_UNSUPPORTED;
         goto err;
     }
-    r->nodes = calloc((size_t)r->n_nodes, sizeof *r->nodes);
+    /* room for nodes that join later: requests hold pointers into the table, it never moves */
+    r->nodes = calloc(ROUTER_MAX_NODES, sizeof *r->nodes);
     if (!r->nodes) {
         st = PD_ERR_NOMEM;
         goto err;
     }
-    for (int i = 0; i < r->n_nodes; i++) {
+    for (size_t k = 0, i = 0; k < cfg->n_nodes; k++) {
+        if (cfg->nodes[k].template_)
+            continue;
         r->nodes[i].router = r;
-        r->nodes[i].node = &cfg->nodes[i];
-        if ((st = pd_grpc_client_create(loop, cfg->nodes[i].host, cfg->nodes[i].port,
+        r->nodes[i].node = &cfg->nodes[k];
+        if ((st = pd_grpc_client_create(loop, cfg->nodes[k].host, cfg->nodes[k].port,
                                         &r->nodes[i].client)) != PD_OK)
             goto err;
+        i++;
     }
     uv_timer_init(loop, &r->poll);
     r->poll.data = r;
@@ -1294,6 +1906,8 @@ void router_destroy(router_t *r)
         }
         uv_close((uv_handle_t *)&q->timer, rreq_timer_closed);
     }
+    for (int i = 0; r->nodes && i < r->n_nodes; i++)
+        free(r->nodes[i].owned);
     free(r->nodes);
     metrics_destroy(r->metrics);
     free(r->chat_template);

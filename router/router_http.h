@@ -13,6 +13,7 @@
 
 #include <uv.h>
 
+#include "http.h"
 #include "router.h"
 #include "status.h"
 
@@ -26,6 +27,9 @@ pd_status_t router_http_create(router_t *core, uv_loop_t *loop, const char *host
 
 /* The port it listens on. */
 int router_http_port(const router_http_t *api);
+
+/* Its HTTP server (for router_auth's check). */
+pd_http_server_t *router_http_server(const router_http_t *api);
 
 /* Stops serving: requests still open are cancelled in the core. Accepts NULL. */
 void router_http_destroy(router_http_t *api);

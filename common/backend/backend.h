@@ -41,6 +41,7 @@ typedef enum {
     PD_OP_KV_STAMP,
     PD_OP_KV_CHECK,
     PD_OP_KV_EXPORT,
+    PD_OP_LOGITS_PROCESS,
     PD_OP__COUNT
 } pd_op_t;
 
@@ -131,6 +132,13 @@ typedef struct {
      * packed in order); headers are copied */
     void (*kv_export)(pd_backend_t *be, void *dst, const kv_layout_t *dst_l, const void *arena,
                       const kv_layout_t *src_l, const int32_t *src_pages, int n_pages);
+    /* the sampler's logits processing (penalties, logit bias, min_tokens masks) in place on
+     * logits (n, vocab) f32: entries ent (n_ent, 4) int32 (row, token, output count, flags
+     * SAMPLER_ENT_*), bias (n_ent) f32, pen (n, 3) f32 (presence, frequency, repetition per
+     * row); each (row, token) at most once; semantics of sampler_logits_process_ref. All arrays
+     * backend memory. */
+    void (*logits_process)(pd_backend_t *be, float *logits, int n, int vocab, const int32_t *ent,
+                           const float *bias, int n_ent, const float *pen);
 
     /* ---- optional capabilities: NULL where the backend lacks them ---- */
 
@@ -178,6 +186,12 @@ typedef struct {
      * unknown key or value. */
     pd_status_t (*set_option)(pd_backend_t *be, const char *key, const char *value);
 
+    /* rope on q (n, n_heads, head_dim) and k (n, l->n_kv_heads, head_dim), then kv_write of k
+     * and v at slots, in one launch; the same results as rope, rope, kv_write (CUDA:
+     * bit-identical). NULL: the model runs the three ops. */
+    void (*rope_kv_write)(pd_backend_t *be, float *q, float *k, const float *v, const int32_t *pos,
+                          const float *inv_freq, int n, int n_heads, void *arena,
+                          const kv_layout_t *l, int layer, const int32_t *slots);
 } pd_backend_ops_t;
 
 struct pd_backend {

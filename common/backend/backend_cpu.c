@@ -396,7 +396,8 @@ static void cpu__kv_load(const kv_layout_t *l, const uint8_t *page, int layer, i
         for (int d = 0; d < D; d++)
             dst[d] = pd_bf16_to_f32(((const uint16_t *)data)[base + d]);
     } else {
-        float s = ((const float *)(page + kv_layout_scale_off(l, layer, side)))[(size_t)tok * H + h];
+        float s =
+            ((const float *)(page + kv_layout_scale_off(l, layer, side)))[(size_t)tok * H + h];
         for (int d = 0; d < D; d++)
             dst[d] = cpu_fp8_table[data[base + d]] * s;
     }
@@ -663,6 +664,13 @@ static void cpu_sample(pd_backend_t *be, int32_t *tokens_out, const float *logit
     free(probs);
 }
 
+static void cpu_logits_process(pd_backend_t *be, float *logits, int n, int vocab,
+                               const int32_t *ent, const float *bias, int n_ent, const float *pen)
+{
+    (void)be;
+    sampler_logits_process_ref(logits, n, vocab, ent, bias, n_ent, pen);
+}
+
 static const pd_backend_ops_t cpu_ops = {
     .name = "cpu",
     .supports_op = cpu_supports_op,
@@ -691,6 +699,7 @@ static const pd_backend_ops_t cpu_ops = {
     .add_rmsnorm = cpu_add_rmsnorm,
     .silu_mul_fp8 = cpu_silu_mul_fp8,
     .matmul_fp8 = cpu_matmul_fp8,
+    .logits_process = cpu_logits_process,
 };
 
 pd_status_t backend_cpu_create(int n_threads, pd_backend_t **be_p)

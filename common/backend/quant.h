@@ -24,7 +24,6 @@
 
 #define QUANT_INT4_GROUP 128
 
-
 /* A weight matrix in one of the formats above. Pointers are backend memory (host for the CPU
  * backend). The struct does not own them unless its creator says so. */
 typedef struct {

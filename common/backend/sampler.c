@@ -136,3 +136,72 @@ int32_t sampler_sample(sampler_t *s, const float *logits)
         return sampler_argmax(logits, s->vocab);
     return sampler_pick(&s->p, logits, s->vocab, sampler__uniform(s), s->idx, s->probs);
 }
+
+uint64_t sampler_seed_for(uint64_t seed, uint32_t index)
+{
+    if (index == 0)
+        return seed;
+    uint64_t z = seed + (uint64_t)index * 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void sampler_logprobs(const float *logits, int vocab, int32_t chosen, int n_top,
+                      sampler_logprobs_t *out)
+{
+    double mx = logits[0], sum = 0.0;
+    float lse;
+
+    if (n_top < 0)
+        n_top = 0;
+    if (n_top > SAMPLER_MAX_TOP_LOGPROBS)
+        n_top = SAMPLER_MAX_TOP_LOGPROBS;
+    if (n_top > vocab)
+        n_top = vocab;
+    for (int v = 1; v < vocab; v++)
+        mx = logits[v] > mx ? logits[v] : mx;
+    for (int v = 0; v < vocab; v++)
+        sum += exp((double)logits[v] - mx);
+    lse = (float)(mx + log(sum));
+    out->token = chosen;
+    out->logprob = logits[chosen] - lse;
+    out->n_top = n_top;
+    /* insertion into a short sorted list: n_top <= 20, one pass over the vocabulary */
+    int k = 0;
+    for (int v = 0; v < vocab && n_top > 0; v++) {
+        float x = logits[v];
+        if (k == n_top && !(x > logits[out->top_ids[k - 1]]))
+            continue;
+        int at = k < n_top ? k++ : k - 1;
+        while (at > 0 && x > logits[out->top_ids[at - 1]]) {
+            out->top_ids[at] = out->top_ids[at - 1];
+            at--;
+        }
+        out->top_ids[at] = v;
+    }
+    for (int i = 0; i < n_top; i++)
+        out->top_logprobs[i] = logits[out->top_ids[i]] - lse;
+}
+
+void sampler_logits_process_ref(float *logits, int n, int vocab, const int32_t *ent,
+                                const float *bias, int n_ent, const float *pen)
+{
+    for (int j = 0; j < n_ent; j++) {
+        const int32_t row = ent[4 * j], tok = ent[4 * j + 1], count = ent[4 * j + 2],
+                      flags = ent[4 * j + 3];
+        if (row < 0 || row >= n || tok < 0 || tok >= vocab)
+            continue;
+        float *x = logits + (size_t)row * (size_t)vocab + tok;
+        const float presence = pen[3 * row], frequency = pen[3 * row + 1],
+                    repetition = pen[3 * row + 2];
+        float v = *x;
+        if (repetition != 1.0f && (count > 0 || (flags & SAMPLER_ENT_IN_PROMPT)))
+            v = v > 0.0f ? v / repetition : v * repetition;
+        v -= frequency * (float)count + presence * (count > 0 ? 1.0f : 0.0f);
+        v += bias[j];
+        if (flags & SAMPLER_ENT_MASKED)
+            v = -INFINITY;
+        *x = v;
+    }
+}

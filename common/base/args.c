@@ -6,9 +6,10 @@
 
 static void args__usage(const char *prog, bool need_node)
 {
-    fprintf(stderr, "usage: %s --config FILE%s [--set KEY=VALUE ...] "
-                    "[--log-level debug|info|warn|error]\n",
-            prog, need_node ? " --node NAME" : "");
+    fprintf(stderr,
+            "usage: %s --config FILE%s [--set KEY=VALUE ...] "
+            "[--log-level debug|info|warn|error] [--log-format text|json]\n",
+            prog, need_node ? " --node NAME [--join ROUTER_HOST:PORT [--join-name NAME]]" : "");
 }
 
 pd_status_t pd_args_log_level(const char *name, pd_log_level_t *level_p)
@@ -50,6 +51,9 @@ pd_status_t pd_args_parse(int argc, char **argv, bool need_node, pd_args_t *args
         {"node", required_argument, NULL, 'n'},
         {"set", required_argument, NULL, 's'},
         {"log-level", required_argument, NULL, 'l'},
+        {"join", required_argument, NULL, 'j'},
+        {"join-name", required_argument, NULL, 'J'},
+        {"log-format", required_argument, NULL, 'f'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -94,6 +98,28 @@ pd_status_t pd_args_parse(int argc, char **argv, bool need_node, pd_args_t *args
                 return PD_ERR_INVALID;
             }
             a.have_log_level = true;
+            break;
+        case 'j':
+            if (!need_node) {
+                fprintf(stderr, "%s: --join is not an option of this binary\n", prog);
+                args__usage(prog, need_node);
+                return PD_ERR_INVALID;
+            }
+            a.join = optarg;
+            break;
+        case 'J':
+            if (!need_node) {
+                fprintf(stderr, "%s: --join-name is not an option of this binary\n", prog);
+                return PD_ERR_INVALID;
+            }
+            a.join_name = optarg;
+            break;
+        case 'f':
+            if (strcmp(optarg, "json") != 0 && strcmp(optarg, "text") != 0) {
+                fprintf(stderr, "%s: --log-format %s: expected text or json\n", prog, optarg);
+                return PD_ERR_INVALID;
+            }
+            a.log_json = strcmp(optarg, "json") == 0;
             break;
         case 'h':
             args__usage(prog, need_node);

@@ -1,5 +1,7 @@
 /* args: the command line the three server binaries share, parsed once with getopt_long:
- *   BINARY --config FILE [--node NAME] [--set KEY=VALUE ...] [--log-level debug|info|warn|error]
+ *   BINARY --config FILE [--node NAME [--join ROUTER_HOST:PORT [--join-name NAME]]]
+ *          [--set KEY=VALUE ...]
+ *          [--log-level debug|info|warn|error] [--log-format text|json]
  * The parsed struct points into argv (no copies); --set may repeat (at most PD_ARGS_MAX_SETS).
  * Called by main() only, before any thread starts.
  */
@@ -20,6 +22,9 @@ typedef struct {
     int n_sets;
     bool have_log_level;
     pd_log_level_t log_level;         /* --log-level */
+    const char *join;                 /* --join ROUTER_HOST:PORT (nodes): register with it */
+    const char *join_name;            /* --join-name: the name to register (default --node) */
+    bool log_json;                    /* --log-format json: one JSON object per log line */
 } pd_args_t;
 
 /* Parses argv into *args_p. need_node: --node is required (the nodes) or refused (the router).

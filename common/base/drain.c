@@ -5,6 +5,7 @@
 
 #include "clock.h"
 #include "log.h"
+#include "notify.h"
 
 static void drain__check(uv_timer_t *t)
 {
@@ -25,11 +26,13 @@ static void drain__signal(uv_signal_t *h, int signum)
     pd_drain_t *d = h->data;
     if (d->draining || !d->drain || !d->busy) {
         pd_log_info("signal %d: stopping now", signum);
+        pd_notify_stopping("stopping");
         uv_stop(h->loop);
         return;
     }
     d->draining = 1;
     d->deadline_ms = pd_clock_ms() + d->drain_ms;
+    pd_notify_stopping("draining");
     pd_log_info("signal %d: draining (at most %lld ms; again to stop now)", signum,
                 (long long)d->drain_ms);
     d->drain(d->arg);
@@ -46,6 +49,7 @@ pd_status_t pd_drain_init(pd_drain_t *d, uv_loop_t *loop, int64_t drain_ms,
     d->arg = arg;
     d->drain_ms = drain_ms > 0 ? drain_ms : 30000;
     uv_timer_init(loop, &d->timer);
+    (void)pd_watchdog_init(&d->watchdog, loop);
     uv_signal_init(loop, &d->sigint);
     uv_signal_init(loop, &d->sigterm);
     d->timer.data = d->sigint.data = d->sigterm.data = d;
@@ -61,6 +65,7 @@ pd_status_t pd_drain_init(pd_drain_t *d, uv_loop_t *loop, int64_t drain_ms,
 void pd_drain_deinit(pd_drain_t *d)
 {
     uv_timer_stop(&d->timer);
+    pd_watchdog_deinit(&d->watchdog);
     uv_signal_stop(&d->sigint);
     uv_signal_stop(&d->sigterm);
     uv_close((uv_handle_t *)&d->timer, NULL);

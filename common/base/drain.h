@@ -2,7 +2,9 @@
  * process to take no new work, then the loop is stopped once busy(arg) reports 0 or after
  * drain_ms (no request may run longer); a second signal stops the loop at once. The caller
  * (main) owns the object: init before uv_run, deinit after it returns, both on the loop thread.
- * The messages the tests wait for are "drained: stopping" and "stopping now".
+ * The messages the tests wait for are "drained: stopping" and "stopping now". Under systemd
+ * (notify.h) a signal also sends STOPPING=1, and the object runs the watchdog pinger for the
+ * loop it was given (WatchdogSec), since it lives exactly as long as the process serves.
  */
 #ifndef PD_DRAIN_H
 #define PD_DRAIN_H
@@ -11,6 +13,7 @@
 
 #include <uv.h>
 
+#include "notify.h"
 #include "status.h"
 
 typedef struct {
@@ -21,6 +24,7 @@ typedef struct {
     int draining;
     uv_signal_t sigint, sigterm;
     uv_timer_t timer;
+    pd_watchdog_t watchdog;
 } pd_drain_t;
 
 /* Installs the SIGINT / SIGTERM handlers on loop. drain and busy may be NULL (then a signal stops

@@ -13,6 +13,7 @@
  * PD_LOG exactly once (pthread_once) unless pd_log_set_level came first. */
 static _Atomic int log_level = -1;
 static char log_tag[32]; /* set by main() before threads start */
+static int log_json;     /* likewise */
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 
 static void log__init(void)
@@ -39,6 +40,45 @@ void pd_log_set_level(pd_log_level_t level)
 {
     pthread_once(&log_once, log__init);
     atomic_store(&log_level, (int)level);
+}
+
+void pd_log_set_json(int json)
+{
+    log_json = json;
+}
+
+/* Appends s to out (cap bytes, NUL-terminated, cut if need be) as the inside of a JSON string. */
+static size_t log__json_str(char *out, size_t cap, size_t n, const char *s)
+{
+    for (; *s && n + 7 < cap; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') {
+            out[n++] = '\\';
+            out[n++] = (char)c;
+        } else if (c < 0x20) {
+            n += (size_t)snprintf(out + n, cap - n, "\\u%04x", c);
+        } else
+            out[n++] = (char)c;
+    }
+    out[n] = 0;
+    return n;
+}
+
+static void log__write_json(const char *level, const struct tm *tm, long ms, const char *msg,
+                            const char *src, int line)
+{
+    char out[3072];
+    size_t n = (size_t)snprintf(out, sizeof out,
+                                "{\"ts\":\"%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ\",\"level\":\"%s\","
+                                "\"tag\":\"",
+                                tm->tm_year + 1900, tm->tm_mon + 1, tm->tm_mday, tm->tm_hour,
+                                tm->tm_min, tm->tm_sec, ms, level);
+    n = log__json_str(out, sizeof out, n, log_tag);
+    n += (size_t)snprintf(out + n, sizeof out - n, "\",\"msg\":\"");
+    n = log__json_str(out, sizeof out, n, msg);
+    if (src)
+        n += (size_t)snprintf(out + n, sizeof out - n, "\",\"src\":\"%s:%d", src, line);
+    fprintf(stderr, "%s\"}\n", out);
 }
 
 void pd_log_set_tag(const char *tag)
@@ -68,7 +108,10 @@ void pd_log_write(pd_log_level_t level, const char *file, int line, const char *
     gmtime_r(&ts.tv_sec, &tm);
     const char *base = strrchr(file, '/');
     base = base ? base + 1 : file;
-    if (level == PD_LOG_DEBUG)
+    if (log_json)
+        log__write_json(names[level], &tm, ts.tv_nsec / 1000000, msg,
+                        level == PD_LOG_DEBUG ? base : NULL, line);
+    else if (level == PD_LOG_DEBUG)
         fprintf(stderr, "%02d:%02d:%02d.%03ld %s%s%s: %s (%s:%d)\n", tm.tm_hour, tm.tm_min,
                 tm.tm_sec, ts.tv_nsec / 1000000, log_tag, log_tag[0] ? " " : "", names[level], msg,
                 base, line);

@@ -1,7 +1,8 @@
 /* log: leveled logging to stderr, one line per message, lowercase, with its context.
  *
  * The level comes from pd_log_set_level() or, at first use, the PD_LOG environment variable
- * (error, warn, info, debug; default info). Thread-safe: each message is written with one
+ * (error, warn, info, debug; default info). Lines go to stderr as text or, with
+ * pd_log_set_json, as JSON objects. Thread-safe: each message is written with one
  * fprintf call. pd_log_progress() draws a progress bar when stderr is a terminal and prints
  * nothing otherwise (so tests and CI logs stay clean).
  */
@@ -14,6 +15,11 @@ typedef enum { PD_LOG_ERROR = 0, PD_LOG_WARN, PD_LOG_INFO, PD_LOG_DEBUG } pd_log
 
 /* Sets the lowest level that is printed. */
 void pd_log_set_level(pd_log_level_t level);
+
+/* json nonzero: each message is one JSON object on its line (--log-format json, for journald /
+ * log shippers): {"ts":"2026-12-01T04:40:13.123Z","level":"info","tag":"decode0","msg":"..."}
+ * (plus "src":"file.c:line" at debug). Set by main() before threads start. */
+void pd_log_set_json(int json);
 
 /* Sets a short tag (e.g. the node name) printed in front of every message; NULL clears it. */
 void pd_log_set_tag(const char *tag);

@@ -10,14 +10,23 @@ typedef struct engine_seq {
     uint64_t id;
     int32_t *tokens; /* prompt then generated, (cap) */
     int n_tokens, cap, n_prompt, n_generated;
-    int n_computed;  /* tokens whose KV is in the pages */
+    int n_computed; /* tokens whose KV is in the pages */
     kv_seq_t kv;
     sampler_t sampler;
     engine_gen_params_t gp;
     int32_t *stop_ids;
     engine_token_fn cb;
     void *arg;
-    bool evicted;            /* pages taken for an older sequence (evict_on_preempt) */
+    bool evicted; /* pages taken for an older sequence (evict_on_preempt) */
+    /* logits processing (see engine__needs_process); NULL / 0 when the request has none */
+    int32_t *counts;    /* (vocab) occurrences among generated tokens (penalties) */
+    uint8_t *in_prompt; /* (vocab) occurs in the prompt (repetition penalty) */
+    int32_t *seen;      /* (n_seen) tokens with counts > 0 or in_prompt, each once */
+    int n_seen, seen_cap;
+    int32_t *bias_ids;       /* (n_bias) */
+    float *bias_vals;        /* (n_bias) */
+    int n_before;            /* tokens of the request generated before this engine got it */
+    sampler_logprobs_t lp;   /* the last sampled token's, when gp.logprobs */
     struct engine_seq *next; /* in order of arrival */
 } engine_seq_t;
 
@@ -39,10 +48,18 @@ struct engine {
     int32_t *b_tokens, *b_qstart, *b_ctx, *b_rows, *b_ntok;
     engine_seq_t **b_seqs;
     const kv_seq_t **b_kv;
+    const float **b_raw;
     uint64_t *b_ids;
     pd_status_t *b_status;
     float *logits;
     int logits_cap;
+    /* logits processing (engine__pick): host staging and its backend copies */
+    int32_t *slot;                  /* (vocab) entry of a token in the row being built, -1 */
+    int32_t *p_ent;                 /* (p_ent_cap, 4) */
+    float *p_bias, *p_pen, *p_rows; /* (p_ent_cap), (p_rows_cap, 3), (p_rows_cap, vocab) */
+    int p_ent_cap, p_rows_cap;
+    void *d_ent, *d_bias, *d_pen, *d_rows; /* backend memory of the same sizes */
+    const sampler_logprobs_t *cur_lp;      /* inside a token callback */
 };
 
 const char *engine_finish_str(engine_finish_t f)
@@ -94,8 +111,8 @@ pd_status_t engine_create(const engine_params_t *p, engine_t **e_p)
     if (p->kv_budget > 0) {
         n_pages = p->kv_budget / (int64_t)e->layout.page_bytes;
     } else {
-        int64_t per_seq = (e->m->cfg.max_position_embeddings + e->p.page_tokens - 1) /
-                          e->p.page_tokens;
+        int64_t per_seq =
+            (e->m->cfg.max_position_embeddings + e->p.page_tokens - 1) / e->p.page_tokens;
         n_pages = per_seq * 4; /* default: four full contexts */
     }
     if (n_pages < 1 || n_pages > INT32_MAX / 2) {
@@ -130,7 +147,28 @@ static void engine__seq_free(engine_t *e, engine_seq_t *s)
     sampler_deinit(&s->sampler);
     free(s->tokens);
     free(s->stop_ids);
+    free(s->counts);
+    free(s->in_prompt);
+    free(s->seen);
+    free(s->bias_ids);
+    free(s->bias_vals);
     free(s);
+}
+
+static void engine__proc_free(engine_t *e)
+{
+    void *d[] = {e->d_ent, e->d_bias, e->d_pen, e->d_rows};
+    for (int i = 0; i < 4; i++)
+        if (d[i])
+            e->be->ops->free(e->be, d[i]);
+    e->d_ent = e->d_bias = e->d_pen = e->d_rows = NULL;
+    free(e->p_ent);
+    free(e->p_bias);
+    free(e->p_pen);
+    free(e->p_rows);
+    e->p_ent = NULL;
+    e->p_bias = e->p_pen = e->p_rows = NULL;
+    e->p_ent_cap = e->p_rows_cap = 0;
 }
 
 void engine_destroy(engine_t *e)
@@ -142,6 +180,8 @@ void engine_destroy(engine_t *e)
         e->seqs = s->next;
         engine__seq_free(e, s);
     }
+    engine__proc_free(e);
+    free(e->slot);
     model_ctx_destroy(e->ctx);
     if (e->arena)
         e->be->ops->free(e->be, e->arena);
@@ -156,6 +196,7 @@ void engine_destroy(engine_t *e)
     free(e->b_ntok);
     free(e->b_seqs);
     free(e->b_kv);
+    free(e->b_raw);
     free(e->b_ids);
     free(e->b_status);
     free(e->logits);
@@ -187,12 +228,275 @@ int engine_active(const engine_t *e)
     return e->n_active;
 }
 
+const sampler_logprobs_t *engine_token_logprobs(const engine_t *e)
+{
+    return e->cur_lp;
+}
+
 kv_seq_t *engine_debug_seq_kv(engine_t *e, uint64_t seq_id)
 {
     for (engine_seq_t *s = e->seqs; s; s = s->next)
         if (s->id == seq_id)
             return &s->kv;
     return NULL;
+}
+
+/* ==== logits processing ==== */
+
+/* Checks gp's logits-processing fields. PD_OK or PD_ERR_INVALID (logged). */
+static pd_status_t engine__check_proc(const engine_gen_params_t *gp, int vocab)
+{
+    if (!isfinite(gp->presence_penalty) || !isfinite(gp->frequency_penalty) ||
+        !isfinite(gp->repetition_penalty) || gp->repetition_penalty < 0.0f) {
+        pd_log_error("request: penalties must be finite (repetition_penalty > 0)");
+        return PD_ERR_INVALID;
+    }
+    if (gp->n_bias < 0 || (gp->n_bias > 0 && (!gp->bias_ids || !gp->bias_vals))) {
+        pd_log_error("request: logit_bias of %d entries without ids or values", gp->n_bias);
+        return PD_ERR_INVALID;
+    }
+    for (int i = 0; i < gp->n_bias; i++) {
+        if (gp->bias_ids[i] < 0 || gp->bias_ids[i] >= vocab || !isfinite(gp->bias_vals[i])) {
+            pd_log_error("request: logit_bias token %d (bias %g) outside the vocabulary of %d",
+                         gp->bias_ids[i], gp->bias_vals[i], vocab);
+            return PD_ERR_INVALID;
+        }
+    }
+    if (gp->top_logprobs < 0 || gp->top_logprobs > SAMPLER_MAX_TOP_LOGPROBS || gp->min_tokens < 0 ||
+        gp->n_samples < 0) {
+        pd_log_error("request: top_logprobs %d (0..%d), min_tokens %d, n %d out of range",
+                     gp->top_logprobs, SAMPLER_MAX_TOP_LOGPROBS, gp->min_tokens, gp->n_samples);
+        return PD_ERR_INVALID;
+    }
+    return PD_OK;
+}
+
+static bool engine__penalized(const engine_gen_params_t *gp)
+{
+    return gp->presence_penalty != 0.0f || gp->frequency_penalty != 0.0f ||
+           (gp->repetition_penalty != 0.0f && gp->repetition_penalty != 1.0f);
+}
+
+/* Notes token tok among s's generated tokens (penalties). */
+static void engine__count(engine_seq_t *s, int32_t tok)
+{
+    if (!s->counts)
+        return;
+    if (s->counts[tok]++ == 0 && !(s->in_prompt && s->in_prompt[tok]))
+        s->seen[s->n_seen++] = tok;
+}
+
+/* The processing state of s from gp (counts of the tokens generated before, the prompt set).
+ * PD_OK or PD_ERR_NOMEM. */
+static pd_status_t engine__proc_init(engine_seq_t *s, const engine_gen_params_t *gp, int vocab)
+{
+    if (gp->n_bias) {
+        s->bias_ids = malloc((size_t)gp->n_bias * sizeof *s->bias_ids);
+        s->bias_vals = malloc((size_t)gp->n_bias * sizeof *s->bias_vals);
+        if (!s->bias_ids || !s->bias_vals)
+            return PD_ERR_NOMEM;
+        memcpy(s->bias_ids, gp->bias_ids, (size_t)gp->n_bias * sizeof *s->bias_ids);
+        memcpy(s->bias_vals, gp->bias_vals, (size_t)gp->n_bias * sizeof *s->bias_vals);
+    }
+    s->gp.bias_ids = s->bias_ids;
+    s->gp.bias_vals = s->bias_vals;
+    if (!engine__penalized(gp))
+        return PD_OK;
+    const int before = s->n_before < s->n_tokens ? s->n_before : s->n_tokens - 1;
+    const int n_prompt = s->n_tokens - before;
+    bool rep = gp->repetition_penalty != 0.0f && gp->repetition_penalty != 1.0f;
+    s->counts = calloc((size_t)vocab, sizeof *s->counts);
+    s->in_prompt = rep ? calloc((size_t)vocab, 1) : NULL;
+    s->seen_cap = vocab;
+    s->seen = malloc((size_t)vocab * sizeof *s->seen);
+    if (!s->counts || (rep && !s->in_prompt) || !s->seen)
+        return PD_ERR_NOMEM;
+    for (int i = 0; rep && i < n_prompt; i++) {
+        if (!s->in_prompt[s->tokens[i]])
+            s->seen[s->n_seen++] = s->tokens[i];
+        s->in_prompt[s->tokens[i]] = 1;
+    }
+    for (int i = n_prompt; i < s->n_tokens; i++)
+        engine__count(s, s->tokens[i]);
+    return PD_OK;
+}
+
+/* Whether s's logits need the backend's processing now, and the ids masked by min_tokens. */
+static bool engine__min_tokens_active(const engine_seq_t *s)
+{
+    return s->gp.min_tokens > 0 && s->n_before + s->n_generated < s->gp.min_tokens;
+}
+
+static bool engine__needs_process(const engine_seq_t *s)
+{
+    return s->counts || s->gp.n_bias > 0 || engine__min_tokens_active(s);
+}
+
+/* Grows the processing buffers for rows rows of logits and ents entries. */
+static pd_status_t engine__proc_reserve(engine_t *e, int rows, int ents)
+{
+    const size_t vocab = (size_t)e->m->cfg.vocab_size;
+    pd_backend_t *be = e->be;
+    pd_status_t st;
+
+    if (!e->slot) {
+        if (!(e->slot = malloc(vocab * sizeof *e->slot)))
+            return PD_ERR_NOMEM;
+        for (size_t v = 0; v < vocab; v++)
+            e->slot[v] = -1;
+    }
+    if (rows > e->p_rows_cap) {
+        int cap = rows > 2 * e->p_rows_cap ? rows : 2 * e->p_rows_cap;
+        float *pen = realloc(e->p_pen, (size_t)cap * 3 * sizeof *pen);
+        if (!pen)
+            return PD_ERR_NOMEM;
+        e->p_pen = pen;
+        float *pr = realloc(e->p_rows, (size_t)cap * vocab * sizeof *pr);
+        if (!pr)
+            return PD_ERR_NOMEM;
+        e->p_rows = pr;
+        if (e->d_pen)
+            be->ops->free(be, e->d_pen);
+        if (e->d_rows)
+            be->ops->free(be, e->d_rows);
+        e->d_pen = e->d_rows = NULL;
+        if ((st = be->ops->alloc(be, (size_t)cap * 3 * sizeof(float), &e->d_pen)) != PD_OK ||
+            (st = be->ops->alloc(be, (size_t)cap * vocab * sizeof(float), &e->d_rows)) != PD_OK) {
+            engine__proc_free(e);
+            return st;
+        }
+        e->p_rows_cap = cap;
+    }
+    if (ents > e->p_ent_cap) {
+        int cap = ents > 2 * e->p_ent_cap ? ents : 2 * e->p_ent_cap;
+        int32_t *ent = realloc(e->p_ent, (size_t)cap * 4 * sizeof *ent);
+        if (!ent)
+            return PD_ERR_NOMEM;
+        e->p_ent = ent;
+        float *bias = realloc(e->p_bias, (size_t)cap * sizeof *bias);
+        if (!bias)
+            return PD_ERR_NOMEM;
+        e->p_bias = bias;
+        if (e->d_ent)
+            be->ops->free(be, e->d_ent);
+        if (e->d_bias)
+            be->ops->free(be, e->d_bias);
+        e->d_ent = e->d_bias = NULL;
+        if ((st = be->ops->alloc(be, (size_t)cap * 4 * sizeof(int32_t), &e->d_ent)) != PD_OK ||
+            (st = be->ops->alloc(be, (size_t)cap * sizeof(float), &e->d_bias)) != PD_OK) {
+            engine__proc_free(e);
+            return st;
+        }
+        e->p_ent_cap = cap;
+    }
+    return PD_OK;
+}
+
+/* Adds (or finds) the entry of token tok in row; returns its index. */
+static int engine__ent(engine_t *e, int *n_ent, int row, int32_t tok)
+{
+    int j = e->slot[tok];
+    if (j >= 0)
+        return j;
+    j = (*n_ent)++;
+    e->slot[tok] = j;
+    e->p_ent[4 * j] = row;
+    e->p_ent[4 * j + 1] = tok;
+    e->p_ent[4 * j + 2] = 0;
+    e->p_ent[4 * j + 3] = 0;
+    e->p_bias[j] = 0.0f;
+    return j;
+}
+
+/* Builds row's entries for s (its penalties, bias and min_tokens masks) from entry *n_ent on. */
+static void engine__row_entries(engine_t *e, const engine_seq_t *s, int row, int *n_ent)
+{
+    const int first = *n_ent;
+    const hf_config_t *cfg = &e->m->cfg;
+    const float rep = s->gp.repetition_penalty == 0.0f ? 1.0f : s->gp.repetition_penalty;
+    e->p_pen[3 * row] = s->gp.presence_penalty;
+    e->p_pen[3 * row + 1] = s->gp.frequency_penalty;
+    e->p_pen[3 * row + 2] = rep;
+    for (int i = 0; i < s->n_seen; i++) {
+        int32_t t = s->seen[i];
+        int j = engine__ent(e, n_ent, row, t);
+        e->p_ent[4 * j + 2] = s->counts[t];
+        if (s->in_prompt && s->in_prompt[t])
+            e->p_ent[4 * j + 3] |= SAMPLER_ENT_IN_PROMPT;
+    }
+    for (int i = 0; i < s->gp.n_bias; i++)
+        e->p_bias[engine__ent(e, n_ent, row, s->bias_ids[i])] += s->bias_vals[i];
+    if (engine__min_tokens_active(s)) {
+        for (int i = 0; !s->gp.ignore_eos && i < cfg->n_eos; i++)
+            if (cfg->eos_token_ids[i] >= 0 && cfg->eos_token_ids[i] < cfg->vocab_size)
+                e->p_ent[4 * engine__ent(e, n_ent, row, cfg->eos_token_ids[i]) + 3] |=
+                    SAMPLER_ENT_MASKED;
+        for (int i = 0; i < s->gp.n_stop_ids; i++)
+            if (s->stop_ids[i] >= 0 && s->stop_ids[i] < cfg->vocab_size)
+                e->p_ent[4 * engine__ent(e, n_ent, row, s->stop_ids[i]) + 3] |= SAMPLER_ENT_MASKED;
+    }
+    for (int j = first; j < *n_ent; j++)
+        e->slot[e->p_ent[4 * j + 1]] = -1;
+}
+
+/* Samples the next token of each seqs[i] from raw[i] (vocab logits, host): the rows that need it
+ * go through the backend's logits_process first; logprobs (when asked) come from the raw row.
+ * tok_out (n). Returns PD_OK, PD_ERR_NOMEM or the backend's error. */
+static pd_status_t engine__pick(engine_t *e, engine_seq_t *const *seqs, const float *const *raw,
+                                int n, int32_t *tok_out)
+{
+    const int vocab = e->m->cfg.vocab_size;
+    pd_backend_t *be = e->be;
+    int rows = 0, ents = 0, n_ent = 0;
+    pd_status_t st;
+
+    for (int i = 0; i < n; i++) {
+        const engine_seq_t *s = seqs[i];
+        if (!engine__needs_process(s))
+            continue;
+        rows++;
+        ents += s->n_seen + s->gp.n_bias + s->gp.n_stop_ids + HF_MAX_EOS;
+    }
+    if (rows > 0) {
+        if ((st = engine__proc_reserve(e, rows, ents)) != PD_OK)
+            return st;
+        int r = 0;
+        for (int i = 0; i < n; i++) {
+            if (!engine__needs_process(seqs[i]))
+                continue;
+            memcpy(e->p_rows + (size_t)r * vocab, raw[i], (size_t)vocab * sizeof(float));
+            engine__row_entries(e, seqs[i], r, &n_ent);
+            r++;
+        }
+        if ((st = be->ops->upload(be, e->d_rows, e->p_rows, (size_t)rows * vocab * 4)) ||
+            (n_ent && (st = be->ops->upload(be, e->d_ent, e->p_ent, (size_t)n_ent * 16))) ||
+            (n_ent && (st = be->ops->upload(be, e->d_bias, e->p_bias, (size_t)n_ent * 4))) ||
+            (st = be->ops->upload(be, e->d_pen, e->p_pen, (size_t)rows * 12)))
+            return st;
+        be->ops->logits_process(be, e->d_rows, rows, vocab, e->d_ent, e->d_bias, n_ent, e->d_pen);
+        /* download syncs the stream: a failed kernel reports here */
+        if ((st = be->ops->download(be, e->p_rows, e->d_rows, (size_t)rows * vocab * 4)))
+            return st;
+    }
+    int r = 0;
+    for (int i = 0; i < n; i++) {
+        engine_seq_t *s = seqs[i];
+        const float *row = engine__needs_process(s) ? e->p_rows + (size_t)r++ * vocab : raw[i];
+        tok_out[i] = sampler_sample(&s->sampler, row);
+        if (s->gp.logprobs)
+            sampler_logprobs(raw[i], vocab, tok_out[i], s->gp.top_logprobs, &s->lp);
+    }
+    return PD_OK;
+}
+
+/* Reports token tok of s to its callback (with its logprobs). */
+static void engine__report(engine_t *e, engine_seq_t *s, int32_t tok)
+{
+    if (!s->cb)
+        return;
+    e->cur_lp = s->gp.logprobs ? &s->lp : NULL;
+    s->cb(s->arg, s->id, tok, ENGINE_FINISH_NONE, PD_OK);
+    e->cur_lp = NULL;
 }
 
 static pd_status_t engine__seq_new(engine_t *e, const int32_t *tokens, int n_tokens,
@@ -223,6 +527,8 @@ static pd_status_t engine__seq_new(engine_t *e, const int32_t *tokens, int n_tok
             return PD_ERR_INVALID;
         }
     }
+    if ((st = engine__check_proc(gp, vocab)) != PD_OK)
+        return st;
     s = calloc(1, sizeof *s);
     if (!s)
         return PD_ERR_NOMEM;
@@ -235,7 +541,9 @@ static pd_status_t engine__seq_new(engine_t *e, const int32_t *tokens, int n_tok
         free(s);
         return PD_ERR_NOMEM;
     }
-    if ((st = sampler_init(&s->sampler, &gp->sampling, vocab)) != PD_OK) {
+    sampler_params_t sp = gp->sampling;
+    sp.seed = sampler_seed_for(sp.seed, gp->sample_index);
+    if ((st = sampler_init(&s->sampler, &sp, vocab)) != PD_OK) {
         free(s->tokens);
         free(s->stop_ids);
         free(s);
@@ -248,6 +556,12 @@ static pd_status_t engine__seq_new(engine_t *e, const int32_t *tokens, int n_tok
     s->n_tokens = s->n_prompt = n_tokens;
     s->gp = *gp;
     s->gp.stop_ids = s->stop_ids;
+    s->n_before = gp->n_generated > 0 ? gp->n_generated : 0;
+    if (engine__proc_init(s, gp, vocab) != PD_OK) {
+        s->kv = (kv_seq_t){0};
+        engine__seq_free(e, s);
+        return PD_ERR_NOMEM;
+    }
     s->cb = cb;
     s->arg = arg;
     s->id = e->next_id++;
@@ -342,11 +656,12 @@ static pd_status_t engine__scratch(engine_t *e, int n_tokens, int n_seqs)
     G(e->b_ntok);
     G(e->b_seqs);
     G(e->b_kv);
+    G(e->b_raw);
     G(e->b_ids);
     G(e->b_status);
 #undef G
     if (!e->b_tokens || !e->b_qstart || !e->b_ctx || !e->b_rows || !e->b_ntok || !e->b_seqs ||
-        !e->b_kv || !e->b_ids || !e->b_status)
+        !e->b_kv || !e->b_raw || !e->b_ids || !e->b_status)
         return PD_ERR_NOMEM;
     e->cap = cap;
     return PD_OK;
@@ -521,27 +836,40 @@ pd_status_t engine_step(engine_t *e)
             e->b_rows[n_rows++] = e->b_qstart[i + 1] - 1;
     if ((st = engine__logits(e, n_rows)) != PD_OK)
         return st;
-    model_batch_t b = {n_tok,    e->b_tokens, n_seqs, e->b_qstart, e->b_ctx,
-                       e->b_kv,  n_rows,      e->b_rows};
+    model_batch_t b = {n_tok,    e->b_tokens, n_seqs, e->b_qstart,
+                       e->b_ctx, e->b_kv,     n_rows, e->b_rows};
     st = model_forward(e->ctx, e->arena, &e->layout, &b, e->logits);
     if (st != PD_OK) {
         for (int i = 0; i < n_seqs; i++)
             engine__finish(e, e->b_seqs[i], ENGINE_FINISH_ABORT, st);
         return st;
     }
+    /* sampling: the sequences with a logits row, in row order (b_ids: their tokens) */
     int r = 0;
+    const float **raw = e->b_raw;
+    engine_seq_t **pick = e->b_seqs;
     for (int i = 0; i < n_seqs; i++) {
         s = e->b_seqs[i];
         s->n_computed = e->b_ctx[i];
         s->kv.n_tokens = s->n_computed;
         if (s->n_computed != s->n_tokens)
             continue;
-        int32_t tok = sampler_sample(&s->sampler, e->logits + (size_t)r++ * vocab);
+        raw[r] = e->logits + (size_t)r * vocab;
+        pick[r++] = s; /* r <= i: b_seqs[i] was read above */
+    }
+    if ((st = engine__pick(e, pick, raw, r, e->b_tokens)) != PD_OK) {
+        for (int i = 0; i < r; i++)
+            engine__finish(e, pick[i], ENGINE_FINISH_ABORT, st);
+        return st;
+    }
+    for (int i = 0; i < r; i++) {
+        s = pick[i];
+        int32_t tok = e->b_tokens[i];
         s->tokens[s->n_tokens++] = tok;
         s->n_generated++;
+        engine__count(s, tok);
         bool stop = engine__is_stop(e, s, tok);
-        if (s->cb)
-            s->cb(s->arg, s->id, tok, ENGINE_FINISH_NONE, PD_OK);
+        engine__report(e, s, tok);
         if (stop)
             engine__finish(e, s, ENGINE_FINISH_STOP, PD_OK);
         else if (s->n_generated >= s->gp.max_tokens || s->n_tokens >= ctx_max)
@@ -624,53 +952,82 @@ pd_status_t engine_score_top1(engine_t *e, const int32_t *input, int n, int firs
     return engine__score(e, input, n, first_row, targets, nll_p, NULL, argmax_out);
 }
 
-pd_status_t engine_prefill(engine_t *e, const int32_t *tokens, int n,
-                           const engine_gen_params_t *gp, engine_pages_fn on_pages, void *arg,
-                           int32_t *first_p, kv_seq_t *kv_out)
+pd_status_t engine_prefill(engine_t *e, const int32_t *tokens, int n, const engine_gen_params_t *gp,
+                           engine_pages_fn on_pages, void *arg, int32_t *first_p, kv_seq_t *kv_out,
+                           sampler_logprobs_t *lp_out)
 {
-    const int chunk = e->p.prefill_chunk, P = e->p.page_tokens;
-    engine_seq_t *probe;
+    const int chunk = e->p.prefill_chunk, P = e->p.page_tokens, vocab = e->m->cfg.vocab_size;
+    const int n_samples = gp->n_samples > 1 ? gp->n_samples : 1;
+    const bool plp = gp->prompt_logprobs && lp_out;
+    engine_seq_t **probes = calloc((size_t)n_samples, sizeof *probes);
+    const float **raw = malloc((size_t)n_samples * sizeof *raw);
     kv_seq_t kv;
     const kv_seq_t *kvp = &kv;
-    sampler_t sm;
-    int done_pages = 0;
-    pd_status_t st;
+    int done_pages = 0, last_row = 0;
+    pd_status_t st = PD_OK;
 
-    /* validation as for any sequence (prompt length, ids, sampling) */
-    if ((st = engine__seq_new(e, tokens, n, gp, NULL, NULL, &probe)) != PD_OK)
-        return st;
-    sm = probe->sampler;
-    probe->sampler.probs = NULL;
-    probe->sampler.idx = NULL;
-    engine__seq_free(e, probe);
     kv_seq_init(&kv);
+    if (!probes || !raw) {
+        st = PD_ERR_NOMEM;
+        goto err;
+    }
+    /* validation as for any sequence (prompt length, ids, sampling); one probe per sample holds
+     * its sampler and logits-processing state */
+    for (int i = 0; i < n_samples; i++) {
+        engine_gen_params_t g = *gp;
+        g.sample_index = gp->sample_index + (uint32_t)i;
+        if ((st = engine__seq_new(e, tokens, n, &g, NULL, NULL, &probes[i])) != PD_OK)
+            goto err;
+    }
     if ((st = kv_seq_reserve(e->pool, &kv, n)) != PD_OK)
         goto err;
     kv_tracker_stamp(e->tracker, &e->tag_io, e->arena, &e->layout, kv.pages, kv.n_pages);
-    if ((st = engine__scratch(e, chunk, 1)) != PD_OK || (st = engine__logits(e, 1)) != PD_OK)
+    if ((st = engine__scratch(e, chunk, 1)) != PD_OK ||
+        (st = engine__logits(e, plp ? chunk : 1)) != PD_OK)
         goto err;
     for (int s0 = 0; s0 < n; s0 += chunk) {
         int len = n - s0 < chunk ? n - s0 : chunk;
         int32_t qs[2] = {0, len}, ctx = s0 + len, row = len - 1;
-        model_batch_t b = {len, tokens + s0, 1, qs, &ctx, &kvp, s0 + len == n ? 1 : 0, &row};
+        const bool last = s0 + len == n;
+        model_batch_t b = {len, tokens + s0, 1, qs, &ctx, &kvp, last ? 1 : 0, &row};
+        if (plp) { /* every row's logits: row i scores token s0 + i + 1 */
+            for (int i = 0; i < len; i++)
+                e->b_rows[i] = i;
+            b.n_logits = len;
+            b.logit_rows = e->b_rows;
+        }
         if ((st = model_forward(e->ctx, e->arena, &e->layout, &b, e->logits)) != PD_OK)
             goto err;
+        for (int i = 0; plp && i < len; i++)
+            if (s0 + i + 1 < n)
+                sampler_logprobs(e->logits + (size_t)i * vocab, vocab, tokens[s0 + i + 1],
+                                 gp->top_logprobs, &lp_out[n_samples + s0 + i]);
+        last_row = plp ? len - 1 : 0;
         kv.n_tokens = ctx;
-        int full = s0 + len == n ? kv.n_pages : ctx / P;
+        int full = last ? kv.n_pages : ctx / P;
         if (on_pages && full > done_pages && on_pages(arg, &kv, done_pages, full - done_pages)) {
             st = PD_ERR_CANCELLED; /* the caller stops at this chunk boundary */
             goto err;
         }
         done_pages = full;
     }
-    *first_p = sampler_sample(&sm, e->logits);
-    sampler_deinit(&sm);
+    for (int i = 0; i < n_samples; i++)
+        raw[i] = e->logits + (size_t)last_row * vocab;
+    if ((st = engine__pick(e, probes, raw, n_samples, first_p)) != PD_OK)
+        goto err;
+    for (int i = 0; lp_out && gp->logprobs && i < n_samples; i++)
+        lp_out[i] = probes[i]->lp;
     *kv_out = kv;
-    return PD_OK;
+    goto out;
 err:
-    sampler_deinit(&sm);
     kv_seq_release(e->pool, &kv);
     kv_seq_deinit(&kv);
+out:
+    for (int i = 0; probes && i < n_samples; i++)
+        if (probes[i])
+            engine__seq_free(e, probes[i]);
+    free(probes);
+    free(raw);
     return st;
 }
 
@@ -693,6 +1050,37 @@ static pd_status_t engine__export_check(engine_t *e, const kv_seq_t *kv, int fir
     }
     for (int i = 0; i < n; i++)
         pages_out[i] = kv->pages[first + i].page;
+    return PD_OK;
+}
+
+pd_status_t engine_kv_copy(engine_t *e, const kv_seq_t *src, int n_tokens, kv_seq_t *dst)
+{
+    const size_t pb = e->layout.page_bytes;
+    pd_status_t st;
+    kv_seq_t kv;
+
+    if (n_tokens <= 0 || src->n_tokens < n_tokens) {
+        pd_log_error("kv copy: %d tokens of a sequence holding %d", n_tokens, src->n_tokens);
+        return PD_ERR_INVALID;
+    }
+    kv_seq_init(&kv);
+    if ((st = kv_seq_reserve(e->pool, &kv, n_tokens)) != PD_OK) {
+        kv_seq_deinit(&kv);
+        return st;
+    }
+    for (int i = 0; i < kv.n_pages; i++) {
+        uint8_t *to = (uint8_t *)e->arena + (size_t)kv.pages[i].page * pb;
+        const uint8_t *from = (const uint8_t *)e->arena + (size_t)src->pages[i].page * pb;
+        if ((st = e->be->ops->copy(e->be, to, from, pb)) != PD_OK) {
+            kv_seq_release(e->pool, &kv);
+            kv_seq_deinit(&kv);
+            return st;
+        }
+    }
+    /* the copies carry the source's stamps: stamp them with their own tags */
+    kv_tracker_stamp(e->tracker, &e->tag_io, e->arena, &e->layout, kv.pages, kv.n_pages);
+    kv.n_tokens = n_tokens;
+    *dst = kv;
     return PD_OK;
 }
 

@@ -31,10 +31,10 @@ typedef struct {
     int device, threads;
     pd_wfmt_t wfmt, lm_head_fmt;
     pd_kvfmt_t kvfmt;
-    int page_tokens;         /* default 16 */
-    int64_t kv_budget;       /* bytes of KV pages; 0: enough for max_batch full contexts, capped */
-    int max_batch;           /* running sequences at most */
-    int prefill_chunk;       /* prompt tokens per step at most */
+    int page_tokens;   /* default 16 */
+    int64_t kv_budget; /* bytes of KV pages; 0: enough for max_batch full contexts, capped */
+    int max_batch;     /* running sequences at most */
+    int prefill_chunk; /* prompt tokens per step at most */
     kv_tracker_kind_t tracker;
     bool progress;
     /* When pages run out: false (one process) frees the newest sequence's pages and recomputes
@@ -48,9 +48,9 @@ void engine_params_default(engine_params_t *p);
 
 typedef enum {
     ENGINE_FINISH_NONE = 0,
-    ENGINE_FINISH_STOP,   /* EOS or a stop token */
-    ENGINE_FINISH_LENGTH, /* max_tokens or the context length */
-    ENGINE_FINISH_ABORT,  /* aborted, or failed (status says why) */
+    ENGINE_FINISH_STOP,      /* EOS or a stop token */
+    ENGINE_FINISH_LENGTH,    /* max_tokens or the context length */
+    ENGINE_FINISH_ABORT,     /* aborted, or failed (status says why) */
     ENGINE_FINISH_PREEMPTED, /* evicted for pages (evict_on_preempt), status PD_NO_PAGES */
 } engine_finish_t;
 
@@ -67,7 +67,29 @@ typedef struct {
     bool ignore_eos;
     const int32_t *stop_ids; /* extra stop tokens (copied) */
     int n_stop_ids;
-    int n_generated;  /* tokens of this request generated before (sampler position) */
+    int n_generated; /* tokens of this request generated before (sampler position); they are
+                        the last n_generated of the tokens given, the rest is the prompt */
+    /* logits processing before sampling (vLLM semantics, sampler_logits_process_ref), run by the
+     * backend's logits_process op; all zero: off */
+    float presence_penalty, frequency_penalty; /* OpenAI: -2..2, on generated tokens */
+    float repetition_penalty;                  /* > 0; 0 or 1: off; prompt and generated */
+    const int32_t *bias_ids;                   /* logit_bias: n_bias token ids (copied) ... */
+    const float *bias_vals;                    /* ... and what is added to their logits */
+    int n_bias;
+    int min_tokens; /* EOS (unless ignore_eos) and stop_ids cannot be sampled before this many
+                       tokens of the request (n_generated included) */
+    /* logprobs of each sampled token (engine_token_logprobs) with top_logprobs alternatives */
+    bool logprobs;
+    int top_logprobs; /* 0..SAMPLER_MAX_TOP_LOGPROBS */
+    /* engine_prefill only: first tokens of n_samples samples (0: 1), sample i drawn with seed
+     * sampler_seed_for(sampling.seed, i); prompt_logprobs: the logprob of every prompt token
+     * after the first (logits of every prompt row: the LM head runs over the whole prompt) */
+    int n_samples;
+    bool prompt_logprobs;
+    /* which sample of a request this is (n > 1): it draws with seed
+     * sampler_seed_for(sampling.seed, sample_index); engine_prefill's sample i is sample_index + i
+     */
+    uint32_t sample_index;
 } engine_gen_params_t;
 
 typedef struct engine engine_t;
@@ -97,6 +119,17 @@ pd_status_t engine_seq_add_prefilled(engine_t *e, const int32_t *tokens, int n_t
                                      int n_computed, kv_seq_t *kv, const engine_gen_params_t *gp,
                                      engine_token_fn cb, void *arg, uint64_t *seq_id_p);
 
+/* Inside a token callback (token >= 0): the logprobs of that token (sampler_logprobs: raw
+ * log-softmax and gp->top_logprobs alternatives), or NULL when its sequence did not ask for them
+ * (gp->logprobs false) or outside a callback. */
+const sampler_logprobs_t *engine_token_logprobs(const engine_t *e);
+
+/* Copies the KV of the first n_tokens tokens of src (pages of this engine's pool) into new pages
+ * stamped with their own tags, into *dst (empty on entry; caller releases it): to fork a
+ * prompt's KV for parallel samples (n > 1). PD_NO_PAGES when the pool cannot hold them,
+ * PD_ERR_INVALID when src holds fewer, or the backend's error; *dst stays empty on error. */
+pd_status_t engine_kv_copy(engine_t *e, const kv_seq_t *src, int n_tokens, kv_seq_t *dst);
+
 /* Called by engine_prefill after each chunk with the pages [first, first + n) of kv whose tokens
  * are all written (and at the end with the last, partial page). Returns 0 to go on, nonzero to
  * stop the prefill there (the request was cancelled): engine_prefill then returns
@@ -105,11 +138,15 @@ typedef int (*engine_pages_fn)(void *arg, const kv_seq_t *kv, int first, int n);
 
 /* Runs a prompt through the model in chunks of prefill_chunk tokens (a prefill node's job), keeps
  * its KV in *kv_out (caller releases with kv_seq_release(engine_pool(e), kv)), and samples the
- * first new token into *first_p with gp->sampling (advanced by gp->n_generated draws).
- * PD_NO_PAGES when the pool cannot hold the prompt; nothing stays allocated on error. */
-pd_status_t engine_prefill(engine_t *e, const int32_t *tokens, int n,
-                           const engine_gen_params_t *gp, engine_pages_fn on_pages, void *arg,
-                           int32_t *first_p, kv_seq_t *kv_out);
+ * first new token of each of max(gp->n_samples, 1) samples into first_p[i] with gp->sampling
+ * (seed sampler_seed_for(seed, sample_index + i), advanced by gp->n_generated draws) after the
+ * logits processing of gp. lp_out (NULL: none): with gp->logprobs, lp_out[i] gets sample i's first
+ * token's logprobs; with gp->prompt_logprobs, lp_out[n_samples + j] those of prompt token j + 1
+ * (j < n - 1). PD_NO_PAGES when the pool cannot hold the prompt; nothing stays allocated on
+ * error. */
+pd_status_t engine_prefill(engine_t *e, const int32_t *tokens, int n, const engine_gen_params_t *gp,
+                           engine_pages_fn on_pages, void *arg, int32_t *first_p, kv_seq_t *kv_out,
+                           sampler_logprobs_t *lp_out);
 
 /* The writer's side of a KV transfer: checks the tags of pages [first, first + n) of kv (this
  * engine's pool), converts them into dst_l's format on the backend and copies them to host_out

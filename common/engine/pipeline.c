@@ -37,7 +37,10 @@ pd_status_t pipeline_add(engine_t *p, engine_t *d, const int32_t *prompt, int n,
     kv_seq_init(&dkv);
     if ((st = kv_seq_reserve(engine_pool(d), &dkv, n)) != PD_OK)
         return st;
-    if ((st = engine_prefill(p, prompt, n, gp, NULL, NULL, &first, &pkv)) != PD_OK)
+    engine_gen_params_t pgp = *gp;
+    pgp.n_samples = 1; /* one sample per pipeline_add */
+    pgp.prompt_logprobs = false;
+    if ((st = engine_prefill(p, prompt, n, &pgp, NULL, NULL, &first, &pkv, NULL)) != PD_OK)
         goto out;
     st = pipeline_copy_pages(d, &dkv, p, &pkv, 0, pkv.n_pages);
     kv_seq_release(engine_pool(p), &pkv);

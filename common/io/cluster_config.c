@@ -17,6 +17,7 @@
 static const char *const cluster_config__roles[] = {"prefill", "decode", NULL};
 static const char *const cluster_config__backends[] = {"cpu", "cuda", NULL};
 static const char *const cluster_config__trackers[] = {"tagged", "noop", NULL};
+static const char *const cluster_config__bools[] = {"false", "true", NULL};
 static const char *const cluster_config__prefill_policies[] = {"round_robin", "least_load", NULL};
 static const char *const cluster_config__decode_policies[] = {"least_kv", NULL};
 
@@ -131,6 +132,7 @@ enum {
     NF_THREADS,
     NF_TP,
     NF_BACKEND_OPTIONS,
+    NF_TEMPLATE,
     NF__COUNT
 };
 
@@ -153,6 +155,7 @@ static const cluster_config__field_t cluster_config__node_fields[NF__COUNT] = {
     [NF_THREADS] = NODE_F("threads", F_INT, threads, 0, 4096, NULL, 0),
     [NF_TP] = NODE_F("tp", F_INT, tp, 1, 64, NULL, 0),
     [NF_BACKEND_OPTIONS] = NODE_F("backend_options", F_STR, backend_options, 0, 0, NULL, 0),
+    [NF_TEMPLATE] = NODE_F("template", F_ENUM, template_, 0, 0, cluster_config__bools, 0),
 };
 
 #define ROUTER_F(k, t, member, mn, mx, nm, req)                                                    \
@@ -173,6 +176,11 @@ enum {
     RF_BODY_TIMEOUT,
     RF_MAX_CONNECTIONS,
     RF_MAX_STREAMS,
+    RF_CONTROL,
+    RF_TLS_CERT,
+    RF_TLS_KEY,
+    RF_API_KEYS_FILE,
+    RF_OPS_TOKEN_FILE,
     RF__COUNT
 };
 
@@ -194,15 +202,24 @@ static const cluster_config__field_t cluster_config__router_fields[RF__COUNT] = 
     [RF_BODY_TIMEOUT] = ROUTER_F("body_timeout_ms", F_INT64, body_timeout_ms, 1, 86400000, NULL, 0),
     [RF_MAX_CONNECTIONS] = ROUTER_F("max_connections", F_INT, max_connections, 1, 1 << 20, NULL, 0),
     [RF_MAX_STREAMS] = ROUTER_F("max_streams", F_INT, max_streams, 1, 1 << 20, NULL, 0),
+    [RF_CONTROL] = {"control", F_HOSTPORT, offsetof(cluster_router_t, control_host),
+                    offsetof(cluster_router_t, control_port), CLUSTER_HOST_MAX, 1, 65535, NULL, 0},
+    [RF_TLS_CERT] = ROUTER_F("tls_cert", F_STR, tls_cert, 0, 0, NULL, 0),
+    [RF_TLS_KEY] = ROUTER_F("tls_key", F_STR, tls_key, 0, 0, NULL, 0),
+    [RF_API_KEYS_FILE] = ROUTER_F("api_keys_file", F_STR, api_keys_file, 0, 0, NULL, 0),
+    [RF_OPS_TOKEN_FILE] = ROUTER_F("ops_token_file", F_STR, ops_token_file, 0, 0, NULL, 0),
 };
 
-enum { TF_UCX_TLS = 0, TF_LEASE, TF__COUNT };
+enum { TF_UCX_TLS = 0, TF_LEASE, TF_CLUSTER_TOKEN, TF__COUNT };
 
 static const cluster_config__field_t cluster_config__transport_fields[TF__COUNT] = {
     [TF_UCX_TLS] = {"ucx_tls", F_STR, offsetof(cluster_transport_t, ucx_tls), 0,
                     sizeof(((cluster_transport_t *)0)->ucx_tls), 0, 0, NULL, 0},
     [TF_LEASE] = {"lease_ms", F_INT64, offsetof(cluster_transport_t, lease_ms), 0, 0, 1, 3600000,
                   NULL, 0},
+    [TF_CLUSTER_TOKEN] = {"cluster_token_file", F_STR,
+                          offsetof(cluster_transport_t, cluster_token_file), 0,
+                          sizeof(((cluster_transport_t *)0)->cluster_token_file), 0, 0, NULL, 0},
 };
 
 static int cluster_config__find_field(const cluster_config__field_t *fields, int n, const char *key)
@@ -914,6 +931,38 @@ pd_status_t cluster_config_override(cluster_config_t *cfg, const char *node_name
     return st == PD_OK ? PD_OK : st == PD_ERR_NOMEM ? st : PD_ERR_INVALID;
 }
 
+pd_status_t cluster_config_read_token(const char *path, char *out, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    char line[1024];
+    pd_status_t st = PD_ERR_FORMAT;
+
+    if (!f) {
+        pd_log_error("%s: cannot read the token", path);
+        return PD_ERR_IO;
+    }
+    while (fgets(line, sizeof line, f)) {
+        char *s = line, *e;
+        while (*s == ' ' || *s == '\t')
+            s++;
+        e = s + strcspn(s, "\r\n");
+        while (e > s && (e[-1] == ' ' || e[-1] == '\t'))
+            e--;
+        *e = 0;
+        if (!*s || *s == '#')
+            continue;
+        if (strpbrk(s, " \t") || (size_t)(e - s) >= cap)
+            break;
+        memcpy(out, s, (size_t)(e - s) + 1);
+        st = PD_OK;
+        break;
+    }
+    fclose(f);
+    if (st != PD_OK)
+        pd_log_error("%s: no token (one line, no spaces, under %zu bytes)", path, cap);
+    return st;
+}
+
 void cluster_config_destroy(cluster_config_t *cfg)
 {
     if (!cfg)
@@ -929,6 +978,7 @@ pd_status_t cluster_config_load_args(const pd_args_t *args, const char *tag,
     pd_status_t st;
 
     pd_log_set_tag(args->node ? args->node : tag);
+    pd_log_set_json(args->log_json);
     if (args->have_log_level)
         pd_log_set_level(args->log_level);
     if ((st = cluster_config_load(args->config, &cfg)) != PD_OK)

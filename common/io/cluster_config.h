@@ -57,6 +57,8 @@ typedef struct {
     int tp;      /* tensor-parallel degree */
     /* "key=value,..." for backend_set_options (CUDA: kernels/backend_cuda.h) */
     char backend_options[CLUSTER_BACKEND_OPTIONS_MAX];
+    int template_; /* "template: true": settings for nodes that join (--join, --join-name: the
+                      replicas of a Kubernetes Deployment); the router does not use the entry */
 } cluster_node_t;
 
 typedef struct {
@@ -74,11 +76,25 @@ typedef struct {
     int64_t body_timeout_ms;   /* HTTP body; gRPC: the whole request (30 s) */
     int max_connections;       /* per listener (1024, capped by RLIMIT_NOFILE) */
     int max_streams;           /* gRPC concurrent streams per connection (100) */
+    /* with TLS: where the plaintext gRPC server listens for the cluster's own clients (nodes'
+     * --join, pdctl drain / nodes), e.g. an internal address; unset: 127.0.0.1, ephemeral */
+    char control_host[CLUSTER_HOST_MAX];
+    int control_port;
+    /* TLS on both public listeners when both are set (PEM files; tls_proxy.h) */
+    char tls_cert[CLUSTER_PATH_MAX];
+    char tls_key[CLUSTER_PATH_MAX];
+    /* credentials (router_auth.h): API keys for Inference and /v1 (one per line), the ops token
+     * for pdserve.v1.Cluster and /metrics; "" : that part is open */
+    char api_keys_file[CLUSTER_PATH_MAX];
+    char ops_token_file[CLUSTER_PATH_MAX];
 } cluster_router_t;
 
 typedef struct {
     char ucx_tls[CLUSTER_HOST_MAX]; /* exported as UCX_TLS when not empty */
     int64_t lease_ms;               /* how long a reserved page may wait for its writer */
+    /* the cluster token (its first line): the router sends it to the nodes' control ports
+     * ("authorization: Bearer TOKEN"), which refuse every other method call; "" : open */
+    char cluster_token_file[CLUSTER_PATH_MAX];
 } cluster_transport_t;
 
 typedef struct {
@@ -116,6 +132,10 @@ pd_status_t cluster_config_override(cluster_config_t *cfg, const char *node_name
                                     const char *value);
 
 /* Releases cfg; NULL is accepted. */
+/* Reads a token file: its first non-empty line, trimmed, into out (cap bytes). PD_ERR_IO
+ * (unreadable), PD_ERR_FORMAT (empty, spaces inside, longer than cap - 1); logged with path. */
+pd_status_t cluster_config_read_token(const char *path, char *out, size_t cap);
+
 void cluster_config_destroy(cluster_config_t *cfg);
 
 /* Spellings used in the file ("prefill", "int4", "least_kv", ...); "?" for out-of-range values. */

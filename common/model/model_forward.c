@@ -280,9 +280,14 @@ static pd_status_t ctx__enqueue(model_ctx_t *c, void *arena, const kv_layout_t *
             o->rmsnorm(be, c->q, c->q, L->q_norm, n * H, D, eps);
             o->rmsnorm(be, c->k, c->k, L->k_norm, n * KVH, D, eps);
         }
-        o->rope(be, c->q, c->d_pos, m->inv_freq, n, H, D);
-        o->rope(be, c->k, c->d_pos, m->inv_freq, n, KVH, D);
-        o->kv_write(be, arena, l, li, c->k, c->v, c->d_slots, n);
+        if (o->rope_kv_write) {
+            o->rope_kv_write(be, c->q, c->k, c->v, c->d_pos, m->inv_freq, n, H, arena, l, li,
+                             c->d_slots);
+        } else {
+            o->rope(be, c->q, c->d_pos, m->inv_freq, n, H, D);
+            o->rope(be, c->k, c->d_pos, m->inv_freq, n, KVH, D);
+            o->kv_write(be, arena, l, li, c->k, c->v, c->d_slots, n);
+        }
         o->attention(be, c->attn, c->q, arena, l, li, ab, H);
         o->matmul(be, c->tmp, c->attn, &L->o, n);
         if ((st = fwd__all_reduce(c, c->tmp, (size_t)n * d)) != PD_OK)

@@ -45,6 +45,8 @@ struct pd_http_server {
     int destroyed;
     pd_http__route_t *routes;
     size_t n_routes;
+    pd_http_auth_fn auth; /* checked before every route (pd_http_server_set_auth) */
+    void *auth_arg;
     pd_http__conn_t *conns; /* open handles */
     conn_limit_t limit;
     uv_timer_t sweep; /* checks the connections' timeouts; unreferenced */
@@ -756,6 +758,15 @@ static void pd_http__dispatch(pd_http__conn_t *c)
         if (!best || rt->plen > best->plen)
             best = rt;
     }
+    if (best && c->srv->auth) {
+        const char *why = NULL;
+        int status = c->srv->auth(r, c->srv->auth_arg, &why);
+        if (status) {
+            pd_http__respond_error_status(r, status, status == 401 ? "unauthorized" : "forbidden",
+                                          why ? why : "missing or invalid credentials");
+            return;
+        }
+    }
     if (best) {
         best->fn(r, best->user);
         return;
@@ -976,6 +987,12 @@ static void pd_http__on_sweep_closed(uv_handle_t *h)
     pd_http_server_t *srv = h->data;
     srv->sweep_open = 0;
     pd_http__server_maybe_free(srv);
+}
+
+void pd_http_server_set_auth(pd_http_server_t *srv, pd_http_auth_fn fn, void *arg)
+{
+    srv->auth = fn;
+    srv->auth_arg = arg;
 }
 
 void pd_http_server_stats(const pd_http_server_t *srv, pd_http_server_stats_t *stats_p)

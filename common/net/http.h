@@ -89,6 +89,14 @@ pd_status_t pd_http_server_route(pd_http_server_t *srv, const char *method, cons
 pd_status_t pd_http_server_listen(pd_http_server_t *srv, const char *host, int port,
                                   int *bound_port_p);
 
+/* Credentials check, run for every request that matches a route, before its handler: returns 0
+ * to let it through, or 401 / 403 to answer that (JSON error with *why_p, or a generic message)
+ * without calling the handler. Headers are readable (pd_http_request_header). */
+typedef int (*pd_http_auth_fn)(const pd_http_request_t *req, void *arg, const char **why_p);
+
+/* Sets (fn NULL: removes) the server's credentials check. */
+void pd_http_server_set_auth(pd_http_server_t *srv, pd_http_auth_fn fn, void *arg);
+
 /* Writes the server's counters. */
 void pd_http_server_stats(const pd_http_server_t *srv, pd_http_server_stats_t *stats_p);
 

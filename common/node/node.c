@@ -17,7 +17,9 @@
 #include "metrics.h"
 #include "kv_tracker.h"
 #include "kv_transport.h"
+#include "grpc_wire.h"
 #include "log.h"
+#include "notify.h"
 
 _Static_assert(NODE_KV_DONE_MAX <= KV_TRANSPORT_AM_HEADER_MAX, "a KvDone fits a transport header");
 
@@ -59,6 +61,27 @@ void node_stats_publish(node_stats_t *s, engine_t *e, uint32_t queued)
     s->pages_total = (uint32_t)kv_pool_n_pages(pool);
     s->pages_used = (uint32_t)kv_pool_used_pages(pool);
     s->integrity_failures = engine_tracker(e)->failures;
+    /* the tracker also counts the decode node's checksum failures (they fail a sequence too) */
+    s->integrity[NODE_INTEGRITY_TAG] =
+        s->integrity_failures > s->integrity[NODE_INTEGRITY_CHECKSUM]
+            ? s->integrity_failures - s->integrity[NODE_INTEGRITY_CHECKSUM]
+            : 0;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void node_stats_integrity(node_stats_t *s, node_integrity_t kind)
+{
+    pthread_mutex_lock(&s->mu);
+    s->integrity[kind]++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void node_stats_kv_transfer(node_stats_t *s, uint64_t bytes, double seconds)
+{
+    pthread_mutex_lock(&s->mu);
+    s->kv_transfers++;
+    s->kv_bytes += bytes;
+    s->kv_seconds += seconds > 0 ? seconds : 0;
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -77,6 +100,80 @@ void node_stats_fill(node_stats_t *s, const cluster_node_t *node, Pdserve__V1__N
     m->role = (char *)cluster_config_role_str(node->role);
     m->weights = (char *)pd_wfmt_name(node->weights);
     m->kv = (char *)pd_kvfmt_name(node->kv);
+}
+
+/* The process's cluster token (node_cluster_token_load), "" when the ports are open. */
+static char node__token[256];
+
+pd_status_t node_cluster_token_load(const cluster_config_t *cfg)
+{
+    node__token[0] = 0;
+    if (!cfg->transport.cluster_token_file[0])
+        return PD_OK;
+    return cluster_config_read_token(cfg->transport.cluster_token_file, node__token,
+                                     sizeof node__token);
+}
+
+/* Every method but grpc.health.v1 wants "authorization: Bearer TOKEN". */
+static int node__auth(const pd_grpc_call_t *call, const char *path, void *arg, const char **why_p)
+{
+    const char *v = pd_grpc_call_metadata(call, "authorization");
+    (void)arg;
+    if (strncmp(path, "/grpc.health.v1.", 16) == 0)
+        return 0;
+    if (v && strncmp(v, "Bearer ", 7) == 0) {
+        const char *t = v + 7;
+        size_t lt = strlen(t), lk = strlen(node__token), n = lt > lk ? lt : lk;
+        unsigned diff = (unsigned)(lt ^ lk);
+        for (size_t i = 0; i < n; i++) /* constant time */
+            diff |= (unsigned)((i < lt ? (unsigned char)t[i] : 0) ^
+                               (i < lk ? (unsigned char)node__token[i] : 0));
+        if (!diff)
+            return 0;
+    }
+    pd_log_warn("%s: refused: %s cluster token", path, v ? "wrong" : "no");
+    *why_p = "this node wants the cluster token (authorization: Bearer TOKEN)";
+    return PD_GRPC_UNAUTHENTICATED;
+}
+
+pd_status_t node_serve(uv_loop_t *loop, const cluster_node_t *node,
+                       const ProtobufCServiceDescriptor *desc, const pd_grpc_method_fn *handlers,
+                       void *user, pd_grpc_server_t **srv_p, pd_grpc_health_t **health_p,
+                       int *port_p)
+{
+    pd_grpc_server_t *srv = NULL;
+    pd_grpc_health_t *health = NULL;
+    pd_status_t st;
+
+    if ((st = pd_grpc_server_create(loop, NULL, &srv)) != PD_OK)
+        return st;
+    if ((st = pd_grpc_server_add_service(srv, desc, handlers, user)) != PD_OK ||
+        (st = pd_grpc_health_create(srv, &health)) != PD_OK)
+        goto err;
+    node_set_serving(health, desc, 0);
+    if (node__token[0])
+        pd_grpc_server_set_auth(srv, node__auth, NULL);
+    if ((st = pd_grpc_server_listen(srv, node->host, node->port, port_p)) != PD_OK)
+        goto err;
+    *srv_p = srv;
+    *health_p = health;
+    return PD_OK;
+err:
+    pd_grpc_server_destroy(srv);
+    pd_grpc_health_destroy(health);
+    return st;
+}
+
+void node_set_serving(pd_grpc_health_t *health, const ProtobufCServiceDescriptor *desc, int serving)
+{
+    int v = serving ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
+                    : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
+    pd_grpc_health_set(health, "", v);
+    pd_grpc_health_set(health, desc->name, v);
+    if (serving) /* systemd Type=notify: READY=1 the first time */
+        pd_notify_ready("serving");
+    else
+        pd_notify_status("not serving");
 }
 
 /* ==== KV done ==== */
@@ -277,6 +374,27 @@ static void node_http__metrics(pd_http_request_t *req, void *user)
     metrics_counter_put_total(h->metrics, "pdserve_node_integrity_failures_total",
                               "sequences failed by the kv integrity checks (tags, checksums)",
                               labels, st.integrity_failures);
+    static const char *const kinds[NODE_INTEGRITY__COUNT] = {"tag", "checksum", "token", "size"};
+    for (int k = 0; k < NODE_INTEGRITY__COUNT; k++) {
+        const char *kl[] = {"node", h->node->name, "role", cluster_config_role_str(h->node->role),
+                            "kind", kinds[k],      NULL};
+        metrics_counter_put_total(h->metrics, "pdserve_node_kv_integrity_failures_total",
+                                  "kv integrity failures by kind: page tag check, KV-done "
+                                  "checksum, reservation token, KV-done size",
+                                  kl, st.integrity[k]);
+    }
+    metrics_counter_put_total(h->metrics, "pdserve_node_kv_transfers_total",
+                              "kv transfers completed (prefill: sent, decode: accepted)", labels,
+                              st.kv_transfers);
+    metrics_counter_put_total(h->metrics, "pdserve_node_kv_transfer_bytes_total",
+                              "kv page bytes of the completed transfers", labels, st.kv_bytes);
+    metrics_counter_t *secs;
+    if (metrics_counter_register(h->metrics, "pdserve_node_kv_transfer_seconds_total",
+                                 "seconds the completed kv transfers took (prefill: first put to "
+                                 "KV-done sent; decode: reservation to KV-done accepted)",
+                                 labels, &secs) == PD_OK &&
+        st.kv_seconds > metrics_counter_value(secs))
+        metrics_counter_add(secs, st.kv_seconds - metrics_counter_value(secs));
     metrics_counter_put_total(h->metrics, "pdserve_node_tokens_total", "tokens processed", labels,
                               st.tokens);
     metrics_counter_put_total(h->metrics, "pdserve_node_requests_total", "requests served", labels,

@@ -19,6 +19,17 @@
 void node_engine_params(const cluster_config_t *cfg, const cluster_node_t *node,
                         engine_params_t *p);
 
+/* Kinds of KV integrity failure (pdserve_node_kv_integrity_failures_total{kind}): a page's tag
+ * check before attention, the KV-done checksum over what landed, a KV-done presenting another
+ * reservation's token, a KV-done whose tokens / pages differ from what was reserved. */
+typedef enum {
+    NODE_INTEGRITY_TAG = 0,
+    NODE_INTEGRITY_CHECKSUM,
+    NODE_INTEGRITY_TOKEN,
+    NODE_INTEGRITY_SIZE,
+    NODE_INTEGRITY__COUNT
+} node_integrity_t;
+
 /* Counters published by the compute thread, read by the loop thread. */
 typedef struct {
     pthread_mutex_t mu;
@@ -28,7 +39,18 @@ typedef struct {
      * /health, and pages written per path (prefill; indexed by kv_path_t) for /metrics */
     char kv_path[16];
     uint64_t kv_pages_by_path[KV_PATH_COUNT];
+    /* integrity failures by kind; TAG is derived at publish (tracker failures less CHECKSUM) */
+    uint64_t integrity[NODE_INTEGRITY__COUNT];
+    /* KV transfers that completed: prefill side, first put to the KV-done sent; decode side,
+     * reservation to the KV-done accepted (node_stats_kv_transfer) */
+    uint64_t kv_transfers, kv_bytes;
+    double kv_seconds;
 } node_stats_t;
+
+/* Any thread: counts one integrity failure of kind. */
+void node_stats_integrity(node_stats_t *s, node_integrity_t kind);
+/* Any thread: counts one completed KV transfer of bytes that took seconds. */
+void node_stats_kv_transfer(node_stats_t *s, uint64_t bytes, double seconds);
 
 void node_stats_init(node_stats_t *s);
 void node_stats_deinit(node_stats_t *s);
@@ -79,6 +101,25 @@ pd_status_t node_kv_done_pack(const node_kv_done_t *m, uint8_t *buf, size_t cap,
  * longer than NODE_KV_DONE_MAX or out of range; *m_p is written only on success. buf may be NULL
  * when len is 0. */
 pd_status_t node_kv_done_unpack(const void *buf, size_t len, const char *who, node_kv_done_t *m_p);
+
+/* Reads cfg's transport.cluster_token_file (none: PD_OK, the control port stays open) for
+ * node_serve: then every method but grpc.health.v1 wants "authorization: Bearer TOKEN" (the
+ * router sends it; a stray client gets UNAUTHENTICATED, logged). One token per process; main()
+ * calls it before the node is created. PD_ERR_IO / PD_ERR_FORMAT (logged). */
+pd_status_t node_cluster_token_load(const cluster_config_t *cfg);
+
+/* Starts a node's control server on node->host:port: the service desc with handlers (user as
+ * their argument) and grpc.health.v1.Health, NOT_SERVING for "" and desc's full name until
+ * node_set_serving(). On error nothing is left running. PD_ERR_IO (port), PD_ERR_NOMEM. */
+pd_status_t node_serve(uv_loop_t *loop, const cluster_node_t *node,
+                       const ProtobufCServiceDescriptor *desc, const pd_grpc_method_fn *handlers,
+                       void *user, pd_grpc_server_t **srv_p, pd_grpc_health_t **health_p,
+                       int *port_p);
+
+/* Marks the node (and desc's service) SERVING or NOT_SERVING in its health service (and tells
+ * systemd: READY=1 the first time it serves, STATUS= after; notify.h). */
+void node_set_serving(pd_grpc_health_t *health, const ProtobufCServiceDescriptor *desc,
+                      int serving);
 
 /* The node's ops endpoint on node->http_port (0: none): GET /live (the process answers),
  * /ready and /health (200 while health says SERVING, else 503; JSON with the node's counters),

@@ -2,15 +2,11 @@
 
 #include <string.h>
 
-#include "health.pb-c.h"
 #include "log.h"
 
 static void node_control__set_serving(node_control_t *nc, int serving)
 {
-    int v = serving ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
-                    : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
-    pd_grpc_health_set(nc->health, "", v);
-    pd_grpc_health_set(nc->health, nc->desc->name, v);
+    node_set_serving(nc->health, nc->desc, serving);
 }
 
 pd_status_t node_control_init(node_control_t *nc, uv_loop_t *loop, const cluster_config_t *cfg,
@@ -36,12 +32,8 @@ pd_status_t node_control_init(node_control_t *nc, uv_loop_t *loop, const cluster
             return st;
         nc->own_tr = 1;
     }
-    if ((st = pd_grpc_server_create(loop, NULL, &nc->srv)) != PD_OK ||
-        (st = pd_grpc_server_add_service(nc->srv, desc, handlers, user)) != PD_OK ||
-        (st = pd_grpc_health_create(nc->srv, &nc->health)) != PD_OK)
-        return st;
-    node_control__set_serving(nc, 0);
-    if ((st = pd_grpc_server_listen(nc->srv, node->host, node->port, &nc->port)) != PD_OK)
+    if ((st = node_serve(loop, node, desc, handlers, user, &nc->srv, &nc->health, &nc->port)) !=
+        PD_OK)
         return st;
     return node_http_create(loop, node, nc->health, nc->srv, &nc->stats, &nc->http);
 }

@@ -7,16 +7,20 @@
 #include "args.h"
 #include "drain.h"
 #include "log.h"
+#include "node.h"
+#include "node_join.h"
 
 /* drain callbacks: the node is set once it exists (a signal while it starts stops at once) */
 typedef struct {
     const node_main_ops_t *ops;
     void *node;
+    node_join_t *join; /* --join: registered with a router */
 } node_main__t;
 
 static void node_main__drain(void *arg)
 {
     node_main__t *m = arg;
+    node_join_leave(m->join); /* the router sends no more work, then the node drains */
     m->ops->drain(m->node);
 }
 
@@ -55,6 +59,8 @@ int node_main(int argc, char **argv, const node_main_ops_t *ops)
     }
     if (cfg->transport.ucx_tls[0])
         setenv("UCX_TLS", cfg->transport.ucx_tls, 0);
+    if (node_cluster_token_load(cfg) != PD_OK) /* logged */
+        goto out;
     uv_loop_init(&loop);
     if (ops->create(&loop, cfg, node, &n) != PD_OK) {
         pd_log_error("%s: cannot start", args.node);
@@ -62,8 +68,15 @@ int node_main(int argc, char **argv, const node_main_ops_t *ops)
         goto out;
     }
     m.node = n;
+    if (args.join && node_join_create(&loop, args.join, node, args.join_name, &m.join) != PD_OK) {
+        ops->destroy(n);
+        uv_run(&loop, UV_RUN_DEFAULT);
+        (void)uv_loop_close(&loop);
+        goto out;
+    }
     if (pd_drain_init(&drain, &loop, cfg->router.request_timeout_ms, node_main__drain,
                       node_main__busy, &m) != PD_OK) {
+        node_join_destroy(m.join);
         ops->destroy(n);
         uv_run(&loop, UV_RUN_DEFAULT);
         (void)uv_loop_close(&loop);
@@ -72,6 +85,7 @@ int node_main(int argc, char **argv, const node_main_ops_t *ops)
     uv_run(&loop, UV_RUN_DEFAULT);
     rc = ops->failed(n) ? 1 : 0;
     pd_drain_deinit(&drain);
+    node_join_destroy(m.join); /* a DeregisterNode in flight finishes in the run below */
     ops->destroy(n);
     uv_run(&loop, UV_RUN_DEFAULT); /* let closing handles and draining calls finish */
     if (uv_loop_close(&loop) != 0)

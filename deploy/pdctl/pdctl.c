@@ -15,7 +15,8 @@ static const pdctl_cmd_t pdctl_cmds[] = {
     {"generate", pdctl_generate,
      "generate --model DIR --prompt TEXT --max-tokens N [--temperature T --top-p P --top-k K "
      "--seed S] [--weights bf16|fp8|int4] [--kv bf16|fp8] [--prefill-weights W --prefill-kv K] "
-     "[--json] [--logits-out FILE]"},
+     "[--presence-penalty F --frequency-penalty F --repetition-penalty F --logit-bias ID=BIAS "
+     "--min-tokens N --stop-token-id ID --logprobs N] [--n N] [--json] [--logits-out FILE]"},
     {"ppl", pdctl_ppl,
      "ppl --model DIR --text-file F [--window 512] [--weights bf16|fp8|int4] [--kv bf16|fp8]"},
     {"quantize", pdctl_quantize,
@@ -38,6 +39,12 @@ static const pdctl_cmd_t pdctl_cmds[] = {
      "generate --router HOST:PORT --prompt TEXT --max-tokens N [--temperature T --top-p P "
      "--top-k K --seed S --stop STR ... --ignore-eos] [--json] [--timeout-ms N]"},
     {"models", pdctl_models, "models --router HOST:PORT [--timeout-ms N]"},
+    {"nodes", pdctl_nodes,
+     "nodes --router HOST:PORT | --config FILE [--json] (the router's nodes and their state)"},
+    {"drain", pdctl_drain,
+     "drain NODE --router HOST:PORT | --config FILE [--wait-s N] [--json] (no new work to NODE; "
+     "waits until its running requests are done: state drained)"},
+    {"undrain", pdctl_undrain, "undrain NODE --router HOST:PORT | --config FILE [--json]"},
 };
 
 static void pdctl_usage(FILE *f)

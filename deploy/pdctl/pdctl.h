@@ -19,6 +19,13 @@ int pdctl_up(int argc, char **argv);
 int pdctl_down(int argc, char **argv);
 int pdctl_health(int argc, char **argv);
 int pdctl_models(int argc, char **argv);
+/* pdctl_members.c: the router's pdserve.v1.Cluster service */
+int pdctl_nodes(int argc, char **argv);
+int pdctl_drain(int argc, char **argv);
+int pdctl_undrain(int argc, char **argv);
+/* "Bearer TOKEN" from $var or the token file $var_FILE (cluster_config_read_token); "" when
+ * neither is set. */
+void pdctl_bearer(const char *var, char *out, size_t cap);
 /* pdctl generate --router HOST:PORT ...: pdctl_generate hands over to it when --router is given. */
 int pdctl_generate_router(int argc, char **argv);
 

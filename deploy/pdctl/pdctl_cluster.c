@@ -117,6 +117,9 @@ static void pdctl__rpc_run(pdctl_rpc_t *rpcs, size_t n)
     uv_loop_t loop;
     pd_grpc_client_t **cl = calloc(n ? n : 1, sizeof *cl);
     size_t pending = 0;
+    char bearer[520];
+
+    pdctl_bearer("PDSERVE_CLUSTER_TOKEN", bearer, sizeof bearer);
 
     PD_ASSERT(cl && uv_loop_init(&loop) == 0);
     for (size_t i = 0; i < n; i++) {
@@ -124,9 +127,12 @@ static void pdctl__rpc_run(pdctl_rpc_t *rpcs, size_t n)
         if (r->done)
             continue; /* skipped by the caller */
         pd_status_t st = pd_grpc_client_create(&loop, r->host, r->port, &cl[i]);
+        pd_grpc_client_call_t *call = NULL;
         if (st == PD_OK)
-            st = pd_grpc_client_unary(cl[i], r->path, r->req, r->desc, r->timeout_ms, pdctl__rpc_done,
-                                   r, NULL);
+            st = pd_grpc_client_unary(cl[i], r->path, r->req, r->desc, r->timeout_ms,
+                                      pdctl__rpc_done, r, &call);
+        if (st == PD_OK && bearer[0]) /* the nodes' cluster token (their Stats want it) */
+            (void)pd_grpc_client_call_add_metadata(call, "authorization", bearer);
         if (st != PD_OK) {
             r->done = 1;
             r->code = PD_GRPC_INTERNAL;
@@ -439,6 +445,8 @@ int pdctl_health(int argc, char **argv)
     if (config) {
         if (cluster_config_load(config, &cfg) != PD_OK)
             return 2; /* logged with file:line:col */
+        if (cfg->transport.cluster_token_file[0]) /* for the nodes' Stats */
+            setenv("PDSERVE_CLUSTER_TOKEN_FILE", cfg->transport.cluster_token_file, 0);
         ts = pdctl__targets_of(cfg, &n);
         cluster_config_destroy(cfg);
     } else {
@@ -963,7 +971,8 @@ static void pdctl__gen_msg(void *arg, ProtobufCMessage *m)
         g->ids = ni;
         g->cap_ids = cap;
     }
-    memcpy(g->ids + g->n_ids, r->token_ids, r->n_token_ids * sizeof *g->ids);
+    if (r->n_token_ids) /* the last message may have none: token_ids is NULL then */
+        memcpy(g->ids + g->n_ids, r->token_ids, r->n_token_ids * sizeof *g->ids);
     g->n_ids += r->n_token_ids;
     if (r->text && *r->text) {
         size_t l = strlen(r->text);
@@ -1130,6 +1139,10 @@ int pdctl_generate_router(int argc, char **argv)
         uv_close((uv_handle_t *)&g.sig, NULL);
         goto out;
     }
+    char bearer[520]; /* the router's API key, when it wants one */
+    pdctl_bearer("PDSERVE_API_KEY", bearer, sizeof bearer);
+    if (bearer[0])
+        (void)pd_grpc_client_call_add_metadata(g.call, "authorization", bearer);
     while (!g.done)
         uv_run(&loop, UV_RUN_ONCE);
     if (!g.json && g.n_text)

@@ -191,7 +191,11 @@ typedef struct {
     int n_out, cap;
     engine_finish_t finish;
     pd_status_t status;
+    engine_t **e_lp;        /* --logprobs: the engine whose token logprobs are kept */
+    sampler_logprobs_t *lp; /* (cap) */
 } gen_state_t;
+
+#define PDCTL_MAX_IDS 64
 
 static void pdctl__on_token(void *arg, uint64_t seq_id, int32_t token, engine_finish_t finish,
                             pd_status_t status)
@@ -207,6 +211,15 @@ static void pdctl__on_token(void *arg, uint64_t seq_id, int32_t token, engine_fi
         g->cap = g->cap ? 2 * g->cap : 64;
         g->out = realloc(g->out, (size_t)g->cap * sizeof *g->out);
         PD_ASSERT(g->out);
+    }
+    if (g->e_lp) {
+        const sampler_logprobs_t *lp = engine_token_logprobs(*g->e_lp);
+        g->lp = realloc(g->lp, (size_t)g->cap * sizeof *g->lp);
+        PD_ASSERT(g->lp);
+        if (lp)
+            g->lp[g->n_out] = *lp;
+        else /* the first token of the two-engine pipeline is the prefill engine's */
+            memset(&g->lp[g->n_out], 0, sizeof *g->lp);
     }
     g->out[g->n_out++] = token;
     if (g->print) {
@@ -232,10 +245,110 @@ static int pdctl__write_floats(const char *path, const float *v, size_t n)
     return fclose(f) == 0 ? 0 : -1;
 }
 
+/* n samples of one prompt as the cluster runs them: one prefill (on pe, else on e) samples every
+ * first token; each sample decodes on e from a copy of the prompt's KV, the last from the KV
+ * itself. Prints {"input_ids", "samples": [{"output_ids", "text", "finish_reason"}]} (json) or
+ * each sample's text on a line. Returns 0 or 1. */
+static int pdctl__generate_n(engine_t *pe, engine_t *e, tokenizer_t *tok, const int32_t *ids,
+                             int n_ids, const engine_gen_params_t *gp, int n, bool json)
+{
+    const hf_config_t *cfg = &engine_model(e)->cfg;
+    engine_gen_params_t pgp = *gp;
+    int32_t *first = calloc((size_t)n, sizeof *first),
+            *toks = malloc(((size_t)n_ids + 1) * sizeof *toks);
+    gen_state_t *gs = calloc((size_t)n, sizeof *gs);
+    kv_seq_t kv, dkv;
+    int rc = 1;
+    uint64_t id;
+
+    kv_seq_init(&dkv);
+    if (!first || !toks || !gs)
+        goto out;
+    pgp.n_samples = n;
+    pgp.logprobs = false;
+    if (engine_prefill(pe ? pe : e, ids, n_ids, &pgp, NULL, NULL, first, &kv, NULL) != PD_OK)
+        goto out;
+    if (pe) { /* the prefill engine's KV converted into e's pool, as a decode node receives it */
+        pd_status_t st = kv_seq_reserve(engine_pool(e), &dkv, n_ids);
+        if (st == PD_OK)
+            st = pipeline_copy_pages(e, &dkv, pe, &kv, 0, kv.n_pages);
+        kv_seq_release(engine_pool(pe), &kv);
+        kv_seq_deinit(&kv);
+        if (st != PD_OK)
+            goto out;
+    } else {
+        dkv = kv;
+    }
+    dkv.n_tokens = n_ids;
+    memcpy(toks, ids, (size_t)n_ids * sizeof *toks);
+    for (int i = 0; i < n; i++) {
+        gen_state_t *g = &gs[i];
+        pdctl__on_token(g, 0, first[i], ENGINE_FINISH_NONE, PD_OK);
+        bool stop = hf_config_is_stop(cfg, first[i], gp->ignore_eos, gp->stop_ids, gp->n_stop_ids);
+        if (stop || gp->max_tokens <= 1) {
+            g->finish = stop ? ENGINE_FINISH_STOP : ENGINE_FINISH_LENGTH;
+            continue;
+        }
+        kv_seq_t use;
+        kv_seq_init(&use);
+        if (i < n - 1 && engine_kv_copy(e, &dkv, n_ids, &use) != PD_OK)
+            goto out;
+        engine_gen_params_t g1 = *gp;
+        g1.max_tokens = gp->max_tokens - 1;
+        g1.n_generated = 1;
+        g1.sample_index = (uint32_t)i;
+        toks[n_ids] = first[i];
+        pd_status_t st = engine_seq_add_prefilled(
+            e, toks, n_ids + 1, n_ids, i < n - 1 ? &use : &dkv, &g1, pdctl__on_token, g, &id);
+        kv_seq_release(engine_pool(e), &use);
+        kv_seq_deinit(&use);
+        if (st != PD_OK)
+            goto out;
+    }
+    if (engine_run(e) != PD_OK)
+        goto out;
+    json_t *samples = json_array(), *in = json_array();
+    for (int i = 0; i < n_ids; i++)
+        json_array_append_new(in, json_integer(ids[i]));
+    for (int i = 0; i < n; i++) {
+        char *text = NULL;
+        size_t len = 0;
+        json_t *o = json_array();
+        for (int k = 0; k < gs[i].n_out; k++)
+            json_array_append_new(o, json_integer(gs[i].out[k]));
+        (void)tokenizer_decode(tok, gs[i].out, (size_t)gs[i].n_out, true, &text, &len);
+        if (!json)
+            printf("%.*s\n", (int)len, text ? text : "");
+        json_array_append_new(samples,
+                              json_pack("{s:o,s:s%,s:s}", "output_ids", o, "text", text ? text : "",
+                                        len, "finish_reason", engine_finish_str(gs[i].finish)));
+        free(text);
+    }
+    json_t *doc = json_pack("{s:o,s:o}", "input_ids", in, "samples", samples);
+    if (json) {
+        char *txt = json_dumps(doc, JSON_COMPACT);
+        printf("%s\n", txt);
+        free(txt);
+    }
+    json_decref(doc);
+    rc = 0;
+out:
+    kv_seq_release(engine_pool(e), &dkv);
+    kv_seq_deinit(&dkv);
+    for (int i = 0; gs && i < n; i++) {
+        free(gs[i].out);
+        free(gs[i].lp);
+    }
+    free(gs);
+    free(first);
+    free(toks);
+    return rc;
+}
+
 int pdctl_generate(int argc, char **argv)
 {
     pdctl_model_opts_t mo;
-    engine_gen_params_t gp = {{0.0f, 0, 1.0f, 0}, 16, false, NULL, 0, 0};
+    engine_gen_params_t gp = {.sampling = {0.0f, 0, 1.0f, 0}, .max_tokens = 16};
     const char *prompt = NULL, *logits_out = NULL, *pre_w = NULL, *pre_kv = NULL;
     engine_t *pe = NULL;
     bool json = false;
@@ -247,6 +360,9 @@ int pdctl_generate(int argc, char **argv)
     uint64_t seq;
     gen_state_t g = {0};
     float *logits = NULL;
+    int32_t bias_ids[PDCTL_MAX_IDS], stop_ids[PDCTL_MAX_IDS];
+    float bias_vals[PDCTL_MAX_IDS];
+    int n_bias = 0, n_stop = 0, n_samples = 1;
 
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--router") == 0)
@@ -286,7 +402,37 @@ int pdctl_generate(int argc, char **argv)
                 return 2;
         } else if (strcmp(a, "--seed") == 0)
             gp.sampling.seed = strtoull(v, NULL, 10);
-        else if (strcmp(a, "--logits-out") == 0)
+        else if (strcmp(a, "--presence-penalty") == 0)
+            gp.presence_penalty = strtof(v, NULL);
+        else if (strcmp(a, "--frequency-penalty") == 0)
+            gp.frequency_penalty = strtof(v, NULL);
+        else if (strcmp(a, "--repetition-penalty") == 0)
+            gp.repetition_penalty = strtof(v, NULL);
+        else if (strcmp(a, "--min-tokens") == 0) {
+            if (pdctl__int(a, v, 0, &gp.min_tokens) < 0)
+                return 2;
+        } else if (strcmp(a, "--logit-bias") == 0) { /* ID=BIAS, repeatable */
+            char *end;
+            long id = strtol(v, &end, 10);
+            if (*end != '=' || n_bias == PDCTL_MAX_IDS) {
+                fprintf(stderr, "pdctl generate: --logit-bias ID=BIAS (at most %d)\n",
+                        PDCTL_MAX_IDS);
+                return 2;
+            }
+            bias_ids[n_bias] = (int32_t)id;
+            bias_vals[n_bias++] = strtof(end + 1, NULL);
+        } else if (strcmp(a, "--stop-token-id") == 0) { /* repeatable */
+            if (n_stop == PDCTL_MAX_IDS || pdctl__int(a, v, 0, &stop_ids[n_stop]) < 0)
+                return 2;
+            n_stop++;
+        } else if (strcmp(a, "--n") == 0) { /* parallel samples sharing one prefill */
+            if (pdctl__int(a, v, 1, &n_samples) < 0)
+                return 2;
+        } else if (strcmp(a, "--logprobs") == 0) { /* N alternatives (0..20), in --json */
+            if (pdctl__int(a, v, 0, &gp.top_logprobs) < 0)
+                return 2;
+            gp.logprobs = true;
+        } else if (strcmp(a, "--logits-out") == 0)
             logits_out = v;
         else if (strcmp(a, "--prefill-weights") == 0)
             pre_w = v;
@@ -299,6 +445,12 @@ int pdctl_generate(int argc, char **argv)
     }
     if (pdctl_model_opts_finish(&mo) != 0)
         return 2;
+    gp.bias_ids = bias_ids;
+    gp.bias_vals = bias_vals;
+    gp.n_bias = n_bias;
+    gp.stop_ids = stop_ids;
+    gp.n_stop_ids = n_stop;
+    g.e_lp = gp.logprobs ? &e : NULL;
     if (!prompt) {
         fprintf(stderr, "pdctl generate: --prompt TEXT is required\n");
         return 2;
@@ -318,8 +470,9 @@ int pdctl_generate(int argc, char **argv)
         double nll;
         const model_t *m = engine_model(e);
         if ((int)n_ids > m->cfg.max_position_embeddings) {
-            fprintf(stderr, "pdctl generate: prompt of %zu tokens is longer than the context (%d)\n",
-                    n_ids, m->cfg.max_position_embeddings);
+            fprintf(stderr,
+                    "pdctl generate: prompt of %zu tokens is longer than the context (%d)\n", n_ids,
+                    m->cfg.max_position_embeddings);
             goto out;
         }
         logits = malloc((size_t)m->cfg.vocab_size * sizeof *logits);
@@ -342,8 +495,15 @@ int pdctl_generate(int argc, char **argv)
         pp.progress = false;
         if (engine_create(&pp, &pe) != PD_OK)
             goto out;
+        if (n_samples > 1) {
+            rc = pdctl__generate_n(pe, e, tok, ids, (int)n_ids, &gp, n_samples, json);
+            goto out;
+        }
         if (pipeline_add(pe, e, ids, (int)n_ids, &gp, pdctl__on_token, &g) != PD_OK)
             goto out;
+    } else if (n_samples > 1) {
+        rc = pdctl__generate_n(NULL, e, tok, ids, (int)n_ids, &gp, n_samples, json);
+        goto out;
     } else if (engine_seq_add(e, ids, (int)n_ids, &gp, pdctl__on_token, &g, &seq) != PD_OK) {
         goto out;
     }
@@ -365,6 +525,17 @@ int pdctl_generate(int argc, char **argv)
             json_array_append_new(outa, json_integer(g.out[i]));
         json_t *o = json_pack("{s:o,s:o,s:s%,s:s}", "input_ids", in, "output_ids", outa, "text",
                               text, len, "finish_reason", engine_finish_str(g.finish));
+        if (g.e_lp) { /* [[logprob, [[id, logprob], ...]], ...] per output token */
+            json_t *lps = json_array();
+            for (int i = 0; i < g.n_out; i++) {
+                json_t *top = json_array();
+                for (int k = 0; k < g.lp[i].n_top; k++)
+                    json_array_append_new(top, json_pack("[i,f]", g.lp[i].top_ids[k],
+                                                         (double)g.lp[i].top_logprobs[k]));
+                json_array_append_new(lps, json_pack("[f,o]", (double)g.lp[i].logprob, top));
+            }
+            json_object_set_new(o, "logprobs", lps);
+        }
         char *s = json_dumps(o, JSON_COMPACT);
         printf("%s\n", s);
         free(s);
@@ -383,6 +554,7 @@ int pdctl_generate(int argc, char **argv)
 out:
     tokenizer_stream_destroy(g.stream);
     free(g.out);
+    free(g.lp);
     free(logits);
     free(ids);
     engine_destroy(pe);
@@ -537,7 +709,8 @@ int pdctl_agree(int argc, char **argv)
     if (pdctl_model_opts_finish(&mo) != 0)
         return 2;
     if (!ref_path) {
-        fprintf(stderr, "usage: pdctl agree --model DIR --reference reference.json [model options]\n");
+        fprintf(stderr,
+                "usage: pdctl agree --model DIR --reference reference.json [model options]\n");
         return 2;
     }
     if (!(ref = json_load_file(ref_path, 0, &jerr))) {

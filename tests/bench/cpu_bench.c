@@ -26,7 +26,12 @@ static void bench(const char *dir, int threads, pd_wfmt_t w, pd_kvfmt_t kv)
     for (int i = 0; i < 512; i++)
         prompt[i] = i == 0 ? 0 : 2 + rand() % (engine_model(e)->cfg.vocab_size - 2);
     /* prefill: one 512-token prompt, one new token */
-    engine_gen_params_t gp = {{0, 0, 1.0f, 0}, 1, true, NULL, 0, 0};
+    engine_gen_params_t gp = {.sampling = {0, 0, 1.0f, 0},
+                              .max_tokens = 1,
+                              .ignore_eos = true,
+                              .stop_ids = NULL,
+                              .n_stop_ids = 0,
+                              .n_generated = 0};
     double t0 = pd_clock_s();
     engine_seq_add(e, prompt, 512, &gp, NULL, NULL, &id);
     engine_run(e);
@@ -42,8 +47,8 @@ static void bench(const char *dir, int threads, pd_wfmt_t w, pd_kvfmt_t kv)
         engine_run(e);
         dec[b] = 128.0 * batches[b] / (pd_clock_s() - t0);
     }
-    printf("| %-5s | %-4s | %8.0f | %8.1f | %8.1f |\n", pd_wfmt_name(w), pd_kvfmt_name(kv),
-           prefill, dec[0], dec[1]);
+    printf("| %-5s | %-4s | %8.0f | %8.1f | %8.1f |\n", pd_wfmt_name(w), pd_kvfmt_name(kv), prefill,
+           dec[0], dec[1]);
     fflush(stdout);
     engine_destroy(e);
 }

@@ -14,9 +14,11 @@
  * Per-op also times flash attention (kernels/attention_flash.h) against the SIMT kernel
  * (attention_run) on prefill shapes, one layer: 8192 causal, 16 x 512 varlen, a 512-row chunk at
  * the end of 8192 tokens; and the BF16 GEMM in both modes (one bf16 GEMM, hi + lo split).
- * Usage: gpu_bench [ops] [decode] [prefill] [flash] [int4] [wgemv] [all] (default all; wgemv:
- * matmul_wgemv over forced plans, not part of all; flash: only the
- * 8192 causal flash attention and the FP8 8192 x 14336 x 4096 GEMM, for ncu; int4: the INT4
+ * attn: decode attention alone (tensor-core kernel against the SIMT kernels, B 1..64, ctx 1k..32k).
+ * attnprof: one launch each of fp8 / bf16 at B 64 ctx 1k and B 1 ctx 32k (for ncu).
+ * Usage: gpu_bench [ops] [decode] [prefill] [flash] [int4] [attn] [attnprof] [elementwise]
+ * [wgemv] [all] (default all; wgemv: matmul_wgemv over forced plans, not part of all; flash: only
+ * the 8192 causal flash attention and the FP8 8192 x 14336 x 4096 GEMM, for ncu; int4: the INT4
  * paths table of ops alone). Needs a CUDA device (exits 77 without).
  */
 #include <cuda_runtime_api.h>
@@ -99,13 +101,14 @@ typedef void (*op_fn)(void *arg);
 static void *l2_flush;
 static size_t l2_flush_bytes;
 
+static int time_warm = 3; /* warm-up launches of time_op (attnprof: 0, one launch per case) */
 static float time_op(op_fn fn, void *arg, int reps)
 {
     cudaEvent_t a, b;
     float ts[64];
     cudaEventCreate(&a);
     cudaEventCreate(&b);
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < time_warm; i++)
         fn(arg);
     ok(be->ops->sync(be), "warm-up");
     for (int i = 0; i < reps; i++) {
@@ -206,7 +209,10 @@ static void arena_fill(void *arena, const kv_layout_t *l, int n_pages)
     be->ops->free(be, v);
 }
 
-static void bench_attention(pd_kvfmt_t fmt, int B, int ctx)
+/* Decode attention, one layer, 32 / 8 heads, hd 128, page 16: B rows at context ctx; tc: the
+ * tensor-core kernel (1, the default) or the SIMT kernels (0). Bytes: the K / V rows and fp8
+ * scales the step must read. */
+static void bench_attention_on(pd_kvfmt_t fmt, int B, int ctx, int tc)
 {
     kv_layout_t l;
     char shape[64];
@@ -233,9 +239,12 @@ static void bench_attention(pd_kvfmt_t fmt, int B, int ctx)
                          ctx};
     att_arg_t a = {NULL, dev_random_f32((size_t)B * 32 * 128, 1.0f), arena, &l, &b};
     ok(be->ops->alloc(be, (size_t)B * 32 * 128 * 4, (void **)&a.out), "alloc");
-    float ms = time_op(run_att, &a, 20);
+    attention_decode_tc = tc;
+    float ms = time_op(run_att, &a, time_warm ? 20 : 1);
+    attention_decode_tc = 1;
     double bytes = (double)B * ctx * 2 * (l.side_bytes + l.scale_bytes) / l.page_tokens;
-    snprintf(shape, sizeof shape, "%s kv B %d ctx %d (1 layer)", pd_kvfmt_name(fmt), B, ctx);
+    snprintf(shape, sizeof shape, "%s kv B %d ctx %d%s", pd_kvfmt_name(fmt), B, ctx,
+             tc ? "" : " simt");
     row("attention", shape, ms, bytes, 4.0 * B * 32 * ctx * 128, BF16_FLOPS);
     be->ops->free(be, arena);
     be->ops->free(be, a.q);
@@ -246,6 +255,29 @@ static void bench_attention(pd_kvfmt_t fmt, int B, int ctx)
     free(qs);
     free(cl);
     free(bt);
+}
+
+static void bench_attention(pd_kvfmt_t fmt, int B, int ctx)
+{
+    bench_attention_on(fmt, B, ctx, 1);
+}
+
+/* `gpu_bench attn`: the decode attention table (tensor-core kernel and the SIMT kernels it
+ * replaced; the time includes the split merge where there is one). */
+static void bench_attn_decode(void)
+{
+    printf(
+        "\ndecode attention, one layer, 32 / 8 heads, hd 128, page 16 (floor: bytes / 4.2 TB/s)\n");
+    printf("| %-12s | %-34s | %9s | %8s | %9s | %6s |\n", "op", "shape", "time us", "GB/s",
+           "TFLOP/s", "floor");
+    printf("|---|---|---|---|---|---|\n");
+    const pd_kvfmt_t fs[] = {PD_KV_FP8, PD_KV_BF16};
+    const int cfg[][2] = {{64, 1024}, {1, 32768}, {1, 1024}, {16, 1024}, {64, 8192}, {1, 8192}};
+    for (int f = 0; f < 2; f++)
+        for (int c = 0; c < 6; c++)
+            for (int tc = 1; tc >= 0; tc--)
+                bench_attention_on(fs[f], cfg[c][0], cfg[c][1], tc);
+    fflush(stdout);
 }
 
 typedef struct {
@@ -912,12 +944,15 @@ int main(int argc, char **argv)
 {
     bool ops = argc < 2, decode = argc < 2, prefill = argc < 2, flash = false, int4 = false,
          fused = false, sweep = false;
+    bool attn = false, attnprof = false;
     for (int i = 1; i < argc; i++) {
         bool all = !strcmp(argv[i], "all");
         flash |= !strcmp(argv[i], "flash");
         int4 |= !strcmp(argv[i], "int4"); /* the INT4 paths table alone (also part of ops) */
         fused |= !strcmp(argv[i], "elementwise"); /* the elementwise table alone (part of ops) */
         sweep |= !strcmp(argv[i], "wgemv"); /* matmul_wgemv plans (not part of all) */
+        attn |= !strcmp(argv[i], "attn"); /* the decode attention table alone */
+        attnprof |= !strcmp(argv[i], "attnprof"); /* 4 single launches, for ncu */
         ops |= all || !strcmp(argv[i], "ops");
         decode |= all || !strcmp(argv[i], "decode");
         prefill |= all || !strcmp(argv[i], "prefill");
@@ -956,6 +991,15 @@ int main(int argc, char **argv)
         bench_flash(PD_KV_FP8, 1, 8192, 8192, 0);
         bench_flash(PD_KV_BF16, 16, 512, 512, 0);
         bench_matmul(PD_WFMT_FP8, 8192, 14336, 4096);
+    }
+    if (attn)
+        bench_attn_decode();
+    if (attnprof) { /* one launch each of the tensor-core kernel, for ncu */
+        time_warm = 0;
+        bench_attention_on(PD_KV_FP8, 64, 1024, 1);
+        bench_attention_on(PD_KV_FP8, 1, 32768, 1);
+        bench_attention_on(PD_KV_BF16, 64, 1024, 1);
+        bench_attention_on(PD_KV_BF16, 1, 32768, 1);
     }
     if (decode || prefill)
         bench_model(decode, prefill);

@@ -3,6 +3,7 @@
  * zeros), with poisoned outputs (NaN / 0xff bytes), per-op tolerances, on the fixtures' shapes
  * (hidden 512, 4 heads / 2 KV heads, head_dim 128) and Llama-3-8B's (hidden 4096, 32 / 8 heads,
  * FFN 14336). Prints one line per case: op, shape, max error, tolerance, PASS/FAIL.
+ * PD_GPU_TEST_ATTN=1 runs only the decode attention and fused RoPE + KV write cases.
  * Exits 77 (meson: SKIP) when there is no CUDA device, 1 when a case fails.
  * Errors are max |gpu - cpu| / max |cpu| over the output, or a count of differing bytes / ids
  * where the two must agree exactly; flash attention (bf16 tensor cores) is checked per element
@@ -17,6 +18,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "attention.h"
 #include "backend.h"
 #include "backend_cuda.h"
 #include "dtype.h"
@@ -803,6 +805,92 @@ static void case_kv_write(pd_kvfmt_t fmt, int kvh, int hd, int n)
     free(perm);
 }
 
+/* The fused RoPE + KV write (be->ops->rope_kv_write, kernels/kv.h kv_rope_write) against the
+ * CUDA backend's own rope, rope, kv_write on the same inputs: q, k and the whole arena must be
+ * byte-identical (fixed printed seed; outputs start from the same random arena, rows with slot -1
+ * write nothing); q also against the CPU backend (2e-5, as the rope case). */
+static void case_rope_kv_write(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n, uint64_t seed)
+{
+    char shape[128];
+    kv_layout_t l;
+    const uint64_t saved = rng_state;
+    rng_state = seed;
+    const int P = 16, n_pages = (n + P - 1) / P + 3;
+    kv_layout_init(&l, 2, kvh, hd, P, fmt);
+    const size_t qn = (size_t)n * heads * hd, kn = (size_t)n * kvh * hd;
+    float *q = xmalloc(qn * 4), *k = xmalloc(kn * 4), *v = xmalloc(kn * 4);
+    float *inv = xmalloc((size_t)hd / 2 * 4);
+    int32_t *pos = xmalloc((size_t)n * 4), *slots = xmalloc((size_t)n * 4);
+    fill_f32(q, qn, 2.0f);
+    fill_f32(k, kn, 2.0f);
+    fill_f32(v, kn, 2.0f);
+    for (int j = 0; j < hd / 2; j++)
+        inv[j] = (float)pow(500000.0, -2.0 * j / hd);
+    for (int i = 0; i < n; i++) {
+        pos[i] = (int32_t)(rng_next() % 32768u);
+        slots[i] = (int32_t)(n_pages * P - 1 - i); /* distinct, from the last page down */
+    }
+    for (int i = 2; i < n; i += 5)
+        slots[i] = -1;
+    uint8_t *host = xmalloc((size_t)n_pages * l.page_bytes);
+    for (size_t i = 0; i < (size_t)n_pages * l.page_bytes; i++)
+        host[i] = (uint8_t)rng_next();
+    /* pair: .c = the unfused GPU path, .g = the fused op (both on the GPU); cq: the CPU */
+    pair_t a = pair_new((size_t)n_pages * l.page_bytes, host);
+    pair_t pq = pair_new(qn * 4, q), pk = pair_new(kn * 4, k), pv = pair_new(kn * 4, v);
+    pair_t pp = pair_new((size_t)n * 4, pos), ps = pair_new((size_t)n * 4, slots);
+    pair_t pi = pair_new((size_t)hd / 2 * 4, inv);
+    void *uq, *uk, *ua;
+    pair_ok(gpu->ops->alloc(gpu, qn * 4, &uq));
+    pair_ok(gpu->ops->alloc(gpu, kn * 4, &uk));
+    pair_ok(gpu->ops->alloc(gpu, a.bytes, &ua));
+    pair_ok(gpu->ops->upload(gpu, uq, q, qn * 4));
+    pair_ok(gpu->ops->upload(gpu, uk, k, kn * 4));
+    pair_ok(gpu->ops->upload(gpu, ua, host, a.bytes));
+    gpu->ops->rope(gpu, uq, pp.g, pi.g, n, heads, hd);
+    gpu->ops->rope(gpu, uk, pp.g, pi.g, n, kvh, hd);
+    gpu->ops->kv_write(gpu, ua, &l, 1, uk, pv.g, ps.g, n);
+    gpu->ops->rope_kv_write(gpu, pq.g, pk.g, pv.g, pp.g, pi.g, n, heads, a.g, &l, 1, ps.g);
+    cpu->ops->rope(cpu, pq.c, pp.c, pi.c, n, heads, hd);
+    snprintf(shape, sizeof shape, "%s h %d/%d hd %d n %d seed %llu: q vs cpu", pd_kvfmt_name(fmt),
+             heads, kvh, hd, n, (unsigned long long)seed);
+    report("rope_kv_wr", shape, err_f32(&pq, qn), 2e-5);
+    /* now the .c sides hold the unfused GPU results */
+    pair_ok(gpu->ops->sync(gpu));
+    float *tq = xmalloc(qn * 4), *tk = xmalloc(kn * 4);
+    uint8_t *ta = xmalloc(a.bytes);
+    pair_ok(gpu->ops->download(gpu, tq, uq, qn * 4));
+    pair_ok(gpu->ops->download(gpu, tk, uk, kn * 4));
+    pair_ok(gpu->ops->download(gpu, ta, ua, a.bytes));
+    pair_ok(cpu->ops->upload(cpu, pq.c, tq, qn * 4));
+    pair_ok(cpu->ops->upload(cpu, pk.c, tk, kn * 4));
+    pair_ok(cpu->ops->upload(cpu, a.c, ta, a.bytes));
+    snprintf(shape, sizeof shape, "%s h %d/%d hd %d n %d: q, k, arena vs unfused (bytes)",
+             pd_kvfmt_name(fmt), heads, kvh, hd, n);
+    report("rope_kv_wr", shape, err_bytes(&pq) + err_bytes(&pk) + err_bytes(&a), 0.0);
+    gpu->ops->free(gpu, uq);
+    gpu->ops->free(gpu, uk);
+    gpu->ops->free(gpu, ua);
+    pair_free(&a);
+    pair_free(&pq);
+    pair_free(&pk);
+    pair_free(&pv);
+    pair_free(&pp);
+    pair_free(&ps);
+    pair_free(&pi);
+    free(q);
+    free(k);
+    free(v);
+    free(inv);
+    free(pos);
+    free(slots);
+    free(host);
+    free(tq);
+    free(tk);
+    free(ta);
+    rng_state = saved;
+}
+
 /* n_seqs sequences with q_len[s] new rows and ctx[s] tokens of context each. */
 static void case_attention(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_seqs, const int *q_len,
                            const int *ctx, bool hints, const char *what)
@@ -868,8 +956,8 @@ static void case_attention(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_seq
             snprintf(shape, sizeof shape, "%s %s h %d/%d hd %d rows %d ctx<=%d flash v%d",
                      pd_kvfmt_name(fmt), what, heads, kvh, hd, n_rows, max_ctx, v);
             report("attention", shape, err_f32_vec(&out, (size_t)n_rows * heads, (size_t)hd), 3e-2);
-            snprintf(shape, sizeof shape, "%s %s h %d/%d hd %d rows %d v%d (l2)", pd_kvfmt_name(fmt),
-                     what, heads, kvh, hd, n_rows, v);
+            snprintf(shape, sizeof shape, "%s %s h %d/%d hd %d rows %d v%d (l2)",
+                     pd_kvfmt_name(fmt), what, heads, kvh, hd, n_rows, v);
             report("attention", shape, err_f32_l2(&out, qn), 6e-3);
         }
         unsetenv("PD_CUDA_FLASH_VARIANT");
@@ -886,6 +974,141 @@ static void case_attention(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_seq
     free(bt);
     free(qs);
     free(q);
+}
+
+/* The tensor-core decode attention (kernels/attention.cu, attention__tc_kernel) at a fixed,
+ * printed seed: n_seqs sequences with q_len[s] rows at the end of ctx[s] tokens (page size 16, 2
+ * layers, layer 1 read). The K / V rows and scales past each sequence's context in its last page
+ * are poisoned (0xff bytes: NaN in bf16, fp8 e4m3 and f32) on both backends, so a masked token
+ * that leaks shows up as NaN; the output starts poisoned too. tc = 0 runs the SIMT kernels
+ * (attention_decode_tc = 0) on the same inputs. Checks (1) max |gpu - cpu| / max |cpu| <= 2e-5
+ * (as the SIMT path) and (2) per element |gpu - cpu| / (|cpu| + rms of its (row, head) vector)
+ * <= 1e-4 (err_f32_vec). The scores and P run on the tensor cores as f16 hi + lo parts (fp8 KV,
+ * 22 bits) or bf16 hi + mid + lo (bf16 KV, 24 bits) with f32 accumulation: the expected error is
+ * ~1e-6 of an element's vector. */
+static void case_attention_tc(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_seqs,
+                              const int *q_len, const int *ctx, bool hints, int tc, uint64_t seed,
+                              const char *what)
+{
+    char shape[160];
+    kv_layout_t l;
+    const int P = 16;
+    const uint64_t saved = rng_state;
+    rng_state = seed;
+    int max_pages = 1, total_pages = 0, n_rows = 0, max_ctx = 0;
+    kv_layout_init(&l, 2, kvh, hd, P, fmt);
+    for (int s = 0; s < n_seqs; s++) {
+        int np = (ctx[s] + P - 1) / P;
+        max_pages = np > max_pages ? np : max_pages;
+        total_pages += np;
+        n_rows += q_len[s];
+        max_ctx = ctx[s] > max_ctx ? ctx[s] : max_ctx;
+    }
+    int n_pages = total_pages + 2;
+    int32_t *perm = xmalloc((size_t)n_pages * 4), *bt = xmalloc((size_t)n_seqs * max_pages * 4);
+    int32_t *qs = xmalloc(((size_t)n_seqs + 1) * 4);
+    for (int i = 0; i < n_pages; i++)
+        perm[i] = i;
+    for (int i = n_pages - 1; i > 0; i--) {
+        int j = (int)(rng_next() % (uint64_t)(i + 1)), t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    pair_t a = arena_new(&l, n_pages);
+    int used = 0;
+    qs[0] = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        int np = (ctx[s] + P - 1) / P;
+        for (int i = 0; i < max_pages; i++)
+            bt[s * max_pages + i] = i < np ? perm[used + i] : 0;
+        used += np;
+        qs[s + 1] = qs[s] + q_len[s];
+        /* poison the tokens past ctx[s] in the last page (layer 1: K, V, and fp8 scales) */
+        const int last = bt[s * max_pages + np - 1], t0 = ctx[s] - (np - 1) * P;
+        for (int t = t0; t < P; t++)
+            for (int side = 0; side < 2; side++) {
+                size_t row = (size_t)kvh * hd * l.elem_bytes;
+                size_t off =
+                    (size_t)last * l.page_bytes + kv_layout_data_off(&l, 1, side) + (size_t)t * row;
+                pair_ok(cpu->ops->memset(cpu, (uint8_t *)a.c + off, 0xff, row));
+                pair_ok(gpu->ops->memset(gpu, (uint8_t *)a.g + off, 0xff, row));
+                if (fmt == PD_KV_FP8) {
+                    off = (size_t)last * l.page_bytes + kv_layout_scale_off(&l, 1, side) +
+                          (size_t)t * kvh * 4;
+                    pair_ok(cpu->ops->memset(cpu, (uint8_t *)a.c + off, 0xff, (size_t)kvh * 4));
+                    pair_ok(gpu->ops->memset(gpu, (uint8_t *)a.g + off, 0xff, (size_t)kvh * 4));
+                }
+            }
+    }
+    size_t qn = (size_t)n_rows * heads * hd;
+    float *q = xmalloc(qn * 4);
+    fill_f32(q, qn, 2.0f);
+    pair_t pq = pair_new(qn * 4, q), out = pair_new(qn * 4, NULL);
+    pair_t pqs = pair_new(((size_t)n_seqs + 1) * 4, qs), pctx = pair_new((size_t)n_seqs * 4, ctx);
+    pair_t pbt = pair_new((size_t)n_seqs * max_pages * 4, bt);
+    pd_attn_batch_t bc = {n_seqs, max_pages, pqs.c, pctx.c, pbt.c, 0, 0};
+    pd_attn_batch_t bg = {
+        n_seqs, max_pages, pqs.g, pctx.g, pbt.g, hints ? n_rows : 0, hints ? max_ctx : 0};
+    cpu->ops->attention(cpu, out.c, pq.c, a.c, &l, 1, &bc, heads);
+    attention_decode_tc = tc;
+    gpu->ops->attention(gpu, out.g, pq.g, a.g, &l, 1, &bg, heads);
+    pair_ok(gpu->ops->sync(gpu));
+    attention_decode_tc = 1;
+    snprintf(shape, sizeof shape, "%s %s%s h %d/%d hd %d B %d rows %d ctx<=%d splits %d seed %llu",
+             pd_kvfmt_name(fmt), tc ? "tc " : "simt ", what, heads, kvh, hd, n_seqs, n_rows,
+             max_ctx, attention_splits(n_rows, kvh, hints ? max_ctx : max_pages * P),
+             (unsigned long long)seed);
+    report("attention", shape, err_f32(&out, qn), 2e-5);
+    report("attention", "  (per element, err_f32_vec)",
+           err_f32_vec(&out, (size_t)n_rows * heads, (size_t)hd), 1e-4);
+    pair_free(&a);
+    pair_free(&pq);
+    pair_free(&out);
+    pair_free(&pqs);
+    pair_free(&pctx);
+    pair_free(&pbt);
+    free(perm);
+    free(bt);
+    free(qs);
+    free(q);
+    rng_state = saved;
+}
+
+/* Decode attention cases (tensor-core kernel unless tc = 0): batch 1..64, contexts 1..32k (not
+ * multiples of the page or split size), GQA groups 1 / 4 / 8, head_dim 64 / 128. */
+static void cases_attention_tc(void)
+{
+    static int ones[64], c64[64], c64b[64];
+    for (int i = 0; i < 64; i++) {
+        ones[i] = 1;
+        c64[i] = 1024 - (i % 7) * 3;    /* 1003 .. 1024 */
+        c64b[i] = 1 + (i * 613) % 2047; /* 1 .. 2047 */
+    }
+    const pd_kvfmt_t fs[] = {PD_KV_FP8, PD_KV_BF16};
+    for (int f = 0; f < 2; f++) {
+        const pd_kvfmt_t k = fs[f];
+        const uint64_t sd = 201 + 20 * (uint64_t)f;
+        const int c1[] = {1}, c5[] = {33, 1, 1000, 777, 64}, c3[] = {1, 17, 5000};
+        const int c7[] = {1, 15, 16, 17, 300, 2999, 64};
+        case_attention_tc(k, 4, 2, 128, 1, ones, c1, true, 1, sd, "ctx 1");
+        case_attention_tc(k, 16, 2, 128, 5, ones, c5, true, 1, sd + 1, "group 8");
+        case_attention_tc(k, 8, 8, 128, 3, ones, c3, true, 1, sd + 2, "group 1");
+        case_attention_tc(k, 8, 2, 64, 7, ones, c7, true, 1, sd + 3, "hd 64");
+        case_attention_tc(k, 8, 2, 64, 7, ones, c7, false, 1, sd + 4, "hd 64 no hints");
+        const int mq[] = {2, 1, 5}, mc[] = {100, 50, 333};
+        case_attention_tc(k, 4, 2, 128, 3, mq, mc, true, 1, sd + 5, "rows 2/1/5");
+        case_attention_tc(k, 4, 2, 128, 5, ones, c5, true, 0, sd + 6, "group 2");
+        if (small_only)
+            continue;
+        case_attention_tc(k, 32, 8, 128, 64, ones, c64, true, 1, sd + 7, "8B b64");
+        case_attention_tc(k, 32, 8, 128, 64, ones, c64, true, 0, sd + 8, "8B b64");
+        case_attention_tc(k, 32, 4, 64, 64, ones, c64b, true, 1, sd + 9, "hd 64 group 8 b64");
+        case_attention_tc(k, 32, 8, 128, 16, ones, c64b, true, 1, sd + 10, "8B b16");
+        const int l1[] = {32749}, l2[] = {32768}, l3[] = {8191, 20000};
+        case_attention_tc(k, 32, 8, 128, 1, ones, l1, true, 1, sd + 11, "8B b1 32k");
+        case_attention_tc(k, 32, 8, 128, 1, ones, l2, false, 1, sd + 12, "8B b1 32k no hints");
+        case_attention_tc(k, 32, 8, 128, 2, ones, l3, true, 1, sd + 13, "8B b2");
+    }
 }
 
 static void case_moe_route(int n, int E, int k, bool norm)
@@ -927,8 +1150,8 @@ static void case_moe_experts(pd_wfmt_t fmt, int n, int E, int k, int d, int f)
     pair_t pw = pair_new((size_t)n * k * 4, w), out = pair_new((size_t)n * d * 4, NULL);
     cpu->ops->moe_experts(cpu, out.c, px.c, pi.c, pw.c, guc, dc, n, k, d, f);
     gpu->ops->moe_experts(gpu, out.g, px.g, pi.g, pw.g, gug, dg, n, k, d, f);
-    snprintf(shape, sizeof shape, "%s n %d experts %d k %d d %d f %d%s", pd_wfmt_name(fmt), n, E,
-             k, d, f, fmt != PD_WFMT_F32 ? " (l2)" : "");
+    snprintf(shape, sizeof shape, "%s n %d experts %d k %d d %d f %d%s", pd_wfmt_name(fmt), n, E, k,
+             d, f, fmt != PD_WFMT_F32 ? " (l2)" : "");
     /* fp8: two W8A8 matmuls in a row; a rounding flip of an activation quantized to fp8 (one
      * ulp, up to 2^-3 relative) shows through the second, so the error is measured in l2. Over
      * 37 tokens x 2 experts a few such flips land in one run (3.5e-3 and 5e-3 were seen on
@@ -942,8 +1165,8 @@ static void case_moe_experts(pd_wfmt_t fmt, int n, int E, int k, int d, int f)
     if (fmt == PD_WFMT_BF16) {
         gpu_split->ops->moe_experts(gpu_split, out.g, px.g, pi.g, pw.g, gug, dg, n, k, d, f);
         pair_ok(gpu_split->ops->sync(gpu_split));
-        snprintf(shape, sizeof shape, "%s n %d experts %d k %d d %d f %d split",
-                 pd_wfmt_name(fmt), n, E, k, d, f);
+        snprintf(shape, sizeof shape, "%s n %d experts %d k %d d %d f %d split", pd_wfmt_name(fmt),
+                 n, E, k, d, f);
         report("moe_experts", shape, err_f32(&out, (size_t)n * d), 1e-5);
     }
     for (int e = 0; e < E; e++) {
@@ -1090,6 +1313,64 @@ static void case_sample(int n, int vocab, float scale, float T, int top_k, float
     free(kv);
 }
 
+/* logits_process: random unique (row, token) entries with counts, prompt / mask flags and
+ * biases over random logits; per-row penalties (some rows with repetition 1). The kernel does the
+ * reference's float operations in its order: compared bit for bit (differing logits). */
+static void case_logits_process(int n, int vocab, int per_row)
+{
+    char shape[96];
+    const int n_ent = n * per_row;
+    float *x = xmalloc((size_t)n * vocab * 4), *bias = xmalloc((size_t)n_ent * 4),
+          *pen = xmalloc((size_t)n * 12);
+    int32_t *ent = xmalloc((size_t)n_ent * 16);
+    uint8_t *used = xmalloc((size_t)vocab);
+    fill_f32(x, (size_t)n * vocab, 8.0f);
+    for (int i = 0; i < n; i++) {
+        pen[3 * i] = rng_float() * 2.0f - 0.5f;
+        pen[3 * i + 1] = rng_float() * 1.5f - 0.25f;
+        pen[3 * i + 2] = i % 3 == 0 ? 1.0f : 1.0f + rng_float();
+        memset(used, 0, (size_t)vocab);
+        for (int k = 0; k < per_row; k++) {
+            int j = i * per_row + k, tok;
+            do
+                tok = (int)(rng_next() % (uint64_t)vocab);
+            while (used[tok]);
+            used[tok] = 1;
+            ent[4 * j] = i;
+            ent[4 * j + 1] = tok;
+            ent[4 * j + 2] = k % 4 == 0 ? 0 : (int32_t)(rng_next() % 9);
+            ent[4 * j + 3] = (int32_t)(rng_next() % 4); /* in prompt, masked, both, none */
+            bias[j] = k % 5 == 0 ? 0.0f : rng_float() * 20.0f - 10.0f;
+        }
+    }
+    pair_t px = pair_new((size_t)n * vocab * 4, x), pe = pair_new((size_t)n_ent * 16, ent),
+           pb = pair_new((size_t)n_ent * 4, bias), pp = pair_new((size_t)n * 12, pen);
+    cpu->ops->logits_process(cpu, px.c, n, vocab, pe.c, pb.c, n_ent, pp.c);
+    gpu->ops->logits_process(gpu, px.g, n, vocab, pe.g, pb.g, n_ent, pp.g);
+    float *c, *g;
+    pair_get(&px, (void **)&c, (void **)&g);
+    size_t bad = 0, changed = 0;
+    for (size_t i = 0; i < (size_t)n * vocab; i++) {
+        bad += memcmp(&c[i], &g[i], 4) != 0;
+        changed += memcmp(&c[i], &x[i], 4) != 0;
+    }
+    if (changed == 0) /* the reference changed nothing: the case tests nothing */
+        bad = (size_t)n * vocab;
+    free(c);
+    free(g);
+    snprintf(shape, sizeof shape, "n %d V %d entries/row %d (logits differing)", n, vocab, per_row);
+    report("logits_process", shape, (double)bad / ((double)n * vocab), 0.0);
+    pair_free(&px);
+    pair_free(&pe);
+    pair_free(&pb);
+    pair_free(&pp);
+    free(x);
+    free(bias);
+    free(pen);
+    free(ent);
+    free(used);
+}
+
 int main(void)
 {
     const char *seed_env = getenv("PD_TEST_SEED");
@@ -1121,6 +1402,18 @@ int main(void)
     printf("seed %llu (PD_TEST_SEED to repeat)%s\n", (unsigned long long)rng_state,
            small_only ? ", fixture shapes only" : "");
     printf("%-12s %-44s %11s %9s  %s\n", "op", "shape", "max err", "tol", "result");
+    if (getenv("PD_GPU_TEST_ATTN") && atoi(getenv("PD_GPU_TEST_ATTN"))) {
+        /* the decode attention and fused RoPE + KV write cases alone (quick device rounds) */
+        const pd_kvfmt_t fs[] = {PD_KV_BF16, PD_KV_FP8, PD_KV_F32};
+        for (int f = 0; f < 3; f++)
+            case_rope_kv_write(fs[f], 32, 8, 128, 64, 321 + (uint64_t)f);
+        cases_attention_tc();
+        printf("%d cases, %d failed\n", n_cases, n_fail);
+        backend_destroy(gpu_split);
+        backend_destroy(gpu);
+        backend_destroy(cpu);
+        return n_fail ? 1 : 0;
+    }
 
     case_embed(2048, 512, 37);
     if (!small_only)
@@ -1257,6 +1550,12 @@ int main(void)
             case_kv_write(kfs[f], 8, 128, 64);
     }
     for (int f = 0; f < 3; f++) {
+        case_rope_kv_write(kfs[f], 4, 2, 128, 37, 301 + (uint64_t)f);
+        case_rope_kv_write(kfs[f], 8, 8, 64, 5, 311 + (uint64_t)f);
+        if (!small_only)
+            case_rope_kv_write(kfs[f], 32, 8, 128, 64, 321 + (uint64_t)f);
+    }
+    for (int f = 0; f < 3; f++) {
         const int pq[] = {37, 64}, pc[] = {37, 100};
         case_attention(kfs[f], 4, 2, 128, 2, pq, pc, true, "prefill");
         const int dq[] = {1, 1, 1, 1, 1}, dc[] = {1, 17, 300, 64, 999};
@@ -1293,6 +1592,7 @@ int main(void)
         if (!small_only)
             case_attention(kfs[f], 32, 8, 128, 4, xq, xc, true, "8B varlen");
     }
+    cases_attention_tc();
     case_moe_route(37, 8, 2, true);
     if (!small_only)
         case_moe_route(64, 128, 8, false);
@@ -1318,6 +1618,9 @@ int main(void)
         case_sample(64, 128256, 1.0f, 1.0f, 2048, 1.0f, 0.02);
         case_sample(64, 128256, 3.0f, 0.6f, 1000, 0.9f, 0.02);
     }
+    case_logits_process(7, 2048, 300);
+    if (!small_only)
+        case_logits_process(64, 128256, 2000);
     printf("%d cases, %d failed\n", n_cases, n_fail);
     backend_destroy(gpu_split);
     backend_destroy(gpu);

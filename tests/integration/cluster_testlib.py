@@ -199,3 +199,21 @@ def pdctl_local(model, prompt, max_tokens=48, weights="bf16", kv="bf16", prefill
     if p.returncode != 0:
         raise RuntimeError("%s failed: %s" % (" ".join(args), p.stderr))
     return json.loads(p.stdout)
+
+
+def node_metrics(node, timeout=10):
+    """The Prometheus text of a node's (or the router's, node = {"http": host:port}) /metrics."""
+    import urllib.request
+    addr = node.get("http") or "%s:%s" % (node.get("host", "127.0.0.1"), node["http_port"])
+    with urllib.request.urlopen("http://%s/metrics" % addr, timeout=timeout) as r:
+        return r.read().decode()
+
+
+def metric_value(text, name, **labels):
+    """The value of the series name{labels...} (labels: a subset) in Prometheus text, or None."""
+    import re
+    for m in re.finditer(r"^%s(\{[^}]*\})? (\S+)$" % re.escape(name), text, re.M):
+        got = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1) or ""))
+        if all(got.get(k) == str(v) for k, v in labels.items()):
+            return float(m.group(2))
+    return None

@@ -31,8 +31,8 @@ import threading
 import time
 
 from cluster_testlib import (TEMPLATE_1, TEMPLATE_4, all_nodes, channel, check, cluster, finish,
-                             generate, model_template, pb, pb_grpc, reference, run_parallel, sampling, stats,
-                             wait_pages_free)
+                             generate, metric_value, model_template, node_metrics, pb, pb_grpc,
+                             reference, run_parallel, sampling, stats, wait_pages_free)
 import grpc
 
 UNAV = grpc.StatusCode.UNAVAILABLE
@@ -355,6 +355,11 @@ def test_fault(kind):
               [(r.code, r.details, r.ids == cl.ids) for r, cl in zip(res, clean)])
         after = stats(node(c, "decode0")).integrity_failures
         check("fault-%s-counter" % kind, after > before, (before, after))
+        text = node_metrics(node(c, "decode0"))  # issue 14: failures by kind on /metrics
+        check("fault-%s-metric-kind" % kind,
+              metric_value(text, "pdserve_node_kv_integrity_failures_total", kind="tag") == after
+              and metric_value(text, "pdserve_node_kv_integrity_failures_total",
+                               kind="checksum") == 0, text[-3000:])
         check("fault-%s-log" % kind, "injecting fault '%s'" % kind in c.log("decode0"))
         used = wait_pages_free(c)
         check("fault-%s-pages-free" % kind, all(v == 0 for v in used.values()), used)
@@ -407,6 +412,15 @@ def test_kv_done_fault(kind):
             time.sleep(0.05)
         check("%s-integrity-failures" % kind,
               stats(node(c, "decode0")).integrity_failures == want)
+        # issue 14: /metrics counts the failure by its kind (a truncated KV-done is malformed,
+        # dropped before any check: none)
+        kinds = {"kvdone-token": "token", "kvdone-checksum": "checksum",
+                 "kvdone-mismatch": "size"}
+        text = node_metrics(node(c, "decode0"))
+        got = {k: metric_value(text, "pdserve_node_kv_integrity_failures_total", kind=k)
+               for k in ("tag", "checksum", "token", "size")}
+        check("%s-integrity-kind" % kind,
+              got == {k: (1.0 if kinds.get(kind) == k else 0.0) for k in got}, got)
         # the node keeps serving: later requests (their KV-done intact) succeed
         res = run_parallel([lambda i=i: generate(stub, timeout=60, request_id="n-%d" % i,
                                                  token_ids=CASES[i]["input_ids"],

@@ -370,11 +370,12 @@ def check_openai_details(c, case):
     check("openai-include-usage", chunks[-1]["choices"] == [] and
           chunks[-1]["usage"]["completion_tokens"] == 3 and
           all("usage" not in ch for ch in chunks[:-1]), chunks[-2:])
-    # parameters pdserve does not implement: a 400 naming them; wrong types: 400
+    # parameters pdserve does not implement or values out of range: a 400 naming them; wrong
+    # types: 400 (the parameters themselves: test_openai_params.py)
     for bad, name in (({"tools": [{"type": "function"}]}, "tools"),
                       ({"response_format": {"type": "json_object"}}, "response_format"),
-                      ({"logprobs": 2}, "logprobs"), ({"best_of": 3}, "best_of"),
-                      ({"presence_penalty": 0.5}, "presence_penalty"),
+                      ({"logprobs": 21}, "logprobs"), ({"best_of": 3}, "best_of"),
+                      ({"presence_penalty": 3.0}, "presence_penalty"),
                       ({"stream": "yes"}, "stream"), ({"stop": 5}, "stop")):
         st, body = http_post_status(c, "/v1/completions", dict({"prompt": "a", "max_tokens": 1},
                                                                **bad))

@@ -67,6 +67,7 @@ struct pd_grpc_client {
     pd_grpc_client__conn_t *conns;
     pd_grpc_client_call_t *calls;
     pd_grpc_client_call_t *done_head, *done_tail;
+    pd_grpc_client_call_t *delivering_call; /* whose done callback runs now (on_kick frees it) */
     int destroyed, pending_closes, delivering;
 };
 
@@ -364,7 +365,7 @@ static void pd_grpc_client__conn_close(pd_grpc_client__conn_t *conn, const char 
         call->conn = NULL;
         call->stream_open = 0;
         pd_grpc_client__call_finish(call, PD_GRPC_UNAVAILABLE, why);
-        if (call->delivered)
+        if (call->delivered && call != c->delivering_call)
             pd_grpc_client__call_free(call);
     }
     if (conn->prev)
@@ -646,7 +647,9 @@ static void pd_grpc_client__on_kick(uv_timer_t *t)
         if (!c->done_head)
             c->done_tail = NULL;
         call->queued = 0;
+        c->delivering_call = call;
         pd_grpc_client__call_deliver(call);
+        c->delivering_call = NULL;
         if (c->destroyed)
             break; /* pd_grpc_client_destroy freed every call */
         if (!call->stream_open)
@@ -802,6 +805,12 @@ pd_status_t pd_grpc_client_create(uv_loop_t *loop, const char *host, int port, p
 void pd_grpc_client_set_max_recv(pd_grpc_client_t *c, size_t bytes)
 {
     c->max_recv = bytes;
+}
+
+void pd_grpc_client_reset(pd_grpc_client_t *c, const char *why)
+{
+    while (c->conns)
+        pd_grpc_client__conn_close(c->conns, why ? why : "connection reset");
 }
 
 static void pd_grpc_client__kick_closed(uv_handle_t *h)

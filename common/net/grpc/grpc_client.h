@@ -71,6 +71,13 @@ pd_status_t pd_grpc_client_call_add_metadata(pd_grpc_client_call_t *call, const 
  * (its done callback is queued). */
 void pd_grpc_client_call_cancel(pd_grpc_client_call_t *call);
 
+/* Drops the client's connections, as after a failure: every call on them ends (later, from the
+ * loop) with UNAVAILABLE (why), and the next call opens a fresh connection. For a peer that stopped
+ * answering without closing (a cut link, a hung host): its calls would otherwise wait for their
+ * deadlines and TCP's retransmission backoff. Calls not yet on a connection are kept. Not from
+ * inside an on_message callback. */
+void pd_grpc_client_reset(pd_grpc_client_t *c, const char *why);
+
 /* Ends every call (done callbacks run now, with CANCELLED), closes the connections, and frees the
  * client once the loop processes the closes. Not from inside an on_message callback. Accepts
  * NULL. */

@@ -86,6 +86,8 @@ struct pd_grpc_server {
     pd_grpc_server_params_t params;
     pd_grpc_server__svc_t *svcs;
     size_t n_svcs;
+    pd_grpc_auth_fn auth; /* checked before every call is dispatched (pd_grpc_server_set_auth) */
+    void *auth_arg;
     uv_tcp_t listener;
     int listening, shutting_down, destroyed;
     int pending_closes; /* handles whose close callback has not run */
@@ -559,6 +561,14 @@ static void pd_grpc_server__on_request_headers(pd_grpc_call_t *call)
         snprintf(msg, sizeof msg, "method %.120s not implemented", call->path ? call->path : "");
         pd_grpc_server__call_end(call, 200, PD_GRPC_UNIMPLEMENTED, msg);
         return;
+    }
+    if (conn->srv->auth) {
+        const char *why = NULL;
+        int code = conn->srv->auth(call, call->path, conn->srv->auth_arg, &why);
+        if (code) {
+            pd_grpc_server__call_end(call, 200, code, why ? why : "missing or invalid credentials");
+            return;
+        }
     }
     if (call->deadline_at >= 0) {
         int64_t left = call->deadline_at - (int64_t)uv_now(conn->srv->loop);
@@ -1175,6 +1185,12 @@ pd_status_t pd_grpc_server_create(uv_loop_t *loop, const pd_grpc_server_params_t
     pd_grpc_server__sweep_start(srv);
     *srv_p = srv;
     return PD_OK;
+}
+
+void pd_grpc_server_set_auth(pd_grpc_server_t *srv, pd_grpc_auth_fn fn, void *arg)
+{
+    srv->auth = fn;
+    srv->auth_arg = arg;
 }
 
 pd_status_t pd_grpc_server_add_service(pd_grpc_server_t *srv,

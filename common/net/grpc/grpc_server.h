@@ -71,6 +71,15 @@ typedef void (*pd_grpc_method_fn)(pd_grpc_call_t *call, const ProtobufCMessage *
 pd_status_t pd_grpc_server_create(uv_loop_t *loop, const pd_grpc_server_params_t *params,
                                   pd_grpc_server_t **srv_p);
 
+/* Credentials check, run for every call whose method exists, before its handler: returns 0 to
+ * let it through, or a gRPC status (UNAUTHENTICATED, PERMISSION_DENIED) that ends the call with
+ * *why_p (or a generic message). Request metadata is readable (pd_grpc_call_metadata). */
+typedef int (*pd_grpc_auth_fn)(const pd_grpc_call_t *call, const char *path, void *arg,
+                               const char **why_p);
+
+/* Sets (fn NULL: removes) the server's credentials check. */
+void pd_grpc_server_set_auth(pd_grpc_server_t *srv, pd_grpc_auth_fn fn, void *arg);
+
 /* Registers desc's methods at /<desc->name>/<method>; handlers[i] serves desc->methods[i] (a NULL
  * entry answers UNIMPLEMENTED). desc and handlers must outlive the server. Returns PD_OK,
  * PD_ERR_NOMEM, or PD_ERR_INVALID when a service of that name is already registered. */

@@ -38,6 +38,19 @@ static void test_node_flags(void **state)
     assert_true(a.have_log_level);
     /* "error" means errors only (the router's old parser mapped it to info) */
     assert_int_equal(a.log_level, PD_LOG_ERROR);
+    assert_null(a.join);
+    assert_null(a.join_name);
+    assert_false(a.log_json);
+    /* joining a router under another name, JSON logs */
+    assert_int_equal(parse(true, &a, "--config", "c.yaml", "--node", "prefill", "--join",
+                           "10.0.0.1:50050", "--join-name", "prefill-7f9c", "--log-format", "json",
+                           NULL),
+                     PD_OK);
+    assert_string_equal(a.join, "10.0.0.1:50050");
+    assert_string_equal(a.join_name, "prefill-7f9c");
+    assert_true(a.log_json);
+    assert_int_equal(parse(false, &a, "--config", "r.yaml", "--log-format", "text", NULL), PD_OK);
+    assert_false(a.log_json);
 }
 
 static void test_bad_lines(void **state)
@@ -52,6 +65,12 @@ static void test_bad_lines(void **state)
     assert_int_equal(parse(false, &a, "--config", "c.yaml", "--log-level", "loud", NULL),
                      PD_ERR_INVALID);
     assert_int_equal(parse(false, &a, "--config", "c.yaml", "extra", NULL), PD_ERR_INVALID);
+    /* --join / --join-name are the nodes'; --log-format is text or json */
+    assert_int_equal(parse(false, &a, "--config", "c.yaml", "--join", "r:1", NULL), PD_ERR_INVALID);
+    assert_int_equal(parse(false, &a, "--config", "c.yaml", "--join-name", "x", NULL),
+                     PD_ERR_INVALID);
+    assert_int_equal(parse(false, &a, "--config", "c.yaml", "--log-format", "xml", NULL),
+                     PD_ERR_INVALID);
     assert_int_equal(parse(false, &a, "--bogus", NULL), PD_ERR_INVALID);
     assert_int_equal(parse(false, &a, "--config", NULL), PD_ERR_INVALID);
     /* failures leave the output untouched */

@@ -34,7 +34,12 @@ static void test_export(void **state)
                                        1989, 714, 17,   29,  300, 654, 1134, 272, 783,  570};
     engine_t *e = open_engine();
     const kv_layout_t *src_l = kv_pool_layout(engine_pool(e));
-    engine_gen_params_t gp = {{0, 0, 1.0f, 0}, 4, true, NULL, 0, 0};
+    engine_gen_params_t gp = {.sampling = {0, 0, 1.0f, 0},
+                              .max_tokens = 4,
+                              .ignore_eos = true,
+                              .stop_ids = NULL,
+                              .n_stop_ids = 0,
+                              .n_generated = 0};
     kv_layout_t dst_l;
     /* 64-bit destination tags: the high half must arrive too */
     kv_page_ref_t dst[3] = {
@@ -44,7 +49,7 @@ static void test_export(void **state)
     kv_tag_t stamp;
     (void)state;
 
-    assert_int_equal(engine_prefill(e, prompt, 40, &gp, NULL, NULL, &first, &kv), PD_OK);
+    assert_int_equal(engine_prefill(e, prompt, 40, &gp, NULL, NULL, &first, &kv, NULL), PD_OK);
     assert_int_equal(kv.n_pages, 3); /* 40 tokens, 16 per page */
     kv_layout_init(&dst_l, src_l->n_layers, src_l->n_kv_heads, src_l->head_dim, src_l->page_tokens,
                    PD_KV_FP8);

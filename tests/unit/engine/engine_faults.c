@@ -60,7 +60,12 @@ static const int lens[3] = {12, 9, 8};
 static void add_all(engine_t *e, col_t *cols, uint64_t *ids, int max_tokens)
 {
     for (int i = 0; i < 3; i++) {
-        engine_gen_params_t gp = {{0, 0, 1.0f, 0}, max_tokens, true, NULL, 0, 0};
+        engine_gen_params_t gp = {.sampling = {0, 0, 1.0f, 0},
+                                  .max_tokens = max_tokens,
+                                  .ignore_eos = true,
+                                  .stop_ids = NULL,
+                                  .n_stop_ids = 0,
+                                  .n_generated = 0};
         memset(&cols[i], 0, sizeof cols[i]);
         assert_int_equal(engine_seq_add(e, prompts[i], lens[i], &gp, on_token, &cols[i], &ids[i]),
                          PD_OK);
@@ -179,7 +184,12 @@ static void test_abort(void **s)
 static void test_bad_requests(void **s)
 {
     engine_t *e = open_engine(0);
-    engine_gen_params_t gp = {{0, 0, 1.0f, 0}, 4, false, NULL, 0, 0};
+    engine_gen_params_t gp = {.sampling = {0, 0, 1.0f, 0},
+                              .max_tokens = 4,
+                              .ignore_eos = false,
+                              .stop_ids = NULL,
+                              .n_stop_ids = 0,
+                              .n_generated = 0};
     uint64_t id;
     int32_t bad[2] = {0, 99999}, *longp = calloc(4096, sizeof *longp);
     (void)s;

@@ -82,7 +82,12 @@ static void check_model(const char *name, pd_kvfmt_t kv, double tol)
             if (d > worst)
                 worst = d;
         }
-        engine_gen_params_t gp = {{0, 0, 1.0f, 0}, (int)json_array_size(greedy), true, NULL, 0, 0};
+        engine_gen_params_t gp = {.sampling = {0, 0, 1.0f, 0},
+                                  .max_tokens = (int)json_array_size(greedy),
+                                  .ignore_eos = true,
+                                  .stop_ids = NULL,
+                                  .n_stop_ids = 0,
+                                  .n_generated = 0};
         collect_t col = {.n = 0};
         uint64_t id;
         assert_int_equal(engine_seq_add(e, ids, (int)n, &gp, on_token, &col, &id), PD_OK);
@@ -141,7 +146,12 @@ static void run_batch_sel(engine_t *e, float temperature, uint64_t seed, int onl
     for (int i = 0; i < 3; i++) {
         if (only >= 0 && i != only)
             continue;
-        engine_gen_params_t gp = {{temperature, 40, 0.95f, seed + (uint64_t)i}, 20, true, NULL, 0, 0};
+        engine_gen_params_t gp = {.sampling = {temperature, 40, 0.95f, seed + (uint64_t)i},
+                                  .max_tokens = 20,
+                                  .ignore_eos = true,
+                                  .stop_ids = NULL,
+                                  .n_stop_ids = 0,
+                                  .n_generated = 0};
         uint64_t id;
         memset(&cols[i], 0, sizeof cols[i]);
         assert_int_equal(engine_seq_add(e, prompts[i], lens[i], &gp, on_token, &cols[i], &id),
@@ -195,8 +205,8 @@ static void test_threads_and_seed(void **s)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_llama_f32),  cmocka_unit_test(test_moe_f32),
-        cmocka_unit_test(test_llama_bf16), cmocka_unit_test(test_moe_bf16),
+        cmocka_unit_test(test_llama_f32),        cmocka_unit_test(test_moe_f32),
+        cmocka_unit_test(test_llama_bf16),       cmocka_unit_test(test_moe_bf16),
         cmocka_unit_test(test_threads_and_seed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

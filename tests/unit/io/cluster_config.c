@@ -77,6 +77,7 @@ static void test_defaults(void **state)
     assert_int_equal(p->threads, 0);
     assert_string_equal(p->backend_options, "");
     assert_string_equal(d->backend_options, "bf16_gemm=split,fused=off");
+    assert_int_equal(p->template_, 0);
     assert_string_equal(pd_kvfmt_name(d->kv), "fp8");
     assert_string_equal(pd_wfmt_name(d->weights), "int4");
     cluster_config_destroy(cfg);
@@ -119,6 +120,26 @@ static void expect_error(const char *from, const char *to, const char *want)
         print_error("got: %s\nwant: %s\n", err, want);
         fail();
     }
+}
+
+/* template: true|false (an entry for nodes that join); anything else names the choices */
+static void test_template(void **state)
+{
+    cluster_config_t *cfg = NULL;
+    char err[256], text[1024];
+    (void)state;
+
+    snprintf(text, sizeof text, "%s    template: true\n", good);
+    assert_int_equal(
+        cluster_config_parse(text, strlen(text), "t.yaml", "/base", err, sizeof err, &cfg), PD_OK);
+    assert_int_equal(cluster_config_find_node(cfg, "d0")->template_, 1);
+    assert_int_equal(cluster_config_find_node(cfg, "p0")->template_, 0);
+    cluster_config_destroy(cfg);
+    snprintf(text, sizeof text, "%s    template: yes\n", good);
+    assert_int_equal(
+        cluster_config_parse(text, strlen(text), "t.yaml", "/base", err, sizeof err, &cfg),
+        PD_ERR_FORMAT);
+    assert_non_null(strstr(err, "nodes.d0.template: unknown value 'yes' (expected false, true)"));
 }
 
 static void test_errors(void **state)
@@ -363,7 +384,7 @@ int main(void)
         cmocka_unit_test(test_defaults),    cmocka_unit_test(test_bytes),
         cmocka_unit_test(test_errors),      cmocka_unit_test(test_empty),
         cmocka_unit_test(test_override),    cmocka_unit_test(test_deploy_files),
-        cmocka_unit_test(test_load_errors),
+        cmocka_unit_test(test_load_errors), cmocka_unit_test(test_template),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

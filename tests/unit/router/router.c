@@ -674,11 +674,19 @@ static void test_client_numbers_checked(void **state)
     assert_int_equal(http_post_str(&h, "/v1/completions",
                                    "{\"prompt\": [0, 50], \"max_tokens\": 2, \"top_k\": \"3\"}"),
                      400);
-    /* n: one choice per request (n 2 used to be ignored) */
+    /* n: 1..64 samples */
     assert_int_equal(
-        http_post_str(&h, "/v1/completions", "{\"prompt\": [0, 50], \"max_tokens\": 2, \"n\": 2}"),
+        http_post_str(&h, "/v1/completions", "{\"prompt\": [0, 50], \"max_tokens\": 2, \"n\": 65}"),
         400);
-    assert_contains(h.body, "n 2");
+    assert_contains(h.body, "n must be in 1..64");
+    /* a prefill node that answers one first token for n = 2 samples: the request fails (both
+     * samples, one response), the router goes on (the leader's failure used to reach a front end
+     * already freed by the waiting sample's) */
+    assert_int_equal(
+        http_post_str(&h, "/v1/completions",
+                      "{\"prompt\": [0, 50], \"max_tokens\": 2, \"n\": 2, \"stream\": false}"),
+        500);
+    assert_contains(h.body, "answered 0 first tokens for 2 samples");
     /* without max_tokens the default (16) is cut to what fits: a prompt of 2040 ids */
     int len = snprintf(body, sizeof body, "{\"prompt\": [0");
     for (int i = 1; i < 2040; i++)

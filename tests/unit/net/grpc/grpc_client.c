@@ -28,6 +28,7 @@ typedef struct {
     int done, code, n_msgs, last_status;
     char msg[128];
     int destroy_client; /* destroy the client from the done callback */
+    int reset_client;   /* reset the client from the done callback */
 } res_t;
 
 static void on_cancel(pd_grpc_call_t *call, void *arg)
@@ -63,6 +64,8 @@ static void on_unary(void *arg, int code, const char *msg, ProtobufCMessage *res
     snprintf(r->msg, sizeof r->msg, "%s", msg);
     if (resp)
         protobuf_c_message_free_unpacked(resp, NULL);
+    if (r->reset_client)
+        pd_grpc_client_reset(cli, "reset from a done callback");
     if (r->destroy_client) {
         pd_grpc_client_destroy(cli);
         cli = NULL;
@@ -243,6 +246,41 @@ static void test_goaway_then_unavailable(void **state)
     assert_int_equal(b.code, PD_GRPC_UNAVAILABLE);
 }
 
+/* reset: a call the server holds (a peer that stopped answering) ends with UNAVAILABLE at once,
+ * the server sees the connection go, and the next call succeeds on a fresh connection */
+static void test_reset(void **state)
+{
+    res_t a = {0}, b = {0};
+    (void)state;
+
+    start_unary("hold", 0, &a, NULL);
+    while (!held)
+        uv_run(&loop, UV_RUN_ONCE);
+    pd_grpc_client_reset(cli, "peer stopped answering");
+    assert_false(a.done); /* the done callback runs from the loop */
+    run_until(&a.done);
+    assert_int_equal(a.code, PD_GRPC_UNAVAILABLE);
+    assert_string_equal(a.msg, "peer stopped answering");
+    while (server_cancels == 0)
+        uv_run(&loop, UV_RUN_ONCE);
+    pd_grpc_client_reset(cli, NULL); /* no connection: no effect */
+    start_unary("again", 5000, &b, NULL);
+    run_until(&b.done);
+    assert_int_equal(b.code, 0);
+    /* from the done callback of a call on the connection being dropped (the router resets a
+     * node's client from its health poll's callback): the call is freed once, after it returns */
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    server_cancels = 0;
+    a.reset_client = 1;
+    start_unary("hold", 50, &a, NULL);
+    run_until(&a.done);
+    assert_int_equal(a.code, PD_GRPC_DEADLINE_EXCEEDED);
+    start_unary("after", 5000, &b, NULL);
+    run_until(&b.done);
+    assert_int_equal(b.code, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -251,6 +289,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_deadline, setup, teardown),
         cmocka_unit_test_setup_teardown(test_destroy_with_calls_in_flight, setup, teardown),
         cmocka_unit_test_setup_teardown(test_goaway_then_unavailable, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reset, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
