@@ -298,8 +298,9 @@ static void cpu__quant_rows(const pd_act_fp8_t *q, const float *x, int n, int64_
 static void cpu_add_rmsnorm(pd_backend_t *be, float *x, const float *y, float *out,
                             const uint16_t *w, int n, int d, float eps, const pd_act_fp8_t *q)
 {
-    float *o = out ? out : malloc((size_t)n * d * sizeof *o);
-    PD_ASSERT(o);
+    float *o = out ? out : cpu__scratch(cpu__get(be), (size_t)n * d * sizeof *o, "add_rmsnorm");
+    if (!o)
+        return;
     if (y)
         cpu_add(be, x, y, (size_t)n * d);
     cpu_rmsnorm(be, o, x, w, n, d, eps);
@@ -312,8 +313,9 @@ static void cpu_add_rmsnorm(pd_backend_t *be, float *x, const float *y, float *o
 static void cpu_silu_mul_fp8(pd_backend_t *be, float *out, const float *gu, int n, int f,
                              const pd_act_fp8_t *q)
 {
-    float *o = out ? out : malloc((size_t)n * f * sizeof *o);
-    PD_ASSERT(o);
+    float *o = out ? out : cpu__scratch(cpu__get(be), (size_t)n * f * sizeof *o, "silu_mul_fp8");
+    if (!o)
+        return;
     cpu_silu_mul(be, o, gu, n, f);
     if (q)
         cpu__quant_rows(q, o, n, f);
@@ -326,8 +328,9 @@ static void cpu_matmul_fp8(pd_backend_t *be, float *out, const pd_act_fp8_t *x,
 {
     cpu_t *c = cpu__get(be);
     PD_ASSERT(w->fmt == PD_WFMT_FP8);
-    float *xq = malloc((size_t)n * (size_t)w->k * sizeof *xq);
-    PD_ASSERT(xq);
+    float *xq = cpu__scratch(c, (size_t)n * (size_t)w->k * sizeof *xq, "matmul_fp8");
+    if (!xq)
+        return;
     for (size_t i = 0; i < (size_t)n * (size_t)w->k; i++)
         xq[i] = c->fp8_lut[x->q[i]];
     matmul_job_t j = {c, out, xq, x->scale, w, n};
