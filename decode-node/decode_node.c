@@ -16,6 +16,7 @@
 #include "log.h"
 #include "node.h"
 #include "node_sampling.h"
+#include "node_control.h"
 #include "pdserve.pb-c.h"
 
 /* ==== state ==== */
@@ -72,14 +73,10 @@ typedef struct dres {
 } dres_t;
 
 struct decode_node {
-    uv_loop_t *loop;
-    const cluster_config_t *cfg;
-    const cluster_node_t *node;
-    pd_grpc_server_t *srv;
-    pd_grpc_health_t *health;
-    node_http_t *http; /* /live /ready /health /metrics on the node's http_port */
+    /* control server, ops endpoint, stats, transport, clock; nc.ready: layout, watermark and
+     * transport key set, compute jobs may be submitted; nc.draining: no new reservations */
+    node_control_t nc;
     compute_t *comp;
-    kv_transport_t *tr;
     kv_transport_mem_t *mem;
     void *rkey;
     size_t rkey_len;
@@ -91,11 +88,7 @@ struct decode_node {
     size_t arena_bytes;
     kv_layout_t layout;
     int ucx_port;
-    int failed;
-    int ready;     /* layout, watermark and transport key set: compute jobs may be submitted */
-    int draining;  /* SIGTERM: no new reservations; running requests finish */
     int n_streams; /* live Decode streams (loop thread) */
-    node_stats_t stats;
     uint64_t next_req_id;
     /* compute thread only */
     dres_t *res;
@@ -180,7 +173,7 @@ static void decode__event(void *arg)
         pd_grpc_stream_buf_end(r->out, PD_OK, NULL); /* frees r once the client read it all */
     } else {
         char msg[160];
-        snprintf(msg, sizeof msg, "%s: %s", r->dn->node->name, pd_status_str(ev->status));
+        snprintf(msg, sizeof msg, "%s: %s", r->dn->nc.node->name, pd_status_str(ev->status));
         pd_grpc_stream_buf_end(r->out, ev->status, msg);
     }
     free(ev);
@@ -303,9 +296,9 @@ static void decode__on_token(void *arg, uint64_t seq_id, int32_t tok, engine_fin
     decode_node_t *dn = d->req->dn;
     (void)seq_id;
     if (tok >= 0) {
-        pthread_mutex_lock(&dn->stats.mu);
-        dn->stats.tokens++;
-        pthread_mutex_unlock(&dn->stats.mu);
+        pthread_mutex_lock(&dn->nc.stats.mu);
+        dn->nc.stats.tokens++;
+        pthread_mutex_unlock(&dn->nc.stats.mu);
         decode__post_event_lp(decode__compute(dn), d->req, tok, ENGINE_FINISH_NONE, PD_OK,
                               engine_token_logprobs(compute_engine(decode__compute(dn))));
         return;
@@ -345,9 +338,9 @@ static void decode__admit(decode_node_t *dn, engine_t *e, dres_t **link, ddec_t 
             return;
         }
         d->admitted = 1;
-        pthread_mutex_lock(&dn->stats.mu);
-        dn->stats.requests++;
-        pthread_mutex_unlock(&dn->stats.mu);
+        pthread_mutex_lock(&dn->nc.stats.mu);
+        dn->nc.stats.requests++;
+        pthread_mutex_unlock(&dn->nc.stats.mu);
         return;
     }
     if (d->n_tokens != r->n_tokens + 1) {
@@ -373,9 +366,9 @@ static void decode__admit(decode_node_t *dn, engine_t *e, dres_t **link, ddec_t 
         return;
     }
     d->admitted = 1;
-    pthread_mutex_lock(&dn->stats.mu);
-    dn->stats.requests++;
-    pthread_mutex_unlock(&dn->stats.mu);
+    pthread_mutex_lock(&dn->nc.stats.mu);
+    dn->nc.stats.requests++;
+    pthread_mutex_unlock(&dn->nc.stats.mu);
 }
 
 typedef struct {
@@ -415,7 +408,7 @@ static void decode__reserve(compute_t *c, engine_t *e, void *arg)
         free(j->pages);
         j->pages = NULL;
     } else {
-        int64_t deadline = pd_clock_ms() + j->lease_ms;
+        int64_t deadline = node_control_now_ms(&dn->nc) + j->lease_ms;
         kv_seq_init(&r->kv);
         for (int32_t i = 0; i < need && j->st == PD_OK; i++) {
             kv_page_ref_t ref;
@@ -534,7 +527,7 @@ static void decode__kv_done(compute_t *c, engine_t *e, void *arg)
         /* not the writer this reservation was handed to: touch nothing */
         pd_log_error("seq %llu: kv done with a wrong reservation token: dropped",
                      (unsigned long long)r->id);
-        node_stats_integrity(&dn->stats, NODE_INTEGRITY_TOKEN);
+        node_stats_integrity(&dn->nc.stats, NODE_INTEGRITY_TOKEN);
         free(j);
         return;
     }
@@ -571,7 +564,7 @@ static void decode__kv_done(compute_t *c, engine_t *e, void *arg)
         pd_log_error("seq %llu: kv done for %u tokens in %u pages, reserved %d in %d: failed",
                      (unsigned long long)r->id, j->msg.n_tokens, j->msg.n_pages, r->n_tokens,
                      r->kv.n_pages);
-        node_stats_integrity(&dn->stats, NODE_INTEGRITY_SIZE);
+        node_stats_integrity(&dn->nc.stats, NODE_INTEGRITY_SIZE);
         decode__kv_done_fail(dn, c, e, link, PD_ERR_PROTOCOL);
         free(j);
         return;
@@ -588,7 +581,7 @@ static void decode__kv_done(compute_t *c, engine_t *e, void *arg)
         /* the bytes in the pages are not the bytes the writer sent (a late or torn write by a
          * former owner's writer, a transport fault): DATA_LOSS, counted */
         engine_tracker(e)->failures++;
-        node_stats_integrity(&dn->stats, NODE_INTEGRITY_CHECKSUM);
+        node_stats_integrity(&dn->nc.stats, NODE_INTEGRITY_CHECKSUM);
         decode__kv_done_fail(dn, c, e, link, PD_ERR_KV_INTEGRITY);
         free(j);
         return;
@@ -606,9 +599,9 @@ static void decode__kv_done(compute_t *c, engine_t *e, void *arg)
         kv_pool_page_writer_done(engine_pool(e), r->kv.pages[i].page);
     r->kv_done = 1;
     r->first_token = j->msg.first_token;
-    node_stats_kv_transfer(&dn->stats, (uint64_t)r->kv.n_pages * dn->layout.page_bytes,
+    node_stats_kv_transfer(&dn->nc.stats, (uint64_t)r->kv.n_pages * dn->layout.page_bytes,
                            pd_clock_s() - r->reserved_s);
-    r->deadline_ms = pd_clock_ms() + dn->cfg->transport.lease_ms;
+    r->deadline_ms = node_control_now_ms(&dn->nc) + dn->nc.cfg->transport.lease_ms;
     ddec_t *wait = r->pending; /* the last admit may free r */
     r->pending = NULL;
     while (wait) {
@@ -738,7 +731,7 @@ static void decode__release(compute_t *c, engine_t *e, void *arg)
 static void decode__tick(compute_t *c, engine_t *e, void *arg)
 {
     decode_node_t *dn = arg;
-    int64_t now = pd_clock_ms();
+    int64_t now = node_control_now_ms(&dn->nc);
     dres_t **pp = &dn->res;
     uint32_t queued = 0;
     while (*pp) {
@@ -764,7 +757,7 @@ static void decode__tick(compute_t *c, engine_t *e, void *arg)
         pp = &r->next;
     }
     kv_pool_expire_leases(engine_pool(e), now);
-    node_stats_publish(&dn->stats, e, queued);
+    node_stats_publish(&dn->nc.stats, e, queued);
 }
 
 /* ==== loop thread: rpc handlers ==== */
@@ -775,7 +768,7 @@ static void decode__reserve_reply(void *arg)
     decode_node_t *dn = j->dn;
     if (j->st != PD_OK) {
         char msg[160];
-        snprintf(msg, sizeof msg, "%s: %s", dn->node->name,
+        snprintf(msg, sizeof msg, "%s: %s", dn->nc.node->name,
                  j->st == PD_NO_PAGES ? "no free kv pages" : pd_status_str(j->st));
         pd_grpc_call_finish_status(j->call, j->st, msg);
     } else {
@@ -804,8 +797,8 @@ static void decode__reserve_reply(void *arg)
         lay.page_tokens = (uint32_t)dn->layout.page_tokens;
         lay.kv_format = (char *)pd_kvfmt_name(dn->layout.fmt);
         lay.page_bytes = dn->layout.page_bytes;
-        dest.node = (char *)dn->node->name;
-        dest.ucx_host = (char *)dn->node->host;
+        dest.node = (char *)dn->nc.node->name;
+        dest.ucx_host = (char *)dn->nc.node->host;
         dest.ucx_port = (uint32_t)dn->ucx_port;
         dest.rkey.data = dn->rkey;
         dest.rkey.len = dn->rkey_len;
@@ -835,9 +828,10 @@ static void decode__rpc_reserve(pd_grpc_call_t *call, const ProtobufCMessage *ms
     const Pdserve__V1__ReserveRequest *req = (const Pdserve__V1__ReserveRequest *)msg;
     reserve_job_t *j;
     pd_status_t st;
-    if (!dn->ready || dn->draining) {
+    if (!dn->nc.ready || dn->nc.draining) {
         pd_grpc_call_finish_status(call, PD_ERR_UNAVAILABLE,
-                                   dn->draining ? "decode node draining" : "decode node not ready");
+                                   dn->nc.draining ? "decode node draining"
+                                                   : "decode node not ready");
         return;
     }
     if (!(j = calloc(1, sizeof *j))) {
@@ -847,7 +841,7 @@ static void decode__rpc_reserve(pd_grpc_call_t *call, const ProtobufCMessage *ms
     j->dn = dn;
     j->call = call;
     j->n_tokens = req->n_tokens;
-    j->lease_ms = req->lease_ms > 0 ? req->lease_ms : dn->cfg->transport.lease_ms;
+    j->lease_ms = req->lease_ms > 0 ? req->lease_ms : dn->nc.cfg->transport.lease_ms;
     if ((st = compute_submit(dn->comp, decode__reserve, j)) != PD_OK) {
         free(j);
         pd_grpc_call_finish_status(call, st, "decode node not ready");
@@ -882,7 +876,7 @@ static void decode__rpc_decode(pd_grpc_call_t *call, const ProtobufCMessage *msg
     start_job_t *j;
     pd_status_t st;
 
-    if (!dn->ready) { /* a Decode for an earlier reservation is accepted while draining */
+    if (!dn->nc.ready) { /* a Decode for an earlier reservation is accepted while draining */
         pd_grpc_call_finish_status(call, PD_ERR_UNAVAILABLE, "decode node not ready");
         return;
     }
@@ -937,7 +931,7 @@ static void decode__rpc_release(pd_grpc_call_t *call, const ProtobufCMessage *ms
     const Pdserve__V1__ReleaseRequest *req = (const Pdserve__V1__ReleaseRequest *)msg;
     release_job_t *j;
     pd_status_t st;
-    if (!dn->ready) {
+    if (!dn->nc.ready) {
         pd_grpc_call_finish_status(call, PD_ERR_UNAVAILABLE, "decode node not ready");
         return;
     }
@@ -959,7 +953,7 @@ static void decode__rpc_stats(pd_grpc_call_t *call, const ProtobufCMessage *msg,
     decode_node_t *dn = user;
     Pdserve__V1__NodeStats m = PDSERVE__V1__NODE_STATS__INIT;
     (void)msg;
-    node_stats_fill(&dn->stats, dn->node, &m);
+    node_stats_fill(&dn->nc.stats, dn->nc.node, &m);
     pd_grpc_call_finish_status(call, pd_grpc_call_send(call, &m.base), NULL);
 }
 
@@ -979,10 +973,10 @@ static void decode__kv_done_msg(decode_node_t *dn, const void *header, size_t he
         dn->hooks.on_kv_done(dn->hooks.arg, buf, sizeof buf, &header_len, &direct);
         header = buf;
     }
-    if (node_kv_done_unpack(header, header_len, dn->node->name, &m) != PD_OK)
+    if (node_kv_done_unpack(header, header_len, dn->nc.node->name, &m) != PD_OK)
         return; /* logged; the reservation's lease ends it */
     if (!(j = malloc(sizeof *j))) {
-        pd_log_error("%s: kv done for seq %llu: out of memory: dropped", dn->node->name,
+        pd_log_error("%s: kv done for seq %llu: out of memory: dropped", dn->nc.node->name,
                      (unsigned long long)m.seq_id);
         return;
     }
@@ -1019,7 +1013,7 @@ static void decode__offer_ipc(decode_node_t *dn, engine_t *e)
     kv_path_offer_t o = {0};
     const char *why;
     int gpu = strcmp(engine_backend(e)->ops->name, "cpu") != 0;
-    node_engine_params(dn->cfg, dn->node, &ep);
+    node_engine_params(dn->nc.cfg, dn->nc.node, &ep);
     if (gpu && kv_cuda_ipc_built()) {
         pd_status_t st =
             kv_cuda_ipc_export(ep.device, engine_arena(e), dn->arena_bytes, dn->ipc_blob);
@@ -1027,18 +1021,18 @@ static void decode__offer_ipc(decode_node_t *dn, engine_t *e)
         if (st != PD_OK)
             pd_log_warn("%s: kv pool not exported over cuda ipc (%s): same-host prefill nodes "
                         "use ucx",
-                        dn->node->name, pd_status_str(st));
+                        dn->nc.node->name, pd_status_str(st));
     }
     /* the best path a same-host GPU writer can take into this node */
     o.src_gpu = 1;
     o.dst_gpu = gpu;
     o.ipc_offered = o.ipc_same_host = o.ipc_opened = dn->ipc_ok;
-    o.src_ucx_cuda = o.dst_ucx_cuda = gpu && kv_transport_query_cuda(dn->tr);
+    o.src_ucx_cuda = o.dst_ucx_cuda = gpu && kv_transport_query_cuda(dn->nc.tr);
     kv_path_t p = gpu ? kv_path_select(&o, &why) : KV_PATH_UCX_HOST;
-    pthread_mutex_lock(&dn->stats.mu);
-    snprintf(dn->stats.kv_path, sizeof dn->stats.kv_path, "%s", kv_path_name(p));
-    pthread_mutex_unlock(&dn->stats.mu);
-    pd_log_info("%s: kv transport: offers %s (%s pool%s)", dn->node->name, kv_path_name(p),
+    pthread_mutex_lock(&dn->nc.stats.mu);
+    snprintf(dn->nc.stats.kv_path, sizeof dn->nc.stats.kv_path, "%s", kv_path_name(p));
+    pthread_mutex_unlock(&dn->nc.stats.mu);
+    pd_log_info("%s: kv transport: offers %s (%s pool%s)", dn->nc.node->name, kv_path_name(p),
                 gpu ? "gpu" : "host",
                 dn->ipc_ok      ? "; cuda ipc handle exported, other hosts use ucx"
                 : dn->landing   ? "; ucx into a host landing zone"
@@ -1052,9 +1046,7 @@ static void decode__ready(void *arg, pd_status_t st)
     engine_t *e;
     void *region;
     if (st != PD_OK) {
-        pd_log_error("%s: model load failed: %s", dn->node->name, pd_status_str(st));
-        dn->failed = 1;
-        uv_stop(dn->loop);
+        node_control_fail(&dn->nc, "model load failed", st);
         return;
     }
     e = compute_engine(dn->comp);
@@ -1062,85 +1054,72 @@ static void decode__ready(void *arg, pd_status_t st)
     dn->arena_bytes = (size_t)kv_pool_n_pages(engine_pool(e)) * dn->layout.page_bytes;
     dn->watermark = kv_pool_n_pages(engine_pool(e)) / 16;
     region = engine_arena(e);
-    if (strcmp(engine_backend(e)->ops->name, "cpu") != 0 && !kv_transport_query_cuda(dn->tr)) {
+    if (strcmp(engine_backend(e)->ops->name, "cpu") != 0 && !kv_transport_query_cuda(dn->nc.tr)) {
         if (!(dn->landing = calloc(1, dn->arena_bytes))) {
-            pd_log_error("%s: no host memory for a %zu-byte landing zone", dn->node->name,
+            pd_log_error("%s: no host memory for a %zu-byte landing zone", dn->nc.node->name,
                          dn->arena_bytes);
-            dn->failed = 1;
-            uv_stop(dn->loop);
+            node_control_fail(&dn->nc, "landing zone", PD_ERR_NOMEM);
             return;
         }
         region = dn->landing;
         pd_log_info("%s: transport cannot reach GPU memory: pages land in host memory first",
-                    dn->node->name);
+                    dn->nc.node->name);
     }
     /* device memory is registered as such (memory type CUDA), never left to UCX to guess */
     pd_status_t rst = region == engine_arena(e) && strcmp(engine_backend(e)->ops->name, "cpu")
-                          ? kv_transport_mem_register_cuda(dn->tr, region, dn->arena_bytes,
+                          ? kv_transport_mem_register_cuda(dn->nc.tr, region, dn->arena_bytes,
                                                            &dn->mem)
-                          : kv_transport_mem_register(dn->tr, region, dn->arena_bytes, &dn->mem);
-    if (rst != PD_OK || kv_transport_mem_pack(dn->mem, &dn->rkey, &dn->rkey_len) != PD_OK) {
-        dn->failed = 1;
-        uv_stop(dn->loop);
+                          : kv_transport_mem_register(dn->nc.tr, region, dn->arena_bytes, &dn->mem);
+    if (rst == PD_OK)
+        rst = kv_transport_mem_pack(dn->mem, &dn->rkey, &dn->rkey_len);
+    if (rst != PD_OK) {
+        node_control_fail(&dn->nc, "kv pool registration", rst);
         return;
     }
     decode__offer_ipc(dn, e);
     /* Stats answered before the compute thread's first tick must show the pool, not 0 pages
      * (which the router's least_kv policy reads as a full node) */
-    pthread_mutex_lock(&dn->stats.mu);
-    dn->stats.pages_total = (uint32_t)kv_pool_n_pages(engine_pool(e));
-    pthread_mutex_unlock(&dn->stats.mu);
-    dn->ready = 1; /* from here on, compute jobs see the layout, watermark and key */
-    if (!dn->draining)
-        node_set_serving(dn->health, &pdserve__v1__decode__descriptor, 1);
+    pthread_mutex_lock(&dn->nc.stats.mu);
+    dn->nc.stats.pages_total = (uint32_t)kv_pool_n_pages(engine_pool(e));
+    pthread_mutex_unlock(&dn->nc.stats.mu);
+    node_control_ready(&dn->nc); /* from here on, compute jobs see the layout, watermark, key */
     pd_log_info("%s: serving (%s weights, %s kv, %d pages of %zu bytes, ucx port %d)",
-                dn->node->name, pd_wfmt_name(dn->node->weights), pd_kvfmt_name(dn->node->kv),
+                dn->nc.node->name, pd_wfmt_name(dn->nc.node->weights), pd_kvfmt_name(dn->nc.node->kv),
                 kv_pool_n_pages(engine_pool(e)), dn->layout.page_bytes, dn->ucx_port);
 }
 
 pd_status_t decode_node_create(uv_loop_t *loop, const cluster_config_t *cfg,
                                const cluster_node_t *node, const decode_node_hooks_t *hooks,
-                               decode_node_t **dn_p)
+                               const node_env_t *env, decode_node_t **dn_p)
 {
     decode_node_t *dn = calloc(1, sizeof *dn);
     engine_params_t ep;
-    kv_transport_params_t tp = {0};
-    int port;
     pd_status_t st;
 
     if (!dn)
         return PD_ERR_NOMEM;
-    dn->loop = loop;
-    dn->cfg = cfg;
-    dn->node = node;
     if (hooks)
         dn->hooks = *hooks;
-    node_stats_init(&dn->stats);
-    tp.name = node->name;
-    if ((st = kv_transport_ucx_create(loop, &tp, &dn->tr)) != PD_OK)
+    if ((st = node_control_init(&dn->nc, loop, cfg, node, &pdserve__v1__decode__descriptor,
+                                decode_handlers, dn, env)) != PD_OK)
         goto err;
-    if ((st = kv_transport_listen(dn->tr, node->host, node->ucx_port, &dn->ucx_port)) != PD_OK) {
+    if ((st = kv_transport_listen(dn->nc.tr, node->host, node->ucx_port, &dn->ucx_port)) != PD_OK) {
         /* UCX 1.13 cannot set SO_REUSEADDR: after a restart the port can sit in TIME_WAIT for a
          * minute. Prefill nodes learn the address from each reservation, so any port will do. */
         pd_log_warn("%s: ucx port %d busy (TIME_WAIT after a restart?): using an ephemeral port",
                     node->name, node->ucx_port);
-        if ((st = kv_transport_listen(dn->tr, node->host, 0, &dn->ucx_port)) != PD_OK)
+        if ((st = kv_transport_listen(dn->nc.tr, node->host, 0, &dn->ucx_port)) != PD_OK)
             goto err;
     }
-    if ((st = kv_transport_set_am_handler(dn->tr, NODE_AM_KV_DONE, decode__am_kv_done, dn)) ||
-        (st = kv_transport_set_am_handler(dn->tr, NODE_AM_KV_DONE_DIRECT,
+    if ((st = kv_transport_set_am_handler(dn->nc.tr, NODE_AM_KV_DONE, decode__am_kv_done, dn)) ||
+        (st = kv_transport_set_am_handler(dn->nc.tr, NODE_AM_KV_DONE_DIRECT,
                                           decode__am_kv_done_direct, dn)))
-        goto err;
-    if ((st = node_serve(loop, node, &pdserve__v1__decode__descriptor, decode_handlers, dn,
-                         &dn->srv, &dn->health, &port)) != PD_OK)
-        goto err;
-    if ((st = node_http_create(loop, node, dn->health, &dn->stats, &dn->http)) != PD_OK)
         goto err;
     node_engine_params(cfg, node, &ep);
     if ((st = compute_create(loop, &ep, decode__ready, decode__tick, 100, dn, &dn->comp)))
         goto err;
     pd_log_info("%s: loading %s on %s (control %s:%d)", node->name, cfg->model, ep.backend,
-                node->host, port);
+                node->host, dn->nc.port);
     *dn_p = dn;
     return PD_OK;
 err:
@@ -1150,26 +1129,28 @@ err:
 
 int decode_node_failed(const decode_node_t *dn)
 {
-    return dn->failed;
+    return dn->nc.failed;
+}
+
+int decode_node_port(const decode_node_t *dn)
+{
+    return dn->nc.port;
 }
 
 void decode_node_drain(decode_node_t *dn)
 {
-    if (dn->draining)
-        return;
-    dn->draining = 1;
-    node_set_serving(dn->health, &pdserve__v1__decode__descriptor, 0);
-    pd_log_info("%s: draining: no new reservations; %d streams running", dn->node->name,
-                dn->n_streams);
+    if (node_control_drain(&dn->nc))
+        pd_log_info("%s: draining: no new reservations; %d streams running", dn->nc.node->name,
+                    dn->n_streams);
 }
 
 int decode_node_busy(decode_node_t *dn)
 {
     uint32_t waiting, active;
-    pthread_mutex_lock(&dn->stats.mu); /* published by the compute thread every tick */
-    waiting = dn->stats.queued;
-    active = dn->stats.active;
-    pthread_mutex_unlock(&dn->stats.mu);
+    pthread_mutex_lock(&dn->nc.stats.mu); /* published by the compute thread every tick */
+    waiting = dn->nc.stats.queued;
+    active = dn->nc.stats.active;
+    pthread_mutex_unlock(&dn->nc.stats.mu);
     return dn->n_streams + (int)waiting + (int)active;
 }
 
@@ -1177,16 +1158,13 @@ void decode_node_destroy(decode_node_t *dn)
 {
     if (!dn)
         return;
-    if (dn->srv)
-        pd_grpc_server_shutdown(dn->srv);
+    node_control_shutdown(&dn->nc);
     compute_destroy(dn->comp); /* queued events for calls are dropped with the server */
     dn->comp = NULL;           /* Decode calls cancelled below end without their final event */
-    pd_grpc_server_destroy(dn->srv);
-    node_http_destroy(dn->http);
-    pd_grpc_health_destroy(dn->health);
+    pd_grpc_server_destroy(dn->nc.srv); /* cancels the calls while the node still exists */
+    dn->nc.srv = NULL;
     free(dn->rkey);
     kv_transport_mem_deregister(dn->mem);
-    kv_transport_destroy(dn->tr);
     free(dn->landing);
     /* reservation records belong to the compute thread, which is gone */
     while (dn->res) {
@@ -1201,6 +1179,6 @@ void decode_node_destroy(decode_node_t *dn)
         dn->decs = d->next;
         decode__free_dec(d);
     }
-    node_stats_deinit(&dn->stats);
+    node_control_deinit(&dn->nc);
     free(dn);
 }

@@ -20,6 +20,7 @@
 
 #include "cluster_config.h"
 #include "engine.h"
+#include "node_control.h"
 #include "status.h"
 
 typedef struct decode_node decode_node_t;
@@ -40,11 +41,15 @@ typedef struct {
 } decode_node_hooks_t;
 
 /* Starts serving (health NOT_SERVING until the model is loaded, then SERVING). hooks: NULL in
- * production (copied otherwise). Errors: the control or transport port cannot be bound
- * (PD_ERR_IO / PD_ERR_TRANSPORT), PD_ERR_NOMEM. */
+ * production (copied otherwise). env: NULL in production; unit tests pass a fake clock (leases,
+ * quarantine, lease ends before KV-done) and the loopback transport. Errors: the control or
+ * transport port cannot be bound (PD_ERR_IO / PD_ERR_TRANSPORT), PD_ERR_NOMEM. */
 pd_status_t decode_node_create(uv_loop_t *loop, const cluster_config_t *cfg,
                                const cluster_node_t *node, const decode_node_hooks_t *hooks,
-                               decode_node_t **dn_p);
+                               const node_env_t *env, decode_node_t **dn_p);
+
+/* The bound control port (node->port, or the ephemeral port picked for 0). */
+int decode_node_port(const decode_node_t *dn);
 
 /* Stops serving (GOAWAY, calls end), stops the compute thread and frees everything. */
 void decode_node_destroy(decode_node_t *dn);

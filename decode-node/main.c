@@ -6,7 +6,7 @@
 static pd_status_t decode__create(uv_loop_t *loop, const cluster_config_t *cfg,
                                   const cluster_node_t *node, void **node_p)
 {
-    return decode_node_create(loop, cfg, node, NULL, (decode_node_t **)node_p);
+    return decode_node_create(loop, cfg, node, NULL, NULL, (decode_node_t **)node_p);
 }
 
 static void decode__destroy(void *n)

@@ -531,57 +531,66 @@ static void cuda_attention(pd_backend_t *be, float *out, const float *q, const v
     cuda__note(c, cuda__attention(c, out, q, arena, l, layer, batch, n_heads));
 }
 
-/* Uploads n int32/uint32 host arrays (each n elements) into the idx scratch; *dev_p[i] set. */
-static pd_status_t cuda__upload_idx(cuda_t *c, int n, int n_arrays, const void *const *host,
-                                    void **dev_p)
+/* Bytes of one slot of the idx scratch for n elements of up to 8 bytes. */
+static size_t cuda__idx_slot(int n)
 {
-    size_t each = ((size_t)n * 4 + 255) / 256 * 256;
+    return ((size_t)n * 8 + 255) / 256 * 256;
+}
+
+/* Uploads n_arrays host arrays of n elements (elem[i] bytes each: int32 ids, 64-bit tags) into
+ * slots of the idx scratch (two more slots are left for results); *dev_p[i] set. */
+static pd_status_t cuda__upload_idx(cuda_t *c, int n, int n_arrays, const void *const *host,
+                                    const size_t *elem, void **dev_p)
+{
+    size_t each = cuda__idx_slot(n);
     pd_status_t st = cuda__grow(c, &c->idx, each * (size_t)(n_arrays + 2));
     for (int i = 0; i < n_arrays && st == PD_OK; i++) {
         dev_p[i] = (uint8_t *)c->idx.p + each * (size_t)i;
-        st = cuda__status(
-            cudaMemcpyAsync(dev_p[i], host[i], (size_t)n * 4, cudaMemcpyHostToDevice, c->stream),
-            "index upload");
+        st = cuda__status(cudaMemcpyAsync(dev_p[i], host[i], (size_t)n * elem[i],
+                                          cudaMemcpyHostToDevice, c->stream),
+                          "index upload");
     }
     return st;
 }
 
 static void cuda_kv_stamp(pd_backend_t *be, void *arena, const kv_layout_t *l, const int32_t *pages,
-                          const uint32_t *tags, int n)
+                          const kv_tag_t *tags, int n)
 {
     cuda_t *c = cuda__get(be);
     const void *host[2] = {pages, tags};
+    const size_t elem[2] = {sizeof *pages, sizeof *tags};
     void *dev[2];
     pd_status_t st;
     if (n <= 0)
         return;
-    st = cuda__upload_idx(c, n, 2, host, dev);
+    st = cuda__upload_idx(c, n, 2, host, elem, dev);
     if (st == PD_OK)
         st = kv_stamp(arena, l, dev[0], dev[1], n, c->stream);
     cuda__note(c, st);
 }
 
-static void cuda_kv_check(pd_backend_t *be, uint8_t *bad_out, uint32_t *found_out,
+static void cuda_kv_check(pd_backend_t *be, uint8_t *bad_out, kv_tag_t *found_out,
                           const void *arena, const kv_layout_t *l, const int32_t *pages,
-                          const uint32_t *expected, const uint32_t *current, int n)
+                          const kv_tag_t *expected, const kv_tag_t *current, int n)
 {
     cuda_t *c = cuda__get(be);
     const void *host[3] = {pages, expected, current};
+    const size_t elem[3] = {sizeof *pages, sizeof *expected, sizeof *current};
     void *dev[3];
     pd_status_t st;
     if (n <= 0)
         return;
-    /* results go after the three inputs: found (n) uint32, then bad (n) uint8 */
-    st = cuda__upload_idx(c, n, 3, host, dev);
-    size_t each = ((size_t)n * 4 + 255) / 256 * 256;
-    uint32_t *d_found = (uint32_t *)((uint8_t *)c->idx.p + 3 * each);
+    /* results go after the three inputs: found (n) 64-bit tags, then bad (n) uint8 */
+    st = cuda__upload_idx(c, n, 3, host, elem, dev);
+    size_t each = cuda__idx_slot(n);
+    kv_tag_t *d_found = (kv_tag_t *)((uint8_t *)c->idx.p + 3 * each);
     uint8_t *d_bad = (uint8_t *)c->idx.p + 4 * each;
     if (st == PD_OK)
         st = kv_check(d_bad, d_found, arena, l, dev[0], dev[1], dev[2], n, c->stream);
     if (st == PD_OK)
-        st = cuda__status(
-            cudaMemcpyAsync(found_out, d_found, (size_t)n * 4, cudaMemcpyDeviceToHost, c->stream),
-            "kv_check download");
+        st = cuda__status(cudaMemcpyAsync(found_out, d_found, (size_t)n * sizeof *found_out,
+                                          cudaMemcpyDeviceToHost, c->stream),
+                          "kv_check download");
     if (st == PD_OK)
         st = cuda__status(
             cudaMemcpyAsync(bad_out, d_bad, (size_t)n, cudaMemcpyDeviceToHost, c->stream),
@@ -590,7 +599,7 @@ static void cuda_kv_check(pd_backend_t *be, uint8_t *bad_out, uint32_t *found_ou
         st = cuda__status(cudaStreamSynchronize(c->stream), "kv_check sync");
     if (st != PD_OK) { /* the caller reads the results: report every page as bad */
         memset(bad_out, 2, (size_t)n);
-        memset(found_out, 0, (size_t)n * 4);
+        memset(found_out, 0, (size_t)n * sizeof *found_out);
     }
     cuda__note(c, st);
 }
@@ -600,11 +609,12 @@ static void cuda_kv_export(pd_backend_t *be, void *dst, const kv_layout_t *dst_l
 {
     cuda_t *c = cuda__get(be);
     const void *host[1] = {src_pages};
+    const size_t elem[1] = {sizeof *src_pages};
     void *dev[1];
     pd_status_t st;
     if (n_pages <= 0)
         return;
-    st = cuda__upload_idx(c, n_pages, 1, host, dev);
+    st = cuda__upload_idx(c, n_pages, 1, host, elem, dev);
     if (st == PD_OK)
         st = kv_export(dst, dst_l, arena, src_l, dev[0], n_pages, c->stream);
     cuda__note(c, st);

@@ -129,24 +129,24 @@ static __global__ void kv__export(uint8_t *dst, kv_layout_t dl, const uint8_t *a
               base, row, dl, lane);
 }
 
-/* arena pages, pages (n) int32, tags (n) uint32 */
+/* arena pages, pages (n) int32, tags (n) uint64 (page headers are 64-byte aligned) */
 static __global__ void kv__stamp(uint8_t *arena, size_t page_bytes, const int32_t *pages,
-                                 const uint32_t *tags, int n)
+                                 const kv_tag_t *tags, int n)
 {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
-        *(uint32_t *)(arena + (size_t)pages[i] * page_bytes) = tags[i];
+        *(kv_tag_t *)(arena + (size_t)pages[i] * page_bytes) = tags[i];
 }
 
-/* bad (n) uint8, found (n) uint32; pages (n) int32, expected, current (n) uint32 */
-static __global__ void kv__check(uint8_t *bad, uint32_t *found, const uint8_t *arena,
-                                 size_t page_bytes, const int32_t *pages, const uint32_t *expected,
-                                 const uint32_t *current, int n)
+/* bad (n) uint8, found (n) uint64; pages (n) int32, expected, current (n) uint64 */
+static __global__ void kv__check(uint8_t *bad, kv_tag_t *found, const uint8_t *arena,
+                                 size_t page_bytes, const int32_t *pages, const kv_tag_t *expected,
+                                 const kv_tag_t *current, int n)
 {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n)
         return;
-    const uint32_t stamp = *(const uint32_t *)(arena + (size_t)pages[i] * page_bytes);
+    const kv_tag_t stamp = *(const kv_tag_t *)(arena + (size_t)pages[i] * page_bytes);
     found[i] = stamp;
     bad[i] = current[i] != expected[i] ? 1 : stamp != expected[i] ? 2 : 0;
 }
@@ -205,7 +205,7 @@ extern "C" pd_status_t kv_export(void *dst, const kv_layout_t *dst_l, const void
 }
 
 extern "C" pd_status_t kv_stamp(void *arena, const kv_layout_t *l, const int32_t *pages,
-                                const uint32_t *tags, int n, cudaStream_t stream)
+                                const kv_tag_t *tags, int n, cudaStream_t stream)
 {
     KUTIL_REQUIRE(n >= 0, "kv_stamp");
     if (n == 0)
@@ -214,9 +214,9 @@ extern "C" pd_status_t kv_stamp(void *arena, const kv_layout_t *l, const int32_t
     return KUTIL_LAUNCHED("kv_stamp");
 }
 
-extern "C" pd_status_t kv_check(uint8_t *bad, uint32_t *found, const void *arena,
+extern "C" pd_status_t kv_check(uint8_t *bad, kv_tag_t *found, const void *arena,
                                 const kv_layout_t *l, const int32_t *pages,
-                                const uint32_t *expected, const uint32_t *current, int n,
+                                const kv_tag_t *expected, const kv_tag_t *current, int n,
                                 cudaStream_t stream)
 {
     KUTIL_REQUIRE(n >= 0, "kv_check");

@@ -38,14 +38,14 @@ pd_status_t kv_export(void *dst, const kv_layout_t *dst_l, const void *arena,
                       const kv_layout_t *src_l, const int32_t *src_pages, int n_pages,
                       cudaStream_t stream);
 
-/* Writes tags (n) uint32 into the header stamp of pages (n) int32. */
-pd_status_t kv_stamp(void *arena, const kv_layout_t *l, const int32_t *pages, const uint32_t *tags,
+/* Writes tags (n) uint64 into the header stamp of pages (n) int32. */
+pd_status_t kv_stamp(void *arena, const kv_layout_t *l, const int32_t *pages, const kv_tag_t *tags,
                      int n, cudaStream_t stream);
 
-/* The batched integrity check: found (n) uint32 = stamp of page pages[i]; bad (n) uint8 = 1 if
+/* The batched integrity check: found (n) uint64 = stamp of page pages[i]; bad (n) uint8 = 1 if
  * current[i] != expected[i], else 2 if the stamp != expected[i], else 0. */
-pd_status_t kv_check(uint8_t *bad, uint32_t *found, const void *arena, const kv_layout_t *l,
-                     const int32_t *pages, const uint32_t *expected, const uint32_t *current, int n,
+pd_status_t kv_check(uint8_t *bad, kv_tag_t *found, const void *arena, const kv_layout_t *l,
+                     const int32_t *pages, const kv_tag_t *expected, const kv_tag_t *current, int n,
                      cudaStream_t stream);
 
 #ifdef __cplusplus

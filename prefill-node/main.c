@@ -6,7 +6,7 @@
 static pd_status_t prefill__create(uv_loop_t *loop, const cluster_config_t *cfg,
                                    const cluster_node_t *node, void **node_p)
 {
-    return prefill_node_create(loop, cfg, node, (prefill_node_t **)node_p);
+    return prefill_node_create(loop, cfg, node, NULL, (prefill_node_t **)node_p);
 }
 
 static void prefill__destroy(void *n)

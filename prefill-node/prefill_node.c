@@ -16,6 +16,7 @@
 #include "log.h"
 #include "node.h"
 #include "node_sampling.h"
+#include "node_control.h"
 #include "pdserve.pb-c.h"
 
 /* A decode node we write to: one endpoint and its unpacked keys. */
@@ -82,18 +83,10 @@ typedef struct pjob {
 } pjob_t;
 
 struct prefill_node {
-    uv_loop_t *loop;
-    const cluster_config_t *cfg;
-    const cluster_node_t *node;
-    pd_grpc_server_t *srv;
-    pd_grpc_health_t *health;
-    node_http_t *http; /* /live /ready /health /metrics on the node's http_port */
+    /* control server, ops endpoint, stats, transport, clock; nc.draining: no new Prefill calls */
+    node_control_t nc;
     compute_t *comp;
-    kv_transport_t *tr;
     peer_t *peers;
-    node_stats_t stats;
-    int failed, ready;
-    int draining; /* SIGTERM: no new Prefill calls; running ones finish */
     int queued; /* calls waiting or running (loop thread) */
     int no_ipc; /* PDSERVE_KV_CUDA_IPC=0: never write over CUDA IPC (benchmarks, debugging) */
     /* PDSERVE_KV_OVERLAP=0: staged pages are put only after the whole prompt is computed, not
@@ -122,7 +115,7 @@ static void prefill__unref(pjob_t *j)
 static void prefill__fail(pjob_t *j, pd_status_t st, const char *what)
 {
     char msg[256];
-    snprintf(msg, sizeof msg, "%s: %s: %s", j->pn->node->name, what, pd_status_str(st));
+    snprintf(msg, sizeof msg, "%s: %s: %s", j->pn->nc.node->name, what, pd_status_str(st));
     pd_grpc_call_finish_status(j->call, st, msg);
     j->pn->queued--;
     prefill__unref(j);
@@ -149,7 +142,7 @@ static void prefill__am_done(void *arg, pd_status_t st)
     }
     Pdserve__V1__PrefillReply rep = PDSERVE__V1__PREFILL_REPLY__INIT;
     void *first_store = NULL, *prompt_store = NULL;
-    node_stats_kv_transfer(&j->pn->stats, (uint64_t)j->n_dst_pages * j->dst_layout.page_bytes,
+    node_stats_kv_transfer(&j->pn->nc.stats, (uint64_t)j->n_dst_pages * j->dst_layout.page_bytes,
                            j->put_start_s > 0.0 ? pd_clock_s() - j->put_start_s : 0.0);
     rep.first_token = j->first;
     rep.n_tokens = (uint32_t)j->n_tokens;
@@ -169,10 +162,10 @@ static void prefill__am_done(void *arg, pd_status_t st)
     free(first_store);
     free(prompt_store);
     j->pn->queued--;
-    pthread_mutex_lock(&j->pn->stats.mu);
-    j->pn->stats.requests++;
-    j->pn->stats.tokens += (uint64_t)j->n_tokens;
-    pthread_mutex_unlock(&j->pn->stats.mu);
+    pthread_mutex_lock(&j->pn->nc.stats.mu);
+    j->pn->nc.stats.requests++;
+    j->pn->nc.stats.tokens += (uint64_t)j->n_tokens;
+    pthread_mutex_unlock(&j->pn->nc.stats.mu);
     prefill__unref(j);
 }
 
@@ -213,9 +206,9 @@ typedef struct put_msg {
 
 static void prefill__count_pages(prefill_node_t *pn, kv_path_t p, int n)
 {
-    pthread_mutex_lock(&pn->stats.mu);
-    pn->stats.kv_pages_by_path[p] += (uint64_t)n;
-    pthread_mutex_unlock(&pn->stats.mu);
+    pthread_mutex_lock(&pn->nc.stats.mu);
+    pn->nc.stats.kv_pages_by_path[p] += (uint64_t)n;
+    pthread_mutex_unlock(&pn->nc.stats.mu);
 }
 
 static void prefill__put_now(put_msg_t *m);
@@ -265,7 +258,7 @@ static void prefill__put_now(put_msg_t *m)
     /* pages arrive in order (FIFO from the compute thread): the checksum the decode node will
      * recompute over what landed in its pool */
     j->checksum = node_pages_checksum(j->checksum, m->staging, NULL, m->n, pb);
-    if (j->error == PD_OK && pd_clock_ms() > j->write_deadline_ms)
+    if (j->error == PD_OK && node_control_now_ms(&j->pn->nc) > j->write_deadline_ms)
         j->error = PD_ERR_RESOURCE; /* the decode node may hand these pages to others now */
     for (int i = 0; i < m->n && j->error == PD_OK; i++) {
         const kv_page_ref_t *r = &j->dst_pages[m->first + i];
@@ -393,14 +386,14 @@ static void prefill__choose_path(prefill_node_t *pn, pjob_t *j, engine_t *e)
     if (peer && peer->logged != (int)p + 1) {
         peer->logged = (int)p + 1;
         if (j->direct)
-            pd_log_info("%s: kv to %s: cuda-ipc, %s, no host staging", pn->node->name, j->peer_key,
+            pd_log_info("%s: kv to %s: cuda-ipc, %s, no host staging", pn->nc.node->name, j->peer_key,
                         kv_cuda_ipc_describe(j->ipc));
         else
-            pd_log_info("%s: kv to %s: %s (%s)", pn->node->name, j->peer_key, kv_path_name(p), why);
+            pd_log_info("%s: kv to %s: %s (%s)", pn->nc.node->name, j->peer_key, kv_path_name(p), why);
     }
-    pthread_mutex_lock(&pn->stats.mu);
-    snprintf(pn->stats.kv_path, sizeof pn->stats.kv_path, "%s", kv_path_name(p));
-    pthread_mutex_unlock(&pn->stats.mu);
+    pthread_mutex_lock(&pn->nc.stats.mu);
+    snprintf(pn->nc.stats.kv_path, sizeof pn->nc.stats.kv_path, "%s", kv_path_name(p));
+    pthread_mutex_unlock(&pn->nc.stats.mu);
 }
 
 /* cuda-ipc: converts pages [first, first + n) of kv into the destination format in device
@@ -418,7 +411,7 @@ static pd_status_t prefill__write_direct(pjob_t *j, engine_t *e, const kv_seq_t 
     uint8_t *base = kv_cuda_ipc_base(j->ipc), *dev = NULL;
     pd_status_t st;
 
-    if (pd_clock_ms() > j->write_deadline_ms)
+    if (node_control_now_ms(&j->pn->nc) > j->write_deadline_ms)
         return PD_ERR_RESOURCE; /* the decode node may hand these pages to others now */
     for (int i = 0; i < n; i++) {
         int32_t pg = j->dst_pages[first + i].page;
@@ -494,7 +487,8 @@ static void prefill__run(compute_t *c, engine_t *e, void *arg)
 {
     pjob_t *j = arg;
     kv_seq_t kv;
-    if (pd_clock_ms() > j->write_deadline_ms) { /* queued too long: skip the work */
+    if (node_control_now_ms(&j->pn->nc) >
+        j->write_deadline_ms) { /* queued too long: skip the work */
         j->prefill_status = PD_ERR_RESOURCE;
         compute_post(c, prefill__done, j);
         return;
@@ -519,7 +513,7 @@ static void prefill__tick(compute_t *c, engine_t *e, void *arg)
 {
     prefill_node_t *pn = arg;
     (void)c;
-    node_stats_publish(&pn->stats, e, 0);
+    node_stats_publish(&pn->nc.stats, e, 0);
 }
 
 /* ==== loop thread: rpcs ==== */
@@ -566,7 +560,7 @@ static peer_t *prefill__peer(prefill_node_t *pn, const Pdserve__V1__KvDestinatio
     }
     snprintf(p->host, sizeof p->host, "%s", d->ucx_host);
     p->port = (int)d->ucx_port;
-    if ((*st_p = kv_transport_connect(pn->tr, p->host, p->port, &p->ep)) != PD_OK ||
+    if ((*st_p = kv_transport_connect(pn->nc.tr, p->host, p->port, &p->ep)) != PD_OK ||
         (*st_p = kv_transport_rkey_unpack(p->ep, d->rkey.data, d->rkey.len, &p->rkey)) != PD_OK) {
         kv_transport_ep_close(p->ep);
         free(p);
@@ -591,14 +585,14 @@ static void prefill__rpc_prefill(pd_grpc_call_t *call, const ProtobufCMessage *m
     prefill_node_t *pn = user;
     const Pdserve__V1__PrefillRequest *req = (const Pdserve__V1__PrefillRequest *)msg;
     const Pdserve__V1__KvDestination *d = req->dest;
-    engine_t *e = pn->ready ? compute_engine(pn->comp) : NULL;
+    engine_t *e = pn->nc.ready ? compute_engine(pn->comp) : NULL;
     pjob_t *j;
     pd_status_t st = PD_OK;
     char why[200];
 
-    if (!e || pn->draining) {
+    if (!e || pn->nc.draining) {
         pd_grpc_call_finish_status(call, PD_ERR_UNAVAILABLE,
-                                   pn->draining ? "prefill node draining"
+                                   pn->nc.draining ? "prefill node draining"
                                                 : "prefill node not ready");
         return;
     }
@@ -649,8 +643,8 @@ static void prefill__rpc_prefill(pd_grpc_call_t *call, const ProtobufCMessage *m
      * (KvDestination.lease_ms; the cluster's transport.lease_ms when absent) and reuses them
      * once it ends: post puts only in its first three quarters, the last covers the reserve ->
      * prefill hop and the puts in flight */
-    int64_t lease = d->lease_ms > 0 ? d->lease_ms : pn->cfg->transport.lease_ms;
-    j->write_deadline_ms = pd_clock_ms() + lease - lease / 4;
+    int64_t lease = d->lease_ms > 0 ? d->lease_ms : pn->nc.cfg->transport.lease_ms;
+    j->write_deadline_ms = node_control_now_ms(&j->pn->nc) + lease - lease / 4;
     memcpy(j->tokens, req->token_ids, req->n_token_ids * sizeof *j->tokens);
     j->n_tokens = (int)req->n_token_ids;
     if (node_sampling_params(req->sampling, &j->gp, &j->gp_store) != PD_OK) {
@@ -693,7 +687,7 @@ static void prefill__rpc_prefill(pd_grpc_call_t *call, const ProtobufCMessage *m
         free(j->dst_pages);
         free(j->gp_store);
         free(j);
-        snprintf(why, sizeof why, "%s: cannot reach decode node %s at %s:%u: %s", pn->node->name,
+        snprintf(why, sizeof why, "%s: cannot reach decode node %s at %s:%u: %s", pn->nc.node->name,
                  d->node, d->ucx_host, d->ucx_port, pd_status_str(st));
         pd_grpc_call_finish_status(call, PD_ERR_UNAVAILABLE, why);
         return;
@@ -726,7 +720,7 @@ static void prefill__rpc_stats(pd_grpc_call_t *call, const ProtobufCMessage *msg
     prefill_node_t *pn = user;
     Pdserve__V1__NodeStats m = PDSERVE__V1__NODE_STATS__INIT;
     (void)msg;
-    node_stats_fill(&pn->stats, pn->node, &m);
+    node_stats_fill(&pn->nc.stats, pn->nc.node, &m);
     m.queued = (uint32_t)pn->queued;
     m.active = (uint32_t)pn->queued;
     pd_grpc_call_finish_status(call, pd_grpc_call_send(call, &m.base), NULL);
@@ -738,33 +732,27 @@ static void prefill__ready(void *arg, pd_status_t st)
 {
     prefill_node_t *pn = arg;
     if (st != PD_OK) {
-        pd_log_error("%s: model load failed: %s", pn->node->name, pd_status_str(st));
-        pn->failed = 1;
-        uv_stop(pn->loop);
+        node_control_fail(&pn->nc, "model load failed", st);
         return;
     }
-    pn->ready = 1;
-    if (!pn->draining)
-        node_set_serving(pn->health, &pdserve__v1__prefill__descriptor, 1);
-    pd_log_info("%s: serving (%s weights, %s kv)", pn->node->name, pd_wfmt_name(pn->node->weights),
-                pd_kvfmt_name(pn->node->kv));
+    node_control_ready(&pn->nc);
+    pd_log_info("%s: serving (%s weights, %s kv)", pn->nc.node->name,
+                pd_wfmt_name(pn->nc.node->weights), pd_kvfmt_name(pn->nc.node->kv));
 }
 
 pd_status_t prefill_node_create(uv_loop_t *loop, const cluster_config_t *cfg,
-                                const cluster_node_t *node, prefill_node_t **pn_p)
+                                const cluster_node_t *node, const node_env_t *env,
+                                prefill_node_t **pn_p)
 {
     prefill_node_t *pn = calloc(1, sizeof *pn);
     engine_params_t ep;
-    kv_transport_params_t tp = {0};
-    int port;
     pd_status_t st;
 
     if (!pn)
         return PD_ERR_NOMEM;
-    pn->loop = loop;
-    pn->cfg = cfg;
-    pn->node = node;
-    node_stats_init(&pn->stats);
+    if ((st = node_control_init(&pn->nc, loop, cfg, node, &pdserve__v1__prefill__descriptor,
+                                prefill_handlers, pn, env)) != PD_OK)
+        goto err;
     const char *ipc_env = getenv("PDSERVE_KV_CUDA_IPC");
     pn->no_ipc = ipc_env && strcmp(ipc_env, "0") == 0;
     const char *ov_env = getenv("PDSERVE_KV_OVERLAP");
@@ -772,19 +760,11 @@ pd_status_t prefill_node_create(uv_loop_t *loop, const cluster_config_t *cfg,
     if (pn->no_ipc || pn->no_overlap)
         pd_log_info("%s: kv transfer:%s%s", node->name, pn->no_ipc ? " cuda ipc off" : "",
                     pn->no_overlap ? " overlap off (puts wait for the whole prompt)" : "");
-    tp.name = node->name;
-    if ((st = kv_transport_ucx_create(loop, &tp, &pn->tr)) != PD_OK)
-        goto err;
-    if ((st = node_serve(loop, node, &pdserve__v1__prefill__descriptor, prefill_handlers, pn,
-                         &pn->srv, &pn->health, &port)) != PD_OK)
-        goto err;
-    if ((st = node_http_create(loop, node, pn->health, &pn->stats, &pn->http)) != PD_OK)
-        goto err;
     node_engine_params(cfg, node, &ep);
     if ((st = compute_create(loop, &ep, prefill__ready, prefill__tick, 200, pn, &pn->comp)))
         goto err;
     pd_log_info("%s: loading %s on %s (control %s:%d)", node->name, cfg->model, ep.backend,
-                node->host, port);
+                node->host, pn->nc.port);
     *pn_p = pn;
     return PD_OK;
 err:
@@ -794,16 +774,18 @@ err:
 
 int prefill_node_failed(const prefill_node_t *pn)
 {
-    return pn->failed;
+    return pn->nc.failed;
+}
+
+int prefill_node_port(const prefill_node_t *pn)
+{
+    return pn->nc.port;
 }
 
 void prefill_node_drain(prefill_node_t *pn)
 {
-    if (pn->draining)
-        return;
-    pn->draining = 1;
-    node_set_serving(pn->health, &pdserve__v1__prefill__descriptor, 0);
-    pd_log_info("%s: draining: no new prefills; %d running", pn->node->name, pn->queued);
+    if (node_control_drain(&pn->nc))
+        pd_log_info("%s: draining: no new prefills; %d running", pn->nc.node->name, pn->queued);
 }
 
 int prefill_node_busy(const prefill_node_t *pn)
@@ -815,12 +797,10 @@ void prefill_node_destroy(prefill_node_t *pn)
 {
     if (!pn)
         return;
-    if (pn->srv)
-        pd_grpc_server_shutdown(pn->srv);
+    node_control_shutdown(&pn->nc);
     compute_destroy(pn->comp);
-    pd_grpc_server_destroy(pn->srv);
-    node_http_destroy(pn->http);
-    pd_grpc_health_destroy(pn->health);
+    pd_grpc_server_destroy(pn->nc.srv); /* cancels the calls while the node still exists */
+    pn->nc.srv = NULL;
     while (pn->peers) {
         peer_t *p = pn->peers;
         pn->peers = p->next;
@@ -829,13 +809,12 @@ void prefill_node_destroy(prefill_node_t *pn)
         free(p->rkey_bytes);
         free(p);
     }
-    kv_transport_destroy(pn->tr);
     while (pn->ipc_peers) { /* the compute thread is gone: its mappings go now */
         ipc_peer_t *p = pn->ipc_peers;
         pn->ipc_peers = p->next;
         kv_cuda_ipc_close(p->map);
         free(p);
     }
-    node_stats_deinit(&pn->stats);
+    node_control_deinit(&pn->nc);
     free(pn);
 }

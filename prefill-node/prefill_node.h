@@ -16,14 +16,20 @@
 #include <uv.h>
 
 #include "cluster_config.h"
+#include "node_control.h"
 #include "status.h"
 
 typedef struct prefill_node prefill_node_t;
 
-/* Starts serving (health NOT_SERVING until the model is loaded). PD_ERR_IO (port), PD_ERR_NOMEM,
- * PD_ERR_TRANSPORT (UCX). */
+/* Starts serving (health NOT_SERVING until the model is loaded). env: NULL in production; unit
+ * tests pass a fake clock (write deadlines) and the loopback transport. PD_ERR_IO (port),
+ * PD_ERR_NOMEM, PD_ERR_TRANSPORT (UCX). */
 pd_status_t prefill_node_create(uv_loop_t *loop, const cluster_config_t *cfg,
-                                const cluster_node_t *node, prefill_node_t **pn_p);
+                                const cluster_node_t *node, const node_env_t *env,
+                                prefill_node_t **pn_p);
+
+/* The bound control port (node->port, or the ephemeral port picked for 0). */
+int prefill_node_port(const prefill_node_t *pn);
 void prefill_node_destroy(prefill_node_t *pn);
 int prefill_node_failed(const prefill_node_t *pn);
 

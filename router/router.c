@@ -102,6 +102,7 @@ typedef struct {
 struct router {
     uv_loop_t *loop;
     const cluster_config_t *cfg;
+    pd_clock_t clock; /* deadlines and latencies (tests: a fake one); {NULL}: monotonic */
     hf_config_t model;
     char model_name[256];
     tokenizer_t *tok;
@@ -260,7 +261,7 @@ static void router__poll(uv_timer_t *t)
 
 static int64_t rreq_remaining_ms(const router_req_t *q)
 {
-    int64_t left = q->deadline_ms - pd_clock_ms();
+    int64_t left = q->deadline_ms - pd_clock_now_ms(&q->r->clock);
     return left > 1 ? left : 1;
 }
 
@@ -327,7 +328,8 @@ static void router__observe(router_t *r, const router_req_t *q, pd_status_t st)
     metrics_counter_add(c->preemptions, q->n_preemptions);
     if (q->first_token_ms)
         metrics_histogram_observe(c->ttft, (double)(q->first_token_ms - q->start_ms) / 1000.0);
-    metrics_histogram_observe(c->e2e, (double)(pd_clock_ms() - q->start_ms) / 1000.0);
+    metrics_histogram_observe(c->e2e,
+                              (double)(pd_clock_now_ms(&q->r->clock) - q->start_ms) / 1000.0);
 }
 
 void router_request_finish(router_req_t *q, const char *reason, pd_status_t st, const char *msg)
@@ -512,7 +514,7 @@ static int rreq_emit(router_req_t *q, const int32_t *ids, size_t n, const char *
         }
         q->tokens[q->n_tokens++] = tok;
         q->n_generated++;
-        int64_t now = pd_clock_ms();
+        int64_t now = pd_clock_now_ms(&q->r->clock);
         if (q->last_token_ms) /* tokens of one batch from the node arrive together: 0 s */
             metrics_histogram_observe(r->cnt.itl, (double)(now - q->last_token_ms) / 1000.0);
         q->last_token_ms = now;
@@ -675,7 +677,7 @@ static void rreq_reserve(router_req_t *q)
     Pdserve__V1__ReserveRequest req = PDSERVE__V1__RESERVE_REQUEST__INIT;
     rnode_t *n;
 
-    if (pd_clock_ms() >= q->deadline_ms) {
+    if (pd_clock_now_ms(&q->r->clock) >= q->deadline_ms) {
         router_request_finish(q, NULL, PD_ERR_DEADLINE,
                               "deadline exceeded while waiting for kv pages");
         return;
@@ -811,7 +813,7 @@ static void rreq_prefill_done(void *arg, int code, const char *msg, ProtobufCMes
         int have_lp = q->logprobs && rep->n_first_logprobs >= 1 &&
                       router__logprob(r, rep->first_logprobs[0], &lp) == 0;
         if (q->first_token_ms == 0)
-            q->first_token_ms = pd_clock_ms();
+            q->first_token_ms = pd_clock_now_ms(&q->r->clock);
         if (q->prompt_logprobs && !q->prompt_lp && q->n_prompt > 1 &&
             rep->n_prompt_logprobs == (size_t)q->n_prompt - 1) {
             router_logprob_t *plp =
@@ -837,7 +839,7 @@ static void rreq_prefill_done(void *arg, int code, const char *msg, ProtobufCMes
     }
     if (resp)
         protobuf_c_message_free_unpacked(resp, NULL);
-    if (code == PD_GRPC_RESOURCE_EXHAUSTED && pd_clock_ms() < q->deadline_ms) {
+    if (code == PD_GRPC_RESOURCE_EXHAUSTED && pd_clock_now_ms(&q->r->clock) < q->deadline_ms) {
         /* the prefill node was too busy to write before the reservation's lease ended: both
          * nodes are fine, take a fresh reservation */
         pd_log_info("request %s: %s; reserving again", q->request_id, msg ? msg : "lease ended");
@@ -846,7 +848,7 @@ static void rreq_prefill_done(void *arg, int code, const char *msg, ProtobufCMes
         return;
     }
     if ((code == PD_GRPC_UNAVAILABLE || code == PD_GRPC_DEADLINE_EXCEEDED) &&
-        pd_clock_ms() < q->deadline_ms) {
+        pd_clock_now_ms(&q->r->clock) < q->deadline_ms) {
         /* the prefill node died or the transfer failed: the reservation's pages may have been
          * partly written, so take a fresh one and retry on another prefill node */
         if (msg && strstr(msg, "decode node"))
@@ -1372,7 +1374,7 @@ static pd_status_t router__request_start(router_t *r, const router_request_t *in
     }
     q->sink = sink;
     q->sink_arg = sink_arg;
-    q->start_ms = pd_clock_ms();
+    q->start_ms = pd_clock_now_ms(&q->r->clock);
     timeout = in->timeout_ms > 0 ? in->timeout_ms : r->cfg->router.request_timeout_ms;
     if (timeout > ROUTER_TIMEOUT_MAX_MS)
         timeout = ROUTER_TIMEOUT_MAX_MS;
@@ -1587,25 +1589,9 @@ void router_metrics_listener(metrics_t *m, const char *name, uint64_t connection
                              uint64_t idle_closed, uint64_t timed_out, uint64_t flood_closed)
 {
     const char *labels[] = {"listener", name, NULL};
-    metrics_gauge_t *g;
-    if (metrics_gauge_register(m, "pdserve_listener_connections", "open client connections", labels,
-                               &g) == PD_OK)
-        metrics_gauge_set(g, (double)connections);
-    if (metrics_gauge_register(m, "pdserve_listener_connections_max",
-                               "connection limit (max_connections, capped by RLIMIT_NOFILE)",
-                               labels, &g) == PD_OK)
-        metrics_gauge_set(g, (double)max_connections);
-    metrics_counter_put_total(m, "pdserve_listener_rejected_total",
-                              "connections closed at accept: over the limit", labels, rejected);
-    metrics_counter_put_total(m, "pdserve_listener_accept_errors_total",
-                              "failed accepts (EMFILE, ...)", labels, accept_errors);
-    metrics_counter_put_total(m, "pdserve_listener_idle_closed_total",
-                              "connections closed by the idle timeout", labels, idle_closed);
-    metrics_counter_put_total(m, "pdserve_listener_timeouts_total",
-                              "requests too slow to arrive (HTTP 408, gRPC DEADLINE_EXCEEDED)",
-                              labels, timed_out);
-    metrics_counter_put_total(m, "pdserve_listener_flood_closed_total",
-                              "connections ended for a frame flood (gRPC)", labels, flood_closed);
+    metrics_listener_t l = {connections, max_connections, rejected,    accept_errors,
+                            idle_closed, timed_out,       flood_closed};
+    metrics_listener_put(m, labels, &l);
 }
 
 const cluster_config_t *router_cluster_config(const router_t *r)
@@ -1870,6 +1856,11 @@ pd_status_t router_create(uv_loop_t *loop, const cluster_config_t *cfg, router_t
 err:
     router_destroy(r);
     return st;
+}
+
+void router_set_clock(router_t *r, const pd_clock_t *clock)
+{
+    r->clock = *clock;
 }
 
 void router_stop(router_t *r)

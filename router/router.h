@@ -28,6 +28,7 @@
 
 #include <uv.h>
 
+#include "clock.h"
 #include "cluster_config.h"
 #include "hf_config.h"
 #include "metrics.h"
@@ -119,6 +120,10 @@ typedef struct {
  * PD_OK, PD_ERR_FORMAT / PD_ERR_IO (model files), PD_ERR_UNSUPPORTED (more than 64 nodes),
  * PD_ERR_NOMEM; nothing is left behind on failure. */
 pd_status_t router_create(uv_loop_t *loop, const cluster_config_t *cfg, router_t **r_p);
+
+/* Tests: the clock the core reads request deadlines and latencies from (a fake clock the test
+ * advances; default: the monotonic clock). Before the first request. */
+void router_set_clock(router_t *r, const pd_clock_t *clock);
 
 /* Stops polling and ends every request in flight with UNAVAILABLE (through its sink); new
  * requests are refused. Idempotent; router_destroy does it too. Accepts NULL. */

@@ -89,16 +89,16 @@ void backend_weight_free(pd_backend_t *be, pd_weight_t *w)
     w->data = w->scales = w->zeros = NULL;
 }
 
-static void backend__tag_check(void *ctx, uint8_t *bad_out, uint32_t *found_out, const void *arena,
-                               const kv_layout_t *l, const int32_t *pages, const uint32_t *expected,
-                               const uint32_t *current, int n)
+static void backend__tag_check(void *ctx, uint8_t *bad_out, kv_tag_t *found_out, const void *arena,
+                               const kv_layout_t *l, const int32_t *pages, const kv_tag_t *expected,
+                               const kv_tag_t *current, int n)
 {
     pd_backend_t *be = ctx;
     be->ops->kv_check(be, bad_out, found_out, arena, l, pages, expected, current, n);
 }
 
 static void backend__tag_stamp(void *ctx, void *arena, const kv_layout_t *l, const int32_t *pages,
-                               const uint32_t *tags, int n)
+                               const kv_tag_t *tags, int n)
 {
     pd_backend_t *be = ctx;
     be->ops->kv_stamp(be, arena, l, pages, tags, n);

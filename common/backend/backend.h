@@ -6,8 +6,12 @@
  * memory for CUDA. Activations are f32 (the fused ops also hand FP8 activations, pd_act_fp8_t, to
  * the FP8 matmul). Shapes are given in the comments, row-major.
  * Index arrays (ids, positions, slots, block tables) are backend memory too, uploaded by the
- * caller. Ops run in order on the backend's single stream; `sync` waits for them. One thread
- * (the node's compute thread) uses a backend.
+ * caller. Ops run in order on the backend's single stream; `sync` waits for them. An op (void,
+ * like a kernel launch) that fails — the CPU backend out of memory for its scratch, a failed CUDA
+ * launch — reports at the next `sync` or `download`, which return its error (PD_ERR_NOMEM,
+ * PD_ERR_CUDA) once; the outputs of the ops in between are garbage and must be dropped (the
+ * engine fails the batch's requests and goes on). One thread (the node's compute thread) uses a
+ * backend.
  */
 #ifndef PD_BACKEND_H
 #define PD_BACKEND_H
@@ -123,13 +127,13 @@ typedef struct {
                         int n, int k, int d, int f);
     /* writes tags (n) into the headers of pages (n) (host arrays) */
     void (*kv_stamp)(pd_backend_t *be, void *arena, const kv_layout_t *l, const int32_t *pages,
-                     const uint32_t *tags, int n);
+                     const kv_tag_t *tags, int n);
     /* the integrity check: for each i, bad_out[i] = 1 if current[i] != expected[i], else 2 if the
      * stamp in page pages[i]'s header != expected[i], else 0; found_out[i] = that stamp.
      * pages, expected, current, bad_out, found_out are host arrays (n). */
-    void (*kv_check)(pd_backend_t *be, uint8_t *bad_out, uint32_t *found_out, const void *arena,
-                     const kv_layout_t *l, const int32_t *pages, const uint32_t *expected,
-                     const uint32_t *current, int n);
+    void (*kv_check)(pd_backend_t *be, uint8_t *bad_out, kv_tag_t *found_out, const void *arena,
+                     const kv_layout_t *l, const int32_t *pages, const kv_tag_t *expected,
+                     const kv_tag_t *current, int n);
     /* converts n_pages pages src_pages (host int32) of arena (layout src_l, bf16 or f32) into
      * dst_l's format (fp8 with scales) at dst (backend memory, n_pages * dst_l->page_bytes,
      * packed in order); headers are copied */

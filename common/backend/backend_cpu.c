@@ -2,6 +2,7 @@
  * kernels), parallelized over output rows with a thread pool. Every output element is computed
  * by one thread in a fixed order, so results do not depend on the number of threads. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,11 @@
 typedef struct {
     threadpool_t *pool;
     float fp8_lut[256];
+    /* The sticky error of the ops (void, like kernel launches): the first scratch allocation
+     * that fails sets it (pool threads too), the op stops, and the next sync or download
+     * returns it and clears it, as a CUDA stream reports a failed launch. Its outputs are then
+     * garbage; index outputs (moe ids, sampled tokens) are zeroed so later ops stay in bounds. */
+    atomic_int err;
 } cpu_t;
 
 static cpu_t *cpu__get(pd_backend_t *be)
@@ -26,6 +32,26 @@ static cpu_t *cpu__get(pd_backend_t *be)
 threadpool_t *backend_cpu__pool(pd_backend_t *be)
 {
     return cpu__get(be)->pool;
+}
+
+/* Scratch of an op: malloc, or NULL after setting the sticky error (logged once per error). The
+ * error is the one field ops write, hence the cast for the helpers given a const cpu_t. */
+static void *cpu__scratch(const cpu_t *c, size_t bytes, const char *op)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        int none = PD_OK;
+        if (atomic_compare_exchange_strong(&((cpu_t *)c)->err, &none, PD_ERR_NOMEM))
+            pd_log_error("cpu backend: %s: no memory for %zu bytes of scratch: the op fails", op,
+                         bytes);
+    }
+    return p;
+}
+
+/* The sticky error, cleared (PD_OK when none). */
+static pd_status_t cpu__take_error(cpu_t *c)
+{
+    return (pd_status_t)atomic_exchange(&c->err, PD_OK);
 }
 
 /* ==== memory ==== */
@@ -63,8 +89,15 @@ static pd_status_t cpu_memset(pd_backend_t *be, void *dst, int value, size_t byt
 
 static pd_status_t cpu_sync(pd_backend_t *be)
 {
-    (void)be;
-    return PD_OK;
+    return cpu__take_error(cpu__get(be));
+}
+
+/* A download waits for the ops before it: it reports their sticky error (and copies anyway). */
+static pd_status_t cpu_download(pd_backend_t *be, void *dst, const void *src, size_t bytes)
+{
+    if (bytes)
+        memmove(dst, src, bytes);
+    return cpu__take_error(cpu__get(be));
 }
 
 /* ==== elementwise ==== */
@@ -189,8 +222,9 @@ static void cpu__matmul_rows(void *arg, size_t b0, size_t b1)
 {
     const matmul_job_t *j = arg;
     const int64_t k = j->w->k, N = j->w->n;
-    float *buf = malloc((size_t)(MM_ROWS * k) * sizeof *buf);
-    PD_ASSERT(buf);
+    float *buf = cpu__scratch(j->c, (size_t)(MM_ROWS * k) * sizeof *buf, "matmul");
+    if (!buf)
+        return;
     for (size_t blk = b0; blk < b1; blk++) {
         int64_t r0 = (int64_t)blk * MM_ROWS, nr = N - r0 < MM_ROWS ? N - r0 : MM_ROWS;
         float ws[MM_ROWS], res[MM_ROWS];
@@ -219,8 +253,9 @@ static void cpu__matmul_rows(void *arg, size_t b0, size_t b1)
 static void cpu__quant_act_fp8(const cpu_t *c, float *xq, float *xs, const float *x, int n,
                                int64_t k)
 {
-    uint8_t *q = malloc((size_t)k);
-    PD_ASSERT(q);
+    uint8_t *q = cpu__scratch(c, (size_t)k, "matmul fp8 activations");
+    if (!q)
+        return;
     for (int i = 0; i < n; i++) {
         xs[i] = quant_fp8_vec(q, x + (size_t)i * k, k);
         for (int64_t t = 0; t < k; t++)
@@ -236,9 +271,12 @@ static void cpu__matmul(const cpu_t *c, threadpool_t *pool, float *out, const fl
     float *xq = NULL, *xs = NULL;
 
     if (w->fmt == PD_WFMT_FP8) {
-        xq = malloc((size_t)n * (size_t)w->k * sizeof *xq);
-        xs = malloc((size_t)n * sizeof *xs);
-        PD_ASSERT(xq && xs);
+        xq = cpu__scratch(c, (size_t)n * (size_t)w->k * sizeof *xq, "matmul");
+        xs = xq ? cpu__scratch(c, (size_t)n * sizeof *xs, "matmul") : NULL;
+        if (!xs) {
+            free(xq);
+            return;
+        }
         cpu__quant_act_fp8(c, xq, xs, x, n, w->k);
         j.x = xq;
         j.xscale = xs;
@@ -266,8 +304,9 @@ static void cpu__quant_rows(const pd_act_fp8_t *q, const float *x, int n, int64_
 static void cpu_add_rmsnorm(pd_backend_t *be, float *x, const float *y, float *out,
                             const uint16_t *w, int n, int d, float eps, const pd_act_fp8_t *q)
 {
-    float *o = out ? out : malloc((size_t)n * d * sizeof *o);
-    PD_ASSERT(o);
+    float *o = out ? out : cpu__scratch(cpu__get(be), (size_t)n * d * sizeof *o, "add_rmsnorm");
+    if (!o)
+        return;
     if (y)
         cpu_add(be, x, y, (size_t)n * d);
     cpu_rmsnorm(be, o, x, w, n, d, eps);
@@ -280,8 +319,9 @@ static void cpu_add_rmsnorm(pd_backend_t *be, float *x, const float *y, float *o
 static void cpu_silu_mul_fp8(pd_backend_t *be, float *out, const float *gu, int n, int f,
                              const pd_act_fp8_t *q)
 {
-    float *o = out ? out : malloc((size_t)n * f * sizeof *o);
-    PD_ASSERT(o);
+    float *o = out ? out : cpu__scratch(cpu__get(be), (size_t)n * f * sizeof *o, "silu_mul_fp8");
+    if (!o)
+        return;
     cpu_silu_mul(be, o, gu, n, f);
     if (q)
         cpu__quant_rows(q, o, n, f);
@@ -294,8 +334,9 @@ static void cpu_matmul_fp8(pd_backend_t *be, float *out, const pd_act_fp8_t *x,
 {
     cpu_t *c = cpu__get(be);
     PD_ASSERT(w->fmt == PD_WFMT_FP8);
-    float *xq = malloc((size_t)n * (size_t)w->k * sizeof *xq);
-    PD_ASSERT(xq);
+    float *xq = cpu__scratch(c, (size_t)n * (size_t)w->k * sizeof *xq, "matmul_fp8");
+    if (!xq)
+        return;
     for (size_t i = 0; i < (size_t)n * (size_t)w->k; i++)
         xq[i] = c->fp8_lut[x->q[i]];
     matmul_job_t j = {c, out, xq, x->scale, w, n};
@@ -373,6 +414,7 @@ static void cpu__kv_load(const kv_layout_t *l, const uint8_t *page, int layer, i
 }
 
 typedef struct {
+    const cpu_t *c;
     float *out;
     const float *q;
     const uint8_t *arena;
@@ -396,10 +438,15 @@ static void cpu__attn_rows(void *arg, size_t r0, size_t r1)
     for (int s = 0; s < j->b->n_seqs; s++)
         if (j->b->ctx_len[s] > max_ctx)
             max_ctx = j->b->ctx_len[s];
-    float *scores = malloc(((size_t)max_ctx + 1) * sizeof *scores);
-    float *kc = malloc(((size_t)max_ctx + 1) * (size_t)D * sizeof *kc);
-    float *vc = malloc(((size_t)max_ctx + 1) * (size_t)D * sizeof *vc);
-    PD_ASSERT(scores && kc && vc);
+    float *scores = cpu__scratch(j->c, ((size_t)max_ctx + 1) * sizeof *scores, "attention");
+    float *kc = cpu__scratch(j->c, ((size_t)max_ctx + 1) * (size_t)D * sizeof *kc, "attention");
+    float *vc = cpu__scratch(j->c, ((size_t)max_ctx + 1) * (size_t)D * sizeof *vc, "attention");
+    if (!scores || !kc || !vc) {
+        free(scores);
+        free(kc);
+        free(vc);
+        return;
+    }
 
     for (size_t task = r0; task < r1; task++) {
         int32_t row = (int32_t)(task % (size_t)j->n_rows);
@@ -450,26 +497,26 @@ static void cpu_attention(pd_backend_t *be, float *out, const float *q, const vo
                           int n_heads)
 {
     cpu_t *c = cpu__get(be);
-    attn_job_t j = {out, q, arena, l, layer, n_heads, batch, batch->q_start[batch->n_seqs]};
+    attn_job_t j = {c, out, q, arena, l, layer, n_heads, batch, batch->q_start[batch->n_seqs]};
     threadpool_for(c->pool, (size_t)j.n_rows * (size_t)n_heads, cpu__attn_rows, &j);
 }
 
 static void cpu_kv_stamp(pd_backend_t *be, void *arena, const kv_layout_t *l, const int32_t *pages,
-                         const uint32_t *tags, int n)
+                         const kv_tag_t *tags, int n)
 {
     (void)be;
     for (int i = 0; i < n; i++)
-        memcpy((uint8_t *)arena + (size_t)pages[i] * l->page_bytes, &tags[i], 4);
+        memcpy((uint8_t *)arena + (size_t)pages[i] * l->page_bytes, &tags[i], sizeof tags[i]);
 }
 
-static void cpu_kv_check(pd_backend_t *be, uint8_t *bad_out, uint32_t *found_out, const void *arena,
-                         const kv_layout_t *l, const int32_t *pages, const uint32_t *expected,
-                         const uint32_t *current, int n)
+static void cpu_kv_check(pd_backend_t *be, uint8_t *bad_out, kv_tag_t *found_out, const void *arena,
+                         const kv_layout_t *l, const int32_t *pages, const kv_tag_t *expected,
+                         const kv_tag_t *current, int n)
 {
     (void)be;
     for (int i = 0; i < n; i++) {
-        uint32_t stamp;
-        memcpy(&stamp, (const uint8_t *)arena + (size_t)pages[i] * l->page_bytes, 4);
+        kv_tag_t stamp;
+        memcpy(&stamp, (const uint8_t *)arena + (size_t)pages[i] * l->page_bytes, sizeof stamp);
         found_out[i] = stamp;
         bad_out[i] = current[i] != expected[i] ? 1 : stamp != expected[i] ? 2 : 0;
     }
@@ -479,9 +526,9 @@ static void cpu_kv_export(pd_backend_t *be, void *dst, const kv_layout_t *dst_l,
                           const kv_layout_t *src_l, const int32_t *src_pages, int n_pages)
 {
     const int H = src_l->n_kv_heads, D = src_l->head_dim;
-    float *tmp = malloc((size_t)H * D * sizeof *tmp);
-    PD_ASSERT(tmp);
-    (void)be;
+    float *tmp = cpu__scratch(cpu__get(be), (size_t)H * D * sizeof *tmp, "kv_export");
+    if (!tmp)
+        return;
     for (int p = 0; p < n_pages; p++) {
         const uint8_t *sp = (const uint8_t *)arena + (size_t)src_pages[p] * src_l->page_bytes;
         uint8_t *dp = (uint8_t *)dst + (size_t)p * dst_l->page_bytes;
@@ -502,9 +549,12 @@ static void cpu_kv_export(pd_backend_t *be, void *dst, const kv_layout_t *dst_l,
 static void cpu_moe_route(pd_backend_t *be, int32_t *ids, float *weights, const float *logits,
                           int n, int n_experts, int k, bool norm)
 {
-    float *p = malloc((size_t)n_experts * sizeof *p);
-    PD_ASSERT(p);
-    (void)be;
+    float *p = cpu__scratch(cpu__get(be), (size_t)n_experts * sizeof *p, "moe_route");
+    if (!p) { /* the experts op indexes weights by these ids: keep them in range */
+        memset(ids, 0, (size_t)n * (size_t)k * sizeof *ids);
+        memset(weights, 0, (size_t)n * (size_t)k * sizeof *weights);
+        return;
+    }
     for (int i = 0; i < n; i++) {
         const float *lg = logits + (size_t)i * n_experts;
         float mx = -INFINITY, sum = 0.0f, tsum = 0.0f;
@@ -549,10 +599,15 @@ typedef struct {
 static void cpu__moe_tokens(void *arg, size_t t0, size_t t1)
 {
     const moe_job_t *j = arg;
-    float *gu = malloc((size_t)2 * j->f * sizeof *gu);
-    float *act = malloc((size_t)j->f * sizeof *act);
-    float *y = malloc((size_t)j->d * sizeof *y);
-    PD_ASSERT(gu && act && y);
+    float *gu = cpu__scratch(j->c, (size_t)2 * j->f * sizeof *gu, "moe_experts");
+    float *act = cpu__scratch(j->c, (size_t)j->f * sizeof *act, "moe_experts");
+    float *y = cpu__scratch(j->c, (size_t)j->d * sizeof *y, "moe_experts");
+    if (!gu || !act || !y) {
+        free(gu);
+        free(act);
+        free(y);
+        return;
+    }
     for (size_t t = t0; t < t1; t++) {
         float *o = j->out + t * (size_t)j->d;
         memset(o, 0, (size_t)j->d * sizeof *o);
@@ -603,10 +658,14 @@ static void cpu_sample(pd_backend_t *be, int32_t *tokens_out, const float *logit
                        const float *temperature, const int32_t *top_k, const float *top_p,
                        const float *u)
 {
-    int32_t *idx = malloc((size_t)vocab * sizeof *idx);
-    float *probs = malloc((size_t)vocab * sizeof *probs);
-    (void)be;
-    PD_ASSERT(idx && probs);
+    cpu_t *c = cpu__get(be);
+    int32_t *idx = cpu__scratch(c, (size_t)vocab * sizeof *idx, "sample");
+    float *probs = idx ? cpu__scratch(c, (size_t)vocab * sizeof *probs, "sample") : NULL;
+    if (!probs) { /* tokens stay in the vocabulary; the next download reports the error */
+        free(idx);
+        memset(tokens_out, 0, (size_t)n * sizeof *tokens_out);
+        return;
+    }
     for (int i = 0; i < n; i++) {
         sampler_params_t p = {temperature[i], top_k[i], top_p[i], 0};
         tokens_out[i] = sampler_pick(&p, logits + (size_t)i * vocab, vocab, u[i], idx, probs);
@@ -629,7 +688,7 @@ static const pd_backend_ops_t cpu_ops = {
     .alloc = cpu_alloc,
     .free = cpu_free,
     .upload = cpu_copy,
-    .download = cpu_copy,
+    .download = cpu_download,
     .memset = cpu_memset,
     .copy = cpu_copy,
     .sync = cpu_sync,

@@ -15,3 +15,8 @@ double pd_clock_s(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
+
+int64_t pd_clock_now_ms(const pd_clock_t *c)
+{
+    return c && c->now_ms ? c->now_ms(c->arg) : pd_clock_ms();
+}

@@ -1109,7 +1109,7 @@ pd_status_t engine_export_pages(engine_t *e, const kv_seq_t *kv, int first, int 
         goto out;
     }
     for (int i = 0; i < n; i++) /* the writer's stamp: the tag the destination handed out */
-        memcpy(host_out + (size_t)i * pb, &dst_refs[i].tag, 4);
+        memcpy(host_out + (size_t)i * pb, &dst_refs[i].tag, sizeof dst_refs[i].tag);
 out:
     if (dev)
         be->ops->free(be, dev);
@@ -1123,7 +1123,7 @@ pd_status_t engine_export_pages_dev(engine_t *e, const kv_seq_t *kv, int first, 
 {
     pd_backend_t *be = e->be;
     int32_t *pages = malloc((size_t)n * 2 * sizeof *pages);
-    uint32_t *tags = malloc((size_t)n * sizeof *tags);
+    kv_tag_t *tags = malloc((size_t)n * sizeof *tags);
     pd_status_t st = PD_ERR_NOMEM;
 
     if (!pages || !tags)

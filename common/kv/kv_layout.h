@@ -1,7 +1,7 @@
 /* kv_layout: what a KV page looks like and what a sequence's block table is, without the pool
  * that hands pages out. Backends, transports and the tracker read pages through these types.
  *
- *   page = [header 64 B: uint32 stamp, rest reserved]
+ *   page = [header 64 B: uint64 stamp (the page's tag), rest reserved]
  *          for each layer l: K (page_tokens, n_kv_heads, head_dim) kv dtype
  *                            V (page_tokens, n_kv_heads, head_dim) kv dtype
  *          fp8 only, for each layer l: K scales (page_tokens, n_kv_heads) f32
@@ -27,10 +27,11 @@ typedef struct {
     int n_layers, n_kv_heads, head_dim, page_tokens;
     int n_sides; /* 2: K and V; 1: the MLA latent only */
     pd_kvfmt_t fmt;
-    size_t elem_bytes;  /* 2 bf16, 1 fp8, 4 f32 */
-    size_t side_bytes;  /* one layer's K (or V): page_tokens * n_kv_heads * head_dim * elem */
-    size_t scale_bytes; /* one layer's K (or V) scales: page_tokens * n_kv_heads * 4 (fp8), else 0 */
-    size_t page_bytes;  /* whole page, header included, multiple of 64 */
+    size_t elem_bytes; /* 2 bf16, 1 fp8, 4 f32 */
+    size_t side_bytes; /* one layer's K (or V): page_tokens * n_kv_heads * head_dim * elem */
+    size_t
+        scale_bytes;   /* one layer's K (or V) scales: page_tokens * n_kv_heads * 4 (fp8), else 0 */
+    size_t page_bytes; /* whole page, header included, multiple of 64 */
 } kv_layout_t;
 
 void kv_layout_init(kv_layout_t *l, int n_layers, int n_kv_heads, int head_dim, int page_tokens,
@@ -55,12 +56,16 @@ static inline size_t kv_layout_scale_off(const kv_layout_t *l, int layer, int si
 /* KV bytes per token, scales included (headers excluded). */
 double kv_layout_bytes_per_token(const kv_layout_t *l);
 
+/* A page's integrity tag (kv_tracker): 64 bits, so the pool-wide counter never wraps in practice
+ * (and when it does, tags still in any page's header are skipped). */
+typedef uint64_t kv_tag_t;
+
 /* A (page, tag) pair: what a sequence expects to find. gen is the owning pool's allocation
  * generation of the page (its owner check on free, whatever the tracker); it never leaves the
  * node (a ref built from another node's message has gen 0 and cannot free anything). */
 typedef struct {
     int32_t page;
-    uint32_t tag;
+    kv_tag_t tag;
     uint32_t gen;
 } kv_page_ref_t;
 

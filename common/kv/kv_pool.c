@@ -134,8 +134,8 @@ pd_status_t kv_pool_page_free(kv_pool_t *pool, kv_page_ref_t ref)
     if (ref.page < 0 || ref.page >= pool->n_pages || pool->state[ref.page] != KV_POOL__PAGE_USED ||
         pool->gen[ref.page] != ref.gen ||
         (kv_tracker_enabled(pool->tracker) && kv_tracker_tag(pool->tracker, ref.page) != ref.tag)) {
-        pd_log_warn("kv pool: page %d tag %u is not held by this owner: not freed", ref.page,
-                    ref.tag);
+        pd_log_warn("kv pool: page %d tag %llu is not held by this owner: not freed", ref.page,
+                    (unsigned long long)ref.tag);
         return PD_ERR_KV_INTEGRITY;
     }
     if (pool->remote_pending[ref.page]) {

@@ -5,20 +5,40 @@
 
 #include "log.h"
 
-static uint32_t tracker__tagged_on_alloc(kv_tracker_t *t, int32_t page)
+/* Whether tag is some page's last tag (its header may still carry it). */
+static bool tracker__in_use(const kv_tracker_t *t, kv_tag_t tag)
+{
+    for (int32_t p = 0; p < t->n_pages; p++)
+        if (t->tags[p] == tag)
+            return true;
+    return false;
+}
+
+static kv_tag_t tracker__tagged_on_alloc(kv_tracker_t *t, int32_t page)
 {
     /* One counter for the whole pool, so live pages never share a tag: a block-table entry
      * pointing at the wrong page is caught too. 0 is never a tag, so a zeroed (never written)
      * header never matches; KV_TAG_INVALID (~0) is never a tag either: the check uses it for a
-     * block-table entry outside the pool. */
-    do
+     * block-table entry outside the pool. At 2^64 - 2 tags the counter does not wrap in
+     * practice; if it does, a tag some page still has (live, or a stale stamp in a freed page)
+     * is skipped (a scan of the pool per allocation from then on). */
+    for (;;) {
         t->next_tag++;
-    while (t->next_tag == 0 || t->next_tag == KV_TAG_INVALID);
+        if (t->next_tag == KV_TAG_INVALID)
+            t->wrapped = true;
+        if (t->next_tag == 0 || t->next_tag == KV_TAG_INVALID)
+            continue;
+        if (t->wrapped && t->tags[page] != t->next_tag && tracker__in_use(t, t->next_tag))
+            continue;
+        if (t->wrapped && t->tags[page] == t->next_tag)
+            continue; /* the page's own previous tag: a stale stamp there would match */
+        break;
+    }
     t->tags[page] = t->next_tag;
     return t->next_tag;
 }
 
-static uint32_t tracker__noop_on_alloc(kv_tracker_t *t, int32_t page)
+static kv_tag_t tracker__noop_on_alloc(kv_tracker_t *t, int32_t page)
 {
     (void)t;
     (void)page;
@@ -83,13 +103,13 @@ static pd_status_t tracker__grow(kv_tracker_t *t, int32_t need)
     int32_t *pages = realloc(t->pages, (size_t)cap * sizeof *pages);
     if (pages)
         t->pages = pages;
-    uint32_t *e = realloc(t->expected, (size_t)cap * 4);
+    kv_tag_t *e = realloc(t->expected, (size_t)cap * sizeof *e);
     if (e)
         t->expected = e;
-    uint32_t *c = realloc(t->current, (size_t)cap * 4);
+    kv_tag_t *c = realloc(t->current, (size_t)cap * sizeof *c);
     if (c)
         t->current = c;
-    uint32_t *f = realloc(t->found, (size_t)cap * 4);
+    kv_tag_t *f = realloc(t->found, (size_t)cap * sizeof *f);
     if (f)
         t->found = f;
     uint8_t *b = realloc(t->bad, (size_t)cap);
@@ -142,11 +162,11 @@ int kv_tracker_check(kv_tracker_t *t, const kv_tag_io_t *io, const void *arena, 
             if (t->bad[k] && status_out[s] == PD_OK) {
                 status_out[s] = PD_ERR_KV_INTEGRITY;
                 pd_log_error("seq %llu: kv integrity check failed: page %d (block %d) expected "
-                             "tag %u, found %s %u",
+                             "tag %llu, found %s %llu",
                              (unsigned long long)(seq_ids ? seq_ids[s] : (uint64_t)s),
-                             seqs[s]->pages[i].page, i, t->expected[k],
+                             seqs[s]->pages[i].page, i, (unsigned long long)t->expected[k],
                              t->bad[k] == 1 ? "tag" : "stamp",
-                             t->bad[k] == 1 ? t->current[k] : t->found[k]);
+                             (unsigned long long)(t->bad[k] == 1 ? t->current[k] : t->found[k]));
             }
         }
         if (status_out[s] != PD_OK) {

@@ -479,3 +479,24 @@ void metrics_counter_put_total(metrics_t *m, const char *name, const char *help,
             metrics_counter_add(c, (double)total - now);
     }
 }
+
+void metrics_listener_put(metrics_t *m, const char *const *labels, const metrics_listener_t *l)
+{
+    metrics_gauge_put(m, "pdserve_listener_connections", "open client connections", labels,
+                      (double)l->connections);
+    metrics_gauge_put(m, "pdserve_listener_connections_max",
+                      "connection limit (max_connections, capped by RLIMIT_NOFILE)", labels,
+                      (double)l->max_connections);
+    metrics_counter_put_total(m, "pdserve_listener_rejected_total",
+                              "connections closed at accept: over the limit", labels, l->rejected);
+    metrics_counter_put_total(m, "pdserve_listener_accept_errors_total",
+                              "failed accepts (EMFILE, ...)", labels, l->accept_errors);
+    metrics_counter_put_total(m, "pdserve_listener_idle_closed_total",
+                              "connections closed by the idle timeout", labels, l->idle_closed);
+    metrics_counter_put_total(m, "pdserve_listener_timeouts_total",
+                              "requests too slow to arrive (HTTP 408, gRPC DEADLINE_EXCEEDED)",
+                              labels, l->timed_out);
+    metrics_counter_put_total(m, "pdserve_listener_flood_closed_total",
+                              "connections ended for a frame flood (gRPC)", labels,
+                              l->flood_closed);
+}

@@ -66,6 +66,21 @@ void metrics_gauge_put(metrics_t *m, const char *name, const char *help, const c
 void metrics_counter_put_total(metrics_t *m, const char *name, const char *help,
                                const char *const *labels, uint64_t total);
 
+/* A listener's connection counters (an HTTP or gRPC server's stats). */
+typedef struct {
+    uint64_t connections;     /* open now */
+    uint64_t max_connections; /* the effective limit */
+    uint64_t rejected;        /* closed at accept: over the limit */
+    uint64_t accept_errors;   /* failed accepts (EMFILE, ...) */
+    uint64_t idle_closed;     /* closed by the idle timeout */
+    uint64_t timed_out;       /* requests too slow to arrive (HTTP 408, gRPC DEADLINE_EXCEEDED) */
+    uint64_t flood_closed;    /* ended for a frame flood (gRPC) */
+} metrics_listener_t;
+
+/* Puts l as the pdserve_listener_* series with labels (which should name the listener:
+ * {"listener", "grpc", ...}). Same rules as metrics_gauge_put. */
+void metrics_listener_put(metrics_t *m, const char *const *labels, const metrics_listener_t *l);
+
 /* Registers (or finds) a histogram series with the upper bounds bounds[n_bounds] (finite,
  * strictly increasing; +Inf is implied). Every series of one name must use the same bounds, and
  * "le" is not allowed as a label key. Same return codes as metrics_counter_register. */

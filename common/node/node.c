@@ -288,6 +288,7 @@ pd_status_t node_kv_done_unpack(const void *buf, size_t len, const char *who, no
 struct node_http {
     const cluster_node_t *node;
     const pd_grpc_health_t *health;
+    const pd_grpc_server_t *grpc; /* the control server (its listener counters) */
     node_stats_t *stats;
     pd_http_server_t *srv;
     metrics_t *metrics;
@@ -319,6 +320,33 @@ static void node_http__ready(pd_http_request_t *req, void *user)
                   (int)st.active, "waiting", (int)st.queued, "kv_pages_used",
                   (json_int_t)st.pages_used, "kv_pages_capacity", (json_int_t)st.pages_total,
                   "kv_path", st.kv_path[0] ? st.kv_path : "none"));
+}
+
+/* The listener counters of the control server and of this endpoint (pdserve_listener_*, as
+ * the router exports its own). */
+static void node_http__listeners(node_http_t *h)
+{
+    const char *grpc_labels[] = {"node", h->node->name, "listener", "grpc", NULL};
+    const char *http_labels[] = {"node", h->node->name, "listener", "http", NULL};
+    pd_grpc_server_stats_t gs;
+    pd_http_server_stats_t hs;
+    metrics_listener_t l;
+    if (h->grpc) {
+        pd_grpc_server_stats(h->grpc, &gs);
+        l = (metrics_listener_t){gs.connections,   gs.max_connections, gs.rejected_connections,
+                                 gs.accept_errors, gs.idle_closed,     gs.request_timeouts,
+                                 gs.flood_closed};
+        metrics_listener_put(h->metrics, grpc_labels, &l);
+    }
+    pd_http_server_stats(h->srv, &hs);
+    l = (metrics_listener_t){hs.connections,
+                             hs.max_connections,
+                             hs.rejected_connections,
+                             hs.accept_errors,
+                             hs.idle_closed,
+                             hs.timed_out,
+                             0};
+    metrics_listener_put(h->metrics, http_labels, &l);
 }
 
 static void node_http__metrics(pd_http_request_t *req, void *user)
@@ -384,6 +412,7 @@ static void node_http__metrics(pd_http_request_t *req, void *user)
                           "offered)",
                           pl, strcmp(st.kv_path, kv_path_name((kv_path_t)p)) == 0);
     }
+    node_http__listeners(h);
     if (metrics_render(h->metrics, &text, &len) != PD_OK) {
         pd_http_respond_error(req, PD_ERR_NOMEM, "metrics");
         return;
@@ -393,7 +422,8 @@ static void node_http__metrics(pd_http_request_t *req, void *user)
 }
 
 pd_status_t node_http_create(uv_loop_t *loop, const cluster_node_t *node,
-                             const pd_grpc_health_t *health, node_stats_t *stats, node_http_t **h_p)
+                             const pd_grpc_health_t *health, const pd_grpc_server_t *grpc,
+                             node_stats_t *stats, node_http_t **h_p)
 {
     node_http_t *h;
     pd_status_t st;
@@ -407,6 +437,7 @@ pd_status_t node_http_create(uv_loop_t *loop, const cluster_node_t *node,
         return PD_ERR_NOMEM;
     h->node = node;
     h->health = health;
+    h->grpc = grpc;
     h->stats = stats;
     if ((st = metrics_create(&h->metrics)) != PD_OK ||
         (st = pd_http_server_create(loop, NULL, &h->srv)) != PD_OK)

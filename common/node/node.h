@@ -124,14 +124,15 @@ void node_set_serving(pd_grpc_health_t *health, const ProtobufCServiceDescriptor
 /* The node's ops endpoint on node->http_port (0: none): GET /live (the process answers),
  * /ready and /health (200 while health says SERVING, else 503; JSON with the node's counters),
  * /metrics (Prometheus text of stats: requests running / waiting, KV pages used / capacity,
- * integrity failures, tokens, requests). Loop thread; health and stats are borrowed. */
+ * integrity failures, tokens, requests; the pdserve_listener_* counters of the control server
+ * grpc (may be NULL) and of this endpoint). Loop thread; health, grpc and stats are borrowed. */
 typedef struct node_http node_http_t;
 
 /* PD_OK with *h_p NULL when node->http_port is 0; PD_ERR_UNAVAILABLE / PD_ERR_IO (port) or
  * PD_ERR_NOMEM, nothing left open. */
 pd_status_t node_http_create(uv_loop_t *loop, const cluster_node_t *node,
-                             const pd_grpc_health_t *health, node_stats_t *stats,
-                             node_http_t **h_p);
+                             const pd_grpc_health_t *health, const pd_grpc_server_t *grpc,
+                             node_stats_t *stats, node_http_t **h_p);
 void node_http_destroy(node_http_t *h);
 
 #endif

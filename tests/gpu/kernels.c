@@ -1197,13 +1197,14 @@ static void case_kv_tags(int n_pages, int n)
     kv_layout_init(&l, 2, 2, 128, 16, PD_KV_FP8);
     pair_t a = arena_new(&l, n_pages);
     int32_t *pages = xmalloc((size_t)n * 4);
-    uint32_t *tags = xmalloc((size_t)n * 4), *exp = xmalloc((size_t)n * 4),
-             *cur = xmalloc((size_t)n * 4);
-    uint32_t *fc = xmalloc((size_t)n * 4), *fg = xmalloc((size_t)n * 4);
+    /* 64-bit tags with their high halves set: a kernel that kept 32 bits would differ */
+    kv_tag_t *tags = xmalloc((size_t)n * 8), *exp = xmalloc((size_t)n * 8),
+             *cur = xmalloc((size_t)n * 8);
+    kv_tag_t *fc = xmalloc((size_t)n * 8), *fg = xmalloc((size_t)n * 8);
     uint8_t *bc = xmalloc((size_t)n), *bg = xmalloc((size_t)n);
     for (int i = 0; i < n; i++) { /* distinct pages */
         pages[i] = (int32_t)(((uint64_t)i * 7919u) % (uint64_t)n_pages);
-        tags[i] = (uint32_t)rng_next();
+        tags[i] = ((kv_tag_t)(uint32_t)rng_next() << 32 | (uint32_t)rng_next()) | 1ull << 40;
     }
     cpu->ops->kv_stamp(cpu, a.c, &l, pages, tags, n);
     gpu->ops->kv_stamp(gpu, a.g, &l, pages, tags, n);
@@ -1211,10 +1212,10 @@ static void case_kv_tags(int n_pages, int n)
     report("kv_stamp", shape, err_bytes(&a), 0.0);
     for (int i = 0; i < n; i++) {
         int kind = (int)(rng_next() % 3);
-        exp[i] = kind == 2 ? tags[i] + 1 : tags[i];
+        exp[i] = kind == 2 ? tags[i] + (1ull << 32) : tags[i]; /* differs in the high half */
         cur[i] = kind == 1 ? exp[i] + 5 : exp[i];
     }
-    memset(fg, 0xff, (size_t)n * 4);
+    memset(fg, 0xff, (size_t)n * 8);
     memset(bg, 0xff, (size_t)n);
     cpu->ops->kv_check(cpu, bc, fc, a.c, &l, pages, exp, cur, n);
     gpu->ops->kv_check(gpu, bg, fg, a.g, &l, pages, exp, cur, n);

@@ -3,8 +3,10 @@ Generate calls that collect a whole stream, node Stats, the single-process pdctl
 the reference fixtures. Run with /usr/bin/python3 (grpcio); argv[1] of the tests is pdctl."""
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -38,6 +40,30 @@ def finish():
     print("%d failure(s) in %.1f s%s" % (len(failures), time.time() - T0,
                                           (": " + ", ".join(failures)) if failures else ""))
     sys.exit(1 if failures else 0)
+
+
+class TestBinaries:
+    """Environment that makes `pdctl up` start test builds (tests/support) in place of node
+    binaries: a temporary $PDSERVE_BIN_DIR holding links named for the binaries they replace
+    ({"prefill-node": "prefill-node-faults"}); pdctl finds the others next to itself. extra:
+    more environment (PDSERVE_FAULT=...)."""
+
+    def __init__(self, links, **extra):
+        build = os.path.dirname(os.path.dirname(os.path.abspath(PDCTL)))
+        self.dir = tempfile.mkdtemp(prefix="pd-test-bin-")
+        for name, test_build in links.items():
+            exe = os.path.join(build, "tests", "support", test_build)
+            if not os.access(exe, os.X_OK):
+                raise RuntimeError("%s not built" % exe)
+            os.symlink(exe, os.path.join(self.dir, name))
+        self.env = {"PDSERVE_BIN_DIR": self.dir}
+        self.env.update(extra)
+
+    def __enter__(self):
+        return self.env
+
+    def __exit__(self, *exc):
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def model_dir(name):

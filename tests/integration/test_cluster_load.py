@@ -5,18 +5,19 @@ duplicated). Then again with decode pools too small for all of them (kv_budget 2
 pages of 16 tokens per node, `pdctl kv-plan`), so sequences are preempted and re-prefilled: the
 logs say so and every request still completes with the right count; the output of a preempted
 request equals its output from the roomy run (greedy). After each run every node's Stats show
-pages_used back to 0. A third run with a short transport.lease_ms (5 s) queues prefills past
-their reservations' leases: the prefill node must not write pages the decode node has already
-handed to others (that showed as DATA_LOSS / NOT_FOUND in neighbours), the router reserves again
-and every request completes. Run with /usr/bin/python3; argv[1] is pdctl."""
+pages_used back to 0. A third run has prefills that miss their reservations' leases: the prefill
+nodes are the test build prefill-node-faults with PDSERVE_FAULT=prefill-late:16, whose clock jumps
+an hour when every 16th prefill job starts (as if it had waited in the queue past its lease; the
+run used to shorten the lease to 5 s and count on a slow machine to miss it). The prefill node
+must not write pages the decode node may have handed to others (that showed as DATA_LOSS /
+NOT_FOUND in neighbours): it answers RESOURCE_EXHAUSTED, the router reserves again and every
+request completes with the roomy run's output. Run with /usr/bin/python3; argv[1] is pdctl."""
 import random
 import re
-import tempfile
 import time
 
-from cluster_testlib import (TEMPLATE_4, channel, check, cluster, finish, generate,
-                             model_template, pb_grpc, run_parallel, sampling, stats,
-                             wait_pages_free)
+from cluster_testlib import (TEMPLATE_4, TestBinaries, channel, check, cluster, finish,
+                             generate, pb_grpc, run_parallel, sampling, stats, wait_pages_free)
 import grpc
 
 N = 64
@@ -90,14 +91,17 @@ def main():
               % (len(pre), len(diff), len(pre & set(diff))))
         check("tight-requests-preempted", len(pre) > 0, "no 'preempted on' in the router log")
         check("tight-unpreempted-same-as-roomy", not (set(diff) - pre), sorted(set(diff) - pre))
-    tpl = model_template(TEMPLATE_4, "tiny-llama", tempfile.mkdtemp(prefix="pd-load-"),
-                         lease_ms=5000)
-    with cluster.Cluster(tpl) as c:
+    with TestBinaries({"prefill-node": "prefill-node-faults"},
+                      PDSERVE_FAULT="prefill-late:16") as env, \
+            cluster.Cluster(TEMPLATE_4, env=env) as c:
         short = run_load(c, reqs, "short-lease")
         logs = c.log("router")
         n_again = logs.count("reserving again")
-        print("info short-lease: %d re-reservations" % n_again)
-        check("short-lease-reserved-again", n_again > 0, "no 'reserving again' in the router log")
+        n_late = sum(c.log(n).count("injecting fault prefill-late") for n in ("prefill0", "prefill1"))
+        print("info short-lease: %d prefills late, %d re-reservations" % (n_late, n_again))
+        check("short-lease-injected", n_late >= 2, n_late)
+        check("short-lease-reserved-again", n_again >= n_late,
+              "%d 'reserving again' in the router log for %d late prefills" % (n_again, n_late))
         same = sum(1 for a, b in zip(roomy, short)
                    if not isinstance(a, Exception) and not isinstance(b, Exception) and
                    a.ids == b.ids)

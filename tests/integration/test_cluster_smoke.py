@@ -83,6 +83,15 @@ def main():
                 check("%s-metrics" % n["name"], resp.status == 200 and
                       'pdserve_node_kv_pages_capacity{node="%s"' % n["name"] in text and
                       "pdserve_node_integrity_failures_total" in text, text[:800])
+                # the control server's and the ops endpoint's listener counters (issue 13):
+                # the router holds a control connection, this request is an ops connection
+                for lis in ("grpc", "http"):
+                    m = re.search(r'^pdserve_listener_connections\{node="%s",listener="%s"\} '
+                                  r'(\S+)$' % (n["name"], lis), text, re.M)
+                    check("%s-metrics-listener-%s" % (n["name"], lis),
+                          m is not None and float(m.group(1)) >= 1 and
+                          'pdserve_listener_rejected_total{node="%s",listener="%s"}'
+                          % (n["name"], lis) in text, text[:1500])
                 m = re.search(r'pdserve_node_kv_pages_written_total\{[^}]*path="ucx-host"\} (\d+)',
                               text)
                 written = int(m.group(1)) if m else -1

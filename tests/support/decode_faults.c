@@ -54,7 +54,7 @@ static void decode_faults__before_admit(void *arg, engine_t *e, const char *requ
     } else if (fault.kind == FAULT_STALE) {
         /* a late write of an earlier owner lands with its old stamp */
         pd_backend_t *be = engine_backend(e);
-        uint32_t old = kv->pages[0].tag - 1;
+        kv_tag_t old = kv->pages[0].tag - 1;
         be->ops->kv_stamp(be, engine_arena(e), kv_pool_layout(pool), &kv->pages[0].page, &old, 1);
     } else {
         /* a block-table entry points at another page (the page it hid goes back to the pool) */

@@ -13,7 +13,7 @@ static pd_status_t faults__create(uv_loop_t *loop, const cluster_config_t *cfg,
     pd_status_t st = decode_faults_hooks_from_env(&hooks);
     if (st != PD_OK)
         return st;
-    return decode_node_create(loop, cfg, node, &hooks, (decode_node_t **)node_p);
+    return decode_node_create(loop, cfg, node, &hooks, NULL, (decode_node_t **)node_p);
 }
 
 static void faults__destroy(void *n)

@@ -41,10 +41,12 @@ static void test_export(void **state)
                               .n_stop_ids = 0,
                               .n_generated = 0};
     kv_layout_t dst_l;
-    kv_page_ref_t dst[3] = {{7, 1001, 0}, {8, 1002, 0}, {9, 1003, 0}};
+    /* 64-bit destination tags: the high half must arrive too */
+    kv_page_ref_t dst[3] = {
+        {7, 1001 | 1ull << 40, 0}, {8, 1002 | 1ull << 40, 0}, {9, 1003 | 1ull << 40, 0}};
     kv_seq_t kv;
     int32_t first;
-    uint32_t stamp;
+    kv_tag_t stamp;
     (void)state;
 
     assert_int_equal(engine_prefill(e, prompt, 40, &gp, NULL, NULL, &first, &kv, NULL), PD_OK);
@@ -58,8 +60,8 @@ static void test_export(void **state)
     memset(out, 0xa5, 3 * dst_l.page_bytes);
     assert_int_equal(engine_export_pages(e, &kv, 0, 3, &dst_l, dst, out), PD_OK);
     for (int i = 0; i < 3; i++) {
-        memcpy(&stamp, out + (size_t)i * dst_l.page_bytes, 4);
-        assert_int_equal(stamp, dst[i].tag);
+        memcpy(&stamp, out + (size_t)i * dst_l.page_bytes, sizeof stamp);
+        assert_true(stamp == dst[i].tag);
     }
 
     /* the device variant (here the CPU backend's memory) leaves the same bytes, stamps included */
@@ -75,27 +77,27 @@ static void test_export(void **state)
 
     /* a stale write into the source's second page (its header carries another owner's stamp) */
     uint8_t *hdr = (uint8_t *)engine_arena(e) + (size_t)kv.pages[1].page * src_l->page_bytes;
-    uint32_t saved, bogus = kv.pages[1].tag + 77;
-    memcpy(&saved, hdr, 4);
-    memcpy(hdr, &bogus, 4);
+    kv_tag_t saved, bogus = kv.pages[1].tag + (1ull << 32); /* differs only in the high half */
+    memcpy(&saved, hdr, sizeof saved);
+    memcpy(hdr, &bogus, sizeof bogus);
     memset(out, 0xa5, 3 * dst_l.page_bytes);
     assert_int_equal(engine_export_pages(e, &kv, 0, 3, &dst_l, dst, out), PD_ERR_KV_INTEGRITY);
     for (int i = 0; i < 3; i++) { /* no destination tag was stamped anywhere */
-        memcpy(&stamp, out + (size_t)i * dst_l.page_bytes, 4);
-        assert_int_not_equal(stamp, dst[i].tag);
+        memcpy(&stamp, out + (size_t)i * dst_l.page_bytes, sizeof stamp);
+        assert_true(stamp != dst[i].tag);
     }
     assert_int_equal(be->ops->memset(be, dev, 0x5a, 3 * dst_l.page_bytes), PD_OK);
     assert_int_equal(engine_export_pages_dev(e, &kv, 0, 3, &dst_l, dst, dev), PD_ERR_KV_INTEGRITY);
     assert_int_equal(be->ops->download(be, back, dev, 3 * dst_l.page_bytes), PD_OK);
     for (int i = 0; i < 3; i++) { /* nothing enqueued: no stamp */
-        memcpy(&stamp, back + (size_t)i * dst_l.page_bytes, 4);
-        assert_int_not_equal(stamp, dst[i].tag);
+        memcpy(&stamp, back + (size_t)i * dst_l.page_bytes, sizeof stamp);
+        assert_true(stamp != dst[i].tag);
     }
     be->ops->free(be, dev);
     free(back);
     /* the pages before the bad one alone are still fine */
     assert_int_equal(engine_export_pages(e, &kv, 0, 1, &dst_l, dst, out), PD_OK);
-    memcpy(hdr, &saved, 4);
+    memcpy(hdr, &saved, sizeof saved);
     assert_int_equal(engine_export_pages(e, &kv, 1, 2, &dst_l, dst + 1, out), PD_OK);
 
     free(out);

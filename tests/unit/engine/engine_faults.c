@@ -98,7 +98,7 @@ static void run_fault(int kind)
                          PD_OK);
     } else if (kind == 1) {
         pd_backend_t *be = engine_backend(e);
-        uint32_t old = kv->pages[1].tag - 1;
+        kv_tag_t old = kv->pages[1].tag - 1;
         be->ops->kv_stamp(be, engine_arena(e), kv_pool_layout(engine_pool(e)), &kv->pages[1].page,
                           &old, 1);
     } else {

@@ -72,8 +72,8 @@ static void test_alloc_tags(void **s)
     /* double free refused */
     assert_int_equal(kv_pool_page_free(pool, a), PD_ERR_KV_INTEGRITY);
     assert_int_equal(kv_pool_page_alloc(pool, &b), PD_OK);
-    assert_int_equal(b.page, a.page);      /* same page back ... */
-    assert_int_not_equal(b.tag, a.tag);    /* ... with a new tag */
+    assert_int_equal(b.page, a.page);   /* same page back ... */
+    assert_int_not_equal(b.tag, a.tag); /* ... with a new tag */
     /* the old owner cannot free the new owner's page */
     assert_int_equal(kv_pool_page_free(pool, a), PD_ERR_KV_INTEGRITY);
     assert_int_equal(kv_pool_used_pages(pool), 1);
@@ -177,7 +177,43 @@ static void test_tag_wrap(void **s)
         assert_int_not_equal(a.tag, KV_TAG_INVALID);
         assert_int_equal(kv_pool_page_free(pool, a), PD_OK);
     }
-    assert_int_equal(a.tag, 3); /* 0xfffffffe, (0xffffffff and 0 skipped) 1, 2, 3 */
+    assert_true(a.tag == 3); /* 2^64 - 2, (2^64 - 1 and 0 skipped) 1, 2, 3 */
+    kv_pool_destroy(pool);
+    kv_tracker_destroy(t);
+}
+
+/* Tags are 64-bit, and after the counter wraps a new tag skips every tag a page still has: a
+ * live page's (two owners with one tag) and a freed page's last one (its header may still carry
+ * it, a late writer's stamp). With 32-bit tags this wrapped after 2^32 allocations and handed
+ * out live tags again. */
+static void test_tag_wrap_unique(void **s)
+{
+    kv_tracker_t *t;
+    kv_pool_t *pool = make_pool(&t, KV_TRACKER_TAGGED, 3);
+    kv_page_ref_t live, stale, a;
+    (void)s;
+    assert_int_equal(sizeof live.tag, 8);
+    t->next_tag = (1ull << 32) - 2; /* past 32 bits: no wrap there */
+    assert_int_equal(kv_pool_page_alloc(pool, &a), PD_OK);
+    assert_true(a.tag == (1ull << 32) - 1);
+    assert_int_equal(kv_pool_page_alloc(pool, &stale), PD_OK);
+    assert_true(stale.tag == 1ull << 32);
+    assert_int_equal(kv_pool_page_free(pool, stale), PD_OK);
+    assert_int_equal(kv_pool_page_free(pool, a), PD_OK);
+    t->next_tag = 4;
+    assert_int_equal(kv_pool_page_alloc(pool, &live), PD_OK); /* tag 5, held throughout */
+    assert_true(live.tag == 5);
+    t->next_tag = KV_TAG_INVALID - 1; /* the counter wraps at the next allocations */
+    kv_tag_t last = 0;
+    for (int i = 0; i < 12; i++) {
+        assert_int_equal(kv_pool_page_alloc(pool, &a), PD_OK);
+        assert_true(a.tag != 0 && a.tag != KV_TAG_INVALID);
+        assert_true(a.tag != live.tag); /* never a live page's tag */
+        assert_true(a.tag > last);
+        last = a.tag;
+        assert_int_equal(kv_pool_page_free(pool, a), PD_OK);
+    }
+    assert_true(last == 13); /* 1..13 with 5 skipped */
     kv_pool_destroy(pool);
     kv_tracker_destroy(t);
 }
@@ -212,6 +248,7 @@ int main(void)
         cmocka_unit_test(test_remote_quarantine),
         cmocka_unit_test(test_expired_lease_quarantine),
         cmocka_unit_test(test_tag_wrap),
+        cmocka_unit_test(test_tag_wrap_unique),
         cmocka_unit_test(test_noop_tracker),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -71,9 +71,9 @@ static int check(fx_t *f, kv_seq_t **seqs, int n, pd_status_t *st)
                             n, st);
 }
 
-static void stale_write(fx_t *f, int32_t page, uint32_t stamp)
+static void stale_write(fx_t *f, int32_t page, kv_tag_t stamp)
 {
-    memcpy((uint8_t *)f->arena + (size_t)page * f->l.page_bytes, &stamp, 4);
+    memcpy((uint8_t *)f->arena + (size_t)page * f->l.page_bytes, &stamp, sizeof stamp);
 }
 
 static void test_faults(void **state)

@@ -17,7 +17,12 @@
  * - a NUL byte in a text prompt (gRPC text, HTTP "\u0000") is tokenized, not a cut prompt;
  * - a request_id that names a running request is refused with ALREADY_EXISTS;
  * - an allocation failure on a request path fails that request (RESOURCE_EXHAUSTED / 503) and the
- *   router keeps serving (malloc, calloc and realloc are wrapped at link time: --wrap).
+ *   router keeps serving (malloc, calloc and realloc are wrapped at link time: --wrap);
+ * - with a fake clock (router_set_clock; no sleeps): a prefill node that missed its reservation's
+ *   lease (RESOURCE_EXHAUSTED) makes the router release that reservation and reserve again, and
+ *   the request completes; the same answer after the request's deadline fails it without a retry;
+ *   a request waiting for KV pages (Reserve: no free kv pages) ends with DEADLINE_EXCEEDED once
+ *   its deadline passes on the clock.
  * Ends with every handle closed (uv_loop_close() == 0; run under -Dsanitize=true for leaks). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -89,7 +94,16 @@ static int decode_cancels, releases;
 static int32_t nul_id = -1;     /* the token of byte 0, streamed to "nulout" requests */
 static int32_t prefill_ids[64]; /* the last Prefill's prompt (its first 64 ids) */
 static size_t n_prefill_ids;
-static int prefill_top_k, n_prefills;
+static int prefill_top_k, n_prefills, n_reserves;
+
+/* The router's clock (router_set_clock): the test moves it. */
+static int64_t fake_now = 5000000;
+
+static int64_t fake_clock(void *arg)
+{
+    (void)arg;
+    return fake_now;
+}
 
 static void fake_stats(pd_grpc_call_t *call, const ProtobufCMessage *req, void *user)
 {
@@ -107,6 +121,14 @@ static void fake_prefill(pd_grpc_call_t *call, const ProtobufCMessage *msg, void
     Pdserve__V1__PrefillReply rep = PDSERVE__V1__PREFILL_REPLY__INIT;
     (void)user;
     n_prefills++;
+    if ((strcmp(req->request_id, "leasemiss") == 0 && n_prefills == 1) ||
+        strcmp(req->request_id, "leaselate") == 0) {
+        if (strcmp(req->request_id, "leaselate") == 0)
+            fake_now += 3600 * 1000; /* the request's deadline passed meanwhile */
+        pd_grpc_call_finish_status(call, PD_ERR_RESOURCE,
+                                   "prefill0: kv lease ended before the pages were written");
+        return;
+    }
     n_prefill_ids = req->n_token_ids;
     memcpy(prefill_ids, req->token_ids,
            (req->n_token_ids < 64 ? req->n_token_ids : 64) * sizeof *prefill_ids);
@@ -126,6 +148,11 @@ static void fake_reserve(pd_grpc_call_t *call, const ProtobufCMessage *msg, void
     size_t n = (req->n_tokens + 15) / 16;
     (void)user;
     assert_true(n <= 128);
+    n_reserves++;
+    if (strcmp(req->request_id, "nopages") == 0) {
+        pd_grpc_call_finish_status(call, PD_NO_PAGES, "decode0: no free kv pages");
+        return;
+    }
     if (strcmp(req->request_id, "badresv") == 0)
         n--;
     for (size_t i = 0; i < n; i++) {
@@ -953,6 +980,45 @@ static void test_allocation_failure(void **state)
     teardown_cluster();
 }
 
+static void test_fake_clock_leases_and_deadlines(void **state)
+{
+    gen_result_t g;
+    pd_clock_t clock = {fake_clock, NULL};
+    (void)state;
+    setup_cluster_http();
+    router_set_clock(core, &clock);
+
+    /* the prefill node missed the lease: release, reserve again, complete */
+    n_prefills = n_reserves = releases = 0;
+    assert_int_equal(generate_wait(&g, "leasemiss", 3), 0);
+    assert_int_equal(g.n_tokens, 3);
+    assert_int_equal(n_prefills, 2);
+    assert_int_equal(n_reserves, 2);
+    run_until(&releases, 10000); /* the first reservation is given back */
+    assert_int_equal(releases, 1);
+
+    /* the same answer after the request's deadline: no retry */
+    n_prefills = n_reserves = 0;
+    assert_int_equal(generate_wait(&g, "leaselate", 3), PD_GRPC_RESOURCE_EXHAUSTED);
+    assert_int_equal(n_prefills, 1);
+    assert_int_equal(n_reserves, 1);
+
+    /* waiting for pages: retried until the deadline passes on the router's clock */
+    n_reserves = 0;
+    generate(&g, "nopages", 3);
+    int64_t end = pd_clock_ms() + 10000;
+    while (n_reserves < 2 && pd_clock_ms() < end) /* it retries while the clock stands */
+        uv_run(&loop, UV_RUN_ONCE);
+    assert_true(n_reserves >= 2);
+    assert_false(g.done);
+    fake_now += cfg->router.request_timeout_ms + 1;
+    run_until(&g.done, 10000);
+    assert_int_equal(g.code, PD_GRPC_DEADLINE_EXCEEDED);
+    assert_contains(g.details, "waiting for kv pages");
+    assert_true(metric("pdserve_router_requests_active") == 0);
+    teardown_cluster();
+}
+
 /* argv[1]: run only the tests whose names match it (cmocka's filter: '*' wildcards). */
 int main(int argc, char **argv)
 {
@@ -965,6 +1031,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_nul_byte_in_prompt),
         cmocka_unit_test(test_duplicate_request_id),
         cmocka_unit_test(test_allocation_failure),
+        cmocka_unit_test(test_fake_clock_leases_and_deadlines),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
