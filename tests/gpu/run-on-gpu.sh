@@ -10,6 +10,8 @@
 # BENCH="ops decode" limits the benchmark (default all). DEADLINE=S: no step starts after S
 # seconds and each step's timeout is cut to what is left (default: none). Every step runs under
 # its timeout; the script exits 1 when any step failed or was skipped for the deadline.
+# Build the bundle with tests/gpu/build-bundle.sh (it rebuilds every CUDA object: meson 1.0 gives
+# nvcc no dependency file) and keep the sent tree under 64 MiB with tests/gpu/slim-tree.sh.
 set -uo pipefail
 G=${G:-$PWD/.gpu}
 OUT=${OUT:-/tmp/pdserve-gpu}

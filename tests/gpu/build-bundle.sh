@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# build-bundle.sh [BUILD_DIR] : builds the CUDA tree here and packs what tests/gpu/run-on-gpu.sh
+# needs on the GPU machine into .gpu/bundle.tar.xz (git-ignored; pass `carry: [".gpu"]` to the
+# device tool and start the command with `tar -C .gpu -xJf .gpu/bundle.tar.xz && G=$PWD/.gpu/b
+# bash .gpu/b/run-on-gpu.sh STEPS`).
+#
+# Every CUDA object is rebuilt: Debian 12's meson (1.0) gives nvcc no dependency file, so ninja
+# does not rebuild a .cu when a header it includes changes (a struct such as kv_layout_t then has
+# two layouts in one binary). An incremental bundle of 2026-12-01 ran attention kernels compiled
+# against an older kv_layout_t and failed every bf16 / fp8 attention case on the GPU.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+B=${1:-$root/build-cuda}
+export PATH=/usr/local/cuda/bin:$PATH
+[ -f "$B/build.ninja" ] || meson setup "$B" "$root" -Dwerror=true
+find "$B" -name '*.cu.o' -delete
+ninja -C "$B" router/router prefill-node/prefill-node decode-node/decode-node deploy/pdctl \
+    tests/test_gpu_kernels tests/gpu_bench
+D=$(mktemp -d)/b
+mkdir -p "$D/bin"
+cp "$B/router/router" "$B/prefill-node/prefill-node" "$B/decode-node/decode-node" \
+    "$B/deploy/pdctl" "$B/tests/test_gpu_kernels" "$B/tests/gpu_bench" "$D/bin/"
+"$root/../shared/tools/collect-libs.sh" "$D" "$D"/bin/*
+cp "$root"/tests/gpu/run-on-gpu.sh "$root"/tests/gpu/check_reference.py \
+    "$root"/tests/gpu/check_cluster.py "$root"/tests/bench/torch_prefill_baseline.py \
+    "$root"/tests/bench/torch_attn_baseline.py "$D/"
+cp "$root/../shared/bench/torch_decode_baseline.py" "$D/"
+mkdir -p "$root/.gpu"
+tar -C "$(dirname "$D")" -cJf "$root/.gpu/bundle.tar.xz" b
+rm -rf "$(dirname "$D")"
+ls -la "$root/.gpu/bundle.tar.xz"
