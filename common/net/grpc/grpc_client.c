@@ -13,10 +13,6 @@
 
 typedef struct pd_grpc_client__conn pd_grpc_client__conn_t;
 
-typedef struct {
-    char *key, *value;
-} pd_grpc_client__md_t;
-
 struct pd_grpc_client_call {
     pd_grpc_client_t *c;
     pd_grpc_client__conn_t *conn;       /* NULL when not on a connection */
@@ -27,8 +23,7 @@ struct pd_grpc_client_call {
     char *path;
     uint8_t *req; /* (req_len) framed request */
     size_t req_len, req_off;
-    pd_grpc_client__md_t *md;
-    size_t n_md;
+    pd_grpc_wire_md_list_t md; /* custom request metadata */
     const ProtobufCMessageDescriptor *resp_desc;
     pd_grpc_client_unary_cb unary_cb;
     pd_grpc_client_msg_cb msg_cb;
@@ -103,11 +98,7 @@ static void pd_grpc_client__call_free(pd_grpc_client_call_t *call)
         uv_timer_stop(call->timer);
         uv_close((uv_handle_t *)call->timer, pd_grpc_client__timer_closed);
     }
-    for (size_t i = 0; i < call->n_md; i++) {
-        free(call->md[i].key);
-        free(call->md[i].value);
-    }
-    free(call->md);
+    pd_grpc_wire_md_deinit(&call->md);
     free(call->path);
     free(call->req);
     pd_grpc_wire_deframer_deinit(&call->df);
@@ -612,8 +603,9 @@ static void pd_grpc_client__submit(pd_grpc_client_call_t *call)
                                  call->deadline_at - (int64_t)uv_now(c->loop));
         nv[n++] = NV("grpc-timeout", timeout, strlen(timeout));
     }
-    for (size_t i = 0; i < call->n_md && n < sizeof nv / sizeof nv[0]; i++)
-        nv[n++] = NV(call->md[i].key, call->md[i].value, strlen(call->md[i].value));
+    for (size_t i = 0; i < call->md.n && n < sizeof nv / sizeof nv[0]; i++)
+        nv[n++] = NV(call->md.items[i].key, call->md.items[i].value,
+                     strlen(call->md.items[i].value));
 #undef NV
     nghttp2_data_provider prd = {.source.ptr = call, .read_callback = pd_grpc_client__data_read};
     id = nghttp2_submit_request(conn->ng, NULL, nv, n, &prd, call);
@@ -763,23 +755,9 @@ pd_status_t pd_grpc_client_stream(pd_grpc_client_t *c, const char *path, const P
 pd_status_t pd_grpc_client_call_add_metadata(pd_grpc_client_call_t *call, const char *key,
                                           const char *value)
 {
-    pd_grpc_client__md_t *md;
-
     if (call->stream_id != 0 || call->finished)
         return PD_ERR_INVALID;
-    md = realloc(call->md, (call->n_md + 1) * sizeof *md);
-    if (!md)
-        return PD_ERR_NOMEM;
-    call->md = md;
-    md[call->n_md].key = strdup(key);
-    md[call->n_md].value = strdup(value);
-    if (!md[call->n_md].key || !md[call->n_md].value) {
-        free(md[call->n_md].key);
-        free(md[call->n_md].value);
-        return PD_ERR_NOMEM;
-    }
-    call->n_md++;
-    return PD_OK;
+    return pd_grpc_wire_md_add(&call->md, key, strlen(key), value, strlen(value));
 }
 
 /* ==== client ==== */

@@ -25,10 +25,6 @@ typedef struct {
     void *user;
 } pd_grpc_server__svc_t;
 
-typedef struct {
-    char *key, *value;
-} pd_grpc_server__md_t;
-
 struct pd_grpc_call {
     pd_grpc_server_t *srv;        /* NULL once detached by pd_grpc_server_destroy */
     pd_grpc_server__conn_t *conn; /* NULL once the connection is gone */
@@ -42,8 +38,7 @@ struct pd_grpc_call {
     /* request */
     char *path, *content_type;
     int64_t deadline_at; /* uv_now() ms, or -1 */
-    pd_grpc_server__md_t *md;
-    size_t n_md, md_bytes;
+    pd_grpc_wire_md_list_t md; /* custom request metadata */
     pd_grpc_wire_deframer_t df;
     int n_msgs;
     ProtobufCMessage *req;
@@ -134,11 +129,7 @@ static void pd_grpc_server__call_free(pd_grpc_call_t *call)
         uv_timer_stop(call->timer);
         uv_close((uv_handle_t *)call->timer, pd_grpc_server__timer_closed);
     }
-    for (size_t i = 0; i < call->n_md; i++) {
-        free(call->md[i].key);
-        free(call->md[i].value);
-    }
-    free(call->md);
+    pd_grpc_wire_md_deinit(&call->md);
     free(call->path);
     free(call->content_type);
     pd_grpc_wire_deframer_deinit(&call->df);
@@ -396,10 +387,7 @@ int64_t pd_grpc_call_deadline_ms(const pd_grpc_call_t *call)
 
 const char *pd_grpc_call_metadata(const pd_grpc_call_t *call, const char *key)
 {
-    for (size_t i = 0; i < call->n_md; i++)
-        if (strcmp(call->md[i].key, key) == 0)
-            return call->md[i].value;
-    return NULL;
+    return pd_grpc_wire_md_get(&call->md, key);
 }
 
 int pd_grpc_call_is_cancelled(const pd_grpc_call_t *call)
@@ -487,20 +475,12 @@ static int pd_grpc_server__on_header(nghttp2_session *ng, const nghttp2_frame *f
         else
             call->deadline_at = (int64_t)uv_now(conn->srv->loop) + ms;
     } else if (namelen > 0 && name[0] != ':') {
-        pd_grpc_server__md_t *md;
-        if (call->md_bytes + namelen + valuelen > PD_GRPC_SERVER__MD_LIMIT) {
+        if (call->md.bytes + namelen + valuelen > PD_GRPC_SERVER__MD_LIMIT) {
             call->bad_headers = 1;
             return 0;
         }
-        md = realloc(call->md, (call->n_md + 1) * sizeof *md);
-        if (!md)
-            return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-        call->md = md;
-        md[call->n_md].key = pd_grpc_server__strndup(name, namelen);
-        md[call->n_md].value = pd_grpc_server__strndup(value, valuelen);
-        call->n_md++;
-        call->md_bytes += namelen + valuelen;
-        if (!md[call->n_md - 1].key || !md[call->n_md - 1].value)
+        if (pd_grpc_wire_md_add(&call->md, (const char *)name, namelen, (const char *)value,
+                                valuelen) != PD_OK)
             return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     }
 #undef IS

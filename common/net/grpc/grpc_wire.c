@@ -269,3 +269,58 @@ pd_status_t pd_grpc_wire_code_to_status(int code)
         return PD_ERR_INTERNAL;
     }
 }
+
+/* ==== metadata ==== */
+
+static char *pd_grpc_wire__strndup(const char *s, size_t n)
+{
+    char *d = malloc(n + 1);
+
+    if (d) {
+        memcpy(d, s, n);
+        d[n] = 0;
+    }
+    return d;
+}
+
+pd_status_t pd_grpc_wire_md_add(pd_grpc_wire_md_list_t *l, const char *key, size_t key_len,
+                                const char *value, size_t value_len)
+{
+    pd_grpc_wire_md_t *items = realloc(l->items, (l->n + 1) * sizeof *items);
+    char *k, *v;
+
+    if (!items)
+        return PD_ERR_NOMEM;
+    l->items = items;
+    k = pd_grpc_wire__strndup(key, key_len);
+    v = pd_grpc_wire__strndup(value, value_len);
+    if (!k || !v) {
+        free(k);
+        free(v);
+        return PD_ERR_NOMEM;
+    }
+    items[l->n].key = k;
+    items[l->n].value = v;
+    l->n++;
+    l->bytes += key_len + value_len;
+    return PD_OK;
+}
+
+const char *pd_grpc_wire_md_get(const pd_grpc_wire_md_list_t *l, const char *key)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (strcmp(l->items[i].key, key) == 0)
+            return l->items[i].value;
+    return NULL;
+}
+
+void pd_grpc_wire_md_deinit(pd_grpc_wire_md_list_t *l)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        free(l->items[i].key);
+        free(l->items[i].value);
+    }
+    free(l->items);
+    l->items = NULL;
+    l->n = l->bytes = 0;
+}

@@ -69,6 +69,29 @@ pd_status_t pd_grpc_wire_deframer_feed(pd_grpc_wire_deframer_t *d, const uint8_t
 /* Returns nonzero when d holds part of a message (so END_STREAM now means truncation). */
 int pd_grpc_wire_deframer_partial(const pd_grpc_wire_deframer_t *d);
 
+/* A call's custom metadata (headers other than pseudo-headers and gRPC's own): owned,
+ * NUL-terminated key / value copies in arrival order. bytes counts key + value lengths, for a
+ * caller's size limit. Zero-initialized storage is an empty list. */
+typedef struct {
+    char *key, *value;
+} pd_grpc_wire_md_t;
+
+typedef struct {
+    pd_grpc_wire_md_t *items; /* (n) */
+    size_t n, bytes;
+} pd_grpc_wire_md_list_t;
+
+/* Appends copies of key[0..key_len) and value[0..value_len). Returns PD_OK or PD_ERR_NOMEM (the
+ * list is unchanged). */
+pd_status_t pd_grpc_wire_md_add(pd_grpc_wire_md_list_t *l, const char *key, size_t key_len,
+                                const char *value, size_t value_len);
+
+/* Returns the value of the first entry named key (exact match), or NULL. */
+const char *pd_grpc_wire_md_get(const pd_grpc_wire_md_list_t *l, const char *key);
+
+/* Frees every entry; the list is empty afterwards. */
+void pd_grpc_wire_md_deinit(pd_grpc_wire_md_list_t *l);
+
 /* Writes the 5-byte prefix of an uncompressed message of len bytes into out. */
 void pd_grpc_wire_prefix(uint8_t out[PD_GRPC_WIRE_HDR_LEN], uint32_t len);
 

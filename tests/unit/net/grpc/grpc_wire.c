@@ -161,6 +161,26 @@ static void test_percent(void **state)
     assert_int_equal(pd_grpc_wire_http_to_grpc(415), PD_GRPC_UNKNOWN);
 }
 
+static void test_metadata(void **state)
+{
+    pd_grpc_wire_md_list_t l = {0};
+    (void)state;
+
+    assert_null(pd_grpc_wire_md_get(&l, "x"));
+    assert_int_equal(pd_grpc_wire_md_add(&l, "authorization-xyz", 13, "Bearer k", 8), PD_OK);
+    assert_int_equal(pd_grpc_wire_md_add(&l, "x-b", 3, "", 0), PD_OK);
+    assert_int_equal(pd_grpc_wire_md_add(&l, "authorization", 13, "second", 6), PD_OK);
+    assert_int_equal(l.n, 3);
+    assert_int_equal(l.bytes, 13 + 8 + 3 + 0 + 13 + 6);
+    assert_string_equal(pd_grpc_wire_md_get(&l, "authorization"), "Bearer k"); /* first wins */
+    assert_string_equal(pd_grpc_wire_md_get(&l, "x-b"), "");
+    assert_null(pd_grpc_wire_md_get(&l, "x-c"));
+    pd_grpc_wire_md_deinit(&l);
+    assert_int_equal(l.n, 0);
+    assert_null(pd_grpc_wire_md_get(&l, "x-b"));
+    pd_grpc_wire_md_deinit(&l); /* twice is fine */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -168,6 +188,7 @@ int main(void)
         cmocka_unit_test(test_deframe_errors),
         cmocka_unit_test(test_timeout),
         cmocka_unit_test(test_percent),
+        cmocka_unit_test(test_metadata),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
