@@ -16,8 +16,9 @@
  * the end of 8192 tokens; and the BF16 GEMM in both modes (one bf16 GEMM, hi + lo split).
  * attn: decode attention alone (tensor-core kernel against the SIMT kernels, B 1..64, ctx 1k..32k).
  * attnprof: one launch each of fp8 / bf16 at B 64 ctx 1k and B 1 ctx 32k (for ncu).
+ * ctxscale: whole decode steps (graph, no logits) at batch 1 / 64 and context 1k / 8k / 32k.
  * Usage: gpu_bench [ops] [decode] [prefill] [flash] [int4] [attn] [attnprof] [elementwise]
- * [wgemv] [all] (default all; wgemv: matmul_wgemv over forced plans, not part of all; flash: only
+ * [wgemv] [ctxscale] [all] (default all; wgemv: matmul_wgemv over forced plans, not part of all; flash: only
  * the 8192 causal flash attention and the FP8 8192 x 14336 x 4096 GEMM, for ncu; int4: the INT4
  * paths table of ops alone). Needs a CUDA device (exits 77 without).
  */
@@ -940,11 +941,61 @@ static void bench_model(bool decode, bool prefill)
     }
 }
 
+/* Context scaling (issue 11): whole decode steps from CUDA graphs, no logits download, at batch 1
+ * and 64 and context 1k, 8k and 32k, INT4 + FP8 KV and FP8 + BF16 KV. A case whose KV arena does
+ * not fit in free device memory (less a 4 GB margin) is reported, not run. Floor: the bytes a
+ * step must read (every weight but the embedding table, plus the KV of every sequence) at the
+ * copy bandwidth. */
+static void bench_ctxscale(void)
+{
+    hf_config_t cfg;
+    llama8b(&cfg);
+    const struct {
+        pd_wfmt_t w;
+        pd_kvfmt_t kv;
+    } confs[] = {{PD_WFMT_INT4, PD_KV_FP8}, {PD_WFMT_FP8, PD_KV_BF16}};
+    static const int batches[] = {1, 64}, ctxs[] = {1024, 8192, 32768};
+    printf("\n### decode step vs context, Llama-3-8B shape, random weights (graph, no logits, "
+           "median of 10)\n\n");
+    printf("| weights | kv | batch | context | KV GB | ms | tok/s | floor ms | floor / ms |\n");
+    printf("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (size_t i = 0; i < sizeof confs / sizeof confs[0]; i++) {
+        model_t *m;
+        ok(model_create_random(&cfg, confs[i].w, PD_WFMT_BF16, be, 42, &m), "model");
+        const double wbytes = (double)m->weight_bytes - (double)cfg.vocab_size * cfg.hidden_size * 2;
+        kv_layout_t l;
+        kv_layout_init(&l, cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, 16,
+                       confs[i].kv);
+        for (size_t bi = 0; bi < 2; bi++)
+            for (size_t ci = 0; ci < 3; ci++) {
+                const int B = batches[bi], ctx = ctxs[ci];
+                const double kv_bytes = (double)B * ((ctx + 1 + 15) / 16) * l.page_bytes;
+                size_t free_b = 0, total_b = 0;
+                cudaMemGetInfo(&free_b, &total_b);
+                if (kv_bytes + 4e9 > (double)free_b) {
+                    printf("| %s | %s | %d | %d | %.1f | does not fit (%.1f GB free) | | | |\n",
+                           pd_wfmt_name(confs[i].w), pd_kvfmt_name(confs[i].kv), B, ctx,
+                           kv_bytes / 1e9, free_b / 1e9);
+                    continue;
+                }
+                const float ms =
+                    run_forward(m, confs[i].kv, B, ctx, 1, 0, 10, MODEL_GRAPHS_ON, NULL);
+                const double floor_ms = (wbytes + (double)B * ctx * l.page_bytes / 16) /
+                                        COPY_BW * 1e3;
+                printf("| %s | %s | %d | %d | %.1f | %.2f | %.0f | %.2f | %.0f%% |\n",
+                       pd_wfmt_name(confs[i].w), pd_kvfmt_name(confs[i].kv), B, ctx,
+                       kv_bytes / 1e9, ms, B * 1000.0 / ms, floor_ms, 100.0 * floor_ms / ms);
+                fflush(stdout);
+            }
+        model_destroy(m);
+    }
+}
+
 int main(int argc, char **argv)
 {
     bool ops = argc < 2, decode = argc < 2, prefill = argc < 2, flash = false, int4 = false,
          fused = false, sweep = false;
-    bool attn = false, attnprof = false;
+    bool attn = false, attnprof = false, ctxscale = false;
     for (int i = 1; i < argc; i++) {
         bool all = !strcmp(argv[i], "all");
         flash |= !strcmp(argv[i], "flash");
@@ -953,6 +1004,7 @@ int main(int argc, char **argv)
         sweep |= !strcmp(argv[i], "wgemv"); /* matmul_wgemv plans (not part of all) */
         attn |= !strcmp(argv[i], "attn"); /* the decode attention table alone */
         attnprof |= !strcmp(argv[i], "attnprof"); /* 4 single launches, for ncu */
+        ctxscale |= !strcmp(argv[i], "ctxscale"); /* decode steps at 1k / 8k / 32k context */
         ops |= all || !strcmp(argv[i], "ops");
         decode |= all || !strcmp(argv[i], "decode");
         prefill |= all || !strcmp(argv[i], "prefill");
@@ -1003,6 +1055,8 @@ int main(int argc, char **argv)
     }
     if (decode || prefill)
         bench_model(decode, prefill);
+    if (ctxscale)
+        bench_ctxscale();
     backend_destroy(be_split);
     backend_destroy(be);
     return graph_fail;
