@@ -4,9 +4,12 @@
 # gpu_bench; lib/, ucx/ from
 # collect-libs.sh; this script, check_reference.py, check_cluster.py, torch_decode_baseline.py,
 # torch_prefill_baseline.py). Logs go to $OUT.
-# Steps (default all but ncu): kernels memcheck greedy ppl cluster bench baseline
-# baseline-prefill; ncu (Nsight Compute on the flash attention kernel and the FP8 GEMM, from
-# `gpu_bench flash`; NCU_FLASH_SKIP=N profiles the flash launch after N others) on request.
+# Steps (default all but ncu, kattn, ksmall, attnbase, ncu-kernel): kernels memcheck greedy ppl
+# cluster bench baseline baseline-prefill; on request: ncu (Nsight Compute on the flash attention
+# kernel and the FP8 GEMM, from `gpu_bench flash`; NCU_FLASH_SKIP=N profiles the flash launch
+# after N others), kattn / ksmall (the harness on attention cases / fixture shapes only),
+# attnbase (PyTorch decode attention), ncu-kernel (NCU_KERNEL=REGEX over `gpu_bench $NCU_BENCH`,
+# NCU_COUNT launches after NCU_SKIP).
 # BENCH="ops decode" limits the benchmark (default all). DEADLINE=S: no step starts after S
 # seconds and each step's timeout is cut to what is left (default: none). Every step runs under
 # its timeout; the script exits 1 when any step failed or was skipped for the deadline.
@@ -42,6 +45,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | t
 for s in $steps; do
     case $s in
     kernels) step kernels 240 "$G/bin/test_gpu_kernels" ;;
+    kattn) PD_GPU_TEST_ATTN=1 step kattn 120 "$G/bin/test_gpu_kernels" ;;
+    ksmall) PD_GPU_TEST_SMALL=1 step ksmall 120 "$G/bin/test_gpu_kernels" ;;
     memcheck) PD_GPU_TEST_SMALL=1 step memcheck 240 compute-sanitizer --tool memcheck \
         --error-exitcode 3 "$G/bin/test_gpu_kernels" ;;
     greedy) step greedy 240 python3 "$G/check_reference.py" greedy --pdctl "$G/bin/pdctl" \
@@ -52,6 +57,12 @@ for s in $steps; do
     bench) step bench 400 "$G/bin/gpu_bench" ${BENCH:-all} ;;
     baseline) step baseline 300 python3 "$G/torch_decode_baseline.py" ;;
     baseline-prefill) step baseline-prefill 200 python3 "$G/torch_prefill_baseline.py" ;;
+    attnbase) step attnbase 60 python3 "$G/torch_attn_baseline.py" ;;
+    ncu-kernel) step ncu-kernel 240 ncu --clock-control none --kernel-name-base demangled \
+        --kernel-name "regex:${NCU_KERNEL:?NCU_KERNEL=REGEX}" --launch-skip "${NCU_SKIP:-0}" \
+        --launch-count "${NCU_COUNT:-1}" --section SpeedOfLight --section Occupancy \
+        --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
+        "$G/bin/gpu_bench" ${NCU_BENCH:-ops} ;;
     ncu) step ncu 240 bash -c 'for ks in "flash__kernel ${1:-2}" "nvjet|gemm|xmma 2"; do
             set -- $ks
             ncu --clock-control none --kernel-name "regex:$1" --launch-skip "$2" --launch-count 1 \
