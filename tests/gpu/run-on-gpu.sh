@@ -14,7 +14,8 @@
 # seconds and each step's timeout is cut to what is left (default: none). Every step runs under
 # its timeout; the script exits 1 when any step failed or was skipped for the deadline.
 # Build the bundle with tests/gpu/build-bundle.sh (it rebuilds every CUDA object: meson 1.0 gives
-# nvcc no dependency file) and keep the sent tree under 64 MiB with tests/gpu/slim-tree.sh.
+# nvcc no dependency file) and keep the sent tree under 64 MiB with tests/gpu/slim-tree.sh (drop,
+# pack: the fixtures travel compressed in .gpu-models/).
 set -uo pipefail
 G=${G:-$PWD/.gpu}
 OUT=${OUT:-/tmp/pdserve-gpu}
