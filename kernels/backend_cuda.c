@@ -375,15 +375,28 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
     if (w->fmt == PD_WFMT_INT4 && (n > CUDA_GEMV_MAX_N_INT4 || cuda__int4_tiled(w)) &&
         n <= MATMUL_INT4_MMA_MAX_N)
         return cuda__matmul_int4_mma(c, out, x, w, n);
-    if (n <= (w->fmt == PD_WFMT_INT4 ? CUDA_GEMV_MAX_N_INT4 : CUDA_GEMV_MAX_N))
+    /* FP8 with 128x128 block scales (DeepSeek-V3 / Kimi K2 checkpoints): the f32 GEMV at small
+     * n; else dequantized to bf16 for the BF16 GEMM below (as INT4) */
+    if (w->fmt == PD_WFMT_FP8_BLOCK && n <= FAMILY_FP8_BLOCK_GEMV_MAX_N && K % 16 == 0 &&
+        ((uintptr_t)x & 15) == 0 && ((uintptr_t)w->data & 15) == 0)
+        return family_fp8_block_gemv(out, x, w, n, c->stream);
+    if (w->fmt == PD_WFMT_FP8_BLOCK && K % 4 != 0) {
+        pd_log_error("backend cuda: fp8 block-scaled weight with K %lld (needs K %% 4 == 0)",
+                     (long long)K);
+        return PD_ERR_UNSUPPORTED;
+    }
+    if (w->fmt != PD_WFMT_FP8_BLOCK &&
+        n <= (w->fmt == PD_WFMT_INT4 ? CUDA_GEMV_MAX_N_INT4 : CUDA_GEMV_MAX_N))
         return cuda__gemv_chunks(c, out, x, NULL, w, n);
     if (w->fmt == PD_WFMT_F32)
         return matmul_gemm_f32(c->blas, out, x, w->data, n, N, K, c->stream);
     const uint16_t *wb = w->data;
-    if (w->fmt == PD_WFMT_INT4) {
+    if (w->fmt == PD_WFMT_INT4 || w->fmt == PD_WFMT_FP8_BLOCK) {
         if ((st = cuda__grow(c, &c->wtmp, (size_t)N * (size_t)K * 2)) != PD_OK)
             return st;
-        if ((st = matmul_int4_to_bf16(c->wtmp.p, w, cuda__int4_tiled(w), c->stream)) != PD_OK)
+        if ((st = w->fmt == PD_WFMT_INT4
+                      ? matmul_int4_to_bf16(c->wtmp.p, w, cuda__int4_tiled(w), c->stream)
+                      : family_fp8_block_to_bf16(c->wtmp.p, w, c->stream)) != PD_OK)
             return st;
         wb = c->wtmp.p;
     }
@@ -869,8 +882,6 @@ static bool cuda_supports_op(pd_backend_t *be, pd_op_t op, int variant)
 {
     (void)be;
     (void)variant;
-    if (op == PD_OP_MATMUL && variant == PD_WFMT_FP8_BLOCK)
-        return false; /* no kernel for 128x128 block-scaled fp8 yet */
     return op < PD_OP__COUNT;
 }
 
