@@ -298,7 +298,9 @@ pd_status_t model_family_layer_load(loader_t *ld, int i)
         snprintf(name, sizeof name, "%s.mlp", p);
         TRY(model__gate_up(ld, name, c->intermediate_size, d, &L->gate_up));
         snprintf(name, sizeof name, "%s.mlp.down_proj", p);
-        TRY(model__linear(ld, name, d, c->intermediate_size, m->wfmt, SPLIT_NONE, &L->down));
+        /* GLM-4.5-Air's intermediate_size 10944 is not a multiple of 128: fp8 when int4 */
+        TRY(model__linear(ld, name, d, c->intermediate_size,
+                          fam__fmt(ld, name, c->intermediate_size), SPLIT_NONE, &L->down));
         return PD_OK;
     }
     snprintf(name, sizeof name, "%s.mlp.gate", p);
