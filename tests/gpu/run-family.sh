@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # run-family.sh: the GLM-4.5 / DeepSeek-V3 round (issue 15) on the device machine in one short
 # call, from the repository root with the carried bundle $G (bin/: test_gpu_kernels gpu_bench
-# pdctl ...; this script, check_reference.py, check_cluster.py, bf16_kv_transformers.py) and
-# deploy/models/tiny-glm, tiny-dsv3 unpacked. Logs go to $OUT (8 files at most come back:
-# summary kfam memcheck greedy ppl bf16tf bench cluster).
+# pdctl ...; this script, check_reference.py, check_cluster.py, bf16_kv_transformers.py,
+# check_tiktoken.py, kimi-tiny/) and deploy/models/tiny-glm, tiny-dsv3 unpacked. Logs go to $OUT
+# (8 files at most come back: summary (with the cluster's output) kfam memcheck greedy ppl bf16tf
+# tiktoken bench).
 # Phase 1 runs the correctness steps at once (they leave the GPU mostly idle): the family kernel
 # cases (PD_GPU_TEST_FAMILY=1), compute-sanitizer memcheck on their fixture shapes, greedy (f32 and
-# bf16 KV) and ppl for both fixtures, and transformers' own bf16 KV numbers
-# (bf16_kv_transformers.py). Phase 2 alone on the GPU: gpu_bench family (timings). Phase 3, if
-# time is left: check_cluster.py --fixtures tiny-glm tiny-dsv3.
+# bf16 KV) and ppl for both fixtures, transformers' own bf16 KV numbers
+# (bf16_kv_transformers.py) and tiktoken's ids for kimi-tiny (check_tiktoken.py). Phase 2 alone
+# on the GPU: gpu_bench family (timings). Phase 3, if time is left: check_cluster.py --fixtures
+# tiny-glm tiny-dsv3.
 # DEADLINE=S (default 150): phase 1 steps get P1 seconds (default 70), later phases what is left.
 set -uo pipefail
 G=${G:-$PWD/.gpu-fam/b}
@@ -40,6 +42,7 @@ bg greedy "$P1" python3 "$G/check_reference.py" greedy --pdctl "$G/bin/pdctl" \
 bg ppl "$P1" python3 "$G/check_reference.py" ppl --pdctl "$G/bin/pdctl" --models deploy/models \
     --text tests/data/tinyshakespeare-val.txt --only $fx --jobs 6
 bg bf16tf "$P1" python3 "$G/bf16_kv_transformers.py" deploy/models $fx
+bg tiktoken "$P1" python3 "$G/check_tiktoken.py" "$G/kimi-tiny"
 wait
 left=$((DEADLINE - SECONDS))
 if [ $left -gt 20 ]; then
@@ -57,7 +60,7 @@ if [ $left -gt 60 ]; then
     echo "=== cluster (<= ${left}s)" >>"$S"
     t0=$SECONDS
     timeout $left python3 "$G/check_cluster.py" "$G/bin" --models deploy/models --fixtures $fx \
-        >"$OUT/cluster.log" 2>&1
+        >>"$S" 2>&1
     r=$?
     echo "=== cluster: rc $r, $((SECONDS - t0)) s" >>"$S"
     echo $r >/tmp/rc.cluster
@@ -66,7 +69,7 @@ else
 fi
 cat "$S"
 grep -hE "FAIL|cases,|ERROR SUMMARY" "$OUT"/kfam.log "$OUT"/memcheck.log 2>/dev/null | tail -20
-cat "$OUT"/greedy.log "$OUT"/ppl.log "$OUT"/bf16tf.log 2>/dev/null | tail -60
+cat "$OUT"/greedy.log "$OUT"/ppl.log "$OUT"/bf16tf.log "$OUT"/tiktoken.log 2>/dev/null | tail -70
 grep -E "^\||build" "$OUT"/bench.log 2>/dev/null
 rc=0
 for f in /tmp/rc.*; do [ "$(cat "$f")" = 0 ] || rc=1; done
