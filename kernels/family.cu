@@ -282,6 +282,25 @@ static __global__ void family__fp8b_to_bf16(uint16_t *dst, const uint8_t *w, con
     }
 }
 
+/* dst / src as family_heads_copy says, one element a thread */
+static __global__ void family__heads_copy(float *dst, const float *src, int n, int kvh, int G,
+                                          int g0, int gs, int D, bool gather)
+{
+    const size_t total = (size_t)n * kvh * gs * D;
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < total;
+         e += (size_t)gridDim.x * blockDim.x) {
+        const int d = (int)(e % D);
+        const size_t hs = e / D; /* (i, k, j) over (n, kvh, gs) */
+        const int j = (int)(hs % gs), k = (int)(hs / gs % kvh);
+        const size_t i = hs / gs / kvh;
+        const size_t part = e, whole = ((i * kvh + k) * G + g0 + j) * D + d;
+        if (gather)
+            dst[part] = src[whole];
+        else
+            dst[whole] = src[part];
+    }
+}
+
 /* ==== launchers ==== */
 
 extern "C" pd_status_t family_bias_add(float *x, const float *bias, int n, int d,
@@ -414,4 +433,16 @@ extern "C" pd_status_t family_fp8_block_to_bf16(uint16_t *dst, const pd_weight_t
                            stream>>>(dst, (const uint8_t *)w->data, (const float *)w->scales,
                                      w->n, w->k, (w->k + QUANT_FP8_BLOCK - 1) / QUANT_FP8_BLOCK);
     return KUTIL_LAUNCHED("fp8_block_to_bf16");
+}
+
+extern "C" pd_status_t family_heads_copy(float *dst, const float *src, int n, int kvh, int G,
+                                         int g0, int gs, int D, bool gather, cudaStream_t stream)
+{
+    KUTIL_REQUIRE(n >= 0 && kvh > 0 && gs > 0 && g0 >= 0 && g0 + gs <= G && D > 0, "heads_copy");
+    const size_t total = (size_t)n * kvh * gs * D, blocks = (total + 255) / 256;
+    if (total == 0)
+        return PD_OK;
+    family__heads_copy<<<(unsigned)(blocks < 65535 * 16 ? blocks : 65535 * 16), 256, 0, stream>>>(
+        dst, src, n, kvh, G, g0, gs, D, gather);
+    return KUTIL_LAUNCHED("heads_copy");
 }

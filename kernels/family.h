@@ -66,6 +66,13 @@ pd_status_t family_latent_attention(float *out, const float *q_lat, const float 
  *   - family_fp8_block_to_bf16: dst (w->n, w->k) bf16 = the dequantized weight (one bf16
  *     rounding of fp8 * scale), for the BF16 tensor-core GEMM at larger n (prefill); needs
  *     w->k % 4 == 0. */
+/* q / attention output heads of a GQA group part (backend_cuda.c, groups above the attention
+ * kernels' limit): gather: dst (n, kvh gs, D) [i, k gs + j] = src (n, kvh G, D) [i, k G + g0 + j];
+ * scatter (gather false): dst (n, kvh G, D) [i, k G + g0 + j] = src (n, kvh gs, D) [i, k gs + j];
+ * j < gs, f32 */
+pd_status_t family_heads_copy(float *dst, const float *src, int n, int kvh, int G, int g0, int gs,
+                              int D, bool gather, cudaStream_t stream);
+
 #define FAMILY_FP8_BLOCK_GEMV_MAX_N 8
 pd_status_t family_fp8_block_gemv(float *out, const float *x, const pd_weight_t *w, int n,
                                   cudaStream_t stream);

@@ -1624,6 +1624,22 @@ static void cases_fp8_block(void)
 static void cases_family(void)
 {
     cases_fp8_block();
+    /* GLM-4.5 / 4.5-Air attention: 96 / 8 heads, a GQA group of 12, above the decode kernels'
+     * 8: the backend runs it in parts of 6 (gather, attend, scatter); prefill-shaped batches go
+     * to flash attention, which takes any group */
+    {
+        const int gq[] = {1, 1, 1}, gc[] = {1, 17, 40}, pq1[] = {32}, pc1[] = {32};
+        const pd_kvfmt_t gf[] = {PD_KV_BF16, PD_KV_FP8, PD_KV_F32};
+        for (int f = 0; f < 3; f++)
+            case_attention(gf[f], 12, 1, 128, 3, gq, gc, true, "group 12 parts");
+        case_attention(PD_KV_BF16, 24, 2, 128, 3, gq, gc, false, "group 12 parts, no hints");
+        case_attention(PD_KV_BF16, 12, 1, 128, 1, pq1, pc1, true, "group 12 prefill");
+        if (!small_only) {
+            const int q2[] = {1, 1}, c2[] = {300, 1024};
+            case_attention(PD_KV_FP8, 96, 8, 128, 2, q2, c2, true, "GLM-4.5-Air decode");
+            case_attention(PD_KV_BF16, 96, 8, 128, 2, q2, c2, true, "GLM-4.5-Air decode");
+        }
+    }
     case_bias_add(37, 512);
     case_rope_partial(37, 4, 128, 0, 64, false, 1.0f);  /* GLM: half of each head */
     case_rope_partial(37, 4, 96, 64, 32, true, 1.0f);   /* tiny-dsv3 q: rope after nope */

@@ -12,6 +12,7 @@
 # on the GPU: gpu_bench family (timings). Phase 3, if time is left: check_cluster.py --fixtures
 # tiny-glm tiny-dsv3.
 # DEADLINE=S (default 150): phase 1 steps get P1 seconds (default 70), later phases what is left.
+# STEPS="kfam memcheck greedy ppl bf16tf tiktoken bench cluster" (the default) limits the round.
 set -uo pipefail
 G=${G:-$PWD/.gpu-fam/b}
 OUT=${OUT:-/tmp/pdserve-gpu}
@@ -23,8 +24,12 @@ export UCX_MODULE_DIR=$G/ucx PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
 S=$OUT/summary.log
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv >"$S" 2>&1
 fx="tiny-glm tiny-dsv3"
+STEPS=${STEPS:-kfam memcheck greedy ppl bf16tf tiktoken bench cluster}
+want() { [[ " $STEPS " == *" $1 "* ]]; }
+rm -f /tmp/rc.*
 bg() { # name timeout cmd...: in the background, log to $OUT/name.log, rc into /tmp/rc.name
     local name=$1 t=$2; shift 2
+    want "$name" || return 0
     echo "=== $name (<= ${t}s): $*" >>"$S"
     (
         t0=$SECONDS
@@ -45,7 +50,9 @@ bg bf16tf "$P1" python3 "$G/bf16_kv_transformers.py" deploy/models $fx
 bg tiktoken "$P1" python3 "$G/check_tiktoken.py" "$G/kimi-tiny"
 wait
 left=$((DEADLINE - SECONDS))
-if [ $left -gt 20 ]; then
+if ! want bench; then
+    :
+elif [ $left -gt 20 ]; then
     echo "=== bench (<= ${left}s)" >>"$S"
     t0=$SECONDS
     timeout $left "$G/bin/gpu_bench" family >"$OUT/bench.log" 2>&1
@@ -56,7 +63,9 @@ else
     echo "=== bench: skipped (deadline)" >>"$S"
 fi
 left=$((DEADLINE - SECONDS))
-if [ $left -gt 60 ]; then
+if ! want cluster; then
+    :
+elif [ $left -gt 60 ]; then
     echo "=== cluster (<= ${left}s)" >>"$S"
     t0=$SECONDS
     timeout $left python3 "$G/check_cluster.py" "$G/bin" --models deploy/models --fixtures $fx \
