@@ -5,7 +5,8 @@
  *   - a size-1 communicator gives logits bit-identical to no communicator, and the greedy ids of
  *     transformers (reference.json);
  *   - TP 2 with BF16 weights and f32 KV gives the reference greedy ids exactly and logits within
- *     1e-4 of TP 1 (tiny-llama, tiny-moe); TP 4 is refused (2 KV heads);
+ *     1e-4 of TP 1 (tiny-llama, tiny-moe, tiny-glm); TP 4 is refused (2 KV heads), tiny-dsv3
+ *     (MLA) at TP 2 too (not supported yet);
  *   - INT4 / FP8 at TP 2 stay as close to transformers as the same format at TP 1 (printed);
  *   - tiny-moe INT4 at TP 2 is refused: expert down_proj shards of 64 columns would cut groups.
  */
@@ -282,6 +283,13 @@ static void test_moe_bf16(void **s)
     check_tp_bf16("tiny-moe");
 }
 
+/* GLM-4.5 (issue 15): q/k/v biases split with their heads, shared expert split like the others */
+static void test_glm_bf16(void **s)
+{
+    (void)s;
+    check_tp_bf16("tiny-glm");
+}
+
 /* prompt logits' max |diff| from transformers, and greedy tokens agreeing with its ids before
  * the first difference */
 static void vs_reference(const rank_run_t *r, const refs_t *refs, double *diff_p, int *tokens_p)
@@ -384,6 +392,22 @@ static void test_refused(void **s)
     expect_load_refused("tiny-moe", PD_WFMT_BF16, 4);
     /* tiny-moe experts: moe_intermediate_size 128 / 2 = 64 columns of down_proj per rank */
     expect_load_refused("tiny-moe", PD_WFMT_INT4, 2);
+    /* MLA (DeepSeek-V3 / Kimi K2) has no TP yet: refused at load, not run wrongly */
+    {
+        char dir[2048];
+        tp_comm_t *comms[2];
+        pd_backend_t *be;
+        model_t *m = NULL;
+        snprintf(dir, sizeof dir, "%s/tiny-dsv3", getenv("PD_MODELS_DIR"));
+        assert_int_equal(backend_cpu_create(1, &be), PD_OK);
+        assert_int_equal(tp_comm_fake_create(2, comms), PD_OK);
+        model_load_params_t mp = {dir, PD_WFMT_BF16, PD_WFMT_BF16, be, false, comms[0]};
+        assert_int_equal(model_load(&mp, &m), PD_ERR_UNSUPPORTED);
+        assert_null(m);
+        tp_comm_destroy(comms[0]);
+        tp_comm_destroy(comms[1]);
+        backend_destroy(be);
+    }
     kv_layout_t full, l;
     kv_layout_init(&full, 4, 2, 128, 16, PD_KV_BF16);
     assert_int_equal(tp_kv_layout(&full, 4, &l), PD_ERR_INVALID);
@@ -715,7 +739,8 @@ int main(void)
         cmocka_unit_test(test_fake_comm),         cmocka_unit_test(test_shard_round_trip),
         cmocka_unit_test(test_shard_int4_groups), cmocka_unit_test(test_kv_reslice),
         cmocka_unit_test(test_refused),           cmocka_unit_test(test_llama_bf16),
-        cmocka_unit_test(test_moe_bf16),          cmocka_unit_test(test_llama_int4),
+        cmocka_unit_test(test_moe_bf16),
+        cmocka_unit_test(test_glm_bf16),          cmocka_unit_test(test_llama_int4),
         cmocka_unit_test(test_llama_fp8),         cmocka_unit_test(test_moe_fp8),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
