@@ -997,9 +997,9 @@ static void bench_family(int layers, int pre)
         pd_kvfmt_t kv;
         bool pre;
     } confs[] = {{0, PD_WFMT_INT4, PD_KV_FP8, false},
+                 {1, PD_WFMT_FP8_BLOCK, PD_KV_BF16, true},
                  {0, PD_WFMT_FP8, PD_KV_BF16, true},
-                 {1, PD_WFMT_INT4, PD_KV_FP8, false},
-                 {1, PD_WFMT_FP8_BLOCK, PD_KV_BF16, true}};
+                 {1, PD_WFMT_INT4, PD_KV_FP8, false}};
     printf("\n### GLM-4.5-Air / DeepSeek-V3 shapes, %d layers (1 dense + %d MoE), random weights "
            "(model_forward, eager, wall clock, median)\n\n",
            layers, layers - 1);
