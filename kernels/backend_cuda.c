@@ -510,8 +510,8 @@ static void cuda_rope_kv_write(pd_backend_t *be, float *q, float *k, const float
 }
 
 static pd_status_t cuda__attention_parts(cuda_t *c, float *out, const float *q, const void *arena,
-                                         const kv_layout_t *l, int layer,
-                                         const pd_attn_batch_t *b, int n_rows, int n_heads);
+                                         const kv_layout_t *l, int layer, const pd_attn_batch_t *b,
+                                         int n_rows, int n_heads);
 
 static pd_status_t cuda__attention(cuda_t *c, float *out, const float *q, const void *arena,
                                    const kv_layout_t *l, int layer, const pd_attn_batch_t *b,
@@ -554,8 +554,8 @@ static pd_status_t cuda__attention(cuda_t *c, float *out, const float *q, const 
  * attended with group gs and scattered back into out. Each (row, head) output is what one call
  * would give: a head's softmax depends only on its own query and its KV head. */
 static pd_status_t cuda__attention_parts(cuda_t *c, float *out, const float *q, const void *arena,
-                                         const kv_layout_t *l, int layer,
-                                         const pd_attn_batch_t *b, int n_rows, int n_heads)
+                                         const kv_layout_t *l, int layer, const pd_attn_batch_t *b,
+                                         int n_rows, int n_heads)
 {
     const int KVH = l->n_kv_heads, G = n_heads / KVH, D = l->head_dim;
     int parts = (G + CUDA_ATTN_MAX_GROUP - 1) / CUDA_ATTN_MAX_GROUP;

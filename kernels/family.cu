@@ -408,7 +408,7 @@ extern "C" pd_status_t family_fp8_block_gemv(float *out, const float *x, const p
     switch (n) {
 #define FAMILY__GEMV_CASE(T)                                                                       \
     case T:                                                                                        \
-        family__fp8b_gemv<T><<<blocks, 256, 0, stream>>>(out, x, wd, ws, N, K, kb);               \
+        family__fp8b_gemv<T><<<blocks, 256, 0, stream>>>(out, x, wd, ws, N, K, kb);                \
         break;
         FAMILY__GEMV_CASE(1)
         FAMILY__GEMV_CASE(2)
@@ -429,9 +429,9 @@ extern "C" pd_status_t family_fp8_block_to_bf16(uint16_t *dst, const pd_weight_t
     KUTIL_REQUIRE(w->fmt == PD_WFMT_FP8_BLOCK && w->n > 0 && w->k > 0 && w->k % 4 == 0,
                   "fp8_block_to_bf16");
     const size_t quads = (size_t)w->n * (size_t)w->k / 4, blocks = (quads + 255) / 256;
-    family__fp8b_to_bf16<<<(unsigned)(blocks < 65535 * 16 ? blocks : 65535 * 16), 256, 0,
-                           stream>>>(dst, (const uint8_t *)w->data, (const float *)w->scales,
-                                     w->n, w->k, (w->k + QUANT_FP8_BLOCK - 1) / QUANT_FP8_BLOCK);
+    family__fp8b_to_bf16<<<(unsigned)(blocks < 65535 * 16 ? blocks : 65535 * 16), 256, 0, stream>>>(
+        dst, (const uint8_t *)w->data, (const float *)w->scales, w->n, w->k,
+        (w->k + QUANT_FP8_BLOCK - 1) / QUANT_FP8_BLOCK);
     return KUTIL_LAUNCHED("fp8_block_to_bf16");
 }
 

@@ -91,8 +91,8 @@ static pd_status_t fam__f32vec_shard(loader_t *ld, const char *name, int64_t n, 
     const int64_t nl = n / m->tp_size;
     void *p = NULL;
     if ((st = be->ops->alloc(be, (size_t)nl * 4, &p)) == PD_OK) {
-        if ((st = be->ops->copy(be, p, whole + (size_t)m->tp_rank * (size_t)nl,
-                                (size_t)nl * 4)) == PD_OK)
+        if ((st = be->ops->copy(be, p, whole + (size_t)m->tp_rank * (size_t)nl, (size_t)nl * 4)) ==
+            PD_OK)
             st = be->ops->sync(be);
         if (st != PD_OK)
             be->ops->free(be, p);

@@ -1264,9 +1264,9 @@ static char *tt_spell(const tokenizer_t *tok, const uint8_t *b, size_t n, uint32
 }
 
 /* Vocabulary and merges from the tiktoken file: token = its rank; every split of a token into two
- * tokens is a merge of the token's rank, so the BPE loop merges the pair whose concatenation has the
- * lowest rank, leftmost first: tiktoken's byte_pair_merge. ignore_merges: a piece that is a token
- * is that token (tiktoken's encoder lookup before merging). */
+ * tokens is a merge of the token's rank, so the BPE loop merges the pair whose concatenation has
+ * the lowest rank, leftmost first: tiktoken's byte_pair_merge. ignore_merges: a piece that is a
+ * token is that token (tiktoken's encoder lookup before merging). */
 static pd_status_t tt_load_ranks(tokenizer_t *tok, const char *text, size_t len)
 {
     size_t n_lines = 0;
@@ -1412,9 +1412,8 @@ static pd_status_t tt_load_specials(tokenizer_t *tok, const json_t *config)
     return PD_OK;
 }
 
-pd_status_t tokenizer_load_tiktoken_buffer(const char *model, size_t model_len,
-                                           const char *config, size_t config_len, const char *name,
-                                           tokenizer_t **tok_p)
+pd_status_t tokenizer_load_tiktoken_buffer(const char *model, size_t model_len, const char *config,
+                                           size_t config_len, const char *name, tokenizer_t **tok_p)
 {
     json_t *cfg = NULL;
     json_error_t jerr;

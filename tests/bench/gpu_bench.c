@@ -1003,7 +1003,8 @@ static void bench_family(int layers, int pre)
     printf("\n### GLM-4.5-Air / DeepSeek-V3 shapes, %d layers (1 dense + %d MoE), random weights "
            "(model_forward, eager, wall clock, median)\n\n",
            layers, layers - 1);
-    printf("| model | weights | kv | step | ms | tok/s | weights GB |\n|---|---|---|---|---|---|---|\n");
+    printf("| model | weights | kv | step | ms | tok/s | weights GB "
+           "|\n|---|---|---|---|---|---|---|\n");
     for (size_t i = 0; i < sizeof confs / sizeof confs[0]; i++) {
         char text[2048];
         hf_config_t cfg;
@@ -1026,8 +1027,8 @@ static void bench_family(int layers, int pre)
         if (confs[i].pre && pre > 0) {
             float ms = run_forward(m, confs[i].kv, 1, 0, pre, 1, 3, MODEL_GRAPHS_OFF, NULL);
             printf("| %s | %s | %s | prefill %d tokens | %.1f | %.0f | %.2f |\n",
-                   names[confs[i].model], pd_wfmt_name(confs[i].w), pd_kvfmt_name(confs[i].kv),
-                   pre, ms, pre * 1000.0 / ms, m->weight_bytes / 1e9);
+                   names[confs[i].model], pd_wfmt_name(confs[i].w), pd_kvfmt_name(confs[i].kv), pre,
+                   ms, pre * 1000.0 / ms, m->weight_bytes / 1e9);
             fflush(stdout);
         }
         model_destroy(m);

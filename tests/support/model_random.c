@@ -177,7 +177,8 @@ static uint16_t *model_random__bf16_tiled(model_random__rng_t *r, int64_t n, int
     for (int64_t i = 0; i < MODEL_RANDOM__TILE; i++)
         p[i] = pd_f32_to_bf16(model_random__f32(r) * scale);
     for (int64_t i = MODEL_RANDOM__TILE; i < total; i += MODEL_RANDOM__TILE)
-        memcpy(p + i, p, (size_t)(total - i < MODEL_RANDOM__TILE ? total - i : MODEL_RANDOM__TILE) * 2);
+        memcpy(p + i, p,
+               (size_t)(total - i < MODEL_RANDOM__TILE ? total - i : MODEL_RANDOM__TILE) * 2);
     return p;
 }
 
@@ -362,8 +363,7 @@ pd_status_t model_create_random_family(const hf_config_t *cfg, pd_wfmt_t wfmt,
         }
         L->moe = hf_config_layer_is_moe(cfg, i);
         if (!L->moe) {
-            TRY(model_random__put(&wc, 2 * (int64_t)cfg->intermediate_size, d, wfmt,
-                                  &L->gate_up));
+            TRY(model_random__put(&wc, 2 * (int64_t)cfg->intermediate_size, d, wfmt, &L->gate_up));
             TRY(model_random__put(&wc, d, cfg->intermediate_size, wfmt, &L->down));
             continue;
         }

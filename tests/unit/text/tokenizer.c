@@ -519,20 +519,19 @@ static void test_tiktoken_malformed(void **state)
     const char *ab = "YWI= 256\n";
     char good[8300];
     snprintf(good, sizeof good, "%s%s", model, ab);
-    assert_int_equal(tokenizer_load_tiktoken_buffer(good, strlen(good), NULL, 0, "t", &tok),
-                     PD_OK);
+    assert_int_equal(tokenizer_load_tiktoken_buffer(good, strlen(good), NULL, 0, "t", &tok), PD_OK);
     expect_ids(tok, "abab", false, (const int32_t[]){256, 256}, 2);
     assert_string_equal(tokenizer_id_to_token(tok, 257), "<|reserved_token_257|>");
     tokenizer_destroy(tok);
     tok = NULL;
     static const char *const bad[] = {
-        "YWI= 256\n",                 /* bytes missing */
-        "YWI 256\n",                  /* appended below the bytes: not base64 (length) */
-        "Y@I= 256\n",                 /* not base64 */
-        "YWI=\n",                     /* no rank */
-        "YWI= 255\n",                 /* rank given twice */
-        "YQ== 256\n",                 /* token given twice ("a") */
-        "YWI= -3\n",                  /* negative rank */
+        "YWI= 256\n", /* bytes missing */
+        "YWI 256\n",  /* appended below the bytes: not base64 (length) */
+        "Y@I= 256\n", /* not base64 */
+        "YWI=\n",     /* no rank */
+        "YWI= 255\n", /* rank given twice */
+        "YQ== 256\n", /* token given twice ("a") */
+        "YWI= -3\n",  /* negative rank */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char buf[8300];
