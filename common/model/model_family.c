@@ -8,6 +8,7 @@
 
 #include "dtype.h"
 #include "log.h"
+#include "tp_shard.h"
 
 bool model_family_arch(const hf_config_t *cfg)
 {
@@ -30,10 +31,17 @@ pd_status_t model_family_check(const model_t *m)
         return PD_ERR_UNSUPPORTED;
     }
     if (m->tp_size > 1 && hf_config_is_mla(&m->cfg)) {
-        pd_log_error("%s: tensor parallelism is not supported for Multi-head Latent Attention "
-                     "yet (GLM-4.5 runs with it)",
-                     m->cfg.architecture);
-        return PD_ERR_UNSUPPORTED;
+        /* MLA under TP: heads split (q_b_proj rows, W_UK / W_UV, o_proj columns), the latent
+         * (q_a_proj, kv_a_proj_with_mqa) replicated; o_proj's K is heads * v_head_dim */
+        const hf_config_t *c = &m->cfg;
+        const int hv = c->num_attention_heads / m->tp_size * c->v_head_dim;
+        if (c->num_attention_heads % m->tp_size != 0 ||
+            (m->wfmt == PD_WFMT_INT4 && hv % QUANT_INT4_GROUP != 0)) {
+            pd_log_error("tp %d: %d attention heads (o_proj shards of %d columns) do not split "
+                         "for MLA",
+                         m->tp_size, c->num_attention_heads, hv);
+            return PD_ERR_INVALID;
+        }
     }
     return PD_OK;
 }
@@ -206,16 +214,18 @@ static pd_status_t fam__kv_b(loader_t *ld, const char *base, model_layer_t *L)
                   r = c->kv_lora_rank;
     pd_backend_t *be = ld->m->be;
     pd_weight_t w;
+    /* TP: this rank's heads [h0, h0 + Hl) */
+    const int64_t Hl = H / ld->m->tp_size, h0 = (int64_t)ld->m->tp_rank * Hl;
     float *row = malloc((size_t)r * sizeof *row);
-    uint16_t *uk = malloc((size_t)(H * r * nope) * 2), *uv = malloc((size_t)(H * v * r) * 2);
+    uint16_t *uk = malloc((size_t)(Hl * r * nope) * 2), *uv = malloc((size_t)(Hl * v * r) * 2);
     pd_status_t st = row && uk && uv ? PD_OK : PD_ERR_NOMEM;
 
     if (st == PD_OK)
         st = model__read_weight(ld->st, base, H * (nope + v), r, fam__stored_fmt(ld->st, base), &w);
     if (st == PD_OK) {
-        for (int64_t h = 0; h < H; h++)
+        for (int64_t h = 0; h < Hl; h++)
             for (int64_t i = 0; i < nope + v; i++) {
-                quant_dequant_row(row, &w, h * (nope + v) + i);
+                quant_dequant_row(row, &w, (h0 + h) * (nope + v) + i);
                 for (int64_t j = 0; j < r; j++) {
                     if (i < nope)
                         uk[(h * r + j) * nope + i] = pd_f32_to_bf16(row[j]);
@@ -225,7 +235,7 @@ static pd_status_t fam__kv_b(loader_t *ld, const char *base, model_layer_t *L)
             }
         model_host_weight_free(&w);
     }
-    size_t nuk = (size_t)(H * r * nope) * 2, nuv = (size_t)(H * v * r) * 2;
+    size_t nuk = (size_t)(Hl * r * nope) * 2, nuv = (size_t)(Hl * v * r) * 2;
     if (st == PD_OK && (st = be->ops->alloc(be, nuk, (void **)&L->w_uk_t)) == PD_OK)
         st = be->ops->upload(be, L->w_uk_t, uk, nuk);
     if (st == PD_OK && (st = be->ops->alloc(be, nuv, (void **)&L->w_uv)) == PD_OK)
@@ -236,6 +246,28 @@ static pd_status_t fam__kv_b(loader_t *ld, const char *base, model_layer_t *L)
     free(uk);
     free(uv);
     return st;
+}
+
+/* The (n_heads * per_head, k) weight `base`, this rank's heads (TP; all of them at TP 1). */
+static pd_status_t fam__linear_heads(loader_t *ld, const char *base, int n_heads, int per_head,
+                                     int64_t k, pd_wfmt_t fmt, pd_weight_t *dst)
+{
+    const model_t *m = ld->m;
+    pd_weight_t h, s;
+    pd_status_t st = model__read_weight(ld->st, base, (int64_t)n_heads * per_head, k, fmt, &h);
+    if (st != PD_OK || m->tp_size == 1)
+        return st == PD_OK ? model__upload(ld, &h, dst) : st;
+    if (h.fmt == PD_WFMT_FP8_BLOCK) { /* head rows need not fall on 128-row scale blocks */
+        pd_weight_t rows;
+        st = model__convert(&h, PD_WFMT_FP8, &rows);
+        model_host_weight_free(&h);
+        if (st != PD_OK)
+            return st;
+        h = rows;
+    }
+    st = tp_shard_heads(&h, n_heads, per_head, m->tp_rank, m->tp_size, &s);
+    model_host_weight_free(&h);
+    return st == PD_OK ? model__upload(ld, &s, dst) : st;
 }
 
 static pd_status_t fam__mla(loader_t *ld, const char *p, model_layer_t *L)
@@ -254,11 +286,11 @@ static pd_status_t fam__mla(loader_t *ld, const char *p, model_layer_t *L)
         snprintf(name, sizeof name, "%s.self_attn.q_a_layernorm.weight", p);
         TRY(model__bf16(ld, name, 1, vq, &L->q_a_norm));
         snprintf(name, sizeof name, "%s.self_attn.q_b_proj", p);
-        TRY(model__linear(ld, name, H * (nope + rope), qr, fam__fmt(ld, name, qr), SPLIT_NONE,
-                          &L->q));
+        TRY(fam__linear_heads(ld, name, (int)H, (int)(nope + rope), qr, fam__fmt(ld, name, qr),
+                              &L->q));
     } else {
         snprintf(name, sizeof name, "%s.self_attn.q_proj", p);
-        TRY(model__linear(ld, name, H * (nope + rope), d, m->wfmt, SPLIT_NONE, &L->q));
+        TRY(fam__linear_heads(ld, name, (int)H, (int)(nope + rope), d, m->wfmt, &L->q));
     }
     int64_t vr[1] = {r};
     snprintf(name, sizeof name, "%s.self_attn.kv_a_proj_with_mqa", p);
@@ -268,7 +300,7 @@ static pd_status_t fam__mla(loader_t *ld, const char *p, model_layer_t *L)
     snprintf(name, sizeof name, "%s.self_attn.kv_b_proj", p);
     TRY(fam__kv_b(ld, name, L));
     snprintf(name, sizeof name, "%s.self_attn.o_proj", p);
-    TRY(model__linear(ld, name, d, H * c->v_head_dim, m->wfmt, SPLIT_NONE, &L->o));
+    TRY(model__linear(ld, name, d, H * c->v_head_dim, m->wfmt, SPLIT_ROW, &L->o));
     return PD_OK;
 }
 
@@ -541,8 +573,8 @@ static void fam__mla_forward(model_family_scratch_t *s, const model_t *m, const 
     const hf_config_t *c = &m->cfg;
     pd_backend_t *be = m->be;
     const pd_backend_ops_t *o = be->ops;
-    const int H = c->num_attention_heads, nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim,
-              r = c->kv_lora_rank, qk = nope + rope;
+    const int H = m->n_heads, nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim,
+              r = c->kv_lora_rank, qk = nope + rope; /* H: this rank's heads */
     const float eps = (float)c->rms_norm_eps;
     const float *qsrc = b->h;
 
