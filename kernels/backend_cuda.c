@@ -58,6 +58,10 @@
  * at least this many query rows per sequence on average (prefill, chunked prefill); decode-shaped
  * batches keep attention_run */
 #define CUDA_FLASH_MIN_ROWS 16
+/* the largest GQA group (query heads per KV head) attention_run takes (kernels/attention.cu's
+ * ATTENTION__MAX_GROUP); a larger one (GLM-4.5 / 4.5-Air: 96 / 8 = 12) runs as several calls on
+ * head subsets of the group (cuda__attention_parts) */
+#define CUDA_ATTN_MAX_GROUP 8
 
 typedef struct {
     void *p;
@@ -76,6 +80,7 @@ typedef struct {
     cuda_buf_t attn; /* attention split partials */
     cuda_buf_t idx;  /* host index arrays uploaded for kv_stamp / kv_check / kv_export */
     cuda_buf_t moe;  /* MoE rows */
+    cuda_buf_t grp;  /* attention with a GQA group above CUDA_ATTN_MAX_GROUP: q / out of a part */
     pd_status_t err; /* first failure since the last sync */
     void *blas_ws;   /* CUDA_LT_WS_BYTES: cuBLAS workspace (fixed, so that captures can use it) */
     bool capturing;  /* between graph_begin and graph_end */
@@ -375,15 +380,28 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
     if (w->fmt == PD_WFMT_INT4 && (n > CUDA_GEMV_MAX_N_INT4 || cuda__int4_tiled(w)) &&
         n <= MATMUL_INT4_MMA_MAX_N)
         return cuda__matmul_int4_mma(c, out, x, w, n);
-    if (n <= (w->fmt == PD_WFMT_INT4 ? CUDA_GEMV_MAX_N_INT4 : CUDA_GEMV_MAX_N))
+    /* FP8 with 128x128 block scales (DeepSeek-V3 / Kimi K2 checkpoints): the f32 GEMV at small
+     * n; else dequantized to bf16 for the BF16 GEMM below (as INT4) */
+    if (w->fmt == PD_WFMT_FP8_BLOCK && n <= FAMILY_FP8_BLOCK_GEMV_MAX_N && K % 16 == 0 &&
+        ((uintptr_t)x & 15) == 0 && ((uintptr_t)w->data & 15) == 0)
+        return family_fp8_block_gemv(out, x, w, n, c->stream);
+    if (w->fmt == PD_WFMT_FP8_BLOCK && K % 4 != 0) {
+        pd_log_error("backend cuda: fp8 block-scaled weight with K %lld (needs K %% 4 == 0)",
+                     (long long)K);
+        return PD_ERR_UNSUPPORTED;
+    }
+    if (w->fmt != PD_WFMT_FP8_BLOCK &&
+        n <= (w->fmt == PD_WFMT_INT4 ? CUDA_GEMV_MAX_N_INT4 : CUDA_GEMV_MAX_N))
         return cuda__gemv_chunks(c, out, x, NULL, w, n);
     if (w->fmt == PD_WFMT_F32)
         return matmul_gemm_f32(c->blas, out, x, w->data, n, N, K, c->stream);
     const uint16_t *wb = w->data;
-    if (w->fmt == PD_WFMT_INT4) {
+    if (w->fmt == PD_WFMT_INT4 || w->fmt == PD_WFMT_FP8_BLOCK) {
         if ((st = cuda__grow(c, &c->wtmp, (size_t)N * (size_t)K * 2)) != PD_OK)
             return st;
-        if ((st = matmul_int4_to_bf16(c->wtmp.p, w, cuda__int4_tiled(w), c->stream)) != PD_OK)
+        if ((st = w->fmt == PD_WFMT_INT4
+                      ? matmul_int4_to_bf16(c->wtmp.p, w, cuda__int4_tiled(w), c->stream)
+                      : family_fp8_block_to_bf16(c->wtmp.p, w, c->stream)) != PD_OK)
             return st;
         wb = c->wtmp.p;
     }
@@ -491,6 +509,10 @@ static void cuda_rope_kv_write(pd_backend_t *be, float *q, float *k, const float
         c, kv_rope_write(q, k, v, pos, inv_freq, n, n_heads, arena, l, layer, slots, c->stream));
 }
 
+static pd_status_t cuda__attention_parts(cuda_t *c, float *out, const float *q, const void *arena,
+                                         const kv_layout_t *l, int layer, const pd_attn_batch_t *b,
+                                         int n_rows, int n_heads);
+
 static pd_status_t cuda__attention(cuda_t *c, float *out, const float *q, const void *arena,
                                    const kv_layout_t *l, int layer, const pd_attn_batch_t *b,
                                    int n_heads)
@@ -513,6 +535,9 @@ static pd_status_t cuda__attention(cuda_t *c, float *out, const float *q, const 
         attention_flash_supports(l, n_heads))
         return attention_flash_run_variant(out, q, arena, l, layer, b, n_rows, n_heads,
                                            c->flash_variant, c->stream);
+    if (l->n_kv_heads > 0 && n_heads % l->n_kv_heads == 0 &&
+        n_heads / l->n_kv_heads > CUDA_ATTN_MAX_GROUP)
+        return cuda__attention_parts(c, out, q, arena, l, layer, b, n_rows, n_heads);
     if (max_ctx <= 0)
         max_ctx = b->max_pages * l->page_tokens;
     int splits = attention_splits(n_rows, l->n_kv_heads, max_ctx);
@@ -521,6 +546,39 @@ static pd_status_t cuda__attention(cuda_t *c, float *out, const float *q, const 
         return st;
     return attention_run(out, c->attn.p, q, arena, l, layer, b, n_rows, n_heads, max_ctx, splits,
                          c->stream);
+}
+
+/* Attention for a GQA group G above CUDA_ATTN_MAX_GROUP outside flash attention: the group is cut
+ * into parts of gs heads (the fewest parts that divide G, each at most CUDA_ATTN_MAX_GROUP); per
+ * part, the q heads [k G + p gs, + gs) of every KV head k are gathered into (n_rows, KVH gs, D),
+ * attended with group gs and scattered back into out. Each (row, head) output is what one call
+ * would give: a head's softmax depends only on its own query and its KV head. */
+static pd_status_t cuda__attention_parts(cuda_t *c, float *out, const float *q, const void *arena,
+                                         const kv_layout_t *l, int layer, const pd_attn_batch_t *b,
+                                         int n_rows, int n_heads)
+{
+    const int KVH = l->n_kv_heads, G = n_heads / KVH, D = l->head_dim;
+    int parts = (G + CUDA_ATTN_MAX_GROUP - 1) / CUDA_ATTN_MAX_GROUP;
+    while (G % parts)
+        parts++;
+    const int gs = G / parts;
+    const size_t half = ((size_t)n_rows * KVH * gs * D * 4 + 255) / 256 * 256;
+    pd_attn_batch_t bp = *b;
+    pd_status_t st;
+
+    if (n_rows == 0)
+        return PD_OK;
+    if ((st = cuda__grow(c, &c->grp, 2 * half)) != PD_OK)
+        return st;
+    float *qp = c->grp.p, *op = (float *)((uint8_t *)c->grp.p + half);
+    bp.n_rows = n_rows;
+    for (int p = 0; p < parts && st == PD_OK; p++) {
+        if ((st = family_heads_copy(qp, q, n_rows, KVH, G, p * gs, gs, D, true, c->stream)) ==
+                PD_OK &&
+            (st = cuda__attention(c, op, qp, arena, l, layer, &bp, KVH * gs)) == PD_OK)
+            st = family_heads_copy(out, op, n_rows, KVH, G, p * gs, gs, D, false, c->stream);
+    }
+    return st;
 }
 
 static void cuda_attention(pd_backend_t *be, float *out, const float *q, const void *arena,
@@ -869,8 +927,6 @@ static bool cuda_supports_op(pd_backend_t *be, pd_op_t op, int variant)
 {
     (void)be;
     (void)variant;
-    if (op == PD_OP_MATMUL && variant == PD_WFMT_FP8_BLOCK)
-        return false; /* no kernel for 128x128 block-scaled fp8 yet */
     return op < PD_OP__COUNT;
 }
 
@@ -895,6 +951,7 @@ static void cuda_destroy(pd_backend_t *be)
     cuda__free_buf(&c->attn);
     cuda__free_buf(&c->idx);
     cuda__free_buf(&c->moe);
+    cuda__free_buf(&c->grp);
     if (c->lt_ws)
         cudaFree(c->lt_ws);
     if (c->blas_ws)

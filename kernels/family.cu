@@ -213,6 +213,94 @@ static __global__ void family__latent_attention(float *out, const float *q_lat, 
     }
 }
 
+/* ==== FP8 with 128x128 block scales (DeepSeek-V3 / Kimi K2 weight_scale_inv) ==== */
+
+/* 8 warps a block, one weight row a warp: out (NT, N) f32 = x (NT, K) f32 @ W^T, W (N, K) e4m3
+ * with scales (ceil(N / 128), kb) f32. Lane l reads 16 weight bytes at K offset 16 (l + 32 i): a
+ * 16-byte run never crosses a 128-column scale block (K % 16 == 0), so each run's dot product is
+ * taken unscaled and scaled once. */
+template <int NT>
+static __global__ void family__fp8b_gemv(float *out, const float *x, const uint8_t *w,
+                                         const float *scales, int64_t N, int64_t K, int64_t kb)
+{
+    const int64_t r = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (r >= N)
+        return;
+    const uint8_t *wr = w + r * K;
+    const float *sr = scales + (r / 128) * kb;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+        acc[t] = 0.0f;
+    for (int64_t k0 = (int64_t)lane * 16; k0 < K; k0 += 32 * 16) {
+        const uint4 raw = *(const uint4 *)(wr + k0);
+        const uint32_t wd[4] = {raw.x, raw.y, raw.z, raw.w};
+        float wf[16];
+#pragma unroll
+        for (int q = 0; q < 16; q++)
+            wf[q] = kutil_fp8_to_f32((uint8_t)(wd[q >> 2] >> (8 * (q & 3))));
+        const float s = sr[k0 / 128];
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const float4 *xv = (const float4 *)(x + (size_t)t * K + k0);
+            float part = 0.0f;
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const float4 v = xv[q];
+                part += v.x * wf[4 * q] + v.y * wf[4 * q + 1] + v.z * wf[4 * q + 2] +
+                        v.w * wf[4 * q + 3];
+            }
+            acc[t] += part * s;
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const float v = kutil_warp_sum(acc[t]);
+        if (lane == 0)
+            out[(size_t)t * N + r] = v;
+    }
+}
+
+/* dst (N, K) bf16 = bf16(fp8(w) * scale of its block), 4 values a thread (K % 4 == 0) */
+static __global__ void family__fp8b_to_bf16(uint16_t *dst, const uint8_t *w, const float *scales,
+                                            int64_t N, int64_t K, int64_t kb)
+{
+    const size_t quads = (size_t)N * (size_t)K / 4;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < quads;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const size_t e = i * 4;
+        const int64_t r = (int64_t)(e / (size_t)K), c = (int64_t)(e % (size_t)K);
+        const float s = scales[(r / 128) * kb + c / 128];
+        const uint32_t q = ((const uint32_t *)w)[i];
+        uint2 o;
+        o.x = (uint32_t)kutil_f32_to_bf16(kutil_fp8_to_f32((uint8_t)q) * s) |
+              ((uint32_t)kutil_f32_to_bf16(kutil_fp8_to_f32((uint8_t)(q >> 8)) * s) << 16);
+        o.y = (uint32_t)kutil_f32_to_bf16(kutil_fp8_to_f32((uint8_t)(q >> 16)) * s) |
+              ((uint32_t)kutil_f32_to_bf16(kutil_fp8_to_f32((uint8_t)(q >> 24)) * s) << 16);
+        ((uint2 *)dst)[i] = o;
+    }
+}
+
+/* dst / src as family_heads_copy says, one element a thread */
+static __global__ void family__heads_copy(float *dst, const float *src, int n, int kvh, int G,
+                                          int g0, int gs, int D, bool gather)
+{
+    const size_t total = (size_t)n * kvh * gs * D;
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < total;
+         e += (size_t)gridDim.x * blockDim.x) {
+        const int d = (int)(e % D);
+        const size_t hs = e / D; /* (i, k, j) over (n, kvh, gs) */
+        const int j = (int)(hs % gs), k = (int)(hs / gs % kvh);
+        const size_t i = hs / gs / kvh;
+        const size_t part = e, whole = ((i * kvh + k) * G + g0 + j) * D + d;
+        if (gather)
+            dst[part] = src[whole];
+        else
+            dst[whole] = src[part];
+    }
+}
+
 /* ==== launchers ==== */
 
 extern "C" pd_status_t family_bias_add(float *x, const float *bias, int n, int d,
@@ -302,4 +390,59 @@ extern "C" pd_status_t family_latent_attention(float *out, const float *q_lat, c
         out, q_lat, q_pe, (const uint8_t *)arena, *l, layer, q_start, ctx_len, block_tables,
         max_pages, n_heads, r, pe_stride, scale);
     return KUTIL_LAUNCHED("latent_attention");
+}
+
+extern "C" pd_status_t family_fp8_block_gemv(float *out, const float *x, const pd_weight_t *w,
+                                             int n, cudaStream_t stream)
+{
+    const int64_t N = w->n, K = w->k;
+    KUTIL_REQUIRE(w->fmt == PD_WFMT_FP8_BLOCK && n >= 0 && n <= FAMILY_FP8_BLOCK_GEMV_MAX_N &&
+                      N > 0 && K > 0 && K % 16 == 0 && (N + 7) / 8 < (1ll << 31),
+                  "fp8_block_gemv");
+    if (n == 0)
+        return PD_OK;
+    const unsigned blocks = (unsigned)((N + 7) / 8);
+    const int64_t kb = (K + QUANT_FP8_BLOCK - 1) / QUANT_FP8_BLOCK;
+    const uint8_t *wd = (const uint8_t *)w->data;
+    const float *ws = (const float *)w->scales;
+    switch (n) {
+#define FAMILY__GEMV_CASE(T)                                                                       \
+    case T:                                                                                        \
+        family__fp8b_gemv<T><<<blocks, 256, 0, stream>>>(out, x, wd, ws, N, K, kb);                \
+        break;
+        FAMILY__GEMV_CASE(1)
+        FAMILY__GEMV_CASE(2)
+        FAMILY__GEMV_CASE(3)
+        FAMILY__GEMV_CASE(4)
+        FAMILY__GEMV_CASE(5)
+        FAMILY__GEMV_CASE(6)
+        FAMILY__GEMV_CASE(7)
+        FAMILY__GEMV_CASE(8)
+#undef FAMILY__GEMV_CASE
+    }
+    return KUTIL_LAUNCHED("fp8_block_gemv");
+}
+
+extern "C" pd_status_t family_fp8_block_to_bf16(uint16_t *dst, const pd_weight_t *w,
+                                                cudaStream_t stream)
+{
+    KUTIL_REQUIRE(w->fmt == PD_WFMT_FP8_BLOCK && w->n > 0 && w->k > 0 && w->k % 4 == 0,
+                  "fp8_block_to_bf16");
+    const size_t quads = (size_t)w->n * (size_t)w->k / 4, blocks = (quads + 255) / 256;
+    family__fp8b_to_bf16<<<(unsigned)(blocks < 65535 * 16 ? blocks : 65535 * 16), 256, 0, stream>>>(
+        dst, (const uint8_t *)w->data, (const float *)w->scales, w->n, w->k,
+        (w->k + QUANT_FP8_BLOCK - 1) / QUANT_FP8_BLOCK);
+    return KUTIL_LAUNCHED("fp8_block_to_bf16");
+}
+
+extern "C" pd_status_t family_heads_copy(float *dst, const float *src, int n, int kvh, int G,
+                                         int g0, int gs, int D, bool gather, cudaStream_t stream)
+{
+    KUTIL_REQUIRE(n >= 0 && kvh > 0 && gs > 0 && g0 >= 0 && g0 + gs <= G && D > 0, "heads_copy");
+    const size_t total = (size_t)n * kvh * gs * D, blocks = (total + 255) / 256;
+    if (total == 0)
+        return PD_OK;
+    family__heads_copy<<<(unsigned)(blocks < 65535 * 16 ? blocks : 65535 * 16), 256, 0, stream>>>(
+        dst, src, n, kvh, G, g0, gs, D, gather);
+    return KUTIL_LAUNCHED("heads_copy");
 }

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "kv_layout.h"
+#include "quant.h"
 #include "status.h"
 
 #ifdef __cplusplus
@@ -41,7 +42,8 @@ pd_status_t family_moe_route_grouped(int32_t *ids, float *weights, const float *
 pd_status_t family_head_matmul(float *out, const float *x, const uint16_t *w, int n, int n_heads,
                                int nout, int kin, int x_stride, cudaStream_t stream);
 
-/* latent [c (n, r) | kpe (n, rope)] f32 into side 0 of a latent layout at slots (n) int32 */
+/* latent [c (n, r) | kpe (n, rope)] f32 into side 0 of a latent layout at slots (n) int32
+ * (negative: skipped; the others distinct: one block per token, in any order) */
 pd_status_t family_latent_write(void *arena, const kv_layout_t *l, int layer, const float *c,
                                 const float *kpe, const int32_t *slots, int n, int r,
                                 cudaStream_t stream);
@@ -55,6 +57,26 @@ pd_status_t family_latent_attention(float *out, const float *q_lat, const float 
                                     const int32_t *block_tables, int n_seqs, int max_pages,
                                     int n_rows, int n_heads, int r, int pe_stride, float scale,
                                     cudaStream_t stream);
+
+/* FP8 weights with 128x128 block scales (PD_WFMT_FP8_BLOCK, common/quant.h), f32 activations as
+ * the CPU reference takes them:
+ *   - family_fp8_block_gemv: out (n, w->n) f32 = x (n, w->k) f32 @ W^T for n <= 8, one pass over
+ *     W (decode); needs w->k % 16 == 0. f32 arithmetic, each 16-column run's dot product scaled
+ *     once (the CPU scales every weight: results differ by f32 rounding only);
+ *   - family_fp8_block_to_bf16: dst (w->n, w->k) bf16 = the dequantized weight (one bf16
+ *     rounding of fp8 * scale), for the BF16 tensor-core GEMM at larger n (prefill); needs
+ *     w->k % 4 == 0. */
+/* q / attention output heads of a GQA group part (backend_cuda.c, groups above the attention
+ * kernels' limit): gather: dst (n, kvh gs, D) [i, k gs + j] = src (n, kvh G, D) [i, k G + g0 + j];
+ * scatter (gather false): dst (n, kvh G, D) [i, k G + g0 + j] = src (n, kvh gs, D) [i, k gs + j];
+ * j < gs, f32 */
+pd_status_t family_heads_copy(float *dst, const float *src, int n, int kvh, int G, int g0, int gs,
+                              int D, bool gather, cudaStream_t stream);
+
+#define FAMILY_FP8_BLOCK_GEMV_MAX_N 8
+pd_status_t family_fp8_block_gemv(float *out, const float *x, const pd_weight_t *w, int n,
+                                  cudaStream_t stream);
+pd_status_t family_fp8_block_to_bf16(uint16_t *dst, const pd_weight_t *w, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -1807,8 +1807,7 @@ pd_status_t router_create(uv_loop_t *loop, const cluster_config_t *cfg, router_t
     snprintf(path, sizeof path, "%s/config.json", cfg->model);
     if ((st = hf_config_load(path, &r->model)) != PD_OK)
         goto err;
-    snprintf(path, sizeof path, "%s/tokenizer.json", cfg->model);
-    if ((st = tokenizer_load(path, &r->tok)) != PD_OK)
+    if ((st = tokenizer_load_dir(cfg->model, &r->tok)) != PD_OK) /* tokenizer.json or tiktoken */
         goto err;
     router__load_chat_template(r);
     const char *slash = strrchr(cfg->model, '/');

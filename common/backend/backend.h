@@ -177,7 +177,8 @@ typedef struct {
                         int n_heads, int nout, int kin, int x_stride);
     /* writes the MLA latent of n tokens into side 0 of a latent layout (n_sides 1, one head of
      * head_dim = r + rope): [c (n, r) | kpe (n, rope)] f32 at slots (n) int32 (negative: no
-     * write), converted to the layout's dtype (fp8: one scale per token) */
+     * write; the others distinct: tokens are written in parallel on a GPU), converted to the
+     * layout's dtype (fp8: one scale per token) */
     void (*latent_write)(pd_backend_t *be, void *arena, const kv_layout_t *l, int layer,
                          const float *c, const float *kpe, const int32_t *slots, int n, int r);
     /* absorbed MLA attention over a latent layout: for row i, head h, context token t

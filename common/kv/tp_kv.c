@@ -1,6 +1,7 @@
 /* tp_kv: KV layouts per TP rank and re-slicing between TP sizes (see tp_kv.h). */
 #include "tp_kv.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -8,6 +9,10 @@
 
 pd_status_t tp_kv_layout(const kv_layout_t *full, int size, kv_layout_t *l_p)
 {
+    if (size >= 1 && full->n_sides == 1) { /* an MLA latent: every rank holds all of it */
+        *l_p = *full;
+        return PD_OK;
+    }
     if (size < 1 || full->n_kv_heads % size != 0) {
         pd_log_error("tp %d: %d kv heads do not split %d ways", size, full->n_kv_heads, size);
         return PD_ERR_INVALID;
@@ -32,17 +37,18 @@ pd_status_t tp_kv_reslice(void *dst, const kv_layout_t *dst_l, int dst_rank, int
                           int n_pages)
 {
     const int sh = src_l->n_kv_heads, dh = dst_l->n_kv_heads;
+    const bool latent = src_l->n_sides == 1; /* replicated: every rank has every head */
     if (src_size < 1 || dst_size < 1 || src_rank < 0 || src_rank >= src_size || dst_rank < 0 ||
         dst_rank >= dst_size || n_pages < 0 || src_l->n_layers != dst_l->n_layers ||
         src_l->head_dim != dst_l->head_dim || src_l->page_tokens != dst_l->page_tokens ||
         src_l->fmt != dst_l->fmt || src_l->n_sides != dst_l->n_sides ||
-        (long)sh * src_size != (long)dh * dst_size) {
+        (latent ? sh != dh : (long)sh * src_size != (long)dh * dst_size)) {
         pd_log_error("tp kv reslice: rank %d/%d (%d heads) -> rank %d/%d (%d heads): layouts do "
                      "not match",
                      src_rank, src_size, sh, dst_rank, dst_size, dh);
         return PD_ERR_INVALID;
     }
-    const int s0 = src_rank * sh, d0 = dst_rank * dh;
+    const int s0 = latent ? 0 : src_rank * sh, d0 = latent ? 0 : dst_rank * dh;
     const int h0 = s0 > d0 ? s0 : d0, h1 = s0 + sh < d0 + dh ? s0 + sh : d0 + dh;
     const size_t head_bytes = (size_t)src_l->head_dim * src_l->elem_bytes;
     if (h0 >= h1)

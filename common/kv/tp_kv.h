@@ -15,8 +15,10 @@
 #include "status.h"
 
 /* *l_p := the layout of one rank of `size` for the full (TP 1) layout `full`: n_kv_heads / size
- * heads, the rest unchanged. PD_ERR_INVALID (logged, *l_p untouched) when size < 1 or the KV heads
- * do not split evenly (e.g. 2 KV heads and TP 4: heads are never replicated here). */
+ * heads, the rest unchanged; a one-sided layout (the MLA latent of DeepSeek-V3 / Kimi K2, which
+ * every rank computes and reads whole) is replicated: *l_p = *full. PD_ERR_INVALID (logged, *l_p
+ * untouched) when size < 1 or the KV heads do not split evenly (e.g. 2 KV heads and TP 4: K / V
+ * heads are never replicated). */
 pd_status_t tp_kv_layout(const kv_layout_t *full, int size, kv_layout_t *l_p);
 
 /* Copies the KV heads that rank src_rank of a TP-src_size layout (src_l) and rank dst_rank of a
@@ -25,7 +27,8 @@ pd_status_t tp_kv_layout(const kv_layout_t *full, int size, kv_layout_t *l_p);
  * and the per-(token, head) scales for fp8. Heads dst owns that src lacks, and page headers
  * (dst's stamp is its own), are left as they are; no overlap copies nothing. The layouts must
  * agree on layers, head_dim, page_tokens and format and be the src_size / dst_size splits of one
- * KV head count. PD_ERR_INVALID otherwise (logged; nothing written). */
+ * KV head count (one-sided latent layouts: the same, replicated, so the whole page is copied).
+ * PD_ERR_INVALID otherwise (logged; nothing written). */
 pd_status_t tp_kv_reslice(void *dst, const kv_layout_t *dst_l, int dst_rank, int dst_size,
                           const void *src, const kv_layout_t *src_l, int src_rank, int src_size,
                           int n_pages);

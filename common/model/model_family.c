@@ -8,6 +8,7 @@
 
 #include "dtype.h"
 #include "log.h"
+#include "tp_shard.h"
 
 bool model_family_arch(const hf_config_t *cfg)
 {
@@ -29,10 +30,18 @@ pd_status_t model_family_check(const model_t *m)
                      m->cfg.architecture, o->name);
         return PD_ERR_UNSUPPORTED;
     }
-    if (m->tp_size > 1) {
-        pd_log_error("%s: tensor parallelism is not supported for this architecture yet",
-                     m->cfg.architecture);
-        return PD_ERR_UNSUPPORTED;
+    if (m->tp_size > 1 && hf_config_is_mla(&m->cfg)) {
+        /* MLA under TP: heads split (q_b_proj rows, W_UK / W_UV, o_proj columns), the latent
+         * (q_a_proj, kv_a_proj_with_mqa) replicated; o_proj's K is heads * v_head_dim */
+        const hf_config_t *c = &m->cfg;
+        const int hv = c->num_attention_heads / m->tp_size * c->v_head_dim;
+        if (c->num_attention_heads % m->tp_size != 0 ||
+            (m->wfmt == PD_WFMT_INT4 && hv % QUANT_INT4_GROUP != 0)) {
+            pd_log_error("tp %d: %d attention heads (o_proj shards of %d columns) do not split "
+                         "for MLA",
+                         m->tp_size, c->num_attention_heads, hv);
+            return PD_ERR_INVALID;
+        }
     }
     return PD_OK;
 }
@@ -70,6 +79,35 @@ static pd_status_t fam__f32vec(loader_t *ld, const char *name, int64_t n, float 
     free(h);
     if (st == PD_OK) {
         ld->m->weight_bytes += (size_t)n * 4;
+        *dst_p = p;
+    }
+    return st;
+}
+
+/* This rank's share of a vector of n values (bias of a head-split projection: values
+ * [rank n / size, (rank + 1) n / size)), uploaded as f32. */
+static pd_status_t fam__f32vec_shard(loader_t *ld, const char *name, int64_t n, float **dst_p)
+{
+    const model_t *m = ld->m;
+    pd_backend_t *be = m->be;
+    float *whole = NULL;
+    pd_status_t st;
+    if (m->tp_size == 1)
+        return fam__f32vec(ld, name, n, dst_p);
+    if ((st = fam__f32vec(ld, name, n, &whole)) != PD_OK)
+        return st;
+    const int64_t nl = n / m->tp_size;
+    void *p = NULL;
+    if ((st = be->ops->alloc(be, (size_t)nl * 4, &p)) == PD_OK) {
+        if ((st = be->ops->copy(be, p, whole + (size_t)m->tp_rank * (size_t)nl, (size_t)nl * 4)) ==
+            PD_OK)
+            st = be->ops->sync(be);
+        if (st != PD_OK)
+            be->ops->free(be, p);
+    }
+    be->ops->free(be, whole);
+    if (st == PD_OK) {
+        ld->m->weight_bytes -= (size_t)(n - nl) * 4;
         *dst_p = p;
     }
     return st;
@@ -176,16 +214,18 @@ static pd_status_t fam__kv_b(loader_t *ld, const char *base, model_layer_t *L)
                   r = c->kv_lora_rank;
     pd_backend_t *be = ld->m->be;
     pd_weight_t w;
+    /* TP: this rank's heads [h0, h0 + Hl) */
+    const int64_t Hl = H / ld->m->tp_size, h0 = (int64_t)ld->m->tp_rank * Hl;
     float *row = malloc((size_t)r * sizeof *row);
-    uint16_t *uk = malloc((size_t)(H * r * nope) * 2), *uv = malloc((size_t)(H * v * r) * 2);
+    uint16_t *uk = malloc((size_t)(Hl * r * nope) * 2), *uv = malloc((size_t)(Hl * v * r) * 2);
     pd_status_t st = row && uk && uv ? PD_OK : PD_ERR_NOMEM;
 
     if (st == PD_OK)
         st = model__read_weight(ld->st, base, H * (nope + v), r, fam__stored_fmt(ld->st, base), &w);
     if (st == PD_OK) {
-        for (int64_t h = 0; h < H; h++)
+        for (int64_t h = 0; h < Hl; h++)
             for (int64_t i = 0; i < nope + v; i++) {
-                quant_dequant_row(row, &w, h * (nope + v) + i);
+                quant_dequant_row(row, &w, (h0 + h) * (nope + v) + i);
                 for (int64_t j = 0; j < r; j++) {
                     if (i < nope)
                         uk[(h * r + j) * nope + i] = pd_f32_to_bf16(row[j]);
@@ -195,7 +235,7 @@ static pd_status_t fam__kv_b(loader_t *ld, const char *base, model_layer_t *L)
             }
         model_host_weight_free(&w);
     }
-    size_t nuk = (size_t)(H * r * nope) * 2, nuv = (size_t)(H * v * r) * 2;
+    size_t nuk = (size_t)(Hl * r * nope) * 2, nuv = (size_t)(Hl * v * r) * 2;
     if (st == PD_OK && (st = be->ops->alloc(be, nuk, (void **)&L->w_uk_t)) == PD_OK)
         st = be->ops->upload(be, L->w_uk_t, uk, nuk);
     if (st == PD_OK && (st = be->ops->alloc(be, nuv, (void **)&L->w_uv)) == PD_OK)
@@ -206,6 +246,28 @@ static pd_status_t fam__kv_b(loader_t *ld, const char *base, model_layer_t *L)
     free(uk);
     free(uv);
     return st;
+}
+
+/* The (n_heads * per_head, k) weight `base`, this rank's heads (TP; all of them at TP 1). */
+static pd_status_t fam__linear_heads(loader_t *ld, const char *base, int n_heads, int per_head,
+                                     int64_t k, pd_wfmt_t fmt, pd_weight_t *dst)
+{
+    const model_t *m = ld->m;
+    pd_weight_t h, s;
+    pd_status_t st = model__read_weight(ld->st, base, (int64_t)n_heads * per_head, k, fmt, &h);
+    if (st != PD_OK || m->tp_size == 1)
+        return st == PD_OK ? model__upload(ld, &h, dst) : st;
+    if (h.fmt == PD_WFMT_FP8_BLOCK) { /* head rows need not fall on 128-row scale blocks */
+        pd_weight_t rows;
+        st = model__convert(&h, PD_WFMT_FP8, &rows);
+        model_host_weight_free(&h);
+        if (st != PD_OK)
+            return st;
+        h = rows;
+    }
+    st = tp_shard_heads(&h, n_heads, per_head, m->tp_rank, m->tp_size, &s);
+    model_host_weight_free(&h);
+    return st == PD_OK ? model__upload(ld, &s, dst) : st;
 }
 
 static pd_status_t fam__mla(loader_t *ld, const char *p, model_layer_t *L)
@@ -224,11 +286,11 @@ static pd_status_t fam__mla(loader_t *ld, const char *p, model_layer_t *L)
         snprintf(name, sizeof name, "%s.self_attn.q_a_layernorm.weight", p);
         TRY(model__bf16(ld, name, 1, vq, &L->q_a_norm));
         snprintf(name, sizeof name, "%s.self_attn.q_b_proj", p);
-        TRY(model__linear(ld, name, H * (nope + rope), qr, fam__fmt(ld, name, qr), SPLIT_NONE,
-                          &L->q));
+        TRY(fam__linear_heads(ld, name, (int)H, (int)(nope + rope), qr, fam__fmt(ld, name, qr),
+                              &L->q));
     } else {
         snprintf(name, sizeof name, "%s.self_attn.q_proj", p);
-        TRY(model__linear(ld, name, H * (nope + rope), d, m->wfmt, SPLIT_NONE, &L->q));
+        TRY(fam__linear_heads(ld, name, (int)H, (int)(nope + rope), d, m->wfmt, &L->q));
     }
     int64_t vr[1] = {r};
     snprintf(name, sizeof name, "%s.self_attn.kv_a_proj_with_mqa", p);
@@ -238,7 +300,7 @@ static pd_status_t fam__mla(loader_t *ld, const char *p, model_layer_t *L)
     snprintf(name, sizeof name, "%s.self_attn.kv_b_proj", p);
     TRY(fam__kv_b(ld, name, L));
     snprintf(name, sizeof name, "%s.self_attn.o_proj", p);
-    TRY(model__linear(ld, name, d, H * c->v_head_dim, m->wfmt, SPLIT_NONE, &L->o));
+    TRY(model__linear(ld, name, d, H * c->v_head_dim, m->wfmt, SPLIT_ROW, &L->o));
     return PD_OK;
 }
 
@@ -252,21 +314,22 @@ static pd_status_t fam__gqa(loader_t *ld, const char *p, model_layer_t *L)
     char name[256];
     pd_status_t st;
 
+    /* TP: q / k / v by heads (their biases likewise), o_proj by columns (model.h) */
     snprintf(name, sizeof name, "%s.self_attn.q_proj", p);
-    TRY(model__linear(ld, name, qd, d, m->wfmt, SPLIT_NONE, &L->q));
+    TRY(model__linear(ld, name, qd, d, m->wfmt, SPLIT_Q_HEADS, &L->q));
     snprintf(name, sizeof name, "%s.self_attn.k_proj", p);
-    TRY(model__linear(ld, name, kvd, d, m->wfmt, SPLIT_NONE, &L->k));
+    TRY(model__linear(ld, name, kvd, d, m->wfmt, SPLIT_KV_HEADS, &L->k));
     snprintf(name, sizeof name, "%s.self_attn.v_proj", p);
-    TRY(model__linear(ld, name, kvd, d, m->wfmt, SPLIT_NONE, &L->v));
+    TRY(model__linear(ld, name, kvd, d, m->wfmt, SPLIT_KV_HEADS, &L->v));
     snprintf(name, sizeof name, "%s.self_attn.o_proj", p);
-    TRY(model__linear(ld, name, d, qd, m->wfmt, SPLIT_NONE, &L->o));
+    TRY(model__linear(ld, name, d, qd, m->wfmt, SPLIT_ROW, &L->o));
     if (c->attention_bias) {
         snprintf(name, sizeof name, "%s.self_attn.q_proj.bias", p);
-        TRY(fam__f32vec(ld, name, qd, &L->q_bias));
+        TRY(fam__f32vec_shard(ld, name, qd, &L->q_bias));
         snprintf(name, sizeof name, "%s.self_attn.k_proj.bias", p);
-        TRY(fam__f32vec(ld, name, kvd, &L->k_bias));
+        TRY(fam__f32vec_shard(ld, name, kvd, &L->k_bias));
         snprintf(name, sizeof name, "%s.self_attn.v_proj.bias", p);
-        TRY(fam__f32vec(ld, name, kvd, &L->v_bias));
+        TRY(fam__f32vec_shard(ld, name, kvd, &L->v_bias));
     }
     if (c->use_qk_norm) {
         snprintf(name, sizeof name, "%s.self_attn.q_norm.weight", p);
@@ -298,7 +361,9 @@ pd_status_t model_family_layer_load(loader_t *ld, int i)
         snprintf(name, sizeof name, "%s.mlp", p);
         TRY(model__gate_up(ld, name, c->intermediate_size, d, &L->gate_up));
         snprintf(name, sizeof name, "%s.mlp.down_proj", p);
-        TRY(model__linear(ld, name, d, c->intermediate_size, m->wfmt, SPLIT_NONE, &L->down));
+        /* GLM-4.5-Air's intermediate_size 10944 is not a multiple of 128: fp8 when int4 */
+        TRY(model__linear(ld, name, d, c->intermediate_size,
+                          fam__fmt(ld, name, c->intermediate_size), SPLIT_ROW, &L->down));
         return PD_OK;
     }
     snprintf(name, sizeof name, "%s.mlp.gate", p);
@@ -313,7 +378,7 @@ pd_status_t model_family_layer_load(loader_t *ld, int i)
         snprintf(name, sizeof name, "%s.mlp.experts.%d", p, e);
         TRY(model__gate_up(ld, name, c->moe_intermediate_size, d, &L->exp_gate_up[e]));
         snprintf(name, sizeof name, "%s.mlp.experts.%d.down_proj", p, e);
-        TRY(model__linear(ld, name, d, c->moe_intermediate_size, m->wfmt, SPLIT_NONE,
+        TRY(model__linear(ld, name, d, c->moe_intermediate_size, m->wfmt, SPLIT_ROW,
                           &L->exp_down[e]));
     }
     if (c->n_shared_experts > 0) {
@@ -321,7 +386,7 @@ pd_status_t model_family_layer_load(loader_t *ld, int i)
         snprintf(name, sizeof name, "%s.mlp.shared_experts", p);
         TRY(model__gate_up(ld, name, fs, d, &L->sh_gate_up));
         snprintf(name, sizeof name, "%s.mlp.shared_experts.down_proj", p);
-        TRY(model__linear(ld, name, d, fs, m->wfmt, SPLIT_NONE, &L->sh_down));
+        TRY(model__linear(ld, name, d, fs, m->wfmt, SPLIT_ROW, &L->sh_down));
     }
 #undef TRY
     return PD_OK;
@@ -477,7 +542,7 @@ static void fam__gqa_forward(const model_t *m, const model_layer_t *L, const mod
     const hf_config_t *c = &m->cfg;
     pd_backend_t *be = m->be;
     const pd_backend_ops_t *o = be->ops;
-    const int H = c->num_attention_heads, KVH = c->num_key_value_heads, D = c->head_dim;
+    const int H = m->n_heads, KVH = m->n_kv_heads, D = c->head_dim; /* this rank's heads */
     const float eps = (float)c->rms_norm_eps;
 
     o->matmul(be, b->q, b->h, &L->q, n);
@@ -508,8 +573,8 @@ static void fam__mla_forward(model_family_scratch_t *s, const model_t *m, const 
     const hf_config_t *c = &m->cfg;
     pd_backend_t *be = m->be;
     const pd_backend_ops_t *o = be->ops;
-    const int H = c->num_attention_heads, nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim,
-              r = c->kv_lora_rank, qk = nope + rope;
+    const int H = m->n_heads, nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim,
+              r = c->kv_lora_rank, qk = nope + rope; /* H: this rank's heads */
     const float eps = (float)c->rms_norm_eps;
     const float *qsrc = b->h;
 
@@ -542,9 +607,10 @@ static void fam__mlp(model_family_scratch_t *s, const model_t *m, const model_la
     const pd_backend_ops_t *o = be->ops;
     const int d = c->hidden_size, E = c->num_experts, K = c->num_experts_per_tok;
 
+    /* TP: this rank's FFN rows (m->ffn, m->moe_ffn); the partial sums are all-reduced after */
     if (!L->moe) {
         o->matmul(be, b->gu, b->h, &L->gate_up, n);
-        o->silu_mul(be, b->act, b->gu, n, c->intermediate_size);
+        o->silu_mul(be, b->act, b->gu, n, m->ffn);
         o->matmul(be, b->tmp, b->act, &L->down, n);
         return;
     }
@@ -552,9 +618,9 @@ static void fam__mlp(model_family_scratch_t *s, const model_t *m, const model_la
     o->moe_route_grouped(be, b->mids, b->mw, b->rlogits, L->router_bias, n, E, K, c->n_group,
                          c->topk_group, c->norm_topk_prob, (float)c->routed_scaling_factor);
     o->moe_experts(be, b->tmp, b->h, b->mids, b->mw, L->exp_gate_up, L->exp_down, n, K, d,
-                   c->moe_intermediate_size);
+                   m->moe_ffn);
     if (c->n_shared_experts > 0) {
-        int fs = c->moe_intermediate_size * c->n_shared_experts;
+        int fs = m->moe_ffn * c->n_shared_experts;
         o->matmul(be, s->sgu, b->h, &L->sh_gate_up, n);
         o->silu_mul(be, s->sact, s->sgu, n, fs);
         o->matmul(be, s->sout, s->sact, &L->sh_down, n);
@@ -562,8 +628,15 @@ static void fam__mlp(model_family_scratch_t *s, const model_t *m, const model_la
     }
 }
 
-void model_family_layers(model_family_scratch_t *s, const model_t *m, const model_family_bufs_t *b,
-                         void *arena, const kv_layout_t *l, int n, const pd_attn_batch_t *ab)
+/* TP: sums this rank's partial x (n) over the ranks (nothing at TP 1) */
+static pd_status_t fam__all_reduce(const model_t *m, float *x, size_t n)
+{
+    return m->tp_size > 1 ? tp_comm_all_reduce_sum(m->comm, x, n) : PD_OK;
+}
+
+pd_status_t model_family_layers(model_family_scratch_t *s, const model_t *m,
+                                const model_family_bufs_t *b, void *arena, const kv_layout_t *l,
+                                int n, const pd_attn_batch_t *ab)
 {
     const hf_config_t *c = &m->cfg;
     pd_backend_t *be = m->be;
@@ -572,8 +645,9 @@ void model_family_layers(model_family_scratch_t *s, const model_t *m, const mode
     const float eps = (float)c->rms_norm_eps;
     const bool mla = hf_config_is_mla(c);
 
+    pd_status_t st;
     PD_ASSERT(mla ? l->n_sides == 1 && l->head_dim == c->kv_lora_rank + c->qk_rope_head_dim
-                  : l->n_sides == 2 && l->n_kv_heads == c->num_key_value_heads);
+                  : l->n_sides == 2 && l->n_kv_heads == m->n_kv_heads);
     for (int li = 0; li < c->num_hidden_layers; li++) {
         const model_layer_t *L = &m->layers[li];
         o->rmsnorm(be, b->h, b->x, L->attn_norm, n, d, eps);
@@ -582,9 +656,14 @@ void model_family_layers(model_family_scratch_t *s, const model_t *m, const mode
         else
             fam__gqa_forward(m, L, b, arena, l, li, n, ab);
         o->matmul(be, b->tmp, mla ? s->att : b->attn, &L->o, n);
+        if ((st = fam__all_reduce(m, b->tmp, (size_t)n * d)) != PD_OK)
+            return st;
         o->add(be, b->x, b->tmp, (size_t)n * d);
         o->rmsnorm(be, b->h, b->x, L->mlp_norm, n, d, eps);
         fam__mlp(s, m, L, b, n);
+        if ((st = fam__all_reduce(m, b->tmp, (size_t)n * d)) != PD_OK)
+            return st;
         o->add(be, b->x, b->tmp, (size_t)n * d);
     }
+    return PD_OK;
 }

@@ -13,7 +13,11 @@
  * q_nope through W_UK^T against c_kv, plus q_pe . k_pe, softmax, the output through W_UV and
  * o_proj, for prefill and decode alike (so a prefill node and a decode node agree on the pages).
  *
- * Needs the backend's optional family ops (backend.h); TP 1 only. Same threading as model.h.
+ * Needs the backend's optional family ops (backend.h). Tensor parallelism as model.h describes it:
+ * GLM-4.5's q/k/v and their biases by heads; MLA's q_b_proj (or q_proj), W_UK / W_UV by heads,
+ * with q_a_proj, kv_a_proj_with_mqa and the latent cache replicated on every rank (tp_kv_layout
+ * keeps a one-sided layout whole); o_proj and every down_proj by columns; gate_up of the dense MLP,
+ * each expert and the shared experts by rows; the router whole. Same threading as model.h.
  */
 #ifndef PD_MODEL_FAMILY_H
 #define PD_MODEL_FAMILY_H
@@ -41,8 +45,11 @@ pd_status_t model_family_reserve(model_family_scratch_t **s, const model_t *m, i
 void model_family_scratch_free(model_family_scratch_t **s, pd_backend_t *be);
 
 /* Enqueues every layer for n rows on x (embedded), writing the layers' KV (or latent) into
- * arena (layout l) at the slots in b->d_slots; x ends as the last layer's output. */
-void model_family_layers(model_family_scratch_t *s, const model_t *m, const model_family_bufs_t *b,
-                         void *arena, const kv_layout_t *l, int n, const pd_attn_batch_t *ab);
+ * arena (layout l: this rank's KV heads under TP) at the slots in b->d_slots; x ends as the last
+ * layer's output. Under TP the o_proj and MLP outputs are all-reduced; returns the communicator's
+ * status (PD_OK at TP 1). */
+pd_status_t model_family_layers(model_family_scratch_t *s, const model_t *m,
+                                const model_family_bufs_t *b, void *arena, const kv_layout_t *l,
+                                int n, const pd_attn_batch_t *ab);
 
 #endif

@@ -277,7 +277,8 @@ static pd_status_t ctx__enqueue(model_ctx_t *c, void *arena, const kv_layout_t *
     if (m->family) {
         model_family_bufs_t fb = {c->x,  c->h,   c->tmp,     c->q,  c->k,    c->v,     c->attn,
                                   c->gu, c->act, c->rlogits, c->mw, c->mids, c->d_pos, c->d_slots};
-        model_family_layers(c->fam, m, &fb, arena, l, n, ab);
+        if ((st = model_family_layers(c->fam, m, &fb, arena, l, n, ab)) != PD_OK)
+            return st;
     }
     for (int li = 0; !m->family && li < cfg->num_hidden_layers; li++) {
         const model_layer_t *L = &m->layers[li];

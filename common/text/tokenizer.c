@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <jansson.h>
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -1188,6 +1189,329 @@ err_free_data:
 err_close:
     fclose(f);
     return st;
+}
+
+/* ==== tiktoken files (Kimi K2) ==== */
+
+/* TikTokenTokenizer.pat_str of Kimi K2's tokenization_kimi.py in PCRE2 syntax: the Rust regex
+ * class intersections [X&&[^\p{Han}]] become (?:(?!\p{Han})[X]); the alternatives are otherwise
+ * as published (Han runs first, then o200k-style words, numbers, punctuation, whitespace). */
+static const char tok_kimi_pattern[] =
+    "[\\p{Han}]+"
+    "|[^\\r\\n\\p{L}\\p{N}]?(?:(?!\\p{Han})[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}])*"
+    "(?:(?!\\p{Han})[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}])+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    "|[^\\r\\n\\p{L}\\p{N}]?(?:(?!\\p{Han})[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}])+"
+    "(?:(?!\\p{Han})[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}])*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    "|\\p{N}{1,3}"
+    "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
+    "|\\s*[\\r\\n]+"
+    "|\\s+(?!\\S)"
+    "|\\s+";
+
+/* tokenization_kimi.py: num_reserved_special_tokens (256) + 2 ids after the base vocabulary */
+#define TOK_TIKTOKEN_SPECIALS 258
+
+static int b64_val(uint8_t c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    return c == '+' ? 62 : c == '/' ? 63 : -1;
+}
+
+/* Standard padded base64 of s[0..n) (as Python's base64.b64decode takes it) into out (at least
+ * n * 3 / 4 + 3 bytes); returns the byte count, -1 when s is not base64. */
+static long b64_decode(const char *s, size_t n, uint8_t *out)
+{
+    uint32_t acc = 0;
+    int bits = 0;
+    long o = 0;
+    if (n % 4 != 0)
+        return -1;
+    for (int pad = 0; pad < 2 && n && s[n - 1] == '='; pad++)
+        n--;
+    for (size_t i = 0; i < n; i++) {
+        int v = b64_val((uint8_t)s[i]);
+        if (v < 0)
+            return -1;
+        acc = acc << 6 | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            out[o++] = (uint8_t)(acc >> bits);
+        }
+    }
+    return o;
+}
+
+/* The byte-level spelling of bytes b[0..n) (the alphabet the BPE tables are keyed in). */
+static char *tt_spell(const tokenizer_t *tok, const uint8_t *b, size_t n, uint32_t *len_p)
+{
+    char *p = malloc(n * 2 + 1);
+    size_t k = 0;
+    if (!p)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        memcpy(p + k, tok->byte_chr[b[i]], tok->byte_chr_len[b[i]]);
+        k += tok->byte_chr_len[b[i]];
+    }
+    p[k] = 0;
+    *len_p = (uint32_t)k;
+    return p;
+}
+
+/* Vocabulary and merges from the tiktoken file: token = its rank; every split of a token into two
+ * tokens is a merge of the token's rank, so the BPE loop merges the pair whose concatenation has
+ * the lowest rank, leftmost first: tiktoken's byte_pair_merge. ignore_merges: a piece that is a
+ * token is that token (tiktoken's encoder lookup before merging). */
+static pd_status_t tt_load_ranks(tokenizer_t *tok, const char *text, size_t len)
+{
+    size_t n_lines = 0;
+    long max_rank = -1;
+    uint8_t **raw = NULL;
+    uint32_t *raw_len = NULL;
+    uint8_t *dec = NULL;
+    pd_status_t st = PD_ERR_NOMEM;
+
+    for (size_t i = 0; i < len; i++)
+        n_lines += text[i] == '\n';
+    n_lines++;
+    for (size_t i = 0, line = 1; i < len; line++) { /* pass 1: ranks */
+        const char *e = memchr(text + i, '\n', len - i), *l = text + i;
+        size_t ll = e ? (size_t)(e - l) : len - i;
+        i += ll + 1;
+        while (ll && (l[ll - 1] == '\r' || l[ll - 1] == ' '))
+            ll--;
+        if (!ll)
+            continue;
+        const char *sp = memchr(l, ' ', ll);
+        char *end;
+        long r = sp ? strtol(sp + 1, &end, 10) : -1;
+        if (!sp || r < 0 || r >= INT32_MAX / 4 || end != l + ll) {
+            pd_log_error("tokenizer %s: line %zu is not \"<base64 token> <rank>\"", tok->name,
+                         line);
+            return PD_ERR_FORMAT;
+        }
+        max_rank = r > max_rank ? r : max_rank;
+    }
+    if (max_rank < 255) {
+        pd_log_error("tokenizer %s: fewer than 256 ranks (every byte must be a token)", tok->name);
+        return PD_ERR_FORMAT;
+    }
+    tok->vocab_cap = (size_t)max_rank + 1;
+    tok->vocab = calloc(tok->vocab_cap + 1, sizeof *tok->vocab);
+    tok->vocab_len = calloc(tok->vocab_cap + 1, sizeof *tok->vocab_len);
+    raw = calloc(tok->vocab_cap + 1, sizeof *raw);
+    raw_len = calloc(tok->vocab_cap + 1, sizeof *raw_len);
+    if (!tok->vocab || !tok->vocab_len || !raw || !raw_len)
+        goto out;
+    for (size_t i = 0, line = 1; i < len; line++) { /* pass 2: tokens */
+        const char *e = memchr(text + i, '\n', len - i), *l = text + i;
+        size_t ll = e ? (size_t)(e - l) : len - i;
+        i += ll + 1;
+        while (ll && (l[ll - 1] == '\r' || l[ll - 1] == ' '))
+            ll--;
+        if (!ll)
+            continue;
+        const char *sp = memchr(l, ' ', ll);
+        size_t r = (size_t)strtol(sp + 1, NULL, 10), bl = (size_t)(sp - l);
+        if (!(dec = malloc(bl * 3 / 4 + 4)))
+            goto out;
+        long nb = b64_decode(l, bl, dec);
+        if (nb <= 0 || raw[r]) {
+            pd_log_error("tokenizer %s: line %zu: %s", tok->name, line,
+                         nb <= 0 ? "token is not base64 (or empty)" : "rank given twice");
+            st = PD_ERR_FORMAT;
+            goto out;
+        }
+        raw[r] = dec;
+        raw_len[r] = (uint32_t)nb;
+        dec = NULL;
+        if (!(tok->vocab[r] = tt_spell(tok, raw[r], (size_t)nb, &tok->vocab_len[r])))
+            goto out;
+        if (strmap_get(&tok->vocab_map, tok->vocab[r], tok->vocab_len[r]) >= 0) {
+            pd_log_error("tokenizer %s: line %zu: token given twice", tok->name, line);
+            st = PD_ERR_FORMAT;
+            goto out;
+        }
+        if (!strmap_put(&tok->vocab_map, tok->vocab[r], tok->vocab_len[r], (int32_t)r))
+            goto out;
+    }
+    for (int b = 0; b < 256; b++)
+        if (strmap_get(&tok->vocab_map, tok->byte_chr[b], tok->byte_chr_len[b]) < 0) {
+            pd_log_error("tokenizer %s: byte 0x%02x is not a token", tok->name, b);
+            st = PD_ERR_FORMAT;
+            goto out;
+        }
+    for (size_t t = 0; t < tok->vocab_cap; t++) { /* merges: every two-token split */
+        if (!raw[t] || raw_len[t] < 2)
+            continue;
+        const char *v = tok->vocab[t];
+        size_t off = 0; /* byte-level spelling offset of split k */
+        for (uint32_t k = 1; k < raw_len[t]; k++) {
+            off += tok->byte_chr_len[raw[t][k - 1]];
+            int32_t a = strmap_get(&tok->vocab_map, v, off);
+            int32_t b = a >= 0 ? strmap_get(&tok->vocab_map, v + off, tok->vocab_len[t] - off) : -1;
+            if (b >= 0 && !mergemap_put(&tok->merges, a, b, (int32_t)t, (int32_t)t))
+                goto out;
+        }
+    }
+    tok->ignore_merges = true;
+    tok->unk_id = -1;
+    for (int b = 0; b < 256; b++)
+        tok->byte_ids[b] = -1;
+    st = PD_OK;
+out:
+    if (st == PD_ERR_NOMEM)
+        pd_log_error("tokenizer %s: out of memory loading ranks", tok->name);
+    for (size_t i = 0; raw && i < tok->vocab_cap; i++)
+        free(raw[i]);
+    free(raw);
+    free(raw_len);
+    free(dec);
+    return st;
+}
+
+/* Special tokens: ids n_base .. n_base + 257, named by added_tokens_decoder of
+ * tokenizer_config.json (config may be NULL), else <|reserved_token_ID|> (tokenization_kimi.py);
+ * all special, matched in text (tiktoken's allowed_special="all"). */
+static pd_status_t tt_load_specials(tokenizer_t *tok, const json_t *config)
+{
+    const size_t n_base = tok->vocab_cap;
+    json_t *dec = json_object_get(config, "added_tokens_decoder");
+    pd_status_t st;
+
+    if (!(tok->added = calloc(TOK_TIKTOKEN_SPECIALS + 1, sizeof *tok->added)))
+        return PD_ERR_NOMEM;
+    for (size_t i = 0; i < TOK_TIKTOKEN_SPECIALS; i++) {
+        char key[32], name[48];
+        const size_t id = n_base + i;
+        snprintf(key, sizeof key, "%zu", id);
+        json_t *ent = json_object_get(dec, key);
+        const char *content = jstr(ent, "content");
+        if (!content) {
+            snprintf(name, sizeof name, "<|reserved_token_%zu|>", id);
+            content = name;
+        }
+        added_token_t *t = &tok->added[tok->n_added++];
+        t->len = strlen(content);
+        if (!(t->content = memdup0(content, t->len)) || !(t->match = memdup0(content, t->len)))
+            return PD_ERR_NOMEM;
+        t->match_len = t->len;
+        t->id = (int32_t)id;
+        t->special = true;
+        if (!strmap_put(&tok->added_map, t->content, t->len, t->id))
+            return PD_ERR_NOMEM;
+    }
+    if ((st = added_set_build(tok, &tok->set_raw, false)) ||
+        (st = added_set_build(tok, &tok->set_norm, true)))
+        return st;
+    return PD_OK;
+}
+
+pd_status_t tokenizer_load_tiktoken_buffer(const char *model, size_t model_len, const char *config,
+                                           size_t config_len, const char *name, tokenizer_t **tok_p)
+{
+    json_t *cfg = NULL;
+    json_error_t jerr;
+    tokenizer_t *tok;
+    pd_status_t st;
+
+    if (!name)
+        name = "(tiktoken buffer)";
+    if (config && !(cfg = json_loadb(config, config_len, 0, &jerr))) {
+        pd_log_error("tokenizer %s: tokenizer_config.json error at line %d column %d: %s", name,
+                     jerr.line, jerr.column, jerr.text);
+        return PD_ERR_FORMAT;
+    }
+    tok = calloc(1, sizeof *tok);
+    if (!tok || !(tok->name = strdup(name))) {
+        free(tok);
+        json_decref(cfg);
+        return PD_ERR_NOMEM;
+    }
+    bytelevel_tables(tok);
+    /* pre-tokenizer: the Kimi split (isolated pieces), then the byte-level alphabet */
+    tok->pre[0] = (pre_step_t){.kind = PRE_SPLIT, .behavior = SPLIT_ISOLATED};
+    tok->pre[1] = (pre_step_t){.kind = PRE_BYTELEVEL, .behavior = SPLIT_ISOLATED};
+    tok->n_pre = 2;
+    tok->dec_bytelevel = true;
+    if ((st = regex_compile(tok, tok_kimi_pattern, strlen(tok_kimi_pattern), false,
+                            &tok->pre[0].re)) ||
+        (st = tt_load_ranks(tok, model, model_len)) || (st = tt_load_specials(tok, cfg)) ||
+        (st = build_id_tables(tok))) {
+        if (st == PD_ERR_NOMEM)
+            pd_log_error("tokenizer %s: out of memory", name);
+        tokenizer_destroy(tok);
+        json_decref(cfg);
+        return st;
+    }
+    json_decref(cfg);
+    *tok_p = tok;
+    return PD_OK;
+}
+
+/* The whole file at path into a malloc'd buffer (NUL-terminated). */
+static pd_status_t tok_read_file(const char *path, char **data_p, size_t *len_p)
+{
+    FILE *f = fopen(path, "rb");
+    char *data = NULL;
+    long size;
+    pd_status_t st = PD_OK;
+
+    if (!f) {
+        pd_log_error("tokenizer %s: cannot open: %s", path, strerror(errno));
+        return PD_ERR_IO;
+    }
+    if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0)
+        st = PD_ERR_IO;
+    else if (!(data = malloc((size_t)size + 1)))
+        st = PD_ERR_NOMEM;
+    else if (fread(data, 1, (size_t)size, f) != (size_t)size)
+        st = PD_ERR_IO;
+    fclose(f);
+    if (st != PD_OK) {
+        pd_log_error("tokenizer %s: cannot read (%s)", path, pd_status_str(st));
+        free(data);
+        return st;
+    }
+    data[size] = 0;
+    *data_p = data;
+    *len_p = (size_t)size;
+    return PD_OK;
+}
+
+pd_status_t tokenizer_load_tiktoken(const char *model_path, const char *config_path,
+                                    tokenizer_t **tok_p)
+{
+    char *model = NULL, *config = NULL;
+    size_t ml = 0, cl = 0;
+    pd_status_t st = tok_read_file(model_path, &model, &ml);
+    if (st == PD_OK && config_path)
+        st = tok_read_file(config_path, &config, &cl);
+    if (st == PD_OK)
+        st = tokenizer_load_tiktoken_buffer(model, ml, config, cl, model_path, tok_p);
+    free(model);
+    free(config);
+    return st;
+}
+
+pd_status_t tokenizer_load_dir(const char *dir, tokenizer_t **tok_p)
+{
+    char path[4096], cfg[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    if (access(path, F_OK) == 0)
+        return tokenizer_load(path, tok_p);
+    snprintf(path, sizeof path, "%s/tiktoken.model", dir);
+    if (access(path, F_OK) != 0) {
+        pd_log_error("tokenizer %s: neither tokenizer.json nor tiktoken.model", dir);
+        return PD_ERR_IO;
+    }
+    snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", dir);
+    return tokenizer_load_tiktoken(path, access(cfg, F_OK) == 0 ? cfg : NULL, tok_p);
 }
 
 void tokenizer_destroy(tokenizer_t *tok)

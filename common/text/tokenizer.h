@@ -1,4 +1,5 @@
-/* tokenizer: Hugging Face tokenizer.json byte-level BPE (Llama-3 / Qwen style), encode and decode.
+/* tokenizer: Hugging Face tokenizer.json byte-level BPE (Llama-3 / Qwen style) and tiktoken files
+ * (Kimi K2's tiktoken.model), encode and decode.
  *
  * Supported pipeline, as the tokenizers library runs it: added tokens (special or not, with
  * lstrip/rstrip/single_word/normalized) split out first, longest match; normalizer null, NFC, NFD,
@@ -35,6 +36,29 @@ pd_status_t tokenizer_load(const char *path, tokenizer_t **tok_p);
  * Returns the same codes as tokenizer_load except PD_ERR_IO. */
 pd_status_t tokenizer_load_buffer(const char *json, size_t len, const char *name,
                                   tokenizer_t **tok_p);
+
+/* Loads a tiktoken BPE as Kimi K2 publishes it: model (model_len bytes, the tiktoken.model file)
+ * has one "<base64 token bytes> <rank>" line per token (the rank is the id; every byte must be a
+ * token); config (may be NULL) is tokenizer_config.json, whose added_tokens_decoder names the
+ * special ids n_base .. n_base + 257 (the rest are "<|reserved_token_ID|>"; n_base = max rank + 1),
+ * as tokenization_kimi.py's TikTokenTokenizer builds them. Encoding is tiktoken's with
+ * allowed_special="all": special tokens are split out first, the rest is cut by the
+ * TikTokenTokenizer.pat_str of tokenization_kimi.py (Han runs, then words, 1-3 digit numbers,
+ * punctuation, whitespace) and each piece is merged lowest-rank-pair first (a piece that is a token
+ * is that token). No BOS is added (tokenizer_bos_id: -1). Decoding joins the tokens' bytes.
+ * Returns as tokenizer_load_buffer. */
+pd_status_t tokenizer_load_tiktoken_buffer(const char *model, size_t model_len,
+                                           const char *config, size_t config_len, const char *name,
+                                           tokenizer_t **tok_p);
+
+/* As tokenizer_load_tiktoken_buffer from files (config_path may be NULL); PD_ERR_IO when a file
+ * cannot be read. */
+pd_status_t tokenizer_load_tiktoken(const char *model_path, const char *config_path,
+                                    tokenizer_t **tok_p);
+
+/* The tokenizer of a model directory: tokenizer.json when present, else tiktoken.model (with
+ * tokenizer_config.json when present), as Kimi K2 ships it. PD_ERR_IO when it has neither. */
+pd_status_t tokenizer_load_dir(const char *dir, tokenizer_t **tok_p);
 
 /* Frees tok and everything it owns. NULL is accepted. */
 void tokenizer_destroy(tokenizer_t *tok);

@@ -130,10 +130,8 @@ int pdctl_model_opts_finish(pdctl_model_opts_t *o)
 
 static tokenizer_t *pdctl__tokenizer(const char *model_dir)
 {
-    char path[4096];
     tokenizer_t *tok;
-    snprintf(path, sizeof path, "%s/tokenizer.json", model_dir);
-    if (tokenizer_load(path, &tok) != PD_OK)
+    if (tokenizer_load_dir(model_dir, &tok) != PD_OK) /* tokenizer.json, or tiktoken.model */
         return NULL;
     return tok;
 }

@@ -242,8 +242,9 @@ int pdctl_quantize(int argc, char **argv)
         goto out;
     if (quant__write_config(model, out_dir, format, lm_head) != 0)
         goto out;
-    static const char *const extra[] = {"tokenizer.json", "tokenizer_config.json",
-                                        "generation_config.json", "special_tokens_map.json"};
+    static const char *const extra[] = {"tokenizer.json", "tiktoken.model",
+                                        "tokenizer_config.json", "generation_config.json",
+                                        "special_tokens_map.json"};
     for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
         if (quant__copy_file(model, out_dir, extra[i]) != 0)
             goto out;

@@ -17,8 +17,12 @@
  * attn: decode attention alone (tensor-core kernel against the SIMT kernels, B 1..64, ctx 1k..32k).
  * attnprof: one launch each of fp8 / bf16 at B 64 ctx 1k and B 1 ctx 32k (for ncu).
  * ctxscale: whole decode steps (graph, no logits) at batch 1 / 64 and context 1k / 8k / 32k.
+ * family: GLM-4.5-Air and DeepSeek-V3 shapes with PD_BENCH_FAMILY_LAYERS layers (default 2: one
+ * dense, one MoE; random weights, tests/support/model_random.h), decode B 1 / 64 at context 1024
+ * (INT4 + FP8 KV; FP8 + BF16 KV, DeepSeek-V3 in its published FP8 128x128 block format) and a
+ * prefill of PD_BENCH_FAMILY_PREFILL tokens (default 2048; 0: none), eager (MoE takes no graphs).
  * Usage: gpu_bench [ops] [decode] [prefill] [flash] [int4] [attn] [attnprof] [elementwise]
- * [wgemv] [ctxscale] [all] (default all; wgemv: matmul_wgemv over forced plans, not part of all; flash: only
+ * [wgemv] [family] [ctxscale] [all] (default all; wgemv, family, ctxscale: not part of all; flash: only
  * the 8192 causal flash attention and the FP8 8192 x 14336 x 4096 GEMM, for ncu; int4: the INT4
  * paths table of ops alone). Needs a CUDA device (exits 77 without).
  */
@@ -40,6 +44,7 @@
 #include "matmul.h"
 #include "model.h"
 #include "model_random.h"
+#include "hf_config.h"
 
 #define COPY_BW 4.2e12
 #define FP8_FLOPS 1.36e15
@@ -187,8 +192,9 @@ static void run_att(void *p)
     be->ops->attention(be, a->out, a->q, a->arena, a->l, 0, a->b, 32);
 }
 
-/* Fills every slot of every layer of arena (n_pages pages) with random K/V through kv_write. */
-static void arena_fill(void *arena, const kv_layout_t *l, int n_pages)
+/* Fills every slot of every layer of arena (n_pages pages) with random K/V through kv_write, or
+ * for a latent layout (n_sides 1, MLA) with random latents of rank r through latent_write. */
+static void arena_fill_latent(void *arena, const kv_layout_t *l, int n_pages, int r)
 {
     const int chunk = 4096, row = l->n_kv_heads * l->head_dim;
     float *k = dev_random_f32((size_t)chunk * row, 2.0f),
@@ -200,14 +206,23 @@ static void arena_fill(void *arena, const kv_layout_t *l, int n_pages)
         for (int i = 0; i < n; i++)
             h[i] = s0 + i;
         ok(be->ops->upload(be, d, h, (size_t)n * 4), "upload");
-        for (int layer = 0; layer < l->n_layers; layer++)
-            be->ops->kv_write(be, arena, l, layer, k, v, d, n);
+        for (int layer = 0; layer < l->n_layers; layer++) {
+            if (l->n_sides == 1)
+                be->ops->latent_write(be, arena, l, layer, k, v, d, n, r);
+            else
+                be->ops->kv_write(be, arena, l, layer, k, v, d, n);
+        }
         ok(be->ops->sync(be), "arena fill");
     }
     free(h);
     be->ops->free(be, d);
     be->ops->free(be, k);
     be->ops->free(be, v);
+}
+
+static void arena_fill(void *arena, const kv_layout_t *l, int n_pages)
+{
+    arena_fill_latent(arena, l, n_pages, 0);
 }
 
 /* Decode attention, one layer, 32 / 8 heads, hd 128, page 16: B rows at context ctx; tc: the
@@ -791,12 +806,14 @@ static float run_forward(model_t *m, pd_kvfmt_t kvfmt, int B, int ctx, int q_len
     rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)(B * 131 + ctx * 7 + q_len);
     const hf_config_t *c = &m->cfg;
     kv_layout_t l;
-    kv_layout_init(&l, c->num_hidden_layers, c->num_key_value_heads, c->head_dim, 16, kvfmt);
+    int kvh, kvd, sides; /* MLA: one latent "head" of kv_lora_rank + rope values, one side */
+    hf_config_kv_shape(c, &kvh, &kvd, &sides);
+    kv_layout_init_sides(&l, c->num_hidden_layers, kvh, kvd, sides, 16, kvfmt);
     int total = ctx + q_len, ppseq = (total + 15) / 16, n_pages = B * ppseq;
     void *arena;
     ok(be->ops->alloc(be, (size_t)n_pages * l.page_bytes, &arena), "arena");
     if (ctx > 0)
-        arena_fill(arena, &l, n_pages);
+        arena_fill_latent(arena, &l, n_pages, c->kv_lora_rank);
     kv_seq_t *seqs = calloc((size_t)B, sizeof *seqs);
     const kv_seq_t **sp = calloc((size_t)B, sizeof *sp);
     int32_t *tokens = malloc((size_t)B * q_len * 4), *qs = malloc(((size_t)B + 1) * 4),
@@ -991,12 +1008,91 @@ static void bench_ctxscale(void)
     }
 }
 
+/* ==== GLM-4.5-Air and DeepSeek-V3 shapes, fewer layers ==== */
+
+/* The published config.json of each (Hugging Face hub: zai-org/GLM-4.5-Air,
+ * deepseek-ai/DeepSeek-V3) with num_hidden_layers cut to %d; first_k_dense_replace 1 keeps one
+ * dense layer and makes the rest MoE (the published 1 and 3). */
+static const char *const fam_configs[2] = {
+    "{\"architectures\": [\"Glm4MoeForCausalLM\"], \"model_type\": \"glm4_moe\", "
+    "\"attention_bias\": true, \"first_k_dense_replace\": 1, \"head_dim\": 128, "
+    "\"hidden_size\": 4096, \"intermediate_size\": 10944, \"max_position_embeddings\": 131072, "
+    "\"moe_intermediate_size\": 1408, \"n_group\": 1, \"n_routed_experts\": 128, "
+    "\"n_shared_experts\": 1, \"norm_topk_prob\": true, \"num_attention_heads\": 96, "
+    "\"num_experts_per_tok\": 8, \"num_hidden_layers\": %d, \"num_key_value_heads\": 8, "
+    "\"partial_rotary_factor\": 0.5, \"rms_norm_eps\": 1e-05, \"rope_theta\": 1000000, "
+    "\"routed_scaling_factor\": 1.0, \"topk_group\": 1, \"use_qk_norm\": false, "
+    "\"vocab_size\": 151552, \"bos_token_id\": 0, \"eos_token_id\": 1}",
+    "{\"architectures\": [\"DeepseekV3ForCausalLM\"], \"model_type\": \"deepseek_v3\", "
+    "\"first_k_dense_replace\": 1, \"hidden_size\": 7168, \"intermediate_size\": 18432, "
+    "\"kv_lora_rank\": 512, \"max_position_embeddings\": 163840, "
+    "\"moe_intermediate_size\": 2048, \"n_group\": 8, \"n_routed_experts\": 256, "
+    "\"n_shared_experts\": 1, \"norm_topk_prob\": true, \"num_attention_heads\": 128, "
+    "\"num_experts_per_tok\": 8, \"num_hidden_layers\": %d, \"num_key_value_heads\": 128, "
+    "\"q_lora_rank\": 1536, \"qk_nope_head_dim\": 128, \"qk_rope_head_dim\": 64, "
+    "\"rms_norm_eps\": 1e-06, \"rope_theta\": 10000, \"rope_scaling\": {\"beta_fast\": 32, "
+    "\"beta_slow\": 1, \"factor\": 40, \"mscale\": 1.0, \"mscale_all_dim\": 1.0, "
+    "\"original_max_position_embeddings\": 4096, \"type\": \"yarn\"}, "
+    "\"routed_scaling_factor\": 2.5, \"scoring_func\": \"sigmoid\", \"topk_group\": 4, "
+    "\"topk_method\": \"noaux_tc\", \"v_head_dim\": 128, \"vocab_size\": 129280, "
+    "\"bos_token_id\": 0, \"eos_token_id\": 1}"};
+
+/* decode (context 1024, B 1 and 64, eager: MoE layers take no graphs) and prefill (one prompt of
+ * pre tokens) of GLM-4.5-Air and DeepSeek-V3 with `layers` layers, random weights */
+static void bench_family(int layers, int pre)
+{
+    static const char *names[2] = {"GLM-4.5-Air", "DeepSeek-V3"};
+    struct {
+        int model;
+        pd_wfmt_t w;
+        pd_kvfmt_t kv;
+        bool pre;
+    } confs[] = {{0, PD_WFMT_INT4, PD_KV_FP8, false},
+                 {1, PD_WFMT_FP8_BLOCK, PD_KV_BF16, true},
+                 {0, PD_WFMT_FP8, PD_KV_BF16, true},
+                 {1, PD_WFMT_INT4, PD_KV_FP8, false}};
+    printf("\n### GLM-4.5-Air / DeepSeek-V3 shapes, %d layers (1 dense + %d MoE), random weights "
+           "(model_forward, eager, wall clock, median)\n\n",
+           layers, layers - 1);
+    printf("| model | weights | kv | step | ms | tok/s | weights GB "
+           "|\n|---|---|---|---|---|---|---|\n");
+    for (size_t i = 0; i < sizeof confs / sizeof confs[0]; i++) {
+        char text[2048];
+        hf_config_t cfg;
+        model_t *m;
+        snprintf(text, sizeof text, fam_configs[confs[i].model], layers);
+        ok(hf_config_parse(text, strlen(text), names[confs[i].model], &cfg), "family config");
+        double t0 = pd_clock_s();
+        ok(model_create_random_family(&cfg, confs[i].w, PD_WFMT_BF16, be, 42, &m), "model");
+        fprintf(stderr, "%s %s: %.1f s to build, %.2f GB\n", names[confs[i].model],
+                pd_wfmt_name(confs[i].w), pd_clock_s() - t0, m->weight_bytes / 1e9);
+        static const int batches[] = {1, 64};
+        for (size_t bi = 0; bi < 2; bi++) {
+            const int B = batches[bi];
+            float ms = run_forward(m, confs[i].kv, B, 1024, 1, B, 5, MODEL_GRAPHS_OFF, NULL);
+            printf("| %s | %s | %s | decode B%d ctx 1024 (logits to host) | %.2f | %.0f | %.2f |\n",
+                   names[confs[i].model], pd_wfmt_name(confs[i].w), pd_kvfmt_name(confs[i].kv), B,
+                   ms, B * 1000.0 / ms, m->weight_bytes / 1e9);
+            fflush(stdout);
+        }
+        if (confs[i].pre && pre > 0) {
+            float ms = run_forward(m, confs[i].kv, 1, 0, pre, 1, 3, MODEL_GRAPHS_OFF, NULL);
+            printf("| %s | %s | %s | prefill %d tokens | %.1f | %.0f | %.2f |\n",
+                   names[confs[i].model], pd_wfmt_name(confs[i].w), pd_kvfmt_name(confs[i].kv), pre,
+                   ms, pre * 1000.0 / ms, m->weight_bytes / 1e9);
+            fflush(stdout);
+        }
+        model_destroy(m);
+    }
+}
+
 int main(int argc, char **argv)
 {
     bool ops = argc < 2, decode = argc < 2, prefill = argc < 2, flash = false, int4 = false,
          fused = false, sweep = false;
-    bool attn = false, attnprof = false, ctxscale = false;
+    bool attn = false, attnprof = false, ctxscale = false, family = false;
     for (int i = 1; i < argc; i++) {
+        family |= !strcmp(argv[i], "family"); /* GLM-4.5-Air / DeepSeek-V3 (not part of all) */
         bool all = !strcmp(argv[i], "all");
         flash |= !strcmp(argv[i], "flash");
         int4 |= !strcmp(argv[i], "int4"); /* the INT4 paths table alone (also part of ops) */
@@ -1057,6 +1153,10 @@ int main(int argc, char **argv)
         bench_model(decode, prefill);
     if (ctxscale)
         bench_ctxscale();
+    if (family) {
+        const char *fl = getenv("PD_BENCH_FAMILY_LAYERS"), *fp = getenv("PD_BENCH_FAMILY_PREFILL");
+        bench_family(fl ? atoi(fl) : 2, fp ? atoi(fp) : 2048);
+    }
     backend_destroy(be_split);
     backend_destroy(be);
     return graph_fail;

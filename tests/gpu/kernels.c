@@ -4,7 +4,8 @@
  * (hidden 512, 4 heads / 2 KV heads, head_dim 128) and Llama-3-8B's (hidden 4096, 32 / 8 heads,
  * FFN 14336), and for the GLM-4.5 / DeepSeek-V3 ops the fixtures' and Kimi K2's shapes.
  * Prints one line per case: op, shape, max error, tolerance, PASS/FAIL.
- * PD_GPU_TEST_ATTN=1 runs only the decode attention and fused RoPE + KV write cases.
+ * PD_GPU_TEST_ATTN=1 runs only the decode attention and fused RoPE + KV write cases;
+ * PD_GPU_TEST_FAMILY=1 only the GLM-4.5 / DeepSeek-V3 cases (family ops, FP8 block-scaled matmul).
  * Exits 77 (meson: SKIP) when there is no CUDA device, 1 when a case fails.
  * Errors are max |gpu - cpu| / max |cpu| over the output, or a count of differing bytes / ids
  * where the two must agree exactly; flash attention (bf16 tensor cores) is checked per element
@@ -598,10 +599,16 @@ static void case_matmul_on(pd_wfmt_t fmt, int n, int64_t N, int64_t K, const cha
     /* GEMMs: BF16 with one bf16 GEMM rounds x to bf16 (2^-9 relative per element: ~1.5e-3 of
      * max |out| at the largest elements, tol 5e-3); INT4 adds the bf16 rounding of the
      * dequantized weight; the split keeps x near f32 (BF16 1e-5, INT4 only the weight rounding) */
-    static const double tol[] = {
-        [PD_WFMT_BF16] = 5e-3, [PD_WFMT_FP8] = 2e-3, [PD_WFMT_INT4] = 6e-3, [PD_WFMT_F32] = 1e-5};
-    static const double tol_split[] = {
-        [PD_WFMT_BF16] = 1e-5, [PD_WFMT_FP8] = 2e-3, [PD_WFMT_INT4] = 4e-3, [PD_WFMT_F32] = 1e-5};
+    static const double tol[] = {[PD_WFMT_BF16] = 5e-3,
+                                 [PD_WFMT_FP8] = 2e-3,
+                                 [PD_WFMT_INT4] = 6e-3,
+                                 [PD_WFMT_F32] = 1e-5,
+                                 [PD_WFMT_FP8_BLOCK] = 6e-3};
+    static const double tol_split[] = {[PD_WFMT_BF16] = 1e-5,
+                                       [PD_WFMT_FP8] = 2e-3,
+                                       [PD_WFMT_INT4] = 4e-3,
+                                       [PD_WFMT_F32] = 1e-5,
+                                       [PD_WFMT_FP8_BLOCK] = 4e-3};
     pd_backend_t *g = split ? gpu_split : gpu;
     char shape[96];
     pd_weight_t wc, wg;
@@ -615,9 +622,12 @@ static void case_matmul_on(pd_wfmt_t fmt, int n, int64_t N, int64_t K, const cha
     snprintf(shape, sizeof shape, "%s %s n %d N %lld K %lld%s", pd_wfmt_name(fmt), what, n,
              (long long)N, (long long)K, split ? " split" : "");
     /* GEMV paths (small n) compute in f32: tight; GEMMs as listed. INT4 weights with N % 32 == 0
-     * (tiled at upload) run on the f16 tensor-core kernel at every n <= 256. */
-    const bool gemv = n <= 8 && fmt != PD_WFMT_FP8 && !(fmt == PD_WFMT_INT4 && N % 32 == 0);
-    double t = gemv ? 1e-5 : split ? tol_split[fmt] : tol[fmt];
+     * (tiled at upload) run on the f16 tensor-core kernel at every n <= 256. FP8 block-scaled
+     * weights: the f32 GEMV needs K % 16 == 0 (else dequantized to bf16 for the GEMM, as INT4);
+     * it scales each 16-column partial sum once where the CPU scales every weight (2e-5). */
+    const bool gemv = n <= 8 && fmt != PD_WFMT_FP8 && !(fmt == PD_WFMT_INT4 && N % 32 == 0) &&
+                      !(fmt == PD_WFMT_FP8_BLOCK && K % 16 != 0);
+    double t = gemv ? (fmt == PD_WFMT_FP8_BLOCK ? 2e-5 : 1e-5) : split ? tol_split[fmt] : tol[fmt];
     report("matmul", shape, err_f32(&out, (size_t)n * N), t);
     backend_weight_free(cpu, &wc);
     backend_weight_free(gpu, &wg);
@@ -1490,6 +1500,16 @@ static pair_t latent_arena_new(const kv_layout_t *l, int n_pages, int r)
     return a;
 }
 
+static size_t gcd_size(size_t a, size_t b)
+{
+    while (b) {
+        size_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
 static void case_latent_write(pd_kvfmt_t fmt, int r, int rope, int n)
 {
     char shape[96];
@@ -1501,8 +1521,15 @@ static void case_latent_write(pd_kvfmt_t fmt, int r, int rope, int n)
     int32_t *slots = xmalloc((size_t)n * 4);
     fill_f32(c, (size_t)n * r, 4.0f);
     fill_f32(kpe, (size_t)n * rope, 4.0f);
+    /* distinct slots (the contract: one token per slot), scattered over pages and positions: a
+     * stride coprime to the slot count. (A stride of 7 over 7 pages of 16 once wrote every slot
+     * 4 times at n 64; the GPU's blocks race on a slot where the CPU's last write wins.) */
+    const size_t total = (size_t)n_pages * 16;
+    size_t step = 7;
+    while (gcd_size(step, total) != 1)
+        step += 2;
     for (int i = 0; i < n; i++)
-        slots[i] = (int32_t)(((size_t)i * 7 + 5) % ((size_t)n_pages * 16));
+        slots[i] = (int32_t)(((size_t)i * step + 5) % total);
     for (int i = 3; i < n; i += 7)
         slots[i] = -1;
     pair_t pc = pair_new((size_t)n * r * 4, c), pk = pair_new((size_t)n * rope * 4, kpe);
@@ -1578,8 +1605,45 @@ static void case_latent_attention(pd_kvfmt_t fmt, int heads, int r, int rope, in
     free(qp);
 }
 
+/* FP8 weights with 128x128 block scales (DeepSeek-V3 / Kimi K2 checkpoints as published):
+ * N and K not multiples of 128 (partial scale blocks), the GEMV (n <= 8, K % 16 == 0) and the
+ * dequantize-to-bf16 GEMM (one bf16 GEMM and the hi + lo split) */
+static void cases_fp8_block(void)
+{
+    const pd_wfmt_t f = PD_WFMT_FP8_BLOCK;
+    case_matmul(f, 1, 160, 512, "dsv3 fixture kv_a gemv");
+    case_matmul(f, 3, 200, 400, "odd N K gemv");
+    case_matmul(f, 8, 768, 192, "fixture q_b gemv");
+    case_matmul(f, 2, 300, 100, "K % 16 != 0 gemm");
+    case_matmul(f, 37, 2048, 512, "fixture gemm");
+    case_matmul_on(f, 37, 1000, 1040, "odd gemm", true);
+    if (small_only)
+        return;
+    case_matmul(f, 1, 24576, 1536, "V3 q_b gemv");
+    case_matmul(f, 8, 7168, 18432, "V3 down gemv");
+    case_matmul(f, 64, 4096, 7168, "V3 expert gate_up gemm");
+    case_matmul_on(f, 512, 7168, 2048, "V3 expert down", true);
+}
+
 static void cases_family(void)
 {
+    cases_fp8_block();
+    /* GLM-4.5 / 4.5-Air attention: 96 / 8 heads, a GQA group of 12, above the decode kernels'
+     * 8: the backend runs it in parts of 6 (gather, attend, scatter); prefill-shaped batches go
+     * to flash attention, which takes any group */
+    {
+        const int gq[] = {1, 1, 1}, gc[] = {1, 17, 40}, pq1[] = {32}, pc1[] = {32};
+        const pd_kvfmt_t gf[] = {PD_KV_BF16, PD_KV_FP8, PD_KV_F32};
+        for (int f = 0; f < 3; f++)
+            case_attention(gf[f], 12, 1, 128, 3, gq, gc, true, "group 12 parts");
+        case_attention(PD_KV_BF16, 24, 2, 128, 3, gq, gc, false, "group 12 parts, no hints");
+        case_attention(PD_KV_BF16, 12, 1, 128, 1, pq1, pc1, true, "group 12 prefill");
+        if (!small_only) {
+            const int q2[] = {1, 1}, c2[] = {300, 1024};
+            case_attention(PD_KV_FP8, 96, 8, 128, 2, q2, c2, true, "GLM-4.5-Air decode");
+            case_attention(PD_KV_BF16, 96, 8, 128, 2, q2, c2, true, "GLM-4.5-Air decode");
+        }
+    }
     case_bias_add(37, 512);
     case_rope_partial(37, 4, 128, 0, 64, false, 1.0f);  /* GLM: half of each head */
     case_rope_partial(37, 4, 96, 64, 32, true, 1.0f);   /* tiny-dsv3 q: rope after nope */
@@ -1640,6 +1704,15 @@ int main(void)
     printf("seed %llu (PD_TEST_SEED to repeat)%s\n", (unsigned long long)rng_state,
            small_only ? ", fixture shapes only" : "");
     printf("%-12s %-44s %11s %9s  %s\n", "op", "shape", "max err", "tol", "result");
+    if (getenv("PD_GPU_TEST_FAMILY") && atoi(getenv("PD_GPU_TEST_FAMILY"))) {
+        /* the GLM-4.5 / DeepSeek-V3 cases alone (family ops, FP8 block-scaled matmul) */
+        cases_family();
+        printf("%d cases, %d failed\n", n_cases, n_fail);
+        backend_destroy(gpu_split);
+        backend_destroy(gpu);
+        backend_destroy(cpu);
+        return n_fail ? 1 : 0;
+    }
     if (getenv("PD_GPU_TEST_ATTN") && atoi(getenv("PD_GPU_TEST_ATTN"))) {
         /* the decode attention and fused RoPE + KV write cases alone (quick device rounds) */
         const pd_kvfmt_t fs[] = {PD_KV_BF16, PD_KV_FP8, PD_KV_F32};

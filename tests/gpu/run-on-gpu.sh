@@ -10,7 +10,9 @@
 # after N others), kattn / ksmall (the harness on attention cases / fixture shapes only),
 # attnbase (PyTorch decode attention), ncu-kernel (NCU_KERNEL=REGEX over `gpu_bench $NCU_BENCH`,
 # NCU_COUNT launches after NCU_SKIP).
-# BENCH="ops decode" limits the benchmark (default all). DEADLINE=S: no step starts after S
+# BENCH="ops decode" limits the benchmark (default all). FIXTURES="tiny-glm tiny-dsv3" limits
+# greedy / ppl (--only) and cluster (--fixtures; default tiny-llama tiny-moe) to those fixtures,
+# which must be unpacked under deploy/models. DEADLINE=S: no step starts after S
 # seconds and each step's timeout is cut to what is left (default: none). Every step runs under
 # its timeout; the script exits 1 when any step failed or was skipped for the deadline.
 # Build the bundle with tests/gpu/build-bundle.sh (it rebuilds every CUDA object: meson 1.0 gives
@@ -51,10 +53,12 @@ for s in $steps; do
     memcheck) PD_GPU_TEST_SMALL=1 step memcheck 240 compute-sanitizer --tool memcheck \
         --error-exitcode 3 "$G/bin/test_gpu_kernels" ;;
     greedy) step greedy 240 python3 "$G/check_reference.py" greedy --pdctl "$G/bin/pdctl" \
-        --models deploy/models --kv f32 bf16 ;;
+        --models deploy/models --kv f32 bf16 ${FIXTURES:+--only $FIXTURES} --jobs 4 ;;
     ppl) step ppl 300 python3 "$G/check_reference.py" ppl --pdctl "$G/bin/pdctl" \
-        --models deploy/models --text tests/data/tinyshakespeare-val.txt ;;
-    cluster) step cluster 400 python3 "$G/check_cluster.py" "$G/bin" --models deploy/models ;;
+        --models deploy/models --text tests/data/tinyshakespeare-val.txt \
+        ${FIXTURES:+--only $FIXTURES} --jobs 4 ;;
+    cluster) step cluster 400 python3 "$G/check_cluster.py" "$G/bin" --models deploy/models \
+        ${FIXTURES:+--fixtures $FIXTURES} ;;
     bench) step bench 400 "$G/bin/gpu_bench" ${BENCH:-all} ;;
     baseline) step baseline 300 python3 "$G/torch_decode_baseline.py" ;;
     baseline-prefill) step baseline-prefill 200 python3 "$G/torch_prefill_baseline.py" ;;

@@ -12,4 +12,15 @@
 pd_status_t model_create_random(const hf_config_t *cfg, pd_wfmt_t wfmt, pd_wfmt_t lm_head_fmt,
                                 pd_backend_t *be, uint64_t seed, model_t **m_p);
 
+/* Builds a GLM-4.5 (Glm4MoeForCausalLM) or DeepSeek-V3 / Kimi K2 (DeepseekV3ForCausalLM) model
+ * of cfg's shape (model_family.c's layers: dense layers before first_k_dense_replace, MoE with
+ * shared experts and the noaux_tc router, GQA with biases or MLA with the absorbed W_UK / W_UV)
+ * with random weights; one value set per weight shape, shared by every layer and expert; int4
+ * weights whose K is not a multiple of 128 are fp8 (as model_load does for this family); a tensor
+ * of more than 4M values repeats its first 4M (building a real-size shape takes seconds).
+ * PD_ERR_UNSUPPORTED for other architectures. */
+pd_status_t model_create_random_family(const hf_config_t *cfg, pd_wfmt_t wfmt,
+                                       pd_wfmt_t lm_head_fmt, pd_backend_t *be, uint64_t seed,
+                                       model_t **m_p);
+
 #endif

@@ -154,12 +154,17 @@ static void test_dsv3_f32(void **s)
 static void test_glm_bf16(void **s)
 {
     (void)s;
-    check_model("tiny-glm", PD_KV_BF16, 4e-2); /* measured 0.031 */
+    /* measured 0.031; transformers itself with its cache rounded to bf16: 0.031 (docs/accuracy.md:
+     * the biased K is larger than tiny-llama's, one bf16 rounding moves the scores more) */
+    check_model("tiny-glm", PD_KV_BF16, 4e-2);
 }
 static void test_dsv3_bf16(void **s)
 {
     (void)s;
-    check_model_n("tiny-dsv3", PD_KV_BF16, 3e-2, 2); /* measured 0.015, 6/8 identical */
+    /* measured 0.015, 6/8 identical; transformers with a bf16 cache parts the same two cases at
+     * the same tokens (6 and 34), where the f32 top two logprobs are 0.0004 / 0.0024 apart
+     * (docs/accuracy.md) */
+    check_model_n("tiny-dsv3", PD_KV_BF16, 3e-2, 2);
 }
 
 static const int32_t batch_prompts[3][6] = {

@@ -5,7 +5,8 @@
  *   - a size-1 communicator gives logits bit-identical to no communicator, and the greedy ids of
  *     transformers (reference.json);
  *   - TP 2 with BF16 weights and f32 KV gives the reference greedy ids exactly and logits within
- *     1e-4 of TP 1 (tiny-llama, tiny-moe); TP 4 is refused (2 KV heads);
+ *     1e-4 of TP 1 (tiny-llama, tiny-moe, tiny-glm, tiny-dsv3: MLA with the latent replicated);
+ *     TP 4 is refused (2 KV heads), tiny-dsv3 at TP 8 (4 heads);
  *   - INT4 / FP8 at TP 2 stay as close to transformers as the same format at TP 1 (printed);
  *   - tiny-moe INT4 at TP 2 is refused: expert down_proj shards of 64 columns would cut groups.
  */
@@ -132,8 +133,9 @@ static void *rank_main(void *arg)
     rr->load_status = rr->status = model_load(&mp, &m);
     if (rr->status != PD_OK)
         goto out;
-    kv_layout_init(&full, m->cfg.num_hidden_layers, m->cfg.num_key_value_heads, m->cfg.head_dim,
-                   PAGE_TOKENS, PD_KV_F32);
+    int kvh, kvd, sides; /* MLA: one latent "head", one side, replicated on every rank */
+    hf_config_kv_shape(&m->cfg, &kvh, &kvd, &sides);
+    kv_layout_init_sides(&full, m->cfg.num_hidden_layers, kvh, kvd, sides, PAGE_TOKENS, PD_KV_F32);
     if ((rr->status = tp_kv_layout(&full, tp_comm_size(rr->comm), &l)) != PD_OK)
         goto out;
     arena = calloc((size_t)n_pages, l.page_bytes);
@@ -282,6 +284,20 @@ static void test_moe_bf16(void **s)
     check_tp_bf16("tiny-moe");
 }
 
+/* GLM-4.5 (issue 15): q/k/v biases split with their heads, shared expert split like the others */
+static void test_glm_bf16(void **s)
+{
+    (void)s;
+    check_tp_bf16("tiny-glm");
+}
+
+/* DeepSeek-V3 / Kimi K2 MLA: heads split (q_b_proj, W_UK / W_UV, o_proj), the latent replicated */
+static void test_dsv3_bf16(void **s)
+{
+    (void)s;
+    check_tp_bf16("tiny-dsv3");
+}
+
 /* prompt logits' max |diff| from transformers, and greedy tokens agreeing with its ids before
  * the first difference */
 static void vs_reference(const rank_run_t *r, const refs_t *refs, double *diff_p, int *tokens_p)
@@ -384,6 +400,27 @@ static void test_refused(void **s)
     expect_load_refused("tiny-moe", PD_WFMT_BF16, 4);
     /* tiny-moe experts: moe_intermediate_size 128 / 2 = 64 columns of down_proj per rank */
     expect_load_refused("tiny-moe", PD_WFMT_INT4, 2);
+    /* tiny-dsv3: 4 heads do not split 8 ways */
+    expect_load_refused("tiny-dsv3", PD_WFMT_BF16, 8);
+    /* an MLA latent layout is replicated, not split */
+    kv_layout_t lat, lat2;
+    kv_layout_init_sides(&lat, 4, 1, 160, 1, 16, PD_KV_FP8);
+    assert_int_equal(tp_kv_layout(&lat, 2, &lat2), PD_OK);
+    assert_int_equal(lat2.n_kv_heads, 1);
+    assert_int_equal(lat2.page_bytes, lat.page_bytes);
+    /* re-slicing latent pages between TP sizes copies them whole (header excepted) */
+    uint8_t *src = malloc(2 * lat.page_bytes), *dst = calloc(2, lat.page_bytes);
+    assert_non_null(src);
+    assert_non_null(dst);
+    for (size_t i = 0; i < 2 * lat.page_bytes; i++)
+        src[i] = (uint8_t)(i * 131 + 7);
+    assert_int_equal(tp_kv_reslice(dst, &lat2, 1, 2, src, &lat, 0, 1, 2), PD_OK);
+    for (int p = 0; p < 2; p++)
+        assert_memory_equal(dst + p * lat.page_bytes + KV_PAGE_HEADER_BYTES,
+                            src + p * lat.page_bytes + KV_PAGE_HEADER_BYTES,
+                            lat.page_bytes - KV_PAGE_HEADER_BYTES);
+    free(src);
+    free(dst);
     kv_layout_t full, l;
     kv_layout_init(&full, 4, 2, 128, 16, PD_KV_BF16);
     assert_int_equal(tp_kv_layout(&full, 4, &l), PD_ERR_INVALID);
@@ -715,7 +752,8 @@ int main(void)
         cmocka_unit_test(test_fake_comm),         cmocka_unit_test(test_shard_round_trip),
         cmocka_unit_test(test_shard_int4_groups), cmocka_unit_test(test_kv_reslice),
         cmocka_unit_test(test_refused),           cmocka_unit_test(test_llama_bf16),
-        cmocka_unit_test(test_moe_bf16),          cmocka_unit_test(test_llama_int4),
+        cmocka_unit_test(test_moe_bf16),          cmocka_unit_test(test_glm_bf16),
+        cmocka_unit_test(test_dsv3_bf16),         cmocka_unit_test(test_llama_int4),
         cmocka_unit_test(test_llama_fp8),         cmocka_unit_test(test_moe_fp8),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

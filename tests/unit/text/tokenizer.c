@@ -1,6 +1,8 @@
 /* Tests common/tokenizer.h: golden ids and text from transformers for both fixtures, and the
  * pipeline pieces (merges spellings, ignore_merges, added tokens, NFC, invalid UTF-8, streaming
- * decode, empty text, out-of-range ids) on small inline tokenizer.json files. */
+ * decode, empty text, out-of-range ids) on small inline tokenizer.json files; tiktoken files as
+ * Kimi K2 ships them (tests/data/kimi-tiny, ids checked against tiktoken by
+ * tests/gpu/check_tiktoken.py) and malformed ones. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -446,6 +448,107 @@ static void test_empty_and_range(void **state)
     assert_null(tok);
 }
 
+/* ==== tiktoken files (Kimi K2) ==== */
+
+/* tests/data/kimi-tiny: a tiktoken.model + tokenizer_config.json in Kimi K2's published format
+ * (make_kimi_tiny.py); golden.json holds texts and their ids, which tests/gpu/check_tiktoken.py
+ * checks against tiktoken itself with Kimi's pat_str and special tokens. */
+static void test_tiktoken_golden(void **state)
+{
+    (void)state;
+    const char *data = getenv("PD_DATA_DIR");
+    char dir[4096], path[4200];
+    tokenizer_t *tok = NULL;
+    json_error_t jerr;
+    size_t i;
+    json_t *g;
+
+    assert_non_null(data);
+    snprintf(dir, sizeof dir, "%s/kimi-tiny", data);
+    assert_int_equal(tokenizer_load_dir(dir, &tok), PD_OK);
+    /* 2052 ranks, then the 258 special ids of tokenization_kimi.py */
+    assert_int_equal(tokenizer_vocab_size(tok), 2052 + 258);
+    assert_int_equal(tokenizer_bos_id(tok), -1);
+    assert_int_equal(tokenizer_token_to_id(tok, "[BOS]"), 2052);
+    assert_int_equal(tokenizer_token_to_id(tok, "<|im_end|>"), 2054);
+    assert_string_equal(tokenizer_id_to_token(tok, 2100), "<|reserved_token_2100|>");
+    assert_string_equal(tokenizer_id_to_token(tok, 2309), "<|reserved_token_2309|>");
+    assert_null(tokenizer_id_to_token(tok, 2310));
+    assert_true(tokenizer_is_special(tok, 2054));
+    assert_false(tokenizer_is_special(tok, 65));
+    assert_string_equal(tokenizer_id_to_token(tok, 65), "A"); /* rank = id, byte-level spelling */
+
+    snprintf(path, sizeof path, "%s/golden.json", dir);
+    json_t *cases = json_load_file(path, 0, &jerr);
+    assert_true(json_array_size(cases) >= 20);
+    json_array_foreach(cases, i, g)
+    {
+        const char *text = json_string_value(json_object_get(g, "text"));
+        int32_t *want;
+        size_t n = ids_from_json(json_object_get(g, "ids"), &want);
+        expect_ids(tok, text, false, want, n);
+        expect_ids(tok, text, true, want, n); /* no BOS: TikTokenTokenizer adds none */
+        char *dec = decode_str(tok, want, n, false);
+        assert_string_equal(dec, text);
+        free(dec);
+        free(want);
+    }
+    /* what the rules give on this vocabulary: a Han run is its own piece and whole-piece tokens
+     * win ("xyz" has no two-token split), merges go lowest rank first */
+    expect_ids(tok, "xyz", false, (const int32_t[]){2049}, 1);
+    expect_ids(tok, "中文abc", false, (const int32_t[]){2046, 902, 99}, 3);
+    expect_ids(tok, "<|im_end|>xyz", false, (const int32_t[]){2054, 2049}, 2);
+    char *dec = decode_str(tok, (const int32_t[]){2054, 2049}, 2, true);
+    assert_string_equal(dec, "xyz");
+    free(dec);
+    json_decref(cases);
+    tokenizer_destroy(tok);
+}
+
+static void test_tiktoken_malformed(void **state)
+{
+    (void)state;
+    /* the 256 bytes, then one merged token "ab" (rank 256) */
+    char model[8192];
+    size_t n = 0;
+    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    for (int b = 0; b < 256; b++)
+        n += (size_t)snprintf(model + n, sizeof model - n, "%c%c== %d\n", b64[b >> 2],
+                              b64[(b & 3) << 4], b);
+    tokenizer_t *tok = NULL;
+    const char *ab = "YWI= 256\n";
+    char good[8300];
+    snprintf(good, sizeof good, "%s%s", model, ab);
+    assert_int_equal(tokenizer_load_tiktoken_buffer(good, strlen(good), NULL, 0, "t", &tok), PD_OK);
+    expect_ids(tok, "abab", false, (const int32_t[]){256, 256}, 2);
+    assert_string_equal(tokenizer_id_to_token(tok, 257), "<|reserved_token_257|>");
+    tokenizer_destroy(tok);
+    tok = NULL;
+    static const char *const bad[] = {
+        "YWI= 256\n", /* bytes missing */
+        "YWI 256\n",  /* appended below the bytes: not base64 (length) */
+        "Y@I= 256\n", /* not base64 */
+        "YWI=\n",     /* no rank */
+        "YWI= 255\n", /* rank given twice */
+        "YQ== 256\n", /* token given twice ("a") */
+        "YWI= -3\n",  /* negative rank */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char buf[8300];
+        if (i == 0)
+            snprintf(buf, sizeof buf, "%s", bad[i]);
+        else
+            snprintf(buf, sizeof buf, "%s%s", model, bad[i]);
+        assert_int_equal(tokenizer_load_tiktoken_buffer(buf, strlen(buf), NULL, 0, "t", &tok),
+                         PD_ERR_FORMAT);
+        assert_null(tok);
+    }
+    assert_int_equal(tokenizer_load_tiktoken_buffer(good, strlen(good), "{", 1, "t", &tok),
+                     PD_ERR_FORMAT);
+    assert_int_equal(tokenizer_load_dir("/nonexistent", &tok), PD_ERR_IO);
+    assert_null(tok);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -460,6 +563,8 @@ int main(void)
         cmocka_unit_test(test_invalid_utf8),
         cmocka_unit_test(test_stream_multibyte),
         cmocka_unit_test(test_empty_and_range),
+        cmocka_unit_test(test_tiktoken_golden),
+        cmocka_unit_test(test_tiktoken_malformed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
