@@ -127,8 +127,11 @@ static pd_status_t engine__tp_create(engine_t *e)
     e->be = r0->be;
     e->tag_io = r0->tag_io;
     if ((st = engine_tp_run(e->tp, engine__tp_load, (void *)p, 1)) != PD_OK)
-        return st; /* logged by model_load (tp_shard_check names what does not split) */
+        return st; /* logged by model_load */
     e->m = r0->m;
+    pd_log_info("tp %d: %d ranks, one %s backend%s each, %s communicator", p->tp, p->tp,
+                p->backend, strcmp(p->backend, "cpu") == 0 ? " and thread" : " (gpu) and thread",
+                strcmp(p->backend, "cpu") == 0 ? "in-process" : "nccl");
     return PD_OK;
 }
 
