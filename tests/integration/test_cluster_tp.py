@@ -73,6 +73,11 @@ def run(model, ptp, dtp, pipe, decode_weights=None):
         with urllib.request.urlopen("http://%s/health" % c.router_http, timeout=10) as resp:
             health = {n["name"]: n.get("tp") for n in json.load(resp)["nodes"]}
         check("%s-router-health-tp" % name, health == {"prefill0": ptp, "decode0": dtp}, health)
+        for node, tp in (("prefill0", ptp), ("decode0", dtp)):  # each node's ops endpoint
+            url = "http://%s:%s/health" % (byname[node]["host"], byname[node]["http_port"])
+            with urllib.request.urlopen(url, timeout=10) as resp:
+                got = json.load(resp).get("tp")
+            check("%s-%s-health-tp" % (name, node), got == tp, got)
         for node, tp in (("prefill0", ptp), ("decode0", dtp)):  # the engine runs the ranks
             ranks = "tp %d: %d ranks" % (tp, tp)
             check("%s-%s-ranks" % (name, node), (ranks in c.log(node)) == (tp > 1),
