@@ -616,8 +616,7 @@ static void prefill__rpc_prefill(pd_grpc_call_t *call, const ProtobufCMessage *m
     if (pd_kvfmt_parse(d->layout->kv_format, &dfmt) != 0 ||
         (int)d->layout->n_layers != src->n_layers ||
         (int)d->layout->n_kv_heads != src->n_kv_heads * engine_tp(e) || dtp > 64 ||
-        d->layout->n_kv_heads % dtp != 0 ||
-        (int)d->layout->head_dim != src->head_dim ||
+        d->layout->n_kv_heads % dtp != 0 || (int)d->layout->head_dim != src->head_dim ||
         (int)d->layout->page_tokens != src->page_tokens) {
         snprintf(why, sizeof why,
                  "prefill: destination kv layout does not match this model "

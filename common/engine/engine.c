@@ -93,8 +93,8 @@ void engine_params_default(engine_params_t *p)
 static pd_status_t engine__tp_load(engine_rank_t *r, void *arg)
 {
     const engine_params_t *p = arg;
-    model_load_params_t mp = {p->model_dir, p->wfmt, p->lm_head_fmt, r->be,
-                              p->progress && r->rank == 0, r->comm};
+    model_load_params_t mp = {
+        p->model_dir, p->wfmt, p->lm_head_fmt, r->be, p->progress && r->rank == 0, r->comm};
     return model_load(&mp, &r->m);
 }
 
@@ -129,8 +129,8 @@ static pd_status_t engine__tp_create(engine_t *e)
     if ((st = engine_tp_run(e->tp, engine__tp_load, (void *)p, 1)) != PD_OK)
         return st; /* logged by model_load */
     e->m = r0->m;
-    pd_log_info("tp %d: %d ranks, one %s backend%s each, %s communicator", p->tp, p->tp,
-                p->backend, strcmp(p->backend, "cpu") == 0 ? " and thread" : " (gpu) and thread",
+    pd_log_info("tp %d: %d ranks, one %s backend%s each, %s communicator", p->tp, p->tp, p->backend,
+                strcmp(p->backend, "cpu") == 0 ? " and thread" : " (gpu) and thread",
                 strcmp(p->backend, "cpu") == 0 ? "in-process" : "nccl");
     return PD_OK;
 }
@@ -228,8 +228,8 @@ static int engine__check(engine_t *e, const kv_seq_t *const *seqs, const int32_t
                          const uint64_t *ids, int n, pd_status_t *status_out)
 {
     if (!e->tp)
-        return kv_tracker_check(e->tracker, &e->tag_io, e->arena, &e->layout, seqs, n_tokens,
-                                ids, n, status_out);
+        return kv_tracker_check(e->tracker, &e->tag_io, e->arena, &e->layout, seqs, n_tokens, ids,
+                                n, status_out);
     pd_status_t *one = malloc((n > 0 ? (size_t)n : 1) * sizeof *one);
     if (!one)
         return PD_ERR_NOMEM;
@@ -1264,8 +1264,9 @@ static pd_status_t engine__copy_pages(engine_rank_t *r, void *arg)
     const engine__copy_t *a = arg;
     const size_t pb = a->l->page_bytes;
     for (int i = 0; i < a->dst->n_pages; i++) {
-        pd_status_t st = r->be->ops->copy(r->be, (uint8_t *)r->arena + (size_t)a->dst->pages[i].page * pb,
-                                          (const uint8_t *)r->arena + (size_t)a->src->pages[i].page * pb, pb);
+        pd_status_t st =
+            r->be->ops->copy(r->be, (uint8_t *)r->arena + (size_t)a->dst->pages[i].page * pb,
+                             (const uint8_t *)r->arena + (size_t)a->src->pages[i].page * pb, pb);
         if (st != PD_OK)
             return st;
     }
@@ -1306,7 +1307,7 @@ typedef struct {
     const kv_layout_t *own_l; /* this engine's rank layout (its pool's format) */
     const int32_t *pages;     /* (n) source pages */
     int n;
-    uint8_t **host;           /* (tp) each rank's pages as exported, (n, src_l page bytes) */
+    uint8_t **host; /* (tp) each rank's pages as exported, (n, src_l page bytes) */
 } engine__export_t;
 
 static pd_status_t engine__tp_export(engine_rank_t *r, void *arg)
@@ -1467,8 +1468,8 @@ static pd_status_t engine__tp_import(engine_rank_t *r, void *arg)
 pd_status_t engine_import_pages(engine_t *e, const uint8_t *wire, int packed, const int32_t *pages,
                                 int n)
 {
-    engine__import_t a = {&e->layout, wire, e->layout.page_bytes * (size_t)engine_tp(e), packed,
-                          pages, n};
+    engine__import_t a = {&e->layout, wire,  e->layout.page_bytes * (size_t)engine_tp(e),
+                          packed,     pages, n};
     if (e->tp)
         return engine_tp_run(e->tp, engine__tp_import, &a, 1);
     engine_rank_t r0 = {.rank = 0, .be = e->be, .arena = e->arena};

@@ -157,9 +157,9 @@ pd_status_t engine_prefill(engine_t *e, const int32_t *tokens, int n, const engi
  * (n * dst_l->page_bytes), each header stamped with the tag of dst_refs[i] (the destination pages'
  * tags). dst_l may be a wire layout (n_slices > 1: a tensor-parallel destination) and this engine
  * may run tp ranks: each rank exports its KV heads and they are re-sliced into the destination's
- * slices, every slice's header stamped. Returns PD_ERR_KV_INTEGRITY when a source page fails its own tag check, PD_ERR_NOMEM,
- * or the backend's error (PD_ERR_CUDA); on any error nothing is stamped and host_out must not be
- * sent (its contents are undefined). */
+ * slices, every slice's header stamped. Returns PD_ERR_KV_INTEGRITY when a source page fails its
+ * own tag check, PD_ERR_NOMEM, or the backend's error (PD_ERR_CUDA); on any error nothing is
+ * stamped and host_out must not be sent (its contents are undefined). */
 pd_status_t engine_export_pages(engine_t *e, const kv_seq_t *kv, int first, int n,
                                 const kv_layout_t *dst_l, const kv_page_ref_t *dst_refs,
                                 uint8_t *host_out);

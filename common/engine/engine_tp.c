@@ -15,10 +15,10 @@ struct engine_tp {
     int started;          /* rank threads running */
     pthread_mutex_t mu;
     pthread_cond_t go, done;
-    uint64_t gen;   /* bumped per job */
-    int parallel;   /* this job: all ranks at once, or turn by turn */
-    int turn;       /* sequential job: the rank whose turn it is */
-    int remaining;  /* ranks > 0 not done with this job */
+    uint64_t gen;  /* bumped per job */
+    int parallel;  /* this job: all ranks at once, or turn by turn */
+    int turn;      /* sequential job: the rank whose turn it is */
+    int remaining; /* ranks > 0 not done with this job */
     int quit;
     engine_tp_fn fn;
     void *arg;
@@ -137,8 +137,8 @@ pd_status_t engine_tp_create(int size, const char *backend, int device, int thre
         t->ranks[r].rank = r;
     for (int r = 1; r < size; r++) {
         engine_tp__start_t *s = malloc(sizeof *s);
-        if (!s || (*s = (engine_tp__start_t){t, r}, pthread_create(&t->th[r], NULL,
-                                                                  engine_tp__main, s)) != 0) {
+        if (!s || (*s = (engine_tp__start_t){t, r},
+                   pthread_create(&t->th[r], NULL, engine_tp__main, s)) != 0) {
             free(s);
             pd_log_error("tp: cannot start the thread of rank %d", r);
             st = PD_ERR_NOMEM;

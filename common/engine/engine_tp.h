@@ -27,11 +27,11 @@ typedef struct {
     kv_tag_io_t tag_io;
     model_t *m;
     model_ctx_t *ctx;
-    void *arena;       /* (n_pages, layout page_bytes): the rank's pages */
+    void *arena; /* (n_pages, layout page_bytes): the rank's pages */
     tp_comm_t *comm;
-    float *logits;     /* (logits_cap) host scratch: ranks > 0 receive the gathered logits here */
+    float *logits; /* (logits_cap) host scratch: ranks > 0 receive the gathered logits here */
     size_t logits_cap;
-    pd_status_t st;    /* the rank's result of the last engine_tp_run */
+    pd_status_t st; /* the rank's result of the last engine_tp_run */
 } engine_rank_t;
 
 typedef struct engine_tp engine_tp_t;

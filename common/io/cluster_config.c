@@ -434,8 +434,8 @@ typedef struct {
  * a router's host need not have the model; the node checks again at start, formats included). */
 static pd_status_t cluster_config__check_tp(cluster_config__ctx_t *c, const cluster_config_t *cfg,
                                             const cluster_node_t *nd,
-                                            const cluster_config__node_marks_t *m,
-                                            hf_config_t *hf, int *hf_state)
+                                            const cluster_config__node_marks_t *m, hf_config_t *hf,
+                                            int *hf_state)
 {
     char path[CLUSTER_PATH_MAX + 16], key[128];
     if (nd->tp <= 1)

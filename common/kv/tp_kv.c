@@ -87,8 +87,8 @@ pd_status_t tp_kv_wire_fill(void *dst, const kv_layout_t *dst_l, const void *src
         for (int q = 0; q < d; q++) {
             pd_status_t st = tp_kv_reslice(
                 (uint8_t *)dst + (size_t)p * dst_l->page_bytes + (size_t)q * slice.page_bytes,
-                &slice, q, d, (const uint8_t *)src + (size_t)p * src_l->page_bytes, src_l,
-                src_rank, src_size, 1);
+                &slice, q, d, (const uint8_t *)src + (size_t)p * src_l->page_bytes, src_l, src_rank,
+                src_size, 1);
             if (st != PD_OK)
                 return st;
         }

@@ -335,14 +335,14 @@ static void node_http__ready(pd_http_request_t *req, void *user)
     pthread_mutex_lock(&h->stats->mu);
     st = *h->stats;
     pthread_mutex_unlock(&h->stats->mu);
-    pd_http_respond_json(
-        req, serving ? 200 : 503,
-        json_pack("{s:s,s:s,s:s,s:i,s:i,s:I,s:I,s:s,s:i}", "status",
-                  serving ? "ready" : "not ready", "node", h->node->name, "role",
-                  cluster_config_role_str(h->node->role), "active", (int)st.active, "waiting",
-                  (int)st.queued, "kv_pages_used", (json_int_t)st.pages_used, "kv_pages_capacity",
-                  (json_int_t)st.pages_total, "kv_path", st.kv_path[0] ? st.kv_path : "none", "tp",
-                  h->node->tp));
+    pd_http_respond_json(req, serving ? 200 : 503,
+                         json_pack("{s:s,s:s,s:s,s:i,s:i,s:I,s:I,s:s,s:i}", "status",
+                                   serving ? "ready" : "not ready", "node", h->node->name, "role",
+                                   cluster_config_role_str(h->node->role), "active", (int)st.active,
+                                   "waiting", (int)st.queued, "kv_pages_used",
+                                   (json_int_t)st.pages_used, "kv_pages_capacity",
+                                   (json_int_t)st.pages_total, "kv_path",
+                                   st.kv_path[0] ? st.kv_path : "none", "tp", h->node->tp));
 }
 
 /* The listener counters of the control server and of this endpoint (pdserve_listener_*, as

@@ -713,7 +713,8 @@ static int pdctl__up_check_tp(const cluster_config_t *cfg)
             if (j == i || b->backend != CLUSTER_BACKEND_CUDA || strcmp(a->host, b->host) != 0 ||
                 b->device + b->tp <= a->device || a->device + a->tp <= b->device)
                 continue;
-            fprintf(stderr, "pdctl up: warning: %s (GPUs %d..%d) and %s (GPUs %d..%d) share a GPU\n",
+            fprintf(stderr,
+                    "pdctl up: warning: %s (GPUs %d..%d) and %s (GPUs %d..%d) share a GPU\n",
                     a->name, a->device, a->device + a->tp - 1, b->name, b->device,
                     b->device + b->tp - 1);
         }

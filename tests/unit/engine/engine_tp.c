@@ -82,8 +82,7 @@ static int load_prompts(const char *model, int32_t ids[N_CASES][64], int *n)
 
 static void run_pipeline(engine_t *p, engine_t *d, const int32_t *prompt, int n, out_t *o)
 {
-    engine_gen_params_t gp = {.sampling = {0, 0, 1.0f, 0}, .max_tokens = N_GEN,
-                              .ignore_eos = true};
+    engine_gen_params_t gp = {.sampling = {0, 0, 1.0f, 0}, .max_tokens = N_GEN, .ignore_eos = true};
     memset(o, 0, sizeof *o);
     assert_int_equal(pipeline_add(p, d, prompt, n, &gp, on_token, o), PD_OK);
     assert_int_equal(engine_run(d), PD_OK);

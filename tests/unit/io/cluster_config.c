@@ -135,9 +135,11 @@ static void test_tp(void **state)
     } cases[] = {
         {"tiny-llama", "2", NULL},
         {"tiny-llama", "4",
-         "bad.yaml:15:9: nodes.d0.tp: 4 does not divide the model's 2 KV heads (num_key_value_heads"},
-        {"tiny-llama", "3", "bad.yaml:15:9: nodes.d0.tp: 3 does not divide the model's 4 attention "
-                            "heads"},
+         "bad.yaml:15:9: nodes.d0.tp: 4 does not divide the model's 2 KV heads "
+         "(num_key_value_heads"},
+        {"tiny-llama", "3",
+         "bad.yaml:15:9: nodes.d0.tp: 3 does not divide the model's 4 attention "
+         "heads"},
         {"no-such-model", "4", NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -421,11 +423,11 @@ static void test_load_errors(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_defaults),    cmocka_unit_test(test_bytes),
-        cmocka_unit_test(test_tp),
-        cmocka_unit_test(test_errors),      cmocka_unit_test(test_empty),
-        cmocka_unit_test(test_override),    cmocka_unit_test(test_deploy_files),
-        cmocka_unit_test(test_load_errors), cmocka_unit_test(test_template),
+        cmocka_unit_test(test_defaults),     cmocka_unit_test(test_bytes),
+        cmocka_unit_test(test_tp),           cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_empty),        cmocka_unit_test(test_override),
+        cmocka_unit_test(test_deploy_files), cmocka_unit_test(test_load_errors),
+        cmocka_unit_test(test_template),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
