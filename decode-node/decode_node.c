@@ -587,12 +587,21 @@ static void decode__kv_done(compute_t *c, engine_t *e, void *arg)
         return;
     }
     if (dn->landing && !j->direct) {
-        /* GPU pool: the pages landed in host memory; move them onto the device */
-        pd_backend_t *be = engine_backend(e);
-        for (int32_t i = 0; i < r->kv.n_pages; i++) {
-            size_t off = (size_t)r->kv.pages[i].page * dn->layout.page_bytes;
-            be->ops->upload(be, (uint8_t *)engine_arena(e) + off, dn->landing + off,
-                            dn->layout.page_bytes);
+        /* GPU pool or tensor parallel: the pages landed in host memory; move them (each rank its
+         * slice) into the pool */
+        int32_t *ids = malloc((size_t)r->kv.n_pages * sizeof *ids);
+        pd_status_t ist = PD_ERR_NOMEM;
+        for (int32_t i = 0; ids && i < r->kv.n_pages; i++)
+            ids[i] = r->kv.pages[i].page;
+        if (ids)
+            ist = engine_import_pages(e, dn->landing, 0, ids, r->kv.n_pages);
+        free(ids);
+        if (ist != PD_OK) {
+            pd_log_error("seq %llu: kv pages not moved into the pool: %s",
+                         (unsigned long long)r->id, pd_status_str(ist));
+            decode__kv_done_fail(dn, c, e, link, ist);
+            free(j);
+            return;
         }
     }
     for (int32_t i = 0; i < r->kv.n_pages; i++)
@@ -792,7 +801,9 @@ static void decode__reserve_reply(void *arg)
             prefs[i] = &refs[i];
         }
         lay.n_layers = (uint32_t)dn->layout.n_layers;
-        lay.n_kv_heads = (uint32_t)dn->layout.n_kv_heads;
+        /* the model's KV heads; a page of a tp node is tp slices of n_kv_heads / tp heads */
+        lay.n_kv_heads = (uint32_t)(dn->layout.n_kv_heads * dn->layout.n_slices);
+        lay.tp = (uint32_t)dn->layout.n_slices;
         lay.head_dim = (uint32_t)dn->layout.head_dim;
         lay.page_tokens = (uint32_t)dn->layout.page_tokens;
         lay.kv_format = (char *)pd_kvfmt_name(dn->layout.fmt);
@@ -1014,7 +1025,7 @@ static void decode__offer_ipc(decode_node_t *dn, engine_t *e)
     const char *why;
     int gpu = strcmp(engine_backend(e)->ops->name, "cpu") != 0;
     node_engine_params(dn->nc.cfg, dn->nc.node, &ep);
-    if (gpu && kv_cuda_ipc_built()) {
+    if (gpu && kv_cuda_ipc_built() && engine_tp(e) == 1) { /* tp: pages land in host memory */
         pd_status_t st =
             kv_cuda_ipc_export(ep.device, engine_arena(e), dn->arena_bytes, dn->ipc_blob);
         dn->ipc_ok = st == PD_OK;
@@ -1050,11 +1061,24 @@ static void decode__ready(void *arg, pd_status_t st)
         return;
     }
     e = compute_engine(dn->comp);
-    dn->layout = *kv_pool_layout(engine_pool(e));
+    engine_kv_wire_layout(e, &dn->layout); /* the pool's layout; tp: one slice per rank */
     dn->arena_bytes = (size_t)kv_pool_n_pages(engine_pool(e)) * dn->layout.page_bytes;
     dn->watermark = kv_pool_n_pages(engine_pool(e)) / 16;
     region = engine_arena(e);
-    if (strcmp(engine_backend(e)->ops->name, "cpu") != 0 && !kv_transport_query_cuda(dn->nc.tr)) {
+    if (engine_tp(e) > 1) {
+        /* tensor parallel: each rank's pages are its own memory (its GPU); writers fill wire pages
+         * (every rank's slice) here, and KV-done moves each slice to its rank */
+        if (!(dn->landing = calloc(1, dn->arena_bytes))) {
+            pd_log_error("%s: no host memory for a %zu-byte landing zone", dn->nc.node->name,
+                         dn->arena_bytes);
+            node_control_fail(&dn->nc, "landing zone", PD_ERR_NOMEM);
+            return;
+        }
+        region = dn->landing;
+        pd_log_info("%s: tp %d: pages land in host memory, one slice per rank", dn->nc.node->name,
+                    engine_tp(e));
+    } else if (strcmp(engine_backend(e)->ops->name, "cpu") != 0 &&
+               !kv_transport_query_cuda(dn->nc.tr)) {
         if (!(dn->landing = calloc(1, dn->arena_bytes))) {
             pd_log_error("%s: no host memory for a %zu-byte landing zone", dn->nc.node->name,
                          dn->arena_bytes);

@@ -12,6 +12,7 @@
 #include <nccl.h>
 
 #include "log.h"
+#include "backend_cuda.h"
 #include "tp_comm.h"
 
 typedef struct {
@@ -131,5 +132,26 @@ err_free_ranks:
 err_free_arrays:
     free(out);
     free(comms);
+    return st;
+}
+
+pd_status_t tp_comm_nccl_create_backends(int size, const int *devices, pd_backend_t *const *bes,
+                                         tp_comm_t **ranks_p)
+{
+    void **streams = calloc(size > 0 ? (size_t)size : 1, sizeof *streams);
+    int cur = 0;
+    pd_status_t st;
+    if (!streams)
+        return PD_ERR_NOMEM;
+    for (int r = 0; r < size; r++)
+        if (!(streams[r] = backend_cuda_stream(bes[r]))) {
+            pd_log_error("tp nccl rank %d: not a cuda backend", r);
+            free(streams);
+            return PD_ERR_INVALID;
+        }
+    cudaGetDevice(&cur);
+    st = tp_comm_nccl_create(size, devices, (void *const *)streams, ranks_p);
+    cudaSetDevice(cur); /* the caller's thread keeps its device (its rank's backend) */
+    free(streams);
     return st;
 }

@@ -14,6 +14,7 @@
 #include "kv_transport.h"
 #include "clock.h"
 #include "log.h"
+#include "tp_kv.h"
 #include "node.h"
 #include "node_sampling.h"
 #include "node_control.h"
@@ -609,15 +610,18 @@ static void prefill__rpc_prefill(pd_grpc_call_t *call, const ProtobufCMessage *m
         return;
     }
     pd_kvfmt_t dfmt;
+    /* this engine's pages hold n_kv_heads / tp heads per rank; the destination names the model's
+     * KV heads and how many slices (its tp) a page travels as */
+    const uint32_t dtp = d->layout->tp ? d->layout->tp : 1;
     if (pd_kvfmt_parse(d->layout->kv_format, &dfmt) != 0 ||
         (int)d->layout->n_layers != src->n_layers ||
-        (int)d->layout->n_kv_heads != src->n_kv_heads ||
-        (int)d->layout->head_dim != src->head_dim ||
+        (int)d->layout->n_kv_heads != src->n_kv_heads * engine_tp(e) || dtp > 64 ||
+        d->layout->n_kv_heads % dtp != 0 || (int)d->layout->head_dim != src->head_dim ||
         (int)d->layout->page_tokens != src->page_tokens) {
         snprintf(why, sizeof why,
                  "prefill: destination kv layout does not match this model "
-                 "(%u layers, %u kv heads, %u head dim, %u page tokens, %s)",
-                 d->layout->n_layers, d->layout->n_kv_heads, d->layout->head_dim,
+                 "(%u layers, %u kv heads in %u slices, %u head dim, %u page tokens, %s)",
+                 d->layout->n_layers, d->layout->n_kv_heads, dtp, d->layout->head_dim,
                  d->layout->page_tokens, d->layout->kv_format);
         pd_grpc_call_finish_status(call, PD_ERR_INVALID, why);
         return;
@@ -660,9 +664,11 @@ static void prefill__rpc_prefill(pd_grpc_call_t *call, const ProtobufCMessage *m
     /* samples beyond the router's limit are refused by it; bound the allocation here too */
     j->n_samples = req->n_samples > 1 ? (req->n_samples > 256 ? 256 : (int)req->n_samples) : 1;
     j->gp.n_samples = j->n_samples;
-    kv_layout_init_sides(&j->dst_layout, src->n_layers, src->n_kv_heads, src->head_dim,
+    kv_layout_t dfull;
+    kv_layout_init_sides(&dfull, src->n_layers, (int)d->layout->n_kv_heads, src->head_dim,
                          src->n_sides, src->page_tokens, dfmt); /* n_sides 1: MLA latent */
-    if (j->dst_layout.page_bytes != d->layout->page_bytes) {
+    if (tp_kv_wire_layout(&dfull, (int)dtp, &j->dst_layout) != PD_OK ||
+        j->dst_layout.page_bytes != d->layout->page_bytes) {
         free(j->tokens);
         free(j->dst_pages);
         free(j->gp_store);
@@ -677,7 +683,8 @@ static void prefill__rpc_prefill(pd_grpc_call_t *call, const ProtobufCMessage *m
     j->n_dst_pages = (int)d->n_pages;
     j->seq_id = d->seq_id;
     snprintf(j->peer_key, sizeof j->peer_key, "%s:%u", d->ucx_host, d->ucx_port);
-    if (d->cuda_ipc.len == KV_CUDA_IPC_BLOB_BYTES) {
+    /* (tensor-parallel pages go through host memory: no cuda ipc) */
+    if (d->cuda_ipc.len == KV_CUDA_IPC_BLOB_BYTES && engine_tp(e) == 1 && dtp == 1) {
         memcpy(j->ipc_blob, d->cuda_ipc.data, KV_CUDA_IPC_BLOB_BYTES);
         j->has_ipc = 1;
     }

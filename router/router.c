@@ -36,6 +36,7 @@ typedef struct rnode {
     uint32_t pages_used, pages_total, active, reserved_est;
     uint64_t integrity_failures;
     int inflight;
+    uint32_t tp; /* from its Stats (0: not yet) */
 } rnode_t;
 
 struct router_req {
@@ -197,6 +198,7 @@ static void router__stats_done(void *arg, int code, const char *msg, ProtobufCMe
         n->pages_total = s->pages_total;
         n->active = s->active;
         n->integrity_failures = s->integrity_failures;
+        n->tp = s->tp;
         n->reserved_est = 0;
     }
     if (resp)
@@ -1638,6 +1640,7 @@ void router_node_info(const router_t *r, int i, router_node_info_t *info_p)
     info_p->draining = r->nodes[i].draining;
     info_p->left = r->nodes[i].left;
     info_p->joined = r->nodes[i].owned != NULL;
+    info_p->tp = r->nodes[i].tp ? (int)r->nodes[i].tp : r->nodes[i].node->tp;
 }
 
 /* ==== membership and maintenance ==== */

@@ -110,6 +110,7 @@ typedef struct {
     int draining;    /* router_node_drain: takes no new work */
     int left;        /* router_node_deregister: gone (until it registers again) */
     int joined;      /* registered at run time, not from the cluster file */
+    int tp;          /* tensor-parallel ranks: its Stats' (the entry's until it answers) */
 } router_node_info_t;
 
 /* Nodes of the cluster file plus those that join: at most this many. */

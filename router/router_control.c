@@ -26,6 +26,7 @@ static void router_control__fill(const router_t *core, int i, Pdserve__V1__Clust
     m->host = (char *)info.node->host;
     m->port = (uint32_t)info.node->port;
     m->page_tokens = (uint32_t)info.node->page_tokens;
+    m->tp = (uint32_t)info.tp;
     m->state = (char *)router_control_state(&info);
     m->running = (uint32_t)info.running;
     m->active = info.active;
@@ -76,10 +77,10 @@ static void router_control__register(pd_grpc_call_t *call, const ProtobufCMessag
     if (!n || !n->name || !n->name[0] || strlen(n->name) >= sizeof node.name || !n->host ||
         !n->host[0] || strlen(n->host) >= sizeof node.host || n->port < 1 || n->port > 65535 ||
         !n->role || (strcmp(n->role, "prefill") != 0 && strcmp(n->role, "decode") != 0) ||
-        (n->page_tokens & (n->page_tokens - 1)) != 0 || n->page_tokens > 4096) {
+        (n->page_tokens & (n->page_tokens - 1)) != 0 || n->page_tokens > 4096 || n->tp > 64) {
         pd_grpc_call_finish(call, PD_GRPC_INVALID_ARGUMENT,
-                            "node needs name, role (prefill|decode), host, port 1..65535 and "
-                            "page_tokens 0 or a power of two <= 4096");
+                            "node needs name, role (prefill|decode), host, port 1..65535, "
+                            "page_tokens 0 or a power of two <= 4096 and tp 0..64");
         return;
     }
     snprintf(node.name, sizeof node.name, "%s", n->name);
@@ -88,6 +89,7 @@ static void router_control__register(pd_grpc_call_t *call, const ProtobufCMessag
     node.role = strcmp(n->role, "prefill") == 0 ? CLUSTER_ROLE_PREFILL : CLUSTER_ROLE_DECODE;
     node.page_tokens =
         n->page_tokens ? (int)n->page_tokens : (cfg->n_nodes ? cfg->nodes[0].page_tokens : 16);
+    node.tp = n->tp ? (int)n->tp : 1;
     if ((st = router_node_register(core, &node, err, sizeof err)) != PD_OK) {
         pd_log_warn("register %s (%s:%u) refused: %s", node.name, node.host, n->port,
                     err[0] ? err : pd_status_str(st));

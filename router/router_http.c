@@ -55,10 +55,10 @@ static void router_http__ready(pd_http_request_t *req, void *user)
         router_node_info_t n;
         router_node_info(api->core, i, &n);
         json_array_append_new(nodes,
-                              json_pack("{s:s,s:s,s:b,s:I,s:I}", "name", n.node->name, "role",
+                              json_pack("{s:s,s:s,s:b,s:I,s:I,s:i}", "name", n.node->name, "role",
                                         cluster_config_role_str(n.node->role), "serving", n.serving,
                                         "kv_pages_used", (json_int_t)n.pages_used, "kv_pages_total",
-                                        (json_int_t)n.pages_total));
+                                        (json_int_t)n.pages_total, "tp", n.tp));
     }
     int ok = router_serving(api->core);
     pd_http_respond_json(

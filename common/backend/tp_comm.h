@@ -20,6 +20,7 @@
 
 #include <stddef.h>
 
+#include "backend.h"
 #include "status.h"
 
 typedef struct tp_comm tp_comm_t;
@@ -85,6 +86,25 @@ static inline pd_status_t tp_comm_nccl_create(int size, const int *devices, void
     (void)size;
     (void)devices;
     (void)streams;
+    (void)ranks_p;
+    return PD_ERR_UNSUPPORTED;
+}
+#endif
+
+/* As tp_comm_nccl_create, with each rank's stream taken from its CUDA backend bes[r] (on
+ * devices[r]); the calling thread's current device is left as it was. PD_ERR_INVALID when a
+ * backend is not a CUDA one; PD_ERR_UNSUPPORTED without NCCL; else as tp_comm_nccl_create. */
+#ifdef HAVE_NCCL
+pd_status_t tp_comm_nccl_create_backends(int size, const int *devices, pd_backend_t *const *bes,
+                                         tp_comm_t **ranks_p);
+#else
+static inline pd_status_t tp_comm_nccl_create_backends(int size, const int *devices,
+                                                       pd_backend_t *const *bes,
+                                                       tp_comm_t **ranks_p)
+{
+    (void)size;
+    (void)devices;
+    (void)bes;
     (void)ranks_p;
     return PD_ERR_UNSUPPORTED;
 }

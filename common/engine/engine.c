@@ -1,10 +1,14 @@
 #include "engine.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine_tp.h"
 #include "log.h"
+#include "tp_kv.h"
+#include "tp_shard.h"
 
 typedef struct engine_seq {
     uint64_t id;
@@ -60,6 +64,9 @@ struct engine {
     int p_ent_cap, p_rows_cap;
     void *d_ent, *d_bias, *d_pen, *d_rows; /* backend memory of the same sizes */
     const sampler_logprobs_t *cur_lp;      /* inside a token callback */
+    /* tensor parallel (p.tp > 1): the ranks; be, tag_io, m, ctx and arena above are rank 0's,
+     * layout the rank layout (every rank's) */
+    engine_tp_t *tp;
 };
 
 const char *engine_finish_str(engine_finish_t f)
@@ -81,6 +88,181 @@ void engine_params_default(engine_params_t *p)
     p->tracker = KV_TRACKER_TAGGED;
 }
 
+/* ==== tensor parallel ranks (engine_tp.h) ==== */
+
+static pd_status_t engine__tp_load(engine_rank_t *r, void *arg)
+{
+    const engine_params_t *p = arg;
+    model_load_params_t mp = {
+        p->model_dir, p->wfmt, p->lm_head_fmt, r->be, p->progress && r->rank == 0, r->comm};
+    return model_load(&mp, &r->m);
+}
+
+static pd_status_t engine__tp_arena(engine_rank_t *r, void *arg)
+{
+    const size_t bytes = *(const size_t *)arg;
+    pd_status_t st;
+    if ((st = r->be->ops->alloc(r->be, bytes, &r->arena)) != PD_OK ||
+        (st = r->be->ops->memset(r->be, r->arena, 0, bytes)) != PD_OK)
+        return st;
+    return model_ctx_create(r->m, &r->ctx);
+}
+
+/* Starts the ranks and loads each one's shards; e->be, tag_io and m become rank 0's. */
+static pd_status_t engine__tp_create(engine_t *e)
+{
+    const engine_params_t *p = &e->p;
+    char path[4096];
+    hf_config_t cfg;
+    pd_status_t st;
+    /* what does not split is refused once, here, before any rank starts */
+    snprintf(path, sizeof path, "%s/config.json", p->model_dir);
+    if ((st = hf_config_load(path, &cfg)) != PD_OK ||
+        (st = tp_shard_check(&cfg, p->wfmt, p->lm_head_fmt, p->tp)) != PD_OK)
+        return st;
+    if ((st = engine_tp_create(p->tp, p->backend, p->device, p->threads, p->backend_options,
+                               &e->tp)) != PD_OK)
+        return st;
+    engine_rank_t *r0 = engine_tp_rank(e->tp, 0);
+    e->be = r0->be;
+    e->tag_io = r0->tag_io;
+    if ((st = engine_tp_run(e->tp, engine__tp_load, (void *)p, 1)) != PD_OK)
+        return st; /* logged by model_load */
+    e->m = r0->m;
+    pd_log_info("tp %d: %d ranks, one %s backend%s each, %s communicator", p->tp, p->tp, p->backend,
+                strcmp(p->backend, "cpu") == 0 ? " and thread" : " (gpu) and thread",
+                strcmp(p->backend, "cpu") == 0 ? "in-process" : "nccl");
+    return PD_OK;
+}
+
+typedef struct {
+    const model_batch_t *b;
+    const kv_layout_t *l;
+    float *logits; /* rank 0's output */
+    size_t n;      /* floats of logits */
+} engine__fwd_t;
+
+static pd_status_t engine__tp_forward(engine_rank_t *r, void *arg)
+{
+    engine__fwd_t *f = arg;
+    /* every rank gets the gathered logits; rank 0's are the engine's */
+    return model_forward(r->ctx, r->arena, f->l, f->b, r->rank > 0 ? r->logits : f->logits);
+}
+
+/* model_forward on every rank (all at once: the collectives need them all). */
+static pd_status_t engine__forward(engine_t *e, const model_batch_t *b, float *logits)
+{
+    if (!e->tp)
+        return model_forward(e->ctx, e->arena, &e->layout, b, logits);
+    engine__fwd_t f = {b, &e->layout, logits, (size_t)b->n_logits * (size_t)e->m->cfg.vocab_size};
+    for (int i = 1; i < engine_tp_size(e->tp); i++) { /* before any rank enters a collective */
+        engine_rank_t *r = engine_tp_rank(e->tp, i);
+        if (r->logits_cap < f.n || !r->logits) {
+            float *l = realloc(r->logits, (f.n ? f.n : 1) * sizeof *l);
+            if (!l)
+                return PD_ERR_NOMEM;
+            r->logits = l;
+            r->logits_cap = f.n;
+        }
+    }
+    return engine_tp_run(e->tp, engine__tp_forward, &f, 1);
+}
+
+typedef struct {
+    engine_t *e;
+    const kv_page_ref_t *refs;
+    int n;
+} engine__stamp_t;
+
+static pd_status_t engine__tp_stamp(engine_rank_t *r, void *arg)
+{
+    engine__stamp_t *a = arg;
+    kv_tracker_stamp(a->e->tracker, &r->tag_io, r->arena, &a->e->layout, a->refs, a->n);
+    return PD_OK;
+}
+
+/* Stamps pages refs (n) with their tags in every rank's arena (ranks in turn: one tracker). */
+static void engine__stamp(engine_t *e, const kv_page_ref_t *refs, int n)
+{
+    if (!e->tp) {
+        kv_tracker_stamp(e->tracker, &e->tag_io, e->arena, &e->layout, refs, n);
+        return;
+    }
+    engine__stamp_t a = {e, refs, n};
+    (void)engine_tp_run(e->tp, engine__tp_stamp, &a, 0);
+}
+
+typedef struct {
+    engine_t *e;
+    const kv_seq_t *const *seqs;
+    const int32_t *n_tokens;
+    const uint64_t *ids;
+    int n;
+    pd_status_t *status_out; /* merged: the first failure of any rank */
+    pd_status_t *one;        /* (n) scratch: this rank's */
+    int err;                 /* a negative return of the check */
+} engine__check_t;
+
+static pd_status_t engine__tp_check(engine_rank_t *r, void *arg)
+{
+    engine__check_t *a = arg;
+    int bad = kv_tracker_check(a->e->tracker, &r->tag_io, r->arena, &a->e->layout, a->seqs,
+                               a->n_tokens, a->ids, a->n, a->one);
+    if (bad < 0) {
+        a->err = bad;
+        return PD_OK;
+    }
+    for (int i = 0; i < a->n; i++)
+        if (a->status_out[i] == PD_OK && a->one[i] != PD_OK) {
+            a->status_out[i] = a->one[i];
+            if (r->rank > 0)
+                pd_log_error("seq %llu: kv integrity check failed in tp rank %d's slice",
+                             (unsigned long long)(a->ids ? a->ids[i] : (uint64_t)i), r->rank);
+        }
+    return PD_OK;
+}
+
+/* kv_tracker_check over every rank's slice of the pages (each rank its own arena, in turn): a
+ * sequence fails when any slice fails; counted once. Returns as kv_tracker_check. */
+static int engine__check(engine_t *e, const kv_seq_t *const *seqs, const int32_t *n_tokens,
+                         const uint64_t *ids, int n, pd_status_t *status_out)
+{
+    if (!e->tp)
+        return kv_tracker_check(e->tracker, &e->tag_io, e->arena, &e->layout, seqs, n_tokens, ids,
+                                n, status_out);
+    pd_status_t *one = malloc((n > 0 ? (size_t)n : 1) * sizeof *one);
+    if (!one)
+        return PD_ERR_NOMEM;
+    const uint64_t failures = e->tracker->failures;
+    engine__check_t a = {e, seqs, n_tokens, ids, n, status_out, one, 0};
+    for (int i = 0; i < n; i++)
+        status_out[i] = PD_OK;
+    (void)engine_tp_run(e->tp, engine__tp_check, &a, 0);
+    free(one);
+    if (a.err < 0)
+        return a.err;
+    int bad = 0;
+    for (int i = 0; i < n; i++)
+        bad += status_out[i] != PD_OK;
+    e->tracker->failures = failures + (uint64_t)bad; /* a sequence, not a slice, fails */
+    return bad;
+}
+
+int engine_tp(const engine_t *e)
+{
+    return e->tp ? engine_tp_size(e->tp) : 1;
+}
+
+void engine_kv_wire_layout(const engine_t *e, kv_layout_t *l_p)
+{
+    kv_layout_t l = e->layout;
+    if (e->tp) {
+        l.n_slices = engine_tp_size(e->tp);
+        l.page_bytes *= (size_t)l.n_slices;
+    }
+    *l_p = l;
+}
+
 pd_status_t engine_create(const engine_params_t *p, engine_t **e_p)
 {
     engine_t *e = calloc(1, sizeof *e);
@@ -98,18 +280,25 @@ pd_status_t engine_create(const engine_params_t *p, engine_t **e_p)
         e->p.max_batch = 64;
     if (e->p.prefill_chunk <= 0)
         e->p.prefill_chunk = 512;
-    if ((st = backend_create(p->backend, p->device, p->threads, &e->be)) != PD_OK)
-        goto err;
-    if ((st = backend_set_options(e->be, p->backend_options)) != PD_OK)
-        goto err;
-    e->tag_io = backend_tag_io(e->be);
-    mp = (model_load_params_t){p->model_dir, p->wfmt, p->lm_head_fmt, e->be, p->progress, NULL};
-    if ((st = model_load(&mp, &e->m)) != PD_OK)
-        goto err;
+    if (p->tp > 1) {
+        if ((st = engine__tp_create(e)) != PD_OK)
+            goto err;
+    } else {
+        if ((st = backend_create(p->backend, p->device, p->threads, &e->be)) != PD_OK)
+            goto err;
+        if ((st = backend_set_options(e->be, p->backend_options)) != PD_OK)
+            goto err;
+        e->tag_io = backend_tag_io(e->be);
+        mp = (model_load_params_t){p->model_dir, p->wfmt, p->lm_head_fmt, e->be, p->progress, NULL};
+        if ((st = model_load(&mp, &e->m)) != PD_OK)
+            goto err;
+    }
     int kv_heads, kv_dim, kv_sides;
     hf_config_kv_shape(&e->m->cfg, &kv_heads, &kv_dim, &kv_sides);
     kv_layout_init_sides(&e->layout, e->m->cfg.num_hidden_layers, kv_heads, kv_dim, kv_sides,
                          e->p.page_tokens, p->kvfmt);
+    if (e->tp && (st = tp_kv_layout(&e->layout, p->tp, &e->layout)) != PD_OK)
+        goto err;
     if (p->kv_budget > 0) {
         n_pages = p->kv_budget / (int64_t)e->layout.page_bytes;
     } else {
@@ -128,12 +317,20 @@ pd_status_t engine_create(const engine_params_t *p, engine_t **e_p)
     pp = (kv_pool_params_t){e->layout, (int32_t)n_pages, e->tracker, 0};
     if ((st = kv_pool_create(&pp, &e->pool)) != PD_OK)
         goto err;
-    if ((st = e->be->ops->alloc(e->be, (size_t)n_pages * e->layout.page_bytes, &e->arena)))
-        goto err;
-    if ((st = e->be->ops->memset(e->be, e->arena, 0, (size_t)n_pages * e->layout.page_bytes)))
-        goto err;
-    if ((st = model_ctx_create(e->m, &e->ctx)) != PD_OK)
-        goto err;
+    if (e->tp) {
+        size_t bytes = (size_t)n_pages * e->layout.page_bytes;
+        if ((st = engine_tp_run(e->tp, engine__tp_arena, &bytes, 1)) != PD_OK)
+            goto err;
+        e->arena = engine_tp_rank(e->tp, 0)->arena;
+        e->ctx = engine_tp_rank(e->tp, 0)->ctx;
+    } else {
+        if ((st = e->be->ops->alloc(e->be, (size_t)n_pages * e->layout.page_bytes, &e->arena)))
+            goto err;
+        if ((st = e->be->ops->memset(e->be, e->arena, 0, (size_t)n_pages * e->layout.page_bytes)))
+            goto err;
+        if ((st = model_ctx_create(e->m, &e->ctx)) != PD_OK)
+            goto err;
+    }
     e->next_id = 1;
     *e_p = e;
     return PD_OK;
@@ -184,13 +381,17 @@ void engine_destroy(engine_t *e)
     }
     engine__proc_free(e);
     free(e->slot);
-    model_ctx_destroy(e->ctx);
-    if (e->arena)
-        e->be->ops->free(e->be, e->arena);
+    if (e->tp) { /* the ranks own the contexts, arenas, models and backends */
+        engine_tp_destroy(e->tp);
+    } else {
+        model_ctx_destroy(e->ctx);
+        if (e->arena)
+            e->be->ops->free(e->be, e->arena);
+        model_destroy(e->m);
+        backend_destroy(e->be);
+    }
     kv_pool_destroy(e->pool);
     kv_tracker_destroy(e->tracker);
-    model_destroy(e->m);
-    backend_destroy(e->be);
     free(e->b_tokens);
     free(e->b_qstart);
     free(e->b_ctx);
@@ -716,8 +917,7 @@ static pd_status_t engine__reserve(engine_t *e, engine_seq_t *s, int n)
             return PD_NO_PAGES;
     if (st != PD_OK)
         return st;
-    kv_tracker_stamp(e->tracker, &e->tag_io, e->arena, &e->layout, s->kv.pages + before,
-                     s->kv.n_pages - before);
+    engine__stamp(e, s->kv.pages + before, s->kv.n_pages - before);
     return PD_OK;
 }
 
@@ -804,8 +1004,7 @@ pd_status_t engine_step(engine_t *e)
     }
     n_seqs = w;
     /* the integrity check, one batched pass, before attention */
-    int bad = kv_tracker_check(e->tracker, &e->tag_io, e->arena, &e->layout, e->b_kv, e->b_ntok,
-                               e->b_ids, n_seqs, e->b_status);
+    int bad = engine__check(e, e->b_kv, e->b_ntok, e->b_ids, n_seqs, e->b_status);
     if (bad < 0)
         return (pd_status_t)bad;
     if (bad > 0) {
@@ -840,7 +1039,7 @@ pd_status_t engine_step(engine_t *e)
         return st;
     model_batch_t b = {n_tok,    e->b_tokens, n_seqs, e->b_qstart,
                        e->b_ctx, e->b_kv,     n_rows, e->b_rows};
-    st = model_forward(e->ctx, e->arena, &e->layout, &b, e->logits);
+    st = engine__forward(e, &b, e->logits);
     if (st != PD_OK) {
         for (int i = 0; i < n_seqs; i++)
             engine__finish(e, e->b_seqs[i], ENGINE_FINISH_ABORT, st);
@@ -905,7 +1104,7 @@ static pd_status_t engine__score(engine_t *e, const int32_t *input, int n, int f
     kv_seq_init(&kv);
     if ((st = kv_seq_reserve(e->pool, &kv, n)) != PD_OK)
         goto out;
-    kv_tracker_stamp(e->tracker, &e->tag_io, e->arena, &e->layout, kv.pages, kv.n_pages);
+    engine__stamp(e, kv.pages, kv.n_pages);
     if ((st = engine__scratch(e, chunk, 1)) != PD_OK || (st = engine__logits(e, chunk)) != PD_OK)
         goto out;
     for (int s0 = 0; s0 < n; s0 += chunk) {
@@ -914,7 +1113,7 @@ static pd_status_t engine__score(engine_t *e, const int32_t *input, int n, int f
         for (int i = 0; i < len; i++)
             e->b_rows[i] = i;
         model_batch_t b = {len, input + s0, 1, qs, &ctx, &kvp, len, e->b_rows};
-        if ((st = model_forward(e->ctx, e->arena, &e->layout, &b, e->logits)) != PD_OK)
+        if ((st = engine__forward(e, &b, e->logits)) != PD_OK)
             goto out;
         for (int i = 0; i < len; i++) {
             int row = s0 + i;
@@ -983,7 +1182,7 @@ pd_status_t engine_prefill(engine_t *e, const int32_t *tokens, int n, const engi
     }
     if ((st = kv_seq_reserve(e->pool, &kv, n)) != PD_OK)
         goto err;
-    kv_tracker_stamp(e->tracker, &e->tag_io, e->arena, &e->layout, kv.pages, kv.n_pages);
+    engine__stamp(e, kv.pages, kv.n_pages);
     if ((st = engine__scratch(e, chunk, 1)) != PD_OK ||
         (st = engine__logits(e, plp ? chunk : 1)) != PD_OK)
         goto err;
@@ -998,7 +1197,7 @@ pd_status_t engine_prefill(engine_t *e, const int32_t *tokens, int n, const engi
             b.n_logits = len;
             b.logit_rows = e->b_rows;
         }
-        if ((st = model_forward(e->ctx, e->arena, &e->layout, &b, e->logits)) != PD_OK)
+        if ((st = engine__forward(e, &b, e->logits)) != PD_OK)
             goto err;
         for (int i = 0; plp && i < len; i++)
             if (s0 + i + 1 < n)
@@ -1042,8 +1241,7 @@ static pd_status_t engine__export_check(engine_t *e, const kv_seq_t *kv, int fir
     int32_t ntok = view.n_tokens;
     const kv_seq_t *one[1] = {&view};
     pd_status_t check;
-    if (kv_tracker_check(e->tracker, &e->tag_io, e->arena, &e->layout, one, &ntok, NULL, 1,
-                         &check) < 0)
+    if (engine__check(e, one, &ntok, NULL, 1, &check) < 0)
         return PD_ERR_NOMEM;
     if (check != PD_OK) {
         pd_log_error("kv export: pages %d..%d fail their own tag check: not sent", first,
@@ -1055,9 +1253,28 @@ static pd_status_t engine__export_check(engine_t *e, const kv_seq_t *kv, int fir
     return PD_OK;
 }
 
+typedef struct {
+    const kv_layout_t *l;
+    const kv_seq_t *src, *dst;
+} engine__copy_t;
+
+/* Copies the pages of src into those of dst (as many as dst holds) in r's arena. */
+static pd_status_t engine__copy_pages(engine_rank_t *r, void *arg)
+{
+    const engine__copy_t *a = arg;
+    const size_t pb = a->l->page_bytes;
+    for (int i = 0; i < a->dst->n_pages; i++) {
+        pd_status_t st =
+            r->be->ops->copy(r->be, (uint8_t *)r->arena + (size_t)a->dst->pages[i].page * pb,
+                             (const uint8_t *)r->arena + (size_t)a->src->pages[i].page * pb, pb);
+        if (st != PD_OK)
+            return st;
+    }
+    return PD_OK;
+}
+
 pd_status_t engine_kv_copy(engine_t *e, const kv_seq_t *src, int n_tokens, kv_seq_t *dst)
 {
-    const size_t pb = e->layout.page_bytes;
     pd_status_t st;
     kv_seq_t kv;
 
@@ -1070,20 +1287,93 @@ pd_status_t engine_kv_copy(engine_t *e, const kv_seq_t *src, int n_tokens, kv_se
         kv_seq_deinit(&kv);
         return st;
     }
-    for (int i = 0; i < kv.n_pages; i++) {
-        uint8_t *to = (uint8_t *)e->arena + (size_t)kv.pages[i].page * pb;
-        const uint8_t *from = (const uint8_t *)e->arena + (size_t)src->pages[i].page * pb;
-        if ((st = e->be->ops->copy(e->be, to, from, pb)) != PD_OK) {
-            kv_seq_release(e->pool, &kv);
-            kv_seq_deinit(&kv);
-            return st;
-        }
+    engine__copy_t a = {&e->layout, src, &kv};
+    engine_rank_t r0 = {.rank = 0, .be = e->be, .arena = e->arena};
+    st = e->tp ? engine_tp_run(e->tp, engine__copy_pages, &a, 1) : engine__copy_pages(&r0, &a);
+    if (st != PD_OK) {
+        kv_seq_release(e->pool, &kv);
+        kv_seq_deinit(&kv);
+        return st;
     }
     /* the copies carry the source's stamps: stamp them with their own tags */
-    kv_tracker_stamp(e->tracker, &e->tag_io, e->arena, &e->layout, kv.pages, kv.n_pages);
+    engine__stamp(e, kv.pages, kv.n_pages);
     kv.n_tokens = n_tokens;
     *dst = kv;
     return PD_OK;
+}
+
+typedef struct {
+    const kv_layout_t *src_l; /* this engine's rank layout in the destination's format */
+    const kv_layout_t *own_l; /* this engine's rank layout (its pool's format) */
+    const int32_t *pages;     /* (n) source pages */
+    int n;
+    uint8_t **host; /* (tp) each rank's pages as exported, (n, src_l page bytes) */
+} engine__export_t;
+
+static pd_status_t engine__tp_export(engine_rank_t *r, void *arg)
+{
+    const engine__export_t *a = arg;
+    const size_t bytes = (size_t)a->n * a->src_l->page_bytes;
+    void *dev = NULL;
+    pd_status_t st;
+    if ((st = r->be->ops->alloc(r->be, bytes, &dev)) != PD_OK)
+        return st;
+    r->be->ops->kv_export(r->be, dev, a->src_l, r->arena, a->own_l, a->pages, a->n);
+    st = r->be->ops->download(r->be, a->host[r->rank], dev, bytes);
+    r->be->ops->free(r->be, dev);
+    return st;
+}
+
+/* engine_export_pages when this engine runs tp ranks or dst_l is a wire layout: each rank
+ * converts its KV heads into dst_l's format, the host copies are re-sliced into dst_l's slices
+ * (tp_kv_wire_fill), every slice's header stamped. */
+static pd_status_t engine__export_tp(engine_t *e, const int32_t *pages, int n,
+                                     const kv_layout_t *dst_l, const kv_page_ref_t *dst_refs,
+                                     uint8_t *host_out)
+{
+    const int p = engine_tp(e), d = dst_l->n_slices > 0 ? dst_l->n_slices : 1;
+    const size_t slice = tp_kv_slice_bytes(dst_l);
+    kv_layout_t src_l;
+    pd_status_t st = PD_ERR_NOMEM;
+    /* this engine's rank layout, in the destination's KV format */
+    kv_layout_init_sides(&src_l, e->layout.n_layers, e->layout.n_kv_heads, e->layout.head_dim,
+                         e->layout.n_sides, e->layout.page_tokens, dst_l->fmt);
+    if (dst_l->n_kv_heads * d != e->layout.n_kv_heads * p || dst_l->n_layers != src_l.n_layers ||
+        dst_l->head_dim != src_l.head_dim || dst_l->page_tokens != src_l.page_tokens ||
+        dst_l->n_sides != src_l.n_sides) {
+        pd_log_error("kv export: tp %d pages (%d kv heads each) do not fit tp %d pages of %d kv "
+                     "heads",
+                     p, e->layout.n_kv_heads, d, dst_l->n_kv_heads);
+        return PD_ERR_INVALID;
+    }
+    uint8_t **host = calloc((size_t)p, sizeof *host);
+    if (!host)
+        return PD_ERR_NOMEM;
+    for (int r = 0; r < p; r++)
+        if (!(host[r] = malloc((size_t)n * src_l.page_bytes)))
+            goto out;
+    engine__export_t a = {&src_l, &e->layout, pages, n, host};
+    if (e->tp) {
+        st = engine_tp_run(e->tp, engine__tp_export, &a, 1);
+    } else {
+        engine_rank_t r0 = {.rank = 0, .be = e->be, .arena = e->arena};
+        st = engine__tp_export(&r0, &a);
+    }
+    if (st != PD_OK) {
+        pd_log_error("kv export: %d pages: %s", n, pd_status_str(st));
+        goto out;
+    }
+    for (int r = 0; r < p && st == PD_OK; r++)
+        st = tp_kv_wire_fill(host_out, dst_l, host[r], &src_l, r, p, n);
+    for (int i = 0; st == PD_OK && i < n; i++) /* each slice: the tag the destination handed out */
+        for (int q = 0; q < d; q++)
+            memcpy(host_out + (size_t)i * dst_l->page_bytes + (size_t)q * slice, &dst_refs[i].tag,
+                   sizeof dst_refs[i].tag);
+out:
+    for (int r = 0; r < p; r++)
+        free(host[r]);
+    free(host);
+    return st;
 }
 
 pd_status_t engine_export_pages(engine_t *e, const kv_seq_t *kv, int first, int n,
@@ -1100,6 +1390,10 @@ pd_status_t engine_export_pages(engine_t *e, const kv_seq_t *kv, int first, int 
         return PD_ERR_NOMEM;
     if ((st = engine__export_check(e, kv, first, n, pages)) != PD_OK)
         goto out;
+    if (e->tp || dst_l->n_slices > 1) {
+        st = engine__export_tp(e, pages, n, dst_l, dst_refs, host_out);
+        goto out;
+    }
     if ((st = be->ops->alloc(be, (size_t)n * pb, &dev)) != PD_OK)
         goto out;
     be->ops->kv_export(be, dev, dst_l, e->arena, &e->layout, pages, n);
@@ -1128,6 +1422,11 @@ pd_status_t engine_export_pages_dev(engine_t *e, const kv_seq_t *kv, int first, 
 
     if (!pages || !tags)
         goto out;
+    if (e->tp || dst_l->n_slices > 1) {
+        pd_log_error("kv export: tensor-parallel pages go through host memory, not GPU -> GPU");
+        st = PD_ERR_UNSUPPORTED;
+        goto out;
+    }
     if ((st = engine__export_check(e, kv, first, n, pages)) != PD_OK)
         goto out;
     be->ops->kv_export(be, dev_out, dst_l, e->arena, &e->layout, pages, n);
@@ -1140,4 +1439,39 @@ out:
     free(pages);
     free(tags);
     return st;
+}
+
+typedef struct {
+    const kv_layout_t *l; /* the engine's rank layout */
+    const uint8_t *wire;  /* wire pages: page pages[i] at (packed ? i : pages[i]) * wire_pb */
+    size_t wire_pb;
+    int packed;
+    const int32_t *pages;
+    int n;
+} engine__import_t;
+
+static pd_status_t engine__tp_import(engine_rank_t *r, void *arg)
+{
+    const engine__import_t *a = arg;
+    const size_t pb = a->l->page_bytes;
+    for (int i = 0; i < a->n; i++) {
+        pd_status_t st = r->be->ops->upload(
+            r->be, (uint8_t *)r->arena + (size_t)a->pages[i] * pb,
+            a->wire + (size_t)(a->packed ? i : a->pages[i]) * a->wire_pb + (size_t)r->rank * pb,
+            pb);
+        if (st != PD_OK)
+            return st;
+    }
+    return PD_OK;
+}
+
+pd_status_t engine_import_pages(engine_t *e, const uint8_t *wire, int packed, const int32_t *pages,
+                                int n)
+{
+    engine__import_t a = {&e->layout, wire,  e->layout.page_bytes * (size_t)engine_tp(e),
+                          packed,     pages, n};
+    if (e->tp)
+        return engine_tp_run(e->tp, engine__tp_import, &a, 1);
+    engine_rank_t r0 = {.rank = 0, .be = e->be, .arena = e->arena};
+    return engine__tp_import(&r0, &a);
 }

@@ -41,6 +41,10 @@ typedef struct {
      * its tokens later; true (decode node) ends it with ENGINE_FINISH_PREEMPTED so the router
      * re-prefills it elsewhere. */
     bool evict_on_preempt;
+    /* tensor-parallel ranks (0 or 1: none): the model's heads, KV heads, FFN and vocab split tp
+     * ways, one backend (CUDA: devices device .. device + tp - 1) and thread per rank, one page
+     * pool whose pages each rank holds its KV heads of (engine_tp.h) */
+    int tp;
 } engine_params_t;
 
 /* Fills p with defaults (cpu, bf16 weights and KV, 16-token pages, tagged tracker, ...). */
@@ -151,16 +155,19 @@ pd_status_t engine_prefill(engine_t *e, const int32_t *tokens, int n, const engi
 /* The writer's side of a KV transfer: checks the tags of pages [first, first + n) of kv (this
  * engine's pool), converts them into dst_l's format on the backend and copies them to host_out
  * (n * dst_l->page_bytes), each header stamped with the tag of dst_refs[i] (the destination pages'
- * tags). Returns PD_ERR_KV_INTEGRITY when a source page fails its own tag check, PD_ERR_NOMEM,
- * or the backend's error (PD_ERR_CUDA); on any error nothing is stamped and host_out must not be
- * sent (its contents are undefined). */
+ * tags). dst_l may be a wire layout (n_slices > 1: a tensor-parallel destination) and this engine
+ * may run tp ranks: each rank exports its KV heads and they are re-sliced into the destination's
+ * slices, every slice's header stamped. Returns PD_ERR_KV_INTEGRITY when a source page fails its
+ * own tag check, PD_ERR_NOMEM, or the backend's error (PD_ERR_CUDA); on any error nothing is
+ * stamped and host_out must not be sent (its contents are undefined). */
 pd_status_t engine_export_pages(engine_t *e, const kv_seq_t *kv, int first, int n,
                                 const kv_layout_t *dst_l, const kv_page_ref_t *dst_refs,
                                 uint8_t *host_out);
 
 /* As engine_export_pages, but leaves the converted, stamped pages in this engine's backend memory
  * at dev_out (n * dst_l->page_bytes, from the backend's alloc): for writers that move them
- * GPU -> GPU. The work is enqueued on the backend's stream; a kernel's failure shows at the next
+ * GPU -> GPU. TP 1 on both sides only (PD_ERR_UNSUPPORTED otherwise). The work is enqueued on
+ * the backend's stream; a kernel's failure shows at the next
  * sync or download, after which dev_out must not be sent. Returns PD_ERR_KV_INTEGRITY (a source
  * page fails its own tag check: nothing enqueued) or PD_ERR_NOMEM. */
 pd_status_t engine_export_pages_dev(engine_t *e, const kv_seq_t *kv, int first, int n,
@@ -192,6 +199,21 @@ pd_status_t engine_score(engine_t *e, const int32_t *input, int n, int first_row
  * (n - first_row) (teacher-forced top-1 predictions). */
 pd_status_t engine_score_top1(engine_t *e, const int32_t *input, int n, int first_row,
                               const int32_t *targets, double *nll_p, int32_t *argmax_out);
+
+/* Tensor parallelism: the number of ranks (1 without). */
+int engine_tp(const engine_t *e);
+
+/* The layout of this engine's pages as other nodes write them (tp_kv_wire_layout): the pool's
+ * layout at TP 1, else tp rank slices per page. */
+void engine_kv_wire_layout(const engine_t *e, kv_layout_t *l_p);
+
+/* The reader's side of a KV transfer through host memory: copies the wire pages
+ * (engine_kv_wire_layout) of pages (n) into the engine's pages, each rank its slice, stamps
+ * included. Page pages[i] is read at wire + i * wire page bytes when packed (a staging buffer),
+ * else at wire + pages[i] * wire page bytes (a landing zone laid out like the pool). The backend's
+ * error (PD_ERR_CUDA); the pages must then not be used. */
+pd_status_t engine_import_pages(engine_t *e, const uint8_t *wire, int packed, const int32_t *pages,
+                                int n);
 
 /* Fault injection for tests: counters and hooks of the tracker. */
 kv_tracker_t *engine_tracker(engine_t *e);

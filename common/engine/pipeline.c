@@ -8,20 +8,22 @@
 pd_status_t pipeline_copy_pages(engine_t *dst, const kv_seq_t *dst_kv, engine_t *src,
                                 const kv_seq_t *src_kv, int first, int n_pages)
 {
-    pd_backend_t *db = engine_backend(dst);
-    const kv_layout_t *dl = kv_pool_layout(engine_pool(dst));
-    uint8_t *host = malloc((size_t)n_pages * dl->page_bytes);
-    pd_status_t st;
+    kv_layout_t dl;
+    engine_kv_wire_layout(dst, &dl); /* tensor parallel: one slice per rank of dst */
+    uint8_t *host = malloc((size_t)n_pages * dl.page_bytes);
+    int32_t *pages = malloc((size_t)(n_pages > 0 ? n_pages : 1) * sizeof *pages);
+    pd_status_t st = PD_ERR_NOMEM;
 
     /* what a prefill node puts over UCX, placed page by page (headers carry the stamps) */
-    if (!host)
-        return PD_ERR_NOMEM;
-    st = engine_export_pages(src, src_kv, first, n_pages, dl, dst_kv->pages + first, host);
-    for (int i = 0; i < n_pages && st == PD_OK; i++) {
-        const kv_page_ref_t *r = &dst_kv->pages[first + i];
-        st = db->ops->upload(db, (uint8_t *)engine_arena(dst) + (size_t)r->page * dl->page_bytes,
-                             host + (size_t)i * dl->page_bytes, dl->page_bytes);
-    }
+    if (!host || !pages)
+        goto out;
+    for (int i = 0; i < n_pages; i++)
+        pages[i] = dst_kv->pages[first + i].page;
+    st = engine_export_pages(src, src_kv, first, n_pages, &dl, dst_kv->pages + first, host);
+    if (st == PD_OK)
+        st = engine_import_pages(dst, host, 1, pages, n_pages);
+out:
+    free(pages);
     free(host);
     return st;
 }

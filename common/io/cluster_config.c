@@ -8,8 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
 #include <yaml.h>
 
+#include "hf_config.h"
 #include "log.h"
 
 /* ==== enum spellings ==== */
@@ -428,6 +430,38 @@ typedef struct {
     const cluster_config__mark_t *mark;
 } cluster_config__endpoint_t;
 
+/* A node's tp against the model's heads (config.json in cfg->model, when it can be read here:
+ * a router's host need not have the model; the node checks again at start, formats included). */
+static pd_status_t cluster_config__check_tp(cluster_config__ctx_t *c, const cluster_config_t *cfg,
+                                            const cluster_node_t *nd,
+                                            const cluster_config__node_marks_t *m, hf_config_t *hf,
+                                            int *hf_state)
+{
+    char path[CLUSTER_PATH_MAX + 16], key[128];
+    if (nd->tp <= 1)
+        return PD_OK;
+    if (*hf_state == 0) { /* read once per file */
+        snprintf(path, sizeof path, "%s/config.json", cfg->model);
+        *hf_state = access(path, R_OK) == 0 && hf_config_load(path, hf) == PD_OK ? 1 : -1;
+    }
+    if (*hf_state < 0)
+        return PD_OK;
+    snprintf(key, sizeof key, "nodes.%s.tp", nd->name);
+    const cluster_config__mark_t *at = m ? &m->field[NF_TP] : NULL;
+    if (hf->num_attention_heads % nd->tp != 0)
+        return cluster_config__fail(c, at, key,
+                                    "%d does not divide the model's %d attention heads "
+                                    "(num_attention_heads in %s/config.json)",
+                                    nd->tp, hf->num_attention_heads, cfg->model);
+    if (hf->num_key_value_heads % nd->tp != 0)
+        return cluster_config__fail(c, at, key,
+                                    "%d does not divide the model's %d KV heads "
+                                    "(num_key_value_heads in %s/config.json): each rank holds "
+                                    "whole KV heads",
+                                    nd->tp, hf->num_key_value_heads, cfg->model);
+    return PD_OK;
+}
+
 /* Checks the rules across nodes: unique names, unique host:port, one node of each role. */
 static pd_status_t cluster_config__check_all(cluster_config__ctx_t *c, const cluster_config_t *cfg,
                                              const cluster_config__node_marks_t *nm,
@@ -437,7 +471,8 @@ static pd_status_t cluster_config__check_all(cluster_config__ctx_t *c, const clu
     size_t cap = 2 + 3 * cfg->n_nodes, n = 0;
     cluster_config__endpoint_t *ep = calloc(cap, sizeof *ep);
     pd_status_t st = PD_OK;
-    int have[2] = {0, 0};
+    int have[2] = {0, 0}, hf_state = 0;
+    hf_config_t hf;
 
     if (!ep)
         return PD_ERR_NOMEM;
@@ -449,6 +484,8 @@ static pd_status_t cluster_config__check_all(cluster_config__ctx_t *c, const clu
         const cluster_node_t *nd = &cfg->nodes[i];
         const cluster_config__node_marks_t *m = nm ? &nm[i] : NULL;
         have[nd->role] = 1;
+        if ((st = cluster_config__check_tp(c, cfg, nd, m, &hf, &hf_state)) != PD_OK)
+            goto out;
         for (size_t j = 0; j < i; j++) {
             if (strcmp(cfg->nodes[j].name, nd->name) == 0) {
                 char path[128];

@@ -25,6 +25,7 @@ void kv_layout_init_sides(kv_layout_t *l, int n_layers, int n_kv_heads, int head
     l->page_bytes = KV_PAGE_HEADER_BYTES +
                     (size_t)n_layers * (size_t)n_sides * (l->side_bytes + l->scale_bytes);
     l->page_bytes = (l->page_bytes + 63) & ~(size_t)63;
+    l->n_slices = 1;
 }
 
 double kv_layout_bytes_per_token(const kv_layout_t *l)

@@ -32,6 +32,10 @@ typedef struct {
     size_t
         scale_bytes;   /* one layer's K (or V) scales: page_tokens * n_kv_heads * 4 (fp8), else 0 */
     size_t page_bytes; /* whole page, header included, multiple of 64 */
+    /* rank slices per page: 1, or (a page as it travels to a node of tensor-parallel size
+     * n_slices, tp_kv_wire_layout) n_slices whole pages of this layout side by side, slice r at
+     * r * page_bytes / n_slices, each with its own header; the offsets above are within a slice */
+    int n_slices;
 } kv_layout_t;
 
 void kv_layout_init(kv_layout_t *l, int n_layers, int n_kv_heads, int head_dim, int page_tokens,

@@ -69,3 +69,34 @@ pd_status_t tp_kv_reslice(void *dst, const kv_layout_t *dst_l, int dst_rank, int
     }
     return PD_OK;
 }
+
+pd_status_t tp_kv_wire_layout(const kv_layout_t *full, int size, kv_layout_t *l_p)
+{
+    kv_layout_t l;
+    pd_status_t st = tp_kv_layout(full, size, &l);
+    if (st != PD_OK)
+        return st;
+    l.n_slices = size;
+    l.page_bytes *= (size_t)size;
+    *l_p = l;
+    return PD_OK;
+}
+
+pd_status_t tp_kv_wire_fill(void *dst, const kv_layout_t *dst_l, const void *src,
+                            const kv_layout_t *src_l, int src_rank, int src_size, int n_pages)
+{
+    const int d = dst_l->n_slices > 0 ? dst_l->n_slices : 1;
+    kv_layout_t slice = *dst_l;
+    slice.n_slices = 1;
+    slice.page_bytes = tp_kv_slice_bytes(dst_l);
+    for (int p = 0; p < n_pages; p++)
+        for (int q = 0; q < d; q++) {
+            pd_status_t st = tp_kv_reslice(
+                (uint8_t *)dst + (size_t)p * dst_l->page_bytes + (size_t)q * slice.page_bytes,
+                &slice, q, d, (const uint8_t *)src + (size_t)p * src_l->page_bytes, src_l, src_rank,
+                src_size, 1);
+            if (st != PD_OK)
+                return st;
+        }
+    return PD_OK;
+}

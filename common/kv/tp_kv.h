@@ -7,6 +7,12 @@
  * its own: tp_kv_reslice() copies that overlap, per layer, K and V (and fp8 scales).
  * Host memory (pages staged through host buffers, as the UCX transport does without CUDA
  * transports). Pure functions, any thread.
+ *
+ * Between nodes a page of a TP-d decode node travels as a wire page (tp_kv_wire_layout): the d
+ * rank slices of the page side by side, slice r a whole page of rank r's layout with its own
+ * header, so every slice carries the destination page's tag and the decode node's ranks each
+ * check their own slice before every attention step. A TP-p prefill node fills it from its p
+ * ranks with tp_kv_wire_fill().
  */
 #ifndef PD_TP_KV_H
 #define PD_TP_KV_H
@@ -32,5 +38,24 @@ pd_status_t tp_kv_layout(const kv_layout_t *full, int size, kv_layout_t *l_p);
 pd_status_t tp_kv_reslice(void *dst, const kv_layout_t *dst_l, int dst_rank, int dst_size,
                           const void *src, const kv_layout_t *src_l, int src_rank, int src_size,
                           int n_pages);
+
+/* *l_p := the wire layout of a page for a node of TP `size` whose full (TP 1) layout is `full`:
+ * the rank layout (tp_kv_layout) with n_slices = size and page_bytes = size * the rank's page
+ * bytes. size 1 gives full itself. PD_ERR_INVALID (logged, *l_p untouched) as tp_kv_layout. */
+pd_status_t tp_kv_wire_layout(const kv_layout_t *full, int size, kv_layout_t *l_p);
+
+/* Bytes of one rank slice of a wire page of layout l (l->page_bytes for n_slices 1). */
+static inline size_t tp_kv_slice_bytes(const kv_layout_t *l)
+{
+    return l->page_bytes / (size_t)(l->n_slices > 0 ? l->n_slices : 1);
+}
+
+/* Copies what rank src_rank of a TP-src_size writer holds of n_pages pages, src (n_pages,
+ * src_l->page_bytes) packed in src_l (that rank's layout, already in the destination's format),
+ * into every slice of the wire pages dst (n_pages, dst_l->page_bytes) of wire layout dst_l that
+ * shares KV heads with it (tp_kv_reslice per slice). Headers are left as they are. Called once per
+ * source rank, the wire pages are complete. PD_ERR_INVALID as tp_kv_reslice (nothing written). */
+pd_status_t tp_kv_wire_fill(void *dst, const kv_layout_t *dst_l, const void *src,
+                            const kv_layout_t *src_l, int src_rank, int src_size, int n_pages);
 
 #endif

@@ -20,6 +20,7 @@
 #include "grpc_wire.h"
 #include "log.h"
 #include "notify.h"
+#include "tp_shard.h"
 
 _Static_assert(NODE_KV_DONE_MAX <= KV_TRANSPORT_AM_HEADER_MAX, "a KvDone fits a transport header");
 
@@ -39,6 +40,26 @@ void node_engine_params(const cluster_config_t *cfg, const cluster_node_t *node,
     p->prefill_chunk = node->prefill_chunk;
     p->tracker = node->tracker == CLUSTER_TRACKER_NOOP ? KV_TRACKER_NOOP : KV_TRACKER_TAGGED;
     p->evict_on_preempt = node->role == CLUSTER_ROLE_DECODE;
+    p->tp = node->tp;
+}
+
+pd_status_t node_check_tp(const cluster_config_t *cfg, const cluster_node_t *node)
+{
+    char path[CLUSTER_PATH_MAX + 16];
+    hf_config_t hf;
+    engine_params_t ep;
+    pd_status_t st;
+    if (node->tp <= 1)
+        return PD_OK;
+    node_engine_params(cfg, node, &ep);
+    snprintf(path, sizeof path, "%s/config.json", cfg->model);
+    if ((st = hf_config_load(path, &hf)) != PD_OK ||
+        (st = tp_shard_check(&hf, ep.wfmt, ep.lm_head_fmt, node->tp)) != PD_OK) {
+        pd_log_error("%s: node '%s': tp %d cannot run %s with %s weights (above)", cfg->source,
+                     node->name, node->tp, cfg->model, pd_wfmt_name(ep.wfmt));
+        return PD_ERR_INVALID;
+    }
+    return PD_OK;
 }
 
 void node_stats_init(node_stats_t *s)
@@ -100,6 +121,7 @@ void node_stats_fill(node_stats_t *s, const cluster_node_t *node, Pdserve__V1__N
     m->role = (char *)cluster_config_role_str(node->role);
     m->weights = (char *)pd_wfmt_name(node->weights);
     m->kv = (char *)pd_kvfmt_name(node->kv);
+    m->tp = (uint32_t)node->tp;
 }
 
 /* The process's cluster token (node_cluster_token_load), "" when the ports are open. */
@@ -313,13 +335,14 @@ static void node_http__ready(pd_http_request_t *req, void *user)
     pthread_mutex_lock(&h->stats->mu);
     st = *h->stats;
     pthread_mutex_unlock(&h->stats->mu);
-    pd_http_respond_json(
-        req, serving ? 200 : 503,
-        json_pack("{s:s,s:s,s:s,s:i,s:i,s:I,s:I,s:s}", "status", serving ? "ready" : "not ready",
-                  "node", h->node->name, "role", cluster_config_role_str(h->node->role), "active",
-                  (int)st.active, "waiting", (int)st.queued, "kv_pages_used",
-                  (json_int_t)st.pages_used, "kv_pages_capacity", (json_int_t)st.pages_total,
-                  "kv_path", st.kv_path[0] ? st.kv_path : "none"));
+    pd_http_respond_json(req, serving ? 200 : 503,
+                         json_pack("{s:s,s:s,s:s,s:i,s:i,s:I,s:I,s:s,s:i}", "status",
+                                   serving ? "ready" : "not ready", "node", h->node->name, "role",
+                                   cluster_config_role_str(h->node->role), "active", (int)st.active,
+                                   "waiting", (int)st.queued, "kv_pages_used",
+                                   (json_int_t)st.pages_used, "kv_pages_capacity",
+                                   (json_int_t)st.pages_total, "kv_path",
+                                   st.kv_path[0] ? st.kv_path : "none", "tp", h->node->tp));
 }
 
 /* The listener counters of the control server and of this endpoint (pdserve_listener_*, as

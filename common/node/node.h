@@ -19,6 +19,11 @@
 void node_engine_params(const cluster_config_t *cfg, const cluster_node_t *node,
                         engine_params_t *p);
 
+/* Checks before a node starts that its entry's tp can split the model (config.json in
+ * cfg->model) with its weight format (tp_shard_check: heads, KV heads, FFN, vocab, int4 groups).
+ * PD_OK for tp 1; PD_ERR_INVALID (logged, naming the node and what does not split). */
+pd_status_t node_check_tp(const cluster_config_t *cfg, const cluster_node_t *node);
+
 /* Kinds of KV integrity failure (pdserve_node_kv_integrity_failures_total{kind}): a page's tag
  * check before attention, the KV-done checksum over what landed, a KV-done presenting another
  * reservation's token, a KV-done whose tokens / pages differ from what was reserved. */

@@ -97,6 +97,7 @@ static void node_join__register(uv_timer_t *t)
     n.host = j->node.host;
     n.port = (uint32_t)j->node.port;
     n.page_tokens = (uint32_t)j->node.page_tokens;
+    n.tp = (uint32_t)j->node.tp;
     req.node = &n;
     if (pd_grpc_client_unary(j->client, "/pdserve.v1.Cluster/RegisterNode", &req.base,
                              &pdserve__v1__register_reply__descriptor, NODE_JOIN_CALL_MS,

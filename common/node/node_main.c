@@ -57,6 +57,8 @@ int node_main(int argc, char **argv, const node_main_ops_t *ops)
                      cluster_config_role_str(node->role), cluster_config_role_str(ops->role));
         goto out;
     }
+    if (node_check_tp(cfg, node) != PD_OK) /* logged: refuse at start, not after loading */
+        goto out;
     if (cfg->transport.ucx_tls[0])
         setenv("UCX_TLS", cfg->transport.ucx_tls, 0);
     if (node_cluster_token_load(cfg) != PD_OK) /* logged */

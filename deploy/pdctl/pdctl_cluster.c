@@ -29,6 +29,7 @@
 #include "pdctl_proc.h"
 #include "pdctl_state.h"
 #include "pdserve.pb-c.h"
+#include "tp_shard.h"
 
 #define PDCTL_HEALTH_PATH "/grpc.health.v1.Health/Check"
 
@@ -356,19 +357,20 @@ static pdctl_target_t *pdctl__targets_of(const cluster_config_t *cfg, size_t *n_
 
 static void pdctl__health_print(const pdctl_target_t *ts, size_t n)
 {
-    printf("%-12s %-8s %-22s %-17s %6s %6s %13s %9s\n", "NODE", "ROLE", "ADDRESS", "STATUS",
-           "ACTIVE", "QUEUED", "KV_PAGES", "INTEGRITY");
+    printf("%-12s %-8s %-22s %-17s %6s %6s %13s %9s %3s\n", "NODE", "ROLE", "ADDRESS", "STATUS",
+           "ACTIVE", "QUEUED", "KV_PAGES", "INTEGRITY", "TP");
     for (size_t i = 0; i < n; i++) {
         const pdctl_target_t *t = &ts[i];
-        char active[16] = "-", queued[16] = "-", pages[32] = "-", integ[24] = "-";
+        char active[16] = "-", queued[16] = "-", pages[32] = "-", integ[24] = "-", tp[16] = "-";
         if (t->has_stats) {
             snprintf(active, sizeof active, "%u", t->stats.active);
             snprintf(queued, sizeof queued, "%u", t->stats.queued);
             snprintf(pages, sizeof pages, "%u/%u", t->stats.pages_used, t->stats.pages_total);
             snprintf(integ, sizeof integ, "%llu", (unsigned long long)t->stats.integrity_failures);
+            snprintf(tp, sizeof tp, "%u", t->stats.tp ? t->stats.tp : 1);
         }
-        printf("%-12s %-8s %-22s %-17s %6s %6s %13s %9s\n", t->name, t->role, t->addr, t->status,
-               active, queued, pages, integ);
+        printf("%-12s %-8s %-22s %-17s %6s %6s %13s %9s %3s\n", t->name, t->role, t->addr,
+               t->status, active, queued, pages, integ, tp);
     }
     for (size_t i = 0; i < n; i++)
         if (ts[i].detail[0])
@@ -386,13 +388,14 @@ static void pdctl__health_json(const pdctl_target_t *ts, size_t n, int all_ok)
         if (t->has_stats)
             json_object_set_new(
                 o, "stats",
-                json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:s}", "active",
+                json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:I}", "active",
                           (json_int_t)t->stats.active, "queued", (json_int_t)t->stats.queued,
                           "pages_total", (json_int_t)t->stats.pages_total, "pages_used",
                           (json_int_t)t->stats.pages_used, "integrity_failures",
                           (json_int_t)t->stats.integrity_failures, "tokens",
                           (json_int_t)t->stats.tokens, "requests", (json_int_t)t->stats.requests,
-                          "weights", t->weights, "kv", t->kv));
+                          "weights", t->weights, "kv", t->kv, "tp",
+                          (json_int_t)(t->stats.tp ? t->stats.tp : 1)));
         else
             json_object_set_new(o, "stats", json_null());
         json_array_append_new(arr, o);
@@ -669,14 +672,54 @@ out:
 
 static void pdctl__up_table(const pdctl_up_t *u)
 {
-    printf("%-12s %-8s %-22s %8s  %s\n", "NODE", "ROLE", "ADDRESS", "PID", "LOG");
+    printf("%-12s %-8s %-22s %3s %8s  %s\n", "NODE", "ROLE", "ADDRESS", "TP", "PID", "LOG");
     for (size_t i = 0; i < u->st.n_procs; i++) {
         const pdctl_proc_t *p = &u->st.procs[i];
-        printf("%-12s %-8s %-22s %8d  %s\n", p->name, p->role, p->addr, p->pid, p->log);
+        const cluster_node_t *nd = cluster_config_find_node(u->cfg, p->name);
+        char tp[16] = "-";
+        if (nd && strcmp(p->role, "router") != 0)
+            snprintf(tp, sizeof tp, "%d", nd->tp);
+        printf("%-12s %-8s %-22s %3s %8d  %s\n", p->name, p->role, p->addr, tp, p->pid, p->log);
     }
     if (u->cfg->router.http_port > 0)
         printf("router http: http://%s:%d (OpenAI API, /health, /ready, /metrics)\n",
                u->cfg->router.http_host, u->cfg->router.http_port);
+}
+
+/* Before anything starts: every local node's tp must split the model with its weight format
+ * (tp_shard_check), and tensor-parallel CUDA nodes on this host should not share GPUs (devices
+ * device .. device + tp - 1: a warning, as two nodes on one GPU may be meant). Returns 0 or -1
+ * after printing why. */
+static int pdctl__up_check_tp(const cluster_config_t *cfg)
+{
+    char path[CLUSTER_PATH_MAX + 16];
+    hf_config_t hf;
+    int have_hf = -1;
+    for (size_t i = 0; i < cfg->n_nodes; i++) {
+        const cluster_node_t *a = &cfg->nodes[i];
+        if (a->tp <= 1 || !pdctl_host_is_local(a->host))
+            continue;
+        if (have_hf < 0) {
+            snprintf(path, sizeof path, "%s/config.json", cfg->model);
+            have_hf = hf_config_load(path, &hf) == PD_OK;
+        }
+        if (!have_hf || tp_shard_check(&hf, a->weights, PD_WFMT_BF16, a->tp) != PD_OK) {
+            fprintf(stderr, "pdctl up: %s: node %s: tp %d cannot run %s with %s weights (above)\n",
+                    cfg->source, a->name, a->tp, cfg->model, pd_wfmt_name(a->weights));
+            return -1;
+        }
+        for (size_t j = 0; a->backend == CLUSTER_BACKEND_CUDA && j < cfg->n_nodes; j++) {
+            const cluster_node_t *b = &cfg->nodes[j];
+            if (j == i || b->backend != CLUSTER_BACKEND_CUDA || strcmp(a->host, b->host) != 0 ||
+                b->device + b->tp <= a->device || a->device + a->tp <= b->device)
+                continue;
+            fprintf(stderr,
+                    "pdctl up: warning: %s (GPUs %d..%d) and %s (GPUs %d..%d) share a GPU\n",
+                    a->name, a->device, a->device + a->tp - 1, b->name, b->device,
+                    b->device + b->tp - 1);
+        }
+    }
+    return 0;
 }
 
 /* Foreground: waits for a signal (stop everything) or child deaths (report, keep the others). */
@@ -811,7 +854,8 @@ int pdctl_up(int argc, char **argv)
     }
     if (log_dir)
         snprintf(u.log_dir, sizeof u.log_dir, "%s", log_dir);
-    if (pdctl__up_check_existing(state_path) < 0 || pdctl__mkdirs(u.log_dir) < 0)
+    if (pdctl__up_check_tp(u.cfg) < 0 || pdctl__up_check_existing(state_path) < 0 ||
+        pdctl__mkdirs(u.log_dir) < 0)
         goto out_cfg;
     pdctl__install_signals();
 

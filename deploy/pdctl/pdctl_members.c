@@ -162,11 +162,12 @@ static int pdctl_members__parse(const char *cmd, int argc, char **argv, int need
 
 static json_t *pdctl_members__node_json(const Pdserve__V1__ClusterNode *n)
 {
-    return json_pack("{s:s, s:s, s:s, s:I, s:s, s:b, s:I, s:I, s:I, s:I, s:b}", "node", n->name,
-                     "role", n->role, "host", n->host, "port", (json_int_t)n->port, "state",
-                     n->state, "serving", n->serving, "running", (json_int_t)n->running, "active",
-                     (json_int_t)n->active, "pages_used", (json_int_t)n->pages_used, "pages_total",
-                     (json_int_t)n->pages_total, "joined", n->joined);
+    return json_pack("{s:s, s:s, s:s, s:I, s:s, s:b, s:I, s:I, s:I, s:I, s:b, s:I}", "node",
+                     n->name, "role", n->role, "host", n->host, "port", (json_int_t)n->port,
+                     "state", n->state, "serving", n->serving, "running", (json_int_t)n->running,
+                     "active", (json_int_t)n->active, "pages_used", (json_int_t)n->pages_used,
+                     "pages_total", (json_int_t)n->pages_total, "joined", n->joined, "tp",
+                     (json_int_t)(n->tp ? n->tp : 1));
 }
 
 static void pdctl_members__print(const Pdserve__V1__ClusterNode *const *ns, size_t n, int json)
@@ -181,14 +182,15 @@ static void pdctl_members__print(const Pdserve__V1__ClusterNode *const *ns, size
         json_decref(arr);
         return;
     }
-    printf("%-12s %-8s %-22s %-9s %7s %6s %13s %s\n", "NODE", "ROLE", "ADDRESS", "STATE", "RUNNING",
-           "ACTIVE", "KV_PAGES", "JOINED");
+    printf("%-12s %-8s %-22s %-9s %7s %6s %13s %-6s %s\n", "NODE", "ROLE", "ADDRESS", "STATE",
+           "RUNNING", "ACTIVE", "KV_PAGES", "JOINED", "TP");
     for (size_t i = 0; i < n; i++) {
         char addr[96], pages[32];
         pdctl_host_format_addr(addr, sizeof addr, ns[i]->host, (int)ns[i]->port);
         snprintf(pages, sizeof pages, "%u/%u", ns[i]->pages_used, ns[i]->pages_total);
-        printf("%-12s %-8s %-22s %-9s %7u %6u %13s %s\n", ns[i]->name, ns[i]->role, addr,
-               ns[i]->state, ns[i]->running, ns[i]->active, pages, ns[i]->joined ? "yes" : "no");
+        printf("%-12s %-8s %-22s %-9s %7u %6u %13s %-6s %u\n", ns[i]->name, ns[i]->role, addr,
+               ns[i]->state, ns[i]->running, ns[i]->active, pages, ns[i]->joined ? "yes" : "no",
+               ns[i]->tp ? ns[i]->tp : 1);
     }
 }
 

@@ -122,6 +122,47 @@ static void expect_error(const char *from, const char *to, const char *want)
     }
 }
 
+/* tp against the model's heads (tiny-llama: 4 attention heads, 2 KV heads), with the position of
+ * the tp key; without a readable config.json (a router's host) only the node checks it */
+static void test_tp(void **state)
+{
+    char text[4096], err[512];
+    cluster_config_t *cfg = NULL;
+    const char *at = strstr(good, "    kv_budget: 2GiB\n");
+    (void)state;
+    static const struct {
+        const char *model, *tp, *want;
+    } cases[] = {
+        {"tiny-llama", "2", NULL},
+        {"tiny-llama", "4",
+         "bad.yaml:15:9: nodes.d0.tp: 4 does not divide the model's 2 KV heads "
+         "(num_key_value_heads"},
+        {"tiny-llama", "3",
+         "bad.yaml:15:9: nodes.d0.tp: 3 does not divide the model's 4 attention "
+         "heads"},
+        {"no-such-model", "4", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(text, sizeof text, "model: %s/%s\n%.*s    tp: %s\n%s", getenv("PD_MODELS_DIR"),
+                 cases[i].model, (int)(at - strchr(good, '\n') - 1), strchr(good, '\n') + 1,
+                 cases[i].tp, at);
+        cfg = NULL;
+        pd_status_t st =
+            cluster_config_parse(text, strlen(text), "bad.yaml", NULL, err, sizeof err, &cfg);
+        if (!cases[i].want) {
+            assert_int_equal(st, PD_OK);
+            assert_int_equal(cluster_config_find_node(cfg, "d0")->tp, atoi(cases[i].tp));
+            cluster_config_destroy(cfg);
+            continue;
+        }
+        assert_int_equal(st, PD_ERR_FORMAT);
+        if (!strstr(err, cases[i].want)) {
+            print_error("got: %s\nwant: %s\n", err, cases[i].want);
+            fail();
+        }
+    }
+}
+
 /* template: true|false (an entry for nodes that join); anything else names the choices */
 static void test_template(void **state)
 {
@@ -382,10 +423,11 @@ static void test_load_errors(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_defaults),    cmocka_unit_test(test_bytes),
-        cmocka_unit_test(test_errors),      cmocka_unit_test(test_empty),
-        cmocka_unit_test(test_override),    cmocka_unit_test(test_deploy_files),
-        cmocka_unit_test(test_load_errors), cmocka_unit_test(test_template),
+        cmocka_unit_test(test_defaults),     cmocka_unit_test(test_bytes),
+        cmocka_unit_test(test_tp),           cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_empty),        cmocka_unit_test(test_override),
+        cmocka_unit_test(test_deploy_files), cmocka_unit_test(test_load_errors),
+        cmocka_unit_test(test_template),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

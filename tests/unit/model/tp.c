@@ -661,6 +661,34 @@ static void check_reslice(pd_kvfmt_t fmt)
     assert_int_equal(back1[kv_layout_data_off(&l1, 0, 0) + 2 * hb], 0);
     assert_int_equal(back1[kv_layout_data_off(&l1, 0, 0) + 1 * hb],
                      tp1[kv_layout_data_off(&l1, 0, 0) + 1 * hb]);
+    /* wire pages of a TP 4 destination filled from TP 2 ranks (tp_kv_wire_fill): slice q of each
+     * page is TP 4 rank q's page; headers untouched */
+    kv_layout_t w4;
+    assert_int_equal(tp_kv_wire_layout(&l1, 4, &w4), PD_OK);
+    assert_int_equal(w4.n_slices, 4);
+    assert_int_equal(w4.page_bytes, 4 * l4.page_bytes);
+    assert_int_equal(tp_kv_slice_bytes(&w4), l4.page_bytes);
+    uint8_t *wire = calloc(NP, w4.page_bytes), *slice = malloc(NP * l4.page_bytes);
+    for (int s = 0; s < 2; s++)
+        assert_int_equal(tp_kv_wire_fill(wire, &w4, tp2[s], &l2, s, 2, NP), PD_OK);
+    for (int q = 0; q < 4; q++) {
+        for (int p = 0; p < NP; p++) {
+            memcpy(slice + (size_t)p * l4.page_bytes,
+                   wire + (size_t)p * w4.page_bytes + (size_t)q * l4.page_bytes, l4.page_bytes);
+            for (int i = 0; i < KV_PAGE_HEADER_BYTES; i++)
+                assert_int_equal(slice[(size_t)p * l4.page_bytes + i], 0);
+        }
+        fill_pages(want4, &l4, q, NP);
+        assert_pages_equal(slice, want4, &l4, NP);
+    }
+    /* a TP 1 wire layout is the full layout; 4 heads do not split 3 ways */
+    kv_layout_t w1;
+    assert_int_equal(tp_kv_wire_layout(&l1, 1, &w1), PD_OK);
+    assert_int_equal(w1.page_bytes, l1.page_bytes);
+    assert_int_equal(w1.n_slices, 1);
+    assert_int_equal(tp_kv_wire_layout(&l1, 3, &w1), PD_ERR_INVALID);
+    free(wire);
+    free(slice);
     /* mismatched layouts */
     kv_layout_t other;
     kv_layout_init(&other, 3, 2, 16, 4, fmt); /* head_dim differs */

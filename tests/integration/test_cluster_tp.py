@@ -1,0 +1,127 @@
+"""Issue 16: tensor-parallel nodes (`tp: N` in a node's entry) in a real cluster on the CPU (the
+in-process communicator; one thread and backend per rank), deploy/local.yaml's formats (prefill
+FP8 weights + BF16 KV, decode INT4 weights + FP8 KV):
+
+- prefill tp 2 -> decode tp 1, tp 1 -> tp 2 and tp 2 -> tp 2 on tiny-llama: greedy ids equal the
+  single-process pipeline (`pdctl generate`, TP 1) token for token; the KV travels as one stamped
+  slice per decode rank, re-sliced by KV head; every page is free again afterwards; the nodes'
+  Stats, `pdctl health --json`, `pdctl nodes --json` and the router's /health show each node's tp.
+- tiny-moe, tp 2 -> tp 2 with BF16 decode weights (its INT4 experts do not split two ways, and FP8
+  at TP 2 quantizes activations per shard: tp_shard.h): the same against the pipeline with those
+  formats.
+- a tp that does not split the model is refused at start with a clear error: `pdctl up` (tp 4 with
+  2 KV heads; before any process starts) and the decode-node binary itself (tiny-moe tp 2 with
+  INT4 weights: its expert shards would cut INT4 groups), exit status nonzero, no serving.
+Run with /usr/bin/python3; argv[1] is pdctl."""
+import json
+import os
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+from cluster_testlib import (PDCTL, TEMPLATE_1, channel, check, cluster, finish, generate,
+                             model_template, pb, pb_grpc, pdctl_local, reference, sampling, stats,
+                             wait_pages_free)
+import grpc
+
+TMP = tempfile.mkdtemp(prefix="pd-test-tp-")
+MAX = 32
+N_CASES = 3
+PIPE = dict(weights="int4", kv="fp8", prefill_weights="fp8", prefill_kv="bf16")
+
+
+def cases(model):
+    return reference(model)["cases"][:N_CASES]
+
+
+def run(model, ptp, dtp, pipe, decode_weights=None):
+    tpl = model_template(TEMPLATE_1, model, TMP)
+    dec = {"tp": dtp, "threads": 1}
+    if decode_weights:
+        dec["weights"] = decode_weights
+    name = "%s-p%d-d%d" % (model, ptp, dtp)
+    t = time.time()
+    with cluster.Cluster(tpl, overrides={"prefill0": {"tp": ptp, "threads": 1},
+                                         "decode0": dec}) as c:
+        print("info %s: up in %.1f s" % (name, time.time() - t), flush=True)
+        stub = pb_grpc.InferenceStub(channel(c.router_addr))
+        for i, case in enumerate(cases(model)):
+            want = pdctl_local(model, case["prompt"], MAX, **pipe)["output_ids"]
+            r = generate(stub, token_ids=case["input_ids"], sampling=sampling(MAX, ignore_eos=True))
+            check("%s-greedy-case%d" % (name, i), r.code == grpc.StatusCode.OK and r.ids == want,
+                  "%s %s\n got  %s\n want %s" % (r.code, r.details, r.ids, want))
+        byname = {n["name"]: n for n in c.nodes}
+        st = {k: stats(byname[k]) for k in ("prefill0", "decode0")}
+        check("%s-stats-tp" % name, (st["prefill0"].tp, st["decode0"].tp) == (ptp, dtp),
+              "%d %d" % (st["prefill0"].tp, st["decode0"].tp))
+        h = c.pdctl("health", "--config", c.config, "--json", timeout=60)
+        tps = {}
+        try:
+            tps = {n["node"]: (n["stats"] or {}).get("tp") for n in json.loads(h.stdout)["nodes"]}
+        except ValueError:
+            pass
+        check("%s-pdctl-health-tp" % name, tps.get("prefill0") == ptp and tps.get("decode0") == dtp,
+              h.stdout + h.stderr)
+        p = c.pdctl("nodes", "--router", c.router_addr, "--json", timeout=60)
+        try:
+            listed = {n["node"]: n["tp"] for n in json.loads(p.stdout)}
+        except (ValueError, KeyError, TypeError):
+            listed = {}
+        check("%s-pdctl-nodes-tp" % name, listed == {"prefill0": ptp, "decode0": dtp},
+              p.stdout + p.stderr)
+        with urllib.request.urlopen("http://%s/health" % c.router_http, timeout=10) as resp:
+            health = {n["name"]: n.get("tp") for n in json.load(resp)["nodes"]}
+        check("%s-router-health-tp" % name, health == {"prefill0": ptp, "decode0": dtp}, health)
+        for node, tp in (("prefill0", ptp), ("decode0", dtp)):  # each node's ops endpoint
+            url = "http://%s:%s/health" % (byname[node]["host"], byname[node]["http_port"])
+            with urllib.request.urlopen(url, timeout=10) as resp:
+                got = json.load(resp).get("tp")
+            check("%s-%s-health-tp" % (name, node), got == tp, got)
+        for node, tp in (("prefill0", ptp), ("decode0", dtp)):  # the engine runs the ranks
+            ranks = "tp %d: %d ranks" % (tp, tp)
+            check("%s-%s-ranks" % (name, node), (ranks in c.log(node)) == (tp > 1),
+                  c.log(node)[-1500:])
+        used = wait_pages_free(c)
+        check("%s-pages-free" % name, all(v == 0 for v in used.values()), used)
+    print("info %s: %.1f s" % (name, time.time() - t), flush=True)
+
+
+def refused_by_pdctl_up():
+    tpl = model_template(TEMPLATE_1, "tiny-llama", TMP)
+    c = cluster.Cluster(tpl, overrides={"decode0": {"tp": 4}}, start=False)
+    p = c.pdctl("up", "--detach", "--config", c.config, "--log-dir", c.log_dir, "--timeout-s", "30",
+                timeout=90)
+    out = p.stdout + p.stderr
+    check("bad-tp-pdctl-up-refused", p.returncode != 0, out)
+    check("bad-tp-pdctl-up-message",
+          "nodes.decode0.tp: 4 does not divide the model's 2 KV heads" in out and
+          "started" not in out, out)
+
+
+def refused_by_node():
+    tpl = model_template(TEMPLATE_1, "tiny-moe", TMP)
+    c = cluster.Cluster(tpl, overrides={"decode0": {"tp": 2}}, start=False)
+    node = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(PDCTL))), "decode-node",
+                        "decode-node")
+    t = time.time()
+    p = subprocess.run([node, "--config", c.config, "--node", "decode0"], capture_output=True,
+                       text=True, timeout=60)
+    out = p.stdout + p.stderr
+    check("bad-tp-node-exits", p.returncode != 0 and time.time() - t < 30,
+          "rc %d after %.1f s\n%s" % (p.returncode, time.time() - t, out))
+    check("bad-tp-node-message",
+          "node 'decode0': tp 2 cannot run" in out and "int4" in out and "SERVING" not in out, out)
+
+
+def main():
+    refused_by_pdctl_up()
+    refused_by_node()
+    for ptp, dtp in ((2, 1), (1, 2), (2, 2)):
+        run("tiny-llama", ptp, dtp, PIPE)
+    run("tiny-moe", 2, 2, dict(PIPE, weights="bf16"), decode_weights="bf16")
+    finish()
+
+
+if __name__ == "__main__":
+    main()

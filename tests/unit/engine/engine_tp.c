@@ -1,0 +1,236 @@
+/* Tests the tensor-parallel engine (common/engine/engine_tp.c and the TP paths of engine.c:
+ * engine_params_t.tp, engine_export_pages into wire pages, engine_import_pages) on the CPU with
+ * the in-process communicator, as the cluster's formats use it (prefill FP8 weights + BF16 KV,
+ * decode INT4 weights + FP8 KV, KV re-sliced by head on the way):
+ *   - the in-process pipeline prefill TP p -> decode TP d for (p, d) in {1, 2}^2 gives greedy ids
+ *     equal to TP 1 -> TP 1 (tiny-llama; tiny-moe with BF16 decode weights: its INT4 experts do
+ *     not split two ways, and FP8 at TP 2 quantizes activations per shard, tp_shard.h, which
+ *     moves a late greedy token of one prompt);
+ *   - a wire page whose rank-1 slice carries a wrong stamp fails its sequence at the next step
+ *     (the check runs over every rank's slice before attention), counted once;
+ *   - a TP size the KV heads do not split into is refused at create (PD_ERR_INVALID).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "engine.h"
+#include "pipeline.h"
+
+#define N_GEN 24
+#define N_CASES 3
+
+static engine_t *open_engine(const char *model, pd_wfmt_t w, pd_kvfmt_t kv, int tp)
+{
+    char dir[2048];
+    engine_params_t p;
+    engine_t *e = NULL;
+    snprintf(dir, sizeof dir, "%s/%s", getenv("PD_MODELS_DIR"), model);
+    engine_params_default(&p);
+    p.model_dir = dir;
+    p.wfmt = w;
+    p.kvfmt = kv;
+    p.kv_budget = 2 << 20;
+    p.tp = tp;
+    p.threads = 1;
+    assert_int_equal(engine_create(&p, &e), PD_OK);
+    assert_int_equal(engine_tp(e), tp);
+    return e;
+}
+
+typedef struct {
+    int32_t ids[N_GEN];
+    int n;
+} out_t;
+
+static void on_token(void *arg, uint64_t id, int32_t tok, engine_finish_t f, pd_status_t st)
+{
+    out_t *o = arg;
+    (void)id;
+    (void)f;
+    assert_int_equal(st, PD_OK);
+    if (tok >= 0 && o->n < N_GEN)
+        o->ids[o->n++] = tok;
+}
+
+static int load_prompts(const char *model, int32_t ids[N_CASES][64], int *n)
+{
+    char path[4096];
+    json_error_t jerr;
+    snprintf(path, sizeof path, "%s/%s/reference.json", getenv("PD_MODELS_DIR"), model);
+    json_t *ref = json_load_file(path, 0, &jerr), *cases = json_object_get(ref, "cases");
+    assert_non_null(ref);
+    int k = 0;
+    for (size_t c = 0; c < json_array_size(cases) && k < N_CASES; c++) {
+        json_t *in = json_object_get(json_array_get(cases, c), "input_ids");
+        if (json_array_size(in) < 12 || json_array_size(in) > 64)
+            continue; /* prompts over a page, so pages of every kind travel */
+        n[k] = (int)json_array_size(in);
+        for (int i = 0; i < n[k]; i++)
+            ids[k][i] = (int32_t)json_integer_value(json_array_get(in, (size_t)i));
+        k++;
+    }
+    json_decref(ref);
+    return k;
+}
+
+static void run_pipeline(engine_t *p, engine_t *d, const int32_t *prompt, int n, out_t *o)
+{
+    engine_gen_params_t gp = {.sampling = {0, 0, 1.0f, 0}, .max_tokens = N_GEN, .ignore_eos = true};
+    memset(o, 0, sizeof *o);
+    assert_int_equal(pipeline_add(p, d, prompt, n, &gp, on_token, o), PD_OK);
+    assert_int_equal(engine_run(d), PD_OK);
+    assert_int_equal(o->n, N_GEN);
+    assert_int_equal(kv_pool_used_pages(engine_pool(d)), 0);
+    assert_int_equal(kv_pool_used_pages(engine_pool(p)), 0);
+}
+
+static void check_model(const char *model, pd_wfmt_t dw)
+{
+    int32_t prompts[N_CASES][64];
+    int lens[N_CASES];
+    const int n_cases = load_prompts(model, prompts, lens);
+    out_t want[N_CASES], got;
+    engine_t *pe[3] = {NULL}, *de[3] = {NULL};
+    assert_true(n_cases > 0);
+    for (int tp = 1; tp <= 2; tp++) {
+        pe[tp] = open_engine(model, PD_WFMT_FP8, PD_KV_BF16, tp);
+        de[tp] = open_engine(model, dw, PD_KV_FP8, tp);
+    }
+    for (int c = 0; c < n_cases; c++)
+        run_pipeline(pe[1], de[1], prompts[c], lens[c], &want[c]);
+    for (int p = 1; p <= 2; p++)
+        for (int d = 1; d <= 2; d++)
+            for (int c = 0; c < n_cases; c++) {
+                run_pipeline(pe[p], de[d], prompts[c], lens[c], &got);
+                int same = memcmp(got.ids, want[c].ids, sizeof got.ids) == 0;
+                printf("# %s prefill tp %d -> decode tp %d, case %d: %s\n", model, p, d, c,
+                       same ? "same ids as tp 1 -> tp 1" : "DIFFERENT ids");
+                assert_memory_equal(got.ids, want[c].ids, sizeof got.ids);
+            }
+    for (int tp = 1; tp <= 2; tp++) {
+        engine_destroy(pe[tp]);
+        engine_destroy(de[tp]);
+    }
+}
+
+static void test_llama(void **s)
+{
+    (void)s;
+    check_model("tiny-llama", PD_WFMT_INT4);
+}
+
+static void test_moe(void **s)
+{
+    (void)s;
+    check_model("tiny-moe", PD_WFMT_BF16);
+}
+
+typedef struct {
+    int tokens;
+    pd_status_t end;
+} fail_t;
+
+static void on_token_fail(void *arg, uint64_t id, int32_t tok, engine_finish_t f, pd_status_t st)
+{
+    fail_t *o = arg;
+    (void)id;
+    if (tok >= 0)
+        o->tokens++;
+    else if (f == ENGINE_FINISH_ABORT)
+        o->end = st;
+}
+
+/* A slice of a wire page whose stamp is not the reservation's tag: the sequence fails before its
+ * first attention step, though rank 0's slice is intact. */
+static void test_slice_integrity(void **s)
+{
+    int32_t prompts[N_CASES][64];
+    int lens[N_CASES];
+    (void)s;
+    assert_true(load_prompts("tiny-llama", prompts, lens) > 0);
+    engine_t *p = open_engine("tiny-llama", PD_WFMT_FP8, PD_KV_BF16, 1);
+    engine_t *d = open_engine("tiny-llama", PD_WFMT_INT4, PD_KV_FP8, 2);
+    engine_gen_params_t gp = {.sampling = {0, 0, 1.0f, 0}, .max_tokens = 4, .ignore_eos = true};
+    kv_layout_t wl;
+    kv_seq_t pkv, dkv;
+    int32_t first, pages[8];
+    engine_kv_wire_layout(d, &wl);
+    assert_int_equal(wl.n_slices, 2);
+    assert_int_equal(wl.page_bytes, 2 * kv_pool_layout(engine_pool(d))->page_bytes);
+    assert_int_equal(wl.n_kv_heads, 1);
+    const int n = lens[0];
+    kv_seq_init(&dkv);
+    assert_int_equal(kv_seq_reserve(engine_pool(d), &dkv, n), PD_OK);
+    assert_int_equal(engine_prefill(p, prompts[0], n, &gp, NULL, NULL, &first, &pkv, NULL), PD_OK);
+    uint8_t *wire = malloc((size_t)dkv.n_pages * wl.page_bytes);
+    assert_non_null(wire);
+    assert_int_equal(engine_export_pages(p, &pkv, 0, pkv.n_pages, &wl, dkv.pages, wire), PD_OK);
+    for (int i = 0; i < dkv.n_pages; i++) {
+        kv_tag_t t0, t1;
+        memcpy(&t0, wire + (size_t)i * wl.page_bytes, sizeof t0);
+        memcpy(&t1, wire + (size_t)i * wl.page_bytes + wl.page_bytes / 2, sizeof t1);
+        assert_true(t0 == dkv.pages[i].tag && t1 == dkv.pages[i].tag); /* every slice stamped */
+        pages[i] = dkv.pages[i].page;
+    }
+    /* the last page's rank-1 slice: a stale stamp */
+    kv_tag_t bad = dkv.pages[dkv.n_pages - 1].tag + 7;
+    memcpy(wire + (size_t)(dkv.n_pages - 1) * wl.page_bytes + wl.page_bytes / 2, &bad, sizeof bad);
+    assert_int_equal(engine_import_pages(d, wire, 1, pages, dkv.n_pages), PD_OK);
+    int32_t *toks = malloc(((size_t)n + 1) * sizeof *toks);
+    memcpy(toks, prompts[0], (size_t)n * sizeof *toks);
+    toks[n] = first;
+    fail_t o = {0, PD_OK};
+    uint64_t id;
+    const uint64_t failures = engine_tracker(d)->failures;
+    gp.n_generated = 1;
+    assert_int_equal(engine_seq_add_prefilled(d, toks, n + 1, n, &dkv, &gp, on_token_fail, &o, &id),
+                     PD_OK);
+    assert_int_equal(engine_step(d), PD_OK);
+    assert_int_equal(engine_active(d), 0);
+    assert_int_equal(o.tokens, 0);
+    assert_int_equal(o.end, PD_ERR_KV_INTEGRITY);
+    assert_int_equal(engine_tracker(d)->failures, failures + 1);
+    assert_int_equal(kv_pool_used_pages(engine_pool(d)), 0);
+    free(toks);
+    free(wire);
+    kv_seq_release(engine_pool(p), &pkv);
+    kv_seq_deinit(&pkv);
+    kv_seq_deinit(&dkv);
+    engine_destroy(p);
+    engine_destroy(d);
+}
+
+/* 2 KV heads do not split 4 ways */
+static void test_refused(void **s)
+{
+    char dir[2048];
+    engine_params_t p;
+    engine_t *e = NULL;
+    (void)s;
+    snprintf(dir, sizeof dir, "%s/tiny-llama", getenv("PD_MODELS_DIR"));
+    engine_params_default(&p);
+    p.model_dir = dir;
+    p.kv_budget = 2 << 20;
+    p.tp = 4;
+    p.threads = 1;
+    assert_int_equal(engine_create(&p, &e), PD_ERR_INVALID);
+    assert_null(e);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_slice_integrity),
+        cmocka_unit_test(test_llama),
+        cmocka_unit_test(test_moe),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
