@@ -17,7 +17,7 @@ OpenAI mode (standard library only, any python3; what vLLM's benchmark_serving a
 bench_serving do): replays a trace against the router's /v1/completions, streamed (SSE):
 
     loadgen.py --api openai --http 127.0.0.1:50051 --num-requests 200 \
-               --input-len normal:1024,256 --output-len uniform:64,512 --rate 8 \
+               --input-dist normal:1024,256 --output-dist uniform:64,512 --rate 8 \
                [--trace trace.jsonl] [--max-concurrency 64] [--slo-ttft-ms 500] \
                [--slo-tpot-ms 50] [--json]
 
@@ -434,9 +434,9 @@ def main(argv=None):
     o = ap.add_argument_group("openai mode")
     o.add_argument("--num-requests", type=int, default=100)
     o.add_argument("--trace", help="JSON lines of input_len / output_len (cycled)")
-    o.add_argument("--input-len", default="fixed:256", help="fixed:N | uniform:LO,HI | "
+    o.add_argument("--input-dist", default="fixed:256", help="fixed:N | uniform:LO,HI | "
                    "normal:MEAN,SD | lognormal:MEDIAN,SIGMA")
-    o.add_argument("--output-len", default="fixed:64")
+    o.add_argument("--output-dist", default="fixed:64")
     o.add_argument("--rate", type=float, default=float("inf"), help="Poisson arrivals, req/s")
     o.add_argument("--max-concurrency", type=int)
     o.add_argument("--slo-ttft-ms", type=float)
@@ -482,7 +482,7 @@ def main_openai(ap, a):
         ap.error("--num-requests and --max-concurrency must be >= 1")
     try:
         trace = load_trace(a.trace, a.num_requests) if a.trace else make_trace(
-            a.num_requests, a.input_len, a.output_len, a.seed)
+            a.num_requests, a.input_dist, a.output_dist, a.seed)
     except (OSError, ValueError, KeyError) as e:
         ap.error(str(e))
     c = None
