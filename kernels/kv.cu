@@ -110,9 +110,16 @@ static __global__ void kv__export(uint8_t *dst, kv_layout_t dl, const int32_t *d
     const int h = threadIdx.x >> 5, lane = threadIdx.x & 31, H = sl.n_kv_heads, D = sl.head_dim;
     const uint8_t *sp = arena + (size_t)src_pages[p] * sl.page_bytes;
     uint8_t *dp = dst + (size_t)(dst_pages ? dst_pages[p] : p) * dl.page_bytes;
-    if (layer0 == 0 && blockIdx.y == 0 && t == 0)
+    if (layer0 == 0 && blockIdx.y == 0 && t == 0) {
         for (int b = threadIdx.x; b < KV_PAGE_HEADER_BYTES; b += blockDim.x)
             dp[b] = tags && b < (int)sizeof(kv_tag_t) ? ((const uint8_t *)&tags[p])[b] : sp[b];
+        /* the page's tail past the data and scales: zeros, so that a page written layer by
+         * layer has defined bytes everywhere (the KV-done checksum covers whole pages) */
+        const size_t used = KV_PAGE_HEADER_BYTES +
+                            (size_t)dl.n_layers * dl.n_sides * (dl.side_bytes + dl.scale_bytes);
+        for (size_t b = used + threadIdx.x; b < dl.page_bytes; b += blockDim.x)
+            dp[b] = 0;
+    }
     const uint8_t *sd = sp + kutil_kv_data_off(sl, layer, side);
     const size_t base = ((size_t)t * H + h) * D;
     float *row = kv__buf + (size_t)h * D;

@@ -247,7 +247,9 @@ typedef struct {
      * [layer0, layer0 + n_layers) of pages src_pages (n) of arena (src_l, as kv_export) into
      * dst_l's format, page i at dst + dst_pages[i] * dst_l->page_bytes (dst_pages NULL: at
      * dst + i * page_bytes, packed); layer0 == 0 also writes the 64-byte header, copied from
-     * the source page with its stamp replaced by tags[i] when tags is not NULL. src_pages,
+     * the source page with its stamp replaced by tags[i] when tags is not NULL, and zeros in
+     * the page's bytes past its data and scales (if any), so a page written layer by layer is
+     * defined everywhere. src_pages,
      * dst_pages (int32) and tags (uint64) are backend memory (n each) that must stay unchanged
      * until xfer_sync; dst may be another process's pool (CUDA IPC).
      * xfer_download: on that stream, dst_host (bytes) = src; dst_host is filled when xfer_sync

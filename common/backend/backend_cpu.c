@@ -564,9 +564,12 @@ static void cpu_xfer_kv_export(pd_backend_t *be, void *dst, const kv_layout_t *d
         const uint8_t *sp = (const uint8_t *)arena + (size_t)src_pages[p] * src_l->page_bytes;
         uint8_t *dp = (uint8_t *)dst + (size_t)(dst_pages ? dst_pages[p] : p) * dst_l->page_bytes;
         if (layer0 == 0) {
+            const size_t used = KV_PAGE_HEADER_BYTES + (size_t)dst_l->n_layers * dst_l->n_sides *
+                                                           (dst_l->side_bytes + dst_l->scale_bytes);
             memcpy(dp, sp, KV_PAGE_HEADER_BYTES);
             if (tags)
                 memcpy(dp, &tags[p], sizeof tags[p]);
+            memset(dp + used, 0, dst_l->page_bytes - used); /* the tail: defined bytes */
         }
         for (int layer = layer0; layer < layer0 + n_layers; layer++)
             for (int side = 0; side < src_l->n_sides; side++)
