@@ -96,11 +96,15 @@ typedef struct pjob {
 /* When a prompt's pages leave (PDSERVE_KV_OVERLAP). */
 typedef enum {
     KV_OVERLAP_NONE = 0, /* "0": after the whole prompt is computed (to measure the others) */
-    KV_OVERLAP_CHUNK,    /* "chunk": after each prefill chunk, in line on the compute thread */
-    KV_OVERLAP_LAYER,    /* "layer" (default where the backend has a transfer stream): layer L of
-                          * a chunk's pages is converted and written on the transfer stream while
+    KV_OVERLAP_CHUNK,    /* "chunk" (default; "1"): after each prefill chunk, in line on the
+                          * compute thread, while the loop thread hashes and puts the previous
+                          * chunk's pages */
+    KV_OVERLAP_LAYER,    /* "layer" (where the backend has a transfer stream): layer L of a
+                          * chunk's pages is converted and written on the transfer stream while
                           * layer L + 1 computes; the host copy (checksum, staged puts) follows
-                          * the chunk */
+                          * the chunk. Not the default: on one H200 it did not shorten TTFT (the
+                          * KV-done checksum after the last layer dominates, docs/benchmarks.md)
+                          * and was slower on the staged path */
 } kv_overlap_t;
 
 struct prefill_node {
@@ -894,22 +898,22 @@ pd_status_t prefill_node_create(uv_loop_t *loop, const cluster_config_t *cfg,
     const char *ipc_env = getenv("PDSERVE_KV_CUDA_IPC");
     pn->no_ipc = ipc_env && strcmp(ipc_env, "0") == 0;
     const char *ov_env = getenv("PDSERVE_KV_OVERLAP");
-    pn->overlap = KV_OVERLAP_LAYER;
+    pn->overlap = KV_OVERLAP_CHUNK;
     if (ov_env && (!strcmp(ov_env, "0") || !strcmp(ov_env, "none") || !strcmp(ov_env, "off")))
         pn->overlap = KV_OVERLAP_NONE;
-    else if (ov_env && !strcmp(ov_env, "chunk"))
-        pn->overlap = KV_OVERLAP_CHUNK;
-    else if (ov_env && *ov_env && strcmp(ov_env, "1") && strcmp(ov_env, "layer")) {
-        pd_log_error("%s: PDSERVE_KV_OVERLAP=%s: expected layer (1), chunk or none (0)", node->name,
+    else if (ov_env && !strcmp(ov_env, "layer"))
+        pn->overlap = KV_OVERLAP_LAYER;
+    else if (ov_env && *ov_env && strcmp(ov_env, "1") && strcmp(ov_env, "chunk")) {
+        pd_log_error("%s: PDSERVE_KV_OVERLAP=%s: expected chunk (1), layer or none (0)", node->name,
                      ov_env);
         st = PD_ERR_INVALID;
         goto err;
     }
-    if (pn->no_ipc || pn->overlap != KV_OVERLAP_LAYER)
+    if (pn->no_ipc || pn->overlap != KV_OVERLAP_CHUNK)
         pd_log_info("%s: kv transfer:%s%s", node->name, pn->no_ipc ? " cuda ipc off" : "",
                     pn->overlap == KV_OVERLAP_NONE
                         ? " overlap off (pages leave after the whole prompt)"
-                    : pn->overlap == KV_OVERLAP_CHUNK ? " pages leave after each chunk"
+                    : pn->overlap == KV_OVERLAP_LAYER ? " pages leave per layer (transfer stream)"
                                                       : "");
     node_engine_params(cfg, node, &ep);
     if ((st = compute_create(loop, &ep, prefill__ready, prefill__tick, 200, pn, &pn->comp)))
