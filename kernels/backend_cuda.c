@@ -92,6 +92,9 @@ typedef struct {
     bool no_fused;     /* fused=off: the table without the fused ops (cuda_ops_plain) */
     unsigned env_set;  /* CUDA__ENV_* bits: options fixed by the environment */
     int fp8_scaled;    /* FP8 GEMM with outer-vector scales: 0 untried, 1 works, -1 unsupported */
+    cudaStream_t xstream; /* the KV transfer stream (xfer_*), created on first use */
+    cudaEvent_t xevent;   /* recorded on stream, waited on by xstream */
+    pd_status_t xerr;     /* the transfer stream's first failure since the last xfer_sync */
     int32_t *h_ids;    /* MoE host staging */
     int32_t *h_perm;
     size_t h_cap;
@@ -678,6 +681,69 @@ static void cuda_kv_export(pd_backend_t *be, void *dst, const kv_layout_t *dst_l
     cuda__note(c, st);
 }
 
+/* ==== the KV transfer stream ==== */
+
+/* The transfer stream, behind everything enqueued on the compute stream so far. */
+static pd_status_t cuda__xfer_behind(cuda_t *c)
+{
+    pd_status_t st = PD_OK;
+    if (c->capturing) {
+        pd_log_error("backend cuda: transfer stream inside a graph capture");
+        return PD_ERR_INTERNAL;
+    }
+    if (!c->xstream &&
+        (st = cuda__status(cudaStreamCreateWithFlags(&c->xstream, cudaStreamNonBlocking),
+                           "transfer stream")) != PD_OK)
+        return st;
+    if (!c->xevent &&
+        (st = cuda__status(cudaEventCreateWithFlags(&c->xevent, cudaEventDisableTiming),
+                           "transfer event")) != PD_OK)
+        return st;
+    if ((st = cuda__status(cudaEventRecord(c->xevent, c->stream), "transfer event")) != PD_OK)
+        return st;
+    return cuda__status(cudaStreamWaitEvent(c->xstream, c->xevent, 0), "transfer wait");
+}
+
+static void cuda_xfer_kv_export(pd_backend_t *be, void *dst, const kv_layout_t *dst_l,
+                                const int32_t *dst_pages, const kv_tag_t *tags, const void *arena,
+                                const kv_layout_t *src_l, const int32_t *src_pages, int n,
+                                int layer0, int n_layers)
+{
+    cuda_t *c = cuda__get(be);
+    pd_status_t st;
+    if (n <= 0 || n_layers <= 0)
+        return;
+    if ((st = cuda__xfer_behind(c)) == PD_OK)
+        st = kv_export_layers(dst, dst_l, dst_pages, tags, arena, src_l, src_pages, n, layer0,
+                              n_layers, c->xstream);
+    if (st != PD_OK && c->xerr == PD_OK)
+        c->xerr = st;
+}
+
+static void cuda_xfer_download(pd_backend_t *be, void *dst_host, const void *src, size_t bytes)
+{
+    cuda_t *c = cuda__get(be);
+    pd_status_t st;
+    if (bytes == 0)
+        return;
+    if ((st = cuda__xfer_behind(c)) == PD_OK)
+        st = cuda__status(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, c->xstream),
+                          "transfer download");
+    if (st != PD_OK && c->xerr == PD_OK)
+        c->xerr = st;
+}
+
+static pd_status_t cuda_xfer_sync(pd_backend_t *be)
+{
+    cuda_t *c = cuda__get(be);
+    pd_status_t st =
+        c->xstream ? cuda__status(cudaStreamSynchronize(c->xstream), "transfer sync") : PD_OK;
+    if (st == PD_OK)
+        st = c->xerr;
+    c->xerr = PD_OK;
+    return st;
+}
+
 /* ==== GLM-4.5 / DeepSeek-V3 (kernels/family.h) ==== */
 
 static void cuda_bias_add(pd_backend_t *be, float *x, const float *bias, int n, int d)
@@ -960,6 +1026,12 @@ static void cuda_destroy(pd_backend_t *be)
         cublasLtDestroy(c->lt);
     if (c->blas)
         cublasDestroy(c->blas);
+    if (c->xstream) {
+        cudaStreamSynchronize(c->xstream);
+        cudaStreamDestroy(c->xstream);
+    }
+    if (c->xevent)
+        cudaEventDestroy(c->xevent);
     if (c->stream)
         cudaStreamDestroy(c->stream);
     free(c->h_ids);
@@ -994,6 +1066,9 @@ static const pd_backend_ops_t cuda_ops = {
     .kv_stamp = cuda_kv_stamp,
     .kv_check = cuda_kv_check,
     .kv_export = cuda_kv_export,
+    .xfer_kv_export = cuda_xfer_kv_export,
+    .xfer_download = cuda_xfer_download,
+    .xfer_sync = cuda_xfer_sync,
     .graph_begin = cuda_graph_begin,
     .graph_end = cuda_graph_end,
     .graph_launch = cuda_graph_launch,

@@ -96,20 +96,30 @@ static __global__ void kv__rope_write(float *q, float *k, const float *v, const 
     }
 }
 
-/* grid (n_pages, n_layers * n_sides, page_tokens), block 32 * n_kv_heads: dst pages (dst_l), arena
- * (src_l), src_pages (n_pages) int32 */
-static __global__ void kv__export(uint8_t *dst, kv_layout_t dl, const uint8_t *arena,
-                                  kv_layout_t sl, const int32_t *src_pages)
+/* grid (n_pages, n_layers * n_sides, page_tokens), block 32 * n_kv_heads: layers
+ * [layer0, layer0 + gridDim.y / n_sides) of arena (src_l) pages src_pages (n_pages) int32 into dst
+ * (dst_l) at page dst_pages[p] (NULL: p); layer0 == 0 writes the header, its stamp tags[p] when
+ * tags is not NULL */
+static __global__ void kv__export(uint8_t *dst, kv_layout_t dl, const int32_t *dst_pages,
+                                  const kv_tag_t *tags, const uint8_t *arena, kv_layout_t sl,
+                                  const int32_t *src_pages, int layer0)
 {
     extern __shared__ float kv__buf[]; /* (n_kv_heads, head_dim) f32 */
-    const int p = blockIdx.x, layer = blockIdx.y / sl.n_sides, side = blockIdx.y % sl.n_sides,
-              t = blockIdx.z;
+    const int p = blockIdx.x, layer = layer0 + (int)blockIdx.y / sl.n_sides,
+              side = blockIdx.y % sl.n_sides, t = blockIdx.z;
     const int h = threadIdx.x >> 5, lane = threadIdx.x & 31, H = sl.n_kv_heads, D = sl.head_dim;
     const uint8_t *sp = arena + (size_t)src_pages[p] * sl.page_bytes;
-    uint8_t *dp = dst + (size_t)p * dl.page_bytes;
-    if (blockIdx.y == 0 && t == 0)
+    uint8_t *dp = dst + (size_t)(dst_pages ? dst_pages[p] : p) * dl.page_bytes;
+    if (layer0 == 0 && blockIdx.y == 0 && t == 0) {
         for (int b = threadIdx.x; b < KV_PAGE_HEADER_BYTES; b += blockDim.x)
-            dp[b] = sp[b];
+            dp[b] = tags && b < (int)sizeof(kv_tag_t) ? ((const uint8_t *)&tags[p])[b] : sp[b];
+        /* the page's tail past the data and scales: zeros, so that a page written layer by
+         * layer has defined bytes everywhere (the KV-done checksum covers whole pages) */
+        const size_t used = KV_PAGE_HEADER_BYTES +
+                            (size_t)dl.n_layers * dl.n_sides * (dl.side_bytes + dl.scale_bytes);
+        for (size_t b = used + threadIdx.x; b < dl.page_bytes; b += blockDim.x)
+            dp[b] = 0;
+    }
     const uint8_t *sd = sp + kutil_kv_data_off(sl, layer, side);
     const size_t base = ((size_t)t * H + h) * D;
     float *row = kv__buf + (size_t)h * D;
@@ -186,21 +196,33 @@ extern "C" pd_status_t kv_export(void *dst, const kv_layout_t *dst_l, const void
                                  const kv_layout_t *src_l, const int32_t *src_pages, int n_pages,
                                  cudaStream_t stream)
 {
+    return kv_export_layers(dst, dst_l, NULL, NULL, arena, src_l, src_pages, n_pages, 0,
+                            src_l->n_layers, stream);
+}
+
+extern "C" pd_status_t kv_export_layers(void *dst, const kv_layout_t *dst_l,
+                                        const int32_t *dst_pages, const kv_tag_t *tags,
+                                        const void *arena, const kv_layout_t *src_l,
+                                        const int32_t *src_pages, int n_pages, int layer0,
+                                        int n_layers, cudaStream_t stream)
+{
     KUTIL_REQUIRE(n_pages >= 0 && n_pages < 65536 * 1024, "kv_export");
     KUTIL_REQUIRE(dst_l->n_layers == src_l->n_layers && dst_l->n_kv_heads == src_l->n_kv_heads &&
                       dst_l->head_dim == src_l->head_dim &&
                       dst_l->page_tokens == src_l->page_tokens && src_l->n_kv_heads <= 32 &&
                       dst_l->n_sides == src_l->n_sides,
                   "kv_export");
-    if (n_pages == 0)
+    KUTIL_REQUIRE(layer0 >= 0 && n_layers >= 0 && layer0 + n_layers <= src_l->n_layers,
+                  "kv_export");
+    if (n_pages == 0 || n_layers == 0)
         return PD_OK;
     const size_t smem = (size_t)src_l->n_kv_heads * src_l->head_dim * sizeof(float);
-    KUTIL_REQUIRE(smem <= 48 * 1024 && src_l->n_layers * src_l->n_sides < 65536 &&
+    KUTIL_REQUIRE(smem <= 48 * 1024 && n_layers * src_l->n_sides < 65536 &&
                       src_l->page_tokens < 65536,
                   "kv_export");
-    kv__export<<<dim3(n_pages, src_l->n_layers * src_l->n_sides, src_l->page_tokens),
-                 32 * src_l->n_kv_heads, smem, stream>>>((uint8_t *)dst, *dst_l,
-                                                         (const uint8_t *)arena, *src_l, src_pages);
+    kv__export<<<dim3(n_pages, n_layers * src_l->n_sides, src_l->page_tokens),
+                 32 * src_l->n_kv_heads, smem, stream>>>(
+        (uint8_t *)dst, *dst_l, dst_pages, tags, (const uint8_t *)arena, *src_l, src_pages, layer0);
     return KUTIL_LAUNCHED("kv_export");
 }
 

@@ -38,6 +38,15 @@ pd_status_t kv_export(void *dst, const kv_layout_t *dst_l, const void *arena,
                       const kv_layout_t *src_l, const int32_t *src_pages, int n_pages,
                       cudaStream_t stream);
 
+/* As kv_export for layers [layer0, layer0 + n_layers) only: page p goes to
+ * dst + dst_pages[p] * dst_l->page_bytes (dst_pages NULL: packed, p); layer0 == 0 writes the
+ * header, its stamp tags[p] (uint64, device memory) when tags is not NULL. dst_pages, tags and
+ * src_pages are device memory (n_pages). dst may be a peer's memory (CUDA IPC). */
+pd_status_t kv_export_layers(void *dst, const kv_layout_t *dst_l, const int32_t *dst_pages,
+                             const kv_tag_t *tags, const void *arena, const kv_layout_t *src_l,
+                             const int32_t *src_pages, int n_pages, int layer0, int n_layers,
+                             cudaStream_t stream);
+
 /* Writes tags (n) uint64 into the header stamp of pages (n) int32. */
 pd_status_t kv_stamp(void *arena, const kv_layout_t *l, const int32_t *pages, const kv_tag_t *tags,
                      int n, cudaStream_t stream);

@@ -79,9 +79,34 @@ typedef struct pjob {
     kv_path_t path;
     int direct;
     kv_cuda_ipc_map_t *ipc;
-    struct put_msg *held, **held_tail; /* no_overlap: exports waiting for the end of the prefill */
     double put_start_s; /* the first put (pdserve_node_kv_transfer_seconds) */
+    /* compute thread: per-layer export (KV_OVERLAP_LAYER) */
+    int layered;      /* this job's pages leave per layer through the transfer stream */
+    int ids_ready;    /* destination ids, tags and the source pages' check are done */
+    pd_status_t lerr; /* the per-layer export's first failure (posted with the next pages) */
+    int32_t *h_src;   /* (n_dst_pages) the source pages' ids, host staging */
+    /* backend memory, freed after the job's xfer_sync: ids (2 * n_dst_pages: destination, then
+     * source int32), tags (n_dst_pages), the packed converted pages (n_dst_pages pages) */
+    int32_t *x_ids;
+    kv_tag_t *x_tags;
+    uint8_t *x_pages;
+    double t_start_s;  /* the compute started (pdserve_node_prefill_compute_seconds) */
+    double t_layers_s; /* the last layer computed (pdserve_node_kv_tail_seconds) */
 } pjob_t;
+
+/* When a prompt's pages leave (PDSERVE_KV_OVERLAP). */
+typedef enum {
+    KV_OVERLAP_NONE = 0, /* "0": after the whole prompt is computed (to measure the others) */
+    KV_OVERLAP_CHUNK,    /* "chunk" (default; "1"): after each prefill chunk, in line on the
+                          * compute thread, while the loop thread hashes and puts the previous
+                          * chunk's pages */
+    KV_OVERLAP_LAYER,    /* "layer" (where the backend has a transfer stream): layer L of a
+                          * chunk's pages is converted and written on the transfer stream while
+                          * layer L + 1 computes; the host copy (checksum, staged puts) follows
+                          * the chunk. Not the default: on one H200 it did not shorten TTFT (the
+                          * KV-done checksum after the last layer dominates, docs/benchmarks.md)
+                          * and was slower on the staged path */
+} kv_overlap_t;
 
 struct prefill_node {
     /* control server, ops endpoint, stats, transport, clock; nc.draining: no new Prefill calls */
@@ -90,9 +115,7 @@ struct prefill_node {
     peer_t *peers;
     int queued; /* calls waiting or running (loop thread) */
     int no_ipc; /* PDSERVE_KV_CUDA_IPC=0: never write over CUDA IPC (benchmarks, debugging) */
-    /* PDSERVE_KV_OVERLAP=0: staged pages are put only after the whole prompt is computed, not
-     * while the next chunk computes (to measure what the overlap buys) */
-    int no_overlap;
+    kv_overlap_t overlap;  /* PDSERVE_KV_OVERLAP; LAYER falls back to CHUNK per job */
     ipc_peer_t *ipc_peers; /* compute thread */
 };
 
@@ -105,6 +128,7 @@ static void prefill__unref(pjob_t *j)
     for (int i = 0; i < j->n_staging; i++)
         free(j->staging[i]);
     free(j->staging);
+    free(j->h_src);
     free(j->tokens);
     free(j->dst_pages);
     free(j->gp_store);
@@ -185,6 +209,9 @@ static void prefill__flush_done(void *arg, pd_status_t st)
         return;
     }
     memcpy(msg.token, j->token, NODE_TOKEN_BYTES);
+    if (!j->aborted && j->t_layers_s > 0.0)
+        node_stats_prefill(&j->pn->nc.stats, j->t_layers_s - j->t_start_s,
+                           pd_clock_s() - j->t_layers_s);
     if (node_kv_done_pack(&msg, buf, sizeof buf, &len) != PD_OK) {
         prefill__fail(j, PD_ERR_INTERNAL, "kv done message could not be packed");
         return;
@@ -202,7 +229,6 @@ typedef struct put_msg {
     uint8_t *staging; /* NULL when st != PD_OK; direct: the pages as sent, for the checksum */
     int first, n;
     pd_status_t st; /* the export's status: a failed export is never put */
-    struct put_msg *next; /* pjob_t.held */
 } put_msg_t;
 
 static void prefill__count_pages(prefill_node_t *pn, kv_path_t p, int n)
@@ -212,25 +238,9 @@ static void prefill__count_pages(prefill_node_t *pn, kv_path_t p, int n)
     pthread_mutex_unlock(&pn->nc.stats.mu);
 }
 
-static void prefill__put_now(put_msg_t *m);
-
 static void prefill__put(void *arg)
 {
     put_msg_t *m = arg;
-    pjob_t *j = m->j;
-    if (j->pn->no_overlap && !j->direct) { /* held until prefill__done */
-        m->next = NULL;
-        if (!j->held_tail)
-            j->held_tail = &j->held;
-        *j->held_tail = m;
-        j->held_tail = &m->next;
-        return;
-    }
-    prefill__put_now(m);
-}
-
-static void prefill__put_now(put_msg_t *m)
-{
     pjob_t *j = m->j;
     const size_t pb = j->dst_layout.page_bytes;
     uint8_t **s = NULL;
@@ -278,11 +288,6 @@ static void prefill__done(void *arg)
 {
     pjob_t *j = arg;
     pd_status_t st;
-    while (j->held) { /* no_overlap: the puts start now */
-        put_msg_t *m = j->held;
-        j->held = m->next;
-        prefill__put_now(m);
-    }
     if (j->prefill_status == PD_ERR_RESOURCE || j->error == PD_ERR_RESOURCE) {
         prefill__fail(j, PD_ERR_RESOURCE, "kv lease ended before the pages were written");
         return;
@@ -445,37 +450,154 @@ out:
     return st;
 }
 
+/* Exports pages [first, first + n) of kv in line (KV_OVERLAP_CHUNK / NONE) and posts them to the
+ * loop thread (checksum, staged puts). */
+static void prefill__export_now(pjob_t *j, engine_t *e, const kv_seq_t *kv, int first, int n)
+{
+    put_msg_t *m = malloc(sizeof *m);
+    PD_ASSERT(m); /* a message back to the loop thread must not be lost (compute_post aborts too) */
+    m->staging = malloc((size_t)n * j->dst_layout.page_bytes);
+    if (!m->staging)
+        m->st = PD_ERR_NOMEM;
+    else if (j->direct)
+        m->st = prefill__write_direct(j, e, kv, first, n, m->staging);
+    else
+        m->st =
+            engine_export_pages(e, kv, first, n, &j->dst_layout, j->dst_pages + first, m->staging);
+    if (m->st != PD_OK) {
+        free(m->staging);
+        m->staging = NULL;
+    }
+    m->j = j;
+    m->first = first;
+    m->n = n;
+    compute_post(j->pn->comp, prefill__put, m);
+}
+
+/* KV_OVERLAP_LAYER, before the first layer's export: the source pages' own tag check (all of
+ * the prompt's pages are reserved and stamped before its first chunk), the destination ids and
+ * tags on the backend. */
+static pd_status_t prefill__layer_setup(pjob_t *j, engine_t *e, const kv_seq_t *kv)
+{
+    pd_backend_t *be = engine_backend(e);
+    const int N = j->n_dst_pages;
+    const size_t pb = j->dst_layout.page_bytes;
+    kv_tag_t *tags = NULL;
+    int32_t *dst = NULL;
+    pd_status_t st;
+
+    if (kv->n_pages != N)
+        return PD_ERR_INTERNAL;
+    if ((st = engine_export_check(e, kv, 0, N)) != PD_OK)
+        return st;
+    if (j->direct) { /* every destination page inside the decode node's pool */
+        const size_t pages = kv_cuda_ipc_len(j->ipc) / pb;
+        for (int i = 0; i < N; i++)
+            if (j->dst_pages[i].page < 0 || (size_t)j->dst_pages[i].page >= pages) {
+                pd_log_error("seq %llu: destination page %d outside the decode node's pool "
+                             "(%zu pages)",
+                             (unsigned long long)j->seq_id, j->dst_pages[i].page, pages);
+                return PD_ERR_INVALID;
+            }
+    }
+    if ((st = be->ops->alloc(be, (size_t)N * 2 * sizeof(int32_t), (void **)&j->x_ids)) ||
+        (st = be->ops->alloc(be, (size_t)N * sizeof(kv_tag_t), (void **)&j->x_tags)) ||
+        (st = be->ops->alloc(be, (size_t)N * pb, (void **)&j->x_pages)))
+        return st;
+    if (!(j->h_src = malloc((size_t)N * sizeof *j->h_src)) ||
+        !(dst = malloc((size_t)N * sizeof *dst)) || !(tags = malloc((size_t)N * sizeof *tags))) {
+        st = PD_ERR_NOMEM;
+        goto out;
+    }
+    for (int i = 0; i < N; i++) {
+        dst[i] = j->dst_pages[i].page;
+        tags[i] = j->dst_pages[i].tag;
+        j->h_src[i] = kv->pages[i].page;
+    }
+    /* on the compute stream, before this layer's event: the transfer stream sees them */
+    if ((st = be->ops->upload(be, j->x_ids, dst, (size_t)N * sizeof *dst)) != PD_OK ||
+        (st = be->ops->upload(be, j->x_ids + N, j->h_src, (size_t)N * sizeof *j->h_src)) ||
+        (st = be->ops->upload(be, j->x_tags, tags, (size_t)N * sizeof *tags)) != PD_OK)
+        goto out;
+out:
+    free(dst);
+    free(tags);
+    return st;
+}
+
+/* engine_layer_fn (KV_OVERLAP_LAYER): layer `layer` of pages [first, first + n), behind its KV
+ * write on the compute stream: converted into the packed copy (checksum, staged puts) and, over
+ * CUDA IPC, straight into the decode node's pool. */
+static void prefill__layer(void *arg, const kv_seq_t *kv, int first, int n, int layer)
+{
+    pjob_t *j = arg;
+    engine_t *e = compute_engine(j->pn->comp);
+    pd_backend_t *be = engine_backend(e);
+    prefill_node_t *pn = j->pn;
+    const kv_layout_t *src = kv_pool_layout(engine_pool(e));
+    const size_t pb = j->dst_layout.page_bytes;
+    const int N = j->n_dst_pages;
+
+    if (j->lerr != PD_OK)
+        return;
+    if (layer == 0 && !j->ids_ready) {
+        if ((j->lerr = prefill__layer_setup(j, e, kv)) != PD_OK)
+            return;
+        j->ids_ready = 1;
+    }
+    if (layer == 0 && j->direct && node_control_now_ms(&pn->nc) > j->write_deadline_ms) {
+        j->lerr = PD_ERR_RESOURCE; /* the decode node may hand these pages to others now */
+        return;
+    }
+    be->ops->xfer_kv_export(be, j->x_pages + (size_t)first * pb, &j->dst_layout, NULL,
+                            j->x_tags + first, engine_arena(e), src, j->x_ids + N + first, n, layer,
+                            1);
+    if (j->direct)
+        be->ops->xfer_kv_export(be, kv_cuda_ipc_base(j->ipc), &j->dst_layout, j->x_ids + first,
+                                j->x_tags + first, engine_arena(e), src, j->x_ids + N + first, n,
+                                layer, 1);
+}
+
 static int prefill__pages(void *arg, const kv_seq_t *kv, int first, int n)
 {
     pjob_t *j = arg;
     compute_t *c = j->pn->comp;
+    engine_t *e = compute_engine(c);
+    pd_backend_t *be = engine_backend(e);
     put_msg_t *m;
 
+    if (first + n == j->n_dst_pages) /* the last layer of the last chunk has run */
+        j->t_layers_s = pd_clock_s();
     if (atomic_load(&j->cancelled))
         return 1; /* engine_prefill stops here with PD_ERR_CANCELLED */
-    m = malloc(sizeof *m);
-    PD_ASSERT(m); /* a message back to the loop thread must not be lost (compute_post aborts too) */
-    if (j->direct) {
-        m->staging = malloc((size_t)n * j->dst_layout.page_bytes);
-        m->st = m->staging ? prefill__write_direct(j, compute_engine(c), kv, first, n, m->staging)
-                           : PD_ERR_NOMEM;
-        if (m->st != PD_OK) {
-            free(m->staging);
-            m->staging = NULL;
-        }
-        m->j = j;
-        m->first = first;
-        m->n = n;
-        compute_post(c, prefill__put, m);
+    if (j->pn->overlap == KV_OVERLAP_NONE)
+        return 0; /* prefill__run exports the whole prompt after it */
+    if (!j->layered) {
+        prefill__export_now(j, e, kv, first, n);
         return 0;
     }
-    m->staging = malloc((size_t)n * j->dst_layout.page_bytes);
-    m->st = m->staging ? engine_export_pages(compute_engine(c), kv, first, n, &j->dst_layout,
-                                             j->dst_pages + first, m->staging)
-                       : PD_ERR_NOMEM;
+    /* the chunk's layers are converted (and written) on the transfer stream: fetch the packed
+     * copy for the checksum and the staged puts once the last one is done */
+    m = malloc(sizeof *m);
+    PD_ASSERT(m);
+    m->st = j->lerr;
+    m->staging = NULL;
+    if (m->st == PD_OK && !(m->staging = malloc((size_t)n * j->dst_layout.page_bytes)))
+        m->st = PD_ERR_NOMEM;
+    if (m->st == PD_OK) {
+        be->ops->xfer_download(be, m->staging,
+                               j->x_pages + (size_t)first * j->dst_layout.page_bytes,
+                               (size_t)n * j->dst_layout.page_bytes);
+        m->st = be->ops->xfer_sync(be);
+        if (m->st != PD_OK)
+            pd_log_error("seq %llu: kv export of pages %d..%d: %s", (unsigned long long)j->seq_id,
+                         first, first + n - 1, pd_status_str(m->st));
+    }
     if (m->st != PD_OK) {
         free(m->staging);
         m->staging = NULL;
+        if (j->lerr == PD_OK)
+            j->lerr = m->st; /* nothing more is exported for this job */
     }
     m->j = j;
     m->first = first;
@@ -487,6 +609,7 @@ static int prefill__pages(void *arg, const kv_seq_t *kv, int first, int n)
 static void prefill__run(compute_t *c, engine_t *e, void *arg)
 {
     pjob_t *j = arg;
+    pd_backend_t *be = engine_backend(e);
     kv_seq_t kv;
     if (node_control_now_ms(&j->pn->nc) >
         j->write_deadline_ms) { /* queued too long: skip the work */
@@ -499,11 +622,30 @@ static void prefill__run(compute_t *c, engine_t *e, void *arg)
         compute_post(c, prefill__done, j);
         return;
     }
+    j->t_start_s = pd_clock_s();
     prefill__choose_path(j->pn, j, e);
+    j->layered = j->pn->overlap == KV_OVERLAP_LAYER && be->ops->xfer_kv_export &&
+                 engine_set_prefill_layer_hook(e, prefill__layer, j);
     j->prefill_status = engine_prefill(e, j->tokens, j->n_tokens, &j->gp, prefill__pages, j,
                                        j->firsts, &kv, j->lps);
+    if (j->layered) {
+        engine_set_prefill_layer_hook(e, NULL, NULL);
+        if (be->ops->xfer_sync(be) != PD_OK && j->prefill_status == PD_OK)
+            j->prefill_status = PD_ERR_CUDA; /* not seen by a chunk: a cancelled prompt's */
+        if (j->x_ids)
+            be->ops->free(be, j->x_ids);
+        if (j->x_tags)
+            be->ops->free(be, j->x_tags);
+        if (j->x_pages)
+            be->ops->free(be, j->x_pages);
+        j->x_ids = NULL;
+        j->x_tags = NULL;
+        j->x_pages = NULL;
+    }
     j->first = j->firsts[0];
     if (j->prefill_status == PD_OK) {
+        if (j->pn->overlap == KV_OVERLAP_NONE)
+            prefill__export_now(j, e, &kv, 0, kv.n_pages);
         kv_seq_release(engine_pool(e), &kv);
         kv_seq_deinit(&kv);
     }
@@ -763,10 +905,23 @@ pd_status_t prefill_node_create(uv_loop_t *loop, const cluster_config_t *cfg,
     const char *ipc_env = getenv("PDSERVE_KV_CUDA_IPC");
     pn->no_ipc = ipc_env && strcmp(ipc_env, "0") == 0;
     const char *ov_env = getenv("PDSERVE_KV_OVERLAP");
-    pn->no_overlap = ov_env && strcmp(ov_env, "0") == 0;
-    if (pn->no_ipc || pn->no_overlap)
+    pn->overlap = KV_OVERLAP_CHUNK;
+    if (ov_env && (!strcmp(ov_env, "0") || !strcmp(ov_env, "none") || !strcmp(ov_env, "off")))
+        pn->overlap = KV_OVERLAP_NONE;
+    else if (ov_env && !strcmp(ov_env, "layer"))
+        pn->overlap = KV_OVERLAP_LAYER;
+    else if (ov_env && *ov_env && strcmp(ov_env, "1") && strcmp(ov_env, "chunk")) {
+        pd_log_error("%s: PDSERVE_KV_OVERLAP=%s: expected chunk (1), layer or none (0)", node->name,
+                     ov_env);
+        st = PD_ERR_INVALID;
+        goto err;
+    }
+    if (pn->no_ipc || pn->overlap != KV_OVERLAP_CHUNK)
         pd_log_info("%s: kv transfer:%s%s", node->name, pn->no_ipc ? " cuda ipc off" : "",
-                    pn->no_overlap ? " overlap off (puts wait for the whole prompt)" : "");
+                    pn->overlap == KV_OVERLAP_NONE
+                        ? " overlap off (pages leave after the whole prompt)"
+                    : pn->overlap == KV_OVERLAP_LAYER ? " pages leave per layer (transfer stream)"
+                                                      : "");
     node_engine_params(cfg, node, &ep);
     if ((st = compute_create(loop, &ep, prefill__ready, prefill__tick, 200, pn, &pn->comp)))
         goto err;

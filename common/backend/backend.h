@@ -240,6 +240,29 @@ typedef struct {
     void (*rope_kv_write)(pd_backend_t *be, float *q, float *k, const float *v, const int32_t *pos,
                           const float *inv_freq, int n, int n_heads, void *arena,
                           const kv_layout_t *l, int layer, const int32_t *slots);
+
+    /* -- the KV transfer stream: a prefill node exports layer L's pages while layer L + 1
+     * computes. NULL where the backend has none (the node then exports after each chunk). --
+     * xfer_kv_export: enqueued on a second stream behind everything enqueued on the compute
+     * stream so far (CPU: runs at once, the ops before it having run); converts layers
+     * [layer0, layer0 + n_layers) of pages src_pages (n) of arena (src_l, as kv_export) into
+     * dst_l's format, page i at dst + dst_pages[i] * dst_l->page_bytes (dst_pages NULL: at
+     * dst + i * page_bytes, packed); layer0 == 0 also writes the 64-byte header, copied from
+     * the source page with its stamp replaced by tags[i] when tags is not NULL, and zeros in
+     * the page's bytes past its data and scales (if any), so a page written layer by layer is
+     * defined everywhere. src_pages,
+     * dst_pages (int32) and tags (uint64) are backend memory (n each) that must stay unchanged
+     * until xfer_sync; dst may be another process's pool (CUDA IPC).
+     * xfer_download: on that stream, dst_host (bytes) = src; dst_host is filled when xfer_sync
+     * returns PD_OK.
+     * xfer_sync: waits for the transfer stream; returns its first failure since the last
+     * xfer_sync (once), after which what it wrote must not be sent. */
+    void (*xfer_kv_export)(pd_backend_t *be, void *dst, const kv_layout_t *dst_l,
+                           const int32_t *dst_pages, const kv_tag_t *tags, const void *arena,
+                           const kv_layout_t *src_l, const int32_t *src_pages, int n, int layer0,
+                           int n_layers);
+    void (*xfer_download)(pd_backend_t *be, void *dst_host, const void *src, size_t bytes);
+    pd_status_t (*xfer_sync)(pd_backend_t *be);
 } pd_backend_ops_t;
 
 struct pd_backend {

@@ -22,6 +22,7 @@ typedef struct {
      * returns it and clears it, as a CUDA stream reports a failed launch. Its outputs are then
      * garbage; index outputs (moe ids, sampled tokens) are zeroed so later ops stay in bounds. */
     atomic_int err;
+    pd_status_t xfer_err; /* the transfer ops' first failure (xfer_sync returns it) */
 } cpu_t;
 
 static cpu_t *cpu__get(pd_backend_t *be)
@@ -544,6 +545,57 @@ static void cpu_kv_export(pd_backend_t *be, void *dst, const kv_layout_t *dst_l,
     free(tmp);
 }
 
+/* The transfer stream's ops: the CPU backend runs each op when it is called, so "behind the
+ * compute stream" holds trivially and xfer_sync only reports. */
+static void cpu_xfer_kv_export(pd_backend_t *be, void *dst, const kv_layout_t *dst_l,
+                               const int32_t *dst_pages, const kv_tag_t *tags, const void *arena,
+                               const kv_layout_t *src_l, const int32_t *src_pages, int n,
+                               int layer0, int n_layers)
+{
+    cpu_t *c = cpu__get(be);
+    const int H = src_l->n_kv_heads, D = src_l->head_dim;
+    float *tmp = malloc((size_t)H * D * sizeof *tmp);
+    if (!tmp) {
+        if (c->xfer_err == PD_OK)
+            c->xfer_err = PD_ERR_NOMEM;
+        return;
+    }
+    for (int p = 0; p < n; p++) {
+        const uint8_t *sp = (const uint8_t *)arena + (size_t)src_pages[p] * src_l->page_bytes;
+        uint8_t *dp = (uint8_t *)dst + (size_t)(dst_pages ? dst_pages[p] : p) * dst_l->page_bytes;
+        if (layer0 == 0) {
+            const size_t used = KV_PAGE_HEADER_BYTES + (size_t)dst_l->n_layers * dst_l->n_sides *
+                                                           (dst_l->side_bytes + dst_l->scale_bytes);
+            memcpy(dp, sp, KV_PAGE_HEADER_BYTES);
+            if (tags)
+                memcpy(dp, &tags[p], sizeof tags[p]);
+            memset(dp + used, 0, dst_l->page_bytes - used); /* the tail: defined bytes */
+        }
+        for (int layer = layer0; layer < layer0 + n_layers; layer++)
+            for (int side = 0; side < src_l->n_sides; side++)
+                for (int t = 0; t < src_l->page_tokens; t++) {
+                    for (int h = 0; h < H; h++)
+                        cpu__kv_load(src_l, sp, layer, side, t, h, tmp + (size_t)h * D);
+                    cpu__kv_store(dst_l, dp, layer, side, t, tmp);
+                }
+    }
+    free(tmp);
+}
+
+static void cpu_xfer_download(pd_backend_t *be, void *dst_host, const void *src, size_t bytes)
+{
+    (void)be;
+    memcpy(dst_host, src, bytes);
+}
+
+static pd_status_t cpu_xfer_sync(pd_backend_t *be)
+{
+    cpu_t *c = cpu__get(be);
+    pd_status_t st = c->xfer_err;
+    c->xfer_err = PD_OK;
+    return st;
+}
+
 /* ==== MoE ==== */
 
 static void cpu_moe_route(pd_backend_t *be, int32_t *ids, float *weights, const float *logits,
@@ -716,6 +768,9 @@ static const pd_backend_ops_t cpu_ops = {
     .head_matmul = backend_cpu__head_matmul,
     .latent_write = backend_cpu__latent_write,
     .latent_attention = backend_cpu__latent_attention,
+    .xfer_kv_export = cpu_xfer_kv_export,
+    .xfer_download = cpu_xfer_download,
+    .xfer_sync = cpu_xfer_sync,
 };
 
 pd_status_t backend_cpu_create(int n_threads, pd_backend_t **be_p)

@@ -37,6 +37,8 @@ typedef struct engine_seq {
 struct engine {
     engine_params_t p;
     pd_backend_t *be;
+    engine_layer_fn layer_fn; /* engine_set_prefill_layer_hook */
+    void *layer_arg;
     kv_tag_io_t tag_io; /* the tracker's stamp / check on be */
     model_t *m;
     model_ctx_t *ctx;
@@ -1153,6 +1155,31 @@ pd_status_t engine_score_top1(engine_t *e, const int32_t *input, int n, int firs
     return engine__score(e, input, n, first_row, targets, nll_p, NULL, argmax_out);
 }
 
+/* One chunk's per-layer hook: the pages it completes. */
+typedef struct {
+    engine_t *e;
+    const kv_seq_t *kv;
+    int first, n;
+} engine_layer_call_t;
+
+static void engine__layer_tramp(void *arg, int layer)
+{
+    engine_layer_call_t *lc = arg;
+    lc->e->layer_fn(lc->e->layer_arg, lc->kv, lc->first, lc->n, layer);
+}
+
+bool engine_set_prefill_layer_hook(engine_t *e, engine_layer_fn fn, void *arg)
+{
+    if (fn) { /* ask the model now, so the caller knows before its first prefill */
+        if (!model_ctx_set_layer_hook(e->ctx, engine__layer_tramp, NULL))
+            return false;
+        model_ctx_set_layer_hook(e->ctx, NULL, NULL);
+    }
+    e->layer_fn = fn;
+    e->layer_arg = arg;
+    return true;
+}
+
 pd_status_t engine_prefill(engine_t *e, const int32_t *tokens, int n, const engine_gen_params_t *gp,
                            engine_pages_fn on_pages, void *arg, int32_t *first_p, kv_seq_t *kv_out,
                            sampler_logprobs_t *lp_out)
@@ -1197,15 +1224,21 @@ pd_status_t engine_prefill(engine_t *e, const int32_t *tokens, int n, const engi
             b.n_logits = len;
             b.logit_rows = e->b_rows;
         }
-        if ((st = engine__forward(e, &b, e->logits)) != PD_OK)
+        int full = last ? kv.n_pages : ctx / P;
+        engine_layer_call_t lc = {e, &kv, done_pages, full - done_pages};
+        const bool hook = e->layer_fn && !e->tp && full > done_pages && /* rank 0 only: TP 1 */
+                          model_ctx_set_layer_hook(e->ctx, engine__layer_tramp, &lc);
+        kv.n_tokens = ctx;
+        st = engine__forward(e, &b, e->logits);
+        if (hook)
+            model_ctx_set_layer_hook(e->ctx, NULL, NULL);
+        if (st != PD_OK)
             goto err;
         for (int i = 0; plp && i < len; i++)
             if (s0 + i + 1 < n)
                 sampler_logprobs(e->logits + (size_t)i * vocab, vocab, tokens[s0 + i + 1],
                                  gp->top_logprobs, &lp_out[n_samples + s0 + i]);
         last_row = plp ? len - 1 : 0;
-        kv.n_tokens = ctx;
-        int full = last ? kv.n_pages : ctx / P;
         if (on_pages && full > done_pages && on_pages(arg, &kv, done_pages, full - done_pages)) {
             st = PD_ERR_CANCELLED; /* the caller stops at this chunk boundary */
             goto err;
@@ -1271,6 +1304,17 @@ static pd_status_t engine__copy_pages(engine_rank_t *r, void *arg)
             return st;
     }
     return PD_OK;
+}
+
+pd_status_t engine_export_check(engine_t *e, const kv_seq_t *kv, int first, int n)
+{
+    int32_t *pages = malloc((size_t)(n > 0 ? n : 1) * sizeof *pages);
+    pd_status_t st;
+    if (!pages)
+        return PD_ERR_NOMEM;
+    st = engine__export_check(e, kv, first, n, pages);
+    free(pages);
+    return st;
 }
 
 pd_status_t engine_kv_copy(engine_t *e, const kv_seq_t *src, int n_tokens, kv_seq_t *dst)

@@ -140,6 +140,17 @@ pd_status_t engine_kv_copy(engine_t *e, const kv_seq_t *src, int n_tokens, kv_se
  * PD_ERR_CANCELLED and keeps nothing. */
 typedef int (*engine_pages_fn)(void *arg, const kv_seq_t *kv, int first, int n);
 
+/* Called by engine_prefill while it enqueues a chunk's forward, right after layer `layer`'s K/V
+ * write (the backend may not have run it yet: a callee reading the pages enqueues its reads
+ * behind it, ops->xfer_kv_export), with the pages [first, first + n) of kv that this chunk
+ * completes (the range on_pages gets after the chunk; n >= 1). */
+typedef void (*engine_layer_fn)(void *arg, const kv_seq_t *kv, int first, int n, int layer);
+
+/* Sets the hook engine_prefill calls per layer (fn NULL: none). Returns false, setting nothing,
+ * when the model's forward cannot call it (model_ctx_set_layer_hook: GLM-4.5 / DeepSeek-V3
+ * families, TP > 1): the caller then exports after each chunk (on_pages). */
+bool engine_set_prefill_layer_hook(engine_t *e, engine_layer_fn fn, void *arg);
+
 /* Runs a prompt through the model in chunks of prefill_chunk tokens (a prefill node's job), keeps
  * its KV in *kv_out (caller releases with kv_seq_release(engine_pool(e), kv)), and samples the
  * first new token of each of max(gp->n_samples, 1) samples into first_p[i] with gp->sampling
@@ -163,6 +174,11 @@ pd_status_t engine_prefill(engine_t *e, const int32_t *tokens, int n, const engi
 pd_status_t engine_export_pages(engine_t *e, const kv_seq_t *kv, int first, int n,
                                 const kv_layout_t *dst_l, const kv_page_ref_t *dst_refs,
                                 uint8_t *host_out);
+
+/* The writer's own check of pages [first, first + n) of kv before anything of them leaves (as
+ * engine_export_pages does it): PD_ERR_KV_INTEGRITY when a page fails its tag check (logged),
+ * PD_ERR_NOMEM. Syncs the backend. */
+pd_status_t engine_export_check(engine_t *e, const kv_seq_t *kv, int first, int n);
 
 /* As engine_export_pages, but leaves the converted, stamped pages in this engine's backend memory
  * at dev_out (n * dst_l->page_bytes, from the backend's alloc): for writers that move them

@@ -144,6 +144,16 @@ model_graphs_t model_ctx_set_graphs(model_ctx_t *ctx, model_graphs_t mode);
 /* The mode in effect (a capture that fails turns the context's graphs OFF, with a log line). */
 model_graphs_t model_ctx_graphs(const model_ctx_t *ctx);
 
+/* Called by model_forward while it enqueues a batch, right after layer `layer`'s K/V write is
+ * enqueued (the backend may not have run it yet): a callee that reads those pages enqueues its
+ * reads behind it (ops->xfer_kv_export). */
+typedef void (*model_layer_fn)(void *arg, int layer);
+
+/* Sets the hook (fn NULL clears it). Returns false, and sets nothing, when this context's forward
+ * cannot call it: model families with their own layer loop (GLM-4.5, DeepSeek-V3) and TP > 1.
+ * Graph replays (decode batches) never call it: set it only around prefill forwards. */
+bool model_ctx_set_layer_hook(model_ctx_t *ctx, model_layer_fn fn, void *arg);
+
 /* Runs the batch: writes its K/V into the pages (arena, layout l), and the logits of the rows
  * asked for into logits_out (n_logits, vocab) host f32 (the whole vocab on every TP rank).
  * l must hold m->n_kv_heads heads. Under TP every rank must call this with the same batch.

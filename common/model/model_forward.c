@@ -36,6 +36,8 @@ struct model_ctx {
     int32_t *h_pos, *h_slots, *h_bt;
     float *glogits; /* (tp_size, n_logits, vocab_local): gathered logits, TP > 1 only */
     model_family_scratch_t *fam; /* GLM-4.5 / DeepSeek-V3 only (model_family.h) */
+    model_layer_fn layer_fn;     /* model_ctx_set_layer_hook */
+    void *layer_arg;
     /* graph path: mode, captured steps, host staging of the padded index arrays */
     model_graphs_t graphs;
     model_graph_t cache[MODEL_GRAPH_CACHE];
@@ -170,6 +172,15 @@ model_graphs_t model_ctx_set_graphs(model_ctx_t *c, model_graphs_t mode)
     return c->graphs;
 }
 
+bool model_ctx_set_layer_hook(model_ctx_t *c, model_layer_fn fn, void *arg)
+{
+    if (fn && (c->m->family || c->m->tp_size > 1))
+        return false;
+    c->layer_fn = fn;
+    c->layer_arg = arg;
+    return true;
+}
+
 model_graphs_t model_ctx_graphs(const model_ctx_t *c)
 {
     return c->graphs;
@@ -299,6 +310,8 @@ static pd_status_t ctx__enqueue(model_ctx_t *c, void *arena, const kv_layout_t *
             o->rope(be, c->k, c->d_pos, m->inv_freq, n, KVH, D);
             o->kv_write(be, arena, l, li, c->k, c->v, c->d_slots, n);
         }
+        if (c->layer_fn)
+            c->layer_fn(c->layer_arg, li);
         o->attention(be, c->attn, c->q, arena, l, li, ab, H);
         o->matmul(be, c->tmp, c->attn, &L->o, n);
         if ((st = fwd__all_reduce(c, c->tmp, (size_t)n * d)) != PD_OK)

@@ -106,6 +106,15 @@ void node_stats_kv_transfer(node_stats_t *s, uint64_t bytes, double seconds)
     pthread_mutex_unlock(&s->mu);
 }
 
+void node_stats_prefill(node_stats_t *s, double compute_s, double tail_s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->prefill_timed++;
+    s->prefill_compute_seconds += compute_s > 0 ? compute_s : 0;
+    s->kv_tail_seconds += tail_s > 0 ? tail_s : 0;
+    pthread_mutex_unlock(&s->mu);
+}
+
 void node_stats_fill(node_stats_t *s, const cluster_node_t *node, Pdserve__V1__NodeStats *m)
 {
     pthread_mutex_lock(&s->mu);
@@ -418,6 +427,21 @@ static void node_http__metrics(pd_http_request_t *req, void *user)
                                  labels, &secs) == PD_OK &&
         st.kv_seconds > metrics_counter_value(secs))
         metrics_counter_add(secs, st.kv_seconds - metrics_counter_value(secs));
+    if (st.prefill_timed) { /* prefill nodes: where a prompt's time goes */
+        metrics_counter_put_total(h->metrics, "pdserve_node_prefill_timed_total",
+                                  "prompts timed by the two counters below", labels,
+                                  st.prefill_timed);
+        static const char *const pn[2] = {"pdserve_node_prefill_compute_seconds_total",
+                                          "pdserve_node_kv_tail_seconds_total"};
+        static const char *const ph[2] = {
+            "seconds from a prompt's compute start to the end of its last layer",
+            "seconds from the end of a prompt's last layer to its KV-done sent"};
+        const double pv[2] = {st.prefill_compute_seconds, st.kv_tail_seconds};
+        for (int k = 0; k < 2; k++)
+            if (metrics_counter_register(h->metrics, pn[k], ph[k], labels, &secs) == PD_OK &&
+                pv[k] > metrics_counter_value(secs))
+                metrics_counter_add(secs, pv[k] - metrics_counter_value(secs));
+    }
     metrics_counter_put_total(h->metrics, "pdserve_node_tokens_total", "tokens processed", labels,
                               st.tokens);
     metrics_counter_put_total(h->metrics, "pdserve_node_requests_total", "requests served", labels,

@@ -50,12 +50,19 @@ typedef struct {
      * reservation to the KV-done accepted (node_stats_kv_transfer) */
     uint64_t kv_transfers, kv_bytes;
     double kv_seconds;
+    /* prefill side (node_stats_prefill): prompts timed, seconds from the start of their compute
+     * to the end of their last layer, and from there to the KV-done sent (the transfer's tail) */
+    uint64_t prefill_timed;
+    double prefill_compute_seconds, kv_tail_seconds;
 } node_stats_t;
 
 /* Any thread: counts one integrity failure of kind. */
 void node_stats_integrity(node_stats_t *s, node_integrity_t kind);
 /* Any thread: counts one completed KV transfer of bytes that took seconds. */
 void node_stats_kv_transfer(node_stats_t *s, uint64_t bytes, double seconds);
+/* Any thread: counts one prompt whose compute took compute_s and whose KV-done left tail_s after
+ * its last layer computed. */
+void node_stats_prefill(node_stats_t *s, double compute_s, double tail_s);
 
 void node_stats_init(node_stats_t *s);
 void node_stats_deinit(node_stats_t *s);

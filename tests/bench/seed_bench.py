@@ -15,8 +15,15 @@ Experiments (names for --experiments; default: all):
   tracker       4. tagged vs noop tracker, long prompts: throughput, ITL p50/p99, 3 runs each
   colocated     5. both nodes on one GPU vs split over two (needs --gpus 2)
   kv_transfer   6. KV path (cuda-ipc, ucx-staged): TTFT at 1k, 8k, 32k-token prompts
-  overlap       KV puts while the next chunk computes vs after the whole prompt (issue 12)
+  overlap       per-layer KV export (PDSERVE_KV_OVERLAP=layer: layer L's pages leave while layer
+                L + 1 computes) vs none (pages leave after the whole prompt), CUDA IPC and staged,
+                1k / 8k / 32k-token prompts in one chunk; with the prefill node's own split of
+                TTFT (compute to the last layer, then the transfer's tail to KV-done): also
+                experiment 6's rows
+  overlap_chunked  the same at 512-token chunks: layer vs chunk (pages leave after each chunk)
 --small shrinks every experiment (fewer requests, shorter outputs, one run) for a quick look.
+--deadline-s S: no new cluster is started once fewer than 25 s of S are left (results are saved
+after every point, so a cut run keeps what it measured).
 """
 import argparse
 import json
@@ -33,7 +40,24 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # a bundle keeps cluster.py beside
 import cluster  # noqa: E402
 
-ALL = ["fp8_kv", "int4_decode", "int4_prefill", "tracker", "colocated", "kv_transfer", "overlap"]
+ALL = ["fp8_kv", "int4_decode", "int4_prefill", "tracker", "colocated", "kv_transfer", "overlap",
+       "overlap_chunked"]
+T0 = time.time()
+DEADLINE = [None]  # absolute time.time(); None: none
+SAVE = [lambda: None]  # writes results.json (after every point)
+
+
+def time_left():
+    return float("inf") if DEADLINE[0] is None else DEADLINE[0] - time.time()
+
+
+class OutOfTime(Exception):
+    pass
+
+
+def need(seconds=25):
+    if time_left() < seconds:
+        raise OutOfTime("deadline: %.0f s left" % time_left())
 
 
 def pct(xs, p):
@@ -167,6 +191,19 @@ class Run:
         with urllib.request.urlopen("http://127.0.0.1:%s/metrics" % port, timeout=10) as r:
             return r.read().decode()
 
+    def counters(self, node):
+        """The node's /metrics counters and gauges by name (labels dropped)."""
+        out = {}
+        for line in self.metrics(node).splitlines():
+            if line.startswith("#") or " " not in line:
+                continue
+            name, val = line.rsplit(" ", 1)
+            try:
+                out[name.split("{", 1)[0]] = float(val)
+            except ValueError:
+                pass
+        return out
+
     def __enter__(self):
         return self
 
@@ -203,23 +240,71 @@ def exp_kv_transfer(a, R):
     return out
 
 
-def exp_overlap(a, R):
-    out = []
-    n = min(4096 if a.backend == "cuda" else 1024, max_pos(a.model) - 8)
-    for ov in ("1", "0"):
-        env = {"PDSERVE_KV_OVERLAP": ov, "PDSERVE_KV_CUDA_IPC": "0"}
-        with Run(a, "overlap-" + ov, prefill={"prefill_chunk": a.chunk}, env=env) as r:
-            x = load(r.http, 1, 2 if a.small else 6, n, 2, R["vocab"], seed=1)
-            x["overlap"] = ov == "1"
-            out.append(x)
-            print("overlap", ov, "ttft p50 %.1f ms" % x["ttft_ms_p50"], flush=True)
+def overlap_point(r, a, R, n, reps, path, mode, chunk):
+    """One prompt length on a running cluster: TTFT from the client, and the prefill node's
+    split of it (pdserve_node_prefill_compute_seconds / kv_tail_seconds)."""
+    load(r.http, 1, 1, n, 2, R["vocab"], seed=n + 99)  # warm-up (scratch growth, first mapping)
+    m0 = r.counters("prefill0")
+    x = load(r.http, 1, reps, n, 2, R["vocab"], seed=n)
+    m1 = r.counters("prefill0")
+    d = {k: m1.get(k, 0.0) - m0.get(k, 0.0) for k in (
+        "pdserve_node_prefill_timed_total", "pdserve_node_prefill_compute_seconds_total",
+        "pdserve_node_kv_tail_seconds_total", "pdserve_node_kv_transfer_bytes_total")}
+    k = d["pdserve_node_prefill_timed_total"] or float("nan")
+    x.update({"path": path, "mode": mode, "chunk": chunk,
+              "path_seen": r.health("prefill0").get("kv_path"),
+              "compute_ms": d["pdserve_node_prefill_compute_seconds_total"] / k * 1e3,
+              "tail_ms": d["pdserve_node_kv_tail_seconds_total"] / k * 1e3,
+              "kv_mb": d["pdserve_node_kv_transfer_bytes_total"] / k / 1e6})
+    x["tail_share"] = x["tail_ms"] / x["ttft_ms_p50"]
+    return x
+
+
+def overlap_runs(a, R, name, configs, lens):
+    out = R["experiments"].setdefault(name, [])
+    reps = 2 if a.small else 4
+    for path, mode, chunk in configs:
+        if a.backend == "cpu" and path == "cuda-ipc":
+            continue
+        need()
+        env = {"PDSERVE_KV_OVERLAP": mode}
+        if path != "cuda-ipc":
+            env["PDSERVE_KV_CUDA_IPC"] = "0"
+        with Run(a, "ov-%s-%s-%d" % (path, mode, chunk), prefill={"prefill_chunk": chunk},
+                 env=env) as r:
+            for n in lens:
+                if n + 4 > max_pos(a.model) or time_left() < 8:
+                    continue
+                x = overlap_point(r, a, R, n, reps, path, mode, chunk)
+                out.append(x)
+                SAVE[0]()
+                print("%s %s %s chunk %d: %d tokens ttft p50 %.1f ms, compute %.1f ms, tail %.1f "
+                      "ms (%.0f%%), %.1f MB" % (name, path, mode, chunk, n, x["ttft_ms_p50"],
+                                                x["compute_ms"], x["tail_ms"],
+                                                100 * x["tail_share"], x["kv_mb"]), flush=True)
     return out
 
 
+def exp_overlap(a, R):
+    lens = [1024, 8192] if a.small else [8192, 1024, 32768]
+    big = max(lens)
+    return overlap_runs(a, R, "overlap", [("cuda-ipc", "layer", big), ("cuda-ipc", "none", big),
+                                          ("ucx-staged", "layer", big),
+                                          ("ucx-staged", "none", big)], lens)
+
+
+def exp_overlap_chunked(a, R):
+    return overlap_runs(a, R, "overlap_chunked", [("cuda-ipc", "layer", 512),
+                                                  ("cuda-ipc", "chunk", 512),
+                                                  ("ucx-staged", "layer", 512),
+                                                  ("ucx-staged", "chunk", 512)], [8192])
+
+
 def exp_fp8_kv(a, R):
-    out = []
-    P, O = (1024, 64) if a.small else (2048, 256)
+    out = R["experiments"].setdefault("fp8_kv", [])
+    P, O = (1024, 64) if a.small else (2048, a.decode_out)
     for kv in ("bf16", "fp8"):
+        need()
         # a budget whose FP8 concurrency stays under max_batch (the seed: 32 -> 64)
         with Run(a, "kv-" + kv, decode={"kv": kv, "max_batch": 256,
                                         "kv_budget": a.fp8_kv_budget}) as r:
@@ -229,20 +314,25 @@ def exp_fp8_kv(a, R):
             x = load(r.http, conc, conc * (1 if a.small else 2), P, O, R["vocab"])
             x.update({"kv": kv, "pages": cap, "max_concurrency": conc})
             out.append(x)
+            SAVE[0]()
             print("fp8_kv", kv, conc, "%.1f tok/s" % x["tok_s"], flush=True)
     return out
 
 
 def exp_int4_decode(a, R):
-    out = []
+    out = R["experiments"].setdefault("int4_decode", [])
     concs = [1, 8, 32] if a.small else [1, 8, 16, 32, 64]
     for w in ("fp8", "int4"):
+        need()
         with Run(a, "dec-" + w, decode={"weights": w}) as r:
+            load(r.http, 8, 8, 128, 4, R["vocab"], seed=7)  # warm-up: graph captures
             for c in concs:
-                x = load(r.http, c, c * (1 if a.small else 2), 128, 32 if a.small else 128,
-                         R["vocab"])
+                if time_left() < 6:
+                    break
+                x = load(r.http, c, c * (1 if a.small else 2), 128, a.decode_out, R["vocab"])
                 x["weights"] = w
                 out.append(x)
+                SAVE[0]()
                 print("int4_decode", w, c, "%.1f tok/s" % x["tok_s"], flush=True)
     return out
 
@@ -290,7 +380,7 @@ def exp_colocated(a, R):
 
 EXPS = {"fp8_kv": exp_fp8_kv, "int4_decode": exp_int4_decode, "int4_prefill": exp_int4_prefill,
         "tracker": exp_tracker, "colocated": exp_colocated, "kv_transfer": exp_kv_transfer,
-        "overlap": exp_overlap}
+        "overlap": exp_overlap, "overlap_chunked": exp_overlap_chunked}
 
 
 # ==== report ====
@@ -306,7 +396,7 @@ def tables(R):
         meta["model_name"], meta["shape"], meta["backend"], meta["gpu"], meta["date"],
         meta["command"]))
     E = R["experiments"]
-    if "kv_transfer" in E:
+    if E.get("kv_transfer"):
         md.append("### 6. KV transfer path: TTFT by prompt length (1 request at a time)\n")
         md.append("| path | prompt tokens | TTFT p50 ms | TTFT p99 ms | path reported by the node |")
         md.append("|---|---:|---:|---:|---|")
@@ -322,14 +412,40 @@ def tables(R):
             md.append("\nShare of the staged TTFT that CUDA IPC removes: " + ", ".join(
                 "%d tokens %.0f%%" % (n, 100 * (v["ucx-staged"] - v["cuda-ipc"]) / v["ucx-staged"])
                 for n, v in rows) + ".\n")
-    if "overlap" in E:
-        md.append("### KV export overlapping compute (issue 12), staged path\n")
-        md.append("| overlap | prompt tokens | TTFT p50 ms | TTFT p99 ms |")
-        md.append("|---|---:|---:|---:|")
-        for x in E["overlap"]:
-            md.append("| %s | %d | %s | %s |" % ("on" if x["overlap"] else "off", x["prompt_len"],
-                                               fmt(x["ttft_ms_p50"]), fmt(x["ttft_ms_p99"])))
-    if "fp8_kv" in E:
+    for name in ("overlap", "overlap_chunked"):
+        if not E.get(name):
+            continue
+        md.append("\n### %s: per-layer KV streaming vs %s (issue 12 / issue 17 item 6)\n" % (
+            "Whole prompt in one chunk" if name == "overlap" else "512-token chunks",
+            "none" if name == "overlap" else "per-chunk export"))
+        md.append("TTFT from the client (1 request at a time, p50 of %s); compute = the prefill "
+                  "node's time to the end of the last layer; tail = from there to the KV-done "
+                  "sent (what the transfer adds on the prefill side); share = tail / TTFT; "
+                  "GB/s = KV bytes / tail.\n" % ("4" if not R["meta"].get("small") else "2"))
+        md.append("| path | KV leaves | chunk | prompt tokens | KV MB | TTFT p50 ms | compute ms "
+                  "| tail ms | tail share | GB/s over the tail |")
+        md.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for x in sorted(E[name], key=lambda x: (x["path"], x["prompt_len"], x["mode"])):
+            gbs = x["kv_mb"] / 1e3 / (x["tail_ms"] / 1e3) if x.get("tail_ms") else float("nan")
+            md.append("| %s | %s | %d | %d | %s | %s | %s | %s | %s%% | %s |" % (
+                x["path"], {"layer": "per layer", "none": "after the prompt",
+                            "chunk": "after each chunk"}[x["mode"]], x["chunk"], x["prompt_len"],
+                fmt(x["kv_mb"]), fmt(x["ttft_ms_p50"]), fmt(x["compute_ms"]), fmt(x["tail_ms"]),
+                fmt(100 * x["tail_share"], 0), fmt(gbs, 2)))
+        by = {}
+        for x in E[name]:
+            by.setdefault((x["path"], x["prompt_len"]), {})[x["mode"]] = x
+        rows = []
+        for (path, n), v in sorted(by.items()):
+            base = v.get("none") or v.get("chunk")
+            if "layer" in v and base:
+                rows.append("%s %d tokens: TTFT %s → %s ms (%+.0f%%), tail %s → %s ms" % (
+                    path, n, fmt(base["ttft_ms_p50"]), fmt(v["layer"]["ttft_ms_p50"]),
+                    100 * (v["layer"]["ttft_ms_p50"] / base["ttft_ms_p50"] - 1),
+                    fmt(base["tail_ms"]), fmt(v["layer"]["tail_ms"])))
+        if rows:
+            md.append("\nPer-layer streaming, same run: " + "; ".join(rows) + ".\n")
+    if E.get("fp8_kv"):
         md.append("\n### 1. Same decode KV budget: FP8 vs BF16 KV (seed: 32 → 64, +41%)\n")
         md.append("| decode KV | pages | max concurrency | tok/s | ITL p50 ms | failed |")
         md.append("|---|---:|---:|---:|---:|---:|")
@@ -337,7 +453,7 @@ def tables(R):
             md.append("| %s | %d | %d | %s | %s | %d |" % (x["kv"], x["pages"],
                                                           x["max_concurrency"], fmt(x["tok_s"]),
                                                           fmt(x["itl_ms_p50"], 2), x["failed"]))
-    if "int4_decode" in E:
+    if E.get("int4_decode"):
         md.append("\n### 2. Decode weights INT4 vs FP8 (seed: +55% at 1, +16% at 64)\n")
         md.append("| weights | concurrency | tok/s | ITL p50 ms | ITL p99 ms |")
         md.append("|---|---:|---:|---:|---:|")
@@ -345,14 +461,14 @@ def tables(R):
             md.append("| %s | %d | %s | %s | %s |" % (x["weights"], x["concurrency"],
                                                      fmt(x["tok_s"]), fmt(x["itl_ms_p50"], 2),
                                                      fmt(x["itl_ms_p99"], 2)))
-    if "int4_prefill" in E:
+    if E.get("int4_prefill"):
         md.append("\n### 3. Prefill weights INT4 vs FP8 (seed: INT4 ~15% slower)\n")
         md.append("| weights | prompt tokens | TTFT p50 ms | prefill tok/s |")
         md.append("|---|---:|---:|---:|")
         for x in E["int4_prefill"]:
             md.append("| %s | %d | %s | %s |" % (x["weights"], x["prompt_len"],
                                                 fmt(x["ttft_ms_p50"]), fmt(x["prefill_tok_s"])))
-    if "tracker" in E:
+    if E.get("tracker"):
         md.append("\n### 4. Tagged vs noop tracker (seed: < 1% overhead)\n")
         md.append("| tracker | runs | tok/s (mean ± sd) | ITL p50 ms | ITL p99 ms |")
         md.append("|---|---:|---:|---:|---:|")
@@ -364,7 +480,7 @@ def tables(R):
                     t, len(xs), fmt(statistics.mean(tp)), fmt(statistics.pstdev(tp)),
                     fmt(statistics.mean(x["itl_ms_p50"] for x in xs), 2),
                     fmt(statistics.mean(x["itl_ms_p99"] for x in xs), 2)))
-    if "colocated" in E:
+    if E.get("colocated"):
         md.append("\n### 5. Both nodes on one GPU vs split\n")
         for x in E["colocated"]:
             if "skipped" in x:
@@ -397,7 +513,7 @@ def plots(R, out_dir):
         fig.savefig(p, dpi=110, bbox_inches="tight")
         plt.close(fig)
         made.append(name)
-    if "kv_transfer" in E:
+    if E.get("kv_transfer"):
         fig, ax = plt.subplots(figsize=(5, 3.2))
         for path in sorted({x["path"] for x in E["kv_transfer"]}):
             xs = [x for x in E["kv_transfer"] if x["path"] == path]
@@ -409,7 +525,7 @@ def plots(R, out_dir):
         ax.legend()
         ax.set_title("KV transfer path")
         save(fig, "kv_transfer_ttft.png")
-    if "int4_decode" in E:
+    if E.get("int4_decode"):
         fig, ax = plt.subplots(figsize=(5, 3.2))
         for w in ("fp8", "int4"):
             xs = [x for x in E["int4_decode"] if x["weights"] == w]
@@ -419,8 +535,44 @@ def plots(R, out_dir):
         ax.legend()
         ax.set_title("decode weights")
         save(fig, "int4_decode.png")
-    for name, key, lab in (("fp8_kv", "kv", "tok_s"), ("overlap", "overlap", "ttft_ms_p50"),
-                           ("int4_prefill", "weights", "ttft_ms_p50")):
+    if E.get("overlap"):
+        fig, ax = plt.subplots(figsize=(6, 3.4))
+        xs = [x for x in E["overlap"]]
+        keys = sorted({(x["path"], x["mode"]) for x in xs})
+        lens = sorted({x["prompt_len"] for x in xs})
+        w = 0.8 / max(1, len(keys))
+        for i, (path, mode) in enumerate(keys):
+            for j, n in enumerate(lens):
+                p = [x for x in xs if x["path"] == path and x["mode"] == mode
+                     and x["prompt_len"] == n]
+                if not p:
+                    continue
+                p = p[0]
+                c = p["ttft_ms_p50"]
+                ax.bar(j + i * w, p["compute_ms"], w, color="C%d" % i, alpha=0.45)
+                ax.bar(j + i * w, p["tail_ms"], w, bottom=p["compute_ms"], color="C%d" % i,
+                       hatch="//", label="%s, %s" % (path, mode) if j == 0 else None)
+                ax.plot([j + i * w], [c], "k_", markersize=10)
+        ax.set_xticks([j + 0.4 - w / 2 for j in range(len(lens))])
+        ax.set_xticklabels(["%dk" % (n // 1024) for n in lens])
+        ax.set_yscale("log")
+        ax.set_xlabel("prompt tokens")
+        ax.set_ylabel("ms (bar: compute + tail; dash: TTFT)")
+        ax.legend(fontsize=7)
+        ax.set_title("KV export per layer vs after the prompt")
+        save(fig, "overlap_ttft.png")
+    if "int4_decode" in E and E["int4_decode"]:
+        fig, ax = plt.subplots(figsize=(5, 3.2))
+        for wf in ("fp8", "int4"):
+            xs = [x for x in E["int4_decode"] if x["weights"] == wf]
+            ax.plot([x["concurrency"] for x in xs], [x["itl_ms_p50"] for x in xs], "o-",
+                    label=wf)
+        ax.set_xlabel("concurrency")
+        ax.set_ylabel("ITL p50 (ms)")
+        ax.legend()
+        ax.set_title("decode weights: ITL")
+        save(fig, "int4_decode_itl.png")
+    for name, key, lab in (("fp8_kv", "kv", "tok_s"), ("int4_prefill", "weights", "ttft_ms_p50")):
         if name in E and E[name]:
             fig, ax = plt.subplots(figsize=(4, 3))
             ax.bar([str(x[key]) for x in E[name]], [x[lab] for x in E[name]])
@@ -463,6 +615,9 @@ def main():
     ap.add_argument("--fp8-kv-budget", default="1GiB", help="decode KV budget of experiment 1")
     ap.add_argument("--ipc-bench", help="JSON lines of kv_ipc_bench / transport figures to add")
     ap.add_argument("--doc", default="docs/benchmarks.md")
+    ap.add_argument("--decode-out", type=int, default=128,
+                    help="output tokens per request of experiments 1 and 2")
+    ap.add_argument("--deadline-s", type=float, help="seconds this run may take in all")
     ap.add_argument("--plot-only")
     a = ap.parse_args()
     if a.plot_only:
@@ -475,18 +630,28 @@ def main():
                   "shape": "%d layers, hidden %d, %d/%d heads, vocab %d" % (
                       cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_attention_heads"],
                       cfg["num_key_value_heads"], cfg["vocab_size"]),
-                  "backend": a.backend, "gpu": a.gpu_name or a.backend,
+                  "backend": a.backend, "gpu": a.gpu_name or a.backend, "small": a.small,
                   "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                   "command": " ".join(sys.argv)},
          "vocab": cfg["vocab_size"], "experiments": {}}
     if a.ipc_bench and os.path.exists(a.ipc_bench):
         R["ipc_bench"] = json.load(open(a.ipc_bench))
     json_path = os.path.join(a.out, "results.json")
+    if a.deadline_s:
+        DEADLINE[0] = T0 + a.deadline_s
+
+    def save():
+        with open(json_path, "w") as f:
+            json.dump(R, f, indent=1)
+    SAVE[0] = save
     rc = 0
     for name in a.experiments.split(","):
         t0 = time.time()
         try:
             R["experiments"][name] = EXPS[name](a, R)
+        except OutOfTime as e:
+            print("seed_bench: %s cut: %s" % (name, e), flush=True)
+            R.setdefault("not_run", []).append("%s (cut by the deadline)" % name)
         except Exception as e:  # noqa: BLE001  one experiment failing keeps the others
             print("seed_bench: %s failed: %s" % (name, e), flush=True)
             R["experiments"][name + "_error"] = str(e)[-2000:]

@@ -7,6 +7,8 @@
 # From the repository root (deploy/models/tiny-llama gives the tokenizer), with G holding bin/
 # (pdctl router prefill-node decode-node kv_ipc_bench kv_transport_bench, a CUDA build), lib/ and
 # ucx/ (tools/collect-libs.sh), seed_bench.py, cluster.py and check_cluster.py. Steps:
+#   kvcheck   test_gpu_kernels with PD_GPU_TEST_KV=1: the KV export kernels (whole pages, and the
+#             transfer stream's per-layer, scattered form) against the CPU reference
 #   ipc       kv_ipc_bench: the CUDA IPC path between two processes (the reader checks the
 #             XXH3 chain of the pages as sent; same GPU when one is lent: a device-to-device copy
 #             through the handle, not a cross-GPU peer copy) and the staged path's host copies
@@ -14,8 +16,11 @@
 #   cluster   check_cluster.py: the fixtures through a CUDA cluster (both nodes on GPU 0, so KV
 #             goes over CUDA IPC) give the single-process tokens
 #   synth     pdctl synth --arch $ARCH --layers $LAYERS --context $CONTEXT
-#   bench     seed_bench.py (all experiments, or $EXPERIMENTS; SMALL=1: --small) → $OUT/bench,
-#             $OUT/benchmarks.md and PNGs
+#   bench     seed_bench.py (all experiments, or $EXPERIMENTS; SMALL=1: --small; DEADLINE: the
+#             time left, so it stops starting clusters in time) → $OUT/bench/results.json and,
+#             where python3 has matplotlib, $OUT/benchmarks.md and PNGs (else render them
+#             elsewhere: seed_bench.py --plot-only results.json --doc docs/benchmarks.md)
+# TOKENIZER_FROM: a directory with the fixtures' tokenizer.json (default deploy/models/tiny-llama).
 # Logs and results go to $OUT; exits 1 when a step failed or the deadline skipped it.
 set -uo pipefail
 G=${G:-$PWD/.gpu}
@@ -28,7 +33,8 @@ ARCH=${ARCH:-llama-3-8b}
 LAYERS=${LAYERS:-4}
 CONTEXT=${CONTEXT:-33024} # max_position_embeddings: room for the 32k-token prompts of experiment 6
 MODEL=${MODEL_DIR:-/tmp/pdserve-synth-$ARCH-$LAYERS-$CONTEXT}
-steps=${STEPS:-ipc tcp cluster synth bench}
+steps=${STEPS:-kvcheck ipc tcp cluster synth bench}
+TOKENIZER_FROM=${TOKENIZER_FROM:-deploy/models/tiny-llama}
 rc=0
 step() { # name timeout cmd...
     local name=$1 t=$2; shift 2
@@ -53,6 +59,7 @@ ngpu=$(nvidia-smi -L | wc -l)
 echo "$gpu x $ngpu" | tee "$OUT/gpu.txt"
 for s in $steps; do
     case $s in
+    kvcheck) PD_GPU_TEST_KV=1 step kvcheck 60 "$G/bin/test_gpu_kernels" ;;
     ipc) step ipc 120 bash -c "'$G/bin/kv_ipc_bench' --pool-mb 2048 --page-kb 1024 \
             --total-mb 8192 --json > '$OUT/ipc.jsonl' && cat '$OUT/ipc.jsonl' &&
             '$G/bin/kv_ipc_bench' --pool-mb 512 --page-kb 64 --total-mb 2048 --json \
@@ -61,7 +68,7 @@ for s in $steps; do
     cluster) step cluster 300 python3 "$G/check_cluster.py" "$G/bin" --models deploy/models ;;
     synth) [ -f "$MODEL/config.json" ] || step synth 300 "$G/bin/pdctl" synth --arch "$ARCH" \
             --layers "$LAYERS" --context "$CONTEXT" --out "$MODEL" \
-            --tokenizer-from deploy/models/tiny-llama ;;
+            --tokenizer-from "$TOKENIZER_FROM" ;;
     bench)
         python3 - "$OUT" <<'PY'
 import json, re, sys
@@ -85,6 +92,8 @@ PY
         extra=()
         [ -n "${SMALL:-}" ] && extra+=(--small)
         [ -n "${EXPERIMENTS:-}" ] && extra+=(--experiments "$EXPERIMENTS")
+        [ -n "${DEADLINE:-}" ] && extra+=(--deadline-s $((DEADLINE - SECONDS - 5)))
+        [ -n "${DECODE_OUT:-}" ] && extra+=(--decode-out "$DECODE_OUT")
         step bench "${BENCH_TIMEOUT:-3600}" python3 "$G/seed_bench.py" --model "$MODEL" \
             --out "$OUT/bench" --backend cuda --gpus "$ngpu" --gpu-name "$gpu" \
             --ipc-bench "$OUT/paths.json" --doc "$OUT/benchmarks.md" "${extra[@]}" ;;

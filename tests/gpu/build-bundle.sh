@@ -13,21 +13,24 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 B=${1:-$root/build-cuda}
 export PATH=/usr/local/cuda/bin:$PATH
 [ -f "$B/build.ninja" ] || meson setup "$B" "$root" -Dwerror=true
-# KEEP_CU=1: keep the CUDA objects (only right after a full rebuild, when no header a .cu
-# includes has changed since: e.g. to repack after C-only changes)
-[ "${KEEP_CU:-0}" = 1 ] || find "$B" -name '*.cu.o' -delete
+# KEEP_CU=1: keep the CUDA objects (only when no header that a .cu includes changed since they
+# were built: a changed .cu itself is rebuilt by ninja)
+[ -n "${KEEP_CU:-}" ] || find "$B" -name '*.cu.o' -delete
 ninja -j2 -C "$B" router/router prefill-node/prefill-node decode-node/decode-node deploy/pdctl \
-    tests/test_gpu_kernels tests/gpu_bench
+    tests/test_gpu_kernels tests/gpu_bench tests/kv_ipc_bench tests/kv_transport_bench
 D=$(mktemp -d)/b
 mkdir -p "$D/bin"
 cp "$B/router/router" "$B/prefill-node/prefill-node" "$B/decode-node/decode-node" \
-    "$B/deploy/pdctl" "$B/tests/test_gpu_kernels" "$B/tests/gpu_bench" "$D/bin/"
+    "$B/deploy/pdctl" "$B/tests/test_gpu_kernels" "$B/tests/gpu_bench" "$B/tests/kv_ipc_bench" \
+    "$B/tests/kv_transport_bench" "$D/bin/"
 "$root/../shared/tools/collect-libs.sh" "$D" "$D"/bin/*
 cp "$root"/tests/gpu/run-on-gpu.sh "$root"/tests/gpu/run-family.sh \
     "$root"/tests/gpu/check_reference.py "$root"/tests/gpu/bf16_kv_transformers.py \
     "$root"/tests/gpu/check_tiktoken.py \
     "$root"/tests/gpu/check_cluster.py "$root"/tests/bench/torch_prefill_baseline.py \
-    "$root"/tests/bench/torch_attn_baseline.py "$D/"
+    "$root"/tests/bench/torch_attn_baseline.py "$root"/tests/bench/seed_bench.py \
+    "$root"/tests/bench/seed_bench.sh "$root"/tests/bench/loadgen.py \
+    "$root"/tests/integration/cluster.py "$D/"
 cp "$root/../shared/bench/torch_decode_baseline.py" "$D/"
 cp -r "$root/tests/data/kimi-tiny" "$D/"
 mkdir -p "$root/.gpu"

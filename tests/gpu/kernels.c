@@ -1245,6 +1245,75 @@ static void case_kv_tags(int n_pages, int n)
     free(bg);
 }
 
+/* The transfer stream's export (xfer_kv_export): layer by layer, in an order other than 0..L-1,
+ * scattered to destination pages dst_ids with stamps tags, against the CPU's; destination pages
+ * no one writes keep their poison. */
+static void case_xfer_kv_export(int layers, int kvh, int hd, int n_pages, int n)
+{
+    char shape[112];
+    kv_layout_t sl, dl;
+    kv_layout_init(&sl, layers, kvh, hd, 16, PD_KV_BF16);
+    kv_layout_init(&dl, layers, kvh, hd, 16, PD_KV_FP8);
+    pair_t a = arena_new(&sl, n_pages);
+    const int n_dst = 2 * n + 1;
+    int32_t *ids = xmalloc((size_t)n * 2 * 4); /* destination ids, then source ids */
+    kv_tag_t *tags = xmalloc((size_t)n * sizeof *tags);
+    for (int i = 0; i < n; i++) {
+        ids[i] = (int32_t)(2 * i + (i & 1)); /* distinct, with holes */
+        ids[n + i] = (int32_t)(rng_next() % (uint64_t)n_pages);
+        tags[i] = rng_next();
+    }
+    pair_t di = pair_new((size_t)n * 2 * 4, ids), dt = pair_new((size_t)n * sizeof *tags, tags);
+    pair_t dst = pair_new((size_t)n_dst * dl.page_bytes, NULL);
+    uint8_t *poison = xmalloc(dst.bytes);
+    memset(poison, 0xc3, dst.bytes);
+    pair_ok(cpu->ops->upload(cpu, dst.c, poison, dst.bytes));
+    pair_ok(gpu->ops->upload(gpu, dst.g, poison, dst.bytes));
+    free(poison);
+    for (int k = 0; k < layers; k++) { /* layers last to first, then layer 0 (the header) */
+        int layer = k == layers - 1 ? 0 : layers - 1 - k;
+        cpu->ops->xfer_kv_export(cpu, dst.c, &dl, di.c, dt.c, a.c, &sl, (int32_t *)di.c + n, n,
+                                 layer, 1);
+        gpu->ops->xfer_kv_export(gpu, dst.g, &dl, di.g, dt.g, a.g, &sl, (int32_t *)di.g + n, n,
+                                 layer, 1);
+    }
+    pair_ok(cpu->ops->xfer_sync(cpu));
+    pair_ok(gpu->ops->xfer_sync(gpu));
+    snprintf(shape, sizeof shape, "bf16->fp8 layers %d kvh %d hd %d pages %d scattered (bytes)",
+             layers, kvh, hd, n);
+    report("xfer_kv_export", shape, err_bytes(&dst), 0.0);
+    /* and the packed form, all layers at once, against kv_export on the GPU itself */
+    pair_t pk = pair_new((size_t)n * dl.page_bytes, NULL);
+    void *zero = calloc(1, pk.bytes);
+    pair_ok(cpu->ops->upload(cpu, pk.c, zero, pk.bytes));
+    pair_ok(gpu->ops->upload(gpu, pk.g, zero, pk.bytes));
+    free(zero);
+    gpu->ops->kv_export(gpu, pk.g, &dl, a.g, &sl, ids + n, n);
+    pair_ok(gpu->ops->sync(gpu));
+    uint8_t *want = xmalloc(pk.bytes), *got = xmalloc(dst.bytes);
+    pair_ok(gpu->ops->download(gpu, want, pk.g, pk.bytes));
+    pair_ok(gpu->ops->download(gpu, got, dst.g, dst.bytes));
+    size_t bad = 0;
+    for (int i = 0; i < n; i++) {
+        uint8_t *w = want + (size_t)i * dl.page_bytes, *g = got + (size_t)ids[i] * dl.page_bytes;
+        bad += memcmp(g, &tags[i], sizeof tags[i]) != 0;
+        for (size_t b = KV_PAGE_HEADER_BYTES; b < dl.page_bytes; b++)
+            bad += w[b] != g[b];
+    }
+    snprintf(shape, sizeof shape, "layers %d pages %d: scattered per layer vs kv_export (bytes)",
+             layers, n);
+    report("xfer_kv_export", shape, (double)bad, 0.0);
+    free(want);
+    free(got);
+    pair_free(&pk);
+    pair_free(&a);
+    pair_free(&dst);
+    pair_free(&di);
+    pair_free(&dt);
+    free(ids);
+    free(tags);
+}
+
 static void case_kv_export(pd_kvfmt_t src_fmt, int layers, int kvh, int hd, int n_pages, int n)
 {
     char shape[96];
@@ -1713,6 +1782,18 @@ int main(void)
         backend_destroy(cpu);
         return n_fail ? 1 : 0;
     }
+    if (getenv("PD_GPU_TEST_KV") && atoi(getenv("PD_GPU_TEST_KV"))) {
+        /* the KV export cases alone (quick device rounds of the transfer path) */
+        case_kv_export(PD_KV_BF16, 4, 2, 128, 20, 7);
+        case_kv_export(PD_KV_BF16, 32, 8, 128, 8, 3);
+        case_xfer_kv_export(4, 2, 128, 20, 7);
+        case_xfer_kv_export(32, 8, 128, 16, 6);
+        printf("%d cases, %d failed\n", n_cases, n_fail);
+        backend_destroy(gpu_split);
+        backend_destroy(gpu);
+        backend_destroy(cpu);
+        return n_fail ? 1 : 0;
+    }
     if (getenv("PD_GPU_TEST_ATTN") && atoi(getenv("PD_GPU_TEST_ATTN"))) {
         /* the decode attention and fused RoPE + KV write cases alone (quick device rounds) */
         const pd_kvfmt_t fs[] = {PD_KV_BF16, PD_KV_FP8, PD_KV_F32};
@@ -1918,6 +1999,9 @@ int main(void)
     case_kv_export(PD_KV_F32, 4, 2, 128, 20, 7);
     if (!small_only)
         case_kv_export(PD_KV_BF16, 32, 8, 128, 8, 3);
+    case_xfer_kv_export(4, 2, 128, 20, 7);
+    if (!small_only)
+        case_xfer_kv_export(32, 8, 128, 16, 6);
 
     case_sample(37, 2048, 4.0f, 0.0f, 0, 1.0f, 0.0);
     case_sample(37, 2048, 4.0f, 0.7f, 1, 1.0f, 0.0);
