@@ -785,6 +785,15 @@ static void cuda_sample(pd_backend_t *be, int32_t *tokens_out, const float *logi
                sample_run(tokens_out, logits, n, vocab, temperature, top_k, top_p, u, c->stream));
 }
 
+static void cuda_logprobs(pd_backend_t *be, int32_t *ids_out, float *vals_out,
+                          const float *logits, const int32_t *tokens, const int32_t *n_top, int n,
+                          int vocab)
+{
+    cuda_t *c = cuda__get(be);
+    cuda__note(c, sample_logprobs_run(ids_out, vals_out, logits, tokens, n_top, n, vocab,
+                                      c->stream));
+}
+
 static void cuda_logits_process(pd_backend_t *be, float *logits, int n, int vocab,
                                 const int32_t *ent, const float *bias, int n_ent, const float *pen)
 {
@@ -943,6 +952,7 @@ static const pd_backend_ops_t cuda_ops = {
     .graph_free = cuda_graph_free,
     .weight_prepare = cuda_weight_prepare,
     .sample = cuda_sample,
+    .logprobs = cuda_logprobs,
     .add_rmsnorm = cuda_add_rmsnorm,
     .silu_mul_fp8 = cuda_silu_mul_fp8,
     .matmul_fp8 = cuda_matmul_fp8,

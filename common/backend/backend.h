@@ -213,6 +213,15 @@ typedef struct {
     void (*sample)(pd_backend_t *be, int32_t *tokens_out, const float *logits, int n, int vocab,
                    const float *temperature, const int32_t *top_k, const float *top_p,
                    const float *u);
+    /* The logprobs of sampler_logprobs on the device: for each row i with n_top[i] >= 0,
+     * ids_out[i, 0] = tokens[i] and vals_out[i, 0] its logprob under log_softmax(logits[i]);
+     * ids_out[i, 1 + j], vals_out[i, 1 + j] for j < min(n_top[i], SAMPLER_MAX_TOP_LOGPROBS,
+     * vocab) the best alternatives (descending, ties by lower id) and theirs. Rows with
+     * n_top[i] < 0 and the slots past the alternatives are left as they were. ids_out, vals_out
+     * (n, 1 + SAMPLER_MAX_TOP_LOGPROBS) int32 / f32; logits (n, vocab) f32; tokens, n_top (n)
+     * int32; all backend memory. NULL where the backend lacks it. */
+    void (*logprobs)(pd_backend_t *be, int32_t *ids_out, float *vals_out, const float *logits,
+                     const int32_t *tokens, const int32_t *n_top, int n, int vocab);
 
     /* Fused ops (fewer passes over the activations); each gives the results of the plain ops it
      * stands for, and the model uses the plain ops where they are NULL.
