@@ -8,6 +8,8 @@
  *      download, eager (MODEL_GRAPHS_OFF) and replayed from CUDA graphs (MODEL_GRAPHS_ON); the
  *      graph logits are compared with the same padded plan run op by op (MODEL_GRAPHS_EAGER:
  *      must be bit-identical, else exit 1) and with the plain eager step (max |diff|);
+ *      and the whole step with sampling on the device inside the graph (model_forward_sample:
+ *      greedy, and temperature 0.8 + top-p 0.95), only the token ids downloaded;
  *   3. prefill of 8192 tokens (one sequence) for FP8 + BF16 KV and INT4 + BF16 KV; for FP8 also
  *      16 prompts of 512 tokens in one batch, the 8192 tokens as 16 chunks of 512 that attend
  *      to the earlier pages (the sum of the 16 steps), and one 32768-token prompt.
@@ -784,8 +786,19 @@ static void llama8b(hf_config_t *c)
  * the context's graph mode `mode`. The cache and tokens depend only on B, ctx and q_len (the
  * generator is reseeded). Returns the median ms of model_forward over reps; keep (n_logits,
  * vocab), when not NULL, receives the logits of the last call. */
+static float run_forward_s(model_t *m, pd_kvfmt_t kvfmt, int B, int ctx, int q_len, int n_logits,
+                           int reps, model_graphs_t mode, float *keep, int sample);
+
 static float run_forward(model_t *m, pd_kvfmt_t kvfmt, int B, int ctx, int q_len, int n_logits,
                          int reps, model_graphs_t mode, float *keep)
+{
+    return run_forward_s(m, kvfmt, B, ctx, q_len, n_logits, reps, mode, keep, 0);
+}
+
+/* As run_forward; sample 1 (greedy) or 2 (temperature 0.8, top-p 0.95): model_forward_sample
+ * instead, the logit rows sampled on the device and only the token ids downloaded. */
+static float run_forward_s(model_t *m, pd_kvfmt_t kvfmt, int B, int ctx, int q_len, int n_logits,
+                           int reps, model_graphs_t mode, float *keep, int sample)
 {
     rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)(B * 131 + ctx * 7 + q_len);
     const hf_config_t *c = &m->cfg;
@@ -817,6 +830,16 @@ static float run_forward(model_t *m, pd_kvfmt_t kvfmt, int B, int ctx, int q_len
         lr[i] = (i + 1) * q_len - 1;
     float *logits = malloc((size_t)(n_logits > 0 ? n_logits : 1) * c->vocab_size * 4);
     model_batch_t b = {B * q_len, tokens, B, qs, cl, sp, n_logits, lr};
+    const int nl1 = n_logits > 0 ? n_logits : 1;
+    float *st = malloc((size_t)nl1 * 4), *sp_ = malloc((size_t)nl1 * 4), *su = malloc((size_t)nl1 * 4);
+    int32_t *sk = malloc((size_t)nl1 * 4), *sout = malloc((size_t)nl1 * 4);
+    for (int i = 0; i < n_logits; i++) {
+        st[i] = sample == 2 ? 0.8f : 0.0f;
+        sp_[i] = sample == 2 ? 0.95f : 1.0f;
+        sk[i] = 0;
+        su[i] = (float)(i + 1) / (float)(n_logits + 2);
+    }
+    model_sampling_t smp = {st, sk, sp_, su, NULL, 0, NULL, NULL, NULL};
     model_ctx_t *ctxp;
     ok(model_ctx_create(m, &ctxp), "ctx");
     if (model_ctx_set_graphs(ctxp, mode) != mode) {
@@ -826,7 +849,10 @@ static float run_forward(model_t *m, pd_kvfmt_t kvfmt, int B, int ctx, int q_len
     float ts[32];
     for (int i = 0; i < reps + 2; i++) {
         double t0 = pd_clock_s();
-        ok(model_forward(ctxp, arena, &l, &b, logits), "forward");
+        if (sample)
+            ok(model_forward_sample(ctxp, arena, &l, &b, &smp, sout, NULL), "forward_sample");
+        else
+            ok(model_forward(ctxp, arena, &l, &b, logits), "forward");
         if (i >= 2)
             ts[i - 2] = (float)((pd_clock_s() - t0) * 1e3);
     }
@@ -847,6 +873,11 @@ static float run_forward(model_t *m, pd_kvfmt_t kvfmt, int B, int ctx, int q_len
     free(cl);
     free(lr);
     free(logits);
+    free(st);
+    free(sp_);
+    free(su);
+    free(sk);
+    free(sout);
     be->ops->free(be, arena);
     return ts[reps / 2];
 }
@@ -866,9 +897,11 @@ static void bench_model(bool decode, bool prefill)
         printf("\n### decode step, Llama-3-8B shape, random weights, context 1024 (model_forward, "
                "wall clock, median of 10)\n\n");
         printf("| weights | kv | batch | eager ms (logits to host) | eager ms (no logits) | "
-               "graph ms (logits to host) | graph ms (no logits) | tok/s (graph, logits) | "
-               "graph vs padded eager | graph vs eager max abs diff |\n");
-        printf("|---|---|---|---|---|---|---|---|---|---|\n");
+               "graph ms (logits to host) | graph ms (no logits) | graph ms (whole step: device "
+               "greedy, ids to host) | graph ms (whole step: device T 0.8 top-p 0.95, ids to "
+               "host) | tok/s (graph, device sampling) | graph vs padded eager | graph vs eager "
+               "max abs diff |\n");
+        printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     }
     for (size_t i = 0; i < sizeof confs / sizeof confs[0]; i++) {
         if (!((decode && confs[i].dec) || (prefill && confs[i].pre)))
@@ -888,6 +921,10 @@ static void bench_model(bool decode, bool prefill)
             float z = run_forward(m, confs[i].kv, B, 1024, 1, 0, 10, MODEL_GRAPHS_OFF, NULL);
             float ga = run_forward(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_ON, lg);
             float gz = run_forward(m, confs[i].kv, B, 1024, 1, 0, 10, MODEL_GRAPHS_ON, NULL);
+            float gs1 =
+                run_forward_s(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_ON, NULL, 1);
+            float gs2 =
+                run_forward_s(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_ON, NULL, 2);
             run_forward(m, confs[i].kv, B, 1024, 1, B, 1, MODEL_GRAPHS_EAGER, lp);
             double dmax = 0.0;
             size_t nbad = 0;
@@ -896,9 +933,10 @@ static void bench_model(bool decode, bool prefill)
                 dmax = dd > dmax ? dd : dmax;
                 nbad += memcmp(&lg[j], &lp[j], 4) != 0;
             }
-            printf("| %s | %s | %d | %.2f | %.2f | %.2f | %.2f | %.0f | %s | %.3g |\n",
-                   pd_wfmt_name(confs[i].w), pd_kvfmt_name(confs[i].kv), B, a, z, ga, gz,
-                   B * 1000.0 / ga, nbad ? "DIFFERENT" : "bit-identical", dmax);
+            printf("| %s | %s | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f | %s | %.3g "
+                   "|\n",
+                   pd_wfmt_name(confs[i].w), pd_kvfmt_name(confs[i].kv), B, a, z, ga, gz, gs1,
+                   gs2, B * 1000.0 / gs2, nbad ? "DIFFERENT" : "bit-identical", dmax);
             fflush(stdout);
             if (nbad) {
                 fprintf(stderr, "graph replay differs from the padded eager step in %zu logits\n",

@@ -29,6 +29,7 @@
 #include "matmul.h"
 #include "model.h"
 #include "quant.h"
+#include "sampler.h"
 
 static pd_backend_t *cpu, *gpu;
 static pd_backend_t *gpu_split; /* a second CUDA backend with PD_CUDA_BF16_GEMM=split */
@@ -1372,6 +1373,203 @@ static void case_logits_process(int n, int vocab, int per_row)
     free(used);
 }
 
+/* logprobs: random logits (some rows with ties at the top), random chosen tokens, n_top per
+ * row from {-1 (row skipped), 0, 1, 5, 20, 25 (clamped to 20)}. Per element: ids and the
+ * skipped rows' poison must agree exactly (a differing id counts as an infinite error); values
+ * |gpu - cpu| / (1 + |cpu|) (the normalizer is summed in double in another order). */
+static void case_logprobs(int n, int vocab, float scale)
+{
+    char shape[96];
+    const int W = 1 + SAMPLER_MAX_TOP_LOGPROBS;
+    static const int tops[] = {-1, 0, 1, 5, 20, 25};
+    float *x = xmalloc((size_t)n * vocab * 4);
+    int32_t *tok = xmalloc((size_t)n * 4), *nt = xmalloc((size_t)n * 4);
+    fill_f32(x, (size_t)n * vocab, scale);
+    for (int i = 0; i < n; i++) {
+        float *r = x + (size_t)i * vocab;
+        tok[i] = (int32_t)(rng_next() % (uint64_t)vocab);
+        nt[i] = tops[i % 6];
+        if (i % 3 == 1) { /* ties: three entries equal to the row maximum, one equal to another */
+            float mx = r[0];
+            for (int j = 1; j < vocab; j++)
+                mx = fmaxf(mx, r[j]);
+            r[(i * 131) % vocab] = mx;
+            r[(i * 131 + 7) % vocab] = mx;
+            r[(i * 131 + 3) % vocab] = mx;
+            r[(i * 17 + 1) % vocab] = r[(i * 17 + 2) % vocab];
+        }
+    }
+    pair_t px = pair_new((size_t)n * vocab * 4, x), pt = pair_new((size_t)n * 4, tok),
+           pn = pair_new((size_t)n * 4, nt), pi = pair_new((size_t)n * W * 4, NULL),
+           pv = pair_new((size_t)n * W * 4, NULL);
+    cpu->ops->logprobs(cpu, pi.c, pv.c, px.c, pt.c, pn.c, n, vocab);
+    gpu->ops->logprobs(gpu, pi.g, pv.g, px.g, pt.g, pn.g, n, vocab);
+    int32_t *ic, *ig;
+    float *vc, *vg;
+    pair_get(&pi, (void **)&ic, (void **)&ig);
+    pair_get(&pv, (void **)&vc, (void **)&vg);
+    double err = 0.0;
+    for (size_t i = 0; i < (size_t)n * W; i++) {
+        if (ic[i] != ig[i] || (isnan(vc[i]) != isnan(vg[i])) ||
+            (isnan(vc[i]) && memcmp(&vc[i], &vg[i], 4) != 0)) {
+            err = INFINITY;
+            break;
+        }
+        if (!isnan(vc[i]))
+            err = fmax(err, fabs((double)vg[i] - vc[i]) / (1.0 + fabs((double)vc[i])));
+    }
+    free(ic);
+    free(ig);
+    free(vc);
+    free(vg);
+    snprintf(shape, sizeof shape, "n %d V %d scale %g (ids exact)", n, vocab, scale);
+    report("logprobs", shape, err, 1e-6);
+    pair_free(&px);
+    pair_free(&pt);
+    pair_free(&pn);
+    pair_free(&pi);
+    pair_free(&pv);
+    free(x);
+    free(tok);
+    free(nt);
+}
+
+/* model_forward_sample on the GPU (tiny-llama from PD_MODELS_DIR, BF16 weights, BF16 KV), decode
+ * steps of n sequences with graphs on (the sampling captured in the step, padded to the batch
+ * bucket, entries padded to their bucket), against model_forward's logits of the same step (same
+ * graph mode: bit-identical forward) through the host reference (sampler_logits_process_ref,
+ * sampler_pick, sampler_logprobs). err = fraction of rows whose token differs (greedy rows must
+ * all agree; a sampled row may flip at a bucket edge, kernels/sample.h) or INFINITY for a
+ * logprobs id that differs or a value off by more than 1e-6 * (1 + |ref|). */
+static void case_forward_sample(int n, int steps)
+{
+    char shape[96], dir[2048];
+    const char *models = getenv("PD_MODELS_DIR");
+    model_t *m = NULL;
+    model_ctx_t *ctx = NULL;
+    if (!models) {
+        report("fwd_sample", "PD_MODELS_DIR unset", INFINITY, 0.0);
+        return;
+    }
+    snprintf(dir, sizeof dir, "%s/tiny-llama", models);
+    model_load_params_t mp = {dir, PD_WFMT_BF16, PD_WFMT_BF16, gpu, false, NULL};
+    pair_ok(model_load(&mp, &m));
+    pair_ok(model_ctx_create(m, &ctx));
+    const bool graphs = model_ctx_graphs(ctx) == MODEL_GRAPHS_ON;
+    const int vocab = m->cfg.vocab_size, per_seq = 4, ctx0 = 20;
+    kv_layout_t l;
+    kv_layout_init(&l, m->cfg.num_hidden_layers, m->cfg.num_key_value_heads, m->cfg.head_dim, 16,
+                   PD_KV_BF16);
+    void *arena;
+    pair_ok(gpu->ops->alloc(gpu, (size_t)n * per_seq * l.page_bytes, &arena));
+    pair_ok(gpu->ops->memset(gpu, arena, 0, (size_t)n * per_seq * l.page_bytes));
+    kv_seq_t *seqs = calloc((size_t)n, sizeof *seqs);
+    const kv_seq_t **sp = calloc((size_t)n, sizeof *sp);
+    int32_t *toks = xmalloc((size_t)n * 4), *qs = xmalloc(((size_t)n + 1) * 4),
+            *cl = xmalloc((size_t)n * 4), *rows = xmalloc((size_t)n * 4),
+            *tk = xmalloc((size_t)n * 4), *ntop = xmalloc((size_t)n * 4),
+            *out = xmalloc((size_t)n * 4), *ent = xmalloc((size_t)n * 8 * 16),
+            *idx = xmalloc((size_t)vocab * 4);
+    float *tmp = xmalloc((size_t)n * 4), *tp = xmalloc((size_t)n * 4), *u = xmalloc((size_t)n * 4),
+          *pen = xmalloc((size_t)n * 12), *bias = xmalloc((size_t)n * 8 * 4),
+          *lg = xmalloc((size_t)n * vocab * 4), *pl = xmalloc((size_t)n * vocab * 4),
+          *probs = xmalloc((size_t)vocab * 4);
+    sampler_logprobs_t *lp = xmalloc((size_t)n * sizeof *lp), ref;
+    for (int s = 0; s < n; s++) {
+        kv_seq_init(&seqs[s]);
+        for (int p = 0; p < per_seq; p++)
+            kv_seq_push_page(&seqs[s], (kv_page_ref_t){s * per_seq + p, 0, 0});
+        sp[s] = &seqs[s];
+        toks[s] = (int32_t)(1 + rng_next() % (uint64_t)(vocab - 1));
+        cl[s] = ctx0 - (s % 5); /* the earlier positions hold zeros: fine for a comparison */
+    }
+    int bad = 0, greedy_bad = 0, rows_total = 0;
+    double lp_err = 0.0;
+    for (int step = 0; step < steps; step++) {
+        int n_ent = 0;
+        for (int s = 0; s < n; s++) {
+            const int kind = (s + step) % 4;
+            qs[s] = s;
+            rows[s] = s;
+            cl[s]++;
+            tmp[s] = kind == 0 ? 0.0f : 0.6f + 0.5f * (rng_float() + 1.0f);
+            tk[s] = kind == 2 ? 40 : 0;
+            tp[s] = kind == 3 ? 0.85f : 1.0f;
+            u[s] = kind == 0 ? 0.0f : 0.5f * (rng_float() + 1.0f) * 0.999f;
+            ntop[s] = (s + step) % 3 == 0 ? -1 : (s + step) % 7;
+            pen[3 * s] = s % 2 ? 0.4f : 0.0f;
+            pen[3 * s + 1] = s % 2 ? 0.3f : 0.0f;
+            pen[3 * s + 2] = s % 2 ? 1.2f : 1.0f;
+            for (int j = 0; s % 2 && j < 8; j++, n_ent++) {
+                ent[4 * n_ent] = s;
+                ent[4 * n_ent + 1] = (int32_t)((s * 53 + step * 11 + j * 131) % vocab);
+                ent[4 * n_ent + 2] = j % 3;
+                ent[4 * n_ent + 3] = (j % 4 == 0 ? SAMPLER_ENT_IN_PROMPT : 0) |
+                                     (j == 7 ? SAMPLER_ENT_MASKED : 0);
+                bias[n_ent] = j == 1 ? 3.0f : rng_float();
+            }
+        }
+        qs[n] = n;
+        model_batch_t b = {n, toks, n, qs, cl, sp, n, rows};
+        pair_ok(model_forward(ctx, arena, &l, &b, lg));
+        memcpy(pl, lg, (size_t)n * vocab * 4);
+        sampler_logits_process_ref(pl, n, vocab, ent, bias, n_ent, pen);
+        model_sampling_t smp = {tmp, tk, tp, u, ntop, n_ent, ent, bias, pen};
+        pair_ok(model_forward_sample(ctx, arena, &l, &b, &smp, out, lp));
+        for (int s = 0; s < n; s++) {
+            sampler_params_t spp = {tmp[s], tk[s], tp[s], 0};
+            const int32_t want = sampler_pick(&spp, pl + (size_t)s * vocab, vocab, u[s], idx, probs);
+            rows_total++;
+            bad += out[s] != want;
+            greedy_bad += tmp[s] == 0.0f && out[s] != want;
+            if (ntop[s] >= 0) {
+                sampler_logprobs(lg + (size_t)s * vocab, vocab, out[s], ntop[s], &ref);
+                if (lp[s].token != ref.token || lp[s].n_top != ref.n_top ||
+                    memcmp(lp[s].top_ids, ref.top_ids, (size_t)ref.n_top * 4) != 0)
+                    lp_err = INFINITY;
+                lp_err = fmax(lp_err, fabs((double)lp[s].logprob - ref.logprob) /
+                                          (1.0 + fabs((double)ref.logprob)));
+                for (int j = 0; j < ref.n_top; j++)
+                    lp_err = fmax(lp_err, fabs((double)lp[s].top_logprobs[j] - ref.top_logprobs[j]) /
+                                              (1.0 + fabs((double)ref.top_logprobs[j])));
+            }
+            toks[s] = out[s];
+        }
+    }
+    double err = greedy_bad ? INFINITY : lp_err > 1e-6 ? INFINITY : (double)bad / rows_total;
+    snprintf(shape, sizeof shape, "tiny-llama n %d steps %d graphs %s (rows differing)", n, steps,
+             graphs && model_ctx_graphs(ctx) == MODEL_GRAPHS_ON ? "on" : "OFF");
+    /* graphs must have stayed on: a capture that failed would test the eager path only */
+    if (graphs && model_ctx_graphs(ctx) != MODEL_GRAPHS_ON)
+        err = INFINITY;
+    report("fwd_sample", shape, err, 0.05);
+    for (int s = 0; s < n; s++)
+        kv_seq_deinit(&seqs[s]);
+    free(seqs);
+    free(sp);
+    free(toks);
+    free(qs);
+    free(cl);
+    free(rows);
+    free(tk);
+    free(ntop);
+    free(out);
+    free(ent);
+    free(idx);
+    free(tmp);
+    free(tp);
+    free(u);
+    free(pen);
+    free(bias);
+    free(lg);
+    free(pl);
+    free(probs);
+    free(lp);
+    gpu->ops->free(gpu, arena);
+    model_ctx_destroy(ctx);
+    model_destroy(m);
+}
+
 /* ==== GLM-4.5 / DeepSeek-V3 ops (kernels/family.cu) ==== */
 
 static void case_bias_add(int n, int d)
@@ -1859,6 +2057,13 @@ int main(void)
     case_logits_process(7, 2048, 300);
     if (!small_only)
         case_logits_process(64, 128256, 2000);
+    case_logprobs(37, 2048, 4.0f);
+    case_logprobs(12, 5, 1.0f); /* vocab below n_top: clamped */
+    if (!small_only)
+        case_logprobs(64, 128256, 6.0f);
+    case_forward_sample(5, 6);
+    if (!small_only)
+        case_forward_sample(64, 3);
     cases_family();
     printf("%d cases, %d failed\n", n_cases, n_fail);
     backend_destroy(gpu_split);
