@@ -238,6 +238,16 @@ typedef struct {
     void (*matmul_fp8)(pd_backend_t *be, float *out, const pd_act_fp8_t *x, const pd_weight_t *w,
                        int n);
 
+    /* Registers the experts of one MoE layer, gate_up (n_experts) and down (n_experts) weights
+     * of this backend (the arrays moe_experts will be given; they must stay valid until the
+     * backend is destroyed or the layer is registered again), so that moe_experts can run from
+     * device-side routing alone (CUDA: expert offsets on the device, one grouped matmul per
+     * projection, no host readback: the layer can be captured in a graph). PD_ERR_NOMEM /
+     * PD_ERR_CUDA / PD_ERR_INVALID (a format or shape the grouped path lacks: moe_experts then
+     * keeps its other path). NULL: nothing to register. */
+    pd_status_t (*moe_prepare)(pd_backend_t *be, const pd_weight_t *gate_up,
+                               const pd_weight_t *down, int n_experts);
+
     /* Sets one backend option (CUDA: kernels/backend_cuda.h lists them); PD_ERR_INVALID for an
      * unknown key or value. */
     pd_status_t (*set_option)(pd_backend_t *be, const char *key, const char *value);

@@ -138,8 +138,9 @@ typedef enum {
 #define MODEL_GRAPH_MIN_PAGES 16
 
 /* Sets the mode; returns the mode in effect: ON and EAGER need a backend with graph capture
- * (ops->graph_begin) and a dense model (MoE routing is read back to the host inside the forward,
- * which a graph cannot hold), else OFF. The default of a new context is ON where possible. */
+ * (ops->graph_begin) and a dense model, or an MoE model whose experts the backend registered
+ * at model_ctx_create (ops->moe_prepare: routing grouped on the device, no host readback;
+ * Qwen3-MoE on CUDA), else OFF. The default of a new context is ON where possible. */
 model_graphs_t model_ctx_set_graphs(model_ctx_t *ctx, model_graphs_t mode);
 
 /* The mode in effect (a capture that fails turns the context's graphs OFF, with a log line). */

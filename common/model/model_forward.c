@@ -54,6 +54,9 @@ struct model_ctx {
     float *plogits;
     int cap_plogits;
     model_family_scratch_t *fam; /* GLM-4.5 / DeepSeek-V3 only (model_family.h) */
+    /* every MoE layer's experts registered with the backend (ops->moe_prepare): its
+     * moe_experts needs no host, so MoE steps can be captured too */
+    bool moe_dev;
     /* graph path: mode, captured steps, host staging of the padded index arrays */
     model_graphs_t graphs;
     model_graph_t cache[MODEL_GRAPH_CACHE];
@@ -209,6 +212,26 @@ pd_status_t model_ctx_create(const model_t *m, model_ctx_t **ctx_p)
         return PD_ERR_NOMEM;
     c->m = m;
     c->be = m->be;
+    /* MoE layers (Qwen3-MoE; the GLM-4.5 / DeepSeek-V3 path keeps its host routing): the
+     * backend's grouped expert path, where it has one */
+    bool any_moe = false;
+    c->moe_dev = !m->family && m->be->ops->moe_prepare;
+    for (int i = 0; i < m->cfg.num_hidden_layers && c->moe_dev; i++) {
+        const model_layer_t *L = &m->layers[i];
+        if (!L->moe)
+            continue;
+        any_moe = true;
+        pd_status_t st = m->be->ops->moe_prepare(m->be, L->exp_gate_up, L->exp_down,
+                                                 m->cfg.num_experts);
+        if (st == PD_ERR_INVALID) {
+            pd_log_info("model: layer %d: experts stay on the host-grouped path", i);
+            c->moe_dev = false;
+        } else if (st != PD_OK) {
+            free(c);
+            return st;
+        }
+    }
+    c->moe_dev = c->moe_dev && any_moe;
     model_ctx_set_graphs(c, MODEL_GRAPHS_ON);
     *ctx_p = c;
     return PD_OK;
@@ -217,7 +240,7 @@ pd_status_t model_ctx_create(const model_t *m, model_ctx_t **ctx_p)
 model_graphs_t model_ctx_set_graphs(model_ctx_t *c, model_graphs_t mode)
 {
     bool can = c->be->ops->graph_begin != NULL;
-    for (int i = 0; i < c->m->cfg.num_hidden_layers && can; i++)
+    for (int i = 0; i < c->m->cfg.num_hidden_layers && can && !c->moe_dev; i++)
         can = !c->m->layers[i].moe;
     ctx__drop_graphs(c);
     c->graphs = can ? mode : MODEL_GRAPHS_OFF;
