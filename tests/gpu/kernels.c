@@ -28,6 +28,7 @@
 #include "log.h"
 #include "matmul.h"
 #include "model.h"
+#include "moe.h"
 #include "quant.h"
 #include "sampler.h"
 
@@ -1133,6 +1134,159 @@ static void case_moe_route(int n, int E, int k, bool norm)
     free(lg);
 }
 
+/* moe_group against the host grouping (slots in order within an expert, as cuda__moe groups
+ * them): offsets, perm, inv and the experts in use must agree exactly (count of differing
+ * entries); ids skewed so that some experts get many slots and others none. */
+static void case_moe_group(int m, int E)
+{
+    char shape[96];
+    int32_t *ids = xmalloc((size_t)m * 4), *off = xmalloc(((size_t)E + 1) * 4),
+            *act = xmalloc(((size_t)E + 1) * 4), *perm = xmalloc((size_t)m * 4),
+            *inv = xmalloc((size_t)m * 4), *g = xmalloc(((size_t)2 * E + 2 + 2 * m) * 4);
+    for (int i = 0; i < m; i++) /* half the slots on the first eighth of the experts */
+        ids[i] = (int32_t)(rng_next() % (uint64_t)(i % 2 ? E : (E + 7) / 8));
+    int o = 0, a = 0;
+    for (int e = 0; e < E; e++) {
+        off[e] = o;
+        int c0 = o;
+        for (int i = 0; i < m; i++)
+            if (ids[i] == e) {
+                perm[o] = i;
+                inv[i] = o++;
+            }
+        if (o > c0)
+            act[a++] = e;
+    }
+    off[E] = o;
+    act[E] = a;
+    int32_t *d;
+    pair_ok(cudaMalloc((void **)&d, ((size_t)2 * E + 2 + 3 * m) * 4) == cudaSuccess ? PD_OK
+                                                                                   : PD_ERR_CUDA);
+    int32_t *d_off = d, *d_act = d + E + 1, *d_perm = d + 2 * E + 2, *d_inv = d_perm + m,
+            *d_ids = d_inv + m;
+    cudaMemset(d, 0xff, ((size_t)2 * E + 2 + 2 * m) * 4);
+    cudaMemcpy(d_ids, ids, (size_t)m * 4, cudaMemcpyHostToDevice);
+    pair_ok(moe_group(d_off, d_perm, d_inv, d_act, d_ids, m, E, 0));
+    pair_ok(cudaMemcpy(g, d, ((size_t)2 * E + 2 + 2 * m) * 4, cudaMemcpyDeviceToHost) ==
+                    cudaSuccess
+                ? PD_OK
+                : PD_ERR_CUDA);
+    size_t bad = 0;
+    for (int e = 0; e <= E; e++)
+        bad += g[e] != off[e];
+    bad += g[E + 1 + E] != act[E];
+    for (int i = 0; i < a; i++)
+        bad += g[E + 1 + i] != act[i];
+    for (int i = 0; i < m; i++)
+        bad += (g[2 * E + 2 + i] != perm[i]) + (g[2 * E + 2 + m + i] != inv[i]);
+    snprintf(shape, sizeof shape, "m %d experts %d (%d in use; entries differing)", m, E, a);
+    report("moe_group", shape, (double)bad, 0.0);
+    cudaFree(d);
+    free(ids);
+    free(off);
+    free(act);
+    free(perm);
+    free(inv);
+    free(g);
+}
+
+/* max over elements of |gpu - cpu| / rms(cpu row), rows of d: a per-element check scaled by
+ * the size of the row it sits in (the MoE output has no single K to scale by) */
+static double err_row_rms(const pair_t *p, int n, int d)
+{
+    float *c, *g;
+    double worst = 0.0;
+    pair_get(p, (void **)&c, (void **)&g);
+    for (int i = 0; i < n && worst < INFINITY; i++) {
+        double ss = 0.0;
+        for (int j = 0; j < d; j++)
+            ss += (double)c[(size_t)i * d + j] * c[(size_t)i * d + j];
+        const double rms = sqrt(ss / d) + 1e-30;
+        for (int j = 0; j < d; j++) {
+            const double a = c[(size_t)i * d + j], b = g[(size_t)i * d + j];
+            if (isnan(a) || isnan(b)) {
+                worst = INFINITY;
+                break;
+            }
+            worst = fmax(worst, fabs(a - b) / rms);
+        }
+    }
+    free(c);
+    free(g);
+    return worst;
+}
+
+/* The grouped device path of moe_experts (experts registered with moe_prepare: moe_group +
+ * moe_gmm, f32 arithmetic on f32 activations) against the CPU backend, per element (row rms);
+ * then the same call captured in a CUDA graph and replayed over poisoned output: bit-identical
+ * to the eager call (differing floats). BF16 / INT4: f32 both sides, only the summation order
+ * differs (1e-4); FP8: an activation's fp8 rounding may flip between the two (2^-4 of one
+ * input of the second matmul), 3e-2. */
+static void case_moe_grouped(pd_wfmt_t fmt, int n, int E, int k, int d, int f, const char *what)
+{
+    char shape[96];
+    pd_weight_t *guc = xmalloc(sizeof(pd_weight_t) * E), *gug = xmalloc(sizeof(pd_weight_t) * E);
+    pd_weight_t *dc = xmalloc(sizeof(pd_weight_t) * E), *dg = xmalloc(sizeof(pd_weight_t) * E);
+    for (int e = 0; e < E; e++) {
+        weight_new(fmt, 2 * f, d, &guc[e], &gug[e]);
+        weight_new(fmt, d, f, &dc[e], &dg[e]);
+    }
+    pair_ok(gpu->ops->moe_prepare(gpu, gug, dg, E));
+    float *x = xmalloc((size_t)n * d * 4), *lg = xmalloc((size_t)n * E * 4);
+    int32_t *ids = xmalloc((size_t)n * k * 4);
+    float *w = xmalloc((size_t)n * k * 4);
+    fill_f32(x, (size_t)n * d, 2.0f);
+    fill_f32(lg, (size_t)n * E, 4.0f);
+    cpu->ops->moe_route(cpu, ids, w, lg, n, E, k, true);
+    pair_t px = pair_new((size_t)n * d * 4, x), pi = pair_new((size_t)n * k * 4, ids);
+    pair_t pw = pair_new((size_t)n * k * 4, w), out = pair_new((size_t)n * d * 4, NULL);
+    cpu->ops->moe_experts(cpu, out.c, px.c, pi.c, pw.c, guc, dc, n, k, d, f);
+    gpu->ops->moe_experts(gpu, out.g, px.g, pi.g, pw.g, gug, dg, n, k, d, f);
+    snprintf(shape, sizeof shape, "%s %s n %d E %d k %d d %d f %d (row rms)", what,
+             pd_wfmt_name(fmt), n, E, k, d, f);
+    report("moe_grouped", shape, err_row_rms(&out, n, d), fmt == PD_WFMT_FP8 ? 3e-2 : 1e-4);
+    /* graph: capture, poison, replay; compare with the eager result */
+    float *eager = xmalloc((size_t)n * d * 4), *replay = xmalloc((size_t)n * d * 4);
+    pair_ok(gpu->ops->download(gpu, eager, out.g, (size_t)n * d * 4));
+    void *graph = NULL;
+    pair_ok(gpu->ops->graph_begin(gpu));
+    gpu->ops->moe_experts(gpu, out.g, px.g, pi.g, pw.g, gug, dg, n, k, d, f);
+    pd_status_t st = gpu->ops->graph_end(gpu, &graph);
+    size_t bad = (size_t)n * d;
+    if (st == PD_OK) {
+        pair_ok(gpu->ops->memset(gpu, out.g, 0xff, (size_t)n * d * 4));
+        pair_ok(gpu->ops->graph_launch(gpu, graph));
+        pair_ok(gpu->ops->download(gpu, replay, out.g, (size_t)n * d * 4));
+        bad = 0;
+        for (size_t i = 0; i < (size_t)n * d; i++)
+            bad += memcmp(&eager[i], &replay[i], 4) != 0;
+        gpu->ops->graph_free(gpu, graph);
+    }
+    snprintf(shape, sizeof shape, "%s %s n %d graph replay (floats differing)", what,
+             pd_wfmt_name(fmt), n);
+    report("moe_grouped", shape, (double)bad, 0.0);
+    free(eager);
+    free(replay);
+    for (int e = 0; e < E; e++) {
+        backend_weight_free(cpu, &guc[e]);
+        backend_weight_free(gpu, &gug[e]);
+        backend_weight_free(cpu, &dc[e]);
+        backend_weight_free(gpu, &dg[e]);
+    }
+    pair_free(&px);
+    pair_free(&pi);
+    pair_free(&pw);
+    pair_free(&out);
+    free(guc);
+    free(gug);
+    free(dc);
+    free(dg);
+    free(x);
+    free(lg);
+    free(ids);
+    free(w);
+}
+
 static void case_moe_experts(pd_wfmt_t fmt, int n, int E, int k, int d, int f)
 {
     char shape[96];
@@ -2036,6 +2190,19 @@ int main(void)
     case_moe_experts(PD_WFMT_FP8, 37, 8, 2, 512, 128);
     case_moe_experts(PD_WFMT_INT4, 37, 8, 2, 512, 128);
     case_moe_experts(PD_WFMT_BF16, 1, 8, 2, 512, 128);
+    case_moe_group(37 * 2, 8);
+    case_moe_group(1 * 8, 128);
+    case_moe_group(64 * 8, 128);
+    case_moe_group(MOE_GROUP_MAX_M, 1024);
+    {
+        const pd_wfmt_t mf[] = {PD_WFMT_BF16, PD_WFMT_FP8, PD_WFMT_INT4};
+        for (int i = 0; i < 3; i++) {
+            case_moe_grouped(mf[i], 37, 8, 2, 512, 128, "tiny-moe");
+            case_moe_grouped(mf[i], 1, 8, 2, 512, 128, "tiny-moe");
+            if (!small_only) /* Qwen3-30B-A3B's expert shape, 16 of its 128 experts */
+                case_moe_grouped(mf[i], 64, 16, 8, 2048, 768, "qwen3-30b");
+        }
+    }
     case_kv_tags(64, 40);
     if (!small_only)
         case_kv_tags(5000, 4096);
