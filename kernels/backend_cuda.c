@@ -85,6 +85,7 @@ typedef struct {
     bool no_flash;     /* PD_CUDA_FLASH=0: attention_run for every batch */
     int flash_variant; /* flash_variant option: -1 auto, 0..3 (attention_flash.cu) */
     bool no_fused;     /* fused=off: the table without the fused ops (cuda_ops_plain) */
+    bool no_moe_grouped; /* moe_grouped=off: moe_prepare declines, experts grouped on the host */
     unsigned env_set;  /* CUDA__ENV_* bits: options fixed by the environment */
     int fp8_scaled;    /* FP8 GEMM with outer-vector scales: 0 untried, 1 works, -1 unsupported */
     int32_t *h_ids;    /* MoE host staging */
@@ -755,7 +756,8 @@ static pd_status_t cuda_moe_prepare(pd_backend_t *be, const pd_weight_t *gate_up
     cuda_moe_layer_t *L = NULL;
     pd_status_t st;
 
-    if (n_experts <= 0 || n_experts > MOE_MAX_EXPERTS || !cuda__moe_gmm_ok(gate_up, n_experts) ||
+    if (c->no_moe_grouped || n_experts <= 0 || n_experts > MOE_MAX_EXPERTS ||
+        !cuda__moe_gmm_ok(gate_up, n_experts) ||
         !cuda__moe_gmm_ok(down, n_experts))
         return PD_ERR_INVALID;
     if (c->capturing) {
@@ -877,7 +879,8 @@ static pd_status_t cuda__moe(cuda_t *c, float *out, const float *x, const int32_
 
     if (n <= 0)
         return PD_OK;
-    const cuda_moe_layer_t *L = m <= MOE_GROUP_MAX_M ? cuda__moe_layer(c, gate_up, down) : NULL;
+    const cuda_moe_layer_t *L =
+        m <= MOE_GROUP_MAX_M && !c->no_moe_grouped ? cuda__moe_layer(c, gate_up, down) : NULL;
     if (L && L->d_tab)
         return cuda__moe_grouped(c, L, out, x, ids, weights, n, k, d, f);
     if (c->capturing) { /* routing is read back to the host */
@@ -1193,6 +1196,10 @@ static pd_status_t cuda_set_option(pd_backend_t *be, const char *key, const char
         bit = CUDA__ENV_FUSED;
         if (ok && !(c->env_set & bit))
             cuda__set_fused(be, b);
+    } else if (!strcmp(key, "moe_grouped")) {
+        ok = b >= 0;
+        if (ok)
+            c->no_moe_grouped = !b;
     } else if (!strcmp(key, "flash_variant")) {
         char *end = NULL;
         long v = strcmp(value, "auto") ? strtol(value, &end, 10) : -1;
@@ -1200,7 +1207,8 @@ static pd_status_t cuda_set_option(pd_backend_t *be, const char *key, const char
         if (ok)
             c->flash_variant = (int)v;
     } else {
-        pd_log_error("backend cuda: unknown option '%s' (bf16_gemm, flash, flash_variant, fused)",
+        pd_log_error("backend cuda: unknown option '%s' (bf16_gemm, flash, flash_variant, fused, "
+                     "moe_grouped)",
                      key);
         return PD_ERR_INVALID;
     }

@@ -18,7 +18,8 @@
  * the end of 8192 tokens; and the BF16 GEMM in both modes (one bf16 GEMM, hi + lo split).
  * attn: decode attention alone (tensor-core kernel against the SIMT kernels, B 1..64, ctx 1k..32k).
  * attnprof: one launch each of fp8 / bf16 at B 64 ctx 1k and B 1 ctx 32k (for ncu).
- * Usage: gpu_bench [ops] [decode] [prefill] [flash] [int4] [attn] [attnprof] [elementwise]
+ * moe: the Qwen3-30B-A3B decode table (bench_moe; not part of all).
+ * Usage: gpu_bench [ops] [decode] [prefill] [flash] [int4] [attn] [attnprof] [elementwise] [moe]
  * [wgemv] [all] (default all; wgemv: matmul_wgemv over forced plans, not part of all; flash: only
  * the 8192 causal flash attention and the FP8 8192 x 14336 x 4096 GEMM, for ncu; int4: the INT4
  * paths table of ops alone). Needs a CUDA device (exits 77 without).
@@ -978,11 +979,99 @@ static void bench_model(bool decode, bool prefill)
     }
 }
 
+/* ==== MoE: Qwen3-30B-A3B shape ==== */
+
+static void qwen3_30b_a3b(hf_config_t *c, int layers)
+{
+    memset(c, 0, sizeof *c);
+    strcpy(c->architecture, "Qwen3MoeForCausalLM");
+    c->hidden_size = 2048;
+    c->intermediate_size = 6144;
+    c->moe_intermediate_size = 768;
+    c->num_experts = 128;
+    c->num_experts_per_tok = 8;
+    c->norm_topk_prob = true;
+    c->decoder_sparse_step = 1;
+    c->num_hidden_layers = layers;
+    c->num_attention_heads = 32;
+    c->num_key_value_heads = 4;
+    c->head_dim = 128;
+    c->vocab_size = 151936;
+    c->max_position_embeddings = 40960;
+    c->rms_norm_eps = 1e-6;
+    c->rope_theta = 1000000.0;
+    c->bos_token_id = 151643;
+}
+
+/* `gpu_bench moe`: decode steps of the Qwen3-30B-A3B shape (128 experts, top 8, expert FFN 768,
+ * hidden 2048, 32 / 4 heads; PD_BENCH_MOE_LAYERS of its 48 layers, default 16: the step time
+ * scales with layers, the LM head does not), random weights, context 1024, batch 1 and 64: the
+ * experts grouped on the host (moe_grouped=off, eager: the path before), grouped on the device
+ * (eager and graph), and the whole step with device sampling and ids-only download. The graph
+ * logits must equal the padded eager plan's bit for bit (else exit 1).
+ * tests/bench/torch_moe_baseline.py times the same step in PyTorch. */
+static void bench_moe(void)
+{
+    const char *env = getenv("PD_BENCH_MOE_LAYERS");
+    const int layers = env && atoi(env) > 0 ? atoi(env) : 16;
+    hf_config_t cfg;
+    qwen3_30b_a3b(&cfg, layers);
+    const struct {
+        pd_wfmt_t w;
+        pd_kvfmt_t kv;
+    } confs[] = {{PD_WFMT_INT4, PD_KV_FP8}, {PD_WFMT_FP8, PD_KV_BF16}};
+    printf("\n### decode step, Qwen3-30B-A3B shape (%d of 48 layers), random weights, context 1024 "
+           "(wall clock, median of 10)\n\n",
+           layers);
+    printf("| weights | kv | batch | eager ms, experts grouped on the host (logits to host) | "
+           "eager ms, grouped on the device (logits to host) | graph ms (logits to host) | graph "
+           "ms (whole step: device T 0.8 top-p 0.95, ids to host) | tok/s (graph, device "
+           "sampling) | graph vs padded eager |\n");
+    printf("|---|---|---|---|---|---|---|---|---|\n");
+    for (size_t i = 0; i < sizeof confs / sizeof confs[0]; i++) {
+        model_t *m;
+        double t0 = pd_clock_s();
+        ok(model_create_random(&cfg, confs[i].w, PD_WFMT_BF16, be, 43, &m), "moe model");
+        fprintf(stderr, "moe model %s: %.1f s to build, %.2f GB\n", pd_wfmt_name(confs[i].w),
+                pd_clock_s() - t0, m->weight_bytes / 1e9);
+        static const int batches[] = {1, 64};
+        for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
+            const int B = batches[bi];
+            const size_t nv = (size_t)B * cfg.vocab_size;
+            float *lp = malloc(nv * 4), *lg = malloc(nv * 4);
+            ok(be->ops->set_option(be, "moe_grouped", "off"), "moe_grouped=off");
+            float host = run_forward(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_OFF, NULL);
+            ok(be->ops->set_option(be, "moe_grouped", "on"), "moe_grouped=on");
+            float dev = run_forward(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_OFF, NULL);
+            float ga = run_forward(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_ON, lg);
+            float gs =
+                run_forward_s(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_ON, NULL, 2);
+            run_forward(m, confs[i].kv, B, 1024, 1, B, 1, MODEL_GRAPHS_EAGER, lp);
+            size_t nbad = 0;
+            for (size_t j = 0; j < nv; j++)
+                nbad += memcmp(&lg[j], &lp[j], 4) != 0;
+            printf("| %s | %s | %d | %.2f | %.2f | %.2f | %.2f | %.0f | %s |\n",
+                   pd_wfmt_name(confs[i].w), pd_kvfmt_name(confs[i].kv), B, host, dev, ga, gs,
+                   B * 1000.0 / gs, nbad ? "DIFFERENT" : "bit-identical");
+            fflush(stdout);
+            if (nbad) {
+                fprintf(stderr, "moe graph replay differs from the padded eager step in %zu "
+                                "logits\n",
+                        nbad);
+                graph_fail = 1;
+            }
+            free(lp);
+            free(lg);
+        }
+        model_destroy(m);
+    }
+}
+
 int main(int argc, char **argv)
 {
     bool ops = argc < 2, decode = argc < 2, prefill = argc < 2, flash = false, int4 = false,
          fused = false, sweep = false;
-    bool attn = false, attnprof = false;
+    bool attn = false, attnprof = false, moe = false;
     for (int i = 1; i < argc; i++) {
         bool all = !strcmp(argv[i], "all");
         flash |= !strcmp(argv[i], "flash");
@@ -991,6 +1080,7 @@ int main(int argc, char **argv)
         sweep |= !strcmp(argv[i], "wgemv"); /* matmul_wgemv plans (not part of all) */
         attn |= !strcmp(argv[i], "attn"); /* the decode attention table alone */
         attnprof |= !strcmp(argv[i], "attnprof"); /* 4 single launches, for ncu */
+        moe |= !strcmp(argv[i], "moe"); /* the Qwen3-30B-A3B decode table (not part of all) */
         ops |= all || !strcmp(argv[i], "ops");
         decode |= all || !strcmp(argv[i], "decode");
         prefill |= all || !strcmp(argv[i], "prefill");
@@ -1041,6 +1131,8 @@ int main(int argc, char **argv)
     }
     if (decode || prefill)
         bench_model(decode, prefill);
+    if (moe)
+        bench_moe();
     backend_destroy(be_split);
     backend_destroy(be);
     return graph_fail;
