@@ -23,7 +23,7 @@ cp "$B/router/router" "$B/prefill-node/prefill-node" "$B/decode-node/decode-node
 "$root/../shared/tools/collect-libs.sh" "$D" "$D"/bin/*
 cp "$root"/tests/gpu/run-on-gpu.sh "$root"/tests/gpu/check_reference.py \
     "$root"/tests/gpu/check_cluster.py "$root"/tests/bench/torch_prefill_baseline.py \
-    "$root"/tests/bench/torch_attn_baseline.py "$D/"
+    "$root"/tests/bench/torch_attn_baseline.py "$root"/tests/bench/torch_moe_baseline.py "$D/"
 cp "$root/../shared/bench/torch_decode_baseline.py" "$D/"
 mkdir -p "$root/.gpu"
 tar -C "$(dirname "$D")" -cJf "$root/.gpu/bundle.tar.xz" b

@@ -5,7 +5,8 @@
 # collect-libs.sh; this script, check_reference.py, check_cluster.py, torch_decode_baseline.py,
 # torch_prefill_baseline.py). Logs go to $OUT.
 # Steps (default all but ncu): kernels memcheck greedy ppl cluster bench baseline
-# baseline-prefill; ncu (Nsight Compute on the flash attention kernel and the FP8 GEMM, from
+# baseline-prefill; baseline-moe (torch_moe_baseline.py: the PyTorch step for `gpu_bench moe`,
+# on request); ncu (Nsight Compute on the flash attention kernel and the FP8 GEMM, from
 # `gpu_bench flash`; NCU_FLASH_SKIP=N profiles the flash launch after N others) on request.
 # BENCH="ops decode" limits the benchmark (default all). DEADLINE=S: no step starts after S
 # seconds and each step's timeout is cut to what is left (default: none). Every step runs under
@@ -52,6 +53,7 @@ for s in $steps; do
     bench) step bench 400 "$G/bin/gpu_bench" ${BENCH:-all} ;;
     baseline) step baseline 300 python3 "$G/torch_decode_baseline.py" ;;
     baseline-prefill) step baseline-prefill 200 python3 "$G/torch_prefill_baseline.py" ;;
+    baseline-moe) step baseline-moe 400 python3 "$G/torch_moe_baseline.py" ;;
     ncu) step ncu 240 bash -c 'for ks in "flash__kernel ${1:-2}" "nvjet|gemm|xmma 2"; do
             set -- $ks
             ncu --clock-control none --kernel-name "regex:$1" --launch-skip "$2" --launch-count 1 \
