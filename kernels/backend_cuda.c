@@ -743,7 +743,8 @@ static bool cuda__moe_gmm_ok(const pd_weight_t *w, int n_experts)
         const pd_weight_t *x = &w[e];
         if (x->fmt != w[0].fmt || x->n != w[0].n || x->k != w[0].k ||
             !(x->fmt == PD_WFMT_BF16 || x->fmt == PD_WFMT_FP8 || x->fmt == PD_WFMT_INT4) ||
-            x->k % 8 != 0 || (x->fmt == PD_WFMT_INT4 && x->k % 128 != 0))
+            x->k % 8 != 0 || (x->fmt == PD_WFMT_FP8 && x->k % 16 != 0) ||
+            (x->fmt == PD_WFMT_INT4 && x->k % 128 != 0))
             return false;
     }
     return true;

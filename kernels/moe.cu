@@ -142,13 +142,19 @@ static __device__ __forceinline__ size_t moe__tiled_sz(int64_t row, int64_t g, i
     return ((size_t)(row / 32) * ng + g) * 32 + (size_t)(row % 32);
 }
 
-/* Weights k0 .. k0 + 7 of row r of w as f32 (fp8: unscaled; int4: (q - z) * s). k0 % 8 == 0. */
+/* Weights per lane per step of moe__gmm: one 16-byte load of the weight row */
+template <int FMT> struct moe__cw {
+    static constexpr int n = FMT == PD_WFMT_INT4 ? 32 : FMT == PD_WFMT_FP8 ? 16 : 8;
+};
+
+/* Weights k0 .. k0 + CW - 1 of row r of w (one 16-byte load) as f32: bf16 as is, fp8 unscaled,
+ * int4 (q - z) * s. k0 % CW == 0 (an INT4 chunk lies inside one group of 128). */
 template <int FMT>
-static __device__ __forceinline__ void moe__w8(float *wv, const moe_wtab_t &w, int64_t r,
-                                               int64_t k0, int64_t K, bool tiled)
+static __device__ __forceinline__ void moe__wchunk(float *wv, const moe_wtab_t &w, int64_t r,
+                                                   int64_t k0, int64_t K, bool tiled)
 {
     if (FMT == PD_WFMT_BF16) {
-        const uint4 raw = *(const uint4 *)((const uint16_t *)w.data + r * K + k0);
+        const uint4 raw = __ldg((const uint4 *)((const uint16_t *)w.data + r * K + k0));
         const uint32_t word[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
         for (int j = 0; j < 4; j++) {
@@ -156,28 +162,29 @@ static __device__ __forceinline__ void moe__w8(float *wv, const moe_wtab_t &w, i
             wv[2 * j + 1] = __uint_as_float(word[j] & 0xffff0000u);
         }
     } else if (FMT == PD_WFMT_FP8) {
-        const uint2 raw = *(const uint2 *)((const uint8_t *)w.data + r * K + k0);
-        const uint32_t word[2] = {raw.x, raw.y};
+        const uint4 raw = __ldg((const uint4 *)((const uint8_t *)w.data + r * K + k0));
+        const uint32_t word[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
-        for (int j = 0; j < 8; j++)
+        for (int j = 0; j < 16; j++)
             wv[j] = kutil_fp8_to_f32((uint8_t)(word[j / 4] >> (8 * (j % 4))));
-    } else { /* INT4 g128 */
+    } else { /* INT4 g128: 32 weights = 16 bytes, a quarter of the row's bytes of group g */
         const int64_t ng = K / 128, g = k0 / 128;
-        const int pb = (int)(k0 % 128) / 2; /* byte of the row's 64 bytes of group g */
+        const int q = (int)(k0 % 128) / 32;
         size_t sz, at;
         if (tiled) {
             sz = moe__tiled_sz(r, g, ng);
-            at = moe__tiled_piece(r, g, pb / 16, ng) + (size_t)(pb % 16);
+            at = moe__tiled_piece(r, g, q, ng);
         } else {
             sz = (size_t)(r * ng + g);
             at = (size_t)(r * (K / 2) + k0 / 2);
         }
-        const uint32_t word = *(const uint32_t *)((const uint8_t *)w.data + at);
+        const uint4 raw = __ldg((const uint4 *)((const uint8_t *)w.data + at));
+        const uint32_t word[4] = {raw.x, raw.y, raw.z, raw.w};
         const float s = kutil_bf16_to_f32(((const uint16_t *)w.scales)[sz]);
         const int z = ((const uint8_t *)w.zeros)[sz];
 #pragma unroll
-        for (int j = 0; j < 8; j++)
-            wv[j] = (float)((int)((word >> (4 * j)) & 15u) - z) * s;
+        for (int j = 0; j < 32; j++)
+            wv[j] = (float)((int)((word[j / 8] >> (4 * (j % 8))) & 15u) - z) * s;
     }
 }
 
@@ -187,12 +194,14 @@ static __device__ __forceinline__ void moe__w8(float *wv, const moe_wtab_t &w, i
 /* grid (ceil(N / MOE__GMM_WARPS), max_active), block 32 * MOE__GMM_WARPS: out (m, N) f32;
  * x (m, K) f32; xs (m) f32 or NULL; tab (E); offsets, active (E + 1) int32 (moe_group). Warp w
  * of block (bx, y) computes output column r = bx * MOE__GMM_WARPS + w of expert active[y]'s
- * rows, MOE__GMM_T rows per pass; lanes take 8 consecutive k each, 256 per step. */
+ * rows, MOE__GMM_T rows per pass; each lane takes CW consecutive k (one 16-byte weight load) per
+ * step of 32 * CW. */
 template <int FMT>
 static __global__ void __launch_bounds__(32 * MOE__GMM_WARPS)
     moe__gmm(float *out, const float *x, const float *xs, const moe_wtab_t *tab, bool tiled,
              const int32_t *offsets, const int32_t *active, int n_experts, int64_t N, int64_t K)
 {
+    constexpr int CW = moe__cw<FMT>::n;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if ((int)blockIdx.y >= active[n_experts])
         return;
@@ -209,16 +218,22 @@ static __global__ void __launch_bounds__(32 * MOE__GMM_WARPS)
 #pragma unroll
         for (int t = 0; t < MOE__GMM_T; t++)
             acc[t] = 0.0f;
-        for (int64_t k0 = (int64_t)lane * 8; k0 < K; k0 += 256) {
-            float wv[8];
-            moe__w8<FMT>(wv, w, r, k0, K, tiled);
+#pragma unroll 2
+        for (int64_t k0 = (int64_t)lane * CW; k0 < K; k0 += 32 * CW) {
+            float wv[CW];
+            moe__wchunk<FMT>(wv, w, r, k0, K, tiled);
 #pragma unroll
             for (int t = 0; t < MOE__GMM_T; t++) {
                 if (t < nt) {
                     const float4 *xp = (const float4 *)(x + (size_t)(t0 + t) * K + k0);
-                    const float4 a = xp[0], b = xp[1];
-                    acc[t] += a.x * wv[0] + a.y * wv[1] + a.z * wv[2] + a.w * wv[3] +
-                              b.x * wv[4] + b.y * wv[5] + b.z * wv[6] + b.w * wv[7];
+                    float a = 0.0f;
+#pragma unroll
+                    for (int j = 0; j < CW / 4; j++) {
+                        const float4 v = xp[j];
+                        a += v.x * wv[4 * j] + v.y * wv[4 * j + 1] + v.z * wv[4 * j + 2] +
+                             v.w * wv[4 * j + 3];
+                    }
+                    acc[t] += a;
                 }
             }
         }
@@ -226,8 +241,7 @@ static __global__ void __launch_bounds__(32 * MOE__GMM_WARPS)
         for (int t = 0; t < MOE__GMM_T; t++) {
             const float v = kutil_warp_sum(acc[t]);
             if (lane == 0 && t < nt)
-                out[(size_t)(t0 + t) * N + r] =
-                    xs ? v * xs[t0 + t] * ws : v;
+                out[(size_t)(t0 + t) * N + r] = xs ? v * xs[t0 + t] * ws : v;
         }
     }
 }
@@ -282,7 +296,8 @@ extern "C" pd_status_t moe_gmm(float *out, const float *x, const float *xs, cons
                                int64_t K, cudaStream_t stream)
 {
     KUTIL_REQUIRE(n_experts > 0 && n_experts <= MOE_MAX_EXPERTS && max_active >= 0 && N > 0 &&
-                      K > 0 && K % 8 == 0 && (fmt != PD_WFMT_INT4 || K % 128 == 0) &&
+                      K > 0 && K % 8 == 0 && (fmt != PD_WFMT_FP8 || K % 16 == 0) &&
+                      (fmt != PD_WFMT_INT4 || K % 128 == 0) &&
                       (fmt != PD_WFMT_INT4 || !int4_tiled || N % 32 == 0) &&
                       (fmt == PD_WFMT_FP8) == (xs != NULL),
                   "moe_gmm");

@@ -61,8 +61,9 @@ typedef struct {
  * f32 their per-row scales: out = (xf @ Wq^T) * xs[i] * ws[r] (W8A8 as the CPU reference);
  * xs NULL otherwise. tab (n_experts) device; offsets / active from moe_group (the grid covers
  * max_active experts: min(n_experts, m) is always enough). int4_tiled: INT4 weights in the CUDA
- * backend's tiled layout (kernels/matmul.h; N % 32 == 0). K % 8 == 0 (INT4: K % 128 == 0).
- * Each block reads its expert's weight rows once per 8 grouped rows. */
+ * backend's tiled layout (kernels/matmul.h; N % 32 == 0). K % 8 == 0 (FP8: K % 16, INT4:
+ * K % 128). Each block reads its expert's weight rows once per 8 grouped rows (f32 arithmetic,
+ * a warp per output row, 16-byte weight loads). */
 pd_status_t moe_gmm(float *out, const float *x, const float *xs, const moe_wtab_t *tab,
                     pd_wfmt_t fmt, bool int4_tiled, const int32_t *offsets, const int32_t *active,
                     int n_experts, int max_active, int64_t N, int64_t K, cudaStream_t stream);
