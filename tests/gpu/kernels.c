@@ -10,6 +10,9 @@
  * where the two must agree exactly; flash attention (bf16 tensor cores) is checked per element
  * against each (row, head) vector's size (err_f32_vec) and in l2. BF16 GEMMs run on the default
  * backend (one bf16 GEMM) and on a second one with PD_CUDA_BF16_GEMM=split (hi + lo, near f32).
+ * Whole-pipeline cases: model_forward_sample with graphs on tiny-llama (PD_MODELS_DIR, else
+ * deploy/models) against the host sampler on the same step's logits; the grouped MoE path
+ * (moe_prepare) per element and replayed from a CUDA graph.
  */
 #include <math.h>
 #include <stdio.h>
@@ -1588,7 +1591,7 @@ static void case_logprobs(int n, int vocab, float scale)
     free(nt);
 }
 
-/* model_forward_sample on the GPU (tiny-llama from PD_MODELS_DIR, BF16 weights, BF16 KV), decode
+/* model_forward_sample on the GPU (tiny-llama from PD_MODELS_DIR, else deploy/models; BF16 weights, BF16 KV), decode
  * steps of n sequences with graphs on (the sampling captured in the step, padded to the batch
  * bucket, entries padded to their bucket), against model_forward's logits of the same step (same
  * graph mode: bit-identical forward) through the host reference (sampler_logits_process_ref,
@@ -1598,14 +1601,11 @@ static void case_logprobs(int n, int vocab, float scale)
 static void case_forward_sample(int n, int steps)
 {
     char shape[96], dir[2048];
-    const char *models = getenv("PD_MODELS_DIR");
+    const char *models = getenv("PD_MODELS_DIR"); /* meson sets it; run-on-gpu.sh runs from the
+                                                     repository root: deploy/models */
     model_t *m = NULL;
     model_ctx_t *ctx = NULL;
-    if (!models) {
-        report("fwd_sample", "PD_MODELS_DIR unset", INFINITY, 0.0);
-        return;
-    }
-    snprintf(dir, sizeof dir, "%s/tiny-llama", models);
+    snprintf(dir, sizeof dir, "%s/tiny-llama", models ? models : "deploy/models");
     model_load_params_t mp = {dir, PD_WFMT_BF16, PD_WFMT_BF16, gpu, false, NULL};
     pair_ok(model_load(&mp, &m));
     pair_ok(model_ctx_create(m, &ctx));
