@@ -1077,8 +1077,11 @@ pd_status_t engine_prefill(engine_t *e, const int32_t *tokens, int n, const engi
     if ((st = kv_seq_reserve(e->pool, &kv, n)) != PD_OK)
         goto err;
     kv_tracker_stamp(e->tracker, &e->tag_io, e->arena, &e->layout, kv.pages, kv.n_pages);
-    if ((st = engine__scratch(e, chunk, 1)) != PD_OK ||
-        (st = engine__logits(e, plp ? chunk : 1)) != PD_OK)
+    /* the first tokens are sampled on the backend (model_forward_sample: n_samples logit rows,
+     * all the prompt's last) unless every prompt row's logits come to the host anyway */
+    const bool dev = !plp && model_ctx_can_sample(e->ctx);
+    if ((st = engine__scratch(e, chunk > n_samples ? chunk : n_samples, 1)) != PD_OK ||
+        (!dev && (st = engine__logits(e, plp ? chunk : 1)) != PD_OK))
         goto err;
     for (int s0 = 0; s0 < n; s0 += chunk) {
         int len = n - s0 < chunk ? n - s0 : chunk;
@@ -1091,8 +1094,23 @@ pd_status_t engine_prefill(engine_t *e, const int32_t *tokens, int n, const engi
             b.n_logits = len;
             b.logit_rows = e->b_rows;
         }
-        if ((st = model_forward(e->ctx, e->arena, &e->layout, &b, e->logits)) != PD_OK)
+        if (dev && last) {
+            model_sampling_t smp;
+            for (int i = 0; i < n_samples; i++)
+                e->b_rows[i] = row;
+            b.n_logits = n_samples;
+            b.logit_rows = e->b_rows;
+            if ((st = engine__plan(e, probes, n_samples, &smp)) != PD_OK ||
+                (st = model_forward_sample(e->ctx, e->arena, &e->layout, &b, &smp, first_p,
+                                           e->b_lp)) != PD_OK)
+                goto err;
+            for (int i = 0; i < n_samples; i++)
+                if (probes[i]->gp.logprobs)
+                    probes[i]->lp = e->b_lp[i];
+        } else if ((st = model_forward(e->ctx, e->arena, &e->layout, &b,
+                                       dev ? NULL : e->logits)) != PD_OK) {
             goto err;
+        }
         for (int i = 0; plp && i < len; i++)
             if (s0 + i + 1 < n)
                 sampler_logprobs(e->logits + (size_t)i * vocab, vocab, tokens[s0 + i + 1],
@@ -1106,9 +1124,9 @@ pd_status_t engine_prefill(engine_t *e, const int32_t *tokens, int n, const engi
         }
         done_pages = full;
     }
-    for (int i = 0; i < n_samples; i++)
+    for (int i = 0; !dev && i < n_samples; i++)
         raw[i] = e->logits + (size_t)last_row * vocab;
-    if ((st = engine__pick(e, probes, raw, n_samples, first_p)) != PD_OK)
+    if (!dev && (st = engine__pick(e, probes, raw, n_samples, first_p)) != PD_OK)
         goto err;
     for (int i = 0; lp_out && gp->logprobs && i < n_samples; i++)
         lp_out[i] = probes[i]->lp;
