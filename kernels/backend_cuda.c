@@ -86,9 +86,9 @@ typedef struct {
     int flash_variant; /* flash_variant option: -1 auto, 0..3 (attention_flash.cu) */
     bool no_fused;     /* fused=off: the table without the fused ops (cuda_ops_plain) */
     bool no_moe_grouped; /* moe_grouped=off: moe_prepare declines, experts grouped on the host */
-    unsigned env_set;  /* CUDA__ENV_* bits: options fixed by the environment */
-    int fp8_scaled;    /* FP8 GEMM with outer-vector scales: 0 untried, 1 works, -1 unsupported */
-    int32_t *h_ids;    /* MoE host staging */
+    unsigned env_set;    /* CUDA__ENV_* bits: options fixed by the environment */
+    int fp8_scaled;      /* FP8 GEMM with outer-vector scales: 0 untried, 1 works, -1 unsupported */
+    int32_t *h_ids;      /* MoE host staging */
     int32_t *h_perm;
     size_t h_cap;
     struct cuda_moe_layer *moe_layers; /* registered MoE layers (moe_prepare) */
@@ -100,8 +100,8 @@ typedef struct {
 typedef struct cuda_moe_layer {
     const pd_weight_t *gate_up, *down;
     int n_experts;
-    pd_weight_t *copy;  /* (2 * n_experts): gate_up then down, as registered */
-    moe_wtab_t *d_tab;  /* (2 * n_experts) device: gate_up's then down's */
+    pd_weight_t *copy; /* (2 * n_experts): gate_up then down, as registered */
+    moe_wtab_t *d_tab; /* (2 * n_experts) device: gate_up's then down's */
 } cuda_moe_layer_t;
 
 static cuda_t *cuda__get(pd_backend_t *be)
@@ -758,8 +758,7 @@ static pd_status_t cuda_moe_prepare(pd_backend_t *be, const pd_weight_t *gate_up
     pd_status_t st;
 
     if (c->no_moe_grouped || n_experts <= 0 || n_experts > MOE_MAX_EXPERTS ||
-        !cuda__moe_gmm_ok(gate_up, n_experts) ||
-        !cuda__moe_gmm_ok(down, n_experts))
+        !cuda__moe_gmm_ok(gate_up, n_experts) || !cuda__moe_gmm_ok(down, n_experts))
         return PD_ERR_INVALID;
     if (c->capturing) {
         pd_log_error("backend cuda: moe_prepare inside a graph capture");
@@ -826,8 +825,8 @@ static pd_status_t cuda__moe_grouped(cuda_t *c, const cuda_moe_layer_t *L, float
 
     if (gu_w->n != 2 * (int64_t)f || gu_w->k != d || dn_w->n != d || dn_w->k != f) {
         pd_log_error("backend cuda: moe_experts: weights (%lld, %lld) / (%lld, %lld) for d %d f %d",
-                     (long long)gu_w->n, (long long)gu_w->k, (long long)dn_w->n,
-                     (long long)dn_w->k, d, f);
+                     (long long)gu_w->n, (long long)gu_w->k, (long long)dn_w->n, (long long)dn_w->k,
+                     d, f);
         return PD_ERR_INVALID;
     }
     /* scratch: offsets, active (E + 1 each), perm, inv (m each) int32; xg (m, d), gu (m, 2f),
@@ -861,8 +860,8 @@ static pd_status_t cuda__moe_grouped(cuda_t *c, const cuda_moe_layer_t *L, float
     const bool fp8d = dn_w->fmt == PD_WFMT_FP8;
     if (fp8d && (st = matmul_quant_act_fp8(NULL, xf, xs, act, (int)m, f, c->stream)) != PD_OK)
         return st;
-    if ((st = moe_gmm(y, fp8d ? xf : act, fp8d ? xs : NULL, L->d_tab + E, dn_w->fmt, t_dn,
-                      offsets, active, (int)E, max_active, d, f, c->stream)) != PD_OK)
+    if ((st = moe_gmm(y, fp8d ? xf : act, fp8d ? xs : NULL, L->d_tab + E, dn_w->fmt, t_dn, offsets,
+                      active, (int)E, max_active, d, f, c->stream)) != PD_OK)
         return st;
     return moe_combine(out, y, inv, weights, n, k, d, c->stream);
 }
@@ -962,13 +961,12 @@ static void cuda_sample(pd_backend_t *be, int32_t *tokens_out, const float *logi
                sample_run(tokens_out, logits, n, vocab, temperature, top_k, top_p, u, c->stream));
 }
 
-static void cuda_logprobs(pd_backend_t *be, int32_t *ids_out, float *vals_out,
-                          const float *logits, const int32_t *tokens, const int32_t *n_top, int n,
-                          int vocab)
+static void cuda_logprobs(pd_backend_t *be, int32_t *ids_out, float *vals_out, const float *logits,
+                          const int32_t *tokens, const int32_t *n_top, int n, int vocab)
 {
     cuda_t *c = cuda__get(be);
-    cuda__note(c, sample_logprobs_run(ids_out, vals_out, logits, tokens, n_top, n, vocab,
-                                      c->stream));
+    cuda__note(c,
+               sample_logprobs_run(ids_out, vals_out, logits, tokens, n_top, n, vocab, c->stream));
 }
 
 static void cuda_logits_process(pd_backend_t *be, float *logits, int n, int vocab,

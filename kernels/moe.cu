@@ -130,8 +130,7 @@ static __global__ void __launch_bounds__(1024)
 /* The CUDA backend's tiled INT4 layout (kernels/matmul.cu, matmul__tiled_piece / _sz; the
  * harness case moe_gmm int4 checks the two agree): byte offset of the 16-byte piece q of row
  * `row`, group g; the scale / zero entry of (row, g). */
-static __device__ __forceinline__ size_t moe__tiled_piece(int64_t row, int64_t g, int q,
-                                                          int64_t ng)
+static __device__ __forceinline__ size_t moe__tiled_piece(int64_t row, int64_t g, int q, int64_t ng)
 {
     return (((size_t)(row / 32) * ng + g) * 128 + (size_t)((row % 32) / 8) * 32 +
             (size_t)(row % 8) * 4 + q) *
@@ -283,8 +282,7 @@ extern "C" pd_status_t moe_combine(float *out, const float *y, const int32_t *in
 extern "C" pd_status_t moe_group(int32_t *offsets, int32_t *perm, int32_t *inv, int32_t *active,
                                  const int32_t *ids, int m, int n_experts, cudaStream_t stream)
 {
-    KUTIL_REQUIRE(m >= 0 && m <= MOE_GROUP_MAX_M && n_experts > 0 &&
-                      n_experts <= MOE_MAX_EXPERTS,
+    KUTIL_REQUIRE(m >= 0 && m <= MOE_GROUP_MAX_M && n_experts > 0 && n_experts <= MOE_MAX_EXPERTS,
                   "moe_group");
     moe__group<<<1, 1024, 0, stream>>>(offsets, perm, inv, active, ids, m, n_experts);
     return KUTIL_LAUNCHED("moe_group");

@@ -298,7 +298,6 @@ extern "C" pd_status_t sample_logprobs_run(int32_t *ids, float *vals, const floa
     KUTIL_REQUIRE(n >= 0 && vocab > 0, "sample_logprobs");
     if (n == 0)
         return PD_OK;
-    sample__logprobs<<<n, SAMPLE__LP_THREADS, 0, stream>>>(ids, vals, logits, vocab, tokens,
-                                                           n_top);
+    sample__logprobs<<<n, SAMPLE__LP_THREADS, 0, stream>>>(ids, vals, logits, vocab, tokens, n_top);
     return KUTIL_LAUNCHED("sample_logprobs");
 }

@@ -67,7 +67,7 @@ struct engine {
     /* backend memory for engine__pick: d_ent, d_bias (p_dent_cap entries), d_pen, d_rows
      * (p_rows_cap rows) */
     void *d_ent, *d_bias, *d_pen, *d_rows;
-    const sampler_logprobs_t *cur_lp;      /* inside a token callback */
+    const sampler_logprobs_t *cur_lp; /* inside a token callback */
 };
 
 const char *engine_finish_str(engine_finish_t f)
@@ -417,8 +417,7 @@ static pd_status_t engine__proc_reserve(engine_t *e, int rows, int ents, bool de
         e->d_ent = e->d_bias = NULL;
         if ((st = be->ops->alloc(be, (size_t)e->p_ent_cap * 4 * sizeof(int32_t), &e->d_ent)) !=
                 PD_OK ||
-            (st = be->ops->alloc(be, (size_t)e->p_ent_cap * sizeof(float), &e->d_bias)) !=
-                PD_OK) {
+            (st = be->ops->alloc(be, (size_t)e->p_ent_cap * sizeof(float), &e->d_bias)) != PD_OK) {
             engine__proc_free(e);
             return st;
         }
@@ -559,7 +558,7 @@ static pd_status_t engine__plan(engine_t *e, engine_seq_t *const *seqs, int n,
             e->p_pen[3 * i + 2] = 1.0f;
         }
     }
-    *smp = (model_sampling_t){e->b_temp, e->b_topk, e->b_topp, e->b_u, lp ? e->b_ntop : NULL,
+    *smp = (model_sampling_t){e->b_temp, e->b_topk, e->b_topp, e->b_u,  lp ? e->b_ntop : NULL,
                               n_ent,     e->p_ent,  e->p_bias, e->p_pen};
     return PD_OK;
 }
@@ -1107,8 +1106,8 @@ pd_status_t engine_prefill(engine_t *e, const int32_t *tokens, int n, const engi
             for (int i = 0; i < n_samples; i++)
                 if (probes[i]->gp.logprobs)
                     probes[i]->lp = e->b_lp[i];
-        } else if ((st = model_forward(e->ctx, e->arena, &e->layout, &b,
-                                       dev ? NULL : e->logits)) != PD_OK) {
+        } else if ((st = model_forward(e->ctx, e->arena, &e->layout, &b, dev ? NULL : e->logits)) !=
+                   PD_OK) {
             goto err;
         }
         for (int i = 0; plp && i < len; i++)

@@ -1164,14 +1164,13 @@ static void case_moe_group(int m, int E)
     act[E] = a;
     int32_t *d;
     pair_ok(cudaMalloc((void **)&d, ((size_t)2 * E + 2 + 3 * m) * 4) == cudaSuccess ? PD_OK
-                                                                                   : PD_ERR_CUDA);
+                                                                                    : PD_ERR_CUDA);
     int32_t *d_off = d, *d_act = d + E + 1, *d_perm = d + 2 * E + 2, *d_inv = d_perm + m,
             *d_ids = d_inv + m;
     cudaMemset(d, 0xff, ((size_t)2 * E + 2 + 2 * m) * 4);
     cudaMemcpy(d_ids, ids, (size_t)m * 4, cudaMemcpyHostToDevice);
     pair_ok(moe_group(d_off, d_perm, d_inv, d_act, d_ids, m, E, 0));
-    pair_ok(cudaMemcpy(g, d, ((size_t)2 * E + 2 + 2 * m) * 4, cudaMemcpyDeviceToHost) ==
-                    cudaSuccess
+    pair_ok(cudaMemcpy(g, d, ((size_t)2 * E + 2 + 2 * m) * 4, cudaMemcpyDeviceToHost) == cudaSuccess
                 ? PD_OK
                 : PD_ERR_CUDA);
     size_t bad = 0;
@@ -1591,13 +1590,13 @@ static void case_logprobs(int n, int vocab, float scale)
     free(nt);
 }
 
-/* model_forward_sample on the GPU (tiny-llama from PD_MODELS_DIR, else deploy/models; BF16 weights, BF16 KV), decode
- * steps of n sequences with graphs on (the sampling captured in the step, padded to the batch
- * bucket, entries padded to their bucket), against model_forward's logits of the same step (same
- * graph mode: bit-identical forward) through the host reference (sampler_logits_process_ref,
- * sampler_pick, sampler_logprobs). err = fraction of rows whose token differs (greedy rows must
- * all agree; a sampled row may flip at a bucket edge, kernels/sample.h) or INFINITY for a
- * logprobs id that differs or a value off by more than 1e-6 * (1 + |ref|). */
+/* model_forward_sample on the GPU (tiny-llama from PD_MODELS_DIR, else deploy/models; BF16 weights,
+ * BF16 KV), decode steps of n sequences with graphs on (the sampling captured in the step, padded
+ * to the batch bucket, entries padded to their bucket), against model_forward's logits of the same
+ * step (same graph mode: bit-identical forward) through the host reference
+ * (sampler_logits_process_ref, sampler_pick, sampler_logprobs). err = fraction of rows whose token
+ * differs (greedy rows must all agree; a sampled row may flip at a bucket edge, kernels/sample.h)
+ * or INFINITY for a logprobs id that differs or a value off by more than 1e-6 * (1 + |ref|). */
 static void case_forward_sample(int n, int steps)
 {
     char shape[96], dir[2048];
@@ -1658,8 +1657,8 @@ static void case_forward_sample(int n, int steps)
                 ent[4 * n_ent] = s;
                 ent[4 * n_ent + 1] = (int32_t)((s * 53 + step * 11 + j * 131) % vocab);
                 ent[4 * n_ent + 2] = j % 3;
-                ent[4 * n_ent + 3] = (j % 4 == 0 ? SAMPLER_ENT_IN_PROMPT : 0) |
-                                     (j == 7 ? SAMPLER_ENT_MASKED : 0);
+                ent[4 * n_ent + 3] =
+                    (j % 4 == 0 ? SAMPLER_ENT_IN_PROMPT : 0) | (j == 7 ? SAMPLER_ENT_MASKED : 0);
                 bias[n_ent] = j == 1 ? 3.0f : rng_float();
             }
         }
@@ -1672,7 +1671,8 @@ static void case_forward_sample(int n, int steps)
         pair_ok(model_forward_sample(ctx, arena, &l, &b, &smp, out, lp));
         for (int s = 0; s < n; s++) {
             sampler_params_t spp = {tmp[s], tk[s], tp[s], 0};
-            const int32_t want = sampler_pick(&spp, pl + (size_t)s * vocab, vocab, u[s], idx, probs);
+            const int32_t want =
+                sampler_pick(&spp, pl + (size_t)s * vocab, vocab, u[s], idx, probs);
             rows_total++;
             bad += out[s] != want;
             greedy_bad += tmp[s] == 0.0f && out[s] != want;
@@ -1684,8 +1684,9 @@ static void case_forward_sample(int n, int steps)
                 lp_err = fmax(lp_err, fabs((double)lp[s].logprob - ref.logprob) /
                                           (1.0 + fabs((double)ref.logprob)));
                 for (int j = 0; j < ref.n_top; j++)
-                    lp_err = fmax(lp_err, fabs((double)lp[s].top_logprobs[j] - ref.top_logprobs[j]) /
-                                              (1.0 + fabs((double)ref.top_logprobs[j])));
+                    lp_err =
+                        fmax(lp_err, fabs((double)lp[s].top_logprobs[j] - ref.top_logprobs[j]) /
+                                         (1.0 + fabs((double)ref.top_logprobs[j])));
             }
             toks[s] = out[s];
         }

@@ -179,8 +179,8 @@ pd_status_t model_create_random(const hf_config_t *cfg, pd_wfmt_t wfmt, pd_wfmt_
     m->weight_bytes =
         (size_t)cfg->num_hidden_layers *
             (quant_data_bytes(wfmt, m->q_dim, d) * 2 + quant_data_bytes(wfmt, m->kv_dim, d) * 2 +
-             (moe ? (size_t)E * (quant_data_bytes(wfmt, 2 * fm, d) +
-                                 quant_data_bytes(wfmt, d, fm)) +
+             (moe ? (size_t)E *
+                            (quant_data_bytes(wfmt, 2 * fm, d) + quant_data_bytes(wfmt, d, fm)) +
                         (size_t)(E * d) * 2
                   : quant_data_bytes(wfmt, 2 * f, d) + quant_data_bytes(wfmt, d, f))) +
         quant_data_bytes(lm_head_fmt, V, d) + (size_t)(V * d) * 2;
