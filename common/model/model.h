@@ -117,6 +117,9 @@ typedef struct {
 
 typedef struct model_ctx model_ctx_t;
 
+/* A forward context of m (scratch grows on use). Registers every MoE layer's experts with the
+ * backend where it can (ops->moe_prepare; a layer it declines keeps the host-grouped path).
+ * PD_ERR_NOMEM, or the backend's error from the registration (nothing left allocated). */
 pd_status_t model_ctx_create(const model_t *m, model_ctx_t **ctx_p);
 void model_ctx_destroy(model_ctx_t *ctx);
 
