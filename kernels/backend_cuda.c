@@ -90,15 +90,27 @@ typedef struct {
     bool no_flash;     /* PD_CUDA_FLASH=0: attention_run for every batch */
     int flash_variant; /* flash_variant option: -1 auto, 0..3 (attention_flash.cu) */
     bool no_fused;     /* fused=off: the table without the fused ops (cuda_ops_plain) */
-    unsigned env_set;  /* CUDA__ENV_* bits: options fixed by the environment */
-    int fp8_scaled;    /* FP8 GEMM with outer-vector scales: 0 untried, 1 works, -1 unsupported */
+    bool no_moe_grouped; /* moe_grouped=off: moe_prepare declines, experts grouped on the host */
+    unsigned env_set;    /* CUDA__ENV_* bits: options fixed by the environment */
+    int fp8_scaled;      /* FP8 GEMM with outer-vector scales: 0 untried, 1 works, -1 unsupported */
     cudaStream_t xstream; /* the KV transfer stream (xfer_*), created on first use */
     cudaEvent_t xevent;   /* recorded on stream, waited on by xstream */
     pd_status_t xerr;     /* the transfer stream's first failure since the last xfer_sync */
-    int32_t *h_ids;    /* MoE host staging */
+    int32_t *h_ids;      /* MoE host staging */
     int32_t *h_perm;
     size_t h_cap;
+    struct cuda_moe_layer *moe_layers; /* registered MoE layers (moe_prepare) */
+    int n_moe_layers, cap_moe_layers;
 } cuda_t;
+
+/* One MoE layer registered by moe_prepare: its expert arrays (the key, and a copy of their
+ * pointers to notice a stale entry) and the device tables of the grouped matmul. */
+typedef struct cuda_moe_layer {
+    const pd_weight_t *gate_up, *down;
+    int n_experts;
+    pd_weight_t *copy; /* (2 * n_experts): gate_up then down, as registered */
+    moe_wtab_t *d_tab; /* (2 * n_experts) device: gate_up's then down's */
+} cuda_moe_layer_t;
 
 static cuda_t *cuda__get(pd_backend_t *be)
 {
@@ -819,7 +831,167 @@ static void cuda_moe_route(pd_backend_t *be, int32_t *ids, float *weights, const
     cuda__note(c, moe_route(ids, weights, logits, n, n_experts, k, norm, c->stream));
 }
 
-/* Groups the (token, slot) pairs by expert on the host, then per expert: gather its rows,
+/* ==== MoE on the device: registered layers, grouped matmuls ==== */
+
+static void cuda__moe_layers_free(cuda_t *c)
+{
+    for (int i = 0; i < c->n_moe_layers; i++) {
+        free(c->moe_layers[i].copy);
+        if (c->moe_layers[i].d_tab)
+            cudaFree(c->moe_layers[i].d_tab);
+    }
+    free(c->moe_layers);
+    c->moe_layers = NULL;
+    c->n_moe_layers = c->cap_moe_layers = 0;
+}
+
+/* The registered layer of (gate_up, down) whose pointers are still those registered, or NULL. */
+static const cuda_moe_layer_t *cuda__moe_layer(const cuda_t *c, const pd_weight_t *gate_up,
+                                               const pd_weight_t *down)
+{
+    for (int i = 0; i < c->n_moe_layers; i++) {
+        const cuda_moe_layer_t *L = &c->moe_layers[i];
+        const size_t E = (size_t)L->n_experts;
+        if (L->gate_up == gate_up && L->down == down &&
+            memcmp(L->copy, gate_up, E * sizeof *gate_up) == 0 &&
+            memcmp(L->copy + E, down, E * sizeof *down) == 0)
+            return L;
+    }
+    return NULL;
+}
+
+/* Whether the grouped path takes these weights: one format of moe_gmm for all, shapes it needs. */
+static bool cuda__moe_gmm_ok(const pd_weight_t *w, int n_experts)
+{
+    for (int e = 0; e < n_experts; e++) {
+        const pd_weight_t *x = &w[e];
+        if (x->fmt != w[0].fmt || x->n != w[0].n || x->k != w[0].k ||
+            !(x->fmt == PD_WFMT_BF16 || x->fmt == PD_WFMT_FP8 || x->fmt == PD_WFMT_INT4) ||
+            x->k % 8 != 0 || (x->fmt == PD_WFMT_FP8 && x->k % 16 != 0) ||
+            (x->fmt == PD_WFMT_INT4 && x->k % 128 != 0))
+            return false;
+    }
+    return true;
+}
+
+static pd_status_t cuda_moe_prepare(pd_backend_t *be, const pd_weight_t *gate_up,
+                                    const pd_weight_t *down, int n_experts)
+{
+    cuda_t *c = cuda__get(be);
+    cuda_moe_layer_t *L = NULL;
+    pd_status_t st;
+
+    if (c->no_moe_grouped || n_experts <= 0 || n_experts > MOE_MAX_EXPERTS ||
+        !cuda__moe_gmm_ok(gate_up, n_experts) || !cuda__moe_gmm_ok(down, n_experts))
+        return PD_ERR_INVALID;
+    if (c->capturing) {
+        pd_log_error("backend cuda: moe_prepare inside a graph capture");
+        return PD_ERR_INTERNAL;
+    }
+    for (int i = 0; i < c->n_moe_layers && !L; i++)
+        if (c->moe_layers[i].gate_up == gate_up)
+            L = &c->moe_layers[i];
+    if (!L) {
+        if (c->n_moe_layers == c->cap_moe_layers) {
+            int cap = c->cap_moe_layers ? 2 * c->cap_moe_layers : 16;
+            cuda_moe_layer_t *ls = realloc(c->moe_layers, (size_t)cap * sizeof *ls);
+            if (!ls)
+                return PD_ERR_NOMEM;
+            c->moe_layers = ls;
+            c->cap_moe_layers = cap;
+        }
+        L = &c->moe_layers[c->n_moe_layers++];
+        memset(L, 0, sizeof *L);
+    }
+    const size_t E = (size_t)n_experts;
+    free(L->copy);
+    if (L->d_tab)
+        cudaFree(L->d_tab);
+    L->d_tab = NULL;
+    L->gate_up = gate_up;
+    L->down = down;
+    L->n_experts = n_experts;
+    L->copy = malloc(2 * E * sizeof *L->copy);
+    moe_wtab_t *h = malloc(2 * E * sizeof *h);
+    if (!L->copy || !h) {
+        free(h);
+        L->n_experts = 0; /* matches nothing */
+        return PD_ERR_NOMEM;
+    }
+    memcpy(L->copy, gate_up, E * sizeof *gate_up);
+    memcpy(L->copy + E, down, E * sizeof *down);
+    for (size_t e = 0; e < 2 * E; e++)
+        h[e] = (moe_wtab_t){L->copy[e].data, L->copy[e].scales, L->copy[e].zeros};
+    st = cuda__status(cudaMalloc((void **)&L->d_tab, 2 * E * sizeof *h), "moe tables");
+    if (st == PD_OK)
+        st = cuda__status(cudaMemcpy(L->d_tab, h, 2 * E * sizeof *h, cudaMemcpyHostToDevice),
+                          "moe tables");
+    free(h);
+    if (st != PD_OK)
+        L->n_experts = 0;
+    return st;
+}
+
+/* The grouped path of moe_experts (a registered layer, m = n * k <= MOE_GROUP_MAX_M): routing
+ * grouped on the device (moe_group), the rows gathered, gate_up for all experts in one grouped
+ * matmul, silu_mul, down likewise, the weighted combine. No host readback: capturable. FP8
+ * weights get their activations quantized per row first (matmul_quant_act_fp8, as the CPU's W8A8
+ * matmul). */
+static pd_status_t cuda__moe_grouped(cuda_t *c, const cuda_moe_layer_t *L, float *out,
+                                     const float *x, const int32_t *ids, const float *weights,
+                                     int n, int k, int d, int f)
+{
+    const size_t m = (size_t)n * k, E = (size_t)L->n_experts, kmax = (size_t)(d > f ? d : f);
+    const pd_weight_t *gu_w = &L->copy[0], *dn_w = &L->copy[E];
+    const bool fp8 = gu_w->fmt == PD_WFMT_FP8;
+    const int max_active = (int)(m < E ? m : E);
+    pd_status_t st;
+
+    if (gu_w->n != 2 * (int64_t)f || gu_w->k != d || dn_w->n != d || dn_w->k != f) {
+        pd_log_error("backend cuda: moe_experts: weights (%lld, %lld) / (%lld, %lld) for d %d f %d",
+                     (long long)gu_w->n, (long long)gu_w->k, (long long)dn_w->n, (long long)dn_w->k,
+                     d, f);
+        return PD_ERR_INVALID;
+    }
+    /* scratch: offsets, active (E + 1 each), perm, inv (m each) int32; xg (m, d), gu (m, 2f),
+     * act (m, f), y (m, d), xf (m, max(d, f)), xs (m) f32 */
+#define CUDA__AL(b) (((b) + 255) / 256 * 256)
+    const size_t o_off = 0, o_act_ids = o_off + CUDA__AL((E + 1) * 4),
+                 o_perm = o_act_ids + CUDA__AL((E + 1) * 4), o_inv = o_perm + CUDA__AL(m * 4),
+                 o_xg = o_inv + CUDA__AL(m * 4), o_gu = o_xg + CUDA__AL(m * d * 4),
+                 o_a = o_gu + CUDA__AL(m * 2 * f * 4), o_y = o_a + CUDA__AL(m * f * 4),
+                 o_xf = o_y + CUDA__AL(m * d * 4), o_xs = o_xf + CUDA__AL(m * kmax * 4),
+                 total = o_xs + CUDA__AL(m * 4);
+#undef CUDA__AL
+    if ((st = cuda__grow(c, &c->moe, total)) != PD_OK)
+        return st;
+    uint8_t *base = c->moe.p;
+    int32_t *offsets = (int32_t *)(base + o_off), *active = (int32_t *)(base + o_act_ids),
+            *perm = (int32_t *)(base + o_perm), *inv = (int32_t *)(base + o_inv);
+    float *xg = (float *)(base + o_xg), *gu = (float *)(base + o_gu), *act = (float *)(base + o_a),
+          *y = (float *)(base + o_y), *xf = (float *)(base + o_xf), *xs = (float *)(base + o_xs);
+    const bool t_gu = gu_w->fmt == PD_WFMT_INT4 && cuda__int4_tiled(gu_w),
+               t_dn = dn_w->fmt == PD_WFMT_INT4 && cuda__int4_tiled(dn_w);
+    if ((st = moe_group(offsets, perm, inv, active, ids, (int)m, (int)E, c->stream)) != PD_OK ||
+        (st = moe_gather(xg, x, perm, (int)m, k, d, c->stream)) != PD_OK)
+        return st;
+    if (fp8 && (st = matmul_quant_act_fp8(NULL, xf, xs, xg, (int)m, d, c->stream)) != PD_OK)
+        return st;
+    if ((st = moe_gmm(gu, fp8 ? xf : xg, fp8 ? xs : NULL, L->d_tab, gu_w->fmt, t_gu, offsets,
+                      active, (int)E, max_active, 2 * (int64_t)f, d, c->stream)) != PD_OK ||
+        (st = elementwise_silu_mul(act, gu, (int)m, f, c->stream)) != PD_OK)
+        return st;
+    const bool fp8d = dn_w->fmt == PD_WFMT_FP8;
+    if (fp8d && (st = matmul_quant_act_fp8(NULL, xf, xs, act, (int)m, f, c->stream)) != PD_OK)
+        return st;
+    if ((st = moe_gmm(y, fp8d ? xf : act, fp8d ? xs : NULL, L->d_tab + E, dn_w->fmt, t_dn, offsets,
+                      active, (int)E, max_active, d, f, c->stream)) != PD_OK)
+        return st;
+    return moe_combine(out, y, inv, weights, n, k, d, c->stream);
+}
+
+/* moe_experts: the grouped device path for a registered layer (cuda__moe_grouped); otherwise
+ * groups the (token, slot) pairs by expert on the host, then per expert: gather its rows,
  * gate_up, silu_mul, down into the grouped output; finally the weighted combine. */
 static pd_status_t cuda__moe(cuda_t *c, float *out, const float *x, const int32_t *ids,
                              const float *weights, const pd_weight_t *gate_up,
@@ -831,6 +1003,10 @@ static pd_status_t cuda__moe(cuda_t *c, float *out, const float *x, const int32_
 
     if (n <= 0)
         return PD_OK;
+    const cuda_moe_layer_t *L =
+        m <= MOE_GROUP_MAX_M && !c->no_moe_grouped ? cuda__moe_layer(c, gate_up, down) : NULL;
+    if (L && L->d_tab)
+        return cuda__moe_grouped(c, L, out, x, ids, weights, n, k, d, f);
     if (c->capturing) { /* routing is read back to the host */
         pd_log_error("backend cuda: moe_experts cannot be captured in a graph");
         return PD_ERR_UNSUPPORTED;
@@ -907,6 +1083,14 @@ static void cuda_sample(pd_backend_t *be, int32_t *tokens_out, const float *logi
     cuda_t *c = cuda__get(be);
     cuda__note(c,
                sample_run(tokens_out, logits, n, vocab, temperature, top_k, top_p, u, c->stream));
+}
+
+static void cuda_logprobs(pd_backend_t *be, int32_t *ids_out, float *vals_out, const float *logits,
+                          const int32_t *tokens, const int32_t *n_top, int n, int vocab)
+{
+    cuda_t *c = cuda__get(be);
+    cuda__note(c,
+               sample_logprobs_run(ids_out, vals_out, logits, tokens, n_top, n, vocab, c->stream));
 }
 
 static void cuda_logits_process(pd_backend_t *be, float *logits, int n, int vocab,
@@ -1036,6 +1220,7 @@ static void cuda_destroy(pd_backend_t *be)
         cudaStreamDestroy(c->stream);
     free(c->h_ids);
     free(c->h_perm);
+    cuda__moe_layers_free(c);
     free(c);
     free(be);
 }
@@ -1063,6 +1248,7 @@ static const pd_backend_ops_t cuda_ops = {
     .attention = cuda_attention,
     .moe_route = cuda_moe_route,
     .moe_experts = cuda_moe_experts,
+    .moe_prepare = cuda_moe_prepare,
     .kv_stamp = cuda_kv_stamp,
     .kv_check = cuda_kv_check,
     .kv_export = cuda_kv_export,
@@ -1075,6 +1261,7 @@ static const pd_backend_ops_t cuda_ops = {
     .graph_free = cuda_graph_free,
     .weight_prepare = cuda_weight_prepare,
     .sample = cuda_sample,
+    .logprobs = cuda_logprobs,
     .add_rmsnorm = cuda_add_rmsnorm,
     .silu_mul_fp8 = cuda_silu_mul_fp8,
     .matmul_fp8 = cuda_matmul_fp8,
@@ -1140,6 +1327,10 @@ static pd_status_t cuda_set_option(pd_backend_t *be, const char *key, const char
         bit = CUDA__ENV_FUSED;
         if (ok && !(c->env_set & bit))
             cuda__set_fused(be, b);
+    } else if (!strcmp(key, "moe_grouped")) {
+        ok = b >= 0;
+        if (ok)
+            c->no_moe_grouped = !b;
     } else if (!strcmp(key, "flash_variant")) {
         char *end = NULL;
         long v = strcmp(value, "auto") ? strtol(value, &end, 10) : -1;
@@ -1147,7 +1338,8 @@ static pd_status_t cuda_set_option(pd_backend_t *be, const char *key, const char
         if (ok)
             c->flash_variant = (int)v;
     } else {
-        pd_log_error("backend cuda: unknown option '%s' (bf16_gemm, flash, flash_variant, fused)",
+        pd_log_error("backend cuda: unknown option '%s' (bf16_gemm, flash, flash_variant, fused, "
+                     "moe_grouped)",
                      key);
         return PD_ERR_INVALID;
     }

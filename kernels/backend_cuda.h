@@ -13,6 +13,11 @@
  *                             chosen by shape)
  *   fused = on | off          the fused ops add_rmsnorm / silu_mul_fp8 / matmul_fp8 (default on);
  *                             off leaves them out of the ops table (the model runs the plain ops)
+ *   moe_grouped = on | off    MoE experts registered by moe_prepare run grouped on the device
+ *                             (routing offsets on the device, graph-capturable; default on); off:
+ *                             moe_prepare declines and the (token, expert) pairs are grouped on
+ *                             the host (the path before; comparisons). Set it before
+ *                             model_ctx_create.
  * Environment, read by backend_cuda_create() and overriding the options (benchmarks):
  * PD_CUDA_BF16_GEMM=split|one, PD_CUDA_FLASH=0|1, PD_CUDA_FUSED=0|1, and PD_CUDA_FLASH_VARIANT
  * (read at each flash launch, kernels/attention_flash.h).

@@ -1,7 +1,10 @@
-/* moe: mixture-of-experts pieces: the top-k softmax router, and the row gather / weighted
- * combine around per-expert matmuls (the CUDA backend groups the (token, slot) pairs by expert
- * on the host and runs each expert's rows as one batch). Pointers are device memory. Launchers
- * check shapes (PD_ERR_INVALID), enqueue on `stream`, return the launch status, allocate nothing.
+/* moe: mixture-of-experts pieces: the top-k softmax router, the grouping of the (token, slot)
+ * pairs by expert on the device (moe_group: expert offsets, permutation, the list of experts in
+ * use), the grouped expert matmul that reads those device-side offsets (moe_gmm: BF16, FP8 W8A8,
+ * INT4 g128), and the row gather / weighted combine around them. Nothing here needs the host
+ * between launches, so an MoE layer can be captured in a CUDA graph. Pointers are device memory.
+ * Launchers check shapes (PD_ERR_INVALID), enqueue on `stream`, return the launch status,
+ * allocate nothing.
  */
 #ifndef PD_KERNELS_MOE_H
 #define PD_KERNELS_MOE_H
@@ -10,6 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "dtype.h"
 #include "status.h"
 
 #ifdef __cplusplus
@@ -30,6 +34,39 @@ pd_status_t moe_gather(float *xg, const float *x, const int32_t *perm, int m, in
  * grouped order, inv (n * k) int32, weights (n, k) f32. Sums in j order (deterministic). */
 pd_status_t moe_combine(float *out, const float *y, const int32_t *inv, const float *weights, int n,
                         int k, int d, cudaStream_t stream);
+
+/* Most (token, slot) pairs moe_group takes (its ids live in shared memory). */
+#define MOE_GROUP_MAX_M 4096
+/* Most experts moe_group and moe_gmm take. */
+#define MOE_MAX_EXPERTS 1024
+
+/* Groups the m = n * k slots of ids (m) int32 (expert of slot i = token * k + j; every id in
+ * [0, n_experts)) by expert, in slot order within an expert (the host grouping's order):
+ * offsets (n_experts + 1) int32 = the first grouped row of each expert (offsets[E] = m);
+ * perm (m) int32 grouped row -> slot; inv (m) int32 slot -> grouped row; active
+ * (n_experts + 1) int32: active[0 .. a) the experts with rows, ascending, active[n_experts] = a.
+ * One block; m <= MOE_GROUP_MAX_M, n_experts <= MOE_MAX_EXPERTS. */
+pd_status_t moe_group(int32_t *offsets, int32_t *perm, int32_t *inv, int32_t *active,
+                      const int32_t *ids, int m, int n_experts, cudaStream_t stream);
+
+/* Per-expert weight pointers of a grouped matmul (a device array of n_experts). */
+typedef struct {
+    const void *data;   /* (N, K) bf16 | fp8 e4m3 | int4 pairs (N, K/2) */
+    const void *scales; /* fp8: (N) f32; int4: (N, K/128) bf16; bf16: NULL */
+    const void *zeros;  /* int4: (N, K/128) uint8; else NULL */
+} moe_wtab_t;
+
+/* out (m, N) f32: grouped row i of expert e (offsets[e] <= i < offsets[e + 1]) = x[i] @ W_e^T,
+ * x (m, K) f32; for FP8 x holds the fp8 values decoded (matmul_quant_act_fp8's xf) and xs (m)
+ * f32 their per-row scales: out = (xf @ Wq^T) * xs[i] * ws[r] (W8A8 as the CPU reference);
+ * xs NULL otherwise. tab (n_experts) device; offsets / active from moe_group (the grid covers
+ * max_active experts: min(n_experts, m) is always enough). int4_tiled: INT4 weights in the CUDA
+ * backend's tiled layout (kernels/matmul.h; N % 32 == 0). K % 8 == 0 (FP8: K % 16, INT4:
+ * K % 128). Each block reads its expert's weight rows once per 8 grouped rows (f32 arithmetic,
+ * a warp per output row, 16-byte weight loads). */
+pd_status_t moe_gmm(float *out, const float *x, const float *xs, const moe_wtab_t *tab,
+                    pd_wfmt_t fmt, bool int4_tiled, const int32_t *offsets, const int32_t *active,
+                    int n_experts, int max_active, int64_t N, int64_t K, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -180,6 +180,103 @@ static __global__ void __launch_bounds__(SAMPLE__THREADS)
     }
 }
 
+/* (value desc, id asc) on the floats themselves, as sampler_logprobs compares them */
+static __device__ __forceinline__ bool sample__fbefore(float a, int32_t ia, float b, int32_t ib)
+{
+    return a > b || (a == b && ia < ib);
+}
+
+/* grid (n), block SAMPLE__LP_THREADS: ids, vals (n, 1 + SAMPLE_LP_TOP); logits (n, vocab) f32;
+ * tokens, n_top (n) int32. One block per row: the max, the normalizer (double, as the
+ * reference), then the alternatives one round each: the best entry after the previous one. */
+#define SAMPLE__LP_THREADS 512
+static __global__ void __launch_bounds__(SAMPLE__LP_THREADS)
+    sample__logprobs(int32_t *ids, float *vals, const float *logits, int vocab,
+                     const int32_t *tokens, const int32_t *n_top)
+{
+    __shared__ float rv[32];
+    __shared__ int32_t ri[32];
+    __shared__ double rd[32];
+    const int row = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int nw = (int)(blockDim.x >> 5);
+    int nt = n_top[row];
+    if (nt < 0)
+        return;
+    nt = min(min(nt, SAMPLE_LP_TOP), vocab);
+    const float *x = logits + (size_t)row * vocab;
+    int32_t *oi = ids + (size_t)row * (1 + SAMPLE_LP_TOP);
+    float *ov = vals + (size_t)row * (1 + SAMPLE_LP_TOP);
+
+    float mx = -INFINITY;
+    for (int i = tid; i < vocab; i += blockDim.x)
+        mx = fmaxf(mx, x[i]);
+    mx = kutil_warp_max(mx);
+    if (lane == 0)
+        rv[warp] = mx;
+    __syncthreads();
+    mx = rv[0];
+    for (int w = 1; w < nw; w++)
+        mx = fmaxf(mx, rv[w]);
+    double sum = 0.0;
+    for (int i = tid; i < vocab; i += blockDim.x)
+        sum += exp((double)x[i] - (double)mx);
+    for (int o = 16; o; o >>= 1)
+        sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane == 0)
+        rd[warp] = sum;
+    __syncthreads();
+    sum = 0.0;
+    for (int w = 0; w < nw; w++)
+        sum += rd[w];
+    const float lse = (float)((double)mx + log(sum));
+    if (tid == 0) {
+        oi[0] = tokens[row];
+        ov[0] = __fsub_rn(x[tokens[row]], lse);
+    }
+
+    float pv = INFINITY; /* the previous pick (none yet: everything comes after it) */
+    int32_t pi = -1;
+    for (int j = 0; j < nt; j++) {
+        float bv = -INFINITY;
+        int32_t bi = INT32_MAX;
+        for (int i = tid; i < vocab; i += blockDim.x) {
+            const float v = x[i];
+            if ((j == 0 || sample__fbefore(pv, pi, v, i)) &&
+                (bi == INT32_MAX || sample__fbefore(v, i, bv, bi))) {
+                bv = v;
+                bi = i;
+            }
+        }
+        for (int o = 16; o; o >>= 1) {
+            const float v2 = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int32_t i2 = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (i2 != INT32_MAX && (bi == INT32_MAX || sample__fbefore(v2, i2, bv, bi))) {
+                bv = v2;
+                bi = i2;
+            }
+        }
+        __syncthreads(); /* the previous round's readers of rv / ri are done */
+        if (lane == 0) {
+            rv[warp] = bv;
+            ri[warp] = bi;
+        }
+        __syncthreads();
+        bv = rv[0];
+        bi = ri[0];
+        for (int w = 1; w < nw; w++)
+            if (ri[w] != INT32_MAX && (bi == INT32_MAX || sample__fbefore(rv[w], ri[w], bv, bi))) {
+                bv = rv[w];
+                bi = ri[w];
+            }
+        if (tid == 0) {
+            oi[1 + j] = bi;
+            ov[1 + j] = __fsub_rn(bv, lse);
+        }
+        pv = bv;
+        pi = bi;
+    }
+}
+
 /* ==== launchers ==== */
 
 extern "C" pd_status_t sample_run(int32_t *tokens, const float *logits, int n, int vocab,
@@ -192,4 +289,15 @@ extern "C" pd_status_t sample_run(int32_t *tokens, const float *logits, int n, i
     sample__kernel<<<n, SAMPLE__THREADS, 0, stream>>>(tokens, logits, vocab, temperature, top_k,
                                                       top_p, u);
     return KUTIL_LAUNCHED("sample");
+}
+
+extern "C" pd_status_t sample_logprobs_run(int32_t *ids, float *vals, const float *logits,
+                                           const int32_t *tokens, const int32_t *n_top, int n,
+                                           int vocab, cudaStream_t stream)
+{
+    KUTIL_REQUIRE(n >= 0 && vocab > 0, "sample_logprobs");
+    if (n == 0)
+        return PD_OK;
+    sample__logprobs<<<n, SAMPLE__LP_THREADS, 0, stream>>>(ids, vals, logits, vocab, tokens, n_top);
+    return KUTIL_LAUNCHED("sample_logprobs");
 }

@@ -27,6 +27,18 @@ pd_status_t sample_run(int32_t *tokens, const float *logits, int n, int vocab,
                        const float *temperature, const int32_t *top_k, const float *top_p,
                        const float *u, cudaStream_t stream);
 
+/* The logprobs of sampler_logprobs (backend.h, ops->logprobs): for each row i with n_top[i] >= 0,
+ * ids (n, 1 + SAMPLE_LP_TOP) int32 and vals (n, 1 + SAMPLE_LP_TOP) f32 get the token tokens[i]
+ * and its logprob under log_softmax(logits (n, vocab) f32), then min(n_top[i], SAMPLE_LP_TOP,
+ * vocab) alternatives (descending, ties by lower id) and theirs. The normalizer is summed in
+ * double as the reference does (in another order: equal to the reference's f32 result but for
+ * rare last-ulp differences); the alternatives' ids are exact. Other rows and slots untouched.
+ * tokens, n_top (n) int32. */
+#define SAMPLE_LP_TOP 20
+pd_status_t sample_logprobs_run(int32_t *ids, float *vals, const float *logits,
+                                const int32_t *tokens, const int32_t *n_top, int n, int vocab,
+                                cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -214,6 +214,15 @@ typedef struct {
     void (*sample)(pd_backend_t *be, int32_t *tokens_out, const float *logits, int n, int vocab,
                    const float *temperature, const int32_t *top_k, const float *top_p,
                    const float *u);
+    /* The logprobs of sampler_logprobs on the device: for each row i with n_top[i] >= 0,
+     * ids_out[i, 0] = tokens[i] and vals_out[i, 0] its logprob under log_softmax(logits[i]);
+     * ids_out[i, 1 + j], vals_out[i, 1 + j] for j < min(n_top[i], SAMPLER_MAX_TOP_LOGPROBS,
+     * vocab) the best alternatives (descending, ties by lower id) and theirs. Rows with
+     * n_top[i] < 0 and the slots past the alternatives are left as they were. ids_out, vals_out
+     * (n, 1 + SAMPLER_MAX_TOP_LOGPROBS) int32 / f32; logits (n, vocab) f32; tokens, n_top (n)
+     * int32; all backend memory. NULL where the backend lacks it. */
+    void (*logprobs)(pd_backend_t *be, int32_t *ids_out, float *vals_out, const float *logits,
+                     const int32_t *tokens, const int32_t *n_top, int n, int vocab);
 
     /* Fused ops (fewer passes over the activations); each gives the results of the plain ops it
      * stands for, and the model uses the plain ops where they are NULL.
@@ -229,6 +238,16 @@ typedef struct {
      * x (n, w->k) from the ops above: the same result as matmul on the f32 x */
     void (*matmul_fp8)(pd_backend_t *be, float *out, const pd_act_fp8_t *x, const pd_weight_t *w,
                        int n);
+
+    /* Registers the experts of one MoE layer, gate_up (n_experts) and down (n_experts) weights
+     * of this backend (the arrays moe_experts will be given; they must stay valid until the
+     * backend is destroyed or the layer is registered again), so that moe_experts can run from
+     * device-side routing alone (CUDA: expert offsets on the device, one grouped matmul per
+     * projection, no host readback: the layer can be captured in a graph). PD_ERR_NOMEM /
+     * PD_ERR_CUDA / PD_ERR_INVALID (a format or shape the grouped path lacks: moe_experts then
+     * keeps its other path). NULL: nothing to register. */
+    pd_status_t (*moe_prepare)(pd_backend_t *be, const pd_weight_t *gate_up,
+                               const pd_weight_t *down, int n_experts);
 
     /* Sets one backend option (CUDA: kernels/backend_cuda.h lists them); PD_ERR_INVALID for an
      * unknown key or value. */

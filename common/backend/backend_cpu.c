@@ -726,6 +726,23 @@ static void cpu_sample(pd_backend_t *be, int32_t *tokens_out, const float *logit
     free(probs);
 }
 
+static void cpu_logprobs(pd_backend_t *be, int32_t *ids_out, float *vals_out, const float *logits,
+                         const int32_t *tokens, const int32_t *n_top, int n, int vocab)
+{
+    const size_t w = 1 + SAMPLER_MAX_TOP_LOGPROBS;
+    (void)be;
+    for (int i = 0; i < n; i++) {
+        sampler_logprobs_t lp;
+        if (n_top[i] < 0)
+            continue;
+        sampler_logprobs(logits + (size_t)i * vocab, vocab, tokens[i], n_top[i], &lp);
+        ids_out[i * w] = lp.token;
+        vals_out[i * w] = lp.logprob;
+        memcpy(ids_out + i * w + 1, lp.top_ids, (size_t)lp.n_top * sizeof *ids_out);
+        memcpy(vals_out + i * w + 1, lp.top_logprobs, (size_t)lp.n_top * sizeof *vals_out);
+    }
+}
+
 static void cpu_logits_process(pd_backend_t *be, float *logits, int n, int vocab,
                                const int32_t *ent, const float *bias, int n_ent, const float *pen)
 {
@@ -758,6 +775,7 @@ static const pd_backend_ops_t cpu_ops = {
     .kv_check = cpu_kv_check,
     .kv_export = cpu_kv_export,
     .sample = cpu_sample,
+    .logprobs = cpu_logprobs,
     .add_rmsnorm = cpu_add_rmsnorm,
     .silu_mul_fp8 = cpu_silu_mul_fp8,
     .matmul_fp8 = cpu_matmul_fp8,

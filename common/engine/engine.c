@@ -57,15 +57,23 @@ struct engine {
     const float **b_raw;
     uint64_t *b_ids;
     pd_status_t *b_status;
+    /* sampling on the backend (model_forward_sample): the rows' sequences, parameters, draws,
+     * logprobs requests (n_top, -1 none), and what comes back (tokens, logprobs) */
+    engine_seq_t **b_pick;
+    float *b_temp, *b_topp, *b_u;
+    int32_t *b_topk, *b_ntop, *b_out;
+    sampler_logprobs_t *b_lp;
     float *logits;
     int logits_cap;
     /* logits processing (engine__pick): host staging and its backend copies */
     int32_t *slot;                  /* (vocab) entry of a token in the row being built, -1 */
     int32_t *p_ent;                 /* (p_ent_cap, 4) */
-    float *p_bias, *p_pen, *p_rows; /* (p_ent_cap), (p_rows_cap, 3), (p_rows_cap, vocab) */
-    int p_ent_cap, p_rows_cap;
-    void *d_ent, *d_bias, *d_pen, *d_rows; /* backend memory of the same sizes */
-    const sampler_logprobs_t *cur_lp;      /* inside a token callback */
+    float *p_bias, *p_pen, *p_rows; /* (p_ent_cap), (p_pen_cap, 3), (p_rows_cap, vocab) */
+    int p_ent_cap, p_pen_cap, p_rows_cap, p_dent_cap;
+    /* backend memory for engine__pick: d_ent, d_bias (p_dent_cap entries), d_pen, d_rows
+     * (p_rows_cap rows) */
+    void *d_ent, *d_bias, *d_pen, *d_rows;
+    const sampler_logprobs_t *cur_lp; /* inside a token callback */
     /* tensor parallel (p.tp > 1): the ranks; be, tag_io, m, ctx and arena above are rank 0's,
      * layout the rank layout (every rank's) */
     engine_tp_t *tp;
@@ -369,7 +377,7 @@ static void engine__proc_free(engine_t *e)
     free(e->p_rows);
     e->p_ent = NULL;
     e->p_bias = e->p_pen = e->p_rows = NULL;
-    e->p_ent_cap = e->p_rows_cap = 0;
+    e->p_ent_cap = e->p_pen_cap = e->p_rows_cap = e->p_dent_cap = 0;
 }
 
 void engine_destroy(engine_t *e)
@@ -404,6 +412,14 @@ void engine_destroy(engine_t *e)
     free(e->b_raw);
     free(e->b_ids);
     free(e->b_status);
+    free(e->b_pick);
+    free(e->b_temp);
+    free(e->b_topp);
+    free(e->b_u);
+    free(e->b_topk);
+    free(e->b_ntop);
+    free(e->b_out);
+    free(e->b_lp);
     free(e->logits);
     free(e);
 }
@@ -537,8 +553,9 @@ static bool engine__needs_process(const engine_seq_t *s)
     return s->counts || s->gp.n_bias > 0 || engine__min_tokens_active(s);
 }
 
-/* Grows the processing buffers for rows rows of logits and ents entries. */
-static pd_status_t engine__proc_reserve(engine_t *e, int rows, int ents)
+/* Grows the processing buffers for rows rows of logits and ents entries: the host staging
+ * (penalties, entries) and, dev (engine__pick), the host rows and the backend copies. */
+static pd_status_t engine__proc_reserve(engine_t *e, int rows, int ents, bool dev)
 {
     const size_t vocab = (size_t)e->m->cfg.vocab_size;
     pd_backend_t *be = e->be;
@@ -550,12 +567,23 @@ static pd_status_t engine__proc_reserve(engine_t *e, int rows, int ents)
         for (size_t v = 0; v < vocab; v++)
             e->slot[v] = -1;
     }
-    if (rows > e->p_rows_cap) {
-        int cap = rows > 2 * e->p_rows_cap ? rows : 2 * e->p_rows_cap;
+    if (rows > e->p_pen_cap) {
+        int cap = rows > 2 * e->p_pen_cap ? rows : 2 * e->p_pen_cap;
         float *pen = realloc(e->p_pen, (size_t)cap * 3 * sizeof *pen);
         if (!pen)
             return PD_ERR_NOMEM;
         e->p_pen = pen;
+        e->p_pen_cap = cap;
+    }
+    if (dev && rows > e->p_rows_cap) {
+        int cap = rows > 2 * e->p_rows_cap ? rows : 2 * e->p_rows_cap;
+        if (cap > e->p_pen_cap) {
+            float *pen = realloc(e->p_pen, (size_t)cap * 3 * sizeof *pen);
+            if (!pen)
+                return PD_ERR_NOMEM;
+            e->p_pen = pen;
+            e->p_pen_cap = cap;
+        }
         float *pr = realloc(e->p_rows, (size_t)cap * vocab * sizeof *pr);
         if (!pr)
             return PD_ERR_NOMEM;
@@ -582,17 +610,21 @@ static pd_status_t engine__proc_reserve(engine_t *e, int rows, int ents)
         if (!bias)
             return PD_ERR_NOMEM;
         e->p_bias = bias;
+        e->p_ent_cap = cap;
+    }
+    if (dev && e->p_ent_cap > e->p_dent_cap) {
         if (e->d_ent)
             be->ops->free(be, e->d_ent);
         if (e->d_bias)
             be->ops->free(be, e->d_bias);
         e->d_ent = e->d_bias = NULL;
-        if ((st = be->ops->alloc(be, (size_t)cap * 4 * sizeof(int32_t), &e->d_ent)) != PD_OK ||
-            (st = be->ops->alloc(be, (size_t)cap * sizeof(float), &e->d_bias)) != PD_OK) {
+        if ((st = be->ops->alloc(be, (size_t)e->p_ent_cap * 4 * sizeof(int32_t), &e->d_ent)) !=
+                PD_OK ||
+            (st = be->ops->alloc(be, (size_t)e->p_ent_cap * sizeof(float), &e->d_bias)) != PD_OK) {
             engine__proc_free(e);
             return st;
         }
-        e->p_ent_cap = cap;
+        e->p_dent_cap = e->p_ent_cap;
     }
     return PD_OK;
 }
@@ -663,7 +695,7 @@ static pd_status_t engine__pick(engine_t *e, engine_seq_t *const *seqs, const fl
         ents += s->n_seen + s->gp.n_bias + s->gp.n_stop_ids + HF_MAX_EOS;
     }
     if (rows > 0) {
-        if ((st = engine__proc_reserve(e, rows, ents)) != PD_OK)
+        if ((st = engine__proc_reserve(e, rows, ents, true)) != PD_OK)
             return st;
         int r = 0;
         for (int i = 0; i < n; i++) {
@@ -691,6 +723,46 @@ static pd_status_t engine__pick(engine_t *e, engine_seq_t *const *seqs, const fl
         if (s->gp.logprobs)
             sampler_logprobs(raw[i], vocab, tok_out[i], s->gp.top_logprobs, &s->lp);
     }
+    return PD_OK;
+}
+
+/* The sampling plan of model_forward_sample for seqs[0..n) (logit row i: seqs[i]) in the step
+ * scratch: each row's parameters and its draw (sampler_draw: the generator advances as
+ * sampler_sample would), its logprobs request, and the logits-processing entries of the rows
+ * that need them (engine__row_entries). PD_OK or PD_ERR_NOMEM. */
+static pd_status_t engine__plan(engine_t *e, engine_seq_t *const *seqs, int n,
+                                model_sampling_t *smp)
+{
+    int ents = 0, n_ent = 0;
+    bool proc = false, lp = false;
+    pd_status_t st;
+
+    for (int i = 0; i < n; i++) {
+        const engine_seq_t *s = seqs[i];
+        lp |= s->gp.logprobs;
+        if (!engine__needs_process(s))
+            continue;
+        proc = true;
+        ents += s->n_seen + s->gp.n_bias + s->gp.n_stop_ids + HF_MAX_EOS;
+    }
+    if (proc && (st = engine__proc_reserve(e, n, ents, false)) != PD_OK)
+        return st;
+    for (int i = 0; i < n; i++) {
+        engine_seq_t *s = seqs[i];
+        e->b_temp[i] = s->sampler.p.temperature;
+        e->b_topk[i] = s->sampler.p.top_k;
+        e->b_topp[i] = s->sampler.p.top_p;
+        e->b_u[i] = sampler_draw(&s->sampler);
+        e->b_ntop[i] = s->gp.logprobs ? s->gp.top_logprobs : -1;
+        if (proc && engine__needs_process(s)) {
+            engine__row_entries(e, s, i, &n_ent);
+        } else if (proc) {
+            e->p_pen[3 * i] = e->p_pen[3 * i + 1] = 0.0f;
+            e->p_pen[3 * i + 2] = 1.0f;
+        }
+    }
+    *smp = (model_sampling_t){e->b_temp, e->b_topk, e->b_topp, e->b_u,  lp ? e->b_ntop : NULL,
+                              n_ent,     e->p_ent,  e->p_bias, e->p_pen};
     return PD_OK;
 }
 
@@ -864,9 +936,18 @@ static pd_status_t engine__scratch(engine_t *e, int n_tokens, int n_seqs)
     G(e->b_raw);
     G(e->b_ids);
     G(e->b_status);
+    G(e->b_pick);
+    G(e->b_temp);
+    G(e->b_topp);
+    G(e->b_u);
+    G(e->b_topk);
+    G(e->b_ntop);
+    G(e->b_out);
+    G(e->b_lp);
 #undef G
     if (!e->b_tokens || !e->b_qstart || !e->b_ctx || !e->b_rows || !e->b_ntok || !e->b_seqs ||
-        !e->b_kv || !e->b_raw || !e->b_ids || !e->b_status)
+        !e->b_kv || !e->b_raw || !e->b_ids || !e->b_status || !e->b_pick || !e->b_temp ||
+        !e->b_topp || !e->b_u || !e->b_topk || !e->b_ntop || !e->b_out || !e->b_lp)
         return PD_ERR_NOMEM;
     e->cap = cap;
     return PD_OK;
@@ -1033,41 +1114,52 @@ pd_status_t engine_step(engine_t *e)
             return PD_OK;
     }
     e->b_qstart[n_seqs] = n_tok;
-    /* logits for sequences whose last known token is in this step */
+    /* logits for sequences whose last known token is in this step; they are sampled on the
+     * backend inside the step (model_forward_sample) where it can, else here from the logits */
+    const bool dev = !e->tp && model_ctx_can_sample(e->ctx); /* TP: ranks, host sampling */
+    engine_seq_t **pick = e->b_pick;
     for (int i = 0; i < n_seqs; i++)
-        if (e->b_ctx[i] == e->b_seqs[i]->n_tokens)
+        if (e->b_ctx[i] == e->b_seqs[i]->n_tokens) {
+            pick[n_rows] = e->b_seqs[i];
             e->b_rows[n_rows++] = e->b_qstart[i + 1] - 1;
-    if ((st = engine__logits(e, n_rows)) != PD_OK)
-        return st;
+        }
+    model_sampling_t smp;
     model_batch_t b = {n_tok,    e->b_tokens, n_seqs, e->b_qstart,
                        e->b_ctx, e->b_kv,     n_rows, e->b_rows};
-    st = engine__forward(e, &b, e->logits);
+    if (dev) {
+        if ((st = engine__plan(e, pick, n_rows, &smp)) == PD_OK)
+            st = model_forward_sample(e->ctx, e->arena, &e->layout, &b, &smp, e->b_out, e->b_lp);
+    } else if ((st = engine__logits(e, n_rows)) == PD_OK) {
+        st = engine__forward(e, &b, e->logits);
+    }
     if (st != PD_OK) {
         for (int i = 0; i < n_seqs; i++)
             engine__finish(e, e->b_seqs[i], ENGINE_FINISH_ABORT, st);
         return st;
     }
-    /* sampling: the sequences with a logits row, in row order (b_ids: their tokens) */
-    int r = 0;
-    const float **raw = e->b_raw;
-    engine_seq_t **pick = e->b_seqs;
     for (int i = 0; i < n_seqs; i++) {
         s = e->b_seqs[i];
         s->n_computed = e->b_ctx[i];
         s->kv.n_tokens = s->n_computed;
-        if (s->n_computed != s->n_tokens)
-            continue;
-        raw[r] = e->logits + (size_t)r * vocab;
-        pick[r++] = s; /* r <= i: b_seqs[i] was read above */
     }
-    if ((st = engine__pick(e, pick, raw, r, e->b_tokens)) != PD_OK) {
+    const int r = n_rows;
+    if (dev) {
         for (int i = 0; i < r; i++)
-            engine__finish(e, pick[i], ENGINE_FINISH_ABORT, st);
-        return st;
+            if (pick[i]->gp.logprobs)
+                pick[i]->lp = e->b_lp[i];
+    } else {
+        const float **raw = e->b_raw;
+        for (int i = 0; i < r; i++)
+            raw[i] = e->logits + (size_t)i * vocab;
+        if ((st = engine__pick(e, pick, raw, r, e->b_out)) != PD_OK) {
+            for (int i = 0; i < r; i++)
+                engine__finish(e, pick[i], ENGINE_FINISH_ABORT, st);
+            return st;
+        }
     }
     for (int i = 0; i < r; i++) {
         s = pick[i];
-        int32_t tok = e->b_tokens[i];
+        int32_t tok = e->b_out[i];
         s->tokens[s->n_tokens++] = tok;
         s->n_generated++;
         engine__count(s, tok);
@@ -1210,8 +1302,11 @@ pd_status_t engine_prefill(engine_t *e, const int32_t *tokens, int n, const engi
     if ((st = kv_seq_reserve(e->pool, &kv, n)) != PD_OK)
         goto err;
     engine__stamp(e, kv.pages, kv.n_pages);
-    if ((st = engine__scratch(e, chunk, 1)) != PD_OK ||
-        (st = engine__logits(e, plp ? chunk : 1)) != PD_OK)
+    /* the first tokens are sampled on the backend (model_forward_sample: n_samples logit rows,
+     * all the prompt's last) unless every prompt row's logits come to the host anyway */
+    const bool dev = !plp && !e->tp && model_ctx_can_sample(e->ctx);
+    if ((st = engine__scratch(e, chunk > n_samples ? chunk : n_samples, 1)) != PD_OK ||
+        (!dev && (st = engine__logits(e, plp ? chunk : 1)) != PD_OK))
         goto err;
     for (int s0 = 0; s0 < n; s0 += chunk) {
         int len = n - s0 < chunk ? n - s0 : chunk;
@@ -1229,11 +1324,26 @@ pd_status_t engine_prefill(engine_t *e, const int32_t *tokens, int n, const engi
         const bool hook = e->layer_fn && !e->tp && full > done_pages && /* rank 0 only: TP 1 */
                           model_ctx_set_layer_hook(e->ctx, engine__layer_tramp, &lc);
         kv.n_tokens = ctx;
-        st = engine__forward(e, &b, e->logits);
+        if (dev && last) {
+            model_sampling_t smp;
+            for (int i = 0; i < n_samples; i++)
+                e->b_rows[i] = row;
+            b.n_logits = n_samples;
+            b.logit_rows = e->b_rows;
+            if ((st = engine__plan(e, probes, n_samples, &smp)) == PD_OK)
+                st = model_forward_sample(e->ctx, e->arena, &e->layout, &b, &smp, first_p,
+                                          e->b_lp);
+            for (int i = 0; st == PD_OK && i < n_samples; i++)
+                if (probes[i]->gp.logprobs)
+                    probes[i]->lp = e->b_lp[i];
+        } else {
+            st = engine__forward(e, &b, dev ? NULL : e->logits);
+        }
         if (hook)
             model_ctx_set_layer_hook(e->ctx, NULL, NULL);
-        if (st != PD_OK)
+        if (st != PD_OK) {
             goto err;
+        }
         for (int i = 0; plp && i < len; i++)
             if (s0 + i + 1 < n)
                 sampler_logprobs(e->logits + (size_t)i * vocab, vocab, tokens[s0 + i + 1],
@@ -1245,9 +1355,9 @@ pd_status_t engine_prefill(engine_t *e, const int32_t *tokens, int n, const engi
         }
         done_pages = full;
     }
-    for (int i = 0; i < n_samples; i++)
+    for (int i = 0; !dev && i < n_samples; i++)
         raw[i] = e->logits + (size_t)last_row * vocab;
-    if ((st = engine__pick(e, probes, raw, n_samples, first_p)) != PD_OK)
+    if (!dev && (st = engine__pick(e, probes, raw, n_samples, first_p)) != PD_OK)
         goto err;
     for (int i = 0; lp_out && gp->logprobs && i < n_samples; i++)
         lp_out[i] = probes[i]->lp;

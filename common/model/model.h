@@ -29,6 +29,7 @@
 #include "hf_config.h"
 #include "kv_pool.h"
 #include "quant.h"
+#include "sampler.h"
 #include "status.h"
 #include "tp_comm.h"
 
@@ -116,6 +117,9 @@ typedef struct {
 
 typedef struct model_ctx model_ctx_t;
 
+/* A forward context of m (scratch grows on use). Registers every MoE layer's experts with the
+ * backend where it can (ops->moe_prepare; a layer it declines keeps the host-grouped path).
+ * PD_ERR_NOMEM, or the backend's error from the registration (nothing left allocated). */
 pd_status_t model_ctx_create(const model_t *m, model_ctx_t **ctx_p);
 void model_ctx_destroy(model_ctx_t *ctx);
 
@@ -137,8 +141,9 @@ typedef enum {
 #define MODEL_GRAPH_MIN_PAGES 16
 
 /* Sets the mode; returns the mode in effect: ON and EAGER need a backend with graph capture
- * (ops->graph_begin) and a dense model (MoE routing is read back to the host inside the forward,
- * which a graph cannot hold), else OFF. The default of a new context is ON where possible. */
+ * (ops->graph_begin) and a dense model, or an MoE model whose experts the backend registered
+ * at model_ctx_create (ops->moe_prepare: routing grouped on the device, no host readback;
+ * Qwen3-MoE on CUDA), else OFF. The default of a new context is ON where possible. */
 model_graphs_t model_ctx_set_graphs(model_ctx_t *ctx, model_graphs_t mode);
 
 /* The mode in effect (a capture that fails turns the context's graphs OFF, with a log line). */
@@ -162,5 +167,38 @@ bool model_ctx_set_layer_hook(model_ctx_t *ctx, model_layer_fn fn, void *arg);
  * the group unusable. */
 pd_status_t model_forward(model_ctx_t *ctx, void *arena, const kv_layout_t *l,
                           const model_batch_t *b, float *logits_out);
+
+/* Sampling inside the step (model_forward_sample): per logit row i of the batch (host arrays).
+ * The draws come from the caller's samplers (sampler_draw), so a seed gives the same tokens
+ * whichever backend runs. */
+typedef struct {
+    const float *temperature; /* (n_logits) 0: greedy */
+    const int32_t *top_k;     /* (n_logits) 0: off */
+    const float *top_p;       /* (n_logits) 1: off */
+    const float *u;           /* (n_logits) draws in [0, 1) */
+    const int32_t *n_top;     /* (n_logits) logprobs: -1 none, else that many alternatives
+                                 (0..SAMPLER_MAX_TOP_LOGPROBS); NULL: no row wants them */
+    /* logits processing before the pick (backend op logits_process; entries' rows are logit
+     * rows); n_ent 0: none */
+    int n_ent;
+    const int32_t *ent; /* (n_ent, 4) row, token, output count, flags */
+    const float *bias;  /* (n_ent) */
+    const float *pen;   /* (n_logits, 3) presence, frequency, repetition */
+} model_sampling_t;
+
+/* Whether model_forward_sample can run on ctx's backend (ops sample, logprobs, logits_process). */
+bool model_ctx_can_sample(const model_ctx_t *ctx);
+
+/* As model_forward, but the logits stay in backend memory: the backend processes them
+ * (smp->ent), takes the logprobs of the raw rows that ask (smp->n_top), samples one token per
+ * logit row with smp's parameters and draws (ops->sample), and only the tokens (n_logits) int32
+ * (and lp_out (n_logits) for the rows with n_top >= 0; may be NULL when smp->n_top is) come back
+ * to the host. Decode-only batches on the graph path run all of it inside the captured step.
+ * Results: those of model_forward, then sampler_logits_process_ref, sampler_pick and
+ * sampler_logprobs on the host (the CPU backend bit for bit; CUDA within kernels/sample.h).
+ * Errors as model_forward, and PD_ERR_UNSUPPORTED when !model_ctx_can_sample. */
+pd_status_t model_forward_sample(model_ctx_t *ctx, void *arena, const kv_layout_t *l,
+                                 const model_batch_t *b, const model_sampling_t *smp,
+                                 int32_t *tokens_out, sampler_logprobs_t *lp_out);
 
 #endif

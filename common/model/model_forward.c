@@ -10,10 +10,13 @@
 #include "model_family.h"
 #include "tp_comm.h"
 
-/* one captured decode step */
+/* one captured decode step: the forward, and either the logits left for download (logits) or
+ * the sampling of model_forward_sample (sample: ents entries of logits processing, 0 none; lp:
+ * logprobs) */
 typedef struct {
     int batch, pages;
-    bool logits;
+    bool logits, sample, lp;
+    int ents;
     const void *arena; /* captured pointers: the arena and the context's buffers */
     void *graph;
 } model_graph_t;
@@ -35,9 +38,27 @@ struct model_ctx {
     int32_t *d_tokens, *d_pos, *d_slots, *d_qstart, *d_ctx, *d_bt;
     int32_t *h_pos, *h_slots, *h_bt;
     float *glogits; /* (tp_size, n_logits, vocab_local): gathered logits, TP > 1 only */
+    float *flogits; /* (n_logits, vocab): glogits in row order for device sampling, TP > 1 */
+    /* device sampling (model_forward_sample), sized for cap_logits rows: per-row parameters,
+     * the tokens, the logprobs (n, 1 + SAMPLER_MAX_TOP_LOGPROBS) ids / values; their host
+     * staging in one block (hs); processing entries (cap_ent) and the processed copy of the
+     * logits (plogits, cap_plogits rows) grow on demand */
+    float *d_temp, *d_topp, *d_u, *d_pen, *d_lpv;
+    int32_t *d_topk, *d_ntop, *d_stok, *d_lpi;
+    void *hs;
+    float *h_temp, *h_topp, *h_u, *h_pen, *h_lpv;
+    int32_t *h_topk, *h_ntop, *h_lpi;
+    int32_t *d_ent, *h_ent;
+    float *d_bias, *h_bias;
+    int cap_ent;
+    float *plogits;
+    int cap_plogits;
     model_family_scratch_t *fam; /* GLM-4.5 / DeepSeek-V3 only (model_family.h) */
     model_layer_fn layer_fn;     /* model_ctx_set_layer_hook */
     void *layer_arg;
+    /* every MoE layer's experts registered with the backend (ops->moe_prepare): its
+     * moe_experts needs no host, so MoE steps can be captured too */
+    bool moe_dev;
     /* graph path: mode, captured steps, host staging of the padded index arrays */
     model_graphs_t graphs;
     model_graph_t cache[MODEL_GRAPH_CACHE];
@@ -63,6 +84,11 @@ static void ctx__free_bufs(model_ctx_t *c)
                      (void **)&c->rlogits, (void **)&c->mw,   (void **)&c->mids,
                      (void **)&c->aq,    (void **)&c->as,
                      (void **)&c->lrows, (void **)&c->logits, (void **)&c->glogits,
+                     (void **)&c->flogits, (void **)&c->d_temp, (void **)&c->d_topp,
+                     (void **)&c->d_u,   (void **)&c->d_pen,  (void **)&c->d_lpv,
+                     (void **)&c->d_topk, (void **)&c->d_ntop, (void **)&c->d_stok,
+                     (void **)&c->d_lpi, (void **)&c->d_ent,  (void **)&c->d_bias,
+                     (void **)&c->plogits,
                      (void **)&c->d_tokens,
                      (void **)&c->d_pos, (void **)&c->d_slots, (void **)&c->d_qstart,
                      (void **)&c->d_ctx, (void **)&c->d_bt};
@@ -75,8 +101,14 @@ static void ctx__free_bufs(model_ctx_t *c)
     free(c->h_pos);
     free(c->h_slots);
     free(c->h_bt);
+    free(c->hs);
+    free(c->h_ent);
+    free(c->h_bias);
     c->h_pos = c->h_slots = c->h_bt = NULL;
-    c->cap_tokens = c->cap_seqs = c->cap_bt = c->cap_logits = 0;
+    c->hs = NULL;
+    c->h_ent = NULL;
+    c->h_bias = NULL;
+    c->cap_tokens = c->cap_seqs = c->cap_bt = c->cap_logits = c->cap_ent = c->cap_plogits = 0;
 }
 
 static pd_status_t ctx__alloc(model_ctx_t *c, void **p, size_t bytes)
@@ -122,8 +154,20 @@ static pd_status_t ctx__reserve(model_ctx_t *c, int n, int s, int bt, int nl)
     A(c->as, N * 4);
     A(c->lrows, (size_t)nl * d * 4);
     A(c->logits, (size_t)nl * (size_t)c->m->vocab_local * 4);
-    if (c->m->tp_size > 1)
+    if (c->m->tp_size > 1) {
         A(c->glogits, (size_t)nl * (size_t)cfg->vocab_size * 4);
+        A(c->flogits, (size_t)nl * (size_t)cfg->vocab_size * 4);
+    }
+    const size_t NL = (size_t)nl, LW = 1 + SAMPLER_MAX_TOP_LOGPROBS;
+    A(c->d_temp, NL * 4);
+    A(c->d_topp, NL * 4);
+    A(c->d_u, NL * 4);
+    A(c->d_pen, NL * 3 * 4);
+    A(c->d_lpv, NL * LW * 4);
+    A(c->d_topk, NL * 4);
+    A(c->d_ntop, NL * 4);
+    A(c->d_stok, NL * 4);
+    A(c->d_lpi, NL * LW * 4);
     A(c->d_tokens, N * 4);
     A(c->d_pos, N * 4);
     A(c->d_slots, N * 4);
@@ -134,7 +178,20 @@ static pd_status_t ctx__reserve(model_ctx_t *c, int n, int s, int bt, int nl)
     c->h_pos = malloc(N * 4);
     c->h_slots = malloc(N * 4);
     c->h_bt = malloc((size_t)bt * 4);
-    if (st == PD_OK && (!c->h_pos || !c->h_slots || !c->h_bt))
+    /* host staging of the sampling arrays: 8 + 2 * LW words per row */
+    c->hs = malloc(NL * (8 + 2 * LW) * 4);
+    if (c->hs) {
+        float *f = c->hs;
+        c->h_temp = f;
+        c->h_topp = f + NL;
+        c->h_u = f + 2 * NL;
+        c->h_pen = f + 3 * NL;                  /* (NL, 3) */
+        c->h_lpv = f + 6 * NL;                  /* (NL, LW) */
+        c->h_topk = (int32_t *)(f + 6 * NL + NL * LW);
+        c->h_ntop = c->h_topk + NL;
+        c->h_lpi = c->h_ntop + NL;              /* (NL, LW) */
+    }
+    if (st == PD_OK && (!c->h_pos || !c->h_slots || !c->h_bt || !c->hs))
         st = PD_ERR_NOMEM;
     if (st == PD_OK && c->m->family)
         st = model_family_reserve(&c->fam, c->m, n);
@@ -157,6 +214,26 @@ pd_status_t model_ctx_create(const model_t *m, model_ctx_t **ctx_p)
         return PD_ERR_NOMEM;
     c->m = m;
     c->be = m->be;
+    /* MoE layers (Qwen3-MoE; the GLM-4.5 / DeepSeek-V3 path keeps its host routing): the
+     * backend's grouped expert path, where it has one */
+    bool any_moe = false;
+    c->moe_dev = !m->family && m->be->ops->moe_prepare;
+    for (int i = 0; i < m->cfg.num_hidden_layers && c->moe_dev; i++) {
+        const model_layer_t *L = &m->layers[i];
+        if (!L->moe)
+            continue;
+        any_moe = true;
+        pd_status_t st = m->be->ops->moe_prepare(m->be, L->exp_gate_up, L->exp_down,
+                                                 m->cfg.num_experts);
+        if (st == PD_ERR_INVALID) {
+            pd_log_info("model: layer %d: experts stay on the host-grouped path", i);
+            c->moe_dev = false;
+        } else if (st != PD_OK) {
+            free(c);
+            return st;
+        }
+    }
+    c->moe_dev = c->moe_dev && any_moe;
     model_ctx_set_graphs(c, MODEL_GRAPHS_ON);
     *ctx_p = c;
     return PD_OK;
@@ -165,7 +242,7 @@ pd_status_t model_ctx_create(const model_t *m, model_ctx_t **ctx_p)
 model_graphs_t model_ctx_set_graphs(model_ctx_t *c, model_graphs_t mode)
 {
     bool can = c->be->ops->graph_begin != NULL;
-    for (int i = 0; i < c->m->cfg.num_hidden_layers && can; i++)
+    for (int i = 0; i < c->m->cfg.num_hidden_layers && can && !c->moe_dev; i++)
         can = !c->m->layers[i].moe;
     ctx__drop_graphs(c);
     c->graphs = can ? mode : MODEL_GRAPHS_OFF;
@@ -350,6 +427,194 @@ static pd_status_t ctx__enqueue(model_ctx_t *c, void *arena, const kv_layout_t *
     return PD_OK;
 }
 
+/* ==== sampling on the backend (model_forward_sample) ==== */
+
+bool model_ctx_can_sample(const model_ctx_t *c)
+{
+    const pd_backend_ops_t *o = c->be->ops;
+    return o->sample && o->logprobs && o->logits_process;
+}
+
+/* Grows the processing entries to ents and the processed copy of the logits to rows rows; a
+ * buffer that moves drops the captured graphs (they hold its address). PD_ERR_NOMEM. */
+static pd_status_t ctx__reserve_sample(model_ctx_t *c, int ents, int rows)
+{
+    pd_backend_t *be = c->be;
+    pd_status_t st = PD_OK;
+
+    if (ents > c->cap_ent) {
+        ctx__drop_graphs(c);
+        if (c->d_ent)
+            be->ops->free(be, c->d_ent);
+        if (c->d_bias)
+            be->ops->free(be, c->d_bias);
+        c->d_ent = NULL;
+        c->d_bias = NULL;
+        free(c->h_ent);
+        free(c->h_bias);
+        c->cap_ent = 0;
+        c->h_ent = malloc((size_t)ents * 16);
+        c->h_bias = malloc((size_t)ents * 4);
+        if (!c->h_ent || !c->h_bias)
+            st = PD_ERR_NOMEM;
+        if (st == PD_OK)
+            st = be->ops->alloc(be, (size_t)ents * 16, (void **)&c->d_ent);
+        if (st == PD_OK)
+            st = be->ops->alloc(be, (size_t)ents * 4, (void **)&c->d_bias);
+        if (st != PD_OK) {
+            pd_log_error("model: cannot allocate %d logits-processing entries", ents);
+            return st;
+        }
+        c->cap_ent = ents;
+    }
+    if (rows > c->cap_plogits) {
+        ctx__drop_graphs(c);
+        if (c->plogits)
+            be->ops->free(be, c->plogits);
+        c->plogits = NULL;
+        c->cap_plogits = 0;
+        if ((st = be->ops->alloc(be, (size_t)rows * (size_t)c->m->cfg.vocab_size * 4,
+                                 (void **)&c->plogits)) != PD_OK) {
+            pd_log_error("model: cannot allocate processed logits for %d rows", rows);
+            return st;
+        }
+        c->cap_plogits = rows;
+    }
+    return PD_OK;
+}
+
+/* The entry count a step with n_ent processing entries runs with: 0, or a power of two (at
+ * least 64) so that graphs are captured for few sizes; the padding entries have row -1. */
+static int ctx__ents(int n_ent)
+{
+    int e = 64;
+    if (n_ent <= 0)
+        return 0;
+    while (e < n_ent)
+        e *= 2;
+    return e;
+}
+
+/* Stages smp's rows (n, padded to B: greedy, no logprobs, no penalties) and its entries (padded
+ * to ents with row -1) and uploads them. Scratch holds B rows and ents entries. */
+static pd_status_t ctx__stage_sample(model_ctx_t *c, const model_sampling_t *smp, int n, int B,
+                                     int ents)
+{
+    pd_backend_t *be = c->be;
+    const pd_backend_ops_t *o = be->ops;
+    const size_t R = (size_t)B;
+    pd_status_t st;
+
+    for (int i = 0; i < B; i++) {
+        const bool real = i < n;
+        c->h_temp[i] = real ? smp->temperature[i] : 0.0f;
+        c->h_topk[i] = real ? smp->top_k[i] : 0;
+        c->h_topp[i] = real ? smp->top_p[i] : 1.0f;
+        c->h_u[i] = real ? smp->u[i] : 0.0f;
+        c->h_ntop[i] = real && smp->n_top ? smp->n_top[i] : -1;
+        for (int j = 0; j < 3; j++)
+            c->h_pen[3 * i + j] = real && smp->n_ent > 0 ? smp->pen[3 * i + j] : (j == 2);
+    }
+    if ((st = o->upload(be, c->d_temp, c->h_temp, R * 4)) != PD_OK ||
+        (st = o->upload(be, c->d_topk, c->h_topk, R * 4)) != PD_OK ||
+        (st = o->upload(be, c->d_topp, c->h_topp, R * 4)) != PD_OK ||
+        (st = o->upload(be, c->d_u, c->h_u, R * 4)) != PD_OK ||
+        (st = o->upload(be, c->d_ntop, c->h_ntop, R * 4)) != PD_OK)
+        return st;
+    if (ents == 0)
+        return PD_OK;
+    memcpy(c->h_ent, smp->ent, (size_t)smp->n_ent * 16);
+    memcpy(c->h_bias, smp->bias, (size_t)smp->n_ent * 4);
+    for (int j = smp->n_ent; j < ents; j++) {
+        c->h_ent[4 * j] = -1;
+        c->h_ent[4 * j + 1] = c->h_ent[4 * j + 2] = c->h_ent[4 * j + 3] = 0;
+        c->h_bias[j] = 0.0f;
+    }
+    if ((st = o->upload(be, c->d_pen, c->h_pen, R * 12)) != PD_OK ||
+        (st = o->upload(be, c->d_ent, c->h_ent, (size_t)ents * 16)) != PD_OK ||
+        (st = o->upload(be, c->d_bias, c->h_bias, (size_t)ents * 4)) != PD_OK)
+        return st;
+    return PD_OK;
+}
+
+/* Enqueues the sampling of the nl logit rows in c->logits (TP > 1: gathered into c->flogits
+ * first): the processing of ents entries (on the copy c->plogits when lp, so the logprobs read
+ * the raw rows), the pick into c->d_stok, and (lp) the logprobs into c->d_lpi / c->d_lpv.
+ * Returns PD_OK or the all-gather's error. */
+static pd_status_t ctx__enqueue_sample(model_ctx_t *c, int nl, int ents, bool lp)
+{
+    pd_backend_t *be = c->be;
+    const pd_backend_ops_t *o = be->ops;
+    const int V = c->m->cfg.vocab_size;
+    float *raw = c->logits, *x;
+    pd_status_t st;
+
+    if (c->m->tp_size > 1) { /* glogits (rank, row, vocab_local) -> flogits (row, vocab) */
+        const size_t vl = (size_t)c->m->vocab_local, n = (size_t)nl;
+        if ((st = tp_comm_all_gather(c->m->comm, c->glogits, c->logits, n * vl)) != PD_OK)
+            return st;
+        for (int r = 0; r < c->m->tp_size; r++)
+            for (size_t i = 0; i < n; i++)
+                o->copy(be, c->flogits + i * (size_t)V + (size_t)r * vl,
+                        c->glogits + ((size_t)r * n + i) * vl, vl * 4);
+        raw = c->flogits;
+    }
+    x = raw;
+    if (ents > 0) {
+        if (lp) {
+            o->copy(be, c->plogits, raw, (size_t)nl * (size_t)V * 4);
+            x = c->plogits;
+        }
+        o->logits_process(be, x, nl, V, c->d_ent, c->d_bias, ents, c->d_pen);
+    }
+    o->sample(be, c->d_stok, x, nl, V, c->d_temp, c->d_topk, c->d_topp, c->d_u);
+    if (lp)
+        o->logprobs(be, c->d_lpi, c->d_lpv, raw, c->d_stok, c->d_ntop, nl, V);
+    return PD_OK;
+}
+
+/* Downloads the tokens of n rows into tokens_out and (lp) the logprobs of the rows that asked
+ * into lp_out. */
+static pd_status_t ctx__fetch_sample(model_ctx_t *c, const model_sampling_t *smp, int n, bool lp,
+                                     int32_t *tokens_out, sampler_logprobs_t *lp_out)
+{
+    pd_backend_t *be = c->be;
+    const size_t LW = 1 + SAMPLER_MAX_TOP_LOGPROBS;
+    const int V = c->m->cfg.vocab_size;
+    pd_status_t st;
+
+    if ((st = be->ops->download(be, tokens_out, c->d_stok, (size_t)n * 4)) != PD_OK)
+        return st;
+    if (!lp)
+        return PD_OK;
+    if ((st = be->ops->download(be, c->h_lpi, c->d_lpi, (size_t)n * LW * 4)) != PD_OK ||
+        (st = be->ops->download(be, c->h_lpv, c->d_lpv, (size_t)n * LW * 4)) != PD_OK)
+        return st;
+    for (int i = 0; i < n; i++) {
+        int nt = smp->n_top[i];
+        if (nt < 0)
+            continue;
+        nt = nt > SAMPLER_MAX_TOP_LOGPROBS ? SAMPLER_MAX_TOP_LOGPROBS : nt;
+        nt = nt > V ? V : nt;
+        sampler_logprobs_t *d = &lp_out[i];
+        d->token = c->h_lpi[i * LW];
+        d->logprob = c->h_lpv[i * LW];
+        d->n_top = nt;
+        memcpy(d->top_ids, c->h_lpi + i * LW + 1, (size_t)nt * 4);
+        memcpy(d->top_logprobs, c->h_lpv + i * LW + 1, (size_t)nt * 4);
+    }
+    return PD_OK;
+}
+
+/* Whether any of the n rows of smp asks for logprobs. */
+static bool ctx__wants_lp(const model_sampling_t *smp, int n)
+{
+    for (int i = 0; smp && smp->n_top && i < n; i++)
+        if (smp->n_top[i] >= 0)
+            return true;
+    return false;
+}
+
 /* A decode-only batch the graph path takes: one row per sequence, no more than the largest
  * bucket, logits of no rows or of every row in order. */
 static bool ctx__graph_batch(const model_ctx_t *c, const model_batch_t *b)
@@ -379,16 +644,23 @@ static int ctx__pow2(int x, int lo)
 /* The graph path (see model.h): pads the batch to (bucket B, P pages), uploads the index arrays,
  * then replays the captured step, or runs it and captures it. */
 static pd_status_t ctx__forward_graph(model_ctx_t *c, void *arena, const kv_layout_t *l,
-                                      const model_batch_t *b, int max_pages, float *logits_out)
+                                      const model_batch_t *b, int max_pages, float *logits_out,
+                                      const model_sampling_t *smp, int32_t *tokens_out,
+                                      sampler_logprobs_t *lp_out)
 {
     pd_backend_t *be = c->be;
     const pd_backend_ops_t *o = be->ops;
     const int n = b->n_seqs, B = ctx__pow2(n, 1), P = ctx__pow2(max_pages, MODEL_GRAPH_MIN_PAGES);
-    const bool want = b->n_logits > 0;
+    const bool sample = smp && b->n_logits > 0, want = b->n_logits > 0 && !sample;
+    const bool lp = sample && ctx__wants_lp(smp, n);
+    const int ents = sample ? ctx__ents(smp->n_ent) : 0;
     pd_status_t st;
 
     if ((st = ctx__reserve(c, MODEL_GRAPH_MAX_BATCH, MODEL_GRAPH_MAX_BATCH,
-                           MODEL_GRAPH_MAX_BATCH * P, MODEL_GRAPH_MAX_BATCH)) != PD_OK)
+                           MODEL_GRAPH_MAX_BATCH * P, MODEL_GRAPH_MAX_BATCH)) != PD_OK ||
+        (sample && (st = ctx__reserve_sample(c, ents, ents && lp ? MODEL_GRAPH_MAX_BATCH : 0)) !=
+                       PD_OK) ||
+        (sample && (st = ctx__stage_sample(c, smp, n, B, ents)) != PD_OK))
         return st;
     for (int s = 0; s < B; s++) {
         c->g_qs[s] = s;
@@ -419,11 +691,12 @@ static pd_status_t ctx__forward_graph(model_ctx_t *c, void *arena, const kv_layo
     o->upload(be, c->d_ctx, c->g_ctx, (size_t)B * 4);
     o->upload(be, c->d_bt, c->h_bt, (size_t)B * P * 4);
     pd_attn_batch_t ab = {B, P, c->d_qstart, c->d_ctx, c->d_bt, B, P * l->page_tokens};
-    const int nl = want ? B : 0;
+    const int nl = want || sample ? B : 0;
 
     model_graph_t *g = NULL;
     for (int i = 0; i < c->n_graphs && !g; i++)
         if (c->cache[i].batch == B && c->cache[i].pages == P && c->cache[i].logits == want &&
+            c->cache[i].sample == sample && c->cache[i].lp == lp && c->cache[i].ents == ents &&
             c->cache[i].arena == arena)
             g = &c->cache[i];
     if (g && c->graphs == MODEL_GRAPHS_ON) {
@@ -437,16 +710,22 @@ static pd_status_t ctx__forward_graph(model_ctx_t *c, void *arena, const kv_layo
         }
     }
     if (!g) {
-        (void)ctx__enqueue(c, arena, l, B, &ab, nl, NULL); /* TP 1: no collectives */
+        /* TP 1: no collectives */
+        (void)ctx__enqueue(c, arena, l, B, &ab, nl, NULL);
+        if (sample)
+            (void)ctx__enqueue_sample(c, B, ents, lp);
         if (c->graphs == MODEL_GRAPHS_ON && c->n_graphs < MODEL_GRAPH_CACHE) {
             void *graph = NULL;
             /* the capture records the step without running it; the eager run above did it */
             if ((st = o->graph_begin(be)) == PD_OK) {
                 (void)ctx__enqueue(c, arena, l, B, &ab, nl, NULL);
+                if (sample)
+                    (void)ctx__enqueue_sample(c, B, ents, lp);
                 st = o->graph_end(be, &graph);
             }
             if (st == PD_OK) {
-                c->cache[c->n_graphs++] = (model_graph_t){B, P, want, arena, graph};
+                c->cache[c->n_graphs++] =
+                    (model_graph_t){B, P, want, sample, lp, ents, arena, graph};
             } else {
                 pd_log_error("model: decode step (batch %d, %d pages) cannot be captured: %s; "
                              "graphs off for this context",
@@ -459,11 +738,16 @@ static pd_status_t ctx__forward_graph(model_ctx_t *c, void *arena, const kv_layo
         (st = o->download(be, logits_out, c->logits,
                           (size_t)n * (size_t)c->m->cfg.vocab_size * 4)) != PD_OK)
         return st;
+    if (sample && (st = ctx__fetch_sample(c, smp, n, lp, tokens_out, lp_out)) != PD_OK)
+        return st;
     return o->sync(be);
 }
 
-pd_status_t model_forward(model_ctx_t *c, void *arena, const kv_layout_t *l,
-                          const model_batch_t *b, float *logits_out)
+/* model_forward (smp NULL: logits to logits_out) and model_forward_sample (tokens_out, lp_out) */
+static pd_status_t ctx__forward(model_ctx_t *c, void *arena, const kv_layout_t *l,
+                                const model_batch_t *b, float *logits_out,
+                                const model_sampling_t *smp, int32_t *tokens_out,
+                                sampler_logprobs_t *lp_out)
 {
     pd_backend_t *be = c->be;
     const pd_backend_ops_t *o = be->ops;
@@ -478,8 +762,12 @@ pd_status_t model_forward(model_ctx_t *c, void *arena, const kv_layout_t *l,
             max_pages = np;
     }
     if (ctx__graph_batch(c, b))
-        return ctx__forward_graph(c, arena, l, b, max_pages, logits_out);
-    if ((st = ctx__reserve(c, n, b->n_seqs, b->n_seqs * max_pages, b->n_logits)) != PD_OK)
+        return ctx__forward_graph(c, arena, l, b, max_pages, logits_out, smp, tokens_out, lp_out);
+    const bool sample = smp && b->n_logits > 0, lp = sample && ctx__wants_lp(smp, b->n_logits);
+    const int ents = sample ? ctx__ents(smp->n_ent) : 0;
+    if ((st = ctx__reserve(c, n, b->n_seqs, b->n_seqs * max_pages, b->n_logits)) != PD_OK ||
+        (sample && (st = ctx__reserve_sample(c, ents, ents && lp ? b->n_logits : 0)) != PD_OK) ||
+        (sample && (st = ctx__stage_sample(c, smp, b->n_logits, b->n_logits, ents)) != PD_OK))
         return st;
 
     /* positions, KV slots and block tables */
@@ -508,7 +796,29 @@ pd_status_t model_forward(model_ctx_t *c, void *arena, const kv_layout_t *l,
 
     if ((st = ctx__enqueue(c, arena, l, n, &ab, b->n_logits, b->logit_rows)) != PD_OK)
         return st;
-    if (b->n_logits > 0 && (st = fwd__logits(c, b->n_logits, logits_out)) != PD_OK)
+    if (sample) {
+        if ((st = ctx__enqueue_sample(c, b->n_logits, ents, lp)) != PD_OK ||
+            (st = ctx__fetch_sample(c, smp, b->n_logits, lp, tokens_out, lp_out)) != PD_OK)
+            return st;
+    } else if (b->n_logits > 0 && (st = fwd__logits(c, b->n_logits, logits_out)) != PD_OK) {
         return st;
+    }
     return o->sync(be);
+}
+
+pd_status_t model_forward(model_ctx_t *c, void *arena, const kv_layout_t *l,
+                          const model_batch_t *b, float *logits_out)
+{
+    return ctx__forward(c, arena, l, b, logits_out, NULL, NULL, NULL);
+}
+
+pd_status_t model_forward_sample(model_ctx_t *c, void *arena, const kv_layout_t *l,
+                                 const model_batch_t *b, const model_sampling_t *smp,
+                                 int32_t *tokens_out, sampler_logprobs_t *lp_out)
+{
+    if (!model_ctx_can_sample(c)) {
+        pd_log_error("model: backend %s cannot sample on the device", c->be->ops->name);
+        return PD_ERR_UNSUPPORTED;
+    }
+    return ctx__forward(c, arena, l, b, NULL, smp, tokens_out, lp_out);
 }

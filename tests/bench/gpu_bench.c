@@ -8,6 +8,8 @@
  *      download, eager (MODEL_GRAPHS_OFF) and replayed from CUDA graphs (MODEL_GRAPHS_ON); the
  *      graph logits are compared with the same padded plan run op by op (MODEL_GRAPHS_EAGER:
  *      must be bit-identical, else exit 1) and with the plain eager step (max |diff|);
+ *      and the whole step with sampling on the device inside the graph (model_forward_sample:
+ *      greedy, and temperature 0.8 + top-p 0.95), only the token ids downloaded;
  *   3. prefill of 8192 tokens (one sequence) for FP8 + BF16 KV and INT4 + BF16 KV; for FP8 also
  *      16 prompts of 512 tokens in one batch, the 8192 tokens as 16 chunks of 512 that attend
  *      to the earlier pages (the sum of the 16 steps), and one 32768-token prompt.
@@ -16,13 +18,14 @@
  * the end of 8192 tokens; and the BF16 GEMM in both modes (one bf16 GEMM, hi + lo split).
  * attn: decode attention alone (tensor-core kernel against the SIMT kernels, B 1..64, ctx 1k..32k).
  * attnprof: one launch each of fp8 / bf16 at B 64 ctx 1k and B 1 ctx 32k (for ncu).
+ * moe: the Qwen3-30B-A3B decode table (bench_moe; not part of all).
  * ctxscale: whole decode steps (graph, no logits) at batch 1 / 64 and context 1k / 8k / 32k.
  * family: GLM-4.5-Air and DeepSeek-V3 shapes with PD_BENCH_FAMILY_LAYERS layers (default 2: one
  * dense, one MoE; random weights, tests/support/model_random.h), decode B 1 / 64 at context 1024
  * (INT4 + FP8 KV; FP8 + BF16 KV, DeepSeek-V3 in its published FP8 128x128 block format) and a
  * prefill of PD_BENCH_FAMILY_PREFILL tokens (default 2048; 0: none), eager (MoE takes no graphs).
- * Usage: gpu_bench [ops] [decode] [prefill] [flash] [int4] [attn] [attnprof] [elementwise]
- * [wgemv] [family] [ctxscale] [all] (default all; wgemv, family, ctxscale: not part of all; flash: only
+ * Usage: gpu_bench [ops] [decode] [prefill] [flash] [int4] [attn] [attnprof] [elementwise] [moe]
+ * [wgemv] [family] [ctxscale] [all] (default all; wgemv, family, ctxscale, moe: not part of all; flash: only
  * the 8192 causal flash attention and the FP8 8192 x 14336 x 4096 GEMM, for ncu; int4: the INT4
  * paths table of ops alone). Needs a CUDA device (exits 77 without).
  */
@@ -800,8 +803,19 @@ static void llama8b(hf_config_t *c)
  * the context's graph mode `mode`. The cache and tokens depend only on B, ctx and q_len (the
  * generator is reseeded). Returns the median ms of model_forward over reps; keep (n_logits,
  * vocab), when not NULL, receives the logits of the last call. */
+static float run_forward_s(model_t *m, pd_kvfmt_t kvfmt, int B, int ctx, int q_len, int n_logits,
+                           int reps, model_graphs_t mode, float *keep, int sample);
+
 static float run_forward(model_t *m, pd_kvfmt_t kvfmt, int B, int ctx, int q_len, int n_logits,
                          int reps, model_graphs_t mode, float *keep)
+{
+    return run_forward_s(m, kvfmt, B, ctx, q_len, n_logits, reps, mode, keep, 0);
+}
+
+/* As run_forward; sample 1 (greedy) or 2 (temperature 0.8, top-p 0.95): model_forward_sample
+ * instead, the logit rows sampled on the device and only the token ids downloaded. */
+static float run_forward_s(model_t *m, pd_kvfmt_t kvfmt, int B, int ctx, int q_len, int n_logits,
+                           int reps, model_graphs_t mode, float *keep, int sample)
 {
     rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)(B * 131 + ctx * 7 + q_len);
     const hf_config_t *c = &m->cfg;
@@ -835,6 +849,16 @@ static float run_forward(model_t *m, pd_kvfmt_t kvfmt, int B, int ctx, int q_len
         lr[i] = (i + 1) * q_len - 1;
     float *logits = malloc((size_t)(n_logits > 0 ? n_logits : 1) * c->vocab_size * 4);
     model_batch_t b = {B * q_len, tokens, B, qs, cl, sp, n_logits, lr};
+    const int nl1 = n_logits > 0 ? n_logits : 1;
+    float *st = malloc((size_t)nl1 * 4), *sp_ = malloc((size_t)nl1 * 4), *su = malloc((size_t)nl1 * 4);
+    int32_t *sk = malloc((size_t)nl1 * 4), *sout = malloc((size_t)nl1 * 4);
+    for (int i = 0; i < n_logits; i++) {
+        st[i] = sample == 2 ? 0.8f : 0.0f;
+        sp_[i] = sample == 2 ? 0.95f : 1.0f;
+        sk[i] = 0;
+        su[i] = (float)(i + 1) / (float)(n_logits + 2);
+    }
+    model_sampling_t smp = {st, sk, sp_, su, NULL, 0, NULL, NULL, NULL};
     model_ctx_t *ctxp;
     ok(model_ctx_create(m, &ctxp), "ctx");
     if (model_ctx_set_graphs(ctxp, mode) != mode) {
@@ -844,7 +868,10 @@ static float run_forward(model_t *m, pd_kvfmt_t kvfmt, int B, int ctx, int q_len
     float ts[32];
     for (int i = 0; i < reps + 2; i++) {
         double t0 = pd_clock_s();
-        ok(model_forward(ctxp, arena, &l, &b, logits), "forward");
+        if (sample)
+            ok(model_forward_sample(ctxp, arena, &l, &b, &smp, sout, NULL), "forward_sample");
+        else
+            ok(model_forward(ctxp, arena, &l, &b, logits), "forward");
         if (i >= 2)
             ts[i - 2] = (float)((pd_clock_s() - t0) * 1e3);
     }
@@ -865,6 +892,11 @@ static float run_forward(model_t *m, pd_kvfmt_t kvfmt, int B, int ctx, int q_len
     free(cl);
     free(lr);
     free(logits);
+    free(st);
+    free(sp_);
+    free(su);
+    free(sk);
+    free(sout);
     be->ops->free(be, arena);
     return ts[reps / 2];
 }
@@ -884,9 +916,11 @@ static void bench_model(bool decode, bool prefill)
         printf("\n### decode step, Llama-3-8B shape, random weights, context 1024 (model_forward, "
                "wall clock, median of 10)\n\n");
         printf("| weights | kv | batch | eager ms (logits to host) | eager ms (no logits) | "
-               "graph ms (logits to host) | graph ms (no logits) | tok/s (graph, logits) | "
-               "graph vs padded eager | graph vs eager max abs diff |\n");
-        printf("|---|---|---|---|---|---|---|---|---|---|\n");
+               "graph ms (logits to host) | graph ms (no logits) | graph ms (whole step: device "
+               "greedy, ids to host) | graph ms (whole step: device T 0.8 top-p 0.95, ids to "
+               "host) | tok/s (graph, device sampling) | graph vs padded eager | graph vs eager "
+               "max abs diff |\n");
+        printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     }
     for (size_t i = 0; i < sizeof confs / sizeof confs[0]; i++) {
         if (!((decode && confs[i].dec) || (prefill && confs[i].pre)))
@@ -906,6 +940,10 @@ static void bench_model(bool decode, bool prefill)
             float z = run_forward(m, confs[i].kv, B, 1024, 1, 0, 10, MODEL_GRAPHS_OFF, NULL);
             float ga = run_forward(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_ON, lg);
             float gz = run_forward(m, confs[i].kv, B, 1024, 1, 0, 10, MODEL_GRAPHS_ON, NULL);
+            float gs1 =
+                run_forward_s(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_ON, NULL, 1);
+            float gs2 =
+                run_forward_s(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_ON, NULL, 2);
             run_forward(m, confs[i].kv, B, 1024, 1, B, 1, MODEL_GRAPHS_EAGER, lp);
             double dmax = 0.0;
             size_t nbad = 0;
@@ -914,9 +952,10 @@ static void bench_model(bool decode, bool prefill)
                 dmax = dd > dmax ? dd : dmax;
                 nbad += memcmp(&lg[j], &lp[j], 4) != 0;
             }
-            printf("| %s | %s | %d | %.2f | %.2f | %.2f | %.2f | %.0f | %s | %.3g |\n",
-                   pd_wfmt_name(confs[i].w), pd_kvfmt_name(confs[i].kv), B, a, z, ga, gz,
-                   B * 1000.0 / ga, nbad ? "DIFFERENT" : "bit-identical", dmax);
+            printf("| %s | %s | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f | %s | %.3g "
+                   "|\n",
+                   pd_wfmt_name(confs[i].w), pd_kvfmt_name(confs[i].kv), B, a, z, ga, gz, gs1,
+                   gs2, B * 1000.0 / gs2, nbad ? "DIFFERENT" : "bit-identical", dmax);
             fflush(stdout);
             if (nbad) {
                 fprintf(stderr, "graph replay differs from the padded eager step in %zu logits\n",
@@ -953,6 +992,94 @@ static void bench_model(bool decode, bool prefill)
                        32768 * 1000.0 / big);
                 fflush(stdout);
             }
+        }
+        model_destroy(m);
+    }
+}
+
+/* ==== MoE: Qwen3-30B-A3B shape ==== */
+
+static void qwen3_30b_a3b(hf_config_t *c, int layers)
+{
+    memset(c, 0, sizeof *c);
+    strcpy(c->architecture, "Qwen3MoeForCausalLM");
+    c->hidden_size = 2048;
+    c->intermediate_size = 6144;
+    c->moe_intermediate_size = 768;
+    c->num_experts = 128;
+    c->num_experts_per_tok = 8;
+    c->norm_topk_prob = true;
+    c->decoder_sparse_step = 1;
+    c->num_hidden_layers = layers;
+    c->num_attention_heads = 32;
+    c->num_key_value_heads = 4;
+    c->head_dim = 128;
+    c->vocab_size = 151936;
+    c->max_position_embeddings = 40960;
+    c->rms_norm_eps = 1e-6;
+    c->rope_theta = 1000000.0;
+    c->bos_token_id = 151643;
+}
+
+/* `gpu_bench moe`: decode steps of the Qwen3-30B-A3B shape (128 experts, top 8, expert FFN 768,
+ * hidden 2048, 32 / 4 heads; PD_BENCH_MOE_LAYERS of its 48 layers, default 16: the step time
+ * scales with layers, the LM head does not), random weights, context 1024, batch 1 and 64: the
+ * experts grouped on the host (moe_grouped=off, eager: the path before), grouped on the device
+ * (eager and graph), and the whole step with device sampling and ids-only download. The graph
+ * logits must equal the padded eager plan's bit for bit (else exit 1).
+ * tests/bench/torch_moe_baseline.py times the same step in PyTorch. */
+static void bench_moe(void)
+{
+    const char *env = getenv("PD_BENCH_MOE_LAYERS");
+    const int layers = env && atoi(env) > 0 ? atoi(env) : 16;
+    hf_config_t cfg;
+    qwen3_30b_a3b(&cfg, layers);
+    const struct {
+        pd_wfmt_t w;
+        pd_kvfmt_t kv;
+    } confs[] = {{PD_WFMT_INT4, PD_KV_FP8}, {PD_WFMT_FP8, PD_KV_BF16}};
+    printf("\n### decode step, Qwen3-30B-A3B shape (%d of 48 layers), random weights, context 1024 "
+           "(wall clock, median of 10)\n\n",
+           layers);
+    printf("| weights | kv | batch | eager ms, experts grouped on the host (logits to host) | "
+           "eager ms, grouped on the device (logits to host) | graph ms (logits to host) | graph "
+           "ms (whole step: device T 0.8 top-p 0.95, ids to host) | tok/s (graph, device "
+           "sampling) | graph vs padded eager |\n");
+    printf("|---|---|---|---|---|---|---|---|---|\n");
+    for (size_t i = 0; i < sizeof confs / sizeof confs[0]; i++) {
+        model_t *m;
+        double t0 = pd_clock_s();
+        ok(model_create_random(&cfg, confs[i].w, PD_WFMT_BF16, be, 43, &m), "moe model");
+        fprintf(stderr, "moe model %s: %.1f s to build, %.2f GB\n", pd_wfmt_name(confs[i].w),
+                pd_clock_s() - t0, m->weight_bytes / 1e9);
+        static const int batches[] = {1, 64};
+        for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
+            const int B = batches[bi];
+            const size_t nv = (size_t)B * cfg.vocab_size;
+            float *lp = malloc(nv * 4), *lg = malloc(nv * 4);
+            ok(be->ops->set_option(be, "moe_grouped", "off"), "moe_grouped=off");
+            float host = run_forward(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_OFF, NULL);
+            ok(be->ops->set_option(be, "moe_grouped", "on"), "moe_grouped=on");
+            float dev = run_forward(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_OFF, NULL);
+            float ga = run_forward(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_ON, lg);
+            float gs =
+                run_forward_s(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_ON, NULL, 2);
+            run_forward(m, confs[i].kv, B, 1024, 1, B, 1, MODEL_GRAPHS_EAGER, lp);
+            size_t nbad = 0;
+            for (size_t j = 0; j < nv; j++)
+                nbad += memcmp(&lg[j], &lp[j], 4) != 0;
+            printf("| %s | %s | %d | %.2f | %.2f | %.2f | %.2f | %.0f | %s |\n",
+                   pd_wfmt_name(confs[i].w), pd_kvfmt_name(confs[i].kv), B, host, dev, ga, gs,
+                   B * 1000.0 / gs, nbad ? "DIFFERENT" : "bit-identical");
+            fflush(stdout);
+            if (nbad) {
+                fprintf(stderr, "moe graph replay differs from the padded eager step in %zu "
+                                "logits\n",
+                        nbad);
+                graph_fail = 1;
+            }
+            free(lp);
+            free(lg);
         }
         model_destroy(m);
     }
@@ -1090,7 +1217,7 @@ int main(int argc, char **argv)
 {
     bool ops = argc < 2, decode = argc < 2, prefill = argc < 2, flash = false, int4 = false,
          fused = false, sweep = false;
-    bool attn = false, attnprof = false, ctxscale = false, family = false;
+    bool attn = false, attnprof = false, ctxscale = false, family = false, moe = false;
     for (int i = 1; i < argc; i++) {
         family |= !strcmp(argv[i], "family"); /* GLM-4.5-Air / DeepSeek-V3 (not part of all) */
         bool all = !strcmp(argv[i], "all");
@@ -1101,6 +1228,7 @@ int main(int argc, char **argv)
         attn |= !strcmp(argv[i], "attn"); /* the decode attention table alone */
         attnprof |= !strcmp(argv[i], "attnprof"); /* 4 single launches, for ncu */
         ctxscale |= !strcmp(argv[i], "ctxscale"); /* decode steps at 1k / 8k / 32k context */
+        moe |= !strcmp(argv[i], "moe"); /* the Qwen3-30B-A3B decode table (not part of all) */
         ops |= all || !strcmp(argv[i], "ops");
         decode |= all || !strcmp(argv[i], "decode");
         prefill |= all || !strcmp(argv[i], "prefill");
@@ -1157,6 +1285,8 @@ int main(int argc, char **argv)
         const char *fl = getenv("PD_BENCH_FAMILY_LAYERS"), *fp = getenv("PD_BENCH_FAMILY_PREFILL");
         bench_family(fl ? atoi(fl) : 2, fp ? atoi(fp) : 2048);
     }
+    if (moe)
+        bench_moe();
     backend_destroy(be_split);
     backend_destroy(be);
     return graph_fail;

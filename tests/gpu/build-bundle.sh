@@ -28,7 +28,8 @@ cp "$root"/tests/gpu/run-on-gpu.sh "$root"/tests/gpu/run-family.sh \
     "$root"/tests/gpu/check_reference.py "$root"/tests/gpu/bf16_kv_transformers.py \
     "$root"/tests/gpu/check_tiktoken.py \
     "$root"/tests/gpu/check_cluster.py "$root"/tests/bench/torch_prefill_baseline.py \
-    "$root"/tests/bench/torch_attn_baseline.py "$root"/tests/bench/seed_bench.py \
+    "$root"/tests/bench/torch_attn_baseline.py "$root"/tests/bench/torch_moe_baseline.py \
+    "$root"/tests/bench/seed_bench.py \
     "$root"/tests/bench/seed_bench.sh "$root"/tests/bench/loadgen.py \
     "$root"/tests/integration/cluster.py "$D/"
 cp "$root/../shared/bench/torch_decode_baseline.py" "$D/"

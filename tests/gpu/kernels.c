@@ -11,6 +11,9 @@
  * where the two must agree exactly; flash attention (bf16 tensor cores) is checked per element
  * against each (row, head) vector's size (err_f32_vec) and in l2. BF16 GEMMs run on the default
  * backend (one bf16 GEMM) and on a second one with PD_CUDA_BF16_GEMM=split (hi + lo, near f32).
+ * Whole-pipeline cases: model_forward_sample with graphs on tiny-llama (PD_MODELS_DIR, else
+ * deploy/models) against the host sampler on the same step's logits; the grouped MoE path
+ * (moe_prepare) per element and replayed from a CUDA graph.
  */
 #include <math.h>
 #include <stdio.h>
@@ -29,7 +32,9 @@
 #include "log.h"
 #include "matmul.h"
 #include "model.h"
+#include "moe.h"
 #include "quant.h"
+#include "sampler.h"
 
 static pd_backend_t *cpu, *gpu;
 static pd_backend_t *gpu_split; /* a second CUDA backend with PD_CUDA_BF16_GEMM=split */
@@ -1142,6 +1147,158 @@ static void case_moe_route(int n, int E, int k, bool norm)
     free(lg);
 }
 
+/* moe_group against the host grouping (slots in order within an expert, as cuda__moe groups
+ * them): offsets, perm, inv and the experts in use must agree exactly (count of differing
+ * entries); ids skewed so that some experts get many slots and others none. */
+static void case_moe_group(int m, int E)
+{
+    char shape[96];
+    int32_t *ids = xmalloc((size_t)m * 4), *off = xmalloc(((size_t)E + 1) * 4),
+            *act = xmalloc(((size_t)E + 1) * 4), *perm = xmalloc((size_t)m * 4),
+            *inv = xmalloc((size_t)m * 4), *g = xmalloc(((size_t)2 * E + 2 + 2 * m) * 4);
+    for (int i = 0; i < m; i++) /* half the slots on the first eighth of the experts */
+        ids[i] = (int32_t)(rng_next() % (uint64_t)(i % 2 ? E : (E + 7) / 8));
+    int o = 0, a = 0;
+    for (int e = 0; e < E; e++) {
+        off[e] = o;
+        int c0 = o;
+        for (int i = 0; i < m; i++)
+            if (ids[i] == e) {
+                perm[o] = i;
+                inv[i] = o++;
+            }
+        if (o > c0)
+            act[a++] = e;
+    }
+    off[E] = o;
+    act[E] = a;
+    int32_t *d;
+    pair_ok(cudaMalloc((void **)&d, ((size_t)2 * E + 2 + 3 * m) * 4) == cudaSuccess ? PD_OK
+                                                                                    : PD_ERR_CUDA);
+    int32_t *d_off = d, *d_act = d + E + 1, *d_perm = d + 2 * E + 2, *d_inv = d_perm + m,
+            *d_ids = d_inv + m;
+    cudaMemset(d, 0xff, ((size_t)2 * E + 2 + 2 * m) * 4);
+    cudaMemcpy(d_ids, ids, (size_t)m * 4, cudaMemcpyHostToDevice);
+    pair_ok(moe_group(d_off, d_perm, d_inv, d_act, d_ids, m, E, 0));
+    pair_ok(cudaMemcpy(g, d, ((size_t)2 * E + 2 + 2 * m) * 4, cudaMemcpyDeviceToHost) == cudaSuccess
+                ? PD_OK
+                : PD_ERR_CUDA);
+    size_t bad = 0;
+    for (int e = 0; e <= E; e++)
+        bad += g[e] != off[e];
+    bad += g[E + 1 + E] != act[E];
+    for (int i = 0; i < a; i++)
+        bad += g[E + 1 + i] != act[i];
+    for (int i = 0; i < m; i++)
+        bad += (g[2 * E + 2 + i] != perm[i]) + (g[2 * E + 2 + m + i] != inv[i]);
+    snprintf(shape, sizeof shape, "m %d experts %d (%d in use; entries differing)", m, E, a);
+    report("moe_group", shape, (double)bad, 0.0);
+    cudaFree(d);
+    free(ids);
+    free(off);
+    free(act);
+    free(perm);
+    free(inv);
+    free(g);
+}
+
+/* max over elements of |gpu - cpu| / rms(cpu row), rows of d: a per-element check scaled by
+ * the size of the row it sits in (the MoE output has no single K to scale by) */
+static double err_row_rms(const pair_t *p, int n, int d)
+{
+    float *c, *g;
+    double worst = 0.0;
+    pair_get(p, (void **)&c, (void **)&g);
+    for (int i = 0; i < n && worst < INFINITY; i++) {
+        double ss = 0.0;
+        for (int j = 0; j < d; j++)
+            ss += (double)c[(size_t)i * d + j] * c[(size_t)i * d + j];
+        const double rms = sqrt(ss / d) + 1e-30;
+        for (int j = 0; j < d; j++) {
+            const double a = c[(size_t)i * d + j], b = g[(size_t)i * d + j];
+            if (isnan(a) || isnan(b)) {
+                worst = INFINITY;
+                break;
+            }
+            worst = fmax(worst, fabs(a - b) / rms);
+        }
+    }
+    free(c);
+    free(g);
+    return worst;
+}
+
+/* The grouped device path of moe_experts (experts registered with moe_prepare: moe_group +
+ * moe_gmm, f32 arithmetic on f32 activations) against the CPU backend, per element (row rms);
+ * then the same call captured in a CUDA graph and replayed over poisoned output: bit-identical
+ * to the eager call (differing floats). BF16 / INT4: f32 both sides, only the summation order
+ * differs (1e-4); FP8: an activation's fp8 rounding may flip between the two (2^-4 of one
+ * input of the second matmul), 3e-2. */
+static void case_moe_grouped(pd_wfmt_t fmt, int n, int E, int k, int d, int f, const char *what)
+{
+    char shape[96];
+    pd_weight_t *guc = xmalloc(sizeof(pd_weight_t) * E), *gug = xmalloc(sizeof(pd_weight_t) * E);
+    pd_weight_t *dc = xmalloc(sizeof(pd_weight_t) * E), *dg = xmalloc(sizeof(pd_weight_t) * E);
+    for (int e = 0; e < E; e++) {
+        weight_new(fmt, 2 * f, d, &guc[e], &gug[e]);
+        weight_new(fmt, d, f, &dc[e], &dg[e]);
+    }
+    pair_ok(gpu->ops->moe_prepare(gpu, gug, dg, E));
+    float *x = xmalloc((size_t)n * d * 4), *lg = xmalloc((size_t)n * E * 4);
+    int32_t *ids = xmalloc((size_t)n * k * 4);
+    float *w = xmalloc((size_t)n * k * 4);
+    fill_f32(x, (size_t)n * d, 2.0f);
+    fill_f32(lg, (size_t)n * E, 4.0f);
+    cpu->ops->moe_route(cpu, ids, w, lg, n, E, k, true);
+    pair_t px = pair_new((size_t)n * d * 4, x), pi = pair_new((size_t)n * k * 4, ids);
+    pair_t pw = pair_new((size_t)n * k * 4, w), out = pair_new((size_t)n * d * 4, NULL);
+    cpu->ops->moe_experts(cpu, out.c, px.c, pi.c, pw.c, guc, dc, n, k, d, f);
+    gpu->ops->moe_experts(gpu, out.g, px.g, pi.g, pw.g, gug, dg, n, k, d, f);
+    snprintf(shape, sizeof shape, "%s %s n %d E %d k %d d %d f %d (row rms)", what,
+             pd_wfmt_name(fmt), n, E, k, d, f);
+    report("moe_grouped", shape, err_row_rms(&out, n, d), fmt == PD_WFMT_FP8 ? 3e-2 : 1e-4);
+    /* graph: capture, poison, replay; compare with the eager result */
+    float *eager = xmalloc((size_t)n * d * 4), *replay = xmalloc((size_t)n * d * 4);
+    pair_ok(gpu->ops->download(gpu, eager, out.g, (size_t)n * d * 4));
+    void *graph = NULL;
+    pair_ok(gpu->ops->graph_begin(gpu));
+    gpu->ops->moe_experts(gpu, out.g, px.g, pi.g, pw.g, gug, dg, n, k, d, f);
+    pd_status_t st = gpu->ops->graph_end(gpu, &graph);
+    size_t bad = (size_t)n * d;
+    if (st == PD_OK) {
+        pair_ok(gpu->ops->memset(gpu, out.g, 0xff, (size_t)n * d * 4));
+        pair_ok(gpu->ops->graph_launch(gpu, graph));
+        pair_ok(gpu->ops->download(gpu, replay, out.g, (size_t)n * d * 4));
+        bad = 0;
+        for (size_t i = 0; i < (size_t)n * d; i++)
+            bad += memcmp(&eager[i], &replay[i], 4) != 0;
+        gpu->ops->graph_free(gpu, graph);
+    }
+    snprintf(shape, sizeof shape, "%s %s n %d graph replay (floats differing)", what,
+             pd_wfmt_name(fmt), n);
+    report("moe_grouped", shape, (double)bad, 0.0);
+    free(eager);
+    free(replay);
+    for (int e = 0; e < E; e++) {
+        backend_weight_free(cpu, &guc[e]);
+        backend_weight_free(gpu, &gug[e]);
+        backend_weight_free(cpu, &dc[e]);
+        backend_weight_free(gpu, &dg[e]);
+    }
+    pair_free(&px);
+    pair_free(&pi);
+    pair_free(&pw);
+    pair_free(&out);
+    free(guc);
+    free(gug);
+    free(dc);
+    free(dg);
+    free(x);
+    free(lg);
+    free(ids);
+    free(w);
+}
+
 static void case_moe_experts(pd_wfmt_t fmt, int n, int E, int k, int d, int f)
 {
     char shape[96];
@@ -1449,6 +1606,202 @@ static void case_logits_process(int n, int vocab, int per_row)
     free(pen);
     free(ent);
     free(used);
+}
+
+/* logprobs: random logits (some rows with ties at the top), random chosen tokens, n_top per
+ * row from {-1 (row skipped), 0, 1, 5, 20, 25 (clamped to 20)}. Per element: ids and the
+ * skipped rows' poison must agree exactly (a differing id counts as an infinite error); values
+ * |gpu - cpu| / (1 + |cpu|) (the normalizer is summed in double in another order). */
+static void case_logprobs(int n, int vocab, float scale)
+{
+    char shape[96];
+    const int W = 1 + SAMPLER_MAX_TOP_LOGPROBS;
+    static const int tops[] = {-1, 0, 1, 5, 20, 25};
+    float *x = xmalloc((size_t)n * vocab * 4);
+    int32_t *tok = xmalloc((size_t)n * 4), *nt = xmalloc((size_t)n * 4);
+    fill_f32(x, (size_t)n * vocab, scale);
+    for (int i = 0; i < n; i++) {
+        float *r = x + (size_t)i * vocab;
+        tok[i] = (int32_t)(rng_next() % (uint64_t)vocab);
+        nt[i] = tops[i % 6];
+        if (i % 3 == 1) { /* ties: three entries equal to the row maximum, one equal to another */
+            float mx = r[0];
+            for (int j = 1; j < vocab; j++)
+                mx = fmaxf(mx, r[j]);
+            r[(i * 131) % vocab] = mx;
+            r[(i * 131 + 7) % vocab] = mx;
+            r[(i * 131 + 3) % vocab] = mx;
+            r[(i * 17 + 1) % vocab] = r[(i * 17 + 2) % vocab];
+        }
+    }
+    pair_t px = pair_new((size_t)n * vocab * 4, x), pt = pair_new((size_t)n * 4, tok),
+           pn = pair_new((size_t)n * 4, nt), pi = pair_new((size_t)n * W * 4, NULL),
+           pv = pair_new((size_t)n * W * 4, NULL);
+    cpu->ops->logprobs(cpu, pi.c, pv.c, px.c, pt.c, pn.c, n, vocab);
+    gpu->ops->logprobs(gpu, pi.g, pv.g, px.g, pt.g, pn.g, n, vocab);
+    int32_t *ic, *ig;
+    float *vc, *vg;
+    pair_get(&pi, (void **)&ic, (void **)&ig);
+    pair_get(&pv, (void **)&vc, (void **)&vg);
+    double err = 0.0;
+    for (size_t i = 0; i < (size_t)n * W; i++) {
+        if (ic[i] != ig[i] || (isnan(vc[i]) != isnan(vg[i])) ||
+            (isnan(vc[i]) && memcmp(&vc[i], &vg[i], 4) != 0)) {
+            err = INFINITY;
+            break;
+        }
+        if (!isnan(vc[i]))
+            err = fmax(err, fabs((double)vg[i] - vc[i]) / (1.0 + fabs((double)vc[i])));
+    }
+    free(ic);
+    free(ig);
+    free(vc);
+    free(vg);
+    snprintf(shape, sizeof shape, "n %d V %d scale %g (ids exact)", n, vocab, scale);
+    report("logprobs", shape, err, 1e-6);
+    pair_free(&px);
+    pair_free(&pt);
+    pair_free(&pn);
+    pair_free(&pi);
+    pair_free(&pv);
+    free(x);
+    free(tok);
+    free(nt);
+}
+
+/* model_forward_sample on the GPU (tiny-llama from PD_MODELS_DIR, else deploy/models; BF16 weights,
+ * BF16 KV), decode steps of n sequences with graphs on (the sampling captured in the step, padded
+ * to the batch bucket, entries padded to their bucket), against model_forward's logits of the same
+ * step (same graph mode: bit-identical forward) through the host reference
+ * (sampler_logits_process_ref, sampler_pick, sampler_logprobs). err = fraction of rows whose token
+ * differs (greedy rows must all agree; a sampled row may flip at a bucket edge, kernels/sample.h)
+ * or INFINITY for a logprobs id that differs or a value off by more than 1e-6 * (1 + |ref|). */
+static void case_forward_sample(int n, int steps)
+{
+    char shape[96], dir[2048];
+    const char *models = getenv("PD_MODELS_DIR"); /* meson sets it; run-on-gpu.sh runs from the
+                                                     repository root: deploy/models */
+    model_t *m = NULL;
+    model_ctx_t *ctx = NULL;
+    snprintf(dir, sizeof dir, "%s/tiny-llama", models ? models : "deploy/models");
+    model_load_params_t mp = {dir, PD_WFMT_BF16, PD_WFMT_BF16, gpu, false, NULL};
+    pair_ok(model_load(&mp, &m));
+    pair_ok(model_ctx_create(m, &ctx));
+    const bool graphs = model_ctx_graphs(ctx) == MODEL_GRAPHS_ON;
+    const int vocab = m->cfg.vocab_size, per_seq = 4, ctx0 = 20;
+    kv_layout_t l;
+    kv_layout_init(&l, m->cfg.num_hidden_layers, m->cfg.num_key_value_heads, m->cfg.head_dim, 16,
+                   PD_KV_BF16);
+    void *arena;
+    pair_ok(gpu->ops->alloc(gpu, (size_t)n * per_seq * l.page_bytes, &arena));
+    pair_ok(gpu->ops->memset(gpu, arena, 0, (size_t)n * per_seq * l.page_bytes));
+    kv_seq_t *seqs = calloc((size_t)n, sizeof *seqs);
+    const kv_seq_t **sp = calloc((size_t)n, sizeof *sp);
+    int32_t *toks = xmalloc((size_t)n * 4), *qs = xmalloc(((size_t)n + 1) * 4),
+            *cl = xmalloc((size_t)n * 4), *rows = xmalloc((size_t)n * 4),
+            *tk = xmalloc((size_t)n * 4), *ntop = xmalloc((size_t)n * 4),
+            *out = xmalloc((size_t)n * 4), *ent = xmalloc((size_t)n * 8 * 16),
+            *idx = xmalloc((size_t)vocab * 4);
+    float *tmp = xmalloc((size_t)n * 4), *tp = xmalloc((size_t)n * 4), *u = xmalloc((size_t)n * 4),
+          *pen = xmalloc((size_t)n * 12), *bias = xmalloc((size_t)n * 8 * 4),
+          *lg = xmalloc((size_t)n * vocab * 4), *pl = xmalloc((size_t)n * vocab * 4),
+          *probs = xmalloc((size_t)vocab * 4);
+    sampler_logprobs_t *lp = xmalloc((size_t)n * sizeof *lp), ref;
+    for (int s = 0; s < n; s++) {
+        kv_seq_init(&seqs[s]);
+        for (int p = 0; p < per_seq; p++)
+            kv_seq_push_page(&seqs[s], (kv_page_ref_t){s * per_seq + p, 0, 0});
+        sp[s] = &seqs[s];
+        toks[s] = (int32_t)(1 + rng_next() % (uint64_t)(vocab - 1));
+        cl[s] = ctx0 - (s % 5); /* the earlier positions hold zeros: fine for a comparison */
+    }
+    int bad = 0, greedy_bad = 0, rows_total = 0;
+    double lp_err = 0.0;
+    for (int step = 0; step < steps; step++) {
+        int n_ent = 0;
+        for (int s = 0; s < n; s++) {
+            const int kind = (s + step) % 4;
+            qs[s] = s;
+            rows[s] = s;
+            cl[s]++;
+            tmp[s] = kind == 0 ? 0.0f : 0.6f + 0.5f * (rng_float() + 1.0f);
+            tk[s] = kind == 2 ? 40 : 0;
+            tp[s] = kind == 3 ? 0.85f : 1.0f;
+            u[s] = kind == 0 ? 0.0f : 0.5f * (rng_float() + 1.0f) * 0.999f;
+            ntop[s] = (s + step) % 3 == 0 ? -1 : (s + step) % 7;
+            pen[3 * s] = s % 2 ? 0.4f : 0.0f;
+            pen[3 * s + 1] = s % 2 ? 0.3f : 0.0f;
+            pen[3 * s + 2] = s % 2 ? 1.2f : 1.0f;
+            for (int j = 0; s % 2 && j < 8; j++, n_ent++) {
+                ent[4 * n_ent] = s;
+                ent[4 * n_ent + 1] = (int32_t)((s * 53 + step * 11 + j * 131) % vocab);
+                ent[4 * n_ent + 2] = j % 3;
+                ent[4 * n_ent + 3] =
+                    (j % 4 == 0 ? SAMPLER_ENT_IN_PROMPT : 0) | (j == 7 ? SAMPLER_ENT_MASKED : 0);
+                bias[n_ent] = j == 1 ? 3.0f : rng_float();
+            }
+        }
+        qs[n] = n;
+        model_batch_t b = {n, toks, n, qs, cl, sp, n, rows};
+        pair_ok(model_forward(ctx, arena, &l, &b, lg));
+        memcpy(pl, lg, (size_t)n * vocab * 4);
+        sampler_logits_process_ref(pl, n, vocab, ent, bias, n_ent, pen);
+        model_sampling_t smp = {tmp, tk, tp, u, ntop, n_ent, ent, bias, pen};
+        pair_ok(model_forward_sample(ctx, arena, &l, &b, &smp, out, lp));
+        for (int s = 0; s < n; s++) {
+            sampler_params_t spp = {tmp[s], tk[s], tp[s], 0};
+            const int32_t want =
+                sampler_pick(&spp, pl + (size_t)s * vocab, vocab, u[s], idx, probs);
+            rows_total++;
+            bad += out[s] != want;
+            greedy_bad += tmp[s] == 0.0f && out[s] != want;
+            if (ntop[s] >= 0) {
+                sampler_logprobs(lg + (size_t)s * vocab, vocab, out[s], ntop[s], &ref);
+                if (lp[s].token != ref.token || lp[s].n_top != ref.n_top ||
+                    memcmp(lp[s].top_ids, ref.top_ids, (size_t)ref.n_top * 4) != 0)
+                    lp_err = INFINITY;
+                lp_err = fmax(lp_err, fabs((double)lp[s].logprob - ref.logprob) /
+                                          (1.0 + fabs((double)ref.logprob)));
+                for (int j = 0; j < ref.n_top; j++)
+                    lp_err =
+                        fmax(lp_err, fabs((double)lp[s].top_logprobs[j] - ref.top_logprobs[j]) /
+                                         (1.0 + fabs((double)ref.top_logprobs[j])));
+            }
+            toks[s] = out[s];
+        }
+    }
+    double err = greedy_bad ? INFINITY : lp_err > 1e-6 ? INFINITY : (double)bad / rows_total;
+    snprintf(shape, sizeof shape, "tiny-llama n %d steps %d graphs %s (rows differing)", n, steps,
+             graphs && model_ctx_graphs(ctx) == MODEL_GRAPHS_ON ? "on" : "OFF");
+    /* graphs must have stayed on: a capture that failed would test the eager path only */
+    if (graphs && model_ctx_graphs(ctx) != MODEL_GRAPHS_ON)
+        err = INFINITY;
+    report("fwd_sample", shape, err, 0.05);
+    for (int s = 0; s < n; s++)
+        kv_seq_deinit(&seqs[s]);
+    free(seqs);
+    free(sp);
+    free(toks);
+    free(qs);
+    free(cl);
+    free(rows);
+    free(tk);
+    free(ntop);
+    free(out);
+    free(ent);
+    free(idx);
+    free(tmp);
+    free(tp);
+    free(u);
+    free(pen);
+    free(bias);
+    free(lg);
+    free(pl);
+    free(probs);
+    free(lp);
+    gpu->ops->free(gpu, arena);
+    model_ctx_destroy(ctx);
+    model_destroy(m);
 }
 
 /* ==== GLM-4.5 / DeepSeek-V3 ops (kernels/family.cu) ==== */
@@ -1992,6 +2345,19 @@ int main(void)
     case_moe_experts(PD_WFMT_FP8, 37, 8, 2, 512, 128);
     case_moe_experts(PD_WFMT_INT4, 37, 8, 2, 512, 128);
     case_moe_experts(PD_WFMT_BF16, 1, 8, 2, 512, 128);
+    case_moe_group(37 * 2, 8);
+    case_moe_group(1 * 8, 128);
+    case_moe_group(64 * 8, 128);
+    case_moe_group(MOE_GROUP_MAX_M, 1024);
+    {
+        const pd_wfmt_t mf[] = {PD_WFMT_BF16, PD_WFMT_FP8, PD_WFMT_INT4};
+        for (int i = 0; i < 3; i++) {
+            case_moe_grouped(mf[i], 37, 8, 2, 512, 128, "tiny-moe");
+            case_moe_grouped(mf[i], 1, 8, 2, 512, 128, "tiny-moe");
+            if (!small_only) /* Qwen3-30B-A3B's expert shape, 16 of its 128 experts */
+                case_moe_grouped(mf[i], 64, 16, 8, 2048, 768, "qwen3-30b");
+        }
+    }
     case_kv_tags(64, 40);
     if (!small_only)
         case_kv_tags(5000, 4096);
@@ -2016,6 +2382,13 @@ int main(void)
     case_logits_process(7, 2048, 300);
     if (!small_only)
         case_logits_process(64, 128256, 2000);
+    case_logprobs(37, 2048, 4.0f);
+    case_logprobs(12, 5, 1.0f); /* vocab below n_top: clamped */
+    if (!small_only)
+        case_logprobs(64, 128256, 6.0f);
+    case_forward_sample(5, 6);
+    if (!small_only)
+        case_forward_sample(64, 3);
     cases_family();
     printf("%d cases, %d failed\n", n_cases, n_fail);
     backend_destroy(gpu_split);

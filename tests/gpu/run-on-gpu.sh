@@ -5,7 +5,8 @@
 # collect-libs.sh; this script, check_reference.py, check_cluster.py, torch_decode_baseline.py,
 # torch_prefill_baseline.py). Logs go to $OUT.
 # Steps (default all but ncu, kattn, ksmall, attnbase, ncu-kernel): kernels memcheck greedy ppl
-# cluster bench baseline baseline-prefill; on request: ncu (Nsight Compute on the flash attention
+# cluster bench baseline baseline-prefill; on request: baseline-moe (torch_moe_baseline.py: the
+# PyTorch step for `gpu_bench moe`), ncu (Nsight Compute on the flash attention
 # kernel and the FP8 GEMM, from `gpu_bench flash`; NCU_FLASH_SKIP=N profiles the flash launch
 # after N others), kattn / ksmall (the harness on attention cases / fixture shapes only),
 # attnbase (PyTorch decode attention), ncu-kernel (NCU_KERNEL=REGEX over `gpu_bench $NCU_BENCH`,
@@ -68,6 +69,7 @@ for s in $steps; do
         --launch-count "${NCU_COUNT:-1}" --section SpeedOfLight --section Occupancy \
         --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
         "$G/bin/gpu_bench" ${NCU_BENCH:-ops} ;;
+    baseline-moe) step baseline-moe 400 python3 "$G/torch_moe_baseline.py" ;;
     ncu) step ncu 240 bash -c 'for ks in "flash__kernel ${1:-2}" "nvjet|gemm|xmma 2"; do
             set -- $ks
             ncu --clock-control none --kernel-name "regex:$1" --launch-skip "$2" --launch-count 1 \

@@ -1,6 +1,6 @@
-/* model_random: a dense decoder, or a GLM-4.5 / DeepSeek-V3 model, with random weights of a given
- * shape (benchmarks, tests), built through the same quantization and upload path as model_load.
- * See model.h. */
+/* model_random: a decoder with random weights of a given shape (benchmarks, tests): dense
+ * (Llama), Qwen3-MoE, or GLM-4.5 / DeepSeek-V3, built through the same quantization and upload
+ * path as model_load. See model.h. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,8 +74,19 @@ pd_status_t model_create_random(const hf_config_t *cfg, pd_wfmt_t wfmt, pd_wfmt_
     pd_status_t st = PD_OK;
     model_t *m;
 
-    if (cfg->num_experts > 0 || cfg->head_dim / 2 > 512 || cfg->num_hidden_layers < 1) {
-        pd_log_error("model_random: only dense models with head_dim <= 1024");
+    const bool moe = cfg->num_experts > 0;
+    const int E = moe ? cfg->num_experts : 0;
+    const int64_t fm = cfg->moe_intermediate_size;
+    /* MoE: MODEL_RANDOM_EXPERT_SETS distinct expert matrices (host quantization is slow), each
+     * expert its own device copy of one of them (the memory traffic of distinct experts) */
+    enum { MODEL_RANDOM_EXPERT_SETS = 4 };
+    pd_weight_t hegu[MODEL_RANDOM_EXPERT_SETS] = {{0}}, hedn[MODEL_RANDOM_EXPERT_SETS] = {{0}},
+                hrouter = {0};
+    uint16_t *qknorm = NULL;
+    if (cfg->head_dim / 2 > 512 || cfg->num_hidden_layers < 1 ||
+        (moe && (strcmp(cfg->architecture, "Qwen3MoeForCausalLM") != 0 || fm <= 0 ||
+                 cfg->num_experts_per_tok <= 0 || cfg->num_experts_per_tok > E))) {
+        pd_log_error("model_random: dense models or Qwen3-MoE, head_dim <= 1024");
         return PD_ERR_UNSUPPORTED;
     }
     if (!(m = calloc(1, sizeof *m)))
@@ -103,8 +114,22 @@ pd_status_t model_create_random(const hf_config_t *cfg, pd_wfmt_t wfmt, pd_wfmt_
     TRY(model_random__weight(&r, m->kv_dim, d, wfmt, &hk));
     TRY(model_random__weight(&r, m->kv_dim, d, wfmt, &hv));
     TRY(model_random__weight(&r, d, m->q_dim, wfmt, &ho));
-    TRY(model_random__weight(&r, 2 * f, d, wfmt, &hgu));
-    TRY(model_random__weight(&r, d, f, wfmt, &hdown));
+    if (!moe) {
+        TRY(model_random__weight(&r, 2 * f, d, wfmt, &hgu));
+        TRY(model_random__weight(&r, d, f, wfmt, &hdown));
+    } else {
+        for (int i = 0; i < MODEL_RANDOM_EXPERT_SETS; i++) {
+            TRY(model_random__weight(&r, 2 * fm, d, wfmt, &hegu[i]));
+            TRY(model_random__weight(&r, d, fm, wfmt, &hedn[i]));
+        }
+        TRY(model_random__weight(&r, E, d, PD_WFMT_BF16, &hrouter));
+        if (!(qknorm = malloc((size_t)cfg->head_dim * 2))) {
+            st = PD_ERR_NOMEM;
+            goto err_free_host;
+        }
+        for (int64_t i = 0; i < cfg->head_dim; i++)
+            qknorm[i] = pd_f32_to_bf16(1.0f + 0.1f * model_random__f32(&r));
+    }
     TRY(model_random__weight(&r, V, d, lm_head_fmt, &hlm));
     norm = malloc((size_t)d * 2);
     table = model_random__bf16(&r, V, d, 1.0f);
@@ -125,8 +150,25 @@ pd_status_t model_create_random(const hf_config_t *cfg, pd_wfmt_t wfmt, pd_wfmt_
         TRY(backend_weight_upload(be, &hk, &L->k));
         TRY(backend_weight_upload(be, &hv, &L->v));
         TRY(backend_weight_upload(be, &ho, &L->o));
-        TRY(backend_weight_upload(be, &hgu, &L->gate_up));
-        TRY(backend_weight_upload(be, &hdown, &L->down));
+        if (!moe) {
+            TRY(backend_weight_upload(be, &hgu, &L->gate_up));
+            TRY(backend_weight_upload(be, &hdown, &L->down));
+            continue;
+        }
+        L->moe = true;
+        TRY(model_random__upload_bf16(be, qknorm, (size_t)cfg->head_dim, &L->q_norm));
+        TRY(model_random__upload_bf16(be, qknorm, (size_t)cfg->head_dim, &L->k_norm));
+        TRY(backend_weight_upload(be, &hrouter, &L->router));
+        L->exp_gate_up = calloc((size_t)E, sizeof *L->exp_gate_up);
+        L->exp_down = calloc((size_t)E, sizeof *L->exp_down);
+        if (!L->exp_gate_up || !L->exp_down) {
+            st = PD_ERR_NOMEM;
+            goto err_free_host;
+        }
+        for (int e = 0; e < E; e++) {
+            TRY(backend_weight_upload(be, &hegu[e % MODEL_RANDOM_EXPERT_SETS], &L->exp_gate_up[e]));
+            TRY(backend_weight_upload(be, &hedn[e % MODEL_RANDOM_EXPERT_SETS], &L->exp_down[e]));
+        }
     }
 #undef TRY
     for (int j = 0; j < cfg->head_dim / 2; j++)
@@ -138,7 +180,10 @@ pd_status_t model_create_random(const hf_config_t *cfg, pd_wfmt_t wfmt, pd_wfmt_
     m->weight_bytes =
         (size_t)cfg->num_hidden_layers *
             (quant_data_bytes(wfmt, m->q_dim, d) * 2 + quant_data_bytes(wfmt, m->kv_dim, d) * 2 +
-             quant_data_bytes(wfmt, 2 * f, d) + quant_data_bytes(wfmt, d, f)) +
+             (moe ? (size_t)E *
+                            (quant_data_bytes(wfmt, 2 * fm, d) + quant_data_bytes(wfmt, d, fm)) +
+                        (size_t)(E * d) * 2
+                  : quant_data_bytes(wfmt, 2 * f, d) + quant_data_bytes(wfmt, d, f))) +
         quant_data_bytes(lm_head_fmt, V, d) + (size_t)(V * d) * 2;
     st = be->ops->sync(be);
 err_free_host:
@@ -149,6 +194,12 @@ err_free_host:
     model_host_weight_free(&hgu);
     model_host_weight_free(&hdown);
     model_host_weight_free(&hlm);
+    for (int i = 0; i < MODEL_RANDOM_EXPERT_SETS; i++) {
+        model_host_weight_free(&hegu[i]);
+        model_host_weight_free(&hedn[i]);
+    }
+    model_host_weight_free(&hrouter);
+    free(qknorm);
     free(norm);
     free(table);
     if (st == PD_OK) {

@@ -5,9 +5,11 @@
 
 #include "model.h"
 
-/* Builds a dense model (LlamaForCausalLM shape of cfg) with random weights on be: weights of
- * one shape share their values across layers; embeddings and norms bf16; seed fixes the values.
- * For benchmarks and tests that need no checkpoint. PD_ERR_UNSUPPORTED for MoE configs,
+/* Builds a model of cfg's shape (LlamaForCausalLM, or Qwen3MoeForCausalLM: q/k norm, a BF16
+ * router, num_experts experts of moe_intermediate_size in every layer) with random weights on
+ * be: weights of one shape share their values across layers (experts cycle through 4 value
+ * sets, each expert its own copy); embeddings and norms bf16; seed fixes the values. For
+ * benchmarks and tests that need no checkpoint. PD_ERR_UNSUPPORTED for other MoE configs,
  * PD_ERR_NOMEM / PD_ERR_CUDA from the backend; nothing is left allocated on failure. */
 pd_status_t model_create_random(const hf_config_t *cfg, pd_wfmt_t wfmt, pd_wfmt_t lm_head_fmt,
                                 pd_backend_t *be, uint64_t seed, model_t **m_p);
