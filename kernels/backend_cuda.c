@@ -42,11 +42,12 @@
  * weight-streaming GEMV with the activation quantization inside (matmul_wgemv) at n <=
  * CUDA_WGEMV_MAX_N, the GEMM (matmul_int4_mma) up to MATMUL_INT4_MMA_MAX_N (untiled: above
  * CUDA_GEMV_MAX_N_INT4); above MATMUL_INT4_MMA_MAX_N (prefill) it is dequantized to bf16 for
- * cuBLAS. matmul_wgemv measured faster than quantization + matmul_int4_mma at n 1 on every
- * Llama-3-8B shape, mixed at n 2, slower at n 4..8 (docs/performance.md, 2026-12-01 session 3). */
+ * cuBLAS. Since session 4 matmul_wgemv runs the mma on q - z with the group scales in f32 (about
+ * half the instructions of the GEMM's (q - z) * s in f16) and sums K splits inside one cluster, so
+ * it takes every n up to MATMUL_WGEMV_MAX_N (docs/performance.md, 2026-12-01 session 4). */
 #define CUDA_GEMV_MAX_N 8
 #define CUDA_GEMV_MAX_N_INT4 8
-#define CUDA_WGEMV_MAX_N 2
+#define CUDA_WGEMV_MAX_N MATMUL_WGEMV_MAX_N
 /* FP8 at or below this n (and K % 64 == 0) runs on the FP8 mma kernel (matmul_fp8_mma) instead of
  * the GEMV / cuBLASLt, except n == 1 with more than CUDA_FP8_GEMV_MIN_ROWS rows, where the f32
  * GEMV measured faster (docs/performance.md, issue 11: 28672 x 4096 n 1: 43 vs 48 us; n 2: 68 vs
@@ -286,17 +287,13 @@ static pd_status_t cuda_weight_prepare(pd_backend_t *be, pd_weight_t *w)
     return st;
 }
 
-/* INT4 (tiled) at n <= CUDA_WGEMV_MAX_N: act scratch = the partial sums of a K split. */
+/* INT4 (tiled) at n <= CUDA_WGEMV_MAX_N: no scratch (K splits are summed inside the kernel). */
 static pd_status_t cuda__matmul_wgemv(cuda_t *c, float *out, const float *x, const pd_weight_t *w,
                                       int n)
 {
     int warps, splits, depth;
-    pd_status_t st;
     matmul_wgemv_plan(n, w->n, w->k, c->n_sm, &warps, &splits, &depth);
-    size_t pf = matmul_int4_mma_part_floats(n, w->n, splits);
-    if (pf && (st = cuda__grow(c, &c->act, pf * 4)) != PD_OK)
-        return st;
-    return matmul_wgemv(out, pf ? c->act.p : NULL, x, w, n, warps, splits, depth, c->stream);
+    return matmul_wgemv(out, x, w, n, warps, splits, depth, c->stream);
 }
 
 /* INT4 on the tensor cores: act scratch = xh (n, K) f16, mult (n) f32, partial sums. */
