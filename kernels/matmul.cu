@@ -1562,10 +1562,13 @@ extern "C" pd_status_t matmul_fp8_mma(float *out, float *part, const uint8_t *xq
  * units of one warp-group: the busiest SM's share of the weights (waves x resident blocks x W x
  * groups), divided by an efficiency: the fraction of MATMUL__WG_INFLIGHT bytes the resident warps
  * keep in flight, or of MATMUL__WG_WARPS resident warps (issue latency), whichever is lower; plus
- * the prologue's activation reads and the cluster reduction. Blocks per SM from shared memory and
- * the kernel's launch bound (3 blocks of 256 threads). */
-#define MATMUL__WG_INFLIGHT (96 << 10)
-#define MATMUL__WG_WARPS 12.0
+ * the prologue's activation reads and the cluster cost. Blocks per SM from shared memory and
+ * the kernel's launch bound (3 blocks of 256 threads). The constants are fitted to the forced-plan
+ * sweep of 2026-12-01 session 4 (`gpu_bench wgemv`, docs/performance.md): ring depth 4 is as fast
+ * as 8 or 16, 7-8 warps per SM already reach the kernel's best, and splits past 4 lose. */
+#define MATMUL__WG_INFLIGHT (32 << 10)
+#define MATMUL__WG_WARPS 4.0
+#define MATMUL__WG_MAX_S 4 /* measured: clusters of 6 or 8 blocks cost 10+ us (session 4) */
 extern "C" void matmul_wgemv_plan(int n, int64_t N, int64_t K, int n_sm, int *warps_p,
                                   int *splits_p, int *depth_p)
 {
@@ -1579,7 +1582,7 @@ extern "C" void matmul_wgemv_plan(int n, int64_t N, int64_t K, int n_sm, int *wa
         n_sm = 1;
     for (int di = 0; di < 3; di++)
         for (int W = 8; W >= 2; W--)
-            for (int S = 1; S <= MATMUL_WGEMV_MAX_SPLITS && S <= nu; S++) {
+            for (int S = 1; S <= MATMUL__WG_MAX_S && S <= nu; S++) {
                 const int WD = depths[di];
                 const int64_t ups = (nu + S - 1) / S;
                 if (S > 1 && (S - 1) * ups >= nu)
@@ -1603,9 +1606,10 @@ extern "C" void matmul_wgemv_plan(int n, int64_t N, int64_t K, int n_sm, int *wa
                 double cost = (double)waves * res * W * ups / eff;
                 /* the prologue: activation bytes read per SM (L2, about 2x DRAM speed) */
                 cost += (double)waves * res * n * ups * 128 * 4 / 2048.0 / 2.0;
-                /* the cluster reduction: two cluster barriers, S - 1 KiB per warp of DSMEM */
+                /* a cluster of S blocks: measured ~2 us per extra block at n 1 on 28672 x 4096
+                 * (scheduling the cluster, its barriers and DSMEM reads) */
                 if (S > 1)
-                    cost += 2.0 + 0.5 * (S - 1);
+                    cost += 16.0 * (S - 1);
                 if (cost < best - 1e-9) {
                     best = cost;
                     *warps_p = W;

@@ -1701,11 +1701,11 @@ static void cases_matmul(void)
     case_mma_gemm_d(i4, 4, 256, 1024, 4, 2, 4, 171, "wgemv |x| ~ 2^16");
     case_mma_gemm(i4, 12, 256, 1024, 4, 2, 172, "|x| ~ 2^16");
     mma_x_scale = 1.0f / 65536.0f;
-    case_mma_gemm_d(i4, 3, 256, 1024, 8, 8, 16, 173, "wgemv |x| ~ 2^-16, 8 splits");
+    case_mma_gemm_d(i4, 3, 256, 1024, 8, 8, 8, 173, "wgemv |x| ~ 2^-16, 8 splits");
     mma_x_scale = 1.0f;
-    /* the default routing at every n <= MATMUL_WGEMV_MAX_N (matmul_wgemv since session 4) */
-    case_mma_gemm(i4, 5, 512, 2048, 0, 0, 174, "default (wgemv) n 5");
-    case_mma_gemm(i4, 8, 384, 1024, 0, 0, 175, "default (wgemv) n 8");
+    /* matmul_wgemv at n 5 and 8 (forced: the backend routes them to the GEMM) */
+    case_mma_gemm_d(i4, 5, 512, 2048, 4, 3, 4, 174, "wgemv n 5");
+    case_mma_gemm_d(i4, 8, 384, 1024, 8, 1, 4, 175, "wgemv n 8");
 }
 
 int main(void)
