@@ -42,11 +42,14 @@
  * weight-streaming GEMV with the activation quantization inside (matmul_wgemv) at n <=
  * CUDA_WGEMV_MAX_N, the GEMM (matmul_int4_mma) up to MATMUL_INT4_MMA_MAX_N (untiled: above
  * CUDA_GEMV_MAX_N_INT4); above MATMUL_INT4_MMA_MAX_N (prefill) it is dequantized to bf16 for
- * cuBLAS. matmul_wgemv measured faster than quantization + matmul_int4_mma at n 1 on every
- * Llama-3-8B shape, mixed at n 2, slower at n 4..8 (docs/performance.md, 2026-12-01 session 3). */
+ * cuBLAS. matmul_wgemv (mma on q - z, group scales in f32, K splits summed in one cluster since
+ * session 4) measured faster than quantization + matmul_int4_mma at n 1..2 for K <= 8192, tied at
+ * n 4..8, and slower on the tall-K down projection (4096 x 14336: 26.7 vs 24.4 us at n 1), where
+ * the GEMM's K splits through scratch beat the cluster (docs/performance.md, 2026-12-01 session 4). */
 #define CUDA_GEMV_MAX_N 8
 #define CUDA_GEMV_MAX_N_INT4 8
 #define CUDA_WGEMV_MAX_N 2
+#define CUDA_WGEMV_MAX_K 8192
 /* FP8 at or below this n (and K % 64 == 0) runs on the FP8 mma kernel (matmul_fp8_mma) instead of
  * the GEMV / cuBLASLt, except n == 1 with more than CUDA_FP8_GEMV_MIN_ROWS rows, where the f32
  * GEMV measured faster (docs/performance.md, issue 11: 28672 x 4096 n 1: 43 vs 48 us; n 2: 68 vs
@@ -306,17 +309,13 @@ static pd_status_t cuda_weight_prepare(pd_backend_t *be, pd_weight_t *w)
     return st;
 }
 
-/* INT4 (tiled) at n <= CUDA_WGEMV_MAX_N: act scratch = the partial sums of a K split. */
+/* INT4 (tiled) at n <= CUDA_WGEMV_MAX_N: no scratch (K splits are summed inside the kernel). */
 static pd_status_t cuda__matmul_wgemv(cuda_t *c, float *out, const float *x, const pd_weight_t *w,
                                       int n)
 {
     int warps, splits, depth;
-    pd_status_t st;
     matmul_wgemv_plan(n, w->n, w->k, c->n_sm, &warps, &splits, &depth);
-    size_t pf = matmul_int4_mma_part_floats(n, w->n, splits);
-    if (pf && (st = cuda__grow(c, &c->act, pf * 4)) != PD_OK)
-        return st;
-    return matmul_wgemv(out, pf ? c->act.p : NULL, x, w, n, warps, splits, depth, c->stream);
+    return matmul_wgemv(out, x, w, n, warps, splits, depth, c->stream);
 }
 
 /* INT4 on the tensor cores: act scratch = xh (n, K) f16, mult (n) f32, partial sums. */
@@ -347,7 +346,7 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
 
     if (n <= 0)
         return PD_OK;
-    if (n <= CUDA_WGEMV_MAX_N && cuda__int4_tiled(w))
+    if (n <= CUDA_WGEMV_MAX_N && K <= CUDA_WGEMV_MAX_K && cuda__int4_tiled(w))
         return cuda__matmul_wgemv(c, out, x, w, n);
     if (w->fmt == PD_WFMT_FP8 && n <= CUDA_FP8_MMA_MAX_N && K % 64 == 0 &&
         (n >= 2 || N <= CUDA_FP8_GEMV_MIN_ROWS)) {

@@ -3,6 +3,7 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 
 #include "kutil.cuh"
@@ -457,11 +458,49 @@ matmul__wgrp_load(matmul__wgrp_t &g, const uint8_t *(&wrow)[2][2], const uint16_
         }
 }
 
-/* (a - b) * c on f16x2 words: exact difference, one rounding */
-static __device__ __forceinline__ uint32_t matmul__dq(uint32_t a, uint32_t b, uint32_t c)
+/* (a & m) | o in one lop3 */
+static __device__ __forceinline__ uint32_t matmul__lop3(uint32_t a, uint32_t m, uint32_t o)
 {
     uint32_t d;
-    asm("sub.rn.f16x2 %0, %1, %2;\n\tmul.rn.f16x2 %0, %0, %3;" : "=&r"(d) : "r"(a), "r"(b), "r"(c));
+    asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(d) : "r"(a), "r"(m), "r"(o));
+    return d;
+}
+
+/* q - z exactly in f16x2 for the four nibble pairs (j, j + 4), j = 0..3, of a word u of eight
+ * nibbles (nibble m = bits 4m..4m+3): the magic-number conversion of FasterTransformer / Marlin.
+ * Nibbles 0/4 and 2/6 (after u >> 8) are or-ed into the mantissa of f16 1024 (0x6400): 1024 + q,
+ * minus zl = 1024 + z; nibbles 1/5 and 3/7 land 4 bits higher: 1024 + 16 q, times 1/16 plus
+ * zh = -(64 + z). Every value is an integer below 2^11: all exact. 9 instructions per word
+ * (a shift, 4 lop3, 2 sub, 2 fma) instead of 15 with a shift and mask per pair. z in [0, 15]. */
+static __device__ __forceinline__ void matmul__nib_qz(uint32_t (&h)[4], uint32_t u, uint32_t zl,
+                                                      uint32_t zh)
+{
+    const uint32_t v = u >> 8;
+    const uint32_t a0 = matmul__lop3(u, 0x000f000fu, 0x64006400u);
+    const uint32_t a1 = matmul__lop3(u, 0x00f000f0u, 0x64006400u);
+    const uint32_t a2 = matmul__lop3(v, 0x000f000fu, 0x64006400u);
+    const uint32_t a3 = matmul__lop3(v, 0x00f000f0u, 0x64006400u);
+    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(h[0]) : "r"(a0), "r"(zl));
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(h[1]) : "r"(a1), "r"(0x2c002c00u), "r"(zh));
+    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(h[2]) : "r"(a2), "r"(zl));
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(h[3]) : "r"(a3), "r"(0x2c002c00u), "r"(zh));
+}
+
+/* the two zero-point constants of matmul__nib_qz for zero point z, both halves */
+static __device__ __forceinline__ uint32_t matmul__zl(uint32_t z)
+{
+    return (0x6400u | z) * 0x10001u; /* f16 1024 + z */
+}
+static __device__ __forceinline__ uint32_t matmul__zh(uint32_t z)
+{
+    return (0xd400u + (z << 4)) * 0x10001u; /* f16 -(64 + z) */
+}
+
+/* f16x2 a * b */
+static __device__ __forceinline__ uint32_t matmul__hmul2(uint32_t a, uint32_t b)
+{
+    uint32_t d;
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
     return d;
 }
 
@@ -483,7 +522,7 @@ static __device__ __forceinline__ void
 matmul__int4_group(float (&acc)[2][C][4], const matmul__wgrp_t &g, const uint8_t *xg, int gq,
                    int tq, int pitch = MATMUL__RSB, bool bv = true)
 {
-    uint32_t sc[2][2], zz[2][2];
+    uint32_t sc[2][2], zl[2][2], zh[2][2];
 #pragma unroll
     for (int r = 0; r < 2; r++)
 #pragma unroll
@@ -491,21 +530,22 @@ matmul__int4_group(float (&acc)[2][C][4], const matmul__wgrp_t &g, const uint8_t
             const uint32_t s16 = (uint32_t)__half_as_ushort(
                 __float2half_rn(kutil_bf16_to_f32((uint16_t)g.s[r][h]) * MATMUL__WSHIFT));
             sc[r][h] = s16 * 0x10001u;
-            zz[r][h] = (0x6400u | g.z[r][h]) * 0x10001u; /* f16 1024 + z, twice */
+            zl[r][h] = matmul__zl(g.z[r][h]);
+            zh[r][h] = matmul__zh(g.z[r][h]);
         }
 #pragma unroll
     for (int w = 0; w < 4; w++) { /* word w of each row: mma steps 2w, 2w + 1 */
-        uint32_t a[2][2][4];      /* [r][h][j]: H[4 w + j] */
+        uint32_t a[2][2][4];      /* [r][h][j]: H[4 w + j] = (q - z) * s' (one rounding) */
 #pragma unroll
         for (int r = 0; r < 2; r++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const uint4 q4 = g.q[r][h];
                 const uint32_t u = w == 0 ? q4.x : w == 1 ? q4.y : w == 2 ? q4.z : q4.w;
+                matmul__nib_qz(a[r][h], u, zl[r][h], zh[r][h]);
 #pragma unroll
                 for (int j = 0; j < 4; j++)
-                    a[r][h][j] = matmul__dq(((u >> (4 * j)) & 0x000f000fu) | 0x64006400u, zz[r][h],
-                                            sc[r][h]);
+                    a[r][h][j] = matmul__hmul2(a[r][h][j], sc[r][h]);
             }
 #pragma unroll
         for (int c = 0; c < C; c++) {
@@ -927,6 +967,51 @@ static __global__ void __launch_bounds__(256, 1)
  * quantization + matmul__fp8_mma_cp at every shape, docs/performance.md 2026-12-01 session 3,
  * and was removed.) */
 
+/* One group of a matmul__wgemv warp (one n8 tile of tokens). The mma steps run on q - z, exact in
+ * f16 (matmul__nib_qz), into a fresh f32 accumulator g, and the group's bf16 scale is applied to
+ * g in f32 (8 FFMA per group instead of a f16 multiply per weight pair): ~210 instructions per
+ * 2 KiB group per warp against ~470 with (q - z) * s' in f16. q[r][h]: the lane's 16 bytes of row
+ * 16 r + 8 h + gq; sf: those rows' scales; xb: the lane's activation word quad of word 0 (the
+ * staged split, token gq, this group, chunk tq), word w at xb + 64 w; bv: token gq exists. */
+static __device__ __forceinline__ void matmul__wg_group(float (&acc)[2][4], const uint4 (&q)[2][2],
+                                                        const float (&sf)[2][2],
+                                                        const uint32_t (&zl)[2][2],
+                                                        const uint32_t (&zh)[2][2],
+                                                        const uint8_t *xb, bool bv)
+{
+    float g[2][4];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            g[r][i] = 0.0f;
+#pragma unroll
+    for (int w = 0; w < 4; w++) {
+        uint32_t a[2][2][4];
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const uint4 q4 = q[r][h];
+                const uint32_t u = w == 0 ? q4.x : w == 1 ? q4.y : w == 2 ? q4.z : q4.w;
+                matmul__nib_qz(a[r][h], u, zl[r][h], zh[r][h]);
+            }
+        const uint4 b = bv ? *(const uint4 *)(xb + w * 64) : make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            matmul__mma(g[r], a[r][0][0], a[r][1][0], a[r][0][1], a[r][1][1], b.x, b.y);
+            matmul__mma(g[r], a[r][0][2], a[r][1][2], a[r][0][3], a[r][1][3], b.z, b.w);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        acc[r][0] = fmaf(g[r][0], sf[r][0], acc[r][0]);
+        acc[r][1] = fmaf(g[r][1], sf[r][0], acc[r][1]);
+        acc[r][2] = fmaf(g[r][2], sf[r][1], acc[r][2]);
+        acc[r][3] = fmaf(g[r][3], sf[r][1], acc[r][3]);
+    }
+}
+
 /* dynamic shared memory per block: 226 KiB (sm_90 allows 227 KiB including static memory) */
 #define MATMUL__SMEM_MAX 231424
 
@@ -946,14 +1031,14 @@ static __host__ __device__ __forceinline__ size_t matmul__wg_smem(int n, int ups
 
 /* grid (1, ceil(N / (32 W)), S), block 32 W (W <= 8), dynamic shared memory
  * matmul__wg_smem(n, ups, W, WD).
- * out: S == 1: (n, N) f32; S > 1: partial sums (S, n, N) f32 for matmul__sum_parts.
- * x (n, K) f32 activations, n <= 8.
+ * out (n, N) f32; with S > 1 the launch has clusters of (1, 1, S) blocks (S <= 8), which sum the
+ * splits' partial sums in shared memory (no second launch, no scratch). x (n, K) f32, n <= 8.
  * wd tiled data (N * K / 2 bytes), wsc tiled (N, K/128) bf16 scales, wz tiled (N, K/128) uint8
  * zeros (N % 32 == 0, K % 128 == 0); ups = groups of 128 columns per split.
  * Split z takes groups [z ups, min((z + 1) ups, K / 128)); warp v of the block rows [row0 + 32 v,
  * +32) (two m16 tiles), the tokens as the n8 tile. */
 template <int WD>
-static __global__ void __launch_bounds__(256, 2)
+static __global__ void __launch_bounds__(256, 3)
     matmul__wgemv(float *out, const float *x, const uint8_t *wd, const uint16_t *wsc,
                   const uint8_t *wz, int n, int64_t N, int64_t K, int ups)
 {
@@ -1025,7 +1110,7 @@ static __global__ void __launch_bounds__(256, 2)
             int e = 0;
             if (m > 0.0f && m <= 3.0e38f)
                 frexpf(m, &e);
-            msm[threadIdx.x] = ldexpf(1.0f, e) / MATMUL__WSHIFT;
+            msm[threadIdx.x] = ldexpf(1.0f, e); /* the weight scales are applied in f32 */
             msm[8 + threadIdx.x] = ldexpf(1.0f, -e);
         }
         __syncthreads();
@@ -1052,50 +1137,92 @@ static __global__ void __launch_bounds__(256, 2)
         __syncthreads();
     }
 
-    float acc[2][1][4];
+    float acc[2][4];
 #pragma unroll
     for (int r = 0; r < 2; r++)
 #pragma unroll
         for (int i = 0; i < 4; i++)
-            acc[r][0][i] = 0.0f;
+            acc[r][i] = 0.0f;
     const bool bv = gq < n; /* the lane's token (B column) exists */
     const int nL = live ? nU : 0;
+    const uint8_t *xl = xsm + (size_t)(bv ? gq : 0) * P + tq * 16;
     for (int i = 0; i < nL; i++) {
         asm volatile("cp.async.wait_group %0;\n" ::"n"(WD - 1));
         __syncwarp();
         const uint8_t *slot = ring + (i % WD) * MATMUL__WSLOT;
-        matmul__wgrp_t cur;
+        uint4 q[2][2];
+        float sf[2][2];
+        uint32_t zl[2][2], zh[2][2];
 #pragma unroll
         for (int r = 0; r < 2; r++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int rr = 16 * r + 8 * h + gq;
-                cur.q[r][h] = *(const uint4 *)(slot + ((2 * r + h) * 32 + lane) * 16);
-                cur.s[r][h] = *(const uint16_t *)(slot + 2048 + rr * 2);
-                cur.z[r][h] = slot[2112 + rr];
+                const uint32_t z = slot[2112 + rr];
+                q[r][h] = *(const uint4 *)(slot + ((2 * r + h) * 32 + lane) * 16);
+                sf[r][h] = __uint_as_float((uint32_t)*(const uint16_t *)(slot + 2048 + rr * 2)
+                                           << 16);
+                zl[r][h] = matmul__zl(z);
+                zh[r][h] = matmul__zh(z);
             }
-        matmul__int4_group<1>(acc, cur, xsm + i * 256, gq, tq, P, bv);
+        matmul__wg_group(acc, q, sf, zl, zh, xl + (size_t)i * 256, bv);
         __syncwarp(); /* every lane has used the slot (scales: other lanes' copies) */
         issue(i + WD);
     }
     asm volatile("cp.async.wait_group 0;\n" ::);
+
+    /* the split's partial sums in f32 units: x 2^e (exact) */
+    float m2[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+        m2[i] = 2 * tq + i < n ? msm[2 * tq + i] : 0.0f;
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            acc[r][i] *= m2[i & 1];
+    if (gridDim.z > 1) {
+        /* K split across the blocks of one cluster (blockIdx.z = rank): every block leaves its
+         * partial sums in its warps' ring slot 0 (free: every cp.async has landed), block 0 adds
+         * the others' through distributed shared memory in rank order (deterministic), and the
+         * second cluster barrier keeps the others' shared memory alive until it has read them. */
+        namespace cg = cooperative_groups;
+        cg::cluster_group cl = cg::this_cluster();
+        float *mine = (float *)ring + lane * 8;
+        __syncwarp();
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                mine[r * 4 + i] = acc[r][i];
+        cl.sync();
+        if (blockIdx.z == 0)
+            for (unsigned z = 1; z < gridDim.z; z++) {
+                const float *theirs = cl.map_shared_rank(mine, z);
+#pragma unroll
+                for (int r = 0; r < 2; r++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++)
+                        acc[r][i] += theirs[r * 4 + i];
+            }
+        cl.sync();
+        if (blockIdx.z != 0)
+            return;
+    }
     if (!live)
         return;
-
-    float *o = out + (size_t)blockIdx.z * n * N;
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         const int t = 2 * tq + i;
         if (t >= n)
             continue;
-        const float m = msm[t];
 #pragma unroll
         for (int r = 0; r < 2; r++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int64_t row = row0 + 16 * r + 8 * h + gq;
                 if (row < N)
-                    o[(size_t)t * N + row] = acc[r][0][2 * h + i] * m;
+                    out[(size_t)t * N + row] = acc[r][2 * h + i];
             }
     }
 }
@@ -1430,15 +1557,18 @@ extern "C" pd_status_t matmul_fp8_mma(float *out, float *part, const uint8_t *xq
     return KUTIL_LAUNCHED("matmul_fp8_mma sum");
 }
 
-/* Plan for matmul__wgemv: warps per block W (2..8), K splits S and ring depth WD (4, 8, 16) for
- * n tokens, N rows, nu groups (2 KiB of weights per warp each). Cost in per-SM units of one
- * warp-group: the busiest SM's share of the weights (waves x resident blocks x W x groups),
- * divided by the fraction of MATMUL__WG_INFLIGHT bytes the resident warps keep in flight, plus the
- * partial sums' traffic and the prologue's activation reads. Blocks per SM from shared memory
- * and 128 registers per thread (the kernel's launch bound). (Measured on the H200, the ring depth
- * mattered less than this model says: at n 1 on 28672 x 4096 depth 8 ran as fast as depth 4;
- * the kernel is bound by instruction latency with ~7 warps per SM, see docs/performance.md.) */
-#define MATMUL__WG_INFLIGHT (96 << 10)
+/* Plan for matmul__wgemv: warps per block W (2..8), K splits S (1..8, one cluster) and ring depth
+ * WD (4, 8, 16) for n tokens, N rows, nu groups (2 KiB of weights per warp each). Cost in per-SM
+ * units of one warp-group: the busiest SM's share of the weights (waves x resident blocks x W x
+ * groups), divided by an efficiency: the fraction of MATMUL__WG_INFLIGHT bytes the resident warps
+ * keep in flight, or of MATMUL__WG_WARPS resident warps (issue latency), whichever is lower; plus
+ * the prologue's activation reads and the cluster cost. Blocks per SM from shared memory and
+ * the kernel's launch bound (3 blocks of 256 threads). The constants are fitted to the forced-plan
+ * sweep of 2026-12-01 session 4 (`gpu_bench wgemv`, docs/performance.md): ring depth 4 is as fast
+ * as 8 or 16, 7-8 warps per SM already reach the kernel's best, and splits past 4 lose. */
+#define MATMUL__WG_INFLIGHT (32 << 10)
+#define MATMUL__WG_WARPS 4.0
+#define MATMUL__WG_MAX_S 4 /* measured: clusters of 6 or 8 blocks cost 10+ us (session 4) */
 extern "C" void matmul_wgemv_plan(int n, int64_t N, int64_t K, int n_sm, int *warps_p,
                                   int *splits_p, int *depth_p)
 {
@@ -1452,7 +1582,7 @@ extern "C" void matmul_wgemv_plan(int n, int64_t N, int64_t K, int n_sm, int *wa
         n_sm = 1;
     for (int di = 0; di < 3; di++)
         for (int W = 8; W >= 2; W--)
-            for (int S = 1; S <= 16 && S <= nu; S++) {
+            for (int S = 1; S <= MATMUL__WG_MAX_S && S <= nu; S++) {
                 const int WD = depths[di];
                 const int64_t ups = (nu + S - 1) / S;
                 if (S > 1 && (S - 1) * ups >= nu)
@@ -1460,21 +1590,26 @@ extern "C" void matmul_wgemv_plan(int n, int64_t N, int64_t K, int n_sm, int *wa
                 const size_t smem = matmul__wg_smem(n, (int)ups, W, WD);
                 if (smem > MATMUL__SMEM_MAX)
                     continue;
-                /* 228 KiB per SM; per block 1 KiB reserved and 256 bytes of static memory */
+                /* 228 KiB per SM; per block 1 KiB reserved and 256 bytes of static memory;
+                 * registers: 24 warps (the launch bound, <= 85 registers per thread) */
                 int occ = (int)(233472 / (smem + 1280));
-                occ = occ < 16 / W ? occ : 16 / W;
+                occ = occ < 24 / W ? occ : 24 / W;
                 occ = occ < 1 ? 1 : occ;
                 const int64_t ctas = (mu + W - 1) / W * S;
                 const int64_t waves = (ctas + (int64_t)n_sm * occ - 1) / ((int64_t)n_sm * occ);
                 const int64_t res = ctas < (int64_t)n_sm * occ ? (ctas + n_sm - 1) / n_sm : occ;
                 const double inflight = (double)res * W * WD * 2048;
-                const double eff =
-                    inflight < MATMUL__WG_INFLIGHT ? inflight / MATMUL__WG_INFLIGHT : 1.0;
+                double eff = inflight < MATMUL__WG_INFLIGHT ? inflight / MATMUL__WG_INFLIGHT : 1.0;
+                /* latency: fewer than MATMUL__WG_WARPS resident warps leave issue slots idle */
+                const double ew = (double)res * W / MATMUL__WG_WARPS;
+                eff = ew < eff ? ew : eff;
                 double cost = (double)waves * res * W * ups / eff;
                 /* the prologue: activation bytes read per SM (L2, about 2x DRAM speed) */
                 cost += (double)waves * res * n * ups * 128 * 4 / 2048.0 / 2.0;
+                /* a cluster of S blocks: measured ~2 us per extra block at n 1 on 28672 x 4096
+                 * (scheduling the cluster, its barriers and DSMEM reads) */
                 if (S > 1)
-                    cost += 2.0 * S * n * (double)N * 4 / (2048.0 * n_sm) + 32.0;
+                    cost += 16.0 * (S - 1);
                 if (cost < best - 1e-9) {
                     best = cost;
                     *warps_p = W;
@@ -1485,8 +1620,8 @@ extern "C" void matmul_wgemv_plan(int n, int64_t N, int64_t K, int n_sm, int *wa
 }
 
 template <int WD>
-static void matmul__wgemv_launch(float *dst, const float *x, const pd_weight_t *w, int n, int W,
-                                 int S, int ups, size_t smem, cudaStream_t stream)
+static cudaError_t matmul__wgemv_launch(float *out, const float *x, const pd_weight_t *w, int n,
+                                        int W, int S, int ups, size_t smem, cudaStream_t stream)
 {
     static bool attr;
     if (!attr) {
@@ -1494,19 +1629,30 @@ static void matmul__wgemv_launch(float *dst, const float *x, const pd_weight_t *
                              MATMUL__SMEM_MAX);
         attr = true;
     }
-    const dim3 grid(1u, (unsigned)((w->n + 32 * W - 1) / (32 * W)), (unsigned)S);
-    matmul__wgemv<WD><<<grid, 32 * W, smem, stream>>>(
-        dst, x, (const uint8_t *)w->data, (const uint16_t *)w->scales, (const uint8_t *)w->zeros, n,
-        w->n, w->k, ups);
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1];
+    cfg.gridDim = dim3(1u, (unsigned)((w->n + 32 * W - 1) / (32 * W)), (unsigned)S);
+    cfg.blockDim = dim3((unsigned)(32 * W), 1u, 1u);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = 1;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = (unsigned)S;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, matmul__wgemv<WD>, out, x, (const uint8_t *)w->data,
+                              (const uint16_t *)w->scales, (const uint8_t *)w->zeros, n, w->n,
+                              w->k, ups);
 }
 
-extern "C" pd_status_t matmul_wgemv(float *out, float *part, const float *x, const pd_weight_t *w,
-                                    int n, int warps, int splits, int depth, cudaStream_t stream)
+extern "C" pd_status_t matmul_wgemv(float *out, const float *x, const pd_weight_t *w, int n,
+                                    int warps, int splits, int depth, cudaStream_t stream)
 {
     KUTIL_REQUIRE(w->fmt == PD_WFMT_INT4 && w->k % 128 == 0 && w->n > 0 && w->n % 32 == 0,
                   "matmul_wgemv");
     KUTIL_REQUIRE(n >= 0 && n <= MATMUL_WGEMV_MAX_N && warps >= 1 && warps <= 8 && splits >= 1 &&
-                      (splits == 1 || part) && (depth == 4 || depth == 8 || depth == 16),
+                      splits <= MATMUL_WGEMV_MAX_SPLITS && (depth == 4 || depth == 8 || depth == 16),
                   "matmul_wgemv");
     KUTIL_REQUIRE((w->n + 32 * warps - 1) / (32 * warps) < 65535, "matmul_wgemv");
     if (n == 0)
@@ -1515,19 +1661,16 @@ extern "C" pd_status_t matmul_wgemv(float *out, float *part, const float *x, con
     KUTIL_REQUIRE((splits - 1) * ups < nu, "matmul_wgemv splits");
     const size_t smem = matmul__wg_smem(n, ups, warps, depth);
     KUTIL_REQUIRE(smem <= MATMUL__SMEM_MAX, "matmul_wgemv shared memory");
-    float *dst = splits > 1 ? part : out;
+    cudaError_t e;
     if (depth == 4)
-        matmul__wgemv_launch<4>(dst, x, w, n, warps, splits, ups, smem, stream);
+        e = matmul__wgemv_launch<4>(out, x, w, n, warps, splits, ups, smem, stream);
     else if (depth == 8)
-        matmul__wgemv_launch<8>(dst, x, w, n, warps, splits, ups, smem, stream);
+        e = matmul__wgemv_launch<8>(out, x, w, n, warps, splits, ups, smem, stream);
     else
-        matmul__wgemv_launch<16>(dst, x, w, n, warps, splits, ups, smem, stream);
-    pd_status_t st = KUTIL_LAUNCHED("matmul_wgemv");
-    if (st != PD_OK || splits == 1)
-        return st;
-    const size_t total = (size_t)n * (size_t)w->n;
-    matmul__sum_parts<<<matmul__grid(total, 256), 256, 0, stream>>>(out, part, splits, total);
-    return KUTIL_LAUNCHED("matmul_wgemv sum");
+        e = matmul__wgemv_launch<16>(out, x, w, n, warps, splits, ups, smem, stream);
+    if (e != cudaSuccess)
+        return kutil_status(e, "matmul_wgemv");
+    return KUTIL_LAUNCHED("matmul_wgemv");
 }
 
 extern "C" pd_status_t matmul_int4_tile(pd_weight_t *w, void *tmp, cudaStream_t stream)

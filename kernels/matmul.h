@@ -80,16 +80,18 @@ pd_status_t matmul_fp8_mma(float *out, float *part, const uint8_t *xq, const flo
 
 /* INT4 weight-streaming GEMV on the tensor cores for n = 1 .. MATMUL_WGEMV_MAX_N (tiled layout:
  * w->n % 32 == 0, w->k % 128 == 0), the activation quantization inside the kernel (no separate
- * launch): out (n, w->n) f32 = x (n, w->k) f32 @ W^T, with f16 activations scaled per token and K
- * split by a power of two (the numerics of matmul_int4_mma). Each warp keeps `depth` (4, 8 or
- * 16) 2 KiB weight groups in flight. matmul_wgemv_plan picks warps (2..8), K splits and depth for
- * n_sm SMs; with splits > 1, part is scratch of matmul_int4_mma_part_floats(n, w->n, splits)
- * f32, summed into out by a second launch. */
+ * launch): out (n, w->n) f32 = x (n, w->k) f32 @ W^T, with f16 activations scaled per token and
+ * K split by a power of two, the mma on q - z (exact in f16) and the group scales applied in f32.
+ * Each warp keeps `depth` (4, 8 or 16) 2 KiB weight groups in flight. K splits (1 ..
+ * MATMUL_WGEMV_MAX_SPLITS) run as one thread-block cluster per row block and are summed in
+ * shared memory (one launch, no scratch; deterministic). matmul_wgemv_plan picks warps (2..8),
+ * K splits and depth for n_sm SMs. */
 #define MATMUL_WGEMV_MAX_N 8
+#define MATMUL_WGEMV_MAX_SPLITS 8
 void matmul_wgemv_plan(int n, int64_t N, int64_t K, int n_sm, int *warps_p, int *splits_p,
                        int *depth_p);
-pd_status_t matmul_wgemv(float *out, float *part, const float *x, const pd_weight_t *w, int n,
-                         int warps, int splits, int depth, cudaStream_t stream);
+pd_status_t matmul_wgemv(float *out, const float *x, const pd_weight_t *w, int n, int warps,
+                         int splits, int depth, cudaStream_t stream);
 
 /* dst (w->n, w->k) bf16 = the INT4 g128 weight w dequantized ((q - z) * s, rounded to bf16);
  * tiled: w is in the tiled layout (below). */

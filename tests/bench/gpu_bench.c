@@ -541,7 +541,7 @@ static void run_i4(void *p)
                            a->w->n % 32 == 0, stream),
            "int4 mma");
     } else if (a->mode == 3) {
-        ok(matmul_wgemv(a->out, a->part, a->x, a->w, a->n, a->warps, a->splits, a->depth, stream),
+        ok(matmul_wgemv(a->out, a->x, a->w, a->n, a->warps, a->splits, a->depth, stream),
            "wgemv");
     } else
         be->ops->matmul(be, a->out, a->x, a->w, a->n);
@@ -676,7 +676,7 @@ static void bench_int4_paths(void)
  * data for matmul_wgemv_plan (us, L2 flushed as in bench_int4_paths; GB/s of the best). */
 static void bench_wgemv_sweep(void)
 {
-    const int ns[] = {1, 4, 8}, Ws[] = {4, 6, 8}, Ss[] = {1, 2, 4, 8}, Ds[] = {4, 8, 16};
+    const int ns[] = {1, 4, 8}, Ws[] = {4, 6, 7, 8}, Ss[] = {1, 2, 3, 4, 6, 8}, Ds[] = {4, 8, 16};
     int n_sm = 0;
     cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0);
     l2_flush_bytes = (size_t)256 << 20;
@@ -699,8 +699,8 @@ static void bench_wgemv_sweep(void)
                 matmul_wgemv_plan(n, N, K, n_sm, &pw, &ps, &pdp);
                 printf("%s %lld x %lld n %d:", f ? "fp8" : "int4", (long long)N, (long long)K, n);
                 float best = 1e30f;
-                for (int wi = 0; wi < 3; wi++)
-                    for (int si = 0; si < 4; si++)
+                for (int wi = 0; wi < 4; wi++)
+                    for (int si = 0; si < 6; si++)
                         for (int di = 0; di < 3; di++) {
                             const int nu = (int)(K / (f ? 64 : 128)), S = Ss[si];
                             const int ups = (nu + S - 1) / S;

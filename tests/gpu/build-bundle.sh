@@ -16,7 +16,7 @@ export PATH=/usr/local/cuda/bin:$PATH
 # KEEP_CU=1: keep the CUDA objects (only when no header that a .cu includes changed since they
 # were built: a changed .cu itself is rebuilt by ninja)
 [ -n "${KEEP_CU:-}" ] || find "$B" -name '*.cu.o' -delete
-ninja -j2 -C "$B" router/router prefill-node/prefill-node decode-node/decode-node deploy/pdctl \
+ninja -j"${NINJA_JOBS:-2}" -C "$B" router/router prefill-node/prefill-node decode-node/decode-node deploy/pdctl \
     tests/test_gpu_kernels tests/gpu_bench tests/kv_ipc_bench tests/kv_transport_bench
 D=$(mktemp -d)/b
 mkdir -p "$D/bin"

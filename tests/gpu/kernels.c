@@ -684,6 +684,7 @@ static pair_t arena_new(const kv_layout_t *l, int n_pages)
  * 2^-11 each per product); FP8 (W8A8, the same activation rounding on both sides, up to a rounding
  * flip of x * (1 / s) against x / s): ref the CPU backend's element, f = 3e-4. Outputs start
  * poisoned (NaN). */
+static float mma_x_scale = 1.0f; /* every activation of case_mma_gemm_d times this */
 static void case_mma_gemm_d(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warps, int splits,
                             int depth, uint64_t seed, const char *what)
 {
@@ -703,7 +704,7 @@ static void case_mma_gemm_d(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warp
     fill_f32(x, (size_t)n * K, 1.0f);
     for (int t = 0; t < n; t++) /* tokens of different magnitudes (per-token scaling) */
         for (int64_t k = 0; k < K; k++)
-            x[(size_t)t * K + k] *= (float)(1 << (t % 9)) / 16.0f;
+            x[(size_t)t * K + k] *= (float)(1 << (t % 9)) / 16.0f * mma_x_scale;
     pair_t px = pair_new((size_t)n * K * 4, x), out = pair_new((size_t)n * N * 4, NULL);
     cpu->ops->matmul(cpu, out.c, px.c, &wc, n);
     void *scratch = NULL;
@@ -720,7 +721,7 @@ static void case_mma_gemm_d(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warp
         uint8_t *b = scratch;
         float *mult = (float *)(b + hb), *part = pf ? (float *)(b + hb + mb) : NULL;
         if (depth > 0) {
-            pair_ok(matmul_wgemv(out.g, part, px.g, &wg, n, warps, splits, depth, st));
+            pair_ok(matmul_wgemv(out.g, px.g, &wg, n, warps, splits, depth, st));
         } else if (int4) {
             pair_ok(matmul_quant_act_f16((uint16_t *)b, mult, px.g, n, K, st));
             pair_ok(matmul_int4_mma(out.g, part, (uint16_t *)b, mult, &wg, n, warps, splits,
@@ -2095,117 +2096,10 @@ static void cases_family(void)
     case_latent_attention(PD_KV_BF16, 128, 512, 64, 192, 2, qd, cd, "V3 decode");
 }
 
-int main(void)
+/* The matmul cases: every weight format through the backend op, the tensor-core GEMMs and the
+ * INT4 GEMV with default and forced plans. */
+static void cases_matmul(void)
 {
-    const char *seed_env = getenv("PD_TEST_SEED");
-    pd_status_t st;
-
-    unsetenv("PD_CUDA_BF16_GEMM"); /* gpu: the defaults (one bf16 GEMM, flash attention) */
-    unsetenv("PD_CUDA_FLASH");
-    unsetenv("PD_CUDA_FLASH_VARIANT");
-    unsetenv("PD_CUDA_FUSED");
-    int n_dev = 0;
-    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
-        printf("no CUDA device visible: GPU tests skipped\n");
-        return 77; /* meson: SKIP (CI machines have no GPU; .ci/run reports it as skipped) */
-    }
-    if ((st = backend_cuda_create(0, &gpu)) != PD_OK) {
-        /* a device is there but the backend cannot start: that is a failure, not a skip */
-        printf("%d CUDA device(s) visible but the CUDA backend does not start: %s\n", n_dev,
-               pd_status_str(st));
-        return 1;
-    }
-    setenv("PD_CUDA_BF16_GEMM", "split", 1);
-    pair_ok(backend_cuda_create(0, &gpu_split));
-    unsetenv("PD_CUDA_BF16_GEMM");
-    pair_ok(backend_cpu_create(0, &cpu));
-    rng_state = seed_env ? strtoull(seed_env, NULL, 0) : (uint64_t)time(NULL) * 2654435761u;
-    if (!rng_state)
-        rng_state = 1;
-    small_only = getenv("PD_GPU_TEST_SMALL") && atoi(getenv("PD_GPU_TEST_SMALL"));
-    printf("seed %llu (PD_TEST_SEED to repeat)%s\n", (unsigned long long)rng_state,
-           small_only ? ", fixture shapes only" : "");
-    printf("%-12s %-44s %11s %9s  %s\n", "op", "shape", "max err", "tol", "result");
-    if (getenv("PD_GPU_TEST_FAMILY") && atoi(getenv("PD_GPU_TEST_FAMILY"))) {
-        /* the GLM-4.5 / DeepSeek-V3 cases alone (family ops, FP8 block-scaled matmul) */
-        cases_family();
-        printf("%d cases, %d failed\n", n_cases, n_fail);
-        backend_destroy(gpu_split);
-        backend_destroy(gpu);
-        backend_destroy(cpu);
-        return n_fail ? 1 : 0;
-    }
-    if (getenv("PD_GPU_TEST_KV") && atoi(getenv("PD_GPU_TEST_KV"))) {
-        /* the KV export cases alone (quick device rounds of the transfer path) */
-        case_kv_export(PD_KV_BF16, 4, 2, 128, 20, 7);
-        case_kv_export(PD_KV_BF16, 32, 8, 128, 8, 3);
-        case_xfer_kv_export(4, 2, 128, 20, 7);
-        case_xfer_kv_export(32, 8, 128, 16, 6);
-        printf("%d cases, %d failed\n", n_cases, n_fail);
-        backend_destroy(gpu_split);
-        backend_destroy(gpu);
-        backend_destroy(cpu);
-        return n_fail ? 1 : 0;
-    }
-    if (getenv("PD_GPU_TEST_ATTN") && atoi(getenv("PD_GPU_TEST_ATTN"))) {
-        /* the decode attention and fused RoPE + KV write cases alone (quick device rounds) */
-        const pd_kvfmt_t fs[] = {PD_KV_BF16, PD_KV_FP8, PD_KV_F32};
-        for (int f = 0; f < 3; f++)
-            case_rope_kv_write(fs[f], 32, 8, 128, 64, 321 + (uint64_t)f);
-        cases_attention_tc();
-        printf("%d cases, %d failed\n", n_cases, n_fail);
-        backend_destroy(gpu_split);
-        backend_destroy(gpu);
-        backend_destroy(cpu);
-        return n_fail ? 1 : 0;
-    }
-
-    case_embed(2048, 512, 37);
-    if (!small_only)
-        case_embed(8192, 4096, 64);
-    case_rmsnorm(37, 512, false);
-    if (!small_only)
-        case_rmsnorm(64, 4096, true);
-    case_rmsnorm(37 * 4, 128, true); /* q-norm shape */
-    case_add(37 * 512);
-    if (!small_only)
-        case_add((size_t)64 * 4096 + 3);
-    case_rope(37, 4, 128, 2048);
-    case_rope(5, 12, 64, 4096); /* heads not a multiple of the kernel's 8 per block, hd 64 */
-    case_rope(3, 3, 512, 100);  /* half > block: the frequency loop */
-    if (!small_only)
-        case_rope(64, 32, 128, 8192);
-    case_silu_mul(37, 1024);
-    if (!small_only)
-        case_silu_mul(64, 14336);
-
-    case_backend_options();
-    /* fused ops (fixed seeds 201..): register kernels, the any-length kernel, odd lengths */
-    case_add_rmsnorm(37, 512, true, true, true, false, 201);
-    case_add_rmsnorm(37, 512, true, true, true, true, 202);
-    case_add_rmsnorm(37, 512, false, true, false, false, 203);
-    case_add_rmsnorm(5, 300, true, true, true, false, 204); /* d % 4 != 0: any-length kernel */
-    case_add_rmsnorm(3, 512, true, false, true, false, 205);
-    case_silu_mul_fp8(37, 1024, true, false, 211);
-    case_silu_mul_fp8(37, 1024, true, true, 212);
-    case_silu_mul_fp8(5, 300, true, false, 213);
-    case_silu_mul_fp8(3, 1024, false, false, 214);
-    case_matmul_fp8(1, 200, 384, 221, "fixture mma");
-    case_matmul_fp8(3, 200, 400, 222, "gemv");
-    case_matmul_fp8(37, 2048, 512, 223, "fixture gemm");
-    if (!small_only) {
-        case_add_rmsnorm(64, 4096, true, true, true, false, 206);
-        case_add_rmsnorm(300, 4096, true, false, true, false, 207);
-        case_add_rmsnorm(2, 12288, true, true, true, false, 208); /* > 8192: any-length kernel */
-        case_silu_mul_fp8(64, 14336, true, false, 215);
-        case_silu_mul_fp8(300, 14336, false, false, 216);
-        case_silu_mul_fp8(64, 14336, true, true, 217);
-        case_matmul_fp8(1, 28672, 4096, 224, "8B gate_up gemv");
-        case_matmul_fp8(8, 4096, 14336, 225, "8B down mma");
-        case_matmul_fp8(64, 6144, 4096, 226, "8B qkv gemm");
-        case_matmul_fp8(512, 14336, 4096, 227, "8B gate gemm");
-    }
-
     const pd_wfmt_t fmts[] = {PD_WFMT_BF16, PD_WFMT_FP8, PD_WFMT_INT4, PD_WFMT_F32};
     for (int f = 0; f < 4; f++) {
         case_matmul(fmts[f], 1, 1024, 512, "fixture qkv");
@@ -2287,6 +2181,140 @@ int main(void)
         case_mma_gemm_d(i4, 1, 28672, 4096, 4, 1, 16, 167, "wgemv 8B gate_up");
         case_mma_gemm_d(i4, 8, 4096, 14336, 4, 8, 16, 168, "wgemv 8B down");
     }
+    /* activations past the f16 range (|x| up to 2^20) and tiny ones: the per-token power-of-two
+     * scaling of both INT4 activation paths */
+    mma_x_scale = 65536.0f;
+    case_mma_gemm_d(i4, 4, 256, 1024, 4, 2, 4, 171, "wgemv |x| ~ 2^16");
+    case_mma_gemm(i4, 12, 256, 1024, 4, 2, 172, "|x| ~ 2^16");
+    mma_x_scale = 1.0f / 65536.0f;
+    case_mma_gemm_d(i4, 3, 256, 1024, 8, 8, 8, 173, "wgemv |x| ~ 2^-16, 8 splits");
+    mma_x_scale = 1.0f;
+    /* matmul_wgemv at n 5 and 8 (forced: the backend routes them to the GEMM) */
+    case_mma_gemm_d(i4, 5, 512, 2048, 4, 3, 4, 174, "wgemv n 5");
+    case_mma_gemm_d(i4, 8, 384, 1024, 8, 1, 4, 175, "wgemv n 8");
+}
+
+int main(void)
+{
+    const char *seed_env = getenv("PD_TEST_SEED");
+    pd_status_t st;
+
+    unsetenv("PD_CUDA_BF16_GEMM"); /* gpu: the defaults (one bf16 GEMM, flash attention) */
+    unsetenv("PD_CUDA_FLASH");
+    unsetenv("PD_CUDA_FLASH_VARIANT");
+    unsetenv("PD_CUDA_FUSED");
+    int n_dev = 0;
+    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
+        printf("no CUDA device visible: GPU tests skipped\n");
+        return 77; /* meson: SKIP (CI machines have no GPU; .ci/run reports it as skipped) */
+    }
+    if ((st = backend_cuda_create(0, &gpu)) != PD_OK) {
+        /* a device is there but the backend cannot start: that is a failure, not a skip */
+        printf("%d CUDA device(s) visible but the CUDA backend does not start: %s\n", n_dev,
+               pd_status_str(st));
+        return 1;
+    }
+    setenv("PD_CUDA_BF16_GEMM", "split", 1);
+    pair_ok(backend_cuda_create(0, &gpu_split));
+    unsetenv("PD_CUDA_BF16_GEMM");
+    pair_ok(backend_cpu_create(0, &cpu));
+    rng_state = seed_env ? strtoull(seed_env, NULL, 0) : (uint64_t)time(NULL) * 2654435761u;
+    if (!rng_state)
+        rng_state = 1;
+    small_only = getenv("PD_GPU_TEST_SMALL") && atoi(getenv("PD_GPU_TEST_SMALL"));
+    printf("seed %llu (PD_TEST_SEED to repeat)%s\n", (unsigned long long)rng_state,
+           small_only ? ", fixture shapes only" : "");
+    printf("%-12s %-44s %11s %9s  %s\n", "op", "shape", "max err", "tol", "result");
+    if (getenv("PD_GPU_TEST_MATMUL") && atoi(getenv("PD_GPU_TEST_MATMUL"))) {
+        /* the matmul cases alone (quick device rounds on the weight kernels) */
+        cases_matmul();
+        printf("%d cases, %d failed\n", n_cases, n_fail);
+        backend_destroy(gpu_split);
+        backend_destroy(gpu);
+        backend_destroy(cpu);
+        return n_fail ? 1 : 0;
+    }
+    if (getenv("PD_GPU_TEST_FAMILY") && atoi(getenv("PD_GPU_TEST_FAMILY"))) {
+        /* the GLM-4.5 / DeepSeek-V3 cases alone (family ops, FP8 block-scaled matmul) */
+        cases_family();
+        printf("%d cases, %d failed\n", n_cases, n_fail);
+        backend_destroy(gpu_split);
+        backend_destroy(gpu);
+        backend_destroy(cpu);
+        return n_fail ? 1 : 0;
+    }
+    if (getenv("PD_GPU_TEST_KV") && atoi(getenv("PD_GPU_TEST_KV"))) {
+        /* the KV export cases alone (quick device rounds of the transfer path) */
+        case_kv_export(PD_KV_BF16, 4, 2, 128, 20, 7);
+        case_kv_export(PD_KV_BF16, 32, 8, 128, 8, 3);
+        case_xfer_kv_export(4, 2, 128, 20, 7);
+        case_xfer_kv_export(32, 8, 128, 16, 6);
+        printf("%d cases, %d failed\n", n_cases, n_fail);
+        backend_destroy(gpu_split);
+        backend_destroy(gpu);
+        backend_destroy(cpu);
+        return n_fail ? 1 : 0;
+    }
+    if (getenv("PD_GPU_TEST_ATTN") && atoi(getenv("PD_GPU_TEST_ATTN"))) {
+        /* the decode attention and fused RoPE + KV write cases alone (quick device rounds) */
+        const pd_kvfmt_t fs[] = {PD_KV_BF16, PD_KV_FP8, PD_KV_F32};
+        for (int f = 0; f < 3; f++)
+            case_rope_kv_write(fs[f], 32, 8, 128, 64, 321 + (uint64_t)f);
+        cases_attention_tc();
+        printf("%d cases, %d failed\n", n_cases, n_fail);
+        backend_destroy(gpu_split);
+        backend_destroy(gpu);
+        backend_destroy(cpu);
+        return n_fail ? 1 : 0;
+    }
+
+    case_embed(2048, 512, 37);
+    if (!small_only)
+        case_embed(8192, 4096, 64);
+    case_rmsnorm(37, 512, false);
+    if (!small_only)
+        case_rmsnorm(64, 4096, true);
+    case_rmsnorm(37 * 4, 128, true); /* q-norm shape */
+    case_add(37 * 512);
+    if (!small_only)
+        case_add((size_t)64 * 4096 + 3);
+    case_rope(37, 4, 128, 2048);
+    case_rope(5, 12, 64, 4096); /* heads not a multiple of the kernel's 8 per block, hd 64 */
+    case_rope(3, 3, 512, 100);  /* half > block: the frequency loop */
+    if (!small_only)
+        case_rope(64, 32, 128, 8192);
+    case_silu_mul(37, 1024);
+    if (!small_only)
+        case_silu_mul(64, 14336);
+
+    case_backend_options();
+    /* fused ops (fixed seeds 201..): register kernels, the any-length kernel, odd lengths */
+    case_add_rmsnorm(37, 512, true, true, true, false, 201);
+    case_add_rmsnorm(37, 512, true, true, true, true, 202);
+    case_add_rmsnorm(37, 512, false, true, false, false, 203);
+    case_add_rmsnorm(5, 300, true, true, true, false, 204); /* d % 4 != 0: any-length kernel */
+    case_add_rmsnorm(3, 512, true, false, true, false, 205);
+    case_silu_mul_fp8(37, 1024, true, false, 211);
+    case_silu_mul_fp8(37, 1024, true, true, 212);
+    case_silu_mul_fp8(5, 300, true, false, 213);
+    case_silu_mul_fp8(3, 1024, false, false, 214);
+    case_matmul_fp8(1, 200, 384, 221, "fixture mma");
+    case_matmul_fp8(3, 200, 400, 222, "gemv");
+    case_matmul_fp8(37, 2048, 512, 223, "fixture gemm");
+    if (!small_only) {
+        case_add_rmsnorm(64, 4096, true, true, true, false, 206);
+        case_add_rmsnorm(300, 4096, true, false, true, false, 207);
+        case_add_rmsnorm(2, 12288, true, true, true, false, 208); /* > 8192: any-length kernel */
+        case_silu_mul_fp8(64, 14336, true, false, 215);
+        case_silu_mul_fp8(300, 14336, false, false, 216);
+        case_silu_mul_fp8(64, 14336, true, true, 217);
+        case_matmul_fp8(1, 28672, 4096, 224, "8B gate_up gemv");
+        case_matmul_fp8(8, 4096, 14336, 225, "8B down mma");
+        case_matmul_fp8(64, 6144, 4096, 226, "8B qkv gemm");
+        case_matmul_fp8(512, 14336, 4096, 227, "8B gate gemm");
+    }
+
+    cases_matmul();
 
     const pd_kvfmt_t kfs[] = {PD_KV_BF16, PD_KV_FP8, PD_KV_F32};
     for (int f = 0; f < 3; f++) {
