@@ -14,7 +14,7 @@ B=${1:-$root/build-cuda}
 export PATH=/usr/local/cuda/bin:$PATH
 [ -f "$B/build.ninja" ] || meson setup "$B" "$root" -Dwerror=true
 find "$B" -name '*.cu.o' -delete
-ninja -C "$B" router/router prefill-node/prefill-node decode-node/decode-node deploy/pdctl \
+ninja -j"${NINJA_JOBS:-2}" -C "$B" router/router prefill-node/prefill-node decode-node/decode-node deploy/pdctl \
     tests/test_gpu_kernels tests/gpu_bench
 D=$(mktemp -d)/b
 mkdir -p "$D/bin"

@@ -6,7 +6,10 @@
 # torch_prefill_baseline.py). Logs go to $OUT.
 # Steps (default all but ncu): kernels memcheck greedy ppl cluster bench baseline
 # baseline-prefill; ncu (Nsight Compute on the flash attention kernel and the FP8 GEMM, from
-# `gpu_bench flash`; NCU_FLASH_SKIP=N profiles the flash launch after N others) on request.
+# `gpu_bench flash`; NCU_FLASH_SKIP=N profiles the flash launch after N others,
+# NCU_FLASH_KERNEL=fwg__kernel the Hopper kernel, NCU_GEMM= (empty) skips the GEMM) and
+# flashcases (the prefill attention harness cases alone, PD_GPU_TEST_FLASH=1) and memflash (those
+# at fixture shapes under compute-sanitizer memcheck) on request.
 # BENCH="ops decode" limits the benchmark (default all). DEADLINE=S: no step starts after S
 # seconds and each step's timeout is cut to what is left (default: none). Every step runs under
 # its timeout; the script exits 1 when any step failed or was skipped for the deadline.
@@ -42,6 +45,9 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | t
 for s in $steps; do
     case $s in
     kernels) step kernels 240 "$G/bin/test_gpu_kernels" ;;
+    flashcases) PD_GPU_TEST_FLASH=1 step flashcases 120 "$G/bin/test_gpu_kernels" ;;
+    memflash) PD_GPU_TEST_FLASH=1 PD_GPU_TEST_SMALL=1 step memflash 120 compute-sanitizer \
+        --tool memcheck --error-exitcode 3 "$G/bin/test_gpu_kernels" ;;
     memcheck) PD_GPU_TEST_SMALL=1 step memcheck 240 compute-sanitizer --tool memcheck \
         --error-exitcode 3 "$G/bin/test_gpu_kernels" ;;
     greedy) step greedy 240 python3 "$G/check_reference.py" greedy --pdctl "$G/bin/pdctl" \
@@ -52,12 +58,13 @@ for s in $steps; do
     bench) step bench 400 "$G/bin/gpu_bench" ${BENCH:-all} ;;
     baseline) step baseline 300 python3 "$G/torch_decode_baseline.py" ;;
     baseline-prefill) step baseline-prefill 200 python3 "$G/torch_prefill_baseline.py" ;;
-    ncu) step ncu 240 bash -c 'for ks in "flash__kernel ${1:-2}" "nvjet|gemm|xmma 2"; do
+    ncu) step ncu 240 bash -c 'for ks in "$2 $1" ${3:+"$3"}; do
             set -- $ks
             ncu --clock-control none --kernel-name "regex:$1" --launch-skip "$2" --launch-count 1 \
                 --section SpeedOfLight --section Occupancy --section LaunchStats \
                 --section WarpStateStats --section MemoryWorkloadAnalysis \
-                "$0/bin/gpu_bench" flash || exit 1; done' "$G" "${NCU_FLASH_SKIP:-2}" ;;
+                "$0/bin/gpu_bench" flash || exit 1; done' "$G" "${NCU_FLASH_SKIP:-2}" \
+        "${NCU_FLASH_KERNEL:-flash__kernel}" "${NCU_GEMM-nvjet|gemm|xmma 2}" ;;
     *) echo "unknown step $s"; rc=2 ;;
     esac
 done
