@@ -610,7 +610,6 @@ static __device__ __forceinline__ void fwg__mma_rs(float (&d)[64], const uint32_
           "+f"(d[63])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
 }
-#endif /* FWG__ON */
 
 /* The sequence s and its tile j (BM rows each, last tile first) of grid row `target`, found by
  * a warp-wide scan of the tile counts (every lane gets the result); s = -1 past the last. */
@@ -644,6 +643,8 @@ static __device__ __forceinline__ void fwg__find_tile(const int32_t *q_start, in
         base += tot;
     }
 }
+
+#endif /* FWG__ON */
 
 /* grid (n_heads / 2, n_tiles) with n_tiles >= sum over sequences of ceil(q_len / 64), block
  * FWG__THREADS, dynamic shared memory FWG__SMEM(NS). Arguments as flash__kernel; bf16 pages,
