@@ -464,10 +464,17 @@ static __device__ __forceinline__ float attn_tc__lg2(float x)
 /* four e4m3 bytes -> two f16x2: lo from bytes 0, 1 (byte 0 in the low half), hi from 2, 3 */
 static __device__ __forceinline__ void attn_tc__e4m3x4(uint32_t w, uint32_t &lo, uint32_t &hi)
 {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 890
     asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\t"
         "cvt.rn.f16x2.e4m3x2 %0, l;\n\tcvt.rn.f16x2.e4m3x2 %1, h;\n\t}"
         : "=r"(lo), "=r"(hi)
         : "r"(w));
+#else /* Ampere (cuda-arch 80): no fp8 cvt instruction; the same exact values in software */
+    const __half2_raw l = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w & 0xffff), __NV_E4M3);
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w >> 16), __NV_E4M3);
+    lo = (uint32_t)l.x | ((uint32_t)l.y << 16);
+    hi = (uint32_t)h.x | ((uint32_t)h.y << 16);
+#endif
 }
 /* c (16x8 f32) += a (16x16, row) b (16x8, col); f16 (fp8 KV) or bf16 operands */
 template <int FMT>

@@ -93,8 +93,8 @@ template <int D_, int FMT_, int BN_, bool QREG_, int MINB_, int RG_ = 1> struct 
     static constexpr int D = D_, FMT = FMT_, BN = BN_, MINB = MINB_, RG = RG_;
     static constexpr int BM = 16 * RG * FLASH__WARPS;
     static constexpr bool QREG = QREG_;
-    static constexpr int CH = D / 8;                      /* 16-byte bf16 chunks per row */
-    static constexpr int TILE = BN * D;                   /* bf16 elements of one K or V tile */
+    static constexpr int CH = D / 8;    /* 16-byte bf16 chunks per row */
+    static constexpr int TILE = BN * D; /* bf16 elements of one K or V tile */
     /* bf16 K/V tile buffers: bf16 KV keeps three (tile kt is read while kt + 1 and kt + 2 are in
      * flight: one barrier per tile); fp8 converts into one (raw tiles double buffered) */
     static constexpr int NBUF = FMT == PD_KV_FP8 ? 1 : 3;
@@ -340,12 +340,11 @@ static __global__ void __launch_bounds__(FLASH__THREADS, C::MINB)
             __syncthreads();
             const int b2 = (kt + 2) % 3;
             if (kt + 2 < n_kt)
-                flash__load_kv<C>(kbuf + b2 * TILE, vbuf + b2 * TILE, rkbuf, rvbuf, rsbuf, arena,
-                                  l, koff, voff, ksoff, vsoff, bt, kvh, (kt + 2) * BN, n_keys);
+                flash__load_kv<C>(kbuf + b2 * TILE, vbuf + b2 * TILE, rkbuf, rvbuf, rsbuf, arena, l,
+                                  koff, voff, ksoff, vsoff, bt, kvh, (kt + 2) * BN, n_keys);
             flash__cp_commit();
         }
-        const __nv_bfloat16 *ks = kbuf + (FP8 ? 0 : b3 * TILE),
-                            *vs = vbuf + (FP8 ? 0 : b3 * TILE);
+        const __nv_bfloat16 *ks = kbuf + (FP8 ? 0 : b3 * TILE), *vs = vbuf + (FP8 ? 0 : b3 * TILE);
 
         /* S (16 RG rows x BN keys) = Q K^T, raw (unscaled) */
         float sacc[RG][NT][4];
@@ -480,6 +479,391 @@ static __global__ void __launch_bounds__(FLASH__THREADS, C::MINB)
         }
 }
 
+/* ==== Hopper kernel: wgmma, a producer warpgroup, mbarrier pipeline (sm_90a only) ==== */
+
+/* FlashAttention-3 style, for bf16 pages, head_dim 128 and an even GQA group: a block of 384
+ * threads takes 64 query rows of one sequence for two query heads of one kv head (h0, h0 + 1).
+ * Warpgroup 0 is the producer: it gathers each K/V tile of 128 keys from the sequence's pages
+ * with cp.async into NS shared-memory stages (the 128-byte swizzled layout wgmma reads) and
+ * signals each stage on an mbarrier ("full") once its copies have landed; warpgroups 1 and 2 are
+ * consumers, one per query head: S (64 x 128) = Q K^T with wgmma (Q and K from shared memory),
+ * causal mask on the diagonal tiles only, online softmax in f32 registers, P rounded to bf16 in
+ * registers, O (64 x 128) += P V with wgmma (P from registers, V from shared memory), then an
+ * "empty" mbarrier arrival frees the stage. Both heads share every K/V tile in shared memory.
+ *
+ * Shared memory (offsets from a 1024-byte aligned base; every tile is stored as two column
+ * blocks of 64 bf16 (128 bytes) per row, the 16-byte chunk c of row r at chunk c ^ (r % 8):
+ * wgmma's 128-byte swizzle): Q of consumer w (64 rows x 128 dims) at 16384 w; stage s: K (128
+ * keys x 128 dims) at 32768 + 65536 s, V at 65536 + 65536 s; the mbarriers after the stages. */
+#define FWG__THREADS 384
+#define FWG__BM 64
+#define FWG__BN 128
+#define FWG__D 128
+/* the variant the launcher picks where the Hopper kernel applies (4: 2 stages, 5: 3 stages) */
+#define FWG__DEFAULT 5
+#define FWG__SMEM(ns) ((size_t)32768 + (size_t)65536 * (ns) + 16 * (ns) + 1024)
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FWG__ON 1
+#else
+#define FWG__ON 0
+#endif
+
+#if FWG__ON
+static __device__ __forceinline__ void fwg__bar_init(uint32_t a, int count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(a), "r"(count) : "memory");
+}
+static __device__ __forceinline__ void fwg__bar_arrive(uint32_t a)
+{
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(a)
+                 : "memory");
+}
+/* waits until the phase of parity `parity` of the mbarrier at a has completed */
+static __device__ __forceinline__ void fwg__bar_wait(uint32_t a, uint32_t parity)
+{
+    asm volatile("{\n.reg .pred P1;\nFWG_WAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+                 "@P1 bra FWG_DONE;\nbra FWG_WAIT;\nFWG_DONE:\n}\n" ::"r"(a),
+                 "r"(parity)
+                 : "memory");
+}
+/* this thread's generic-proxy shared-memory writes (stores, landed cp.async copies) become
+ * visible to the async proxy (wgmma) once a barrier orders them */
+static __device__ __forceinline__ void fwg__fence_proxy()
+{
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+static __device__ __forceinline__ void fwg__wg_fence()
+{
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+static __device__ __forceinline__ void fwg__wg_commit()
+{
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+static __device__ __forceinline__ void fwg__wg_wait0()
+{
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+/* the accumulators are redefined here: no use of them moves above a wgmma wait */
+static __device__ __forceinline__ void fwg__fence_acc(float (&d)[64])
+{
+#pragma unroll
+    for (int i = 0; i < 64; i++)
+        asm volatile("" : "+f"(d[i])::"memory");
+}
+/* wgmma shared-memory matrix descriptor, 128-byte swizzle: start address, leading and stride
+ * byte offsets (PTX ISA, "Matrix Descriptor Format") */
+static __device__ __forceinline__ uint64_t fwg__desc(uint32_t addr, uint32_t lbo, uint32_t sbo)
+{
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) |
+           ((uint64_t)(sbo >> 4) << 32) | (1ull << 62);
+}
+/* d (64 x 128 f32, wgmma accumulator layout) (+)= A B over k16: A (64 x 16 bf16) and B (16 x 128
+ * bf16) in shared memory by descriptors; B K-major (tnspB 0) or N-major (1); acc 0 ignores d. */
+template <int TB>
+static __device__ __forceinline__ void fwg__mma_ss(float (&d)[64], uint64_t da, uint64_t db,
+                                                   int acc)
+{
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
+        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, "
+        "%37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, "
+        "%55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, %67;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+          "+f"(d[63])
+        : "l"(da), "l"(db), "r"(acc), "n"(TB));
+}
+
+/* d (64 x 128 f32) += A B over k16: A (64 x 16 bf16) in registers (the mma.sync m16n8k16 A
+ * fragment of each warp's 16 rows), B (16 x 128 bf16) in shared memory, N-major (tnspB 1). */
+static __device__ __forceinline__ void fwg__mma_rs(float (&d)[64], const uint32_t (&a)[4],
+                                                   uint64_t db)
+{
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
+        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, "
+        "%37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, "
+        "%55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+          "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+
+/* The sequence s and its tile j (BM rows each, last tile first) of grid row `target`, found by
+ * a warp-wide scan of the tile counts (every lane gets the result); s = -1 past the last. */
+static __device__ __forceinline__ void fwg__find_tile(const int32_t *q_start, int n_seqs, int BM,
+                                                      int target, int &s, int &j)
+{
+    const unsigned full = 0xffffffffu;
+    const int lane = threadIdx.x & 31;
+    int base = 0;
+    s = -1;
+    j = 0;
+    for (int s0 = 0; s0 < n_seqs; s0 += 32) {
+        const int si = s0 + lane;
+        const int cnt = si < n_seqs ? (q_start[si + 1] - q_start[si] + BM - 1) / BM : 0;
+        int inc = cnt;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int v = __shfl_up_sync(full, inc, o);
+            if (lane >= o)
+                inc += v;
+        }
+        const int tot = __shfl_sync(full, inc, 31);
+        if (target < base + tot) {
+            const int L = __ffs(__ballot_sync(full, base + inc > target)) - 1;
+            const int before = __shfl_sync(full, inc - cnt, L);
+            const int cnt_l = __shfl_sync(full, cnt, L);
+            s = s0 + L;
+            j = cnt_l - 1 - (target - base - before);
+            return;
+        }
+        base += tot;
+    }
+}
+
+#endif /* FWG__ON */
+
+/* grid (n_heads / 2, n_tiles) with n_tiles >= sum over sequences of ceil(q_len / 64), block
+ * FWG__THREADS, dynamic shared memory FWG__SMEM(NS). Arguments as flash__kernel; bf16 pages,
+ * head_dim 128, (n_heads / n_kv_heads) even. Compiled for sm_90a only (elsewhere it traps: the
+ * launcher never starts it there). */
+template <int NS>
+static __global__ void __launch_bounds__(FWG__THREADS, 1)
+    fwg__kernel(float *out, const float *q, const uint8_t *arena, kv_layout_t l, int layer,
+                const int32_t *q_start, const int32_t *ctx_len, const int32_t *block_tables,
+                int n_seqs, int max_pages, int n_heads)
+{
+#if FWG__ON
+    constexpr int D = FWG__D, BM = FWG__BM, BN = FWG__BN;
+    extern __shared__ __align__(1024) unsigned char fwg__smem[];
+    const uint32_t raw = flash__smem_addr(fwg__smem);
+    const uint32_t sbase = (raw + 1023u) & ~1023u;
+    const uint32_t kv0 = sbase + 32768u, bars = sbase + 32768u + 65536u * NS;
+    /* full[s] at bars + 8 s, empty[s] at bars + 8 (NS + s) */
+    const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31;
+    const int H = n_heads, KVH = l.n_kv_heads, h0 = 2 * blockIdx.x, kvh = h0 / (H / KVH);
+
+    int s, j;
+    fwg__find_tile(q_start, n_seqs, BM, blockIdx.y, s, j);
+    if (s < 0)
+        return; /* the grid's spare tiles (uniform over the block) */
+    const int q_len = q_start[s + 1] - q_start[s], row0 = q_start[s] + j * BM;
+    const int qn = min(BM, q_len - j * BM);       /* valid rows of this tile */
+    const int pos0 = ctx_len[s] - q_len + j * BM; /* position of the tile's row 0 */
+    const int n_keys = pos0 + qn;                 /* keys the last valid row sees */
+    const int n_kt = (n_keys + BN - 1) / BN;
+
+    if (tid == 0) {
+        for (int i = 0; i < NS; i++) {
+            fwg__bar_init(bars + 8 * i, 128);            /* the producer's threads */
+            fwg__bar_init(bars + 8 * (NS + i), 2 * 128); /* both consumers' threads */
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        /* ---- producer: thread t copies 16-byte chunk t % 16 of keys t / 16 + 8 i, i < 16, of
+         * every tile (K and V); those rows share their swizzle (row % 8 = t / 16) ---- */
+        const int ch = tid & 15, rb = tid >> 4;
+        const uint32_t soff = (uint32_t)((ch >> 3) * 16384 + rb * 128 + (((ch & 7) ^ rb) << 4));
+        const int32_t *bt = block_tables + (size_t)s * max_pages;
+        const size_t koff = kutil_kv_data_off(l, layer, 0) + (size_t)ch * 16,
+                     voff = kutil_kv_data_off(l, layer, 1) + (size_t)ch * 16;
+        const int P = l.page_tokens;
+        const bool p2 = (P & (P - 1)) == 0;
+        const int ps = __ffs(P) - 1;
+        for (int kt = 0; kt < n_kt; kt++) {
+            const int st = kt % NS;
+            if (kt >= NS) /* the consumers are done with tile kt - NS */
+                fwg__bar_wait(bars + 8 * (NS + st), (uint32_t)((kt / NS - 1) & 1));
+            const uint32_t kd = kv0 + 65536u * st + soff;
+#pragma unroll 4
+            for (int i = 0; i < 16; i++) {
+                const int t = kt * BN + rb + 8 * i;
+                const bool valid = t < n_keys;
+                const int tt = valid ? t : 0;
+                const int pg = p2 ? tt >> ps : tt / P, pt = p2 ? tt & (P - 1) : tt % P;
+                const uint8_t *page = arena + (size_t)bt[pg] * l.page_bytes;
+                const size_t e = ((size_t)pt * KVH + kvh) * D * 2; /* bytes */
+                flash__cp16(kd + 1024u * i, valid ? page + koff + e : arena, valid ? 16 : 0);
+                flash__cp16(kd + 32768u + 1024u * i, valid ? page + voff + e : arena,
+                            valid ? 16 : 0);
+            }
+            flash__cp_commit();
+            if (kt > 0) { /* tile kt - 1 has landed: publish it */
+                flash__cp_wait<1>();
+                fwg__fence_proxy();
+                fwg__bar_arrive(bars + 8 * ((kt - 1) % NS));
+            }
+        }
+        flash__cp_wait<0>();
+        fwg__fence_proxy();
+        fwg__bar_arrive(bars + 8 * ((n_kt - 1) % NS));
+        return;
+    }
+
+    /* ---- consumer warpgroup cw: query head h0 + cw ---- */
+    const int cw = wg - 1, h = h0 + cw, wt = tid & 127, w4 = wt >> 5;
+    const int g = lane >> 2, t4 = lane & 3;
+    const unsigned full = 0xffffffffu;
+    const uint32_t qsm = sbase + 16384u * cw;
+    /* Q (64 rows, f32 -> bf16; rows >= qn zero) into its swizzled tile */
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const int idx = wt + 128 * i, r = idx >> 4, c = idx & 15;
+        uint4 w = make_uint4(0, 0, 0, 0);
+        if (r < qn) {
+            const float4 *src = (const float4 *)(q + ((size_t)(row0 + r) * H + h) * D + c * 8);
+            const float4 a = src[0], b = src[1];
+            w = make_uint4(flash__pack(a.x, a.y), flash__pack(a.z, a.w), flash__pack(b.x, b.y),
+                           flash__pack(b.z, b.w));
+        }
+        const uint32_t so =
+            qsm + (uint32_t)((c >> 3) * 8192 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+        asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(so), "r"(w.x), "r"(w.y),
+                     "r"(w.z), "r"(w.w)
+                     : "memory");
+    }
+    fwg__fence_proxy();
+    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + cw) : "memory");
+
+    /* this thread's rows: w4 * 16 + g and + 8 of the warpgroup's 64 */
+    int pos[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+        pos[i] = pos0 + min(w4 * 16 + g + 8 * i, qn - 1);   /* padding rows repeat the last */
+    const float sc = 1.4426950408889634f / sqrtf((float)D); /* log2(e) / sqrt(D) */
+    float o[64], m[2] = {-INFINITY, -INFINITY}, lsum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < 64; i++)
+        o[i] = 0.0f;
+
+    for (int kt = 0; kt < n_kt; kt++) {
+        const int st = kt % NS;
+        const uint32_t ks = kv0 + 65536u * st, vs = ks + 32768u;
+        fwg__bar_wait(bars + 8 * st, (uint32_t)((kt / NS) & 1));
+
+        /* S (64 x 128 keys) = Q K^T, raw: K-major A and B, k16 steps along the 128 dims (two
+         * 64-dim column blocks, 32 bytes per step inside a swizzled row) */
+        float sacc[64];
+        fwg__wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 8; kk++)
+            fwg__mma_ss<0>(sacc, fwg__desc(qsm + (kk >> 2) * 8192 + (kk & 3) * 32, 16, 1024),
+                           fwg__desc(ks + (kk >> 2) * 16384 + (kk & 3) * 32, 16, 1024), kk > 0);
+        fwg__wg_commit();
+        fwg__wg_wait0();
+        fwg__fence_acc(sacc);
+
+        /* causal mask (diagonal tiles), online softmax; element e of 8-key chunk n: row
+         * g + 8 (e / 2), key n * 8 + 2 t4 + e % 2 */
+        const int key0 = kt * BN;
+        if (key0 + BN - 1 > pos0) {
+#pragma unroll
+            for (int n = 0; n < 16; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    if (key0 + n * 8 + 2 * t4 + (e & 1) > pos[e >> 1])
+                        sacc[n * 4 + e] = -INFINITY;
+        }
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int n = 0; n < 16; n++) {
+            mx[0] = fmaxf(mx[0], fmaxf(sacc[n * 4], sacc[n * 4 + 1]));
+            mx[1] = fmaxf(mx[1], fmaxf(sacc[n * 4 + 2], sacc[n * 4 + 3]));
+        }
+        float corr[2], msc[2], rs[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            mx[i] = fmaxf(mx[i], __shfl_xor_sync(full, mx[i], 1));
+            mx[i] = fmaxf(mx[i], __shfl_xor_sync(full, mx[i], 2));
+            const float mn = fmaxf(m[i], mx[i]); /* finite: every row sees key 0 in tile 0 */
+            corr[i] = mn == m[i] ? 1.0f : flash__ex2((m[i] - mn) * sc);
+            m[i] = mn;
+            msc[i] = mn * sc;
+        }
+        uint32_t pa[8][4]; /* P as wgmma A fragments, one per 16 keys */
+#pragma unroll
+        for (int n = 0; n < 16; n++) {
+            const float p0 = flash__ex2(fmaf(sacc[n * 4], sc, -msc[0]));
+            const float p1 = flash__ex2(fmaf(sacc[n * 4 + 1], sc, -msc[0]));
+            const float p2 = flash__ex2(fmaf(sacc[n * 4 + 2], sc, -msc[1]));
+            const float p3 = flash__ex2(fmaf(sacc[n * 4 + 3], sc, -msc[1]));
+            rs[0] += p0 + p1;
+            rs[1] += p2 + p3;
+            pa[n >> 1][(n & 1) * 2] = flash__pack(p0, p1);
+            pa[n >> 1][(n & 1) * 2 + 1] = flash__pack(p2, p3);
+        }
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+            lsum[i] = lsum[i] * corr[i] + rs[i];
+        if (!__all_sync(full, corr[0] == 1.0f && corr[1] == 1.0f)) {
+#pragma unroll
+            for (int n = 0; n < 16; n++) {
+                o[n * 4] *= corr[0];
+                o[n * 4 + 1] *= corr[0];
+                o[n * 4 + 2] *= corr[1];
+                o[n * 4 + 3] *= corr[1];
+            }
+        }
+
+        /* O += P V: V (128 keys x 128 dims) N-major, k16 steps of 16 keys (2048 bytes); the
+         * two 64-dim column blocks 16384 bytes apart (leading byte offset) */
+        fwg__wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 8; kk++)
+            fwg__mma_rs(o, pa[kk], fwg__desc(vs + kk * 2048, 16384, 1024));
+        fwg__wg_commit();
+        fwg__wg_wait0();
+        fwg__fence_acc(o);
+        fwg__bar_arrive(bars + 8 * (NS + st)); /* this thread is done with the stage */
+    }
+
+    /* ---- normalize and store the valid rows ---- */
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        float l2 = lsum[i];
+        l2 += __shfl_xor_sync(full, l2, 1);
+        l2 += __shfl_xor_sync(full, l2, 2);
+        const int r = w4 * 16 + g + 8 * i;
+        if (r >= qn)
+            continue;
+        const float inv = 1.0f / l2;
+        float *dst = out + ((size_t)(row0 + r) * H + h) * D + 2 * t4;
+#pragma unroll
+        for (int n = 0; n < 16; n++)
+            *(float2 *)(dst + n * 8) =
+                make_float2(o[n * 4 + 2 * i] * inv, o[n * 4 + 2 * i + 1] * inv);
+    }
+#else
+    __trap(); /* not built for sm_90a: the launcher checks PD_CUDA_HAVE_SM90A first */
+#endif
+}
+
 /* ==== launcher ==== */
 
 extern "C" bool attention_flash_supports(const kv_layout_t *l, int n_heads)
@@ -520,13 +904,72 @@ static pd_status_t flash__launch(float *out, const float *q, const void *arena,
     return KUTIL_LAUNCHED("attention_flash");
 }
 
-/* The variants (PD_CUDA_FLASH_VARIANT=0..3; when unset, flash__pick chooses 3 or 0):
+/* Whether the Hopper kernel (fwg__kernel) takes this batch on the current device: built for
+ * sm_90a (meson's cuda_arch lists 90a: PD_CUDA_HAVE_SM90A), a compute capability 9.0 device,
+ * bf16 pages, head_dim 128 and an even number of query heads per kv head. */
+static bool fwg__usable(const kv_layout_t *l, int n_heads)
+{
+#ifdef PD_CUDA_HAVE_SM90A
+    if (l->fmt != PD_KV_BF16 || l->head_dim != 128 || (n_heads / l->n_kv_heads) % 2 != 0)
+        return false;
+    static int cc[32]; /* 0: not read yet; major * 10 + minor */
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 32)
+        return false;
+    if (!cc[dev]) {
+        int ma = 0, mi = 0;
+        if (cudaDeviceGetAttribute(&ma, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&mi, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+            return false;
+        cc[dev] = ma * 10 + mi;
+    }
+    return cc[dev] == 90;
+#else
+    (void)l;
+    (void)n_heads;
+    return false;
+#endif
+}
+
+template <int NS>
+static pd_status_t fwg__launch(float *out, const float *q, const void *arena, const kv_layout_t *l,
+                               int layer, const pd_attn_batch_t *b, int n_rows, int n_heads,
+                               cudaStream_t stream)
+{
+    static unsigned attr_set; /* per device, as flash__launch */
+    int dev = 0;
+    pd_status_t st = kutil_status(cudaGetDevice(&dev), "attention_flash device");
+    if (st != PD_OK)
+        return st;
+    if (dev >= 32 || !(attr_set & (1u << dev))) {
+        st = kutil_status(cudaFuncSetAttribute(fwg__kernel<NS>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               (int)FWG__SMEM(NS)),
+                          "attention_flash smem");
+        if (st != PD_OK)
+            return st;
+        if (dev < 32)
+            attr_set |= 1u << dev;
+    }
+    const long tiles = (long)n_rows / FWG__BM + b->n_seqs;
+    KUTIL_REQUIRE(tiles <= 65535, "attention_flash");
+    fwg__kernel<NS>
+        <<<dim3((unsigned)(n_heads / 2), (unsigned)tiles), FWG__THREADS, FWG__SMEM(NS), stream>>>(
+            out, q, (const uint8_t *)arena, *l, layer, b->q_start, b->ctx_len, b->block_tables,
+            b->n_seqs, b->max_pages, n_heads);
+    return KUTIL_LAUNCHED("attention_flash");
+}
+
+/* The variants (PD_CUDA_FLASH_VARIANT=0..5; when unset: FWG__DEFAULT where fwg__usable, else
+ * flash__pick chooses 3 or 0):
  *   0: 64 query rows, 64-key tiles, Q in registers, 2 blocks per SM;
  *   1: 64 query rows, 32-key tiles, Q in registers, 3 blocks per SM;
  *   2: 64 query rows, 32-key tiles, Q read from shared memory per tile, 4 blocks per SM by
  *      registers (3 by shared memory since the third bf16 K/V buffer);
  *   3: 128 query rows (two row groups per warp share each K/V fragment), 32-key tiles, Q read
- *      from shared memory per tile, 2 blocks per SM. */
+ *      from shared memory per tile, 2 blocks per SM;
+ *   4: the Hopper kernel (fwg__kernel), 2 K/V stages; 5: the same, 3 stages (where it does not
+ *      apply, 4 and 5 take the default choice). */
 
 /* Measured on one H200 (docs/performance.md, 2026-12-01), one layer of Llama-3-8B: variant 3 is
  * the fastest where its 128-row blocks fill the GPU (8192 causal: 2.19 ms vs 2.72 ms for 0), but
@@ -572,8 +1015,7 @@ extern "C" pd_status_t attention_flash_run(float *out, const float *q, const voi
                                            const pd_attn_batch_t *batch, int n_rows, int n_heads,
                                            cudaStream_t stream)
 {
-    return attention_flash_run_variant(out, q, arena, l, layer, batch, n_rows, n_heads, -1,
-                                       stream);
+    return attention_flash_run_variant(out, q, arena, l, layer, batch, n_rows, n_heads, -1, stream);
 }
 
 extern "C" pd_status_t attention_flash_run_variant(float *out, const float *q, const void *arena,
@@ -587,7 +1029,16 @@ extern "C" pd_status_t attention_flash_run_variant(float *out, const float *q, c
     if (n_rows == 0)
         return PD_OK;
     const char *env = getenv("PD_CUDA_FLASH_VARIANT");
-    const int v = env ? atoi(env) : variant >= 0 ? variant : flash__pick(n_rows, n_heads);
+    int v = env                       ? atoi(env)
+            : variant >= 0            ? variant
+            : fwg__usable(l, n_heads) ? FWG__DEFAULT
+                                      : flash__pick(n_rows, n_heads);
+    if (v == 4 || v == 5) { /* the Hopper kernel, where it applies; else the default choice */
+        if (fwg__usable(l, n_heads))
+            return v == 4 ? fwg__launch<2>(out, q, arena, l, layer, batch, n_rows, n_heads, stream)
+                          : fwg__launch<3>(out, q, arena, l, layer, batch, n_rows, n_heads, stream);
+        v = flash__pick(n_rows, n_heads);
+    }
     const bool fp8 = l->fmt == PD_KV_FP8;
     if (l->head_dim == 128)
         return fp8 ? flash__variant<128, PD_KV_FP8>(v, out, q, arena, l, layer, batch, n_rows,

@@ -7,7 +7,7 @@
  *
  * Options (set_option; backend_cuda.h lists them): bf16_gemm = one | split (BF16 and dequantized
  * INT4 GEMMs: one bf16 GEMM on bf16(x), or two on the hi + lo split for near-f32 accuracy),
- * flash = on | off, flash_variant = auto | 0..3, fused = on | off (add_rmsnorm / silu_mul_fp8 /
+ * flash = on | off, flash_variant = auto | 0..5, fused = on | off (add_rmsnorm / silu_mul_fp8 /
  * matmul_fp8 in the table). The environment (PD_CUDA_BF16_GEMM, PD_CUDA_FLASH, PD_CUDA_FUSED,
  * read at creation; PD_CUDA_FLASH_VARIANT, read per launch) overrides them, for benchmarks.
  *
@@ -91,7 +91,7 @@ typedef struct {
     uint64_t scratch_epoch; /* bumped whenever a scratch buffer moves */
     bool bf16_split;   /* BF16 GEMMs: hi + lo split of the activations (PD_CUDA_BF16_GEMM=split) */
     bool no_flash;     /* PD_CUDA_FLASH=0: attention_run for every batch */
-    int flash_variant; /* flash_variant option: -1 auto, 0..3 (attention_flash.cu) */
+    int flash_variant; /* flash_variant option: -1 auto, 0..5 (attention_flash.cu) */
     bool no_fused;     /* fused=off: the table without the fused ops (cuda_ops_plain) */
     bool no_moe_grouped; /* moe_grouped=off: moe_prepare declines, experts grouped on the host */
     unsigned env_set;    /* CUDA__ENV_* bits: options fixed by the environment */
@@ -1333,7 +1333,7 @@ static pd_status_t cuda_set_option(pd_backend_t *be, const char *key, const char
     } else if (!strcmp(key, "flash_variant")) {
         char *end = NULL;
         long v = strcmp(value, "auto") ? strtol(value, &end, 10) : -1;
-        ok = !end || (*end == '\0' && end != value && v >= 0 && v <= 3);
+        ok = !end || (*end == '\0' && end != value && v >= 0 && v <= 5);
         if (ok)
             c->flash_variant = (int)v;
     } else {

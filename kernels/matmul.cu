@@ -824,10 +824,32 @@ static __device__ __forceinline__ void matmul__mma_fp8(float (&d)[4], uint32_t a
                                                        uint32_t a2, uint32_t a3, uint32_t b0,
                                                        uint32_t b1)
 {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 890
     asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
         "{%8,%9}, {%0,%1,%2,%3};"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#else
+    /* Ampere (no fp8 mma, cuda-arch 80): the same product as two f16 m16n8k16 mmas on the values
+     * converted exactly to f16. Real k 4t + {0, 1} of a word -> f16 k 2t + {0, 1}, 4t + {2, 3} ->
+     * 2t + 8 + {0, 1}, the same for A and B (any K order works when both operands use it). */
+    uint32_t h[6][2];
+    const uint32_t w[6] = {a0, a1, a2, a3, b0, b1};
+#pragma unroll
+    for (int i = 0; i < 6; i++) {
+        __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w[i] & 0xffff), __NV_E4M3);
+        __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w[i] >> 16), __NV_E4M3);
+        h[i][0] = (uint32_t)lo.x | ((uint32_t)lo.y << 16);
+        h[i][1] = (uint32_t)hi.x | ((uint32_t)hi.y << 16);
+    }
+#pragma unroll
+    for (int k = 0; k < 2; k++) /* k 0: words a0, a1, b0 (real k 0..15); 1: a2, a3, b1 */
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+            "{%8,%9}, {%0,%1,%2,%3};"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(h[2 * k][0]), "r"(h[2 * k + 1][0]), "r"(h[2 * k][1]), "r"(h[2 * k + 1][1]),
+              "r"(h[4 + k][0]), "r"(h[4 + k][1]));
+#endif
 }
 
 /* grid (ceil(n / (8 C)), ceil(N / (32 W)), S), block 32 W (W <= 8), dynamic shared memory

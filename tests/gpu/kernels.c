@@ -575,6 +575,7 @@ static void case_backend_options(void)
     bad += backend_set_options(b, "fused=on,flash_variant=3,bf16_gemm=one") != PD_OK;
     bad += b->ops->add_rmsnorm == NULL || b->ops->silu_mul_fp8 == NULL;
     bad += backend_set_options(b, "no_such_option=1") != PD_ERR_INVALID;
+    bad += backend_set_options(b, "flash_variant=5") != PD_OK;
     bad += backend_set_options(b, "flash_variant=7") != PD_ERR_INVALID;
     bad += backend_set_options(b, "flash=maybe") != PD_ERR_INVALID;
     bad += backend_set_options(b, "fused") != PD_ERR_INVALID;
@@ -963,8 +964,9 @@ static void case_attention(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_seq
     const bool flash = fmt != PD_KV_F32 && (hd == 64 || hd == 128) && n_rows >= 16 * n_seqs;
     snprintf(shape, sizeof shape, "%s %s h %d/%d hd %d rows %d ctx<=%d%s", pd_kvfmt_name(fmt), what,
              heads, kvh, hd, n_rows, max_ctx, flash ? " flash" : "");
-    if (flash) { /* every kernel variant (PD_CUDA_FLASH_VARIANT, read at each launch) */
-        for (int v = 0; v < 4; v++) {
+    if (flash) { /* every kernel variant (PD_CUDA_FLASH_VARIANT, read at each launch; 4 and 5,
+                  * the Hopper kernel, run where it applies: sm_90, bf16, hd 128, even group) */
+        for (int v = 0; v < 6; v++) {
             char vs[8];
             snprintf(vs, sizeof vs, "%d", v);
             setenv("PD_CUDA_FLASH_VARIANT", vs, 1);
@@ -991,6 +993,25 @@ static void case_attention(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_seq
     free(bt);
     free(qs);
     free(q);
+}
+
+/* Prefill shapes (flash attention for bf16 / fp8, every kernel variant: case_attention): varlen
+ * batches whose rows sit at the end of longer contexts (chunked prefill, prefix hits), partial
+ * 64-row tiles, one decode row inside a prefill batch, GQA groups 1, 2, 4 and 8, head_dim 64. */
+static void cases_flash(pd_kvfmt_t fmt)
+{
+    const int vq[] = {100, 37, 256, 64, 1}, vc[] = {100, 500, 256, 1000, 77};
+    case_attention(fmt, 4, 2, 128, 5, vq, vc, true, "varlen chunked");
+    case_attention(fmt, 4, 2, 64, 5, vq, vc, false, "hd 64 varlen");
+    case_attention(fmt, 4, 4, 128, 5, vq, vc, true, "group 1 varlen");
+    const int lq[] = {130}, lc[] = {130};
+    case_attention(fmt, 16, 2, 128, 1, lq, lc, true, "group 8 causal");
+    const int bq[] = {1024}, bc[] = {1024};
+    if (!small_only)
+        case_attention(fmt, 32, 8, 128, 1, bq, bc, true, "8B causal 1024");
+    const int xq[] = {512, 300, 1, 129}, xc[] = {512, 812, 40, 193};
+    if (!small_only)
+        case_attention(fmt, 32, 8, 128, 4, xq, xc, true, "8B varlen");
 }
 
 /* The tensor-core decode attention (kernels/attention.cu, attention__tc_kernel) at a fixed,
@@ -2234,6 +2255,16 @@ int main(void)
         backend_destroy(cpu);
         return n_fail ? 1 : 0;
     }
+    if (getenv("PD_GPU_TEST_FLASH") && atoi(getenv("PD_GPU_TEST_FLASH"))) {
+        /* the prefill (flash) attention cases alone (quick device rounds) */
+        cases_flash(PD_KV_BF16);
+        cases_flash(PD_KV_FP8);
+        printf("%d cases, %d failed\n", n_cases, n_fail);
+        backend_destroy(gpu_split);
+        backend_destroy(gpu);
+        backend_destroy(cpu);
+        return n_fail ? 1 : 0;
+    }
     if (getenv("PD_GPU_TEST_FAMILY") && atoi(getenv("PD_GPU_TEST_FAMILY"))) {
         /* the GLM-4.5 / DeepSeek-V3 cases alone (family ops, FP8 block-scaled matmul) */
         cases_family();
@@ -2349,21 +2380,7 @@ int main(void)
         const int qm[] = {3, 1, 200}, cm[] = {50, 700, 200};
         if (!small_only)
             case_attention(kfs[f], 32, 8, 128, 3, qm, cm, true, "8B mixed");
-        /* prefill shapes (flash attention for bf16 / fp8): varlen batches whose rows sit at the
-         * end of longer contexts (chunked prefill, prefix hits), partial 64-row tiles, one
-         * decode row inside a prefill batch, GQA groups 1, 2, 4 and 8, head_dim 64 */
-        const int vq[] = {100, 37, 256, 64, 1}, vc[] = {100, 500, 256, 1000, 77};
-        case_attention(kfs[f], 4, 2, 128, 5, vq, vc, true, "varlen chunked");
-        case_attention(kfs[f], 4, 2, 64, 5, vq, vc, false, "hd 64 varlen");
-        case_attention(kfs[f], 4, 4, 128, 5, vq, vc, true, "group 1 varlen");
-        const int lq[] = {130}, lc[] = {130};
-        case_attention(kfs[f], 16, 2, 128, 1, lq, lc, true, "group 8 causal");
-        const int bq[] = {1024}, bc[] = {1024};
-        if (!small_only)
-            case_attention(kfs[f], 32, 8, 128, 1, bq, bc, true, "8B causal 1024");
-        const int xq[] = {512, 300, 1, 129}, xc[] = {512, 812, 40, 193};
-        if (!small_only)
-            case_attention(kfs[f], 32, 8, 128, 4, xq, xc, true, "8B varlen");
+        cases_flash(kfs[f]);
     }
     cases_attention_tc();
     case_moe_route(37, 8, 2, true);

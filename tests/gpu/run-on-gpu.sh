@@ -10,7 +10,9 @@
 # kernel and the FP8 GEMM, from `gpu_bench flash`; NCU_FLASH_SKIP=N profiles the flash launch
 # after N others), kattn / ksmall (the harness on attention cases / fixture shapes only),
 # attnbase (PyTorch decode attention), ncu-kernel (NCU_KERNEL=REGEX over `gpu_bench $NCU_BENCH`,
-# NCU_COUNT launches after NCU_SKIP).
+# NCU_COUNT launches after NCU_SKIP), flashcases (the prefill attention cases alone) and memflash
+# (those at fixture shapes under memcheck); ncu: NCU_FLASH_KERNEL=fwg__kernel the Hopper kernel,
+# NCU_GEMM= (empty) skips the GEMM.
 # BENCH="ops decode" limits the benchmark (default all). FIXTURES="tiny-glm tiny-dsv3" limits
 # greedy / ppl (--only) and cluster (--fixtures; default tiny-llama tiny-moe) to those fixtures,
 # which must be unpacked under deploy/models. DEADLINE=S: no step starts after S
@@ -51,6 +53,9 @@ for s in $steps; do
     kernels) step kernels 240 "$G/bin/test_gpu_kernels" ;;
     kattn) PD_GPU_TEST_ATTN=1 step kattn 120 "$G/bin/test_gpu_kernels" ;;
     ksmall) PD_GPU_TEST_SMALL=1 step ksmall 120 "$G/bin/test_gpu_kernels" ;;
+    flashcases) PD_GPU_TEST_FLASH=1 step flashcases 120 "$G/bin/test_gpu_kernels" ;;
+    memflash) PD_GPU_TEST_FLASH=1 PD_GPU_TEST_SMALL=1 step memflash 120 compute-sanitizer \
+        --tool memcheck --error-exitcode 3 "$G/bin/test_gpu_kernels" ;;
     memcheck) PD_GPU_TEST_SMALL=1 step memcheck 240 compute-sanitizer --tool memcheck \
         --error-exitcode 3 "$G/bin/test_gpu_kernels" ;;
     greedy) step greedy 240 python3 "$G/check_reference.py" greedy --pdctl "$G/bin/pdctl" \
@@ -70,12 +75,13 @@ for s in $steps; do
         --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
         "$G/bin/gpu_bench" ${NCU_BENCH:-ops} ;;
     baseline-moe) step baseline-moe 400 python3 "$G/torch_moe_baseline.py" ;;
-    ncu) step ncu 240 bash -c 'for ks in "flash__kernel ${1:-2}" "nvjet|gemm|xmma 2"; do
+    ncu) step ncu 240 bash -c 'for ks in "$2 $1" ${3:+"$3"}; do
             set -- $ks
             ncu --clock-control none --kernel-name "regex:$1" --launch-skip "$2" --launch-count 1 \
                 --section SpeedOfLight --section Occupancy --section LaunchStats \
                 --section WarpStateStats --section MemoryWorkloadAnalysis \
-                "$0/bin/gpu_bench" flash || exit 1; done' "$G" "${NCU_FLASH_SKIP:-2}" ;;
+                "$0/bin/gpu_bench" flash || exit 1; done' "$G" "${NCU_FLASH_SKIP:-2}" \
+        "${NCU_FLASH_KERNEL:-flash__kernel}" "${NCU_GEMM-nvjet|gemm|xmma 2}" ;;
     *) echo "unknown step $s"; rc=2 ;;
     esac
 done
