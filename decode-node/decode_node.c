@@ -461,36 +461,31 @@ static int decode__token_eq(const uint8_t *a, const uint8_t *b)
     return diff == 0;
 }
 
-/* Recomputes the writer's checksum over what landed in r's pages (host landing zone, the CPU
- * pool, or pages downloaded from a GPU pool that UCX or, direct, CUDA IPC wrote). Logs a
- * mismatch. */
+/* Recomputes the writer's checksum over what landed in r's pages: on the host for the host
+ * landing zone and the CPU pool, on the GPU (page digests, 8 bytes a page to the host) for a GPU
+ * pool that UCX or, direct, CUDA IPC wrote. Logs a mismatch. */
 static int decode__checksum_ok(decode_node_t *dn, engine_t *e, const dres_t *r, uint64_t want,
                                int direct)
 {
     const size_t pb = dn->layout.page_bytes;
     pd_backend_t *be = engine_backend(e);
     uint64_t got = 0;
+    int32_t *ids = malloc((size_t)r->kv.n_pages * sizeof *ids);
+    if (!ids) {
+        pd_log_error("seq %llu: no memory to check the kv checksum", (unsigned long long)r->id);
+        return 0;
+    }
+    for (int32_t i = 0; i < r->kv.n_pages; i++)
+        ids[i] = r->kv.pages[i].page;
     if ((dn->landing && !direct) || strcmp(be->ops->name, "cpu") == 0) {
         const uint8_t *base = dn->landing ? dn->landing : (const uint8_t *)engine_arena(e);
-        for (int32_t i = 0; i < r->kv.n_pages; i++)
-            got = node_pages_checksum(got, base, &r->kv.pages[i].page, 1, pb);
-    } else {
-        uint8_t *tmp = malloc(pb);
-        if (!tmp) {
-            pd_log_error("seq %llu: no memory to check the kv checksum", (unsigned long long)r->id);
-            return 0;
-        }
-        for (int32_t i = 0; i < r->kv.n_pages; i++) {
-            const uint8_t *src =
-                (const uint8_t *)engine_arena(e) + (size_t)r->kv.pages[i].page * pb;
-            if (be->ops->download(be, tmp, src, pb) != PD_OK) {
-                free(tmp);
-                return 0;
-            }
-            got = node_pages_checksum(got, tmp, NULL, 1, pb);
-        }
-        free(tmp);
+        got = node_pages_checksum(0, base, ids, r->kv.n_pages, pb);
+    } else if (node_pages_checksum_be(be, 0, engine_arena(e), ids, r->kv.n_pages, pb, &got) !=
+               PD_OK) {
+        free(ids);
+        return 0;
     }
+    free(ids);
     if (got != want)
         pd_log_error("seq %llu: kv checksum %016llx != %016llx sent: the pages changed in "
                      "flight; failed",
@@ -1045,10 +1040,10 @@ static void decode__offer_ipc(decode_node_t *dn, engine_t *e)
     pthread_mutex_unlock(&dn->nc.stats.mu);
     pd_log_info("%s: kv transport: offers %s (%s pool%s)", dn->nc.node->name, kv_path_name(p),
                 gpu ? "gpu" : "host",
-                dn->ipc_ok      ? "; cuda ipc handle exported, other hosts use ucx"
-                : dn->landing   ? "; ucx into a host landing zone"
-                : gpu           ? "; ucx into gpu memory"
-                                : "");
+                dn->ipc_ok    ? "; cuda ipc handle exported, other hosts use ucx"
+                : dn->landing ? "; ucx into a host landing zone"
+                : gpu         ? "; ucx into gpu memory"
+                              : "");
 }
 
 static void decode__ready(void *arg, pd_status_t st)
@@ -1090,10 +1085,10 @@ static void decode__ready(void *arg, pd_status_t st)
                     dn->nc.node->name);
     }
     /* device memory is registered as such (memory type CUDA), never left to UCX to guess */
-    pd_status_t rst = region == engine_arena(e) && strcmp(engine_backend(e)->ops->name, "cpu")
-                          ? kv_transport_mem_register_cuda(dn->nc.tr, region, dn->arena_bytes,
-                                                           &dn->mem)
-                          : kv_transport_mem_register(dn->nc.tr, region, dn->arena_bytes, &dn->mem);
+    pd_status_t rst =
+        region == engine_arena(e) && strcmp(engine_backend(e)->ops->name, "cpu")
+            ? kv_transport_mem_register_cuda(dn->nc.tr, region, dn->arena_bytes, &dn->mem)
+            : kv_transport_mem_register(dn->nc.tr, region, dn->arena_bytes, &dn->mem);
     if (rst == PD_OK)
         rst = kv_transport_mem_pack(dn->mem, &dn->rkey, &dn->rkey_len);
     if (rst != PD_OK) {
@@ -1108,8 +1103,9 @@ static void decode__ready(void *arg, pd_status_t st)
     pthread_mutex_unlock(&dn->nc.stats.mu);
     node_control_ready(&dn->nc); /* from here on, compute jobs see the layout, watermark, key */
     pd_log_info("%s: serving (%s weights, %s kv, %d pages of %zu bytes, ucx port %d)",
-                dn->nc.node->name, pd_wfmt_name(dn->nc.node->weights), pd_kvfmt_name(dn->nc.node->kv),
-                kv_pool_n_pages(engine_pool(e)), dn->layout.page_bytes, dn->ucx_port);
+                dn->nc.node->name, pd_wfmt_name(dn->nc.node->weights),
+                pd_kvfmt_name(dn->nc.node->kv), kv_pool_n_pages(engine_pool(e)),
+                dn->layout.page_bytes, dn->ucx_port);
 }
 
 pd_status_t decode_node_create(uv_loop_t *loop, const cluster_config_t *cfg,

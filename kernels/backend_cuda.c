@@ -45,7 +45,8 @@
  * cuBLAS. matmul_wgemv (mma on q - z, group scales in f32, K splits summed in one cluster since
  * session 4) measured faster than quantization + matmul_int4_mma at n 1..2 for K <= 8192, tied at
  * n 4..8, and slower on the tall-K down projection (4096 x 14336: 26.7 vs 24.4 us at n 1), where
- * the GEMM's K splits through scratch beat the cluster (docs/performance.md, 2026-12-01 session 4). */
+ * the GEMM's K splits through scratch beat the cluster (docs/performance.md, 2026-12-01 session 4).
+ */
 #define CUDA_GEMV_MAX_N 8
 #define CUDA_GEMV_MAX_N_INT4 8
 #define CUDA_WGEMV_MAX_N 2
@@ -99,7 +100,7 @@ typedef struct {
     cudaStream_t xstream; /* the KV transfer stream (xfer_*), created on first use */
     cudaEvent_t xevent;   /* recorded on stream, waited on by xstream */
     pd_status_t xerr;     /* the transfer stream's first failure since the last xfer_sync */
-    int32_t *h_ids;      /* MoE host staging */
+    int32_t *h_ids;       /* MoE host staging */
     int32_t *h_perm;
     size_t h_cap;
     struct cuda_moe_layer *moe_layers; /* registered MoE layers (moe_prepare) */
@@ -676,6 +677,32 @@ static void cuda_kv_check(pd_backend_t *be, uint8_t *bad_out, kv_tag_t *found_ou
     cuda__note(c, st);
 }
 
+static pd_status_t cuda_page_digest(pd_backend_t *be, uint64_t *digests_out, const void *base,
+                                    size_t page_bytes, const int32_t *pages, int n)
+{
+    cuda_t *c = cuda__get(be);
+    const void *host[1] = {pages};
+    const size_t elem[1] = {sizeof *pages};
+    void *dev[1] = {NULL};
+    pd_status_t st = c->err;
+    c->err = PD_OK;
+    if (st != PD_OK || n <= 0)
+        return st;
+    /* the digests go in the slot after the page ids */
+    st = pages ? cuda__upload_idx(c, n, 1, host, elem, dev)
+               : cuda__grow(c, &c->idx, cuda__idx_slot(n) * 3);
+    uint64_t *d_out = (uint64_t *)((uint8_t *)c->idx.p + cuda__idx_slot(n));
+    if (st == PD_OK)
+        st = kv_digest(d_out, base, page_bytes, dev[0], n, c->stream);
+    if (st == PD_OK)
+        st = cuda__status(cudaMemcpyAsync(digests_out, d_out, (size_t)n * sizeof *digests_out,
+                                          cudaMemcpyDeviceToHost, c->stream),
+                          "page_digest download");
+    if (st == PD_OK)
+        st = cuda__status(cudaStreamSynchronize(c->stream), "page_digest sync");
+    return st;
+}
+
 static void cuda_kv_export(pd_backend_t *be, void *dst, const kv_layout_t *dst_l, const void *arena,
                            const kv_layout_t *src_l, const int32_t *src_pages, int n_pages)
 {
@@ -1250,6 +1277,7 @@ static const pd_backend_ops_t cuda_ops = {
     .moe_prepare = cuda_moe_prepare,
     .kv_stamp = cuda_kv_stamp,
     .kv_check = cuda_kv_check,
+    .page_digest = cuda_page_digest,
     .kv_export = cuda_kv_export,
     .xfer_kv_export = cuda_xfer_kv_export,
     .xfer_download = cuda_xfer_download,

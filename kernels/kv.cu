@@ -1,6 +1,7 @@
 /* kv: paged KV write, FP8 export, header stamps and the batched tag check (see kv.h). */
 #include "kutil.cuh"
 #include "kv.h"
+#include "kv_digest.h"
 
 /* ==== kernels ==== */
 
@@ -161,6 +162,36 @@ static __global__ void kv__check(uint8_t *bad, kv_tag_t *found, const uint8_t *a
     bad[i] = current[i] != expected[i] ? 1 : stamp != expected[i] ? 2 : 0;
 }
 
+/* One block of KV__DIGEST_THREADS per page: each thread sums the terms of words tid, tid + T, ...
+ * (16-byte loads), then a wrapping sum over the block (kv_digest.h). */
+#define KV__DIGEST_THREADS 256
+static __global__ void kv__digest(uint64_t *digests, const uint8_t *base, size_t page_bytes,
+                                  const int32_t *pages)
+{
+    __shared__ uint64_t part[KV__DIGEST_THREADS / 32];
+    const int b = blockIdx.x;
+    const uint8_t *p = base + (size_t)(pages ? pages[b] : b) * page_bytes;
+    const size_t m = page_bytes / 8, m2 = m / 2;
+    uint64_t sum = 0;
+    for (size_t i = threadIdx.x; i < m2; i += KV__DIGEST_THREADS) {
+        const ulonglong2 w = ((const ulonglong2 *)p)[i];
+        sum += kv_digest_term(w.x, 2 * i) + kv_digest_term(w.y, 2 * i + 1);
+    }
+    if (threadIdx.x == 0 && (m & 1))
+        sum += kv_digest_term(((const uint64_t *)p)[m - 1], m - 1);
+    for (int o = 16; o > 0; o >>= 1)
+        sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if ((threadIdx.x & 31) == 0)
+        part[threadIdx.x / 32] = sum;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        uint64_t t = 0;
+        for (int w = 0; w < KV__DIGEST_THREADS / 32; w++)
+            t += part[w];
+        digests[b] = kv_digest_final(t, page_bytes);
+    }
+}
+
 /* ==== launchers ==== */
 
 extern "C" pd_status_t kv_write(void *arena, const kv_layout_t *l, int layer, const float *k,
@@ -247,4 +278,15 @@ extern "C" pd_status_t kv_check(uint8_t *bad, kv_tag_t *found, const void *arena
     kv__check<<<(n + 255) / 256, 256, 0, stream>>>(bad, found, (const uint8_t *)arena,
                                                    l->page_bytes, pages, expected, current, n);
     return KUTIL_LAUNCHED("kv_check");
+}
+
+extern "C" pd_status_t kv_digest(uint64_t *digests, const void *base, size_t page_bytes,
+                                 const int32_t *pages, int n, cudaStream_t stream)
+{
+    KUTIL_REQUIRE(n >= 0 && page_bytes % 16 == 0 && ((uintptr_t)base & 15) == 0, "kv_digest");
+    if (n == 0)
+        return PD_OK;
+    kv__digest<<<n, KV__DIGEST_THREADS, 0, stream>>>(digests, (const uint8_t *)base, page_bytes,
+                                                     pages);
+    return KUTIL_LAUNCHED("kv_digest");
 }

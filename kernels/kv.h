@@ -57,6 +57,14 @@ pd_status_t kv_check(uint8_t *bad, kv_tag_t *found, const void *arena, const kv_
                      const int32_t *pages, const kv_tag_t *expected, const kv_tag_t *current, int n,
                      cudaStream_t stream);
 
+/* digests (n) uint64 = kv_digest_page (common/kv/kv_digest.h) of n pages of page_bytes each:
+ * page i at base + pages[i] * page_bytes, or with pages NULL at base + i * page_bytes (packed).
+ * base is 16-byte aligned and page_bytes a multiple of 16 (PD_ERR_INVALID otherwise); pages (int32)
+ * and digests are device memory. One block per page; the sum wraps, so the result does not depend
+ * on the order. */
+pd_status_t kv_digest(uint64_t *digests, const void *base, size_t page_bytes, const int32_t *pages,
+                      int n, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -70,8 +70,9 @@ typedef struct pjob {
     atomic_int cancelled; /* the client went away or its deadline passed (set on the loop thread,
                              read by the compute thread at each chunk) */
     int aborted;          /* the KV-done sent is the "writer stopped" one */
-    uint64_t checksum;               /* XXH3-64 chain over the pages put so far, in order */
-    char peer_key[300];              /* "host:port" of the decode node (ipc_peer_t.key) */
+    uint64_t checksum;    /* the KV-done checksum chain over the pages put so far */
+    uint64_t direct_sum;  /* cuda-ipc: the same chain, kept by the compute thread (pages on GPU) */
+    char peer_key[300];   /* "host:port" of the decode node (ipc_peer_t.key) */
     uint8_t ipc_blob[KV_CUDA_IPC_BLOB_BYTES]; /* KvDestination.cuda_ipc, if has_ipc */
     int has_ipc;
     /* set by the compute thread before the first page (read by the loop thread after
@@ -226,7 +227,8 @@ static void prefill__flush_done(void *arg, pd_status_t st)
 
 typedef struct put_msg {
     pjob_t *j;
-    uint8_t *staging; /* NULL when st != PD_OK; direct: the pages as sent, for the checksum */
+    uint8_t *staging; /* NULL when st != PD_OK; direct: NULL (the pages are in place) */
+    uint64_t sum;     /* direct: the checksum chain over these pages, from the chain's start */
     int first, n;
     pd_status_t st; /* the export's status: a failed export is never put */
 } put_msg_t;
@@ -255,10 +257,8 @@ static void prefill__put(void *arg)
         return;
     }
     prefill__count_pages(j->pn, j->path, m->n);
-    if (j->direct) { /* already written GPU -> GPU: only the checksum, here as on the staged path
-                      * (off the compute thread, in page order) */
-        j->checksum = node_pages_checksum(j->checksum, m->staging, NULL, m->n, pb);
-        free(m->staging);
+    if (j->direct) { /* already written GPU -> GPU; the compute thread chained the checksum */
+        j->checksum = m->sum;
         free(m);
         return;
     }
@@ -392,10 +392,11 @@ static void prefill__choose_path(prefill_node_t *pn, pjob_t *j, engine_t *e)
     if (peer && peer->logged != (int)p + 1) {
         peer->logged = (int)p + 1;
         if (j->direct)
-            pd_log_info("%s: kv to %s: cuda-ipc, %s, no host staging", pn->nc.node->name, j->peer_key,
-                        kv_cuda_ipc_describe(j->ipc));
+            pd_log_info("%s: kv to %s: cuda-ipc, %s, no host staging", pn->nc.node->name,
+                        j->peer_key, kv_cuda_ipc_describe(j->ipc));
         else
-            pd_log_info("%s: kv to %s: %s (%s)", pn->nc.node->name, j->peer_key, kv_path_name(p), why);
+            pd_log_info("%s: kv to %s: %s (%s)", pn->nc.node->name, j->peer_key, kv_path_name(p),
+                        why);
     }
     pthread_mutex_lock(&pn->nc.stats.mu);
     snprintf(pn->nc.stats.kv_path, sizeof pn->nc.stats.kv_path, "%s", kv_path_name(p));
@@ -403,14 +404,12 @@ static void prefill__choose_path(prefill_node_t *pn, pjob_t *j, engine_t *e)
 }
 
 /* cuda-ipc: converts pages [first, first + n) of kv into the destination format in device
- * memory, copies them GPU -> GPU into the decode node's mapped pool, and reads the exported pages
- * back into host_out (n pages) for the checksum, which the loop thread computes (XXH3-64, the same
- * chain as the staged path, while the next chunk computes). XXH3 is sequential over a page's
- * 1 KiB blocks and the pages are chained, so a GPU kernel would not beat that one device -> host
- * read, and the checksum keeps one definition of the bytes as sent. The read also synchronizes
- * the stream: the pages have landed when it returns. */
+ * memory, copies them GPU -> GPU into the decode node's mapped pool, and extends j->direct_sum
+ * (the KV-done checksum, compute thread only) with the digests of the pages as sent, computed on
+ * the GPU (node_pages_checksum_be: 8 bytes a page come back, not the pages). The digest waits
+ * for the copies: the pages have landed when it returns. */
 static pd_status_t prefill__write_direct(pjob_t *j, engine_t *e, const kv_seq_t *kv, int first,
-                                         int n, uint8_t *host)
+                                         int n)
 {
     pd_backend_t *be = engine_backend(e);
     const size_t pb = j->dst_layout.page_bytes, len = kv_cuda_ipc_len(j->ipc);
@@ -440,7 +439,7 @@ static pd_status_t prefill__write_direct(pjob_t *j, engine_t *e, const kv_seq_t 
         i += run;
     }
     if (st == PD_OK)
-        st = be->ops->download(be, host, dev, (size_t)n * pb);
+        st = node_pages_checksum_be(be, j->direct_sum, dev, NULL, n, pb, &j->direct_sum);
     if (st != PD_OK)
         pd_log_error("seq %llu: cuda ipc write of pages %d..%d: %s", (unsigned long long)j->seq_id,
                      first, first + n - 1, pd_status_str(st));
@@ -456,14 +455,15 @@ static void prefill__export_now(pjob_t *j, engine_t *e, const kv_seq_t *kv, int 
 {
     put_msg_t *m = malloc(sizeof *m);
     PD_ASSERT(m); /* a message back to the loop thread must not be lost (compute_post aborts too) */
-    m->staging = malloc((size_t)n * j->dst_layout.page_bytes);
-    if (!m->staging)
+    m->staging = NULL;
+    if (j->direct)
+        m->st = prefill__write_direct(j, e, kv, first, n);
+    else if (!(m->staging = malloc((size_t)n * j->dst_layout.page_bytes)))
         m->st = PD_ERR_NOMEM;
-    else if (j->direct)
-        m->st = prefill__write_direct(j, e, kv, first, n, m->staging);
     else
         m->st =
             engine_export_pages(e, kv, first, n, &j->dst_layout, j->dst_pages + first, m->staging);
+    m->sum = j->direct_sum;
     if (m->st != PD_OK) {
         free(m->staging);
         m->staging = NULL;
@@ -576,23 +576,29 @@ static int prefill__pages(void *arg, const kv_seq_t *kv, int first, int n)
         prefill__export_now(j, e, kv, first, n);
         return 0;
     }
-    /* the chunk's layers are converted (and written) on the transfer stream: fetch the packed
-     * copy for the checksum and the staged puts once the last one is done */
+    /* the chunk's layers are converted (and written) on the transfer stream: once the last one
+     * is done, staged: fetch the packed copy for the checksum and the puts; cuda-ipc: the
+     * checksum over the packed copy on the GPU */
     m = malloc(sizeof *m);
     PD_ASSERT(m);
     m->st = j->lerr;
     m->staging = NULL;
-    if (m->st == PD_OK && !(m->staging = malloc((size_t)n * j->dst_layout.page_bytes)))
+    if (m->st == PD_OK && !j->direct &&
+        !(m->staging = malloc((size_t)n * j->dst_layout.page_bytes)))
         m->st = PD_ERR_NOMEM;
     if (m->st == PD_OK) {
-        be->ops->xfer_download(be, m->staging,
-                               j->x_pages + (size_t)first * j->dst_layout.page_bytes,
-                               (size_t)n * j->dst_layout.page_bytes);
+        const size_t pb = j->dst_layout.page_bytes;
+        if (!j->direct)
+            be->ops->xfer_download(be, m->staging, j->x_pages + (size_t)first * pb, (size_t)n * pb);
         m->st = be->ops->xfer_sync(be);
+        if (m->st == PD_OK && j->direct)
+            m->st = node_pages_checksum_be(be, j->direct_sum, j->x_pages + (size_t)first * pb, NULL,
+                                           n, pb, &j->direct_sum);
         if (m->st != PD_OK)
             pd_log_error("seq %llu: kv export of pages %d..%d: %s", (unsigned long long)j->seq_id,
                          first, first + n - 1, pd_status_str(m->st));
     }
+    m->sum = j->direct_sum;
     if (m->st != PD_OK) {
         free(m->staging);
         m->staging = NULL;
@@ -736,7 +742,7 @@ static void prefill__rpc_prefill(pd_grpc_call_t *call, const ProtobufCMessage *m
     if (!e || pn->nc.draining) {
         pd_grpc_call_finish_status(call, PD_ERR_UNAVAILABLE,
                                    pn->nc.draining ? "prefill node draining"
-                                                : "prefill node not ready");
+                                                   : "prefill node not ready");
         return;
     }
     const kv_layout_t *src = kv_pool_layout(engine_pool(e));

@@ -134,6 +134,14 @@ typedef struct {
     void (*kv_check)(pd_backend_t *be, uint8_t *bad_out, kv_tag_t *found_out, const void *arena,
                      const kv_layout_t *l, const int32_t *pages, const kv_tag_t *expected,
                      const kv_tag_t *current, int n);
+    /* digests_out[i] = kv_digest_page (kv_digest.h) of page i of backend memory: at
+     * base + pages[i] * page_bytes, or with pages NULL at base + i * page_bytes (packed);
+     * pages and digests_out are host arrays (n); page_bytes a multiple of 16. Waits for what was
+     * enqueued before it (not inside a capture). Returns the backend's first failure or its own;
+     * digests_out is unspecified then. The KV-done checksum of pages in GPU memory, computed
+     * where they are: only 8 bytes a page cross to the host. */
+    pd_status_t (*page_digest)(pd_backend_t *be, uint64_t *digests_out, const void *base,
+                               size_t page_bytes, const int32_t *pages, int n);
     /* converts n_pages pages src_pages (host int32) of arena (layout src_l, bf16 or f32) into
      * dst_l's format (fp8 with scales) at dst (backend memory, n_pages * dst_l->page_bytes,
      * packed in order); headers are copied */

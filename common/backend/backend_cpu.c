@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kv_digest.h"
 #include "backend.h"
 #include "backend_cpu_family.h"
 #include "dtype.h"
@@ -510,6 +511,16 @@ static void cpu_kv_stamp(pd_backend_t *be, void *arena, const kv_layout_t *l, co
         memcpy((uint8_t *)arena + (size_t)pages[i] * l->page_bytes, &tags[i], sizeof tags[i]);
 }
 
+static pd_status_t cpu_page_digest(pd_backend_t *be, uint64_t *digests_out, const void *base,
+                                   size_t page_bytes, const int32_t *pages, int n)
+{
+    const uint8_t *b = base;
+    for (int i = 0; i < n; i++)
+        digests_out[i] =
+            kv_digest_page(b + (size_t)(pages ? pages[i] : i) * page_bytes, page_bytes);
+    return cpu__take_error(cpu__get(be));
+}
+
 static void cpu_kv_check(pd_backend_t *be, uint8_t *bad_out, kv_tag_t *found_out, const void *arena,
                          const kv_layout_t *l, const int32_t *pages, const kv_tag_t *expected,
                          const kv_tag_t *current, int n)
@@ -773,6 +784,7 @@ static const pd_backend_ops_t cpu_ops = {
     .moe_experts = cpu_moe_experts,
     .kv_stamp = cpu_kv_stamp,
     .kv_check = cpu_kv_check,
+    .page_digest = cpu_page_digest,
     .kv_export = cpu_kv_export,
     .sample = cpu_sample,
     .logprobs = cpu_logprobs,

@@ -10,11 +10,10 @@
 
 #include <jansson.h>
 
-#include <xxhash.h>
-
 #include "health.pb-c.h"
 #include "http.h"
 #include "metrics.h"
+#include "kv_digest.h"
 #include "kv_tracker.h"
 #include "kv_transport.h"
 #include "grpc_wire.h"
@@ -242,12 +241,25 @@ pd_status_t node_token_new(uint8_t token_out[NODE_TOKEN_BYTES])
 uint64_t node_pages_checksum(uint64_t seed, const uint8_t *base, const int32_t *pages, int n_pages,
                              size_t page_bytes)
 {
-    uint64_t h = seed;
-    for (int i = 0; i < n_pages; i++) {
-        const uint8_t *p = base + (size_t)(pages ? pages[i] : i) * page_bytes;
-        h = XXH3_64bits_withSeed(p, page_bytes, h);
-    }
-    return h;
+    return kv_digest_pages(seed, base, pages, n_pages, page_bytes);
+}
+
+pd_status_t node_pages_checksum_be(pd_backend_t *be, uint64_t seed, const void *base,
+                                   const int32_t *pages, int n_pages, size_t page_bytes,
+                                   uint64_t *sum_p)
+{
+    uint64_t *d = malloc((size_t)(n_pages > 0 ? n_pages : 1) * sizeof *d);
+    pd_status_t st;
+    if (!d)
+        return PD_ERR_NOMEM;
+    st = be->ops->page_digest(be, d, base, page_bytes, pages, n_pages);
+    if (st == PD_OK)
+        *sum_p = kv_digest_chain(seed, d, n_pages);
+    else
+        pd_log_error("kv checksum of %d pages on the %s backend: %s", n_pages, be->ops->name,
+                     pd_status_str(st));
+    free(d);
+    return st;
 }
 
 pd_status_t node_kv_done_pack(const node_kv_done_t *m, uint8_t *buf, size_t cap, size_t *len_p)

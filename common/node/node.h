@@ -90,18 +90,26 @@ typedef struct {
     uint32_t n_tokens;   /* tokens whose KV was written, 1..INT32_MAX */
     uint32_t n_pages;    /* pages written, 1..n_tokens */
     int aborted;         /* the writer stopped early (cancelled): it writes nothing more */
-    uint64_t checksum;   /* XXH3-64 over the pages' bytes as sent (node_pages_checksum) */
+    uint64_t checksum;   /* over the pages' bytes as sent (node_pages_checksum) */
     uint8_t token[NODE_TOKEN_BYTES]; /* the reservation's token */
 } node_kv_done_t;
 
 /* A fresh reservation token (getrandom). PD_ERR_IO when the kernel gives no randomness. */
 pd_status_t node_token_new(uint8_t token_out[NODE_TOKEN_BYTES]);
 
-/* The KV-done checksum: XXH3-64 over n_pages pages of page_bytes each, page i at
- * base + pages[i] * page_bytes (the decode node's pool) or, with pages NULL, packed at base (the
- * prefill node's staging). Chained by seed: checksum of pages [0, k) is the seed of [k, n). */
+/* The KV-done checksum (kv_digest.h: the chain of the pages' digests) over n_pages pages of
+ * page_bytes each in host memory, page i at base + pages[i] * page_bytes (the decode node's pool)
+ * or, with pages NULL, packed at base (the prefill node's staging). Chained by seed: checksum of
+ * pages [0, k) is the seed of [k, n). */
 uint64_t node_pages_checksum(uint64_t seed, const uint8_t *base, const int32_t *pages, int n_pages,
                              size_t page_bytes);
+
+/* The same checksum over pages in be's memory (a GPU pool, or pages exported on the GPU): the
+ * digests are computed by be (page_digest), only they come to the host. *sum_p written on
+ * PD_OK; PD_ERR_NOMEM, or be's failure (logged) otherwise. */
+pd_status_t node_pages_checksum_be(pd_backend_t *be, uint64_t seed, const void *base,
+                                   const int32_t *pages, int n_pages, size_t page_bytes,
+                                   uint64_t *sum_p);
 
 /* Packs m as a pdserve.v1.KvDone into buf (cap bytes); *len_p: its length. PD_ERR_INVALID (logged)
  * when a field is out of the ranges above (the receiver would drop it) or cap is too small;

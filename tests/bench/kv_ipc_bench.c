@@ -8,11 +8,13 @@
  * FD. The writer maps it (kv_cuda_ipc_open), fills a source buffer on its GPU with seeded random
  * bytes, and copies pages into the pool in a shuffled page order (as reservations hand them out)
  * with cudaMemcpyAsync, one copy per page; the figure is bytes over the time from the first copy
- * to the stream's end (GB = 10^9 bytes). It then sends the page order and the XXH3-64 chain of
- * the pages as sent (computed from a device -> host copy, as the prefill node does); the reader
- * downloads its pool's pages in that order and checks the chain: a mismatch fails the run (exit
- * 1). The writer also times the two host copies of the staged path for the same bytes (device ->
- * pinned host, pinned host -> device); the network leg of that path is kv_transport_bench's.
+ * to the stream's end (GB = 10^9 bytes). It then sends the page order and the KV-done checksum of
+ * the pages as sent (common/kv/kv_digest.h: page digests computed on the GPU by the kv_digest
+ * kernel, chained on the host, as the prefill node does); the reader computes it over its pool's
+ * pages in that order the same way, as the decode node does, and checks it: a mismatch fails the
+ * run (exit 1). The writer also times the two host copies of the staged path for the same bytes
+ * (device -> pinned host, pinned host -> device); the network leg of that path is
+ * kv_transport_bench's.
  *
  * Both processes may be on one GPU (an IPC mapping of the same device: a device-to-device copy
  * through the handle) or on two (a peer copy over NVLink/PCIe; CUDA_VISIBLE_DEVICES and
@@ -26,7 +28,8 @@
 #include <unistd.h>
 
 #include <cuda_runtime.h>
-#include <xxhash.h>
+#include "kv.h"
+#include "kv_digest.h"
 
 #include "clock.h"
 #include "kv_cuda_ipc.h"
@@ -135,15 +138,29 @@ static int writer_main(int fd, const opts_t *o)
         CK(cudaMemcpyAsync(src, pinned, b, cudaMemcpyHostToDevice, st));
     }
     CK(cudaEventRecord(e3, st));
-    /* the checksum as the prefill node computes it: one device -> host read, XXH3 on the host */
+    /* the checksum as the prefill node computes it: page digests on the GPU, 8 bytes a page to
+     * the host, chained there (node_pages_checksum_be) */
     double t_ck = pd_clock_s();
-    CK(cudaMemcpyAsync(host, src, src_pages * o->page, cudaMemcpyDeviceToHost, st));
+    size_t last = n_src < n_pages ? n_src : n_pages; /* pages whose final content is checked */
+    int32_t *ids = malloc(last * sizeof *ids), *d_ids = NULL;
+    uint64_t *dg = malloc(last * sizeof *dg), *d_dg = NULL;
+    if (!ids || !dg)
+        return 1;
+    for (size_t i = n_src - last; i < n_src; i++)
+        ids[i - (n_src - last)] = (int32_t)(i % src_pages);
+    CK(cudaMalloc((void **)&d_ids, last * sizeof *d_ids));
+    CK(cudaMalloc((void **)&d_dg, last * sizeof *d_dg));
+    CK(cudaMemcpyAsync(d_ids, ids, last * sizeof *ids, cudaMemcpyHostToDevice, st));
+    if (kv_digest(d_dg, src, o->page, d_ids, (int)last, st) != PD_OK)
+        return 1;
+    CK(cudaMemcpyAsync(dg, d_dg, last * sizeof *dg, cudaMemcpyDeviceToHost, st));
     CK(cudaEventRecord(e4, st));
     CK(cudaStreamSynchronize(st));
-    uint64_t sum = 0;
-    size_t last = n_src < n_pages ? n_src : n_pages; /* pages whose final content is checked */
-    for (size_t i = n_src - last; i < n_src; i++)
-        sum = XXH3_64bits_withSeed(host + (i % src_pages) * o->page, o->page, sum);
+    uint64_t sum = kv_digest_chain(0, dg, (int)last);
+    free(ids);
+    free(dg);
+    CK(cudaFree(d_ids));
+    CK(cudaFree(d_dg));
     double ck_s = pd_clock_s() - t_ck;
     double ipc_s = seconds_of(e0, e1), d2h_s = seconds_of(e1, e2), h2d_s = seconds_of(e2, e3);
     /* to the reader: how many pages to check, their order, the chain */
@@ -243,15 +260,17 @@ int main(int argc, char **argv)
     uint64_t hdr[2];
     int rc = 1;
     if (full_io(sv[0], blob, sizeof blob, 1) == 0 && full_io(sv[0], hdr, sizeof hdr, 0) == 0) {
-        int32_t *order = malloc(hdr[0] * sizeof *order);
-        uint8_t *page = malloc(o.page);
+        int32_t *order = malloc(hdr[0] * sizeof *order), *d_order = NULL;
+        uint64_t *dg = malloc(hdr[0] * sizeof *dg), *d_dg = NULL;
         uint64_t sum = 0;
-        if (order && page && full_io(sv[0], order, hdr[0] * sizeof *order, 0) == 0) {
-            for (uint64_t i = 0; i < hdr[0]; i++) {
-                CK(cudaMemcpy(page, pool + (size_t)order[i] * o.page, o.page,
-                              cudaMemcpyDeviceToHost));
-                sum = XXH3_64bits_withSeed(page, o.page, sum);
-            }
+        if (order && dg && full_io(sv[0], order, hdr[0] * sizeof *order, 0) == 0) {
+            CK(cudaMalloc((void **)&d_order, hdr[0] * sizeof *d_order));
+            CK(cudaMalloc((void **)&d_dg, hdr[0] * sizeof *d_dg));
+            CK(cudaMemcpy(d_order, order, hdr[0] * sizeof *order, cudaMemcpyHostToDevice));
+            if (kv_digest(d_dg, pool, o.page, d_order, (int)hdr[0], 0) != PD_OK)
+                return 1;
+            CK(cudaMemcpy(dg, d_dg, hdr[0] * sizeof *dg, cudaMemcpyDeviceToHost));
+            sum = kv_digest_chain(0, dg, (int)hdr[0]);
             char ok = sum == hdr[1];
             if (!ok)
                 fprintf(stderr,
@@ -260,7 +279,9 @@ int main(int argc, char **argv)
             rc = full_io(sv[0], &ok, 1, 1) == 0 && ok ? 0 : 1;
         }
         free(order);
-        free(page);
+        free(dg);
+        cudaFree(d_order);
+        cudaFree(d_dg);
     }
     int status = 0;
     waitpid(pid, &status, 0);

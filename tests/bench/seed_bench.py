@@ -338,7 +338,7 @@ def exp_int4_decode(a, R):
 
 
 def exp_int4_prefill(a, R):
-    out = []
+    out = R["experiments"].setdefault("int4_prefill", [])
     n = min(4096 if a.small else 8192, max_pos(a.model) - 64)
     for w in ("fp8", "int4"):
         with Run(a, "pre-" + w, prefill={"weights": w}) as r:
@@ -346,12 +346,13 @@ def exp_int4_prefill(a, R):
             x["weights"] = w
             x["prefill_tok_s"] = n / (x["ttft_ms_p50"] / 1e3)
             out.append(x)
+            SAVE[0]()
             print("int4_prefill", w, "ttft %.1f ms" % x["ttft_ms_p50"], flush=True)
     return out
 
 
 def exp_tracker(a, R):
-    out = []
+    out = R["experiments"].setdefault("tracker", [])
     P, O, C, N = (2048, 64, 4, 8) if a.small else (8192, 1000, 8, 16)
     P = min(P, max_pos(a.model) - O - 1)
     runs = 1 if a.small else 3
@@ -361,6 +362,7 @@ def exp_tracker(a, R):
                 x = load(r.http, C, N, P, O, R["vocab"], seed=i)
                 x.update({"tracker": t, "run": i})
                 out.append(x)
+                SAVE[0]()
                 print("tracker", t, i, "%.1f tok/s" % x["tok_s"], flush=True)
     return out
 

@@ -28,6 +28,7 @@
 #include "backend_cuda.h"
 #include "dtype.h"
 #include "elementwise.h"
+#include "kv_digest.h"
 #include "kv_pool.h"
 #include "log.h"
 #include "matmul.h"
@@ -1379,6 +1380,57 @@ static void case_moe_experts(pd_wfmt_t fmt, int n, int E, int k, int d, int f)
     free(w);
 }
 
+/* page_digest: the GPU's page digests equal the CPU reference (kv_digest_page) exactly, over
+ * scattered pages of a real arena and packed; a flipped byte on the GPU changes that page's
+ * digest (and only that one) */
+static void case_page_digest(int n_pages, int n, pd_kvfmt_t fmt)
+{
+    char shape[96];
+    kv_layout_t l;
+    kv_layout_init(&l, 4, 2, 128, 16, fmt);
+    pair_t a = arena_new(&l, n_pages);
+    int32_t *pages = xmalloc((size_t)n * 4);
+    uint64_t *dc = xmalloc((size_t)n * 8), *dg = xmalloc((size_t)n * 8);
+    for (int i = 0; i < n; i++)
+        pages[i] = (int32_t)(((uint64_t)i * 7919u + 3) % (uint64_t)n_pages);
+    pd_status_t sc = cpu->ops->page_digest(cpu, dc, a.c, l.page_bytes, pages, n);
+    memset(dg, 0xa5, (size_t)n * 8);
+    pd_status_t sg = gpu->ops->page_digest(gpu, dg, a.g, l.page_bytes, pages, n);
+    size_t bad = sc != PD_OK || sg != PD_OK;
+    for (int i = 0; i < n; i++)
+        bad += dc[i] != dg[i];
+    snprintf(shape, sizeof shape, "%s pages %d n %d (digests differing)", pd_kvfmt_name(fmt),
+             n_pages, n);
+    report("page_digest", shape, (double)bad, 0.0);
+    /* packed (pages NULL): the first n pages of the arena */
+    sc = cpu->ops->page_digest(cpu, dc, a.c, l.page_bytes, NULL, n);
+    memset(dg, 0xa5, (size_t)n * 8);
+    sg = gpu->ops->page_digest(gpu, dg, a.g, l.page_bytes, NULL, n);
+    bad = sc != PD_OK || sg != PD_OK;
+    for (int i = 0; i < n; i++)
+        bad += dc[i] != dg[i];
+    snprintf(shape, sizeof shape, "%s packed n %d (digests differing)", pd_kvfmt_name(fmt), n);
+    report("page_digest", shape, (double)bad, 0.0);
+    /* one byte of page pages[n / 2] changed on the GPU: exactly that digest moves */
+    uint8_t byte;
+    uint8_t *at = (uint8_t *)a.g + (size_t)pages[n / 2] * l.page_bytes + l.page_bytes / 3;
+    gpu->ops->download(gpu, &byte, at, 1);
+    byte ^= 0x10;
+    gpu->ops->upload(gpu, at, &byte, 1);
+    sg = gpu->ops->page_digest(gpu, dc, a.g, l.page_bytes, pages, n);
+    bad = sg != PD_OK;
+    for (int i = 0; i < n; i++)
+        bad += (dc[i] == kv_digest_page((const uint8_t *)a.c + (size_t)pages[i] * l.page_bytes,
+                                        l.page_bytes)) != (i != n / 2);
+    snprintf(shape, sizeof shape, "%s one byte flipped n %d (wrong verdicts)", pd_kvfmt_name(fmt),
+             n);
+    report("page_digest", shape, (double)bad, 0.0);
+    pair_free(&a);
+    free(pages);
+    free(dc);
+    free(dg);
+}
+
 static void case_kv_tags(int n_pages, int n)
 {
     char shape[96];
@@ -2280,6 +2332,8 @@ int main(void)
         case_kv_export(PD_KV_BF16, 32, 8, 128, 8, 3);
         case_xfer_kv_export(4, 2, 128, 20, 7);
         case_xfer_kv_export(32, 8, 128, 16, 6);
+        case_page_digest(64, 40, PD_KV_FP8);
+        case_page_digest(600, 512, PD_KV_BF16);
         printf("%d cases, %d failed\n", n_cases, n_fail);
         backend_destroy(gpu_split);
         backend_destroy(gpu);
@@ -2404,6 +2458,8 @@ int main(void)
         }
     }
     case_kv_tags(64, 40);
+    case_page_digest(64, 40, PD_KV_FP8);
+    case_page_digest(64, 33, PD_KV_F32);
     if (!small_only)
         case_kv_tags(5000, 4096);
     case_kv_export(PD_KV_BF16, 4, 2, 128, 20, 7);
