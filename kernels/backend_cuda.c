@@ -83,6 +83,7 @@ typedef struct {
     cuda_buf_t wtmp; /* matmul: INT4 weight dequantized to bf16 */
     cuda_buf_t attn; /* attention split partials */
     cuda_buf_t idx;  /* host index arrays uploaded for kv_stamp / kv_check / kv_export */
+    cuda_buf_t pin;  /* pinned host staging of kv_check (idle between calls: kv_check syncs) */
     cuda_buf_t moe;  /* MoE rows */
     cuda_buf_t grp;  /* attention with a GQA group above CUDA_ATTN_MAX_GROUP: q / out of a part */
     pd_status_t err; /* first failure since the last sync */
@@ -136,6 +137,25 @@ static void cuda__note(cuda_t *c, pd_status_t st)
         c->cap_err = st;
     else if (st != PD_OK && c->err == PD_OK)
         c->err = st;
+}
+
+/* Makes the pinned host staging c->pin hold at least bytes (contents are not kept). */
+static pd_status_t cuda__grow_pin(cuda_t *c, size_t bytes)
+{
+    pd_status_t st;
+    if (bytes <= c->pin.bytes)
+        return PD_OK;
+    bytes = bytes + bytes / 4 + 256;
+    if ((st = cuda__status(cudaStreamSynchronize(c->stream), "pinned staging sync")) != PD_OK)
+        return st;
+    if (c->pin.p)
+        cudaFreeHost(c->pin.p);
+    c->pin.p = NULL;
+    c->pin.bytes = 0;
+    if ((st = cuda__status(cudaMallocHost(&c->pin.p, bytes), "pinned staging alloc")) != PD_OK)
+        return st;
+    c->pin.bytes = bytes;
+    return PD_OK;
 }
 
 /* Makes b hold at least bytes (contents are not kept). */
@@ -647,30 +667,37 @@ static void cuda_kv_check(pd_backend_t *be, uint8_t *bad_out, kv_tag_t *found_ou
                           const kv_tag_t *expected, const kv_tag_t *current, int n)
 {
     cuda_t *c = cuda__get(be);
-    const void *host[3] = {pages, expected, current};
-    const size_t elem[3] = {sizeof *pages, sizeof *expected, sizeof *current};
-    void *dev[3];
     pd_status_t st;
     if (n <= 0)
         return;
-    /* results go after the three inputs: found (n) 64-bit tags, then bad (n) uint8 */
-    st = cuda__upload_idx(c, n, 3, host, elem, dev);
-    size_t each = cuda__idx_slot(n);
-    kv_tag_t *d_found = (kv_tag_t *)((uint8_t *)c->idx.p + 3 * each);
-    uint8_t *d_bad = (uint8_t *)c->idx.p + 4 * each;
+    /* once per decode step, on its critical path: the three inputs go up in one copy and the two
+     * results come down in one, both through pinned memory, laid out as the idx slots: pages,
+     * expected, current, then found (n) 64-bit tags and bad (n) uint8 */
+    const size_t each = cuda__idx_slot(n);
+    st = cuda__grow(c, &c->idx, each * 5);
     if (st == PD_OK)
-        st = kv_check(d_bad, d_found, arena, l, dev[0], dev[1], dev[2], n, c->stream);
+        st = cuda__grow_pin(c, each * 5);
+    uint8_t *h = c->pin.p, *d = c->idx.p;
+    if (st == PD_OK) {
+        memcpy(h, pages, (size_t)n * sizeof *pages);
+        memcpy(h + each, expected, (size_t)n * sizeof *expected);
+        memcpy(h + 2 * each, current, (size_t)n * sizeof *current);
+        st = cuda__status(cudaMemcpyAsync(d, h, 3 * each, cudaMemcpyHostToDevice, c->stream),
+                          "kv_check upload");
+    }
     if (st == PD_OK)
-        st = cuda__status(cudaMemcpyAsync(found_out, d_found, (size_t)n * sizeof *found_out,
+        st = kv_check(d + 4 * each, (kv_tag_t *)(d + 3 * each), arena, l, (const int32_t *)d,
+                      (const kv_tag_t *)(d + each), (const kv_tag_t *)(d + 2 * each), n, c->stream);
+    if (st == PD_OK)
+        st = cuda__status(cudaMemcpyAsync(h + 3 * each, d + 3 * each, each + (size_t)n,
                                           cudaMemcpyDeviceToHost, c->stream),
                           "kv_check download");
     if (st == PD_OK)
-        st = cuda__status(
-            cudaMemcpyAsync(bad_out, d_bad, (size_t)n, cudaMemcpyDeviceToHost, c->stream),
-            "kv_check download");
-    if (st == PD_OK)
         st = cuda__status(cudaStreamSynchronize(c->stream), "kv_check sync");
-    if (st != PD_OK) { /* the caller reads the results: report every page as bad */
+    if (st == PD_OK) {
+        memcpy(found_out, h + 3 * each, (size_t)n * sizeof *found_out);
+        memcpy(bad_out, h + 4 * each, (size_t)n);
+    } else { /* the caller reads the results: report every page as bad */
         memset(bad_out, 2, (size_t)n);
         memset(found_out, 0, (size_t)n * sizeof *found_out);
     }
@@ -1226,6 +1253,8 @@ static void cuda_destroy(pd_backend_t *be)
     cuda__free_buf(&c->wtmp);
     cuda__free_buf(&c->attn);
     cuda__free_buf(&c->idx);
+    if (c->pin.p)
+        cudaFreeHost(c->pin.p);
     cuda__free_buf(&c->moe);
     cuda__free_buf(&c->grp);
     if (c->lt_ws)
