@@ -140,6 +140,7 @@ static int writer_main(int fd, const opts_t *o)
     CK(cudaEventRecord(e3, st));
     /* the checksum as the prefill node computes it: page digests on the GPU, 8 bytes a page to
      * the host, chained there (node_pages_checksum_be) */
+    CK(cudaStreamSynchronize(st)); /* the staged copies above are not part of it */
     double t_ck = pd_clock_s();
     size_t last = n_src < n_pages ? n_src : n_pages; /* pages whose final content is checked */
     int32_t *ids = malloc(last * sizeof *ids), *d_ids = NULL;
