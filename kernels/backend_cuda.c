@@ -96,6 +96,10 @@ typedef struct {
     bool no_moe_grouped; /* moe_grouped=off: moe_prepare declines, experts grouped on the host */
     unsigned env_set;    /* CUDA__ENV_* bits: options fixed by the environment */
     int fp8_scaled;      /* FP8 GEMM with outer-vector scales: 0 untried, 1 works, -1 unsupported */
+    /* prefill FP8 GEMMs: fast accumulation / candidate (PD_CUDA_LT_*) */
+    matmul_lt_opts_t lt_opts;
+    /* PD_CUDA_GU_BF16=0: matmul_silu_fp8 keeps the f32 gate_up product */
+    bool no_gu_bf16;
     cudaStream_t xstream; /* the KV transfer stream (xfer_*), created on first use */
     cudaEvent_t xevent;   /* recorded on stream, waited on by xstream */
     pd_status_t xerr;     /* the transfer stream's first failure since the last xfer_sync */
@@ -376,8 +380,8 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
         if (!gemm)
             return cuda__gemv_chunks(c, out, c->act.p, xs, w, n);
         if (c->fp8_scaled >= 0) {
-            st = matmul_gemm_fp8_scaled(c->lt, c->lt_ws, CUDA_LT_WS_BYTES, out, c->act.p, xs,
-                                        w->data, w->scales, n, N, K, c->stream);
+            st = matmul_gemm_fp8_rowwise(c->lt, c->lt_ws, CUDA_LT_WS_BYTES, out, c->act.p, xs,
+                                         w->data, w->scales, n, N, K, &c->lt_opts, c->stream);
             if (st != PD_ERR_UNSUPPORTED) {
                 c->fp8_scaled = st == PD_OK ? 1 : c->fp8_scaled;
                 return st;
@@ -465,8 +469,8 @@ static pd_status_t cuda__matmul_fp8(cuda_t *c, float *out, const uint8_t *xq, co
         return cuda__gemv_chunks(c, out, c->act.p, xs, w, n);
     }
     if (c->fp8_scaled >= 0) {
-        st = matmul_gemm_fp8_scaled(c->lt, c->lt_ws, CUDA_LT_WS_BYTES, out, xq, xs, w->data,
-                                    w->scales, n, N, K, c->stream);
+        st = matmul_gemm_fp8_rowwise(c->lt, c->lt_ws, CUDA_LT_WS_BYTES, out, xq, xs, w->data,
+                                     w->scales, n, N, K, &c->lt_opts, c->stream);
         if (st != PD_ERR_UNSUPPORTED) {
             c->fp8_scaled = st == PD_OK ? 1 : c->fp8_scaled;
             return st;
@@ -484,6 +488,44 @@ static void cuda_matmul_fp8(pd_backend_t *be, float *out, const pd_act_fp8_t *x,
 {
     cuda_t *c = cuda__get(be);
     cuda__note(c, cuda__matmul_fp8(c, out, x->q, x->scale, w, n));
+}
+
+/* backend.h matmul_silu_fp8. Prefill sizes (the cuBLASLt GEMM with outer-vector scales): the
+ * GEMM writes the gate_up product as bf16 into gu (half its f32 size) and
+ * elementwise_silu_mul_fp8_bf16 reads it, instead of f32 written and read again (470 MB less
+ * each way at n 8192, f 14336); elsewhere (small n, no outer-vector mode, PD_CUDA_GU_BF16=0)
+ * matmul_fp8 + silu_mul_fp8 on the f32 product. */
+static pd_status_t cuda__matmul_silu_fp8(cuda_t *c, const pd_act_fp8_t *q, float *gu,
+                                         const pd_act_fp8_t *x, const pd_weight_t *w, int n)
+{
+    const int64_t N = w->n, K = w->k;
+    const int f = (int)(N / 2);
+    pd_status_t st;
+
+    if (n <= 0)
+        return PD_OK;
+    if (w->fmt == PD_WFMT_FP8 && !c->no_gu_bf16 && c->fp8_scaled >= 0 && n > CUDA_GEMV_MAX_N &&
+        n > CUDA_FP8_MMA_MAX_N && K % 16 == 0 && N % 16 == 0) {
+        matmul_lt_opts_t o = c->lt_opts;
+        o.bf16 = true;
+        st = matmul_gemm_fp8_rowwise(c->lt, c->lt_ws, CUDA_LT_WS_BYTES, gu, x->q, x->scale, w->data,
+                                     w->scales, n, N, K, &o, c->stream);
+        if (st == PD_OK)
+            return elementwise_silu_mul_fp8_bf16((const uint16_t *)gu, q->q, q->scale, n, f,
+                                                 c->stream);
+        if (st != PD_ERR_UNSUPPORTED)
+            return st;
+    }
+    if ((st = cuda__matmul_fp8(c, gu, x->q, x->scale, w, n)) != PD_OK)
+        return st;
+    return elementwise_silu_mul_fp8(NULL, gu, q->q, q->scale, n, f, c->stream);
+}
+
+static void cuda_matmul_silu_fp8(pd_backend_t *be, const pd_act_fp8_t *q, float *gu,
+                                 const pd_act_fp8_t *x, const pd_weight_t *w, int n)
+{
+    cuda_t *c = cuda__get(be);
+    cuda__note(c, cuda__matmul_silu_fp8(c, q, gu, x, w, n));
 }
 
 static void cuda_add_rmsnorm(pd_backend_t *be, float *x, const float *y, float *out,
@@ -1263,6 +1305,7 @@ static const pd_backend_ops_t cuda_ops = {
     .logprobs = cuda_logprobs,
     .add_rmsnorm = cuda_add_rmsnorm,
     .silu_mul_fp8 = cuda_silu_mul_fp8,
+    .matmul_silu_fp8 = cuda_matmul_silu_fp8,
     .matmul_fp8 = cuda_matmul_fp8,
     .set_option = cuda_set_option,
     .rope_kv_write = cuda_rope_kv_write,
@@ -1285,6 +1328,7 @@ static void cuda__ops_plain_init(void)
     cuda_ops_plain.add_rmsnorm = NULL;
     cuda_ops_plain.silu_mul_fp8 = NULL;
     cuda_ops_plain.matmul_fp8 = NULL;
+    cuda_ops_plain.matmul_silu_fp8 = NULL;
 }
 
 enum { CUDA__ENV_BF16 = 1, CUDA__ENV_FLASH = 2, CUDA__ENV_FUSED = 4 };
@@ -1356,6 +1400,17 @@ void *backend_cuda_stream(pd_backend_t *be)
     return be && be->ops->destroy == cuda_destroy ? cuda__get(be)->stream : NULL;
 }
 
+bool backend_cuda_lt(pd_backend_t *be, void **lt_p, void **ws_p, size_t *ws_bytes_p)
+{
+    if (!be || be->ops->destroy != cuda_destroy)
+        return false;
+    cuda_t *c = cuda__get(be);
+    *lt_p = c->lt;
+    *ws_p = c->lt_ws;
+    *ws_bytes_p = CUDA_LT_WS_BYTES;
+    return true;
+}
+
 pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
 {
     int count = 0;
@@ -1390,6 +1445,12 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     env = getenv("PD_CUDA_FLASH");
     c->no_flash = env && strcmp(env, "0") == 0;
     c->env_set |= env && *env ? CUDA__ENV_FLASH : 0;
+    env = getenv("PD_CUDA_LT_ALGO"); /* benchmarks: the cuBLASLt candidate of prefill GEMMs */
+    c->lt_opts.algo = env && atoi(env) > 0 && atoi(env) < MATMUL_LT_MAX_ALGOS ? atoi(env) : 0;
+    env = getenv("PD_CUDA_LT_FAST_ACCUM");
+    c->lt_opts.fast_accum = env && cuda__onoff(env) == 1;
+    env = getenv("PD_CUDA_GU_BF16");
+    c->no_gu_bf16 = env && cuda__onoff(env) == 0;
     env = getenv("PD_CUDA_FUSED");
     if (env && *env) {
         cuda__set_fused(be, cuda__onoff(env) != 0);

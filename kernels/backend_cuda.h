@@ -20,7 +20,10 @@
  *                             model_ctx_create.
  * Environment, read by backend_cuda_create() and overriding the options (benchmarks):
  * PD_CUDA_BF16_GEMM=split|one, PD_CUDA_FLASH=0|1, PD_CUDA_FUSED=0|1, and PD_CUDA_FLASH_VARIANT
- * (read at each flash launch, kernels/attention_flash.h).
+ * (read at each flash launch, kernels/attention_flash.h). Benchmark knobs of the prefill FP8
+ * GEMMs (cuBLASLt, n > 8): PD_CUDA_LT_ALGO=i (the i-th heuristic candidate, default 0),
+ * PD_CUDA_LT_FAST_ACCUM=1 (fast fp8 accumulation), PD_CUDA_GU_BF16=0 (matmul_silu_fp8 keeps the
+ * gate_up product in f32 instead of bf16).
  */
 #ifndef PD_KERNELS_BACKEND_CUDA_H
 #define PD_KERNELS_BACKEND_CUDA_H
@@ -29,5 +32,9 @@
 
 /* The backend's cudaStream_t (as void *), or NULL when be is not a CUDA backend. */
 void *backend_cuda_stream(pd_backend_t *be);
+
+/* The backend's cuBLASLt handle (bound to its stream) and workspace, for benchmarks that call
+ * kernels/matmul.h's cuBLASLt launchers directly; false (nothing set) when be is not CUDA. */
+bool backend_cuda_lt(pd_backend_t *be, void **lt_p, void **ws_p, size_t *ws_bytes_p);
 
 #endif

@@ -50,6 +50,12 @@ pd_status_t elementwise_add_rmsnorm(float *x, const float *y, float *out, const 
 pd_status_t elementwise_silu_mul_fp8(float *out, const float *gu, uint8_t *q, float *qs, int n,
                                      int f, cudaStream_t stream);
 
+/* q (n, f) fp8 e4m3, qs (n) f32 = silu(gu[:, :f]) * gu[:, f:] quantized per row as
+ * elementwise_silu_mul_fp8 does, for a bf16 gu (n, 2f) (the prefill gate_up GEMM's bf16 output:
+ * backend.h matmul_silu_fp8): the same kernel on the exactly widened values. */
+pd_status_t elementwise_silu_mul_fp8_bf16(const uint16_t *gu, uint8_t *q, float *qs, int n, int f,
+                                          cudaStream_t stream);
+
 /* out (n) f32 = q (n) fp8 e4m3 decoded (unscaled): the GEMV's activation form. */
 pd_status_t elementwise_fp8_to_f32(float *out, const uint8_t *q, size_t n, cudaStream_t stream);
 
