@@ -57,6 +57,10 @@
 #define CUDA_FP8_MMA_MAX_N 8
 #define CUDA_FP8_GEMV_MIN_ROWS 8192
 #define CUDA_LT_WS_BYTES ((size_t)32 << 20)
+/* FP8 GEMMs (cuBLASLt) of at least this many rows use fast fp8 accumulation by default (option
+ * fp8_accum; prefill-sized GEMMs, where it is ~10% faster: docs/performance.md, session 5);
+ * decode batches keep the exact accumulation */
+#define CUDA_FP8_FAST_MIN_N 512
 /* attention runs as flash attention (kernels/attention_flash.h, tensor cores) when the batch has
  * at least this many query rows per sequence on average (prefill, chunked prefill); decode-shaped
  * batches keep attention_run */
@@ -96,7 +100,8 @@ typedef struct {
     bool no_moe_grouped; /* moe_grouped=off: moe_prepare declines, experts grouped on the host */
     unsigned env_set;    /* CUDA__ENV_* bits: options fixed by the environment */
     int fp8_scaled;      /* FP8 GEMM with outer-vector scales: 0 untried, 1 works, -1 unsupported */
-    /* prefill FP8 GEMMs: fast accumulation / candidate (PD_CUDA_LT_*) */
+    /* prefill FP8 GEMMs: candidate (PD_CUDA_LT_ALGO); fast_accum: fast accumulation at
+     * n >= CUDA_FP8_FAST_MIN_N (option fp8_accum, PD_CUDA_LT_FAST_ACCUM) */
     matmul_lt_opts_t lt_opts;
     /* PD_CUDA_GU_BF16=0: matmul_silu_fp8 keeps the f32 gate_up product */
     bool no_gu_bf16;
@@ -343,6 +348,26 @@ static pd_status_t cuda__matmul_int4_mma(cuda_t *c, float *out, const float *x,
                            c->stream);
 }
 
+/* The FP8 GEMM with outer-vector scales (matmul_gemm_fp8_rowwise) at n rows into out (f32, or
+ * bf16 when bf16), with fast accumulation where the backend takes it for this n; a cuBLASLt
+ * without fast accumulation for these types gets the plain GEMM. PD_ERR_UNSUPPORTED: no
+ * outer-vector mode (or no bf16 output) here. */
+static pd_status_t cuda__gemm_fp8_rowwise(cuda_t *c, void *out, bool bf16, const uint8_t *xq,
+                                          const float *xs, const pd_weight_t *w, int n)
+{
+    matmul_lt_opts_t o = c->lt_opts;
+    o.bf16 = bf16;
+    o.fast_accum = c->lt_opts.fast_accum && n >= CUDA_FP8_FAST_MIN_N;
+    pd_status_t st = matmul_gemm_fp8_rowwise(c->lt, c->lt_ws, CUDA_LT_WS_BYTES, out, xq, xs,
+                                             w->data, w->scales, n, w->n, w->k, &o, c->stream);
+    if (st == PD_ERR_UNSUPPORTED && o.fast_accum) {
+        o.fast_accum = false;
+        st = matmul_gemm_fp8_rowwise(c->lt, c->lt_ws, CUDA_LT_WS_BYTES, out, xq, xs, w->data,
+                                     w->scales, n, w->n, w->k, &o, c->stream);
+    }
+    return st;
+}
+
 static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_weight_t *w, int n)
 {
     const int64_t N = w->n, K = w->k;
@@ -380,8 +405,7 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
         if (!gemm)
             return cuda__gemv_chunks(c, out, c->act.p, xs, w, n);
         if (c->fp8_scaled >= 0) {
-            st = matmul_gemm_fp8_rowwise(c->lt, c->lt_ws, CUDA_LT_WS_BYTES, out, c->act.p, xs,
-                                         w->data, w->scales, n, N, K, &c->lt_opts, c->stream);
+            st = cuda__gemm_fp8_rowwise(c, out, false, c->act.p, xs, w, n);
             if (st != PD_ERR_UNSUPPORTED) {
                 c->fp8_scaled = st == PD_OK ? 1 : c->fp8_scaled;
                 return st;
@@ -469,8 +493,7 @@ static pd_status_t cuda__matmul_fp8(cuda_t *c, float *out, const uint8_t *xq, co
         return cuda__gemv_chunks(c, out, c->act.p, xs, w, n);
     }
     if (c->fp8_scaled >= 0) {
-        st = matmul_gemm_fp8_rowwise(c->lt, c->lt_ws, CUDA_LT_WS_BYTES, out, xq, xs, w->data,
-                                     w->scales, n, N, K, &c->lt_opts, c->stream);
+        st = cuda__gemm_fp8_rowwise(c, out, false, xq, xs, w, n);
         if (st != PD_ERR_UNSUPPORTED) {
             c->fp8_scaled = st == PD_OK ? 1 : c->fp8_scaled;
             return st;
@@ -506,10 +529,7 @@ static pd_status_t cuda__matmul_silu_fp8(cuda_t *c, const pd_act_fp8_t *q, float
         return PD_OK;
     if (w->fmt == PD_WFMT_FP8 && !c->no_gu_bf16 && c->fp8_scaled >= 0 && n > CUDA_GEMV_MAX_N &&
         n > CUDA_FP8_MMA_MAX_N && K % 16 == 0 && N % 16 == 0) {
-        matmul_lt_opts_t o = c->lt_opts;
-        o.bf16 = true;
-        st = matmul_gemm_fp8_rowwise(c->lt, c->lt_ws, CUDA_LT_WS_BYTES, gu, x->q, x->scale, w->data,
-                                     w->scales, n, N, K, &o, c->stream);
+        st = cuda__gemm_fp8_rowwise(c, gu, true, x->q, x->scale, w, n);
         if (st == PD_OK)
             return elementwise_silu_mul_fp8_bf16((const uint16_t *)gu, q->q, q->scale, n, f,
                                                  c->stream);
@@ -1331,7 +1351,7 @@ static void cuda__ops_plain_init(void)
     cuda_ops_plain.matmul_silu_fp8 = NULL;
 }
 
-enum { CUDA__ENV_BF16 = 1, CUDA__ENV_FLASH = 2, CUDA__ENV_FUSED = 4 };
+enum { CUDA__ENV_BF16 = 1, CUDA__ENV_FLASH = 2, CUDA__ENV_FUSED = 4, CUDA__ENV_ACCUM = 8 };
 
 /* on / off (also 1 / 0); -1 for anything else */
 static int cuda__onoff(const char *v)
@@ -1370,6 +1390,11 @@ static pd_status_t cuda_set_option(pd_backend_t *be, const char *key, const char
         bit = CUDA__ENV_FUSED;
         if (ok && !(c->env_set & bit))
             cuda__set_fused(be, b);
+    } else if (!strcmp(key, "fp8_accum")) {
+        ok = !strcmp(value, "fast") || !strcmp(value, "exact");
+        bit = CUDA__ENV_ACCUM;
+        if (ok && !(c->env_set & bit))
+            c->lt_opts.fast_accum = !strcmp(value, "fast");
     } else if (!strcmp(key, "moe_grouped")) {
         ok = b >= 0;
         if (ok)
@@ -1382,7 +1407,7 @@ static pd_status_t cuda_set_option(pd_backend_t *be, const char *key, const char
             c->flash_variant = (int)v;
     } else {
         pd_log_error("backend cuda: unknown option '%s' (bf16_gemm, flash, flash_variant, fused, "
-                     "moe_grouped)",
+                     "fp8_accum, moe_grouped)",
                      key);
         return PD_ERR_INVALID;
     }
@@ -1448,7 +1473,8 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     env = getenv("PD_CUDA_LT_ALGO"); /* benchmarks: the cuBLASLt candidate of prefill GEMMs */
     c->lt_opts.algo = env && atoi(env) > 0 && atoi(env) < MATMUL_LT_MAX_ALGOS ? atoi(env) : 0;
     env = getenv("PD_CUDA_LT_FAST_ACCUM");
-    c->lt_opts.fast_accum = env && cuda__onoff(env) == 1;
+    c->lt_opts.fast_accum = !(env && cuda__onoff(env) == 0);
+    c->env_set |= env && *env ? CUDA__ENV_ACCUM : 0;
     env = getenv("PD_CUDA_GU_BF16");
     c->no_gu_bf16 = env && cuda__onoff(env) == 0;
     env = getenv("PD_CUDA_FUSED");

@@ -13,6 +13,11 @@
  *                             chosen by shape)
  *   fused = on | off          the fused ops add_rmsnorm / silu_mul_fp8 / matmul_fp8 (default on);
  *                             off leaves them out of the ops table (the model runs the plain ops)
+ *   fp8_accum = fast | exact  FP8 GEMMs of >= 512 rows (prefill; cuBLASLt): fast fp8
+ *                             accumulation (default fast: ~10% faster at prefill sizes, within
+ *                             the FP8 matmul tolerances; docs/performance.md session 5) or
+ *                             the exact one (the periodic promotion to f32); decode batches
+ *                             always take the exact one
  *   moe_grouped = on | off    MoE experts registered by moe_prepare run grouped on the device
  *                             (routing offsets on the device, graph-capturable; default on); off:
  *                             moe_prepare declines and the (token, expert) pairs are grouped on
@@ -20,10 +25,10 @@
  *                             model_ctx_create.
  * Environment, read by backend_cuda_create() and overriding the options (benchmarks):
  * PD_CUDA_BF16_GEMM=split|one, PD_CUDA_FLASH=0|1, PD_CUDA_FUSED=0|1, and PD_CUDA_FLASH_VARIANT
- * (read at each flash launch, kernels/attention_flash.h). Benchmark knobs of the prefill FP8
- * GEMMs (cuBLASLt, n > 8): PD_CUDA_LT_ALGO=i (the i-th heuristic candidate, default 0),
- * PD_CUDA_LT_FAST_ACCUM=1 (fast fp8 accumulation), PD_CUDA_GU_BF16=0 (matmul_silu_fp8 keeps the
- * gate_up product in f32 instead of bf16).
+ * (read at each flash launch, kernels/attention_flash.h); PD_CUDA_LT_FAST_ACCUM=0|1 (fp8_accum
+ * exact | fast). Benchmark knobs of the FP8 GEMMs (cuBLASLt, n > 8): PD_CUDA_LT_ALGO=i (the
+ * i-th heuristic candidate, default 0; cuBLASLt 13.0 offers one for these shapes),
+ * PD_CUDA_GU_BF16=0 (matmul_silu_fp8 keeps the gate_up product in f32 instead of bf16).
  */
 #ifndef PD_KERNELS_BACKEND_CUDA_H
 #define PD_KERNELS_BACKEND_CUDA_H

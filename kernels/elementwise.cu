@@ -3,6 +3,7 @@
 #include "kutil.cuh"
 
 int elementwise_force_generic;
+int elementwise_silu_bf16_threads = 512;
 
 /* ==== kernels ==== */
 
@@ -400,7 +401,7 @@ extern "C" pd_status_t elementwise_silu_mul_fp8_bf16(const uint16_t *gu, uint8_t
     if (n == 0)
         return PD_OK;
     int t, it;
-    elementwise__row_plan(f, 512, &t, &it);
+    elementwise__row_plan(f, elementwise_silu_bf16_threads == 1024 ? 1024 : 512, &t, &it);
     if (elementwise_force_generic)
         it = 0, t = 512;
     elementwise__silu_mul_fp8_launch((float *)NULL, gu, q, qs, n, f, t, it, stream);

@@ -63,6 +63,10 @@ pd_status_t elementwise_fp8_to_f32(float *out, const uint8_t *q, size_t n, cudaS
  * process-wide switch for the harness (both paths must agree bit for bit). Default 0. */
 extern int elementwise_force_generic;
 
+/* Threads per row block of elementwise_silu_mul_fp8_bf16 at most: 512 (default) or 1024 (fewer
+ * float4 registers per thread); a process-wide switch for benchmarks (same results either way). */
+extern int elementwise_silu_bf16_threads;
+
 #ifdef __cplusplus
 }
 #endif

@@ -43,6 +43,7 @@
 #include "backend.h"
 #include "backend_cuda.h"
 #include "dtype.h"
+#include "elementwise.h"
 #include "kv_pool.h"
 #include "clock.h"
 #include "log.h"
@@ -1033,6 +1034,8 @@ static void bench_prefill_ops(void)
            "TFLOP/s", "floor");
     printf("|---|---|---|---|---|---|\n");
     double layer = 0.0;
+    const char *th = getenv("PD_BENCH_SILU_THREADS");
+    elementwise_silu_bf16_threads = th ? atoi(th) : 512;
     for (int op = 0; op < 12; op++) {
         a.op = op;
         float ms = time_op(run_pl, &a, 10);
@@ -1042,6 +1045,11 @@ static void bench_prefill_ops(void)
             op == 5 ? BF16_FLOPS : FP8_FLOPS);
     }
     printf("\nlayer sum (rows 0-9): %.3f ms; x 32 layers = %.1f ms\n", layer, layer * 32);
+    elementwise_silu_bf16_threads = 1024; /* the bf16 silu kernel with 1024-thread rows */
+    a.op = 8;
+    row("matmul_silu_fp8", "n 8192 (silu 1024 threads)", time_op(run_pl, &a, 10), bytes[8],
+        flops[8], FP8_FLOPS);
+    elementwise_silu_bf16_threads = 512;
     fflush(stdout);
     pd_weight_t *ws[] = {&wq, &wk, &wv, &wo, &wgu, &wd};
     for (int i = 0; i < 6; i++)

@@ -319,8 +319,6 @@ static void case_silu_mul(int n, int f)
  * e4m3 step, or one subnormal step) on every element, at most 1e-3 of the bytes differing, and the
  * scales within 1e-5. Then (exact) the GPU's bytes against matmul_quant_act_fp8 applied on the
  * GPU to ref_g (n, len) f32 (what the unfused FP8 matmul makes of the same values), when given. */
-static double act_scale_tol = 1e-5,
-              act_bytes_tol = 1e-3; /* check_act_fp8's (case_matmul_silu_fp8) */
 static void check_act_fp8(const char *op, const char *shape, const pair_t *q, const pair_t *qs,
                           int n, int len, const float *ref_g)
 {
@@ -343,11 +341,11 @@ static void check_act_fp8(const char *op, const char *shape, const pair_t *q, co
         }
     }
     snprintf(what, sizeof what, "%s scales", shape);
-    report(op, what, sworst, act_scale_tol);
+    report(op, what, sworst, 1e-5);
     snprintf(what, sizeof what, "%s q per element", shape);
     report(op, what, worst, 1.0);
     snprintf(what, sizeof what, "%s q bytes != cpu", shape);
-    report(op, what, (double)ndiff / ((double)n * len), act_bytes_tol);
+    report(op, what, (double)ndiff / ((double)n * len), 1e-3);
     if (ref_g) {
         void *b = NULL;
         const size_t qb = ((size_t)n * len + 255) / 256 * 256;
@@ -569,12 +567,13 @@ static void case_matmul_fp8(int n, int64_t N, int64_t K, uint64_t seed, const ch
  * (2f, K), the same host-quantized activations (quant_fp8_vec) on both backends, outputs
  * poisoned; in_place: q written over x's own buffers (as the model calls it; x's buffer holds
  * n * max(K, f) bytes). Checks (1) the CPU op equals the plain CPU ops in sequence (matmul_fp8,
- * silu_mul_fp8) bit for bit; (2) the GPU's q against a CPU reference that rounds the f32 gate_up
- * product to bf16 where the GPU keeps it as bf16 (n > 8, 2f and K % 16 == 0: the cuBLASLt path):
- * check_act_fp8, each element within one fp8 step; the scales within 2^-7 and 1% of the bytes
- * differing (a different f32 summation order can flip one bf16 rounding of a row's largest element,
- * which moves that row's scale by 2^-8 and so some of its bytes by one step); where the GPU keeps
- * f32 check_act_fp8's usual 1e-5 / 1e-3. */
+ * silu_mul_fp8) bit for bit; (2) the GPU's gate_up product, which the CUDA backend leaves in the
+ * scratch gu (bf16 where it takes the cuBLASLt path: n > 8, 2f and K % 16 == 0; else f32),
+ * against the CPU's f32 product per element as case_matmul_fp8 does: |g - c| <= 3e-4 sum_k
+ * |xq_k w_k| (f32 summation order / the fp8 tensor cores' accumulation), + 2^-8 |c| for the
+ * bf16 rounding; (3) the GPU's q against the CPU's silu_mul_fp8 of the GPU's own product
+ * (widened to f32): check_act_fp8, each element within one fp8 step, scales 1e-5 (only expf
+ * may differ). */
 static void case_matmul_silu_fp8(int n, int f, int64_t K, bool in_place, uint64_t seed,
                                  const char *what)
 {
@@ -609,11 +608,11 @@ static void case_matmul_silu_fp8(int n, int f, int64_t K, bool in_place, uint64_
     pd_act_fp8_t oc = {q.c, qs.c}, og = {q.g, qs.g}, oc2 = {q2.c, qs2.c};
     if (in_place)
         og = xg;
-    /* CPU: the plain ops (reference of the CPU op) with the product rounded to bf16 when bf16 */
+    /* CPU: the plain ops (the CPU op's reference; gur.c keeps the f32 product) */
     cpu->ops->matmul_fp8(cpu, gur.c, &xc, &wc, n);
-    float *h = xmalloc((size_t)n * N * 4);
+    float *hc = xmalloc((size_t)n * N * 4), *hg = xmalloc((size_t)n * N * 4);
     pair_ok(cpu->ops->sync(cpu));
-    pair_ok(cpu->ops->download(cpu, h, gur.c, (size_t)n * N * 4));
+    pair_ok(cpu->ops->download(cpu, hc, gur.c, (size_t)n * N * 4));
     cpu->ops->silu_mul_fp8(cpu, NULL, gur.c, n, f, &oc2);
     cpu->ops->matmul_silu_fp8(cpu, &oc, gu.c, &xc, &wc, n);
     pair_ok(cpu->ops->sync(cpu));
@@ -635,15 +634,42 @@ static void case_matmul_silu_fp8(int n, int f, int64_t K, bool in_place, uint64_
         free(sa);
         free(sb);
     }
-    if (bf16) { /* the reference for the GPU: silu_mul_fp8 of bf16(product) */
-        for (size_t e = 0; e < (size_t)n * N; e++)
-            h[e] = pd_bf16_to_f32(pd_f32_to_bf16(h[e]));
-        pair_ok(cpu->ops->upload(cpu, gur.c, h, (size_t)n * N * 4));
-        cpu->ops->silu_mul_fp8(cpu, NULL, gur.c, n, f, &oc);
-        pair_ok(cpu->ops->sync(cpu));
-    }
     gpu->ops->matmul_silu_fp8(gpu, &og, gu.g, &xg, &wg, n);
     pair_ok(gpu->ops->sync(gpu));
+    { /* (2) the GPU's product (bf16 or f32 in the scratch) per element */
+        if (bf16) {
+            uint16_t *h16 = xmalloc((size_t)n * N * 2);
+            pair_ok(gpu->ops->download(gpu, h16, gu.g, (size_t)n * N * 2));
+            for (size_t e = 0; e < (size_t)n * N; e++)
+                hg[e] = pd_bf16_to_f32(h16[e]);
+            free(h16);
+        } else {
+            pair_ok(gpu->ops->download(gpu, hg, gu.g, (size_t)n * N * 4));
+        }
+        float *wrow = xmalloc((size_t)K * 4);
+        int64_t stride = (int64_t)((double)n * N * K / 2e8) + 1;
+        double worst = 0.0;
+        for (int64_t r = 0; r < N; r += stride) {
+            quant_dequant_row(wrow, &host, r);
+            for (int t = 0; t < n; t++) {
+                double sum = 0.0;
+                for (int64_t k = 0; k < K; k++)
+                    sum += fabs((double)pd_fp8_to_f32(xq[(size_t)t * K + k]) * xs[t] * wrow[k]);
+                const double c = hc[(size_t)t * N + r], g = hg[(size_t)t * N + r];
+                const double bound = 3e-4 * sum + (bf16 ? 0x1p-8 * fabs(c) : 0.0) + 1e-6;
+                worst = fmax(worst, isnan(g) ? INFINITY : fabs(g - c) / bound);
+            }
+        }
+        char pw[64];
+        snprintf(pw, sizeof pw, "  %s product per element (rows/%lld)", bf16 ? "bf16" : "f32",
+                 (long long)stride);
+        report("matmul_silu", pw, worst, 1.0);
+        free(wrow);
+    }
+    /* (3) q against the CPU's silu_mul_fp8 of the GPU's product */
+    pair_ok(cpu->ops->upload(cpu, gur.c, hg, (size_t)n * N * 4));
+    cpu->ops->silu_mul_fp8(cpu, NULL, gur.c, n, f, &oc);
+    pair_ok(cpu->ops->sync(cpu));
     if (in_place) { /* the GPU's q / scales live in x's buffers: copy them into q.g / qs.g */
         uint8_t *t = xmalloc((size_t)n * f);
         float *ts = xmalloc((size_t)n * 4);
@@ -654,12 +680,9 @@ static void case_matmul_silu_fp8(int n, int f, int64_t K, bool in_place, uint64_
         free(t);
         free(ts);
     }
-    if (bf16)
-        act_scale_tol = 0x1p-7, act_bytes_tol = 1e-2;
-    check_act_fp8("matmul_silu", bf16 ? "  vs cpu (bf16 product)" : "  vs cpu", &q, &qs, n, f,
-                  NULL);
-    act_scale_tol = 1e-5, act_bytes_tol = 1e-3;
-    free(h);
+    check_act_fp8("matmul_silu", "  q vs cpu silu(gpu product)", &q, &qs, n, f, NULL);
+    free(hc);
+    free(hg);
     pair_free(&pq);
     pair_free(&ps);
     pair_free(&gu);
@@ -691,6 +714,7 @@ static void cases_matmul_silu(void)
     if (!small_only) {
         case_matmul_silu_fp8(64, 14336, 4096, true, 235, "8B gemm");
         case_matmul_silu_fp8(128, 14336, 4096, false, 236, "8B gemm");
+        case_matmul_silu_fp8(512, 2048, 4096, true, 239, "prefill gemm");
     }
 }
 
@@ -711,6 +735,10 @@ static void case_backend_options(void)
     bad += backend_set_options(b, "flash_variant=7") != PD_ERR_INVALID;
     bad += backend_set_options(b, "flash=maybe") != PD_ERR_INVALID;
     bad += backend_set_options(b, "fused") != PD_ERR_INVALID;
+    bad += backend_set_options(b, "fp8_accum=exact,fp8_accum=fast") != PD_OK;
+    bad += backend_set_options(b, "fp8_accum=maybe") != PD_ERR_INVALID;
+    bad += backend_set_options(b, "fused=off") != PD_OK || b->ops->matmul_silu_fp8 != NULL;
+    bad += backend_set_options(b, "fused=on") != PD_OK || b->ops->matmul_silu_fp8 == NULL;
     bad += backend_set_options(b, "") != PD_OK || backend_set_options(b, NULL) != PD_OK;
     bad += backend_cuda_stream(b) == NULL;
     backend_destroy(b);
@@ -2391,8 +2419,11 @@ int main(void)
         /* the prefill FP8 MLP op and FP8 GEMM cases alone (quick device rounds) */
         cases_matmul_silu();
         case_matmul_fp8(37, 2048, 512, 223, "fixture gemm");
-        if (!small_only)
+        case_backend_options();
+        if (!small_only) {
             case_matmul_fp8(512, 14336, 4096, 227, "8B gate gemm");
+            case_matmul_fp8(512, 4096, 14336, 228, "8B down gemm");
+        }
         printf("%d cases, %d failed\n", n_cases, n_fail);
         backend_destroy(gpu_split);
         backend_destroy(gpu);
@@ -2488,6 +2519,7 @@ int main(void)
         case_matmul_fp8(8, 4096, 14336, 225, "8B down mma");
         case_matmul_fp8(64, 6144, 4096, 226, "8B qkv gemm");
         case_matmul_fp8(512, 14336, 4096, 227, "8B gate gemm");
+        case_matmul_fp8(512, 4096, 14336, 228, "8B down gemm");
     }
 
     cases_matmul();
