@@ -1200,8 +1200,8 @@ static float run_forward_s(model_t *m, pd_kvfmt_t kvfmt, int B, int ctx, int q_l
 
 static void bench_model(bool decode, bool prefill)
 {
-    const bool quick = !decode && getenv("PD_BENCH_PREFILL_QUICK") &&
-                       atoi(getenv("PD_BENCH_PREFILL_QUICK"));
+    const bool quick =
+        !decode && getenv("PD_BENCH_PREFILL_QUICK") && atoi(getenv("PD_BENCH_PREFILL_QUICK"));
     hf_config_t cfg;
     llama8b(&cfg);
     struct {
