@@ -57,9 +57,9 @@
 #define CUDA_FP8_MMA_MAX_N 8
 #define CUDA_FP8_GEMV_MIN_ROWS 8192
 #define CUDA_LT_WS_BYTES ((size_t)32 << 20)
-/* FP8 GEMMs (cuBLASLt) of at least this many rows use fast fp8 accumulation by default (option
- * fp8_accum; prefill-sized GEMMs, where it is ~10% faster: docs/performance.md, session 5);
- * decode batches keep the exact accumulation */
+/* With option fp8_accum=fast, FP8 GEMMs (cuBLASLt) of at least this many rows use fast fp8
+ * accumulation (prefill sizes, ~10% faster, but outside the FP8 matmul tolerance at K 4096 /
+ * 14336: docs/performance.md, session 5); decode batches always keep the exact one */
 #define CUDA_FP8_FAST_MIN_N 512
 /* attention runs as flash attention (kernels/attention_flash.h, tensor cores) when the batch has
  * at least this many query rows per sequence on average (prefill, chunked prefill); decode-shaped
@@ -1473,7 +1473,7 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     env = getenv("PD_CUDA_LT_ALGO"); /* benchmarks: the cuBLASLt candidate of prefill GEMMs */
     c->lt_opts.algo = env && atoi(env) > 0 && atoi(env) < MATMUL_LT_MAX_ALGOS ? atoi(env) : 0;
     env = getenv("PD_CUDA_LT_FAST_ACCUM");
-    c->lt_opts.fast_accum = !(env && cuda__onoff(env) == 0);
+    c->lt_opts.fast_accum = env && cuda__onoff(env) == 1;
     c->env_set |= env && *env ? CUDA__ENV_ACCUM : 0;
     env = getenv("PD_CUDA_GU_BF16");
     c->no_gu_bf16 = env && cuda__onoff(env) == 0;
