@@ -58,6 +58,10 @@
 #define CUDA_FP8_MMA_MAX_N 8
 #define CUDA_FP8_GEMV_MIN_ROWS 8192
 #define CUDA_LT_WS_BYTES ((size_t)32 << 20)
+/* With option fp8_accum=fast, FP8 GEMMs (cuBLASLt) of at least this many rows use fast fp8
+ * accumulation (prefill sizes, ~10% faster, but outside the FP8 matmul tolerance at K 4096 /
+ * 14336: docs/performance.md, session 5); decode batches always keep the exact one */
+#define CUDA_FP8_FAST_MIN_N 512
 /* attention runs as flash attention (kernels/attention_flash.h, tensor cores) when the batch has
  * at least this many query rows per sequence on average (prefill, chunked prefill); decode-shaped
  * batches keep attention_run */
@@ -98,6 +102,11 @@ typedef struct {
     bool no_moe_grouped; /* moe_grouped=off: moe_prepare declines, experts grouped on the host */
     unsigned env_set;    /* CUDA__ENV_* bits: options fixed by the environment */
     int fp8_scaled;      /* FP8 GEMM with outer-vector scales: 0 untried, 1 works, -1 unsupported */
+    /* prefill FP8 GEMMs: candidate (PD_CUDA_LT_ALGO); fast_accum: fast accumulation at
+     * n >= CUDA_FP8_FAST_MIN_N (option fp8_accum, PD_CUDA_LT_FAST_ACCUM) */
+    matmul_lt_opts_t lt_opts;
+    /* PD_CUDA_GU_BF16=0: matmul_silu_fp8 keeps the f32 gate_up product */
+    bool no_gu_bf16;
     cudaStream_t xstream; /* the KV transfer stream (xfer_*), created on first use */
     cudaEvent_t xevent;   /* recorded on stream, waited on by xstream */
     pd_status_t xerr;     /* the transfer stream's first failure since the last xfer_sync */
@@ -360,6 +369,26 @@ static pd_status_t cuda__matmul_int4_mma(cuda_t *c, float *out, const float *x,
                            c->stream);
 }
 
+/* The FP8 GEMM with outer-vector scales (matmul_gemm_fp8_rowwise) at n rows into out (f32, or
+ * bf16 when bf16), with fast accumulation where the backend takes it for this n; a cuBLASLt
+ * without fast accumulation for these types gets the plain GEMM. PD_ERR_UNSUPPORTED: no
+ * outer-vector mode (or no bf16 output) here. */
+static pd_status_t cuda__gemm_fp8_rowwise(cuda_t *c, void *out, bool bf16, const uint8_t *xq,
+                                          const float *xs, const pd_weight_t *w, int n)
+{
+    matmul_lt_opts_t o = c->lt_opts;
+    o.bf16 = bf16;
+    o.fast_accum = c->lt_opts.fast_accum && n >= CUDA_FP8_FAST_MIN_N;
+    pd_status_t st = matmul_gemm_fp8_rowwise(c->lt, c->lt_ws, CUDA_LT_WS_BYTES, out, xq, xs,
+                                             w->data, w->scales, n, w->n, w->k, &o, c->stream);
+    if (st == PD_ERR_UNSUPPORTED && o.fast_accum) {
+        o.fast_accum = false;
+        st = matmul_gemm_fp8_rowwise(c->lt, c->lt_ws, CUDA_LT_WS_BYTES, out, xq, xs, w->data,
+                                     w->scales, n, w->n, w->k, &o, c->stream);
+    }
+    return st;
+}
+
 static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_weight_t *w, int n)
 {
     const int64_t N = w->n, K = w->k;
@@ -397,8 +426,7 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
         if (!gemm)
             return cuda__gemv_chunks(c, out, c->act.p, xs, w, n);
         if (c->fp8_scaled >= 0) {
-            st = matmul_gemm_fp8_scaled(c->lt, c->lt_ws, CUDA_LT_WS_BYTES, out, c->act.p, xs,
-                                        w->data, w->scales, n, N, K, c->stream);
+            st = cuda__gemm_fp8_rowwise(c, out, false, c->act.p, xs, w, n);
             if (st != PD_ERR_UNSUPPORTED) {
                 c->fp8_scaled = st == PD_OK ? 1 : c->fp8_scaled;
                 return st;
@@ -486,8 +514,7 @@ static pd_status_t cuda__matmul_fp8(cuda_t *c, float *out, const uint8_t *xq, co
         return cuda__gemv_chunks(c, out, c->act.p, xs, w, n);
     }
     if (c->fp8_scaled >= 0) {
-        st = matmul_gemm_fp8_scaled(c->lt, c->lt_ws, CUDA_LT_WS_BYTES, out, xq, xs, w->data,
-                                    w->scales, n, N, K, c->stream);
+        st = cuda__gemm_fp8_rowwise(c, out, false, xq, xs, w, n);
         if (st != PD_ERR_UNSUPPORTED) {
             c->fp8_scaled = st == PD_OK ? 1 : c->fp8_scaled;
             return st;
@@ -505,6 +532,41 @@ static void cuda_matmul_fp8(pd_backend_t *be, float *out, const pd_act_fp8_t *x,
 {
     cuda_t *c = cuda__get(be);
     cuda__note(c, cuda__matmul_fp8(c, out, x->q, x->scale, w, n));
+}
+
+/* backend.h matmul_silu_fp8. Prefill sizes (the cuBLASLt GEMM with outer-vector scales): the
+ * GEMM writes the gate_up product as bf16 into gu (half its f32 size) and
+ * elementwise_silu_mul_fp8_bf16 reads it, instead of f32 written and read again (470 MB less
+ * each way at n 8192, f 14336); elsewhere (small n, no outer-vector mode, PD_CUDA_GU_BF16=0)
+ * matmul_fp8 + silu_mul_fp8 on the f32 product. */
+static pd_status_t cuda__matmul_silu_fp8(cuda_t *c, const pd_act_fp8_t *q, float *gu,
+                                         const pd_act_fp8_t *x, const pd_weight_t *w, int n)
+{
+    const int64_t N = w->n, K = w->k;
+    const int f = (int)(N / 2);
+    pd_status_t st;
+
+    if (n <= 0)
+        return PD_OK;
+    if (w->fmt == PD_WFMT_FP8 && !c->no_gu_bf16 && c->fp8_scaled >= 0 && n > CUDA_GEMV_MAX_N &&
+        n > CUDA_FP8_MMA_MAX_N && K % 16 == 0 && N % 16 == 0) {
+        st = cuda__gemm_fp8_rowwise(c, gu, true, x->q, x->scale, w, n);
+        if (st == PD_OK)
+            return elementwise_silu_mul_fp8_bf16((const uint16_t *)gu, q->q, q->scale, n, f,
+                                                 c->stream);
+        if (st != PD_ERR_UNSUPPORTED)
+            return st;
+    }
+    if ((st = cuda__matmul_fp8(c, gu, x->q, x->scale, w, n)) != PD_OK)
+        return st;
+    return elementwise_silu_mul_fp8(NULL, gu, q->q, q->scale, n, f, c->stream);
+}
+
+static void cuda_matmul_silu_fp8(pd_backend_t *be, const pd_act_fp8_t *q, float *gu,
+                                 const pd_act_fp8_t *x, const pd_weight_t *w, int n)
+{
+    cuda_t *c = cuda__get(be);
+    cuda__note(c, cuda__matmul_silu_fp8(c, q, gu, x, w, n));
 }
 
 static void cuda_add_rmsnorm(pd_backend_t *be, float *x, const float *y, float *out,
@@ -1320,6 +1382,7 @@ static const pd_backend_ops_t cuda_ops = {
     .logprobs = cuda_logprobs,
     .add_rmsnorm = cuda_add_rmsnorm,
     .silu_mul_fp8 = cuda_silu_mul_fp8,
+    .matmul_silu_fp8 = cuda_matmul_silu_fp8,
     .matmul_fp8 = cuda_matmul_fp8,
     .set_option = cuda_set_option,
     .rope_kv_write = cuda_rope_kv_write,
@@ -1342,9 +1405,10 @@ static void cuda__ops_plain_init(void)
     cuda_ops_plain.add_rmsnorm = NULL;
     cuda_ops_plain.silu_mul_fp8 = NULL;
     cuda_ops_plain.matmul_fp8 = NULL;
+    cuda_ops_plain.matmul_silu_fp8 = NULL;
 }
 
-enum { CUDA__ENV_BF16 = 1, CUDA__ENV_FLASH = 2, CUDA__ENV_FUSED = 4 };
+enum { CUDA__ENV_BF16 = 1, CUDA__ENV_FLASH = 2, CUDA__ENV_FUSED = 4, CUDA__ENV_ACCUM = 8 };
 
 /* on / off (also 1 / 0); -1 for anything else */
 static int cuda__onoff(const char *v)
@@ -1383,6 +1447,11 @@ static pd_status_t cuda_set_option(pd_backend_t *be, const char *key, const char
         bit = CUDA__ENV_FUSED;
         if (ok && !(c->env_set & bit))
             cuda__set_fused(be, b);
+    } else if (!strcmp(key, "fp8_accum")) {
+        ok = !strcmp(value, "fast") || !strcmp(value, "exact");
+        bit = CUDA__ENV_ACCUM;
+        if (ok && !(c->env_set & bit))
+            c->lt_opts.fast_accum = !strcmp(value, "fast");
     } else if (!strcmp(key, "moe_grouped")) {
         ok = b >= 0;
         if (ok)
@@ -1395,7 +1464,7 @@ static pd_status_t cuda_set_option(pd_backend_t *be, const char *key, const char
             c->flash_variant = (int)v;
     } else {
         pd_log_error("backend cuda: unknown option '%s' (bf16_gemm, flash, flash_variant, fused, "
-                     "moe_grouped)",
+                     "fp8_accum, moe_grouped)",
                      key);
         return PD_ERR_INVALID;
     }
@@ -1411,6 +1480,17 @@ static pd_status_t cuda_set_option(pd_backend_t *be, const char *key, const char
 void *backend_cuda_stream(pd_backend_t *be)
 {
     return be && be->ops->destroy == cuda_destroy ? cuda__get(be)->stream : NULL;
+}
+
+bool backend_cuda_lt(pd_backend_t *be, void **lt_p, void **ws_p, size_t *ws_bytes_p)
+{
+    if (!be || be->ops->destroy != cuda_destroy)
+        return false;
+    cuda_t *c = cuda__get(be);
+    *lt_p = c->lt;
+    *ws_p = c->lt_ws;
+    *ws_bytes_p = CUDA_LT_WS_BYTES;
+    return true;
 }
 
 pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
@@ -1447,6 +1527,13 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     env = getenv("PD_CUDA_FLASH");
     c->no_flash = env && strcmp(env, "0") == 0;
     c->env_set |= env && *env ? CUDA__ENV_FLASH : 0;
+    env = getenv("PD_CUDA_LT_ALGO"); /* benchmarks: the cuBLASLt candidate of prefill GEMMs */
+    c->lt_opts.algo = env && atoi(env) > 0 && atoi(env) < MATMUL_LT_MAX_ALGOS ? atoi(env) : 0;
+    env = getenv("PD_CUDA_LT_FAST_ACCUM");
+    c->lt_opts.fast_accum = env && cuda__onoff(env) == 1;
+    c->env_set |= env && *env ? CUDA__ENV_ACCUM : 0;
+    env = getenv("PD_CUDA_GU_BF16");
+    c->no_gu_bf16 = env && cuda__onoff(env) == 0;
     env = getenv("PD_CUDA_FUSED");
     if (env && *env) {
         cuda__set_fused(be, cuda__onoff(env) != 0);

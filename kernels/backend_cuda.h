@@ -13,6 +13,12 @@
  *                             chosen by shape)
  *   fused = on | off          the fused ops add_rmsnorm / silu_mul_fp8 / matmul_fp8 (default on);
  *                             off leaves them out of the ops table (the model runs the plain ops)
+ *   fp8_accum = exact | fast  FP8 GEMMs of >= 512 rows (prefill; cuBLASLt): the exact fp8
+ *                             accumulation (default: cuBLASLt's periodic promotion to f32) or
+ *                             the fast one (~10% faster GEMMs at n 8192, 8192-token prefill
+ *                             -5%, but max error 4e-3 / 8e-3 of max |out| at K 4096 / 14336
+ *                             against the 2e-3 the FP8 matmul cases allow: docs/performance.md,
+ *                             session 5); decode batches always take the exact one
  *   moe_grouped = on | off    MoE experts registered by moe_prepare run grouped on the device
  *                             (routing offsets on the device, graph-capturable; default on); off:
  *                             moe_prepare declines and the (token, expert) pairs are grouped on
@@ -20,7 +26,10 @@
  *                             model_ctx_create.
  * Environment, read by backend_cuda_create() and overriding the options (benchmarks):
  * PD_CUDA_BF16_GEMM=split|one, PD_CUDA_FLASH=0|1, PD_CUDA_FUSED=0|1, and PD_CUDA_FLASH_VARIANT
- * (read at each flash launch, kernels/attention_flash.h).
+ * (read at each flash launch, kernels/attention_flash.h); PD_CUDA_LT_FAST_ACCUM=0|1 (fp8_accum
+ * exact | fast). Benchmark knobs of the FP8 GEMMs (cuBLASLt, n > 8): PD_CUDA_LT_ALGO=i (the
+ * i-th heuristic candidate, default 0; cuBLASLt 13.0 offers one for these shapes),
+ * PD_CUDA_GU_BF16=0 (matmul_silu_fp8 keeps the gate_up product in f32 instead of bf16).
  */
 #ifndef PD_KERNELS_BACKEND_CUDA_H
 #define PD_KERNELS_BACKEND_CUDA_H
@@ -29,5 +38,9 @@
 
 /* The backend's cudaStream_t (as void *), or NULL when be is not a CUDA backend. */
 void *backend_cuda_stream(pd_backend_t *be);
+
+/* The backend's cuBLASLt handle (bound to its stream) and workspace, for benchmarks that call
+ * kernels/matmul.h's cuBLASLt launchers directly; false (nothing set) when be is not CUDA. */
+bool backend_cuda_lt(pd_backend_t *be, void **lt_p, void **ws_p, size_t *ws_bytes_p);
 
 #endif

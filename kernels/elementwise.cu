@@ -3,6 +3,7 @@
 #include "kutil.cuh"
 
 int elementwise_force_generic;
+int elementwise_silu_bf16_threads = 512;
 
 /* ==== kernels ==== */
 
@@ -96,6 +97,18 @@ static __device__ __forceinline__ float4 elementwise__ld(const float *row, int j
     if (IT > 0)
         return ((const float4 *)row)[j];
     return make_float4(row[j], 0.0f, 0.0f, 0.0f);
+}
+
+/* The same for a bf16 row (IT > 0: 4 bf16 at 4 j, one 8-byte load), widened to f32 exactly. */
+template <int IT>
+static __device__ __forceinline__ float4 elementwise__ld(const uint16_t *row, int j)
+{
+    if (IT > 0) {
+        const uint2 u = ((const uint2 *)row)[j];
+        return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u),
+                           __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u));
+    }
+    return make_float4(kutil_bf16_to_f32(row[j]), 0.0f, 0.0f, 0.0f);
 }
 
 template <int IT>
@@ -205,9 +218,9 @@ static __device__ __forceinline__ float elementwise__silu1(float g, float u)
     return g / (1.0f + expf(-g)) * u;
 }
 
-/* silu(g) * u of group j of a row; gu row (2f) f32 */
-template <int IT>
-static __device__ __forceinline__ float4 elementwise__silu4(const float *gu, int f, int j)
+/* silu(g) * u of group j of a row; gu row (2f) f32 or bf16 (T) */
+template <int IT, typename T>
+static __device__ __forceinline__ float4 elementwise__silu4(const T *gu, int f, int j)
 {
     const float4 g = elementwise__ld<IT>(gu, j), u = elementwise__ld<IT>(gu + f, j);
     float4 o;
@@ -220,16 +233,16 @@ static __device__ __forceinline__ float4 elementwise__silu4(const float *gu, int
     return o;
 }
 
-/* grid (n), block T: gu (n, 2f) f32; out (n, f) f32 = silu(gu[:, :f]) * gu[:, f:], or NULL;
- * q (n, f) fp8 e4m3 and qs (n) f32 = out quantized per row (never NULL here) */
-template <int IT>
-static __global__ void elementwise__silu_mul_fp8(float *out, const float *gu, uint8_t *q,
-                                                 float *qs, int f)
+/* grid (n), block T: gu (n, 2f) f32 or bf16 (TI); out (n, f) f32 = silu(gu[:, :f]) *
+ * gu[:, f:], or NULL; q (n, f) fp8 e4m3 and qs (n) f32 = out quantized per row (never NULL) */
+template <int IT, typename TI>
+static __global__ void elementwise__silu_mul_fp8(float *out, const TI *gu, uint8_t *q, float *qs,
+                                                 int f)
 {
     __shared__ float red[32];
     const int ng = IT > 0 ? f / 4 : f, lanes = IT > 0 ? 4 : 1;
     const size_t row = blockIdx.x;
-    const float *gi = gu + row * 2 * f;
+    const TI *gi = gu + row * 2 * f;
     float4 r[IT > 0 ? IT : 1];
     float amax = 0.0f;
 #pragma unroll
@@ -354,6 +367,19 @@ extern "C" pd_status_t elementwise_add_rmsnorm(float *x, const float *y, float *
     return KUTIL_LAUNCHED("add_rmsnorm");
 }
 
+template <typename TI>
+static void elementwise__silu_mul_fp8_launch(float *out, const TI *gu, uint8_t *q, float *qs, int n,
+                                             int f, int t, int it, cudaStream_t stream)
+{
+    switch (it) {
+    case 1: elementwise__silu_mul_fp8<1, TI><<<n, t, 0, stream>>>(out, gu, q, qs, f); break;
+    case 2: elementwise__silu_mul_fp8<2, TI><<<n, t, 0, stream>>>(out, gu, q, qs, f); break;
+    case 4: elementwise__silu_mul_fp8<4, TI><<<n, t, 0, stream>>>(out, gu, q, qs, f); break;
+    case 8: elementwise__silu_mul_fp8<8, TI><<<n, t, 0, stream>>>(out, gu, q, qs, f); break;
+    default: elementwise__silu_mul_fp8<0, TI><<<n, t, 0, stream>>>(out, gu, q, qs, f); break;
+    }
+}
+
 extern "C" pd_status_t elementwise_silu_mul_fp8(float *out, const float *gu, uint8_t *q, float *qs,
                                                 int n, int f, cudaStream_t stream)
 {
@@ -364,14 +390,22 @@ extern "C" pd_status_t elementwise_silu_mul_fp8(float *out, const float *gu, uin
     elementwise__row_plan(f, 512, &t, &it);
     if (elementwise_force_generic)
         it = 0, t = 512;
-    switch (it) {
-    case 1: elementwise__silu_mul_fp8<1><<<n, t, 0, stream>>>(out, gu, q, qs, f); break;
-    case 2: elementwise__silu_mul_fp8<2><<<n, t, 0, stream>>>(out, gu, q, qs, f); break;
-    case 4: elementwise__silu_mul_fp8<4><<<n, t, 0, stream>>>(out, gu, q, qs, f); break;
-    case 8: elementwise__silu_mul_fp8<8><<<n, t, 0, stream>>>(out, gu, q, qs, f); break;
-    default: elementwise__silu_mul_fp8<0><<<n, t, 0, stream>>>(out, gu, q, qs, f); break;
-    }
+    elementwise__silu_mul_fp8_launch(out, gu, q, qs, n, f, t, it, stream);
     return KUTIL_LAUNCHED("silu_mul_fp8");
+}
+
+extern "C" pd_status_t elementwise_silu_mul_fp8_bf16(const uint16_t *gu, uint8_t *q, float *qs,
+                                                     int n, int f, cudaStream_t stream)
+{
+    KUTIL_REQUIRE(n >= 0 && f > 0 && q && qs && gu, "silu_mul_fp8_bf16");
+    if (n == 0)
+        return PD_OK;
+    int t, it;
+    elementwise__row_plan(f, elementwise_silu_bf16_threads == 1024 ? 1024 : 512, &t, &it);
+    if (elementwise_force_generic)
+        it = 0, t = 512;
+    elementwise__silu_mul_fp8_launch((float *)NULL, gu, q, qs, n, f, t, it, stream);
+    return KUTIL_LAUNCHED("silu_mul_fp8_bf16");
 }
 
 extern "C" pd_status_t elementwise_fp8_to_f32(float *out, const uint8_t *q, size_t n,

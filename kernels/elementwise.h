@@ -50,12 +50,22 @@ pd_status_t elementwise_add_rmsnorm(float *x, const float *y, float *out, const 
 pd_status_t elementwise_silu_mul_fp8(float *out, const float *gu, uint8_t *q, float *qs, int n,
                                      int f, cudaStream_t stream);
 
+/* q (n, f) fp8 e4m3, qs (n) f32 = silu(gu[:, :f]) * gu[:, f:] quantized per row as
+ * elementwise_silu_mul_fp8 does, for a bf16 gu (n, 2f) (the prefill gate_up GEMM's bf16 output:
+ * backend.h matmul_silu_fp8): the same kernel on the exactly widened values. */
+pd_status_t elementwise_silu_mul_fp8_bf16(const uint16_t *gu, uint8_t *q, float *qs, int n, int f,
+                                          cudaStream_t stream);
+
 /* out (n) f32 = q (n) fp8 e4m3 decoded (unscaled): the GEMV's activation form. */
 pd_status_t elementwise_fp8_to_f32(float *out, const uint8_t *q, size_t n, cudaStream_t stream);
 
 /* 1: the fused kernels take their any-length path (rows re-read from memory) for every shape; a
  * process-wide switch for the harness (both paths must agree bit for bit). Default 0. */
 extern int elementwise_force_generic;
+
+/* Threads per row block of elementwise_silu_mul_fp8_bf16 at most: 512 (default) or 1024 (fewer
+ * float4 registers per thread); a process-wide switch for benchmarks (same results either way). */
+extern int elementwise_silu_bf16_threads;
 
 #ifdef __cplusplus
 }

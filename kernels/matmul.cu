@@ -1822,20 +1822,35 @@ extern "C" pd_status_t matmul_gemm_fp8_scaled(void *lt, void *ws, size_t ws_byte
                                               const float *wscale, int n, int64_t N, int64_t K,
                                               cudaStream_t stream)
 {
+    const matmul_lt_opts_t o = {false, false, 0};
+    return matmul_gemm_fp8_rowwise(lt, ws, ws_bytes, out, xq, xs, w, wscale, n, N, K, &o, stream);
+}
+
+/* ---- prefill FP8 GEMM (n large): cuBLASLt with outer-vector (per token x per row) scales ---- */
+
+extern "C" pd_status_t matmul_gemm_fp8_rowwise(void *lt, void *ws, size_t ws_bytes, void *out,
+                                               const uint8_t *xq, const float *xs, const uint8_t *w,
+                                               const float *wscale, int n, int64_t N, int64_t K,
+                                               const matmul_lt_opts_t *o, cudaStream_t stream)
+{
     cublasLtHandle_t h = (cublasLtHandle_t)lt;
     cublasLtMatmulDesc_t op = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
     cublasLtMatmulPreference_t pref = NULL;
-    cublasLtMatmulHeuristicResult_t heur;
+    cublasLtMatmulHeuristicResult_t heur[MATMUL_LT_MAX_ALGOS];
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     /* cuBLAS sees column-major D (N, n) = A^T (N, K) B (K, n): A = W with its N row scales,
      * B = the activations with their n token scales */
     const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    const int8_t fast = o->fast_accum ? 1 : 0;
+    const cudaDataType_t dt = o->bf16 ? CUDA_R_16BF : CUDA_R_32F;
     const float one = 1.0f, zero = 0.0f;
     int found = 0;
     cublasStatus_t s;
 
-    KUTIL_REQUIRE(n > 0 && N > 0 && K > 0 && K % 16 == 0 && N % 16 == 0, "matmul_gemm_fp8_scaled");
+    KUTIL_REQUIRE(n > 0 && N > 0 && K > 0 && K % 16 == 0 && N % 16 == 0 && o->algo >= 0 &&
+                      o->algo < MATMUL_LT_MAX_ALGOS,
+                  "matmul_gemm_fp8_rowwise");
     s = cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
@@ -1853,24 +1868,26 @@ extern "C" pd_status_t matmul_gemm_fp8_scaled(void *lt, void *ws, size_t ws_byte
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &xs,
                                            sizeof xs);
+    if (s == CUBLAS_STATUS_SUCCESS && fast)
+        s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast);
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)N, K);
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)n, K);
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, (uint64_t)N, (uint64_t)n, N);
+        s = cublasLtMatrixLayoutCreate(&lc, dt, (uint64_t)N, (uint64_t)n, N);
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmulPreferenceCreate(&pref);
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                  &ws_bytes, sizeof ws_bytes);
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, lc, lc, pref, 1, &heur, &found);
-    if (s == CUBLAS_STATUS_SUCCESS && found == 0)
+        s = cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, lc, lc, pref, o->algo + 1, heur, &found);
+    if (s == CUBLAS_STATUS_SUCCESS && found <= o->algo)
         s = CUBLAS_STATUS_NOT_SUPPORTED;
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmul(h, op, &one, w, la, xq, lb, &zero, out, lc, out, lc, &heur.algo, ws,
-                           ws_bytes, stream);
+        s = cublasLtMatmul(h, op, &one, w, la, xq, lb, &zero, out, lc, out, lc, &heur[o->algo].algo,
+                           ws, ws_bytes, stream);
     if (pref)
         cublasLtMatmulPreferenceDestroy(pref);
     if (lc)
@@ -1882,8 +1899,8 @@ extern "C" pd_status_t matmul_gemm_fp8_scaled(void *lt, void *ws, size_t ws_byte
     if (op)
         cublasLtMatmulDescDestroy(op);
     if (s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE)
-        return PD_ERR_UNSUPPORTED; /* this cuBLASLt or GPU has no outer-vector fp8 scaling */
-    return matmul__blas_status(s, "matmul_gemm_fp8_scaled");
+        return PD_ERR_UNSUPPORTED; /* no outer-vector fp8 scaling here for these types / algo */
+    return matmul__blas_status(s, "matmul_gemm_fp8_rowwise");
 }
 
 extern "C" pd_status_t matmul_fp8_scale(float *out, const float *xs, const float *ws, int n,

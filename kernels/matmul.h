@@ -130,6 +130,26 @@ pd_status_t matmul_gemm_fp8_scaled(void *lt, void *ws, size_t ws_bytes, float *o
                                    const float *wscale, int n, int64_t N, int64_t K,
                                    cudaStream_t stream);
 
+/* Prefill FP8 GEMM options (matmul_gemm_fp8_rowwise). bf16: out is bf16 (n, N) instead of f32
+ * (the cast happens in cuBLASLt's epilogue, after the scales); fast_accum: cuBLASLt's
+ * CUBLASLT_MATMUL_DESC_FAST_ACCUM (fp8 products accumulated without the periodic promotion to
+ * f32: faster, less exact); algo: the index among cuBLASLt's heuristic candidates (0 = its first
+ * choice, < MATMUL_LT_MAX_ALGOS). */
+#define MATMUL_LT_MAX_ALGOS 8
+typedef struct {
+    bool bf16, fast_accum;
+    int algo;
+} matmul_lt_opts_t;
+
+/* As matmul_gemm_fp8_scaled (which is this with {f32, no fast accumulation, algo 0}): out (n, N)
+ * f32 or bf16 (o->bf16) = (xq * xs per token) @ (W * wscale per row)^T, scales applied by
+ * cuBLASLt's outer-vector scale mode. PD_ERR_UNSUPPORTED (nothing enqueued, nothing logged) where
+ * the mode, the output type or the o->algo-th candidate is missing. K % 16 == 0, N % 16 == 0. */
+pd_status_t matmul_gemm_fp8_rowwise(void *lt, void *ws, size_t ws_bytes, void *out,
+                                    const uint8_t *xq, const float *xs, const uint8_t *w,
+                                    const float *wscale, int n, int64_t N, int64_t K,
+                                    const matmul_lt_opts_t *o, cudaStream_t stream);
+
 /* out (n, N) f32: out[t, r] = out[t, r] * xs[t] * ws[r]; xs (n) f32, ws (N) f32. */
 pd_status_t matmul_fp8_scale(float *out, const float *xs, const float *ws, int n, int64_t N,
                              cudaStream_t stream);

@@ -246,6 +246,14 @@ typedef struct {
      * x (n, w->k) from the ops above: the same result as matmul on the f32 x */
     void (*matmul_fp8)(pd_backend_t *be, float *out, const pd_act_fp8_t *x, const pd_weight_t *w,
                        int n);
+    /* The MLP's first half on FP8 activations: gu = matmul_fp8(x, w) for the FP8 gate_up weight
+     * w (w->n = 2f), then q = silu_mul_fp8's quantization of silu_mul(gu) (q may be x: x is
+     * read first). gu (n, 2f) f32 is scratch, its contents unspecified after: the CUDA backend
+     * keeps the product there as bf16 at prefill sizes (written by the GEMM's epilogue, read
+     * once), so q may then differ from the plain ops by the bf16 rounding of gu (one fp8 step on
+     * some elements); elsewhere the plain ops' result exactly. */
+    void (*matmul_silu_fp8)(pd_backend_t *be, const pd_act_fp8_t *q, float *gu,
+                            const pd_act_fp8_t *x, const pd_weight_t *w, int n);
 
     /* Registers the experts of one MoE layer, gate_up (n_experts) and down (n_experts) weights
      * of this backend (the arrays moe_experts will be given; they must stay valid until the

@@ -346,6 +346,14 @@ static void cpu_matmul_fp8(pd_backend_t *be, float *out, const pd_act_fp8_t *x,
     free(xq);
 }
 
+/* backend.h matmul_silu_fp8: the plain ops in sequence (gu holds the f32 product) */
+static void cpu_matmul_silu_fp8(pd_backend_t *be, const pd_act_fp8_t *q, float *gu,
+                                const pd_act_fp8_t *x, const pd_weight_t *w, int n)
+{
+    cpu_matmul_fp8(be, gu, x, w, n);
+    cpu_silu_mul_fp8(be, NULL, gu, n, (int)(w->n / 2), q);
+}
+
 /* ==== paged KV ==== */
 
 /* fp8 e4m3 -> f32 for every byte; filled once (pthread_once) by the first backend_cpu_create:
@@ -791,6 +799,7 @@ static const pd_backend_ops_t cpu_ops = {
     .add_rmsnorm = cpu_add_rmsnorm,
     .silu_mul_fp8 = cpu_silu_mul_fp8,
     .matmul_fp8 = cpu_matmul_fp8,
+    .matmul_silu_fp8 = cpu_matmul_silu_fp8,
     .logits_process = cpu_logits_process,
     .bias_add = backend_cpu__bias_add,
     .rope_partial = backend_cpu__rope_partial,

@@ -398,8 +398,13 @@ static pd_status_t ctx__enqueue(model_ctx_t *c, void *arena, const kv_layout_t *
         if (!L->moe) {
             int f = m->ffn;
             const bool down8 = fwd__fp8(c, &L->down);
-            fwd__mm(c, c->gu, c->h, gu8, &L->gate_up, n);
-            fwd__silu(c, n, f, down8);
+            if (gu8 && down8 && o->matmul_silu_fp8) { /* one op: gate_up + silu·mul + fp8 */
+                pd_act_fp8_t q = {c->aq, c->as};
+                o->matmul_silu_fp8(be, &q, c->gu, &q, &L->gate_up, n);
+            } else {
+                fwd__mm(c, c->gu, c->h, gu8, &L->gate_up, n);
+                fwd__silu(c, n, f, down8);
+            }
             fwd__mm(c, c->tmp, c->act, down8, &L->down, n);
         } else {
             int E = cfg->num_experts, K = cfg->num_experts_per_tok;

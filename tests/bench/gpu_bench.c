@@ -24,10 +24,12 @@
  * dense, one MoE; random weights, tests/support/model_random.h), decode B 1 / 64 at context 1024
  * (INT4 + FP8 KV; FP8 + BF16 KV, DeepSeek-V3 in its published FP8 128x128 block format) and a
  * prefill of PD_BENCH_FAMILY_PREFILL tokens (default 2048; 0: none), eager (MoE takes no graphs).
+ * gemm: the prefill FP8 GEMM at n 8192 (output type, accumulation, cuBLASLt candidates);
+ * prefops: one prefill layer (n 8192) op by op (both not part of all).
  * Usage: gpu_bench [ops] [decode] [prefill] [flash] [int4] [attn] [attnprof] [elementwise] [moe]
- * [wgemv] [family] [ctxscale] [all] (default all; wgemv, family, ctxscale, moe: not part of all; flash: only
- * the 8192 causal flash attention and the FP8 8192 x 14336 x 4096 GEMM, for ncu; int4: the INT4
- * paths table of ops alone). Needs a CUDA device (exits 77 without).
+ * [wgemv] [family] [ctxscale] [gemm] [prefops] [all] (default all; wgemv, family, ctxscale, moe:
+ * not part of all; flash: only the 8192 causal flash attention and the FP8 8192 x 14336 x 4096
+ * GEMM, for ncu; int4: the INT4 paths table of ops alone). Needs a CUDA device (exits 77 without).
  */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -41,6 +43,7 @@
 #include "backend.h"
 #include "backend_cuda.h"
 #include "dtype.h"
+#include "elementwise.h"
 #include "kv_pool.h"
 #include "clock.h"
 #include "log.h"
@@ -780,6 +783,300 @@ static void bench_ops(void)
     bench_elementwise(8192);
 }
 
+/* ==== prefill FP8 GEMMs and the prefill layer op by op (issue 12) ==== */
+
+/* A random FP8 weight (N, K) on the GPU (host copy freed). */
+static void fp8_weight(int64_t N, int64_t K, pd_weight_t *w)
+{
+    uint16_t *src = malloc((size_t)(N * K) * 2);
+    pd_weight_t host;
+    for (int64_t i = 0; i < N * K; i++)
+        src[i] = pd_f32_to_bf16(rnd() * 0.02f);
+    ok(model_quantize_bf16(src, N, K, PD_WFMT_FP8, &host), "quantize");
+    free(src);
+    ok(backend_weight_upload(be, &host, w), "weight upload");
+    model_host_weight_free(&host);
+}
+
+/* fp8 activations (n, K) + scales of random f32 values (matmul_quant_act_fp8) */
+static void fp8_act(int n, int64_t K, pd_act_fp8_t *q)
+{
+    float *x = dev_random_f32((size_t)n * K, 1.0f);
+    ok(be->ops->alloc(be, (size_t)n * K, (void **)&q->q), "alloc");
+    ok(be->ops->alloc(be, (size_t)n * 4, (void **)&q->scale), "alloc");
+    ok(matmul_quant_act_fp8(q->q, NULL, q->scale, x, n, K, stream), "quant");
+    ok(be->ops->sync(be), "quant");
+    be->ops->free(be, x);
+}
+
+typedef struct {
+    void *lt, *ws;
+    size_t ws_bytes;
+    void *out;
+    pd_act_fp8_t x;
+    pd_weight_t *w;
+    int n;
+    matmul_lt_opts_t o;
+    pd_status_t st;
+} lt_arg_t;
+static void run_lt(void *p)
+{
+    lt_arg_t *a = p;
+    pd_status_t st =
+        matmul_gemm_fp8_rowwise(a->lt, a->ws, a->ws_bytes, a->out, a->x.q, a->x.scale, a->w->data,
+                                a->w->scales, a->n, a->w->n, a->w->k, &a->o, stream);
+    if (st != PD_OK)
+        a->st = st;
+}
+
+/* `gpu_bench gemm`: the prefill FP8 GEMM (cuBLASLt, outer-vector per-token x per-row scales) at
+ * n 8192 for the Llama-3-8B shapes: f32 / bf16 output x plain / fast accumulation x the first
+ * MATMUL_LT_MAX_ALGOS heuristic candidates (us each; '-' where cuBLASLt has no such candidate),
+ * and the best one's TFLOP/s and share of the 1.36 PF floor. The backend default is f32, plain,
+ * candidate 0 (the first column of the first row of each shape). */
+static void bench_gemm_sweep(void)
+{
+    static const int64_t shapes[][2] = {{6144, 4096},  {4096, 4096},  {1024, 4096},
+                                        {28672, 4096}, {14336, 4096}, {4096, 14336}};
+    static const char *names[] = {"qkv (one GEMM)", "q / o",         "k / v",
+                                  "gate_up",        "gate (target)", "down"};
+    const int n = 8192;
+    lt_arg_t a = {0};
+    if (!backend_cuda_lt(be, &a.lt, &a.ws, &a.ws_bytes))
+        return;
+    printf("\n### prefill FP8 GEMM, n %d, cuBLASLt outer-vector scales (us per candidate; best "
+           "TF/s, %% of the 1.36 PF floor)\n\n",
+           n);
+    printf("| shape | N x K | out | accum |");
+    for (int i = 0; i < MATMUL_LT_MAX_ALGOS; i++)
+        printf(" c%d |", i);
+    printf(" best TF/s | floor |\n|---|---|---|---|");
+    for (int i = 0; i < MATMUL_LT_MAX_ALGOS; i++)
+        printf("---|");
+    printf("---|---|\n");
+    fp8_act(n, 14336, &a.x);
+    ok(be->ops->alloc(be, (size_t)n * 28672 * 4, &a.out), "alloc");
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        pd_weight_t w;
+        fp8_weight(shapes[s][0], shapes[s][1], &w);
+        a.w = &w;
+        a.n = n;
+        const double flops = 2.0 * n * shapes[s][0] * shapes[s][1];
+        for (int v = 0; v < 4; v++) {
+            a.o.bf16 = v & 1;
+            a.o.fast_accum = v >> 1;
+            float best = 1e30f;
+            printf("| %s | %lld x %lld | %s | %s |", names[s], (long long)shapes[s][0],
+                   (long long)shapes[s][1], a.o.bf16 ? "bf16" : "f32",
+                   a.o.fast_accum ? "fast" : "plain");
+            for (int i = 0; i < MATMUL_LT_MAX_ALGOS; i++) {
+                a.o.algo = i;
+                a.st = PD_OK;
+                run_lt(&a);
+                ok(be->ops->sync(be), "gemm probe");
+                if (a.st != PD_OK) {
+                    printf(" - |");
+                    continue;
+                }
+                float ms = time_op(run_lt, &a, 10);
+                best = ms < best ? ms : best;
+                printf(" %.0f |", ms * 1e3);
+            }
+            printf(" %.0f | %.1f%% |\n", flops / (best * 1e-3) / 1e12,
+                   100.0 * flops / FP8_FLOPS / (best * 1e-3));
+            fflush(stdout);
+        }
+        backend_weight_free(be, &w);
+    }
+    be->ops->free(be, a.out);
+    be->ops->free(be, a.x.q);
+    be->ops->free(be, a.x.scale);
+}
+
+typedef struct {
+    int op, n;
+    float *x, *res, *q, *k, *v, *attn, *tmp, *gu;
+    pd_act_fp8_t a;
+    pd_weight_t *wq, *wk, *wv, *wo, *wgu, *wd;
+    uint16_t *nw;
+    int32_t *pos;
+    float *inv;
+    void *arena;
+    kv_layout_t *l;
+    pd_attn_batch_t *b;
+} pl_arg_t;
+static void run_pl(void *p)
+{
+    pl_arg_t *a = p;
+    const int n = a->n;
+    switch (a->op) {
+    case 0:
+        be->ops->add_rmsnorm(be, a->x, a->res, NULL, a->nw, n, 4096, 1e-5f, &a->a);
+        break;
+    case 1:
+        be->ops->matmul_fp8(be, a->q, &a->a, a->wq, n);
+        break;
+    case 2:
+        be->ops->matmul_fp8(be, a->k, &a->a, a->wk, n);
+        break;
+    case 3:
+        be->ops->matmul_fp8(be, a->v, &a->a, a->wv, n);
+        break;
+    case 4:
+        be->ops->rope_kv_write(be, a->q, a->k, a->v, a->pos, a->inv, n, 32, a->arena, a->l, 0,
+                               a->pos);
+        break;
+    case 5:
+        be->ops->attention(be, a->attn, a->q, a->arena, a->l, 0, a->b, 32);
+        break;
+    case 6:
+        be->ops->matmul(be, a->tmp, a->attn, a->wo, n);
+        break;
+    case 7:
+        be->ops->add_rmsnorm(be, a->x, a->tmp, NULL, a->nw, n, 4096, 1e-5f, &a->a);
+        break;
+    case 8:
+        be->ops->matmul_silu_fp8(be, &a->a, a->gu, &a->a, a->wgu, n);
+        break;
+    case 9:
+        be->ops->matmul_fp8(be, a->tmp, &a->a, a->wd, n);
+        break;
+    case 10:
+        be->ops->matmul_fp8(be, a->gu, &a->a, a->wgu, n);
+        break;
+    default:
+        be->ops->silu_mul_fp8(be, NULL, a->gu, n, 14336, &a->a);
+        break;
+    }
+}
+
+/* `gpu_bench prefops`: one Llama-3-8B layer of an 8192-token prefill op by op, in the model's
+ * order (common/model/model_forward.c, FP8 weights, BF16 KV pages), each timed alone (median
+ * of 10): the ops' share of the whole prefill. Rows 10-11 are what row 8 replaces (the gate_up
+ * GEMM into f32 + silu_mul_fp8). bytes: each op's own reads + writes; flops: the GEMMs' and the
+ * causal attention's. */
+static void bench_prefill_ops(void)
+{
+    static const char *names[] = {"add_rmsnorm fp8",   "matmul_fp8 q",    "matmul_fp8 k",
+                                  "matmul_fp8 v",      "rope_kv_write",   "attention",
+                                  "matmul o (+quant)", "add_rmsnorm fp8", "matmul_silu_fp8",
+                                  "matmul_fp8 down",   "(gate_up f32)",   "(silu_mul_fp8 f32)"};
+    const int n = 8192;
+    if (!be->ops->matmul_silu_fp8 || !be->ops->rope_kv_write)
+        return;
+    kv_layout_t l;
+    kv_layout_init(&l, 1, 8, 128, 16, PD_KV_BF16);
+    pl_arg_t a = {0};
+    pd_weight_t wq, wk, wv, wo, wgu, wd;
+    fp8_weight(4096, 4096, &wq);
+    fp8_weight(1024, 4096, &wk);
+    fp8_weight(1024, 4096, &wv);
+    fp8_weight(4096, 4096, &wo);
+    fp8_weight(28672, 4096, &wgu);
+    fp8_weight(4096, 14336, &wd);
+    a.wq = &wq, a.wk = &wk, a.wv = &wv, a.wo = &wo, a.wgu = &wgu, a.wd = &wd;
+    a.n = n;
+    a.x = dev_random_f32((size_t)n * 4096, 1.0f);
+    a.res = dev_random_f32((size_t)n * 4096, 0.1f);
+    a.q = dev_random_f32((size_t)n * 4096, 1.0f);
+    a.k = dev_random_f32((size_t)n * 1024, 1.0f);
+    a.v = dev_random_f32((size_t)n * 1024, 1.0f);
+    a.attn = dev_random_f32((size_t)n * 4096, 1.0f);
+    a.tmp = dev_random_f32((size_t)n * 4096, 0.1f);
+    a.gu = dev_random_f32((size_t)n * 28672, 1.0f);
+    a.inv = dev_random_f32(64, 0.5f);
+    fp8_act(n, 14336, &a.a);
+    uint16_t hw[4096];
+    for (int i = 0; i < 4096; i++)
+        hw[i] = pd_f32_to_bf16(1.0f + rnd() * 0.1f);
+    ok(be->ops->alloc(be, sizeof hw, (void **)&a.nw), "alloc");
+    ok(be->ops->upload(be, a.nw, hw, sizeof hw), "upload");
+    int32_t *hp = malloc((size_t)n * 4), *bt = malloc((size_t)(n / 16) * 4);
+    for (int i = 0; i < n; i++)
+        hp[i] = i;
+    for (int i = 0; i < n / 16; i++)
+        bt[i] = i;
+    a.pos = dev_i32(hp, (size_t)n);
+    ok(be->ops->alloc(be, (size_t)(n / 16) * l.page_bytes, &a.arena), "arena");
+    a.l = &l;
+    int32_t qs[2] = {0, n}, cl[1] = {n};
+    pd_attn_batch_t b = {1, n / 16, dev_i32(qs, 2), dev_i32(cl, 1), dev_i32(bt, (size_t)n / 16),
+                         n, n};
+    a.b = &b;
+    const double N8 = 8192.0, gf = 2.0 * N8; /* GEMM flops per weight element */
+    const double bytes[] = {N8 * 4096 * (8 + 1) + N8 * 4,
+                            N8 * 4096 + 4096.0 * 4096 + N8 * 4096 * 4,
+                            N8 * 4096 + 1024.0 * 4096 + N8 * 1024 * 4,
+                            N8 * 4096 + 1024.0 * 4096 + N8 * 1024 * 4,
+                            N8 * (4096 + 1024) * 8 + N8 * 1024 * 4 + N8 * 2048 * 2,
+                            N8 * 4096 * 8 + N8 * 2048 * 2,
+                            N8 * 4096 * 5 + 4096.0 * 4096 + N8 * 4096 * 4,
+                            N8 * 4096 * (12 + 1),
+                            N8 * 4096 + 28672.0 * 4096 + N8 * 28672 * 2 * 2 + N8 * 14336,
+                            N8 * 14336 + 4096.0 * 14336 + N8 * 4096 * 4,
+                            N8 * 4096 + 28672.0 * 4096 + N8 * 28672 * 4,
+                            N8 * 28672 * 4 + N8 * 14336};
+    const double flops[] = {0,
+                            gf * 4096 * 4096,
+                            gf * 1024 * 4096,
+                            gf * 1024 * 4096,
+                            0,
+                            4.0 * 32 * 128 * N8 * (N8 + 1) / 2,
+                            gf * 4096 * 4096,
+                            0,
+                            gf * 28672 * 4096,
+                            gf * 4096 * 14336,
+                            gf * 28672 * 4096,
+                            0};
+    printf("\n### prefill layer op by op (n 8192, Llama-3-8B, FP8 weights, BF16 KV; floor = "
+           "max(bytes / 4.2 TB/s, flops / peak: FP8 1.36 PF, attention BF16 0.79 PF))\n\n");
+    printf("| %-12s | %-34s | %9s | %8s | %9s | %6s |\n", "op", "shape", "time us", "GB/s",
+           "TFLOP/s", "floor");
+    printf("|---|---|---|---|---|---|\n");
+    double layer = 0.0;
+    const char *th = getenv("PD_BENCH_SILU_THREADS");
+    elementwise_silu_bf16_threads = th ? atoi(th) : 512;
+    for (int op = 0; op < 12; op++) {
+        a.op = op;
+        float ms = time_op(run_pl, &a, 10);
+        if (op < 10)
+            layer += ms;
+        row(names[op], op < 10 ? "n 8192" : "n 8192 (replaced)", ms, bytes[op], flops[op],
+            op == 5 ? BF16_FLOPS : FP8_FLOPS);
+    }
+    printf("\nlayer sum (rows 0-9): %.3f ms; x 32 layers = %.1f ms\n", layer, layer * 32);
+    elementwise_silu_bf16_threads = 1024; /* the bf16 silu kernel with 1024-thread rows */
+    a.op = 8;
+    row("matmul_silu_fp8", "n 8192 (silu 1024 threads)", time_op(run_pl, &a, 10), bytes[8],
+        flops[8], FP8_FLOPS);
+    elementwise_silu_bf16_threads = 512;
+    fflush(stdout);
+    pd_weight_t *ws[] = {&wq, &wk, &wv, &wo, &wgu, &wd};
+    for (int i = 0; i < 6; i++)
+        backend_weight_free(be, ws[i]);
+    void *bufs[] = {a.x,
+                    a.res,
+                    a.q,
+                    a.k,
+                    a.v,
+                    a.attn,
+                    a.tmp,
+                    a.gu,
+                    a.inv,
+                    a.a.q,
+                    a.a.scale,
+                    a.nw,
+                    a.pos,
+                    a.arena,
+                    (void *)b.q_start,
+                    (void *)b.ctx_len,
+                    (void *)b.block_tables};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        be->ops->free(be, bufs[i]);
+    free(hp);
+    free(bt);
+}
+
 /* ==== whole model ==== */
 
 static void llama8b(hf_config_t *c)
@@ -903,6 +1200,8 @@ static float run_forward_s(model_t *m, pd_kvfmt_t kvfmt, int B, int ctx, int q_l
 
 static void bench_model(bool decode, bool prefill)
 {
+    const bool quick =
+        !decode && getenv("PD_BENCH_PREFILL_QUICK") && atoi(getenv("PD_BENCH_PREFILL_QUICK"));
     hf_config_t cfg;
     llama8b(&cfg);
     struct {
@@ -968,6 +1267,13 @@ static void bench_model(bool decode, bool prefill)
         }
         if (prefill && confs[i].pre) {
             float ms = run_forward(m, confs[i].kv, 1, 0, 8192, 1, 3, MODEL_GRAPHS_OFF, NULL);
+            if (quick) { /* PD_BENCH_PREFILL_QUICK=1: the FP8 8192-token prompt alone */
+                printf("\nprefill 8192 tokens, %s weights, %s kv: %.1f ms (quick)\n",
+                       pd_wfmt_name(confs[i].w), pd_kvfmt_name(confs[i].kv), ms);
+                fflush(stdout);
+                model_destroy(m);
+                break;
+            }
             printf("\nprefill 8192 tokens, %s weights, %s kv: %.1f ms (%.0f tok/s)\n",
                    pd_wfmt_name(confs[i].w), pd_kvfmt_name(confs[i].kv), ms, 8192 * 1000.0 / ms);
             fflush(stdout);
@@ -1217,6 +1523,7 @@ int main(int argc, char **argv)
 {
     bool ops = argc < 2, decode = argc < 2, prefill = argc < 2, flash = false, int4 = false,
          fused = false, sweep = false;
+    bool gemm = false, prefops = false;
     bool attn = false, attnprof = false, ctxscale = false, family = false, moe = false;
     for (int i = 1; i < argc; i++) {
         family |= !strcmp(argv[i], "family"); /* GLM-4.5-Air / DeepSeek-V3 (not part of all) */
@@ -1228,7 +1535,9 @@ int main(int argc, char **argv)
         attn |= !strcmp(argv[i], "attn"); /* the decode attention table alone */
         attnprof |= !strcmp(argv[i], "attnprof"); /* 4 single launches, for ncu */
         ctxscale |= !strcmp(argv[i], "ctxscale"); /* decode steps at 1k / 8k / 32k context */
-        moe |= !strcmp(argv[i], "moe"); /* the Qwen3-30B-A3B decode table (not part of all) */
+        moe |= !strcmp(argv[i], "moe");   /* the Qwen3-30B-A3B decode table (not part of all) */
+        gemm |= !strcmp(argv[i], "gemm"); /* prefill FP8 GEMM sweep (not part of all) */
+        prefops |= !strcmp(argv[i], "prefops"); /* the prefill layer op by op (not part of all) */
         ops |= all || !strcmp(argv[i], "ops");
         decode |= all || !strcmp(argv[i], "decode");
         prefill |= all || !strcmp(argv[i], "prefill");
@@ -1268,6 +1577,10 @@ int main(int argc, char **argv)
         bench_flash(PD_KV_BF16, 16, 512, 512, 0);
         bench_matmul(PD_WFMT_FP8, 8192, 14336, 4096);
     }
+    if (gemm)
+        bench_gemm_sweep();
+    if (prefops)
+        bench_prefill_ops();
     if (attn)
         bench_attn_decode();
     if (attnprof) { /* one launch each of the tensor-core kernel, for ncu */

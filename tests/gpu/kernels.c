@@ -5,7 +5,8 @@
  * FFN 14336), and for the GLM-4.5 / DeepSeek-V3 ops the fixtures' and Kimi K2's shapes.
  * Prints one line per case: op, shape, max error, tolerance, PASS/FAIL.
  * PD_GPU_TEST_ATTN=1 runs only the decode attention and fused RoPE + KV write cases;
- * PD_GPU_TEST_FAMILY=1 only the GLM-4.5 / DeepSeek-V3 cases (family ops, FP8 block-scaled matmul).
+ * PD_GPU_TEST_FAMILY=1 only the GLM-4.5 / DeepSeek-V3 cases (family ops, FP8 block-scaled matmul);
+ * PD_GPU_TEST_PREFILL=1 only the prefill FP8 MLP op (matmul_silu_fp8) and FP8 GEMM cases.
  * Exits 77 (meson: SKIP) when there is no CUDA device, 1 when a case fails.
  * Errors are max |gpu - cpu| / max |cpu| over the output, or a count of differing bytes / ids
  * where the two must agree exactly; flash attention (bf16 tensor cores) is checked per element
@@ -563,6 +564,161 @@ static void case_matmul_fp8(int n, int64_t N, int64_t K, uint64_t seed, const ch
     rng_state = saved;
 }
 
+/* matmul_silu_fp8 (gate_up GEMM + silu·mul + fp8) at a fixed printed seed, FP8 gate_up weight
+ * (2f, K), the same host-quantized activations (quant_fp8_vec) on both backends, outputs
+ * poisoned; in_place: q written over x's own buffers (as the model calls it; x's buffer holds
+ * n * max(K, f) bytes). Checks (1) the CPU op equals the plain CPU ops in sequence (matmul_fp8,
+ * silu_mul_fp8) bit for bit; (2) the GPU's gate_up product, which the CUDA backend leaves in the
+ * scratch gu (bf16 where it takes the cuBLASLt path: n > 8, 2f and K % 16 == 0; else f32),
+ * against the CPU's f32 product per element as case_matmul_fp8 does: |g - c| <= 3e-4 sum_k
+ * |xq_k w_k| (f32 summation order / the fp8 tensor cores' accumulation), + 2^-8 |c| for the
+ * bf16 rounding; (3) the GPU's q against the CPU's silu_mul_fp8 of the GPU's own product
+ * (widened to f32): check_act_fp8, each element within one fp8 step, scales 1e-5 (only expf
+ * may differ). */
+static void case_matmul_silu_fp8(int n, int f, int64_t K, bool in_place, uint64_t seed,
+                                 const char *what)
+{
+    char shape[128];
+    const uint64_t saved = rng_state;
+    rng_state = seed;
+    const int64_t N = 2 * (int64_t)f;
+    const bool bf16 = n > 8 && N % 16 == 0 && K % 16 == 0; /* the GPU's cuBLASLt path */
+    uint16_t *src = xmalloc((size_t)(N * K) * 2);
+    pd_weight_t host, wc, wg;
+    for (int64_t i = 0; i < N * K; i++)
+        src[i] = pd_f32_to_bf16(rng_float() * 0.05f);
+    pair_ok(model_quantize_bf16(src, N, K, PD_WFMT_FP8, &host));
+    free(src);
+    pair_ok(backend_weight_upload(cpu, &host, &wc));
+    pair_ok(backend_weight_upload(gpu, &host, &wg));
+    const size_t xb = (size_t)n * (size_t)(in_place && f > K ? f : K);
+    float *x = xmalloc((size_t)n * K * 4), *xs = xmalloc((size_t)n * 4);
+    uint8_t *xq = xmalloc(xb);
+    memset(xq, 0x7e, xb);
+    fill_f32(x, (size_t)n * K, 1.0f);
+    for (int t = 0; t < n; t++)
+        for (int64_t k = 0; k < K; k++)
+            x[(size_t)t * K + k] *= (float)(1 << (t % 9)) / 16.0f;
+    for (int t = 0; t < n; t++)
+        xs[t] = quant_fp8_vec(xq + (size_t)t * K, x + (size_t)t * K, K);
+    pair_t pq = pair_new(xb, xq), ps = pair_new((size_t)n * 4, xs);
+    pair_t gu = pair_new((size_t)n * N * 4, NULL), gur = pair_new((size_t)n * N * 4, NULL);
+    pair_t q = pair_new((size_t)n * f, NULL), qs = pair_new((size_t)n * 4, NULL);
+    pair_t q2 = pair_new((size_t)n * f, NULL), qs2 = pair_new((size_t)n * 4, NULL);
+    pd_act_fp8_t xc = {pq.c, ps.c}, xg = {pq.g, ps.g};
+    pd_act_fp8_t oc = {q.c, qs.c}, og = {q.g, qs.g}, oc2 = {q2.c, qs2.c};
+    if (in_place)
+        og = xg;
+    /* CPU: the plain ops (the CPU op's reference; gur.c keeps the f32 product) */
+    cpu->ops->matmul_fp8(cpu, gur.c, &xc, &wc, n);
+    float *hc = xmalloc((size_t)n * N * 4), *hg = xmalloc((size_t)n * N * 4);
+    pair_ok(cpu->ops->sync(cpu));
+    pair_ok(cpu->ops->download(cpu, hc, gur.c, (size_t)n * N * 4));
+    cpu->ops->silu_mul_fp8(cpu, NULL, gur.c, n, f, &oc2);
+    cpu->ops->matmul_silu_fp8(cpu, &oc, gu.c, &xc, &wc, n);
+    pair_ok(cpu->ops->sync(cpu));
+    snprintf(shape, sizeof shape, "%s n %d f %d K %lld%s seed %llu", what, n, f, (long long)K,
+             in_place ? " in place" : "", (unsigned long long)seed);
+    { /* (1) CPU op == plain CPU ops */
+        uint8_t *a = xmalloc((size_t)n * f), *b = xmalloc((size_t)n * f);
+        float *sa = xmalloc((size_t)n * 4), *sb = xmalloc((size_t)n * 4);
+        pair_ok(cpu->ops->download(cpu, a, q.c, (size_t)n * f));
+        pair_ok(cpu->ops->download(cpu, b, q2.c, (size_t)n * f));
+        pair_ok(cpu->ops->download(cpu, sa, qs.c, (size_t)n * 4));
+        pair_ok(cpu->ops->download(cpu, sb, qs2.c, (size_t)n * 4));
+        size_t nd = memcmp(sa, sb, (size_t)n * 4) != 0;
+        for (size_t e = 0; e < (size_t)n * f; e++)
+            nd += a[e] != b[e];
+        report("matmul_silu", shape, (double)nd, 0.0);
+        free(a);
+        free(b);
+        free(sa);
+        free(sb);
+    }
+    gpu->ops->matmul_silu_fp8(gpu, &og, gu.g, &xg, &wg, n);
+    pair_ok(gpu->ops->sync(gpu));
+    { /* (2) the GPU's product (bf16 or f32 in the scratch) per element */
+        if (bf16) {
+            uint16_t *h16 = xmalloc((size_t)n * N * 2);
+            pair_ok(gpu->ops->download(gpu, h16, gu.g, (size_t)n * N * 2));
+            for (size_t e = 0; e < (size_t)n * N; e++)
+                hg[e] = pd_bf16_to_f32(h16[e]);
+            free(h16);
+        } else {
+            pair_ok(gpu->ops->download(gpu, hg, gu.g, (size_t)n * N * 4));
+        }
+        float *wrow = xmalloc((size_t)K * 4);
+        int64_t stride = (int64_t)((double)n * N * K / 2e8) + 1;
+        double worst = 0.0;
+        for (int64_t r = 0; r < N; r += stride) {
+            quant_dequant_row(wrow, &host, r);
+            for (int t = 0; t < n; t++) {
+                double sum = 0.0;
+                for (int64_t k = 0; k < K; k++)
+                    sum += fabs((double)pd_fp8_to_f32(xq[(size_t)t * K + k]) * xs[t] * wrow[k]);
+                const double c = hc[(size_t)t * N + r], g = hg[(size_t)t * N + r];
+                const double bound = 3e-4 * sum + (bf16 ? 0x1p-8 * fabs(c) : 0.0) + 1e-6;
+                worst = fmax(worst, isnan(g) ? INFINITY : fabs(g - c) / bound);
+            }
+        }
+        char pw[64];
+        snprintf(pw, sizeof pw, "  %s product per element (rows/%lld)", bf16 ? "bf16" : "f32",
+                 (long long)stride);
+        report("matmul_silu", pw, worst, 1.0);
+        free(wrow);
+    }
+    /* (3) q against the CPU's silu_mul_fp8 of the GPU's product */
+    pair_ok(cpu->ops->upload(cpu, gur.c, hg, (size_t)n * N * 4));
+    cpu->ops->silu_mul_fp8(cpu, NULL, gur.c, n, f, &oc);
+    pair_ok(cpu->ops->sync(cpu));
+    if (in_place) { /* the GPU's q / scales live in x's buffers: copy them into q.g / qs.g */
+        uint8_t *t = xmalloc((size_t)n * f);
+        float *ts = xmalloc((size_t)n * 4);
+        pair_ok(gpu->ops->download(gpu, t, pq.g, (size_t)n * f));
+        pair_ok(gpu->ops->download(gpu, ts, ps.g, (size_t)n * 4));
+        pair_ok(gpu->ops->upload(gpu, q.g, t, (size_t)n * f));
+        pair_ok(gpu->ops->upload(gpu, qs.g, ts, (size_t)n * 4));
+        free(t);
+        free(ts);
+    }
+    check_act_fp8("matmul_silu", "  q vs cpu silu(gpu product)", &q, &qs, n, f, NULL);
+    free(hc);
+    free(hg);
+    pair_free(&pq);
+    pair_free(&ps);
+    pair_free(&gu);
+    pair_free(&gur);
+    pair_free(&q);
+    pair_free(&qs);
+    pair_free(&q2);
+    pair_free(&qs2);
+    free(x);
+    free(xs);
+    free(xq);
+    model_host_weight_free(&host);
+    backend_weight_free(cpu, &wc);
+    backend_weight_free(gpu, &wg);
+    rng_state = saved;
+}
+
+/* the prefill FP8 MLP op's cases (fixed seeds 231..; PD_GPU_TEST_PREFILL=1 runs them alone) */
+static void cases_matmul_silu(void)
+{
+    case_matmul_silu_fp8(37, 1024, 512, false, 231, "fixture gemm");
+    case_matmul_silu_fp8(37, 1024, 512, true, 232, "fixture gemm");
+    case_matmul_silu_fp8(3, 1024, 512, true, 233, "fixture mma");
+    case_matmul_silu_fp8(20, 300, 256, false, 234, "f32 (2f % 16)");
+    case_matmul_silu_fp8(20, 1000, 256, false, 237, "f % 16");
+    elementwise_force_generic = 1;
+    case_matmul_silu_fp8(37, 1024, 512, false, 238, "generic");
+    elementwise_force_generic = 0;
+    if (!small_only) {
+        case_matmul_silu_fp8(64, 14336, 4096, true, 235, "8B gemm");
+        case_matmul_silu_fp8(128, 14336, 4096, false, 236, "8B gemm");
+        case_matmul_silu_fp8(512, 2048, 4096, true, 239, "prefill gemm");
+    }
+}
+
 /* Backend options (backend_set_options on a fresh CUDA backend): a valid list is taken and
  * fused=off / on takes the fused ops out of / back into the table; an unknown key, a bad value
  * and a list without '=' are refused (PD_ERR_INVALID). The error is the number of wrong answers. */
@@ -580,6 +736,10 @@ static void case_backend_options(void)
     bad += backend_set_options(b, "flash_variant=7") != PD_ERR_INVALID;
     bad += backend_set_options(b, "flash=maybe") != PD_ERR_INVALID;
     bad += backend_set_options(b, "fused") != PD_ERR_INVALID;
+    bad += backend_set_options(b, "fp8_accum=exact,fp8_accum=fast") != PD_OK;
+    bad += backend_set_options(b, "fp8_accum=maybe") != PD_ERR_INVALID;
+    bad += backend_set_options(b, "fused=off") != PD_OK || b->ops->matmul_silu_fp8 != NULL;
+    bad += backend_set_options(b, "fused=on") != PD_OK || b->ops->matmul_silu_fp8 == NULL;
     bad += backend_set_options(b, "") != PD_OK || backend_set_options(b, NULL) != PD_OK;
     bad += backend_cuda_stream(b) == NULL;
     backend_destroy(b);
@@ -2307,6 +2467,21 @@ int main(void)
         backend_destroy(cpu);
         return n_fail ? 1 : 0;
     }
+    if (getenv("PD_GPU_TEST_PREFILL") && atoi(getenv("PD_GPU_TEST_PREFILL"))) {
+        /* the prefill FP8 MLP op and FP8 GEMM cases alone (quick device rounds) */
+        cases_matmul_silu();
+        case_matmul_fp8(37, 2048, 512, 223, "fixture gemm");
+        case_backend_options();
+        if (!small_only) {
+            case_matmul_fp8(512, 14336, 4096, 227, "8B gate gemm");
+            case_matmul_fp8(512, 4096, 14336, 228, "8B down gemm");
+        }
+        printf("%d cases, %d failed\n", n_cases, n_fail);
+        backend_destroy(gpu_split);
+        backend_destroy(gpu);
+        backend_destroy(cpu);
+        return n_fail ? 1 : 0;
+    }
     if (getenv("PD_GPU_TEST_FLASH") && atoi(getenv("PD_GPU_TEST_FLASH"))) {
         /* the prefill (flash) attention cases alone (quick device rounds) */
         cases_flash(PD_KV_BF16);
@@ -2386,6 +2561,7 @@ int main(void)
     case_matmul_fp8(1, 200, 384, 221, "fixture mma");
     case_matmul_fp8(3, 200, 400, 222, "gemv");
     case_matmul_fp8(37, 2048, 512, 223, "fixture gemm");
+    cases_matmul_silu();
     if (!small_only) {
         case_add_rmsnorm(64, 4096, true, true, true, false, 206);
         case_add_rmsnorm(300, 4096, true, false, true, false, 207);
@@ -2397,6 +2573,7 @@ int main(void)
         case_matmul_fp8(8, 4096, 14336, 225, "8B down mma");
         case_matmul_fp8(64, 6144, 4096, 226, "8B qkv gemm");
         case_matmul_fp8(512, 14336, 4096, 227, "8B gate gemm");
+        case_matmul_fp8(512, 4096, 14336, 228, "8B down gemm");
     }
 
     cases_matmul();
