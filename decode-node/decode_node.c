@@ -577,7 +577,18 @@ static void decode__kv_done(compute_t *c, engine_t *e, void *arg)
         free(j);
         return;
     }
-    if (!decode__checksum_ok(dn, e, r, j->msg.checksum, j->direct)) {
+    const int tp = engine_tp(e);
+    if (tp > 1 ? j->msg.n_slices != tp || j->direct : j->msg.n_slices != 0) {
+        /* one checksum per rank's slice at tp > 1 (through the landing zone), one for the pages
+         * at tp 1: anything else is not a writer of this layout */
+        pd_log_error("seq %llu: kv done with %d slice checksums%s for a tp %d node: failed",
+                     (unsigned long long)r->id, j->msg.n_slices, j->direct ? " (direct)" : "", tp);
+        node_stats_integrity(&dn->nc.stats, NODE_INTEGRITY_SIZE);
+        decode__kv_done_fail(dn, c, e, link, PD_ERR_PROTOCOL);
+        free(j);
+        return;
+    }
+    if (tp == 1 && !decode__checksum_ok(dn, e, r, j->msg.checksum, j->direct)) {
         /* the bytes in the pages are not the bytes the writer sent (a late or torn write by a
          * former owner's writer, a transport fault): DATA_LOSS, counted */
         engine_tracker(e)->failures++;
@@ -588,14 +599,23 @@ static void decode__kv_done(compute_t *c, engine_t *e, void *arg)
     }
     if (dn->landing && !j->direct) {
         /* GPU pool or tensor parallel: the pages landed in host memory; move them (each rank its
-         * slice) into the pool */
+         * slice) into the pool. At tp > 1 each rank first checks its own slice's checksum */
         int32_t *ids = malloc((size_t)r->kv.n_pages * sizeof *ids);
         pd_status_t ist = PD_ERR_NOMEM;
         for (int32_t i = 0; ids && i < r->kv.n_pages; i++)
             ids[i] = r->kv.pages[i].page;
         if (ids)
-            ist = engine_import_pages(e, dn->landing, 0, ids, r->kv.n_pages);
+            ist = tp > 1 ? engine_import_pages_checked(e, dn->landing, 0, ids, r->kv.n_pages,
+                                                       j->msg.slice_sums, r->id, NULL)
+                         : engine_import_pages(e, dn->landing, 0, ids, r->kv.n_pages);
         free(ids);
+        if (ist == PD_ERR_KV_INTEGRITY) { /* a slice is not what its writer sent: DATA_LOSS */
+            engine_tracker(e)->failures++;
+            node_stats_integrity(&dn->nc.stats, NODE_INTEGRITY_CHECKSUM);
+            decode__kv_done_fail(dn, c, e, link, PD_ERR_KV_INTEGRITY);
+            free(j);
+            return;
+        }
         if (ist != PD_OK) {
             pd_log_error("seq %llu: kv pages not moved into the pool: %s",
                          (unsigned long long)r->id, pd_status_str(ist));
@@ -1045,10 +1065,10 @@ static void decode__offer_ipc(decode_node_t *dn, engine_t *e)
     pthread_mutex_unlock(&dn->nc.stats.mu);
     pd_log_info("%s: kv transport: offers %s (%s pool%s)", dn->nc.node->name, kv_path_name(p),
                 gpu ? "gpu" : "host",
-                dn->ipc_ok      ? "; cuda ipc handle exported, other hosts use ucx"
-                : dn->landing   ? "; ucx into a host landing zone"
-                : gpu           ? "; ucx into gpu memory"
-                                : "");
+                dn->ipc_ok    ? "; cuda ipc handle exported, other hosts use ucx"
+                : dn->landing ? "; ucx into a host landing zone"
+                : gpu         ? "; ucx into gpu memory"
+                              : "");
 }
 
 static void decode__ready(void *arg, pd_status_t st)
@@ -1090,10 +1110,10 @@ static void decode__ready(void *arg, pd_status_t st)
                     dn->nc.node->name);
     }
     /* device memory is registered as such (memory type CUDA), never left to UCX to guess */
-    pd_status_t rst = region == engine_arena(e) && strcmp(engine_backend(e)->ops->name, "cpu")
-                          ? kv_transport_mem_register_cuda(dn->nc.tr, region, dn->arena_bytes,
-                                                           &dn->mem)
-                          : kv_transport_mem_register(dn->nc.tr, region, dn->arena_bytes, &dn->mem);
+    pd_status_t rst =
+        region == engine_arena(e) && strcmp(engine_backend(e)->ops->name, "cpu")
+            ? kv_transport_mem_register_cuda(dn->nc.tr, region, dn->arena_bytes, &dn->mem)
+            : kv_transport_mem_register(dn->nc.tr, region, dn->arena_bytes, &dn->mem);
     if (rst == PD_OK)
         rst = kv_transport_mem_pack(dn->mem, &dn->rkey, &dn->rkey_len);
     if (rst != PD_OK) {
@@ -1108,8 +1128,9 @@ static void decode__ready(void *arg, pd_status_t st)
     pthread_mutex_unlock(&dn->nc.stats.mu);
     node_control_ready(&dn->nc); /* from here on, compute jobs see the layout, watermark, key */
     pd_log_info("%s: serving (%s weights, %s kv, %d pages of %zu bytes, ucx port %d)",
-                dn->nc.node->name, pd_wfmt_name(dn->nc.node->weights), pd_kvfmt_name(dn->nc.node->kv),
-                kv_pool_n_pages(engine_pool(e)), dn->layout.page_bytes, dn->ucx_port);
+                dn->nc.node->name, pd_wfmt_name(dn->nc.node->weights),
+                pd_kvfmt_name(dn->nc.node->kv), kv_pool_n_pages(engine_pool(e)),
+                dn->layout.page_bytes, dn->ucx_port);
 }
 
 pd_status_t decode_node_create(uv_loop_t *loop, const cluster_config_t *cfg,

@@ -70,8 +70,10 @@ typedef struct pjob {
     atomic_int cancelled; /* the client went away or its deadline passed (set on the loop thread,
                              read by the compute thread at each chunk) */
     int aborted;          /* the KV-done sent is the "writer stopped" one */
-    uint64_t checksum;               /* XXH3-64 chain over the pages put so far, in order */
-    char peer_key[300];              /* "host:port" of the decode node (ipc_peer_t.key) */
+    uint64_t checksum;    /* XXH3-64 chain over the pages put so far, in order */
+    uint64_t slice_sums[NODE_KV_DONE_SLICES_MAX]; /* a destination of TP > 1: one chain per
+                                                     destination rank's slice (KvDone) */
+    char peer_key[300];                       /* "host:port" of the decode node (ipc_peer_t.key) */
     uint8_t ipc_blob[KV_CUDA_IPC_BLOB_BYTES]; /* KvDestination.cuda_ipc, if has_ipc */
     int has_ipc;
     /* set by the compute thread before the first page (read by the loop thread after
@@ -197,9 +199,15 @@ static void prefill__am_done(void *arg, pd_status_t st)
 static void prefill__flush_done(void *arg, pd_status_t st)
 {
     pjob_t *j = arg;
-    node_kv_done_t msg = {
-        j->seq_id,   j->first, (uint32_t)j->n_tokens, (uint32_t)j->n_dst_pages, j->aborted,
-        j->checksum, {0}};
+    node_kv_done_t msg = {j->seq_id,
+                          j->first,
+                          (uint32_t)j->n_tokens,
+                          (uint32_t)j->n_dst_pages,
+                          j->aborted,
+                          j->checksum,
+                          {0},
+                          0,
+                          {0}};
     uint8_t buf[NODE_KV_DONE_MAX];
     size_t len;
     if (st == PD_OK)
@@ -209,6 +217,11 @@ static void prefill__flush_done(void *arg, pd_status_t st)
         return;
     }
     memcpy(msg.token, j->token, NODE_TOKEN_BYTES);
+    if (j->dst_layout.n_slices > 1) {
+        msg.checksum = 0;
+        msg.n_slices = j->dst_layout.n_slices;
+        memcpy(msg.slice_sums, j->slice_sums, sizeof j->slice_sums);
+    }
     if (!j->aborted && j->t_layers_s > 0.0)
         node_stats_prefill(&j->pn->nc.stats, j->t_layers_s - j->t_start_s,
                            pd_clock_s() - j->t_layers_s);
@@ -238,6 +251,19 @@ static void prefill__count_pages(prefill_node_t *pn, kv_path_t p, int n)
     pthread_mutex_unlock(&pn->nc.stats.mu);
 }
 
+/* Chains the KV-done checksums over n more pages as sent (packed at pages): one over the whole
+ * pages for a destination of TP 1, one per destination rank's slice above. */
+static void prefill__checksum(pjob_t *j, const uint8_t *pages, int n)
+{
+    const kv_layout_t *l = &j->dst_layout;
+    if (l->n_slices <= 1) {
+        j->checksum = node_pages_checksum(j->checksum, pages, NULL, n, l->page_bytes);
+        return;
+    }
+    for (int s = 0; s < l->n_slices && s < NODE_KV_DONE_SLICES_MAX; s++)
+        j->slice_sums[s] = tp_kv_slice_checksum(j->slice_sums[s], pages, NULL, n, l, s);
+}
+
 static void prefill__put(void *arg)
 {
     put_msg_t *m = arg;
@@ -257,7 +283,7 @@ static void prefill__put(void *arg)
     prefill__count_pages(j->pn, j->path, m->n);
     if (j->direct) { /* already written GPU -> GPU: only the checksum, here as on the staged path
                       * (off the compute thread, in page order) */
-        j->checksum = node_pages_checksum(j->checksum, m->staging, NULL, m->n, pb);
+        prefill__checksum(j, m->staging, m->n);
         free(m->staging);
         free(m);
         return;
@@ -268,7 +294,7 @@ static void prefill__put(void *arg)
         j->put_start_s = pd_clock_s();
     /* pages arrive in order (FIFO from the compute thread): the checksum the decode node will
      * recompute over what landed in its pool */
-    j->checksum = node_pages_checksum(j->checksum, m->staging, NULL, m->n, pb);
+    prefill__checksum(j, m->staging, m->n);
     if (j->error == PD_OK && node_control_now_ms(&j->pn->nc) > j->write_deadline_ms)
         j->error = PD_ERR_RESOURCE; /* the decode node may hand these pages to others now */
     for (int i = 0; i < m->n && j->error == PD_OK; i++) {
@@ -392,10 +418,11 @@ static void prefill__choose_path(prefill_node_t *pn, pjob_t *j, engine_t *e)
     if (peer && peer->logged != (int)p + 1) {
         peer->logged = (int)p + 1;
         if (j->direct)
-            pd_log_info("%s: kv to %s: cuda-ipc, %s, no host staging", pn->nc.node->name, j->peer_key,
-                        kv_cuda_ipc_describe(j->ipc));
+            pd_log_info("%s: kv to %s: cuda-ipc, %s, no host staging", pn->nc.node->name,
+                        j->peer_key, kv_cuda_ipc_describe(j->ipc));
         else
-            pd_log_info("%s: kv to %s: %s (%s)", pn->nc.node->name, j->peer_key, kv_path_name(p), why);
+            pd_log_info("%s: kv to %s: %s (%s)", pn->nc.node->name, j->peer_key, kv_path_name(p),
+                        why);
     }
     pthread_mutex_lock(&pn->nc.stats.mu);
     snprintf(pn->nc.stats.kv_path, sizeof pn->nc.stats.kv_path, "%s", kv_path_name(p));
@@ -736,7 +763,7 @@ static void prefill__rpc_prefill(pd_grpc_call_t *call, const ProtobufCMessage *m
     if (!e || pn->nc.draining) {
         pd_grpc_call_finish_status(call, PD_ERR_UNAVAILABLE,
                                    pn->nc.draining ? "prefill node draining"
-                                                : "prefill node not ready");
+                                                   : "prefill node not ready");
         return;
     }
     const kv_layout_t *src = kv_pool_layout(engine_pool(e));
@@ -757,8 +784,9 @@ static void prefill__rpc_prefill(pd_grpc_call_t *call, const ProtobufCMessage *m
     const uint32_t dtp = d->layout->tp ? d->layout->tp : 1;
     if (pd_kvfmt_parse(d->layout->kv_format, &dfmt) != 0 ||
         (int)d->layout->n_layers != src->n_layers ||
-        (int)d->layout->n_kv_heads != src->n_kv_heads * engine_tp(e) || dtp > 64 ||
-        d->layout->n_kv_heads % dtp != 0 || (int)d->layout->head_dim != src->head_dim ||
+        (int)d->layout->n_kv_heads != src->n_kv_heads * engine_tp(e) ||
+        dtp > NODE_KV_DONE_SLICES_MAX || d->layout->n_kv_heads % dtp != 0 ||
+        (int)d->layout->head_dim != src->head_dim ||
         (int)d->layout->page_tokens != src->page_tokens) {
         snprintf(why, sizeof why,
                  "prefill: destination kv layout does not match this model "

@@ -220,6 +220,8 @@ static const char *node__kv_done_bad(const node_kv_done_t *m)
         return "n_tokens out of range";
     if (m->n_pages == 0 || m->n_pages > m->n_tokens)
         return "n_pages out of range";
+    if (m->n_slices < 0 || m->n_slices == 1 || m->n_slices > NODE_KV_DONE_SLICES_MAX)
+        return "slice checksums: not 0 or 2..16";
     return NULL;
 }
 
@@ -266,6 +268,8 @@ pd_status_t node_kv_done_pack(const node_kv_done_t *m, uint8_t *buf, size_t cap,
     pb.n_pages = m->n_pages;
     pb.aborted = m->aborted != 0;
     pb.checksum = m->checksum;
+    pb.n_slice_checksums = (size_t)m->n_slices;
+    pb.slice_checksums = (uint64_t *)m->slice_sums;
     pb.token.data = (uint8_t *)m->token;
     pb.token.len = NODE_TOKEN_BYTES;
     len = pdserve__v1__kv_done__get_packed_size(&pb);
@@ -300,10 +304,18 @@ pd_status_t node_kv_done_unpack(const void *buf, size_t len, const char *who, no
     m.aborted = pb->aborted;
     m.checksum = pb->checksum;
     bad = NULL;
+    m.n_slices = 0;
     if (pb->token.len != NODE_TOKEN_BYTES)
         bad = "token missing or not 16 bytes";
     else
         memcpy(m.token, pb->token.data, NODE_TOKEN_BYTES);
+    if (!bad && (pb->n_slice_checksums == 1 || pb->n_slice_checksums > NODE_KV_DONE_SLICES_MAX))
+        bad = "slice checksums: not 0 or 2..16";
+    else if (!bad) {
+        m.n_slices = (int)pb->n_slice_checksums;
+        if (m.n_slices > 0)
+            memcpy(m.slice_sums, pb->slice_checksums, (size_t)m.n_slices * sizeof(uint64_t));
+    }
     pdserve__v1__kv_done__free_unpacked(pb, NULL);
     if (bad || (bad = node__kv_done_bad(&m))) {
         pd_log_error("%s: kv done for seq %llu: %s: dropped", who, (unsigned long long)m.seq_id,

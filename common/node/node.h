@@ -84,14 +84,22 @@ void node_stats_fill(node_stats_t *s, const cluster_node_t *node, Pdserve__V1__N
 #define NODE_KV_DONE_MAX 256
 /* Bytes of a reservation token (KvDestination.token: unguessable, from getrandom). */
 #define NODE_TOKEN_BYTES 16
+/* Most slice checksums a KvDone carries (a decode node of TP up to 16; the message must fit
+ * NODE_KV_DONE_MAX). */
+#define NODE_KV_DONE_SLICES_MAX 16
 typedef struct {
     uint64_t seq_id;     /* the decode node's reservation id, >= 1 */
     int32_t first_token; /* the token sampled after the prompt, >= 0 */
     uint32_t n_tokens;   /* tokens whose KV was written, 1..INT32_MAX */
     uint32_t n_pages;    /* pages written, 1..n_tokens */
     int aborted;         /* the writer stopped early (cancelled): it writes nothing more */
-    uint64_t checksum;   /* XXH3-64 over the pages' bytes as sent (node_pages_checksum) */
+    uint64_t checksum;   /* XXH3-64 over the pages' bytes as sent (node_pages_checksum); a
+                            destination of TP 1 */
     uint8_t token[NODE_TOKEN_BYTES]; /* the reservation's token */
+    /* a destination of TP d > 1: n_slices = d (2..NODE_KV_DONE_SLICES_MAX) checksums, slice r's
+     * over rank r's slice of every page as sent (tp_kv_slice_checksum); 0 otherwise */
+    int n_slices;
+    uint64_t slice_sums[NODE_KV_DONE_SLICES_MAX];
 } node_kv_done_t;
 
 /* A fresh reservation token (getrandom). PD_ERR_IO when the kernel gives no randomness. */

@@ -18,6 +18,7 @@ typedef enum {
     FAULT_KVDONE_TOKEN,
     FAULT_KVDONE_CHECKSUM,
     FAULT_KVDONE_DIRECT,
+    FAULT_KVDONE_SLICE,
 } fault_kind_t;
 
 static const char *const fault_names[] = {
@@ -29,6 +30,8 @@ static const char *const fault_names[] = {
     [FAULT_KVDONE_TOKEN] = "kvdone-token",       /* a writer that holds the wrong token */
     [FAULT_KVDONE_CHECKSUM] = "kvdone-checksum", /* the bytes that landed are not the ones sent */
     [FAULT_KVDONE_DIRECT] = "kvdone-direct", /* claims a CUDA IPC write this node never offered */
+    [FAULT_KVDONE_SLICE] = "kvdone-slice",   /* tp > 1: the last rank's slice changed after it was
+                                                sent (the other slices are intact) */
 };
 
 /* One fault per process: the environment does not change. */
@@ -81,6 +84,10 @@ static void decode_faults__on_kv_done(void *arg, uint8_t *buf, size_t cap, size_
             m.token[0] ^= 1;
         else if (fault.kind == FAULT_KVDONE_CHECKSUM)
             m.checksum ^= 1; /* as if one byte of a page had changed after it was sent */
+        else if (fault.kind == FAULT_KVDONE_SLICE && m.n_slices > 1)
+            m.slice_sums[m.n_slices - 1] ^= 1; /* one byte of the last rank's slice changed */
+        else if (fault.kind == FAULT_KVDONE_SLICE)
+            pd_log_error("kvdone-slice: the kv done has no slice checksums (a tp 1 node)");
         else
             m.n_tokens++;
         PD_ASSERT(node_kv_done_pack(&m, buf, cap, len_p) == PD_OK);
@@ -100,7 +107,7 @@ pd_status_t decode_faults_hooks_from_env(decode_node_hooks_t *hooks_p)
             break;
     if (k == sizeof fault_names / sizeof fault_names[0]) {
         pd_log_error("PDSERVE_FAULT=%s: unknown fault (reuse, stale, table, kvdone-truncate, "
-                     "kvdone-mismatch, kvdone-token, kvdone-checksum, kvdone-direct)",
+                     "kvdone-mismatch, kvdone-token, kvdone-checksum, kvdone-direct, kvdone-slice)",
                      kind);
         return PD_ERR_INVALID;
     }
