@@ -1161,6 +1161,8 @@ pd_status_t decode_node_create(uv_loop_t *loop, const cluster_config_t *cfg,
                                           decode__am_kv_done_direct, dn)))
         goto err;
     node_engine_params(cfg, node, &ep);
+    ep.tp_comm_wrap = dn->hooks.tp_comm_wrap;
+    ep.tp_comm_wrap_arg = dn->hooks.tp_comm_arg;
     if ((st = compute_create(loop, &ep, decode__ready, decode__tick, 100, dn, &dn->comp)))
         goto err;
     pd_log_info("%s: loading %s on %s (control %s:%d)", node->name, cfg->model, ep.backend,
