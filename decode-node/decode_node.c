@@ -983,7 +983,7 @@ static void decode__rpc_stats(pd_grpc_call_t *call, const ProtobufCMessage *msg,
 {
     decode_node_t *dn = user;
     Pdserve__V1__NodeStats m = PDSERVE__V1__NODE_STATS__INIT;
-    (void)msg;
+    node_control_operator_drain(&dn->nc, ((const Pdserve__V1__StatsRequest *)msg)->drain);
     node_stats_fill(&dn->nc.stats, dn->nc.node, &m);
     pd_grpc_call_finish_status(call, pd_grpc_call_send(call, &m.base), NULL);
 }

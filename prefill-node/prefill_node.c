@@ -896,7 +896,7 @@ static void prefill__rpc_stats(pd_grpc_call_t *call, const ProtobufCMessage *msg
 {
     prefill_node_t *pn = user;
     Pdserve__V1__NodeStats m = PDSERVE__V1__NODE_STATS__INIT;
-    (void)msg;
+    node_control_operator_drain(&pn->nc, ((const Pdserve__V1__StatsRequest *)msg)->drain);
     node_stats_fill(&pn->nc.stats, pn->nc.node, &m);
     m.queued = (uint32_t)pn->queued;
     m.active = (uint32_t)pn->queued;

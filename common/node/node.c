@@ -115,6 +115,13 @@ void node_stats_prefill(node_stats_t *s, double compute_s, double tail_s)
     pthread_mutex_unlock(&s->mu);
 }
 
+const char *node_stats_drain_str(const node_stats_t *s)
+{
+    if (!s->operator_drain)
+        return "none";
+    return s->active == 0 && s->queued == 0 ? "drained" : "draining";
+}
+
 void node_stats_fill(node_stats_t *s, const cluster_node_t *node, Pdserve__V1__NodeStats *m)
 {
     pthread_mutex_lock(&s->mu);
@@ -125,6 +132,7 @@ void node_stats_fill(node_stats_t *s, const cluster_node_t *node, Pdserve__V1__N
     m->integrity_failures = s->integrity_failures;
     m->tokens = s->tokens;
     m->requests = s->requests;
+    m->operator_drain = s->operator_drain != 0;
     pthread_mutex_unlock(&s->mu);
     m->node = (char *)node->name;
     m->role = (char *)cluster_config_role_str(node->role);
@@ -356,14 +364,14 @@ static void node_http__ready(pd_http_request_t *req, void *user)
     pthread_mutex_lock(&h->stats->mu);
     st = *h->stats;
     pthread_mutex_unlock(&h->stats->mu);
-    pd_http_respond_json(req, serving ? 200 : 503,
-                         json_pack("{s:s,s:s,s:s,s:i,s:i,s:I,s:I,s:s,s:i}", "status",
-                                   serving ? "ready" : "not ready", "node", h->node->name, "role",
-                                   cluster_config_role_str(h->node->role), "active", (int)st.active,
-                                   "waiting", (int)st.queued, "kv_pages_used",
-                                   (json_int_t)st.pages_used, "kv_pages_capacity",
-                                   (json_int_t)st.pages_total, "kv_path",
-                                   st.kv_path[0] ? st.kv_path : "none", "tp", h->node->tp));
+    pd_http_respond_json(
+        req, serving ? 200 : 503,
+        json_pack("{s:s,s:s,s:s,s:i,s:i,s:I,s:I,s:s,s:i,s:s}", "status",
+                  serving ? "ready" : "not ready", "node", h->node->name, "role",
+                  cluster_config_role_str(h->node->role), "active", (int)st.active, "waiting",
+                  (int)st.queued, "kv_pages_used", (json_int_t)st.pages_used, "kv_pages_capacity",
+                  (json_int_t)st.pages_total, "kv_path", st.kv_path[0] ? st.kv_path : "none", "tp",
+                  h->node->tp, "drain", node_stats_drain_str(&st)));
 }
 
 /* The listener counters of the control server and of this endpoint (pdserve_listener_*, as

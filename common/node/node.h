@@ -54,6 +54,9 @@ typedef struct {
      * to the end of their last layer, and from there to the KV-done sent (the transfer's tail) */
     uint64_t prefill_timed;
     double prefill_compute_seconds, kv_tail_seconds;
+    /* loop thread: the operator's drain as the router last told it (StatsRequest.drain,
+     * node_control_operator_drain): no new work comes; 0 serving */
+    int operator_drain;
 } node_stats_t;
 
 /* Any thread: counts one integrity failure of kind. */
@@ -68,6 +71,9 @@ void node_stats_init(node_stats_t *s);
 void node_stats_deinit(node_stats_t *s);
 /* Compute thread: refreshes the pool and tracker numbers from e. */
 void node_stats_publish(node_stats_t *s, engine_t *e, uint32_t queued);
+/* The operator's drain of a copy of the stats: "none", "draining" (requests still run) or
+ * "drained" (none: the node may be stopped). */
+const char *node_stats_drain_str(const node_stats_t *s);
 /* Loop thread: fills a NodeStats message. */
 void node_stats_fill(node_stats_t *s, const cluster_node_t *node, Pdserve__V1__NodeStats *m);
 
