@@ -2,7 +2,9 @@
  * linked into a deployed binary). tp_comm_faults_wrap() is an engine_params_t.tp_comm_wrap: it
  * wraps every rank's communicator; rank `rank`'s collective number `at` (counting that rank's
  * collectives from 1) returns PD_ERR_CUDA without entering the collective, as when one of that
- * rank's GPU ops fails in the middle of a forward, while the other ranks wait in it. Once only.
+ * rank's GPU ops fails in the middle of a forward, while the other ranks wait in it. Once per
+ * arming: `at` 0 is disarmed; a test may set `at` (to calls + k) and clear `injected` between
+ * engine jobs to arm it again.
  * Each injection logs "injecting fault tp-rank". The counters may be read by any thread. */
 #ifndef PD_TP_COMM_FAULTS_H
 #define PD_TP_COMM_FAULTS_H

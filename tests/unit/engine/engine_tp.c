@@ -34,6 +34,15 @@
 
 #define N_GEN 24
 #define N_CASES 3
+/* Under ASan/UBSan (meson -Dsanitize=true defines PD_TEST_SANITIZED) the pipelines run ~20x
+ * slower: every check runs on RUN_CASES prompts and RUN_GEN tokens (the same assertions). */
+#ifdef PD_TEST_SANITIZED
+#define RUN_CASES 1
+#define RUN_GEN 8
+#else
+#define RUN_CASES N_CASES
+#define RUN_GEN N_GEN
+#endif
 
 static engine_t *open_engine_faults(const char *model, pd_wfmt_t w, pd_kvfmt_t kv, int tp,
                                     tp_comm_faults_t *f)
@@ -61,6 +70,35 @@ static engine_t *open_engine_faults(const char *model, pd_wfmt_t w, pd_kvfmt_t k
 static engine_t *open_engine(const char *model, pd_wfmt_t w, pd_kvfmt_t kv, int tp)
 {
     return open_engine_faults(model, w, kv, tp, NULL);
+}
+
+/* tiny-llama engines the tests share (loading them is most of the time under ASan): prefill FP8 +
+ * BF16 KV and decode INT4 + FP8 KV, at TP 1 and TP 2; the TP 2 ones behind a fault wrapper that
+ * stays disarmed (at 0) until a test arms it */
+static struct {
+    engine_t *p1, *d1, *p2, *d2;
+    tp_comm_faults_t fp2, fd2;
+} sh;
+
+static int group_setup(void **s)
+{
+    (void)s;
+    sh.p1 = open_engine("tiny-llama", PD_WFMT_FP8, PD_KV_BF16, 1);
+    sh.d1 = open_engine("tiny-llama", PD_WFMT_INT4, PD_KV_FP8, 1);
+    sh.fp2.rank = sh.fd2.rank = 1;
+    sh.p2 = open_engine_faults("tiny-llama", PD_WFMT_FP8, PD_KV_BF16, 2, &sh.fp2);
+    sh.d2 = open_engine_faults("tiny-llama", PD_WFMT_INT4, PD_KV_FP8, 2, &sh.fd2);
+    return 0;
+}
+
+static int group_teardown(void **s)
+{
+    (void)s;
+    engine_destroy(sh.p1);
+    engine_destroy(sh.d1);
+    engine_destroy(sh.p2);
+    engine_destroy(sh.d2);
+    return 0;
 }
 
 typedef struct {
@@ -101,26 +139,29 @@ static int load_prompts(const char *model, int32_t ids[N_CASES][64], int *n)
 
 static void run_pipeline(engine_t *p, engine_t *d, const int32_t *prompt, int n, out_t *o)
 {
-    engine_gen_params_t gp = {.sampling = {0, 0, 1.0f, 0}, .max_tokens = N_GEN, .ignore_eos = true};
+    engine_gen_params_t gp = {
+        .sampling = {0, 0, 1.0f, 0}, .max_tokens = RUN_GEN, .ignore_eos = true};
     memset(o, 0, sizeof *o);
     assert_int_equal(pipeline_add(p, d, prompt, n, &gp, on_token, o), PD_OK);
     assert_int_equal(engine_run(d), PD_OK);
-    assert_int_equal(o->n, N_GEN);
+    assert_int_equal(o->n, RUN_GEN);
     assert_int_equal(kv_pool_used_pages(engine_pool(d)), 0);
     assert_int_equal(kv_pool_used_pages(engine_pool(p)), 0);
 }
 
-static void check_model(const char *model, pd_wfmt_t dw)
+static void check_model(const char *model, pd_wfmt_t dw, int shared)
 {
     int32_t prompts[N_CASES][64];
     int lens[N_CASES];
-    const int n_cases = load_prompts(model, prompts, lens);
+    const int loaded = load_prompts(model, prompts, lens);
+    const int n_cases = loaded < RUN_CASES ? loaded : RUN_CASES;
     out_t want[N_CASES], got;
     engine_t *pe[3] = {NULL}, *de[3] = {NULL};
     assert_true(n_cases > 0);
     for (int tp = 1; tp <= 2; tp++) {
-        pe[tp] = open_engine(model, PD_WFMT_FP8, PD_KV_BF16, tp);
-        de[tp] = open_engine(model, dw, PD_KV_FP8, tp);
+        pe[tp] =
+            shared ? (tp == 1 ? sh.p1 : sh.p2) : open_engine(model, PD_WFMT_FP8, PD_KV_BF16, tp);
+        de[tp] = shared ? (tp == 1 ? sh.d1 : sh.d2) : open_engine(model, dw, PD_KV_FP8, tp);
     }
     for (int c = 0; c < n_cases; c++)
         run_pipeline(pe[1], de[1], prompts[c], lens[c], &want[c]);
@@ -133,7 +174,7 @@ static void check_model(const char *model, pd_wfmt_t dw)
                        same ? "same ids as tp 1 -> tp 1" : "DIFFERENT ids");
                 assert_memory_equal(got.ids, want[c].ids, sizeof got.ids);
             }
-    for (int tp = 1; tp <= 2; tp++) {
+    for (int tp = 1; shared == 0 && tp <= 2; tp++) {
         engine_destroy(pe[tp]);
         engine_destroy(de[tp]);
     }
@@ -142,13 +183,13 @@ static void check_model(const char *model, pd_wfmt_t dw)
 static void test_llama(void **s)
 {
     (void)s;
-    check_model("tiny-llama", PD_WFMT_INT4);
+    check_model("tiny-llama", PD_WFMT_INT4, 1);
 }
 
 static void test_moe(void **s)
 {
     (void)s;
-    check_model("tiny-moe", PD_WFMT_BF16);
+    check_model("tiny-moe", PD_WFMT_BF16, 0);
 }
 
 typedef struct {
@@ -174,8 +215,7 @@ static void test_slice_integrity(void **s)
     int lens[N_CASES];
     (void)s;
     assert_true(load_prompts("tiny-llama", prompts, lens) > 0);
-    engine_t *p = open_engine("tiny-llama", PD_WFMT_FP8, PD_KV_BF16, 1);
-    engine_t *d = open_engine("tiny-llama", PD_WFMT_INT4, PD_KV_FP8, 2);
+    engine_t *p = sh.p1, *d = sh.d2;
     engine_gen_params_t gp = {.sampling = {0, 0, 1.0f, 0}, .max_tokens = 4, .ignore_eos = true};
     kv_layout_t wl;
     kv_seq_t pkv, dkv;
@@ -222,8 +262,6 @@ static void test_slice_integrity(void **s)
     kv_seq_release(engine_pool(p), &pkv);
     kv_seq_deinit(&pkv);
     kv_seq_deinit(&dkv);
-    engine_destroy(p);
-    engine_destroy(d);
 }
 
 /* Prefills prompt on p (TP 1) into a fresh reservation of d and exports it as wire pages of d's
@@ -254,8 +292,7 @@ static void test_slice_checksums(void **s)
     int lens[N_CASES];
     (void)s;
     assert_true(load_prompts("tiny-llama", prompts, lens) >= 2);
-    engine_t *p = open_engine("tiny-llama", PD_WFMT_FP8, PD_KV_BF16, 1);
-    engine_t *d = open_engine("tiny-llama", PD_WFMT_INT4, PD_KV_FP8, 2);
+    engine_t *p = sh.p1, *d = sh.d2;
     kv_layout_t wl;
     engine_kv_wire_layout(d, &wl);
     const size_t sb = tp_kv_slice_bytes(&wl);
@@ -312,8 +349,6 @@ static void test_slice_checksums(void **s)
     free(toks);
     free(wire);
     kv_seq_deinit(&dkv);
-    engine_destroy(p);
-    engine_destroy(d);
 }
 
 typedef struct {
@@ -337,24 +372,17 @@ static void on_gen(void *arg, uint64_t id, int32_t tok, engine_finish_t f, pd_st
 
 /* One rank's collective fails in the middle of a forward, while the other waits in it: without
  * the abort this test hangs (meson's timeout fails it). */
-static void check_rank_failure(int prefill_tp, int decode_tp, int at)
+#define AFTER (RUN_CASES < 2 ? 1 : 2) /* requests checked after the failure */
+
+static void check_rank_failure(int prefill_tp, int decode_tp, int at, int32_t prompts[N_CASES][64],
+                               const int *lens, const out_t *want)
 {
-    int32_t prompts[N_CASES][64];
-    int lens[N_CASES];
-    out_t want[2];
-    tp_comm_faults_t f = {.rank = 1, .at = at};
-    assert_true(load_prompts("tiny-llama", prompts, lens) >= 2);
-    engine_t *pc = open_engine("tiny-llama", PD_WFMT_FP8, PD_KV_BF16, 1);
-    engine_t *dc = open_engine("tiny-llama", PD_WFMT_INT4, PD_KV_FP8, 1);
-    for (int c = 0; c < 2; c++)
-        run_pipeline(pc, dc, prompts[c], lens[c], &want[c]);
-    engine_destroy(pc);
-    engine_destroy(dc);
-    engine_t *p = open_engine_faults("tiny-llama", PD_WFMT_FP8, PD_KV_BF16, prefill_tp,
-                                     prefill_tp > 1 ? &f : NULL);
-    engine_t *d = open_engine_faults("tiny-llama", PD_WFMT_INT4, PD_KV_FP8, decode_tp,
-                                     decode_tp > 1 ? &f : NULL);
-    engine_gen_params_t gp = {.sampling = {0, 0, 1.0f, 0}, .max_tokens = N_GEN, .ignore_eos = true};
+    engine_t *p = prefill_tp > 1 ? sh.p2 : sh.p1, *d = decode_tp > 1 ? sh.d2 : sh.d1;
+    tp_comm_faults_t *f = prefill_tp > 1 ? &sh.fp2 : &sh.fd2;
+    atomic_store(&f->injected, 0);
+    f->at = atomic_load(&f->calls) + at; /* armed: that rank's at-th collective from now */
+    engine_gen_params_t gp = {
+        .sampling = {0, 0, 1.0f, 0}, .max_tokens = RUN_GEN, .ignore_eos = true};
     gen_t v = {{0}, 0, 0, PD_OK};
     pd_status_t st = pipeline_add(p, d, prompts[0], lens[0], &gp, on_gen, &v);
     if (prefill_tp > 1) { /* the prompt's forward fails: nothing reaches the decode engine */
@@ -365,9 +393,9 @@ static void check_rank_failure(int prefill_tp, int decode_tp, int at)
         assert_true(engine_run(d) == PD_OK);
         assert_true(v.ended);
         assert_int_equal(v.end, PD_ERR_TP_ABORTED);
-        assert_true(v.n < N_GEN);
+        assert_true(v.n < RUN_GEN);
     }
-    assert_int_equal(atomic_load(&f.injected), 1);
+    assert_int_equal(atomic_load(&f->injected), 1);
     printf("# prefill tp %d -> decode tp %d, rank 1's collective %d failed: request ended with "
            "'%s' after %d tokens\n",
            prefill_tp, decode_tp, at, pd_status_str(PD_ERR_TP_ABORTED), v.n);
@@ -375,20 +403,24 @@ static void check_rank_failure(int prefill_tp, int decode_tp, int at)
     assert_int_equal(kv_pool_used_pages(engine_pool(d)), 0);
     assert_int_equal(kv_pool_used_pages(engine_pool(p)), 0);
     /* the same engines serve the next requests, every rank in step again */
-    for (int c = 0; c < 2; c++) {
+    for (int c = 0; c < AFTER; c++) {
         out_t got;
         run_pipeline(p, d, prompts[c], lens[c], &got);
         assert_memory_equal(got.ids, want[c].ids, sizeof got.ids);
     }
-    engine_destroy(p);
-    engine_destroy(d);
 }
 
 static void test_rank_failure(void **s)
 {
+    int32_t prompts[N_CASES][64];
+    int lens[N_CASES];
+    out_t want[AFTER];
     (void)s;
-    check_rank_failure(1, 2, 40); /* in a decode step (a few layers into the first steps) */
-    check_rank_failure(2, 1, 3);  /* in the prompt's forward */
+    assert_true(load_prompts("tiny-llama", prompts, lens) >= AFTER);
+    for (int c = 0; c < AFTER; c++) /* the clean run */
+        run_pipeline(sh.p1, sh.d1, prompts[c], lens[c], &want[c]);
+    check_rank_failure(1, 2, 12, prompts, lens, want); /* the second or third decode step */
+    check_rank_failure(2, 1, 3, prompts, lens, want);  /* in the prompt's forward */
 }
 
 /* 2 KV heads do not split 4 ways */
@@ -415,5 +447,5 @@ int main(void)
         cmocka_unit_test(test_slice_checksums), cmocka_unit_test(test_rank_failure),
         cmocka_unit_test(test_llama),           cmocka_unit_test(test_moe),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
