@@ -396,14 +396,15 @@ static void pdctl__health_json(const pdctl_target_t *ts, size_t n, int all_ok)
         if (t->has_stats)
             json_object_set_new(
                 o, "stats",
-                json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:I}", "active",
+                json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:I, s:b}", "active",
                           (json_int_t)t->stats.active, "queued", (json_int_t)t->stats.queued,
                           "pages_total", (json_int_t)t->stats.pages_total, "pages_used",
                           (json_int_t)t->stats.pages_used, "integrity_failures",
                           (json_int_t)t->stats.integrity_failures, "tokens",
                           (json_int_t)t->stats.tokens, "requests", (json_int_t)t->stats.requests,
                           "weights", t->weights, "kv", t->kv, "tp",
-                          (json_int_t)(t->stats.tp ? t->stats.tp : 1)));
+                          (json_int_t)(t->stats.tp ? t->stats.tp : 1), "operator_drain",
+                          (int)t->stats.operator_drain));
         else
             json_object_set_new(o, "stats", json_null());
         json_array_append_new(arr, o);

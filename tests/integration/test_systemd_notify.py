@@ -129,6 +129,14 @@ def drain_cycle(procs, cfg, tmp):
           dmgr.msgs[-5:])
     check("drain-in-node-health", node_drain(dnode) == "drained", node_drain(dnode))
     check("drain-not-stopping", dmgr.count("STOPPING=1") == 0, dmgr.msgs[-5:])
+    p = subprocess.run([PDCTL, "health", "--config", cfg, "--json"], capture_output=True,
+                       text=True, timeout=60)
+    try:
+        st = {x["node"]: x["stats"] for x in json.loads(p.stdout)["nodes"]}
+    except (ValueError, KeyError, TypeError):
+        st = {}
+    check("drain-in-pdctl-health", (st.get("decode0") or {}).get("operator_drain") is True and
+          (st.get("prefill0") or {}).get("operator_drain") is False, p.stdout + p.stderr)
     # the router restarts: it learns the drain back from the node
     rp = procs["router"][0]
     rp.send_signal(signal.SIGTERM)
