@@ -572,7 +572,18 @@ static void decode__kv_done(compute_t *c, engine_t *e, void *arg)
         free(j);
         return;
     }
-    if (!decode__checksum_ok(dn, e, r, j->msg.checksum, j->direct)) {
+    const int tp = engine_tp(e);
+    if (tp > 1 ? j->msg.n_slices != tp || j->direct : j->msg.n_slices != 0) {
+        /* one checksum per rank's slice at tp > 1 (through the landing zone), one for the pages
+         * at tp 1: anything else is not a writer of this layout */
+        pd_log_error("seq %llu: kv done with %d slice checksums%s for a tp %d node: failed",
+                     (unsigned long long)r->id, j->msg.n_slices, j->direct ? " (direct)" : "", tp);
+        node_stats_integrity(&dn->nc.stats, NODE_INTEGRITY_SIZE);
+        decode__kv_done_fail(dn, c, e, link, PD_ERR_PROTOCOL);
+        free(j);
+        return;
+    }
+    if (tp == 1 && !decode__checksum_ok(dn, e, r, j->msg.checksum, j->direct)) {
         /* the bytes in the pages are not the bytes the writer sent (a late or torn write by a
          * former owner's writer, a transport fault): DATA_LOSS, counted */
         engine_tracker(e)->failures++;
@@ -583,14 +594,23 @@ static void decode__kv_done(compute_t *c, engine_t *e, void *arg)
     }
     if (dn->landing && !j->direct) {
         /* GPU pool or tensor parallel: the pages landed in host memory; move them (each rank its
-         * slice) into the pool */
+         * slice) into the pool. At tp > 1 each rank first checks its own slice's checksum */
         int32_t *ids = malloc((size_t)r->kv.n_pages * sizeof *ids);
         pd_status_t ist = PD_ERR_NOMEM;
         for (int32_t i = 0; ids && i < r->kv.n_pages; i++)
             ids[i] = r->kv.pages[i].page;
         if (ids)
-            ist = engine_import_pages(e, dn->landing, 0, ids, r->kv.n_pages);
+            ist = tp > 1 ? engine_import_pages_checked(e, dn->landing, 0, ids, r->kv.n_pages,
+                                                       j->msg.slice_sums, r->id, NULL)
+                         : engine_import_pages(e, dn->landing, 0, ids, r->kv.n_pages);
         free(ids);
+        if (ist == PD_ERR_KV_INTEGRITY) { /* a slice is not what its writer sent: DATA_LOSS */
+            engine_tracker(e)->failures++;
+            node_stats_integrity(&dn->nc.stats, NODE_INTEGRITY_CHECKSUM);
+            decode__kv_done_fail(dn, c, e, link, PD_ERR_KV_INTEGRITY);
+            free(j);
+            return;
+        }
         if (ist != PD_OK) {
             pd_log_error("seq %llu: kv pages not moved into the pool: %s",
                          (unsigned long long)r->id, pd_status_str(ist));
@@ -958,7 +978,7 @@ static void decode__rpc_stats(pd_grpc_call_t *call, const ProtobufCMessage *msg,
 {
     decode_node_t *dn = user;
     Pdserve__V1__NodeStats m = PDSERVE__V1__NODE_STATS__INIT;
-    (void)msg;
+    node_control_operator_drain(&dn->nc, ((const Pdserve__V1__StatsRequest *)msg)->drain);
     node_stats_fill(&dn->nc.stats, dn->nc.node, &m);
     pd_grpc_call_finish_status(call, pd_grpc_call_send(call, &m.base), NULL);
 }
@@ -1136,6 +1156,8 @@ pd_status_t decode_node_create(uv_loop_t *loop, const cluster_config_t *cfg,
                                           decode__am_kv_done_direct, dn)))
         goto err;
     node_engine_params(cfg, node, &ep);
+    ep.tp_comm_wrap = dn->hooks.tp_comm_wrap;
+    ep.tp_comm_wrap_arg = dn->hooks.tp_comm_arg;
     if ((st = compute_create(loop, &ep, decode__ready, decode__tick, 100, dn, &dn->comp)))
         goto err;
     pd_log_info("%s: loading %s on %s (control %s:%d)", node->name, cfg->model, ep.backend,

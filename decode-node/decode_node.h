@@ -38,6 +38,10 @@ typedef struct {
      * buf (cap bytes) holds *len_p bytes; *direct_p is 1 when it came as NODE_AM_KV_DONE_DIRECT
      * (pages written into the GPU pool over CUDA IPC) and may be changed too. */
     void (*on_kv_done)(void *arg, uint8_t *buf, size_t cap, size_t *len_p, int *direct_p);
+    /* Compute thread, at engine start: engine_params_t.tp_comm_wrap for a tp > 1 node (wraps the
+     * ranks' communicators, e.g. to fail one rank's collective) */
+    void (*tp_comm_wrap)(void *arg, struct tp_comm **comms, int size);
+    void *tp_comm_arg;
 } decode_node_hooks_t;
 
 /* Starts serving (health NOT_SERVING until the model is loaded, then SERVING). hooks: NULL in

@@ -72,7 +72,9 @@ typedef struct pjob {
     int aborted;          /* the KV-done sent is the "writer stopped" one */
     uint64_t checksum;    /* the KV-done checksum chain over the pages put so far */
     uint64_t direct_sum;  /* cuda-ipc: the same chain, kept by the compute thread (pages on GPU) */
-    char peer_key[300];   /* "host:port" of the decode node (ipc_peer_t.key) */
+    uint64_t slice_sums[NODE_KV_DONE_SLICES_MAX]; /* a destination of TP > 1: one chain per
+                                                     destination rank's slice (KvDone) */
+    char peer_key[300];                           /* "host:port" of the decode node (ipc_peer_t.key) */
     uint8_t ipc_blob[KV_CUDA_IPC_BLOB_BYTES]; /* KvDestination.cuda_ipc, if has_ipc */
     int has_ipc;
     /* set by the compute thread before the first page (read by the loop thread after
@@ -198,9 +200,15 @@ static void prefill__am_done(void *arg, pd_status_t st)
 static void prefill__flush_done(void *arg, pd_status_t st)
 {
     pjob_t *j = arg;
-    node_kv_done_t msg = {
-        j->seq_id,   j->first, (uint32_t)j->n_tokens, (uint32_t)j->n_dst_pages, j->aborted,
-        j->checksum, {0}};
+    node_kv_done_t msg = {j->seq_id,
+                          j->first,
+                          (uint32_t)j->n_tokens,
+                          (uint32_t)j->n_dst_pages,
+                          j->aborted,
+                          j->checksum,
+                          {0},
+                          0,
+                          {0}};
     uint8_t buf[NODE_KV_DONE_MAX];
     size_t len;
     if (st == PD_OK)
@@ -210,6 +218,11 @@ static void prefill__flush_done(void *arg, pd_status_t st)
         return;
     }
     memcpy(msg.token, j->token, NODE_TOKEN_BYTES);
+    if (j->dst_layout.n_slices > 1) {
+        msg.checksum = 0;
+        msg.n_slices = j->dst_layout.n_slices;
+        memcpy(msg.slice_sums, j->slice_sums, sizeof j->slice_sums);
+    }
     if (!j->aborted && j->t_layers_s > 0.0)
         node_stats_prefill(&j->pn->nc.stats, j->t_layers_s - j->t_start_s,
                            pd_clock_s() - j->t_layers_s);
@@ -240,6 +253,19 @@ static void prefill__count_pages(prefill_node_t *pn, kv_path_t p, int n)
     pthread_mutex_unlock(&pn->nc.stats.mu);
 }
 
+/* Chains the KV-done checksums over n more pages as sent (packed at pages): one over the whole
+ * pages for a destination of TP 1, one per destination rank's slice above. */
+static void prefill__checksum(pjob_t *j, const uint8_t *pages, int n)
+{
+    const kv_layout_t *l = &j->dst_layout;
+    if (l->n_slices <= 1) {
+        j->checksum = node_pages_checksum(j->checksum, pages, NULL, n, l->page_bytes);
+        return;
+    }
+    for (int s = 0; s < l->n_slices && s < NODE_KV_DONE_SLICES_MAX; s++)
+        j->slice_sums[s] = tp_kv_slice_checksum(j->slice_sums[s], pages, NULL, n, l, s);
+}
+
 static void prefill__put(void *arg)
 {
     put_msg_t *m = arg;
@@ -257,7 +283,8 @@ static void prefill__put(void *arg)
         return;
     }
     prefill__count_pages(j->pn, j->path, m->n);
-    if (j->direct) { /* already written GPU -> GPU; the compute thread chained the checksum */
+    if (j->direct) { /* already written GPU -> GPU; the compute thread chained the checksum
+                      * (cuda-ipc only reaches TP 1 decode nodes: one chain, no slices) */
         j->checksum = m->sum;
         free(m);
         return;
@@ -268,7 +295,7 @@ static void prefill__put(void *arg)
         j->put_start_s = pd_clock_s();
     /* pages arrive in order (FIFO from the compute thread): the checksum the decode node will
      * recompute over what landed in its pool */
-    j->checksum = node_pages_checksum(j->checksum, m->staging, NULL, m->n, pb);
+    prefill__checksum(j, m->staging, m->n);
     if (j->error == PD_OK && node_control_now_ms(&j->pn->nc) > j->write_deadline_ms)
         j->error = PD_ERR_RESOURCE; /* the decode node may hand these pages to others now */
     for (int i = 0; i < m->n && j->error == PD_OK; i++) {
@@ -763,8 +790,9 @@ static void prefill__rpc_prefill(pd_grpc_call_t *call, const ProtobufCMessage *m
     const uint32_t dtp = d->layout->tp ? d->layout->tp : 1;
     if (pd_kvfmt_parse(d->layout->kv_format, &dfmt) != 0 ||
         (int)d->layout->n_layers != src->n_layers ||
-        (int)d->layout->n_kv_heads != src->n_kv_heads * engine_tp(e) || dtp > 64 ||
-        d->layout->n_kv_heads % dtp != 0 || (int)d->layout->head_dim != src->head_dim ||
+        (int)d->layout->n_kv_heads != src->n_kv_heads * engine_tp(e) ||
+        dtp > NODE_KV_DONE_SLICES_MAX || d->layout->n_kv_heads % dtp != 0 ||
+        (int)d->layout->head_dim != src->head_dim ||
         (int)d->layout->page_tokens != src->page_tokens) {
         snprintf(why, sizeof why,
                  "prefill: destination kv layout does not match this model "
@@ -874,7 +902,7 @@ static void prefill__rpc_stats(pd_grpc_call_t *call, const ProtobufCMessage *msg
 {
     prefill_node_t *pn = user;
     Pdserve__V1__NodeStats m = PDSERVE__V1__NODE_STATS__INIT;
-    (void)msg;
+    node_control_operator_drain(&pn->nc, ((const Pdserve__V1__StatsRequest *)msg)->drain);
     node_stats_fill(&pn->nc.stats, pn->nc.node, &m);
     m.queued = (uint32_t)pn->queued;
     m.active = (uint32_t)pn->queued;

@@ -31,6 +31,8 @@ typedef struct rnode {
     int healthy;
     int poll_failures;     /* health polls in a row that got no answer */
     int draining;          /* pdctl drain: no new work; running requests finish */
+    int drain_known;       /* draining is this router's word (pdctl drain / undrain, or learnt
+                              from the node's Stats since it started); 0: ask the node */
     int left;              /* deregistered: no new work, not polled; may register again */
     cluster_node_t *owned; /* a node that joined at run time: its entry (node points here) */
     uint32_t pages_used, pages_total, active, reserved_est;
@@ -122,7 +124,7 @@ struct router {
     router_counters_t cnt;
     uv_timer_t poll;
     int poll_open, stopping;
-    int draining; /* SIGTERM: no new requests, running ones finish */
+    int draining;     /* SIGTERM: no new requests, running ones finish */
     char bearer[264]; /* "Bearer CLUSTER_TOKEN" for the nodes' control ports, "" : none */
     router_req_t *reqs;
     int n_reqs;
@@ -200,6 +202,16 @@ static void router__stats_done(void *arg, int code, const char *msg, ProtobufCMe
         n->integrity_failures = s->integrity_failures;
         n->tp = s->tp;
         n->reserved_est = 0;
+        if (!n->drain_known) { /* first word since this router started: the node remembers */
+            n->drain_known = 1;
+            if (s->operator_drain && !n->draining) {
+                pd_log_info("node %s: drained before this router started (pdctl drain): kept "
+                            "drained",
+                            n->node->name);
+                n->draining = 1;
+                router__update_serving(n->router);
+            }
+        }
     }
     if (resp)
         protobuf_c_message_free_unpacked(resp, NULL);
@@ -235,6 +247,7 @@ static void router__health_done(void *arg, int code, const char *msg, ProtobufCM
     if (!serving || r->stopping)
         return;
     Pdserve__V1__StatsRequest req = PDSERVE__V1__STATS_REQUEST__INIT;
+    req.drain = !n->drain_known ? 0 : n->draining ? 2 : 1; /* the node shows it, and keeps it */
     const char *path = n->node->role == CLUSTER_ROLE_DECODE ? "/pdserve.v1.Decode/Stats"
                                                             : "/pdserve.v1.Prefill/Stats";
     if (pd_grpc_client_unary(n->client, path, &req.base, &pdserve__v1__node_stats__descriptor,
@@ -1731,6 +1744,7 @@ pd_status_t router_node_drain(router_t *r, const char *name, int drain)
         pd_log_info("node %s: %s (%d request(s) on it)", name, drain ? "draining" : "undrained",
                     router__node_running(r, n));
     n->draining = !!drain;
+    n->drain_known = 1;
     router__update_serving(r);
     return PD_OK;
 }

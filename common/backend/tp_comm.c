@@ -22,6 +22,16 @@ pd_status_t tp_comm_barrier(tp_comm_t *c)
     return c->ops->barrier(c);
 }
 
+pd_status_t tp_comm_abort(tp_comm_t *c)
+{
+    return c->ops->abort ? c->ops->abort(c) : PD_ERR_UNSUPPORTED;
+}
+
+pd_status_t tp_comm_reset(tp_comm_t *c)
+{
+    return c->ops->reset ? c->ops->reset(c) : PD_ERR_UNSUPPORTED;
+}
+
 void tp_comm_destroy(tp_comm_t *c)
 {
     if (c)
@@ -36,6 +46,7 @@ typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int size, arrived, live;
+    int aborted; /* tp_comm_abort: every collective returns PD_ERR_TP_ABORTED until reset */
     unsigned long generation; /* bumped when a collective completes */
     /* this collective's arguments, per rank */
     fake_kind_t kind;
@@ -77,6 +88,10 @@ static pd_status_t fake__collective(tp_comm_t *c, fake_kind_t kind, float *out, 
     pd_status_t st;
 
     pthread_mutex_lock(&g->mu);
+    if (g->aborted) {
+        pthread_mutex_unlock(&g->mu);
+        return PD_ERR_TP_ABORTED;
+    }
     if (g->arrived == 0) {
         g->kind = kind;
         g->n = n;
@@ -97,8 +112,12 @@ static pd_status_t fake__collective(tp_comm_t *c, fake_kind_t kind, float *out, 
         pthread_cond_broadcast(&g->cv);
     } else {
         unsigned long gen = g->generation;
-        while (gen == g->generation)
+        while (gen == g->generation && !g->aborted)
             pthread_cond_wait(&g->cv, &g->mu);
+        if (gen == g->generation) { /* aborted: a rank will never arrive */
+            pthread_mutex_unlock(&g->mu);
+            return PD_ERR_TP_ABORTED;
+        }
     }
     st = g->result[c->rank];
     pthread_mutex_unlock(&g->mu);
@@ -118,6 +137,30 @@ static pd_status_t fake_all_gather(tp_comm_t *c, float *out, const float *in, si
 static pd_status_t fake_barrier(tp_comm_t *c)
 {
     return fake__collective(c, FAKE_BARRIER, NULL, NULL, 0);
+}
+
+static pd_status_t fake_abort(tp_comm_t *c)
+{
+    fake_group_t *g = c->impl;
+    pthread_mutex_lock(&g->mu);
+    if (!g->aborted)
+        pd_log_warn("tp fake rank %d: collectives aborted (%d of %d ranks were waiting)", c->rank,
+                    g->arrived, g->size);
+    g->aborted = 1;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    return PD_OK;
+}
+
+static pd_status_t fake_reset(tp_comm_t *c)
+{
+    fake_group_t *g = c->impl;
+    pthread_mutex_lock(&g->mu);
+    g->aborted = 0;
+    g->arrived = 0; /* the ranks that waited in the aborted collective have left it */
+    g->status = PD_OK;
+    pthread_mutex_unlock(&g->mu);
+    return PD_OK;
 }
 
 static void fake__group_free(fake_group_t *g)
@@ -147,6 +190,8 @@ static const tp_comm_ops_t fake_ops = {
     .all_reduce_sum = fake_all_reduce_sum,
     .all_gather = fake_all_gather,
     .barrier = fake_barrier,
+    .abort = fake_abort,
+    .reset = fake_reset,
     .destroy = fake_destroy,
 };
 

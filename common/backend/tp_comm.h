@@ -11,6 +11,9 @@
  *         (NVLS) must stay off: tp_comm_nccl_create() sets NCCL_NVLS_ENABLE=0 unless it is set.
  *
  * Every rank must call the same collectives in the same order with the same n (as with NCCL).
+ * A rank whose own work fails between two collectives would leave the others waiting in the next
+ * one for ever: it calls tp_comm_abort(), and every rank in or entering a collective of the group
+ * returns PD_ERR_TP_ABORTED until tp_comm_reset() (once no rank is inside one).
  * Results are identical on every rank: the fake sums in rank order 0..size-1, so a sum does not
  * depend on which rank arrives last. A rank object is used by one thread (its rank's compute
  * thread); the group behind it is shared and locks internally. Buffers: backend memory.
@@ -33,6 +36,9 @@ typedef struct {
      * ncclAllGather); out and in do not overlap */
     pd_status_t (*all_gather)(tp_comm_t *c, float *out, const float *in, size_t n);
     pd_status_t (*barrier)(tp_comm_t *c);
+    /* optional (NULL: unsupported): see tp_comm_abort / tp_comm_reset */
+    pd_status_t (*abort)(tp_comm_t *c);
+    pd_status_t (*reset)(tp_comm_t *c);
     /* frees this rank's object (the group goes with the last rank destroyed) */
     void (*destroy)(tp_comm_t *c);
 } tp_comm_ops_t;
@@ -61,6 +67,16 @@ pd_status_t tp_comm_all_gather(tp_comm_t *c, float *out, const float *in, size_t
 
 /* Returns once every rank has entered the barrier. Failure as all_reduce_sum. */
 pd_status_t tp_comm_barrier(tp_comm_t *c);
+
+/* Aborts the group's collectives (any rank's thread, any time): every rank waiting in one, and
+ * every later call, returns PD_ERR_TP_ABORTED. For a rank whose own op failed, so the others do
+ * not wait for it. PD_ERR_UNSUPPORTED for an implementation without it (nccl: ncclCommAbort and a
+ * new communicator are not wired in). */
+pd_status_t tp_comm_abort(tp_comm_t *c);
+
+/* Makes an aborted group usable again (PD_OK; also when it was not aborted). Only while no rank
+ * is inside a collective (each rank's job has returned). PD_ERR_UNSUPPORTED as tp_comm_abort. */
+pd_status_t tp_comm_reset(tp_comm_t *c);
 
 /* Destroys one rank object; accepts NULL. */
 void tp_comm_destroy(tp_comm_t *c);

@@ -34,7 +34,8 @@
     X(PD_ERR_TRANSPORT, -14, "transport error", 14, 502)                                           \
     X(PD_ERR_CUDA, -15, "cuda error", 13, 500)                                                     \
     X(PD_ERR_INTERNAL, -16, "internal error", 13, 500)                                             \
-    X(PD_ERR_EXISTS, -17, "already exists", 6, 409)
+    X(PD_ERR_EXISTS, -17, "already exists", 6, 409)                                                \
+    X(PD_ERR_TP_ABORTED, -18, "tensor-parallel step aborted: a rank failed", 10, 500)
 
 typedef enum {
 #define PD_STATUS__ENUM(name, value, msg, grpc, http) name = value,

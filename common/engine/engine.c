@@ -131,12 +131,12 @@ static pd_status_t engine__tp_create(engine_t *e)
         (st = tp_shard_check(&cfg, p->wfmt, p->lm_head_fmt, p->tp)) != PD_OK)
         return st;
     if ((st = engine_tp_create(p->tp, p->backend, p->device, p->threads, p->backend_options,
-                               &e->tp)) != PD_OK)
+                               p->tp_comm_wrap, p->tp_comm_wrap_arg, &e->tp)) != PD_OK)
         return st;
     engine_rank_t *r0 = engine_tp_rank(e->tp, 0);
     e->be = r0->be;
     e->tag_io = r0->tag_io;
-    if ((st = engine_tp_run(e->tp, engine__tp_load, (void *)p, 1)) != PD_OK)
+    if ((st = engine_tp_run(e->tp, engine__tp_load, (void *)p, ENGINE_TP_COLLECTIVES)) != PD_OK)
         return st; /* logged by model_load */
     e->m = r0->m;
     pd_log_info("tp %d: %d ranks, one %s backend%s each, %s communicator", p->tp, p->tp, p->backend,
@@ -175,7 +175,7 @@ static pd_status_t engine__forward(engine_t *e, const model_batch_t *b, float *l
             r->logits_cap = f.n;
         }
     }
-    return engine_tp_run(e->tp, engine__tp_forward, &f, 1);
+    return engine_tp_run(e->tp, engine__tp_forward, &f, ENGINE_TP_COLLECTIVES);
 }
 
 typedef struct {
@@ -199,7 +199,7 @@ static void engine__stamp(engine_t *e, const kv_page_ref_t *refs, int n)
         return;
     }
     engine__stamp_t a = {e, refs, n};
-    (void)engine_tp_run(e->tp, engine__tp_stamp, &a, 0);
+    (void)engine_tp_run(e->tp, engine__tp_stamp, &a, ENGINE_TP_SEQUENTIAL);
 }
 
 typedef struct {
@@ -247,7 +247,7 @@ static int engine__check(engine_t *e, const kv_seq_t *const *seqs, const int32_t
     engine__check_t a = {e, seqs, n_tokens, ids, n, status_out, one, 0};
     for (int i = 0; i < n; i++)
         status_out[i] = PD_OK;
-    (void)engine_tp_run(e->tp, engine__tp_check, &a, 0);
+    (void)engine_tp_run(e->tp, engine__tp_check, &a, ENGINE_TP_SEQUENTIAL);
     free(one);
     if (a.err < 0)
         return a.err;
@@ -329,7 +329,7 @@ pd_status_t engine_create(const engine_params_t *p, engine_t **e_p)
         goto err;
     if (e->tp) {
         size_t bytes = (size_t)n_pages * e->layout.page_bytes;
-        if ((st = engine_tp_run(e->tp, engine__tp_arena, &bytes, 1)) != PD_OK)
+        if ((st = engine_tp_run(e->tp, engine__tp_arena, &bytes, ENGINE_TP_PARALLEL)) != PD_OK)
             goto err;
         e->arena = engine_tp_rank(e->tp, 0)->arena;
         e->ctx = engine_tp_rank(e->tp, 0)->ctx;
@@ -1331,8 +1331,7 @@ pd_status_t engine_prefill(engine_t *e, const int32_t *tokens, int n, const engi
             b.n_logits = n_samples;
             b.logit_rows = e->b_rows;
             if ((st = engine__plan(e, probes, n_samples, &smp)) == PD_OK)
-                st = model_forward_sample(e->ctx, e->arena, &e->layout, &b, &smp, first_p,
-                                          e->b_lp);
+                st = model_forward_sample(e->ctx, e->arena, &e->layout, &b, &smp, first_p, e->b_lp);
             for (int i = 0; st == PD_OK && i < n_samples; i++)
                 if (probes[i]->gp.logprobs)
                     probes[i]->lp = e->b_lp[i];
@@ -1443,7 +1442,8 @@ pd_status_t engine_kv_copy(engine_t *e, const kv_seq_t *src, int n_tokens, kv_se
     }
     engine__copy_t a = {&e->layout, src, &kv};
     engine_rank_t r0 = {.rank = 0, .be = e->be, .arena = e->arena};
-    st = e->tp ? engine_tp_run(e->tp, engine__copy_pages, &a, 1) : engine__copy_pages(&r0, &a);
+    st = e->tp ? engine_tp_run(e->tp, engine__copy_pages, &a, ENGINE_TP_PARALLEL)
+               : engine__copy_pages(&r0, &a);
     if (st != PD_OK) {
         kv_seq_release(e->pool, &kv);
         kv_seq_deinit(&kv);
@@ -1508,7 +1508,7 @@ static pd_status_t engine__export_tp(engine_t *e, const int32_t *pages, int n,
             goto out;
     engine__export_t a = {&src_l, &e->layout, pages, n, host};
     if (e->tp) {
-        st = engine_tp_run(e->tp, engine__tp_export, &a, 1);
+        st = engine_tp_run(e->tp, engine__tp_export, &a, ENGINE_TP_PARALLEL);
     } else {
         engine_rank_t r0 = {.rank = 0, .be = e->be, .arena = e->arena};
         st = engine__tp_export(&r0, &a);
@@ -1602,12 +1602,33 @@ typedef struct {
     int packed;
     const int32_t *pages;
     int n;
+    const uint64_t *want; /* (tp) slice checksums to check first, or NULL */
+    uint64_t seq;
+    int *bad; /* (tp) with want: 1 where the rank's slice differs */
 } engine__import_t;
 
 static pd_status_t engine__tp_import(engine_rank_t *r, void *arg)
 {
     const engine__import_t *a = arg;
     const size_t pb = a->l->page_bytes;
+    if (a->want) { /* this rank's slice, as it landed, against what the writer sent */
+        kv_layout_t wl = *a->l;
+        wl.page_bytes = a->wire_pb;
+        wl.n_slices = (int)(a->wire_pb / pb);
+        uint64_t h = 0;
+        for (int i = 0; i < a->n; i++) {
+            const int32_t at = a->packed ? i : a->pages[i];
+            h = tp_kv_slice_checksum(h, a->wire, &at, 1, &wl, r->rank);
+        }
+        a->bad[r->rank] = h != a->want[r->rank];
+        if (a->bad[r->rank]) {
+            pd_log_error("seq %llu: tp rank %d's kv slice checksum %016llx != %016llx sent: the "
+                         "slice changed in flight; failed",
+                         (unsigned long long)a->seq, r->rank, (unsigned long long)h,
+                         (unsigned long long)a->want[r->rank]);
+            return PD_ERR_KV_INTEGRITY;
+        }
+    }
     for (int i = 0; i < a->n; i++) {
         pd_status_t st = r->be->ops->upload(
             r->be, (uint8_t *)r->arena + (size_t)a->pages[i] * pb,
@@ -1623,9 +1644,33 @@ pd_status_t engine_import_pages(engine_t *e, const uint8_t *wire, int packed, co
                                 int n)
 {
     engine__import_t a = {&e->layout, wire,  e->layout.page_bytes * (size_t)engine_tp(e),
-                          packed,     pages, n};
+                          packed,     pages, n,
+                          NULL,       0,     NULL};
     if (e->tp)
-        return engine_tp_run(e->tp, engine__tp_import, &a, 1);
+        return engine_tp_run(e->tp, engine__tp_import, &a, ENGINE_TP_PARALLEL);
     engine_rank_t r0 = {.rank = 0, .be = e->be, .arena = e->arena};
     return engine__tp_import(&r0, &a);
+}
+
+pd_status_t engine_import_pages_checked(engine_t *e, const uint8_t *wire, int packed,
+                                        const int32_t *pages, int n, const uint64_t *want,
+                                        uint64_t seq, int *bad_p)
+{
+    const int tp = engine_tp(e);
+    int bad[64] = {0};
+    engine__import_t a = {
+        &e->layout, wire, e->layout.page_bytes * (size_t)tp, packed, pages, n, want, seq, bad};
+    pd_status_t st;
+    if (e->tp) {
+        st = engine_tp_run(e->tp, engine__tp_import, &a, ENGINE_TP_PARALLEL);
+    } else {
+        engine_rank_t r0 = {.rank = 0, .be = e->be, .arena = e->arena};
+        st = engine__tp_import(&r0, &a);
+    }
+    int any = 0;
+    for (int r = 0; r < tp; r++)
+        any |= bad[r];
+    if (bad_p)
+        memcpy(bad_p, bad, (size_t)tp * sizeof *bad);
+    return any ? PD_ERR_KV_INTEGRITY : st;
 }

@@ -26,7 +26,7 @@
 
 typedef struct {
     const char *model_dir;
-    const char *backend;     /* "cpu" | "cuda" */
+    const char *backend;       /* "cpu" | "cuda" */
     char backend_options[256]; /* "key=value,..." for backend_set_options; "": none */
     int device, threads;
     pd_wfmt_t wfmt, lm_head_fmt;
@@ -45,6 +45,10 @@ typedef struct {
      * ways, one backend (CUDA: devices device .. device + tp - 1) and thread per rank, one page
      * pool whose pages each rank holds its KV heads of (engine_tp.h) */
     int tp;
+    /* test builds only (tests/support/tp_comm_faults.h; NULL in production): called on the
+     * owner thread once the ranks' communicators exist; may replace comms (tp) with wrappers */
+    void (*tp_comm_wrap)(void *arg, struct tp_comm **comms, int size);
+    void *tp_comm_wrap_arg;
 } engine_params_t;
 
 /* Fills p with defaults (cpu, bf16 weights and KV, 16-token pages, tagged tracker, ...). */
@@ -230,6 +234,16 @@ void engine_kv_wire_layout(const engine_t *e, kv_layout_t *l_p);
  * error (PD_ERR_CUDA); the pages must then not be used. */
 pd_status_t engine_import_pages(engine_t *e, const uint8_t *wire, int packed, const int32_t *pages,
                                 int n);
+
+/* engine_import_pages where each rank first checks its own slice of the wire pages against
+ * want (engine_tp entries: the KV-done's slice checksums, tp_kv_slice_checksum over the pages in
+ * this order), all ranks at once. A rank whose slice differs imports nothing of it and logs
+ * "seq SEQ: tp rank R's kv slice checksum ..."; bad_p (engine_tp entries, may be NULL) gets 1 for
+ * each such rank, 0 for the others. Returns PD_ERR_KV_INTEGRITY when any slice differs (the
+ * pages must then not be used), else as engine_import_pages. */
+pd_status_t engine_import_pages_checked(engine_t *e, const uint8_t *wire, int packed,
+                                        const int32_t *pages, int n, const uint64_t *want,
+                                        uint64_t seq, int *bad_p);
 
 /* Fault injection for tests: counters and hooks of the tracker. */
 kv_tracker_t *engine_tracker(engine_t *e);

@@ -20,9 +20,30 @@ struct engine_tp {
     int turn;      /* sequential job: the rank whose turn it is */
     int remaining; /* ranks > 0 not done with this job */
     int quit;
+    int aborted; /* this job: a rank failed and aborted the group's collectives */
     engine_tp_fn fn;
     void *arg;
 };
+
+/* Runs fn on rank r. In a parallel job, a rank whose own work fails aborts the communicator, so
+ * that the ranks waiting for it in a collective return (PD_ERR_TP_ABORTED) instead of waiting for
+ * ever. */
+static pd_status_t engine_tp__call(engine_tp_t *t, engine_rank_t *r, engine_tp_fn fn, void *arg,
+                                   int parallel)
+{
+    pd_status_t st = fn(r, arg);
+    if (st != PD_OK && st != PD_ERR_TP_ABORTED && parallel == ENGINE_TP_COLLECTIVES && r->comm) {
+        pd_log_error("tp rank %d failed: %s; aborting the other ranks' collectives", r->rank,
+                     pd_status_str(st));
+        pthread_mutex_lock(&t->mu);
+        t->aborted = 1;
+        pthread_mutex_unlock(&t->mu);
+        if (tp_comm_abort(r->comm) != PD_OK)
+            pd_log_error("tp rank %d: the %s communicator cannot abort: the other ranks may wait",
+                         r->rank, r->comm->ops->name);
+    }
+    return st;
+}
 
 typedef struct {
     engine_tp_t *t;
@@ -46,7 +67,7 @@ static void *engine_tp__main(void *arg)
         engine_tp_fn fn = t->fn;
         void *fa = t->arg;
         pthread_mutex_unlock(&t->mu);
-        t->ranks[r].st = fn(&t->ranks[r], fa);
+        t->ranks[r].st = engine_tp__call(t, &t->ranks[r], fn, fa, t->parallel);
         pthread_mutex_lock(&t->mu);
         t->turn = r + 1;
         t->remaining--;
@@ -63,13 +84,14 @@ pd_status_t engine_tp_run(engine_tp_t *t, engine_tp_fn fn, void *arg, int parall
     t->fn = fn;
     t->arg = arg;
     t->parallel = parallel;
+    t->aborted = 0;
     t->turn = 1;
     t->remaining = t->size - 1;
     if (parallel) {
         t->gen++;
         pthread_cond_broadcast(&t->go);
         pthread_mutex_unlock(&t->mu);
-        t->ranks[0].st = fn(&t->ranks[0], arg);
+        t->ranks[0].st = engine_tp__call(t, &t->ranks[0], fn, arg, parallel);
         pthread_mutex_lock(&t->mu);
     } else {
         pthread_mutex_unlock(&t->mu);
@@ -80,7 +102,14 @@ pd_status_t engine_tp_run(engine_tp_t *t, engine_tp_fn fn, void *arg, int parall
     }
     while (t->remaining > 0)
         pthread_cond_wait(&t->done, &t->mu);
+    const int aborted = t->aborted;
     pthread_mutex_unlock(&t->mu);
+    if (aborted) {
+        /* every rank has left its collective: the group can serve the next job */
+        if (tp_comm_reset(t->ranks[0].comm) != PD_OK)
+            pd_log_error("tp: the communicator cannot be reset after a failed rank");
+        return PD_ERR_TP_ABORTED;
+    }
     for (int r = 0; r < t->size; r++)
         if (t->ranks[r].st != PD_OK)
             return t->ranks[r].st;
@@ -115,7 +144,9 @@ static pd_status_t engine_tp__backend(engine_rank_t *r, void *arg)
 }
 
 pd_status_t engine_tp_create(int size, const char *backend, int device, int threads,
-                             const char *options, engine_tp_t **t_p)
+                             const char *options,
+                             void (*wrap)(void *arg, tp_comm_t **comms, int size), void *wrap_arg,
+                             engine_tp_t **t_p)
 {
     engine_tp_t *t;
     pd_status_t st;
@@ -152,7 +183,7 @@ pd_status_t engine_tp_create(int size, const char *backend, int device, int thre
         threads = cores / size > 0 ? cores / size : 1;
     }
     engine_tp__be_args_t a = {backend, options ? options : "", device, threads};
-    if ((st = engine_tp_run(t, engine_tp__backend, &a, 1)) != PD_OK)
+    if ((st = engine_tp_run(t, engine_tp__backend, &a, ENGINE_TP_PARALLEL)) != PD_OK)
         goto err;
     tp_comm_t **comms = calloc((size_t)size, sizeof *comms);
     if (!comms) {
@@ -177,6 +208,8 @@ pd_status_t engine_tp_create(int size, const char *backend, int device, int thre
         if (st == PD_ERR_UNSUPPORTED)
             pd_log_error("tp %d on %s: this build has no NCCL", size, backend);
     }
+    if (st == PD_OK && wrap)
+        wrap(wrap_arg, comms, size);
     if (st == PD_OK)
         for (int r = 0; r < size; r++)
             t->ranks[r].comm = comms[r];
@@ -221,11 +254,11 @@ void engine_tp_destroy(engine_tp_t *t)
     /* backends exist only once every rank thread runs (engine_tp_create) */
     const int all = t->ranks && t->th && t->started == t->size - 1;
     if (all)
-        (void)engine_tp_run(t, engine_tp__teardown, NULL, 1);
+        (void)engine_tp_run(t, engine_tp__teardown, NULL, ENGINE_TP_PARALLEL);
     for (int r = 0; t->ranks && r < t->size; r++) /* models and contexts are gone: no collective */
         tp_comm_destroy(t->ranks[r].comm);
     if (all)
-        (void)engine_tp_run(t, engine_tp__backend_destroy, NULL, 1);
+        (void)engine_tp_run(t, engine_tp__backend_destroy, NULL, ENGINE_TP_PARALLEL);
     pthread_mutex_lock(&t->mu);
     t->quit = 1;
     pthread_cond_broadcast(&t->go);

@@ -41,16 +41,27 @@ typedef pd_status_t (*engine_tp_fn)(engine_rank_t *r, void *arg);
 
 /* Starts size - 1 rank threads (rank 0 is the caller's) and creates each rank's backend
  * (backend, device + rank, threads per rank, options) on its thread, then the communicator
- * (in-process for "cpu", NCCL for "cuda"). Nothing else (model, arena) is made here.
+ * (in-process for "cpu", NCCL for "cuda"), which wrap (a test's fault wrapper; NULL in production)
+ * may replace. Nothing else (model, arena) is made here.
  * PD_ERR_INVALID (size < 2), PD_ERR_NOMEM, the backend's error or PD_ERR_UNSUPPORTED (CUDA without
  * NCCL); nothing is left running on failure. */
 pd_status_t engine_tp_create(int size, const char *backend, int device, int threads,
-                             const char *options, engine_tp_t **t_p);
+                             const char *options,
+                             void (*wrap)(void *arg, tp_comm_t **comms, int size), void *wrap_arg,
+                             engine_tp_t **t_p);
 
-/* Runs fn(rank, arg) for every rank, in parallel (parallel true: each collective needs every rank
- * at once) or one rank after the other in rank order (false: for work that shares the engine's
- * tracker). Returns the first rank's error in rank order (each rank's in ranks[r].st), PD_OK when
- * all succeeded. */
+/* engine_tp_run's modes */
+#define ENGINE_TP_SEQUENTIAL 0  /* one rank after the other, in rank order (shares the tracker) */
+#define ENGINE_TP_PARALLEL 1    /* all ranks at once, no collectives */
+#define ENGINE_TP_COLLECTIVES 2 /* all ranks at once, with collectives (each needs every rank) */
+
+/* Runs fn(rank, arg) for every rank, in parallel (ENGINE_TP_PARALLEL, ENGINE_TP_COLLECTIVES) or
+ * one rank after the other (ENGINE_TP_SEQUENTIAL). Returns the first rank's error in rank order
+ * (each rank's in ranks[r].st), PD_OK when all succeeded. In an ENGINE_TP_COLLECTIVES job a rank
+ * that fails aborts the communicator (tp_comm_abort: the
+ * ranks waiting for it in a collective return), the communicator is reset once every rank has
+ * returned, and the job returns PD_ERR_TP_ABORTED: the caller fails what the job was for (the
+ * batch's requests) and the ranks serve the next job. */
 pd_status_t engine_tp_run(engine_tp_t *t, engine_tp_fn fn, void *arg, int parallel);
 
 int engine_tp_size(const engine_tp_t *t);

@@ -155,7 +155,7 @@ static const cluster_config__field_t cluster_config__node_fields[NF__COUNT] = {
     [NF_PREFILL_CHUNK] = NODE_F("prefill_chunk", F_INT, prefill_chunk, 1, 1 << 20, NULL, 0),
     [NF_TRACKER] = NODE_F("tracker", F_ENUM, tracker, 0, 0, cluster_config__trackers, 0),
     [NF_THREADS] = NODE_F("threads", F_INT, threads, 0, 4096, NULL, 0),
-    [NF_TP] = NODE_F("tp", F_INT, tp, 1, 64, NULL, 0),
+    [NF_TP] = NODE_F("tp", F_INT, tp, 1, 16, NULL, 0), /* KvDone carries <= 16 slice checksums */
     [NF_BACKEND_OPTIONS] = NODE_F("backend_options", F_STR, backend_options, 0, 0, NULL, 0),
     [NF_TEMPLATE] = NODE_F("template", F_ENUM, template_, 0, 0, cluster_config__bools, 0),
 };

@@ -54,9 +54,10 @@ typedef struct {
     int prefill_chunk; /* tokens per prefill chunk */
     cluster_tracker_t tracker;
     int threads; /* CPU backend threads, 0 = all cores */
-    int tp;      /* tensor-parallel ranks (1..64): one thread and backend per rank (CUDA: GPUs
-                    device .. device + tp - 1, NCCL); must divide the model's attention and KV
-                    heads (checked at load when the model's config.json can be read) */
+    int tp; /* tensor-parallel ranks (1..16: KvDone carries one checksum per slice): one thread and
+               backend per rank (CUDA: GPUs device .. device + tp - 1, NCCL); must divide the
+               model's attention and KV heads (checked at load when the model's config.json can be
+               read) */
     /* "key=value,..." for backend_set_options (CUDA: kernels/backend_cuda.h) */
     char backend_options[CLUSTER_BACKEND_OPTIONS_MAX];
     int template_; /* "template: true": settings for nodes that join (--join, --join-name: the

@@ -50,6 +50,13 @@ static inline size_t tp_kv_slice_bytes(const kv_layout_t *l)
     return l->page_bytes / (size_t)(l->n_slices > 0 ? l->n_slices : 1);
 }
 
+/* The KV-done checksum of one destination rank's slice (KvDone.slice_checksums): the chain of
+ * page digests (kv_digest.h) over slice `slice` (tp_kv_slice_bytes) of n_pages wire pages of layout l, page i at
+ * base + (pages ? pages[i] : i) * l->page_bytes. Chained like node_pages_checksum: the checksum
+ * of pages [0, k) is the seed of [k, n). Any thread. */
+uint64_t tp_kv_slice_checksum(uint64_t seed, const uint8_t *base, const int32_t *pages, int n_pages,
+                              const kv_layout_t *l, int slice);
+
 /* Copies what rank src_rank of a TP-src_size writer holds of n_pages pages, src (n_pages,
  * src_l->page_bytes) packed in src_l (that rank's layout, already in the destination's format),
  * into every slice of the wire pages dst (n_pages, dst_l->page_bytes) of wire layout dst_l that

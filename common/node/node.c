@@ -114,6 +114,13 @@ void node_stats_prefill(node_stats_t *s, double compute_s, double tail_s)
     pthread_mutex_unlock(&s->mu);
 }
 
+const char *node_stats_drain_str(const node_stats_t *s)
+{
+    if (!s->operator_drain)
+        return "none";
+    return s->active == 0 && s->queued == 0 ? "drained" : "draining";
+}
+
 void node_stats_fill(node_stats_t *s, const cluster_node_t *node, Pdserve__V1__NodeStats *m)
 {
     pthread_mutex_lock(&s->mu);
@@ -124,6 +131,7 @@ void node_stats_fill(node_stats_t *s, const cluster_node_t *node, Pdserve__V1__N
     m->integrity_failures = s->integrity_failures;
     m->tokens = s->tokens;
     m->requests = s->requests;
+    m->operator_drain = s->operator_drain != 0;
     pthread_mutex_unlock(&s->mu);
     m->node = (char *)node->name;
     m->role = (char *)cluster_config_role_str(node->role);
@@ -219,6 +227,8 @@ static const char *node__kv_done_bad(const node_kv_done_t *m)
         return "n_tokens out of range";
     if (m->n_pages == 0 || m->n_pages > m->n_tokens)
         return "n_pages out of range";
+    if (m->n_slices < 0 || m->n_slices == 1 || m->n_slices > NODE_KV_DONE_SLICES_MAX)
+        return "slice checksums: not 0 or 2..16";
     return NULL;
 }
 
@@ -278,6 +288,8 @@ pd_status_t node_kv_done_pack(const node_kv_done_t *m, uint8_t *buf, size_t cap,
     pb.n_pages = m->n_pages;
     pb.aborted = m->aborted != 0;
     pb.checksum = m->checksum;
+    pb.n_slice_checksums = (size_t)m->n_slices;
+    pb.slice_checksums = (uint64_t *)m->slice_sums;
     pb.token.data = (uint8_t *)m->token;
     pb.token.len = NODE_TOKEN_BYTES;
     len = pdserve__v1__kv_done__get_packed_size(&pb);
@@ -312,10 +324,18 @@ pd_status_t node_kv_done_unpack(const void *buf, size_t len, const char *who, no
     m.aborted = pb->aborted;
     m.checksum = pb->checksum;
     bad = NULL;
+    m.n_slices = 0;
     if (pb->token.len != NODE_TOKEN_BYTES)
         bad = "token missing or not 16 bytes";
     else
         memcpy(m.token, pb->token.data, NODE_TOKEN_BYTES);
+    if (!bad && (pb->n_slice_checksums == 1 || pb->n_slice_checksums > NODE_KV_DONE_SLICES_MAX))
+        bad = "slice checksums: not 0 or 2..16";
+    else if (!bad) {
+        m.n_slices = (int)pb->n_slice_checksums;
+        if (m.n_slices > 0)
+            memcpy(m.slice_sums, pb->slice_checksums, (size_t)m.n_slices * sizeof(uint64_t));
+    }
     pdserve__v1__kv_done__free_unpacked(pb, NULL);
     if (bad || (bad = node__kv_done_bad(&m))) {
         pd_log_error("%s: kv done for seq %llu: %s: dropped", who, (unsigned long long)m.seq_id,
@@ -356,14 +376,14 @@ static void node_http__ready(pd_http_request_t *req, void *user)
     pthread_mutex_lock(&h->stats->mu);
     st = *h->stats;
     pthread_mutex_unlock(&h->stats->mu);
-    pd_http_respond_json(req, serving ? 200 : 503,
-                         json_pack("{s:s,s:s,s:s,s:i,s:i,s:I,s:I,s:s,s:i}", "status",
-                                   serving ? "ready" : "not ready", "node", h->node->name, "role",
-                                   cluster_config_role_str(h->node->role), "active", (int)st.active,
-                                   "waiting", (int)st.queued, "kv_pages_used",
-                                   (json_int_t)st.pages_used, "kv_pages_capacity",
-                                   (json_int_t)st.pages_total, "kv_path",
-                                   st.kv_path[0] ? st.kv_path : "none", "tp", h->node->tp));
+    pd_http_respond_json(
+        req, serving ? 200 : 503,
+        json_pack("{s:s,s:s,s:s,s:i,s:i,s:I,s:I,s:s,s:i,s:s}", "status",
+                  serving ? "ready" : "not ready", "node", h->node->name, "role",
+                  cluster_config_role_str(h->node->role), "active", (int)st.active, "waiting",
+                  (int)st.queued, "kv_pages_used", (json_int_t)st.pages_used, "kv_pages_capacity",
+                  (json_int_t)st.pages_total, "kv_path", st.kv_path[0] ? st.kv_path : "none", "tp",
+                  h->node->tp, "drain", node_stats_drain_str(&st)));
 }
 
 /* The listener counters of the control server and of this endpoint (pdserve_listener_*, as

@@ -54,6 +54,9 @@ typedef struct {
      * to the end of their last layer, and from there to the KV-done sent (the transfer's tail) */
     uint64_t prefill_timed;
     double prefill_compute_seconds, kv_tail_seconds;
+    /* loop thread: the operator's drain as the router last told it (StatsRequest.drain,
+     * node_control_operator_drain): no new work comes; 0 serving */
+    int operator_drain;
 } node_stats_t;
 
 /* Any thread: counts one integrity failure of kind. */
@@ -68,6 +71,9 @@ void node_stats_init(node_stats_t *s);
 void node_stats_deinit(node_stats_t *s);
 /* Compute thread: refreshes the pool and tracker numbers from e. */
 void node_stats_publish(node_stats_t *s, engine_t *e, uint32_t queued);
+/* The operator's drain of a copy of the stats: "none", "draining" (requests still run) or
+ * "drained" (none: the node may be stopped). */
+const char *node_stats_drain_str(const node_stats_t *s);
 /* Loop thread: fills a NodeStats message. */
 void node_stats_fill(node_stats_t *s, const cluster_node_t *node, Pdserve__V1__NodeStats *m);
 
@@ -84,14 +90,22 @@ void node_stats_fill(node_stats_t *s, const cluster_node_t *node, Pdserve__V1__N
 #define NODE_KV_DONE_MAX 256
 /* Bytes of a reservation token (KvDestination.token: unguessable, from getrandom). */
 #define NODE_TOKEN_BYTES 16
+/* Most slice checksums a KvDone carries (a decode node of TP up to 16; the message must fit
+ * NODE_KV_DONE_MAX). */
+#define NODE_KV_DONE_SLICES_MAX 16
 typedef struct {
     uint64_t seq_id;     /* the decode node's reservation id, >= 1 */
     int32_t first_token; /* the token sampled after the prompt, >= 0 */
     uint32_t n_tokens;   /* tokens whose KV was written, 1..INT32_MAX */
     uint32_t n_pages;    /* pages written, 1..n_tokens */
     int aborted;         /* the writer stopped early (cancelled): it writes nothing more */
-    uint64_t checksum;   /* over the pages' bytes as sent (node_pages_checksum) */
+    uint64_t checksum;   /* over the pages' bytes as sent (node_pages_checksum); a destination
+                            of TP 1 */
     uint8_t token[NODE_TOKEN_BYTES]; /* the reservation's token */
+    /* a destination of TP d > 1: n_slices = d (2..NODE_KV_DONE_SLICES_MAX) checksums, slice r's
+     * over rank r's slice of every page as sent (tp_kv_slice_checksum); 0 otherwise */
+    int n_slices;
+    uint64_t slice_sums[NODE_KV_DONE_SLICES_MAX];
 } node_kv_done_t;
 
 /* A fresh reservation token (getrandom). PD_ERR_IO when the kernel gives no randomness. */

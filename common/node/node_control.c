@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "notify.h"
 
 static void node_control__set_serving(node_control_t *nc, int serving)
 {
@@ -55,6 +56,34 @@ void node_control_fail(node_control_t *nc, const char *what, pd_status_t st)
     pd_log_error("%s: %s: %s", nc->node->name, what, pd_status_str(st));
     nc->failed = 1;
     uv_stop(nc->loop);
+}
+
+void node_control_operator_drain(node_control_t *nc, uint32_t drain)
+{
+    node_stats_t st;
+    char status[160];
+    pthread_mutex_lock(&nc->stats.mu);
+    if (drain == 1 || drain == 2)
+        nc->stats.operator_drain = drain == 2;
+    st = nc->stats;
+    pthread_mutex_unlock(&nc->stats.mu);
+    const char *now = node_stats_drain_str(&st);
+    if (strcmp(now, nc->drain_told) == 0 || (!nc->drain_told[0] && !st.operator_drain)) {
+        if (!nc->drain_told[0])
+            snprintf(nc->drain_told, sizeof nc->drain_told, "%s", now);
+        return;
+    }
+    snprintf(nc->drain_told, sizeof nc->drain_told, "%s", now);
+    if (strcmp(now, "none") == 0)
+        snprintf(status, sizeof status, "%s: serving (undrained)", nc->node->name);
+    else if (strcmp(now, "draining") == 0)
+        snprintf(status, sizeof status, "%s: draining (pdctl drain): no new work, %u running",
+                 nc->node->name, st.active + st.queued);
+    else
+        snprintf(status, sizeof status, "%s: drained (pdctl drain): no requests; may be stopped",
+                 nc->node->name);
+    pd_log_info("%s", status);
+    pd_notify_status(status);
 }
 
 int node_control_drain(node_control_t *nc)

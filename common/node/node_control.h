@@ -40,9 +40,10 @@ typedef struct {
     int own_tr; /* tr was created here (destroyed by deinit) */
     int port;   /* the bound control port */
     pd_clock_t clock;
-    int ready;    /* the model is loaded and the node's own setup done */
-    int failed;   /* loading failed: the process exits 1 */
-    int draining; /* SIGTERM: no new work; running requests finish */
+    int ready;           /* the model is loaded and the node's own setup done */
+    int failed;          /* loading failed: the process exits 1 */
+    int draining;        /* SIGTERM: no new work; running requests finish */
+    char drain_told[16]; /* the operator's drain last logged and told to systemd ("" none yet) */
 } node_control_t;
 
 /* Sets up nc for node: stats, the transport (env->transport or a new UCX one named for the
@@ -62,6 +63,13 @@ void node_control_ready(node_control_t *nc);
 
 /* Loading failed (what: logged with the status): the node is failed and the loop stops. */
 void node_control_fail(node_control_t *nc, const char *what, pd_status_t st);
+
+/* A Stats call's StatsRequest.drain (the router's view of pdctl drain: 0 unknown, 1 serving,
+ * 2 drained): kept in the stats (NodeStats.operator_drain, /health "drain"). Each change of
+ * none / draining / drained is logged and sent to systemd as STATUS= (not STOPPING=1: systemd
+ * would take the service for stopping and kill it after TimeoutStopSec; the node keeps running
+ * and may be undrained). */
+void node_control_operator_drain(node_control_t *nc, uint32_t drain);
 
 /* SIGTERM: NOT_SERVING, draining. Returns 1 the first time (the node logs what still runs), 0
  * when it was draining already. */

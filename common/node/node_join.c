@@ -147,6 +147,17 @@ pd_status_t node_join_create(uv_loop_t *loop, const char *router_addr, const clu
         free(j);
         return PD_ERR_NOMEM;
     }
+    const char *ca = getenv("PDSERVE_TLS_CA"), *sni = getenv("PDSERVE_TLS_SERVER_NAME");
+    if (ca && *ca) { /* the router's TLS port: verified against that CA, ALPN h2 */
+        pd_grpc_client_tls_t tls = {ca, sni};
+        pd_status_t st = pd_grpc_client_set_tls(j->client, &tls);
+        if (st != PD_OK) { /* logged */
+            pd_grpc_client_destroy(j->client);
+            free(j);
+            return st;
+        }
+        pd_log_info("join %s: tls, certificate verified against %s", router_addr, ca);
+    }
     uv_timer_init(loop, &j->timer);
     j->timer.data = j;
     uv_timer_start(&j->timer, node_join__register, 0, 0);

@@ -6,6 +6,9 @@
  * The node's own entry (role, formats, budget) comes from its cluster file as usual; the router's
  * file need not name it. When the router wants the ops token (router_auth.h), the calls carry
  * "authorization: Bearer TOKEN" from $PDSERVE_OPS_TOKEN or the file $PDSERVE_OPS_TOKEN_FILE.
+ * With $PDSERVE_TLS_CA set (a PEM CA file) the node speaks TLS to the router (its public port with
+ * router.tls_cert), verifying the certificate against that CA and the name
+ * $PDSERVE_TLS_SERVER_NAME (default: the host of ROUTER_HOST:PORT), ALPN h2.
  *
  * Loop thread only; main() owns the object.
  */
@@ -25,7 +28,8 @@ typedef struct node_join node_join_t;
 /* Starts registering node (copied) with the router at router_addr ("HOST:PORT"), under name (NULL:
  * node->name; the replicas of one template entry each give their own, e.g. the pod name).
  * PD_ERR_INVALID (logged) for an address that is not HOST:PORT or a name too long,
- * PD_ERR_NOMEM; nothing started on failure. */
+ * PD_ERR_IO (logged) when $PDSERVE_TLS_CA cannot be read, PD_ERR_NOMEM; nothing started on
+ * failure. */
 pd_status_t node_join_create(uv_loop_t *loop, const char *router_addr, const cluster_node_t *node,
                              const char *name, node_join_t **j_p);
 

@@ -34,17 +34,19 @@ static const pdctl_cmd_t pdctl_cmds[] = {
      "nodes of FILE placed on this machine)"},
     {"down", pdctl_down, "down --config FILE [--grace-s N] (stop what pdctl up started)"},
     {"health", pdctl_health,
-     "health --config FILE | --addr HOST:PORT ... [--json] [--timeout-ms N]"},
+     "health --config FILE | --addr HOST:PORT ... [--json] [--timeout-ms N] [TLS]"},
     {"generate", pdctl_generate,
      "generate --router HOST:PORT --prompt TEXT --max-tokens N [--temperature T --top-p P "
-     "--top-k K --seed S --stop STR ... --ignore-eos] [--json] [--timeout-ms N]"},
-    {"models", pdctl_models, "models --router HOST:PORT [--timeout-ms N]"},
+     "--top-k K --seed S --stop STR ... --ignore-eos] [--json] [--timeout-ms N] [TLS]"},
+    {"models", pdctl_models, "models --router HOST:PORT [--timeout-ms N] [TLS]"},
     {"nodes", pdctl_nodes,
-     "nodes --router HOST:PORT | --config FILE [--json] (the router's nodes and their state)"},
+     "nodes --router HOST:PORT | --config FILE [--json] [TLS] (the router's nodes and their "
+     "state)"},
     {"drain", pdctl_drain,
-     "drain NODE --router HOST:PORT | --config FILE [--wait-s N] [--json] (no new work to NODE; "
+     "drain NODE --router HOST:PORT | --config FILE [--wait-s N] [--json] [TLS] (no new work to "
+     "NODE; "
      "waits until its running requests are done: state drained)"},
-    {"undrain", pdctl_undrain, "undrain NODE --router HOST:PORT | --config FILE [--json]"},
+    {"undrain", pdctl_undrain, "undrain NODE --router HOST:PORT | --config FILE [--json] [TLS]"},
 };
 
 static void pdctl_usage(FILE *f)
@@ -54,6 +56,9 @@ static void pdctl_usage(FILE *f)
         fprintf(f, "  pdctl %s\n", pdctl_cmds[i].help);
     fprintf(f, "\nmodel options: --backend cpu|cuda --threads N --lm-head bf16|fp8|int4 "
                "--kv-budget BYTES --page-tokens N --tracker tagged|noop\n");
+    fprintf(f, "TLS (to a router with router.tls_cert): --tls-ca FILE (PEM CAs; $PDSERVE_TLS_CA) "
+               "--tls-server-name NAME ($PDSERVE_TLS_SERVER_NAME; default: the router's host); "
+               "with --config, on when the file gives the router a certificate\n");
 }
 
 int main(int argc, char **argv)

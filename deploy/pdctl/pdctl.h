@@ -26,6 +26,23 @@ int pdctl_undrain(int argc, char **argv);
 /* "Bearer TOKEN" from $var or the token file $var_FILE (cluster_config_read_token); "" when
  * neither is set. */
 void pdctl_bearer(const char *var, char *out, size_t cap);
+/* TLS to the router (its public gRPC port with router.tls_cert / tls_key): on with --tls-ca FILE
+ * (or $PDSERVE_TLS_CA), or when the cluster file (--config) gives the router a certificate; the
+ * server certificate is verified against that CA file (none given: the system's CAs) and the name
+ * --tls-server-name NAME / $PDSERVE_TLS_SERVER_NAME (default: the router's host), ALPN h2. */
+typedef struct {
+    int on;
+    const char *ca, *name;
+} pdctl_tls_t;
+/* From the environment. */
+void pdctl_tls_init(pdctl_tls_t *t);
+/* --tls-ca, --tls-server-name: returns 1 when name is one of them, else 0. */
+int pdctl_tls_opt(pdctl_tls_t *t, const char *name, const char *value);
+/* Makes c a TLS client when t->on; 0, or -1 (message printed, with cmd) when the CA cannot be
+ * read. */
+struct pd_grpc_client;
+int pdctl_tls_apply(const char *cmd, const pdctl_tls_t *t, struct pd_grpc_client *c);
+
 /* pdctl generate --router HOST:PORT ...: pdctl_generate hands over to it when --router is given. */
 int pdctl_generate_router(int argc, char **argv);
 

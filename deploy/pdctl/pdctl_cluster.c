@@ -96,6 +96,8 @@ typedef struct {
     const ProtobufCMessage *req;
     const ProtobufCMessageDescriptor *desc;
     int64_t timeout_ms;
+    const pdctl_tls_t *tls; /* NULL: h2c */
+    const char *bearer;     /* "Bearer ..." to send; NULL: the nodes' cluster token */
     /* out */
     int done, code;
     char msg[256];
@@ -129,10 +131,14 @@ static void pdctl__rpc_run(pdctl_rpc_t *rpcs, size_t n)
             continue; /* skipped by the caller */
         pd_status_t st = pd_grpc_client_create(&loop, r->host, r->port, &cl[i]);
         pd_grpc_client_call_t *call = NULL;
+        if (st == PD_OK && r->tls && pdctl_tls_apply("rpc", r->tls, cl[i]) != 0)
+            st = PD_ERR_IO;
         if (st == PD_OK)
             st = pd_grpc_client_unary(cl[i], r->path, r->req, r->desc, r->timeout_ms,
                                       pdctl__rpc_done, r, &call);
-        if (st == PD_OK && bearer[0]) /* the nodes' cluster token (their Stats want it) */
+        if (st == PD_OK && r->bearer && r->bearer[0])
+            (void)pd_grpc_client_call_add_metadata(call, "authorization", r->bearer);
+        else if (st == PD_OK && !r->bearer && bearer[0]) /* the nodes' cluster token (Stats) */
             (void)pd_grpc_client_call_add_metadata(call, "authorization", bearer);
         if (st != PD_OK) {
             r->done = 1;
@@ -171,7 +177,8 @@ typedef struct {
     char host[CLUSTER_HOST_MAX]; /* where to connect */
     int port;
     char addr[CLUSTER_HOST_MAX + 16];
-    const char *service; /* full service name checked first; NULL: "" only */
+    const char *service;    /* full service name checked first; NULL: "" only */
+    const pdctl_tls_t *tls; /* the router's listen port with TLS; NULL: h2c */
     /* results */
     const char *status; /* SERVING, NOT_SERVING, UNREACHABLE, TIMEOUT, ... */
     int serving;
@@ -260,7 +267,8 @@ static void pdctl__probe(pdctl_target_t *ts, size_t n, int64_t timeout_ms, int w
                                 .path = PDCTL_HEALTH_PATH,
                                 .req = &hreq[0].base,
                                 .desc = &grpc__health__v1__health_check_response__descriptor,
-                                .timeout_ms = timeout_ms};
+                                .timeout_ms = timeout_ms,
+                                .tls = t->tls};
         if (t->service) {
             /* one request message per service name: the batch shares none */
             Grpc__Health__V1__HealthCheckRequest *q = malloc(sizeof *q);
@@ -388,14 +396,15 @@ static void pdctl__health_json(const pdctl_target_t *ts, size_t n, int all_ok)
         if (t->has_stats)
             json_object_set_new(
                 o, "stats",
-                json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:I}", "active",
+                json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:I, s:b}", "active",
                           (json_int_t)t->stats.active, "queued", (json_int_t)t->stats.queued,
                           "pages_total", (json_int_t)t->stats.pages_total, "pages_used",
                           (json_int_t)t->stats.pages_used, "integrity_failures",
                           (json_int_t)t->stats.integrity_failures, "tokens",
                           (json_int_t)t->stats.tokens, "requests", (json_int_t)t->stats.requests,
                           "weights", t->weights, "kv", t->kv, "tp",
-                          (json_int_t)(t->stats.tp ? t->stats.tp : 1)));
+                          (json_int_t)(t->stats.tp ? t->stats.tp : 1), "operator_drain",
+                          (int)t->stats.operator_drain));
         else
             json_object_set_new(o, "stats", json_null());
         json_array_append_new(arr, o);
@@ -416,7 +425,9 @@ int pdctl_health(int argc, char **argv)
     long timeout_ms = 3000;
     cluster_config_t *cfg = NULL;
     pdctl_target_t *ts;
+    pdctl_tls_t tls;
 
+    pdctl_tls_init(&tls);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--json") == 0) {
@@ -428,6 +439,8 @@ int pdctl_health(int argc, char **argv)
             return 2;
         }
         i++;
+        if (pdctl_tls_opt(&tls, a, v))
+            continue;
         if (strcmp(a, "--config") == 0)
             config = v;
         else if (strcmp(a, "--addr") == 0 && n_addrs < 64)
@@ -447,10 +460,13 @@ int pdctl_health(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     if (config) {
         if (cluster_config_load(config, &cfg) != PD_OK)
-            return 2; /* logged with file:line:col */
+            return 2;                             /* logged with file:line:col */
         if (cfg->transport.cluster_token_file[0]) /* for the nodes' Stats */
             setenv("PDSERVE_CLUSTER_TOKEN_FILE", cfg->transport.cluster_token_file, 0);
         ts = pdctl__targets_of(cfg, &n);
+        tls.on |= cfg->router.tls_cert[0] != 0;
+        if (tls.on) /* the router's listen port (ts[0]); the nodes' control ports are h2c */
+            ts[0].tls = &tls;
         cluster_config_destroy(cfg);
     } else {
         ts = calloc(n_addrs, sizeof *ts);
@@ -1060,8 +1076,8 @@ static void pdctl__gen_on_sigint(uv_signal_t *h, int signum)
 }
 
 /* Connects to --router and runs one call on a private loop; the caller fills what it needs. */
-static int pdctl__router_client(const char *cmd, const char *router, uv_loop_t *loop,
-                                pd_grpc_client_t **c_p)
+static int pdctl__router_client(const char *cmd, const char *router, const pdctl_tls_t *tls,
+                                uv_loop_t *loop, pd_grpc_client_t **c_p)
 {
     char host[CLUSTER_HOST_MAX];
     int port;
@@ -1076,6 +1092,12 @@ static int pdctl__router_client(const char *cmd, const char *router, uv_loop_t *
         return -1;
     }
     pd_grpc_client_set_max_recv(*c_p, 64u << 20);
+    if (pdctl_tls_apply(cmd, tls, *c_p) != 0) {
+        pd_grpc_client_destroy(*c_p);
+        uv_run(loop, UV_RUN_DEFAULT);
+        uv_loop_close(loop);
+        return -1;
+    }
     return 0;
 }
 
@@ -1111,8 +1133,10 @@ int pdctl_generate_router(int argc, char **argv)
     pdctl_gen_t g;
     uv_loop_t loop;
     pd_grpc_client_t *c;
+    pdctl_tls_t tls;
     int rc = 1;
 
+    pdctl_tls_init(&tls);
     memset(&g, 0, sizeof g);
     req.sampling = &sp;
     sp.stop = stops;
@@ -1131,6 +1155,8 @@ int pdctl_generate_router(int argc, char **argv)
             return 2;
         }
         i++;
+        if (pdctl_tls_opt(&tls, a, v))
+            continue;
         if (strcmp(a, "--router") == 0)
             router = v;
         else if (strcmp(a, "--prompt") == 0)
@@ -1171,14 +1197,14 @@ int pdctl_generate_router(int argc, char **argv)
     sp.top_k = (int32_t)top_k;
     req.text = (char *)prompt;
     signal(SIGPIPE, SIG_IGN);
-    if (pdctl__router_client("generate", router, &loop, &c) < 0)
+    if (pdctl__router_client("generate", router, &tls, &loop, &c) < 0)
         return 2;
     uv_signal_init(&loop, &g.sig);
     g.sig.data = &g;
     uv_signal_start(&g.sig, pdctl__gen_on_sigint, SIGINT);
     if (pd_grpc_client_stream(c, "/pdserve.v1.Inference/Generate", &req.base,
-                           &pdserve__v1__generate_response__descriptor, timeout_ms, pdctl__gen_msg,
-                           pdctl__gen_done, &g, &g.call) != PD_OK) {
+                              &pdserve__v1__generate_response__descriptor, timeout_ms,
+                              pdctl__gen_msg, pdctl__gen_done, &g, &g.call) != PD_OK) {
         fprintf(stderr, "pdctl generate: cannot start the call\n");
         uv_close((uv_handle_t *)&g.sig, NULL);
         goto out;
@@ -1216,7 +1242,9 @@ int pdctl_models(int argc, char **argv)
     pdctl_rpc_t r;
     char host[CLUSTER_HOST_MAX];
     int port, rc = 1;
+    pdctl_tls_t tls;
 
+    pdctl_tls_init(&tls);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) {
@@ -1224,6 +1252,8 @@ int pdctl_models(int argc, char **argv)
             return 2;
         }
         i++;
+        if (pdctl_tls_opt(&tls, a, v))
+            continue;
         if (strcmp(a, "--router") == 0)
             router = v;
         else if (strcmp(a, "--timeout-ms") == 0) {
@@ -1246,6 +1276,10 @@ int pdctl_models(int argc, char **argv)
     r.req = &req.base;
     r.desc = &pdserve__v1__model_info__descriptor;
     r.timeout_ms = timeout_ms;
+    r.tls = &tls;
+    char api_key[520]; /* the router's API key, when it wants one */
+    pdctl_bearer("PDSERVE_API_KEY", api_key, sizeof api_key);
+    r.bearer = api_key;
     pdctl__rpc_run(&r, 1);
     if (r.code != PD_GRPC_OK) {
         fprintf(stderr, "pdctl models: %s: %s\n", pd_grpc_wire_code_name(r.code),

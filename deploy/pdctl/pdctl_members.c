@@ -49,11 +49,46 @@ void pdctl_bearer(const char *var, char *out, size_t cap)
         snprintf(out, cap, "Bearer %s", token);
 }
 
+void pdctl_tls_init(pdctl_tls_t *t)
+{
+    const char *ca = getenv("PDSERVE_TLS_CA"), *name = getenv("PDSERVE_TLS_SERVER_NAME");
+    t->ca = ca && *ca ? ca : NULL;
+    t->name = name && *name ? name : NULL;
+    t->on = t->ca != NULL;
+}
+
+int pdctl_tls_opt(pdctl_tls_t *t, const char *name, const char *value)
+{
+    if (strcmp(name, "--tls-ca") == 0) {
+        t->ca = value;
+        t->on = 1;
+        return 1;
+    }
+    if (strcmp(name, "--tls-server-name") == 0) {
+        t->name = value;
+        return 1;
+    }
+    return 0;
+}
+
+int pdctl_tls_apply(const char *cmd, const pdctl_tls_t *t, pd_grpc_client_t *c)
+{
+    pd_grpc_client_tls_t tls = {t->ca, t->name};
+    if (!t->on)
+        return 0;
+    if (pd_grpc_client_set_tls(c, &tls) != PD_OK) {
+        fprintf(stderr, "pdctl %s: --tls-ca %s: cannot be read as PEM CA certificates\n", cmd,
+                t->ca ? t->ca : "(system default)");
+        return -1;
+    }
+    return 0;
+}
+
 /* One unary call to the router at addr (with the ops token of $PDSERVE_OPS_TOKEN[_FILE]); the
  * response (code 0) belongs to the caller. */
-static int pdctl_members__call(const char *addr, const char *path, const ProtobufCMessage *req,
-                               const ProtobufCMessageDescriptor *desc, long timeout_ms,
-                               pdctl_members__call_t *out)
+static int pdctl_members__call(const char *addr, const pdctl_tls_t *tls, const char *path,
+                               const ProtobufCMessage *req, const ProtobufCMessageDescriptor *desc,
+                               long timeout_ms, pdctl_members__call_t *out)
 {
     char host[CLUSTER_HOST_MAX];
     int port;
@@ -70,9 +105,18 @@ static int pdctl_members__call(const char *addr, const char *path, const Protobu
         return -1;
     }
     PD_ASSERT(uv_loop_init(&loop) == 0);
-    if (pd_grpc_client_create(&loop, pdctl_host_connect_name(host), port, &cl) != PD_OK ||
-        pd_grpc_client_unary(cl, path, req, desc, timeout_ms, pdctl_members__done, out, &call) !=
-            PD_OK) {
+    if (pd_grpc_client_create(&loop, pdctl_host_connect_name(host), port, &cl) != PD_OK) {
+        out->code = PD_GRPC_INTERNAL;
+        snprintf(out->msg, sizeof out->msg, "out of memory");
+        uv_loop_close(&loop);
+        return -1;
+    }
+    if (pdctl_tls_apply("cluster", tls, cl) != 0) {
+        out->code = PD_GRPC_INVALID_ARGUMENT;
+        snprintf(out->msg, sizeof out->msg, "tls: bad CA file");
+        out->done = 1;
+    } else if (pd_grpc_client_unary(cl, path, req, desc, timeout_ms, pdctl_members__done, out,
+                                    &call) != PD_OK) {
         out->code = PD_GRPC_INTERNAL;
         snprintf(out->msg, sizeof out->msg, "cannot start the call");
         out->done = 1;
@@ -90,6 +134,7 @@ typedef struct {
     const char *router, *node;
     long timeout_ms, wait_s;
     int json;
+    pdctl_tls_t tls;
 } pdctl_members__opts_t;
 
 /* --router HOST:PORT | --config FILE (its router.listen), NODE, --wait-s, --timeout-ms, --json.
@@ -99,6 +144,7 @@ static int pdctl_members__parse(const char *cmd, int argc, char **argv, int need
 {
     const char *config = NULL;
     memset(o, 0, sizeof *o);
+    pdctl_tls_init(&o->tls);
     o->timeout_ms = 5000;
     o->wait_s = 600;
     for (int i = 1; i < argc; i++) {
@@ -125,6 +171,8 @@ static int pdctl_members__parse(const char *cmd, int argc, char **argv, int need
             o->router = v;
         else if (strcmp(a, "--config") == 0)
             config = v;
+        else if (pdctl_tls_opt(&o->tls, a, v))
+            continue;
         else if (strcmp(a, "--timeout-ms") == 0 || strcmp(a, "--wait-s") == 0) {
             long x = strtol(v, &end, 10);
             if (*end || end == v || x < 0 || x > 86400000) {
@@ -150,6 +198,7 @@ static int pdctl_members__parse(const char *cmd, int argc, char **argv, int need
             return 2; /* logged */
         pdctl_host_format_addr(router_buf, router_cap, cfg->router.listen_host,
                                cfg->router.listen_port);
+        o->tls.on |= cfg->router.tls_cert[0] != 0; /* its listen port speaks TLS */
         cluster_config_destroy(cfg);
         o->router = router_buf;
     }
@@ -205,7 +254,7 @@ int pdctl_nodes(int argc, char **argv)
     if ((rc = pdctl_members__parse("nodes", argc, argv, 0, &o, router, sizeof router)) != 0)
         return rc;
     signal(SIGPIPE, SIG_IGN);
-    if (pdctl_members__call(o.router, "/pdserve.v1.Cluster/ListNodes", &req.base,
+    if (pdctl_members__call(o.router, &o.tls, "/pdserve.v1.Cluster/ListNodes", &req.base,
                             &pdserve__v1__list_nodes_reply__descriptor, o.timeout_ms, &c) < 0) {
         fprintf(stderr, "pdctl nodes: %s: %s\n", pd_grpc_wire_code_name(c.code), c.msg);
         return 1;
@@ -233,7 +282,7 @@ static int pdctl_members__drain(const char *cmd, int argc, char **argv, int undr
     req.undrain = undrain;
     for (int first = 1;; first = 0) {
         /* Drain is idempotent: each call answers the node's state now */
-        if (pdctl_members__call(o.router, "/pdserve.v1.Cluster/Drain", &req.base,
+        if (pdctl_members__call(o.router, &o.tls, "/pdserve.v1.Cluster/Drain", &req.base,
                                 &pdserve__v1__drain_reply__descriptor, o.timeout_ms, &c) < 0) {
             fprintf(stderr, "pdctl %s: %s: %s: %s\n", cmd, o.node, pd_grpc_wire_code_name(c.code),
                     c.msg);

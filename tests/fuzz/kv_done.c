@@ -38,6 +38,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK(node_kv_done_unpack(buf, len, "fuzz", &again) == PD_OK);
     FUZZ_CHECK(again.seq_id == m.seq_id && again.first_token == m.first_token &&
                again.n_tokens == m.n_tokens && again.n_pages == m.n_pages &&
-               again.checksum == m.checksum && again.aborted == m.aborted && !memcmp(again.token, m.token, NODE_TOKEN_BYTES));
+               again.checksum == m.checksum && again.aborted == m.aborted &&
+               !memcmp(again.token, m.token, NODE_TOKEN_BYTES));
+    FUZZ_CHECK(m.n_slices == 0 || (m.n_slices >= 2 && m.n_slices <= NODE_KV_DONE_SLICES_MAX));
+    FUZZ_CHECK(again.n_slices == m.n_slices &&
+               !memcmp(again.slice_sums, m.slice_sums, (size_t)m.n_slices * sizeof(uint64_t)));
     return 0;
 }

@@ -13,6 +13,11 @@ decode node of deploy/local.yaml on free ports. Checks:
   - the nodes' control ports want the cluster token (transport.cluster_token_file): a stray
     client gets UNAUTHENTICATED for Reserve and Stats (health stays open), the router's calls carry
     it (the requests above work), pdctl health --config reads it;
+  - pdctl and nodes as TLS clients (issue 16): the prefill node joins through the TLS port with
+    PDSERVE_TLS_CA; pdctl generate / models / nodes / drain / undrain --router on the TLS port
+    with --tls-ca (or PDSERVE_TLS_CA) work, health --config (router.tls_cert) sees the router
+    SERVING; without TLS, with another CA, or with a --tls-server-name the certificate does not
+    carry, pdctl fails and says why;
   - the router refuses to start with a key that does not match the certificate.
 Run by meson with /usr/bin/python3; argv[1] is pdctl."""
 import json
@@ -76,6 +81,70 @@ def curl(cert, url, token=None, body=None):
     return int(code or 0), out, p.stderr
 
 
+def pdctl_tls(tmp, cert, addr, cfg, case):
+    """pdctl and a node's --join as TLS clients of the router's public gRPC port."""
+    plog = open(os.path.join(tmp, "prefill0.log"), errors="replace").read()
+    check("join-over-tls", "join %s: tls" % addr in plog and "registered with the router" in plog,
+          plog[-1500:])
+    other = os.path.join(tmp, "other-ca.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
+                    os.path.join(tmp, "other-ca-key.pem"), "-out", other, "-days", "1", "-subj",
+                    "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1"], check=True,
+                   capture_output=True)
+    base = {k: v for k, v in os.environ.items() if not k.startswith("PDSERVE_TLS")}
+    env = dict(base, PDSERVE_API_KEY=API_KEY, PDSERVE_OPS_TOKEN=OPS)
+    gen_args = [PDCTL, "generate", "--router", addr, "--prompt", case["prompt"], "--max-tokens",
+                str(N), "--ignore-eos", "--json", "--timeout-ms", "60000"]
+
+    def run(args, e=env):
+        p = subprocess.run(args, capture_output=True, text=True, env=e, timeout=120)
+        return p.returncode, p.stdout, p.stderr
+
+    def ids_of(out):
+        try:
+            return json.loads(out.strip().splitlines()[-1])["output_ids"]
+        except (ValueError, KeyError, IndexError):
+            return None
+    want = case["greedy_ids"][:N]
+    rc, out, err = run(gen_args + ["--tls-ca", cert])
+    check("pdctl-generate-tls", rc == 0 and ids_of(out) == want, (rc, out, err))
+    rc, out, err = run(gen_args, dict(env, PDSERVE_TLS_CA=cert))
+    check("pdctl-generate-tls-env", rc == 0 and ids_of(out) == want, (rc, out, err))
+    rc, out, err = run(gen_args)
+    check("pdctl-generate-plaintext-on-tls-port-fails", rc != 0 and "UNAVAILABLE" in err,
+          (rc, out, err))
+    rc, out, err = run(gen_args + ["--tls-ca", other])
+    check("pdctl-generate-other-ca-fails", rc != 0 and "tls handshake" in err and
+          "self-signed certificate" in err, (rc, out, err))
+    rc, out, err = run(gen_args + ["--tls-ca", cert, "--tls-server-name", "other.example"])
+    check("pdctl-generate-wrong-name-fails", rc != 0 and "hostname mismatch" in err,
+          (rc, out, err))
+    rc, out, err = run(gen_args + ["--tls-ca", os.path.join(tmp, "no-such-ca.pem")])
+    check("pdctl-generate-missing-ca-fails", rc == 2 and "no-such-ca.pem" in err, (rc, out, err))
+    rc, out, err = run([PDCTL, "models", "--router", addr, "--tls-ca", cert])
+    check("pdctl-models-tls", rc == 0 and "tiny-llama" in out, (rc, out, err))
+    rc, out, err = run([PDCTL, "nodes", "--router", addr, "--tls-ca", cert, "--json"])
+    try:
+        listed = {n["node"] for n in json.loads(out)}
+    except (ValueError, KeyError, TypeError):
+        listed = set()
+    check("pdctl-nodes-tls", rc == 0 and listed == {"prefill0", "decode0"}, (rc, out, err))
+    rc, out, err = run([PDCTL, "drain", "prefill0", "--router", addr, "--tls-ca", cert,
+                        "--wait-s", "60"])
+    check("pdctl-drain-tls", rc == 0 and "drained" in out, (rc, out, err))
+    rc, out, err = run([PDCTL, "undrain", "prefill0", "--router", addr, "--tls-ca", cert])
+    check("pdctl-undrain-tls", rc == 0, (rc, out, err))
+    rc, out, err = run([PDCTL, "nodes", "--config", cfg, "--json"], dict(env, PDSERVE_TLS_CA=cert))
+    check("pdctl-nodes-config-tls", rc == 0 and "prefill0" in out, (rc, out, err))
+    rc, out, err = run([PDCTL, "health", "--config", cfg, "--json"], dict(env, PDSERVE_TLS_CA=cert))
+    try:
+        hj = {n["node"]: n for n in json.loads(out)["nodes"]}
+    except (ValueError, KeyError):
+        hj = {}
+    check("pdctl-health-config-tls", hj.get("router", {}).get("status") == "SERVING",
+          (rc, out, err))
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="pd-test-tls-")
     cert, key, other_key = make_cert(tmp)
@@ -120,10 +189,14 @@ def main():
             argv = [BIN[n["role"]], "--config", cfg]
             if n["role"] != "router":
                 argv += ["--node", n["name"]]
+            nenv = env
             if n["role"] == "decode":  # joins through the control address with the ops token
                 argv += ["--join", ctl]
+            if n["role"] == "prefill":  # joins through the public TLS port
+                argv += ["--join", addr]
+                nenv = dict(env, PDSERVE_TLS_CA=cert)
             log = open(os.path.join(tmp, n["name"] + ".log"), "wb")
-            procs.append(subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT))
+            procs.append(subprocess.Popen(argv, env=nenv, stdout=log, stderr=subprocess.STDOUT))
 
         ch = secure(addr, cert)
         hstub = health_grpc.HealthStub(ch)
@@ -219,6 +292,7 @@ def main():
         p = subprocess.run([PDCTL, "undrain", "decode0", "--router", ctl], capture_output=True,
                            text=True, env=penv)
         check("pdctl-undrain-with-token", p.returncode == 0, p.stdout + p.stderr)
+        pdctl_tls(tmp, cert, addr, cfg, case)
         # the control address is plaintext but still wants an API key for Inference
         pch = grpc.insecure_channel(ctl)
         code, _ = gen(pb_grpc.InferenceStub(pch), case)
@@ -274,7 +348,7 @@ def main():
                 p.kill()
                 p.wait()
     check("router-exit-0", procs and procs[0].returncode == 0, procs and procs[0].returncode)
-    for name in ("key.pem", "other-key.pem"):  # made for this run: never left behind
+    for name in ("key.pem", "other-key.pem", "other-ca-key.pem"):  # never left behind
         try:
             os.unlink(os.path.join(tmp, name))
         except OSError:

@@ -4,10 +4,15 @@ fake service manager (a unix datagram socket this test reads), WATCHDOG_USEC set
 --log-format json. Checks: each sends READY=1 once it serves (a node: when its health says
 SERVING; checked by asking its health service right after READY arrives), WATCHDOG=1 again and
 again while it runs, STOPPING=1 on SIGTERM, then exits 0; every log line it writes is one JSON
-object with ts, level, tag, msg. The unit files in deploy/systemd are checked for Type=notify,
+object with ts, level, tag, msg. `pdctl drain decode0` (the router's Cluster service): the router
+tells the node at its next Stats poll, the node sends STATUS= "decode0: drained (pdctl drain)"
+and its /health says "drain": "drained"; the router restarted (SIGTERM, started again) learns it
+back from the node (pdctl nodes: drained, no new work), and `pdctl undrain` brings STATUS=
+"serving (undrained)" and "drain": "none". The unit files in deploy/systemd are checked for Type=notify,
 WatchdogSec and the binaries' flags. Run by meson with /usr/bin/python3; argv[1] is pdctl."""
 import json
 import os
+import urllib.request
 import shutil
 import signal
 import socket
@@ -15,7 +20,7 @@ import subprocess
 import tempfile
 import time
 
-from cluster_testlib import (TEMPLATE_1, all_nodes, channel, check, cluster, finish,
+from cluster_testlib import (PDCTL, TEMPLATE_1, all_nodes, channel, check, cluster, finish,
                              health_grpc, health_pb, model_template)
 
 BIN = {"router": os.path.join(cluster.BUILD_DIR, "router", "router"),
@@ -71,6 +76,94 @@ def check_units():
               ("--node %i" in text) == (binary != "router"), text or "missing")
 
 
+def node_drain(n):
+    """The node's /health "drain" field (None when it has none)."""
+    try:
+        with urllib.request.urlopen("http://%s:%s/health" % (n["host"], n["http_port"]),
+                                    timeout=10) as r:
+            return json.load(r).get("drain")
+    except Exception as e:  # a 503 is still a body
+        try:
+            return json.load(e).get("drain")
+        except Exception:
+            return repr(e)
+
+
+def start(procs, n, cfg, tmp, suffix=""):
+    role = n["role"]
+    mgr = FakeManager(os.path.join(tmp, "%s%s.notify" % (n["name"], suffix)))
+    env = dict(os.environ, NOTIFY_SOCKET=mgr.path, WATCHDOG_USEC="400000",
+               UCX_WARN_UNUSED_ENV_VARS="n")
+    argv = [BIN[role], "--config", cfg, "--log-format", "json"]
+    if role != "router":
+        argv += ["--node", n["name"]]
+    log = os.path.join(tmp, n["name"] + suffix + ".log")
+    with open(log, "wb") as lf:
+        p = subprocess.Popen(argv, env=env, stdout=lf, stderr=subprocess.STDOUT)
+    procs[n["name"]] = (p, mgr, n, log)
+
+
+def pdctl_state(addr, node):
+    p = subprocess.run([PDCTL, "nodes", "--router", addr, "--json"], capture_output=True,
+                       text=True, timeout=60)
+    try:
+        return {x["node"]: x["state"] for x in json.loads(p.stdout)}.get(node)
+    except (ValueError, KeyError, TypeError):
+        return p.stdout + p.stderr
+
+
+def status_has(mgr, what, timeout):
+    return mgr.poll(lambda ms: any(ln.startswith("STATUS=") and what in ln
+                                   for _, m in ms for ln in m.split("\n")), timeout)
+
+
+def drain_cycle(procs, cfg, tmp):
+    """pdctl drain: the node knows, tells systemd, and a restarted router keeps it."""
+    _, dmgr, dnode, _ = procs["decode0"]
+    rnode = procs["router"][2]
+    addr = "%s:%s" % (rnode["host"], rnode["port"])
+    p = subprocess.run([PDCTL, "drain", "decode0", "--router", addr, "--wait-s", "60"],
+                       capture_output=True, text=True, timeout=90)
+    check("pdctl-drain", p.returncode == 0 and "drained" in p.stdout, p.stdout + p.stderr)
+    check("drain-status-to-systemd", status_has(dmgr, "decode0: drained (pdctl drain)", 15),
+          dmgr.msgs[-5:])
+    check("drain-in-node-health", node_drain(dnode) == "drained", node_drain(dnode))
+    check("drain-not-stopping", dmgr.count("STOPPING=1") == 0, dmgr.msgs[-5:])
+    p = subprocess.run([PDCTL, "health", "--config", cfg, "--json"], capture_output=True,
+                       text=True, timeout=60)
+    try:
+        st = {x["node"]: x["stats"] for x in json.loads(p.stdout)["nodes"]}
+    except (ValueError, KeyError, TypeError):
+        st = {}
+    check("drain-in-pdctl-health", (st.get("decode0") or {}).get("operator_drain") is True and
+          (st.get("prefill0") or {}).get("operator_drain") is False, p.stdout + p.stderr)
+    # the router restarts: it learns the drain back from the node
+    rp = procs["router"][0]
+    rp.send_signal(signal.SIGTERM)
+    check("router-restart-exit-0", rp.wait(timeout=120) == 0)
+    start(procs, rnode, cfg, tmp, "-2")
+    _, rmgr, _, rlog = procs["router"]
+    check("router-restart-ready",
+          rmgr.poll(lambda ms: any("READY=1" in m.split("\n") for _, m in ms), 120))
+    end, state = time.time() + 30, None
+    while time.time() < end:
+        state = pdctl_state(addr, "decode0")
+        if state == "drained":
+            break
+        time.sleep(0.2)
+    check("router-restart-keeps-drain", state == "drained", state)
+    check("router-restart-logged", "drained before this router started" in
+          open(rlog, errors="replace").read(), rlog)
+    p = subprocess.run([PDCTL, "undrain", "decode0", "--router", addr], capture_output=True,
+                       text=True, timeout=60)
+    check("pdctl-undrain", p.returncode == 0, p.stdout + p.stderr)
+    check("undrain-status-to-systemd", status_has(dmgr, "decode0: serving (undrained)", 15),
+          dmgr.msgs[-5:])
+    check("undrain-in-node-health", node_drain(dnode) == "none", node_drain(dnode))
+    check("undrain-router", pdctl_state(addr, "decode0") == "serving",
+          pdctl_state(addr, "decode0"))
+
+
 def main():
     check_units()
     tmp = tempfile.mkdtemp(prefix="pd-test-notify-")
@@ -84,17 +177,7 @@ def main():
     procs = {}
     try:
         for n in nodes:
-            role = n["role"]
-            mgr = FakeManager(os.path.join(tmp, "%s.notify" % n["name"]))
-            env = dict(os.environ, NOTIFY_SOCKET=mgr.path, WATCHDOG_USEC="400000",
-                       UCX_WARN_UNUSED_ENV_VARS="n")
-            argv = [BIN[role], "--config", cfg, "--log-format", "json"]
-            if role != "router":
-                argv += ["--node", n["name"]]
-            log = os.path.join(tmp, n["name"] + ".log")
-            with open(log, "wb") as lf:
-                p = subprocess.Popen(argv, env=env, stdout=lf, stderr=subprocess.STDOUT)
-            procs[n["name"]] = (p, mgr, n, log)
+            start(procs, n, cfg, tmp)
         for name, (p, mgr, n, log) in procs.items():
             got = mgr.poll(lambda ms: any("READY=1" in m.split("\n") for _, m in ms), 300)
             check("%s-ready" % name, got, mgr.msgs)
@@ -108,6 +191,7 @@ def main():
             check("%s-watchdog" % name, mgr.poll(lambda ms: sum(
                 "WATCHDOG=1" in m.split("\n") for _, m in ms) >= 3, 30), mgr.msgs[-5:])
             check("%s-ready-once" % name, mgr.count("READY=1") == 1, mgr.msgs)
+        drain_cycle(procs, cfg, tmp)
         # SIGTERM: the router first (as pdctl down does), then the nodes
         for name in ["router"] + [k for k in procs if k != "router"]:
             p, mgr, n, log = procs[name]

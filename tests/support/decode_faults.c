@@ -1,6 +1,7 @@
 #include "decode_faults.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -8,6 +9,7 @@
 #include "kv_pool_faults.h"
 #include "log.h"
 #include "node.h"
+#include "tp_comm_faults.h"
 
 typedef enum {
     FAULT_REUSE,
@@ -18,6 +20,7 @@ typedef enum {
     FAULT_KVDONE_TOKEN,
     FAULT_KVDONE_CHECKSUM,
     FAULT_KVDONE_DIRECT,
+    FAULT_KVDONE_SLICE,
 } fault_kind_t;
 
 static const char *const fault_names[] = {
@@ -29,6 +32,8 @@ static const char *const fault_names[] = {
     [FAULT_KVDONE_TOKEN] = "kvdone-token",       /* a writer that holds the wrong token */
     [FAULT_KVDONE_CHECKSUM] = "kvdone-checksum", /* the bytes that landed are not the ones sent */
     [FAULT_KVDONE_DIRECT] = "kvdone-direct", /* claims a CUDA IPC write this node never offered */
+    [FAULT_KVDONE_SLICE] = "kvdone-slice",   /* tp > 1: the last rank's slice changed after it was
+                                                sent (the other slices are intact) */
 };
 
 /* One fault per process: the environment does not change. */
@@ -81,6 +86,10 @@ static void decode_faults__on_kv_done(void *arg, uint8_t *buf, size_t cap, size_
             m.token[0] ^= 1;
         else if (fault.kind == FAULT_KVDONE_CHECKSUM)
             m.checksum ^= 1; /* as if one byte of a page had changed after it was sent */
+        else if (fault.kind == FAULT_KVDONE_SLICE && m.n_slices > 1)
+            m.slice_sums[m.n_slices - 1] ^= 1; /* one byte of the last rank's slice changed */
+        else if (fault.kind == FAULT_KVDONE_SLICE)
+            pd_log_error("kvdone-slice: the kv done has no slice checksums (a tp 1 node)");
         else
             m.n_tokens++;
         PD_ASSERT(node_kv_done_pack(&m, buf, cap, len_p) == PD_OK);
@@ -90,17 +99,26 @@ static void decode_faults__on_kv_done(void *arg, uint8_t *buf, size_t cap, size_
 pd_status_t decode_faults_hooks_from_env(decode_node_hooks_t *hooks_p)
 {
     const char *kind = getenv("PDSERVE_FAULT"), *who = getenv("PDSERVE_FAULT_REQUEST");
+    static tp_comm_faults_t tp_fault; /* lives as long as the process */
     size_t k;
 
     memset(hooks_p, 0, sizeof *hooks_p);
     if (!kind || !*kind)
         return PD_OK;
+    if (sscanf(kind, "tp-rank:%d", &tp_fault.at) == 1 && tp_fault.at > 0) {
+        /* a tp > 1 node: rank 1's collective number N fails in the middle of a forward */
+        tp_fault.rank = 1;
+        hooks_p->tp_comm_wrap = tp_comm_faults_wrap;
+        hooks_p->tp_comm_arg = &tp_fault;
+        return PD_OK;
+    }
     for (k = 0; k < sizeof fault_names / sizeof fault_names[0]; k++)
         if (strcmp(kind, fault_names[k]) == 0)
             break;
     if (k == sizeof fault_names / sizeof fault_names[0]) {
         pd_log_error("PDSERVE_FAULT=%s: unknown fault (reuse, stale, table, kvdone-truncate, "
-                     "kvdone-mismatch, kvdone-token, kvdone-checksum, kvdone-direct)",
+                     "kvdone-mismatch, kvdone-token, kvdone-checksum, kvdone-direct, kvdone-slice, "
+                     "tp-rank:N)",
                      kind);
         return PD_ERR_INVALID;
     }

@@ -8,6 +8,11 @@
  *   PDSERVE_FAULT=kvdone-truncate|kvdone-mismatch: the first KV-done message the node receives
  *     loses its last byte (it no longer decodes), or claims one token more than was reserved.
  *     The node must drop it, fail only that request, and keep serving.
+ *   PDSERVE_FAULT=kvdone-token|kvdone-checksum|kvdone-direct|kvdone-slice: the first KV-done
+ *     carries a wrong reservation token, a checksum the pages do not match, a CUDA IPC claim, or
+ *     (a tp > 1 node) a last rank's slice checksum its slice does not match.
+ *   PDSERVE_FAULT=tp-rank:N (a tp > 1 node): rank 1's N-th collective fails while rank 0 waits in
+ *     it (tp_comm_faults.h), once. The step's requests must fail, the node keep serving.
  * Each injection logs "injecting fault '<kind>'". Hooks run on the threads decode_node.h names.
  */
 #ifndef PD_DECODE_FAULTS_H

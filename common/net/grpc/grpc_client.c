@@ -4,7 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <arpa/inet.h>
 #include <nghttp2/nghttp2.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 
 #include "log.h"
 
@@ -18,7 +22,7 @@ struct pd_grpc_client_call {
     pd_grpc_client__conn_t *conn;       /* NULL when not on a connection */
     pd_grpc_client_call_t *prev, *next; /* c->calls */
     pd_grpc_client_call_t *done_next;   /* c->done_head queue */
-    int32_t stream_id;               /* 0 = not submitted */
+    int32_t stream_id;                  /* 0 = not submitted */
     unsigned stream_open : 1, finished : 1, delivered : 1, queued : 1, unary : 1;
     char *path;
     uint8_t *req; /* (req_len) framed request */
@@ -50,6 +54,10 @@ struct pd_grpc_client__conn {
     int ready;
     unsigned resolving : 1, tcp_init : 1, in_recv : 1, flushing : 1, closing : 1, goaway : 1;
     size_t write_pending;
+    /* TLS (pd_grpc_client_set_tls): the session and its memory BIOs (network -> rbio -> ssl ->
+     * nghttp2, nghttp2 -> ssl -> wbio -> network); ready once the handshake chose h2 */
+    SSL *ssl;
+    BIO *rbio, *wbio;
 };
 
 struct pd_grpc_client {
@@ -64,7 +72,17 @@ struct pd_grpc_client {
     pd_grpc_client_call_t *done_head, *done_tail;
     pd_grpc_client_call_t *delivering_call; /* whose done callback runs now (on_kick frees it) */
     int destroyed, pending_closes, delivering;
+    SSL_CTX *tls;   /* NULL: h2c */
+    char *tls_name; /* SNI and the name (or IP address) the certificate must carry */
 };
+
+static void pd_grpc_client__free(pd_grpc_client_t *c)
+{
+    SSL_CTX_free(c->tls);
+    free(c->tls_name);
+    free(c->host);
+    free(c);
+}
 
 typedef struct {
     uv_write_t req;
@@ -75,6 +93,7 @@ typedef struct {
 
 static void pd_grpc_client__flush(pd_grpc_client__conn_t *conn);
 static void pd_grpc_client__conn_close(pd_grpc_client__conn_t *conn, const char *why);
+static void pd_grpc_client__write_done(uv_write_t *req, int status);
 static void pd_grpc_client__kick(pd_grpc_client_t *c);
 
 /* ==== calls ==== */
@@ -184,7 +203,7 @@ static void pd_grpc_client__call_closed(pd_grpc_client_call_t *call, uint32_t er
             pd_grpc_client__call_finish(call, PD_GRPC_INTERNAL, "no response message");
         else
             pd_grpc_client__call_finish(call, call->grpc_status,
-                                     call->grpc_message ? call->grpc_message : "");
+                                        call->grpc_message ? call->grpc_message : "");
     } else if (call->http_status != 0 && call->http_status != 200) {
         snprintf(msg, sizeof msg, "http status %d", call->http_status);
         pd_grpc_client__call_finish(call, pd_grpc_wire_http_to_grpc(call->http_status), msg);
@@ -203,8 +222,8 @@ static void pd_grpc_client__call_closed(pd_grpc_client_call_t *call, uint32_t er
 /* ==== nghttp2 callbacks ==== */
 
 static ssize_t pd_grpc_client__data_read(nghttp2_session *ng, int32_t stream_id, uint8_t *buf,
-                                      size_t length, uint32_t *data_flags,
-                                      nghttp2_data_source *source, void *user_data)
+                                         size_t length, uint32_t *data_flags,
+                                         nghttp2_data_source *source, void *user_data)
 {
     pd_grpc_client_call_t *call = source->ptr;
     size_t n = call->req_len - call->req_off;
@@ -222,8 +241,8 @@ static ssize_t pd_grpc_client__data_read(nghttp2_session *ng, int32_t stream_id,
 }
 
 static int pd_grpc_client__on_header(nghttp2_session *ng, const nghttp2_frame *frame,
-                                  const uint8_t *name, size_t namelen, const uint8_t *value,
-                                  size_t valuelen, uint8_t flags, void *user_data)
+                                     const uint8_t *name, size_t namelen, const uint8_t *value,
+                                     size_t valuelen, uint8_t flags, void *user_data)
 {
     pd_grpc_client_call_t *call = nghttp2_session_get_stream_user_data(ng, frame->hd.stream_id);
     (void)flags;
@@ -250,7 +269,7 @@ static int pd_grpc_client__on_header(nghttp2_session *ng, const nghttp2_frame *f
 }
 
 static int pd_grpc_client__on_data(nghttp2_session *ng, uint8_t flags, int32_t stream_id,
-                                const uint8_t *data, size_t len, void *user_data)
+                                   const uint8_t *data, size_t len, void *user_data)
 {
     pd_grpc_client_call_t *call = nghttp2_session_get_stream_user_data(ng, stream_id);
     (void)flags;
@@ -276,7 +295,7 @@ static int pd_grpc_client__on_data(nghttp2_session *ng, uint8_t flags, int32_t s
             if (m)
                 protobuf_c_message_free_unpacked(m, NULL);
             pd_grpc_client__call_finish(call, PD_GRPC_INTERNAL,
-                                     m ? "too many responses" : "failed to parse response");
+                                        m ? "too many responses" : "failed to parse response");
             nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, stream_id, NGHTTP2_CANCEL);
             return 0;
         }
@@ -289,8 +308,8 @@ static int pd_grpc_client__on_data(nghttp2_session *ng, uint8_t flags, int32_t s
     return 0;
 }
 
-static int pd_grpc_client__on_stream_close(nghttp2_session *ng, int32_t stream_id, uint32_t error_code,
-                                        void *user_data)
+static int pd_grpc_client__on_stream_close(nghttp2_session *ng, int32_t stream_id,
+                                           uint32_t error_code, void *user_data)
 {
     pd_grpc_client_call_t *call = nghttp2_session_get_stream_user_data(ng, stream_id);
     (void)user_data;
@@ -307,7 +326,7 @@ static int pd_grpc_client__on_stream_close(nghttp2_session *ng, int32_t stream_i
 }
 
 static int pd_grpc_client__on_frame_recv(nghttp2_session *ng, const nghttp2_frame *frame,
-                                      void *user_data)
+                                         void *user_data)
 {
     pd_grpc_client__conn_t *conn = user_data;
     (void)ng;
@@ -327,11 +346,11 @@ static void pd_grpc_client__conn_closed(uv_handle_t *h)
     pd_grpc_client__conn_t *conn = h->data;
     pd_grpc_client_t *c = conn->c;
 
+    SSL_free(conn->ssl); /* and its BIOs */
     free(conn);
     c->pending_closes--;
     if (c->destroyed && c->pending_closes == 0) {
-        free(c->host);
-        free(c);
+        pd_grpc_client__free(c);
     }
 }
 
@@ -370,6 +389,7 @@ static void pd_grpc_client__conn_close(pd_grpc_client__conn_t *conn, const char 
         return;
     }
     if (!conn->tcp_init) {
+        SSL_free(conn->ssl);
         free(conn);
         return;
     }
@@ -391,6 +411,27 @@ static void pd_grpc_client__write_done(uv_write_t *req, int status)
         return;
     }
     pd_grpc_client__flush(conn);
+}
+
+/* TLS: writes what the session has put into wbio (records, handshake messages). 0 or -1 (out of
+ * memory or the write failed to start). Never frees conn. */
+static int pd_grpc_client__tls_send(pd_grpc_client__conn_t *conn)
+{
+    size_t n;
+    while ((n = BIO_ctrl_pending(conn->wbio)) > 0) {
+        pd_grpc_client__write_t *w = malloc(sizeof *w + n);
+        if (!w)
+            return -1;
+        w->conn = conn;
+        w->len = (size_t)BIO_read(conn->wbio, w->data, (int)n);
+        uv_buf_t b = uv_buf_init((char *)w->data, (unsigned)w->len);
+        if (uv_write(&w->req, (uv_stream_t *)&conn->tcp, &b, 1, pd_grpc_client__write_done) < 0) {
+            free(w);
+            return -1;
+        }
+        conn->write_pending += w->len;
+    }
+    return 0;
 }
 
 /* Writes what nghttp2 has to send. Never frees conn. */
@@ -423,6 +464,13 @@ static void pd_grpc_client__flush(pd_grpc_client__conn_t *conn)
             free(w);
             break;
         }
+        if (conn->ssl) { /* encrypt: the plaintext goes into ssl, the records come out of wbio */
+            int ok = SSL_write(conn->ssl, w->data, (int)w->len) == (int)w->len;
+            free(w);
+            if (!ok || pd_grpc_client__tls_send(conn) != 0)
+                break;
+            continue;
+        }
         uv_buf_t b = uv_buf_init((char *)w->data, (unsigned)w->len);
         if (uv_write(&w->req, (uv_stream_t *)&conn->tcp, &b, 1, pd_grpc_client__write_done) < 0) {
             free(w);
@@ -440,6 +488,95 @@ static void pd_grpc_client__alloc(uv_handle_t *h, size_t suggested, uv_buf_t *bu
     buf->len = buf->base ? suggested : 0;
 }
 
+static pd_status_t pd_grpc_client__session_new(pd_grpc_client__conn_t *conn);
+
+/* The OpenSSL error queue as one line (and cleared) */
+static const char *pd_grpc_client__tls_err(char *buf, size_t cap)
+{
+    unsigned long e = ERR_get_error();
+    if (!e)
+        snprintf(buf, cap, "connection closed during the handshake");
+    else
+        ERR_error_string_n(e, buf, cap);
+    ERR_clear_error();
+    return buf;
+}
+
+/* TLS: encrypted bytes from the network. Drives the handshake (then checks ALPN h2 and starts
+ * the HTTP/2 session), or decrypts into nghttp2. May close conn (never frees it). */
+static void pd_grpc_client__tls_recv(pd_grpc_client__conn_t *conn, const uint8_t *data, size_t n)
+{
+    pd_grpc_client_t *c = conn->c;
+    char why[400], err[256];
+    uint8_t plain[16384];
+    if (n > 0 && BIO_write(conn->rbio, data, (int)n) != (int)n) {
+        pd_grpc_client__conn_close(conn, "out of memory");
+        return;
+    }
+    if (!conn->ready) {
+        int rc = SSL_do_handshake(conn->ssl);
+        (void)pd_grpc_client__tls_send(conn);
+        if (rc != 1) {
+            int e = SSL_get_error(conn->ssl, rc);
+            if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
+                return;
+            long v = SSL_get_verify_result(conn->ssl);
+            snprintf(why, sizeof why, "tls handshake with %s:%d (%s): %s", c->host, c->port,
+                     c->tls_name,
+                     v != X509_V_OK ? X509_verify_cert_error_string(v)
+                                    : pd_grpc_client__tls_err(err, sizeof err));
+            ERR_clear_error();
+            pd_log_warn("grpc client: %s", why);
+            pd_grpc_client__conn_close(conn, why);
+            return;
+        }
+        const unsigned char *alpn = NULL;
+        unsigned alpn_len = 0;
+        SSL_get0_alpn_selected(conn->ssl, &alpn, &alpn_len);
+        if (alpn_len != 2 || memcmp(alpn, "h2", 2) != 0) {
+            snprintf(why, sizeof why, "tls to %s:%d: the server did not choose h2 (alpn)", c->host,
+                     c->port);
+            pd_log_warn("grpc client: %s", why);
+            pd_grpc_client__conn_close(conn, why);
+            return;
+        }
+        if (pd_grpc_client__session_new(conn) != PD_OK) {
+            pd_grpc_client__conn_close(conn, "out of memory");
+            return;
+        }
+        conn->ready = 1;
+        pd_grpc_client__kick(c); /* submits the waiting calls */
+    }
+    for (;;) {
+        int got = SSL_read(conn->ssl, plain, (int)sizeof plain);
+        if (got <= 0) {
+            int e = SSL_get_error(conn->ssl, got);
+            if (e == SSL_ERROR_WANT_READ)
+                break;
+            if (e == SSL_ERROR_ZERO_RETURN) {
+                pd_grpc_client__conn_close(conn, "connection closed by server");
+                return;
+            }
+            snprintf(why, sizeof why, "tls: %s", pd_grpc_client__tls_err(err, sizeof err));
+            pd_grpc_client__conn_close(conn, why);
+            return;
+        }
+        conn->in_recv = 1;
+        ssize_t rv = nghttp2_session_mem_recv(conn->ng, plain, (size_t)got);
+        conn->in_recv = 0;
+        if (rv < 0) {
+            pd_log_warn("grpc client: %s:%d: session recv: %s", c->host, c->port,
+                        nghttp2_strerror((int)rv));
+            pd_grpc_client__conn_close(conn, "http/2 protocol error");
+            return;
+        }
+    }
+    pd_grpc_client__flush(conn);
+    if (!nghttp2_session_want_read(conn->ng) && !nghttp2_session_want_write(conn->ng) &&
+        conn->write_pending == 0)
+        pd_grpc_client__conn_close(conn, "connection closed (goaway)");
+}
+
 static void pd_grpc_client__on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     pd_grpc_client__conn_t *conn = s->data;
@@ -448,6 +585,11 @@ static void pd_grpc_client__on_read(uv_stream_t *s, ssize_t nread, const uv_buf_
     if (nread < 0) {
         free(buf->base);
         pd_grpc_client__conn_close(conn, "connection closed by server");
+        return;
+    }
+    if (conn->ssl) {
+        pd_grpc_client__tls_recv(conn, (const uint8_t *)buf->base, (size_t)nread);
+        free(buf->base);
         return;
     }
     conn->in_recv = 1;
@@ -487,8 +629,35 @@ static pd_status_t pd_grpc_client__session_new(pd_grpc_client__conn_t *conn)
     if (rv != 0)
         return PD_ERR_NOMEM;
     nghttp2_submit_settings(conn->ng, NGHTTP2_FLAG_NONE, iv, sizeof iv / sizeof iv[0]);
-    nghttp2_session_set_local_window_size(conn->ng, NGHTTP2_FLAG_NONE, 0, 4 * PD_GRPC_CLIENT__WINDOW);
+    nghttp2_session_set_local_window_size(conn->ng, NGHTTP2_FLAG_NONE, 0,
+                                          4 * PD_GRPC_CLIENT__WINDOW);
     return PD_OK;
+}
+
+/* TLS: a session on memory BIOs with SNI (names only) and the certificate's name or address to
+ * check, and the ClientHello sent. */
+static pd_status_t pd_grpc_client__tls_start(pd_grpc_client__conn_t *conn)
+{
+    pd_grpc_client_t *c = conn->c;
+    unsigned char ip[16];
+    const int is_ip =
+        inet_pton(AF_INET, c->tls_name, ip) == 1 || inet_pton(AF_INET6, c->tls_name, ip) == 1;
+    if (!(conn->ssl = SSL_new(c->tls)) || !(conn->rbio = BIO_new(BIO_s_mem())) ||
+        !(conn->wbio = BIO_new(BIO_s_mem()))) {
+        BIO_free(conn->rbio);
+        conn->rbio = NULL;
+        return PD_ERR_NOMEM;
+    }
+    SSL_set_bio(conn->ssl, conn->rbio, conn->wbio); /* the session owns them now */
+    SSL_set_connect_state(conn->ssl);
+    if (is_ip ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(conn->ssl), c->tls_name) != 1
+              : (SSL_set_tlsext_host_name(conn->ssl, c->tls_name) != 1 ||
+                 SSL_set1_host(conn->ssl, c->tls_name) != 1))
+        return PD_ERR_NOMEM;
+    int rc = SSL_do_handshake(conn->ssl);
+    if (rc != 1 && SSL_get_error(conn->ssl, rc) != SSL_ERROR_WANT_READ)
+        return PD_ERR_IO;
+    return pd_grpc_client__tls_send(conn) == 0 ? PD_OK : PD_ERR_NOMEM;
 }
 
 static void pd_grpc_client__on_connect(uv_connect_t *req, int status)
@@ -505,11 +674,19 @@ static void pd_grpc_client__on_connect(uv_connect_t *req, int status)
         pd_grpc_client__conn_close(conn, why);
         return;
     }
+    uv_tcp_nodelay(&conn->tcp, 1);
+    if (conn->c->tls) {
+        if (pd_grpc_client__tls_start(conn) != PD_OK) {
+            pd_grpc_client__conn_close(conn, "tls: cannot start a session");
+            return;
+        }
+        uv_read_start((uv_stream_t *)&conn->tcp, pd_grpc_client__alloc, pd_grpc_client__on_read);
+        return; /* ready when the handshake is done (pd_grpc_client__tls_recv) */
+    }
     if (pd_grpc_client__session_new(conn) != PD_OK) {
         pd_grpc_client__conn_close(conn, "out of memory");
         return;
     }
-    uv_tcp_nodelay(&conn->tcp, 1);
     uv_read_start((uv_stream_t *)&conn->tcp, pd_grpc_client__alloc, pd_grpc_client__on_read);
     conn->ready = 1;
     pd_grpc_client__kick(conn->c); /* submits the waiting calls */
@@ -592,7 +769,7 @@ static void pd_grpc_client__submit(pd_grpc_client_call_t *call)
 
     snprintf(authority, sizeof authority, "%s:%d", c->host, c->port);
     nv[n++] = NV(":method", "POST", 4);
-    nv[n++] = NV(":scheme", "http", 4);
+    nv[n++] = c->tls ? NV(":scheme", "https", 5) : NV(":scheme", "http", 4);
     nv[n++] = NV(":path", call->path, strlen(call->path));
     nv[n++] = NV(":authority", authority, strlen(authority));
     nv[n++] = NV("content-type", "application/grpc", 16);
@@ -600,12 +777,12 @@ static void pd_grpc_client__submit(pd_grpc_client_call_t *call)
     nv[n++] = NV("user-agent", "pdserve-grpc-c/0.1", 18);
     if (call->deadline_at >= 0) {
         pd_grpc_wire_timeout_format(timeout, sizeof timeout,
-                                 call->deadline_at - (int64_t)uv_now(c->loop));
+                                    call->deadline_at - (int64_t)uv_now(c->loop));
         nv[n++] = NV("grpc-timeout", timeout, strlen(timeout));
     }
     for (size_t i = 0; i < call->md.n && n < sizeof nv / sizeof nv[0]; i++)
-        nv[n++] = NV(call->md.items[i].key, call->md.items[i].value,
-                     strlen(call->md.items[i].value));
+        nv[n++] =
+            NV(call->md.items[i].key, call->md.items[i].value, strlen(call->md.items[i].value));
 #undef NV
     nghttp2_data_provider prd = {.source.ptr = call, .read_callback = pd_grpc_client__data_read};
     id = nghttp2_submit_request(conn->ng, NULL, nv, n, &prd, call);
@@ -650,8 +827,7 @@ static void pd_grpc_client__on_kick(uv_timer_t *t)
     if (c->destroyed) {
         c->pending_closes--;
         if (c->pending_closes == 0) {
-            free(c->host);
-            free(c);
+            pd_grpc_client__free(c);
         }
         return;
     }
@@ -665,9 +841,9 @@ static void pd_grpc_client__kick(pd_grpc_client_t *c)
 }
 
 static pd_status_t pd_grpc_client__start(pd_grpc_client_t *c, const char *path,
-                                      const ProtobufCMessage *req,
-                                      const ProtobufCMessageDescriptor *resp_desc,
-                                      int64_t timeout_ms, pd_grpc_client_call_t **call_p)
+                                         const ProtobufCMessage *req,
+                                         const ProtobufCMessageDescriptor *resp_desc,
+                                         int64_t timeout_ms, pd_grpc_client_call_t **call_p)
 {
     pd_grpc_client_call_t *call = calloc(1, sizeof *call);
     size_t len = protobuf_c_message_get_packed_size(req);
@@ -718,8 +894,9 @@ err_free_call:
 }
 
 pd_status_t pd_grpc_client_unary(pd_grpc_client_t *c, const char *path, const ProtobufCMessage *req,
-                              const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
-                              pd_grpc_client_unary_cb cb, void *arg, pd_grpc_client_call_t **call_p)
+                                 const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
+                                 pd_grpc_client_unary_cb cb, void *arg,
+                                 pd_grpc_client_call_t **call_p)
 {
     pd_grpc_client_call_t *call;
     pd_status_t st = pd_grpc_client__start(c, path, req, resp_desc, timeout_ms, &call);
@@ -734,10 +911,11 @@ pd_status_t pd_grpc_client_unary(pd_grpc_client_t *c, const char *path, const Pr
     return PD_OK;
 }
 
-pd_status_t pd_grpc_client_stream(pd_grpc_client_t *c, const char *path, const ProtobufCMessage *req,
-                               const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
-                               pd_grpc_client_msg_cb on_message, pd_grpc_client_done_cb on_done,
-                               void *arg, pd_grpc_client_call_t **call_p)
+pd_status_t pd_grpc_client_stream(pd_grpc_client_t *c, const char *path,
+                                  const ProtobufCMessage *req,
+                                  const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
+                                  pd_grpc_client_msg_cb on_message, pd_grpc_client_done_cb on_done,
+                                  void *arg, pd_grpc_client_call_t **call_p)
 {
     pd_grpc_client_call_t *call;
     pd_status_t st = pd_grpc_client__start(c, path, req, resp_desc, timeout_ms, &call);
@@ -753,7 +931,7 @@ pd_status_t pd_grpc_client_stream(pd_grpc_client_t *c, const char *path, const P
 }
 
 pd_status_t pd_grpc_client_call_add_metadata(pd_grpc_client_call_t *call, const char *key,
-                                          const char *value)
+                                             const char *value)
 {
     if (call->stream_id != 0 || call->finished)
         return PD_ERR_INVALID;
@@ -762,7 +940,8 @@ pd_status_t pd_grpc_client_call_add_metadata(pd_grpc_client_call_t *call, const 
 
 /* ==== client ==== */
 
-pd_status_t pd_grpc_client_create(uv_loop_t *loop, const char *host, int port, pd_grpc_client_t **c_p)
+pd_status_t pd_grpc_client_create(uv_loop_t *loop, const char *host, int port,
+                                  pd_grpc_client_t **c_p)
 {
     pd_grpc_client_t *c = calloc(1, sizeof *c);
 
@@ -777,6 +956,40 @@ pd_status_t pd_grpc_client_create(uv_loop_t *loop, const char *host, int port, p
     uv_timer_init(loop, &c->kick);
     c->kick.data = c;
     *c_p = c;
+    return PD_OK;
+}
+
+pd_status_t pd_grpc_client_set_tls(pd_grpc_client_t *c, const pd_grpc_client_tls_t *tls)
+{
+    static const unsigned char alpn[] = {2, 'h', '2'};
+    const char *name = tls->server_name && *tls->server_name ? tls->server_name : c->host;
+    char err[256];
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    char *dup = strdup(name);
+    if (!ctx || !dup) {
+        SSL_CTX_free(ctx);
+        free(dup);
+        pd_log_error("grpc client: tls: out of memory");
+        return PD_ERR_NOMEM;
+    }
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+    int loaded = tls->ca_file && *tls->ca_file
+                     ? SSL_CTX_load_verify_locations(ctx, tls->ca_file, NULL)
+                     : SSL_CTX_set_default_verify_paths(ctx);
+    if (loaded != 1 || SSL_CTX_set_alpn_protos(ctx, alpn, sizeof alpn) != 0) {
+        ERR_error_string_n(ERR_get_error(), err, sizeof err);
+        ERR_clear_error();
+        pd_log_error("grpc client: tls: CA file %s: %s",
+                     tls->ca_file && *tls->ca_file ? tls->ca_file : "(system default)", err);
+        SSL_CTX_free(ctx);
+        free(dup);
+        return PD_ERR_IO;
+    }
+    SSL_CTX_free(c->tls);
+    free(c->tls_name);
+    c->tls = ctx;
+    c->tls_name = dup;
     return PD_OK;
 }
 
@@ -797,8 +1010,7 @@ static void pd_grpc_client__kick_closed(uv_handle_t *h)
 
     c->pending_closes--;
     if (c->pending_closes == 0) {
-        free(c->host);
-        free(c);
+        pd_grpc_client__free(c);
     }
 }
 

@@ -141,6 +141,9 @@ static void test_tp(void **state)
          "bad.yaml:15:9: nodes.d0.tp: 3 does not divide the model's 4 attention "
          "heads"},
         {"no-such-model", "4", NULL},
+        {"no-such-model", "16", NULL},
+        /* a KvDone carries at most 16 slice checksums */
+        {"no-such-model", "17", "bad.yaml:15:9: nodes.d0.tp"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         snprintf(text, sizeof text, "model: %s/%s\n%.*s    tp: %s\n%s", getenv("PD_MODELS_DIR"),

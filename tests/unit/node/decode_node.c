@@ -239,8 +239,9 @@ static uint64_t write_pages(const resv_t *r, uint8_t fill)
 static void kv_done(const resv_t *r, int32_t first, uint64_t checksum, const uint8_t *token,
                     int aborted)
 {
-    node_kv_done_t m = {r->seq_id, first, (uint32_t)r->n_tokens, (uint32_t)r->n_pages, aborted,
-                        checksum,  {0}};
+    node_kv_done_t m = {
+        r->seq_id, first, (uint32_t)r->n_tokens, (uint32_t)r->n_pages, aborted, checksum, {0},
+        0,         {0}};
     uint8_t buf[NODE_KV_DONE_MAX];
     size_t len;
     op_t o = {0, PD_OK};

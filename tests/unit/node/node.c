@@ -18,12 +18,26 @@
 
 #include "node.h"
 
-#define TOK {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
+#define TOK                                                                                        \
+    {                                                                                              \
+        1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16                                      \
+    }
 static const node_kv_done_t samples[] = {
-    {1, 0, 1, 1, 0, 0, TOK},
-    {42, 1234, 300, 19, 0, 0x0123456789abcdefull, TOK},
-    {UINT64_MAX, INT32_MAX, INT32_MAX, INT32_MAX, 1, UINT64_MAX, TOK},
-    {7, 5, 16, 1, 1, 99, {0}},
+    {1, 0, 1, 1, 0, 0, TOK, 0, {0}},
+    {42, 1234, 300, 19, 0, 0x0123456789abcdefull, TOK, 0, {0}},
+    {UINT64_MAX, INT32_MAX, INT32_MAX, INT32_MAX, 1, UINT64_MAX, TOK, 0, {0}},
+    {7, 5, 16, 1, 1, 99, {0}, 0, {0}},
+    /* a destination of TP 2 and of TP 16: one checksum per slice */
+    {9, 3, 40, 3, 0, 0, TOK, 2, {0x1111222233334444ull, 0x5555666677778888ull}},
+    {UINT64_MAX,
+     INT32_MAX,
+     INT32_MAX,
+     INT32_MAX,
+     1,
+     0,
+     TOK,
+     NODE_KV_DONE_SLICES_MAX,
+     {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, UINT64_MAX}},
 };
 #define N_SAMPLES (sizeof samples / sizeof samples[0])
 
@@ -61,18 +75,24 @@ static void test_roundtrip(void **s)
         assert_true(out.checksum == samples[i].checksum);
         assert_int_equal(out.aborted, samples[i].aborted);
         assert_memory_equal(out.token, samples[i].token, NODE_TOKEN_BYTES);
+        assert_int_equal(out.n_slices, samples[i].n_slices);
+        if (out.n_slices)
+            assert_memory_equal(out.slice_sums, samples[i].slice_sums,
+                                (size_t)out.n_slices * sizeof(uint64_t));
     }
 }
 
 static void test_pack_refuses_out_of_range(void **s)
 {
     static const node_kv_done_t bad[] = {
-        {0, 1, 1, 1, 0, 0, TOK},                       /* seq_id 0 */
-        {1, -1, 1, 1, 0, 0, TOK},                      /* negative first token */
-        {1, 1, 0, 1, 0, 0, TOK},                       /* no tokens */
-        {1, 1, (uint32_t)INT32_MAX + 1, 1, 0, 0, TOK}, /* tokens past int32 */
-        {1, 1, 4, 0, 0, 0, TOK},                       /* no pages */
-        {1, 1, 4, 5, 0, 0, TOK},                       /* more pages than tokens */
+        {0, 1, 1, 1, 0, 0, TOK, 0, {0}},                           /* seq_id 0 */
+        {1, -1, 1, 1, 0, 0, TOK, 0, {0}},                          /* negative first token */
+        {1, 1, 0, 1, 0, 0, TOK, 0, {0}},                           /* no tokens */
+        {1, 1, (uint32_t)INT32_MAX + 1, 1, 0, 0, TOK, 0, {0}},     /* tokens past int32 */
+        {1, 1, 4, 0, 0, 0, TOK, 0, {0}},                           /* no pages */
+        {1, 1, 4, 5, 0, 0, TOK, 0, {0}},                           /* more pages than tokens */
+        {1, 1, 4, 1, 0, 0, TOK, 1, {0}},                           /* one slice: tp 1 has none */
+        {1, 1, 4, 1, 0, 0, TOK, NODE_KV_DONE_SLICES_MAX + 1, {0}}, /* more than fit */
     };
     uint8_t buf[NODE_KV_DONE_MAX];
     size_t len = 12345;
@@ -122,8 +142,13 @@ static void test_malformed_rejected(void **s)
     static const uint8_t tokens[] = {0x08, 0x01, 0x18, 0x80, 0x80, 0x80, 0x80, 0x08, 0x20, 0x01};
     /* a length-delimited unknown field longer than the message */
     static const uint8_t overrun[] = {0x08, 0x01, 0x18, 0x01, 0x20, 0x01, 0x7a, 0x40, 0x00};
+    /* one slice checksum (field 8, packed): a TP 1 destination has none, TP d > 1 has d */
+    static const uint8_t one_slice[] = {0x08, 0x01, 0x18, 0x01, 0x20, 0x01, 0x42, 0x08, 1,  2, 3, 4,
+                                        5,    6,    7,    8,    0x4a, 0x10, 1,    2,    3,  4, 5, 6,
+                                        7,    8,    9,    10,   11,   12,   13,   14,   15, 16};
     uint8_t big[NODE_KV_DONE_MAX + 1];
     (void)s;
+    assert_rejected(one_slice, sizeof one_slice);
     assert_rejected(legacy, sizeof legacy);
     assert_rejected(wire_type, sizeof wire_type);
     assert_rejected(endless, sizeof endless);

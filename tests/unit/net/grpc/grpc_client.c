@@ -1,7 +1,11 @@
-/* Tests common/pd_grpc_client.c against common/pd_grpc_server.c on one loop over loopback TCP: unary,
- * health Watch updates, cancel before and after the request is on the wire, destroy with calls in
- * flight and from inside a done callback, GOAWAY draining then UNAVAILABLE, and a clean loop
- * close. */
+/* Tests common/pd_grpc_client.c against common/pd_grpc_server.c on one loop over loopback TCP:
+ * unary, health Watch updates, cancel before and after the request is on the wire, destroy with
+ * calls in flight and from inside a done callback, GOAWAY draining then UNAVAILABLE, and a clean
+ * loop close. TLS (pd_grpc_client_set_tls) through the server's TLS terminator (tls_proxy.h) with a
+ * self-signed certificate made here (OpenSSL, P-256, SAN IP:127.0.0.1 and DNS:localhost): unary
+ * and a 1 MiB echo (many TLS records each way), then a CA the certificate does not chain to, a
+ * name it does not carry, plaintext on the TLS port (UNAVAILABLE, each with its reason) and a CA
+ * file that cannot be read (PD_ERR_IO). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,12 +13,17 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509v3.h>
+#include <unistd.h>
 
 #include "grpc_client.h"
 #include "grpc_health.h"
 #include "grpc_server.h"
 #include "health.pb-c.h"
 #include "testsvc.pb-c.h"
+#include "tls_proxy.h"
 
 static uv_loop_t loop;
 static pd_grpc_server_t *srv;
@@ -123,7 +132,8 @@ static void start_unary(const char *text, int64_t timeout_ms, res_t *r, pd_grpc_
     Pdtest__EchoRequest req = PDTEST__ECHO_REQUEST__INIT;
     req.text = (char *)text;
     assert_int_equal(pd_grpc_client_unary(cli, "/pdtest.Echo/Unary", &req.base,
-                                       &pdtest__echo_reply__descriptor, timeout_ms, on_unary, r, c),
+                                          &pdtest__echo_reply__descriptor, timeout_ms, on_unary, r,
+                                          c),
                      PD_OK);
 }
 
@@ -139,13 +149,14 @@ static void test_unary_and_health_watch(void **state)
     assert_int_equal(a.code, 0);
     hreq.service = "svc";
     pd_grpc_client_stream(cli, "/grpc.health.v1.Health/Watch", &hreq.base,
-                       &grpc__health__v1__health_check_response__descriptor, 0, on_health, on_done,
-                       &w, &wc);
+                          &grpc__health__v1__health_check_response__descriptor, 0, on_health,
+                          on_done, &w, &wc);
     while (w.n_msgs < 1)
         uv_run(&loop, UV_RUN_ONCE);
     assert_int_equal(w.last_status, PD_GRPC_HEALTH_SERVICE_UNKNOWN);
     assert_int_equal(pd_grpc_health_set(health, "svc", PD_GRPC_HEALTH_NOT_SERVING), PD_OK);
-    assert_int_equal(pd_grpc_health_set(health, "svc", PD_GRPC_HEALTH_NOT_SERVING), PD_OK); /* no-op */
+    assert_int_equal(pd_grpc_health_set(health, "svc", PD_GRPC_HEALTH_NOT_SERVING),
+                     PD_OK); /* no-op */
     assert_int_equal(pd_grpc_health_set(health, "svc", 7), PD_ERR_INVALID);
     while (w.n_msgs < 2)
         uv_run(&loop, UV_RUN_ONCE);
@@ -281,6 +292,123 @@ static void test_reset(void **state)
     assert_int_equal(b.code, 0);
 }
 
+/* ==== TLS ==== */
+
+/* A self-signed P-256 certificate for 127.0.0.1 / localhost (a CA too) and its key, as PEM files
+ * cert_path, key_path. */
+static void make_cert(const char *cert_path, const char *key_path, const char *cn)
+{
+    EVP_PKEY *k = EVP_EC_gen("P-256");
+    X509 *x = X509_new();
+    X509V3_CTX v3;
+    assert_non_null(k);
+    assert_non_null(x);
+    X509_set_version(x, 2);
+    ASN1_INTEGER_set(X509_get_serialNumber(x), 1);
+    X509_gmtime_adj(X509_getm_notBefore(x), -60);
+    X509_gmtime_adj(X509_getm_notAfter(x), 3600);
+    X509_set_pubkey(x, k);
+    X509_NAME *name = X509_get_subject_name(x);
+    X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, (const unsigned char *)cn, -1, -1, 0);
+    X509_set_issuer_name(x, name);
+    X509V3_set_ctx(&v3, x, x, NULL, NULL, 0);
+    const char *exts[][2] = {{"subjectAltName", "IP:127.0.0.1,DNS:localhost"},
+                             {"basicConstraints", "critical,CA:TRUE"}};
+    for (int i = 0; i < 2; i++) {
+        X509_EXTENSION *e = X509V3_EXT_conf(NULL, &v3, exts[i][0], exts[i][1]);
+        assert_non_null(e);
+        X509_add_ext(x, e, -1);
+        X509_EXTENSION_free(e);
+    }
+    assert_true(X509_sign(x, k, EVP_sha256()) > 0);
+    FILE *f = fopen(cert_path, "w");
+    assert_non_null(f);
+    PEM_write_X509(f, x);
+    fclose(f);
+    f = fopen(key_path, "w");
+    assert_non_null(f);
+    PEM_write_PrivateKey(f, k, NULL, NULL, 0, NULL, NULL);
+    fclose(f);
+    X509_free(x);
+    EVP_PKEY_free(k);
+}
+
+/* One unary call from a fresh client of 127.0.0.1:p with tls (NULL: h2c); its result in r. */
+static void tls_call(int p, const pd_grpc_client_tls_t *tls, const char *text, res_t *r)
+{
+    pd_grpc_client_t *c;
+    Pdtest__EchoRequest req = PDTEST__ECHO_REQUEST__INIT;
+    req.text = (char *)text;
+    memset(r, 0, sizeof *r);
+    assert_int_equal(pd_grpc_client_create(&loop, "127.0.0.1", p, &c), PD_OK);
+    pd_grpc_client_set_max_recv(c, 4u << 20);
+    if (tls)
+        assert_int_equal(pd_grpc_client_set_tls(c, tls), PD_OK);
+    assert_int_equal(pd_grpc_client_unary(c, "/pdtest.Echo/Unary", &req.base,
+                                          &pdtest__echo_reply__descriptor, 10000, on_unary, r,
+                                          NULL),
+                     PD_OK);
+    run_until(&r->done);
+    pd_grpc_client_destroy(c);
+}
+
+static void test_tls(void **state)
+{
+    char dir[] = "/tmp/pd-test-tls-client-XXXXXX", cert[128], key[128], other[128], okey[128];
+    pd_tls_proxy_t *px;
+    res_t r;
+    (void)state;
+    assert_non_null(mkdtemp(dir));
+    snprintf(cert, sizeof cert, "%s/cert.pem", dir);
+    snprintf(key, sizeof key, "%s/key.pem", dir);
+    snprintf(other, sizeof other, "%s/other.pem", dir);
+    snprintf(okey, sizeof okey, "%s/other-key.pem", dir);
+    make_cert(cert, key, "localhost");
+    make_cert(other, okey, "localhost"); /* same names, another key: not the server's CA */
+    pd_tls_params_t tp = {cert, key, "h2"};
+    assert_int_equal(pd_tls_proxy_create(&loop, &tp, "127.0.0.1", 0, "127.0.0.1", port, &px),
+                     PD_OK);
+    const int tls_port = pd_tls_proxy_port(px);
+    pd_grpc_client_tls_t ok = {cert, NULL}, by_name = {cert, "localhost"};
+    tls_call(tls_port, &ok, "over tls", &r); /* verified as IP 127.0.0.1 */
+    assert_int_equal(r.code, 0);
+    tls_call(tls_port, &by_name, "by name", &r); /* SNI localhost, DNS name checked */
+    assert_int_equal(r.code, 0);
+    char *big = malloc((1u << 20) + 1);
+    assert_non_null(big);
+    memset(big, 'a', 1u << 20);
+    big[1u << 20] = 0;
+    tls_call(tls_port, &ok, big, &r);
+    assert_int_equal(r.code, 0);
+    free(big);
+    pd_grpc_client_tls_t wrong_ca = {other, NULL}, wrong_name = {cert, "other.example"};
+    tls_call(tls_port, &wrong_ca, "x", &r);
+    printf("# another CA: %s\n", r.msg);
+    assert_int_equal(r.code, PD_GRPC_UNAVAILABLE);
+    assert_non_null(strstr(r.msg, "tls handshake with 127.0.0.1"));
+    tls_call(tls_port, &wrong_name, "x", &r);
+    printf("# a name the certificate lacks: %s\n", r.msg);
+    assert_int_equal(r.code, PD_GRPC_UNAVAILABLE);
+    assert_non_null(strstr(r.msg, "hostname mismatch"));
+    tls_call(tls_port, NULL, "x", &r); /* h2c on the TLS port */
+    assert_int_equal(r.code, PD_GRPC_UNAVAILABLE);
+    tls_call(port, &ok, "x", &r); /* TLS to the plaintext server */
+    printf("# tls to an h2c server: %s\n", r.msg);
+    assert_int_equal(r.code, PD_GRPC_UNAVAILABLE);
+    pd_grpc_client_t *c;
+    pd_grpc_client_tls_t missing = {"/nonexistent/ca.pem", NULL};
+    assert_int_equal(pd_grpc_client_create(&loop, "127.0.0.1", tls_port, &c), PD_OK);
+    assert_int_equal(pd_grpc_client_set_tls(c, &missing), PD_ERR_IO);
+    pd_grpc_client_destroy(c);
+    pd_tls_proxy_stats_t ps;
+    pd_tls_proxy_stats(px, &ps);
+    assert_true(ps.handshake_failures >= 3);
+    pd_tls_proxy_destroy(px);
+    for (const char *f = cert; f; f = f == cert ? key : f == key ? other : f == other ? okey : NULL)
+        unlink(f);
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -290,6 +418,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_destroy_with_calls_in_flight, setup, teardown),
         cmocka_unit_test_setup_teardown(test_goaway_then_unavailable, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reset, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tls, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
