@@ -45,9 +45,14 @@
  * cuBLAS. matmul_wgemv (mma on q - z, group scales in f32, K splits summed in one cluster since
  * session 4) measured faster than quantization + matmul_int4_mma at n 1..2 for K <= 8192, tied at
  * n 4..8, and slower on the tall-K down projection (4096 x 14336: 26.7 vs 24.4 us at n 1), where
- * the GEMM's K splits through scratch beat the cluster (docs/performance.md, 2026-12-01 session 4). */
+ * the GEMM's K splits through scratch beat the cluster (docs/performance.md, 2026-12-01 session 4).
+ */
 #define CUDA_GEMV_MAX_N 8
 #define CUDA_GEMV_MAX_N_INT4 8
+/* INT4 (tiled) and FP8 (K % 64 == 0) at or below this n run on the slice GEMVs matmul_w4gemv /
+ * matmul_w8gemv (no cluster, no scratch) where their plan fits in shared memory
+ * (PD_CUDA_XGEMV=0: the session-4 routing below, for comparisons) */
+#define CUDA_XGEMV_MAX_N 8
 #define CUDA_WGEMV_MAX_N 2
 #define CUDA_WGEMV_MAX_K 8192
 /* FP8 at or below this n (and K % 64 == 0) runs on the FP8 mma kernel (matmul_fp8_mma) instead of
@@ -73,7 +78,8 @@ typedef struct {
 
 typedef struct {
     int device;
-    int n_sm; /* multiprocessors of the device */
+    int n_sm;     /* multiprocessors of the device */
+    int cc_major; /* its compute capability (major): clusters (matmul_wgemv splits) need 9 */
     cudaStream_t stream;
     cublasHandle_t blas;
     cublasLtHandle_t lt;
@@ -93,13 +99,14 @@ typedef struct {
     bool no_flash;     /* PD_CUDA_FLASH=0: attention_run for every batch */
     int flash_variant; /* flash_variant option: -1 auto, 0..5 (attention_flash.cu) */
     bool no_fused;     /* fused=off: the table without the fused ops (cuda_ops_plain) */
+    bool no_xgemv;     /* PD_CUDA_XGEMV=0: no matmul_w4gemv / matmul_w8gemv routing */
     bool no_moe_grouped; /* moe_grouped=off: moe_prepare declines, experts grouped on the host */
     unsigned env_set;    /* CUDA__ENV_* bits: options fixed by the environment */
     int fp8_scaled;      /* FP8 GEMM with outer-vector scales: 0 untried, 1 works, -1 unsupported */
     cudaStream_t xstream; /* the KV transfer stream (xfer_*), created on first use */
     cudaEvent_t xevent;   /* recorded on stream, waited on by xstream */
     pd_status_t xerr;     /* the transfer stream's first failure since the last xfer_sync */
-    int32_t *h_ids;      /* MoE host staging */
+    int32_t *h_ids;       /* MoE host staging */
     int32_t *h_perm;
     size_t h_cap;
     struct cuda_moe_layer *moe_layers; /* registered MoE layers (moe_prepare) */
@@ -339,14 +346,40 @@ static pd_status_t cuda__matmul_int4_mma(cuda_t *c, float *out, const float *x,
                            c->stream);
 }
 
+/* The slice GEMV's plan for w at n (rows 0: not this path). */
+static void cuda__xgemv_plan(cuda_t *c, const pd_weight_t *w, int n, int *rows, int *slices,
+                             int *depth)
+{
+    *rows = 0;
+    if (c->no_xgemv || n > CUDA_XGEMV_MAX_N)
+        return;
+    if (cuda__int4_tiled(w))
+        matmul_w4gemv_plan(n, w->n, w->k, c->n_sm, rows, slices, depth);
+    else if (w->fmt == PD_WFMT_FP8 && w->k % 64 == 0)
+        matmul_w8gemv_plan(n, w->n, w->k, c->n_sm, rows, slices, depth);
+}
+
 static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_weight_t *w, int n)
 {
     const int64_t N = w->n, K = w->k;
     pd_status_t st;
+    int xr, xsl, xd;
 
     if (n <= 0)
         return PD_OK;
-    if (n <= CUDA_WGEMV_MAX_N && K <= CUDA_WGEMV_MAX_K && cuda__int4_tiled(w))
+    cuda__xgemv_plan(c, w, n, &xr, &xsl, &xd);
+    if (xr > 0 && w->fmt == PD_WFMT_INT4)
+        return matmul_w4gemv(out, x, w, n, xr, xsl, xd, c->stream);
+    if (xr > 0) { /* FP8: per-token quantization, then the GEMV */
+        size_t qb = ((size_t)n * (size_t)K + 255) / 256 * 256;
+        if ((st = cuda__grow(c, &c->act, qb + (size_t)n * 4)) != PD_OK)
+            return st;
+        float *xs = (float *)((uint8_t *)c->act.p + qb);
+        if ((st = matmul_quant_act_fp8(c->act.p, NULL, xs, x, n, K, c->stream)) != PD_OK)
+            return st;
+        return matmul_w8gemv(out, c->act.p, xs, w, n, xr, xsl, xd, c->stream);
+    }
+    if (n <= CUDA_WGEMV_MAX_N && K <= CUDA_WGEMV_MAX_K && cuda__int4_tiled(w) && c->cc_major >= 9)
         return cuda__matmul_wgemv(c, out, x, w, n);
     if (w->fmt == PD_WFMT_FP8 && n <= CUDA_FP8_MMA_MAX_N && K % 64 == 0 &&
         (n >= 2 || N <= CUDA_FP8_GEMV_MIN_ROWS)) {
@@ -450,6 +483,10 @@ static pd_status_t cuda__matmul_fp8(cuda_t *c, float *out, const uint8_t *xq, co
         pd_log_error("backend cuda: matmul_fp8 on a %s weight", pd_wfmt_name(w->fmt));
         return PD_ERR_INVALID;
     }
+    int xr, xsl, xd;
+    cuda__xgemv_plan(c, w, n, &xr, &xsl, &xd);
+    if (xr > 0)
+        return matmul_w8gemv(out, xq, xs, w, n, xr, xsl, xd, c->stream);
     if (n <= CUDA_FP8_MMA_MAX_N && K % 64 == 0 && (n >= 2 || N <= CUDA_FP8_GEMV_MIN_ROWS)) {
         int warps, splits;
         matmul_fp8_mma_plan(n, N, K, c->n_sm, &warps, &splits);
@@ -1390,6 +1427,8 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     env = getenv("PD_CUDA_FLASH");
     c->no_flash = env && strcmp(env, "0") == 0;
     c->env_set |= env && *env ? CUDA__ENV_FLASH : 0;
+    env = getenv("PD_CUDA_XGEMV");
+    c->no_xgemv = env && strcmp(env, "0") == 0;
     env = getenv("PD_CUDA_FUSED");
     if (env && *env) {
         cuda__set_fused(be, cuda__onoff(env) != 0);
@@ -1399,6 +1438,10 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
         goto err_destroy;
     if ((st = cuda__status(cudaDeviceGetAttribute(&c->n_sm, cudaDevAttrMultiProcessorCount, device),
                            "device attribute")) != PD_OK)
+        goto err_destroy;
+    if ((st = cuda__status(
+             cudaDeviceGetAttribute(&c->cc_major, cudaDevAttrComputeCapabilityMajor, device),
+             "device attribute")) != PD_OK)
         goto err_destroy;
     if ((st = cuda__status(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking),
                            "stream")) != PD_OK)

@@ -25,7 +25,8 @@
  * (INT4 + FP8 KV; FP8 + BF16 KV, DeepSeek-V3 in its published FP8 128x128 block format) and a
  * prefill of PD_BENCH_FAMILY_PREFILL tokens (default 2048; 0: none), eager (MoE takes no graphs).
  * Usage: gpu_bench [ops] [decode] [prefill] [flash] [int4] [attn] [attnprof] [elementwise] [moe]
- * [wgemv] [family] [ctxscale] [all] (default all; wgemv, family, ctxscale, moe: not part of all; flash: only
+ * [wgemv] [xgemv] [family] [ctxscale] [all] (default all; wgemv, xgemv (bench_xgemv), family,
+ * ctxscale, moe: not part of all; flash: only
  * the 8192 causal flash attention and the FP8 8192 x 14336 x 4096 GEMM, for ncu; int4: the INT4
  * paths table of ops alone). Needs a CUDA device (exits 77 without).
  */
@@ -58,6 +59,8 @@ static pd_backend_t *be_split; /* PD_CUDA_BF16_GEMM=split (hi + lo BF16 GEMMs) *
 static int graph_fail;         /* a graph capture failed or a replay differed from its eager plan */
 static cudaStream_t stream;
 static cudaStream_t stream_split;
+static pd_backend_t *be_old; /* PD_CUDA_XGEMV=0 (the session-4 routing), for bench_xgemv */
+static cudaStream_t stream_old;
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
 static float rnd(void)
@@ -379,7 +382,8 @@ static void bench_flash(pd_kvfmt_t fmt, int B, int q_len, int ctx, int reps_simt
         if (nf)
             ok(be->ops->alloc(be, nf * 4, (void **)&a.scratch), "alloc");
         ms = time_op(run_fa, &a, reps_simt);
-        snprintf(shape, sizeof shape, "simt %s B %d q %d ctx %d", pd_kvfmt_name(fmt), B, q_len, ctx);
+        snprintf(shape, sizeof shape, "simt %s B %d q %d ctx %d", pd_kvfmt_name(fmt), B, q_len,
+                 ctx);
         row("attention", shape, ms, bytes, flops, BF16_FLOPS);
         if (a.scratch)
             be->ops->free(be, a.scratch);
@@ -513,7 +517,8 @@ static void bench_elementwise(int n)
  * memset before every timed repeat evicts the weights from L2 (it leaves dirty lines that the
  * timed op may have to write back: every column pays that alike). */
 typedef struct {
-    int mode; /* 0 gemv, 1 quant + mma, 2 op, 3 wgemv */
+    int mode; /* 0 gemv, 1 quant + mma, 2 op, 3 wgemv, 4 w4gemv / w8gemv (FP8: xh holds the
+               * fp8 activations and mult their scales, quantized before timing) */
     float *out, *x, *part, *xf, *mult;
     uint16_t *xh;
     pd_weight_t *w;
@@ -540,9 +545,15 @@ static void run_i4(void *p)
         ok(matmul_int4_mma(a->out, a->part, a->xh, a->mult, a->w, a->n, a->warps, a->splits,
                            a->w->n % 32 == 0, stream),
            "int4 mma");
+    } else if (a->mode == 4 && fp8) {
+        ok(matmul_w8gemv(a->out, (const uint8_t *)a->xh, a->mult, a->w, a->n, a->warps, a->splits,
+                         a->depth, stream),
+           "w8gemv");
+    } else if (a->mode == 4) {
+        ok(matmul_w4gemv(a->out, a->x, a->w, a->n, a->warps, a->splits, a->depth, stream),
+           "w4gemv");
     } else if (a->mode == 3) {
-        ok(matmul_wgemv(a->out, a->x, a->w, a->n, a->warps, a->splits, a->depth, stream),
-           "wgemv");
+        ok(matmul_wgemv(a->out, a->x, a->w, a->n, a->warps, a->splits, a->depth, stream), "wgemv");
     } else
         be->ops->matmul(be, a->out, a->x, a->w, a->n);
 }
@@ -735,6 +746,103 @@ static void bench_wgemv_sweep(void)
     l2_flush = NULL;
 }
 
+/* matmul_w4gemv (INT4) and matmul_w8gemv (FP8, kernel alone: the activations quantized before
+ * timing) at n 1, 2, 4, 8 on the four Llama-3-8B shapes: every plan (rows R, slices S, depth D),
+ * then a table of the plan's pick, the best plan and the backend op (default routing; FP8 with
+ * its activation quantization launch), TB/s = weight + scale (+ zero) bytes / time, % of 4.8
+ * TB/s. L2 flushed before each repeat as in bench_int4_paths. */
+static void bench_xgemv(void)
+{
+    const int ns[] = {1, 2, 4, 8}, Ss[] = {1, 2, 3, 4, 6, 8, 12, 16};
+    const int Rs[7] = {16, 16, 32, 16, 16, 32, 32}, Ds[7] = {2, 4, 2, 4, 8, 2, 4};
+    int n_sm = 0;
+    cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0);
+    l2_flush_bytes = (size_t)256 << 20;
+    ok(be->ops->alloc(be, l2_flush_bytes, &l2_flush), "alloc");
+    char rows[32][256];
+    int nrow = 0;
+    printf("\n### matmul_w4gemv / matmul_w8gemv plans (us; R/S/D = rows, slices, depth; * = the "
+           "planner's pick)\n\n");
+    for (int s = 0; s < 4; s++) {
+        const int64_t N = i4_shapes[s][0], K = i4_shapes[s][1];
+        pd_weight_t h4, h8, w4, w8;
+        double wb[2];
+        i4_weights(s, &h4, &h8, &w4, &w8, wb);
+        for (int f = 0; f < 2; f++)
+            for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+                i4_arg_t a = {0};
+                const int n = ns[i];
+                int pr, ps, pd;
+                i4_alloc(&a, n, N, K);
+                a.w = f ? &w8 : &w4;
+                if (f)
+                    ok(matmul_quant_act_fp8((uint8_t *)a.xh, NULL, a.mult, a.x, n, K, stream),
+                       "quant fp8");
+                (f ? matmul_w8gemv_plan : matmul_w4gemv_plan)(n, N, K, n_sm, &pr, &ps, &pd);
+                printf("%s %lld x %lld n %d:", f ? "fp8" : "int4", (long long)N, (long long)K, n);
+                float best = 1e30f;
+                int br = 0, bs = 0, bd = 0;
+                for (int c = f ? 3 : 0; c < (f ? 7 : 3); c++)
+                    for (int si = 0; si < 8; si++) {
+                        const int S = Ss[si], steps = (int)(K / (f ? 64 : 128));
+                        const int per = (steps + S - 1) / S;
+                        if ((S - 1) * per >= steps)
+                            continue;
+                        if (!f && (matmul_w4gemv_smem(n, K, Rs[c], S) == 0 ||
+                                   matmul_w4gemv_smem(n, K, Rs[c], S) > 231424))
+                            continue;
+                        a.mode = 4, a.warps = Rs[c], a.splits = S, a.depth = Ds[c];
+                        const float ms = time_op(run_i4, &a, 10);
+                        if (ms < best)
+                            best = ms, br = Rs[c], bs = S, bd = Ds[c];
+                        printf(" %d/%d/%d=%.1f%s", Rs[c], S, Ds[c], ms * 1e3,
+                               Rs[c] == pr && S == ps && Ds[c] == pd ? "*" : "");
+                    }
+                float mp = -1.0f;
+                if (pr > 0) {
+                    a.mode = 4, a.warps = pr, a.splits = ps, a.depth = pd;
+                    mp = time_op(run_i4, &a, 20);
+                }
+                a.mode = 2;
+                const float mo = time_op(run_i4, &a, 20);
+                float m4 = -1.0f;
+                if (be_old) { /* the same op on the session-4 routing */
+                    pd_backend_t *keep = be;
+                    cudaStream_t keep_s = stream;
+                    be = be_old, stream = stream_old;
+                    m4 = time_op(run_i4, &a, 20);
+                    be = keep, stream = keep_s;
+                }
+                printf(" | plan %d/%d/%d %.1f us | best %d/%d/%d %.1f us | op %.1f us | s4 op %.1f "
+                       "us\n",
+                       pr, ps, pd, mp * 1e3, br, bs, bd, best * 1e3, mo * 1e3, m4 * 1e3);
+                fflush(stdout);
+                if (nrow < 32)
+                    snprintf(rows[nrow++], sizeof rows[0],
+                             "| %s | %lld x %lld | %d | %d/%d/%d | %.1f | %.2f | %.0f%% | %d/%d/%d "
+                             "%.1f | %.2f | %.1f | %.2f | %.1f | %.2f |",
+                             f ? "fp8" : "int4", (long long)N, (long long)K, n, pr, ps, pd,
+                             mp * 1e3, mp > 0 ? wb[f] / (mp * 1e-3) / 1e12 : 0.0,
+                             mp > 0 ? 100.0 * wb[f] / (mp * 1e-3) / 4.8e12 : 0.0, br, bs, bd,
+                             best * 1e3, wb[f] / (best * 1e-3) / 1e12, mo * 1e3,
+                             wb[f] / (mo * 1e-3) / 1e12, m4 * 1e3,
+                             m4 > 0 ? wb[f] / (m4 * 1e-3) / 1e12 : 0.0);
+                i4_free(&a);
+            }
+        model_host_weight_free(&h4);
+        model_host_weight_free(&h8);
+        backend_weight_free(be, &w4);
+        backend_weight_free(be, &w8);
+    }
+    printf("\n| fmt | N x K | n | plan R/S/D | plan us | plan TB/s | of 4.8 | best R/S/D us | "
+           "best TB/s | op us | op TB/s | s4 op us | s4 op TB/s |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < nrow; i++)
+        printf("%s\n", rows[i]);
+    be->ops->free(be, l2_flush);
+    l2_flush = NULL;
+}
+
 static void bench_ops(void)
 {
     printf("\n### per-op (Llama-3-8B shapes; floor = max(bytes / 4.2 TB/s, flops / peak))\n\n");
@@ -850,7 +958,8 @@ static float run_forward_s(model_t *m, pd_kvfmt_t kvfmt, int B, int ctx, int q_l
     float *logits = malloc((size_t)(n_logits > 0 ? n_logits : 1) * c->vocab_size * 4);
     model_batch_t b = {B * q_len, tokens, B, qs, cl, sp, n_logits, lr};
     const int nl1 = n_logits > 0 ? n_logits : 1;
-    float *st = malloc((size_t)nl1 * 4), *sp_ = malloc((size_t)nl1 * 4), *su = malloc((size_t)nl1 * 4);
+    float *st = malloc((size_t)nl1 * 4), *sp_ = malloc((size_t)nl1 * 4),
+          *su = malloc((size_t)nl1 * 4);
     int32_t *sk = malloc((size_t)nl1 * 4), *sout = malloc((size_t)nl1 * 4);
     for (int i = 0; i < n_logits; i++) {
         st[i] = sample == 2 ? 0.8f : 0.0f;
@@ -940,10 +1049,8 @@ static void bench_model(bool decode, bool prefill)
             float z = run_forward(m, confs[i].kv, B, 1024, 1, 0, 10, MODEL_GRAPHS_OFF, NULL);
             float ga = run_forward(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_ON, lg);
             float gz = run_forward(m, confs[i].kv, B, 1024, 1, 0, 10, MODEL_GRAPHS_ON, NULL);
-            float gs1 =
-                run_forward_s(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_ON, NULL, 1);
-            float gs2 =
-                run_forward_s(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_ON, NULL, 2);
+            float gs1 = run_forward_s(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_ON, NULL, 1);
+            float gs2 = run_forward_s(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_ON, NULL, 2);
             run_forward(m, confs[i].kv, B, 1024, 1, B, 1, MODEL_GRAPHS_EAGER, lp);
             double dmax = 0.0;
             size_t nbad = 0;
@@ -954,8 +1061,8 @@ static void bench_model(bool decode, bool prefill)
             }
             printf("| %s | %s | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f | %s | %.3g "
                    "|\n",
-                   pd_wfmt_name(confs[i].w), pd_kvfmt_name(confs[i].kv), B, a, z, ga, gz, gs1,
-                   gs2, B * 1000.0 / gs2, nbad ? "DIFFERENT" : "bit-identical", dmax);
+                   pd_wfmt_name(confs[i].w), pd_kvfmt_name(confs[i].kv), B, a, z, ga, gz, gs1, gs2,
+                   B * 1000.0 / gs2, nbad ? "DIFFERENT" : "bit-identical", dmax);
             fflush(stdout);
             if (nbad) {
                 fprintf(stderr, "graph replay differs from the padded eager step in %zu logits\n",
@@ -983,8 +1090,7 @@ static void bench_model(bool decode, bool prefill)
                         run_forward(m, confs[i].kv, 1, 512 * c, 512, 1, 3, MODEL_GRAPHS_OFF, NULL);
                 printf("prefill 8192 tokens as 16 chunks of 512 (each attends to the earlier "
                        "pages), %s weights, %s kv: %.1f ms (%.2fx unchunked)\n",
-                       pd_wfmt_name(confs[i].w), pd_kvfmt_name(confs[i].kv), chunked,
-                       chunked / ms);
+                       pd_wfmt_name(confs[i].w), pd_kvfmt_name(confs[i].kv), chunked, chunked / ms);
                 fflush(stdout);
                 float big = run_forward(m, confs[i].kv, 1, 0, 32768, 1, 1, MODEL_GRAPHS_OFF, NULL);
                 printf("prefill 32768 tokens, %s weights, %s kv: %.1f ms (%.0f tok/s)\n",
@@ -1062,8 +1168,7 @@ static void bench_moe(void)
             ok(be->ops->set_option(be, "moe_grouped", "on"), "moe_grouped=on");
             float dev = run_forward(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_OFF, NULL);
             float ga = run_forward(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_ON, lg);
-            float gs =
-                run_forward_s(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_ON, NULL, 2);
+            float gs = run_forward_s(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_ON, NULL, 2);
             run_forward(m, confs[i].kv, B, 1024, 1, B, 1, MODEL_GRAPHS_EAGER, lp);
             size_t nbad = 0;
             for (size_t j = 0; j < nv; j++)
@@ -1073,8 +1178,9 @@ static void bench_moe(void)
                    B * 1000.0 / gs, nbad ? "DIFFERENT" : "bit-identical");
             fflush(stdout);
             if (nbad) {
-                fprintf(stderr, "moe graph replay differs from the padded eager step in %zu "
-                                "logits\n",
+                fprintf(stderr,
+                        "moe graph replay differs from the padded eager step in %zu "
+                        "logits\n",
                         nbad);
                 graph_fail = 1;
             }
@@ -1106,7 +1212,8 @@ static void bench_ctxscale(void)
     for (size_t i = 0; i < sizeof confs / sizeof confs[0]; i++) {
         model_t *m;
         ok(model_create_random(&cfg, confs[i].w, PD_WFMT_BF16, be, 42, &m), "model");
-        const double wbytes = (double)m->weight_bytes - (double)cfg.vocab_size * cfg.hidden_size * 2;
+        const double wbytes =
+            (double)m->weight_bytes - (double)cfg.vocab_size * cfg.hidden_size * 2;
         kv_layout_t l;
         kv_layout_init(&l, cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, 16,
                        confs[i].kv);
@@ -1124,11 +1231,11 @@ static void bench_ctxscale(void)
                 }
                 const float ms =
                     run_forward(m, confs[i].kv, B, ctx, 1, 0, 10, MODEL_GRAPHS_ON, NULL);
-                const double floor_ms = (wbytes + (double)B * ctx * l.page_bytes / 16) /
-                                        COPY_BW * 1e3;
+                const double floor_ms =
+                    (wbytes + (double)B * ctx * l.page_bytes / 16) / COPY_BW * 1e3;
                 printf("| %s | %s | %d | %d | %.1f | %.2f | %.0f | %.2f | %.0f%% |\n",
-                       pd_wfmt_name(confs[i].w), pd_kvfmt_name(confs[i].kv), B, ctx,
-                       kv_bytes / 1e9, ms, B * 1000.0 / ms, floor_ms, 100.0 * floor_ms / ms);
+                       pd_wfmt_name(confs[i].w), pd_kvfmt_name(confs[i].kv), B, ctx, kv_bytes / 1e9,
+                       ms, B * 1000.0 / ms, floor_ms, 100.0 * floor_ms / ms);
                 fflush(stdout);
             }
         model_destroy(m);
@@ -1217,15 +1324,17 @@ int main(int argc, char **argv)
 {
     bool ops = argc < 2, decode = argc < 2, prefill = argc < 2, flash = false, int4 = false,
          fused = false, sweep = false;
-    bool attn = false, attnprof = false, ctxscale = false, family = false, moe = false;
+    bool attn = false, attnprof = false, ctxscale = false, family = false, moe = false,
+         xgemv = false;
     for (int i = 1; i < argc; i++) {
         family |= !strcmp(argv[i], "family"); /* GLM-4.5-Air / DeepSeek-V3 (not part of all) */
         bool all = !strcmp(argv[i], "all");
         flash |= !strcmp(argv[i], "flash");
         int4 |= !strcmp(argv[i], "int4"); /* the INT4 paths table alone (also part of ops) */
         fused |= !strcmp(argv[i], "elementwise"); /* the elementwise table alone (part of ops) */
-        sweep |= !strcmp(argv[i], "wgemv"); /* matmul_wgemv plans (not part of all) */
-        attn |= !strcmp(argv[i], "attn"); /* the decode attention table alone */
+        sweep |= !strcmp(argv[i], "wgemv");       /* matmul_wgemv plans (not part of all) */
+        xgemv |= !strcmp(argv[i], "xgemv"); /* matmul_w4gemv / w8gemv plans (not part of all) */
+        attn |= !strcmp(argv[i], "attn");   /* the decode attention table alone */
         attnprof |= !strcmp(argv[i], "attnprof"); /* 4 single launches, for ncu */
         ctxscale |= !strcmp(argv[i], "ctxscale"); /* decode steps at 1k / 8k / 32k context */
         moe |= !strcmp(argv[i], "moe"); /* the Qwen3-30B-A3B decode table (not part of all) */
@@ -1259,6 +1368,22 @@ int main(int argc, char **argv)
     }
     if (sweep)
         bench_wgemv_sweep();
+    if (xgemv) {
+        const char *kx = getenv("PD_CUDA_XGEMV");
+        char keep_x[16] = "";
+        if (kx)
+            snprintf(keep_x, sizeof keep_x, "%s", kx);
+        setenv("PD_CUDA_XGEMV", "0", 1);
+        ok(backend_cuda_create(0, &be_old), "session-4 routing backend");
+        if (kx)
+            setenv("PD_CUDA_XGEMV", keep_x, 1);
+        else
+            unsetenv("PD_CUDA_XGEMV");
+        stream_old = backend_cuda_stream(be_old);
+        bench_xgemv();
+        backend_destroy(be_old);
+        be_old = NULL;
+    }
     if (flash) { /* the prefill kernels alone (variants; for ncu) */
         printf("| %-12s | %-34s | %9s | %8s | %9s | %6s |\n", "op", "shape", "time us", "GB/s",
                "TFLOP/s", "floor");

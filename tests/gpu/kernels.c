@@ -686,6 +686,8 @@ static pair_t arena_new(const kv_layout_t *l, int n_pages)
  * flip of x * (1 / s) against x / s): ref the CPU backend's element, f = 3e-4. Outputs start
  * poisoned (NaN). */
 static float mma_x_scale = 1.0f; /* every activation of case_mma_gemm_d times this */
+/* case_mma_gemm_d through matmul_w4gemv / matmul_w8gemv: warps = rows, splits = slices */
+static bool mma_xgemv;
 static void case_mma_gemm_d(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warps, int splits,
                             int depth, uint64_t seed, const char *what)
 {
@@ -721,7 +723,12 @@ static void case_mma_gemm_d(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warp
         cudaStream_t st = backend_cuda_stream(gpu);
         uint8_t *b = scratch;
         float *mult = (float *)(b + hb), *part = pf ? (float *)(b + hb + mb) : NULL;
-        if (depth > 0) {
+        if (mma_xgemv && int4) {
+            pair_ok(matmul_w4gemv(out.g, px.g, &wg, n, warps, splits, depth, st));
+        } else if (mma_xgemv) {
+            pair_ok(matmul_quant_act_fp8(b, NULL, mult, px.g, n, K, st));
+            pair_ok(matmul_w8gemv(out.g, b, mult, &wg, n, warps, splits, depth, st));
+        } else if (depth > 0) {
             pair_ok(matmul_wgemv(out.g, px.g, &wg, n, warps, splits, depth, st));
         } else if (int4) {
             pair_ok(matmul_quant_act_f16((uint16_t *)b, mult, px.g, n, K, st));
@@ -732,9 +739,9 @@ static void case_mma_gemm_d(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warp
             pair_ok(matmul_fp8_mma(out.g, part, b, mult, &wg, n, warps, splits, st));
         }
     }
-    snprintf(shape, sizeof shape, "%s %s n %d N %lld K %lld w%d s%d d%d seed %llu",
-             pd_wfmt_name(fmt), what, n, (long long)N, (long long)K, warps, splits, depth,
-             (unsigned long long)seed);
+    snprintf(shape, sizeof shape, "%s %s%s n %d N %lld K %lld w%d s%d d%d seed %llu",
+             pd_wfmt_name(fmt), mma_xgemv ? (int4 ? "w4gemv " : "w8gemv ") : "", what, n,
+             (long long)N, (long long)K, warps, splits, depth, (unsigned long long)seed);
     report("mma gemm", shape, err_f32(&out, (size_t)n * N), warps < 0 ? 1e-5 : int4 ? 1e-3 : 2e-3);
 
     /* per element on sampled rows (about 2e8 multiply-adds) */
@@ -2213,6 +2220,35 @@ static void cases_matmul(void)
     /* matmul_wgemv at n 5 and 8 (forced: the backend routes them to the GEMM) */
     case_mma_gemm_d(i4, 5, 512, 2048, 4, 3, 4, 174, "wgemv n 5");
     case_mma_gemm_d(i4, 8, 384, 1024, 8, 1, 4, 175, "wgemv n 8");
+
+    /* matmul_w4gemv / matmul_w8gemv (n <= 8, K slices summed in the block): forced plans (rows,
+     * slices, depth) of every instantiation; empty slices (K 384 in 8 INT4 / K 512 in 16 FP8
+     * slices), uneven ones, FP8 rows past N (N 200, 1000) */
+    mma_xgemv = true;
+    case_mma_gemm_d(i4, 1, 256, 1024, 16, 1, 2, 181, "");
+    case_mma_gemm_d(i4, 3, 320, 640, 32, 2, 2, 182, "");
+    case_mma_gemm_d(i4, 8, 512, 1024, 16, 4, 4, 183, "");
+    case_mma_gemm_d(i4, 5, 96, 384, 16, 8, 2, 184, "empty slices");
+    case_mma_gemm_d(i4, 2, 224, 1280, 32, 3, 2, 185, "");
+    case_mma_gemm_d(i4, 8, 256, 4096, 16, 2, 4, 186, "n 8");
+    case_mma_gemm_d(i4, 4, 512, 2048, 16, 16, 4, 187, "16 slices");
+    mma_x_scale = 65536.0f;
+    case_mma_gemm_d(i4, 4, 256, 1024, 16, 2, 4, 188, "|x| ~ 2^16");
+    mma_x_scale = 1.0f / 65536.0f;
+    case_mma_gemm_d(i4, 3, 256, 1024, 32, 3, 2, 189, "|x| ~ 2^-16");
+    mma_x_scale = 1.0f;
+    case_mma_gemm_d(f8, 1, 200, 384, 16, 1, 4, 191, "rows past N");
+    case_mma_gemm_d(f8, 4, 320, 640, 32, 3, 2, 192, "");
+    case_mma_gemm_d(f8, 8, 1000, 1152, 16, 5, 8, 193, "rows past N");
+    case_mma_gemm_d(f8, 2, 96, 512, 32, 16, 4, 194, "empty slices");
+    case_mma_gemm_d(f8, 3, 512, 2048, 16, 4, 4, 195, "");
+    if (!small_only) {
+        case_mma_gemm_d(i4, 1, 28672, 4096, 16, 2, 4, 196, "8B gate_up");
+        case_mma_gemm_d(i4, 7, 4096, 14336, 32, 8, 2, 197, "8B down");
+        case_mma_gemm_d(f8, 1, 28672, 4096, 16, 2, 8, 198, "8B gate_up");
+        case_mma_gemm_d(f8, 4, 4096, 14336, 32, 8, 4, 199, "8B down");
+    }
+    mma_xgemv = false;
 }
 
 int main(void)
