@@ -347,37 +347,36 @@ static pd_status_t cuda__matmul_int4_mma(cuda_t *c, float *out, const float *x,
 }
 
 /* The slice GEMV's plan for w at n (rows 0: not this path). */
-static void cuda__xgemv_plan(cuda_t *c, const pd_weight_t *w, int n, int *rows, int *slices,
-                             int *depth)
+static void cuda__xgemv_plan(cuda_t *c, const pd_weight_t *w, int n, int p[4])
 {
-    *rows = 0;
+    p[0] = 0;
     if (c->no_xgemv || n > CUDA_XGEMV_MAX_N)
         return;
     if (cuda__int4_tiled(w))
-        matmul_w4gemv_plan(n, w->n, w->k, c->n_sm, rows, slices, depth);
+        matmul_w4gemv_plan(n, w->n, w->k, c->n_sm, &p[0], &p[1], &p[2], &p[3]);
     else if (w->fmt == PD_WFMT_FP8 && w->k % 64 == 0)
-        matmul_w8gemv_plan(n, w->n, w->k, c->n_sm, rows, slices, depth);
+        matmul_w8gemv_plan(n, w->n, w->k, c->n_sm, &p[0], &p[1], &p[2], &p[3]);
 }
 
 static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_weight_t *w, int n)
 {
     const int64_t N = w->n, K = w->k;
     pd_status_t st;
-    int xr, xsl, xd;
+    int xp[4]; /* slice GEMV plan: rows, slices, depth, blocks */
 
     if (n <= 0)
         return PD_OK;
-    cuda__xgemv_plan(c, w, n, &xr, &xsl, &xd);
-    if (xr > 0 && w->fmt == PD_WFMT_INT4)
-        return matmul_w4gemv(out, x, w, n, xr, xsl, xd, c->stream);
-    if (xr > 0) { /* FP8: per-token quantization, then the GEMV */
+    cuda__xgemv_plan(c, w, n, xp);
+    if (xp[0] > 0 && w->fmt == PD_WFMT_INT4)
+        return matmul_w4gemv(out, x, w, n, xp[0], xp[1], xp[2], xp[3], c->stream);
+    if (xp[0] > 0) { /* FP8: per-token quantization, then the GEMV */
         size_t qb = ((size_t)n * (size_t)K + 255) / 256 * 256;
         if ((st = cuda__grow(c, &c->act, qb + (size_t)n * 4)) != PD_OK)
             return st;
         float *xs = (float *)((uint8_t *)c->act.p + qb);
         if ((st = matmul_quant_act_fp8(c->act.p, NULL, xs, x, n, K, c->stream)) != PD_OK)
             return st;
-        return matmul_w8gemv(out, c->act.p, xs, w, n, xr, xsl, xd, c->stream);
+        return matmul_w8gemv(out, c->act.p, xs, w, n, xp[0], xp[1], xp[2], xp[3], c->stream);
     }
     if (n <= CUDA_WGEMV_MAX_N && K <= CUDA_WGEMV_MAX_K && cuda__int4_tiled(w) && c->cc_major >= 9)
         return cuda__matmul_wgemv(c, out, x, w, n);
@@ -483,10 +482,10 @@ static pd_status_t cuda__matmul_fp8(cuda_t *c, float *out, const uint8_t *xq, co
         pd_log_error("backend cuda: matmul_fp8 on a %s weight", pd_wfmt_name(w->fmt));
         return PD_ERR_INVALID;
     }
-    int xr, xsl, xd;
-    cuda__xgemv_plan(c, w, n, &xr, &xsl, &xd);
-    if (xr > 0)
-        return matmul_w8gemv(out, xq, xs, w, n, xr, xsl, xd, c->stream);
+    int xp[4];
+    cuda__xgemv_plan(c, w, n, xp);
+    if (xp[0] > 0)
+        return matmul_w8gemv(out, xq, xs, w, n, xp[0], xp[1], xp[2], xp[3], c->stream);
     if (n <= CUDA_FP8_MMA_MAX_N && K % 64 == 0 && (n >= 2 || N <= CUDA_FP8_GEMV_MIN_ROWS)) {
         int warps, splits;
         matmul_fp8_mma_plan(n, N, K, c->n_sm, &warps, &splits);

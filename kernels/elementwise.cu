@@ -90,8 +90,7 @@ static __global__ void elementwise__silu_mul(float *out, const float *gu, int n,
  * q = fp8(v * (1 / scale))), so q is what the matmul would have made of out. */
 
 /* Loads element group j (IT > 0: 4 floats at 4 j; IT == 0: 1 float at j) of a row. */
-template <int IT>
-static __device__ __forceinline__ float4 elementwise__ld(const float *row, int j)
+template <int IT> static __device__ __forceinline__ float4 elementwise__ld(const float *row, int j)
 {
     if (IT > 0)
         return ((const float4 *)row)[j];
@@ -223,8 +222,8 @@ static __device__ __forceinline__ float4 elementwise__silu4(const float *gu, int
 /* grid (n), block T: gu (n, 2f) f32; out (n, f) f32 = silu(gu[:, :f]) * gu[:, f:], or NULL;
  * q (n, f) fp8 e4m3 and qs (n) f32 = out quantized per row (never NULL here) */
 template <int IT>
-static __global__ void elementwise__silu_mul_fp8(float *out, const float *gu, uint8_t *q,
-                                                 float *qs, int f)
+static __global__ void elementwise__silu_mul_fp8(float *out, const float *gu, uint8_t *q, float *qs,
+                                                 int f)
 {
     __shared__ float red[32];
     const int ng = IT > 0 ? f / 4 : f, lanes = IT > 0 ? 4 : 1;
@@ -345,11 +344,21 @@ extern "C" pd_status_t elementwise_add_rmsnorm(float *x, const float *y, float *
     if (elementwise_force_generic)
         it = 0, t = 256;
     switch (it) {
-    case 1: elementwise__add_rmsnorm<1><<<n, t, 0, stream>>>(x, y, out, w, q, qs, d, eps); break;
-    case 2: elementwise__add_rmsnorm<2><<<n, t, 0, stream>>>(x, y, out, w, q, qs, d, eps); break;
-    case 4: elementwise__add_rmsnorm<4><<<n, t, 0, stream>>>(x, y, out, w, q, qs, d, eps); break;
-    case 8: elementwise__add_rmsnorm<8><<<n, t, 0, stream>>>(x, y, out, w, q, qs, d, eps); break;
-    default: elementwise__add_rmsnorm<0><<<n, t, 0, stream>>>(x, y, out, w, q, qs, d, eps); break;
+    case 1:
+        elementwise__add_rmsnorm<1><<<n, t, 0, stream>>>(x, y, out, w, q, qs, d, eps);
+        break;
+    case 2:
+        elementwise__add_rmsnorm<2><<<n, t, 0, stream>>>(x, y, out, w, q, qs, d, eps);
+        break;
+    case 4:
+        elementwise__add_rmsnorm<4><<<n, t, 0, stream>>>(x, y, out, w, q, qs, d, eps);
+        break;
+    case 8:
+        elementwise__add_rmsnorm<8><<<n, t, 0, stream>>>(x, y, out, w, q, qs, d, eps);
+        break;
+    default:
+        elementwise__add_rmsnorm<0><<<n, t, 0, stream>>>(x, y, out, w, q, qs, d, eps);
+        break;
     }
     return KUTIL_LAUNCHED("add_rmsnorm");
 }
@@ -365,11 +374,21 @@ extern "C" pd_status_t elementwise_silu_mul_fp8(float *out, const float *gu, uin
     if (elementwise_force_generic)
         it = 0, t = 512;
     switch (it) {
-    case 1: elementwise__silu_mul_fp8<1><<<n, t, 0, stream>>>(out, gu, q, qs, f); break;
-    case 2: elementwise__silu_mul_fp8<2><<<n, t, 0, stream>>>(out, gu, q, qs, f); break;
-    case 4: elementwise__silu_mul_fp8<4><<<n, t, 0, stream>>>(out, gu, q, qs, f); break;
-    case 8: elementwise__silu_mul_fp8<8><<<n, t, 0, stream>>>(out, gu, q, qs, f); break;
-    default: elementwise__silu_mul_fp8<0><<<n, t, 0, stream>>>(out, gu, q, qs, f); break;
+    case 1:
+        elementwise__silu_mul_fp8<1><<<n, t, 0, stream>>>(out, gu, q, qs, f);
+        break;
+    case 2:
+        elementwise__silu_mul_fp8<2><<<n, t, 0, stream>>>(out, gu, q, qs, f);
+        break;
+    case 4:
+        elementwise__silu_mul_fp8<4><<<n, t, 0, stream>>>(out, gu, q, qs, f);
+        break;
+    case 8:
+        elementwise__silu_mul_fp8<8><<<n, t, 0, stream>>>(out, gu, q, qs, f);
+        break;
+    default:
+        elementwise__silu_mul_fp8<0><<<n, t, 0, stream>>>(out, gu, q, qs, f);
+        break;
     }
     return KUTIL_LAUNCHED("silu_mul_fp8");
 }

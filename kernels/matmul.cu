@@ -1255,14 +1255,17 @@ static __global__ void __launch_bounds__(256, 3)
 /* ==== split-slice weight GEMVs for n <= 8 (INT4 and FP8; no cluster, no scratch) ====
  *
  * matmul__w4gemv<MR, D> (INT4 tiled) and matmul__w8gemv<MR, D> (FP8 row-major, per-row scale):
- * a block is one row tile of 16 MR rows and S warps; warp s takes the s-th slice of K (ups groups
- * of 128 columns for INT4, cps chunks of 64 for FP8), streams its weights straight into registers
- * (16-byte ld.global.nc.L1::no_allocate, D groups / chunks in flight per warp, the loop unrolled
- * by D so every buffer index is static), runs mma.sync with the tokens as the n8 tile on two
- * independent accumulator chains, and leaves its partial sums in its own shared-memory region;
- * warp 0 adds the slices in order 0 .. S-1 (deterministic) after one __syncthreads. So the K
- * split costs one block barrier instead of a cluster, and the grid is N / (16 MR) small blocks
- * (good balance over the SMs).
+ * the rows are cut into tiles of 16 MR; a block of S warps takes the tiles blockIdx.x,
+ * blockIdx.x + gridDim.x, ... (a persistent grid: gridDim.x is the plan's, at most one block per
+ * tile), and warp s the s-th slice of K in every tile (ups groups of 128 columns for INT4, cps
+ * chunks of 64 for FP8). A warp streams its weights straight into registers (16-byte
+ * ld.global.nc.L1::no_allocate, D steps in flight, the loop unrolled by D so that every buffer
+ * index is static; the stream runs on across tile ends, so it never drains inside the block),
+ * runs mma.sync with the tokens as the n8 tile on two independent accumulator chains, and at each
+ * tile end leaves its partial sums in a shared-memory slot of the tile's parity; after one
+ * __syncthreads warp 0 adds the slices in order 0 .. S-1 (deterministic) and stores the tile. So
+ * the K split costs one block barrier per tile instead of a cluster, and the activations are
+ * staged once per block, not once per tile.
  *
  * INT4 without the zero in the inner loop: the magic-number conversion stops at the lop3 (nibble
  * | 0x6400 = f16 1024 + q for nibbles 0, 2, 4, 6 of a word, 1024 + 16 q for nibbles 1, 3, 5, 7),
@@ -1284,38 +1287,36 @@ static __device__ __forceinline__ uint4 matmul__ld_stream(const void *p)
     return v;
 }
 
-/* bytes of one warp's shared-memory region in matmul__w4gemv: n token rows of pitch ups * 256 +
- * 64 (f16 activations), then ups * 64 bytes of (A, B) offsets per (group, token of 8); at least
- * the MR * 512 bytes of its partial sums */
-static __host__ __device__ __forceinline__ int matmul__w4_region(int n, int ups, int MR)
+/* bytes of one warp's activation region in matmul__w4gemv: n token rows of pitch ups * 256 + 64
+ * (f16 activations), then ups * 64 bytes of (A, B) offsets per (group, token of 8) */
+static __host__ __device__ __forceinline__ int matmul__w4_region(int n, int ups)
 {
-    const int a = n * (ups * 256 + 64) + ups * 64;
-    return a > MR * 512 ? a : MR * 512;
+    return n * (ups * 256 + 64) + ups * 64;
 }
 
-/* the slices' sums: warp 0 adds the other warps' partial sums (left in their regions) in order */
+/* A tile end of a slice GEMV: the warp's partial sums fa into the parity-p slot of part (2, S,
+ * NA, 32 lanes) f32, one block barrier, then warp 0 sums the S slices in order into fa (returns
+ * true there). */
 template <int NA>
-static __device__ __forceinline__ bool matmul__slice_sum(float (&acc)[NA], uint8_t *smem, int rs,
-                                                         int warp, int lane)
+static __device__ __forceinline__ bool matmul__tile_sum(float (&fa)[NA], float *part, int p,
+                                                        int warp, int lane)
 {
-    if (blockDim.x <= 32)
-        return true;
-    if (warp != 0) {
-        float *mine = (float *)(smem + (size_t)warp * rs);
+    const int S = blockDim.x >> 5;
+    float *mine = part + ((size_t)p * S + warp) * NA * 32;
 #pragma unroll
-        for (int i = 0; i < NA; i++)
-            mine[i * 32 + lane] = acc[i];
-    }
+    for (int i = 0; i < NA; i++)
+        mine[i * 32 + lane] = fa[i];
     __syncthreads();
     if (warp != 0)
         return false;
-    const int S = blockDim.x >> 5;
-    for (int s = 1; s < S; s++) {
-        const float *theirs = (const float *)(smem + (size_t)s * rs);
+    const float *ps = part + (size_t)p * S * NA * 32;
+#pragma unroll
+    for (int i = 0; i < NA; i++)
+        fa[i] = ps[i * 32 + lane];
+    for (int s = 1; s < S; s++)
 #pragma unroll
         for (int i = 0; i < NA; i++)
-            acc[i] += theirs[i * 32 + lane];
-    }
+            fa[i] += ps[((size_t)s * NA + i) * 32 + lane];
     return true;
 }
 
@@ -1326,51 +1327,69 @@ template <int MR> struct matmul__w4st {
     uint32_t z[MR][2];
 };
 
-/* grid (N / (16 MR)), block 32 S (S <= 16), dynamic shared memory S * rs bytes (rs =
- * matmul__w4_region(n, ups, MR)). out (n, N) f32 = x (n, K) f32 @ W^T, n <= 8; wd / wsc / wz the
- * tiled INT4 data, bf16 scales and zeros (N % 32 == 0, K % 128 == 0). Block b takes rows
- * [16 MR b, +16 MR), warp s the groups [s ups, min((s + 1) ups, K / 128)). */
+/* grid (G <= N / (16 MR)), block 32 S (S <= 16), dynamic shared memory S * rs + 2 * S * MR *
+ * 512 bytes (rs = matmul__w4_region(n, ups)). out (n, N) f32 = x (n, K) f32 @ W^T, n <= 8; wd /
+ * wsc / wz the tiled INT4 data, bf16 scales and zeros (N % 32 == 0, K % 128 == 0). Block b takes
+ * the row tiles b, b + G, ... of 16 MR rows, warp s the groups [s ups, min((s + 1) ups, K / 128))
+ * of each. */
 template <int MR, int D>
 static __global__ void __launch_bounds__(512)
     matmul__w4gemv(float *out, const float *x, const uint8_t *wd, const uint16_t *wsc,
                    const uint8_t *wz, int n, int64_t N, int64_t K, int ups, int rs)
 {
     extern __shared__ __align__(16) uint8_t matmul__smv[];
+    constexpr int NA = MR * 4;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
-    const int nu = (int)(K / 128);
+    const int S = blockDim.x >> 5, nu = (int)(K / 128);
     const int ub = warp * ups, ue = min(nu, ub + ups), nU = ue > ub ? ue - ub : 0;
     const int P = ups * 256 + 64;
     uint8_t *xsm = matmul__smv + (size_t)warp * rs;
     float *sums = (float *)(xsm + (size_t)n * P);
-    const int64_t row0 = (int64_t)blockIdx.x * 16 * MR, blk = row0 / 32;
-    const int half = (int)((row0 % 32) / 16);
-    const uint8_t *wtile = wd + (size_t)blk * nu * 2048;
-    const size_t stile = (size_t)blk * nu * 32;
+    float *part = (float *)(matmul__smv + (size_t)S * rs);
+    const int ntiles = (int)(N / (16 * MR));
+    const int ntl =
+        (int)blockIdx.x < ntiles ? (ntiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
+    const int T = ntl * nU;
 
-    auto load = [&](matmul__w4st<MR> &st, int i) {
-        const size_t u = (size_t)(ub + i);
+    /* the load cursor: tile lt, group li of the slice; wb / sb its tile's bases for the lane */
+    int lt = blockIdx.x, li = 0;
+    const uint8_t *wb = wd;
+    size_t sb = 0;
+    auto base = [&](int t) {
+        const int64_t row0 = (int64_t)t * 16 * MR, blk = row0 / 32;
+        const int half = (int)((row0 % 32) / 16);
+        wb = wd + (size_t)blk * nu * 2048 + (size_t)(2 * half * 32 + lane) * 16;
+        sb = (size_t)blk * nu * 32 + 2 * half * 8 + gq;
+    };
+    base(lt);
+    auto load = [&](matmul__w4st<MR> &st) {
+        const size_t u = (size_t)(ub + li);
 #pragma unroll
         for (int r = 0; r < MR; r++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                const int rh = 2 * (half + r) + h;
-                st.q[r][h] = matmul__ld_stream(wtile + u * 2048 + (rh * 32 + lane) * 16);
-                const size_t e = stile + u * 32 + rh * 8 + gq;
+                st.q[r][h] = matmul__ld_stream(wb + u * 2048 + (2 * r + h) * 512);
+                const size_t e = sb + u * 32 + (2 * r + h) * 8;
                 st.s[r][h] = __ldg(wsc + e);
                 st.z[r][h] = __ldg(wz + e);
             }
+        if (++li == nU) {
+            li = 0;
+            lt += gridDim.x;
+            base(lt);
+        }
     };
     matmul__w4st<MR> buf[D];
 #pragma unroll
     for (int j = 0; j < D; j++)
-        if (j < nU)
-            load(buf[j], j);
+        if (j < T)
+            load(buf[j]);
 
     /* prologue: the slice's activations, per token f16 x * 2^-e (odd columns of each 8 also
      * / 16) in the permuted order (16-byte chunk d = local group G, position w * 4 + q: columns
      * q * 32 + w * 8 .. + 8), and the (A, B) offsets of each (group, token) */
     float m2[2] = {0.0f, 0.0f}; /* 2^e of the lane's tokens 2 tq, 2 tq + 1 */
-    for (int t = 0; t < n; t++) {
+    for (int t = 0; t < n && T > 0; t++) {
         const float4 *xt = (const float4 *)(x + (size_t)t * K + (size_t)ub * 128);
         float am = 0.0f;
         for (int j = lane; j < nU * 32; j += 32) {
@@ -1386,8 +1405,8 @@ static __global__ void __launch_bounds__(512)
             m2[0] = ldexpf(1.0f, e);
         if (t == 2 * tq + 1)
             m2[1] = ldexpf(1.0f, e);
-        for (int base = 0; base < nU * 16; base += 32) {
-            const int d = base + lane;
+        for (int bs = 0; bs < nU * 16; bs += 32) {
+            const int d = bs + lane;
             float se = 0.0f, so = 0.0f;
             if (d < nU * 16) {
                 const int G = d >> 4, p = d & 15, w = p >> 2, q = p & 3;
@@ -1436,15 +1455,43 @@ static __global__ void __launch_bounds__(512)
             acc[r][i] = 0.0f;
     /* lanes of tokens past n read token 0 (their sums are never stored) */
     const uint8_t *xl = xsm + (size_t)(gq < n ? gq : 0) * P + tq * 16;
-    for (int i0 = 0; i0 < nU; i0 += D) {
+    int ci = 0, ct = blockIdx.x, jt = 0; /* the compute cursor: group, tile, local tile */
+    auto tile_end = [&]() {
+        float fa[NA];
+#pragma unroll
+        for (int r = 0; r < MR; r++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                fa[r * 4 + i] = acc[r][i] * m2[i & 1];
+                acc[r][i] = 0.0f;
+            }
+        if (matmul__tile_sum<NA>(fa, part, jt & 1, warp, lane)) {
+            const int64_t row0 = (int64_t)ct * 16 * MR;
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const int t = 2 * tq + i;
+                if (t >= n)
+                    continue;
+#pragma unroll
+                for (int r = 0; r < MR; r++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+                        out[(size_t)t * N + row0 + 16 * r + 8 * h + gq] = fa[r * 4 + 2 * h + i];
+            }
+        }
+        ci = 0;
+        ct += gridDim.x;
+        jt++;
+    };
+    for (int k0 = 0; k0 < T; k0 += D) {
 #pragma unroll
         for (int j = 0; j < D; j++) {
-            const int i = i0 + j;
-            if (i < nU) {
+            const int k = k0 + j;
+            if (k < T) {
                 const matmul__w4st<MR> st = buf[j];
-                if (i + D < nU)
-                    load(buf[j], i + D);
-                const float4 cs = *(const float4 *)(sums + (i * 8 + 2 * tq) * 2);
+                if (k + D < T)
+                    load(buf[j]);
+                const float4 cs = *(const float4 *)(sums + (ci * 8 + 2 * tq) * 2);
                 float g[MR][2][4];
 #pragma unroll
                 for (int r = 0; r < MR; r++)
@@ -1456,7 +1503,7 @@ static __global__ void __launch_bounds__(512)
                         g[r][1][2 * h] = 0.0f;
                         g[r][1][2 * h + 1] = 0.0f;
                     }
-                const uint8_t *xg = xl + (size_t)i * 256;
+                const uint8_t *xg = xl + (size_t)ci * 256;
 #pragma unroll
                 for (int w = 0; w < 4; w++) {
                     const uint4 b = *(const uint4 *)(xg + w * 64);
@@ -1488,77 +1535,76 @@ static __global__ void __launch_bounds__(512)
                         const float v = MR == 1 ? g[r][0][i4] + g[r][1][i4] : g[r][0][i4];
                         acc[r][i4] = fmaf(v, sf, acc[r][i4]);
                     }
+                if (++ci == nU)
+                    tile_end();
             }
         }
     }
-    float fa[MR * 4];
-#pragma unroll
-    for (int r = 0; r < MR; r++)
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-            fa[r * 4 + i] = acc[r][i] * m2[i & 1];
-    __syncwarp(); /* the region is reused for the partial sums */
-    if (!matmul__slice_sum<MR * 4>(fa, matmul__smv, rs, warp, lane))
-        return;
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const int t = 2 * tq + i;
-        if (t >= n)
-            continue;
-#pragma unroll
-        for (int r = 0; r < MR; r++)
-#pragma unroll
-            for (int h = 0; h < 2; h++)
-                out[(size_t)t * N + row0 + 16 * r + 8 * h + gq] = fa[r * 4 + 2 * h + i];
-    }
+    if (nU == 0) /* an empty slice: zero partial sums, the same barriers */
+        for (int i = 0; i < ntl; i++)
+            tile_end();
 }
 
-/* one FP8 chunk (64 columns) of a lane: MR m-tiles x rows +0 / +8, and the activations */
+/* one FP8 chunk (64 columns) of a lane: MR m-tiles x rows +0 / +8 (the activations are read
+ * when the chunk is used: L1 hits, 4 registers per step fewer in flight) */
 template <int MR> struct matmul__w8st {
     uint4 q[MR][2];
-    uint4 b;
 };
 
-/* grid (ceil(N / (16 MR))), block 32 S (S <= 16), dynamic shared memory S * MR * 512 bytes.
- * out (n, N) f32 = (xq @ W^T) * xs[t] * ws[r], xq (n, K) fp8 e4m3 and xs (n) f32 from
+/* grid (G <= ceil(N / (16 MR))), block 32 S (S <= 16), dynamic shared memory 2 * S * MR * 512
+ * bytes. out (n, N) f32 = (xq @ W^T) * xs[t] * ws[r], xq (n, K) fp8 e4m3 and xs (n) f32 from
  * matmul_quant_act_fp8, wd (N, K) fp8 e4m3 row-major, ws (N) f32; n <= 8, K % 64 == 0. Block b
- * takes rows [16 MR b, +16 MR) (rows past N compute a copy of row N - 1, never stored), warp s
- * the 64-column chunks [s cps, min((s + 1) cps, K / 64)). The lane's 16 bytes of a row and of its
- * token at the same columns feed two m16n8k32 steps (words x, y and z, w), as in
- * matmul__fp8_mma_cp. */
+ * takes the row tiles b, b + G, ... of 16 MR rows (rows past N compute a copy of row N - 1, never
+ * stored), warp s the 64-column chunks [s cps, min((s + 1) cps, K / 64)) of each. The lane's 16
+ * bytes of a row and of its token at the same columns feed two m16n8k32 steps (words x, y and
+ * z, w), as in matmul__fp8_mma_cp. */
 template <int MR, int D>
 static __global__ void __launch_bounds__(512)
     matmul__w8gemv(float *out, const uint8_t *xq, const float *xs, const uint8_t *wd,
                    const float *ws, int n, int64_t N, int64_t K, int cps)
 {
     extern __shared__ __align__(16) uint8_t matmul__smv[];
+    constexpr int NA = MR * 4;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
     const int nc = (int)(K / 64);
     const int cb = warp * cps, ce = min(nc, cb + cps), nC = ce > cb ? ce - cb : 0;
-    const int64_t row0 = (int64_t)blockIdx.x * 16 * MR;
+    const int ntiles = (int)((N + 16 * MR - 1) / (16 * MR));
+    const int ntl =
+        (int)blockIdx.x < ntiles ? (ntiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
+    const int T = ntl * nC;
+    float *part = (float *)matmul__smv;
+
+    int lt = blockIdx.x, li = 0; /* the load cursor: tile, chunk of the slice */
     const uint8_t *wrow[MR][2];
+    auto base = [&](int t) {
 #pragma unroll
-    for (int r = 0; r < MR; r++)
+        for (int r = 0; r < MR; r++)
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            int64_t row = row0 + 16 * r + 8 * h + gq;
-            row = row < N ? row : N - 1;
-            wrow[r][h] = wd + row * K + (size_t)cb * 64 + tq * 16;
-        }
+            for (int h = 0; h < 2; h++) {
+                int64_t row = (int64_t)t * 16 * MR + 16 * r + 8 * h + gq;
+                row = row < N ? row : N - 1;
+                wrow[r][h] = wd + row * K + (size_t)cb * 64 + tq * 16;
+            }
+    };
+    base(lt);
     const uint8_t *xrow = xq + (size_t)(gq < n ? gq : 0) * K + (size_t)cb * 64 + tq * 16;
-    auto load = [&](matmul__w8st<MR> &st, int i) {
+    auto load = [&](matmul__w8st<MR> &st) {
 #pragma unroll
         for (int r = 0; r < MR; r++)
 #pragma unroll
             for (int h = 0; h < 2; h++)
-                st.q[r][h] = matmul__ld_stream(wrow[r][h] + (size_t)i * 64);
-        st.b = __ldg((const uint4 *)(xrow + (size_t)i * 64));
+                st.q[r][h] = matmul__ld_stream(wrow[r][h] + (size_t)li * 64);
+        if (++li == nC) {
+            li = 0;
+            lt += gridDim.x;
+            base(lt);
+        }
     };
     matmul__w8st<MR> buf[D];
 #pragma unroll
     for (int j = 0; j < D; j++)
-        if (j < nC)
-            load(buf[j], j);
+        if (j < T)
+            load(buf[j]);
     float acc[MR][2][4];
 #pragma unroll
     for (int r = 0; r < MR; r++)
@@ -1567,47 +1613,61 @@ static __global__ void __launch_bounds__(512)
 #pragma unroll
             for (int i = 0; i < 4; i++)
                 acc[r][c][i] = 0.0f;
-    for (int i0 = 0; i0 < nC; i0 += D) {
-#pragma unroll
-        for (int j = 0; j < D; j++) {
-            const int i = i0 + j;
-            if (i < nC) {
-                const matmul__w8st<MR> st = buf[j];
-                if (i + D < nC)
-                    load(buf[j], i + D);
-#pragma unroll
-                for (int r = 0; r < MR; r++) {
-                    matmul__mma_fp8(acc[r][0], st.q[r][0].x, st.q[r][1].x, st.q[r][0].y,
-                                    st.q[r][1].y, st.b.x, st.b.y);
-                    matmul__mma_fp8(acc[r][1], st.q[r][0].z, st.q[r][1].z, st.q[r][0].w,
-                                    st.q[r][1].w, st.b.z, st.b.w);
-                }
-            }
-        }
-    }
-    float fa[MR * 4];
-#pragma unroll
-    for (int r = 0; r < MR; r++)
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-            fa[r * 4 + i] = acc[r][0][i] + acc[r][1][i];
-    if (!matmul__slice_sum<MR * 4>(fa, matmul__smv, MR * 512, warp, lane))
-        return;
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const int t = 2 * tq + i;
-        if (t >= n)
-            continue;
-        const float m = xs[t];
+    int ci = 0, ct = blockIdx.x, jt = 0;
+    auto tile_end = [&]() {
+        float fa[NA];
 #pragma unroll
         for (int r = 0; r < MR; r++)
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int64_t row = row0 + 16 * r + 8 * h + gq;
-                if (row < N)
-                    out[(size_t)t * N + row] = fa[r * 4 + 2 * h + i] * m * ws[row];
+            for (int i = 0; i < 4; i++) {
+                fa[r * 4 + i] = acc[r][0][i] + acc[r][1][i];
+                acc[r][0][i] = acc[r][1][i] = 0.0f;
             }
+        if (matmul__tile_sum<NA>(fa, part, jt & 1, warp, lane)) {
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const int t = 2 * tq + i;
+                if (t >= n)
+                    continue;
+                const float m = xs[t];
+#pragma unroll
+                for (int r = 0; r < MR; r++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int64_t row = (int64_t)ct * 16 * MR + 16 * r + 8 * h + gq;
+                        if (row < N)
+                            out[(size_t)t * N + row] = fa[r * 4 + 2 * h + i] * m * ws[row];
+                    }
+            }
+        }
+        ci = 0;
+        ct += gridDim.x;
+        jt++;
+    };
+    for (int k0 = 0; k0 < T; k0 += D) {
+#pragma unroll
+        for (int j = 0; j < D; j++) {
+            const int k = k0 + j;
+            if (k < T) {
+                const uint4 b = __ldg((const uint4 *)(xrow + (size_t)ci * 64));
+                const matmul__w8st<MR> st = buf[j];
+                if (k + D < T)
+                    load(buf[j]);
+#pragma unroll
+                for (int r = 0; r < MR; r++) {
+                    matmul__mma_fp8(acc[r][0], st.q[r][0].x, st.q[r][1].x, st.q[r][0].y,
+                                    st.q[r][1].y, b.x, b.y);
+                    matmul__mma_fp8(acc[r][1], st.q[r][0].z, st.q[r][1].z, st.q[r][0].w,
+                                    st.q[r][1].w, b.z, b.w);
+                }
+                if (++ci == nC)
+                    tile_end();
+            }
+        }
     }
+    if (nC == 0)
+        for (int i = 0; i < ntl; i++)
+            tile_end();
 }
 
 /* grid-stride over (n, N): out = sum over s of part (S, n, N) f32, in order s = 0 .. S-1 */
@@ -2077,107 +2137,116 @@ extern "C" size_t matmul_w4gemv_smem(int n, int64_t K, int rows, int slices)
         slices > MATMUL_XGEMV_MAX_SLICES || K < 128 || K % 128 != 0)
         return 0;
     const int nu = (int)(K / 128), ups = (nu + slices - 1) / slices;
-    return (size_t)slices * (size_t)matmul__w4_region(n, ups, rows / 16);
+    return (size_t)slices * ((size_t)matmul__w4_region(n, ups) + (size_t)rows / 16 * 1024);
 }
 
-/* Registers per thread of the instantiations (ptxas, sm_90a, nvcc 13): the occupancy term of
- * the plans. */
+static size_t matmul__w8_smem(int rows, int slices)
+{
+    return (size_t)slices * (size_t)rows / 16 * 1024;
+}
+
+/* Registers per thread of the instantiations (ptxas, sm_90a, nvcc 13, rounded up to 8): the
+ * occupancy term of the plans. */
 static int matmul__xg_regs(bool fp8, int MR, int D)
 {
     if (fp8)
-        return MR == 1 ? (D == 4 ? 96 : 128) : (D == 2 ? 96 : 128);
-    return MR == 1 ? (D == 2 ? 80 : 128) : 128;
+        return MR == 1 ? (D == 4 ? 112 : 128) : 120;
+    return MR == 1 ? (D == 2 ? 104 : 128) : 128;
 }
 
-/* the instantiated depths: INT4 rows 16: 2, 4; rows 32: 2; FP8 rows 16: 4, 8; rows 32: 2, 4 */
+/* the instantiated depths: INT4 rows 16: 2, 4; rows 32: 2; FP8 rows 16: 4, 8; rows 32: 2 (FP8
+ * rows 32 with depth 4 spilled) */
 static int matmul__xg_depth(bool fp8, int MR, int di)
 {
     if (fp8)
-        return MR == 1 ? 4 << di : 2 << di;
+        return MR == 1 ? 4 << di : (di == 0 ? 2 : 0);
     return MR == 1 ? 2 << di : (di == 0 ? 2 : 0);
 }
 
-/* Cost of a plan in units of 1 KiB of weights per warp: the busiest SM's share (blocks of S warps
- * with `per` KiB each, the blocks resident at once over the waves), divided by the fraction of
- * MATMUL__XG_INFLIGHT bytes in flight per SM (warps x depth x KiB per step), plus the prologue's
- * activation reads and the block barrier of the slices. */
-#define MATMUL__XG_INFLIGHT (48 << 10)
+/* Cost of a plan (MR, S, D, B blocks per SM) in units of 1 KiB of weights (one step of a warp):
+ * the busiest SM's share (its blocks x the most tiles of a block x the steps of a tile), divided
+ * by the fraction of MATMUL__XG_INFLIGHT bytes that its warps keep in flight (warps x depth x
+ * KiB per step) or of 8 warps, whichever is lower; plus each block's activation prologue (INT4:
+ * the slice read twice from L2 and converted) and a block barrier per tile. */
+#define MATMUL__XG_INFLIGHT (96 << 10)
 static double matmul__xg_cost(bool fp8, int n, int64_t N, int64_t K, int n_sm, int MR, int S, int D,
-                              size_t smem)
+                              int B, size_t smem, int *grid_p)
 {
-    const int64_t blocks = (N + 16 * MR - 1) / (16 * MR);
+    const int64_t ntiles = (N + 16 * MR - 1) / (16 * MR);
     const int64_t steps = fp8 ? K / 64 : K / 128;
     const int64_t per = (steps + S - 1) / S;
     if (S > 1 && (S - 1) * per >= steps)
         return 1e300; /* an empty slice */
-    int occ = 32;
-    occ = occ < 64 / S ? occ : 64 / S;
-    const int ro = 65536 / (matmul__xg_regs(fp8, MR, D) * 32 * S);
-    occ = occ < ro ? occ : ro;
-    const int so = (int)(233472 / (smem + 1024));
-    occ = occ < so ? occ : so;
-    if (occ < 1)
+    if ((int64_t)B * S > 64 || (int64_t)B * S * matmul__xg_regs(fp8, MR, D) * 32 > 65536 ||
+        (size_t)B * (smem + 1024) > 233472 || B > 32)
         return 1e300;
-    const int64_t cap = (int64_t)n_sm * occ;
-    const int64_t waves = (blocks + cap - 1) / cap;
-    const int64_t res = blocks < cap ? (blocks + n_sm - 1) / n_sm : occ;
-    const double kib = fp8 ? MR * 1.0 : MR * 1.0; /* INT4: 128 columns x 16 rows = 1 KiB */
-    double cost = (double)waves * res * S * per * kib;
-    const double inflight = (double)res * S * D * kib * 1024.0;
-    const double eff = inflight < MATMUL__XG_INFLIGHT ? inflight / MATMUL__XG_INFLIGHT : 1.0;
+    const int64_t grid = ntiles < (int64_t)n_sm * B ? ntiles : (int64_t)n_sm * B;
+    const int64_t tpb = (ntiles + grid - 1) / grid;
+    const int64_t bpsm = (grid + n_sm - 1) / n_sm;
+    double cost = (double)bpsm * tpb * S * per * MR;
+    const double warps = (double)bpsm * S;
+    const double inflight = warps * D * MR * 1024.0;
+    double eff = inflight < MATMUL__XG_INFLIGHT ? inflight / MATMUL__XG_INFLIGHT : 1.0;
+    eff = warps / 8.0 < eff ? warps / 8.0 : eff;
     cost /= eff;
-    if (!fp8) /* the prologue reads the slice's activations twice (L2) and converts them */
-        cost += (double)waves * res * n * per * 128 * 4 * 2 / 1024.0 / 4.0;
-    if (S > 1)
-        cost += 2.0 * waves;
+    if (!fp8)
+        cost += (double)n * per * 0.5;
+    cost += 0.3 * (double)tpb * (S > 1);
+    *grid_p = (int)grid;
     return cost;
 }
 
 static void matmul__xg_plan(bool fp8, int n, int64_t N, int64_t K, int n_sm, int *rows_p,
-                            int *slices_p, int *depth_p)
+                            int *slices_p, int *depth_p, int *blocks_p)
 {
+    const int Ss[8] = {1, 2, 3, 4, 6, 8, 12, 16};
     double best = 1e300;
     *rows_p = 0;
     *slices_p = 1;
     *depth_p = fp8 ? 4 : 2;
+    *blocks_p = 1;
     if (n_sm < 1)
         n_sm = 1;
-    const int Ss[8] = {1, 2, 3, 4, 6, 8, 12, 16};
+    if (n < 1 || n > MATMUL_XGEMV_MAX_N)
+        return;
     for (int MR = 1; MR <= 2; MR++)
         for (int si = 0; si < 8; si++)
-            for (int di = 0; di < 2; di++) {
-                const int S = Ss[si];
-                const int D = matmul__xg_depth(fp8, MR, di);
-                if (D == 0)
-                    continue;
-                size_t smem = fp8 ? (size_t)S * MR * 512 : matmul_w4gemv_smem(n, K, 16 * MR, S);
-                if (smem == 0 || smem > MATMUL__SMEM_MAX)
-                    continue;
-                const double c = matmul__xg_cost(fp8, n, N, K, n_sm, MR, S, D, smem);
-                if (c < best - 1e-9) {
-                    best = c;
-                    *rows_p = 16 * MR;
-                    *slices_p = S;
-                    *depth_p = D;
+            for (int di = 0; di < 2; di++)
+                for (int B = 1; B <= 8; B++) {
+                    const int S = Ss[si], D = matmul__xg_depth(fp8, MR, di);
+                    if (D == 0)
+                        continue;
+                    size_t smem =
+                        fp8 ? matmul__w8_smem(16 * MR, S) : matmul_w4gemv_smem(n, K, 16 * MR, S);
+                    if (smem == 0 || smem > MATMUL__SMEM_MAX)
+                        continue;
+                    int grid = 0;
+                    const double c = matmul__xg_cost(fp8, n, N, K, n_sm, MR, S, D, B, smem, &grid);
+                    if (c < best - 1e-9) {
+                        best = c;
+                        *rows_p = 16 * MR;
+                        *slices_p = S;
+                        *depth_p = D;
+                        *blocks_p = grid;
+                    }
                 }
-            }
 }
 
 extern "C" void matmul_w4gemv_plan(int n, int64_t N, int64_t K, int n_sm, int *rows_p,
-                                   int *slices_p, int *depth_p)
+                                   int *slices_p, int *depth_p, int *blocks_p)
 {
-    matmul__xg_plan(false, n, N, K, n_sm, rows_p, slices_p, depth_p);
+    matmul__xg_plan(false, n, N, K, n_sm, rows_p, slices_p, depth_p, blocks_p);
 }
 
 extern "C" void matmul_w8gemv_plan(int n, int64_t N, int64_t K, int n_sm, int *rows_p,
-                                   int *slices_p, int *depth_p)
+                                   int *slices_p, int *depth_p, int *blocks_p)
 {
-    matmul__xg_plan(true, n, N, K, n_sm, rows_p, slices_p, depth_p);
+    matmul__xg_plan(true, n, N, K, n_sm, rows_p, slices_p, depth_p, blocks_p);
 }
 
 template <int MR, int D>
 static void matmul__w4gemv_launch(float *out, const float *x, const pd_weight_t *w, int n, int S,
-                                  int ups, int rs, cudaStream_t stream)
+                                  int G, int ups, int rs, size_t smem, cudaStream_t stream)
 {
     static bool attr;
     if (!attr) {
@@ -2185,13 +2254,14 @@ static void matmul__w4gemv_launch(float *out, const float *x, const pd_weight_t 
                              MATMUL__SMEM_MAX);
         attr = true;
     }
-    matmul__w4gemv<MR, D><<<(unsigned)(w->n / (16 * MR)), 32 * S, (size_t)S * rs, stream>>>(
+    matmul__w4gemv<MR, D><<<(unsigned)G, 32 * S, smem, stream>>>(
         out, x, (const uint8_t *)w->data, (const uint16_t *)w->scales, (const uint8_t *)w->zeros, n,
         w->n, w->k, ups, rs);
 }
 
 extern "C" pd_status_t matmul_w4gemv(float *out, const float *x, const pd_weight_t *w, int n,
-                                     int rows, int slices, int depth, cudaStream_t stream)
+                                     int rows, int slices, int depth, int blocks,
+                                     cudaStream_t stream)
 {
     KUTIL_REQUIRE(w->fmt == PD_WFMT_INT4 && w->k % 128 == 0 && w->n > 0 && w->n % 32 == 0,
                   "matmul_w4gemv");
@@ -2204,46 +2274,48 @@ extern "C" pd_status_t matmul_w4gemv(float *out, const float *x, const pd_weight
     const size_t smem = matmul_w4gemv_smem(n, w->k, rows, slices);
     KUTIL_REQUIRE(smem > 0 && smem <= MATMUL__SMEM_MAX, "matmul_w4gemv shared memory");
     const int nu = (int)(w->k / 128), ups = (nu + slices - 1) / slices;
-    const int rs = matmul__w4_region(n, ups, rows / 16);
+    const int rs = matmul__w4_region(n, ups);
+    const int ntiles = (int)(w->n / rows);
+    const int G = blocks < 1 || blocks > ntiles ? ntiles : blocks;
     if (rows == 16 && depth == 2)
-        matmul__w4gemv_launch<1, 2>(out, x, w, n, slices, ups, rs, stream);
+        matmul__w4gemv_launch<1, 2>(out, x, w, n, slices, G, ups, rs, smem, stream);
     else if (rows == 16)
-        matmul__w4gemv_launch<1, 4>(out, x, w, n, slices, ups, rs, stream);
+        matmul__w4gemv_launch<1, 4>(out, x, w, n, slices, G, ups, rs, smem, stream);
     else
-        matmul__w4gemv_launch<2, 2>(out, x, w, n, slices, ups, rs, stream);
+        matmul__w4gemv_launch<2, 2>(out, x, w, n, slices, G, ups, rs, smem, stream);
     return KUTIL_LAUNCHED("matmul_w4gemv");
 }
 
 template <int MR, int D>
 static void matmul__w8gemv_launch(float *out, const uint8_t *xq, const float *xs,
-                                  const pd_weight_t *w, int n, int S, int cps, cudaStream_t stream)
+                                  const pd_weight_t *w, int n, int S, int G, int cps,
+                                  cudaStream_t stream)
 {
-    matmul__w8gemv<MR, D>
-        <<<(unsigned)((w->n + 16 * MR - 1) / (16 * MR)), 32 * S, (size_t)S * MR * 512, stream>>>(
-            out, xq, xs, (const uint8_t *)w->data, (const float *)w->scales, n, w->n, w->k, cps);
+    matmul__w8gemv<MR, D><<<(unsigned)G, 32 * S, matmul__w8_smem(16 * MR, S), stream>>>(
+        out, xq, xs, (const uint8_t *)w->data, (const float *)w->scales, n, w->n, w->k, cps);
 }
 
 extern "C" pd_status_t matmul_w8gemv(float *out, const uint8_t *xq, const float *xs,
                                      const pd_weight_t *w, int n, int rows, int slices, int depth,
-                                     cudaStream_t stream)
+                                     int blocks, cudaStream_t stream)
 {
     KUTIL_REQUIRE(w->fmt == PD_WFMT_FP8 && w->k % 64 == 0 && w->n > 0, "matmul_w8gemv");
     KUTIL_REQUIRE(n >= 0 && n <= MATMUL_XGEMV_MAX_N && (rows == 16 || rows == 32) && slices >= 1 &&
                       slices <= MATMUL_XGEMV_MAX_SLICES &&
-                      (rows == 16 ? depth == 4 || depth == 8 : depth == 2 || depth == 4) &&
+                      (rows == 16 ? depth == 4 || depth == 8 : depth == 2) &&
                       (w->n + rows - 1) / rows <= INT32_MAX,
                   "matmul_w8gemv");
     if (n == 0)
         return PD_OK;
     const int nc = (int)(w->k / 64), cps = (nc + slices - 1) / slices;
+    const int ntiles = (int)((w->n + rows - 1) / rows);
+    const int G = blocks < 1 || blocks > ntiles ? ntiles : blocks;
     if (rows == 16 && depth == 4)
-        matmul__w8gemv_launch<1, 4>(out, xq, xs, w, n, slices, cps, stream);
+        matmul__w8gemv_launch<1, 4>(out, xq, xs, w, n, slices, G, cps, stream);
     else if (rows == 16)
-        matmul__w8gemv_launch<1, 8>(out, xq, xs, w, n, slices, cps, stream);
-    else if (depth == 2)
-        matmul__w8gemv_launch<2, 2>(out, xq, xs, w, n, slices, cps, stream);
+        matmul__w8gemv_launch<1, 8>(out, xq, xs, w, n, slices, G, cps, stream);
     else
-        matmul__w8gemv_launch<2, 4>(out, xq, xs, w, n, slices, cps, stream);
+        matmul__w8gemv_launch<2, 2>(out, xq, xs, w, n, slices, G, cps, stream);
     return KUTIL_LAUNCHED("matmul_w8gemv");
 }
 

@@ -3,7 +3,8 @@
  *   1. per op: median time over repeats (CUDA events on the backend's stream), the bytes or
  *      FLOPs it must move or do, and the share of the floor (copy ~4.2 TB/s, FP8 dense GEMM
  *      ~1.36 PFLOP/s, BF16 ~0.79 PFLOP/s);
- *   2. whole decode steps (model_forward, random weights) at batch 1, 3, 16 and 64, context 1024,
+ *   2. whole decode steps (model_forward, random weights) at batch 1, 3, 16 and 64 (or
+ *      GPU_BENCH_DECODE_BATCHES="1 8 64"), context 1024,
  *      for INT4 weights + FP8 KV and FP8 weights + BF16 KV, with and without the logits
  *      download, eager (MODEL_GRAPHS_OFF) and replayed from CUDA graphs (MODEL_GRAPHS_ON); the
  *      graph logits are compared with the same padded plan run op by op (MODEL_GRAPHS_EAGER:
@@ -114,6 +115,10 @@ static void *l2_flush;
 static size_t l2_flush_bytes;
 
 static int time_warm = 3; /* warm-up launches of time_op (attnprof: 0, one launch per case) */
+/* the read-only L2 flush of bench_xgemv: a GEMV over a 128 MB BF16 weight (n 1) */
+static pd_weight_t *l2_rd_w;
+static float *l2_rd_out, *l2_rd_x;
+
 static float time_op(op_fn fn, void *arg, int reps)
 {
     cudaEvent_t a, b;
@@ -124,7 +129,9 @@ static float time_op(op_fn fn, void *arg, int reps)
         fn(arg);
     ok(be->ops->sync(be), "warm-up");
     for (int i = 0; i < reps; i++) {
-        if (l2_flush)
+        if (l2_rd_w) /* read-only flush: L2 left holding clean lines of another buffer */
+            be->ops->matmul(be, l2_rd_out, l2_rd_x, l2_rd_w, 1);
+        else if (l2_flush)
             cudaMemsetAsync(l2_flush, i & 0xff, l2_flush_bytes, stream);
         cudaEventRecord(a, stream);
         fn(arg);
@@ -522,7 +529,7 @@ typedef struct {
     float *out, *x, *part, *xf, *mult;
     uint16_t *xh;
     pd_weight_t *w;
-    int n, warps, splits, depth;
+    int n, warps, splits, depth, blocks;
 } i4_arg_t;
 static void run_i4(void *p)
 {
@@ -547,10 +554,11 @@ static void run_i4(void *p)
            "int4 mma");
     } else if (a->mode == 4 && fp8) {
         ok(matmul_w8gemv(a->out, (const uint8_t *)a->xh, a->mult, a->w, a->n, a->warps, a->splits,
-                         a->depth, stream),
+                         a->depth, a->blocks, stream),
            "w8gemv");
     } else if (a->mode == 4) {
-        ok(matmul_w4gemv(a->out, a->x, a->w, a->n, a->warps, a->splits, a->depth, stream),
+        ok(matmul_w4gemv(a->out, a->x, a->w, a->n, a->warps, a->splits, a->depth, a->blocks,
+                         stream),
            "w4gemv");
     } else if (a->mode == 3) {
         ok(matmul_wgemv(a->out, a->x, a->w, a->n, a->warps, a->splits, a->depth, stream), "wgemv");
@@ -747,23 +755,45 @@ static void bench_wgemv_sweep(void)
 }
 
 /* matmul_w4gemv (INT4) and matmul_w8gemv (FP8, kernel alone: the activations quantized before
- * timing) at n 1, 2, 4, 8 on the four Llama-3-8B shapes: every plan (rows R, slices S, depth D),
- * then a table of the plan's pick, the best plan and the backend op (default routing; FP8 with
- * its activation quantization launch), TB/s = weight + scale (+ zero) bytes / time, % of 4.8
- * TB/s. L2 flushed before each repeat as in bench_int4_paths. */
+ * timing) at n 1, 2, 4, 8 on the four Llama-3-8B shapes: plans (rows R, slices S, depth D,
+ * blocks B: 0 one per tile, else B blocks per SM), then a table of the plan's pick, the best
+ * plan and the backend op (default routing; FP8 with its activation quantization launch) against
+ * the same op on the session-4 routing (PD_CUDA_XGEMV=0), TB/s = weight + scale (+ zero) bytes /
+ * time, % of 4.8 TB/s. Before each repeat a GEMV over a 128 MB BF16 weight leaves L2 holding
+ * clean lines of another buffer (a decode step's situation: the previous layers' weights); the
+ * op columns are also given after the 256 MB memset of bench_int4_paths (L2 full of dirty
+ * lines, which the timed op has to write back as it reads: the earlier tables' flush). */
 static void bench_xgemv(void)
 {
-    const int ns[] = {1, 2, 4, 8}, Ss[] = {1, 2, 3, 4, 6, 8, 12, 16};
-    const int Rs[7] = {16, 16, 32, 16, 16, 32, 32}, Ds[7] = {2, 4, 2, 4, 8, 2, 4};
+    const int ns[] = {1, 2, 4, 8}, Ss[] = {1, 2, 4, 8, 16}, Bs[] = {0, 1, 2, 4};
+    const int Rs[6] = {16, 16, 32, 16, 16, 32}, Ds[6] = {2, 4, 2, 4, 8, 2};
     int n_sm = 0;
     cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0);
     l2_flush_bytes = (size_t)256 << 20;
     ok(be->ops->alloc(be, l2_flush_bytes, &l2_flush), "alloc");
-    char rows[32][256];
+    pd_weight_t rh, rw;
+    {
+        const int64_t RN = 8192, RK = 8192;
+        uint16_t *src = malloc((size_t)(RN * RK) * 2);
+        for (int64_t i = 0; i < RN * RK; i++)
+            src[i] = pd_f32_to_bf16(rnd() * 0.02f);
+        ok(model_quantize_bf16(src, RN, RK, PD_WFMT_BF16, &rh), "flush weight");
+        free(src);
+        ok(backend_weight_upload(be, &rh, &rw), "flush weight upload");
+        l2_rd_x = dev_random_f32((size_t)RK, 1.0f);
+        ok(be->ops->alloc(be, (size_t)RN * 4, (void **)&l2_rd_out), "alloc");
+        l2_rd_w = &rw;
+    }
+    char rows[32][320];
     int nrow = 0;
-    printf("\n### matmul_w4gemv / matmul_w8gemv plans (us; R/S/D = rows, slices, depth; * = the "
-           "planner's pick)\n\n");
-    for (int s = 0; s < 4; s++) {
+    /* GPU_BENCH_XGEMV_SHAPES=k: the first k shapes; GPU_BENCH_XGEMV_NOSWEEP=1: the plans only
+     * (for ncu) */
+    const char *lim = getenv("GPU_BENCH_XGEMV_SHAPES"), *nsw = getenv("GPU_BENCH_XGEMV_NOSWEEP");
+    const int nshape = lim && atoi(lim) > 0 && atoi(lim) < 4 ? atoi(lim) : 4;
+    const bool nosweep = nsw && atoi(nsw) > 0;
+    printf("\n### matmul_w4gemv / matmul_w8gemv plans (us, clean-L2 flush; R/S/D/B = rows, "
+           "slices, depth, blocks per SM (0: one per tile); * = the planner's pick)\n\n");
+    for (int s = 0; s < nshape; s++) {
         const int64_t N = i4_shapes[s][0], K = i4_shapes[s][1];
         pd_weight_t h4, h8, w4, w8;
         double wb[2];
@@ -772,61 +802,77 @@ static void bench_xgemv(void)
             for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
                 i4_arg_t a = {0};
                 const int n = ns[i];
-                int pr, ps, pd;
+                int pr, ps, pd, pb;
                 i4_alloc(&a, n, N, K);
                 a.w = f ? &w8 : &w4;
                 if (f)
                     ok(matmul_quant_act_fp8((uint8_t *)a.xh, NULL, a.mult, a.x, n, K, stream),
                        "quant fp8");
-                (f ? matmul_w8gemv_plan : matmul_w4gemv_plan)(n, N, K, n_sm, &pr, &ps, &pd);
+                (f ? matmul_w8gemv_plan : matmul_w4gemv_plan)(n, N, K, n_sm, &pr, &ps, &pd, &pb);
                 printf("%s %lld x %lld n %d:", f ? "fp8" : "int4", (long long)N, (long long)K, n);
                 float best = 1e30f;
-                int br = 0, bs = 0, bd = 0;
-                for (int c = f ? 3 : 0; c < (f ? 7 : 3); c++)
-                    for (int si = 0; si < 8; si++) {
-                        const int S = Ss[si], steps = (int)(K / (f ? 64 : 128));
-                        const int per = (steps + S - 1) / S;
-                        if ((S - 1) * per >= steps)
-                            continue;
-                        if (!f && (matmul_w4gemv_smem(n, K, Rs[c], S) == 0 ||
-                                   matmul_w4gemv_smem(n, K, Rs[c], S) > 231424))
-                            continue;
-                        a.mode = 4, a.warps = Rs[c], a.splits = S, a.depth = Ds[c];
-                        const float ms = time_op(run_i4, &a, 10);
-                        if (ms < best)
-                            best = ms, br = Rs[c], bs = S, bd = Ds[c];
-                        printf(" %d/%d/%d=%.1f%s", Rs[c], S, Ds[c], ms * 1e3,
-                               Rs[c] == pr && S == ps && Ds[c] == pd ? "*" : "");
-                    }
+                int br = 0, bs = 0, bd = 0, bb = 0;
+                for (int c = f ? 3 : 0; !nosweep && c < (f ? 6 : 3); c++)
+                    for (int si = 0; si < 5; si++)
+                        for (int bi = 0; bi < 4; bi++) {
+                            const int S = Ss[si], steps = (int)(K / (f ? 64 : 128));
+                            const int per = (steps + S - 1) / S;
+                            const int ntiles = (int)((N + Rs[c] - 1) / Rs[c]);
+                            if ((S - 1) * per >= steps || Bs[bi] * S > 32)
+                                continue;
+                            if (!f && (matmul_w4gemv_smem(n, K, Rs[c], S) == 0 ||
+                                       matmul_w4gemv_smem(n, K, Rs[c], S) > 231424))
+                                continue;
+                            a.mode = 4, a.warps = Rs[c], a.splits = S, a.depth = Ds[c];
+                            a.blocks = Bs[bi] ? Bs[bi] * n_sm : 0;
+                            if (a.blocks >= ntiles)
+                                continue;
+                            const float ms = time_op(run_i4, &a, 8);
+                            if (ms < best)
+                                best = ms, br = Rs[c], bs = S, bd = Ds[c], bb = a.blocks;
+                            printf(" %d/%d/%d/%d=%.1f%s", Rs[c], S, Ds[c], Bs[bi], ms * 1e3,
+                                   Rs[c] == pr && S == ps && Ds[c] == pd &&
+                                           (a.blocks == pb || (a.blocks == 0 && pb >= ntiles))
+                                       ? "*"
+                                       : "");
+                        }
                 float mp = -1.0f;
                 if (pr > 0) {
-                    a.mode = 4, a.warps = pr, a.splits = ps, a.depth = pd;
+                    a.mode = 4, a.warps = pr, a.splits = ps, a.depth = pd, a.blocks = pb;
                     mp = time_op(run_i4, &a, 20);
                 }
                 a.mode = 2;
                 const float mo = time_op(run_i4, &a, 20);
-                float m4 = -1.0f;
+                float m4 = -1.0f, mod = -1.0f, m4d = -1.0f;
+                pd_weight_t *keep_w = l2_rd_w;
+                l2_rd_w = NULL; /* the memset flush */
+                mod = time_op(run_i4, &a, 10);
+                l2_rd_w = keep_w;
                 if (be_old) { /* the same op on the session-4 routing */
                     pd_backend_t *keep = be;
                     cudaStream_t keep_s = stream;
                     be = be_old, stream = stream_old;
                     m4 = time_op(run_i4, &a, 20);
+                    l2_rd_w = NULL;
+                    m4d = time_op(run_i4, &a, 10);
+                    l2_rd_w = keep_w;
                     be = keep, stream = keep_s;
                 }
-                printf(" | plan %d/%d/%d %.1f us | best %d/%d/%d %.1f us | op %.1f us | s4 op %.1f "
-                       "us\n",
-                       pr, ps, pd, mp * 1e3, br, bs, bd, best * 1e3, mo * 1e3, m4 * 1e3);
+                printf(" | plan %d/%d/%d/%d %.1f us | best %d/%d/%d/%d %.1f us | op %.1f us | s4 "
+                       "op %.1f us | memset flush: op %.1f s4 op %.1f us\n",
+                       pr, ps, pd, pb, mp * 1e3, br, bs, bd, bb, best * 1e3, mo * 1e3, m4 * 1e3,
+                       mod * 1e3, m4d * 1e3);
                 fflush(stdout);
+                const double tb = wb[f] / 1e12 * 1e3; /* TB/s at 1 ms */
                 if (nrow < 32)
                     snprintf(rows[nrow++], sizeof rows[0],
-                             "| %s | %lld x %lld | %d | %d/%d/%d | %.1f | %.2f | %.0f%% | %d/%d/%d "
-                             "%.1f | %.2f | %.1f | %.2f | %.1f | %.2f |",
-                             f ? "fp8" : "int4", (long long)N, (long long)K, n, pr, ps, pd,
-                             mp * 1e3, mp > 0 ? wb[f] / (mp * 1e-3) / 1e12 : 0.0,
-                             mp > 0 ? 100.0 * wb[f] / (mp * 1e-3) / 4.8e12 : 0.0, br, bs, bd,
-                             best * 1e3, wb[f] / (best * 1e-3) / 1e12, mo * 1e3,
-                             wb[f] / (mo * 1e-3) / 1e12, m4 * 1e3,
-                             m4 > 0 ? wb[f] / (m4 * 1e-3) / 1e12 : 0.0);
+                             "| %s | %lld x %lld | %d | %d/%d/%d/%d | %.1f | %.2f | %.0f%% | %.1f "
+                             "(%d/%d/%d/%d) | %.2f | %.1f | %.2f | %.1f | %.2f | %.2f | %.1f / "
+                             "%.1f |",
+                             f ? "fp8" : "int4", (long long)N, (long long)K, n, pr, ps, pd, pb,
+                             mp * 1e3, mp > 0 ? tb / mp : 0.0, mp > 0 ? 100.0 * tb / mp / 4.8 : 0.0,
+                             best * 1e3, br, bs, bd, bb, tb / best, mo * 1e3, tb / mo, m4 * 1e3,
+                             m4 > 0 ? tb / m4 : 0.0, m4 > 0 ? mo / m4 : 0.0, mod * 1e3, m4d * 1e3);
                 i4_free(&a);
             }
         model_host_weight_free(&h4);
@@ -834,11 +880,16 @@ static void bench_xgemv(void)
         backend_weight_free(be, &w4);
         backend_weight_free(be, &w8);
     }
-    printf("\n| fmt | N x K | n | plan R/S/D | plan us | plan TB/s | of 4.8 | best R/S/D us | "
-           "best TB/s | op us | op TB/s | s4 op us | s4 op TB/s |\n"
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("\n| fmt | N x K | n | plan R/S/D/G | plan us | plan TB/s | of 4.8 | best us (R/S/D/G) "
+           "| best TB/s | op us | op TB/s | s4 op us | s4 op TB/s | op / s4 op | memset flush: op "
+           "/ s4 op us |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < nrow; i++)
         printf("%s\n", rows[i]);
+    l2_rd_w = NULL;
+    model_host_weight_free(&rh);
+    backend_weight_free(be, &rw);
+    be->ops->free(be, l2_rd_x);
+    be->ops->free(be, l2_rd_out);
     be->ops->free(be, l2_flush);
     l2_flush = NULL;
 }
@@ -1039,9 +1090,20 @@ static void bench_model(bool decode, bool prefill)
         ok(model_create_random(&cfg, confs[i].w, PD_WFMT_BF16, be, 42, &m), "model");
         fprintf(stderr, "model %s: %.1f s to build, %.2f GB\n", pd_wfmt_name(confs[i].w),
                 pd_clock_s() - t0, m->weight_bytes / 1e9);
-        static const int batches[] = {1, 3, 16, 64};
-        for (size_t bi = 0; decode && confs[i].dec && bi < sizeof batches / sizeof batches[0];
-             bi++) {
+        /* GPU_BENCH_DECODE_BATCHES="1 8 64": other batch sizes (at most 8, each 1..256) */
+        int batches[8] = {1, 3, 16, 64}, nb = 4;
+        const char *bl = getenv("GPU_BENCH_DECODE_BATCHES");
+        if (bl && *bl) {
+            nb = 0;
+            for (char *e; nb < 8 && *bl; bl = e) {
+                const long v = strtol(bl, &e, 10);
+                if (e == bl)
+                    break;
+                if (v >= 1 && v <= 256)
+                    batches[nb++] = (int)v;
+            }
+        }
+        for (int bi = 0; decode && confs[i].dec && bi < nb; bi++) {
             const int B = batches[bi];
             const size_t nv = (size_t)B * cfg.vocab_size;
             float *le = malloc(nv * 4), *lp = malloc(nv * 4), *lg = malloc(nv * 4);
