@@ -38,17 +38,30 @@
 #include "sample.h"
 
 /* n at or below which a matmul runs as GEMV (one pass over W) instead of a GEMM. INT4 runs on
- * the tensor-core kernels when the weight is tiled (n % 32 == 0: every Llama shape): the
- * weight-streaming GEMV with the activation quantization inside (matmul_wgemv) at n <=
- * CUDA_WGEMV_MAX_N, the GEMM (matmul_int4_mma) up to MATMUL_INT4_MMA_MAX_N (untiled: above
- * CUDA_GEMV_MAX_N_INT4); above MATMUL_INT4_MMA_MAX_N (prefill) it is dequantized to bf16 for
- * cuBLAS. matmul_wgemv (mma on q - z, group scales in f32, K splits summed in one cluster since
- * session 4) measured faster than quantization + matmul_int4_mma at n 1..2 for K <= 8192, tied at
- * n 4..8, and slower on the tall-K down projection (4096 x 14336: 26.7 vs 24.4 us at n 1), where
- * the GEMM's K splits through scratch beat the cluster (docs/performance.md, 2026-12-01 session 4).
+ * the tensor-core kernels when the weight is tiled (n % 32 == 0: every Llama shape): the slice
+ * GEMV matmul_w4gemv at n <= CUDA_XGEMV_MAX_N_INT4 (below; session 5), else the
+ * weight-streaming GEMV with the activation quantization inside (matmul_wgemv; its K splits are
+ * thread-block clusters: compute capability 9.0 and later only) at n <= CUDA_WGEMV_MAX_N, the GEMM
+ * (matmul_int4_mma) up to MATMUL_INT4_MMA_MAX_N (untiled: above CUDA_GEMV_MAX_N_INT4); above
+ * MATMUL_INT4_MMA_MAX_N (prefill) it is dequantized to bf16 for cuBLAS. matmul_wgemv (mma on q - z,
+ * group scales in f32, K splits summed in one cluster since session 4) measured faster than
+ * quantization + matmul_int4_mma at n 1..2 for K <= 8192, tied at n 4..8, and slower on the tall-K
+ * down projection (4096 x 14336: 26.7 vs 24.4 us at n 1), where the GEMM's K splits through scratch
+ * beat the cluster (docs/performance.md, 2026-12-01 session 4).
  */
 #define CUDA_GEMV_MAX_N 8
 #define CUDA_GEMV_MAX_N_INT4 8
+/* INT4 (tiled) at or below this n runs on the slice GEMV matmul_w4gemv (no cluster, no scratch)
+ * where its plan fits in shared memory. Measured 2026-12-01 session 5 (docs/performance.md, same
+ * run, clean L2): faster than the session-4 routing (cluster wgemv / quantization + int4_mma) at
+ * n 1..2 on every Llama-3-8B shape (down 17.1 vs 25.0 us, o 9.7 vs 13.2, qkv 12.4 vs 14.8,
+ * gate_up 27.0 vs 26.2), about even at n 4, slower at n 8 (qkv / o 1.2x): n 5..8 keep the
+ * session-4 routing. The FP8 slice GEMV matmul_w8gemv measured slower than the session-4 FP8
+ * routing at every shape (gate_up n 1: 57.9 vs 40.9 us, its 64-byte row pieces per load; the f32
+ * GEMV reads 256 contiguous bytes of a row per warp load) and runs only with PD_CUDA_XGEMV=all
+ * (for measurements); PD_CUDA_XGEMV=0: no slice GEMV at all (the session-4 routing). */
+#define CUDA_XGEMV_MAX_N_INT4 4
+#define CUDA_XGEMV_MAX_N_FP8 8
 #define CUDA_WGEMV_MAX_N 2
 #define CUDA_WGEMV_MAX_K 8192
 /* FP8 at or below this n (and K % 64 == 0) runs on the FP8 mma kernel (matmul_fp8_mma) instead of
@@ -78,7 +91,8 @@ typedef struct {
 
 typedef struct {
     int device;
-    int n_sm; /* multiprocessors of the device */
+    int n_sm;     /* multiprocessors of the device */
+    int cc_major; /* its compute capability (major): clusters (matmul_wgemv splits) need 9 */
     cudaStream_t stream;
     cublasHandle_t blas;
     cublasLtHandle_t lt;
@@ -99,6 +113,7 @@ typedef struct {
     bool no_flash;     /* PD_CUDA_FLASH=0: attention_run for every batch */
     int flash_variant; /* flash_variant option: -1 auto, 0..5 (attention_flash.cu) */
     bool no_fused;     /* fused=off: the table without the fused ops (cuda_ops_plain) */
+    int xgemv; /* PD_CUDA_XGEMV: 0 no slice GEMVs, 1 INT4 (default), 2 (=all) INT4 and FP8 */
     bool no_moe_grouped; /* moe_grouped=off: moe_prepare declines, experts grouped on the host */
     unsigned env_set;    /* CUDA__ENV_* bits: options fixed by the environment */
     int fp8_scaled;      /* FP8 GEMM with outer-vector scales: 0 untried, 1 works, -1 unsupported */
@@ -389,14 +404,37 @@ static pd_status_t cuda__gemm_fp8_rowwise(cuda_t *c, void *out, bool bf16, const
     return st;
 }
 
+/* The slice GEMV's plan for w at n (rows 0: not this path). */
+static void cuda__xgemv_plan(cuda_t *c, const pd_weight_t *w, int n, int p[4])
+{
+    p[0] = 0;
+    if (cuda__int4_tiled(w) && c->xgemv >= 1 && n <= CUDA_XGEMV_MAX_N_INT4)
+        matmul_w4gemv_plan(n, w->n, w->k, c->n_sm, &p[0], &p[1], &p[2], &p[3]);
+    else if (w->fmt == PD_WFMT_FP8 && w->k % 64 == 0 && c->xgemv >= 2 && n <= CUDA_XGEMV_MAX_N_FP8)
+        matmul_w8gemv_plan(n, w->n, w->k, c->n_sm, &p[0], &p[1], &p[2], &p[3]);
+}
+
 static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_weight_t *w, int n)
 {
     const int64_t N = w->n, K = w->k;
     pd_status_t st;
+    int xp[4]; /* slice GEMV plan: rows, slices, depth, blocks */
 
     if (n <= 0)
         return PD_OK;
-    if (n <= CUDA_WGEMV_MAX_N && K <= CUDA_WGEMV_MAX_K && cuda__int4_tiled(w))
+    cuda__xgemv_plan(c, w, n, xp);
+    if (xp[0] > 0 && w->fmt == PD_WFMT_INT4)
+        return matmul_w4gemv(out, x, w, n, xp[0], xp[1], xp[2], xp[3], c->stream);
+    if (xp[0] > 0) { /* FP8: per-token quantization, then the GEMV */
+        size_t qb = ((size_t)n * (size_t)K + 255) / 256 * 256;
+        if ((st = cuda__grow(c, &c->act, qb + (size_t)n * 4)) != PD_OK)
+            return st;
+        float *xs = (float *)((uint8_t *)c->act.p + qb);
+        if ((st = matmul_quant_act_fp8(c->act.p, NULL, xs, x, n, K, c->stream)) != PD_OK)
+            return st;
+        return matmul_w8gemv(out, c->act.p, xs, w, n, xp[0], xp[1], xp[2], xp[3], c->stream);
+    }
+    if (n <= CUDA_WGEMV_MAX_N && K <= CUDA_WGEMV_MAX_K && cuda__int4_tiled(w) && c->cc_major >= 9)
         return cuda__matmul_wgemv(c, out, x, w, n);
     if (w->fmt == PD_WFMT_FP8 && n <= CUDA_FP8_MMA_MAX_N && K % 64 == 0 &&
         (n >= 2 || N <= CUDA_FP8_GEMV_MIN_ROWS)) {
@@ -499,6 +537,10 @@ static pd_status_t cuda__matmul_fp8(cuda_t *c, float *out, const uint8_t *xq, co
         pd_log_error("backend cuda: matmul_fp8 on a %s weight", pd_wfmt_name(w->fmt));
         return PD_ERR_INVALID;
     }
+    int xp[4];
+    cuda__xgemv_plan(c, w, n, xp);
+    if (xp[0] > 0)
+        return matmul_w8gemv(out, xq, xs, w, n, xp[0], xp[1], xp[2], xp[3], c->stream);
     if (n <= CUDA_FP8_MMA_MAX_N && K % 64 == 0 && (n >= 2 || N <= CUDA_FP8_GEMV_MIN_ROWS)) {
         int warps, splits;
         matmul_fp8_mma_plan(n, N, K, c->n_sm, &warps, &splits);
@@ -1534,6 +1576,8 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     c->env_set |= env && *env ? CUDA__ENV_ACCUM : 0;
     env = getenv("PD_CUDA_GU_BF16");
     c->no_gu_bf16 = env && cuda__onoff(env) == 0;
+    env = getenv("PD_CUDA_XGEMV");
+    c->xgemv = !env || !*env ? 1 : !strcmp(env, "0") ? 0 : !strcmp(env, "all") ? 2 : 1;
     env = getenv("PD_CUDA_FUSED");
     if (env && *env) {
         cuda__set_fused(be, cuda__onoff(env) != 0);
@@ -1543,6 +1587,10 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
         goto err_destroy;
     if ((st = cuda__status(cudaDeviceGetAttribute(&c->n_sm, cudaDevAttrMultiProcessorCount, device),
                            "device attribute")) != PD_OK)
+        goto err_destroy;
+    if ((st = cuda__status(
+             cudaDeviceGetAttribute(&c->cc_major, cudaDevAttrComputeCapabilityMajor, device),
+             "device attribute")) != PD_OK)
         goto err_destroy;
     if ((st = cuda__status(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking),
                            "stream")) != PD_OK)

@@ -837,7 +837,8 @@ static __device__ __forceinline__ void matmul__mma_fp8(float (&d)[4], uint32_t a
     const uint32_t w[6] = {a0, a1, a2, a3, b0, b1};
 #pragma unroll
     for (int i = 0; i < 6; i++) {
-        __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w[i] & 0xffff), __NV_E4M3);
+        __half2_raw lo =
+            __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w[i] & 0xffff), __NV_E4M3);
         __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w[i] >> 16), __NV_E4M3);
         h[i][0] = (uint32_t)lo.x | ((uint32_t)lo.y << 16);
         h[i][1] = (uint32_t)hi.x | ((uint32_t)hi.y << 16);
@@ -995,11 +996,9 @@ static __global__ void __launch_bounds__(256, 1)
  * 2 KiB group per warp against ~470 with (q - z) * s' in f16. q[r][h]: the lane's 16 bytes of row
  * 16 r + 8 h + gq; sf: those rows' scales; xb: the lane's activation word quad of word 0 (the
  * staged split, token gq, this group, chunk tq), word w at xb + 64 w; bv: token gq exists. */
-static __device__ __forceinline__ void matmul__wg_group(float (&acc)[2][4], const uint4 (&q)[2][2],
-                                                        const float (&sf)[2][2],
-                                                        const uint32_t (&zl)[2][2],
-                                                        const uint32_t (&zh)[2][2],
-                                                        const uint8_t *xb, bool bv)
+static __device__ __forceinline__ void
+matmul__wg_group(float (&acc)[2][4], const uint4 (&q)[2][2], const float (&sf)[2][2],
+                 const uint32_t (&zl)[2][2], const uint32_t (&zh)[2][2], const uint8_t *xb, bool bv)
 {
     float g[2][4];
 #pragma unroll
@@ -1182,8 +1181,8 @@ static __global__ void __launch_bounds__(256, 3)
                 const int rr = 16 * r + 8 * h + gq;
                 const uint32_t z = slot[2112 + rr];
                 q[r][h] = *(const uint4 *)(slot + ((2 * r + h) * 32 + lane) * 16);
-                sf[r][h] = __uint_as_float((uint32_t)*(const uint16_t *)(slot + 2048 + rr * 2)
-                                           << 16);
+                sf[r][h] =
+                    __uint_as_float((uint32_t) * (const uint16_t *)(slot + 2048 + rr * 2) << 16);
                 zl[r][h] = matmul__zl(z);
                 zh[r][h] = matmul__zh(z);
             }
@@ -1204,6 +1203,9 @@ static __global__ void __launch_bounds__(256, 3)
         for (int i = 0; i < 4; i++)
             acc[r][i] *= m2[i & 1];
     if (gridDim.z > 1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+        __trap(); /* no clusters before sm_90: the launcher refuses splits > 1 there */
+#else
         /* K split across the blocks of one cluster (blockIdx.z = rank): every block leaves its
          * partial sums in its warps' ring slot 0 (free: every cp.async has landed), block 0 adds
          * the others' through distributed shared memory in rank order (deterministic), and the
@@ -1230,6 +1232,7 @@ static __global__ void __launch_bounds__(256, 3)
         cl.sync();
         if (blockIdx.z != 0)
             return;
+#endif
     }
     if (!live)
         return;
@@ -1247,6 +1250,424 @@ static __global__ void __launch_bounds__(256, 3)
                     out[(size_t)t * N + row] = acc[r][2 * h + i];
             }
     }
+}
+
+/* ==== split-slice weight GEMVs for n <= 8 (INT4 and FP8; no cluster, no scratch) ====
+ *
+ * matmul__w4gemv<MR, D> (INT4 tiled) and matmul__w8gemv<MR, D> (FP8 row-major, per-row scale):
+ * the rows are cut into tiles of 16 MR; a block of S warps takes the tiles blockIdx.x,
+ * blockIdx.x + gridDim.x, ... (a persistent grid: gridDim.x is the plan's, at most one block per
+ * tile), and warp s the s-th slice of K in every tile (ups groups of 128 columns for INT4, cps
+ * chunks of 64 for FP8). A warp streams its weights straight into registers (16-byte
+ * ld.global.nc.L1::no_allocate, D steps in flight, the loop unrolled by D so that every buffer
+ * index is static; the stream runs on across tile ends, so it never drains inside the block),
+ * runs mma.sync with the tokens as the n8 tile on two independent accumulator chains, and at each
+ * tile end leaves its partial sums in a shared-memory slot of the tile's parity; after one
+ * __syncthreads warp 0 adds the slices in order 0 .. S-1 (deterministic) and stores the tile. So
+ * the K split costs one block barrier per tile instead of a cluster, and the activations are
+ * staged once per block, not once per tile.
+ *
+ * INT4 without the zero in the inner loop: the magic-number conversion stops at the lop3 (nibble
+ * | 0x6400 = f16 1024 + q for nibbles 0, 2, 4, 6 of a word, 1024 + 16 q for nibbles 1, 3, 5, 7),
+ * 5 instructions per 8 weights instead of 9; the activations of the odd nibbles are staged
+ * divided by 16, and the rest of (q - z) goes into the accumulator's start value per (row, token,
+ * group): C = -1024 (Se + So) - z (Se + 16 So), Se / So the sums of the staged even / odd-column
+ * activations of the group (computed from the staged f16 values, so the offsets cancel up to f32
+ * rounding of ~2^-24 * 1024 * sum |x|). Each warp quantizes its own slice's activations in a
+ * prologue (per token f16 x * 2^-e, e from max |x| over the slice; the epilogue multiplies 2^e),
+ * issued after its first D weight loads so that their latency covers it. */
+
+/* 16-byte streaming load: no L1 allocation, 256-byte L2 prefetch */
+static __device__ __forceinline__ uint4 matmul__ld_stream(const void *p)
+{
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+/* bytes of one warp's activation region in matmul__w4gemv: n token rows of pitch ups * 256 + 64
+ * (f16 activations), then ups * 64 bytes of (A, B) offsets per (group, token of 8) */
+static __host__ __device__ __forceinline__ int matmul__w4_region(int n, int ups)
+{
+    return n * (ups * 256 + 64) + ups * 64;
+}
+
+/* A tile end of a slice GEMV: the warp's partial sums fa into the parity-p slot of part (2, S,
+ * NA, 32 lanes) f32, one block barrier, then warp 0 sums the S slices in order into fa (returns
+ * true there). */
+template <int NA>
+static __device__ __forceinline__ bool matmul__tile_sum(float (&fa)[NA], float *part, int p,
+                                                        int warp, int lane)
+{
+    const int S = blockDim.x >> 5;
+    float *mine = part + ((size_t)p * S + warp) * NA * 32;
+#pragma unroll
+    for (int i = 0; i < NA; i++)
+        mine[i * 32 + lane] = fa[i];
+    __syncthreads();
+    if (warp != 0)
+        return false;
+    const float *ps = part + (size_t)p * S * NA * 32;
+#pragma unroll
+    for (int i = 0; i < NA; i++)
+        fa[i] = ps[i * 32 + lane];
+    for (int s = 1; s < S; s++)
+#pragma unroll
+        for (int i = 0; i < NA; i++)
+            fa[i] += ps[((size_t)s * NA + i) * 32 + lane];
+    return true;
+}
+
+/* one INT4 group of a lane: MR m-tiles x rows +0 / +8 */
+template <int MR> struct matmul__w4st {
+    uint4 q[MR][2];
+    uint32_t s[MR][2];
+    uint32_t z[MR][2];
+};
+
+/* grid (G <= N / (16 MR)), block 32 S (S <= 16), dynamic shared memory S * rs + 2 * S * MR *
+ * 512 bytes (rs = matmul__w4_region(n, ups)). out (n, N) f32 = x (n, K) f32 @ W^T, n <= 8; wd /
+ * wsc / wz the tiled INT4 data, bf16 scales and zeros (N % 32 == 0, K % 128 == 0). Block b takes
+ * the row tiles b, b + G, ... of 16 MR rows, warp s the groups [s ups, min((s + 1) ups, K / 128))
+ * of each. */
+template <int MR, int D>
+static __global__ void __launch_bounds__(512)
+    matmul__w4gemv(float *out, const float *x, const uint8_t *wd, const uint16_t *wsc,
+                   const uint8_t *wz, int n, int64_t N, int64_t K, int ups, int rs)
+{
+    extern __shared__ __align__(16) uint8_t matmul__smv[];
+    constexpr int NA = MR * 4;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
+    const int S = blockDim.x >> 5, nu = (int)(K / 128);
+    const int ub = warp * ups, ue = min(nu, ub + ups), nU = ue > ub ? ue - ub : 0;
+    const int P = ups * 256 + 64;
+    uint8_t *xsm = matmul__smv + (size_t)warp * rs;
+    float *sums = (float *)(xsm + (size_t)n * P);
+    float *part = (float *)(matmul__smv + (size_t)S * rs);
+    const int ntiles = (int)(N / (16 * MR));
+    const int ntl =
+        (int)blockIdx.x < ntiles ? (ntiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
+    const int T = ntl * nU;
+
+    /* the load cursor: tile lt, group li of the slice; wb / sb its tile's bases for the lane */
+    int lt = blockIdx.x, li = 0;
+    const uint8_t *wb = wd;
+    size_t sb = 0;
+    auto base = [&](int t) {
+        const int64_t row0 = (int64_t)t * 16 * MR, blk = row0 / 32;
+        const int half = (int)((row0 % 32) / 16);
+        wb = wd + (size_t)blk * nu * 2048 + (size_t)(2 * half * 32 + lane) * 16;
+        sb = (size_t)blk * nu * 32 + 2 * half * 8 + gq;
+    };
+    base(lt);
+    auto load = [&](matmul__w4st<MR> &st) {
+        const size_t u = (size_t)(ub + li);
+#pragma unroll
+        for (int r = 0; r < MR; r++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                st.q[r][h] = matmul__ld_stream(wb + u * 2048 + (2 * r + h) * 512);
+                const size_t e = sb + u * 32 + (2 * r + h) * 8;
+                st.s[r][h] = __ldg(wsc + e);
+                st.z[r][h] = __ldg(wz + e);
+            }
+        if (++li == nU) {
+            li = 0;
+            lt += gridDim.x;
+            base(lt);
+        }
+    };
+    matmul__w4st<MR> buf[D];
+#pragma unroll
+    for (int j = 0; j < D; j++)
+        if (j < T)
+            load(buf[j]);
+
+    /* prologue: the slice's activations, per token f16 x * 2^-e (odd columns of each 8 also
+     * / 16) in the permuted order (16-byte chunk d = local group G, position w * 4 + q: columns
+     * q * 32 + w * 8 .. + 8), and the (A, B) offsets of each (group, token) */
+    float m2[2] = {0.0f, 0.0f}; /* 2^e of the lane's tokens 2 tq, 2 tq + 1 */
+    for (int t = 0; t < n && T > 0; t++) {
+        const float4 *xt = (const float4 *)(x + (size_t)t * K + (size_t)ub * 128);
+        float am = 0.0f;
+        for (int j = lane; j < nU * 32; j += 32) {
+            const float4 a = __ldg(xt + j);
+            am = fmaxf(am, fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))));
+        }
+        am = kutil_warp_max(am);
+        int e = 0;
+        if (am > 0.0f && am <= 3.0e38f)
+            frexpf(am, &e);
+        const float inv = ldexpf(1.0f, -e), inv16 = inv * 0.0625f;
+        if (t == 2 * tq)
+            m2[0] = ldexpf(1.0f, e);
+        if (t == 2 * tq + 1)
+            m2[1] = ldexpf(1.0f, e);
+        for (int bs = 0; bs < nU * 16; bs += 32) {
+            const int d = bs + lane;
+            float se = 0.0f, so = 0.0f;
+            if (d < nU * 16) {
+                const int G = d >> 4, p = d & 15, w = p >> 2, q = p & 3;
+                const float4 *src = (const float4 *)((const float *)xt + G * 128 + q * 32 + w * 8);
+                const float4 a = __ldg(src), b = __ldg(src + 1);
+                const float lo[4] = {a.x, a.y, a.z, a.w}, hi[4] = {b.x, b.y, b.z, b.w};
+                uint32_t o[4];
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    const float iv = (j & 1) ? inv16 : inv;
+                    const __half l = __float2half_rn(lo[j] * iv), h = __float2half_rn(hi[j] * iv);
+                    o[j] = (uint32_t)__half_as_ushort(l) | ((uint32_t)__half_as_ushort(h) << 16);
+                    const float sv = __half2float(l) + __half2float(h);
+                    if (j & 1)
+                        so += sv;
+                    else
+                        se += sv;
+                }
+                *(uint4 *)(xsm + (size_t)t * P + (size_t)d * 16) =
+                    make_uint4(o[0], o[1], o[2], o[3]);
+            }
+#pragma unroll
+            for (int m = 1; m < 16; m <<= 1) {
+                se += __shfl_xor_sync(0xffffffffu, se, m);
+                so += __shfl_xor_sync(0xffffffffu, so, m);
+            }
+            if ((lane & 15) == 0 && d < nU * 16) {
+                const int G = d >> 4;
+                sums[(G * 8 + t) * 2] = -1024.0f * (se + so);
+                sums[(G * 8 + t) * 2 + 1] = -(se + 16.0f * so);
+            }
+        }
+    }
+    for (int idx = lane; idx < nU * (8 - n); idx += 32) { /* tokens past n: zero offsets */
+        const int G = idx / (8 - n), t = n + idx % (8 - n);
+        sums[(G * 8 + t) * 2] = 0.0f;
+        sums[(G * 8 + t) * 2 + 1] = 0.0f;
+    }
+    __syncwarp();
+
+    float acc[MR][4];
+#pragma unroll
+    for (int r = 0; r < MR; r++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            acc[r][i] = 0.0f;
+    /* lanes of tokens past n read token 0 (their sums are never stored) */
+    const uint8_t *xl = xsm + (size_t)(gq < n ? gq : 0) * P + tq * 16;
+    int ci = 0, ct = blockIdx.x, jt = 0; /* the compute cursor: group, tile, local tile */
+    auto tile_end = [&]() {
+        float fa[NA];
+#pragma unroll
+        for (int r = 0; r < MR; r++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                fa[r * 4 + i] = acc[r][i] * m2[i & 1];
+                acc[r][i] = 0.0f;
+            }
+        if (matmul__tile_sum<NA>(fa, part, jt & 1, warp, lane)) {
+            const int64_t row0 = (int64_t)ct * 16 * MR;
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const int t = 2 * tq + i;
+                if (t >= n)
+                    continue;
+#pragma unroll
+                for (int r = 0; r < MR; r++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+                        out[(size_t)t * N + row0 + 16 * r + 8 * h + gq] = fa[r * 4 + 2 * h + i];
+            }
+        }
+        ci = 0;
+        ct += gridDim.x;
+        jt++;
+    };
+    for (int k0 = 0; k0 < T; k0 += D) {
+#pragma unroll
+        for (int j = 0; j < D; j++) {
+            const int k = k0 + j;
+            if (k < T) {
+                const matmul__w4st<MR> st = buf[j];
+                if (k + D < T)
+                    load(buf[j]);
+                const float4 cs = *(const float4 *)(sums + (ci * 8 + 2 * tq) * 2);
+                float g[MR][2][4];
+#pragma unroll
+                for (int r = 0; r < MR; r++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const float zf = __uint_as_float(0x4b000000u | st.z[r][h]) - 8388608.0f;
+                        g[r][0][2 * h] = fmaf(zf, cs.y, cs.x);
+                        g[r][0][2 * h + 1] = fmaf(zf, cs.w, cs.z);
+                        g[r][1][2 * h] = 0.0f;
+                        g[r][1][2 * h + 1] = 0.0f;
+                    }
+                const uint8_t *xg = xl + (size_t)ci * 256;
+#pragma unroll
+                for (int w = 0; w < 4; w++) {
+                    const uint4 b = *(const uint4 *)(xg + w * 64);
+#pragma unroll
+                    for (int r = 0; r < MR; r++) {
+                        uint32_t a[2][4];
+#pragma unroll
+                        for (int h = 0; h < 2; h++) {
+                            const uint4 q4 = st.q[r][h];
+                            const uint32_t u = w == 0 ? q4.x : w == 1 ? q4.y : w == 2 ? q4.z : q4.w;
+                            const uint32_t v = u >> 8;
+                            a[h][0] = matmul__lop3(u, 0x000f000fu, 0x64006400u);
+                            a[h][1] = matmul__lop3(u, 0x00f000f0u, 0x64006400u);
+                            a[h][2] = matmul__lop3(v, 0x000f000fu, 0x64006400u);
+                            a[h][3] = matmul__lop3(v, 0x00f000f0u, 0x64006400u);
+                        }
+                        /* MR 1: chains by k (w even / odd); MR 2: the two m-tiles are the
+                         * chains already, the second stays empty */
+                        const int c = MR == 1 ? (w & 1) : 0;
+                        matmul__mma(g[r][c], a[0][0], a[1][0], a[0][1], a[1][1], b.x, b.y);
+                        matmul__mma(g[r][c], a[0][2], a[1][2], a[0][3], a[1][3], b.z, b.w);
+                    }
+                }
+#pragma unroll
+                for (int r = 0; r < MR; r++)
+#pragma unroll
+                    for (int i4 = 0; i4 < 4; i4++) {
+                        const float sf = __uint_as_float(st.s[r][i4 >> 1] << 16);
+                        const float v = MR == 1 ? g[r][0][i4] + g[r][1][i4] : g[r][0][i4];
+                        acc[r][i4] = fmaf(v, sf, acc[r][i4]);
+                    }
+                if (++ci == nU)
+                    tile_end();
+            }
+        }
+    }
+    if (nU == 0) /* an empty slice: zero partial sums, the same barriers */
+        for (int i = 0; i < ntl; i++)
+            tile_end();
+}
+
+/* one FP8 chunk (64 columns) of a lane: MR m-tiles x rows +0 / +8 (the activations are read
+ * when the chunk is used: L1 hits, 4 registers per step fewer in flight) */
+template <int MR> struct matmul__w8st {
+    uint4 q[MR][2];
+};
+
+/* grid (G <= ceil(N / (16 MR))), block 32 S (S <= 16), dynamic shared memory 2 * S * MR * 512
+ * bytes. out (n, N) f32 = (xq @ W^T) * xs[t] * ws[r], xq (n, K) fp8 e4m3 and xs (n) f32 from
+ * matmul_quant_act_fp8, wd (N, K) fp8 e4m3 row-major, ws (N) f32; n <= 8, K % 64 == 0. Block b
+ * takes the row tiles b, b + G, ... of 16 MR rows (rows past N compute a copy of row N - 1, never
+ * stored), warp s the 64-column chunks [s cps, min((s + 1) cps, K / 64)) of each. The lane's 16
+ * bytes of a row and of its token at the same columns feed two m16n8k32 steps (words x, y and
+ * z, w), as in matmul__fp8_mma_cp. */
+template <int MR, int D>
+static __global__ void __launch_bounds__(512)
+    matmul__w8gemv(float *out, const uint8_t *xq, const float *xs, const uint8_t *wd,
+                   const float *ws, int n, int64_t N, int64_t K, int cps)
+{
+    extern __shared__ __align__(16) uint8_t matmul__smv[];
+    constexpr int NA = MR * 4;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
+    const int nc = (int)(K / 64);
+    const int cb = warp * cps, ce = min(nc, cb + cps), nC = ce > cb ? ce - cb : 0;
+    const int ntiles = (int)((N + 16 * MR - 1) / (16 * MR));
+    const int ntl =
+        (int)blockIdx.x < ntiles ? (ntiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
+    const int T = ntl * nC;
+    float *part = (float *)matmul__smv;
+
+    int lt = blockIdx.x, li = 0; /* the load cursor: tile, chunk of the slice */
+    const uint8_t *wrow[MR][2];
+    auto base = [&](int t) {
+#pragma unroll
+        for (int r = 0; r < MR; r++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                int64_t row = (int64_t)t * 16 * MR + 16 * r + 8 * h + gq;
+                row = row < N ? row : N - 1;
+                wrow[r][h] = wd + row * K + (size_t)cb * 64 + tq * 16;
+            }
+    };
+    base(lt);
+    const uint8_t *xrow = xq + (size_t)(gq < n ? gq : 0) * K + (size_t)cb * 64 + tq * 16;
+    auto load = [&](matmul__w8st<MR> &st) {
+#pragma unroll
+        for (int r = 0; r < MR; r++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                st.q[r][h] = matmul__ld_stream(wrow[r][h] + (size_t)li * 64);
+        if (++li == nC) {
+            li = 0;
+            lt += gridDim.x;
+            base(lt);
+        }
+    };
+    matmul__w8st<MR> buf[D];
+#pragma unroll
+    for (int j = 0; j < D; j++)
+        if (j < T)
+            load(buf[j]);
+    float acc[MR][2][4];
+#pragma unroll
+    for (int r = 0; r < MR; r++)
+#pragma unroll
+        for (int c = 0; c < 2; c++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                acc[r][c][i] = 0.0f;
+    int ci = 0, ct = blockIdx.x, jt = 0;
+    auto tile_end = [&]() {
+        float fa[NA];
+#pragma unroll
+        for (int r = 0; r < MR; r++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                fa[r * 4 + i] = acc[r][0][i] + acc[r][1][i];
+                acc[r][0][i] = acc[r][1][i] = 0.0f;
+            }
+        if (matmul__tile_sum<NA>(fa, part, jt & 1, warp, lane)) {
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const int t = 2 * tq + i;
+                if (t >= n)
+                    continue;
+                const float m = xs[t];
+#pragma unroll
+                for (int r = 0; r < MR; r++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int64_t row = (int64_t)ct * 16 * MR + 16 * r + 8 * h + gq;
+                        if (row < N)
+                            out[(size_t)t * N + row] = fa[r * 4 + 2 * h + i] * m * ws[row];
+                    }
+            }
+        }
+        ci = 0;
+        ct += gridDim.x;
+        jt++;
+    };
+    for (int k0 = 0; k0 < T; k0 += D) {
+#pragma unroll
+        for (int j = 0; j < D; j++) {
+            const int k = k0 + j;
+            if (k < T) {
+                const uint4 b = __ldg((const uint4 *)(xrow + (size_t)ci * 64));
+                const matmul__w8st<MR> st = buf[j];
+                if (k + D < T)
+                    load(buf[j]);
+#pragma unroll
+                for (int r = 0; r < MR; r++) {
+                    matmul__mma_fp8(acc[r][0], st.q[r][0].x, st.q[r][1].x, st.q[r][0].y,
+                                    st.q[r][1].y, b.x, b.y);
+                    matmul__mma_fp8(acc[r][1], st.q[r][0].z, st.q[r][1].z, st.q[r][0].w,
+                                    st.q[r][1].w, b.z, b.w);
+                }
+                if (++ci == nC)
+                    tile_end();
+            }
+        }
+    }
+    if (nC == 0)
+        for (int i = 0; i < ntl; i++)
+            tile_end();
 }
 
 /* grid-stride over (n, N): out = sum over s of part (S, n, N) f32, in order s = 0 .. S-1 */
@@ -1664,8 +2085,8 @@ static cudaError_t matmul__wgemv_launch(float *out, const float *x, const pd_wei
     cfg.attrs = at;
     cfg.numAttrs = 1;
     return cudaLaunchKernelEx(&cfg, matmul__wgemv<WD>, out, x, (const uint8_t *)w->data,
-                              (const uint16_t *)w->scales, (const uint8_t *)w->zeros, n, w->n,
-                              w->k, ups);
+                              (const uint16_t *)w->scales, (const uint8_t *)w->zeros, n, w->n, w->k,
+                              ups);
 }
 
 extern "C" pd_status_t matmul_wgemv(float *out, const float *x, const pd_weight_t *w, int n,
@@ -1674,7 +2095,8 @@ extern "C" pd_status_t matmul_wgemv(float *out, const float *x, const pd_weight_
     KUTIL_REQUIRE(w->fmt == PD_WFMT_INT4 && w->k % 128 == 0 && w->n > 0 && w->n % 32 == 0,
                   "matmul_wgemv");
     KUTIL_REQUIRE(n >= 0 && n <= MATMUL_WGEMV_MAX_N && warps >= 1 && warps <= 8 && splits >= 1 &&
-                      splits <= MATMUL_WGEMV_MAX_SPLITS && (depth == 4 || depth == 8 || depth == 16),
+                      splits <= MATMUL_WGEMV_MAX_SPLITS &&
+                      (depth == 4 || depth == 8 || depth == 16),
                   "matmul_wgemv");
     KUTIL_REQUIRE((w->n + 32 * warps - 1) / (32 * warps) < 65535, "matmul_wgemv");
     if (n == 0)
@@ -1683,6 +2105,18 @@ extern "C" pd_status_t matmul_wgemv(float *out, const float *x, const pd_weight_
     KUTIL_REQUIRE((splits - 1) * ups < nu, "matmul_wgemv splits");
     const size_t smem = matmul__wg_smem(n, ups, warps, depth);
     KUTIL_REQUIRE(smem <= MATMUL__SMEM_MAX, "matmul_wgemv shared memory");
+    if (splits > 1) { /* thread-block clusters: compute capability 9.0 and later */
+        static int major = -1;
+        if (major < 0) {
+            int dev = 0;
+            if (cudaGetDevice(&dev) != cudaSuccess ||
+                cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) !=
+                    cudaSuccess)
+                major = 0;
+        }
+        if (major < 9)
+            return PD_ERR_UNSUPPORTED;
+    }
     cudaError_t e;
     if (depth == 4)
         e = matmul__wgemv_launch<4>(out, x, w, n, warps, splits, ups, smem, stream);
@@ -1693,6 +2127,196 @@ extern "C" pd_status_t matmul_wgemv(float *out, const float *x, const pd_weight_
     if (e != cudaSuccess)
         return kutil_status(e, "matmul_wgemv");
     return KUTIL_LAUNCHED("matmul_wgemv");
+}
+
+/* ---- matmul_w4gemv / matmul_w8gemv: launchers and plans ---- */
+
+extern "C" size_t matmul_w4gemv_smem(int n, int64_t K, int rows, int slices)
+{
+    if (n < 1 || n > MATMUL_XGEMV_MAX_N || (rows != 16 && rows != 32) || slices < 1 ||
+        slices > MATMUL_XGEMV_MAX_SLICES || K < 128 || K % 128 != 0)
+        return 0;
+    const int nu = (int)(K / 128), ups = (nu + slices - 1) / slices;
+    return (size_t)slices * ((size_t)matmul__w4_region(n, ups) + (size_t)rows / 16 * 1024);
+}
+
+static size_t matmul__w8_smem(int rows, int slices)
+{
+    return (size_t)slices * (size_t)rows / 16 * 1024;
+}
+
+/* Registers per thread of the instantiations (ptxas, sm_90a, nvcc 13, rounded up to 8): the
+ * occupancy term of the plans. */
+static int matmul__xg_regs(bool fp8, int MR, int D)
+{
+    if (fp8)
+        return MR == 1 ? (D == 4 ? 112 : 128) : 120;
+    return MR == 1 ? (D == 2 ? 104 : 128) : 128;
+}
+
+/* the instantiated depths: INT4 rows 16: 2, 4; rows 32: 2; FP8 rows 16: 4, 8; rows 32: 2 (FP8
+ * rows 32 with depth 4 spilled) */
+static int matmul__xg_depth(bool fp8, int MR, int di)
+{
+    if (fp8)
+        return MR == 1 ? 4 << di : (di == 0 ? 2 : 0);
+    return MR == 1 ? 2 << di : (di == 0 ? 2 : 0);
+}
+
+/* Cost of a plan (MR, S, D, B blocks per SM) in units of 1 KiB of weights (one step of a warp):
+ * the busiest SM's share (its blocks x the most tiles of a block x the steps of a tile), divided
+ * by the fraction of MATMUL__XG_INFLIGHT bytes that its warps keep in flight (warps x depth x
+ * KiB per step) or of 8 warps, whichever is lower; plus each block's activation prologue (INT4:
+ * the slice read twice from L2 and converted) and a block barrier per tile. */
+#define MATMUL__XG_INFLIGHT (96 << 10)
+static double matmul__xg_cost(bool fp8, int n, int64_t N, int64_t K, int n_sm, int MR, int S, int D,
+                              int B, size_t smem, int *grid_p)
+{
+    const int64_t ntiles = (N + 16 * MR - 1) / (16 * MR);
+    const int64_t steps = fp8 ? K / 64 : K / 128;
+    const int64_t per = (steps + S - 1) / S;
+    if (S > 1 && (S - 1) * per >= steps)
+        return 1e300; /* an empty slice */
+    if ((int64_t)B * S > 64 || (int64_t)B * S * matmul__xg_regs(fp8, MR, D) * 32 > 65536 ||
+        (size_t)B * (smem + 1024) > 233472 || B > 32)
+        return 1e300;
+    const int64_t grid = ntiles < (int64_t)n_sm * B ? ntiles : (int64_t)n_sm * B;
+    const int64_t tpb = (ntiles + grid - 1) / grid;
+    const int64_t bpsm = (grid + n_sm - 1) / n_sm;
+    double cost = (double)bpsm * tpb * S * per * MR;
+    const double warps = (double)bpsm * S;
+    const double inflight = warps * D * MR * 1024.0;
+    double eff = inflight < MATMUL__XG_INFLIGHT ? inflight / MATMUL__XG_INFLIGHT : 1.0;
+    eff = warps / 8.0 < eff ? warps / 8.0 : eff;
+    cost /= eff;
+    if (!fp8)
+        cost += (double)n * per * 0.5;
+    cost += 0.3 * (double)tpb * (S > 1);
+    *grid_p = (int)grid;
+    return cost;
+}
+
+static void matmul__xg_plan(bool fp8, int n, int64_t N, int64_t K, int n_sm, int *rows_p,
+                            int *slices_p, int *depth_p, int *blocks_p)
+{
+    const int Ss[8] = {1, 2, 3, 4, 6, 8, 12, 16};
+    double best = 1e300;
+    *rows_p = 0;
+    *slices_p = 1;
+    *depth_p = fp8 ? 4 : 2;
+    *blocks_p = 1;
+    if (n_sm < 1)
+        n_sm = 1;
+    if (n < 1 || n > MATMUL_XGEMV_MAX_N)
+        return;
+    for (int MR = 1; MR <= 2; MR++)
+        for (int si = 0; si < 8; si++)
+            for (int di = 0; di < 2; di++)
+                for (int B = 1; B <= 8; B++) {
+                    const int S = Ss[si], D = matmul__xg_depth(fp8, MR, di);
+                    if (D == 0)
+                        continue;
+                    size_t smem =
+                        fp8 ? matmul__w8_smem(16 * MR, S) : matmul_w4gemv_smem(n, K, 16 * MR, S);
+                    if (smem == 0 || smem > MATMUL__SMEM_MAX)
+                        continue;
+                    int grid = 0;
+                    const double c = matmul__xg_cost(fp8, n, N, K, n_sm, MR, S, D, B, smem, &grid);
+                    if (c < best - 1e-9) {
+                        best = c;
+                        *rows_p = 16 * MR;
+                        *slices_p = S;
+                        *depth_p = D;
+                        *blocks_p = grid;
+                    }
+                }
+}
+
+extern "C" void matmul_w4gemv_plan(int n, int64_t N, int64_t K, int n_sm, int *rows_p,
+                                   int *slices_p, int *depth_p, int *blocks_p)
+{
+    matmul__xg_plan(false, n, N, K, n_sm, rows_p, slices_p, depth_p, blocks_p);
+}
+
+extern "C" void matmul_w8gemv_plan(int n, int64_t N, int64_t K, int n_sm, int *rows_p,
+                                   int *slices_p, int *depth_p, int *blocks_p)
+{
+    matmul__xg_plan(true, n, N, K, n_sm, rows_p, slices_p, depth_p, blocks_p);
+}
+
+template <int MR, int D>
+static void matmul__w4gemv_launch(float *out, const float *x, const pd_weight_t *w, int n, int S,
+                                  int G, int ups, int rs, size_t smem, cudaStream_t stream)
+{
+    static bool attr;
+    if (!attr) {
+        cudaFuncSetAttribute(matmul__w4gemv<MR, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             MATMUL__SMEM_MAX);
+        attr = true;
+    }
+    matmul__w4gemv<MR, D><<<(unsigned)G, 32 * S, smem, stream>>>(
+        out, x, (const uint8_t *)w->data, (const uint16_t *)w->scales, (const uint8_t *)w->zeros, n,
+        w->n, w->k, ups, rs);
+}
+
+extern "C" pd_status_t matmul_w4gemv(float *out, const float *x, const pd_weight_t *w, int n,
+                                     int rows, int slices, int depth, int blocks,
+                                     cudaStream_t stream)
+{
+    KUTIL_REQUIRE(w->fmt == PD_WFMT_INT4 && w->k % 128 == 0 && w->n > 0 && w->n % 32 == 0,
+                  "matmul_w4gemv");
+    KUTIL_REQUIRE(n >= 0 && n <= MATMUL_XGEMV_MAX_N && (rows == 16 || rows == 32) && slices >= 1 &&
+                      slices <= MATMUL_XGEMV_MAX_SLICES &&
+                      (depth == 2 || (depth == 4 && rows == 16)) && w->n / rows <= INT32_MAX,
+                  "matmul_w4gemv");
+    if (n == 0)
+        return PD_OK;
+    const size_t smem = matmul_w4gemv_smem(n, w->k, rows, slices);
+    KUTIL_REQUIRE(smem > 0 && smem <= MATMUL__SMEM_MAX, "matmul_w4gemv shared memory");
+    const int nu = (int)(w->k / 128), ups = (nu + slices - 1) / slices;
+    const int rs = matmul__w4_region(n, ups);
+    const int ntiles = (int)(w->n / rows);
+    const int G = blocks < 1 || blocks > ntiles ? ntiles : blocks;
+    if (rows == 16 && depth == 2)
+        matmul__w4gemv_launch<1, 2>(out, x, w, n, slices, G, ups, rs, smem, stream);
+    else if (rows == 16)
+        matmul__w4gemv_launch<1, 4>(out, x, w, n, slices, G, ups, rs, smem, stream);
+    else
+        matmul__w4gemv_launch<2, 2>(out, x, w, n, slices, G, ups, rs, smem, stream);
+    return KUTIL_LAUNCHED("matmul_w4gemv");
+}
+
+template <int MR, int D>
+static void matmul__w8gemv_launch(float *out, const uint8_t *xq, const float *xs,
+                                  const pd_weight_t *w, int n, int S, int G, int cps,
+                                  cudaStream_t stream)
+{
+    matmul__w8gemv<MR, D><<<(unsigned)G, 32 * S, matmul__w8_smem(16 * MR, S), stream>>>(
+        out, xq, xs, (const uint8_t *)w->data, (const float *)w->scales, n, w->n, w->k, cps);
+}
+
+extern "C" pd_status_t matmul_w8gemv(float *out, const uint8_t *xq, const float *xs,
+                                     const pd_weight_t *w, int n, int rows, int slices, int depth,
+                                     int blocks, cudaStream_t stream)
+{
+    KUTIL_REQUIRE(w->fmt == PD_WFMT_FP8 && w->k % 64 == 0 && w->n > 0, "matmul_w8gemv");
+    KUTIL_REQUIRE(n >= 0 && n <= MATMUL_XGEMV_MAX_N && (rows == 16 || rows == 32) && slices >= 1 &&
+                      slices <= MATMUL_XGEMV_MAX_SLICES &&
+                      (rows == 16 ? depth == 4 || depth == 8 : depth == 2) &&
+                      (w->n + rows - 1) / rows <= INT32_MAX,
+                  "matmul_w8gemv");
+    if (n == 0)
+        return PD_OK;
+    const int nc = (int)(w->k / 64), cps = (nc + slices - 1) / slices;
+    const int ntiles = (int)((w->n + rows - 1) / rows);
+    const int G = blocks < 1 || blocks > ntiles ? ntiles : blocks;
+    if (rows == 16 && depth == 4)
+        matmul__w8gemv_launch<1, 4>(out, xq, xs, w, n, slices, G, cps, stream);
+    else if (rows == 16)
+        matmul__w8gemv_launch<1, 8>(out, xq, xs, w, n, slices, G, cps, stream);
+    else
+        matmul__w8gemv_launch<2, 2>(out, xq, xs, w, n, slices, G, cps, stream);
+    return KUTIL_LAUNCHED("matmul_w8gemv");
 }
 
 extern "C" pd_status_t matmul_int4_tile(pd_weight_t *w, void *tmp, cudaStream_t stream)

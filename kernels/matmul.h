@@ -85,13 +85,39 @@ pd_status_t matmul_fp8_mma(float *out, float *part, const uint8_t *xq, const flo
  * Each warp keeps `depth` (4, 8 or 16) 2 KiB weight groups in flight. K splits (1 ..
  * MATMUL_WGEMV_MAX_SPLITS) run as one thread-block cluster per row block and are summed in
  * shared memory (one launch, no scratch; deterministic). matmul_wgemv_plan picks warps (2..8),
- * K splits and depth for n_sm SMs. */
+ * K splits and depth for n_sm SMs. Clusters need compute capability 9.0: before it, splits > 1
+ * return PD_ERR_UNSUPPORTED (nothing enqueued). */
 #define MATMUL_WGEMV_MAX_N 8
 #define MATMUL_WGEMV_MAX_SPLITS 8
 void matmul_wgemv_plan(int n, int64_t N, int64_t K, int n_sm, int *warps_p, int *splits_p,
                        int *depth_p);
 pd_status_t matmul_wgemv(float *out, const float *x, const pd_weight_t *w, int n, int warps,
                          int splits, int depth, cudaStream_t stream);
+
+/* Weight-streaming GEMVs for n = 1 .. MATMUL_XGEMV_MAX_N without clusters or scratch (matmul.cu
+ * says how): the rows in tiles of `rows` (16 or 32); `blocks` blocks (a persistent grid; < 1 or
+ * more than the tiles: one block per tile) of `slices` (1 .. 16) warps take the tiles
+ * round-robin, warp s the s-th slice of K in each; the slices are summed in shared memory in
+ * order (deterministic). Each warp keeps `depth` steps of weights in flight in registers.
+ *   - matmul_w4gemv: INT4 tiled (w->n % 32 == 0, w->k % 128 == 0); out (n, w->n) f32 = x (n,
+ *     w->k) f32 @ W^T, the activation quantization inside (per token and slice f16 x * 2^-e),
+ *     depth 2 or 4 (rows 16) / 2 (rows 32) groups of 128 columns. Shared memory
+ *     matmul_w4gemv_smem(n, K, rows, slices) bytes (0: no such plan), at most ~226 KiB.
+ *   - matmul_w8gemv: FP8 (w->k % 64 == 0); out (n, w->n) f32 = (xq @ W^T) * xs[t] * ws[r], xq
+ *     (n, k) fp8 and xs (n) f32 from matmul_quant_act_fp8; depth 4 or 8 (rows 16) / 2 (rows
+ *     32) chunks of 64 columns.
+ * The plans pick rows, slices, depth and blocks for n_sm SMs (rows 0: none fits). */
+#define MATMUL_XGEMV_MAX_N 8
+#define MATMUL_XGEMV_MAX_SLICES 16
+size_t matmul_w4gemv_smem(int n, int64_t K, int rows, int slices);
+void matmul_w4gemv_plan(int n, int64_t N, int64_t K, int n_sm, int *rows_p, int *slices_p,
+                        int *depth_p, int *blocks_p);
+pd_status_t matmul_w4gemv(float *out, const float *x, const pd_weight_t *w, int n, int rows,
+                          int slices, int depth, int blocks, cudaStream_t stream);
+void matmul_w8gemv_plan(int n, int64_t N, int64_t K, int n_sm, int *rows_p, int *slices_p,
+                        int *depth_p, int *blocks_p);
+pd_status_t matmul_w8gemv(float *out, const uint8_t *xq, const float *xs, const pd_weight_t *w,
+                          int n, int rows, int slices, int depth, int blocks, cudaStream_t stream);
 
 /* dst (w->n, w->k) bf16 = the INT4 g128 weight w dequantized ((q - z) * s, rounded to bf16);
  * tiled: w is in the tiled layout (below). */

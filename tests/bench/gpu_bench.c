@@ -3,7 +3,8 @@
  *   1. per op: median time over repeats (CUDA events on the backend's stream), the bytes or
  *      FLOPs it must move or do, and the share of the floor (copy ~4.2 TB/s, FP8 dense GEMM
  *      ~1.36 PFLOP/s, BF16 ~0.79 PFLOP/s);
- *   2. whole decode steps (model_forward, random weights) at batch 1, 3, 16 and 64, context 1024,
+ *   2. whole decode steps (model_forward, random weights) at batch 1, 3, 16 and 64 (or
+ *      GPU_BENCH_DECODE_BATCHES="1 8 64"), context 1024,
  *      for INT4 weights + FP8 KV and FP8 weights + BF16 KV, with and without the logits
  *      download, eager (MODEL_GRAPHS_OFF) and replayed from CUDA graphs (MODEL_GRAPHS_ON); the
  *      graph logits are compared with the same padded plan run op by op (MODEL_GRAPHS_EAGER:
@@ -27,9 +28,10 @@
  * gemm: the prefill FP8 GEMM at n 8192 (output type, accumulation, cuBLASLt candidates);
  * prefops: one prefill layer (n 8192) op by op (both not part of all).
  * Usage: gpu_bench [ops] [decode] [prefill] [flash] [int4] [attn] [attnprof] [elementwise] [moe]
- * [wgemv] [family] [ctxscale] [gemm] [prefops] [all] (default all; wgemv, family, ctxscale, moe:
- * not part of all; flash: only the 8192 causal flash attention and the FP8 8192 x 14336 x 4096
- * GEMM, for ncu; int4: the INT4 paths table of ops alone). Needs a CUDA device (exits 77 without).
+ * [wgemv] [xgemv] [family] [ctxscale] [gemm] [prefops] [all] (default all; wgemv, xgemv
+ * (bench_xgemv), family, ctxscale, moe, gemm, prefops: not part of all; flash: only the 8192
+ * causal flash attention and the FP8 8192 x 14336 x 4096 GEMM, for ncu; int4: the INT4 paths
+ * table of ops alone). Needs a CUDA device (exits 77 without).
  */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -61,6 +63,8 @@ static pd_backend_t *be_split; /* PD_CUDA_BF16_GEMM=split (hi + lo BF16 GEMMs) *
 static int graph_fail;         /* a graph capture failed or a replay differed from its eager plan */
 static cudaStream_t stream;
 static cudaStream_t stream_split;
+static pd_backend_t *be_old; /* PD_CUDA_XGEMV=0 (the session-4 routing), for bench_xgemv */
+static cudaStream_t stream_old;
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
 static float rnd(void)
@@ -114,6 +118,10 @@ static void *l2_flush;
 static size_t l2_flush_bytes;
 
 static int time_warm = 3; /* warm-up launches of time_op (attnprof: 0, one launch per case) */
+/* the read-only L2 flush of bench_xgemv: a GEMV over a 128 MB BF16 weight (n 1) */
+static pd_weight_t *l2_rd_w;
+static float *l2_rd_out, *l2_rd_x;
+
 static float time_op(op_fn fn, void *arg, int reps)
 {
     cudaEvent_t a, b;
@@ -124,7 +132,9 @@ static float time_op(op_fn fn, void *arg, int reps)
         fn(arg);
     ok(be->ops->sync(be), "warm-up");
     for (int i = 0; i < reps; i++) {
-        if (l2_flush)
+        if (l2_rd_w) /* read-only flush: L2 left holding clean lines of another buffer */
+            be->ops->matmul(be, l2_rd_out, l2_rd_x, l2_rd_w, 1);
+        else if (l2_flush)
             cudaMemsetAsync(l2_flush, i & 0xff, l2_flush_bytes, stream);
         cudaEventRecord(a, stream);
         fn(arg);
@@ -382,7 +392,8 @@ static void bench_flash(pd_kvfmt_t fmt, int B, int q_len, int ctx, int reps_simt
         if (nf)
             ok(be->ops->alloc(be, nf * 4, (void **)&a.scratch), "alloc");
         ms = time_op(run_fa, &a, reps_simt);
-        snprintf(shape, sizeof shape, "simt %s B %d q %d ctx %d", pd_kvfmt_name(fmt), B, q_len, ctx);
+        snprintf(shape, sizeof shape, "simt %s B %d q %d ctx %d", pd_kvfmt_name(fmt), B, q_len,
+                 ctx);
         row("attention", shape, ms, bytes, flops, BF16_FLOPS);
         if (a.scratch)
             be->ops->free(be, a.scratch);
@@ -516,11 +527,12 @@ static void bench_elementwise(int n)
  * memset before every timed repeat evicts the weights from L2 (it leaves dirty lines that the
  * timed op may have to write back: every column pays that alike). */
 typedef struct {
-    int mode; /* 0 gemv, 1 quant + mma, 2 op, 3 wgemv */
+    int mode; /* 0 gemv, 1 quant + mma, 2 op, 3 wgemv, 4 w4gemv / w8gemv (FP8: xh holds the
+               * fp8 activations and mult their scales, quantized before timing) */
     float *out, *x, *part, *xf, *mult;
     uint16_t *xh;
     pd_weight_t *w;
-    int n, warps, splits, depth;
+    int n, warps, splits, depth, blocks;
 } i4_arg_t;
 static void run_i4(void *p)
 {
@@ -543,9 +555,16 @@ static void run_i4(void *p)
         ok(matmul_int4_mma(a->out, a->part, a->xh, a->mult, a->w, a->n, a->warps, a->splits,
                            a->w->n % 32 == 0, stream),
            "int4 mma");
+    } else if (a->mode == 4 && fp8) {
+        ok(matmul_w8gemv(a->out, (const uint8_t *)a->xh, a->mult, a->w, a->n, a->warps, a->splits,
+                         a->depth, a->blocks, stream),
+           "w8gemv");
+    } else if (a->mode == 4) {
+        ok(matmul_w4gemv(a->out, a->x, a->w, a->n, a->warps, a->splits, a->depth, a->blocks,
+                         stream),
+           "w4gemv");
     } else if (a->mode == 3) {
-        ok(matmul_wgemv(a->out, a->x, a->w, a->n, a->warps, a->splits, a->depth, stream),
-           "wgemv");
+        ok(matmul_wgemv(a->out, a->x, a->w, a->n, a->warps, a->splits, a->depth, stream), "wgemv");
     } else
         be->ops->matmul(be, a->out, a->x, a->w, a->n);
 }
@@ -734,6 +753,146 @@ static void bench_wgemv_sweep(void)
         backend_weight_free(be, &w4);
         backend_weight_free(be, &w8);
     }
+    be->ops->free(be, l2_flush);
+    l2_flush = NULL;
+}
+
+/* matmul_w4gemv (INT4) and matmul_w8gemv (FP8, kernel alone: the activations quantized before
+ * timing) at n 1, 2, 4, 8 on the four Llama-3-8B shapes: plans (rows R, slices S, depth D,
+ * blocks B: 0 one per tile, else B blocks per SM), then a table of the plan's pick, the best
+ * plan and the backend op (default routing; FP8 with its activation quantization launch) against
+ * the same op on the session-4 routing (PD_CUDA_XGEMV=0), TB/s = weight + scale (+ zero) bytes /
+ * time, % of 4.8 TB/s. Before each repeat a GEMV over a 128 MB BF16 weight leaves L2 holding
+ * clean lines of another buffer (a decode step's situation: the previous layers' weights); the
+ * op columns are also given after the 256 MB memset of bench_int4_paths (L2 full of dirty
+ * lines, which the timed op has to write back as it reads: the earlier tables' flush). */
+static void bench_xgemv(void)
+{
+    const int ns[] = {1, 2, 4, 8}, Ss[] = {1, 2, 4, 8, 16}, Bs[] = {0, 1, 2, 4};
+    const int Rs[6] = {16, 16, 32, 16, 16, 32}, Ds[6] = {2, 4, 2, 4, 8, 2};
+    int n_sm = 0;
+    cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0);
+    l2_flush_bytes = (size_t)256 << 20;
+    ok(be->ops->alloc(be, l2_flush_bytes, &l2_flush), "alloc");
+    pd_weight_t rh, rw;
+    {
+        const int64_t RN = 8192, RK = 8192;
+        uint16_t *src = malloc((size_t)(RN * RK) * 2);
+        for (int64_t i = 0; i < RN * RK; i++)
+            src[i] = pd_f32_to_bf16(rnd() * 0.02f);
+        ok(model_quantize_bf16(src, RN, RK, PD_WFMT_BF16, &rh), "flush weight");
+        free(src);
+        ok(backend_weight_upload(be, &rh, &rw), "flush weight upload");
+        l2_rd_x = dev_random_f32((size_t)RK, 1.0f);
+        ok(be->ops->alloc(be, (size_t)RN * 4, (void **)&l2_rd_out), "alloc");
+        l2_rd_w = &rw;
+    }
+    char rows[32][320];
+    int nrow = 0;
+    /* GPU_BENCH_XGEMV_SHAPES=k: the first k shapes; GPU_BENCH_XGEMV_NOSWEEP=1: the plans only
+     * (for ncu) */
+    const char *lim = getenv("GPU_BENCH_XGEMV_SHAPES"), *nsw = getenv("GPU_BENCH_XGEMV_NOSWEEP");
+    const int nshape = lim && atoi(lim) > 0 && atoi(lim) < 4 ? atoi(lim) : 4;
+    const bool nosweep = nsw && atoi(nsw) > 0;
+    printf("\n### matmul_w4gemv / matmul_w8gemv plans (us, clean-L2 flush; R/S/D/B = rows, "
+           "slices, depth, blocks per SM (0: one per tile); * = the planner's pick)\n\n");
+    for (int s = 0; s < nshape; s++) {
+        const int64_t N = i4_shapes[s][0], K = i4_shapes[s][1];
+        pd_weight_t h4, h8, w4, w8;
+        double wb[2];
+        i4_weights(s, &h4, &h8, &w4, &w8, wb);
+        for (int f = 0; f < 2; f++)
+            for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+                i4_arg_t a = {0};
+                const int n = ns[i];
+                int pr, ps, pd, pb;
+                i4_alloc(&a, n, N, K);
+                a.w = f ? &w8 : &w4;
+                if (f)
+                    ok(matmul_quant_act_fp8((uint8_t *)a.xh, NULL, a.mult, a.x, n, K, stream),
+                       "quant fp8");
+                (f ? matmul_w8gemv_plan : matmul_w4gemv_plan)(n, N, K, n_sm, &pr, &ps, &pd, &pb);
+                printf("%s %lld x %lld n %d:", f ? "fp8" : "int4", (long long)N, (long long)K, n);
+                float best = 1e30f;
+                int br = 0, bs = 0, bd = 0, bb = 0;
+                for (int c = f ? 3 : 0; !nosweep && c < (f ? 6 : 3); c++)
+                    for (int si = 0; si < 5; si++)
+                        for (int bi = 0; bi < 4; bi++) {
+                            const int S = Ss[si], steps = (int)(K / (f ? 64 : 128));
+                            const int per = (steps + S - 1) / S;
+                            const int ntiles = (int)((N + Rs[c] - 1) / Rs[c]);
+                            if ((S - 1) * per >= steps || Bs[bi] * S > 32)
+                                continue;
+                            if (!f && (matmul_w4gemv_smem(n, K, Rs[c], S) == 0 ||
+                                       matmul_w4gemv_smem(n, K, Rs[c], S) > 231424))
+                                continue;
+                            a.mode = 4, a.warps = Rs[c], a.splits = S, a.depth = Ds[c];
+                            a.blocks = Bs[bi] ? Bs[bi] * n_sm : 0;
+                            if (a.blocks >= ntiles)
+                                continue;
+                            const float ms = time_op(run_i4, &a, 8);
+                            if (ms < best)
+                                best = ms, br = Rs[c], bs = S, bd = Ds[c], bb = a.blocks;
+                            printf(" %d/%d/%d/%d=%.1f%s", Rs[c], S, Ds[c], Bs[bi], ms * 1e3,
+                                   Rs[c] == pr && S == ps && Ds[c] == pd &&
+                                           (a.blocks == pb || (a.blocks == 0 && pb >= ntiles))
+                                       ? "*"
+                                       : "");
+                        }
+                float mp = -1.0f;
+                if (pr > 0) {
+                    a.mode = 4, a.warps = pr, a.splits = ps, a.depth = pd, a.blocks = pb;
+                    mp = time_op(run_i4, &a, 20);
+                }
+                a.mode = 2;
+                const float mo = time_op(run_i4, &a, 20);
+                float m4 = -1.0f, mod = -1.0f, m4d = -1.0f;
+                pd_weight_t *keep_w = l2_rd_w;
+                l2_rd_w = NULL; /* the memset flush */
+                mod = time_op(run_i4, &a, 10);
+                l2_rd_w = keep_w;
+                if (be_old) { /* the same op on the session-4 routing */
+                    pd_backend_t *keep = be;
+                    cudaStream_t keep_s = stream;
+                    be = be_old, stream = stream_old;
+                    m4 = time_op(run_i4, &a, 20);
+                    l2_rd_w = NULL;
+                    m4d = time_op(run_i4, &a, 10);
+                    l2_rd_w = keep_w;
+                    be = keep, stream = keep_s;
+                }
+                printf(" | plan %d/%d/%d/%d %.1f us | best %d/%d/%d/%d %.1f us | op %.1f us | s4 "
+                       "op %.1f us | memset flush: op %.1f s4 op %.1f us\n",
+                       pr, ps, pd, pb, mp * 1e3, br, bs, bd, bb, best * 1e3, mo * 1e3, m4 * 1e3,
+                       mod * 1e3, m4d * 1e3);
+                fflush(stdout);
+                const double tb = wb[f] / 1e12 * 1e3; /* TB/s at 1 ms */
+                if (nrow < 32)
+                    snprintf(rows[nrow++], sizeof rows[0],
+                             "| %s | %lld x %lld | %d | %d/%d/%d/%d | %.1f | %.2f | %.0f%% | %.1f "
+                             "(%d/%d/%d/%d) | %.2f | %.1f | %.2f | %.1f | %.2f | %.2f | %.1f / "
+                             "%.1f |",
+                             f ? "fp8" : "int4", (long long)N, (long long)K, n, pr, ps, pd, pb,
+                             mp * 1e3, mp > 0 ? tb / mp : 0.0, mp > 0 ? 100.0 * tb / mp / 4.8 : 0.0,
+                             best * 1e3, br, bs, bd, bb, tb / best, mo * 1e3, tb / mo, m4 * 1e3,
+                             m4 > 0 ? tb / m4 : 0.0, m4 > 0 ? mo / m4 : 0.0, mod * 1e3, m4d * 1e3);
+                i4_free(&a);
+            }
+        model_host_weight_free(&h4);
+        model_host_weight_free(&h8);
+        backend_weight_free(be, &w4);
+        backend_weight_free(be, &w8);
+    }
+    printf("\n| fmt | N x K | n | plan R/S/D/G | plan us | plan TB/s | of 4.8 | best us (R/S/D/G) "
+           "| best TB/s | op us | op TB/s | s4 op us | s4 op TB/s | op / s4 op | memset flush: op "
+           "/ s4 op us |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < nrow; i++)
+        printf("%s\n", rows[i]);
+    l2_rd_w = NULL;
+    model_host_weight_free(&rh);
+    backend_weight_free(be, &rw);
+    be->ops->free(be, l2_rd_x);
+    be->ops->free(be, l2_rd_out);
     be->ops->free(be, l2_flush);
     l2_flush = NULL;
 }
@@ -1147,7 +1306,8 @@ static float run_forward_s(model_t *m, pd_kvfmt_t kvfmt, int B, int ctx, int q_l
     float *logits = malloc((size_t)(n_logits > 0 ? n_logits : 1) * c->vocab_size * 4);
     model_batch_t b = {B * q_len, tokens, B, qs, cl, sp, n_logits, lr};
     const int nl1 = n_logits > 0 ? n_logits : 1;
-    float *st = malloc((size_t)nl1 * 4), *sp_ = malloc((size_t)nl1 * 4), *su = malloc((size_t)nl1 * 4);
+    float *st = malloc((size_t)nl1 * 4), *sp_ = malloc((size_t)nl1 * 4),
+          *su = malloc((size_t)nl1 * 4);
     int32_t *sk = malloc((size_t)nl1 * 4), *sout = malloc((size_t)nl1 * 4);
     for (int i = 0; i < n_logits; i++) {
         st[i] = sample == 2 ? 0.8f : 0.0f;
@@ -1229,9 +1389,20 @@ static void bench_model(bool decode, bool prefill)
         ok(model_create_random(&cfg, confs[i].w, PD_WFMT_BF16, be, 42, &m), "model");
         fprintf(stderr, "model %s: %.1f s to build, %.2f GB\n", pd_wfmt_name(confs[i].w),
                 pd_clock_s() - t0, m->weight_bytes / 1e9);
-        static const int batches[] = {1, 3, 16, 64};
-        for (size_t bi = 0; decode && confs[i].dec && bi < sizeof batches / sizeof batches[0];
-             bi++) {
+        /* GPU_BENCH_DECODE_BATCHES="1 8 64": other batch sizes (at most 8, each 1..256) */
+        int batches[8] = {1, 3, 16, 64}, nb = 4;
+        const char *bl = getenv("GPU_BENCH_DECODE_BATCHES");
+        if (bl && *bl) {
+            nb = 0;
+            for (char *e; nb < 8 && *bl; bl = e) {
+                const long v = strtol(bl, &e, 10);
+                if (e == bl)
+                    break;
+                if (v >= 1 && v <= 256)
+                    batches[nb++] = (int)v;
+            }
+        }
+        for (int bi = 0; decode && confs[i].dec && bi < nb; bi++) {
             const int B = batches[bi];
             const size_t nv = (size_t)B * cfg.vocab_size;
             float *le = malloc(nv * 4), *lp = malloc(nv * 4), *lg = malloc(nv * 4);
@@ -1239,10 +1410,8 @@ static void bench_model(bool decode, bool prefill)
             float z = run_forward(m, confs[i].kv, B, 1024, 1, 0, 10, MODEL_GRAPHS_OFF, NULL);
             float ga = run_forward(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_ON, lg);
             float gz = run_forward(m, confs[i].kv, B, 1024, 1, 0, 10, MODEL_GRAPHS_ON, NULL);
-            float gs1 =
-                run_forward_s(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_ON, NULL, 1);
-            float gs2 =
-                run_forward_s(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_ON, NULL, 2);
+            float gs1 = run_forward_s(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_ON, NULL, 1);
+            float gs2 = run_forward_s(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_ON, NULL, 2);
             run_forward(m, confs[i].kv, B, 1024, 1, B, 1, MODEL_GRAPHS_EAGER, lp);
             double dmax = 0.0;
             size_t nbad = 0;
@@ -1253,8 +1422,8 @@ static void bench_model(bool decode, bool prefill)
             }
             printf("| %s | %s | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f | %s | %.3g "
                    "|\n",
-                   pd_wfmt_name(confs[i].w), pd_kvfmt_name(confs[i].kv), B, a, z, ga, gz, gs1,
-                   gs2, B * 1000.0 / gs2, nbad ? "DIFFERENT" : "bit-identical", dmax);
+                   pd_wfmt_name(confs[i].w), pd_kvfmt_name(confs[i].kv), B, a, z, ga, gz, gs1, gs2,
+                   B * 1000.0 / gs2, nbad ? "DIFFERENT" : "bit-identical", dmax);
             fflush(stdout);
             if (nbad) {
                 fprintf(stderr, "graph replay differs from the padded eager step in %zu logits\n",
@@ -1289,8 +1458,7 @@ static void bench_model(bool decode, bool prefill)
                         run_forward(m, confs[i].kv, 1, 512 * c, 512, 1, 3, MODEL_GRAPHS_OFF, NULL);
                 printf("prefill 8192 tokens as 16 chunks of 512 (each attends to the earlier "
                        "pages), %s weights, %s kv: %.1f ms (%.2fx unchunked)\n",
-                       pd_wfmt_name(confs[i].w), pd_kvfmt_name(confs[i].kv), chunked,
-                       chunked / ms);
+                       pd_wfmt_name(confs[i].w), pd_kvfmt_name(confs[i].kv), chunked, chunked / ms);
                 fflush(stdout);
                 float big = run_forward(m, confs[i].kv, 1, 0, 32768, 1, 1, MODEL_GRAPHS_OFF, NULL);
                 printf("prefill 32768 tokens, %s weights, %s kv: %.1f ms (%.0f tok/s)\n",
@@ -1368,8 +1536,7 @@ static void bench_moe(void)
             ok(be->ops->set_option(be, "moe_grouped", "on"), "moe_grouped=on");
             float dev = run_forward(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_OFF, NULL);
             float ga = run_forward(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_ON, lg);
-            float gs =
-                run_forward_s(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_ON, NULL, 2);
+            float gs = run_forward_s(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_ON, NULL, 2);
             run_forward(m, confs[i].kv, B, 1024, 1, B, 1, MODEL_GRAPHS_EAGER, lp);
             size_t nbad = 0;
             for (size_t j = 0; j < nv; j++)
@@ -1379,8 +1546,9 @@ static void bench_moe(void)
                    B * 1000.0 / gs, nbad ? "DIFFERENT" : "bit-identical");
             fflush(stdout);
             if (nbad) {
-                fprintf(stderr, "moe graph replay differs from the padded eager step in %zu "
-                                "logits\n",
+                fprintf(stderr,
+                        "moe graph replay differs from the padded eager step in %zu "
+                        "logits\n",
                         nbad);
                 graph_fail = 1;
             }
@@ -1412,7 +1580,8 @@ static void bench_ctxscale(void)
     for (size_t i = 0; i < sizeof confs / sizeof confs[0]; i++) {
         model_t *m;
         ok(model_create_random(&cfg, confs[i].w, PD_WFMT_BF16, be, 42, &m), "model");
-        const double wbytes = (double)m->weight_bytes - (double)cfg.vocab_size * cfg.hidden_size * 2;
+        const double wbytes =
+            (double)m->weight_bytes - (double)cfg.vocab_size * cfg.hidden_size * 2;
         kv_layout_t l;
         kv_layout_init(&l, cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, 16,
                        confs[i].kv);
@@ -1430,11 +1599,11 @@ static void bench_ctxscale(void)
                 }
                 const float ms =
                     run_forward(m, confs[i].kv, B, ctx, 1, 0, 10, MODEL_GRAPHS_ON, NULL);
-                const double floor_ms = (wbytes + (double)B * ctx * l.page_bytes / 16) /
-                                        COPY_BW * 1e3;
+                const double floor_ms =
+                    (wbytes + (double)B * ctx * l.page_bytes / 16) / COPY_BW * 1e3;
                 printf("| %s | %s | %d | %d | %.1f | %.2f | %.0f | %.2f | %.0f%% |\n",
-                       pd_wfmt_name(confs[i].w), pd_kvfmt_name(confs[i].kv), B, ctx,
-                       kv_bytes / 1e9, ms, B * 1000.0 / ms, floor_ms, 100.0 * floor_ms / ms);
+                       pd_wfmt_name(confs[i].w), pd_kvfmt_name(confs[i].kv), B, ctx, kv_bytes / 1e9,
+                       ms, B * 1000.0 / ms, floor_ms, 100.0 * floor_ms / ms);
                 fflush(stdout);
             }
         model_destroy(m);
@@ -1524,15 +1693,17 @@ int main(int argc, char **argv)
     bool ops = argc < 2, decode = argc < 2, prefill = argc < 2, flash = false, int4 = false,
          fused = false, sweep = false;
     bool gemm = false, prefops = false;
-    bool attn = false, attnprof = false, ctxscale = false, family = false, moe = false;
+    bool attn = false, attnprof = false, ctxscale = false, family = false, moe = false,
+         xgemv = false;
     for (int i = 1; i < argc; i++) {
         family |= !strcmp(argv[i], "family"); /* GLM-4.5-Air / DeepSeek-V3 (not part of all) */
         bool all = !strcmp(argv[i], "all");
         flash |= !strcmp(argv[i], "flash");
         int4 |= !strcmp(argv[i], "int4"); /* the INT4 paths table alone (also part of ops) */
         fused |= !strcmp(argv[i], "elementwise"); /* the elementwise table alone (part of ops) */
-        sweep |= !strcmp(argv[i], "wgemv"); /* matmul_wgemv plans (not part of all) */
-        attn |= !strcmp(argv[i], "attn"); /* the decode attention table alone */
+        sweep |= !strcmp(argv[i], "wgemv");       /* matmul_wgemv plans (not part of all) */
+        xgemv |= !strcmp(argv[i], "xgemv"); /* matmul_w4gemv / w8gemv plans (not part of all) */
+        attn |= !strcmp(argv[i], "attn");   /* the decode attention table alone */
         attnprof |= !strcmp(argv[i], "attnprof"); /* 4 single launches, for ncu */
         ctxscale |= !strcmp(argv[i], "ctxscale"); /* decode steps at 1k / 8k / 32k context */
         moe |= !strcmp(argv[i], "moe");   /* the Qwen3-30B-A3B decode table (not part of all) */
@@ -1568,6 +1739,22 @@ int main(int argc, char **argv)
     }
     if (sweep)
         bench_wgemv_sweep();
+    if (xgemv) {
+        const char *kx = getenv("PD_CUDA_XGEMV");
+        char keep_x[16] = "";
+        if (kx)
+            snprintf(keep_x, sizeof keep_x, "%s", kx);
+        setenv("PD_CUDA_XGEMV", "0", 1);
+        ok(backend_cuda_create(0, &be_old), "session-4 routing backend");
+        if (kx)
+            setenv("PD_CUDA_XGEMV", keep_x, 1);
+        else
+            unsetenv("PD_CUDA_XGEMV");
+        stream_old = backend_cuda_stream(be_old);
+        bench_xgemv();
+        backend_destroy(be_old);
+        be_old = NULL;
+    }
     if (flash) { /* the prefill kernels alone (variants; for ncu) */
         printf("| %-12s | %-34s | %9s | %8s | %9s | %6s |\n", "op", "shape", "time us", "GB/s",
                "TFLOP/s", "floor");

@@ -6,7 +6,9 @@
  * Prints one line per case: op, shape, max error, tolerance, PASS/FAIL.
  * PD_GPU_TEST_ATTN=1 runs only the decode attention and fused RoPE + KV write cases;
  * PD_GPU_TEST_FAMILY=1 only the GLM-4.5 / DeepSeek-V3 cases (family ops, FP8 block-scaled matmul);
- * PD_GPU_TEST_PREFILL=1 only the prefill FP8 MLP op (matmul_silu_fp8) and FP8 GEMM cases.
+ * PD_GPU_TEST_PREFILL=1 only the prefill FP8 MLP op (matmul_silu_fp8) and FP8 GEMM cases;
+ * PD_GPU_TEST_XGEMV=1 only the matmul_w4gemv / matmul_w8gemv cases and the default-routing
+ * matmul cases that run on them.
  * Exits 77 (meson: SKIP) when there is no CUDA device, 1 when a case fails.
  * Errors are max |gpu - cpu| / max |cpu| over the output, or a count of differing bytes / ids
  * where the two must agree exactly; flash attention (bf16 tensor cores) is checked per element
@@ -847,6 +849,10 @@ static pair_t arena_new(const kv_layout_t *l, int n_pages)
  * flip of x * (1 / s) against x / s): ref the CPU backend's element, f = 3e-4. Outputs start
  * poisoned (NaN). */
 static float mma_x_scale = 1.0f; /* every activation of case_mma_gemm_d times this */
+/* case_mma_gemm_d through matmul_w4gemv / matmul_w8gemv: warps = rows, splits = slices, with
+ * mma_xblocks blocks (0: one per tile) */
+static bool mma_xgemv;
+static int mma_xblocks;
 static void case_mma_gemm_d(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warps, int splits,
                             int depth, uint64_t seed, const char *what)
 {
@@ -882,7 +888,12 @@ static void case_mma_gemm_d(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warp
         cudaStream_t st = backend_cuda_stream(gpu);
         uint8_t *b = scratch;
         float *mult = (float *)(b + hb), *part = pf ? (float *)(b + hb + mb) : NULL;
-        if (depth > 0) {
+        if (mma_xgemv && int4) {
+            pair_ok(matmul_w4gemv(out.g, px.g, &wg, n, warps, splits, depth, mma_xblocks, st));
+        } else if (mma_xgemv) {
+            pair_ok(matmul_quant_act_fp8(b, NULL, mult, px.g, n, K, st));
+            pair_ok(matmul_w8gemv(out.g, b, mult, &wg, n, warps, splits, depth, mma_xblocks, st));
+        } else if (depth > 0) {
             pair_ok(matmul_wgemv(out.g, px.g, &wg, n, warps, splits, depth, st));
         } else if (int4) {
             pair_ok(matmul_quant_act_f16((uint16_t *)b, mult, px.g, n, K, st));
@@ -893,9 +904,12 @@ static void case_mma_gemm_d(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warp
             pair_ok(matmul_fp8_mma(out.g, part, b, mult, &wg, n, warps, splits, st));
         }
     }
-    snprintf(shape, sizeof shape, "%s %s n %d N %lld K %lld w%d s%d d%d seed %llu",
-             pd_wfmt_name(fmt), what, n, (long long)N, (long long)K, warps, splits, depth,
-             (unsigned long long)seed);
+    char xb[16] = "";
+    if (mma_xgemv)
+        snprintf(xb, sizeof xb, " b%d", mma_xblocks);
+    snprintf(shape, sizeof shape, "%s %s%s n %d N %lld K %lld w%d s%d d%d%s seed %llu",
+             pd_wfmt_name(fmt), mma_xgemv ? (int4 ? "w4gemv " : "w8gemv ") : "", what, n,
+             (long long)N, (long long)K, warps, splits, depth, xb, (unsigned long long)seed);
     report("mma gemm", shape, err_f32(&out, (size_t)n * N), warps < 0 ? 1e-5 : int4 ? 1e-3 : 2e-3);
 
     /* per element on sampled rows (about 2e8 multiply-adds) */
@@ -2329,6 +2343,76 @@ static void cases_family(void)
     case_latent_attention(PD_KV_BF16, 128, 512, 64, 192, 2, qd, cd, "V3 decode");
 }
 
+/* matmul_w4gemv / matmul_w8gemv (PD_GPU_TEST_XGEMV=1: these alone, with the default-routing
+ * Llama-3-8B cases, which run on them) */
+static void cases_xgemv(bool with_defaults)
+{
+    const pd_wfmt_t i4 = PD_WFMT_INT4, f8 = PD_WFMT_FP8;
+    /* matmul_w4gemv / matmul_w8gemv (n <= 8, K slices summed in the block): forced plans (rows,
+     * slices, depth, blocks) of every instantiation; empty slices (K 384 in 8 INT4 / K 512 in 16
+     * FP8 slices), uneven ones, FP8 rows past N (N 200, 1000), persistent grids of 1 .. 10
+     * blocks over more tiles (both parities of the partial-sum slots, uneven tiles per block) */
+    mma_xgemv = true;
+    mma_xblocks = 1;
+    case_mma_gemm_d(i4, 1, 256, 1024, 16, 1, 2, 181, "");
+    mma_xblocks = 3;
+    case_mma_gemm_d(i4, 3, 320, 640, 32, 2, 2, 182, "");
+    mma_xblocks = 0;
+    case_mma_gemm_d(i4, 8, 512, 1024, 16, 4, 4, 183, "");
+    mma_xblocks = 2;
+    case_mma_gemm_d(i4, 5, 96, 384, 16, 8, 2, 184, "empty slices");
+    mma_xblocks = 4;
+    case_mma_gemm_d(i4, 2, 224, 1280, 32, 3, 2, 185, "");
+    mma_xblocks = 5;
+    case_mma_gemm_d(i4, 8, 256, 4096, 16, 2, 4, 186, "n 8");
+    mma_xblocks = 7;
+    case_mma_gemm_d(i4, 4, 512, 2048, 16, 16, 4, 187, "16 slices");
+    mma_x_scale = 65536.0f;
+    mma_xblocks = 3;
+    case_mma_gemm_d(i4, 4, 256, 1024, 16, 2, 4, 188, "|x| ~ 2^16");
+    mma_x_scale = 1.0f / 65536.0f;
+    mma_xblocks = 0;
+    case_mma_gemm_d(i4, 3, 256, 1024, 32, 3, 2, 189, "|x| ~ 2^-16");
+    mma_x_scale = 1.0f;
+    mma_xblocks = 4;
+    case_mma_gemm_d(f8, 1, 200, 384, 16, 1, 4, 191, "rows past N");
+    mma_xblocks = 0;
+    case_mma_gemm_d(f8, 4, 320, 640, 32, 3, 2, 192, "");
+    mma_xblocks = 10;
+    case_mma_gemm_d(f8, 8, 1000, 1152, 16, 5, 8, 193, "rows past N");
+    mma_xblocks = 1;
+    case_mma_gemm_d(f8, 2, 96, 512, 32, 16, 2, 194, "empty slices");
+    mma_xblocks = 3;
+    case_mma_gemm_d(f8, 3, 512, 2048, 16, 4, 4, 195, "");
+    if (!small_only) {
+        mma_xblocks = 132;
+        case_mma_gemm_d(i4, 1, 28672, 4096, 16, 2, 4, 196, "8B gate_up");
+        mma_xblocks = 132;
+        case_mma_gemm_d(i4, 7, 4096, 14336, 32, 8, 2, 197, "8B down");
+        mma_xblocks = 132;
+        case_mma_gemm_d(f8, 1, 28672, 4096, 16, 2, 8, 198, "8B gate_up");
+        mma_xblocks = 264;
+        case_mma_gemm_d(f8, 4, 4096, 14336, 32, 8, 2, 199, "8B down");
+    }
+    mma_xgemv = false;
+    mma_xblocks = 0;
+    if (with_defaults) {
+        case_mma_gemm(i4, 2, 256, 1024, 0, 0, 160, "default");
+        case_mma_gemm(f8, 6, 256, 1024, 0, 0, 161, "default");
+        case_mma_gemm(f8, 1, 200, 384, 0, 0, 121, "odd N");
+        case_mma_gemm(f8, 7, 1000, 640, 0, 0, 122, "n 7");
+    }
+    if (with_defaults && !small_only) {
+        case_mma_gemm(i4, 8, 28672, 4096, 0, 0, 162, "default 8B gate_up");
+        case_mma_gemm(i4, 2, 4096, 14336, 0, 0, 163, "default 8B down");
+        case_mma_gemm(i4, 1, 6144, 4096, 0, 0, 164, "default 8B qkv");
+        case_mma_gemm(f8, 4, 28672, 4096, 0, 0, 165, "default 8B gate_up");
+        case_mma_gemm(f8, 1, 4096, 14336, 0, 0, 166, "default 8B down");
+        case_mma_gemm(i4, 1, 28672, 4096, 0, 0, 176, "default 8B gate_up");
+        case_mma_gemm(i4, 8, 4096, 14336, 0, 0, 177, "default 8B down (n 8: not w4gemv)");
+    }
+}
+
 /* The matmul cases: every weight format through the backend op, the tensor-core GEMMs and the
  * INT4 GEMV with default and forced plans. */
 static void cases_matmul(void)
@@ -2425,6 +2509,8 @@ static void cases_matmul(void)
     /* matmul_wgemv at n 5 and 8 (forced: the backend routes them to the GEMM) */
     case_mma_gemm_d(i4, 5, 512, 2048, 4, 3, 4, 174, "wgemv n 5");
     case_mma_gemm_d(i4, 8, 384, 1024, 8, 1, 4, 175, "wgemv n 8");
+
+    cases_xgemv(false);
 }
 
 int main(void)
@@ -2458,6 +2544,14 @@ int main(void)
     printf("seed %llu (PD_TEST_SEED to repeat)%s\n", (unsigned long long)rng_state,
            small_only ? ", fixture shapes only" : "");
     printf("%-12s %-44s %11s %9s  %s\n", "op", "shape", "max err", "tol", "result");
+    if (getenv("PD_GPU_TEST_XGEMV") && atoi(getenv("PD_GPU_TEST_XGEMV"))) {
+        cases_xgemv(true);
+        printf("%d cases, %d failed\n", n_cases, n_fail);
+        backend_destroy(gpu_split);
+        backend_destroy(gpu);
+        backend_destroy(cpu);
+        return n_fail ? 1 : 0;
+    }
     if (getenv("PD_GPU_TEST_MATMUL") && atoi(getenv("PD_GPU_TEST_MATMUL"))) {
         /* the matmul cases alone (quick device rounds on the weight kernels) */
         cases_matmul();
