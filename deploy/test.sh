@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
     export PATH=/usr/local/cuda/bin:$PATH
 fi
-[ -d build ] || meson setup build -Dwerror=true
+# PD_CUDA_ARCH=90a (CI sets it): compile the kernels for that list only instead of the default
+# five GPU generations (-Dcuda-arch; ~3.5 fewer minutes on 2 cores)
+[ -d build ] || meson setup build -Dwerror=true ${PD_CUDA_ARCH:+-Dcuda-arch=$PD_CUDA_ARCH}
 ninja -C build
 meson test -C build --print-errorlogs "$@"
