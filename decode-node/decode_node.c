@@ -463,29 +463,21 @@ static int decode__token_eq(const uint8_t *a, const uint8_t *b)
 
 /* Recomputes the writer's checksum over what landed in r's pages: on the host for the host
  * landing zone and the CPU pool, on the GPU (page digests, 8 bytes a page to the host) for a GPU
- * pool that UCX or, direct, CUDA IPC wrote. Logs a mismatch. */
-static int decode__checksum_ok(decode_node_t *dn, engine_t *e, const dres_t *r, uint64_t want,
-                               int direct)
+ * pool that UCX or, direct, CUDA IPC wrote; ids (r->kv.n_pages) are the pages' ids. Logs a
+ * mismatch. */
+static int decode__checksum_ok(decode_node_t *dn, engine_t *e, const dres_t *r, const int32_t *ids,
+                               uint64_t want, int direct)
 {
     const size_t pb = dn->layout.page_bytes;
     pd_backend_t *be = engine_backend(e);
     uint64_t got = 0;
-    int32_t *ids = malloc((size_t)r->kv.n_pages * sizeof *ids);
-    if (!ids) {
-        pd_log_error("seq %llu: no memory to check the kv checksum", (unsigned long long)r->id);
-        return 0;
-    }
-    for (int32_t i = 0; i < r->kv.n_pages; i++)
-        ids[i] = r->kv.pages[i].page;
     if ((dn->landing && !direct) || strcmp(be->ops->name, "cpu") == 0) {
         const uint8_t *base = dn->landing ? dn->landing : (const uint8_t *)engine_arena(e);
         got = node_pages_checksum(0, base, ids, r->kv.n_pages, pb);
     } else if (node_pages_checksum_be(be, 0, engine_arena(e), ids, r->kv.n_pages, pb, &got) !=
                PD_OK) {
-        free(ids);
         return 0;
     }
-    free(ids);
     if (got != want)
         pd_log_error("seq %llu: kv checksum %016llx != %016llx sent: the pages changed in "
                      "flight; failed",
@@ -583,27 +575,35 @@ static void decode__kv_done(compute_t *c, engine_t *e, void *arg)
         free(j);
         return;
     }
-    if (tp == 1 && !decode__checksum_ok(dn, e, r, j->msg.checksum, j->direct)) {
+    /* the reservation's page ids, for the checksum and the landing zone's import */
+    int32_t *ids = malloc((size_t)r->kv.n_pages * sizeof *ids);
+    if (!ids) {
+        pd_log_error("seq %llu: no memory to check the kv pages", (unsigned long long)r->id);
+        decode__kv_done_fail(dn, c, e, link, PD_ERR_NOMEM);
+        free(j);
+        return;
+    }
+    for (int32_t i = 0; i < r->kv.n_pages; i++)
+        ids[i] = r->kv.pages[i].page;
+    if (tp == 1 && !decode__checksum_ok(dn, e, r, ids, j->msg.checksum, j->direct)) {
         /* the bytes in the pages are not the bytes the writer sent (a late or torn write by a
          * former owner's writer, a transport fault): DATA_LOSS, counted */
         engine_tracker(e)->failures++;
         node_stats_integrity(&dn->nc.stats, NODE_INTEGRITY_CHECKSUM);
         decode__kv_done_fail(dn, c, e, link, PD_ERR_KV_INTEGRITY);
+        free(ids);
         free(j);
         return;
     }
     if (dn->landing && !j->direct) {
         /* GPU pool or tensor parallel: the pages landed in host memory; move them (each rank its
          * slice) into the pool. At tp > 1 each rank first checks its own slice's checksum */
-        int32_t *ids = malloc((size_t)r->kv.n_pages * sizeof *ids);
-        pd_status_t ist = PD_ERR_NOMEM;
-        for (int32_t i = 0; ids && i < r->kv.n_pages; i++)
-            ids[i] = r->kv.pages[i].page;
-        if (ids)
-            ist = tp > 1 ? engine_import_pages_checked(e, dn->landing, 0, ids, r->kv.n_pages,
-                                                       j->msg.slice_sums, r->id, NULL)
-                         : engine_import_pages(e, dn->landing, 0, ids, r->kv.n_pages);
+        pd_status_t ist = tp > 1
+                              ? engine_import_pages_checked(e, dn->landing, 0, ids, r->kv.n_pages,
+                                                            j->msg.slice_sums, r->id, NULL)
+                              : engine_import_pages(e, dn->landing, 0, ids, r->kv.n_pages);
         free(ids);
+        ids = NULL;
         if (ist == PD_ERR_KV_INTEGRITY) { /* a slice is not what its writer sent: DATA_LOSS */
             engine_tracker(e)->failures++;
             node_stats_integrity(&dn->nc.stats, NODE_INTEGRITY_CHECKSUM);
@@ -619,6 +619,7 @@ static void decode__kv_done(compute_t *c, engine_t *e, void *arg)
             return;
         }
     }
+    free(ids);
     for (int32_t i = 0; i < r->kv.n_pages; i++)
         kv_pool_page_writer_done(engine_pool(e), r->kv.pages[i].page);
     r->kv_done = 1;

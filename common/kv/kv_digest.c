@@ -30,12 +30,12 @@ uint64_t kv_digest_chain(uint64_t seed, const uint64_t *digests, int n)
     return h;
 }
 
-uint64_t kv_digest_pages(uint64_t seed, const uint8_t *base, const int32_t *pages, int n_pages,
-                         size_t page_bytes)
+uint64_t kv_digest_pages(uint64_t seed, const uint8_t *base, const int32_t *pages, int n,
+                         size_t stride, size_t bytes)
 {
     uint64_t h = seed;
-    for (int i = 0; i < n_pages; i++) {
-        uint64_t d = kv_digest_page(base + (size_t)(pages ? pages[i] : i) * page_bytes, page_bytes);
+    for (int i = 0; i < n; i++) {
+        uint64_t d = kv_digest_page(base + (size_t)(pages ? pages[i] : i) * stride, bytes);
         h = kv_digest_chain(h, &d, 1);
     }
     return h;

@@ -59,9 +59,10 @@ uint64_t kv_digest_page(const void *page, size_t bytes);
 /* The chain over n page digests (host array), starting from seed; see above. */
 uint64_t kv_digest_chain(uint64_t seed, const uint64_t *digests, int n);
 
-/* kv_digest_chain over the digests of n_pages pages of page_bytes each (host memory), page i at
- * base + pages[i] * page_bytes or, with pages NULL, packed at base + i * page_bytes. */
-uint64_t kv_digest_pages(uint64_t seed, const uint8_t *base, const int32_t *pages, int n_pages,
-                         size_t page_bytes);
+/* kv_digest_chain over the digests of n regions of `bytes` bytes each (host memory), region i at
+ * base + pages[i] * stride or, with pages NULL, at base + i * stride: whole pages (stride = bytes =
+ * page_bytes) or one tensor-parallel slice of each page (tp_kv_slice_checksum). */
+uint64_t kv_digest_pages(uint64_t seed, const uint8_t *base, const int32_t *pages, int n,
+                         size_t stride, size_t bytes);
 
 #endif

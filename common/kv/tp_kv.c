@@ -12,14 +12,7 @@ uint64_t tp_kv_slice_checksum(uint64_t seed, const uint8_t *base, const int32_t 
                               const kv_layout_t *l, int slice)
 {
     const size_t sb = tp_kv_slice_bytes(l);
-    uint64_t h = seed;
-    for (int i = 0; i < n_pages; i++) {
-        const uint8_t *p =
-            base + (size_t)(pages ? pages[i] : i) * l->page_bytes + (size_t)slice * sb;
-        const uint64_t d = kv_digest_page(p, sb);
-        h = kv_digest_chain(h, &d, 1);
-    }
-    return h;
+    return kv_digest_pages(seed, base + (size_t)slice * sb, pages, n_pages, l->page_bytes, sb);
 }
 
 pd_status_t tp_kv_layout(const kv_layout_t *full, int size, kv_layout_t *l_p)

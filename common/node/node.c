@@ -251,7 +251,7 @@ pd_status_t node_token_new(uint8_t token_out[NODE_TOKEN_BYTES])
 uint64_t node_pages_checksum(uint64_t seed, const uint8_t *base, const int32_t *pages, int n_pages,
                              size_t page_bytes)
 {
-    return kv_digest_pages(seed, base, pages, n_pages, page_bytes);
+    return kv_digest_pages(seed, base, pages, n_pages, page_bytes, page_bytes);
 }
 
 pd_status_t node_pages_checksum_be(pd_backend_t *be, uint64_t seed, const void *base,

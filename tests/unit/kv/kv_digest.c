@@ -108,7 +108,7 @@ static void test_chain(void **s)
     uint64_t dg[NP];
     for (int i = 0; i < NP; i++)
         dg[i] = kv_digest_page(pool + (size_t)pages[i] * PB, PB);
-    const uint64_t all = kv_digest_pages(42, pool, pages, NP, PB);
+    const uint64_t all = kv_digest_pages(42, pool, pages, NP, PB, PB);
     assert_true(all == kv_digest_chain(42, dg, NP));
     uint64_t h = kv_digest_chain(42, dg, 4);
     h = kv_digest_chain(h, dg + 4, 1);
@@ -124,7 +124,15 @@ static void test_chain(void **s)
     assert_non_null(packed);
     for (int i = 0; i < NP; i++)
         memcpy(packed + (size_t)i * PB, pool + (size_t)pages[i] * PB, PB);
-    assert_true(kv_digest_pages(42, packed, NULL, NP, PB) == all);
+    assert_true(kv_digest_pages(42, packed, NULL, NP, PB, PB) == all);
+    /* regions narrower than their stride (a tensor-parallel slice of each page) */
+    h = 42;
+    for (int i = 0; i < NP; i++) {
+        uint64_t d = kv_digest_page(pool + (size_t)pages[i] * PB + 96, 64);
+        h = kv_digest_chain(h, &d, 1);
+    }
+    assert_true(kv_digest_pages(42, pool + 96, pages, NP, PB, 64) == h);
+    assert_true(h != all);
     free(packed);
     free(pool);
 }
