@@ -504,6 +504,31 @@ static const char *pd_grpc_client__tls_err(char *buf, size_t cap)
 
 /* TLS: encrypted bytes from the network. Drives the handshake (then checks ALPN h2 and starts
  * the HTTP/2 session), or decrypts into nghttp2. May close conn (never frees it). */
+/* Feeds n bytes the server sent (plaintext h2) to the session. -1: a protocol error, the
+ * connection is closed. */
+static int pd_grpc_client__feed(pd_grpc_client__conn_t *conn, const uint8_t *data, size_t n)
+{
+    conn->in_recv = 1;
+    ssize_t rv = n > 0 ? nghttp2_session_mem_recv(conn->ng, data, n) : 0;
+    conn->in_recv = 0;
+    if (rv < 0) {
+        pd_log_warn("grpc client: %s:%d: session recv: %s", conn->c->host, conn->c->port,
+                    nghttp2_strerror((int)rv));
+        pd_grpc_client__conn_close(conn, "http/2 protocol error");
+        return -1;
+    }
+    return 0;
+}
+
+/* After what was read is fed: send what the session has to say, close a finished session. */
+static void pd_grpc_client__recv_done(pd_grpc_client__conn_t *conn)
+{
+    pd_grpc_client__flush(conn);
+    if (!nghttp2_session_want_read(conn->ng) && !nghttp2_session_want_write(conn->ng) &&
+        conn->write_pending == 0)
+        pd_grpc_client__conn_close(conn, "connection closed (goaway)");
+}
+
 static void pd_grpc_client__tls_recv(pd_grpc_client__conn_t *conn, const uint8_t *data, size_t n)
 {
     pd_grpc_client_t *c = conn->c;
@@ -561,26 +586,16 @@ static void pd_grpc_client__tls_recv(pd_grpc_client__conn_t *conn, const uint8_t
             pd_grpc_client__conn_close(conn, why);
             return;
         }
-        conn->in_recv = 1;
-        ssize_t rv = nghttp2_session_mem_recv(conn->ng, plain, (size_t)got);
-        conn->in_recv = 0;
-        if (rv < 0) {
-            pd_log_warn("grpc client: %s:%d: session recv: %s", c->host, c->port,
-                        nghttp2_strerror((int)rv));
-            pd_grpc_client__conn_close(conn, "http/2 protocol error");
+        if (pd_grpc_client__feed(conn, plain, (size_t)got) != 0)
             return;
-        }
     }
-    pd_grpc_client__flush(conn);
-    if (!nghttp2_session_want_read(conn->ng) && !nghttp2_session_want_write(conn->ng) &&
-        conn->write_pending == 0)
-        pd_grpc_client__conn_close(conn, "connection closed (goaway)");
+    pd_grpc_client__recv_done(conn);
 }
 
 static void pd_grpc_client__on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     pd_grpc_client__conn_t *conn = s->data;
-    ssize_t rv;
+    int rv;
 
     if (nread < 0) {
         free(buf->base);
@@ -592,21 +607,10 @@ static void pd_grpc_client__on_read(uv_stream_t *s, ssize_t nread, const uv_buf_
         free(buf->base);
         return;
     }
-    conn->in_recv = 1;
-    rv = nread > 0 ? nghttp2_session_mem_recv(conn->ng, (const uint8_t *)buf->base, (size_t)nread)
-                   : 0;
-    conn->in_recv = 0;
+    rv = pd_grpc_client__feed(conn, (const uint8_t *)buf->base, (size_t)nread);
     free(buf->base);
-    if (rv < 0) {
-        pd_log_warn("grpc client: %s:%d: session recv: %s", conn->c->host, conn->c->port,
-                    nghttp2_strerror((int)rv));
-        pd_grpc_client__conn_close(conn, "http/2 protocol error");
-        return;
-    }
-    pd_grpc_client__flush(conn);
-    if (!nghttp2_session_want_read(conn->ng) && !nghttp2_session_want_write(conn->ng) &&
-        conn->write_pending == 0)
-        pd_grpc_client__conn_close(conn, "connection closed (goaway)");
+    if (rv == 0)
+        pd_grpc_client__recv_done(conn);
 }
 
 static pd_status_t pd_grpc_client__session_new(pd_grpc_client__conn_t *conn)
