@@ -80,6 +80,7 @@ static __global__ void __launch_bounds__(32 * ATTENTION__WARPS)
                       const int32_t *block_tables, int n_seqs, int max_pages, int n_heads,
                       int chunk)
 {
+    kutil_pdl_trigger(); /* the next GEMV (PDL-launched) may start its weight prefetch */
     constexpr int D = DL * 32;
     extern __shared__ float attention__smem[];
     const int r = blockIdx.x, kvh = blockIdx.y, sp = blockIdx.z, n_rows = gridDim.x;
@@ -234,6 +235,7 @@ static __global__ void __launch_bounds__(32 * ATTENTION__WARPS)
                            const int32_t *block_tables, int n_seqs, int max_pages, int n_heads,
                            int chunk)
 {
+    kutil_pdl_trigger(); /* the next GEMV (PDL-launched) may start its weight prefetch */
     constexpr int D = 128;
     extern __shared__ float attention__smem[];
     const int r = blockIdx.x, kvh = blockIdx.y, sp = blockIdx.z, n_rows = gridDim.x;
@@ -364,6 +366,7 @@ static __global__ void __launch_bounds__(32 * ATTENTION__WARPS)
  * n_rows, n_heads, D + 2) f32 */
 static __global__ void attention__merge(float *out, const float *part, int n_splits, int D)
 {
+    kutil_pdl_trigger(); /* the next GEMV (PDL-launched) may start its weight prefetch */
     const size_t n_rh = (size_t)gridDim.x * gridDim.y,
                  rh = (size_t)blockIdx.x * gridDim.y + blockIdx.y;
     const int d = threadIdx.x;

@@ -8,7 +8,8 @@
  * Options (set_option; backend_cuda.h lists them): bf16_gemm = one | split (BF16 and dequantized
  * INT4 GEMMs: one bf16 GEMM on bf16(x), or two on the hi + lo split for near-f32 accuracy),
  * flash = on | off, flash_variant = auto | 0..5, fused = on | off (add_rmsnorm / silu_mul_fp8 /
- * matmul_fp8 in the table). The environment (PD_CUDA_BF16_GEMM, PD_CUDA_FLASH, PD_CUDA_FUSED,
+ * matmul_fp8 in the table), pdl = on | off (programmatic dependent launch of the decode-path
+ * GEMVs, kernels/kutil.cuh; sm_90+). The environment (PD_CUDA_PDL too) (PD_CUDA_BF16_GEMM, PD_CUDA_FLASH, PD_CUDA_FUSED,
  * read at creation; PD_CUDA_FLASH_VARIANT, read per launch) overrides them, for benchmarks.
  *
  * Graphs (graph_begin / graph_end / graph_launch): the stream is captured in thread-local mode
@@ -61,6 +62,9 @@
  * GEMV reads 256 contiguous bytes of a row per warp load) and runs only with PD_CUDA_XGEMV=all
  * (for measurements); PD_CUDA_XGEMV=0: no slice GEMV at all (the session-4 routing). */
 #define CUDA_XGEMV_MAX_N_INT4 4
+
+/* Default of option pdl (programmatic dependent launch of the decode-path GEMVs, sm_90+). */
+#define CUDA_PDL_DEFAULT 1
 #define CUDA_XGEMV_MAX_N_FP8 8
 #define CUDA_WGEMV_MAX_N 2
 #define CUDA_WGEMV_MAX_K 8192
@@ -116,6 +120,7 @@ typedef struct {
     int xgemv; /* PD_CUDA_XGEMV: 0 no slice GEMVs, 1 INT4 (default), 2 (=all) INT4 and FP8 */
     bool no_moe_grouped; /* moe_grouped=off: moe_prepare declines, experts grouped on the host */
     unsigned env_set;    /* CUDA__ENV_* bits: options fixed by the environment */
+    int pdl; /* option pdl / PD_CUDA_PDL: programmatic dependent launch of the decode GEMVs */
     int fp8_scaled;      /* FP8 GEMM with outer-vector scales: 0 untried, 1 works, -1 unsupported */
     /* prefill FP8 GEMMs: candidate (PD_CUDA_LT_ALGO); fast_accum: fast accumulation at
      * n >= CUDA_FP8_FAST_MIN_N (option fp8_accum, PD_CUDA_LT_FAST_ACCUM) */
@@ -1451,6 +1456,7 @@ static void cuda__ops_plain_init(void)
 }
 
 enum { CUDA__ENV_BF16 = 1, CUDA__ENV_FLASH = 2, CUDA__ENV_FUSED = 4, CUDA__ENV_ACCUM = 8 };
+enum { CUDA__ENV_PDL = 16 };
 
 /* on / off (also 1 / 0); -1 for anything else */
 static int cuda__onoff(const char *v)
@@ -1464,6 +1470,16 @@ static void cuda__set_fused(pd_backend_t *be, bool on)
     pthread_once(&cuda_ops_plain_once, cuda__ops_plain_init);
     c->no_fused = !on;
     be->ops = on ? &cuda_ops : &cuda_ops_plain;
+}
+
+/* Option pdl: programmatic dependent launch (kernels/kutil.cuh) only on compute capability 9.0+
+ * (below, every launch stays plain). The switch is process-wide (matmul_set_pdl): the backend
+ * created or set last decides, which is fine for one backend per process (and for the tests,
+ * which set it on the one backend they measure). */
+static void cuda__set_pdl(cuda_t *c, int on)
+{
+    c->pdl = on && c->cc_major >= 9;
+    matmul_set_pdl(c->pdl);
 }
 
 /* The options of backend_cuda.h; an option whose environment variable is set keeps the
@@ -1498,6 +1514,11 @@ static pd_status_t cuda_set_option(pd_backend_t *be, const char *key, const char
         ok = b >= 0;
         if (ok)
             c->no_moe_grouped = !b;
+    } else if (!strcmp(key, "pdl")) {
+        ok = b >= 0;
+        bit = CUDA__ENV_PDL;
+        if (ok && !(c->env_set & bit))
+            cuda__set_pdl(c, b);
     } else if (!strcmp(key, "flash_variant")) {
         char *end = NULL;
         long v = strcmp(value, "auto") ? strtol(value, &end, 10) : -1;
@@ -1506,7 +1527,7 @@ static pd_status_t cuda_set_option(pd_backend_t *be, const char *key, const char
             c->flash_variant = (int)v;
     } else {
         pd_log_error("backend cuda: unknown option '%s' (bf16_gemm, flash, flash_variant, fused, "
-                     "fp8_accum, moe_grouped)",
+                     "fp8_accum, moe_grouped, pdl)",
                      key);
         return PD_ERR_INVALID;
     }
@@ -1592,6 +1613,9 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
              cudaDeviceGetAttribute(&c->cc_major, cudaDevAttrComputeCapabilityMajor, device),
              "device attribute")) != PD_OK)
         goto err_destroy;
+    env = getenv("PD_CUDA_PDL");
+    c->env_set |= env && *env ? CUDA__ENV_PDL : 0;
+    cuda__set_pdl(c, env && *env ? cuda__onoff(env) != 0 : CUDA_PDL_DEFAULT);
     if ((st = cuda__status(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking),
                            "stream")) != PD_OK)
         goto err_destroy;

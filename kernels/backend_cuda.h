@@ -24,6 +24,12 @@
  *                             moe_prepare declines and the (token, expert) pairs are grouped on
  *                             the host (the path before; comparisons). Set it before
  *                             model_ctx_create.
+ *   pdl = on | off            programmatic dependent launch (kernels/kutil.cuh) of the decode-path
+ *                             GEMVs (matmul_w4gemv, the f32 GEMV, the FP8 mma; sm_90+ only, a
+ *                             plain launch below): a GEMV's first weight loads overlap the kernel
+ *                             before it. Process-wide; read at launch, so set it before graphs
+ *                             are captured. Default: CUDA_PDL_DEFAULT in backend_cuda.c.
+ *                             PD_CUDA_PDL=0|1 overrides it.
  * Environment, read by backend_cuda_create() and overriding the options (benchmarks):
  * PD_CUDA_BF16_GEMM=split|one, PD_CUDA_FLASH=0|1, PD_CUDA_FUSED=0|1, and PD_CUDA_FLASH_VARIANT
  * (read at each flash launch, kernels/attention_flash.h); PD_CUDA_LT_FAST_ACCUM=0|1 (fp8_accum

@@ -74,6 +74,7 @@ static __global__ void elementwise__rope(float *x, const int32_t *pos, const flo
 /* out (n, f) f32, gu (n, 2f) f32 */
 static __global__ void elementwise__silu_mul(float *out, const float *gu, int n, int f)
 {
+    kutil_pdl_trigger(); /* the next GEMV (PDL-launched) may start its weight prefetch */
     const size_t total = (size_t)n * f;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -166,6 +167,7 @@ static __global__ void elementwise__add_rmsnorm(float *x, const float *y, float 
                                                 float eps)
 {
     __shared__ float red[32];
+    kutil_pdl_trigger(); /* the next GEMV (PDL-launched) may start its weight prefetch */
     const int ng = IT > 0 ? d / 4 : d, lanes = IT > 0 ? 4 : 1; /* element groups per row */
     const size_t row = blockIdx.x;
     float *xi = x + row * d;
@@ -240,6 +242,7 @@ static __global__ void elementwise__silu_mul_fp8(float *out, const TI *gu, uint8
                                                  int f)
 {
     __shared__ float red[32];
+    kutil_pdl_trigger(); /* the next GEMV (PDL-launched) may start its weight prefetch */
     const int ng = IT > 0 ? f / 4 : f, lanes = IT > 0 ? 4 : 1;
     const size_t row = blockIdx.x;
     const TI *gi = gu + row * 2 * f;

@@ -119,4 +119,50 @@ static __device__ __forceinline__ size_t kutil_kv_scale_off(const kv_layout_t &l
            ((size_t)layer * l.n_sides + (size_t)side) * l.scale_bytes;
 }
 
+/* ---- Programmatic dependent launch (PDL, sm_90+) ----
+ * A kernel launched with kutil_launch_pdl may start while the kernel before it on the stream is
+ * still running (once every block of that one has called kutil_pdl_trigger, or exited). So such
+ * a kernel MUST call kutil_pdl_wait (griddepcontrol.wait: returns when the earlier grids have
+ * completed and their writes are visible) in every thread before it reads anything an earlier
+ * kernel wrote or writes anything an earlier kernel reads; only constant data (weights) may be
+ * read before. kutil_pdl_trigger (griddepcontrol.launch_dependents) lets the next PDL-launched
+ * kernel start its prologue; it is harmless in a kernel launched plainly or followed by a plain
+ * launch. Both are no-ops below sm_90. kutil_pdl_mode (set by the backend, matmul_set_pdl; 0 on
+ * devices below compute capability 9.0) turns the attribute off: then kutil_launch_pdl is a plain
+ * launch. Works inside stream capture (CUDA graphs get programmatic edges). */
+extern "C" int kutil_pdl_mode;
+
+static __device__ __forceinline__ void kutil_pdl_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void kutil_pdl_trigger()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* kernel<<<grid, block, smem, stream>>>(args...) with the programmatic-stream-serialization
+ * attribute when kutil_pdl_mode is on (the kernel must follow the rule above). */
+template <typename... P, typename... A>
+static inline cudaError_t kutil_launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                                           cudaStream_t stream, A... args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1];
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = kutil_pdl_mode ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kernel, ((P)args)...);
+}
+
 #endif

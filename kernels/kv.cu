@@ -57,6 +57,7 @@ static __global__ void kv__rope_write(float *q, float *k, const float *v, const 
                                       const float *inv_freq, int n_heads, uint8_t *arena,
                                       kv_layout_t l, int layer, const int32_t *slots)
 {
+    kutil_pdl_trigger(); /* the next GEMV (PDL-launched) may start its weight prefetch */
     const int i = blockIdx.x, H = l.n_kv_heads, D = l.head_dim, half = D / 2;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const float p = (float)pos[i];

@@ -5,6 +5,8 @@
 
 #include <cooperative_groups.h>
 #include <cuda_fp16.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "kutil.cuh"
 #include "matmul.h"
@@ -151,6 +153,8 @@ static __global__ void __launch_bounds__(256)
                  const uint8_t *wz, int n, int64_t N, int64_t K)
 {
     constexpr int R = MATMUL__ROWS, E = MATMUL__E;
+    kutil_pdl_wait(); /* PDL-launched (kutil.cuh): x and out belong to the kernels around */
+    kutil_pdl_trigger();
     const int lane = threadIdx.x & 31;
     const int64_t r0 = ((int64_t)blockIdx.y * 8 + (threadIdx.x >> 5)) * R;
     const int t0 = blockIdx.x * NT;
@@ -866,6 +870,8 @@ static __global__ void __launch_bounds__(256, 1)
                        const float *ws, int n, int64_t N, int64_t K, int bps)
 {
     extern __shared__ __align__(16) uint8_t matmul__sm8[]; /* x [2][8 C][RSB8], then rings */
+    kutil_pdl_wait(); /* PDL-launched (kutil.cuh) */
+    kutil_pdl_trigger();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
     const int nblk = (int)(K / 64);
     const int t0 = blockIdx.x * 8 * C;
@@ -1384,6 +1390,10 @@ static __global__ void __launch_bounds__(512)
     for (int j = 0; j < D; j++)
         if (j < T)
             load(buf[j]);
+    /* PDL (kutil.cuh): the first D weight steps (constant) are in flight while the kernel before
+     * drains; x and out only after the wait */
+    kutil_pdl_wait();
+    kutil_pdl_trigger();
 
     /* prologue: the slice's activations, per token f16 x * 2^-e (odd columns of each 8 also
      * / 16) in the permuted order (16-byte chunk d = local group G, position w * 4 + q: columns
@@ -1760,20 +1770,20 @@ static void matmul__gemv_launch(float *out, const float *x, const float *xs, con
     const uint8_t *wd = (const uint8_t *)w->data, *wz = (const uint8_t *)w->zeros;
     switch (nt) {
     case 1:
-        matmul__gemv<FMT, 1>
-            <<<grid, 256, 0, stream>>>(out, x, xs, wd, w->scales, wz, n, w->n, w->k);
+        kutil_launch_pdl(matmul__gemv<FMT, 1>, grid, dim3(256), 0, stream, out, x, xs, wd,
+                         (const void *)w->scales, wz, n, w->n, w->k);
         break;
     case 2:
-        matmul__gemv<FMT, 2>
-            <<<grid, 256, 0, stream>>>(out, x, xs, wd, w->scales, wz, n, w->n, w->k);
+        kutil_launch_pdl(matmul__gemv<FMT, 2>, grid, dim3(256), 0, stream, out, x, xs, wd,
+                         (const void *)w->scales, wz, n, w->n, w->k);
         break;
     case 4:
-        matmul__gemv<FMT, 4>
-            <<<grid, 256, 0, stream>>>(out, x, xs, wd, w->scales, wz, n, w->n, w->k);
+        kutil_launch_pdl(matmul__gemv<FMT, 4>, grid, dim3(256), 0, stream, out, x, xs, wd,
+                         (const void *)w->scales, wz, n, w->n, w->k);
         break;
     default:
-        matmul__gemv<FMT, 8>
-            <<<grid, 256, 0, stream>>>(out, x, xs, wd, w->scales, wz, n, w->n, w->k);
+        kutil_launch_pdl(matmul__gemv<FMT, 8>, grid, dim3(256), 0, stream, out, x, xs, wd,
+                         (const void *)w->scales, wz, n, w->n, w->k);
     }
 }
 
@@ -1960,9 +1970,9 @@ static void matmul__fp8_mma_launch(float *dst, const uint8_t *xq, const float *x
     }
     const dim3 grid((unsigned)((n + 8 * C - 1) / (8 * C)),
                     (unsigned)((w->n + 32 * W - 1) / (32 * W)), (unsigned)S);
-    matmul__fp8_mma_cp<C>
-        <<<grid, 32 * W, 2 * 8 * C * MATMUL__RSB8 + W * MATMUL__BPC * 2048, stream>>>(
-            dst, xq, xs, (const uint8_t *)w->data, (const float *)w->scales, n, w->n, w->k, bps);
+    kutil_launch_pdl(matmul__fp8_mma_cp<C>, grid, dim3(32u * W),
+                     (size_t)(2 * 8 * C * MATMUL__RSB8 + W * MATMUL__BPC * 2048), stream, dst, xq,
+                     xs, (const uint8_t *)w->data, (const float *)w->scales, n, w->n, w->k, bps);
 }
 
 extern "C" pd_status_t matmul_fp8_mma(float *out, float *part, const uint8_t *xq, const float *xs,
@@ -2232,10 +2242,58 @@ static void matmul__xg_plan(bool fp8, int n, int64_t N, int64_t K, int n_sm, int
                 }
 }
 
+/* Measured plans of matmul_w4gemv that beat the cost model (session 5's sweep on one H200,
+ * docs/performance.md "session 5 — issue 11: slice GEMVs", clean-L2 flush; the model's own pick
+ * in brackets). Keyed on a shape class: rows in [n_lo, n_hi], K, tokens n. blocks_per_sm > 0:
+ * a persistent grid of that many blocks per SM; 0: one block per row tile.
+ *   gate_up 28672 x 4096, n 1: 32 rows / 8 slices / depth 2 on 2 blocks per SM: 25.6 us
+ *     (model: 32 / 16 / 2 on 132 blocks, 27.0 us);
+ *   qkv 6144 x 4096, n 1: 32 / 8 / 2, one block per tile (192 blocks): 11.5 us (model 12.4).
+ * The other shapes of the sweep (o 4096 x 4096, down 4096 x 14336, n 2..8) measured within
+ * 0.1-1.4 us of the model's pick at plans the log does not name, so they keep the model.
+ * PD_CUDA_W4PLAN=model turns the table off (measurements of the old planner). */
+typedef struct {
+    int64_t n_lo, n_hi, K;
+    int n, rows, slices, depth, blocks_per_sm;
+} matmul__w4plan_t;
+static const matmul__w4plan_t matmul__w4plans[] = {
+    {16384, 65536, 4096, 1, 32, 8, 2, 2}, /* gate_up-class (Llama-3-8B: 28672) */
+    {5120, 8192, 4096, 1, 32, 8, 2, 0},   /* qkv-class (6144) */
+};
+
 extern "C" void matmul_w4gemv_plan(int n, int64_t N, int64_t K, int n_sm, int *rows_p,
                                    int *slices_p, int *depth_p, int *blocks_p)
 {
+    static int use_table = -1;
+    if (use_table < 0) {
+        const char *e = getenv("PD_CUDA_W4PLAN");
+        use_table = !(e && strcmp(e, "model") == 0);
+    }
+    for (size_t i = 0; use_table && n_sm >= 1 && N % 32 == 0 &&
+                       i < sizeof matmul__w4plans / sizeof matmul__w4plans[0];
+         i++) {
+        const matmul__w4plan_t *p = &matmul__w4plans[i];
+        if (n != p->n || K != p->K || N < p->n_lo || N > p->n_hi)
+            continue;
+        const int64_t ntiles = N / p->rows;
+        const int64_t g = p->blocks_per_sm > 0 ? (int64_t)p->blocks_per_sm * n_sm : ntiles;
+        *rows_p = p->rows;
+        *slices_p = p->slices;
+        *depth_p = p->depth;
+        *blocks_p = (int)(g < ntiles ? g : ntiles);
+        return;
+    }
     matmul__xg_plan(false, n, N, K, n_sm, rows_p, slices_p, depth_p, blocks_p);
+}
+
+/* kutil.cuh's PDL switch (kutil_launch_pdl); the backend sets it (option pdl). */
+extern "C" {
+int kutil_pdl_mode = 0;
+}
+
+extern "C" void matmul_set_pdl(int on)
+{
+    kutil_pdl_mode = on != 0;
 }
 
 extern "C" void matmul_w8gemv_plan(int n, int64_t N, int64_t K, int n_sm, int *rows_p,
@@ -2254,9 +2312,9 @@ static void matmul__w4gemv_launch(float *out, const float *x, const pd_weight_t 
                              MATMUL__SMEM_MAX);
         attr = true;
     }
-    matmul__w4gemv<MR, D><<<(unsigned)G, 32 * S, smem, stream>>>(
-        out, x, (const uint8_t *)w->data, (const uint16_t *)w->scales, (const uint8_t *)w->zeros, n,
-        w->n, w->k, ups, rs);
+    kutil_launch_pdl(matmul__w4gemv<MR, D>, dim3((unsigned)G), dim3(32u * S), smem, stream, out, x,
+                     (const uint8_t *)w->data, (const uint16_t *)w->scales,
+                     (const uint8_t *)w->zeros, n, w->n, w->k, ups, rs);
 }
 
 extern "C" pd_status_t matmul_w4gemv(float *out, const float *x, const pd_weight_t *w, int n,

@@ -109,6 +109,12 @@ pd_status_t matmul_wgemv(float *out, const float *x, const pd_weight_t *w, int n
  * The plans pick rows, slices, depth and blocks for n_sm SMs (rows 0: none fits). */
 #define MATMUL_XGEMV_MAX_N 8
 #define MATMUL_XGEMV_MAX_SLICES 16
+/* Programmatic dependent launch of the decode-path kernels (kernels/kutil.cuh, option pdl of the
+ * backend): on != 0 launches them with the programmatic-stream-serialization attribute (sm_90+
+ * only: the caller passes 0 below compute capability 9.0). Process-wide; read at launch (and so at
+ * graph capture). matmul_w4gemv_plan uses a measured table for some shape classes
+ * (PD_CUDA_W4PLAN=model: the cost model alone). */
+void matmul_set_pdl(int on);
 size_t matmul_w4gemv_smem(int n, int64_t K, int rows, int slices);
 void matmul_w4gemv_plan(int n, int64_t N, int64_t K, int n_sm, int *rows_p, int *slices_p,
                         int *depth_p, int *blocks_p);

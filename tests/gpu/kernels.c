@@ -2052,6 +2052,101 @@ static void case_forward_sample(int n, int steps)
     model_destroy(m);
 }
 
+/* Programmatic dependent launch (option pdl, kernels/kutil.cuh) on the whole decode step:
+ * tiny-llama (PD_MODELS_DIR, else deploy/models) with wfmt weights (INT4: matmul_w4gemv at n <= 4;
+ * FP8: the FP8 mma; the BF16 LM head: the f32 GEMV) and kvfmt KV, `steps` decode steps of n
+ * sequences from a zeroed arena, run three times: graphs on with pdl on, graphs on with pdl off,
+ * and the padded eager plan (MODEL_GRAPHS_EAGER) with pdl on. The first step of a shape runs
+ * eagerly and is captured, the later ones replay the graph. err = logits (n, vocab) f32 that
+ * differ bit for bit from the pdl-off graph run, over all steps (must be 0). The switch is set
+ * with matmul_set_pdl directly (PD_CUDA_PDL in the environment would pin the option). */
+static void case_decode_pdl(pd_wfmt_t wfmt, pd_kvfmt_t kvfmt, int n, int steps)
+{
+    char shape[128], dir[2048];
+    const char *models = getenv("PD_MODELS_DIR");
+    model_t *m = NULL;
+    snprintf(dir, sizeof dir, "%s/tiny-llama", models ? models : "deploy/models");
+    model_load_params_t mp = {dir, wfmt, PD_WFMT_BF16, gpu, false, NULL};
+    pair_ok(model_load(&mp, &m));
+    const int vocab = m->cfg.vocab_size, per_seq = 4, ctx0 = 20;
+    kv_layout_t l;
+    kv_layout_init(&l, m->cfg.num_hidden_layers, m->cfg.num_key_value_heads, m->cfg.head_dim, 16,
+                   kvfmt);
+    void *arena;
+    const size_t ab = (size_t)n * per_seq * l.page_bytes;
+    pair_ok(gpu->ops->alloc(gpu, ab, &arena));
+    kv_seq_t *seqs = calloc((size_t)n, sizeof *seqs);
+    const kv_seq_t **sp = calloc((size_t)n, sizeof *sp);
+    int32_t *tok0 = xmalloc((size_t)n * 4), *toks = xmalloc((size_t)n * 4),
+            *qs = xmalloc(((size_t)n + 1) * 4), *cl = xmalloc((size_t)n * 4),
+            *rows = xmalloc((size_t)n * 4);
+    const size_t per = (size_t)n * vocab;
+    float *lg[3];
+    for (int r = 0; r < 3; r++)
+        lg[r] = xmalloc(per * steps * 4);
+    for (int s = 0; s < n; s++) {
+        kv_seq_init(&seqs[s]);
+        for (int p = 0; p < per_seq; p++)
+            kv_seq_push_page(&seqs[s], (kv_page_ref_t){s * per_seq + p, 0, 0});
+        sp[s] = &seqs[s];
+        tok0[s] = (int32_t)(1 + rng_next() % (uint64_t)(vocab - 1));
+    }
+    const int pdl_of[3] = {1, 0, 1};
+    const model_graphs_t mode_of[3] = {MODEL_GRAPHS_ON, MODEL_GRAPHS_ON, MODEL_GRAPHS_EAGER};
+    bool graphs_ok = true;
+    for (int r = 0; r < 3; r++) {
+        model_ctx_t *ctx = NULL;
+        matmul_set_pdl(pdl_of[r]);
+        pair_ok(model_ctx_create(m, &ctx));
+        model_ctx_set_graphs(ctx, mode_of[r]);
+        pair_ok(gpu->ops->memset(gpu, arena, 0, ab));
+        memcpy(toks, tok0, (size_t)n * 4);
+        for (int s = 0; s < n; s++)
+            cl[s] = ctx0 - (s % 5);
+        for (int step = 0; step < steps; step++) {
+            for (int s = 0; s < n; s++) {
+                qs[s] = s;
+                rows[s] = s;
+                cl[s]++;
+            }
+            qs[n] = n;
+            model_batch_t b = {n, toks, n, qs, cl, sp, n, rows};
+            float *o = lg[r] + per * step;
+            pair_ok(model_forward(ctx, arena, &l, &b, o));
+            for (int s = 0; s < n; s++) { /* greedy next token */
+                int best = 0;
+                for (int v = 1; v < vocab; v++)
+                    best = o[(size_t)s * vocab + v] > o[(size_t)s * vocab + best] ? v : best;
+                toks[s] = best;
+            }
+        }
+        if (mode_of[r] == MODEL_GRAPHS_ON && model_ctx_graphs(ctx) != MODEL_GRAPHS_ON)
+            graphs_ok = false;
+        model_ctx_destroy(ctx);
+    }
+    matmul_set_pdl(1);
+    backend_set_options(gpu, "pdl=on"); /* back to the backend's own setting (env wins) */
+    size_t diff = 0;
+    for (size_t i = 0; i < per * steps; i++)
+        diff += memcmp(&lg[0][i], &lg[1][i], 4) != 0 || memcmp(&lg[2][i], &lg[1][i], 4) != 0;
+    snprintf(shape, sizeof shape, "tiny-llama %s kv %s n %d steps %d pdl on/off/eager (differing)",
+             wfmt == PD_WFMT_INT4 ? "int4" : "fp8", kvfmt == PD_KV_FP8 ? "fp8" : "bf16", n, steps);
+    report("decode_pdl", shape, graphs_ok ? (double)diff : INFINITY, 0.0);
+    for (int s = 0; s < n; s++)
+        kv_seq_deinit(&seqs[s]);
+    free(seqs);
+    free(sp);
+    free(tok0);
+    free(toks);
+    free(qs);
+    free(cl);
+    free(rows);
+    for (int r = 0; r < 3; r++)
+        free(lg[r]);
+    gpu->ops->free(gpu, arena);
+    model_destroy(m);
+}
+
 /* ==== GLM-4.5 / DeepSeek-V3 ops (kernels/family.cu) ==== */
 
 static void case_bias_add(int n, int d)
@@ -2552,6 +2647,17 @@ int main(void)
         backend_destroy(cpu);
         return n_fail ? 1 : 0;
     }
+    if (getenv("PD_GPU_TEST_PDL") && atoi(getenv("PD_GPU_TEST_PDL"))) {
+        /* the whole decode step with pdl on / off / eager alone (quick device rounds) */
+        case_decode_pdl(PD_WFMT_INT4, PD_KV_FP8, 1, 4);
+        case_decode_pdl(PD_WFMT_INT4, PD_KV_FP8, 3, 3);
+        case_decode_pdl(PD_WFMT_FP8, PD_KV_BF16, 1, 4);
+        printf("%d cases, %d failed\n", n_cases, n_fail);
+        backend_destroy(gpu_split);
+        backend_destroy(gpu);
+        backend_destroy(cpu);
+        return n_fail ? 1 : 0;
+    }
     if (getenv("PD_GPU_TEST_MATMUL") && atoi(getenv("PD_GPU_TEST_MATMUL"))) {
         /* the matmul cases alone (quick device rounds on the weight kernels) */
         cases_matmul();
@@ -2761,6 +2867,9 @@ int main(void)
     case_forward_sample(5, 6);
     if (!small_only)
         case_forward_sample(64, 3);
+    case_decode_pdl(PD_WFMT_INT4, PD_KV_FP8, 1, 4);
+    case_decode_pdl(PD_WFMT_INT4, PD_KV_FP8, 3, 3);
+    case_decode_pdl(PD_WFMT_FP8, PD_KV_BF16, 1, 4);
     cases_family();
     printf("%d cases, %d failed\n", n_cases, n_fail);
     backend_destroy(gpu_split);
