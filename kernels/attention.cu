@@ -80,7 +80,8 @@ static __global__ void __launch_bounds__(32 * ATTENTION__WARPS)
                       const int32_t *block_tables, int n_seqs, int max_pages, int n_heads,
                       int chunk)
 {
-    kutil_pdl_trigger(); /* the next GEMV (PDL-launched) may start its weight prefetch */
+    kutil_pdl_wait(); /* PDL-launched (kutil.cuh): everything after reads earlier kernels' data */
+    kutil_pdl_trigger();
     constexpr int D = DL * 32;
     extern __shared__ float attention__smem[];
     const int r = blockIdx.x, kvh = blockIdx.y, sp = blockIdx.z, n_rows = gridDim.x;
@@ -235,7 +236,8 @@ static __global__ void __launch_bounds__(32 * ATTENTION__WARPS)
                            const int32_t *block_tables, int n_seqs, int max_pages, int n_heads,
                            int chunk)
 {
-    kutil_pdl_trigger(); /* the next GEMV (PDL-launched) may start its weight prefetch */
+    kutil_pdl_wait(); /* PDL-launched (kutil.cuh): everything after reads earlier kernels' data */
+    kutil_pdl_trigger();
     constexpr int D = 128;
     extern __shared__ float attention__smem[];
     const int r = blockIdx.x, kvh = blockIdx.y, sp = blockIdx.z, n_rows = gridDim.x;
@@ -366,7 +368,8 @@ static __global__ void __launch_bounds__(32 * ATTENTION__WARPS)
  * n_rows, n_heads, D + 2) f32 */
 static __global__ void attention__merge(float *out, const float *part, int n_splits, int D)
 {
-    kutil_pdl_trigger(); /* the next GEMV (PDL-launched) may start its weight prefetch */
+    kutil_pdl_wait(); /* PDL-launched (kutil.cuh): everything after reads earlier kernels' data */
+    kutil_pdl_trigger();
     const size_t n_rh = (size_t)gridDim.x * gridDim.y,
                  rh = (size_t)blockIdx.x * gridDim.y + blockIdx.y;
     const int d = threadIdx.x;
@@ -879,9 +882,9 @@ static void attention__launch(dim3 grid, size_t smem, cudaStream_t stream, float
 {
     const uint8_t *a = (const uint8_t *)arena;
 #define ATTENTION__GO(DL)                                                                          \
-    attention__kernel<FMT, DL><<<grid, 32 * ATTENTION__WARPS, smem, stream>>>(                     \
-        out, part, q, a, *l, layer, b->q_start, b->ctx_len, b->block_tables, b->n_seqs,            \
-        b->max_pages, n_heads, chunk)
+    kutil_launch_pdl(attention__kernel<FMT, DL>, dim3(grid), dim3(32 * ATTENTION__WARPS), smem,    \
+                     stream, out, part, q, a, *l, layer, b->q_start, b->ctx_len, b->block_tables,  \
+                     b->n_seqs, b->max_pages, n_heads, chunk)
     switch (l->head_dim) {
     case 64:
         ATTENTION__GO(2);
@@ -903,9 +906,9 @@ static void attention__launch_d128(dim3 grid, size_t smem, cudaStream_t stream, 
 {
     const uint8_t *a = (const uint8_t *)arena;
 #define ATTENTION__GO2(GG)                                                                         \
-    attention__kernel_d128<FMT, GG><<<grid, 32 * ATTENTION__WARPS, smem, stream>>>(                \
-        out, part, q, a, *l, layer, b->q_start, b->ctx_len, b->block_tables, b->n_seqs,            \
-        b->max_pages, n_heads, chunk)
+    kutil_launch_pdl(attention__kernel_d128<FMT, GG>, dim3(grid), dim3(32 * ATTENTION__WARPS),     \
+                     smem, stream, out, part, q, a, *l, layer, b->q_start, b->ctx_len,             \
+                     b->block_tables, b->n_seqs, b->max_pages, n_heads, chunk)
     if (G == 1)
         ATTENTION__GO2(1);
     else if (G == 2)
@@ -983,8 +986,8 @@ extern "C" pd_status_t attention_run(float *out, float *scratch, const float *q,
                                                             layer, batch, n_heads, chunk);
         if (st != PD_OK || n_splits == 1)
             return st;
-        attention__merge<<<dim3((unsigned)n_rows, (unsigned)n_heads), D, 0, stream>>>(out, scratch,
-                                                                                      n_splits, D);
+        kutil_launch_pdl(attention__merge, dim3(dim3((unsigned)n_rows, (unsigned)n_heads)), dim3(D),
+                         0, stream, out, scratch, n_splits, D);
         return KUTIL_LAUNCHED("attention merge");
     }
     const int chunk =
@@ -1024,7 +1027,7 @@ extern "C" pd_status_t attention_run(float *out, float *scratch, const float *q,
     pd_status_t st = KUTIL_LAUNCHED("attention");
     if (st != PD_OK || n_splits == 1)
         return st;
-    attention__merge<<<dim3((unsigned)n_rows, (unsigned)n_heads), D, 0, stream>>>(out, scratch,
-                                                                                  n_splits, D);
+    kutil_launch_pdl(attention__merge, dim3(dim3((unsigned)n_rows, (unsigned)n_heads)), dim3(D), 0,
+                     stream, out, scratch, n_splits, D);
     return KUTIL_LAUNCHED("attention merge");
 }

@@ -9,8 +9,9 @@
  * INT4 GEMMs: one bf16 GEMM on bf16(x), or two on the hi + lo split for near-f32 accuracy),
  * flash = on | off, flash_variant = auto | 0..5, fused = on | off (add_rmsnorm / silu_mul_fp8 /
  * matmul_fp8 in the table), pdl = on | off (programmatic dependent launch of the decode-path
- * GEMVs, kernels/kutil.cuh; sm_90+). The environment (PD_CUDA_PDL too) (PD_CUDA_BF16_GEMM, PD_CUDA_FLASH, PD_CUDA_FUSED,
- * read at creation; PD_CUDA_FLASH_VARIANT, read per launch) overrides them, for benchmarks.
+ * step, kernels/kutil.cuh; sm_90+). The environment (PD_CUDA_BF16_GEMM, PD_CUDA_FLASH,
+ * PD_CUDA_FUSED, PD_CUDA_PDL, read at creation; PD_CUDA_FLASH_VARIANT, read per launch) overrides
+ * them, for benchmarks.
  *
  * Graphs (graph_begin / graph_end / graph_launch): the stream is captured in thread-local mode
  * into a CUDA graph and instantiated. Scratch may not grow during a capture (that would need a

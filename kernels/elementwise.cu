@@ -74,7 +74,8 @@ static __global__ void elementwise__rope(float *x, const int32_t *pos, const flo
 /* out (n, f) f32, gu (n, 2f) f32 */
 static __global__ void elementwise__silu_mul(float *out, const float *gu, int n, int f)
 {
-    kutil_pdl_trigger(); /* the next GEMV (PDL-launched) may start its weight prefetch */
+    kutil_pdl_wait(); /* PDL-launched (kutil.cuh): everything after reads earlier kernels' data */
+    kutil_pdl_trigger();
     const size_t total = (size_t)n * f;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -167,7 +168,8 @@ static __global__ void elementwise__add_rmsnorm(float *x, const float *y, float 
                                                 float eps)
 {
     __shared__ float red[32];
-    kutil_pdl_trigger(); /* the next GEMV (PDL-launched) may start its weight prefetch */
+    kutil_pdl_wait(); /* PDL-launched (kutil.cuh): everything after reads earlier kernels' data */
+    kutil_pdl_trigger();
     const int ng = IT > 0 ? d / 4 : d, lanes = IT > 0 ? 4 : 1; /* element groups per row */
     const size_t row = blockIdx.x;
     float *xi = x + row * d;
@@ -242,7 +244,8 @@ static __global__ void elementwise__silu_mul_fp8(float *out, const TI *gu, uint8
                                                  int f)
 {
     __shared__ float red[32];
-    kutil_pdl_trigger(); /* the next GEMV (PDL-launched) may start its weight prefetch */
+    kutil_pdl_wait(); /* PDL-launched (kutil.cuh): everything after reads earlier kernels' data */
+    kutil_pdl_trigger();
     const int ng = IT > 0 ? f / 4 : f, lanes = IT > 0 ? 4 : 1;
     const size_t row = blockIdx.x;
     const TI *gi = gu + row * 2 * f;
@@ -331,7 +334,8 @@ extern "C" pd_status_t elementwise_silu_mul(float *out, const float *gu, int n, 
     KUTIL_REQUIRE(n >= 0 && f > 0, "silu_mul");
     if (n == 0)
         return PD_OK;
-    elementwise__silu_mul<<<elementwise__grid((size_t)n * f, 256), 256, 0, stream>>>(out, gu, n, f);
+    kutil_launch_pdl(elementwise__silu_mul, dim3(elementwise__grid((size_t)n * f, 256)), dim3(256),
+                     0, stream, out, gu, n, f);
     return KUTIL_LAUNCHED("silu_mul");
 }
 
@@ -360,13 +364,14 @@ extern "C" pd_status_t elementwise_add_rmsnorm(float *x, const float *y, float *
     elementwise__row_plan(d, 256, &t, &it);
     if (elementwise_force_generic)
         it = 0, t = 256;
-    switch (it) {
-    case 1: elementwise__add_rmsnorm<1><<<n, t, 0, stream>>>(x, y, out, w, q, qs, d, eps); break;
-    case 2: elementwise__add_rmsnorm<2><<<n, t, 0, stream>>>(x, y, out, w, q, qs, d, eps); break;
-    case 4: elementwise__add_rmsnorm<4><<<n, t, 0, stream>>>(x, y, out, w, q, qs, d, eps); break;
-    case 8: elementwise__add_rmsnorm<8><<<n, t, 0, stream>>>(x, y, out, w, q, qs, d, eps); break;
-    default: elementwise__add_rmsnorm<0><<<n, t, 0, stream>>>(x, y, out, w, q, qs, d, eps); break;
-    }
+    /* the kernel of the row plan, launched PDL (kutil.cuh: it waits first) */
+    void (*k)(float *, const float *, float *, const uint16_t *, uint8_t *, float *, int, float) =
+        it == 1   ? elementwise__add_rmsnorm<1>
+        : it == 2 ? elementwise__add_rmsnorm<2>
+        : it == 4 ? elementwise__add_rmsnorm<4>
+        : it == 8 ? elementwise__add_rmsnorm<8>
+                  : elementwise__add_rmsnorm<0>;
+    kutil_launch_pdl(k, dim3(n), dim3(t), 0, stream, x, y, out, w, q, qs, d, eps);
     return KUTIL_LAUNCHED("add_rmsnorm");
 }
 
@@ -374,13 +379,13 @@ template <typename TI>
 static void elementwise__silu_mul_fp8_launch(float *out, const TI *gu, uint8_t *q, float *qs, int n,
                                              int f, int t, int it, cudaStream_t stream)
 {
-    switch (it) {
-    case 1: elementwise__silu_mul_fp8<1, TI><<<n, t, 0, stream>>>(out, gu, q, qs, f); break;
-    case 2: elementwise__silu_mul_fp8<2, TI><<<n, t, 0, stream>>>(out, gu, q, qs, f); break;
-    case 4: elementwise__silu_mul_fp8<4, TI><<<n, t, 0, stream>>>(out, gu, q, qs, f); break;
-    case 8: elementwise__silu_mul_fp8<8, TI><<<n, t, 0, stream>>>(out, gu, q, qs, f); break;
-    default: elementwise__silu_mul_fp8<0, TI><<<n, t, 0, stream>>>(out, gu, q, qs, f); break;
-    }
+    void (*k)(float *, const TI *, uint8_t *, float *, int) =
+        it == 1   ? elementwise__silu_mul_fp8<1, TI>
+        : it == 2 ? elementwise__silu_mul_fp8<2, TI>
+        : it == 4 ? elementwise__silu_mul_fp8<4, TI>
+        : it == 8 ? elementwise__silu_mul_fp8<8, TI>
+                  : elementwise__silu_mul_fp8<0, TI>;
+    kutil_launch_pdl(k, dim3(n), dim3(t), 0, stream, out, gu, q, qs, f); /* PDL: waits first */
 }
 
 extern "C" pd_status_t elementwise_silu_mul_fp8(float *out, const float *gu, uint8_t *q, float *qs,

@@ -57,7 +57,8 @@ static __global__ void kv__rope_write(float *q, float *k, const float *v, const 
                                       const float *inv_freq, int n_heads, uint8_t *arena,
                                       kv_layout_t l, int layer, const int32_t *slots)
 {
-    kutil_pdl_trigger(); /* the next GEMV (PDL-launched) may start its weight prefetch */
+    kutil_pdl_wait(); /* PDL-launched (kutil.cuh): everything after reads earlier kernels' data */
+    kutil_pdl_trigger();
     const int i = blockIdx.x, H = l.n_kv_heads, D = l.head_dim, half = D / 2;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const float p = (float)pos[i];
@@ -219,8 +220,8 @@ extern "C" pd_status_t kv_rope_write(float *q, float *k, const float *v, const i
     if (n == 0)
         return PD_OK;
     const int warps = l->n_kv_heads > 4 ? l->n_kv_heads : 4;
-    kv__rope_write<<<n, 32 * warps, 0, stream>>>(q, k, v, pos, inv_freq, n_heads, (uint8_t *)arena,
-                                                 *l, layer, slots);
+    kutil_launch_pdl(kv__rope_write, dim3(n), dim3(32 * warps), 0, stream, q, k, v, pos, inv_freq,
+                     n_heads, (uint8_t *)arena, *l, layer, slots);
     return KUTIL_LAUNCHED("kv_rope_write");
 }
 

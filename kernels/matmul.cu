@@ -870,7 +870,7 @@ static __global__ void __launch_bounds__(256, 1)
                        const float *ws, int n, int64_t N, int64_t K, int bps)
 {
     extern __shared__ __align__(16) uint8_t matmul__sm8[]; /* x [2][8 C][RSB8], then rings */
-    kutil_pdl_wait(); /* PDL-launched (kutil.cuh) */
+    kutil_pdl_wait();                                      /* PDL-launched (kutil.cuh) */
     kutil_pdl_trigger();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
     const int nblk = (int)(K / 64);
