@@ -2242,23 +2242,28 @@ static void matmul__xg_plan(bool fp8, int n, int64_t N, int64_t K, int n_sm, int
                 }
 }
 
-/* Measured plans of matmul_w4gemv that beat the cost model (session 5's sweep on one H200,
- * docs/performance.md "session 5 — issue 11: slice GEMVs", clean-L2 flush; the model's own pick
- * in brackets). Keyed on a shape class: rows in [n_lo, n_hi], K, tokens n. blocks_per_sm > 0:
- * a persistent grid of that many blocks per SM; 0: one block per row tile.
- *   gate_up 28672 x 4096, n 1: 32 rows / 8 slices / depth 2 on 2 blocks per SM: 25.6 us
- *     (model: 32 / 16 / 2 on 132 blocks, 27.0 us);
- *   qkv 6144 x 4096, n 1: 32 / 8 / 2, one block per tile (192 blocks): 11.5 us (model 12.4).
- * The other shapes of the sweep (o 4096 x 4096, down 4096 x 14336, n 2..8) measured within
- * 0.1-1.4 us of the model's pick at plans the log does not name, so they keep the model.
- * PD_CUDA_W4PLAN=model turns the table off (measurements of the old planner). */
+/* Measured plans of matmul_w4gemv that beat the cost model (one H200, `gpu_bench xgemv`,
+ * clean-L2 flush; session 5's sweep, docs/performance.md "session 5 — issue 11: slice GEMVs",
+ * confirmed and extended to n 2 / 4 by session 6's same-call sweep; the model's own pick in
+ * brackets). Keyed on a shape class: rows N in [N_lo, N_hi], K, tokens n in [t_lo, t_hi].
+ * blocks_per_sm > 0: a persistent grid of that many blocks per SM; 0: one block per row tile.
+ *   gate_up 28672 x 4096: 32 rows / 8 slices / depth 2 on 2 blocks per SM (264): n 1 25.6 us,
+ *     n 2 27.0, n 4 29.7 (model: 32 / 16 / 2 on 132 blocks: 27.0 (s5), 28.3, 31.0);
+ *   qkv 6144 x 4096: 32 / 8 / 2, one block per tile (192 blocks): n 1 11.2-11.5 us, n 2 12.6,
+ *     n 4 15.4 (model: 32 / 16 / 2 on 132 (s5: 12.4), 16 / 16 / 4 on 132: 13.7, 16.4).
+ * n 3 was not swept (graph batches of 3 run padded to 4). The other shapes (o 4096 x 4096, down
+ * 4096 x 14336) measured within 0.1 us of the model's pick, and n 8 stays off this kernel
+ * (backend_cuda.c), so they keep the model. 2 blocks of 8 warps keep the same 16 warps per SM
+ * (128 registers) as one of 16; probably they win because a tile-end barrier and slice sum then
+ * stalls 8 warps, not 16 (not profiled). PD_CUDA_W4PLAN=model turns the table off (measurements
+ * of the old planner). */
 typedef struct {
-    int64_t n_lo, n_hi, K;
-    int n, rows, slices, depth, blocks_per_sm;
+    int64_t N_lo, N_hi, K;
+    int t_lo, t_hi, rows, slices, depth, blocks_per_sm;
 } matmul__w4plan_t;
 static const matmul__w4plan_t matmul__w4plans[] = {
-    {16384, 65536, 4096, 1, 32, 8, 2, 2}, /* gate_up-class (Llama-3-8B: 28672) */
-    {5120, 8192, 4096, 1, 32, 8, 2, 0},   /* qkv-class (6144) */
+    {16384, 65536, 4096, 1, 4, 32, 8, 2, 2}, /* gate_up class (Llama-3-8B: 28672) */
+    {5120, 8192, 4096, 1, 4, 32, 8, 2, 0},   /* qkv class (6144) */
 };
 
 extern "C" void matmul_w4gemv_plan(int n, int64_t N, int64_t K, int n_sm, int *rows_p,
@@ -2273,7 +2278,7 @@ extern "C" void matmul_w4gemv_plan(int n, int64_t N, int64_t K, int n_sm, int *r
                        i < sizeof matmul__w4plans / sizeof matmul__w4plans[0];
          i++) {
         const matmul__w4plan_t *p = &matmul__w4plans[i];
-        if (n != p->n || K != p->K || N < p->n_lo || N > p->n_hi)
+        if (n < p->t_lo || n > p->t_hi || K != p->K || N < p->N_lo || N > p->N_hi)
             continue;
         const int64_t ntiles = N / p->rows;
         const int64_t g = p->blocks_per_sm > 0 ? (int64_t)p->blocks_per_sm * n_sm : ntiles;
