@@ -114,7 +114,8 @@ typedef struct {
     int flash_variant; /* flash_variant option: -1 auto, 0..5 (attention_flash.cu) */
     bool no_fused;     /* fused=off: the table without the fused ops (cuda_ops_plain) */
     int xgemv; /* PD_CUDA_XGEMV: 0 no slice GEMVs, 1 INT4 (default), 2 (=all) INT4 and FP8 */
-    int int4_mma2; /* PD_CUDA_INT4_MMA2: 1 tiled INT4 at n 9..256 on matmul_int4_mma2 */
+    /* PD_CUDA_INT4_MMA2: 1 tiled INT4 at n 9..256 on matmul_int4_mma2 */
+    int int4_mma2;
     bool no_moe_grouped; /* moe_grouped=off: moe_prepare declines, experts grouped on the host */
     unsigned env_set;    /* CUDA__ENV_* bits: options fixed by the environment */
     int fp8_scaled;      /* FP8 GEMM with outer-vector scales: 0 untried, 1 works, -1 unsupported */

@@ -780,9 +780,8 @@ static __global__ void __launch_bounds__(256, MINB)
                 cur.s[r][h] = *(const uint16_t *)(slot + 2048 + rr * 2);
                 cur.z[r][h] = slot[2112 + rr];
             }
-        matmul__int4_group<C>(
-            acc, cur, matmul__sm + ((i / WD) & 1) * STAGE + (i % WD) * 256, gq,
-            tq, RSB);
+        matmul__int4_group<C>(acc, cur, matmul__sm + ((i / WD) & 1) * STAGE + (i % WD) * 256, gq,
+                              tq, RSB);
         __syncwarp(); /* every lane has used the slot (scales: other lanes' copies) */
         issue(i + WD);
     }

@@ -1793,7 +1793,8 @@ int main(int argc, char **argv)
     bool attn = false, attnprof = false, ctxscale = false, family = false, moe = false,
          xgemv = false, w4mma = false;
     for (int i = 1; i < argc; i++) {
-        w4mma |= !strcmp(argv[i], "w4mma"); /* matmul_int4_mma2 table (not part of all) */
+        /* matmul_int4_mma2 table (not part of all) */
+        w4mma |= !strcmp(argv[i], "w4mma");
         family |= !strcmp(argv[i], "family"); /* GLM-4.5-Air / DeepSeek-V3 (not part of all) */
         bool all = !strcmp(argv[i], "all");
         flash |= !strcmp(argv[i], "flash");

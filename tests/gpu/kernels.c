@@ -886,6 +886,12 @@ static void case_mma_gemm_d(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warp
     } else if (warps < 0) { /* the INT4 f32 GEMV on the weight as uploaded (tiled if N % 32 == 0) */
         pair_ok(matmul_gemv(out.g, px.g, NULL, &wg, n, N % 32 == 0, backend_cuda_stream(gpu)));
     } else {
+        int tl = mma_tiles2; /* matmul_int4_mma2: tiles; -1: its plan (before the scratch) */
+        if (tl < 0 && int4) {
+            int n_sm = 0;
+            cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0);
+            matmul_int4_mma2_plan(n, N, K, n_sm, &tl, &warps, &splits);
+        }
         size_t hb = ((size_t)n * K * 2 + 255) / 256 * 256, mb = ((size_t)n * 4 + 255) / 256 * 256;
         size_t pf = matmul_int4_mma_part_floats(n, N, splits);
         pair_ok(gpu->ops->alloc(gpu, hb + mb + pf * 4, &scratch));
@@ -899,15 +905,9 @@ static void case_mma_gemm_d(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warp
             pair_ok(matmul_quant_act_fp8(b, NULL, mult, px.g, n, K, st));
             pair_ok(matmul_w8gemv(out.g, b, mult, &wg, n, warps, splits, depth, mma_xblocks, st));
         } else if (mma_tiles2 != 0 && int4) {
-            int tl = mma_tiles2;
-            if (tl < 0) {
-                int n_sm = 0;
-                cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0);
-                matmul_int4_mma2_plan(n, N, K, n_sm, &tl, &warps, &splits);
-            }
             pair_ok(matmul_quant_act_f16((uint16_t *)b, mult, px.g, n, K, st));
-            pair_ok(matmul_int4_mma2(out.g, part, (uint16_t *)b, mult, &wg, n, tl, warps, splits,
-                                     st));
+            pair_ok(
+                matmul_int4_mma2(out.g, part, (uint16_t *)b, mult, &wg, n, tl, warps, splits, st));
         } else if (depth > 0) {
             pair_ok(matmul_wgemv(out.g, px.g, &wg, n, warps, splits, depth, st));
         } else if (int4) {
