@@ -119,6 +119,8 @@ typedef struct {
     int flash_variant; /* flash_variant option: -1 auto, 0..5 (attention_flash.cu) */
     bool no_fused;     /* fused=off: the table without the fused ops (cuda_ops_plain) */
     int xgemv; /* PD_CUDA_XGEMV: 0 no slice GEMVs, 1 INT4 (default), 2 (=all) INT4 and FP8 */
+    /* PD_CUDA_INT4_MMA2: 1 tiled INT4 at n 9..256 on matmul_int4_mma2 */
+    int int4_mma2;
     bool no_moe_grouped; /* moe_grouped=off: moe_prepare declines, experts grouped on the host */
     unsigned env_set;    /* CUDA__ENV_* bits: options fixed by the environment */
     int pdl; /* option pdl / PD_CUDA_PDL: programmatic dependent launch of the decode GEMVs */
@@ -390,6 +392,26 @@ static pd_status_t cuda__matmul_int4_mma(cuda_t *c, float *out, const float *x,
                            c->stream);
 }
 
+/* Tiled INT4 at n 9..256 on matmul_int4_mma2 (two blocks per SM); scratch as above. */
+static pd_status_t cuda__matmul_int4_mma2(cuda_t *c, float *out, const float *x,
+                                          const pd_weight_t *w, int n)
+{
+    int tiles, warps, splits;
+    pd_status_t st;
+    matmul_int4_mma2_plan(n, w->n, w->k, c->n_sm, &tiles, &warps, &splits);
+    size_t hb = ((size_t)n * (size_t)w->k * 2 + 255) / 256 * 256,
+           mb = ((size_t)n * 4 + 255) / 256 * 256;
+    size_t pf = matmul_int4_mma_part_floats(n, w->n, splits);
+    if ((st = cuda__grow(c, &c->act, hb + mb + pf * 4)) != PD_OK)
+        return st;
+    uint16_t *xh = c->act.p;
+    float *mult = (float *)((uint8_t *)c->act.p + hb),
+          *part = pf ? (float *)((uint8_t *)c->act.p + hb + mb) : NULL;
+    if ((st = matmul_quant_act_f16(xh, mult, x, n, w->k, c->stream)) != PD_OK)
+        return st;
+    return matmul_int4_mma2(out, part, xh, mult, w, n, tiles, warps, splits, c->stream);
+}
+
 /* The FP8 GEMM with outer-vector scales (matmul_gemm_fp8_rowwise) at n rows into out (f32, or
  * bf16 when bf16), with fast accumulation where the backend takes it for this n; a cuBLASLt
  * without fast accumulation for these types gets the plain GEMM. PD_ERR_UNSUPPORTED: no
@@ -484,6 +506,8 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
             return st;
         return matmul_fp8_scale(out, xs, w->scales, n, N, c->stream);
     }
+    if (c->int4_mma2 && cuda__int4_tiled(w) && n > 8 && n <= MATMUL_INT4_MMA_MAX_N)
+        return cuda__matmul_int4_mma2(c, out, x, w, n);
     if (w->fmt == PD_WFMT_INT4 && (n > CUDA_GEMV_MAX_N_INT4 || cuda__int4_tiled(w)) &&
         n <= MATMUL_INT4_MMA_MAX_N)
         return cuda__matmul_int4_mma(c, out, x, w, n);
@@ -1600,6 +1624,8 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     c->no_gu_bf16 = env && cuda__onoff(env) == 0;
     env = getenv("PD_CUDA_XGEMV");
     c->xgemv = !env || !*env ? 1 : !strcmp(env, "0") ? 0 : !strcmp(env, "all") ? 2 : 1;
+    env = getenv("PD_CUDA_INT4_MMA2");
+    c->int4_mma2 = env && *env ? cuda__onoff(env) == 1 : 0;
     env = getenv("PD_CUDA_FUSED");
     if (env && *env) {
         cuda__set_fused(be, cuda__onoff(env) != 0);

@@ -704,9 +704,11 @@ static __global__ void __launch_bounds__(256, 1)
 #define MATMUL__WSLOT 2176 /* bytes per ring slot: 2048 data + 64 scales + 32 zeros, padded */
 
 /* grid, block, xh, mult, out, gps as matmul__int4_mma; W tiled (N % 32 == 0); dynamic shared
- * memory 2 * 8 C * MATMUL__RSB + (blockDim.x / 32) * MATMUL__WD * MATMUL__WSLOT bytes. */
-template <int C>
-static __global__ void __launch_bounds__(256, 1)
+ * memory 2 * 8 C * (WD * 256 + 64) + (blockDim.x / 32) * WD * MATMUL__WSLOT bytes.
+ * WD: groups per activation stage == weight groups in flight per warp (4: matmul_int4_mma; 2:
+ * matmul_int4_mma2, half the shared memory so that MINB = 2 blocks of 8 warps fit one SM). */
+template <int C, int WD = MATMUL__WD, int MINB = 1>
+static __global__ void __launch_bounds__(256, MINB)
     matmul__int4_mma_cp(float *out, const uint4 *xh, const float *mult, const uint8_t *wd,
                         const uint16_t *wsc, const uint8_t *wz, int n, int64_t N, int64_t K,
                         int gps)
@@ -717,8 +719,8 @@ static __global__ void __launch_bounds__(256, 1)
     const int t0 = blockIdx.x * 8 * C;
     const int64_t row0 = (int64_t)blockIdx.y * blockDim.x + warp * 32;
     const int gb = blockIdx.z * gps, ge = min(ng, gb + gps), nG = ge - gb;
-    constexpr int STAGE = 8 * C * MATMUL__RSB;
-    uint8_t *ring = matmul__sm + 2 * STAGE + warp * MATMUL__WD * MATMUL__WSLOT;
+    constexpr int RSB = WD * 256 + 64, STAGE = 8 * C * RSB;
+    uint8_t *ring = matmul__sm + 2 * STAGE + warp * WD * MATMUL__WSLOT;
     const int64_t blk = min(row0 / 32, N / 32 - 1); /* past N: a copy of the last block */
     const uint8_t *wtile = wd + (size_t)blk * ng * 2048 + lane * 16;
     const uint8_t *stile = (const uint8_t *)wsc + (size_t)blk * ng * 64 + lane * 16;
@@ -738,7 +740,7 @@ static __global__ void __launch_bounds__(256, 1)
     auto issue = [&](int j) {
         if (j < nG) {
             const int g = gb + j;
-            uint8_t *slot = ring + (j % MATMUL__WD) * MATMUL__WSLOT;
+            uint8_t *slot = ring + (j % WD) * MATMUL__WSLOT;
 #pragma unroll
             for (int p = 0; p < 4; p++)
                 matmul__cp_async16(slot + p * 512 + lane * 16, wtile + (size_t)g * 2048 + p * 512,
@@ -748,14 +750,14 @@ static __global__ void __launch_bounds__(256, 1)
             else if (lane < 6)
                 matmul__cp_async16(slot + 2112 + (lane - 4) * 16,
                                    ztile + (size_t)g * 32 + (lane - 4) * 16, 16);
-            if (j % MATMUL__GPC == 0) {
-                const int ch = j / MATMUL__GPC, gn = min(MATMUL__GPC, nG - j);
+            if (j % WD == 0) {
+                const int ch = j / WD, gn = min(WD, nG - j);
                 uint8_t *dst = matmul__sm + (ch & 1) * STAGE;
                 const int per_row = gn * 16;
                 for (int i = threadIdx.x; i < 8 * C * per_row; i += blockDim.x) {
                     const int row = i / per_row, col = i % per_row, t = t0 + row;
                     const uint4 *src = t < n ? xh + (size_t)t * (K / 8) + (size_t)g * 16 + col : xh;
-                    matmul__cp_async16(dst + row * MATMUL__RSB + col * 16, src, t < n ? 16 : 0);
+                    matmul__cp_async16(dst + row * RSB + col * 16, src, t < n ? 16 : 0);
                 }
             }
         }
@@ -763,15 +765,15 @@ static __global__ void __launch_bounds__(256, 1)
     };
 
 #pragma unroll
-    for (int j = 0; j < MATMUL__WD; j++)
+    for (int j = 0; j < WD; j++)
         issue(j);
     for (int i = 0; i < nG; i++) {
-        asm volatile("cp.async.wait_group %0;\n" ::"n"(MATMUL__WD - 1));
-        if (i % MATMUL__GPC == 0)
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(WD - 1));
+        if (i % WD == 0)
             __syncthreads(); /* the stage is complete for every thread; the old one is free */
         else
             __syncwarp();
-        const uint8_t *slot = ring + (i % MATMUL__WD) * MATMUL__WSLOT;
+        const uint8_t *slot = ring + (i % WD) * MATMUL__WSLOT;
         matmul__wgrp_t cur;
 #pragma unroll
         for (int r = 0; r < 2; r++)
@@ -782,11 +784,10 @@ static __global__ void __launch_bounds__(256, 1)
                 cur.s[r][h] = *(const uint16_t *)(slot + 2048 + rr * 2);
                 cur.z[r][h] = slot[2112 + rr];
             }
-        matmul__int4_group<C>(
-            acc, cur, matmul__sm + ((i / MATMUL__GPC) & 1) * STAGE + (i % MATMUL__GPC) * 256, gq,
-            tq);
+        matmul__int4_group<C>(acc, cur, matmul__sm + ((i / WD) & 1) * STAGE + (i % WD) * 256, gq,
+                              tq, RSB);
         __syncwarp(); /* every lane has used the slot (scales: other lanes' copies) */
-        issue(i + MATMUL__WD);
+        issue(i + WD);
     }
     asm volatile("cp.async.wait_group 0;\n" ::);
 
@@ -1954,6 +1955,103 @@ extern "C" pd_status_t matmul_int4_mma(float *out, float *part, const uint16_t *
     const size_t total = (size_t)n * (size_t)w->n;
     matmul__sum_parts<<<matmul__grid(total, 256), 256, 0, stream>>>(out, part, splits, total);
     return KUTIL_LAUNCHED("matmul_int4_mma sum");
+}
+
+/* ---- matmul_int4_mma2: matmul__int4_mma_cp<C, 2, 2> ---- */
+
+/* Tiles, warps and splits of matmul_int4_mma2: at most 4 token tiles per block (32 tokens: the
+ * dequantization is shared by fewer mma steps than with 8 tiles, but the block fits in 128
+ * registers and a grid twice as long keeps two blocks on every SM; the blocks of one row range
+ * run side by side, so the second read of a weight tile comes from L2). Cost in per-SM units of
+ * one warp-group as in matmul__mma_plan, with 2 block slots per SM. */
+extern "C" void matmul_int4_mma2_plan(int n, int64_t N, int64_t K, int n_sm, int *tiles_p,
+                                      int *warps_p, int *splits_p)
+{
+    const int ng = (int)(K / 128);
+    const int C = n <= 8 ? 1 : n <= 16 ? 2 : 4, nb = (n + 8 * C - 1) / (8 * C);
+    const int64_t mu = (N + 31) / 32;
+    double best = 1e300;
+    *tiles_p = C;
+    *warps_p = 8;
+    *splits_p = 1;
+    if (n_sm < 1)
+        n_sm = 1;
+    for (int W = 8; W >= 4; W -= 4) {
+        const int64_t ctam = (mu + W - 1) / W;
+        for (int S = 1; S <= 8 && S <= ng; S++) {
+            const int64_t gps = (ng + S - 1) / S;
+            if (S > 1 && (S - 1) * gps >= ng)
+                continue;
+            const int64_t ctas = ctam * nb * S, waves = (ctas + 2 * n_sm - 1) / (2 * n_sm);
+            /* a lone block on an SM runs ~1.5x faster than one of a pair (latency bound) */
+            const double fill = (double)ctas / (double)(waves * 2 * n_sm);
+            double cost = (double)waves * W * gps * (fill < 0.5 ? 0.67 : 1.0) * 2.0 * C / 8.0;
+            if (S > 1)
+                cost += 2.0 * S * n * (double)N * 4 / (2048.0 * n_sm) + 32.0;
+            if (cost < best - 1e-9) {
+                best = cost;
+                *warps_p = W;
+                *splits_p = S;
+            }
+        }
+    }
+}
+
+template <int C>
+static void matmul__int4_mma2_launch(float *dst, const uint16_t *xh, const float *mult,
+                                     const pd_weight_t *w, int n, int W, int S, int gps,
+                                     cudaStream_t stream)
+{
+    const dim3 grid((unsigned)((n + 8 * C - 1) / (8 * C)),
+                    (unsigned)((w->n + 32 * W - 1) / (32 * W)), (unsigned)S);
+    static bool attr;
+    const int smem = 2 * 8 * C * (2 * 256 + 64) + W * 2 * MATMUL__WSLOT;
+    if (!attr) {
+        cudaFuncSetAttribute(matmul__int4_mma_cp<C, 2, 2>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             2 * 8 * C * (2 * 256 + 64) + 8 * 2 * MATMUL__WSLOT);
+        attr = true;
+    }
+    matmul__int4_mma_cp<C, 2, 2><<<grid, 32 * W, smem, stream>>>(
+        dst, (const uint4 *)xh, mult, (const uint8_t *)w->data, (const uint16_t *)w->scales,
+        (const uint8_t *)w->zeros, n, w->n, w->k, gps);
+}
+
+extern "C" pd_status_t matmul_int4_mma2(float *out, float *part, const uint16_t *xh,
+                                        const float *mult, const pd_weight_t *w, int n, int tiles,
+                                        int warps, int splits, cudaStream_t stream)
+{
+    KUTIL_REQUIRE(w->fmt == PD_WFMT_INT4 && w->k % 128 == 0 && w->n > 0 && w->n % 32 == 0,
+                  "matmul_int4_mma2");
+    KUTIL_REQUIRE(n >= 0 && n <= MATMUL_INT4_MMA_MAX_N && warps >= 1 && warps <= 8 && splits >= 1 &&
+                      (splits == 1 || part) &&
+                      (tiles == 1 || tiles == 2 || tiles == 4 || tiles == 8),
+                  "matmul_int4_mma2");
+    KUTIL_REQUIRE((w->n + 32 * warps - 1) / (32 * warps) < 65535, "matmul_int4_mma2");
+    if (n == 0)
+        return PD_OK;
+    const int ng = (int)(w->k / 128), gps = (ng + splits - 1) / splits;
+    KUTIL_REQUIRE((splits - 1) * gps < ng, "matmul_int4_mma2 splits");
+    float *dst = splits > 1 ? part : out;
+    switch (tiles) {
+    case 1:
+        matmul__int4_mma2_launch<1>(dst, xh, mult, w, n, warps, splits, gps, stream);
+        break;
+    case 2:
+        matmul__int4_mma2_launch<2>(dst, xh, mult, w, n, warps, splits, gps, stream);
+        break;
+    case 4:
+        matmul__int4_mma2_launch<4>(dst, xh, mult, w, n, warps, splits, gps, stream);
+        break;
+    default:
+        matmul__int4_mma2_launch<8>(dst, xh, mult, w, n, warps, splits, gps, stream);
+    }
+    pd_status_t st = KUTIL_LAUNCHED("matmul_int4_mma2");
+    if (st != PD_OK || splits == 1)
+        return st;
+    const size_t total = (size_t)n * (size_t)w->n;
+    matmul__sum_parts<<<matmul__grid(total, 256), 256, 0, stream>>>(out, part, splits, total);
+    return KUTIL_LAUNCHED("matmul_int4_mma2 sum");
 }
 
 template <int C>

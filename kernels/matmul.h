@@ -70,6 +70,18 @@ pd_status_t matmul_int4_mma(float *out, float *part, const uint16_t *xh, const f
                             const pd_weight_t *w, int n, int warps, int splits, bool tiled,
                             cudaStream_t stream);
 
+/* The same INT4 GEMM with two blocks of up to 8 warps per SM (session 6, issue 11): activation
+ * stages of 2 groups and 2 weight groups in flight per warp (half the shared memory of
+ * matmul_int4_mma), `tiles` n8 token tiles per block (1, 2, 4 or 8; a block of 8 warps takes 256
+ * rows x 8 tiles tokens), tiled weights only (w->n % 32 == 0). Inputs, part and splits as for
+ * matmul_int4_mma (part: matmul_int4_mma_part_floats(n, w->n, splits) f32).
+ * matmul_int4_mma2_plan picks tiles, warps and splits for the shape on n_sm SMs. */
+void matmul_int4_mma2_plan(int n, int64_t N, int64_t K, int n_sm, int *tiles_p, int *warps_p,
+                           int *splits_p);
+pd_status_t matmul_int4_mma2(float *out, float *part, const uint16_t *xh, const float *mult,
+                             const pd_weight_t *w, int n, int tiles, int warps, int splits,
+                             cudaStream_t stream);
+
 /* FP8 W8A8 on mma.sync m16n8k32 e4m3 for n = 1 .. MATMUL_INT4_MMA_MAX_N: out (n, w->n) f32 =
  * (xq @ W^T) * xs[t] * ws[r], xq (n, k) fp8 and xs (n) f32 from matmul_quant_act_fp8 (the same
  * values the cuBLASLt path uses). Needs w->k % 64 == 0. Plan and part as for the INT4 GEMM

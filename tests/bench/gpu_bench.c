@@ -528,7 +528,8 @@ static void bench_elementwise(int n)
  * timed op may have to write back: every column pays that alike). */
 typedef struct {
     int mode; /* 0 gemv, 1 quant + mma, 2 op, 3 wgemv, 4 w4gemv / w8gemv (FP8: xh holds the
-               * fp8 activations and mult their scales, quantized before timing) */
+               * fp8 activations and mult their scales, quantized before timing), 5 quant +
+               * matmul_int4_mma2 */
     float *out, *x, *part, *xf, *mult;
     uint16_t *xh;
     pd_weight_t *w;
@@ -555,6 +556,11 @@ static void run_i4(void *p)
         ok(matmul_int4_mma(a->out, a->part, a->xh, a->mult, a->w, a->n, a->warps, a->splits,
                            a->w->n % 32 == 0, stream),
            "int4 mma");
+    } else if (a->mode == 5) { /* matmul_int4_mma2, depth = token tiles per block */
+        ok(matmul_quant_act_f16(a->xh, a->mult, a->x, a->n, a->w->k, stream), "quant f16");
+        ok(matmul_int4_mma2(a->out, a->part, a->xh, a->mult, a->w, a->n, a->depth, a->warps,
+                            a->splits, stream),
+           "int4 mma2");
     } else if (a->mode == 4 && fp8) {
         ok(matmul_w8gemv(a->out, (const uint8_t *)a->xh, a->mult, a->w, a->n, a->warps, a->splits,
                          a->depth, a->blocks, stream),
@@ -682,6 +688,97 @@ static void bench_int4_paths(void)
                 (long long)N, (long long)K, n, g[0], t[0][1] * 1e3, pw[0], ps[0], v[0],
                 t[0][2] * 1e3, wb[0] / (t[0][2] * 1e-3) / 1e9, g[1], t[1][1] * 1e3, pw[1], ps[1],
                 t[1][2] * 1e3, wb[1] / (t[1][2] * 1e-3) / 1e9, t[0][2] / t[1][2]);
+            fflush(stdout);
+            i4_free(&a);
+        }
+        model_host_weight_free(&h4);
+        model_host_weight_free(&h8);
+        backend_weight_free(be, &w4);
+        backend_weight_free(be, &w8);
+    }
+    be->ops->free(be, l2_flush);
+    l2_flush = NULL;
+}
+
+/* matmul_int4_mma2 (two blocks per SM, session 6) against matmul_int4_mma and the FP8 paths at
+ * n 16..256 on the four 8B shapes (us, L2 flushed as in bench_int4_paths): int4 mma / mma2 with
+ * their plans (activation quantization included), the best forced mma2 plan (tiles, warps,
+ * splits), fp8 q+mma with its plan, the fp8 op (default routing), and the weight floor (INT4
+ * bytes at 4.8 TB/s). `gpu_bench w4mma` (not part of all). */
+static void bench_int4_mma2(void)
+{
+    const int ns[] = {16, 32, 64, 128, 256};
+    int n_sm = 0;
+    cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0);
+    l2_flush_bytes = (size_t)256 << 20;
+    ok(be->ops->alloc(be, l2_flush_bytes, &l2_flush), "alloc");
+    printf("\n### INT4 mma2 vs mma vs FP8 (us, L2 flushed before each repeat)\n\n");
+    printf("| N x K | n | int4 mma (W, S) | int4 mma2 (C, W, S) | best mma2 (C, W, S) | fp8 q+mma "
+           "(W, S) | fp8 op | mma2 / fp8 op | mma2 / fp8 q+mma | floor us | floor / mma2 |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    /* GPU_BENCH_INT4_SHAPES=k: the first k shapes; GPU_BENCH_W4MMA_N=n: that n alone (ncu) */
+    const char *lim = getenv("GPU_BENCH_INT4_SHAPES"), *only = getenv("GPU_BENCH_W4MMA_N");
+    const int nshape = lim && atoi(lim) > 0 && atoi(lim) < 4 ? atoi(lim) : 4;
+    for (int s = 0; s < nshape; s++) {
+        const int64_t N = i4_shapes[s][0], K = i4_shapes[s][1];
+        pd_weight_t h4, h8, w4, w8;
+        double wb[2];
+        i4_weights(s, &h4, &h8, &w4, &w8, wb);
+        for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+            const int n = ns[i];
+            if (only && atoi(only) != n)
+                continue;
+            i4_arg_t a = {0};
+            i4_alloc(&a, n, N, K);
+            int pw, ps, fw, fs, c2, w2, s2, bc = 0, bw = 0, bs = 0;
+            if (getenv("GPU_BENCH_W4MMA_ONCE")) { /* one launch of each kernel (for ncu) */
+                a.w = &w4;
+                a.mode = 1;
+                matmul_int4_mma_plan(n, N, K, n_sm, &a.warps, &a.splits);
+                run_i4(&a);
+                a.mode = 5;
+                matmul_int4_mma2_plan(n, N, K, n_sm, &a.depth, &a.warps, &a.splits);
+                run_i4(&a);
+                a.w = &w8;
+                a.mode = 1;
+                matmul_fp8_mma_plan(n, N, K, n_sm, &a.warps, &a.splits);
+                run_i4(&a);
+                ok(be->ops->sync(be), "sync");
+                i4_free(&a);
+                continue;
+            }
+            a.w = &w4;
+            a.mode = 1;
+            matmul_int4_mma_plan(n, N, K, n_sm, &pw, &ps);
+            a.warps = pw, a.splits = ps;
+            const float t_old = time_op(run_i4, &a, 20);
+            matmul_int4_mma2_plan(n, N, K, n_sm, &c2, &w2, &s2);
+            a.mode = 5, a.depth = c2, a.warps = w2, a.splits = s2;
+            const float t_new = time_op(run_i4, &a, 20);
+            float best = 1e30f;
+            for (int c = n >= 64 ? 2 : 1; c <= 8 && 8 * c <= n; c *= 2)
+                for (int wv = 4; wv <= 8; wv += 4)
+                    for (int sp = 1; sp <= 4; sp *= 2) {
+                        if ((sp - 1) * ((K / 128 + sp - 1) / sp) >= K / 128)
+                            continue;
+                        a.depth = c, a.warps = wv, a.splits = sp;
+                        const float t = time_op(run_i4, &a, 10);
+                        if (t < best)
+                            best = t, bc = c, bw = wv, bs = sp;
+                    }
+            a.w = &w8;
+            a.mode = 1;
+            matmul_fp8_mma_plan(n, N, K, n_sm, &fw, &fs);
+            a.warps = fw, a.splits = fs;
+            const float t_f8 = time_op(run_i4, &a, 20);
+            a.mode = 2;
+            const float t_f8op = time_op(run_i4, &a, 20);
+            const double floor_us = wb[0] / 4.8e12 * 1e6;
+            printf("| %lld x %lld | %d | %.1f (%d, %d) | %.1f (%d, %d, %d) | %.1f (%d, %d, %d) | "
+                   "%.1f (%d, %d) | %.1f | %.2f | %.2f | %.1f | %.0f%% |\n",
+                   (long long)N, (long long)K, n, t_old * 1e3, pw, ps, t_new * 1e3, c2, w2, s2,
+                   best * 1e3, bc, bw, bs, t_f8 * 1e3, fw, fs, t_f8op * 1e3, t_new / t_f8op,
+                   t_new / t_f8, floor_us, 100.0 * floor_us / (t_new * 1e3));
             fflush(stdout);
             i4_free(&a);
         }
@@ -1694,8 +1791,10 @@ int main(int argc, char **argv)
          fused = false, sweep = false;
     bool gemm = false, prefops = false;
     bool attn = false, attnprof = false, ctxscale = false, family = false, moe = false,
-         xgemv = false;
+         xgemv = false, w4mma = false;
     for (int i = 1; i < argc; i++) {
+        /* matmul_int4_mma2 table (not part of all) */
+        w4mma |= !strcmp(argv[i], "w4mma");
         family |= !strcmp(argv[i], "family"); /* GLM-4.5-Air / DeepSeek-V3 (not part of all) */
         bool all = !strcmp(argv[i], "all");
         flash |= !strcmp(argv[i], "flash");
@@ -1739,6 +1838,8 @@ int main(int argc, char **argv)
     }
     if (sweep)
         bench_wgemv_sweep();
+    if (w4mma)
+        bench_int4_mma2();
     if (xgemv) {
         const char *kx = getenv("PD_CUDA_XGEMV");
         char keep_x[16] = "";

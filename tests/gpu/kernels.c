@@ -7,6 +7,7 @@
  * PD_GPU_TEST_ATTN=1 runs only the decode attention and fused RoPE + KV write cases;
  * PD_GPU_TEST_FAMILY=1 only the GLM-4.5 / DeepSeek-V3 cases (family ops, FP8 block-scaled matmul);
  * PD_GPU_TEST_PREFILL=1 only the prefill FP8 MLP op (matmul_silu_fp8) and FP8 GEMM cases;
+ * PD_GPU_TEST_MMA2=1 only the matmul_int4_mma2 cases;
  * PD_GPU_TEST_XGEMV=1 only the matmul_w4gemv / matmul_w8gemv cases and the default-routing
  * matmul cases that run on them.
  * Exits 77 (meson: SKIP) when there is no CUDA device, 1 when a case fails.
@@ -853,6 +854,10 @@ static float mma_x_scale = 1.0f; /* every activation of case_mma_gemm_d times th
  * mma_xblocks blocks (0: one per tile) */
 static bool mma_xgemv;
 static int mma_xblocks;
+/* case_mma_gemm_d through matmul_int4_mma2 with this many token tiles per block (0: not; -1: its
+ * plan, warps and splits ignored) */
+static int mma_tiles2;
+static void cases_int4_mma2(void);
 static void case_mma_gemm_d(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warps, int splits,
                             int depth, uint64_t seed, const char *what)
 {
@@ -881,6 +886,12 @@ static void case_mma_gemm_d(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warp
     } else if (warps < 0) { /* the INT4 f32 GEMV on the weight as uploaded (tiled if N % 32 == 0) */
         pair_ok(matmul_gemv(out.g, px.g, NULL, &wg, n, N % 32 == 0, backend_cuda_stream(gpu)));
     } else {
+        int tl = mma_tiles2; /* matmul_int4_mma2: tiles; -1: its plan (before the scratch) */
+        if (tl < 0 && int4) {
+            int n_sm = 0;
+            cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0);
+            matmul_int4_mma2_plan(n, N, K, n_sm, &tl, &warps, &splits);
+        }
         size_t hb = ((size_t)n * K * 2 + 255) / 256 * 256, mb = ((size_t)n * 4 + 255) / 256 * 256;
         size_t pf = matmul_int4_mma_part_floats(n, N, splits);
         pair_ok(gpu->ops->alloc(gpu, hb + mb + pf * 4, &scratch));
@@ -893,6 +904,10 @@ static void case_mma_gemm_d(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warp
         } else if (mma_xgemv) {
             pair_ok(matmul_quant_act_fp8(b, NULL, mult, px.g, n, K, st));
             pair_ok(matmul_w8gemv(out.g, b, mult, &wg, n, warps, splits, depth, mma_xblocks, st));
+        } else if (mma_tiles2 != 0 && int4) {
+            pair_ok(matmul_quant_act_f16((uint16_t *)b, mult, px.g, n, K, st));
+            pair_ok(
+                matmul_int4_mma2(out.g, part, (uint16_t *)b, mult, &wg, n, tl, warps, splits, st));
         } else if (depth > 0) {
             pair_ok(matmul_wgemv(out.g, px.g, &wg, n, warps, splits, depth, st));
         } else if (int4) {
@@ -907,6 +922,8 @@ static void case_mma_gemm_d(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warp
     char xb[16] = "";
     if (mma_xgemv)
         snprintf(xb, sizeof xb, " b%d", mma_xblocks);
+    if (mma_tiles2 && int4 && warps > 0)
+        snprintf(xb, sizeof xb, " mma2 t%d", mma_tiles2);
     snprintf(shape, sizeof shape, "%s %s%s n %d N %lld K %lld w%d s%d d%d%s seed %llu",
              pd_wfmt_name(fmt), mma_xgemv ? (int4 ? "w4gemv " : "w8gemv ") : "", what, n,
              (long long)N, (long long)K, warps, splits, depth, xb, (unsigned long long)seed);
@@ -2606,6 +2623,51 @@ static void cases_matmul(void)
     case_mma_gemm_d(i4, 8, 384, 1024, 8, 1, 4, 175, "wgemv n 8");
 
     cases_xgemv(false);
+    cases_int4_mma2();
+}
+
+/* matmul_int4_mma2 (session 6): forced plans at fixture shapes (token tiles 1..8, 4 / 8 warps,
+ * splits, rows past N in the last block, n not a multiple of 8) and its plan at the 8B shapes
+ * (fixed seeds 301..). The split sizes need more than one sizing pass: the per-split partial
+ * sums are checked with the rest. */
+static void cases_int4_mma2(void)
+{
+    const pd_wfmt_t i4 = PD_WFMT_INT4;
+    mma_tiles2 = 1;
+    case_mma_gemm(i4, 9, 256, 1024, 8, 1, 301, "forced");
+    mma_tiles2 = 2;
+    case_mma_gemm(i4, 16, 320, 640, 4, 2, 302, "forced");
+    case_mma_gemm(i4, 23, 288, 1280, 8, 3, 303, "forced");
+    mma_tiles2 = 4;
+    case_mma_gemm(i4, 33, 512, 1024, 8, 1, 304, "forced");
+    case_mma_gemm(i4, 64, 224, 768, 4, 2, 305, "forced");
+    mma_tiles2 = 8;
+    case_mma_gemm(i4, 64, 512, 1024, 8, 1, 306, "forced");
+    case_mma_gemm(i4, 130, 320, 640, 8, 2, 307, "forced");
+    mma_tiles2 = -1;
+    case_mma_gemm(i4, 40, 1024, 2048, 1, 1, 308, "plan");
+    if (!small_only) {
+        case_mma_gemm(i4, 9, 28672, 4096, 1, 1, 311, "plan 8B gate_up");
+        case_mma_gemm(i4, 16, 6144, 4096, 1, 1, 312, "plan 8B qkv");
+        case_mma_gemm(i4, 33, 4096, 14336, 1, 1, 313, "plan 8B down");
+        case_mma_gemm(i4, 64, 28672, 4096, 1, 1, 314, "plan 8B gate_up");
+        case_mma_gemm(i4, 64, 4096, 14336, 1, 1, 315, "plan 8B down");
+        case_mma_gemm(i4, 128, 4096, 4096, 1, 1, 316, "plan 8B o");
+        case_mma_gemm(i4, 256, 4096, 14336, 1, 1, 317, "plan 8B down");
+        case_mma_gemm(i4, 256, 6144, 4096, 1, 1, 318, "plan 8B qkv");
+        mma_tiles2 = 8;
+        case_mma_gemm(i4, 64, 28672, 4096, 8, 2, 319, "forced 8B gate_up");
+    }
+    mma_tiles2 = 0;
+    /* the backend route (PD_CUDA_INT4_MMA2=1 on a second backend) */
+    setenv("PD_CUDA_INT4_MMA2", "1", 1);
+    pd_backend_t *keep = gpu;
+    if (backend_cuda_create(0, &gpu) == PD_OK) {
+        case_mma_gemm(i4, 48, 1024, 2048, 0, 0, 320, "PD_CUDA_INT4_MMA2=1 op");
+        backend_destroy(gpu);
+    }
+    gpu = keep;
+    unsetenv("PD_CUDA_INT4_MMA2");
 }
 
 int main(void)
@@ -2676,6 +2738,15 @@ int main(void)
             case_matmul_fp8(512, 14336, 4096, 227, "8B gate gemm");
             case_matmul_fp8(512, 4096, 14336, 228, "8B down gemm");
         }
+        printf("%d cases, %d failed\n", n_cases, n_fail);
+        backend_destroy(gpu_split);
+        backend_destroy(gpu);
+        backend_destroy(cpu);
+        return n_fail ? 1 : 0;
+    }
+    if (getenv("PD_GPU_TEST_MMA2") && atoi(getenv("PD_GPU_TEST_MMA2"))) {
+        /* the matmul_int4_mma2 cases alone (quick device rounds) */
+        cases_int4_mma2();
         printf("%d cases, %d failed\n", n_cases, n_fail);
         backend_destroy(gpu_split);
         backend_destroy(gpu);
