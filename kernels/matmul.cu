@@ -37,6 +37,8 @@ static __global__ void matmul__quant_act_fp8(uint8_t *xq, float *xf, float *xs, 
                                              int64_t k)
 {
     __shared__ float red[32];
+    kutil_pdl_wait(); /* PDL-launched (kutil.cuh): x and the outputs belong to the kernels around */
+    kutil_pdl_trigger();
     const float *xi = x + blockIdx.x * k;
     const bool v4 = (k & 3) == 0; /* float4 loads (rows 16-byte aligned) */
     float amax = 0.0f;
@@ -153,14 +155,25 @@ static __global__ void __launch_bounds__(256)
                  const uint8_t *wz, int n, int64_t N, int64_t K)
 {
     constexpr int R = MATMUL__ROWS, E = MATMUL__E;
-    kutil_pdl_wait(); /* PDL-launched (kutil.cuh): x and out belong to the kernels around */
-    kutil_pdl_trigger();
     const int lane = threadIdx.x & 31;
     const int64_t r0 = ((int64_t)blockIdx.y * 8 + (threadIdx.x >> 5)) * R;
     const int t0 = blockIdx.x * NT;
+    const size_t rb = matmul__row_bytes<FMT>(K);
+    /* The weights are constant: before the PDL wait, ask L2 for this warp's first two loop steps
+     * of each of its rows (a no-op when the launch was plain and the wait returns at once). */
+    if (r0 < N)
+#pragma unroll
+        for (int j = 0; j < R; j++) {
+            const uint8_t *p = wd + (r0 + j < N ? r0 + j : N - 1) * rb +
+                               (size_t)lane * E * rb / (size_t)K;
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+            if ((int64_t)(32 + lane) * E < K)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(p + 32 * E * rb / (size_t)K));
+        }
+    kutil_pdl_wait(); /* PDL-launched (kutil.cuh): x and out belong to the kernels around */
+    kutil_pdl_trigger();
     if (r0 >= N)
         return;
-    const size_t rb = matmul__row_bytes<FMT>(K);
     const int64_t ng = K / 128;
     int64_t rr[R];
 #pragma unroll
@@ -1717,7 +1730,7 @@ extern "C" pd_status_t matmul_quant_act_fp8(uint8_t *xq, float *xf, float *xs, c
     KUTIL_REQUIRE(n >= 0 && k > 0 && (xq || xf), "matmul_quant_act_fp8");
     if (n == 0)
         return PD_OK;
-    matmul__quant_act_fp8<<<n, 1024, 0, stream>>>(xq, xf, xs, x, k);
+    kutil_launch_pdl(matmul__quant_act_fp8, dim3(n), dim3(1024), 0, stream, xq, xf, xs, x, k);
     return KUTIL_LAUNCHED("matmul_quant_act_fp8");
 }
 
