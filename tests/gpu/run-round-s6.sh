@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Session 6, the merged round (lead): one device call on merged main. Run from the repository
+# root on the device with .gpu-round/ (bundle.tar.xz from tests/gpu/build-bundle.sh) and
+# .gpu-models/llama-moe.tar.xz carried:
+#   DEADLINE=400 bash .gpu-round/run-round-s6.sh
+# Correctness first (the harness at fixture shapes, the same under compute-sanitizer memcheck,
+# greedy ids against transformers, the CUDA cluster against the pipeline's ids), then the
+# benchmarks with their same-call PyTorch baselines and the session's knobs (pdl off, the
+# bf16 q / k / v prefill path, flash variants 8 / 9, moe_gmm2), then the full-size harness with
+# what time is left. Logs: $OUT/r.tgz; the summary is printed.
+set -uo pipefail
+F=$PWD/.gpu-round
+tar -C $F -xJf $F/bundle.tar.xz || exit 9
+tar -xJf .gpu-models/llama-moe.tar.xz || exit 9
+G=$F/b
+export LD_LIBRARY_PATH=$G/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
+export UCX_MODULE_DIR=$G/ucx PD_MODELS_DIR=$PWD/deploy/models
+L=$OUT/logs; mkdir -p $L
+DL=${DEADLINE:-400}
+rc=0
+st() { # name timeout cmd...: runs under the time left, logs to $L/name.log
+  local name=$1 t=$2; shift 2; local left=$((DL - SECONDS))
+  [ $left -gt 6 ] || { echo "=== $name skipped (deadline)"; rc=1; return; }
+  [ $t -lt $left ] || t=$left; echo "=== $name: $*"; local t0=$SECONDS
+  timeout $t "$@" > $L/$name.log 2>&1; local r=$?
+  echo "=== $name: rc $r, $((SECONDS - t0)) s"; [ $r = 0 ] || rc=1; }
+cases() { grep -E "cases,|ERROR SUMMARY|FAIL" $L/$1.log | head -12; }
+tab() { grep -E "^\| " $L/$1.log; }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+PD_GPU_TEST_SMALL=1 st ksmall 60 $G/bin/test_gpu_kernels; cases ksmall
+PD_GPU_TEST_SMALL=1 st memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 3 $G/bin/test_gpu_kernels; cases memcheck
+st greedy 60 python3 $G/check_reference.py greedy --pdctl $G/bin/pdctl --models deploy/models --kv f32 bf16 --jobs 4; tail -12 $L/greedy.log
+st cluster 120 python3 $G/check_cluster.py $G/bin --models deploy/models; tail -8 $L/cluster.log
+GPU_BENCH_DECODE_BATCHES="1 3 16 64" st decode 80 $G/bin/gpu_bench decode; tab decode
+PD_CUDA_PDL=0 GPU_BENCH_DECODE_BATCHES="1 64" st decode_nopdl 50 $G/bin/gpu_bench decode; tab decode_nopdl
+st baseline 60 python3 $G/torch_decode_baseline.py; grep "decode_" $L/baseline.log | tail -12
+st prefill 60 $G/bin/gpu_bench prefill; tab prefill
+PD_BENCH_PREFILL_QUICK=1 PD_CUDA_QKV_BF16=1 st prefill_qkv 25 $G/bin/gpu_bench prefill; tab prefill_qkv
+PD_BENCH_PREFILL_QUICK=1 PD_CUDA_FLASH_VARIANT=8 st prefill_v8 25 $G/bin/gpu_bench prefill; tab prefill_v8
+st baseline_prefill 30 python3 $G/torch_prefill_baseline.py; tail -15 $L/baseline_prefill.log
+st flash 60 $G/bin/gpu_bench flash; tab flash
+st moe 60 $G/bin/gpu_bench moe; tab moe
+PD_CUDA_MOE_GMM=2 st moe2 60 $G/bin/gpu_bench moe; tab moe2
+st baseline_moe 90 python3 $G/torch_moe_baseline.py; tail -15 $L/baseline_moe.log
+st kernels 240 $G/bin/test_gpu_kernels; cases kernels
+tar -C $OUT -czf $OUT/r.tgz logs && rm -rf $L
+exit $rc
