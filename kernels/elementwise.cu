@@ -4,6 +4,7 @@
 
 int elementwise_force_generic;
 int elementwise_silu_bf16_threads = 512;
+int elementwise_silu_bf16_v1;
 
 /* ==== kernels ==== */
 
@@ -266,6 +267,72 @@ static __global__ void elementwise__silu_mul_fp8(float *out, const TI *gu, uint8
         qs[row] = scale;
 }
 
+/* grid (n), block T (a power of two, 32..1024, T * 8 * IT >= f), no shared memory but the
+ * reduction's 32 floats: q (n, f) fp8 e4m3, qs (n) f32 = silu(gu[:, :f]) * gu[:, f:] quantized per
+ * row, gu (n, 2f) bf16, f % 8 == 0 (session 6's bf16 kernel; the same values as
+ * elementwise__silu_mul_fp8<IT, uint16_t>, bit for bit). Thread t takes the 8-element groups
+ * j = t + i T (i < IT) of its row: it issues all 2 IT 16-byte loads (gate and up, streaming:
+ * read once) before it uses any, keeps the IT x 8 products in registers across the block max
+ * and writes 8 fp8 bytes per group (one 8-byte store). The old kernel loaded 4 bf16 (8 bytes)
+ * per load and, because its optional f32 store might alias gu, the compiler could not move a
+ * group's loads above the previous group's store: one load round trip per group. */
+template <int IT>
+static __global__ void __launch_bounds__(512)
+    elementwise__silu_mul_fp8_bf16x8(const uint16_t *__restrict__ gu, uint8_t *__restrict__ q,
+                                     float *__restrict__ qs, int f)
+{
+    __shared__ float red[32];
+    const int ng = f / 8;
+    const size_t row = blockIdx.x;
+    const uint4 *g4 = (const uint4 *)(gu + row * 2 * f),
+                *u4 = (const uint4 *)(gu + row * 2 * f + f);
+    uint4 rg[IT], ru[IT];
+#pragma unroll
+    for (int i = 0; i < IT; i++) {
+        const int j = (int)threadIdx.x + i * (int)blockDim.x;
+        if (j < ng) {
+            rg[i] = __ldcs(g4 + j);
+            ru[i] = __ldcs(u4 + j);
+        } else {
+            rg[i] = ru[i] = make_uint4(0u, 0u, 0u, 0u); /* silu(0) * 0 = 0: amax unchanged */
+        }
+    }
+    float o[IT][8];
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < IT; i++) {
+        const uint32_t gw[4] = {rg[i].x, rg[i].y, rg[i].z, rg[i].w};
+        const uint32_t uw[4] = {ru[i].x, ru[i].y, ru[i].z, ru[i].w};
+#pragma unroll
+        for (int e = 0; e < 4; e++) { /* bf16 -> f32 exactly: low half, then high half */
+            o[i][2 * e] =
+                elementwise__silu1(__uint_as_float(gw[e] << 16), __uint_as_float(uw[e] << 16));
+            o[i][2 * e + 1] = elementwise__silu1(__uint_as_float(gw[e] & 0xffff0000u),
+                                                 __uint_as_float(uw[e] & 0xffff0000u));
+            amax = fmaxf(amax, fmaxf(fabsf(o[i][2 * e]), fabsf(o[i][2 * e + 1])));
+        }
+    }
+    amax = kutil_block_max(amax, red);
+    const float scale = amax > 0.0f ? amax / 448.0f : 1.0f, qinv = 1.0f / scale;
+    uint2 *q2 = (uint2 *)(q + row * f);
+#pragma unroll
+    for (int i = 0; i < IT; i++) {
+        const int j = (int)threadIdx.x + i * (int)blockDim.x;
+        if (j < ng) {
+            uint32_t w[2];
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                w[h] = kutil_f32_to_fp8(o[i][4 * h] * qinv) |
+                       (uint32_t)kutil_f32_to_fp8(o[i][4 * h + 1] * qinv) << 8 |
+                       (uint32_t)kutil_f32_to_fp8(o[i][4 * h + 2] * qinv) << 16 |
+                       (uint32_t)kutil_f32_to_fp8(o[i][4 * h + 3] * qinv) << 24;
+            q2[j] = make_uint2(w[0], w[1]);
+        }
+    }
+    if (threadIdx.x == 0)
+        qs[row] = scale;
+}
+
 /* out (n) f32 = fp8 e4m3 q (n) decoded */
 static __global__ void elementwise__fp8_to_f32(float *out, const uint8_t *q, size_t n)
 {
@@ -401,6 +468,40 @@ extern "C" pd_status_t elementwise_silu_mul_fp8_bf16(const uint16_t *gu, uint8_t
     if (n == 0)
         return PD_OK;
     int t, it;
+    if (!elementwise_silu_bf16_v1 && !elementwise_force_generic && f % 8 == 0 && f <= 8 * 8 * 512) {
+        /* the 16-byte kernel: the fewest threads (>= 32) with at most 8 groups of 8 each */
+        const int ng = f / 8;
+        t = 32;
+        while (t < 512 && (ng + t - 1) / t > 8)
+            t *= 2;
+        switch ((ng + t - 1) / t) {
+        case 1:
+            elementwise__silu_mul_fp8_bf16x8<1><<<n, t, 0, stream>>>(gu, q, qs, f);
+            break;
+        case 2:
+            elementwise__silu_mul_fp8_bf16x8<2><<<n, t, 0, stream>>>(gu, q, qs, f);
+            break;
+        case 3:
+            elementwise__silu_mul_fp8_bf16x8<3><<<n, t, 0, stream>>>(gu, q, qs, f);
+            break;
+        case 4:
+            elementwise__silu_mul_fp8_bf16x8<4><<<n, t, 0, stream>>>(gu, q, qs, f);
+            break;
+        case 5:
+            elementwise__silu_mul_fp8_bf16x8<5><<<n, t, 0, stream>>>(gu, q, qs, f);
+            break;
+        case 6:
+            elementwise__silu_mul_fp8_bf16x8<6><<<n, t, 0, stream>>>(gu, q, qs, f);
+            break;
+        case 7:
+            elementwise__silu_mul_fp8_bf16x8<7><<<n, t, 0, stream>>>(gu, q, qs, f);
+            break;
+        default:
+            elementwise__silu_mul_fp8_bf16x8<8><<<n, t, 0, stream>>>(gu, q, qs, f);
+            break;
+        }
+        return KUTIL_LAUNCHED("silu_mul_fp8_bf16");
+    }
     elementwise__row_plan(f, elementwise_silu_bf16_threads == 1024 ? 1024 : 512, &t, &it);
     if (elementwise_force_generic)
         it = 0, t = 512;

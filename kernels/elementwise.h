@@ -67,6 +67,11 @@ extern int elementwise_force_generic;
  * float4 registers per thread); a process-wide switch for benchmarks (same results either way). */
 extern int elementwise_silu_bf16_threads;
 
+/* 1: elementwise_silu_mul_fp8_bf16 takes session 5's kernel (8-byte loads, the f32 kernel's
+ * template) instead of the 16-byte one (f % 8 == 0, f <= 32768); a process-wide switch for the
+ * harness and benchmarks (same bytes either way). Default 0. */
+extern int elementwise_silu_bf16_v1;
+
 #ifdef __cplusplus
 }
 #endif

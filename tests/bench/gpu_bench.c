@@ -1103,6 +1103,10 @@ static void run_pl(void *p)
     case 10:
         be->ops->matmul_fp8(be, a->gu, &a->a, a->wgu, n);
         break;
+    case 12: /* session 6: the bf16 silu kernel alone on row 8's bf16 product */
+        elementwise_silu_mul_fp8_bf16((const uint16_t *)a->gu, a->a.q, a->a.scale, n, 14336,
+                                      stream);
+        break;
     default:
         be->ops->silu_mul_fp8(be, NULL, a->gu, n, 14336, &a->a);
         break;
@@ -1209,6 +1213,25 @@ static void bench_prefill_ops(void)
     row("matmul_silu_fp8", "n 8192 (silu 1024 threads)", time_op(run_pl, &a, 10), bytes[8],
         flops[8], FP8_FLOPS);
     elementwise_silu_bf16_threads = 512;
+    { /* session 6: the bf16 silu kernel alone (on row 8's product), 16-byte kernel vs session
+       * 5's (elementwise_silu_bf16_v1), and row 8 with session 5's kernel */
+        const int keep = elementwise_silu_bf16_v1;
+        const double sb = N8 * 28672 * 2 + N8 * 14336 + N8 * 4;
+        a.op = 8;
+        time_op(run_pl, &a, 1);
+        for (int v1 = 0; v1 < 2; v1++) {
+            elementwise_silu_bf16_v1 = v1;
+            a.op = 12;
+            row("silu_mul_fp8 bf16 alone",
+                v1 ? "n 8192 f 14336 (v1: session 5)" : "n 8192 f 14336 (16-byte)",
+                time_op(run_pl, &a, 10), sb, 0, FP8_FLOPS);
+        }
+        elementwise_silu_bf16_v1 = 1;
+        a.op = 8;
+        row("matmul_silu_fp8", "n 8192 (v1: session 5 silu)", time_op(run_pl, &a, 10), bytes[8],
+            flops[8], FP8_FLOPS);
+        elementwise_silu_bf16_v1 = keep;
+    }
     fflush(stdout);
     pd_weight_t *ws[] = {&wq, &wk, &wv, &wo, &wgu, &wd};
     for (int i = 0; i < 6; i++)
@@ -1718,6 +1741,8 @@ int main(int argc, char **argv)
         return 77;
     }
     stream = backend_cuda_stream(be);
+    if (getenv("PD_BENCH_SILU_V1")) /* session 6: 1 = session 5's bf16 silu kernel ("before") */
+        elementwise_silu_bf16_v1 = atoi(getenv("PD_BENCH_SILU_V1"));
     const char *keep_env = getenv("PD_CUDA_BF16_GEMM");
     setenv("PD_CUDA_BF16_GEMM", "split", 1);
     ok(backend_cuda_create(0, &be_split), "split backend");

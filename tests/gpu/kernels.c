@@ -703,6 +703,70 @@ static void case_matmul_silu_fp8(int n, int f, int64_t K, bool in_place, uint64_
     rng_state = saved;
 }
 
+/* Session 6: elementwise_silu_mul_fp8_bf16 (the prefill bf16 gate_up product -> silu * up -> fp8
+ * per row) at a fixed printed seed, random bf16 gu (n, 2f) with rows of different sizes and, when
+ * zero_row, row 0 all zeros (scale 1). (1) The GPU's q / scales per element against the CPU's
+ * silu_mul_fp8 of the widened f32 product (check_act_fp8: one fp8 step, scales 1e-5); (2) the
+ * 16-byte kernel (default) and session 5's kernel (elementwise_silu_bf16_v1 = 1) give the same
+ * bytes (the error is the number of differing q bytes + scales). */
+static void case_silu_fp8_bf16(int n, int f, bool zero_row, uint64_t seed, const char *what)
+{
+    char shape[128];
+    const uint64_t saved = rng_state;
+    rng_state = seed;
+    const size_t ne = (size_t)n * 2 * f;
+    float *g32 = xmalloc(ne * 4);
+    uint16_t *g16 = xmalloc(ne * 2);
+    fill_f32(g32, ne, 6.0f);
+    for (size_t e = 0; e < ne; e++) {
+        const int r = (int)(e / (2 * (size_t)f));
+        g16[e] = zero_row && r == 0 ? 0 : pd_f32_to_bf16(g32[e] * (float)(1 + r % 7));
+        g32[e] = pd_bf16_to_f32(g16[e]);
+    }
+    pair_t p16 = pair_new(ne * 2, g16), p32 = pair_new(ne * 4, g32);
+    pair_t q = pair_new((size_t)n * f, NULL), qs = pair_new((size_t)n * 4, NULL);
+    pair_t q1 = pair_new((size_t)n * f, NULL), qs1 = pair_new((size_t)n * 4, NULL);
+    pd_act_fp8_t qc = {q.c, qs.c};
+    cpu->ops->silu_mul_fp8(cpu, NULL, p32.c, n, f, &qc);
+    pair_ok(cpu->ops->sync(cpu));
+    cudaStream_t st = backend_cuda_stream(gpu);
+    pair_ok(elementwise_silu_mul_fp8_bf16(p16.g, q.g, qs.g, n, f, st));
+    elementwise_silu_bf16_v1 = 1;
+    pair_ok(elementwise_silu_mul_fp8_bf16(p16.g, q1.g, qs1.g, n, f, st));
+    elementwise_silu_bf16_v1 = 0;
+    pair_ok(gpu->ops->sync(gpu));
+    snprintf(shape, sizeof shape, "%s n %d f %d%s seed %llu", what, n, f,
+             zero_row ? " zero row" : "", (unsigned long long)seed);
+    check_act_fp8("silu_fp8_bf16", shape, &q, &qs, n, f, NULL);
+    {
+        uint8_t *a = xmalloc((size_t)n * f), *b = xmalloc((size_t)n * f);
+        float *sa = xmalloc((size_t)n * 4), *sb = xmalloc((size_t)n * 4);
+        pair_ok(gpu->ops->download(gpu, a, q.g, (size_t)n * f));
+        pair_ok(gpu->ops->download(gpu, b, q1.g, (size_t)n * f));
+        pair_ok(gpu->ops->download(gpu, sa, qs.g, (size_t)n * 4));
+        pair_ok(gpu->ops->download(gpu, sb, qs1.g, (size_t)n * 4));
+        size_t nd = 0;
+        for (int i = 0; i < n; i++)
+            nd += memcmp(&sa[i], &sb[i], 4) != 0;
+        for (size_t e = 0; e < (size_t)n * f; e++)
+            nd += a[e] != b[e];
+        report("silu_fp8_bf16", "  16-byte kernel == session 5 kernel (bytes)", (double)nd, 0.0);
+        free(a);
+        free(b);
+        free(sa);
+        free(sb);
+    }
+    pair_free(&p16);
+    pair_free(&p32);
+    pair_free(&q);
+    pair_free(&qs);
+    pair_free(&q1);
+    pair_free(&qs1);
+    free(g32);
+    free(g16);
+    rng_state = saved;
+}
+
 /* the prefill FP8 MLP op's cases (fixed seeds 231..; PD_GPU_TEST_PREFILL=1 runs them alone) */
 static void cases_matmul_silu(void)
 {
@@ -719,6 +783,15 @@ static void cases_matmul_silu(void)
         case_matmul_silu_fp8(128, 14336, 4096, false, 236, "8B gemm");
         case_matmul_silu_fp8(512, 2048, 4096, true, 239, "prefill gemm");
     }
+    /* session 6: the 16-byte bf16 silu kernel (seeds 241..; threads x groups in the names) */
+    case_silu_fp8_bf16(37, 1024, true, 241, "32 x 4");
+    case_silu_fp8_bf16(7, 1000, false, 242, "32 x 4, tail");
+    case_silu_fp8_bf16(9, 8, true, 243, "32 x 1, 1 group");
+    case_silu_fp8_bf16(5, 14336, true, 244, "8B 256 x 7");
+    case_silu_fp8_bf16(3, 32768, false, 245, "512 x 8");
+    case_silu_fp8_bf16(3, 32776, false, 246, "f > 32768: session 5 kernel");
+    case_silu_fp8_bf16(6, 1004, false, 247, "f % 8: session 5 kernel");
+    case_silu_fp8_bf16(2, 2056, false, 248, "64 x 5, tail");
 }
 
 /* Backend options (backend_set_options on a fresh CUDA backend): a valid list is taken and
