@@ -5,6 +5,7 @@
 int elementwise_force_generic;
 int elementwise_silu_bf16_threads = 512;
 int elementwise_silu_bf16_v1;
+int elementwise_silu_bf16_fast;
 
 /* ==== kernels ==== */
 
@@ -275,8 +276,25 @@ static __global__ void elementwise__silu_mul_fp8(float *out, const TI *gu, uint8
  * read once) before it uses any, keeps the IT x 8 products in registers across the block max
  * and writes 8 fp8 bytes per group (one 8-byte store). The old kernel loaded 4 bf16 (8 bytes)
  * per load and, because its optional f32 store might alias gu, the compiler could not move a
- * group's loads above the previous group's store: one load round trip per group. */
-template <int IT>
+ * group's loads above the previous group's store: one load round trip per group. The fp8
+ * conversion takes two values per instruction (cvt e4m3x2: the same bytes). FAST (option, not
+ * the default): silu with __expf and __fdividef (a few f32 ulps from expf / IEEE division; the
+ * kernel is near its instruction limit at the GEMMs' power-limited clock). */
+static __device__ __forceinline__ float elementwise__silu1_fast(float g, float u)
+{
+    return __fdividef(g, 1.0f + __expf(-g)) * u; /* g << 0: __expf = inf, g * 0 = 0 */
+}
+
+static __device__ __forceinline__ uint32_t elementwise__fp8x4(const float *v, float inv)
+{
+    const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(v[0] * inv, v[1] * inv),
+                                                 __NV_SATFINITE, __NV_E4M3),
+                   hi = __nv_cvt_float2_to_fp8x2(make_float2(v[2] * inv, v[3] * inv),
+                                                 __NV_SATFINITE, __NV_E4M3);
+    return lo | hi << 16;
+}
+
+template <int IT, bool FAST>
 static __global__ void __launch_bounds__(512)
     elementwise__silu_mul_fp8_bf16x8(const uint16_t *__restrict__ gu, uint8_t *__restrict__ q,
                                      float *__restrict__ qs, int f)
@@ -305,10 +323,11 @@ static __global__ void __launch_bounds__(512)
         const uint32_t uw[4] = {ru[i].x, ru[i].y, ru[i].z, ru[i].w};
 #pragma unroll
         for (int e = 0; e < 4; e++) { /* bf16 -> f32 exactly: low half, then high half */
-            o[i][2 * e] =
-                elementwise__silu1(__uint_as_float(gw[e] << 16), __uint_as_float(uw[e] << 16));
-            o[i][2 * e + 1] = elementwise__silu1(__uint_as_float(gw[e] & 0xffff0000u),
-                                                 __uint_as_float(uw[e] & 0xffff0000u));
+            const float g0 = __uint_as_float(gw[e] << 16), u0 = __uint_as_float(uw[e] << 16),
+                        g1 = __uint_as_float(gw[e] & 0xffff0000u),
+                        u1 = __uint_as_float(uw[e] & 0xffff0000u);
+            o[i][2 * e] = FAST ? elementwise__silu1_fast(g0, u0) : elementwise__silu1(g0, u0);
+            o[i][2 * e + 1] = FAST ? elementwise__silu1_fast(g1, u1) : elementwise__silu1(g1, u1);
             amax = fmaxf(amax, fmaxf(fabsf(o[i][2 * e]), fabsf(o[i][2 * e + 1])));
         }
     }
@@ -318,16 +337,8 @@ static __global__ void __launch_bounds__(512)
 #pragma unroll
     for (int i = 0; i < IT; i++) {
         const int j = (int)threadIdx.x + i * (int)blockDim.x;
-        if (j < ng) {
-            uint32_t w[2];
-#pragma unroll
-            for (int h = 0; h < 2; h++)
-                w[h] = kutil_f32_to_fp8(o[i][4 * h] * qinv) |
-                       (uint32_t)kutil_f32_to_fp8(o[i][4 * h + 1] * qinv) << 8 |
-                       (uint32_t)kutil_f32_to_fp8(o[i][4 * h + 2] * qinv) << 16 |
-                       (uint32_t)kutil_f32_to_fp8(o[i][4 * h + 3] * qinv) << 24;
-            q2[j] = make_uint2(w[0], w[1]);
-        }
+        if (j < ng)
+            q2[j] = make_uint2(elementwise__fp8x4(o[i], qinv), elementwise__fp8x4(o[i] + 4, qinv));
     }
     if (threadIdx.x == 0)
         qs[row] = scale;
@@ -461,6 +472,38 @@ extern "C" pd_status_t elementwise_silu_mul_fp8(float *out, const float *gu, uin
     return KUTIL_LAUNCHED("silu_mul_fp8");
 }
 
+template <bool FAST>
+static void elementwise__silu_x8_launch(const uint16_t *gu, uint8_t *q, float *qs, int n, int f,
+                                        int t, int its, cudaStream_t stream)
+{
+    switch (its) {
+    case 1:
+        elementwise__silu_mul_fp8_bf16x8<1, FAST><<<n, t, 0, stream>>>(gu, q, qs, f);
+        break;
+    case 2:
+        elementwise__silu_mul_fp8_bf16x8<2, FAST><<<n, t, 0, stream>>>(gu, q, qs, f);
+        break;
+    case 3:
+        elementwise__silu_mul_fp8_bf16x8<3, FAST><<<n, t, 0, stream>>>(gu, q, qs, f);
+        break;
+    case 4:
+        elementwise__silu_mul_fp8_bf16x8<4, FAST><<<n, t, 0, stream>>>(gu, q, qs, f);
+        break;
+    case 5:
+        elementwise__silu_mul_fp8_bf16x8<5, FAST><<<n, t, 0, stream>>>(gu, q, qs, f);
+        break;
+    case 6:
+        elementwise__silu_mul_fp8_bf16x8<6, FAST><<<n, t, 0, stream>>>(gu, q, qs, f);
+        break;
+    case 7:
+        elementwise__silu_mul_fp8_bf16x8<7, FAST><<<n, t, 0, stream>>>(gu, q, qs, f);
+        break;
+    default:
+        elementwise__silu_mul_fp8_bf16x8<8, FAST><<<n, t, 0, stream>>>(gu, q, qs, f);
+        break;
+    }
+}
+
 extern "C" pd_status_t elementwise_silu_mul_fp8_bf16(const uint16_t *gu, uint8_t *q, float *qs,
                                                      int n, int f, cudaStream_t stream)
 {
@@ -474,32 +517,11 @@ extern "C" pd_status_t elementwise_silu_mul_fp8_bf16(const uint16_t *gu, uint8_t
         t = 32;
         while (t < 512 && (ng + t - 1) / t > 8)
             t *= 2;
-        switch ((ng + t - 1) / t) {
-        case 1:
-            elementwise__silu_mul_fp8_bf16x8<1><<<n, t, 0, stream>>>(gu, q, qs, f);
-            break;
-        case 2:
-            elementwise__silu_mul_fp8_bf16x8<2><<<n, t, 0, stream>>>(gu, q, qs, f);
-            break;
-        case 3:
-            elementwise__silu_mul_fp8_bf16x8<3><<<n, t, 0, stream>>>(gu, q, qs, f);
-            break;
-        case 4:
-            elementwise__silu_mul_fp8_bf16x8<4><<<n, t, 0, stream>>>(gu, q, qs, f);
-            break;
-        case 5:
-            elementwise__silu_mul_fp8_bf16x8<5><<<n, t, 0, stream>>>(gu, q, qs, f);
-            break;
-        case 6:
-            elementwise__silu_mul_fp8_bf16x8<6><<<n, t, 0, stream>>>(gu, q, qs, f);
-            break;
-        case 7:
-            elementwise__silu_mul_fp8_bf16x8<7><<<n, t, 0, stream>>>(gu, q, qs, f);
-            break;
-        default:
-            elementwise__silu_mul_fp8_bf16x8<8><<<n, t, 0, stream>>>(gu, q, qs, f);
-            break;
-        }
+        const int its = (ng + t - 1) / t;
+        if (elementwise_silu_bf16_fast)
+            elementwise__silu_x8_launch<true>(gu, q, qs, n, f, t, its, stream);
+        else
+            elementwise__silu_x8_launch<false>(gu, q, qs, n, f, t, its, stream);
         return KUTIL_LAUNCHED("silu_mul_fp8_bf16");
     }
     elementwise__row_plan(f, elementwise_silu_bf16_threads == 1024 ? 1024 : 512, &t, &it);

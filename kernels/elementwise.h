@@ -72,6 +72,11 @@ extern int elementwise_silu_bf16_threads;
  * harness and benchmarks (same bytes either way). Default 0. */
 extern int elementwise_silu_bf16_v1;
 
+/* 1: the 16-byte kernel computes silu with __expf / __fdividef (a few f32 ulps from the exact
+ * kernel; then not the same bytes as session 5's); a process-wide switch for the harness and
+ * benchmarks. Default 0. */
+extern int elementwise_silu_bf16_fast;
+
 #ifdef __cplusplus
 }
 #endif

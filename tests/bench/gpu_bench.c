@@ -1215,7 +1215,7 @@ static void bench_prefill_ops(void)
     elementwise_silu_bf16_threads = 512;
     { /* session 6: the bf16 silu kernel alone (on row 8's product), 16-byte kernel vs session
        * 5's (elementwise_silu_bf16_v1), and row 8 with session 5's kernel */
-        const int keep = elementwise_silu_bf16_v1;
+        const int keep = elementwise_silu_bf16_v1, keepf = elementwise_silu_bf16_fast;
         const double sb = N8 * 28672 * 2 + N8 * 14336 + N8 * 4;
         a.op = 8;
         time_op(run_pl, &a, 1);
@@ -1226,11 +1226,21 @@ static void bench_prefill_ops(void)
                 v1 ? "n 8192 f 14336 (v1: session 5)" : "n 8192 f 14336 (16-byte)",
                 time_op(run_pl, &a, 10), sb, 0, FP8_FLOPS);
         }
+        elementwise_silu_bf16_v1 = 0;
+        elementwise_silu_bf16_fast = 1;
+        a.op = 12;
+        row("silu_mul_fp8 bf16 alone", "n 8192 f 14336 (16-byte, fast)", time_op(run_pl, &a, 10),
+            sb, 0, FP8_FLOPS);
+        a.op = 8;
+        row("matmul_silu_fp8", "n 8192 (16-byte silu, fast)", time_op(run_pl, &a, 10), bytes[8],
+            flops[8], FP8_FLOPS);
+        elementwise_silu_bf16_fast = 0;
         elementwise_silu_bf16_v1 = 1;
         a.op = 8;
         row("matmul_silu_fp8", "n 8192 (v1: session 5 silu)", time_op(run_pl, &a, 10), bytes[8],
             flops[8], FP8_FLOPS);
         elementwise_silu_bf16_v1 = keep;
+        elementwise_silu_bf16_fast = keepf;
     }
     fflush(stdout);
     pd_weight_t *ws[] = {&wq, &wk, &wv, &wo, &wgu, &wd};
@@ -1743,6 +1753,8 @@ int main(int argc, char **argv)
     stream = backend_cuda_stream(be);
     if (getenv("PD_BENCH_SILU_V1")) /* session 6: 1 = session 5's bf16 silu kernel ("before") */
         elementwise_silu_bf16_v1 = atoi(getenv("PD_BENCH_SILU_V1"));
+    if (getenv("PD_BENCH_SILU_FAST")) /* 1 = the 16-byte kernel with __expf / __fdividef */
+        elementwise_silu_bf16_fast = atoi(getenv("PD_BENCH_SILU_FAST"));
     const char *keep_env = getenv("PD_CUDA_BF16_GEMM");
     setenv("PD_CUDA_BF16_GEMM", "split", 1);
     ok(backend_cuda_create(0, &be_split), "split backend");

@@ -708,8 +708,10 @@ static void case_matmul_silu_fp8(int n, int f, int64_t K, bool in_place, uint64_
  * zero_row, row 0 all zeros (scale 1). (1) The GPU's q / scales per element against the CPU's
  * silu_mul_fp8 of the widened f32 product (check_act_fp8: one fp8 step, scales 1e-5); (2) the
  * 16-byte kernel (default) and session 5's kernel (elementwise_silu_bf16_v1 = 1) give the same
- * bytes (the error is the number of differing q bytes + scales). */
-static void case_silu_fp8_bf16(int n, int f, bool zero_row, uint64_t seed, const char *what)
+ * bytes (the error is the number of differing q bytes + scales); fast: the 16-byte kernel with
+ * elementwise_silu_bf16_fast = 1 (__expf / __fdividef), checked by (1) alone. */
+static void case_silu_fp8_bf16(int n, int f, bool zero_row, bool fast, uint64_t seed,
+                               const char *what)
 {
     char shape[128];
     const uint64_t saved = rng_state;
@@ -730,15 +732,17 @@ static void case_silu_fp8_bf16(int n, int f, bool zero_row, uint64_t seed, const
     cpu->ops->silu_mul_fp8(cpu, NULL, p32.c, n, f, &qc);
     pair_ok(cpu->ops->sync(cpu));
     cudaStream_t st = backend_cuda_stream(gpu);
+    elementwise_silu_bf16_fast = fast;
     pair_ok(elementwise_silu_mul_fp8_bf16(p16.g, q.g, qs.g, n, f, st));
+    elementwise_silu_bf16_fast = 0;
     elementwise_silu_bf16_v1 = 1;
     pair_ok(elementwise_silu_mul_fp8_bf16(p16.g, q1.g, qs1.g, n, f, st));
     elementwise_silu_bf16_v1 = 0;
     pair_ok(gpu->ops->sync(gpu));
-    snprintf(shape, sizeof shape, "%s n %d f %d%s seed %llu", what, n, f,
-             zero_row ? " zero row" : "", (unsigned long long)seed);
+    snprintf(shape, sizeof shape, "%s n %d f %d%s%s seed %llu", what, n, f,
+             zero_row ? " zero row" : "", fast ? " fast" : "", (unsigned long long)seed);
     check_act_fp8("silu_fp8_bf16", shape, &q, &qs, n, f, NULL);
-    {
+    if (!fast) {
         uint8_t *a = xmalloc((size_t)n * f), *b = xmalloc((size_t)n * f);
         float *sa = xmalloc((size_t)n * 4), *sb = xmalloc((size_t)n * 4);
         pair_ok(gpu->ops->download(gpu, a, q.g, (size_t)n * f));
@@ -784,14 +788,17 @@ static void cases_matmul_silu(void)
         case_matmul_silu_fp8(512, 2048, 4096, true, 239, "prefill gemm");
     }
     /* session 6: the 16-byte bf16 silu kernel (seeds 241..; threads x groups in the names) */
-    case_silu_fp8_bf16(37, 1024, true, 241, "32 x 4");
-    case_silu_fp8_bf16(7, 1000, false, 242, "32 x 4, tail");
-    case_silu_fp8_bf16(9, 8, true, 243, "32 x 1, 1 group");
-    case_silu_fp8_bf16(5, 14336, true, 244, "8B 256 x 7");
-    case_silu_fp8_bf16(3, 32768, false, 245, "512 x 8");
-    case_silu_fp8_bf16(3, 32776, false, 246, "f > 32768: session 5 kernel");
-    case_silu_fp8_bf16(6, 1004, false, 247, "f % 8: session 5 kernel");
-    case_silu_fp8_bf16(2, 2056, false, 248, "64 x 5, tail");
+    case_silu_fp8_bf16(37, 1024, true, false, 241, "32 x 4");
+    case_silu_fp8_bf16(7, 1000, false, false, 242, "32 x 4, tail");
+    case_silu_fp8_bf16(9, 8, true, false, 243, "32 x 1, 1 group");
+    case_silu_fp8_bf16(5, 14336, true, false, 244, "8B 256 x 7");
+    case_silu_fp8_bf16(3, 32768, false, false, 245, "512 x 8");
+    case_silu_fp8_bf16(3, 32776, false, false, 246, "f > 32768: session 5 kernel");
+    case_silu_fp8_bf16(6, 1004, false, false, 247, "f % 8: session 5 kernel");
+    case_silu_fp8_bf16(2, 2056, false, false, 248, "64 x 5, tail");
+    case_silu_fp8_bf16(37, 1024, true, true, 249, "32 x 4");
+    case_silu_fp8_bf16(7, 1000, false, true, 250, "32 x 4, tail");
+    case_silu_fp8_bf16(5, 14336, true, true, 251, "8B 256 x 7");
 }
 
 /* Backend options (backend_set_options on a fresh CUDA backend): a valid list is taken and

@@ -42,6 +42,8 @@ for s in "$@"; do
     # session 6: the whole 8192 FP8 prompt with session 5's bf16 silu kernel (same binary), and
     # ncu of the 16-byte silu kernel (its first launch in prefops: row 8)
     before6) PD_BENCH_SILU_V1=1 PD_BENCH_PREFILL_QUICK=1 st before6 40 $G/bin/gpu_bench prefill ;;
+    fast6) PD_BENCH_SILU_FAST=1 PD_BENCH_PREFILL_QUICK=1 st fast6 40 $G/bin/gpu_bench prefill ;;
+    small) PD_GPU_TEST_PREFILL=1 PD_GPU_TEST_SMALL=1 st small 40 $G/bin/test_gpu_kernels ;;
     ncu6) st ncu6 40 ncu --clock-control none --kernel-name regex:silu_mul_fp8 --launch-count 1 --section SpeedOfLight --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis $G/bin/gpu_bench prefops ;;
     *) echo "unknown step $s" | tee -a $LOG ;;
     esac
