@@ -275,8 +275,8 @@ static __global__ void elementwise__silu_mul_fp8(float *out, const TI *gu, uint8
  * j = t + i T (i < IT) of its row: it issues all 2 IT 16-byte loads (gate and up, streaming:
  * read once) before it uses any, keeps the IT x 8 products in registers across the block max
  * and writes 8 fp8 bytes per group (one 8-byte store). The old kernel loaded 4 bf16 (8 bytes)
- * per load and, because its optional f32 store might alias gu, the compiler could not move a
- * group's loads above the previous group's store: one load round trip per group. The fp8
+ * per load, and its optional f32 store may alias gu, which (likely) kept the compiler from moving
+ * a group's loads above the previous group's store. The fp8
  * conversion takes two values per instruction (cvt e4m3x2: the same bytes). FAST (option, not
  * the default): silu with __expf and __fdividef (a few f32 ulps from expf / IEEE division; the
  * kernel is near its instruction limit at the GEMMs' power-limited clock). */
