@@ -278,8 +278,8 @@ static __global__ void elementwise__silu_mul_fp8(float *out, const TI *gu, uint8
  * per load, and its optional f32 store may alias gu, which (likely) kept the compiler from moving
  * a group's loads above the previous group's store. The fp8
  * conversion takes two values per instruction (cvt e4m3x2: the same bytes). FAST (option, not
- * the default): silu with __expf and __fdividef (a few f32 ulps from expf / IEEE division; the
- * kernel is near its instruction limit at the GEMMs' power-limited clock). */
+ * the default): silu with __expf and __fdividef (a few f32 ulps from expf / IEEE division, no
+ * division slow path; 0.5 ms per 8192 prompt, docs/performance.md session 6). */
 static __device__ __forceinline__ float elementwise__silu1_fast(float g, float u)
 {
     return __fdividef(g, 1.0f + __expf(-g)) * u; /* g << 0: __expf = inf, g * 0 = 0 */
