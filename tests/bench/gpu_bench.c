@@ -1107,6 +1107,10 @@ static void run_pl(void *p)
         elementwise_silu_mul_fp8_bf16((const uint16_t *)a->gu, a->a.q, a->a.scale, n, 14336,
                                       stream);
         break;
+    case 13: /* session 6 (prefill2): rows 1-4 as one op (bf16 q / k / v if PD_CUDA_QKV_BF16=1) */
+        be->ops->qkv_rope_write(be, a->q, a->k, a->v, &a->a, a->wq, a->wk, a->wv, a->pos, a->inv, n,
+                                32, a->arena, a->l, 0, a->pos);
+        break;
     default:
         be->ops->silu_mul_fp8(be, NULL, a->gu, n, 14336, &a->a);
         break;
@@ -1241,6 +1245,17 @@ static void bench_prefill_ops(void)
             flops[8], FP8_FLOPS);
         elementwise_silu_bf16_v1 = keep;
         elementwise_silu_bf16_fast = keepf;
+    }
+    if (be->ops->qkv_rope_write) { /* session 6 (prefill2): q, k, v GEMMs + rope + KV in one op;
+                                    * bytes as if bf16 products (x, weights, bf16 out + in, q f32,
+                                    * pages); compare with rows 1-4 */
+        const char *e = getenv("PD_CUDA_QKV_BF16");
+        const bool on = e && (!strcmp(e, "1") || !strcmp(e, "on"));
+        const double qb =
+            N8 * 4096 + 6144.0 * 4096 + N8 * 6144 * 2 * 2 + N8 * 4096 * 4 + N8 * 2048 * 2;
+        a.op = 13;
+        row("qkv_rope_write", on ? "n 8192 (PD_CUDA_QKV_BF16=1)" : "n 8192 (f32: rows 1-4)",
+            time_op(run_pl, &a, 10), qb, gf * 6144 * 4096, FP8_FLOPS);
     }
     fflush(stdout);
     pd_weight_t *ws[] = {&wq, &wk, &wv, &wo, &wgu, &wd};
