@@ -674,7 +674,7 @@ static pd_status_t cuda__qkv_rope_write(cuda_t *c, float *q, float *k, float *v,
     if (n <= 0)
         return PD_OK;
     if (c->qkv_bf16 && cuda__qkv_bf16_ok(c, wq, n) && cuda__qkv_bf16_ok(c, wk, n) &&
-        cuda__qkv_bf16_ok(c, wv, n)) {
+        cuda__qkv_bf16_ok(c, wv, n) && l->n_kv_heads * l->head_dim <= 6144) {
         if ((st = cuda__grow(c, &c->qkv16, (size_t)n * (size_t)wq->n * 2)) != PD_OK)
             return st;
         st = cuda__gemm_fp8_rowwise(c, c->qkv16.p, true, x->q, x->scale, wq, n);

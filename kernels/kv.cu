@@ -97,13 +97,7 @@ static __global__ void kv__rope_write(float *q, float *k, const float *v, const 
     }
 }
 
-/* kv__rope_write for q, k, v of element type T (float or uint16_t bf16: the prefill GEMMs'
- * bf16 outputs, kv_rope_write_bf16): q_in rotated into q_out f32 (the layout flash attention
- * reads), k rotated and v widened to f32 in shared memory, then into the pages as kv__store.
- * The arithmetic is kv__rope_write's on the widened values. k and v are only read.
- * grid (n), block 32 * max(n_kv_heads, 4) (<= 1024), shared n_kv_heads * 2 * D f32:
- * q_in (n, n_heads, D) T, q_out (n, n_heads, D) f32 (not aliasing q_in), k, v
- * (n, n_kv_heads, D) T, pos (n) int32, inv_freq (D / 2) f32, slots (n) int32 (< 0: no write). */
+/* an element of kv__rope_write_t's inputs as f32 (not static: only the bf16 one is used) */
 __device__ __forceinline__ float kv__wide(float x)
 {
     return x;
@@ -113,6 +107,13 @@ __device__ __forceinline__ float kv__wide(uint16_t x)
     return kutil_bf16_to_f32(x);
 }
 
+/* kv__rope_write for q, k, v of element type T (float or uint16_t bf16: the prefill GEMMs'
+ * bf16 outputs, kv_rope_write_bf16): q_in rotated into q_out f32 (the layout flash attention
+ * reads), k rotated and v widened to f32 in shared memory, then into the pages as kv__store.
+ * The arithmetic is kv__rope_write's on the widened values. k and v are only read.
+ * grid (n), block 32 * max(n_kv_heads, 4) (<= 1024), shared n_kv_heads * 2 * D f32:
+ * q_in (n, n_heads, D) T, q_out (n, n_heads, D) f32 (not aliasing q_in), k, v
+ * (n, n_kv_heads, D) T, pos (n) int32, inv_freq (D / 2) f32, slots (n) int32 (< 0: no write). */
 template <typename T>
 static __global__ void kv__rope_write_t(float *q_out, const T *q_in, const T *k, const T *v,
                                         const int32_t *pos, const float *inv_freq, int n_heads,
@@ -295,7 +296,7 @@ extern "C" pd_status_t kv_rope_write_bf16(float *q_out, const uint16_t *q, const
 {
     KUTIL_REQUIRE(n >= 0 && layer >= 0 && layer < l->n_layers && n_heads > 0, "kv_rope_write_bf16");
     KUTIL_REQUIRE(l->n_kv_heads > 0 && l->n_kv_heads <= 32 && l->head_dim > 0 &&
-                      l->head_dim % 2 == 0 && l->head_dim <= 512,
+                      l->head_dim % 2 == 0 && l->n_kv_heads * 2 * l->head_dim * 4 <= 48 * 1024,
                   "kv_rope_write_bf16");
     if (n == 0)
         return PD_OK;
