@@ -130,6 +130,9 @@ typedef struct {
     matmul_lt_opts_t lt_opts;
     /* PD_CUDA_GU_BF16=0: matmul_silu_fp8 keeps the f32 gate_up product */
     bool no_gu_bf16;
+    /* PD_CUDA_QKV_BF16=1: qkv_rope_write's GEMMs write bf16 at prefill sizes (qkv16: q's bf16) */
+    bool qkv_bf16;
+    cuda_buf_t qkv16;
     cudaStream_t xstream; /* the KV transfer stream (xfer_*), created on first use */
     cudaEvent_t xevent;   /* recorded on stream, waited on by xstream */
     pd_status_t xerr;     /* the transfer stream's first failure since the last xfer_sync */
@@ -676,6 +679,62 @@ static void cuda_rope_kv_write(pd_backend_t *be, float *q, float *k, const float
     cuda_t *c = cuda__get(be);
     cuda__note(
         c, kv_rope_write(q, k, v, pos, inv_freq, n, n_heads, arena, l, layer, slots, c->stream));
+}
+
+/* backend.h qkv_rope_write. With PD_CUDA_QKV_BF16=1 at prefill sizes (the cuBLASLt GEMM with
+ * outer-vector scales for all three weights, as matmul_silu_fp8's bf16 path): q's GEMM writes
+ * bf16 into the qkv16 scratch, k's and v's into the first half of their own f32 buffers, and
+ * kv_rope_write_bf16 rotates q into the f32 q (what attention reads) and writes the pages (the
+ * f32 q, k, v products are never written: 2 bytes per element less each way). Elsewhere (and
+ * by default): matmul_fp8 three times, then kv_rope_write. */
+static bool cuda__qkv_bf16_ok(const cuda_t *c, const pd_weight_t *w, int n)
+{
+    return w->fmt == PD_WFMT_FP8 && c->fp8_scaled >= 0 && n > CUDA_GEMV_MAX_N &&
+           n > CUDA_FP8_MMA_MAX_N && w->k % 16 == 0 && w->n % 16 == 0;
+}
+
+static pd_status_t cuda__qkv_rope_write(cuda_t *c, float *q, float *k, float *v,
+                                        const pd_act_fp8_t *x, const pd_weight_t *wq,
+                                        const pd_weight_t *wk, const pd_weight_t *wv,
+                                        const int32_t *pos, const float *inv_freq, int n,
+                                        int n_heads, void *arena, const kv_layout_t *l, int layer,
+                                        const int32_t *slots)
+{
+    pd_status_t st;
+    if (n <= 0)
+        return PD_OK;
+    if (c->qkv_bf16 && cuda__qkv_bf16_ok(c, wq, n) && cuda__qkv_bf16_ok(c, wk, n) &&
+        cuda__qkv_bf16_ok(c, wv, n) && l->n_kv_heads * l->head_dim <= 6144) {
+        if ((st = cuda__grow(c, &c->qkv16, (size_t)n * (size_t)wq->n * 2)) != PD_OK)
+            return st;
+        st = cuda__gemm_fp8_rowwise(c, c->qkv16.p, true, x->q, x->scale, wq, n);
+        if (st == PD_OK)
+            st = cuda__gemm_fp8_rowwise(c, k, true, x->q, x->scale, wk, n);
+        if (st == PD_OK)
+            st = cuda__gemm_fp8_rowwise(c, v, true, x->q, x->scale, wv, n);
+        if (st == PD_OK)
+            return kv_rope_write_bf16(q, (const uint16_t *)c->qkv16.p, (const uint16_t *)k,
+                                      (const uint16_t *)v, pos, inv_freq, n, n_heads, arena, l,
+                                      layer, slots, c->stream);
+        if (st != PD_ERR_UNSUPPORTED)
+            return st;
+    }
+    if ((st = cuda__matmul_fp8(c, q, x->q, x->scale, wq, n)) != PD_OK ||
+        (st = cuda__matmul_fp8(c, k, x->q, x->scale, wk, n)) != PD_OK ||
+        (st = cuda__matmul_fp8(c, v, x->q, x->scale, wv, n)) != PD_OK)
+        return st;
+    return kv_rope_write(q, k, v, pos, inv_freq, n, n_heads, arena, l, layer, slots, c->stream);
+}
+
+static void cuda_qkv_rope_write(pd_backend_t *be, float *q, float *k, float *v,
+                                const pd_act_fp8_t *x, const pd_weight_t *wq, const pd_weight_t *wk,
+                                const pd_weight_t *wv, const int32_t *pos, const float *inv_freq,
+                                int n, int n_heads, void *arena, const kv_layout_t *l, int layer,
+                                const int32_t *slots)
+{
+    cuda_t *c = cuda__get(be);
+    cuda__note(c, cuda__qkv_rope_write(c, q, k, v, x, wq, wk, wv, pos, inv_freq, n, n_heads, arena,
+                                       l, layer, slots));
 }
 
 static pd_status_t cuda__attention_parts(cuda_t *c, float *out, const float *q, const void *arena,
@@ -1386,6 +1445,7 @@ static void cuda_destroy(pd_backend_t *be)
     cuda__free_buf(&c->act);
     cuda__free_buf(&c->wtmp);
     cuda__free_buf(&c->attn);
+    cuda__free_buf(&c->qkv16);
     cuda__free_buf(&c->idx);
     if (c->pin.p)
         cudaFreeHost(c->pin.p);
@@ -1458,6 +1518,7 @@ static const pd_backend_ops_t cuda_ops = {
     .matmul_fp8 = cuda_matmul_fp8,
     .set_option = cuda_set_option,
     .rope_kv_write = cuda_rope_kv_write,
+    .qkv_rope_write = cuda_qkv_rope_write,
     .logits_process = cuda_logits_process,
     .bias_add = cuda_bias_add,
     .rope_partial = cuda_rope_partial,
@@ -1478,6 +1539,7 @@ static void cuda__ops_plain_init(void)
     cuda_ops_plain.silu_mul_fp8 = NULL;
     cuda_ops_plain.matmul_fp8 = NULL;
     cuda_ops_plain.matmul_silu_fp8 = NULL;
+    cuda_ops_plain.qkv_rope_write = NULL;
 }
 
 enum { CUDA__ENV_BF16 = 1, CUDA__ENV_FLASH = 2, CUDA__ENV_FUSED = 4, CUDA__ENV_ACCUM = 8 };
@@ -1622,6 +1684,8 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     c->env_set |= env && *env ? CUDA__ENV_ACCUM : 0;
     env = getenv("PD_CUDA_GU_BF16");
     c->no_gu_bf16 = env && cuda__onoff(env) == 0;
+    env = getenv("PD_CUDA_QKV_BF16");
+    c->qkv_bf16 = env && cuda__onoff(env) == 1;
     env = getenv("PD_CUDA_XGEMV");
     c->xgemv = !env || !*env ? 1 : !strcmp(env, "0") ? 0 : !strcmp(env, "all") ? 2 : 1;
     env = getenv("PD_CUDA_INT4_MMA2");

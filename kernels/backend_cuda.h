@@ -35,7 +35,9 @@
  * (read at each flash launch, kernels/attention_flash.h); PD_CUDA_LT_FAST_ACCUM=0|1 (fp8_accum
  * exact | fast). Benchmark knobs of the FP8 GEMMs (cuBLASLt, n > 8): PD_CUDA_LT_ALGO=i (the
  * i-th heuristic candidate, default 0; cuBLASLt 13.0 offers one for these shapes),
- * PD_CUDA_GU_BF16=0 (matmul_silu_fp8 keeps the gate_up product in f32 instead of bf16).
+ * PD_CUDA_GU_BF16=0 (matmul_silu_fp8 keeps the gate_up product in f32 instead of bf16),
+ * PD_CUDA_QKV_BF16=1 (qkv_rope_write: the q, k, v GEMMs write bf16 and kv_rope_write_bf16 reads
+ * it; default off until measured).
  */
 #ifndef PD_KERNELS_BACKEND_CUDA_H
 #define PD_KERNELS_BACKEND_CUDA_H

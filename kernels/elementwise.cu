@@ -4,6 +4,8 @@
 
 int elementwise_force_generic;
 int elementwise_silu_bf16_threads = 512;
+int elementwise_silu_bf16_v1;
+int elementwise_silu_bf16_fast;
 
 /* ==== kernels ==== */
 
@@ -272,6 +274,82 @@ static __global__ void elementwise__silu_mul_fp8(float *out, const TI *gu, uint8
         qs[row] = scale;
 }
 
+/* grid (n), block T (a power of two, 32..1024, T * 8 * IT >= f), no shared memory but the
+ * reduction's 32 floats: q (n, f) fp8 e4m3, qs (n) f32 = silu(gu[:, :f]) * gu[:, f:] quantized per
+ * row, gu (n, 2f) bf16, f % 8 == 0 (session 6's bf16 kernel; the same values as
+ * elementwise__silu_mul_fp8<IT, uint16_t>, bit for bit). Thread t takes the 8-element groups
+ * j = t + i T (i < IT) of its row: it issues all 2 IT 16-byte loads (gate and up, streaming:
+ * read once) before it uses any, keeps the IT x 8 products in registers across the block max
+ * and writes 8 fp8 bytes per group (one 8-byte store). The old kernel loaded 4 bf16 (8 bytes)
+ * per load, and its optional f32 store may alias gu, which (likely) kept the compiler from moving
+ * a group's loads above the previous group's store. The fp8
+ * conversion takes two values per instruction (cvt e4m3x2: the same bytes). FAST (option, not
+ * the default): silu with __expf and __fdividef (a few f32 ulps from expf / IEEE division, no
+ * division slow path; 0.5 ms per 8192 prompt, docs/performance.md session 6). */
+static __device__ __forceinline__ float elementwise__silu1_fast(float g, float u)
+{
+    return __fdividef(g, 1.0f + __expf(-g)) * u; /* g << 0: __expf = inf, g * 0 = 0 */
+}
+
+static __device__ __forceinline__ uint32_t elementwise__fp8x4(const float *v, float inv)
+{
+    const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(v[0] * inv, v[1] * inv),
+                                                 __NV_SATFINITE, __NV_E4M3),
+                   hi = __nv_cvt_float2_to_fp8x2(make_float2(v[2] * inv, v[3] * inv),
+                                                 __NV_SATFINITE, __NV_E4M3);
+    return lo | hi << 16;
+}
+
+template <int IT, bool FAST>
+static __global__ void __launch_bounds__(512)
+    elementwise__silu_mul_fp8_bf16x8(const uint16_t *__restrict__ gu, uint8_t *__restrict__ q,
+                                     float *__restrict__ qs, int f)
+{
+    __shared__ float red[32];
+    const int ng = f / 8;
+    const size_t row = blockIdx.x;
+    const uint4 *g4 = (const uint4 *)(gu + row * 2 * f),
+                *u4 = (const uint4 *)(gu + row * 2 * f + f);
+    uint4 rg[IT], ru[IT];
+#pragma unroll
+    for (int i = 0; i < IT; i++) {
+        const int j = (int)threadIdx.x + i * (int)blockDim.x;
+        if (j < ng) {
+            rg[i] = __ldcs(g4 + j);
+            ru[i] = __ldcs(u4 + j);
+        } else {
+            rg[i] = ru[i] = make_uint4(0u, 0u, 0u, 0u); /* silu(0) * 0 = 0: amax unchanged */
+        }
+    }
+    float o[IT][8];
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < IT; i++) {
+        const uint32_t gw[4] = {rg[i].x, rg[i].y, rg[i].z, rg[i].w};
+        const uint32_t uw[4] = {ru[i].x, ru[i].y, ru[i].z, ru[i].w};
+#pragma unroll
+        for (int e = 0; e < 4; e++) { /* bf16 -> f32 exactly: low half, then high half */
+            const float g0 = __uint_as_float(gw[e] << 16), u0 = __uint_as_float(uw[e] << 16),
+                        g1 = __uint_as_float(gw[e] & 0xffff0000u),
+                        u1 = __uint_as_float(uw[e] & 0xffff0000u);
+            o[i][2 * e] = FAST ? elementwise__silu1_fast(g0, u0) : elementwise__silu1(g0, u0);
+            o[i][2 * e + 1] = FAST ? elementwise__silu1_fast(g1, u1) : elementwise__silu1(g1, u1);
+            amax = fmaxf(amax, fmaxf(fabsf(o[i][2 * e]), fabsf(o[i][2 * e + 1])));
+        }
+    }
+    amax = kutil_block_max(amax, red);
+    const float scale = amax > 0.0f ? amax / 448.0f : 1.0f, qinv = 1.0f / scale;
+    uint2 *q2 = (uint2 *)(q + row * f);
+#pragma unroll
+    for (int i = 0; i < IT; i++) {
+        const int j = (int)threadIdx.x + i * (int)blockDim.x;
+        if (j < ng)
+            q2[j] = make_uint2(elementwise__fp8x4(o[i], qinv), elementwise__fp8x4(o[i] + 4, qinv));
+    }
+    if (threadIdx.x == 0)
+        qs[row] = scale;
+}
+
 /* out (n) f32 = fp8 e4m3 q (n) decoded */
 static __global__ void elementwise__fp8_to_f32(float *out, const uint8_t *q, size_t n)
 {
@@ -402,6 +480,38 @@ extern "C" pd_status_t elementwise_silu_mul_fp8(float *out, const float *gu, uin
     return KUTIL_LAUNCHED("silu_mul_fp8");
 }
 
+template <bool FAST>
+static void elementwise__silu_x8_launch(const uint16_t *gu, uint8_t *q, float *qs, int n, int f,
+                                        int t, int its, cudaStream_t stream)
+{
+    switch (its) {
+    case 1:
+        elementwise__silu_mul_fp8_bf16x8<1, FAST><<<n, t, 0, stream>>>(gu, q, qs, f);
+        break;
+    case 2:
+        elementwise__silu_mul_fp8_bf16x8<2, FAST><<<n, t, 0, stream>>>(gu, q, qs, f);
+        break;
+    case 3:
+        elementwise__silu_mul_fp8_bf16x8<3, FAST><<<n, t, 0, stream>>>(gu, q, qs, f);
+        break;
+    case 4:
+        elementwise__silu_mul_fp8_bf16x8<4, FAST><<<n, t, 0, stream>>>(gu, q, qs, f);
+        break;
+    case 5:
+        elementwise__silu_mul_fp8_bf16x8<5, FAST><<<n, t, 0, stream>>>(gu, q, qs, f);
+        break;
+    case 6:
+        elementwise__silu_mul_fp8_bf16x8<6, FAST><<<n, t, 0, stream>>>(gu, q, qs, f);
+        break;
+    case 7:
+        elementwise__silu_mul_fp8_bf16x8<7, FAST><<<n, t, 0, stream>>>(gu, q, qs, f);
+        break;
+    default:
+        elementwise__silu_mul_fp8_bf16x8<8, FAST><<<n, t, 0, stream>>>(gu, q, qs, f);
+        break;
+    }
+}
+
 extern "C" pd_status_t elementwise_silu_mul_fp8_bf16(const uint16_t *gu, uint8_t *q, float *qs,
                                                      int n, int f, cudaStream_t stream)
 {
@@ -409,6 +519,19 @@ extern "C" pd_status_t elementwise_silu_mul_fp8_bf16(const uint16_t *gu, uint8_t
     if (n == 0)
         return PD_OK;
     int t, it;
+    if (!elementwise_silu_bf16_v1 && !elementwise_force_generic && f % 8 == 0 && f <= 8 * 8 * 512) {
+        /* the 16-byte kernel: the fewest threads (>= 32) with at most 8 groups of 8 each */
+        const int ng = f / 8;
+        t = 32;
+        while (t < 512 && (ng + t - 1) / t > 8)
+            t *= 2;
+        const int its = (ng + t - 1) / t;
+        if (elementwise_silu_bf16_fast)
+            elementwise__silu_x8_launch<true>(gu, q, qs, n, f, t, its, stream);
+        else
+            elementwise__silu_x8_launch<false>(gu, q, qs, n, f, t, its, stream);
+        return KUTIL_LAUNCHED("silu_mul_fp8_bf16");
+    }
     elementwise__row_plan(f, elementwise_silu_bf16_threads == 1024 ? 1024 : 512, &t, &it);
     if (elementwise_force_generic)
         it = 0, t = 512;

@@ -67,6 +67,16 @@ extern int elementwise_force_generic;
  * float4 registers per thread); a process-wide switch for benchmarks (same results either way). */
 extern int elementwise_silu_bf16_threads;
 
+/* 1: elementwise_silu_mul_fp8_bf16 takes session 5's kernel (8-byte loads, the f32 kernel's
+ * template) instead of the 16-byte one (f % 8 == 0, f <= 32768); a process-wide switch for the
+ * harness and benchmarks (same bytes either way). Default 0. */
+extern int elementwise_silu_bf16_v1;
+
+/* 1: the 16-byte kernel computes silu with __expf / __fdividef (a few f32 ulps from the exact
+ * kernel; then not the same bytes as session 5's); a process-wide switch for the harness and
+ * benchmarks. Default 0. */
+extern int elementwise_silu_bf16_fast;
+
 #ifdef __cplusplus
 }
 #endif

@@ -99,6 +99,71 @@ static __global__ void kv__rope_write(float *q, float *k, const float *v, const 
     }
 }
 
+/* an element of kv__rope_write_t's inputs as f32 (not static: only the bf16 one is used) */
+__device__ __forceinline__ float kv__wide(float x)
+{
+    return x;
+}
+__device__ __forceinline__ float kv__wide(uint16_t x)
+{
+    return kutil_bf16_to_f32(x);
+}
+
+/* kv__rope_write for q, k, v of element type T (float or uint16_t bf16: the prefill GEMMs'
+ * bf16 outputs, kv_rope_write_bf16): q_in rotated into q_out f32 (the layout flash attention
+ * reads), k rotated and v widened to f32 in shared memory, then into the pages as kv__store.
+ * The arithmetic is kv__rope_write's on the widened values. k and v are only read.
+ * grid (n), block 32 * max(n_kv_heads, 4) (<= 1024), shared n_kv_heads * 2 * D f32:
+ * q_in (n, n_heads, D) T, q_out (n, n_heads, D) f32 (not aliasing q_in), k, v
+ * (n, n_kv_heads, D) T, pos (n) int32, inv_freq (D / 2) f32, slots (n) int32 (< 0: no write). */
+template <typename T>
+static __global__ void kv__rope_write_t(float *q_out, const T *q_in, const T *k, const T *v,
+                                        const int32_t *pos, const float *inv_freq, int n_heads,
+                                        uint8_t *arena, kv_layout_t l, int layer,
+                                        const int32_t *slots)
+{
+    extern __shared__ float kv__rw[]; /* (n_kv_heads, 2, D): rotated k, widened v */
+    const int i = blockIdx.x, H = l.n_kv_heads, D = l.head_dim, half = D / 2;
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const float p = (float)pos[i];
+    const T *qi = q_in + (size_t)i * n_heads * D;
+    float *qo = q_out + (size_t)i * n_heads * D;
+    for (int x = threadIdx.x; x < n_heads * half; x += blockDim.x) {
+        const int h = x / half, j = x % half;
+        const float ang = p * inv_freq[j];
+        const float c = cosf(ang), s = sinf(ang);
+        const float a = kv__wide(qi[(size_t)h * D + j]), b = kv__wide(qi[(size_t)h * D + j + half]);
+        qo[(size_t)h * D + j] = a * c - b * s;
+        qo[(size_t)h * D + j + half] = b * c + a * s;
+    }
+    if (w >= H)
+        return;
+    const T *kr = k + ((size_t)i * H + w) * D, *vr = v + ((size_t)i * H + w) * D;
+    float *ks = kv__rw + (size_t)w * 2 * D, *vs = ks + D;
+    for (int j = lane; j < half; j += 32) {
+        const float ang = p * inv_freq[j];
+        const float c = cosf(ang), s = sinf(ang);
+        const float a = kv__wide(kr[j]), b = kv__wide(kr[j + half]);
+        ks[j] = a * c - b * s;
+        ks[j + half] = b * c + a * s;
+    }
+    for (int d = lane; d < D; d += 32)
+        vs[d] = kv__wide(vr[d]);
+    __syncwarp();
+    const int32_t slot = slots[i];
+    if (slot < 0)
+        return;
+    const int page = slot / l.page_tokens, tok = slot % l.page_tokens;
+    uint8_t *pg = arena + (size_t)page * l.page_bytes;
+    for (int side = 0; side < 2; side++) {
+        float *scales =
+            l.fmt == PD_KV_FP8 ? (float *)(pg + kutil_kv_scale_off(l, layer, side)) : NULL;
+        kv__store(pg + kutil_kv_data_off(l, layer, side),
+                  scales ? scales + (size_t)tok * H + w : NULL, ((size_t)tok * H + w) * D,
+                  side ? vs : ks, l, lane);
+    }
+}
+
 /* grid (n_pages, n_layers * n_sides, page_tokens), block 32 * n_kv_heads: layers
  * [layer0, layer0 + gridDim.y / n_sides) of arena (src_l) pages src_pages (n_pages) int32 into dst
  * (dst_l) at page dst_pages[p] (NULL: p); layer0 == 0 writes the header, its stamp tags[p] when
@@ -223,6 +288,25 @@ extern "C" pd_status_t kv_rope_write(float *q, float *k, const float *v, const i
     kutil_launch_pdl(kv__rope_write, dim3(n), dim3(32 * warps), 0, stream, q, k, v, pos, inv_freq,
                      n_heads, (uint8_t *)arena, *l, layer, slots);
     return KUTIL_LAUNCHED("kv_rope_write");
+}
+
+extern "C" pd_status_t kv_rope_write_bf16(float *q_out, const uint16_t *q, const uint16_t *k,
+                                          const uint16_t *v, const int32_t *pos,
+                                          const float *inv_freq, int n, int n_heads, void *arena,
+                                          const kv_layout_t *l, int layer, const int32_t *slots,
+                                          cudaStream_t stream)
+{
+    KUTIL_REQUIRE(n >= 0 && layer >= 0 && layer < l->n_layers && n_heads > 0, "kv_rope_write_bf16");
+    KUTIL_REQUIRE(l->n_kv_heads > 0 && l->n_kv_heads <= 32 && l->head_dim > 0 &&
+                      l->head_dim % 2 == 0 && l->n_kv_heads * 2 * l->head_dim * 4 <= 48 * 1024,
+                  "kv_rope_write_bf16");
+    if (n == 0)
+        return PD_OK;
+    const int warps = l->n_kv_heads > 4 ? l->n_kv_heads : 4;
+    const size_t smem = (size_t)l->n_kv_heads * 2 * l->head_dim * sizeof(float);
+    kv__rope_write_t<uint16_t><<<n, 32 * warps, smem, stream>>>(
+        q_out, q, k, v, pos, inv_freq, n_heads, (uint8_t *)arena, *l, layer, slots);
+    return KUTIL_LAUNCHED("kv_rope_write_bf16");
 }
 
 extern "C" pd_status_t kv_export(void *dst, const kv_layout_t *dst_l, const void *arena,

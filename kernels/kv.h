@@ -31,6 +31,16 @@ pd_status_t kv_rope_write(float *q, float *k, const float *v, const int32_t *pos
                           const kv_layout_t *l, int layer, const int32_t *slots,
                           cudaStream_t stream);
 
+/* kv_rope_write on bf16 q, k, v (the prefill FP8 GEMMs' bf16 outputs): q (n, n_heads, head_dim)
+ * bf16 rotated into q_out f32 (same shape, must not alias q), k rotated and v (n, n_kv_heads,
+ * head_dim) bf16 written at slots (n) int32 (< 0: not written); k and v are only read. The same
+ * arithmetic as kv_rope_write on the widened values (f32 copies of the bf16 inputs).
+ * n_kv_heads * head_dim <= 6144 (its shared memory: 8 bytes per element). */
+pd_status_t kv_rope_write_bf16(float *q_out, const uint16_t *q, const uint16_t *k,
+                               const uint16_t *v, const int32_t *pos, const float *inv_freq, int n,
+                               int n_heads, void *arena, const kv_layout_t *l, int layer,
+                               const int32_t *slots, cudaStream_t stream);
+
 /* dst (n_pages, dst_l->page_bytes), packed in order = pages src_pages (n_pages) int32 of arena
  * (layout src_l: bf16 or f32) converted to dst_l (fp8 with scales; same model shape); the 64-byte
  * headers are copied. */

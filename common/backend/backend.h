@@ -275,6 +275,17 @@ typedef struct {
     void (*rope_kv_write)(pd_backend_t *be, float *q, float *k, const float *v, const int32_t *pos,
                           const float *inv_freq, int n, int n_heads, void *arena,
                           const kv_layout_t *l, int layer, const int32_t *slots);
+    /* The attention block's start without q / k norms: q, k, v = x @ wq^T, wk^T, wv^T from the
+     * FP8 activations x (n rows; q (n, n_heads, head_dim), k, v (n, l->n_kv_heads, head_dim)
+     * f32), then rope_kv_write. The plain ops in sequence: matmul_fp8 three times, then rope on
+     * q and k and kv_write (CPU: exactly those). CUDA with PD_CUDA_QKV_BF16=1 at prefill sizes
+     * (the cuBLASLt GEMMs): the GEMMs write bf16 and kv_rope_write_bf16 reads it, so q and the
+     * pages carry the bf16 rounding of the products, and k and v hold scratch afterwards.
+     * NULL: the model runs the ops. */
+    void (*qkv_rope_write)(pd_backend_t *be, float *q, float *k, float *v, const pd_act_fp8_t *x,
+                           const pd_weight_t *wq, const pd_weight_t *wk, const pd_weight_t *wv,
+                           const int32_t *pos, const float *inv_freq, int n, int n_heads,
+                           void *arena, const kv_layout_t *l, int layer, const int32_t *slots);
 
     /* -- the KV transfer stream: a prefill node exports layer L's pages while layer L + 1
      * computes. NULL where the backend has none (the node then exports after each chunk). --

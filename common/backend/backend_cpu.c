@@ -403,6 +403,21 @@ static void cpu_kv_write(pd_backend_t *be, void *arena, const kv_layout_t *l, in
     }
 }
 
+/* backend.h qkv_rope_write: the plain ops in sequence */
+static void cpu_qkv_rope_write(pd_backend_t *be, float *q, float *k, float *v,
+                               const pd_act_fp8_t *x, const pd_weight_t *wq, const pd_weight_t *wk,
+                               const pd_weight_t *wv, const int32_t *pos, const float *inv_freq,
+                               int n, int n_heads, void *arena, const kv_layout_t *l, int layer,
+                               const int32_t *slots)
+{
+    cpu_matmul_fp8(be, q, x, wq, n);
+    cpu_matmul_fp8(be, k, x, wk, n);
+    cpu_matmul_fp8(be, v, x, wv, n);
+    cpu_rope(be, q, pos, inv_freq, n, n_heads, l->head_dim);
+    cpu_rope(be, k, pos, inv_freq, n, l->n_kv_heads, l->head_dim);
+    cpu_kv_write(be, arena, l, layer, k, v, slots, n);
+}
+
 /* Reads one (token, head) vector of K or V as f32 into dst (head_dim). */
 static void cpu__kv_load(const kv_layout_t *l, const uint8_t *page, int layer, int side, int tok,
                          int h, float *dst)
@@ -800,6 +815,7 @@ static const pd_backend_ops_t cpu_ops = {
     .silu_mul_fp8 = cpu_silu_mul_fp8,
     .matmul_fp8 = cpu_matmul_fp8,
     .matmul_silu_fp8 = cpu_matmul_silu_fp8,
+    .qkv_rope_write = cpu_qkv_rope_write,
     .logits_process = cpu_logits_process,
     .bias_add = backend_cpu__bias_add,
     .rope_partial = backend_cpu__rope_partial,

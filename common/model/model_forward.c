@@ -372,20 +372,26 @@ static pd_status_t ctx__enqueue(model_ctx_t *c, void *arena, const kv_layout_t *
         const model_layer_t *L = &m->layers[li];
         const bool qkv8 = fwd__fp8(c, &L->q) && fwd__fp8(c, &L->k) && fwd__fp8(c, &L->v);
         fwd__norm(c, res, L->attn_norm, n, qkv8);
-        fwd__mm(c, c->q, c->h, qkv8, &L->q, n);
-        fwd__mm(c, c->k, c->h, qkv8, &L->k, n);
-        fwd__mm(c, c->v, c->h, qkv8, &L->v, n);
-        if (L->q_norm) {
-            o->rmsnorm(be, c->q, c->q, L->q_norm, n * H, D, eps);
-            o->rmsnorm(be, c->k, c->k, L->k_norm, n * KVH, D, eps);
-        }
-        if (o->rope_kv_write) {
-            o->rope_kv_write(be, c->q, c->k, c->v, c->d_pos, m->inv_freq, n, H, arena, l, li,
-                             c->d_slots);
+        if (qkv8 && !L->q_norm && o->qkv_rope_write) { /* one op: q, k, v GEMMs + rope + KV */
+            pd_act_fp8_t q = {c->aq, c->as};
+            o->qkv_rope_write(be, c->q, c->k, c->v, &q, &L->q, &L->k, &L->v, c->d_pos,
+                              m->inv_freq, n, H, arena, l, li, c->d_slots);
         } else {
-            o->rope(be, c->q, c->d_pos, m->inv_freq, n, H, D);
-            o->rope(be, c->k, c->d_pos, m->inv_freq, n, KVH, D);
-            o->kv_write(be, arena, l, li, c->k, c->v, c->d_slots, n);
+            fwd__mm(c, c->q, c->h, qkv8, &L->q, n);
+            fwd__mm(c, c->k, c->h, qkv8, &L->k, n);
+            fwd__mm(c, c->v, c->h, qkv8, &L->v, n);
+            if (L->q_norm) {
+                o->rmsnorm(be, c->q, c->q, L->q_norm, n * H, D, eps);
+                o->rmsnorm(be, c->k, c->k, L->k_norm, n * KVH, D, eps);
+            }
+            if (o->rope_kv_write) {
+                o->rope_kv_write(be, c->q, c->k, c->v, c->d_pos, m->inv_freq, n, H, arena, l, li,
+                                 c->d_slots);
+            } else {
+                o->rope(be, c->q, c->d_pos, m->inv_freq, n, H, D);
+                o->rope(be, c->k, c->d_pos, m->inv_freq, n, KVH, D);
+                o->kv_write(be, arena, l, li, c->k, c->v, c->d_slots, n);
+            }
         }
         if (c->layer_fn)
             c->layer_fn(c->layer_arg, li);

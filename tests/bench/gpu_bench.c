@@ -1200,6 +1200,14 @@ static void run_pl(void *p)
     case 10:
         be->ops->matmul_fp8(be, a->gu, &a->a, a->wgu, n);
         break;
+    case 12: /* session 6: the bf16 silu kernel alone on row 8's bf16 product */
+        elementwise_silu_mul_fp8_bf16((const uint16_t *)a->gu, a->a.q, a->a.scale, n, 14336,
+                                      stream);
+        break;
+    case 13: /* session 6 (prefill2): rows 1-4 as one op (bf16 q / k / v if PD_CUDA_QKV_BF16=1) */
+        be->ops->qkv_rope_write(be, a->q, a->k, a->v, &a->a, a->wq, a->wk, a->wv, a->pos, a->inv, n,
+                                32, a->arena, a->l, 0, a->pos);
+        break;
     default:
         be->ops->silu_mul_fp8(be, NULL, a->gu, n, 14336, &a->a);
         break;
@@ -1306,6 +1314,46 @@ static void bench_prefill_ops(void)
     row("matmul_silu_fp8", "n 8192 (silu 1024 threads)", time_op(run_pl, &a, 10), bytes[8],
         flops[8], FP8_FLOPS);
     elementwise_silu_bf16_threads = 512;
+    { /* session 6: the bf16 silu kernel alone (on row 8's product), 16-byte kernel vs session
+       * 5's (elementwise_silu_bf16_v1), and row 8 with session 5's kernel */
+        const int keep = elementwise_silu_bf16_v1, keepf = elementwise_silu_bf16_fast;
+        const double sb = N8 * 28672 * 2 + N8 * 14336 + N8 * 4;
+        a.op = 8;
+        time_op(run_pl, &a, 1);
+        for (int v1 = 0; v1 < 2; v1++) {
+            elementwise_silu_bf16_v1 = v1;
+            a.op = 12;
+            row("silu_mul_fp8 bf16 alone",
+                v1 ? "n 8192 f 14336 (v1: session 5)" : "n 8192 f 14336 (16-byte)",
+                time_op(run_pl, &a, 10), sb, 0, FP8_FLOPS);
+        }
+        elementwise_silu_bf16_v1 = 0;
+        elementwise_silu_bf16_fast = 1;
+        a.op = 12;
+        row("silu_mul_fp8 bf16 alone", "n 8192 f 14336 (16-byte, fast)", time_op(run_pl, &a, 10),
+            sb, 0, FP8_FLOPS);
+        a.op = 8;
+        row("matmul_silu_fp8", "n 8192 (16-byte silu, fast)", time_op(run_pl, &a, 10), bytes[8],
+            flops[8], FP8_FLOPS);
+        elementwise_silu_bf16_fast = 0;
+        elementwise_silu_bf16_v1 = 1;
+        a.op = 8;
+        row("matmul_silu_fp8", "n 8192 (v1: session 5 silu)", time_op(run_pl, &a, 10), bytes[8],
+            flops[8], FP8_FLOPS);
+        elementwise_silu_bf16_v1 = keep;
+        elementwise_silu_bf16_fast = keepf;
+    }
+    if (be->ops->qkv_rope_write) { /* session 6 (prefill2): q, k, v GEMMs + rope + KV in one op;
+                                    * bytes as if bf16 products (x, weights, bf16 out + in, q f32,
+                                    * pages); compare with rows 1-4 */
+        const char *e = getenv("PD_CUDA_QKV_BF16");
+        const bool on = e && (!strcmp(e, "1") || !strcmp(e, "on"));
+        const double qb =
+            N8 * 4096 + 6144.0 * 4096 + N8 * 6144 * 2 * 2 + N8 * 4096 * 4 + N8 * 2048 * 2;
+        a.op = 13;
+        row("qkv_rope_write", on ? "n 8192 (PD_CUDA_QKV_BF16=1)" : "n 8192 (f32: rows 1-4)",
+            time_op(run_pl, &a, 10), qb, gf * 6144 * 4096, FP8_FLOPS);
+    }
     fflush(stdout);
     pd_weight_t *ws[] = {&wq, &wk, &wv, &wo, &wgu, &wd};
     for (int i = 0; i < 6; i++)
@@ -1817,6 +1865,10 @@ int main(int argc, char **argv)
         return 77;
     }
     stream = backend_cuda_stream(be);
+    if (getenv("PD_BENCH_SILU_V1")) /* session 6: 1 = session 5's bf16 silu kernel ("before") */
+        elementwise_silu_bf16_v1 = atoi(getenv("PD_BENCH_SILU_V1"));
+    if (getenv("PD_BENCH_SILU_FAST")) /* 1 = the 16-byte kernel with __expf / __fdividef */
+        elementwise_silu_bf16_fast = atoi(getenv("PD_BENCH_SILU_FAST"));
     const char *keep_env = getenv("PD_CUDA_BF16_GEMM");
     setenv("PD_CUDA_BF16_GEMM", "split", 1);
     ok(backend_cuda_create(0, &be_split), "split backend");

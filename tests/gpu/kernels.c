@@ -32,6 +32,7 @@
 #include "backend_cuda.h"
 #include "dtype.h"
 #include "elementwise.h"
+#include "kv.h"
 #include "kv_digest.h"
 #include "kv_pool.h"
 #include "log.h"
@@ -704,6 +705,357 @@ static void case_matmul_silu_fp8(int n, int f, int64_t K, bool in_place, uint64_
     rng_state = saved;
 }
 
+/* Session 6: elementwise_silu_mul_fp8_bf16 (the prefill bf16 gate_up product -> silu * up -> fp8
+ * per row) at a fixed printed seed, random bf16 gu (n, 2f) with rows of different sizes and, when
+ * zero_row, row 0 all zeros (scale 1). (1) The GPU's q / scales per element against the CPU's
+ * silu_mul_fp8 of the widened f32 product (check_act_fp8: one fp8 step, scales 1e-5); (2) the
+ * 16-byte kernel (default) and session 5's kernel (elementwise_silu_bf16_v1 = 1) give the same
+ * bytes (the error is the number of differing q bytes + scales); fast: the 16-byte kernel with
+ * elementwise_silu_bf16_fast = 1 (__expf / __fdividef), checked by (1) alone. */
+static void case_silu_fp8_bf16(int n, int f, bool zero_row, bool fast, uint64_t seed,
+                               const char *what)
+{
+    char shape[128];
+    const uint64_t saved = rng_state;
+    rng_state = seed;
+    const size_t ne = (size_t)n * 2 * f;
+    float *g32 = xmalloc(ne * 4);
+    uint16_t *g16 = xmalloc(ne * 2);
+    fill_f32(g32, ne, 6.0f);
+    for (size_t e = 0; e < ne; e++) {
+        const int r = (int)(e / (2 * (size_t)f));
+        g16[e] = zero_row && r == 0 ? 0 : pd_f32_to_bf16(g32[e] * (float)(1 + r % 7));
+        g32[e] = pd_bf16_to_f32(g16[e]);
+    }
+    pair_t p16 = pair_new(ne * 2, g16), p32 = pair_new(ne * 4, g32);
+    pair_t q = pair_new((size_t)n * f, NULL), qs = pair_new((size_t)n * 4, NULL);
+    pair_t q1 = pair_new((size_t)n * f, NULL), qs1 = pair_new((size_t)n * 4, NULL);
+    pd_act_fp8_t qc = {q.c, qs.c};
+    cpu->ops->silu_mul_fp8(cpu, NULL, p32.c, n, f, &qc);
+    pair_ok(cpu->ops->sync(cpu));
+    cudaStream_t st = backend_cuda_stream(gpu);
+    elementwise_silu_bf16_fast = fast;
+    pair_ok(elementwise_silu_mul_fp8_bf16(p16.g, q.g, qs.g, n, f, st));
+    elementwise_silu_bf16_fast = 0;
+    elementwise_silu_bf16_v1 = 1;
+    pair_ok(elementwise_silu_mul_fp8_bf16(p16.g, q1.g, qs1.g, n, f, st));
+    elementwise_silu_bf16_v1 = 0;
+    pair_ok(gpu->ops->sync(gpu));
+    snprintf(shape, sizeof shape, "%s n %d f %d%s%s seed %llu", what, n, f,
+             zero_row ? " zero row" : "", fast ? " fast" : "", (unsigned long long)seed);
+    check_act_fp8("silu_fp8_bf16", shape, &q, &qs, n, f, NULL);
+    if (!fast) {
+        uint8_t *a = xmalloc((size_t)n * f), *b = xmalloc((size_t)n * f);
+        float *sa = xmalloc((size_t)n * 4), *sb = xmalloc((size_t)n * 4);
+        pair_ok(gpu->ops->download(gpu, a, q.g, (size_t)n * f));
+        pair_ok(gpu->ops->download(gpu, b, q1.g, (size_t)n * f));
+        pair_ok(gpu->ops->download(gpu, sa, qs.g, (size_t)n * 4));
+        pair_ok(gpu->ops->download(gpu, sb, qs1.g, (size_t)n * 4));
+        size_t nd = 0;
+        for (int i = 0; i < n; i++)
+            nd += memcmp(&sa[i], &sb[i], 4) != 0;
+        for (size_t e = 0; e < (size_t)n * f; e++)
+            nd += a[e] != b[e];
+        report("silu_fp8_bf16", "  16-byte kernel == session 5 kernel (bytes)", (double)nd, 0.0);
+        free(a);
+        free(b);
+        free(sa);
+        free(sb);
+    }
+    pair_free(&p16);
+    pair_free(&p32);
+    pair_free(&q);
+    pair_free(&qs);
+    pair_free(&q1);
+    pair_free(&qs1);
+    free(g32);
+    free(g16);
+    rng_state = saved;
+}
+
+/* Session 6 (helper prefill2): kv_rope_write_bf16 (kernels/kv.h; the bf16 q / k / v of the
+ * prefill GEMMs with PD_CUDA_QKV_BF16=1) at a fixed printed seed against the CPU's rope, rope,
+ * kv_write of the same bf16 values widened to f32 (random q, k, v rounded to bf16; random
+ * positions < 32768; random arena; rows 2, 7, 12, ... have slot -1 and write nothing).
+ * q (f32 out): per element |g - c| / (|c| + rms of its head vector) <= 2e-5 (the rope case's
+ * bound; device vs host cosf / sinf). Pages: the error is the number of stored elements more
+ * than one step of the page format apart (bf16 / fp8: the codes differ by more than 1 or in
+ * sign; fp8 scales: relative 1e-5; f32: |g - c| > 1e-5 (|c| + 1)) plus the number of differing
+ * bytes anywhere else in the arena (must be 0). */
+static void case_rope_write_bf16(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n, uint64_t seed,
+                                 const char *what)
+{
+    char shape[128];
+    kv_layout_t l;
+    const uint64_t saved = rng_state;
+    rng_state = seed;
+    const int P = 16, n_pages = (n + P - 1) / P + 3, layer = 1;
+    kv_layout_init(&l, 2, kvh, hd, P, fmt);
+    const size_t qn = (size_t)n * heads * hd, kn = (size_t)n * kvh * hd;
+    float *q = xmalloc(qn * 4), *k = xmalloc(kn * 4), *v = xmalloc(kn * 4);
+    uint16_t *q16 = xmalloc(qn * 2), *k16 = xmalloc(kn * 2), *v16 = xmalloc(kn * 2);
+    float *inv = xmalloc((size_t)hd / 2 * 4);
+    int32_t *pos = xmalloc((size_t)n * 4), *slots = xmalloc((size_t)n * 4);
+    fill_f32(q, qn, 2.0f);
+    fill_f32(k, kn, 2.0f);
+    fill_f32(v, kn, 2.0f);
+    for (size_t e = 0; e < qn; e++)
+        q[e] = pd_bf16_to_f32(q16[e] = pd_f32_to_bf16(q[e]));
+    for (size_t e = 0; e < kn; e++) {
+        k[e] = pd_bf16_to_f32(k16[e] = pd_f32_to_bf16(k[e]));
+        v[e] = pd_bf16_to_f32(v16[e] = pd_f32_to_bf16(v[e]));
+    }
+    for (int j = 0; j < hd / 2; j++)
+        inv[j] = (float)pow(500000.0, -2.0 * j / hd);
+    for (int i = 0; i < n; i++) {
+        pos[i] = (int32_t)(rng_next() % 32768u);
+        slots[i] = (int32_t)(n_pages * P - 1 - i); /* distinct, from the last page down */
+    }
+    for (int i = 2; i < n; i += 5)
+        slots[i] = -1;
+    const size_t ab = (size_t)n_pages * l.page_bytes;
+    uint8_t *host = xmalloc(ab);
+    for (size_t i = 0; i < ab; i++)
+        host[i] = (uint8_t)rng_next();
+    /* .c: the CPU reference on the f32 copies; .g: the bf16 kernel (q32.g is its q out) */
+    pair_t a = pair_new(ab, host), pq = pair_new(qn * 4, q), pk = pair_new(kn * 4, k),
+           pv = pair_new(kn * 4, v);
+    pair_t pq16 = pair_new(qn * 2, q16), pk16 = pair_new(kn * 2, k16), pv16 = pair_new(kn * 2, v16);
+    pair_t pp = pair_new((size_t)n * 4, pos), ps = pair_new((size_t)n * 4, slots);
+    pair_t pi = pair_new((size_t)hd / 2 * 4, inv);
+    cpu->ops->rope(cpu, pq.c, pp.c, pi.c, n, heads, hd);
+    cpu->ops->rope(cpu, pk.c, pp.c, pi.c, n, kvh, hd);
+    cpu->ops->kv_write(cpu, a.c, &l, layer, pk.c, pv.c, ps.c, n);
+    pair_ok(gpu->ops->memset(gpu, pq.g, 0xff, qn * 4)); /* q out: poison */
+    pair_ok(kv_rope_write_bf16(pq.g, pq16.g, pk16.g, pv16.g, pp.g, pi.g, n, heads, a.g, &l, layer,
+                               ps.g, backend_cuda_stream(gpu)));
+    snprintf(shape, sizeof shape, "%s %s h %d/%d hd %d n %d seed %llu: q", what, pd_kvfmt_name(fmt),
+             heads, kvh, hd, n, (unsigned long long)seed);
+    report("rope_wr_bf16", shape, err_f32_vec(&pq, (size_t)n * heads, (size_t)hd), 2e-5);
+    uint8_t *ca, *ga;
+    pair_get(&a, (void **)&ca, (void **)&ga);
+    uint8_t *mask = calloc(ab, 1); /* 1: a stored element's bytes (checked by value) */
+    if (!mask)
+        exit(1);
+    const int es = fmt == PD_KV_F32 ? 4 : fmt == PD_KV_BF16 ? 2 : 1;
+    size_t bad = 0;
+    for (int i = 0; i < n; i++) {
+        if (slots[i] < 0)
+            continue;
+        const int page = slots[i] / P, tok = slots[i] % P;
+        for (int side = 0; side < 2; side++) {
+            const size_t doff = (size_t)page * l.page_bytes + KV_PAGE_HEADER_BYTES +
+                                ((size_t)layer * l.n_sides + side) * l.side_bytes;
+            const size_t soff = (size_t)page * l.page_bytes + KV_PAGE_HEADER_BYTES +
+                                (size_t)l.n_layers * l.n_sides * l.side_bytes +
+                                ((size_t)layer * l.n_sides + side) * l.scale_bytes;
+            for (int h = 0; h < kvh; h++) {
+                if (fmt == PD_KV_FP8) {
+                    const size_t so = soff + ((size_t)tok * kvh + h) * 4;
+                    float sc, sg;
+                    memcpy(&sc, ca + so, 4);
+                    memcpy(&sg, ga + so, 4);
+                    bad += !(fabsf(sg - sc) <= 1e-5f * fabsf(sc));
+                    memset(mask + so, 1, 4);
+                }
+                for (int d = 0; d < hd; d++) {
+                    const size_t o = doff + (((size_t)tok * kvh + h) * hd + d) * es;
+                    memset(mask + o, 1, (size_t)es);
+                    if (fmt == PD_KV_F32) {
+                        float c, g;
+                        memcpy(&c, ca + o, 4);
+                        memcpy(&g, ga + o, 4);
+                        bad += !(fabsf(g - c) <= 1e-5f * (fabsf(c) + 1.0f));
+                    } else if (fmt == PD_KV_BF16) {
+                        uint16_t c, g;
+                        memcpy(&c, ca + o, 2);
+                        memcpy(&g, ga + o, 2);
+                        bad += (c ^ g) >> 15 || abs((int)(c & 0x7fff) - (int)(g & 0x7fff)) > 1;
+                    } else {
+                        const uint8_t c = ca[o], g = ga[o];
+                        bad += ((c ^ g) >> 7 && ((c | g) & 0x7f)) ||
+                               abs((int)(c & 0x7f) - (int)(g & 0x7f)) > 1;
+                    }
+                }
+            }
+        }
+    }
+    size_t other = 0;
+    for (size_t b = 0; b < ab; b++)
+        other += !mask[b] && ca[b] != ga[b];
+    snprintf(shape, sizeof shape, "%s %s h %d/%d hd %d n %d: pages (elements > 1 step, bytes)",
+             what, pd_kvfmt_name(fmt), heads, kvh, hd, n);
+    report("rope_wr_bf16", shape, (double)(bad + other), 0.0);
+    free(mask);
+    free(ca);
+    free(ga);
+    pair_t *ps_all[] = {&a, &pq, &pk, &pv, &pq16, &pk16, &pv16, &pp, &ps, &pi};
+    for (size_t i = 0; i < sizeof ps_all / sizeof *ps_all; i++)
+        pair_free(ps_all[i]);
+    free(q);
+    free(k);
+    free(v);
+    free(q16);
+    free(k16);
+    free(v16);
+    free(inv);
+    free(pos);
+    free(slots);
+    free(host);
+    rng_state = saved;
+}
+
+/* Session 6 (helper prefill2): the op qkv_rope_write on a CUDA backend created with
+ * PD_CUDA_QKV_BF16=1 (bf16 GEMM outputs, kv_rope_write_bf16) against the CPU op (matmul_fp8 x3,
+ * rope, rope, kv_write in f32) on the same FP8 weights and host-quantized activations, fixed
+ * printed seed. Per element (err_f32_vec: |g - c| / (|c| + rms of the head vector)): q <= 2e-2
+ * and the K / V pages (decoded) <= 2e-2 (the bf16 rounding of the products, 2^-9 of |a| + |b|
+ * before the rotation, plus the FP8 GEMM's accumulation order and, for fp8 pages, one code step
+ * near the vector's max relative to the rms: fp8 pages get 0.15). */
+static void case_qkv_rope_op(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n, int64_t K,
+                             uint64_t seed, const char *what)
+{
+    char shape[128];
+    kv_layout_t l;
+    const uint64_t saved = rng_state;
+    rng_state = seed;
+    const char *keep = getenv("PD_CUDA_QKV_BF16");
+    setenv("PD_CUDA_QKV_BF16", "1", 1);
+    pd_backend_t *g2 = NULL;
+    pair_ok(backend_cuda_create(0, &g2));
+    unsetenv("PD_CUDA_QKV_BF16");
+    if (keep)
+        setenv("PD_CUDA_QKV_BF16", keep, 1);
+    const int P = 16, n_pages = (n + P - 1) / P + 1;
+    kv_layout_init(&l, 2, kvh, hd, P, fmt);
+    const int64_t Nq = (int64_t)heads * hd, Nk = (int64_t)kvh * hd;
+    pd_weight_t host[3], wc[3], wg[3];
+    const int64_t Ns[3] = {Nq, Nk, Nk};
+    for (int w = 0; w < 3; w++) {
+        uint16_t *src = xmalloc((size_t)(Ns[w] * K) * 2);
+        for (int64_t i = 0; i < Ns[w] * K; i++)
+            src[i] = pd_f32_to_bf16(rng_float() * 0.05f);
+        pair_ok(model_quantize_bf16(src, Ns[w], K, PD_WFMT_FP8, &host[w]));
+        free(src);
+        pair_ok(backend_weight_upload(cpu, &host[w], &wc[w]));
+        pair_ok(backend_weight_upload(g2, &host[w], &wg[w]));
+    }
+    float *x = xmalloc((size_t)n * K * 4), *xs = xmalloc((size_t)n * 4);
+    uint8_t *xq = xmalloc((size_t)n * K);
+    fill_f32(x, (size_t)n * K, 1.0f);
+    for (int t = 0; t < n; t++)
+        xs[t] = quant_fp8_vec(xq + (size_t)t * K, x + (size_t)t * K, K);
+    float *inv = xmalloc((size_t)hd / 2 * 4);
+    int32_t *pos = xmalloc((size_t)n * 4), *slots = xmalloc((size_t)n * 4);
+    for (int j = 0; j < hd / 2; j++)
+        inv[j] = (float)pow(500000.0, -2.0 * j / hd);
+    for (int i = 0; i < n; i++) {
+        pos[i] = i;
+        slots[i] = i;
+    }
+    pair_t pxq = pair_new((size_t)n * K, xq), pxs = pair_new((size_t)n * 4, xs);
+    pair_t pq = pair_new((size_t)n * Nq * 4, NULL), pk = pair_new((size_t)n * Nk * 4, NULL),
+           pv = pair_new((size_t)n * Nk * 4, NULL);
+    pair_t pp = pair_new((size_t)n * 4, pos), ps = pair_new((size_t)n * 4, slots);
+    pair_t pi = pair_new((size_t)hd / 2 * 4, inv);
+    pair_t a = pair_new((size_t)n_pages * l.page_bytes, NULL);
+    pair_ok(cpu->ops->memset(cpu, a.c, 0, a.bytes));
+    pair_ok(gpu->ops->memset(gpu, a.g, 0, a.bytes));
+    pair_ok(gpu->ops->sync(gpu));
+    pd_act_fp8_t xc = {pxq.c, pxs.c}, xg = {pxq.g, pxs.g};
+    cpu->ops->qkv_rope_write(cpu, pq.c, pk.c, pv.c, &xc, &wc[0], &wc[1], &wc[2], pp.c, pi.c, n,
+                             heads, a.c, &l, 1, ps.c);
+    g2->ops->qkv_rope_write(g2, pq.g, pk.g, pv.g, &xg, &wg[0], &wg[1], &wg[2], pp.g, pi.g, n, heads,
+                            a.g, &l, 1, ps.g);
+    pair_ok(g2->ops->sync(g2));
+    snprintf(shape, sizeof shape, "%s %s h %d/%d hd %d n %d K %lld seed %llu: q", what,
+             pd_kvfmt_name(fmt), heads, kvh, hd, n, (long long)K, (unsigned long long)seed);
+    report("qkv_rope_op", shape, err_f32_vec(&pq, (size_t)n * heads, (size_t)hd), 2e-2);
+    /* the pages: layer 1's k and v of every token, decoded to f32 on the host */
+    uint8_t *ca, *ga;
+    pair_get(&a, (void **)&ca, (void **)&ga);
+    const size_t ne = (size_t)n * 2 * kvh * hd;
+    float *dc = xmalloc(ne * 4), *dg = xmalloc(ne * 4);
+    for (int i = 0; i < n; i++)
+        for (int side = 0; side < 2; side++) {
+            const int page = i / P, tok = i % P;
+            const size_t doff = (size_t)page * l.page_bytes + KV_PAGE_HEADER_BYTES +
+                                ((size_t)1 * l.n_sides + side) * l.side_bytes;
+            const size_t soff = (size_t)page * l.page_bytes + KV_PAGE_HEADER_BYTES +
+                                (size_t)l.n_layers * l.n_sides * l.side_bytes +
+                                ((size_t)1 * l.n_sides + side) * l.scale_bytes;
+            for (int h = 0; h < kvh; h++)
+                for (int d = 0; d < hd; d++) {
+                    const size_t e = (((size_t)i * 2 + side) * kvh + h) * hd + d;
+                    const size_t el = ((size_t)tok * kvh + h) * hd + d;
+                    for (int b = 0; b < 2; b++) {
+                        const uint8_t *s = b ? ga : ca;
+                        float val;
+                        if (fmt == PD_KV_F32) {
+                            memcpy(&val, s + doff + el * 4, 4);
+                        } else if (fmt == PD_KV_BF16) {
+                            uint16_t u;
+                            memcpy(&u, s + doff + el * 2, 2);
+                            val = pd_bf16_to_f32(u);
+                        } else {
+                            float sc;
+                            memcpy(&sc, s + soff + ((size_t)tok * kvh + h) * 4, 4);
+                            val = pd_fp8_to_f32(s[doff + el]) * sc;
+                        }
+                        (b ? dg : dc)[e] = val;
+                    }
+                }
+        }
+    pair_t pd = pair_new(ne * 4, NULL);
+    pair_ok(cpu->ops->upload(cpu, pd.c, dc, ne * 4));
+    pair_ok(gpu->ops->upload(gpu, pd.g, dg, ne * 4));
+    snprintf(shape, sizeof shape, "%s %s h %d/%d hd %d n %d: k, v pages", what, pd_kvfmt_name(fmt),
+             heads, kvh, hd, n);
+    report("qkv_rope_op", shape, err_f32_vec(&pd, ne / (size_t)hd, (size_t)hd),
+           fmt == PD_KV_FP8 ? 0.15 : 2e-2);
+    pair_free(&pd);
+    free(dc);
+    free(dg);
+    free(ca);
+    free(ga);
+    pair_t *all[] = {&pxq, &pxs, &pq, &pk, &pv, &pp, &ps, &pi, &a};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        pair_free(all[i]);
+    for (int w = 0; w < 3; w++) {
+        model_host_weight_free(&host[w]);
+        backend_weight_free(cpu, &wc[w]);
+        backend_weight_free(g2, &wg[w]);
+    }
+    backend_destroy(g2);
+    free(x);
+    free(xs);
+    free(xq);
+    free(inv);
+    free(pos);
+    free(slots);
+    rng_state = saved;
+}
+
+/* the bf16 q / k / v rope write's cases (seeds 261..; PD_GPU_TEST_PREFILL=1 runs them) */
+static void cases_rope_write_bf16(void)
+{
+    const pd_kvfmt_t fs[3] = {PD_KV_BF16, PD_KV_FP8, PD_KV_F32};
+    for (int f = 0; f < 3; f++) {
+        case_rope_write_bf16(fs[f], 4, 2, 128, 512, 261 + (uint64_t)f, "fixture");
+        case_rope_write_bf16(fs[f], 8, 8, 64, 37, 264 + (uint64_t)f, "fixture");
+    }
+    case_qkv_rope_op(PD_KV_BF16, 4, 2, 128, 64, 512, 281, "fixture");
+    case_qkv_rope_op(PD_KV_FP8, 4, 2, 128, 64, 512, 282, "fixture");
+    if (small_only)
+        return;
+    case_qkv_rope_op(PD_KV_BF16, 32, 8, 128, 512, 4096, 283, "8B");
+    case_rope_write_bf16(PD_KV_BF16, 4, 2, 128, 8192, 267, "fixture");
+    for (int f = 0; f < 2; f++) {
+        case_rope_write_bf16(fs[f], 32, 8, 128, 512, 268 + (uint64_t)f, "8B");
+        case_rope_write_bf16(fs[f], 32, 8, 128, 8192, 270 + (uint64_t)f, "8B");
+    }
+}
+
 /* the prefill FP8 MLP op's cases (fixed seeds 231..; PD_GPU_TEST_PREFILL=1 runs them alone) */
 static void cases_matmul_silu(void)
 {
@@ -720,6 +1072,18 @@ static void cases_matmul_silu(void)
         case_matmul_silu_fp8(128, 14336, 4096, false, 236, "8B gemm");
         case_matmul_silu_fp8(512, 2048, 4096, true, 239, "prefill gemm");
     }
+    /* session 6: the 16-byte bf16 silu kernel (seeds 241..; threads x groups in the names) */
+    case_silu_fp8_bf16(37, 1024, true, false, 241, "32 x 4");
+    case_silu_fp8_bf16(7, 1000, false, false, 242, "32 x 4, tail");
+    case_silu_fp8_bf16(9, 8, true, false, 243, "32 x 1, 1 group");
+    case_silu_fp8_bf16(5, 14336, true, false, 244, "8B 256 x 7");
+    case_silu_fp8_bf16(3, 32768, false, false, 245, "512 x 8");
+    case_silu_fp8_bf16(3, 32776, false, false, 246, "f > 32768: session 5 kernel");
+    case_silu_fp8_bf16(6, 1004, false, false, 247, "f % 8: session 5 kernel");
+    case_silu_fp8_bf16(2, 2056, false, false, 248, "64 x 5, tail");
+    case_silu_fp8_bf16(37, 1024, true, true, 249, "32 x 4");
+    case_silu_fp8_bf16(7, 1000, false, true, 250, "32 x 4, tail");
+    case_silu_fp8_bf16(5, 14336, true, true, 251, "8B 256 x 7");
 }
 
 /* Backend options (backend_set_options on a fresh CUDA backend): a valid list is taken and
@@ -2732,6 +3096,7 @@ int main(void)
     if (getenv("PD_GPU_TEST_PREFILL") && atoi(getenv("PD_GPU_TEST_PREFILL"))) {
         /* the prefill FP8 MLP op and FP8 GEMM cases alone (quick device rounds) */
         cases_matmul_silu();
+        cases_rope_write_bf16();
         case_matmul_fp8(37, 2048, 512, 223, "fixture gemm");
         case_backend_options();
         if (!small_only) {
@@ -2833,6 +3198,7 @@ int main(void)
     case_matmul_fp8(3, 200, 400, 222, "gemv");
     case_matmul_fp8(37, 2048, 512, 223, "fixture gemm");
     cases_matmul_silu();
+    cases_rope_write_bf16();
     if (!small_only) {
         case_add_rmsnorm(64, 4096, true, true, true, false, 206);
         case_add_rmsnorm(300, 4096, true, false, true, false, 207);

@@ -39,8 +39,14 @@ for s in "$@"; do
     ppl) st ppl 60 python3 $G/check_reference.py ppl --pdctl $G/bin/pdctl --models deploy/models --text tests/data/tinyshakespeare-val.txt --only tiny-llama tiny-moe --jobs 4 ;;
     greedy) st greedy 60 python3 $G/check_reference.py greedy --pdctl $G/bin/pdctl --models deploy/models --kv f32 bf16 --only tiny-llama tiny-moe --jobs 4 ;;
     ncu) st ncu 60 ncu --clock-control none --kernel-name regex:nvjet --launch-skip ${NCU_SKIP:-52} --launch-count 2 --section SpeedOfLight --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis $G/bin/gpu_bench prefops ;;
+    # session 6: the whole 8192 FP8 prompt with session 5's bf16 silu kernel (same binary), and
+    # ncu of the 16-byte silu kernel (its first launch in prefops: row 8)
+    before6) PD_BENCH_SILU_V1=1 PD_BENCH_PREFILL_QUICK=1 st before6 40 $G/bin/gpu_bench prefill ;;
+    fast6) PD_BENCH_SILU_FAST=1 PD_BENCH_PREFILL_QUICK=1 st fast6 40 $G/bin/gpu_bench prefill ;;
+    small) PD_GPU_TEST_PREFILL=1 PD_GPU_TEST_SMALL=1 st small 40 $G/bin/test_gpu_kernels ;;
+    ncu6) st ncu6 40 ncu --clock-control none --kernel-name regex:silu_mul_fp8 --launch-count 1 --section SpeedOfLight --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis $G/bin/gpu_bench prefops ;;
     *) echo "unknown step $s" | tee -a $LOG ;;
     esac
 done
-grep -E "^=== .*rc|cases, .*failed|ERROR SUMMARY|^prefill|layer sum" $LOG > $OUT/summary.log
+grep -E "^=== .*rc|cases, .*failed|ERROR SUMMARY|^prefill|layer sum|FAIL" $LOG > $OUT/summary.log
 cat $OUT/summary.log
