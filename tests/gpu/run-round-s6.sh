@@ -30,6 +30,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noh
 PD_GPU_TEST_SMALL=1 st ksmall 60 $G/bin/test_gpu_kernels; cases ksmall
 PD_GPU_TEST_SMALL=1 st memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 3 $G/bin/test_gpu_kernels; cases memcheck
 st greedy 60 python3 $G/check_reference.py greedy --pdctl $G/bin/pdctl --models deploy/models --kv f32 bf16 --jobs 4; tail -12 $L/greedy.log
+st ppl 60 python3 $G/check_reference.py ppl --pdctl $G/bin/pdctl --models deploy/models --text tests/data/tinyshakespeare-val.txt --only tiny-llama tiny-moe --jobs 4; tail -12 $L/ppl.log
+PD_CUDA_QKV_BF16=1 st ppl_qkv 60 python3 $G/check_reference.py ppl --pdctl $G/bin/pdctl --models deploy/models --text tests/data/tinyshakespeare-val.txt --only tiny-llama tiny-moe --jobs 4; tail -12 $L/ppl_qkv.log
 st cluster 120 python3 $G/check_cluster.py $G/bin --models deploy/models; tail -8 $L/cluster.log
 GPU_BENCH_DECODE_BATCHES="1 3 16 64" st decode 80 $G/bin/gpu_bench decode; tab decode
 PD_CUDA_PDL=0 GPU_BENCH_DECODE_BATCHES="1 64" st decode_nopdl 50 $G/bin/gpu_bench decode; tab decode_nopdl
