@@ -115,7 +115,6 @@ typedef struct {
     bool no_fused;     /* fused=off: the table without the fused ops (cuda_ops_plain) */
     int xgemv; /* PD_CUDA_XGEMV: 0 no slice GEMVs, 1 INT4 (default), 2 (=all) INT4 and FP8 */
     bool no_moe_grouped; /* moe_grouped=off: moe_prepare declines, experts grouped on the host */
-    int moe_gmm; /* PD_CUDA_MOE_GMM: 1 moe_gmm (default), 2 moe_gmm2 (x staged in shared memory) */
     unsigned env_set;    /* CUDA__ENV_* bits: options fixed by the environment */
     int fp8_scaled;      /* FP8 GEMM with outer-vector scales: 0 untried, 1 works, -1 unsupported */
     /* prefill FP8 GEMMs: candidate (PD_CUDA_LT_ALGO); fast_accum: fast accumulation at
@@ -123,6 +122,8 @@ typedef struct {
     matmul_lt_opts_t lt_opts;
     /* PD_CUDA_GU_BF16=0: matmul_silu_fp8 keeps the f32 gate_up product */
     bool no_gu_bf16;
+    /* PD_CUDA_MOE_GMM: 1 moe_gmm (default), 2 moe_gmm2 (x staged in shared memory) */
+    int moe_gmm;
     cudaStream_t xstream; /* the KV transfer stream (xfer_*), created on first use */
     cudaEvent_t xevent;   /* recorded on stream, waited on by xstream */
     pd_status_t xerr;     /* the transfer stream's first failure since the last xfer_sync */
@@ -1137,10 +1138,10 @@ static pd_status_t cuda__moe_grouped(cuda_t *c, const cuda_moe_layer_t *L, float
         return st;
     /* the grouped matmul: moe_gmm, or moe_gmm2 with PD_CUDA_MOE_GMM=2 (same arguments) */
     pd_status_t (*gmm)(float *, const float *, const float *, const moe_wtab_t *, pd_wfmt_t, bool,
-                       const int32_t *, const int32_t *, int, int, int64_t, int64_t,
-                       cudaStream_t) = c->moe_gmm == 2 ? moe_gmm2 : moe_gmm;
-    if ((st = gmm(gu, fp8 ? xf : xg, fp8 ? xs : NULL, L->d_tab, gu_w->fmt, t_gu, offsets,
-                  active, (int)E, max_active, 2 * (int64_t)f, d, c->stream)) != PD_OK ||
+                       const int32_t *, const int32_t *, int, int, int64_t, int64_t, cudaStream_t) =
+        c->moe_gmm == 2 ? moe_gmm2 : moe_gmm;
+    if ((st = gmm(gu, fp8 ? xf : xg, fp8 ? xs : NULL, L->d_tab, gu_w->fmt, t_gu, offsets, active,
+                  (int)E, max_active, 2 * (int64_t)f, d, c->stream)) != PD_OK ||
         (st = elementwise_silu_mul(act, gu, (int)m, f, c->stream)) != PD_OK)
         return st;
     const bool fp8d = dn_w->fmt == PD_WFMT_FP8;

@@ -257,14 +257,14 @@ static __global__ void __launch_bounds__(32 * MOE__GMM_WARPS)
 #define MOE__GMM2_RW 4     /* weight rows a warp streams at once */
 #define MOE__GMM2_PASSES 2 /* row groups per warp */
 #define MOE__GMM2_ROWS (MOE__GMM2_WARPS * MOE__GMM2_RW * MOE__GMM2_PASSES) /* 64 per block */
-#define MOE__GMM2_T 8      /* grouped rows staged per pass */
+#define MOE__GMM2_T 8                   /* grouped rows staged per pass */
 #define MOE__GMM2_MAX_SMEM (160 * 1024) /* larger (or above the device opt-in): moe__gmm */
 
 /* The 16-byte chunk of row r at k0 (moe__wchunk's addressing) and, for INT4, its group's scale
  * and zero. */
 template <int FMT>
-static __device__ __forceinline__ uint4 moe__wraw(float *s, int *z, const moe_wtab_t &w,
-                                                  int64_t r, int64_t k0, int64_t K, bool tiled)
+static __device__ __forceinline__ uint4 moe__wraw(float *s, int *z, const moe_wtab_t &w, int64_t r,
+                                                  int64_t k0, int64_t K, bool tiled)
 {
     if (FMT == PD_WFMT_BF16)
         return __ldg((const uint4 *)((const uint16_t *)w.data + r * K + k0));
@@ -377,8 +377,7 @@ static __global__ void __launch_bounds__(32 * MOE__GMM2_WARPS, 2)
 #pragma unroll
             for (int i = 0; i < MOE__GMM2_RW; i++) {
                 const int64_t r = r0 + i;
-                const float ws =
-                    FMT == PD_WFMT_FP8 && r < N ? ((const float *)w.scales)[r] : 1.0f;
+                const float ws = FMT == PD_WFMT_FP8 && r < N ? ((const float *)w.scales)[r] : 1.0f;
 #pragma unroll
                 for (int t = 0; t < MOE__GMM2_T; t++) {
                     if (t < nt) { /* nt is the same in the whole warp */
@@ -511,10 +510,10 @@ static pd_status_t moe__gmm2_launch(bool *fits, dim3 grid, size_t smem, float *o
     return KUTIL_LAUNCHED("moe_gmm2");
 }
 
-extern "C" pd_status_t moe_gmm2(float *out, const float *x, const float *xs,
-                                const moe_wtab_t *tab, pd_wfmt_t fmt, bool int4_tiled,
-                                const int32_t *offsets, const int32_t *active, int n_experts,
-                                int max_active, int64_t N, int64_t K, cudaStream_t stream)
+extern "C" pd_status_t moe_gmm2(float *out, const float *x, const float *xs, const moe_wtab_t *tab,
+                                pd_wfmt_t fmt, bool int4_tiled, const int32_t *offsets,
+                                const int32_t *active, int n_experts, int max_active, int64_t N,
+                                int64_t K, cudaStream_t stream)
 {
     KUTIL_REQUIRE(n_experts > 0 && n_experts <= MOE_MAX_EXPERTS && max_active >= 0 && N > 0 &&
                       K > 0 && K % 8 == 0 && (fmt != PD_WFMT_FP8 || K % 16 == 0) &&
@@ -548,7 +547,7 @@ extern "C" pd_status_t moe_gmm2(float *out, const float *x, const float *xs,
         }
     }
     if (st == PD_OK && !fits) /* a K row too long to stage on this device: the first kernel */
-        st = moe_gmm(out, x, xs, tab, fmt, int4_tiled, offsets, active, n_experts, max_active, N,
-                     K, stream);
+        st = moe_gmm(out, x, xs, tab, fmt, int4_tiled, offsets, active, n_experts, max_active, N, K,
+                     stream);
     return st;
 }

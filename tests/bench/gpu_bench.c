@@ -1572,8 +1572,10 @@ static void bench_moe(void)
                    B * 1000.0 / gs, nbad ? "DIFFERENT" : "bit-identical");
             fflush(stdout);
             if (nbad) {
-                fprintf(stderr, "moe_gmm%d graph replay differs from the padded eager step in %zu "
-                        "logits\n", other, nbad);
+                fprintf(stderr,
+                        "moe_gmm%d graph replay differs from the padded eager step in %zu "
+                        "logits\n",
+                        other, nbad);
                 graph_fail = 1;
             }
             free(lp);
