@@ -133,6 +133,8 @@ typedef struct {
     /* PD_CUDA_QKV_BF16=1: qkv_rope_write's GEMMs write bf16 at prefill sizes (qkv16: q's bf16) */
     bool qkv_bf16;
     cuda_buf_t qkv16;
+    /* PD_CUDA_MOE_GMM: 1 moe_gmm (default), 2 moe_gmm2 (x staged in shared memory) */
+    int moe_gmm;
     cudaStream_t xstream; /* the KV transfer stream (xfer_*), created on first use */
     cudaEvent_t xevent;   /* recorded on stream, waited on by xstream */
     pd_status_t xerr;     /* the transfer stream's first failure since the last xfer_sync */
@@ -1223,15 +1225,19 @@ static pd_status_t cuda__moe_grouped(cuda_t *c, const cuda_moe_layer_t *L, float
         return st;
     if (fp8 && (st = matmul_quant_act_fp8(NULL, xf, xs, xg, (int)m, d, c->stream)) != PD_OK)
         return st;
-    if ((st = moe_gmm(gu, fp8 ? xf : xg, fp8 ? xs : NULL, L->d_tab, gu_w->fmt, t_gu, offsets,
-                      active, (int)E, max_active, 2 * (int64_t)f, d, c->stream)) != PD_OK ||
+    /* the grouped matmul: moe_gmm, or moe_gmm2 with PD_CUDA_MOE_GMM=2 (same arguments) */
+    pd_status_t (*gmm)(float *, const float *, const float *, const moe_wtab_t *, pd_wfmt_t, bool,
+                       const int32_t *, const int32_t *, int, int, int64_t, int64_t, cudaStream_t) =
+        c->moe_gmm == 2 ? moe_gmm2 : moe_gmm;
+    if ((st = gmm(gu, fp8 ? xf : xg, fp8 ? xs : NULL, L->d_tab, gu_w->fmt, t_gu, offsets, active,
+                  (int)E, max_active, 2 * (int64_t)f, d, c->stream)) != PD_OK ||
         (st = elementwise_silu_mul(act, gu, (int)m, f, c->stream)) != PD_OK)
         return st;
     const bool fp8d = dn_w->fmt == PD_WFMT_FP8;
     if (fp8d && (st = matmul_quant_act_fp8(NULL, xf, xs, act, (int)m, f, c->stream)) != PD_OK)
         return st;
-    if ((st = moe_gmm(y, fp8d ? xf : act, fp8d ? xs : NULL, L->d_tab + E, dn_w->fmt, t_dn, offsets,
-                      active, (int)E, max_active, d, f, c->stream)) != PD_OK)
+    if ((st = gmm(y, fp8d ? xf : act, fp8d ? xs : NULL, L->d_tab + E, dn_w->fmt, t_dn, offsets,
+                  active, (int)E, max_active, d, f, c->stream)) != PD_OK)
         return st;
     return moe_combine(out, y, inv, weights, n, k, d, c->stream);
 }
@@ -1632,6 +1638,14 @@ void *backend_cuda_stream(pd_backend_t *be)
     return be && be->ops->destroy == cuda_destroy ? cuda__get(be)->stream : NULL;
 }
 
+bool backend_cuda_set_moe_gmm(pd_backend_t *be, int kernel)
+{
+    if (!be || be->ops->destroy != cuda_destroy || (kernel != 1 && kernel != 2))
+        return false;
+    cuda__get(be)->moe_gmm = kernel;
+    return true;
+}
+
 bool backend_cuda_lt(pd_backend_t *be, void **lt_p, void **ws_p, size_t *ws_bytes_p)
 {
     if (!be || be->ops->destroy != cuda_destroy)
@@ -1690,6 +1704,8 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     c->xgemv = !env || !*env ? 1 : !strcmp(env, "0") ? 0 : !strcmp(env, "all") ? 2 : 1;
     env = getenv("PD_CUDA_INT4_MMA2");
     c->int4_mma2 = env && *env ? cuda__onoff(env) == 1 : 0;
+    env = getenv("PD_CUDA_MOE_GMM"); /* 2: the grouped MoE matmul with x in shared memory */
+    c->moe_gmm = env && !strcmp(env, "2") ? 2 : 1;
     env = getenv("PD_CUDA_FUSED");
     if (env && *env) {
         cuda__set_fused(be, cuda__onoff(env) != 0);

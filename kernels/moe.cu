@@ -245,6 +245,152 @@ static __global__ void __launch_bounds__(32 * MOE__GMM_WARPS)
     }
 }
 
+/* ---- moe__gmm2: the grouped rows of x staged in shared memory ----
+ * moe__gmm re-reads x from L1 / L2 for every 16-byte weight chunk in every warp (about 16 bytes
+ * of x per byte of FP8 weight). moe__gmm2 stages up to MOE__GMM2_T grouped rows of x (f32) into
+ * shared memory once per block, then each warp streams MOE__GMM2_RW weight rows at a time with
+ * 16-byte loads and reads x from shared memory; a block covers MOE__GMM2_ROWS output columns,
+ * so the staged x serves 64 weight rows. Shared layout of one staged row: the float4 j of
+ * weight chunk c (CW weights, c = k / CW) at j * (K / CW) + c, so that for a fixed j the 32
+ * lanes (consecutive c) read consecutive float4s (no bank conflicts). */
+#define MOE__GMM2_WARPS 8  /* warps per block */
+#define MOE__GMM2_RW 4     /* weight rows a warp streams at once */
+#define MOE__GMM2_PASSES 2 /* row groups per warp */
+#define MOE__GMM2_ROWS (MOE__GMM2_WARPS * MOE__GMM2_RW * MOE__GMM2_PASSES) /* 64 per block */
+#define MOE__GMM2_T 8                   /* grouped rows staged per pass */
+#define MOE__GMM2_MAX_SMEM (160 * 1024) /* larger (or above the device opt-in): moe__gmm */
+
+/* The 16-byte chunk of row r at k0 (moe__wchunk's addressing) and, for INT4, its group's scale
+ * and zero. */
+template <int FMT>
+static __device__ __forceinline__ uint4 moe__wraw(float *s, int *z, const moe_wtab_t &w, int64_t r,
+                                                  int64_t k0, int64_t K, bool tiled)
+{
+    if (FMT == PD_WFMT_BF16)
+        return __ldg((const uint4 *)((const uint16_t *)w.data + r * K + k0));
+    if (FMT == PD_WFMT_FP8)
+        return __ldg((const uint4 *)((const uint8_t *)w.data + r * K + k0));
+    const int64_t ng = K / 128, g = k0 / 128;
+    const int q = (int)(k0 % 128) / 32;
+    size_t sz, at;
+    if (tiled) {
+        sz = moe__tiled_sz(r, g, ng);
+        at = moe__tiled_piece(r, g, q, ng);
+    } else {
+        sz = (size_t)(r * ng + g);
+        at = (size_t)(r * (K / 2) + k0 / 2);
+    }
+    *s = kutil_bf16_to_f32(((const uint16_t *)w.scales)[sz]);
+    *z = ((const uint8_t *)w.zeros)[sz];
+    return __ldg((const uint4 *)((const uint8_t *)w.data + at));
+}
+
+/* Weights 4j .. 4j + 3 of a raw chunk as f32 (bf16 as is, fp8 unscaled, int4 (q - z) * s). */
+template <int FMT>
+static __device__ __forceinline__ void moe__w4(float *wv, const uint4 &raw, int j, float s, int z)
+{
+    const uint32_t word[4] = {raw.x, raw.y, raw.z, raw.w};
+    if (FMT == PD_WFMT_BF16) { /* 8 per chunk: j in 0..1, two words each */
+        const uint32_t a = word[2 * j], b = word[2 * j + 1];
+        wv[0] = __uint_as_float(a << 16);
+        wv[1] = __uint_as_float(a & 0xffff0000u);
+        wv[2] = __uint_as_float(b << 16);
+        wv[3] = __uint_as_float(b & 0xffff0000u);
+    } else if (FMT == PD_WFMT_FP8) { /* 16 per chunk: word j */
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            wv[i] = kutil_fp8_to_f32((uint8_t)(word[j] >> (8 * i)));
+    } else { /* 32 per chunk: half of word j / 2 */
+        const uint32_t v = word[j / 2] >> (16 * (j % 2));
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            wv[i] = (float)((int)((v >> (4 * i)) & 15u) - z) * s;
+    }
+}
+
+/* grid (ceil(N / MOE__GMM2_ROWS), max_active), block 32 * MOE__GMM2_WARPS, dynamic shared
+ * MOE__GMM2_T * K f32: the same contract as moe__gmm (out (m, N) f32 = grouped rows of x @ W_e^T,
+ * FP8: times xs[row] * ws[r]). Block (bx, y) computes columns bx * MOE__GMM2_ROWS .. + 63 of
+ * expert active[y]'s grouped rows, MOE__GMM2_T rows at a time: stage them, then warp w takes
+ * row groups (pass * WARPS + w) * RW .. + RW - 1; lane l takes chunks c = l, l + 32, ... */
+template <int FMT>
+static __global__ void __launch_bounds__(32 * MOE__GMM2_WARPS, 2)
+    moe__gmm2(float *out, const float *x, const float *xs, const moe_wtab_t *tab, bool tiled,
+              const int32_t *offsets, const int32_t *active, int n_experts, int64_t N, int64_t K)
+{
+    extern __shared__ float4 moe__sx[];
+    constexpr int CW = moe__cw<FMT>::n, J = CW / 4;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if ((int)blockIdx.y >= active[n_experts])
+        return; /* the whole block: no barrier is skipped by part of it */
+    const int e = active[blockIdx.y];
+    const int o0 = offsets[e], o1 = offsets[e + 1];
+    const moe_wtab_t w = tab[e];
+    const int K4 = (int)(K / 4), NC = (int)(K / CW); /* float4s per row, chunks per row */
+    const int64_t rb = (int64_t)blockIdx.x * MOE__GMM2_ROWS;
+    for (int t0 = o0; t0 < o1; t0 += MOE__GMM2_T) {
+        const int nt = min(MOE__GMM2_T, o1 - t0);
+        __syncthreads(); /* the previous rows are no longer read */
+        const float4 *src = (const float4 *)(x + (size_t)t0 * K);
+        for (int i = threadIdx.x; i < nt * K4; i += blockDim.x) {
+            const int t = i / K4, q = i % K4; /* float4 q of row t: chunk q / J, part q % J */
+            moe__sx[t * K4 + (q % J) * NC + q / J] = src[i];
+        }
+        __syncthreads();
+#pragma unroll 1
+        for (int pass = 0; pass < MOE__GMM2_PASSES; pass++) {
+            const int64_t r0 = rb + (int64_t)(pass * MOE__GMM2_WARPS + warp) * MOE__GMM2_RW;
+            if (r0 >= N)
+                break;
+            float acc[MOE__GMM2_RW][MOE__GMM2_T];
+#pragma unroll
+            for (int i = 0; i < MOE__GMM2_RW; i++)
+#pragma unroll
+                for (int t = 0; t < MOE__GMM2_T; t++)
+                    acc[i][t] = 0.0f;
+            for (int c = lane; c < NC; c += 32) {
+                const int64_t k0 = (int64_t)c * CW;
+                uint4 raw[MOE__GMM2_RW];
+                float s[MOE__GMM2_RW];
+                int z[MOE__GMM2_RW];
+#pragma unroll
+                for (int i = 0; i < MOE__GMM2_RW; i++) /* rows past N: row N - 1, not stored */
+                    raw[i] = moe__wraw<FMT>(&s[i], &z[i], w, min(r0 + i, N - 1), k0, K, tiled);
+#pragma unroll
+                for (int j = 0; j < J; j++) {
+                    float wv[MOE__GMM2_RW][4];
+#pragma unroll
+                    for (int i = 0; i < MOE__GMM2_RW; i++)
+                        moe__w4<FMT>(wv[i], raw[i], j, s[i], z[i]);
+#pragma unroll
+                    for (int t = 0; t < MOE__GMM2_T; t++) {
+                        if (t < nt) {
+                            const float4 v = moe__sx[t * K4 + j * NC + c];
+#pragma unroll
+                            for (int i = 0; i < MOE__GMM2_RW; i++)
+                                acc[i][t] += v.x * wv[i][0] + v.y * wv[i][1] + v.z * wv[i][2] +
+                                             v.w * wv[i][3];
+                        }
+                    }
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < MOE__GMM2_RW; i++) {
+                const int64_t r = r0 + i;
+                const float ws = FMT == PD_WFMT_FP8 && r < N ? ((const float *)w.scales)[r] : 1.0f;
+#pragma unroll
+                for (int t = 0; t < MOE__GMM2_T; t++) {
+                    if (t < nt) { /* nt is the same in the whole warp */
+                        const float v = kutil_warp_sum(acc[i][t]);
+                        if (lane == 0 && r < N)
+                            out[(size_t)(t0 + t) * N + r] = xs ? v * xs[t0 + t] * ws : v;
+                    }
+                }
+            }
+        }
+    }
+}
+
 /* ==== launchers ==== */
 
 extern "C" pd_status_t moe_route(int32_t *ids, float *weights, const float *logits, int n,
@@ -321,4 +467,87 @@ extern "C" pd_status_t moe_gmm(float *out, const float *x, const float *xs, cons
         return PD_ERR_INVALID;
     }
     return KUTIL_LAUNCHED("moe_gmm");
+}
+
+/* Launches moe__gmm2<FMT> with smem bytes of dynamic shared memory (allowed up to the device's
+ * opt-in maximum the first time a device needs more than 48 KB); *fits false (nothing launched)
+ * when smem is above that maximum. */
+template <int FMT>
+static pd_status_t moe__gmm2_launch(bool *fits, dim3 grid, size_t smem, float *out, const float *x,
+                                    const float *xs, const moe_wtab_t *tab, bool tiled,
+                                    const int32_t *offsets, const int32_t *active, int n_experts,
+                                    int64_t N, int64_t K, cudaStream_t stream)
+{
+    /* the attribute is per device: set once per (kernel, device); a race sets it twice */
+    static unsigned attr_set;
+    *fits = true;
+    if (smem > 48 * 1024) {
+        int dev = 0, optin = 0;
+        pd_status_t st = kutil_status(cudaGetDevice(&dev), "moe_gmm2 device");
+        if (st == PD_OK)
+            st = kutil_status(
+                cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+                "moe_gmm2 device attribute");
+        if (st != PD_OK)
+            return st;
+        if (smem > (size_t)optin) {
+            *fits = false;
+            return PD_OK;
+        }
+        if (dev >= 32 || !(attr_set & (1u << dev))) {
+            st = kutil_status(cudaFuncSetAttribute(moe__gmm2<FMT>,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   optin),
+                              "moe_gmm2 smem");
+            if (st != PD_OK)
+                return st;
+            if (dev < 32)
+                attr_set |= 1u << dev;
+        }
+    }
+    moe__gmm2<FMT><<<grid, 32 * MOE__GMM2_WARPS, smem, stream>>>(out, x, xs, tab, tiled, offsets,
+                                                                 active, n_experts, N, K);
+    return KUTIL_LAUNCHED("moe_gmm2");
+}
+
+extern "C" pd_status_t moe_gmm2(float *out, const float *x, const float *xs, const moe_wtab_t *tab,
+                                pd_wfmt_t fmt, bool int4_tiled, const int32_t *offsets,
+                                const int32_t *active, int n_experts, int max_active, int64_t N,
+                                int64_t K, cudaStream_t stream)
+{
+    KUTIL_REQUIRE(n_experts > 0 && n_experts <= MOE_MAX_EXPERTS && max_active >= 0 && N > 0 &&
+                      K > 0 && K % 8 == 0 && (fmt != PD_WFMT_FP8 || K % 16 == 0) &&
+                      (fmt != PD_WFMT_INT4 || K % 128 == 0) &&
+                      (fmt != PD_WFMT_INT4 || !int4_tiled || N % 32 == 0) &&
+                      (fmt == PD_WFMT_FP8) == (xs != NULL),
+                  "moe_gmm2");
+    const size_t smem = (size_t)MOE__GMM2_T * (size_t)K * sizeof(float);
+    if (max_active == 0)
+        return PD_OK;
+    const dim3 grid((unsigned)((N + MOE__GMM2_ROWS - 1) / MOE__GMM2_ROWS), (unsigned)max_active);
+    bool fits = smem <= MOE__GMM2_MAX_SMEM;
+    pd_status_t st = PD_OK;
+    if (fits) {
+        switch (fmt) {
+        case PD_WFMT_BF16:
+            st = moe__gmm2_launch<PD_WFMT_BF16>(&fits, grid, smem, out, x, xs, tab, int4_tiled,
+                                                offsets, active, n_experts, N, K, stream);
+            break;
+        case PD_WFMT_FP8:
+            st = moe__gmm2_launch<PD_WFMT_FP8>(&fits, grid, smem, out, x, xs, tab, int4_tiled,
+                                               offsets, active, n_experts, N, K, stream);
+            break;
+        case PD_WFMT_INT4:
+            st = moe__gmm2_launch<PD_WFMT_INT4>(&fits, grid, smem, out, x, xs, tab, int4_tiled,
+                                                offsets, active, n_experts, N, K, stream);
+            break;
+        default:
+            pd_log_error("moe_gmm2: %s weights are not supported", pd_wfmt_name(fmt));
+            return PD_ERR_INVALID;
+        }
+    }
+    if (st == PD_OK && !fits) /* a K row too long to stage on this device: the first kernel */
+        st = moe_gmm(out, x, xs, tab, fmt, int4_tiled, offsets, active, n_experts, max_active, N, K,
+                     stream);
+    return st;
 }

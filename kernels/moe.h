@@ -68,6 +68,14 @@ pd_status_t moe_gmm(float *out, const float *x, const float *xs, const moe_wtab_
                     pd_wfmt_t fmt, bool int4_tiled, const int32_t *offsets, const int32_t *active,
                     int n_experts, int max_active, int64_t N, int64_t K, cudaStream_t stream);
 
+/* moe_gmm's contract, computed by a second kernel (PD_CUDA_MOE_GMM=2): each block stages up
+ * to 8 of an expert's grouped rows of x in shared memory (8 * K f32) and reuses them over 64
+ * weight rows, instead of re-reading x from L1 / L2 per weight chunk. K > 5120 (more than 160 KB
+ * of shared memory) or more than the device's opt-in shared memory per block: moe_gmm itself. */
+pd_status_t moe_gmm2(float *out, const float *x, const float *xs, const moe_wtab_t *tab,
+                     pd_wfmt_t fmt, bool int4_tiled, const int32_t *offsets, const int32_t *active,
+                     int n_experts, int max_active, int64_t N, int64_t K, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

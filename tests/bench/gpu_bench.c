@@ -1645,12 +1645,15 @@ static void qwen3_30b_a3b(hf_config_t *c, int layers)
  * scales with layers, the LM head does not), random weights, context 1024, batch 1 and 64: the
  * experts grouped on the host (moe_grouped=off, eager: the path before), grouped on the device
  * (eager and graph), and the whole step with device sampling and ids-only download. The graph
- * logits must equal the padded eager plan's bit for bit (else exit 1).
- * tests/bench/torch_moe_baseline.py times the same step in PyTorch. */
+ * logits must equal the padded eager plan's bit for bit (else exit 1). A second row per batch
+ * repeats the device-grouped columns with the other grouped matmul kernel (moe_gmm2, or moe_gmm
+ * under PD_CUDA_MOE_GMM=2). tests/bench/torch_moe_baseline.py times the same step in PyTorch. */
 static void bench_moe(void)
 {
     const char *env = getenv("PD_BENCH_MOE_LAYERS");
     const int layers = env && atoi(env) > 0 ? atoi(env) : 16;
+    env = getenv("PD_CUDA_MOE_GMM"); /* the backend's grouped matmul kernel for the rows above */
+    const int gmm_env = env && !strcmp(env, "2") ? 2 : 1;
     hf_config_t cfg;
     qwen3_30b_a3b(&cfg, layers);
     const struct {
@@ -1695,6 +1698,29 @@ static void bench_moe(void)
                         "moe graph replay differs from the padded eager step in %zu "
                         "logits\n",
                         nbad);
+                graph_fail = 1;
+            }
+            /* the same device-grouped step with the other grouped matmul kernel (moe_gmm2 when
+             * the rows above ran moe_gmm, the default; moe_gmm under PD_CUDA_MOE_GMM=2) */
+            const int other = gmm_env == 2 ? 1 : 2;
+            ok(backend_cuda_set_moe_gmm(be, other) ? PD_OK : PD_ERR_INVALID, "set_moe_gmm");
+            dev = run_forward(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_OFF, NULL);
+            ga = run_forward(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_ON, lg);
+            gs = run_forward_s(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_ON, NULL, 2);
+            run_forward(m, confs[i].kv, B, 1024, 1, B, 1, MODEL_GRAPHS_EAGER, lp);
+            ok(backend_cuda_set_moe_gmm(be, gmm_env) ? PD_OK : PD_ERR_INVALID, "set_moe_gmm");
+            nbad = 0;
+            for (size_t j = 0; j < nv; j++)
+                nbad += memcmp(&lg[j], &lp[j], 4) != 0;
+            printf("| %s, moe_gmm%d | %s | %d | - | %.2f | %.2f | %.2f | %.0f | %s |\n",
+                   pd_wfmt_name(confs[i].w), other, pd_kvfmt_name(confs[i].kv), B, dev, ga, gs,
+                   B * 1000.0 / gs, nbad ? "DIFFERENT" : "bit-identical");
+            fflush(stdout);
+            if (nbad) {
+                fprintf(stderr,
+                        "moe_gmm%d graph replay differs from the padded eager step in %zu "
+                        "logits\n",
+                        other, nbad);
                 graph_fail = 1;
             }
             free(lp);

@@ -1877,6 +1877,98 @@ static void case_moe_grouped(pd_wfmt_t fmt, int n, int E, int k, int d, int f, c
     free(w);
 }
 
+/* The two grouped matmul kernels (moe_gmm, moe_gmm2: backend_cuda_set_moe_gmm 1 / 2) through
+ * the grouped device path of moe_experts, against the CPU backend per element (row rms, the
+ * tolerances of case_moe_grouped), at a fixed printed seed and fixed expert loads: loads[e]
+ * slots on expert e (0: empty; 1, 9, 40: one token, one staged pass plus one row, five passes),
+ * filled slot column by column (no load above n, so a token never meets an expert twice); then
+ * moe_gmm2 captured in a graph and replayed over poisoned output: bit-identical to its eager
+ * call. */
+static void case_moe_gmm2(pd_wfmt_t fmt, int n, int E, int k, int d, int f, const int *loads,
+                          uint64_t seed, const char *what)
+{
+    char shape[128];
+    rng_state = seed;
+    pd_weight_t *guc = xmalloc(sizeof(pd_weight_t) * E), *gug = xmalloc(sizeof(pd_weight_t) * E);
+    pd_weight_t *dc = xmalloc(sizeof(pd_weight_t) * E), *dg = xmalloc(sizeof(pd_weight_t) * E);
+    for (int e = 0; e < E; e++) {
+        weight_new(fmt, 2 * f, d, &guc[e], &gug[e]);
+        weight_new(fmt, d, f, &dc[e], &dg[e]);
+    }
+    pair_ok(gpu->ops->moe_prepare(gpu, gug, dg, E));
+    const size_t m = (size_t)n * k;
+    float *x = xmalloc((size_t)n * d * 4), *w = xmalloc(m * 4);
+    int32_t *ids = xmalloc(m * 4);
+    size_t filled = 0;
+    for (int e = 0; e < E; e++)
+        for (int i = 0; i < loads[e] && filled < m; i++, filled++) {
+            const size_t j = filled / (size_t)n, t = filled % (size_t)n; /* column j, token t */
+            ids[t * k + j] = e;
+        }
+    if (filled != m) {
+        fprintf(stderr, "case_moe_gmm2: loads do not add up to n * k = %zu\n", m);
+        exit(1);
+    }
+    fill_f32(x, (size_t)n * d, 2.0f);
+    for (size_t i = 0; i < m; i++)
+        w[i] = 0.25f + 0.5f * (rng_float() + 1.0f) / 2.0f;
+    pair_t px = pair_new((size_t)n * d * 4, x), pi = pair_new(m * 4, ids);
+    pair_t pw = pair_new(m * 4, w), out = pair_new((size_t)n * d * 4, NULL);
+    cpu->ops->moe_experts(cpu, out.c, px.c, pi.c, pw.c, guc, dc, n, k, d, f);
+    const double tol = fmt == PD_WFMT_FP8 ? 3e-2 : 1e-4;
+    for (int kern = 1; kern <= 2; kern++) {
+        if (!backend_cuda_set_moe_gmm(gpu, kern)) {
+            fprintf(stderr, "case_moe_gmm2: backend_cuda_set_moe_gmm failed\n");
+            exit(1);
+        }
+        pair_ok(gpu->ops->memset(gpu, out.g, 0xff, (size_t)n * d * 4));
+        gpu->ops->moe_experts(gpu, out.g, px.g, pi.g, pw.g, gug, dg, n, k, d, f);
+        snprintf(shape, sizeof shape, "%s %s gmm%d n %d E %d k %d d %d f %d seed %llu (row rms)",
+                 what, pd_wfmt_name(fmt), kern, n, E, k, d, f, (unsigned long long)seed);
+        report("moe_gmm", shape, err_row_rms(&out, n, d), tol);
+    }
+    /* moe_gmm2 (still set) in a graph: capture, poison, replay; equal to its eager result */
+    float *eager = xmalloc((size_t)n * d * 4), *replay = xmalloc((size_t)n * d * 4);
+    pair_ok(gpu->ops->download(gpu, eager, out.g, (size_t)n * d * 4));
+    void *graph = NULL;
+    pair_ok(gpu->ops->graph_begin(gpu));
+    gpu->ops->moe_experts(gpu, out.g, px.g, pi.g, pw.g, gug, dg, n, k, d, f);
+    pd_status_t st = gpu->ops->graph_end(gpu, &graph);
+    size_t bad = (size_t)n * d;
+    if (st == PD_OK) {
+        pair_ok(gpu->ops->memset(gpu, out.g, 0xff, (size_t)n * d * 4));
+        pair_ok(gpu->ops->graph_launch(gpu, graph));
+        pair_ok(gpu->ops->download(gpu, replay, out.g, (size_t)n * d * 4));
+        bad = 0;
+        for (size_t i = 0; i < (size_t)n * d; i++)
+            bad += memcmp(&eager[i], &replay[i], 4) != 0;
+        gpu->ops->graph_free(gpu, graph);
+    }
+    backend_cuda_set_moe_gmm(gpu, 1); /* the default again for the cases after */
+    snprintf(shape, sizeof shape, "%s %s gmm2 n %d graph replay (floats differing)", what,
+             pd_wfmt_name(fmt), n);
+    report("moe_gmm", shape, (double)bad, 0.0);
+    free(eager);
+    free(replay);
+    for (int e = 0; e < E; e++) {
+        backend_weight_free(cpu, &guc[e]);
+        backend_weight_free(gpu, &gug[e]);
+        backend_weight_free(cpu, &dc[e]);
+        backend_weight_free(gpu, &dg[e]);
+    }
+    pair_free(&px);
+    pair_free(&pi);
+    pair_free(&pw);
+    pair_free(&out);
+    free(guc);
+    free(gug);
+    free(dc);
+    free(dg);
+    free(x);
+    free(ids);
+    free(w);
+}
+
 static void case_moe_experts(pd_wfmt_t fmt, int n, int E, int k, int d, int f)
 {
     char shape[96];
@@ -3269,6 +3361,19 @@ int main(void)
             case_moe_grouped(mf[i], 1, 8, 2, 512, 128, "tiny-moe");
             if (!small_only) /* Qwen3-30B-A3B's expert shape, 16 of its 128 experts */
                 case_moe_grouped(mf[i], 64, 16, 8, 2048, 768, "qwen3-30b");
+        }
+    }
+    {
+        /* moe_gmm and moe_gmm2 at fixed seeds 301..: empty experts, loads 1, 9 and 40 */
+        const pd_wfmt_t mf[] = {PD_WFMT_BF16, PD_WFMT_FP8, PD_WFMT_INT4};
+        const int tiny[8] = {0, 1, 9, 40, 0, 46, 0, 0}; /* n 48, k 2 */
+        const int qwen[16] = {0, 1, 9, 40, 0, 64, 64, 64, 64, 64, 64, 64, 14, 0, 0, 0}; /* 64 x 8 */
+        for (int i = 0; i < 3; i++) {
+            case_moe_gmm2(mf[i], 48, 8, 2, 512, 128, tiny, 301 + (uint64_t)i, "tiny-moe");
+            if (mf[i] != PD_WFMT_INT4) /* N 288 / 528: not multiples of 64 rows per block */
+                case_moe_gmm2(mf[i], 48, 8, 2, 528, 144, tiny, 311 + (uint64_t)i, "ragged");
+            if (!small_only) /* Qwen3-30B-A3B's expert shape: 64 KB of staged x for gate_up */
+                case_moe_gmm2(mf[i], 64, 16, 8, 2048, 768, qwen, 321 + (uint64_t)i, "qwen3-30b");
         }
     }
     case_kv_tags(64, 40);
