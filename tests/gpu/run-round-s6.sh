@@ -6,7 +6,7 @@
 # Correctness first (the harness at fixture shapes, the same under compute-sanitizer memcheck,
 # greedy ids against transformers, the CUDA cluster against the pipeline's ids), then the
 # benchmarks with their same-call PyTorch baselines and the session's knobs (pdl off, the
-# bf16 q / k / v prefill path, flash variants 8 / 9, moe_gmm2), then the full-size harness with
+# bf16 q / k / v prefill path, flash variant 8; gpu_bench moe prints moe_gmm2 beside moe_gmm), then the full-size harness with
 # what time is left. Logs: $OUT/r.tgz; the summary is printed.
 set -uo pipefail
 F=$PWD/.gpu-round
@@ -42,7 +42,6 @@ PD_BENCH_PREFILL_QUICK=1 PD_CUDA_FLASH_VARIANT=8 st prefill_v8 25 $G/bin/gpu_ben
 st baseline_prefill 30 python3 $G/torch_prefill_baseline.py; tail -15 $L/baseline_prefill.log
 st flash 60 $G/bin/gpu_bench flash; tab flash
 st moe 60 $G/bin/gpu_bench moe; tab moe
-PD_CUDA_MOE_GMM=2 st moe2 60 $G/bin/gpu_bench moe; tab moe2
 st baseline_moe 90 python3 $G/torch_moe_baseline.py; tail -15 $L/baseline_moe.log
 st kernels 240 $G/bin/test_gpu_kernels; cases kernels
 tar -C $OUT -czf $OUT/r.tgz logs && rm -rf $L
