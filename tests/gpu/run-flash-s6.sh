@@ -3,10 +3,10 @@
 # attention variants 6 / 7 of kernels/attention_flash.cu). Run from the device tree root with the
 # bundle (tests/gpu/build-bundle.sh, or only test_gpu_kernels + gpu_bench) in $F:
 #   F=.gpu-flash DEADLINE=170 bash .gpu-flash/run-flash-s6.sh
-# Steps: gpu_bench flash prefill (every flash variant, old v5 and new v6 / v7 in one binary; the
+# Steps: the flash harness cases, the same under compute-sanitizer memcheck at fixture shapes,
+# gpu_bench flash prefill (every flash variant, old v5 and new v6 / v7 in one binary; the
 # whole prompt with the default variant), the same-call PyTorch SDPA / prefill
-# (torch_prefill_baseline.py), the flash harness cases, the same under compute-sanitizer memcheck
-# at fixture shapes, ncu of v7 and v5 (mangled names), then gpu_bench prefill with
+# (torch_prefill_baseline.py), ncu of v7 and v5 (mangled names), then gpu_bench prefill with
 # PD_CUDA_FLASH_VARIANT=7 while the deadline allows. Logs under $OUT/logs.
 set -uo pipefail
 F=${F:-.gpu-flash}
@@ -16,8 +16,9 @@ mkdir -p "$OUT"
 export LD_LIBRARY_PATH=$G/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} PATH=/usr/local/cuda/bin:$PATH
 DL=${DEADLINE:-170}
 left() { echo $((DL - SECONDS)); }
-DEADLINE=$((DL - 60)) BENCH="flash prefill" bash "$G/run-on-gpu.sh" bench baseline-prefill \
-    flashcases memflash
+# the harness first, under its own short deadline (a hung kernel costs 40 s, not the call)
+DEADLINE=40 bash "$G/run-on-gpu.sh" flashcases memflash
+DEADLINE=$((DL - 50 - SECONDS)) BENCH="flash prefill" bash "$G/run-on-gpu.sh" bench baseline-prefill
 for k in 'ILi3ELi2E v7' 'ILi3ELi0E v5'; do
     set -- $k
     [ "$(left)" -gt 35 ] || { echo "=== ncu $2: skipped (deadline)" | tee -a "$OUT/summary.log"; continue; }
