@@ -19,20 +19,20 @@ left() { echo $((DL - SECONDS)); }
 # the harness first, under its own short deadline (a hung kernel costs 40 s, not the call)
 DEADLINE=40 bash "$G/run-on-gpu.sh" flashcases memflash
 DEADLINE=$((DL - 50 - SECONDS)) BENCH="flash prefill" bash "$G/run-on-gpu.sh" bench baseline-prefill
-for k in 'ILi3ELi2E v7' 'ILi3ELi0E v5'; do
-    set -- $k
-    [ "$(left)" -gt 35 ] || { echo "=== ncu $2: skipped (deadline)" | tee -a "$OUT/summary.log"; continue; }
+ncu1() { # mangled-name infix, label
+    [ "$(left)" -gt 30 ] || { echo "=== ncu $2: skipped (deadline)" | tee -a "$OUT/summary.log"; return; }
     echo "=== ncu $2" | tee -a "$OUT/summary.log"
-    timeout $(( $(left) - 30 )) ncu --clock-control none --kernel-name-base mangled \
+    timeout $(( $(left) - 25 )) ncu --clock-control none --kernel-name-base mangled \
         --kernel-name "regex:fwg__kernel$1" --launch-skip 2 --launch-count 1 \
         --section SpeedOfLight --section Occupancy --section LaunchStats \
         --section WarpStateStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
         "$G/bin/gpu_bench" flash > "$OUT/ncu-$2.log" 2>&1
     echo "=== ncu $2: rc $?" | tee -a "$OUT/summary.log"
-done
-for v in 7; do
-    [ "$(left)" -gt 15 ] || { echo "=== prefill v$v: skipped (deadline)" | tee -a "$OUT/summary.log"; continue; }
-    echo "=== prefill v$v" | tee -a "$OUT/summary.log"
-    PD_CUDA_FLASH_VARIANT=$v timeout $(( $(left) - 5 )) "$G/bin/gpu_bench" prefill > "$OUT/prefill-v$v.log" 2>&1
-    echo "=== prefill v$v: rc $?" | tee -a "$OUT/summary.log"
-done
+}
+ncu1 ILi3ELi2E v7
+if [ "$(left)" -gt 15 ]; then
+    echo "=== prefill v7" | tee -a "$OUT/summary.log"
+    PD_CUDA_FLASH_VARIANT=7 timeout $(( $(left) - 5 )) "$G/bin/gpu_bench" prefill > "$OUT/prefill-v7.log" 2>&1
+    echo "=== prefill v7: rc $?" | tee -a "$OUT/summary.log"
+fi
+ncu1 ILi3ELi0E v5
