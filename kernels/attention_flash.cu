@@ -710,6 +710,20 @@ static __device__ __forceinline__ void fwg__fence_pa(uint32_t (&pa)[8][4])
             asm volatile("" : "+r"(pa[i][k])::"memory");
 }
 
+/* variant 9's ping-pong of the consumer warpgroups (no-ops without LVL bit 2): wait for this
+ * warpgroup's turn to issue wgmma (named barrier 3 + cw), and after the issue hand the turn to
+ * the other warpgroup (barrier 3 + 1 - cw), except warpgroup 1's last issue (nobody waits). */
+template <int LVL> static __device__ __forceinline__ void fwg__pp_wait(int cw)
+{
+    if (LVL & 4)
+        asm volatile("bar.sync %0, 256;\n" ::"r"(3 + cw) : "memory");
+}
+template <int LVL> static __device__ __forceinline__ void fwg__pp_done(int cw, bool last)
+{
+    if ((LVL & 4) && !(last && cw == 1))
+        asm volatile("bar.arrive %0, 256;\n" ::"r"(4 - cw) : "memory");
+}
+
 #endif /* FWG__ON */
 
 /* grid (n_heads / 2, n_tiles) with n_tiles >= sum over sequences of ceil(q_len / 64), block
@@ -762,13 +776,13 @@ static __global__ void __launch_bounds__(FWG__THREADS, 1)
         const int P = l.page_tokens;
         const bool p2 = (P & (P - 1)) == 0;
         const int ps = __ffs(P) - 1;
-        if (LVL >= 1) {
+        if (LVL & 2) /* the consumers take the registers (setmaxnreg.inc below) */
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
+        if (LVL & 1) {
             /* variants 6 / 7: the tile's 16 page ids are read first (independent loads, issued
              * before the wait for a free stage), and each thread's copies arrive on the stage's
              * "full" barrier by themselves when they land (cp.async.mbarrier.arrive.noinc): the
              * producer runs up to NS tiles ahead without waiting on its own copies */
-            if (LVL >= 2) /* the consumers take the registers (setmaxnreg.inc below) */
-                asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
             for (int kt = 0; kt < n_kt; kt++) {
                 const int st = kt % NS;
                 int pid[16];
@@ -827,7 +841,7 @@ static __global__ void __launch_bounds__(FWG__THREADS, 1)
     }
 
     /* ---- consumer warpgroup cw: query head h0 + cw ---- */
-    if (LVL >= 2)
+    if (LVL & 2)
         asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
     const int cw = wg - 1, h = h0 + cw, wt = tid & 127, w4 = wt >> 5;
     const int g = lane >> 2, t4 = lane & 3;
@@ -864,22 +878,32 @@ static __global__ void __launch_bounds__(FWG__THREADS, 1)
     for (int i = 0; i < 64; i++)
         o[i] = 0.0f;
 
-    if (LVL >= 2) {
-        /* variant 7: S(kt) = Q K(kt)^T is issued together with O += P(kt - 1) V(kt - 1), and the
-         * softmax of S(kt) runs while the PV product is still on the tensor cores (FA3's
-         * intra-warpgroup overlap); P stays f32 in sacc until the PV product has read the
-         * previous P's registers. */
+    if (LVL & 2) {
+        /* variants 7 / 8 / 9: S(kt) = Q K(kt)^T is issued together with O += P(kt - 1)
+         * V(kt - 1), and the softmax of S(kt) runs while the PV product is still on the tensor
+         * cores (FA3's intra-warpgroup overlap); P stays f32 in sacc until the PV product has
+         * read the previous P's registers. Variant 9 (LVL bit 2) also orders the two consumer
+         * warpgroups' issues (ping-pong): warpgroup cw issues only after named barrier 3 + cw
+         * (256 threads: its own 128 wait, the other's 128 arrive after their issue), so one
+         * warpgroup's softmax runs while the other's products run. Each warpgroup issues
+         * n_kt + 1 times (the first S, n_kt - 1 loop steps, the last PV); warpgroup 1 arrives
+         * once up front and skips its last arrival, so every barrier's counts match. */
         float sacc[64];
         uint32_t pa[8][4];
         float corr[2], rs[2];
+        if ((LVL & 4) && cw == 1) /* warpgroup 0 issues first */
+            asm volatile("bar.arrive 3, 256;\n" ::: "memory");
         fwg__bar_wait(bars, 0u);
-        fwg__fence_proxy();
+        if (LVL & 1) /* the copies arrived by themselves (v7); v8's producer fenced them */
+            fwg__fence_proxy();
+        fwg__pp_wait<LVL>(cw);
         fwg__wg_fence();
 #pragma unroll
         for (int kk = 0; kk < 8; kk++)
             fwg__mma_ss<0>(sacc, fwg__desc(qsm + (kk >> 2) * 8192 + (kk & 3) * 32, 16, 1024),
                            fwg__desc(kv0 + (kk >> 2) * 16384 + (kk & 3) * 32, 16, 1024), kk > 0);
         fwg__wg_commit();
+        fwg__pp_done<LVL>(cw, false);
         fwg__wg_wait0();
         fwg__fence_acc(sacc);
         fwg__softmax(sacc, 0, pos0, pos, t4, m, sc, corr, rs);
@@ -894,7 +918,9 @@ static __global__ void __launch_bounds__(FWG__THREADS, 1)
             const int st = kt % NS, sp = (kt - 1) % NS;
             const uint32_t ks = kv0 + 65536u * st, vp = kv0 + 65536u * sp + 32768u;
             fwg__bar_wait(bars + 8 * st, (uint32_t)((kt / NS) & 1));
-            fwg__fence_proxy();
+            if (LVL & 1)
+                fwg__fence_proxy();
+            fwg__pp_wait<LVL>(cw);
             fwg__wg_fence();
 #pragma unroll
             for (int kk = 0; kk < 8; kk++)
@@ -905,6 +931,7 @@ static __global__ void __launch_bounds__(FWG__THREADS, 1)
             for (int kk = 0; kk < 8; kk++)
                 fwg__mma_rs(o, pa[kk], fwg__desc(vp + kk * 2048, 16384, 1024));
             fwg__wg_commit();
+            fwg__pp_done<LVL>(cw, false);
             fwg__wg_wait1(); /* S(kt) is done; P(kt - 1) V(kt - 1) may still run */
             fwg__fence_acc(sacc);
             fwg__softmax(sacc, kt * BN, pos0, pos, t4, m, sc, corr, rs);
@@ -933,22 +960,24 @@ static __global__ void __launch_bounds__(FWG__THREADS, 1)
         {
             const int sp = (n_kt - 1) % NS;
             const uint32_t vp = kv0 + 65536u * sp + 32768u;
+            fwg__pp_wait<LVL>(cw);
             fwg__wg_fence();
 #pragma unroll
             for (int kk = 0; kk < 8; kk++)
                 fwg__mma_rs(o, pa[kk], fwg__desc(vp + kk * 2048, 16384, 1024));
             fwg__wg_commit();
+            fwg__pp_done<LVL>(cw, true);
             fwg__wg_wait0();
             fwg__fence_acc(o);
             fwg__fence_pa(pa);
             fwg__bar_arrive(bars + 8 * (NS + sp));
         }
     }
-    for (int kt = 0; LVL < 2 && kt < n_kt; kt++) {
+    for (int kt = 0; !(LVL & 2) && kt < n_kt; kt++) {
         const int st = kt % NS;
         const uint32_t ks = kv0 + 65536u * st, vs = ks + 32768u;
         fwg__bar_wait(bars + 8 * st, (uint32_t)((kt / NS) & 1));
-        if (LVL >= 1) /* the producer's copies arrived by themselves: no producer-side fence */
+        if (LVL & 1) /* the producer's copies arrived by themselves: no producer-side fence */
             fwg__fence_proxy();
 
         /* S (64 x 128 keys) = Q K^T, raw: K-major A and B, k16 steps along the 128 dims (two
@@ -1144,7 +1173,7 @@ static pd_status_t fwg__launch(float *out, const float *q, const void *arena, co
     return KUTIL_LAUNCHED("attention_flash");
 }
 
-/* The variants (PD_CUDA_FLASH_VARIANT=0..5; when unset: FWG__DEFAULT where fwg__usable, else
+/* The variants (PD_CUDA_FLASH_VARIANT=0..9; when unset: FWG__DEFAULT where fwg__usable, else
  * flash__pick chooses 3 or 0):
  *   0: 64 query rows, 64-key tiles, Q in registers, 2 blocks per SM;
  *   1: 64 query rows, 32-key tiles, Q in registers, 3 blocks per SM;
@@ -1159,7 +1188,11 @@ static pd_status_t fwg__launch(float *out, const float *q, const void *arena, co
  *      consumers (setmaxnreg 56 / 224). Where the Hopper kernel does not apply, 4..7 take the
  *      default choice. Measured on one H200 (docs/performance.md, session 6), 8192 causal: v5
  *      1375 us, v6 1484 us, v7 1496 us; 16 x 512: 205 / 207 / 205 us. So 5 stays the default and
- *      6 / 7 are reached only through PD_CUDA_FLASH_VARIANT (experiments). */
+ *      6 / 7 are reached only through PD_CUDA_FLASH_VARIANT (experiments).
+ *   8: v5's producer (wait-then-signal copies) with v7's consumer (overlap + setmaxnreg), so the
+ *      overlap is measured alone; 9: 8 + the two consumer warpgroups in ping-pong (named barriers
+ *      3 / 4 order their wgmma issues). LVL of fwg__kernel<NS, LVL> is a bit mask: 1 = v6's
+ *      producer, 2 = v7's consumer, 4 = ping-pong (with 2). 8 / 9: not measured yet. */
 
 /* Measured on one H200 (docs/performance.md, 2026-12-01), one layer of Llama-3-8B: variant 3 is
  * the fastest where its 128-row blocks fill the GPU (8192 causal: 2.19 ms vs 2.72 ms for 0), but
@@ -1223,7 +1256,7 @@ extern "C" pd_status_t attention_flash_run_variant(float *out, const float *q, c
             : variant >= 0            ? variant
             : fwg__usable(l, n_heads) ? FWG__DEFAULT
                                       : flash__pick(n_rows, n_heads);
-    if (v >= 4 && v <= 7) { /* the Hopper kernel, where it applies; else the default choice */
+    if (v >= 4 && v <= 9) { /* the Hopper kernel, where it applies; else the default choice */
         if (fwg__usable(l, n_heads))
             switch (v) {
             case 4:
@@ -1232,7 +1265,11 @@ extern "C" pd_status_t attention_flash_run_variant(float *out, const float *q, c
                 return fwg__launch<3, 0>(out, q, arena, l, layer, batch, n_rows, n_heads, stream);
             case 6:
                 return fwg__launch<3, 1>(out, q, arena, l, layer, batch, n_rows, n_heads, stream);
-            default:
+            case 7:
+                return fwg__launch<3, 3>(out, q, arena, l, layer, batch, n_rows, n_heads, stream);
+            case 9:
+                return fwg__launch<3, 6>(out, q, arena, l, layer, batch, n_rows, n_heads, stream);
+            default: /* 8 */
                 return fwg__launch<3, 2>(out, q, arena, l, layer, batch, n_rows, n_heads, stream);
             }
         v = flash__pick(n_rows, n_heads);
