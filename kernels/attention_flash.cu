@@ -1185,7 +1185,7 @@ static pd_status_t fwg__launch(float *out, const float *q, const void *arena, co
  *      producer's page ids read ahead and its copies arriving on the mbarriers by themselves
  *      (cp.async.mbarrier.arrive.noinc); 7: 6 + the consumers' S(kt) issued with P(kt-1) V(kt-1)
  *      and the softmax overlapping that product, registers moved from the producer to the
- *      consumers (setmaxnreg 56 / 224). Where the Hopper kernel does not apply, 4..7 take the
+ *      consumers (setmaxnreg 56 / 224). Where the Hopper kernel does not apply, 4..9 take the
  *      default choice. Measured on one H200 (docs/performance.md, session 6), 8192 causal: v5
  *      1375 us, v6 1484 us, v7 1496 us; 16 x 512: 205 / 207 / 205 us. So 5 stays the default and
  *      6 / 7 are reached only through PD_CUDA_FLASH_VARIANT (experiments).
