@@ -546,6 +546,17 @@ static __device__ __forceinline__ void fwg__wg_wait0()
 {
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 }
+/* waits until at most one committed wgmma group of this warpgroup is pending */
+static __device__ __forceinline__ void fwg__wg_wait1()
+{
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+}
+/* one arrival on the mbarrier at a once every cp.async this thread issued before has landed
+ * (noinc: the arrival is one of the count the barrier was initialized with) */
+static __device__ __forceinline__ void fwg__cp_arrive(uint32_t a)
+{
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(a) : "memory");
+}
 /* the accumulators are redefined here: no use of them moves above a wgmma wait */
 static __device__ __forceinline__ void fwg__fence_acc(float (&d)[64])
 {
@@ -644,13 +655,82 @@ static __device__ __forceinline__ void fwg__find_tile(const int32_t *q_start, in
     }
 }
 
+/* The online-softmax step of one S tile (64 rows x 128 keys, wgmma accumulator layout: element
+ * e of 8-key chunk n is row g + 8 (e / 2), key n * 8 + 2 t4 + e % 2): the causal mask where the
+ * tile reaches past the block's first row (key0 + 127 > pos0), the new row maxima m (scaled by
+ * sc = log2(e) / sqrt(D) in the exponent), corr = 2^(sc (m_old - m_new)) for O and the row sums,
+ * sa replaced by P = 2^(sc s - sc m) in f32, rs = this thread's part of the row sums of P. */
+static __device__ __forceinline__ void fwg__softmax(float (&sa)[64], int key0, int pos0,
+                                                    const int (&pos)[2], int t4, float (&m)[2],
+                                                    float sc, float (&corr)[2], float (&rs)[2])
+{
+    const unsigned full = 0xffffffffu;
+    if (key0 + FWG__BN - 1 > pos0) {
+#pragma unroll
+        for (int n = 0; n < 16; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                if (key0 + n * 8 + 2 * t4 + (e & 1) > pos[e >> 1])
+                    sa[n * 4 + e] = -INFINITY;
+    }
+    float mx[2] = {-INFINITY, -INFINITY}, msc[2];
+#pragma unroll
+    for (int n = 0; n < 16; n++) {
+        mx[0] = fmaxf(mx[0], fmaxf(sa[n * 4], sa[n * 4 + 1]));
+        mx[1] = fmaxf(mx[1], fmaxf(sa[n * 4 + 2], sa[n * 4 + 3]));
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        mx[i] = fmaxf(mx[i], __shfl_xor_sync(full, mx[i], 1));
+        mx[i] = fmaxf(mx[i], __shfl_xor_sync(full, mx[i], 2));
+        const float mn = fmaxf(m[i], mx[i]); /* finite: every row sees key 0 in tile 0 */
+        corr[i] = mn == m[i] ? 1.0f : flash__ex2((m[i] - mn) * sc);
+        m[i] = mn;
+        msc[i] = mn * sc;
+        rs[i] = 0.0f;
+    }
+#pragma unroll
+    for (int n = 0; n < 16; n++) {
+        sa[n * 4] = flash__ex2(fmaf(sa[n * 4], sc, -msc[0]));
+        sa[n * 4 + 1] = flash__ex2(fmaf(sa[n * 4 + 1], sc, -msc[0]));
+        sa[n * 4 + 2] = flash__ex2(fmaf(sa[n * 4 + 2], sc, -msc[1]));
+        sa[n * 4 + 3] = flash__ex2(fmaf(sa[n * 4 + 3], sc, -msc[1]));
+        rs[0] += sa[n * 4] + sa[n * 4 + 1];
+        rs[1] += sa[n * 4 + 2] + sa[n * 4 + 3];
+    }
+}
+
+/* the A-fragment registers stay live (and unmoved) up to here: an async wgmma reads them */
+static __device__ __forceinline__ void fwg__fence_pa(uint32_t (&pa)[8][4])
+{
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            asm volatile("" : "+r"(pa[i][k])::"memory");
+}
+
+/* variant 9's ping-pong of the consumer warpgroups (no-ops without LVL bit 2): wait for this
+ * warpgroup's turn to issue wgmma (named barrier 3 + cw), and after the issue hand the turn to
+ * the other warpgroup (barrier 3 + 1 - cw), except warpgroup 1's last issue (nobody waits). */
+template <int LVL> static __device__ __forceinline__ void fwg__pp_wait(int cw)
+{
+    if (LVL & 4)
+        asm volatile("bar.sync %0, 256;\n" ::"r"(3 + cw) : "memory");
+}
+template <int LVL> static __device__ __forceinline__ void fwg__pp_done(int cw, bool last)
+{
+    if ((LVL & 4) && !(last && cw == 1))
+        asm volatile("bar.arrive %0, 256;\n" ::"r"(4 - cw) : "memory");
+}
+
 #endif /* FWG__ON */
 
 /* grid (n_heads / 2, n_tiles) with n_tiles >= sum over sequences of ceil(q_len / 64), block
  * FWG__THREADS, dynamic shared memory FWG__SMEM(NS). Arguments as flash__kernel; bf16 pages,
  * head_dim 128, (n_heads / n_kv_heads) even. Compiled for sm_90a only (elsewhere it traps: the
  * launcher never starts it there). */
-template <int NS>
+template <int NS, int LVL>
 static __global__ void __launch_bounds__(FWG__THREADS, 1)
     fwg__kernel(float *out, const float *q, const uint8_t *arena, kv_layout_t l, int layer,
                 const int32_t *q_start, const int32_t *ctx_len, const int32_t *block_tables,
@@ -696,37 +776,73 @@ static __global__ void __launch_bounds__(FWG__THREADS, 1)
         const int P = l.page_tokens;
         const bool p2 = (P & (P - 1)) == 0;
         const int ps = __ffs(P) - 1;
-        for (int kt = 0; kt < n_kt; kt++) {
-            const int st = kt % NS;
-            if (kt >= NS) /* the consumers are done with tile kt - NS */
-                fwg__bar_wait(bars + 8 * (NS + st), (uint32_t)((kt / NS - 1) & 1));
-            const uint32_t kd = kv0 + 65536u * st + soff;
+        if (LVL & 2) /* the consumers take the registers (setmaxnreg.inc below) */
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
+        if (LVL & 1) {
+            /* variants 6 / 7: the tile's 16 page ids are read first (independent loads, issued
+             * before the wait for a free stage), and each thread's copies arrive on the stage's
+             * "full" barrier by themselves when they land (cp.async.mbarrier.arrive.noinc): the
+             * producer runs up to NS tiles ahead without waiting on its own copies */
+            for (int kt = 0; kt < n_kt; kt++) {
+                const int st = kt % NS;
+                int pid[16];
+#pragma unroll
+                for (int i = 0; i < 16; i++) {
+                    const int t = kt * BN + rb + 8 * i, tt = t < n_keys ? t : 0;
+                    pid[i] = __ldg(bt + (p2 ? tt >> ps : tt / P));
+                }
+                if (kt >= NS)
+                    fwg__bar_wait(bars + 8 * (NS + st), (uint32_t)((kt / NS - 1) & 1));
+                const uint32_t kd = kv0 + 65536u * st + soff;
+#pragma unroll
+                for (int i = 0; i < 16; i++) {
+                    const int t = kt * BN + rb + 8 * i;
+                    const bool valid = t < n_keys;
+                    const int pt = p2 ? t & (P - 1) : t % P;
+                    const uint8_t *page = arena + (size_t)pid[i] * l.page_bytes;
+                    const size_t e = ((size_t)pt * KVH + kvh) * D * 2; /* bytes */
+                    flash__cp16(kd + 1024u * i, valid ? page + koff + e : arena, valid ? 16 : 0);
+                    flash__cp16(kd + 32768u + 1024u * i, valid ? page + voff + e : arena,
+                                valid ? 16 : 0);
+                }
+                fwg__cp_arrive(bars + 8 * st);
+            }
+            flash__cp_wait<0>();
+        } else {
+            for (int kt = 0; kt < n_kt; kt++) {
+                const int st = kt % NS;
+                if (kt >= NS) /* the consumers are done with tile kt - NS */
+                    fwg__bar_wait(bars + 8 * (NS + st), (uint32_t)((kt / NS - 1) & 1));
+                const uint32_t kd = kv0 + 65536u * st + soff;
 #pragma unroll 4
-            for (int i = 0; i < 16; i++) {
-                const int t = kt * BN + rb + 8 * i;
-                const bool valid = t < n_keys;
-                const int tt = valid ? t : 0;
-                const int pg = p2 ? tt >> ps : tt / P, pt = p2 ? tt & (P - 1) : tt % P;
-                const uint8_t *page = arena + (size_t)bt[pg] * l.page_bytes;
-                const size_t e = ((size_t)pt * KVH + kvh) * D * 2; /* bytes */
-                flash__cp16(kd + 1024u * i, valid ? page + koff + e : arena, valid ? 16 : 0);
-                flash__cp16(kd + 32768u + 1024u * i, valid ? page + voff + e : arena,
-                            valid ? 16 : 0);
+                for (int i = 0; i < 16; i++) {
+                    const int t = kt * BN + rb + 8 * i;
+                    const bool valid = t < n_keys;
+                    const int tt = valid ? t : 0;
+                    const int pg = p2 ? tt >> ps : tt / P, pt = p2 ? tt & (P - 1) : tt % P;
+                    const uint8_t *page = arena + (size_t)bt[pg] * l.page_bytes;
+                    const size_t e = ((size_t)pt * KVH + kvh) * D * 2; /* bytes */
+                    flash__cp16(kd + 1024u * i, valid ? page + koff + e : arena, valid ? 16 : 0);
+                    flash__cp16(kd + 32768u + 1024u * i, valid ? page + voff + e : arena,
+                                valid ? 16 : 0);
+                }
+                flash__cp_commit();
+                if (kt > 0) { /* tile kt - 1 has landed: publish it */
+                    flash__cp_wait<1>();
+                    fwg__fence_proxy();
+                    fwg__bar_arrive(bars + 8 * ((kt - 1) % NS));
+                }
             }
-            flash__cp_commit();
-            if (kt > 0) { /* tile kt - 1 has landed: publish it */
-                flash__cp_wait<1>();
-                fwg__fence_proxy();
-                fwg__bar_arrive(bars + 8 * ((kt - 1) % NS));
-            }
+            flash__cp_wait<0>();
+            fwg__fence_proxy();
+            fwg__bar_arrive(bars + 8 * ((n_kt - 1) % NS));
         }
-        flash__cp_wait<0>();
-        fwg__fence_proxy();
-        fwg__bar_arrive(bars + 8 * ((n_kt - 1) % NS));
         return;
     }
 
     /* ---- consumer warpgroup cw: query head h0 + cw ---- */
+    if (LVL & 2)
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
     const int cw = wg - 1, h = h0 + cw, wt = tid & 127, w4 = wt >> 5;
     const int g = lane >> 2, t4 = lane & 3;
     const unsigned full = 0xffffffffu;
@@ -762,10 +878,107 @@ static __global__ void __launch_bounds__(FWG__THREADS, 1)
     for (int i = 0; i < 64; i++)
         o[i] = 0.0f;
 
-    for (int kt = 0; kt < n_kt; kt++) {
+    if (LVL & 2) {
+        /* variants 7 / 8 / 9: S(kt) = Q K(kt)^T is issued together with O += P(kt - 1)
+         * V(kt - 1), and the softmax of S(kt) runs while the PV product is still on the tensor
+         * cores (FA3's intra-warpgroup overlap); P stays f32 in sacc until the PV product has
+         * read the previous P's registers. Variant 9 (LVL bit 2) also orders the two consumer
+         * warpgroups' issues (ping-pong): warpgroup cw issues only after named barrier 3 + cw
+         * (256 threads: its own 128 wait, the other's 128 arrive after their issue), so one
+         * warpgroup's softmax runs while the other's products run. Each warpgroup issues
+         * n_kt + 1 times (the first S, n_kt - 1 loop steps, the last PV); warpgroup 1 arrives
+         * once up front and skips its last arrival, so every barrier's counts match. */
+        float sacc[64];
+        uint32_t pa[8][4];
+        float corr[2], rs[2];
+        if ((LVL & 4) && cw == 1) /* warpgroup 0 issues first */
+            asm volatile("bar.arrive 3, 256;\n" ::: "memory");
+        fwg__bar_wait(bars, 0u);
+        if (LVL & 1) /* the copies arrived by themselves (v7); v8's producer fenced them */
+            fwg__fence_proxy();
+        fwg__pp_wait<LVL>(cw);
+        fwg__wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 8; kk++)
+            fwg__mma_ss<0>(sacc, fwg__desc(qsm + (kk >> 2) * 8192 + (kk & 3) * 32, 16, 1024),
+                           fwg__desc(kv0 + (kk >> 2) * 16384 + (kk & 3) * 32, 16, 1024), kk > 0);
+        fwg__wg_commit();
+        fwg__pp_done<LVL>(cw, false);
+        fwg__wg_wait0();
+        fwg__fence_acc(sacc);
+        fwg__softmax(sacc, 0, pos0, pos, t4, m, sc, corr, rs);
+        lsum[0] = rs[0];
+        lsum[1] = rs[1];
+#pragma unroll
+        for (int n = 0; n < 16; n++) {
+            pa[n >> 1][(n & 1) * 2] = flash__pack(sacc[n * 4], sacc[n * 4 + 1]);
+            pa[n >> 1][(n & 1) * 2 + 1] = flash__pack(sacc[n * 4 + 2], sacc[n * 4 + 3]);
+        }
+        for (int kt = 1; kt < n_kt; kt++) {
+            const int st = kt % NS, sp = (kt - 1) % NS;
+            const uint32_t ks = kv0 + 65536u * st, vp = kv0 + 65536u * sp + 32768u;
+            fwg__bar_wait(bars + 8 * st, (uint32_t)((kt / NS) & 1));
+            if (LVL & 1)
+                fwg__fence_proxy();
+            fwg__pp_wait<LVL>(cw);
+            fwg__wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < 8; kk++)
+                fwg__mma_ss<0>(sacc, fwg__desc(qsm + (kk >> 2) * 8192 + (kk & 3) * 32, 16, 1024),
+                               fwg__desc(ks + (kk >> 2) * 16384 + (kk & 3) * 32, 16, 1024), kk > 0);
+            fwg__wg_commit();
+#pragma unroll
+            for (int kk = 0; kk < 8; kk++)
+                fwg__mma_rs(o, pa[kk], fwg__desc(vp + kk * 2048, 16384, 1024));
+            fwg__wg_commit();
+            fwg__pp_done<LVL>(cw, false);
+            fwg__wg_wait1(); /* S(kt) is done; P(kt - 1) V(kt - 1) may still run */
+            fwg__fence_acc(sacc);
+            fwg__softmax(sacc, kt * BN, pos0, pos, t4, m, sc, corr, rs);
+            fwg__wg_wait0();
+            fwg__fence_acc(o);
+            fwg__fence_pa(pa);
+            fwg__bar_arrive(bars + 8 * (NS + sp)); /* this thread is done with tile kt - 1 */
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+                lsum[i] = lsum[i] * corr[i] + rs[i];
+            if (!__all_sync(full, corr[0] == 1.0f && corr[1] == 1.0f)) {
+#pragma unroll
+                for (int n = 0; n < 16; n++) {
+                    o[n * 4] *= corr[0];
+                    o[n * 4 + 1] *= corr[0];
+                    o[n * 4 + 2] *= corr[1];
+                    o[n * 4 + 3] *= corr[1];
+                }
+            }
+#pragma unroll
+            for (int n = 0; n < 16; n++) {
+                pa[n >> 1][(n & 1) * 2] = flash__pack(sacc[n * 4], sacc[n * 4 + 1]);
+                pa[n >> 1][(n & 1) * 2 + 1] = flash__pack(sacc[n * 4 + 2], sacc[n * 4 + 3]);
+            }
+        }
+        {
+            const int sp = (n_kt - 1) % NS;
+            const uint32_t vp = kv0 + 65536u * sp + 32768u;
+            fwg__pp_wait<LVL>(cw);
+            fwg__wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < 8; kk++)
+                fwg__mma_rs(o, pa[kk], fwg__desc(vp + kk * 2048, 16384, 1024));
+            fwg__wg_commit();
+            fwg__pp_done<LVL>(cw, true);
+            fwg__wg_wait0();
+            fwg__fence_acc(o);
+            fwg__fence_pa(pa);
+            fwg__bar_arrive(bars + 8 * (NS + sp));
+        }
+    }
+    for (int kt = 0; !(LVL & 2) && kt < n_kt; kt++) {
         const int st = kt % NS;
         const uint32_t ks = kv0 + 65536u * st, vs = ks + 32768u;
         fwg__bar_wait(bars + 8 * st, (uint32_t)((kt / NS) & 1));
+        if (LVL & 1) /* the producer's copies arrived by themselves: no producer-side fence */
+            fwg__fence_proxy();
 
         /* S (64 x 128 keys) = Q K^T, raw: K-major A and B, k16 steps along the 128 dims (two
          * 64-dim column blocks, 32 bytes per step inside a swizzled row) */
@@ -931,7 +1144,7 @@ static bool fwg__usable(const kv_layout_t *l, int n_heads)
 #endif
 }
 
-template <int NS>
+template <int NS, int LVL>
 static pd_status_t fwg__launch(float *out, const float *q, const void *arena, const kv_layout_t *l,
                                int layer, const pd_attn_batch_t *b, int n_rows, int n_heads,
                                cudaStream_t stream)
@@ -942,7 +1155,7 @@ static pd_status_t fwg__launch(float *out, const float *q, const void *arena, co
     if (st != PD_OK)
         return st;
     if (dev >= 32 || !(attr_set & (1u << dev))) {
-        st = kutil_status(cudaFuncSetAttribute(fwg__kernel<NS>,
+        st = kutil_status(cudaFuncSetAttribute(fwg__kernel<NS, LVL>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                (int)FWG__SMEM(NS)),
                           "attention_flash smem");
@@ -953,14 +1166,14 @@ static pd_status_t fwg__launch(float *out, const float *q, const void *arena, co
     }
     const long tiles = (long)n_rows / FWG__BM + b->n_seqs;
     KUTIL_REQUIRE(tiles <= 65535, "attention_flash");
-    fwg__kernel<NS>
+    fwg__kernel<NS, LVL>
         <<<dim3((unsigned)(n_heads / 2), (unsigned)tiles), FWG__THREADS, FWG__SMEM(NS), stream>>>(
             out, q, (const uint8_t *)arena, *l, layer, b->q_start, b->ctx_len, b->block_tables,
             b->n_seqs, b->max_pages, n_heads);
     return KUTIL_LAUNCHED("attention_flash");
 }
 
-/* The variants (PD_CUDA_FLASH_VARIANT=0..5; when unset: FWG__DEFAULT where fwg__usable, else
+/* The variants (PD_CUDA_FLASH_VARIANT=0..9; when unset: FWG__DEFAULT where fwg__usable, else
  * flash__pick chooses 3 or 0):
  *   0: 64 query rows, 64-key tiles, Q in registers, 2 blocks per SM;
  *   1: 64 query rows, 32-key tiles, Q in registers, 3 blocks per SM;
@@ -968,8 +1181,18 @@ static pd_status_t fwg__launch(float *out, const float *q, const void *arena, co
  *      registers (3 by shared memory since the third bf16 K/V buffer);
  *   3: 128 query rows (two row groups per warp share each K/V fragment), 32-key tiles, Q read
  *      from shared memory per tile, 2 blocks per SM;
- *   4: the Hopper kernel (fwg__kernel), 2 K/V stages; 5: the same, 3 stages (where it does not
- *      apply, 4 and 5 take the default choice). */
+ *   4: the Hopper kernel (fwg__kernel), 2 K/V stages; 5: the same, 3 stages; 6: 3 stages, the
+ *      producer's page ids read ahead and its copies arriving on the mbarriers by themselves
+ *      (cp.async.mbarrier.arrive.noinc); 7: 6 + the consumers' S(kt) issued with P(kt-1) V(kt-1)
+ *      and the softmax overlapping that product, registers moved from the producer to the
+ *      consumers (setmaxnreg 56 / 224). Where the Hopper kernel does not apply, 4..9 take the
+ *      default choice. Measured on one H200 (docs/performance.md, session 6), 8192 causal: v5
+ *      1375 us, v6 1484 us, v7 1496 us; 16 x 512: 205 / 207 / 205 us. So 5 stays the default and
+ *      6 / 7 are reached only through PD_CUDA_FLASH_VARIANT (experiments).
+ *   8: v5's producer (wait-then-signal copies) with v7's consumer (overlap + setmaxnreg), so the
+ *      overlap is measured alone; 9: 8 + the two consumer warpgroups in ping-pong (named barriers
+ *      3 / 4 order their wgmma issues). LVL of fwg__kernel<NS, LVL> is a bit mask: 1 = v6's
+ *      producer, 2 = v7's consumer, 4 = ping-pong (with 2). 8 / 9: not measured yet. */
 
 /* Measured on one H200 (docs/performance.md, 2026-12-01), one layer of Llama-3-8B: variant 3 is
  * the fastest where its 128-row blocks fill the GPU (8192 causal: 2.19 ms vs 2.72 ms for 0), but
@@ -1033,10 +1256,22 @@ extern "C" pd_status_t attention_flash_run_variant(float *out, const float *q, c
             : variant >= 0            ? variant
             : fwg__usable(l, n_heads) ? FWG__DEFAULT
                                       : flash__pick(n_rows, n_heads);
-    if (v == 4 || v == 5) { /* the Hopper kernel, where it applies; else the default choice */
+    if (v >= 4 && v <= 9) { /* the Hopper kernel, where it applies; else the default choice */
         if (fwg__usable(l, n_heads))
-            return v == 4 ? fwg__launch<2>(out, q, arena, l, layer, batch, n_rows, n_heads, stream)
-                          : fwg__launch<3>(out, q, arena, l, layer, batch, n_rows, n_heads, stream);
+            switch (v) {
+            case 4:
+                return fwg__launch<2, 0>(out, q, arena, l, layer, batch, n_rows, n_heads, stream);
+            case 5:
+                return fwg__launch<3, 0>(out, q, arena, l, layer, batch, n_rows, n_heads, stream);
+            case 6:
+                return fwg__launch<3, 1>(out, q, arena, l, layer, batch, n_rows, n_heads, stream);
+            case 7:
+                return fwg__launch<3, 3>(out, q, arena, l, layer, batch, n_rows, n_heads, stream);
+            case 9:
+                return fwg__launch<3, 6>(out, q, arena, l, layer, batch, n_rows, n_heads, stream);
+            default: /* 8 */
+                return fwg__launch<3, 2>(out, q, arena, l, layer, batch, n_rows, n_heads, stream);
+            }
         v = flash__pick(n_rows, n_heads);
     }
     const bool fp8 = l->fmt == PD_KV_FP8;

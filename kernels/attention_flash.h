@@ -8,7 +8,8 @@
  * batch size, PD_CUDA_FLASH_VARIANT=0..3 forces one (tests and benchmarks).
  * On Hopper (compute capability 9.0, built with cuda-arch 90a), bf16 pages, head_dim 128 and an
  * even number of query heads per kv head, the launcher runs a FlashAttention-3 style kernel
- * instead (variants 4 and 5: 2 or 3 pipeline stages): wgmma (warpgroup MMA) for Q K^T and P V,
+ * instead (variants 4 and 5: 2 or 3 pipeline stages; 6: a producer that runs ahead; 7: 6 with
+ * the softmax overlapping the PV product and setmaxnreg): wgmma (warpgroup MMA) for Q K^T and P V,
  * a producer warpgroup gathering K/V tiles of 128 keys from the pages into swizzled shared
  * memory behind mbarriers, two consumer warpgroups (the two query heads of a block share each
  * K/V tile) doing the online softmax; the mma.sync variants stay for other GPUs, fp8 pages,
@@ -49,9 +50,9 @@ pd_status_t attention_flash_run(float *out, const float *q, const void *arena, c
                                 int layer, const pd_attn_batch_t *batch, int n_rows, int n_heads,
                                 cudaStream_t stream);
 
-/* attention_flash_run with a kernel variant (attention_flash.cu lists them): 0..5, or -1 for the
- * default choice (the Hopper kernel where it applies, else by shape); 4 and 5 fall back to the
- * default choice where the Hopper kernel does not apply. PD_CUDA_FLASH_VARIANT=0..5, read at each
+/* attention_flash_run with a kernel variant (attention_flash.cu lists them): 0..7, or -1 for the
+ * default choice (the Hopper kernel where it applies, else by shape); 4..7 fall back to the
+ * default choice where the Hopper kernel does not apply. PD_CUDA_FLASH_VARIANT=0..7, read at each
  * launch, overrides both (tests and benchmarks). */
 pd_status_t attention_flash_run_variant(float *out, const float *q, const void *arena,
                                         const kv_layout_t *l, int layer,

@@ -371,7 +371,7 @@ static void bench_flash(pd_kvfmt_t fmt, int B, int q_len, int ctx, int reps_simt
     char keep_v[16] = "";
     if (keep)
         snprintf(keep_v, sizeof keep_v, "%s", keep);
-    for (int v = 0; v < 6; v++) {
+    for (int v = 0; v < 10; v++) {
         char vs[8];
         snprintf(vs, sizeof vs, "%d", v);
         setenv("PD_CUDA_FLASH_VARIANT", vs, 1);

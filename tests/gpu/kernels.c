@@ -1520,9 +1520,9 @@ static void case_attention(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_seq
     const bool flash = fmt != PD_KV_F32 && (hd == 64 || hd == 128) && n_rows >= 16 * n_seqs;
     snprintf(shape, sizeof shape, "%s %s h %d/%d hd %d rows %d ctx<=%d%s", pd_kvfmt_name(fmt), what,
              heads, kvh, hd, n_rows, max_ctx, flash ? " flash" : "");
-    if (flash) { /* every kernel variant (PD_CUDA_FLASH_VARIANT, read at each launch; 4 and 5,
+    if (flash) { /* every kernel variant (PD_CUDA_FLASH_VARIANT, read at each launch; 4..9,
                   * the Hopper kernel, run where it applies: sm_90, bf16, hd 128, even group) */
-        for (int v = 0; v < 6; v++) {
+        for (int v = 0; v < 10; v++) {
             char vs[8];
             snprintf(vs, sizeof vs, "%d", v);
             setenv("PD_CUDA_FLASH_VARIANT", vs, 1);
