@@ -371,7 +371,9 @@ static void bench_flash(pd_kvfmt_t fmt, int B, int q_len, int ctx, int reps_simt
     char keep_v[16] = "";
     if (keep)
         snprintf(keep_v, sizeof keep_v, "%s", keep);
-    for (int v = 0; v < 10; v++) {
+    const char *nv_env = getenv("PD_GPU_FLASH_VARIANTS"); /* run variants 0..N-1 (default 10) */
+    const int nv = nv_env && atoi(nv_env) > 0 && atoi(nv_env) < 10 ? atoi(nv_env) : 10;
+    for (int v = 0; v < nv; v++) {
         char vs[8];
         snprintf(vs, sizeof vs, "%d", v);
         setenv("PD_CUDA_FLASH_VARIANT", vs, 1);

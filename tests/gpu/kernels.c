@@ -1522,7 +1522,9 @@ static void case_attention(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_seq
              heads, kvh, hd, n_rows, max_ctx, flash ? " flash" : "");
     if (flash) { /* every kernel variant (PD_CUDA_FLASH_VARIANT, read at each launch; 4..9,
                   * the Hopper kernel, run where it applies: sm_90, bf16, hd 128, even group) */
-        for (int v = 0; v < 10; v++) {
+        const char *nv_env = getenv("PD_GPU_FLASH_VARIANTS"); /* run variants 0..N-1 (default 10) */
+        const int nv = nv_env && atoi(nv_env) > 0 && atoi(nv_env) < 10 ? atoi(nv_env) : 10;
+        for (int v = 0; v < nv; v++) {
             char vs[8];
             snprintf(vs, sizeof vs, "%d", v);
             setenv("PD_CUDA_FLASH_VARIANT", vs, 1);
