@@ -374,7 +374,7 @@ static void bench_flash(pd_kvfmt_t fmt, int B, int q_len, int ctx, int reps_simt
     const char *nv_env = getenv("PD_GPU_FLASH_VARIANTS"); /* run variants 0..N-1 (default 10) */
     const int nv = nv_env && atoi(nv_env) > 0 && atoi(nv_env) < 10 ? atoi(nv_env) : 10;
     for (int v = 0; v < nv; v++) {
-        char vs[8];
+        char vs[16];
         snprintf(vs, sizeof vs, "%d", v);
         setenv("PD_CUDA_FLASH_VARIANT", vs, 1);
         float ms = time_op(run_fa, &a, 10);

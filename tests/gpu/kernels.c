@@ -1525,7 +1525,7 @@ static void case_attention(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_seq
         const char *nv_env = getenv("PD_GPU_FLASH_VARIANTS"); /* run variants 0..N-1 (default 10) */
         const int nv = nv_env && atoi(nv_env) > 0 && atoi(nv_env) < 10 ? atoi(nv_env) : 10;
         for (int v = 0; v < nv; v++) {
-            char vs[8];
+            char vs[16];
             snprintf(vs, sizeof vs, "%d", v);
             setenv("PD_CUDA_FLASH_VARIANT", vs, 1);
             pair_ok(gpu->ops->memset(gpu, out.g, 0xff, out.bytes)); /* poison again */
