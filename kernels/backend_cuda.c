@@ -124,7 +124,7 @@ typedef struct {
     bool no_moe_grouped; /* moe_grouped=off: moe_prepare declines, experts grouped on the host */
     unsigned env_set;    /* CUDA__ENV_* bits: options fixed by the environment */
     int pdl; /* option pdl / PD_CUDA_PDL: programmatic dependent launch of the decode GEMVs */
-    int fp8_scaled;      /* FP8 GEMM with outer-vector scales: 0 untried, 1 works, -1 unsupported */
+    int fp8_scaled; /* FP8 GEMM with outer-vector scales: 0 untried, 1 works, -1 unsupported */
     /* prefill FP8 GEMMs: candidate (PD_CUDA_LT_ALGO); fast_accum: fast accumulation at
      * n >= CUDA_FP8_FAST_MIN_N (option fp8_accum, PD_CUDA_LT_FAST_ACCUM) */
     matmul_lt_opts_t lt_opts;
@@ -1704,8 +1704,8 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     c->xgemv = !env || !*env ? 1 : !strcmp(env, "0") ? 0 : !strcmp(env, "all") ? 2 : 1;
     env = getenv("PD_CUDA_INT4_MMA2");
     c->int4_mma2 = env && *env ? cuda__onoff(env) == 1 : 0;
-    env = getenv("PD_CUDA_MOE_GMM"); /* 2: the grouped MoE matmul with x in shared memory */
-    c->moe_gmm = env && !strcmp(env, "2") ? 2 : 1;
+    env = getenv("PD_CUDA_MOE_GMM"); /* 1: the session-5 grouped MoE matmul (x from global) */
+    c->moe_gmm = env && !strcmp(env, "1") ? 1 : 2;
     env = getenv("PD_CUDA_FUSED");
     if (env && *env) {
         cuda__set_fused(be, cuda__onoff(env) != 0);

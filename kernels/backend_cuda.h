@@ -38,8 +38,9 @@
  * PD_CUDA_GU_BF16=0 (matmul_silu_fp8 keeps the gate_up product in f32 instead of bf16),
  * PD_CUDA_QKV_BF16=1 (qkv_rope_write: the q, k, v GEMMs write bf16 and kv_rope_write_bf16 reads
  * it; default off until measured).
- * PD_CUDA_MOE_GMM=2: the grouped MoE matmul through moe_gmm2 (x staged in shared memory)
- * instead of moe_gmm (read at creation; backend_cuda_set_moe_gmm below).
+ * PD_CUDA_MOE_GMM=1: the grouped MoE matmul through moe_gmm (session 5: x read from global
+ * memory) instead of moe_gmm2 (x staged in shared memory, the default since session 6; read at
+ * creation; backend_cuda_set_moe_gmm below).
  */
 #ifndef PD_KERNELS_BACKEND_CUDA_H
 #define PD_KERNELS_BACKEND_CUDA_H
@@ -53,8 +54,8 @@ void *backend_cuda_stream(pd_backend_t *be);
  * kernels/matmul.h's cuBLASLt launchers directly; false (nothing set) when be is not CUDA. */
 bool backend_cuda_lt(pd_backend_t *be, void **lt_p, void **ws_p, size_t *ws_bytes_p);
 
-/* The grouped MoE matmul of moe_experts' device path: 1 moe_gmm (default), 2 moe_gmm2 (what
- * PD_CUDA_MOE_GMM=2 sets at creation), for the harness and benchmarks; false (nothing set) when
+/* The grouped MoE matmul of moe_experts' device path: 1 moe_gmm (what PD_CUDA_MOE_GMM=1 sets at
+ * creation), 2 moe_gmm2 (the default), for the harness and benchmarks; false (nothing set) when
  * be is not CUDA or kernel is neither. Takes effect at the next call (a captured graph keeps the
  * kernel it was captured with). */
 bool backend_cuda_set_moe_gmm(pd_backend_t *be, int kernel);

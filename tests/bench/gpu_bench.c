@@ -1648,14 +1648,14 @@ static void qwen3_30b_a3b(hf_config_t *c, int layers)
  * experts grouped on the host (moe_grouped=off, eager: the path before), grouped on the device
  * (eager and graph), and the whole step with device sampling and ids-only download. The graph
  * logits must equal the padded eager plan's bit for bit (else exit 1). A second row per batch
- * repeats the device-grouped columns with the other grouped matmul kernel (moe_gmm2, or moe_gmm
- * under PD_CUDA_MOE_GMM=2). tests/bench/torch_moe_baseline.py times the same step in PyTorch. */
+ * repeats the device-grouped columns with the other grouped matmul kernel (moe_gmm, or moe_gmm2
+ * under PD_CUDA_MOE_GMM=1). tests/bench/torch_moe_baseline.py times the same step in PyTorch. */
 static void bench_moe(void)
 {
     const char *env = getenv("PD_BENCH_MOE_LAYERS");
     const int layers = env && atoi(env) > 0 ? atoi(env) : 16;
     env = getenv("PD_CUDA_MOE_GMM"); /* the backend's grouped matmul kernel for the rows above */
-    const int gmm_env = env && !strcmp(env, "2") ? 2 : 1;
+    const int gmm_env = env && !strcmp(env, "1") ? 1 : 2; /* the backend default: 2 */
     hf_config_t cfg;
     qwen3_30b_a3b(&cfg, layers);
     const struct {
@@ -1702,8 +1702,8 @@ static void bench_moe(void)
                         nbad);
                 graph_fail = 1;
             }
-            /* the same device-grouped step with the other grouped matmul kernel (moe_gmm2 when
-             * the rows above ran moe_gmm, the default; moe_gmm under PD_CUDA_MOE_GMM=2) */
+            /* the same device-grouped step with the other grouped matmul kernel (moe_gmm when
+             * the rows above ran moe_gmm2, the default; moe_gmm2 under PD_CUDA_MOE_GMM=1) */
             const int other = gmm_env == 2 ? 1 : 2;
             ok(backend_cuda_set_moe_gmm(be, other) ? PD_OK : PD_ERR_INVALID, "set_moe_gmm");
             dev = run_forward(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_OFF, NULL);
@@ -1714,9 +1714,10 @@ static void bench_moe(void)
             nbad = 0;
             for (size_t j = 0; j < nv; j++)
                 nbad += memcmp(&lg[j], &lp[j], 4) != 0;
-            printf("| %s, moe_gmm%d | %s | %d | - | %.2f | %.2f | %.2f | %.0f | %s |\n",
-                   pd_wfmt_name(confs[i].w), other, pd_kvfmt_name(confs[i].kv), B, dev, ga, gs,
-                   B * 1000.0 / gs, nbad ? "DIFFERENT" : "bit-identical");
+            printf("| %s, %s | %s | %d | - | %.2f | %.2f | %.2f | %.0f | %s |\n",
+                   pd_wfmt_name(confs[i].w), other == 2 ? "moe_gmm2" : "moe_gmm (session 5)",
+                   pd_kvfmt_name(confs[i].kv), B, dev, ga, gs, B * 1000.0 / gs,
+                   nbad ? "DIFFERENT" : "bit-identical");
             fflush(stdout);
             if (nbad) {
                 fprintf(stderr,
