@@ -1638,12 +1638,13 @@ void *backend_cuda_stream(pd_backend_t *be)
     return be && be->ops->destroy == cuda_destroy ? cuda__get(be)->stream : NULL;
 }
 
-bool backend_cuda_set_moe_gmm(pd_backend_t *be, int kernel)
+int backend_cuda_set_moe_gmm(pd_backend_t *be, int kernel)
 {
     if (!be || be->ops->destroy != cuda_destroy || (kernel != 1 && kernel != 2))
-        return false;
+        return 0;
+    const int was = cuda__get(be)->moe_gmm;
     cuda__get(be)->moe_gmm = kernel;
-    return true;
+    return was;
 }
 
 bool backend_cuda_lt(pd_backend_t *be, void **lt_p, void **ws_p, size_t *ws_bytes_p)

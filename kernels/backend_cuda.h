@@ -55,9 +55,10 @@ void *backend_cuda_stream(pd_backend_t *be);
 bool backend_cuda_lt(pd_backend_t *be, void **lt_p, void **ws_p, size_t *ws_bytes_p);
 
 /* The grouped MoE matmul of moe_experts' device path: 1 moe_gmm (what PD_CUDA_MOE_GMM=1 sets at
- * creation), 2 moe_gmm2 (the default), for the harness and benchmarks; false (nothing set) when
- * be is not CUDA or kernel is neither. Takes effect at the next call (a captured graph keeps the
- * kernel it was captured with). */
-bool backend_cuda_set_moe_gmm(pd_backend_t *be, int kernel);
+ * creation), 2 moe_gmm2 (the default), for the harness and benchmarks. Returns the kernel that
+ * was set before (1 or 2, to restore it), 0 (nothing set) when be is not CUDA or kernel is
+ * neither. Takes effect at the next call (a captured graph keeps the kernel it was captured
+ * with). */
+int backend_cuda_set_moe_gmm(pd_backend_t *be, int kernel);
 
 #endif

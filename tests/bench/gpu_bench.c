@@ -1654,8 +1654,6 @@ static void bench_moe(void)
 {
     const char *env = getenv("PD_BENCH_MOE_LAYERS");
     const int layers = env && atoi(env) > 0 ? atoi(env) : 16;
-    env = getenv("PD_CUDA_MOE_GMM"); /* the backend's grouped matmul kernel for the rows above */
-    const int gmm_env = env && !strcmp(env, "1") ? 1 : 2; /* the backend default: 2 */
     hf_config_t cfg;
     qwen3_30b_a3b(&cfg, layers);
     const struct {
@@ -1704,13 +1702,15 @@ static void bench_moe(void)
             }
             /* the same device-grouped step with the other grouped matmul kernel (moe_gmm when
              * the rows above ran moe_gmm2, the default; moe_gmm2 under PD_CUDA_MOE_GMM=1) */
-            const int other = gmm_env == 2 ? 1 : 2;
-            ok(backend_cuda_set_moe_gmm(be, other) ? PD_OK : PD_ERR_INVALID, "set_moe_gmm");
+            const int was = backend_cuda_set_moe_gmm(be, 1); /* the kernel of the rows above */
+            ok(was ? PD_OK : PD_ERR_INVALID, "set_moe_gmm");
+            const int other = was == 2 ? 1 : 2;
+            backend_cuda_set_moe_gmm(be, other);
             dev = run_forward(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_OFF, NULL);
             ga = run_forward(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_ON, lg);
             gs = run_forward_s(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_ON, NULL, 2);
             run_forward(m, confs[i].kv, B, 1024, 1, B, 1, MODEL_GRAPHS_EAGER, lp);
-            ok(backend_cuda_set_moe_gmm(be, gmm_env) ? PD_OK : PD_ERR_INVALID, "set_moe_gmm");
+            backend_cuda_set_moe_gmm(be, was);
             nbad = 0;
             for (size_t j = 0; j < nv; j++)
                 nbad += memcmp(&lg[j], &lp[j], 4) != 0;

@@ -1927,8 +1927,11 @@ static void case_moe_gmm2(pd_wfmt_t fmt, int n, int E, int k, int d, int f, cons
     pair_t pw = pair_new(m * 4, w), out = pair_new((size_t)n * d * 4, NULL);
     cpu->ops->moe_experts(cpu, out.c, px.c, pi.c, pw.c, guc, dc, n, k, d, f);
     const double tol = fmt == PD_WFMT_FP8 ? 3e-2 : 1e-4;
+    int was = 0; /* the backend's kernel before this case, restored at its end */
     for (int kern = 1; kern <= 2; kern++) {
-        if (!backend_cuda_set_moe_gmm(gpu, kern)) {
+        const int prev = backend_cuda_set_moe_gmm(gpu, kern);
+        was = kern == 1 ? prev : was;
+        if (!prev) {
             fprintf(stderr, "case_moe_gmm2: backend_cuda_set_moe_gmm failed\n");
             exit(1);
         }
@@ -1955,7 +1958,7 @@ static void case_moe_gmm2(pd_wfmt_t fmt, int n, int E, int k, int d, int f, cons
             bad += memcmp(&eager[i], &replay[i], 4) != 0;
         gpu->ops->graph_free(gpu, graph);
     }
-    backend_cuda_set_moe_gmm(gpu, 1); /* the default again for the cases after */
+    backend_cuda_set_moe_gmm(gpu, was); /* the backend's choice again for the cases after */
     snprintf(shape, sizeof shape, "%s %s gmm2 n %d graph replay (floats differing)", what,
              pd_wfmt_name(fmt), n);
     report("moe_gmm", shape, (double)bad, 0.0);
