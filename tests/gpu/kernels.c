@@ -1817,6 +1817,34 @@ static double err_row_rms(const pair_t *p, int n, int d)
     return worst;
 }
 
+/* The GPU's moe_experts into out (n, d) f32, which holds its eager result, captured in a graph
+ * and replayed over a poisoned out: the number of floats that differ from the eager result (all
+ * n * d when the capture fails); out holds the replay's result after. */
+static size_t moe_graph_diff(float *out, const float *x, const int32_t *ids, const float *w,
+                             const pd_weight_t *gu, const pd_weight_t *dn, int n, int k, int d,
+                             int f)
+{
+    const size_t nf = (size_t)n * d;
+    float *eager = xmalloc(nf * 4), *replay = xmalloc(nf * 4);
+    pair_ok(gpu->ops->download(gpu, eager, out, nf * 4));
+    void *graph = NULL;
+    pair_ok(gpu->ops->graph_begin(gpu));
+    gpu->ops->moe_experts(gpu, out, x, ids, w, gu, dn, n, k, d, f);
+    size_t bad = nf;
+    if (gpu->ops->graph_end(gpu, &graph) == PD_OK) {
+        pair_ok(gpu->ops->memset(gpu, out, 0xff, nf * 4));
+        pair_ok(gpu->ops->graph_launch(gpu, graph));
+        pair_ok(gpu->ops->download(gpu, replay, out, nf * 4));
+        bad = 0;
+        for (size_t i = 0; i < nf; i++)
+            bad += memcmp(&eager[i], &replay[i], 4) != 0;
+        gpu->ops->graph_free(gpu, graph);
+    }
+    free(eager);
+    free(replay);
+    return bad;
+}
+
 /* The grouped device path of moe_experts (experts registered with moe_prepare: moe_group +
  * moe_gmm, f32 arithmetic on f32 activations) against the CPU backend, per element (row rms);
  * then the same call captured in a CUDA graph and replayed over poisoned output: bit-identical
@@ -1847,27 +1875,10 @@ static void case_moe_grouped(pd_wfmt_t fmt, int n, int E, int k, int d, int f, c
              pd_wfmt_name(fmt), n, E, k, d, f);
     report("moe_grouped", shape, err_row_rms(&out, n, d), fmt == PD_WFMT_FP8 ? 3e-2 : 1e-4);
     /* graph: capture, poison, replay; compare with the eager result */
-    float *eager = xmalloc((size_t)n * d * 4), *replay = xmalloc((size_t)n * d * 4);
-    pair_ok(gpu->ops->download(gpu, eager, out.g, (size_t)n * d * 4));
-    void *graph = NULL;
-    pair_ok(gpu->ops->graph_begin(gpu));
-    gpu->ops->moe_experts(gpu, out.g, px.g, pi.g, pw.g, gug, dg, n, k, d, f);
-    pd_status_t st = gpu->ops->graph_end(gpu, &graph);
-    size_t bad = (size_t)n * d;
-    if (st == PD_OK) {
-        pair_ok(gpu->ops->memset(gpu, out.g, 0xff, (size_t)n * d * 4));
-        pair_ok(gpu->ops->graph_launch(gpu, graph));
-        pair_ok(gpu->ops->download(gpu, replay, out.g, (size_t)n * d * 4));
-        bad = 0;
-        for (size_t i = 0; i < (size_t)n * d; i++)
-            bad += memcmp(&eager[i], &replay[i], 4) != 0;
-        gpu->ops->graph_free(gpu, graph);
-    }
+    const size_t bad = moe_graph_diff(out.g, px.g, pi.g, pw.g, gug, dg, n, k, d, f);
     snprintf(shape, sizeof shape, "%s %s n %d graph replay (floats differing)", what,
              pd_wfmt_name(fmt), n);
     report("moe_grouped", shape, (double)bad, 0.0);
-    free(eager);
-    free(replay);
     for (int e = 0; e < E; e++) {
         backend_weight_free(cpu, &guc[e]);
         backend_weight_free(gpu, &gug[e]);
@@ -1942,28 +1953,11 @@ static void case_moe_gmm2(pd_wfmt_t fmt, int n, int E, int k, int d, int f, cons
         report("moe_gmm", shape, err_row_rms(&out, n, d), tol);
     }
     /* moe_gmm2 (still set) in a graph: capture, poison, replay; equal to its eager result */
-    float *eager = xmalloc((size_t)n * d * 4), *replay = xmalloc((size_t)n * d * 4);
-    pair_ok(gpu->ops->download(gpu, eager, out.g, (size_t)n * d * 4));
-    void *graph = NULL;
-    pair_ok(gpu->ops->graph_begin(gpu));
-    gpu->ops->moe_experts(gpu, out.g, px.g, pi.g, pw.g, gug, dg, n, k, d, f);
-    pd_status_t st = gpu->ops->graph_end(gpu, &graph);
-    size_t bad = (size_t)n * d;
-    if (st == PD_OK) {
-        pair_ok(gpu->ops->memset(gpu, out.g, 0xff, (size_t)n * d * 4));
-        pair_ok(gpu->ops->graph_launch(gpu, graph));
-        pair_ok(gpu->ops->download(gpu, replay, out.g, (size_t)n * d * 4));
-        bad = 0;
-        for (size_t i = 0; i < (size_t)n * d; i++)
-            bad += memcmp(&eager[i], &replay[i], 4) != 0;
-        gpu->ops->graph_free(gpu, graph);
-    }
+    const size_t bad = moe_graph_diff(out.g, px.g, pi.g, pw.g, gug, dg, n, k, d, f);
     backend_cuda_set_moe_gmm(gpu, was); /* the backend's choice again for the cases after */
     snprintf(shape, sizeof shape, "%s %s gmm2 n %d graph replay (floats differing)", what,
              pd_wfmt_name(fmt), n);
     report("moe_gmm", shape, (double)bad, 0.0);
-    free(eager);
-    free(replay);
     for (int e = 0; e < E; e++) {
         backend_weight_free(cpu, &guc[e]);
         backend_weight_free(gpu, &gug[e]);
