@@ -376,22 +376,34 @@ static pd_status_t cuda__matmul_wgemv(cuda_t *c, float *out, const float *x, con
     return matmul_wgemv(out, x, w, n, warps, splits, depth, c->stream);
 }
 
+/* The INT4 mma GEMMs' activations and scratch in c->act: x (n, K) as f16 rows xh with their
+ * multipliers mult (matmul_quant_act_f16), then the split-K partial sums part (NULL when splits
+ * need none). */
+static pd_status_t cuda__int4_mma_act(cuda_t *c, const float *x, const pd_weight_t *w, int n,
+                                      int splits, uint16_t **xh, float **mult, float **part)
+{
+    size_t hb = ((size_t)n * (size_t)w->k * 2 + 255) / 256 * 256,
+           mb = ((size_t)n * 4 + 255) / 256 * 256;
+    size_t pf = matmul_int4_mma_part_floats(n, w->n, splits);
+    pd_status_t st = cuda__grow(c, &c->act, hb + mb + pf * 4);
+    if (st != PD_OK)
+        return st;
+    *xh = c->act.p;
+    *mult = (float *)((uint8_t *)c->act.p + hb);
+    *part = pf ? (float *)((uint8_t *)c->act.p + hb + mb) : NULL;
+    return matmul_quant_act_f16(*xh, *mult, x, n, w->k, c->stream);
+}
+
 /* INT4 on the tensor cores: act scratch = xh (n, K) f16, mult (n) f32, partial sums. */
 static pd_status_t cuda__matmul_int4_mma(cuda_t *c, float *out, const float *x,
                                          const pd_weight_t *w, int n)
 {
     int warps, splits;
-    pd_status_t st;
+    uint16_t *xh;
+    float *mult, *part;
     matmul_int4_mma_plan(n, w->n, w->k, c->n_sm, &warps, &splits);
-    size_t hb = ((size_t)n * (size_t)w->k * 2 + 255) / 256 * 256,
-           mb = ((size_t)n * 4 + 255) / 256 * 256;
-    size_t pf = matmul_int4_mma_part_floats(n, w->n, splits);
-    if ((st = cuda__grow(c, &c->act, hb + mb + pf * 4)) != PD_OK)
-        return st;
-    uint16_t *xh = c->act.p;
-    float *mult = (float *)((uint8_t *)c->act.p + hb),
-          *part = pf ? (float *)((uint8_t *)c->act.p + hb + mb) : NULL;
-    if ((st = matmul_quant_act_f16(xh, mult, x, n, w->k, c->stream)) != PD_OK)
+    pd_status_t st = cuda__int4_mma_act(c, x, w, n, splits, &xh, &mult, &part);
+    if (st != PD_OK)
         return st;
     return matmul_int4_mma(out, part, xh, mult, w, n, warps, splits, cuda__int4_tiled(w),
                            c->stream);
@@ -402,17 +414,11 @@ static pd_status_t cuda__matmul_int4_mma2(cuda_t *c, float *out, const float *x,
                                           const pd_weight_t *w, int n)
 {
     int tiles, warps, splits;
-    pd_status_t st;
+    uint16_t *xh;
+    float *mult, *part;
     matmul_int4_mma2_plan(n, w->n, w->k, c->n_sm, &tiles, &warps, &splits);
-    size_t hb = ((size_t)n * (size_t)w->k * 2 + 255) / 256 * 256,
-           mb = ((size_t)n * 4 + 255) / 256 * 256;
-    size_t pf = matmul_int4_mma_part_floats(n, w->n, splits);
-    if ((st = cuda__grow(c, &c->act, hb + mb + pf * 4)) != PD_OK)
-        return st;
-    uint16_t *xh = c->act.p;
-    float *mult = (float *)((uint8_t *)c->act.p + hb),
-          *part = pf ? (float *)((uint8_t *)c->act.p + hb + mb) : NULL;
-    if ((st = matmul_quant_act_f16(xh, mult, x, n, w->k, c->stream)) != PD_OK)
+    pd_status_t st = cuda__int4_mma_act(c, x, w, n, splits, &xh, &mult, &part);
+    if (st != PD_OK)
         return st;
     return matmul_int4_mma2(out, part, xh, mult, w, n, tiles, warps, splits, c->stream);
 }
