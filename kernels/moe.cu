@@ -434,17 +434,23 @@ extern "C" pd_status_t moe_group(int32_t *offsets, int32_t *perm, int32_t *inv, 
     return KUTIL_LAUNCHED("moe_group");
 }
 
+/* The arguments moe_gmm and moe_gmm2 accept (moe.h). */
+static bool moe__gmm_args_ok(const float *xs, pd_wfmt_t fmt, bool int4_tiled, int n_experts,
+                             int max_active, int64_t N, int64_t K)
+{
+    return n_experts > 0 && n_experts <= MOE_MAX_EXPERTS && max_active >= 0 && N > 0 && K > 0 &&
+           K % 8 == 0 && (fmt != PD_WFMT_FP8 || K % 16 == 0) &&
+           (fmt != PD_WFMT_INT4 || K % 128 == 0) &&
+           (fmt != PD_WFMT_INT4 || !int4_tiled || N % 32 == 0) &&
+           (fmt == PD_WFMT_FP8) == (xs != NULL);
+}
+
 extern "C" pd_status_t moe_gmm(float *out, const float *x, const float *xs, const moe_wtab_t *tab,
                                pd_wfmt_t fmt, bool int4_tiled, const int32_t *offsets,
                                const int32_t *active, int n_experts, int max_active, int64_t N,
                                int64_t K, cudaStream_t stream)
 {
-    KUTIL_REQUIRE(n_experts > 0 && n_experts <= MOE_MAX_EXPERTS && max_active >= 0 && N > 0 &&
-                      K > 0 && K % 8 == 0 && (fmt != PD_WFMT_FP8 || K % 16 == 0) &&
-                      (fmt != PD_WFMT_INT4 || K % 128 == 0) &&
-                      (fmt != PD_WFMT_INT4 || !int4_tiled || N % 32 == 0) &&
-                      (fmt == PD_WFMT_FP8) == (xs != NULL),
-                  "moe_gmm");
+    KUTIL_REQUIRE(moe__gmm_args_ok(xs, fmt, int4_tiled, n_experts, max_active, N, K), "moe_gmm");
     if (max_active == 0)
         return PD_OK;
     const dim3 grid((unsigned)((N + MOE__GMM_WARPS - 1) / MOE__GMM_WARPS), (unsigned)max_active);
@@ -515,12 +521,7 @@ extern "C" pd_status_t moe_gmm2(float *out, const float *x, const float *xs, con
                                 const int32_t *active, int n_experts, int max_active, int64_t N,
                                 int64_t K, cudaStream_t stream)
 {
-    KUTIL_REQUIRE(n_experts > 0 && n_experts <= MOE_MAX_EXPERTS && max_active >= 0 && N > 0 &&
-                      K > 0 && K % 8 == 0 && (fmt != PD_WFMT_FP8 || K % 16 == 0) &&
-                      (fmt != PD_WFMT_INT4 || K % 128 == 0) &&
-                      (fmt != PD_WFMT_INT4 || !int4_tiled || N % 32 == 0) &&
-                      (fmt == PD_WFMT_FP8) == (xs != NULL),
-                  "moe_gmm2");
+    KUTIL_REQUIRE(moe__gmm_args_ok(xs, fmt, int4_tiled, n_experts, max_active, N, K), "moe_gmm2");
     const size_t smem = (size_t)MOE__GMM2_T * (size_t)K * sizeof(float);
     if (max_active == 0)
         return PD_OK;
