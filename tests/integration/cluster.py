@@ -6,8 +6,9 @@ grpcio lives there; nothing else outside the standard library).
         print(c.router_addr, c.nodes)            # "127.0.0.1:41234", [{"name": ..., ...}]
         pb, pb_grpc, health_pb, health_grpc = gen_stubs()
 
-Cluster copies the YAML into a temp dir with every port replaced by a free one (bound with port
-0), the model path made absolute and per-node keys overridden, then runs
+Cluster copies the YAML into a temp dir with every port replaced by a free one (free_port: a
+port below the ephemeral range, reserved for this process), the model path made absolute and
+per-node keys overridden, then runs
 `pdctl up --detach --config TMP.yaml` with its state and logs in the temp dir. stop() (also run
 by the context manager, atexit, and SIGTERM/SIGINT/SIGHUP) runs `pdctl down` and kills any pid
 of the state file still alive. The YAML is edited line by line (no YAML library needed); it
@@ -16,6 +17,7 @@ as a list of "- name: X" blocks.
 """
 import atexit
 import os
+import random
 import re
 import shutil
 import signal
@@ -65,15 +67,97 @@ def gen_stubs(out_dir=None):
     return _stubs
 
 
+PORT_DIR = os.environ.get("PD_TEST_PORT_DIR", "/tmp/pd-test-ports")
+_reserved = []
+
+
+def _ephemeral_range():
+    """The kernel's ephemeral port range (ports it hands to bind(0) and to outgoing connects)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = (int(x) for x in f.read().split())
+            return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _claim(port):
+    """Creates PORT_DIR/<port> holding our pid, atomically (O_EXCL); a file whose pid is dead is
+    stale and taken over. Returns True when the port is ours."""
+    path = os.path.join(PORT_DIR, str(port))
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
+        except FileExistsError:
+            try:
+                with open(path) as f:
+                    pid = int(f.read().strip() or "0")
+            except (OSError, ValueError):
+                return False  # being written by its owner right now
+            if pid and _pid_alive(pid):
+                return False
+            try:
+                os.unlink(path)
+            except OSError:
+                return False
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        _reserved.append(path)
+        return True
+    return False
+
+
+def _release_all():
+    for path in _reserved:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+atexit.register(_release_all)
+
+
 def free_port(taken=()):
-    """A TCP port free on 127.0.0.1 now (not in taken)."""
-    while True:
+    """A TCP port on 127.0.0.1 that no other test of this machine holds: drawn from below the
+    kernel's ephemeral range (bind(0) and outgoing connections never land there, so a port
+    picked here cannot be taken by another process between this call and the server's bind),
+    reserved for this process's lifetime by a file in PORT_DIR (shared by every test process,
+    so two tests running at once never get the same port), and bindable now."""
+    lo, _ = _ephemeral_range()
+    first, last = (20000, lo - 1) if lo > 21000 else (lo - 1000, lo - 1)
+    os.makedirs(PORT_DIR, exist_ok=True)
+    try:
+        os.chmod(PORT_DIR, 0o1777)
+    except OSError:
+        pass
+    span = last - first + 1
+    start = random.randrange(span)
+    for i in range(span):
+        port = first + (start + i) % span
+        if port in taken or not _claim(port):
+            continue
         s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-        s.close()
-        if port not in taken:
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", port))
             return port
+        except OSError:
+            continue  # in use by something outside the tests; stays reserved, never retried
+        finally:
+            s.close()
+    raise RuntimeError("no free port in %d..%d" % (first, last))
 
 
 _PORT_KEYS = ("port", "http_port", "ucx_port")

@@ -88,9 +88,6 @@ def wait_for(pred, timeout=10.0, step=0.02):
 
 
 def free_port():
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    """A port reserved for this test process (cluster.free_port: below the ephemeral range)."""
+    import cluster
+    return cluster.free_port()
