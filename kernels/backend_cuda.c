@@ -133,7 +133,8 @@ typedef struct {
     /* PD_CUDA_QKV_BF16=1: qkv_rope_write's GEMMs write bf16 at prefill sizes (qkv16: q's bf16) */
     bool qkv_bf16;
     cuda_buf_t qkv16;
-    /* PD_CUDA_MOE_GMM: 1 moe_gmm (default), 2 moe_gmm2 (x staged in shared memory) */
+    /* PD_CUDA_MOE_GMM: 1 moe_gmm, 2 moe_gmm2 (x staged in shared memory; the default), 3 moe_gmm3
+     * (tensor cores) */
     int moe_gmm;
     cudaStream_t xstream; /* the KV transfer stream (xfer_*), created on first use */
     cudaEvent_t xevent;   /* recorded on stream, waited on by xstream */
@@ -1186,6 +1187,20 @@ static pd_status_t cuda_moe_prepare(pd_backend_t *be, const pd_weight_t *gate_up
     return st;
 }
 
+/* The grouped expert matmul the backend is set to (c->moe_gmm: 1 moe_gmm, 2 moe_gmm2, 3
+ * moe_gmm3; moe.h), m grouped rows in all. */
+static pd_status_t cuda__gmm(cuda_t *c, float *out, const float *x, const float *xs,
+                             const moe_wtab_t *tab, pd_wfmt_t fmt, bool tiled,
+                             const int32_t *offsets, const int32_t *active, int n_experts,
+                             int max_active, int m, int64_t N, int64_t K)
+{
+    if (c->moe_gmm == 3)
+        return moe_gmm3(out, x, xs, tab, fmt, tiled, offsets, active, n_experts, max_active, m, N,
+                        K, c->stream);
+    return (c->moe_gmm == 2 ? moe_gmm2 : moe_gmm)(out, x, xs, tab, fmt, tiled, offsets, active,
+                                                  n_experts, max_active, N, K, c->stream);
+}
+
 /* The grouped path of moe_experts (a registered layer, m = n * k <= MOE_GROUP_MAX_M): routing
  * grouped on the device (moe_group), the rows gathered, gate_up for all experts in one grouped
  * matmul, silu_mul, down likewise, the weighted combine. No host readback: capturable. FP8
@@ -1231,19 +1246,15 @@ static pd_status_t cuda__moe_grouped(cuda_t *c, const cuda_moe_layer_t *L, float
         return st;
     if (fp8 && (st = matmul_quant_act_fp8(NULL, xf, xs, xg, (int)m, d, c->stream)) != PD_OK)
         return st;
-    /* the grouped matmul: moe_gmm, or moe_gmm2 with PD_CUDA_MOE_GMM=2 (same arguments) */
-    pd_status_t (*gmm)(float *, const float *, const float *, const moe_wtab_t *, pd_wfmt_t, bool,
-                       const int32_t *, const int32_t *, int, int, int64_t, int64_t, cudaStream_t) =
-        c->moe_gmm == 2 ? moe_gmm2 : moe_gmm;
-    if ((st = gmm(gu, fp8 ? xf : xg, fp8 ? xs : NULL, L->d_tab, gu_w->fmt, t_gu, offsets, active,
-                  (int)E, max_active, 2 * (int64_t)f, d, c->stream)) != PD_OK ||
+    if ((st = cuda__gmm(c, gu, fp8 ? xf : xg, fp8 ? xs : NULL, L->d_tab, gu_w->fmt, t_gu, offsets,
+                        active, (int)E, max_active, (int)m, 2 * (int64_t)f, d)) != PD_OK ||
         (st = elementwise_silu_mul(act, gu, (int)m, f, c->stream)) != PD_OK)
         return st;
     const bool fp8d = dn_w->fmt == PD_WFMT_FP8;
     if (fp8d && (st = matmul_quant_act_fp8(NULL, xf, xs, act, (int)m, f, c->stream)) != PD_OK)
         return st;
-    if ((st = gmm(y, fp8d ? xf : act, fp8d ? xs : NULL, L->d_tab + E, dn_w->fmt, t_dn, offsets,
-                  active, (int)E, max_active, d, f, c->stream)) != PD_OK)
+    if ((st = cuda__gmm(c, y, fp8d ? xf : act, fp8d ? xs : NULL, L->d_tab + E, dn_w->fmt, t_dn,
+                        offsets, active, (int)E, max_active, (int)m, d, f)) != PD_OK)
         return st;
     return moe_combine(out, y, inv, weights, n, k, d, c->stream);
 }
@@ -1646,7 +1657,7 @@ void *backend_cuda_stream(pd_backend_t *be)
 
 int backend_cuda_set_moe_gmm(pd_backend_t *be, int kernel)
 {
-    if (!be || be->ops->destroy != cuda_destroy || (kernel != 1 && kernel != 2))
+    if (!be || be->ops->destroy != cuda_destroy || kernel < 1 || kernel > 3)
         return 0;
     const int was = cuda__get(be)->moe_gmm;
     cuda__get(be)->moe_gmm = kernel;
@@ -1711,8 +1722,8 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     c->xgemv = !env || !*env ? 1 : !strcmp(env, "0") ? 0 : !strcmp(env, "all") ? 2 : 1;
     env = getenv("PD_CUDA_INT4_MMA2");
     c->int4_mma2 = env && *env ? cuda__onoff(env) == 1 : 0;
-    env = getenv("PD_CUDA_MOE_GMM"); /* 1: the session-5 grouped MoE matmul (x from global) */
-    c->moe_gmm = env && !strcmp(env, "1") ? 1 : 2;
+    env = getenv("PD_CUDA_MOE_GMM"); /* 1: the session-5 grouped MoE matmul, 3: tensor cores */
+    c->moe_gmm = env && !strcmp(env, "1") ? 1 : env && !strcmp(env, "3") ? 3 : 2;
     env = getenv("PD_CUDA_FUSED");
     if (env && *env) {
         cuda__set_fused(be, cuda__onoff(env) != 0);

@@ -39,8 +39,9 @@
  * PD_CUDA_QKV_BF16=1 (qkv_rope_write: the q, k, v GEMMs write bf16 and kv_rope_write_bf16 reads
  * it; default off until measured).
  * PD_CUDA_MOE_GMM=1: the grouped MoE matmul through moe_gmm (session 5: x read from global
- * memory) instead of moe_gmm2 (x staged in shared memory, the default since session 6; read at
- * creation; backend_cuda_set_moe_gmm below).
+ * memory) instead of moe_gmm2 (x staged in shared memory, the default since session 6); =3:
+ * through moe_gmm3 (mma.sync on the staged rows for FP8 and INT4; session 7, not yet measured,
+ * so not the default). Read at creation; backend_cuda_set_moe_gmm below.
  */
 #ifndef PD_KERNELS_BACKEND_CUDA_H
 #define PD_KERNELS_BACKEND_CUDA_H
@@ -55,9 +56,9 @@ void *backend_cuda_stream(pd_backend_t *be);
 bool backend_cuda_lt(pd_backend_t *be, void **lt_p, void **ws_p, size_t *ws_bytes_p);
 
 /* The grouped MoE matmul of moe_experts' device path: 1 moe_gmm (what PD_CUDA_MOE_GMM=1 sets at
- * creation), 2 moe_gmm2 (the default), for the harness and benchmarks. Returns the kernel that
- * was set before (1 or 2, to restore it), 0 (nothing set) when be is not CUDA or kernel is
- * neither. Takes effect at the next call (a captured graph keeps the kernel it was captured
+ * creation), 2 moe_gmm2 (the default), 3 moe_gmm3 (tensor cores), for the harness and
+ * benchmarks. Returns the kernel that was set before (1..3, to restore it), 0 (nothing set) when
+ * be is not CUDA or kernel is none of these. Takes effect at the next call (a captured graph keeps the kernel it was captured
  * with). */
 int backend_cuda_set_moe_gmm(pd_backend_t *be, int kernel);
 

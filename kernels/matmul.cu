@@ -10,26 +10,9 @@
 
 #include "kutil.cuh"
 #include "matmul.h"
+#include "mma.cuh"
 
 /* ==== kernels ==== */
-
-/* INT4 tiled layout (the CUDA backend's layout of INT4 weights with N % 32 == 0, made once at
- * upload by matmul_int4_tile): rows in blocks of 32, K in groups of 128; tile (b, g) is the 2048
- * bytes at (b * ng + g) * 2048 of data, and its 16-byte piece p = 32 rh + lane (rh = 0..3) holds
- * row 32 b + 8 rh + lane / 4, bytes [(lane % 4) * 16, +16) of that row's 64 bytes of group g:
- * each of a warp's four loads per group reads 512 contiguous bytes, and a warp streams one
- * contiguous run of 32 * K / 2 bytes. scales / zeros: entry (b * ng + g) * 32 + row % 32. */
-static __device__ __forceinline__ size_t matmul__tiled_piece(int64_t row, int64_t g, int q,
-                                                             int64_t ng)
-{
-    return (((size_t)(row / 32) * ng + g) * 128 + (size_t)((row % 32) / 8) * 32 +
-            (size_t)(row % 8) * 4 + q) *
-           16;
-}
-static __device__ __forceinline__ size_t matmul__tiled_sz(int64_t row, int64_t g, int64_t ng)
-{
-    return ((size_t)(row / 32) * ng + g) * 32 + (size_t)(row % 32);
-}
 
 /* grid (n), block 1024: xq (n, k) fp8 (or NULL), xf (n, k) f32 = the fp8 values decoded, unscaled
  * (or NULL), xs (n) f32, x (n, k) f32 */
@@ -164,8 +147,8 @@ static __global__ void __launch_bounds__(256)
     if (r0 < N)
 #pragma unroll
         for (int j = 0; j < R; j++) {
-            const uint8_t *p = wd + (r0 + j < N ? r0 + j : N - 1) * rb +
-                               (size_t)lane * E * rb / (size_t)K;
+            const uint8_t *p =
+                wd + (r0 + j < N ? r0 + j : N - 1) * rb + (size_t)lane * E * rb / (size_t)K;
             asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
             if ((int64_t)(32 + lane) * E < K)
                 asm volatile("prefetch.global.L2 [%0];" ::"l"(p + 32 * E * rb / (size_t)K));
@@ -282,11 +265,10 @@ static __global__ void __launch_bounds__(256)
             float gs[R], zf[R];
 #pragma unroll
             for (int j = 0; j < R; j++) {
-                const size_t wo =
-                    tiled ? matmul__tiled_piece(rr[j], ek / 128, (int)(ek % 128) / 32, ng)
-                          : (size_t)(rr[j] * (K / 2) + ek / 2);
+                const size_t wo = tiled ? mma_tiled_piece(rr[j], ek / 128, (int)(ek % 128) / 32, ng)
+                                        : (size_t)(rr[j] * (K / 2) + ek / 2);
                 const size_t so =
-                    tiled ? matmul__tiled_sz(rr[j], ek / 128, ng) : (size_t)(rr[j] * ng + ek / 128);
+                    tiled ? mma_tiled_sz(rr[j], ek / 128, ng) : (size_t)(rr[j] * ng + ek / 128);
                 raw[j] = __ldg((const uint4 *)(wd + wo));
                 gs[j] = kutil_bf16_to_f32(wsc[so]);
                 zf[j] = 8388608.0f + (float)wz[so];
@@ -349,11 +331,10 @@ static __global__ void matmul__int4_to_bf16(uint4 *dst, const uint4 *q, const ui
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
         const int64_t r = i / (K / 32), g = (i % (K / 32)) * 32 / 128;
-        const size_t sz = tiled ? matmul__tiled_sz(r, g, ng) : (size_t)(r * ng + g);
+        const size_t sz = tiled ? mma_tiled_sz(r, g, ng) : (size_t)(r * ng + g);
         const float s = kutil_bf16_to_f32(scales[sz]);
         const int z = zeros[sz];
-        const uint4 raw =
-            tiled ? q[matmul__tiled_piece(r, g, (int)(i % (K / 32)) % 4, ng) / 16] : q[i];
+        const uint4 raw = tiled ? q[mma_tiled_piece(r, g, (int)(i % (K / 32)) % 4, ng) / 16] : q[i];
         const uint32_t word[4] = {raw.x, raw.y, raw.z, raw.w};
         uint32_t o[16];
 #pragma unroll
@@ -393,8 +374,7 @@ static __global__ void matmul__int4_to_bf16(uint4 *dst, const uint4 *q, const ui
  * So lane (gq, tq) reads, for token gq of an n-tile, one 16-byte word quad per two mma steps.
  */
 
-#define MATMUL__WSHIFT 16.0f /* 2^4: f16 weight pre-scale (range: group scale s <= ~270) */
-#define MATMUL__GPC 4        /* groups (of 128 columns) per shared-memory stage */
+#define MATMUL__GPC 4                        /* groups (of 128 columns) per shared-memory stage */
 #define MATMUL__RSB (MATMUL__GPC * 256 + 64) /* bytes per token row of a stage (64 mod 128) */
 
 /* grid (n), block 1024: xh (n, K) f16 bits in the permuted order above; mult (n) f32 = the
@@ -403,32 +383,13 @@ static __global__ void matmul__quant_act_f16(uint4 *xh, float *mult, const float
 {
     __shared__ float red[32];
     const float *xi = x + blockIdx.x * K;
-    float amax = 0.0f;
-    for (int64_t j = threadIdx.x; j < K / 4; j += blockDim.x) { /* K % 128 == 0 */
-        const float4 a = __ldg((const float4 *)xi + j);
-        amax = fmaxf(amax, fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))));
-    }
-    amax = kutil_block_max(amax, red);
-    int e = 0;
-    if (amax > 0.0f && amax <= 3.0e38f)
-        frexpf(amax, &e);
+    const float amax = kutil_block_max(mma_act_amax(xi, K, threadIdx.x, blockDim.x), red);
+    const int e = mma_act_exp(amax);
     const float inv = ldexpf(1.0f, -e);
-    for (int64_t d = threadIdx.x; d < K / 8; d += blockDim.x) {
-        /* destination chunk d = group G, position p = w * 4 + tq; source chunk tq * 4 + w */
-        const int64_t G = d / 16;
-        const int p = (int)(d % 16), w = p / 4, tq = p % 4;
-        const float4 *src = (const float4 *)(xi + G * 128 + tq * 32 + w * 8);
-        const float4 a = __ldg(src), b = __ldg(src + 1);
-        const float lo[4] = {a.x, a.y, a.z, a.w}, hi[4] = {b.x, b.y, b.z, b.w};
-        uint32_t o[4];
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-            o[j] = (uint32_t)__half_as_ushort(__float2half_rn(lo[j] * inv)) |
-                   ((uint32_t)__half_as_ushort(__float2half_rn(hi[j] * inv)) << 16);
-        xh[blockIdx.x * (K / 8) + d] = make_uint4(o[0], o[1], o[2], o[3]);
-    }
+    for (int64_t d = threadIdx.x; d < K / 8; d += blockDim.x)
+        xh[blockIdx.x * (K / 8) + d] = mma_act_f16_chunk(xi, d, inv);
     if (threadIdx.x == 0)
-        mult[blockIdx.x] = ldexpf(1.0f, e) / MATMUL__WSHIFT;
+        mult[blockIdx.x] = ldexpf(1.0f, e) / MMA_WSHIFT;
 }
 
 /* grid-stride: plain INT4 (src: data (N, K/2), scales (N, K/128) bf16, zeros (N, K/128)) ->
@@ -442,147 +403,13 @@ static __global__ void matmul__int4_tile(uint8_t *dd, uint16_t *ds, uint8_t *dz,
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < pieces;
          i += (size_t)gridDim.x * blockDim.x) {
         const int64_t row = (int64_t)(i / (size_t)(K / 32)), rem = (int64_t)(i % (size_t)(K / 32));
-        *(uint4 *)(dd + matmul__tiled_piece(row, rem / 4, (int)(rem % 4), ng)) =
-            ((const uint4 *)sd)[i];
+        *(uint4 *)(dd + mma_tiled_piece(row, rem / 4, (int)(rem % 4), ng)) = ((const uint4 *)sd)[i];
         if (i < groups) {
             const int64_t r = (int64_t)(i / (size_t)ng), g = (int64_t)(i % (size_t)ng);
-            ds[matmul__tiled_sz(r, g, ng)] = ss[i];
-            dz[matmul__tiled_sz(r, g, ng)] = sz[i];
+            ds[mma_tiled_sz(r, g, ng)] = ss[i];
+            dz[mma_tiled_sz(r, g, ng)] = sz[i];
         }
     }
-}
-
-/* One group (128 columns) of a lane's weights: rows (r = m-tile 0/1, h = +0/+8). */
-typedef struct {
-    uint4 q[2][2];    /* 32 nibbles of the row */
-    uint32_t s[2][2]; /* bf16 scale bits */
-    uint32_t z[2][2]; /* zero point */
-} matmul__wgrp_t;
-
-/* wrow / srow / zrow: the lane's pointers at group 0; wgs / sgs: their strides per group
- * (plain: 64 bytes / 1 entry; tiled: 2048 bytes / 32 entries). */
-static __device__ __forceinline__ void
-matmul__wgrp_load(matmul__wgrp_t &g, const uint8_t *(&wrow)[2][2], const uint16_t *(&srow)[2][2],
-                  const uint8_t *(&zrow)[2][2], int grp, int wgs, int sgs)
-{
-#pragma unroll
-    for (int r = 0; r < 2; r++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            g.q[r][h] = __ldcs((const uint4 *)(wrow[r][h] + (size_t)grp * wgs));
-            g.s[r][h] = __ldg(srow[r][h] + (size_t)grp * sgs);
-            g.z[r][h] = __ldg(zrow[r][h] + (size_t)grp * sgs);
-        }
-}
-
-/* (a & m) | o in one lop3 */
-static __device__ __forceinline__ uint32_t matmul__lop3(uint32_t a, uint32_t m, uint32_t o)
-{
-    uint32_t d;
-    asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(d) : "r"(a), "r"(m), "r"(o));
-    return d;
-}
-
-/* q - z exactly in f16x2 for the four nibble pairs (j, j + 4), j = 0..3, of a word u of eight
- * nibbles (nibble m = bits 4m..4m+3): the magic-number conversion of FasterTransformer / Marlin.
- * Nibbles 0/4 and 2/6 (after u >> 8) are or-ed into the mantissa of f16 1024 (0x6400): 1024 + q,
- * minus zl = 1024 + z; nibbles 1/5 and 3/7 land 4 bits higher: 1024 + 16 q, times 1/16 plus
- * zh = -(64 + z). Every value is an integer below 2^11: all exact. 9 instructions per word
- * (a shift, 4 lop3, 2 sub, 2 fma) instead of 15 with a shift and mask per pair. z in [0, 15]. */
-static __device__ __forceinline__ void matmul__nib_qz(uint32_t (&h)[4], uint32_t u, uint32_t zl,
-                                                      uint32_t zh)
-{
-    const uint32_t v = u >> 8;
-    const uint32_t a0 = matmul__lop3(u, 0x000f000fu, 0x64006400u);
-    const uint32_t a1 = matmul__lop3(u, 0x00f000f0u, 0x64006400u);
-    const uint32_t a2 = matmul__lop3(v, 0x000f000fu, 0x64006400u);
-    const uint32_t a3 = matmul__lop3(v, 0x00f000f0u, 0x64006400u);
-    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(h[0]) : "r"(a0), "r"(zl));
-    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(h[1]) : "r"(a1), "r"(0x2c002c00u), "r"(zh));
-    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(h[2]) : "r"(a2), "r"(zl));
-    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(h[3]) : "r"(a3), "r"(0x2c002c00u), "r"(zh));
-}
-
-/* the two zero-point constants of matmul__nib_qz for zero point z, both halves */
-static __device__ __forceinline__ uint32_t matmul__zl(uint32_t z)
-{
-    return (0x6400u | z) * 0x10001u; /* f16 1024 + z */
-}
-static __device__ __forceinline__ uint32_t matmul__zh(uint32_t z)
-{
-    return (0xd400u + (z << 4)) * 0x10001u; /* f16 -(64 + z) */
-}
-
-/* f16x2 a * b */
-static __device__ __forceinline__ uint32_t matmul__hmul2(uint32_t a, uint32_t b)
-{
-    uint32_t d;
-    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-    return d;
-}
-
-/* d (4) f32 += A (16 x 16 f16, row) * B (16 x 8 f16, col) */
-static __device__ __forceinline__ void matmul__mma(float (&d)[4], uint32_t a0, uint32_t a1,
-                                                   uint32_t a2, uint32_t a3, uint32_t b0,
-                                                   uint32_t b1)
-{
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-/* One group for a warp: 2 m-tiles x C n-tiles x 8 k-steps of mma. xg: the group's 256 bytes of
- * token row 0 of the stage (row pitch MATMUL__RSB). */
-template <int C>
-static __device__ __forceinline__ void
-matmul__int4_group(float (&acc)[2][C][4], const matmul__wgrp_t &g, const uint8_t *xg, int gq,
-                   int tq, int pitch = MATMUL__RSB, bool bv = true)
-{
-    uint32_t sc[2][2], zl[2][2], zh[2][2];
-#pragma unroll
-    for (int r = 0; r < 2; r++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const uint32_t s16 = (uint32_t)__half_as_ushort(
-                __float2half_rn(kutil_bf16_to_f32((uint16_t)g.s[r][h]) * MATMUL__WSHIFT));
-            sc[r][h] = s16 * 0x10001u;
-            zl[r][h] = matmul__zl(g.z[r][h]);
-            zh[r][h] = matmul__zh(g.z[r][h]);
-        }
-#pragma unroll
-    for (int w = 0; w < 4; w++) { /* word w of each row: mma steps 2w, 2w + 1 */
-        uint32_t a[2][2][4];      /* [r][h][j]: H[4 w + j] = (q - z) * s' (one rounding) */
-#pragma unroll
-        for (int r = 0; r < 2; r++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const uint4 q4 = g.q[r][h];
-                const uint32_t u = w == 0 ? q4.x : w == 1 ? q4.y : w == 2 ? q4.z : q4.w;
-                matmul__nib_qz(a[r][h], u, zl[r][h], zh[r][h]);
-#pragma unroll
-                for (int j = 0; j < 4; j++)
-                    a[r][h][j] = matmul__hmul2(a[r][h][j], sc[r][h]);
-            }
-#pragma unroll
-        for (int c = 0; c < C; c++) {
-            /* bv false: token gq of the tile does not exist (its B column is zero) */
-            const uint4 b =
-                bv ? *(const uint4 *)(xg + (size_t)(c * 8 + gq) * pitch + (w * 4 + tq) * 16)
-                   : make_uint4(0u, 0u, 0u, 0u);
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                matmul__mma(acc[r][c], a[r][0][0], a[r][1][0], a[r][0][1], a[r][1][1], b.x, b.y);
-                matmul__mma(acc[r][c], a[r][0][2], a[r][1][2], a[r][0][3], a[r][1][3], b.z, b.w);
-            }
-        }
-    }
-}
-
-static __device__ __forceinline__ void matmul__cp_async16(void *smem, const void *gmem, int bytes)
-{
-    const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
 }
 
 /* grid (ceil(n / (8 C)), ceil(N / (32 W)), S), block 32 W (W warps, W <= 8), dynamic shared
@@ -613,25 +440,8 @@ static __global__ void __launch_bounds__(256, 1)
     const uint8_t *wrow[2][2];
     const uint16_t *srow[2][2];
     const uint8_t *zrow[2][2];
-    const int wgs = tiled ? 2048 : 64, sgs = tiled ? 32 : 1;
-    /* tiled: N % 32 == 0, a warp's rows are one row block (a copy of the last past N) */
-    const int64_t blk = min(row0 / 32, N / 32 - 1);
-#pragma unroll
-    for (int r = 0; r < 2; r++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            int64_t row = row0 + 16 * r + 8 * h + gq;
-            row = row < N ? row : N - 1; /* rows past N compute a copy, never stored */
-            if (tiled) {
-                wrow[r][h] = wd + ((size_t)blk * ng * 128 + (2 * r + h) * 32 + lane) * 16;
-                srow[r][h] = wsc + (size_t)blk * ng * 32 + (2 * r + h) * 8 + gq;
-                zrow[r][h] = wz + (size_t)blk * ng * 32 + (2 * r + h) * 8 + gq;
-            } else {
-                wrow[r][h] = wd + row * (K / 2) + tq * 16;
-                srow[r][h] = wsc + row * ng;
-                zrow[r][h] = wz + row * ng;
-            }
-        }
+    int wgs, sgs;
+    mma_wgrp_ptrs(wrow, srow, zrow, &wgs, &sgs, wd, wsc, wz, row0, N, K, lane, tiled);
     float acc[2][C][4];
 #pragma unroll
     for (int r = 0; r < 2; r++)
@@ -649,15 +459,15 @@ static __global__ void __launch_bounds__(256, 1)
         for (int i = threadIdx.x; i < 8 * C * per_row; i += blockDim.x) {
             const int row = i / per_row, col = i % per_row, t = t0 + row;
             const uint4 *src = t < n ? xh + (size_t)t * (K / 8) + (size_t)g0 * 16 + col : xh;
-            matmul__cp_async16(dst + row * MATMUL__RSB + col * 16, src, t < n ? 16 : 0);
+            mma_cp_async16(dst + row * MATMUL__RSB + col * 16, src, t < n ? 16 : 0);
         }
         asm volatile("cp.async.commit_group;\n" ::);
     };
 
-    matmul__wgrp_t ring0, ring1;
-    matmul__wgrp_load(ring0, wrow, srow, zrow, gb, wgs, sgs);
+    mma_wgrp_t ring0, ring1;
+    mma_wgrp_load(ring0, wrow, srow, zrow, gb, wgs, sgs);
     if (gb + 1 < ge)
-        matmul__wgrp_load(ring1, wrow, srow, zrow, gb + 1, wgs, sgs);
+        mma_wgrp_load(ring1, wrow, srow, zrow, gb + 1, wgs, sgs);
     stage(0);
     for (int ch = 0; ch < nchunk; ch++) {
         if (ch + 1 < nchunk)
@@ -672,16 +482,16 @@ static __global__ void __launch_bounds__(256, 1)
         for (int gl = 0; gl < MATMUL__GPC; gl += 2) {
             const int g = g0 + gl;
             if (g < ge) {
-                const matmul__wgrp_t cur = ring0;
+                const mma_wgrp_t cur = ring0;
                 if (g + 2 < ge)
-                    matmul__wgrp_load(ring0, wrow, srow, zrow, g + 2, wgs, sgs);
-                matmul__int4_group<C>(acc, cur, xs + gl * 256, gq, tq);
+                    mma_wgrp_load(ring0, wrow, srow, zrow, g + 2, wgs, sgs);
+                mma_int4_group<C>(acc, cur, xs + gl * 256, gq, tq, MATMUL__RSB);
             }
             if (g + 1 < ge) {
-                const matmul__wgrp_t cur = ring1;
+                const mma_wgrp_t cur = ring1;
                 if (g + 3 < ge)
-                    matmul__wgrp_load(ring1, wrow, srow, zrow, g + 3, wgs, sgs);
-                matmul__int4_group<C>(acc, cur, xs + (gl + 1) * 256, gq, tq);
+                    mma_wgrp_load(ring1, wrow, srow, zrow, g + 3, wgs, sgs);
+                mma_int4_group<C>(acc, cur, xs + (gl + 1) * 256, gq, tq, MATMUL__RSB);
             }
         }
         __syncthreads();
@@ -756,13 +566,12 @@ static __global__ void __launch_bounds__(256, MINB)
             uint8_t *slot = ring + (j % WD) * MATMUL__WSLOT;
 #pragma unroll
             for (int p = 0; p < 4; p++)
-                matmul__cp_async16(slot + p * 512 + lane * 16, wtile + (size_t)g * 2048 + p * 512,
-                                   16);
+                mma_cp_async16(slot + p * 512 + lane * 16, wtile + (size_t)g * 2048 + p * 512, 16);
             if (lane < 4)
-                matmul__cp_async16(slot + 2048 + lane * 16, stile + (size_t)g * 64, 16);
+                mma_cp_async16(slot + 2048 + lane * 16, stile + (size_t)g * 64, 16);
             else if (lane < 6)
-                matmul__cp_async16(slot + 2112 + (lane - 4) * 16,
-                                   ztile + (size_t)g * 32 + (lane - 4) * 16, 16);
+                mma_cp_async16(slot + 2112 + (lane - 4) * 16,
+                               ztile + (size_t)g * 32 + (lane - 4) * 16, 16);
             if (j % WD == 0) {
                 const int ch = j / WD, gn = min(WD, nG - j);
                 uint8_t *dst = matmul__sm + (ch & 1) * STAGE;
@@ -770,7 +579,7 @@ static __global__ void __launch_bounds__(256, MINB)
                 for (int i = threadIdx.x; i < 8 * C * per_row; i += blockDim.x) {
                     const int row = i / per_row, col = i % per_row, t = t0 + row;
                     const uint4 *src = t < n ? xh + (size_t)t * (K / 8) + (size_t)g * 16 + col : xh;
-                    matmul__cp_async16(dst + row * RSB + col * 16, src, t < n ? 16 : 0);
+                    mma_cp_async16(dst + row * RSB + col * 16, src, t < n ? 16 : 0);
                 }
             }
         }
@@ -787,7 +596,7 @@ static __global__ void __launch_bounds__(256, MINB)
         else
             __syncwarp();
         const uint8_t *slot = ring + (i % WD) * MATMUL__WSLOT;
-        matmul__wgrp_t cur;
+        mma_wgrp_t cur;
 #pragma unroll
         for (int r = 0; r < 2; r++)
 #pragma unroll
@@ -797,8 +606,8 @@ static __global__ void __launch_bounds__(256, MINB)
                 cur.s[r][h] = *(const uint16_t *)(slot + 2048 + rr * 2);
                 cur.z[r][h] = slot[2112 + rr];
             }
-        matmul__int4_group<C>(acc, cur, matmul__sm + ((i / WD) & 1) * STAGE + (i % WD) * 256, gq,
-                              tq, RSB);
+        mma_int4_group<C>(acc, cur, matmul__sm + ((i / WD) & 1) * STAGE + (i % WD) * 256, gq, tq,
+                          RSB);
         __syncwarp(); /* every lane has used the slot (scales: other lanes' copies) */
         issue(i + WD);
     }
@@ -836,40 +645,6 @@ static __global__ void __launch_bounds__(256, MINB)
 
 #define MATMUL__BPC 8                        /* 64-column blocks per stage */
 #define MATMUL__RSB8 (MATMUL__BPC * 64 + 64) /* bytes per token row of a stage */
-
-/* d (4) f32 += A (16 x 32 e4m3, row) * B (32 x 8 e4m3, col) */
-static __device__ __forceinline__ void matmul__mma_fp8(float (&d)[4], uint32_t a0, uint32_t a1,
-                                                       uint32_t a2, uint32_t a3, uint32_t b0,
-                                                       uint32_t b1)
-{
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 890
-    asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-#else
-    /* Ampere (no fp8 mma, cuda-arch 80): the same product as two f16 m16n8k16 mmas on the values
-     * converted exactly to f16. Real k 4t + {0, 1} of a word -> f16 k 2t + {0, 1}, 4t + {2, 3} ->
-     * 2t + 8 + {0, 1}, the same for A and B (any K order works when both operands use it). */
-    uint32_t h[6][2];
-    const uint32_t w[6] = {a0, a1, a2, a3, b0, b1};
-#pragma unroll
-    for (int i = 0; i < 6; i++) {
-        __half2_raw lo =
-            __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w[i] & 0xffff), __NV_E4M3);
-        __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w[i] >> 16), __NV_E4M3);
-        h[i][0] = (uint32_t)lo.x | ((uint32_t)lo.y << 16);
-        h[i][1] = (uint32_t)hi.x | ((uint32_t)hi.y << 16);
-    }
-#pragma unroll
-    for (int k = 0; k < 2; k++) /* k 0: words a0, a1, b0 (real k 0..15); 1: a2, a3, b1 */
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-            "{%8,%9}, {%0,%1,%2,%3};"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-            : "r"(h[2 * k][0]), "r"(h[2 * k + 1][0]), "r"(h[2 * k][1]), "r"(h[2 * k + 1][1]),
-              "r"(h[4 + k][0]), "r"(h[4 + k][1]));
-#endif
-}
 
 /* grid (ceil(n / (8 C)), ceil(N / (32 W)), S), block 32 W (W <= 8), dynamic shared memory
  * 2 * 8 C * MATMUL__RSB8 + W * MATMUL__BPC * 2048 bytes. out: S == 1: (n, N) f32, else partial
@@ -920,8 +695,8 @@ static __global__ void __launch_bounds__(256, 1)
             for (int r = 0; r < 2; r++)
 #pragma unroll
                 for (int h = 0; h < 2; h++)
-                    matmul__cp_async16(slot + ((2 * r + h) * 32 + lane) * 16,
-                                       wrow[r][h] + (size_t)b * 64, 16);
+                    mma_cp_async16(slot + ((2 * r + h) * 32 + lane) * 16,
+                                   wrow[r][h] + (size_t)b * 64, 16);
             if (j % MATMUL__BPC == 0) {
                 const int ch = j / MATMUL__BPC, bn = min(MATMUL__BPC, nB - j);
                 uint8_t *dst = matmul__sm8 + (ch & 1) * STAGE;
@@ -930,7 +705,7 @@ static __global__ void __launch_bounds__(256, 1)
                     const int row = i / per_row, col = i % per_row, t = t0 + row;
                     const uint8_t *src =
                         t < n ? xq + (size_t)t * K + (size_t)b * 64 + col * 16 : xq;
-                    matmul__cp_async16(dst + row * MATMUL__RSB8 + col * 16, src, t < n ? 16 : 0);
+                    mma_cp_async16(dst + row * MATMUL__RSB8 + col * 16, src, t < n ? 16 : 0);
                 }
             }
         }
@@ -958,8 +733,8 @@ static __global__ void __launch_bounds__(256, 1)
             const uint4 b = *(const uint4 *)(xb + (size_t)(c * 8 + gq) * MATMUL__RSB8 + tq * 16);
 #pragma unroll
             for (int r = 0; r < 2; r++) {
-                matmul__mma_fp8(acc[r][c], q[r][0].x, q[r][1].x, q[r][0].y, q[r][1].y, b.x, b.y);
-                matmul__mma_fp8(acc[r][c], q[r][0].z, q[r][1].z, q[r][0].w, q[r][1].w, b.z, b.w);
+                mma_fp8(acc[r][c], q[r][0].x, q[r][1].x, q[r][0].y, q[r][1].y, b.x, b.y);
+                mma_fp8(acc[r][c], q[r][0].z, q[r][1].z, q[r][0].w, q[r][1].w, b.z, b.w);
             }
         }
         issue(i + MATMUL__BPC); /* after the slot's values are used (no write-after-read) */
@@ -1011,7 +786,7 @@ static __global__ void __launch_bounds__(256, 1)
  * and was removed.) */
 
 /* One group of a matmul__wgemv warp (one n8 tile of tokens). The mma steps run on q - z, exact in
- * f16 (matmul__nib_qz), into a fresh f32 accumulator g, and the group's bf16 scale is applied to
+ * f16 (mma_nib_qz), into a fresh f32 accumulator g, and the group's bf16 scale is applied to
  * g in f32 (8 FFMA per group instead of a f16 multiply per weight pair): ~210 instructions per
  * 2 KiB group per warp against ~470 with (q - z) * s' in f16. q[r][h]: the lane's 16 bytes of row
  * 16 r + 8 h + gq; sf: those rows' scales; xb: the lane's activation word quad of word 0 (the
@@ -1035,13 +810,13 @@ matmul__wg_group(float (&acc)[2][4], const uint4 (&q)[2][2], const float (&sf)[2
             for (int h = 0; h < 2; h++) {
                 const uint4 q4 = q[r][h];
                 const uint32_t u = w == 0 ? q4.x : w == 1 ? q4.y : w == 2 ? q4.z : q4.w;
-                matmul__nib_qz(a[r][h], u, zl[r][h], zh[r][h]);
+                mma_nib_qz(a[r][h], u, zl[r][h], zh[r][h]);
             }
         const uint4 b = bv ? *(const uint4 *)(xb + w * 64) : make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll
         for (int r = 0; r < 2; r++) {
-            matmul__mma(g[r], a[r][0][0], a[r][1][0], a[r][0][1], a[r][1][1], b.x, b.y);
-            matmul__mma(g[r], a[r][0][2], a[r][1][2], a[r][0][3], a[r][1][3], b.z, b.w);
+            mma_f16(g[r], a[r][0][0], a[r][1][0], a[r][0][1], a[r][1][1], b.x, b.y);
+            mma_f16(g[r], a[r][0][2], a[r][1][2], a[r][0][3], a[r][1][3], b.z, b.w);
         }
     }
 #pragma unroll
@@ -1108,13 +883,12 @@ static __global__ void __launch_bounds__(256, 3)
             uint8_t *slot = ring + (j % WD) * MATMUL__WSLOT;
 #pragma unroll
             for (int p = 0; p < 4; p++)
-                matmul__cp_async16(slot + p * 512 + lane * 16, wtile + (size_t)u * 2048 + p * 512,
-                                   16);
+                mma_cp_async16(slot + p * 512 + lane * 16, wtile + (size_t)u * 2048 + p * 512, 16);
             if (lane < 4)
-                matmul__cp_async16(slot + 2048 + lane * 16, stile + (size_t)u * 64, 16);
+                mma_cp_async16(slot + 2048 + lane * 16, stile + (size_t)u * 64, 16);
             else if (lane < 6)
-                matmul__cp_async16(slot + 2112 + (lane - 4) * 16,
-                                   ztile + (size_t)u * 32 + (lane - 4) * 16, 16);
+                mma_cp_async16(slot + 2112 + (lane - 4) * 16,
+                               ztile + (size_t)u * 32 + (lane - 4) * 16, 16);
         }
         asm volatile("cp.async.commit_group;\n" ::);
     };
@@ -1163,17 +937,8 @@ static __global__ void __launch_bounds__(256, 3)
         for (int idx = threadIdx.x; idx < n * per_t; idx += blockDim.x) {
             const int t = idx / per_t, d = idx % per_t;
             const float inv = msm[8 + t];
-            const int G = d / 16, p = d % 16, w = p / 4, q = p % 4;
-            const float4 *src =
-                (const float4 *)(x + (size_t)t * K + (size_t)(ub + G) * 128 + q * 32 + w * 8);
-            const float4 a = __ldg(src), b = __ldg(src + 1);
-            const float lo[4] = {a.x, a.y, a.z, a.w}, hi[4] = {b.x, b.y, b.z, b.w};
-            uint32_t o[4];
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-                o[j] = (uint32_t)__half_as_ushort(__float2half_rn(lo[j] * inv)) |
-                       ((uint32_t)__half_as_ushort(__float2half_rn(hi[j] * inv)) << 16);
-            *(uint4 *)(xsm + (size_t)t * P + d * 16) = make_uint4(o[0], o[1], o[2], o[3]);
+            *(uint4 *)(xsm + (size_t)t * P + d * 16) =
+                mma_act_f16_chunk(x + (size_t)t * K + (size_t)ub * 128, d, inv);
         }
         __syncthreads();
     }
@@ -1203,8 +968,8 @@ static __global__ void __launch_bounds__(256, 3)
                 q[r][h] = *(const uint4 *)(slot + ((2 * r + h) * 32 + lane) * 16);
                 sf[r][h] =
                     __uint_as_float((uint32_t) * (const uint16_t *)(slot + 2048 + rr * 2) << 16);
-                zl[r][h] = matmul__zl(z);
-                zh[r][h] = matmul__zh(z);
+                zl[r][h] = mma_zl(z);
+                zh[r][h] = mma_zh(z);
             }
         matmul__wg_group(acc, q, sf, zl, zh, xl + (size_t)i * 256, bv);
         __syncwarp(); /* every lane has used the slot (scales: other lanes' copies) */
@@ -1539,16 +1304,16 @@ static __global__ void __launch_bounds__(512)
                             const uint4 q4 = st.q[r][h];
                             const uint32_t u = w == 0 ? q4.x : w == 1 ? q4.y : w == 2 ? q4.z : q4.w;
                             const uint32_t v = u >> 8;
-                            a[h][0] = matmul__lop3(u, 0x000f000fu, 0x64006400u);
-                            a[h][1] = matmul__lop3(u, 0x00f000f0u, 0x64006400u);
-                            a[h][2] = matmul__lop3(v, 0x000f000fu, 0x64006400u);
-                            a[h][3] = matmul__lop3(v, 0x00f000f0u, 0x64006400u);
+                            a[h][0] = mma_lop3(u, 0x000f000fu, 0x64006400u);
+                            a[h][1] = mma_lop3(u, 0x00f000f0u, 0x64006400u);
+                            a[h][2] = mma_lop3(v, 0x000f000fu, 0x64006400u);
+                            a[h][3] = mma_lop3(v, 0x00f000f0u, 0x64006400u);
                         }
                         /* MR 1: chains by k (w even / odd); MR 2: the two m-tiles are the
                          * chains already, the second stays empty */
                         const int c = MR == 1 ? (w & 1) : 0;
-                        matmul__mma(g[r][c], a[0][0], a[1][0], a[0][1], a[1][1], b.x, b.y);
-                        matmul__mma(g[r][c], a[0][2], a[1][2], a[0][3], a[1][3], b.z, b.w);
+                        mma_f16(g[r][c], a[0][0], a[1][0], a[0][1], a[1][1], b.x, b.y);
+                        mma_f16(g[r][c], a[0][2], a[1][2], a[0][3], a[1][3], b.z, b.w);
                     }
                 }
 #pragma unroll
@@ -1679,10 +1444,10 @@ static __global__ void __launch_bounds__(512)
                     load(buf[j]);
 #pragma unroll
                 for (int r = 0; r < MR; r++) {
-                    matmul__mma_fp8(acc[r][0], st.q[r][0].x, st.q[r][1].x, st.q[r][0].y,
-                                    st.q[r][1].y, b.x, b.y);
-                    matmul__mma_fp8(acc[r][1], st.q[r][0].z, st.q[r][1].z, st.q[r][0].w,
-                                    st.q[r][1].w, b.z, b.w);
+                    mma_fp8(acc[r][0], st.q[r][0].x, st.q[r][1].x, st.q[r][0].y, st.q[r][1].y, b.x,
+                            b.y);
+                    mma_fp8(acc[r][1], st.q[r][0].z, st.q[r][1].z, st.q[r][0].w, st.q[r][1].w, b.z,
+                            b.w);
                 }
                 if (++ci == nC)
                     tile_end();

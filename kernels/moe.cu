@@ -1,5 +1,6 @@
 /* moe: top-k router, gather and combine (see moe.h). */
 #include "kutil.cuh"
+#include "mma.cuh"
 #include "moe.h"
 
 /* ==== kernels ==== */
@@ -127,20 +128,6 @@ static __global__ void __launch_bounds__(1024)
     }
 }
 
-/* The CUDA backend's tiled INT4 layout (kernels/matmul.cu, matmul__tiled_piece / _sz; the
- * harness case moe_gmm int4 checks the two agree): byte offset of the 16-byte piece q of row
- * `row`, group g; the scale / zero entry of (row, g). */
-static __device__ __forceinline__ size_t moe__tiled_piece(int64_t row, int64_t g, int q, int64_t ng)
-{
-    return (((size_t)(row / 32) * ng + g) * 128 + (size_t)((row % 32) / 8) * 32 +
-            (size_t)(row % 8) * 4 + q) *
-           16;
-}
-static __device__ __forceinline__ size_t moe__tiled_sz(int64_t row, int64_t g, int64_t ng)
-{
-    return ((size_t)(row / 32) * ng + g) * 32 + (size_t)(row % 32);
-}
-
 /* Weights per lane per step of moe__gmm: one 16-byte load of the weight row */
 template <int FMT> struct moe__cw {
     static constexpr int n = FMT == PD_WFMT_INT4 ? 32 : FMT == PD_WFMT_FP8 ? 16 : 8;
@@ -171,8 +158,8 @@ static __device__ __forceinline__ void moe__wchunk(float *wv, const moe_wtab_t &
         const int q = (int)(k0 % 128) / 32;
         size_t sz, at;
         if (tiled) {
-            sz = moe__tiled_sz(r, g, ng);
-            at = moe__tiled_piece(r, g, q, ng);
+            sz = mma_tiled_sz(r, g, ng);
+            at = mma_tiled_piece(r, g, q, ng);
         } else {
             sz = (size_t)(r * ng + g);
             at = (size_t)(r * (K / 2) + k0 / 2);
@@ -274,8 +261,8 @@ static __device__ __forceinline__ uint4 moe__wraw(float *s, int *z, const moe_wt
     const int q = (int)(k0 % 128) / 32;
     size_t sz, at;
     if (tiled) {
-        sz = moe__tiled_sz(r, g, ng);
-        at = moe__tiled_piece(r, g, q, ng);
+        sz = mma_tiled_sz(r, g, ng);
+        at = mma_tiled_piece(r, g, q, ng);
     } else {
         sz = (size_t)(r * ng + g);
         at = (size_t)(r * (K / 2) + k0 / 2);
@@ -391,6 +378,201 @@ static __global__ void __launch_bounds__(32 * MOE__GMM2_WARPS, 2)
     }
 }
 
+/* ---- moe__gmm3: the staged rows on the tensor cores (mma.sync) ----
+ * moe__gmm2 spends its time converting weights and issuing f32 FMAs (at decode batch 64 each
+ * expert has ~4 rows: every weight converted serves 4 products). moe__gmm3 feeds the weights
+ * straight from global memory into mma.sync registers, as the dense small-n kernels of matmul.cu
+ * do (mma.cuh): a warp takes 32 weight rows (two m16 tiles) against 8 C staged rows (C n8
+ * tiles) of its expert. FP8: m16n8k32 e4m3 on the raw weight bytes and the staged rows
+ * converted back to e4m3 (exact: xf holds fp8 values); the epilogue applies xs[row] * ws[r].
+ * INT4: m16n8k16 f16 with the weights (q - z) * s * 2^4 dequantized in registers (one rounding,
+ * mma_int4_group) and the rows scaled per row by a power of two into (-1, 1) and rounded to f16
+ * (as matmul_quant_act_f16, in the permuted order mma_int4_group reads); the epilogue multiplies
+ * 2^(e - 4) back. Both accumulate in f32. BF16 weights stay on moe__gmm2. */
+#define MOE__GMM3_WARPS 4                     /* warps per block, 32 weight rows each */
+#define MOE__GMM3_ROWS (32 * MOE__GMM3_WARPS) /* output columns per block */
+#define MOE__GMM3_U 4                         /* FP8: 64-column blocks loaded ahead per step */
+
+/* Bytes per staged row: FP8 K e4m3, INT4 2 K f16, padded to 64 mod 128 (the 8 lanes of a
+ * 16-byte shared-memory phase, two rows of 4 lanes each, hit distinct banks). */
+static __host__ __device__ inline int64_t moe__gmm3_pitch(int fmt, int64_t K)
+{
+    const int64_t b = fmt == PD_WFMT_FP8 ? K : 2 * K;
+    return (b + 127) / 128 * 128 + 64;
+}
+
+/* Stages grouped rows t0 .. t0 + nt - 1 of x into xsm (8 C rows of moe__gmm3_pitch bytes; rows
+ * nt .. 8 C - 1 zero) and, for INT4, each row's epilogue multiplier into mult (8 C). Block-wide;
+ * the caller syncs before and after. */
+template <int FMT, int C>
+static __device__ __forceinline__ void moe__gmm3_stage(uint8_t *xsm, float *mult, const float *x,
+                                                       int t0, int nt, int64_t K, int64_t P)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (FMT == PD_WFMT_FP8) { /* 4 values -> one 32-bit word */
+        const int W4 = (int)(K / 4);
+        for (int i = threadIdx.x; i < 8 * C * W4; i += blockDim.x) {
+            const int t = i / W4, q = i % W4;
+            uint32_t v = 0;
+            if (t < nt) {
+                const float4 a = __ldg((const float4 *)(x + (size_t)(t0 + t) * K) + q);
+                v = (uint32_t)kutil_f32_to_fp8(a.x) | ((uint32_t)kutil_f32_to_fp8(a.y) << 8) |
+                    ((uint32_t)kutil_f32_to_fp8(a.z) << 16) |
+                    ((uint32_t)kutil_f32_to_fp8(a.w) << 24);
+            }
+            *(uint32_t *)(xsm + (size_t)t * P + (size_t)q * 4) = v;
+        }
+    } else {
+        /* INT4: a warp per row, in matmul_quant_act_f16's permuted f16 layout (mma.cuh) */
+        for (int t = warp; t < 8 * C; t += blockDim.x / 32) {
+            uint4 *dst = (uint4 *)(xsm + (size_t)t * P);
+            if (t >= nt) {
+                for (int64_t d = lane; d < K / 8; d += 32)
+                    dst[d] = make_uint4(0u, 0u, 0u, 0u);
+                if (lane == 0)
+                    mult[t] = 0.0f;
+                continue;
+            }
+            const float *xi = x + (size_t)(t0 + t) * K;
+            const int e = mma_act_exp(kutil_warp_max(mma_act_amax(xi, K, lane, 32)));
+            const float inv = ldexpf(1.0f, -e);
+            for (int64_t d = lane; d < K / 8; d += 32)
+                dst[d] = mma_act_f16_chunk(xi, d, inv);
+            if (lane == 0)
+                mult[t] = ldexpf(1.0f, e) / MMA_WSHIFT;
+        }
+    }
+}
+
+/* grid (ceil(N / MOE__GMM3_ROWS), max_active), block 32 * MOE__GMM3_WARPS, dynamic shared
+ * memory 8 C * moe__gmm3_pitch(FMT, K) bytes (+ 8 C f32 for INT4): moe_gmm's contract for FP8
+ * (K % 64 == 0) and INT4. Block (bx, y) computes columns bx * MOE__GMM3_ROWS .. + 127 of expert
+ * active[y]'s grouped rows, 8 C rows per pass (stage, then every warp streams its 32 weight rows
+ * over the whole K). Lane (gq, tq) of warp v holds rows row0 + 16 r + 8 h + gq (r, h in 0..1),
+ * row0 = bx * MOE__GMM3_ROWS + 32 v; accumulator acc[r][c][2 h + i] is that row times staged
+ * row 8 c + 2 tq + i (the mma.sync m16n8 D layout). Rows past N load row N - 1, never stored. */
+template <int FMT, int C>
+static __global__ void __launch_bounds__(32 * MOE__GMM3_WARPS)
+    moe__gmm3(float *out, const float *x, const float *xs, const moe_wtab_t *tab, bool tiled,
+              const int32_t *offsets, const int32_t *active, int n_experts, int64_t N, int64_t K)
+{
+    extern __shared__ __align__(16) uint8_t moe__sx3[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
+    if ((int)blockIdx.y >= active[n_experts])
+        return; /* the whole block: no barrier is skipped by part of it */
+    const int e = active[blockIdx.y];
+    const int o0 = offsets[e], o1 = offsets[e + 1];
+    const moe_wtab_t w = tab[e];
+    const int64_t P = moe__gmm3_pitch(FMT, K);
+    float *mult = (float *)(moe__sx3 + 8 * C * P);
+    const int64_t row0 = (int64_t)blockIdx.x * MOE__GMM3_ROWS + warp * 32;
+    const int ng = (int)(K / 128), nblk = (int)(K / 64);
+
+    /* the lane's weight pointers at column 0 (FP8: bytes [tq * 16, +16) of each 64-column
+     * block; INT4: mma_wgrp_ptrs, plain or tiled) */
+    const uint8_t *wrow[2][2];
+    const uint16_t *srow[2][2];
+    const uint8_t *zrow[2][2];
+    int wgs = 0, sgs = 0;
+    if (FMT == PD_WFMT_INT4)
+        mma_wgrp_ptrs(wrow, srow, zrow, &wgs, &sgs, (const uint8_t *)w.data,
+                      (const uint16_t *)w.scales, (const uint8_t *)w.zeros, row0, N, K, lane,
+                      tiled);
+    else
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int64_t row = row0 + 16 * r + 8 * h + gq;
+                wrow[r][h] = (const uint8_t *)w.data + (row < N ? row : N - 1) * K + tq * 16;
+            }
+    float wsc[2][2] = {{1.0f, 1.0f}, {1.0f, 1.0f}};
+    if (FMT == PD_WFMT_FP8)
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int64_t row = row0 + 16 * r + 8 * h + gq;
+                wsc[r][h] = ((const float *)w.scales)[row < N ? row : N - 1];
+            }
+
+    for (int t0 = o0; t0 < o1; t0 += 8 * C) {
+        const int nt = min(8 * C, o1 - t0);
+        __syncthreads(); /* the previous rows are no longer read */
+        moe__gmm3_stage<FMT, C>(moe__sx3, mult, x, t0, nt, K, P);
+        __syncthreads();
+        float acc[2][C][4] = {};
+        if (FMT == PD_WFMT_FP8) {
+            for (int b0 = 0; b0 < nblk; b0 += MOE__GMM3_U) {
+                uint4 q[MOE__GMM3_U][2][2];
+#pragma unroll
+                for (int u = 0; u < MOE__GMM3_U; u++)
+#pragma unroll
+                    for (int r = 0; r < 2; r++)
+#pragma unroll
+                        for (int h = 0; h < 2; h++)
+                            q[u][r][h] =
+                                b0 + u < nblk
+                                    ? __ldg((const uint4 *)(wrow[r][h] + (size_t)(b0 + u) * 64))
+                                    : make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+                for (int u = 0; u < MOE__GMM3_U; u++) {
+                    if (b0 + u >= nblk)
+                        break;
+                    const uint8_t *xb = moe__sx3 + (size_t)(b0 + u) * 64 + tq * 16;
+#pragma unroll
+                    for (int c = 0; c < C; c++) {
+                        const uint4 b = *(const uint4 *)(xb + (size_t)(c * 8 + gq) * P);
+#pragma unroll
+                        for (int r = 0; r < 2; r++) {
+                            mma_fp8(acc[r][c], q[u][r][0].x, q[u][r][1].x, q[u][r][0].y,
+                                    q[u][r][1].y, b.x, b.y);
+                            mma_fp8(acc[r][c], q[u][r][0].z, q[u][r][1].z, q[u][r][0].w,
+                                    q[u][r][1].w, b.z, b.w);
+                        }
+                    }
+                }
+            }
+        } else { /* INT4: two groups in flight ahead of the one computed (matmul__int4_mma) */
+            mma_wgrp_t ring0, ring1;
+            mma_wgrp_load(ring0, wrow, srow, zrow, 0, wgs, sgs);
+            if (ng > 1)
+                mma_wgrp_load(ring1, wrow, srow, zrow, 1, wgs, sgs);
+            for (int g = 0; g < ng; g += 2) {
+                {
+                    const mma_wgrp_t cur = ring0;
+                    if (g + 2 < ng)
+                        mma_wgrp_load(ring0, wrow, srow, zrow, g + 2, wgs, sgs);
+                    mma_int4_group<C>(acc, cur, moe__sx3 + (size_t)g * 256, gq, tq, (int)P);
+                }
+                if (g + 1 < ng) {
+                    const mma_wgrp_t cur = ring1;
+                    if (g + 3 < ng)
+                        mma_wgrp_load(ring1, wrow, srow, zrow, g + 3, wgs, sgs);
+                    mma_int4_group<C>(acc, cur, moe__sx3 + (size_t)(g + 1) * 256, gq, tq, (int)P);
+                }
+            }
+        }
+#pragma unroll
+        for (int c = 0; c < C; c++)
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const int t = c * 8 + 2 * tq + i;
+                if (t >= nt)
+                    continue;
+                const float m = FMT == PD_WFMT_FP8 ? xs[t0 + t] : mult[t];
+#pragma unroll
+                for (int r = 0; r < 2; r++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int64_t row = row0 + 16 * r + 8 * h + gq;
+                        if (row < N)
+                            out[(size_t)(t0 + t) * N + row] = acc[r][c][2 * h + i] * m * wsc[r][h];
+                    }
+            }
+    }
+}
+
 /* ==== launchers ==== */
 
 extern "C" pd_status_t moe_route(int32_t *ids, float *weights, const float *logits, int n,
@@ -475,42 +657,51 @@ extern "C" pd_status_t moe_gmm(float *out, const float *x, const float *xs, cons
     return KUTIL_LAUNCHED("moe_gmm");
 }
 
-/* Launches moe__gmm2<FMT> with smem bytes of dynamic shared memory (allowed up to the device's
- * opt-in maximum the first time a device needs more than 48 KB); *fits false (nothing launched)
- * when smem is above that maximum. */
+/* Allows kernel fn smem bytes of dynamic shared memory (the device's opt-in maximum, set once
+ * per device in *attr_set the first time a launch needs more than 48 KB); *fits false when smem
+ * is above that maximum (the caller launches something else). */
+static pd_status_t moe__allow_smem(const void *fn, size_t smem, unsigned *attr_set, bool *fits,
+                                   const char *what)
+{
+    *fits = true;
+    if (smem <= 48 * 1024)
+        return PD_OK;
+    int dev = 0, optin = 0;
+    pd_status_t st = kutil_status(cudaGetDevice(&dev), what);
+    if (st == PD_OK)
+        st = kutil_status(
+            cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), what);
+    if (st != PD_OK)
+        return st;
+    if (smem > (size_t)optin) {
+        *fits = false;
+        return PD_OK;
+    }
+    /* the attribute is per device: set once per (kernel, device); a race sets it twice */
+    if (dev >= 32 || !(*attr_set & (1u << dev))) {
+        st = kutil_status(
+            cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, optin), what);
+        if (st != PD_OK)
+            return st;
+        if (dev < 32)
+            *attr_set |= 1u << dev;
+    }
+    return PD_OK;
+}
+
+/* Launches moe__gmm2<FMT> with smem bytes of dynamic shared memory; *fits false (nothing
+ * launched) when smem is above the device's opt-in maximum. */
 template <int FMT>
 static pd_status_t moe__gmm2_launch(bool *fits, dim3 grid, size_t smem, float *out, const float *x,
                                     const float *xs, const moe_wtab_t *tab, bool tiled,
                                     const int32_t *offsets, const int32_t *active, int n_experts,
                                     int64_t N, int64_t K, cudaStream_t stream)
 {
-    /* the attribute is per device: set once per (kernel, device); a race sets it twice */
     static unsigned attr_set;
-    *fits = true;
-    if (smem > 48 * 1024) {
-        int dev = 0, optin = 0;
-        pd_status_t st = kutil_status(cudaGetDevice(&dev), "moe_gmm2 device");
-        if (st == PD_OK)
-            st = kutil_status(
-                cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
-                "moe_gmm2 device attribute");
-        if (st != PD_OK)
-            return st;
-        if (smem > (size_t)optin) {
-            *fits = false;
-            return PD_OK;
-        }
-        if (dev >= 32 || !(attr_set & (1u << dev))) {
-            st = kutil_status(cudaFuncSetAttribute(moe__gmm2<FMT>,
-                                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   optin),
-                              "moe_gmm2 smem");
-            if (st != PD_OK)
-                return st;
-            if (dev < 32)
-                attr_set |= 1u << dev;
-        }
-    }
+    pd_status_t st =
+        moe__allow_smem((const void *)moe__gmm2<FMT>, smem, &attr_set, fits, "moe_gmm2 smem");
+    if (st != PD_OK || !*fits)
+        return st;
     moe__gmm2<FMT><<<grid, 32 * MOE__GMM2_WARPS, smem, stream>>>(out, x, xs, tab, tiled, offsets,
                                                                  active, n_experts, N, K);
     return KUTIL_LAUNCHED("moe_gmm2");
@@ -550,5 +741,56 @@ extern "C" pd_status_t moe_gmm2(float *out, const float *x, const float *xs, con
     if (st == PD_OK && !fits) /* a K row too long to stage on this device: the first kernel */
         st = moe_gmm(out, x, xs, tab, fmt, int4_tiled, offsets, active, n_experts, max_active, N, K,
                      stream);
+    return st;
+}
+
+/* Launches moe__gmm3<FMT, C> (FMT FP8 or INT4); *fits false (nothing launched) when its shared
+ * memory is above the device's opt-in maximum. */
+template <int FMT, int C>
+static pd_status_t moe__gmm3_launch(bool *fits, int max_active, float *out, const float *x,
+                                    const float *xs, const moe_wtab_t *tab, bool tiled,
+                                    const int32_t *offsets, const int32_t *active, int n_experts,
+                                    int64_t N, int64_t K, cudaStream_t stream)
+{
+    static unsigned attr_set;
+    const size_t smem = (size_t)(8 * C) * (size_t)moe__gmm3_pitch(FMT, K) +
+                        (FMT == PD_WFMT_INT4 ? (size_t)(8 * C) * sizeof(float) : 0);
+    pd_status_t st =
+        moe__allow_smem((const void *)moe__gmm3<FMT, C>, smem, &attr_set, fits, "moe_gmm3 smem");
+    if (st != PD_OK || !*fits)
+        return st;
+    const dim3 grid((unsigned)((N + MOE__GMM3_ROWS - 1) / MOE__GMM3_ROWS), (unsigned)max_active);
+    moe__gmm3<FMT, C><<<grid, 32 * MOE__GMM3_WARPS, smem, stream>>>(out, x, xs, tab, tiled, offsets,
+                                                                    active, n_experts, N, K);
+    return KUTIL_LAUNCHED("moe_gmm3");
+}
+
+extern "C" pd_status_t moe_gmm3(float *out, const float *x, const float *xs, const moe_wtab_t *tab,
+                                pd_wfmt_t fmt, bool int4_tiled, const int32_t *offsets,
+                                const int32_t *active, int n_experts, int max_active, int m,
+                                int64_t N, int64_t K, cudaStream_t stream)
+{
+    KUTIL_REQUIRE(moe__gmm_args_ok(xs, fmt, int4_tiled, n_experts, max_active, N, K) && m >= 0,
+                  "moe_gmm3");
+    if (max_active == 0)
+        return PD_OK;
+    /* 4 n8 tiles per pass when the experts average more than 16 rows (prefill), else 1 */
+    const bool wide = max_active > 0 && m > 16 * max_active;
+    bool fits = false;
+    pd_status_t st = PD_OK;
+    if (fmt == PD_WFMT_FP8 && K % 64 == 0)
+        st = wide ? moe__gmm3_launch<PD_WFMT_FP8, 4>(&fits, max_active, out, x, xs, tab, int4_tiled,
+                                                     offsets, active, n_experts, N, K, stream)
+                  : moe__gmm3_launch<PD_WFMT_FP8, 1>(&fits, max_active, out, x, xs, tab, int4_tiled,
+                                                     offsets, active, n_experts, N, K, stream);
+    else if (fmt == PD_WFMT_INT4)
+        st = wide
+                 ? moe__gmm3_launch<PD_WFMT_INT4, 4>(&fits, max_active, out, x, xs, tab, int4_tiled,
+                                                     offsets, active, n_experts, N, K, stream)
+                 : moe__gmm3_launch<PD_WFMT_INT4, 1>(&fits, max_active, out, x, xs, tab, int4_tiled,
+                                                     offsets, active, n_experts, N, K, stream);
+    if (st == PD_OK && !fits) /* BF16, an FP8 K that is not a multiple of 64, or too large */
+        st = moe_gmm2(out, x, xs, tab, fmt, int4_tiled, offsets, active, n_experts, max_active, N,
+                      K, stream);
     return st;
 }

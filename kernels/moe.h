@@ -76,6 +76,17 @@ pd_status_t moe_gmm2(float *out, const float *x, const float *xs, const moe_wtab
                      pd_wfmt_t fmt, bool int4_tiled, const int32_t *offsets, const int32_t *active,
                      int n_experts, int max_active, int64_t N, int64_t K, cudaStream_t stream);
 
+/* moe_gmm's contract on the tensor cores (PD_CUDA_MOE_GMM=3, moe__gmm3): FP8 with K % 64 == 0
+ * on mma.sync e4m3 (exact products: xf holds fp8 values), INT4 on mma.sync f16 with the
+ * weights dequantized in registers and the activations rounded to f16 after a power-of-two
+ * scale per row (about 2^-11 relative per product, as matmul_int4_mma). m: the grouped rows in
+ * all (n * k); above 16 rows per active expert on average a pass takes 32 rows instead of 8.
+ * Anything else (BF16, another FP8 K, shared memory above the device's opt-in): moe_gmm2. */
+pd_status_t moe_gmm3(float *out, const float *x, const float *xs, const moe_wtab_t *tab,
+                     pd_wfmt_t fmt, bool int4_tiled, const int32_t *offsets, const int32_t *active,
+                     int n_experts, int max_active, int m, int64_t N, int64_t K,
+                     cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

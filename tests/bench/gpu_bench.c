@@ -1647,9 +1647,10 @@ static void qwen3_30b_a3b(hf_config_t *c, int layers)
  * scales with layers, the LM head does not), random weights, context 1024, batch 1 and 64: the
  * experts grouped on the host (moe_grouped=off, eager: the path before), grouped on the device
  * (eager and graph), and the whole step with device sampling and ids-only download. The graph
- * logits must equal the padded eager plan's bit for bit (else exit 1). A second row per batch
- * repeats the device-grouped columns with the other grouped matmul kernel (moe_gmm, or moe_gmm2
- * under PD_CUDA_MOE_GMM=1). tests/bench/torch_moe_baseline.py times the same step in PyTorch. */
+ * logits must equal the padded eager plan's bit for bit (else exit 1). Further rows per batch
+ * repeat the device-grouped columns with each other grouped matmul kernel (moe_gmm, moe_gmm2,
+ * moe_gmm3: backend_cuda_set_moe_gmm). tests/bench/torch_moe_baseline.py times the same step in
+ * PyTorch. */
 static void bench_moe(void)
 {
     const char *env = getenv("PD_BENCH_MOE_LAYERS");
@@ -1700,32 +1701,36 @@ static void bench_moe(void)
                         nbad);
                 graph_fail = 1;
             }
-            /* the same device-grouped step with the other grouped matmul kernel (moe_gmm when
-             * the rows above ran moe_gmm2, the default; moe_gmm2 under PD_CUDA_MOE_GMM=1) */
+            /* the same device-grouped step with each other grouped matmul kernel (moe_gmm,
+             * moe_gmm2, moe_gmm3; the rows above ran the backend's default) */
             const int was = backend_cuda_set_moe_gmm(be, 1); /* the kernel of the rows above */
             ok(was ? PD_OK : PD_ERR_INVALID, "set_moe_gmm");
-            const int other = was == 2 ? 1 : 2;
-            backend_cuda_set_moe_gmm(be, other);
-            dev = run_forward(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_OFF, NULL);
-            ga = run_forward(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_ON, lg);
-            gs = run_forward_s(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_ON, NULL, 2);
-            run_forward(m, confs[i].kv, B, 1024, 1, B, 1, MODEL_GRAPHS_EAGER, lp);
-            backend_cuda_set_moe_gmm(be, was);
-            nbad = 0;
-            for (size_t j = 0; j < nv; j++)
-                nbad += memcmp(&lg[j], &lp[j], 4) != 0;
-            printf("| %s, %s | %s | %d | - | %.2f | %.2f | %.2f | %.0f | %s |\n",
-                   pd_wfmt_name(confs[i].w), other == 2 ? "moe_gmm2" : "moe_gmm (session 5)",
-                   pd_kvfmt_name(confs[i].kv), B, dev, ga, gs, B * 1000.0 / gs,
-                   nbad ? "DIFFERENT" : "bit-identical");
-            fflush(stdout);
-            if (nbad) {
-                fprintf(stderr,
-                        "moe_gmm%d graph replay differs from the padded eager step in %zu "
-                        "logits\n",
-                        other, nbad);
-                graph_fail = 1;
+            static const char *const names[] = {"", "moe_gmm (session 5)", "moe_gmm2",
+                                                "moe_gmm3 (tensor cores)"};
+            for (int other = 1; other <= 3; other++) {
+                if (other == was)
+                    continue;
+                backend_cuda_set_moe_gmm(be, other);
+                dev = run_forward(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_OFF, NULL);
+                ga = run_forward(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_ON, lg);
+                gs = run_forward_s(m, confs[i].kv, B, 1024, 1, B, 10, MODEL_GRAPHS_ON, NULL, 2);
+                run_forward(m, confs[i].kv, B, 1024, 1, B, 1, MODEL_GRAPHS_EAGER, lp);
+                nbad = 0;
+                for (size_t j = 0; j < nv; j++)
+                    nbad += memcmp(&lg[j], &lp[j], 4) != 0;
+                printf("| %s, %s | %s | %d | - | %.2f | %.2f | %.2f | %.0f | %s |\n",
+                       pd_wfmt_name(confs[i].w), names[other], pd_kvfmt_name(confs[i].kv), B, dev,
+                       ga, gs, B * 1000.0 / gs, nbad ? "DIFFERENT" : "bit-identical");
+                fflush(stdout);
+                if (nbad) {
+                    fprintf(stderr,
+                            "moe_gmm%d graph replay differs from the padded eager step in %zu "
+                            "logits\n",
+                            other, nbad);
+                    graph_fail = 1;
+                }
             }
+            backend_cuda_set_moe_gmm(be, was);
             free(lp);
             free(lg);
         }

@@ -1899,13 +1899,13 @@ static void case_moe_grouped(pd_wfmt_t fmt, int n, int E, int k, int d, int f, c
     free(w);
 }
 
-/* The two grouped matmul kernels (moe_gmm, moe_gmm2: backend_cuda_set_moe_gmm 1 / 2) through
- * the grouped device path of moe_experts, against the CPU backend per element (row rms, the
- * tolerances of case_moe_grouped), at a fixed printed seed and fixed expert loads: loads[e]
- * slots on expert e (0: empty; 1, 9, 40: one token, one staged pass plus one row, five passes),
- * filled slot column by column (no load above n, so a token never meets an expert twice); then
- * moe_gmm2 captured in a graph and replayed over poisoned output: bit-identical to its eager
- * call. */
+/* The three grouped matmul kernels (moe_gmm, moe_gmm2, moe_gmm3: backend_cuda_set_moe_gmm 1..3)
+ * through the grouped device path of moe_experts, against the CPU backend per element (row rms,
+ * the tolerances of case_moe_grouped; moe_gmm3 INT4 2e-3: f16 operands), at a fixed printed seed
+ * and fixed expert loads: loads[e] slots on expert e (0: empty; 1, 9, 40: one token, one staged
+ * pass plus one row, five passes), filled slot column by column (no load above n, so a token never
+ * meets an expert twice); then moe_gmm2 and moe_gmm3 each captured in a graph and replayed over
+ * poisoned output: bit-identical to its eager call. */
 static void case_moe_gmm2(pd_wfmt_t fmt, int n, int E, int k, int d, int f, const int *loads,
                           uint64_t seed, const char *what)
 {
@@ -1937,9 +1937,13 @@ static void case_moe_gmm2(pd_wfmt_t fmt, int n, int E, int k, int d, int f, cons
     pair_t px = pair_new((size_t)n * d * 4, x), pi = pair_new(m * 4, ids);
     pair_t pw = pair_new(m * 4, w), out = pair_new((size_t)n * d * 4, NULL);
     cpu->ops->moe_experts(cpu, out.c, px.c, pi.c, pw.c, guc, dc, n, k, d, f);
-    const double tol = fmt == PD_WFMT_FP8 ? 3e-2 : 1e-4;
     int was = 0; /* the backend's kernel before this case, restored at its end */
-    for (int kern = 1; kern <= 2; kern++) {
+    for (int kern = 1; kern <= 3; kern++) {
+        /* moe_gmm3 INT4 rounds weights and activations to f16 (2^-11 each per product, as the
+         * dense INT4 mma GEMM); the others compute in f32 */
+        const double tol = fmt == PD_WFMT_FP8                 ? 3e-2
+                           : kern == 3 && fmt == PD_WFMT_INT4 ? 2e-3
+                                                              : 1e-4;
         const int prev = backend_cuda_set_moe_gmm(gpu, kern);
         was = kern == 1 ? prev : was;
         if (!prev) {
@@ -1951,13 +1955,15 @@ static void case_moe_gmm2(pd_wfmt_t fmt, int n, int E, int k, int d, int f, cons
         snprintf(shape, sizeof shape, "%s %s gmm%d n %d E %d k %d d %d f %d seed %llu (row rms)",
                  what, pd_wfmt_name(fmt), kern, n, E, k, d, f, (unsigned long long)seed);
         report("moe_gmm", shape, err_row_rms(&out, n, d), tol);
+        if (kern == 1)
+            continue;
+        /* moe_gmm2 / moe_gmm3 in a graph: capture, poison, replay; equal to its eager result */
+        const size_t bad = moe_graph_diff(out.g, px.g, pi.g, pw.g, gug, dg, n, k, d, f);
+        snprintf(shape, sizeof shape, "%s %s gmm%d n %d graph replay (floats differing)", what,
+                 pd_wfmt_name(fmt), kern, n);
+        report("moe_gmm", shape, (double)bad, 0.0);
     }
-    /* moe_gmm2 (still set) in a graph: capture, poison, replay; equal to its eager result */
-    const size_t bad = moe_graph_diff(out.g, px.g, pi.g, pw.g, gug, dg, n, k, d, f);
     backend_cuda_set_moe_gmm(gpu, was); /* the backend's choice again for the cases after */
-    snprintf(shape, sizeof shape, "%s %s gmm2 n %d graph replay (floats differing)", what,
-             pd_wfmt_name(fmt), n);
-    report("moe_gmm", shape, (double)bad, 0.0);
     for (int e = 0; e < E; e++) {
         backend_weight_free(cpu, &guc[e]);
         backend_weight_free(gpu, &gug[e]);
@@ -3156,17 +3162,29 @@ static void cases_moe(void)
         }
     }
     {
-        /* moe_gmm and moe_gmm2 at fixed seeds 301..: empty experts, loads 1, 9 and 40 */
+        /* moe_gmm, moe_gmm2, moe_gmm3 at fixed seeds 301..: empty experts, loads 1, 9 and 40 */
         const pd_wfmt_t mf[] = {PD_WFMT_BF16, PD_WFMT_FP8, PD_WFMT_INT4};
         const int tiny[8] = {0, 1, 9, 40, 0, 46, 0, 0}; /* n 48, k 2 */
         const int qwen[16] = {0, 1, 9, 40, 0, 64, 64, 64, 64, 64, 64, 64, 14, 0, 0, 0}; /* 64 x 8 */
+        const int qwen4[16] = {0, 1, 4, 4, 0, 4, 4, 4, 4, 4, 2, 1, 0, 0, 0, 0};         /* 4 x 8 */
         for (int i = 0; i < 3; i++) {
             case_moe_gmm2(mf[i], 48, 8, 2, 512, 128, tiny, 301 + (uint64_t)i, "tiny-moe");
             if (mf[i] != PD_WFMT_INT4) /* N 288 / 528: not multiples of 64 rows per block */
                 case_moe_gmm2(mf[i], 48, 8, 2, 528, 144, tiny, 311 + (uint64_t)i, "ragged");
             if (!small_only) /* Qwen3-30B-A3B's expert shape: 64 KB of staged x for gate_up */
                 case_moe_gmm2(mf[i], 64, 16, 8, 2048, 768, qwen, 321 + (uint64_t)i, "qwen3-30b");
+            if (!small_only) /* the same at decode loads (moe_gmm3: one n8 tile per pass) */
+                case_moe_gmm2(mf[i], 4, 16, 8, 2048, 768, qwen4, 331 + (uint64_t)i, "qwen3-30b");
         }
+        /* moe_gmm3's edges: FP8 K 576 (64 mod 128: the other pitch rounding), N 320 / 576 (a
+         * block's last warps past N), K 160 (not a multiple of 64: moe_gmm2 instead); INT4 odd
+         * group counts (5 and 3: the second register ring idle at the end) */
+        case_moe_gmm2(PD_WFMT_FP8, 48, 8, 2, 576, 160, tiny, 341, "edges");
+        case_moe_gmm2(PD_WFMT_INT4, 48, 8, 2, 640, 384, tiny, 342, "edges");
+        /* 4 experts for 96 rows (24 per expert on average: moe_gmm3 takes 32 rows per pass) */
+        const int four[4] = {40, 9, 1, 46};
+        case_moe_gmm2(PD_WFMT_FP8, 48, 4, 2, 512, 128, four, 343, "wide");
+        case_moe_gmm2(PD_WFMT_INT4, 48, 4, 2, 512, 128, four, 344, "wide");
     }
 }
 
