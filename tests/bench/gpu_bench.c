@@ -27,11 +27,13 @@
  * prefill of PD_BENCH_FAMILY_PREFILL tokens (default 2048; 0: none), eager (MoE takes no graphs).
  * gemm: the prefill FP8 GEMM at n 8192 (output type, accumulation, cuBLASLt candidates);
  * prefops: one prefill layer (n 8192) op by op (both not part of all).
+ * stepprof: kernel time per whole step from CUPTI activity records (bench_stepprof; not part of
+ * all).
  * Usage: gpu_bench [ops] [decode] [prefill] [flash] [int4] [attn] [attnprof] [elementwise] [moe]
- * [wgemv] [xgemv] [family] [ctxscale] [gemm] [prefops] [all] (default all; wgemv, xgemv
- * (bench_xgemv), family, ctxscale, moe, gemm, prefops: not part of all; flash: only the 8192
- * causal flash attention and the FP8 8192 x 14336 x 4096 GEMM, for ncu; int4: the INT4 paths
- * table of ops alone). Needs a CUDA device (exits 77 without).
+ * [wgemv] [xgemv] [family] [ctxscale] [gemm] [prefops] [stepprof] [all] (default all; wgemv,
+ * xgemv (bench_xgemv), family, ctxscale, moe, gemm, prefops, stepprof: not part of all; flash: only
+ * the 8192 causal flash attention and the FP8 8192 x 14336 x 4096 GEMM, for ncu; int4: the INT4
+ * paths table of ops alone). Needs a CUDA device (exits 77 without).
  */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -53,6 +55,7 @@
 #include "model.h"
 #include "model_random.h"
 #include "hf_config.h"
+#include "stepprof.h"
 
 #define COPY_BW 4.2e12
 #define FP8_FLOPS 1.36e15
@@ -61,6 +64,10 @@
 static pd_backend_t *be;
 static pd_backend_t *be_split; /* PD_CUDA_BF16_GEMM=split (hi + lo BF16 GEMMs) */
 static int graph_fail;         /* a graph capture failed or a replay differed from its eager plan */
+/* stepprof: run_forward_s records its timed calls as steps (stepprof.h); the caller ends the
+ * window. prof_fail: stepprof_begin failed (exit 1). */
+static bool prof_steps;
+static int prof_fail;
 static cudaStream_t stream;
 static cudaStream_t stream_split;
 static pd_backend_t *be_old; /* PD_CUDA_XGEMV=0 (the session-4 routing), for bench_xgemv */
@@ -1470,7 +1477,14 @@ static float run_forward_s(model_t *m, pd_kvfmt_t kvfmt, int B, int ctx, int q_l
         exit(1);
     }
     float ts[32];
+    bool prof = false;
     for (int i = 0; i < reps + 2; i++) {
+        if (prof_steps && i == 2) { /* the timed calls, each one step (all end in a sync) */
+            prof = stepprof_begin() == 0;
+            prof_fail |= !prof;
+        }
+        if (prof)
+            stepprof_mark();
         double t0 = pd_clock_s();
         if (sample)
             ok(model_forward_sample(ctxp, arena, &l, &b, &smp, sout, NULL), "forward_sample");
@@ -1479,6 +1493,8 @@ static float run_forward_s(model_t *m, pd_kvfmt_t kvfmt, int B, int ctx, int q_l
         if (i >= 2)
             ts[i - 2] = (float)((pd_clock_s() - t0) * 1e3);
     }
+    if (prof)
+        stepprof_mark();
     qsort(ts, (size_t)reps, sizeof ts[0], cmp_f);
     if (model_ctx_graphs(ctxp) != mode) {
         fprintf(stderr, "graph mode %d fell back to eager (capture failed)\n", (int)mode);
@@ -1867,17 +1883,91 @@ static void bench_family(int layers, int pre)
     }
 }
 
+/* `gpu_bench stepprof`: where the time of a whole step goes, kernel by kernel (CUPTI activity
+ * records of 5 timed calls: stepprof.h): the Llama-3-8B decode step (graph, device greedy, ids to
+ * the host) at batch 1 and 64, context 1024, INT4 + FP8 KV and FP8 + BF16 KV (floors: issue
+ * 11's), the FP8 prefill of 8192 tokens (eager, 3 calls), and the Qwen3-30B-A3B decode step (16
+ * layers) at batch 1 and 64 with each grouped expert kernel (moe_gmm2, moe_gmm3). */
+static void bench_stepprof(void)
+{
+    hf_config_t cfg;
+    llama8b(&cfg);
+    const struct {
+        pd_wfmt_t w;
+        pd_kvfmt_t kv;
+        double floor_ms[2]; /* batch 1, 64 */
+    } confs[] = {{PD_WFMT_INT4, PD_KV_FP8, {0.92, 2.2}}, {PD_WFMT_FP8, PD_KV_BF16, {2.0, 4.0}}};
+    char title[160];
+    printf("\n### stepprof: kernel time per step (CUPTI activity, programmatic dependent launch "
+           "and graphs as in serving)\n");
+    for (size_t i = 0; i < sizeof confs / sizeof confs[0]; i++) {
+        model_t *m;
+        ok(model_create_random(&cfg, confs[i].w, PD_WFMT_BF16, be, 42, &m), "model");
+        static const int batches[] = {1, 64};
+        for (int bi = 0; bi < 2; bi++) {
+            prof_steps = true;
+            const float ms = run_forward_s(m, confs[i].kv, batches[bi], 1024, 1, batches[bi], 5,
+                                           MODEL_GRAPHS_ON, NULL, 1);
+            prof_steps = false;
+            snprintf(title, sizeof title,
+                     "Llama-3-8B decode, %s weights + %s KV, batch %d, context 1024, graph, device "
+                     "greedy (wall clock median %.2f ms)",
+                     pd_wfmt_name(confs[i].w), pd_kvfmt_name(confs[i].kv), batches[bi], ms);
+            stepprof_end(title, confs[i].floor_ms[bi]);
+        }
+        if (confs[i].w == PD_WFMT_FP8) {
+            prof_steps = true;
+            const float ms = run_forward(m, confs[i].kv, 1, 0, 8192, 1, 3, MODEL_GRAPHS_OFF, NULL);
+            prof_steps = false;
+            snprintf(title, sizeof title,
+                     "Llama-3-8B prefill, 8192 tokens, FP8 weights + BF16 KV, eager (wall clock "
+                     "median %.1f ms)",
+                     ms);
+            stepprof_end(title, 0);
+        }
+        model_destroy(m);
+    }
+    const char *env = getenv("PD_BENCH_MOE_LAYERS");
+    const int layers = env && atoi(env) > 0 ? atoi(env) : 16;
+    qwen3_30b_a3b(&cfg, layers);
+    const pd_wfmt_t mw[] = {PD_WFMT_INT4, PD_WFMT_FP8};
+    const pd_kvfmt_t mkv[] = {PD_KV_FP8, PD_KV_BF16};
+    for (int i = 0; i < 2; i++) {
+        model_t *m;
+        ok(model_create_random(&cfg, mw[i], PD_WFMT_BF16, be, 43, &m), "moe model");
+        for (int kern = 2; kern <= 3; kern++) {
+            const int was = backend_cuda_set_moe_gmm(be, kern);
+            ok(was ? PD_OK : PD_ERR_INVALID, "set_moe_gmm");
+            for (int B = 1; B <= 64; B *= 64) {
+                prof_steps = true;
+                const float ms =
+                    run_forward_s(m, mkv[i], B, 1024, 1, B, 5, MODEL_GRAPHS_ON, NULL, 1);
+                prof_steps = false;
+                snprintf(title, sizeof title,
+                         "Qwen3-30B-A3B decode (%d of 48 layers), %s weights + %s KV, moe_gmm%d, "
+                         "batch %d, context 1024, graph, device greedy (wall clock median %.2f "
+                         "ms)",
+                         layers, pd_wfmt_name(mw[i]), pd_kvfmt_name(mkv[i]), kern, B, ms);
+                stepprof_end(title, 0);
+            }
+            backend_cuda_set_moe_gmm(be, was);
+        }
+        model_destroy(m);
+    }
+}
+
 int main(int argc, char **argv)
 {
     bool ops = argc < 2, decode = argc < 2, prefill = argc < 2, flash = false, int4 = false,
          fused = false, sweep = false;
     bool gemm = false, prefops = false;
     bool attn = false, attnprof = false, ctxscale = false, family = false, moe = false,
-         xgemv = false, w4mma = false;
+         xgemv = false, w4mma = false, stepprof = false;
     for (int i = 1; i < argc; i++) {
         /* matmul_int4_mma2 table (not part of all) */
         w4mma |= !strcmp(argv[i], "w4mma");
-        family |= !strcmp(argv[i], "family"); /* GLM-4.5-Air / DeepSeek-V3 (not part of all) */
+        stepprof |= !strcmp(argv[i], "stepprof"); /* kernel time per step (not part of all) */
+        family |= !strcmp(argv[i], "family");     /* GLM-4.5-Air / DeepSeek-V3 (not part of all) */
         bool all = !strcmp(argv[i], "all");
         flash |= !strcmp(argv[i], "flash");
         int4 |= !strcmp(argv[i], "int4"); /* the INT4 paths table alone (also part of ops) */
@@ -1974,7 +2064,11 @@ int main(int argc, char **argv)
     }
     if (moe)
         bench_moe();
+    if (stepprof)
+        bench_stepprof();
     backend_destroy(be_split);
     backend_destroy(be);
-    return graph_fail;
+    if (prof_fail)
+        fprintf(stderr, "stepprof: CUPTI could not record (see above)\n");
+    return graph_fail || prof_fail;
 }

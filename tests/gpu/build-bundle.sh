@@ -25,6 +25,12 @@ cp "$B/router/router" "$B/prefill-node/prefill-node" "$B/decode-node/decode-node
     "$B/deploy/pdctl" "$B/tests/test_gpu_kernels" "$B/tests/gpu_bench" "$B/tests/kv_ipc_bench" \
     "$B/tests/kv_transport_bench" "$D/bin/"
 "$root/../shared/tools/collect-libs.sh" "$D" "$D"/bin/*
+# gpu_bench stepprof loads libcupti at run time (tests/bench/stepprof.c): this machine's (CUDA
+# 13.0, as there), in case the GPU machine's is not on the loader's path
+for c in /usr/local/cuda/lib64/libcupti.so.13 /usr/local/cuda/lib/libcupti.so.13 \
+    /usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13; do
+    [ -f "$c" ] && { cp -L "$c" "$D/lib/"; break; }
+done
 cp "$root"/tests/gpu/run-on-gpu.sh "$root"/tests/gpu/run-family.sh \
     "$root"/tests/gpu/check_reference.py "$root"/tests/gpu/bf16_kv_transformers.py \
     "$root"/tests/gpu/check_tiktoken.py \

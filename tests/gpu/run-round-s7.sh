@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Session 7's round (prepared in a session with no device time left; run it first in the next
+# one): moe_gmm3 (the grouped expert matmul on mma.sync, PD_CUDA_MOE_GMM=3, never run yet) and
+# kernels/mma.cuh (the dense INT4 / FP8 mma GEMMs' building blocks moved out of matmul.cu:
+# behaviour unchanged, to be shown), then gpu_bench stepprof (CUPTI: kernel time per step).
+# Run from the repository root on the device with .gpu-round/ (bundle.tar.xz from
+# tests/gpu/build-bundle.sh) and .gpu-models/llama-moe.tar.xz carried:
+#   DEADLINE=430 bash .gpu-round/run-round-s7.sh
+# Order: the new kernel's cases alone (fast, and a hang shows at once), the MoE cases under
+# memcheck, the harness at fixture shapes (matmul.cu's refactor) and under memcheck, greedy ids
+# and the ppl gate (moe_gmm2 and moe_gmm3), the GPU cluster, then the benchmarks: MoE (every
+# grouped kernel) with its PyTorch step, stepprof, the Llama decode step with its PyTorch step,
+# and the full-size harness with what time is left. Logs: $OUT/r.tgz; the summary is printed.
+set -uo pipefail
+F=$PWD/.gpu-round
+tar -C $F -xJf $F/bundle.tar.xz || exit 9
+tar -xJf .gpu-models/llama-moe.tar.xz || exit 9
+G=$F/b
+export LD_LIBRARY_PATH=$G/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
+export UCX_MODULE_DIR=$G/ucx PD_MODELS_DIR=$PWD/deploy/models
+L=$OUT/logs; mkdir -p $L
+DL=${DEADLINE:-430}
+rc=0
+st() { # name timeout cmd...: runs under the time left, logs to $L/name.log
+  local name=$1 t=$2; shift 2; local left=$((DL - SECONDS))
+  [ $left -gt 6 ] || { echo "=== $name skipped (deadline)"; rc=1; return; }
+  [ $t -lt $left ] || t=$left; echo "=== $name: $*"; local t0=$SECONDS
+  timeout $t "$@" > $L/$name.log 2>&1; local r=$?
+  echo "=== $name: rc $r, $((SECONDS - t0)) s"; [ $r = 0 ] || rc=1; }
+cases() { grep -E "cases,|ERROR SUMMARY|FAIL" $L/$1.log | head -16; }
+tab() { grep -E "^\| |^#### |steps; per step" $L/$1.log; }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+PD_GPU_TEST_MOE=1 PD_GPU_TEST_SMALL=1 st moe_small 40 $G/bin/test_gpu_kernels; cases moe_small; grep "gmm3" $L/moe_small.log | head -24
+PD_GPU_TEST_MOE=1 st moe_cases 60 $G/bin/test_gpu_kernels; cases moe_cases
+PD_GPU_TEST_MOE=1 PD_GPU_TEST_SMALL=1 st moe_memcheck 60 compute-sanitizer --tool memcheck --error-exitcode 3 $G/bin/test_gpu_kernels; cases moe_memcheck
+PD_GPU_TEST_SMALL=1 st ksmall 60 $G/bin/test_gpu_kernels; cases ksmall
+PD_GPU_TEST_SMALL=1 st memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 3 $G/bin/test_gpu_kernels; cases memcheck
+st greedy 60 python3 $G/check_reference.py greedy --pdctl $G/bin/pdctl --models deploy/models --kv f32 bf16 --jobs 4; tail -12 $L/greedy.log
+PD_CUDA_MOE_GMM=3 st greedy_gmm3 60 python3 $G/check_reference.py greedy --pdctl $G/bin/pdctl --models deploy/models --kv f32 bf16 --jobs 4; tail -12 $L/greedy_gmm3.log
+st ppl 60 python3 $G/check_reference.py ppl --pdctl $G/bin/pdctl --models deploy/models --text tests/data/tinyshakespeare-val.txt --only tiny-llama tiny-moe --jobs 4; tail -12 $L/ppl.log
+PD_CUDA_MOE_GMM=3 st ppl_gmm3 60 python3 $G/check_reference.py ppl --pdctl $G/bin/pdctl --models deploy/models --text tests/data/tinyshakespeare-val.txt --only tiny-moe --jobs 4; tail -12 $L/ppl_gmm3.log
+st cluster 120 python3 $G/check_cluster.py $G/bin --models deploy/models; tail -8 $L/cluster.log
+st moe 90 $G/bin/gpu_bench moe; tab moe
+st baseline_moe 90 python3 $G/torch_moe_baseline.py; tail -15 $L/baseline_moe.log
+st stepprof 150 $G/bin/gpu_bench stepprof; tab stepprof
+GPU_BENCH_DECODE_BATCHES="1 16 64" st decode 80 $G/bin/gpu_bench decode; tab decode
+st baseline 60 python3 $G/torch_decode_baseline.py; grep "decode_" $L/baseline.log | tail -12
+st kernels 240 $G/bin/test_gpu_kernels; cases kernels
+tar -C $OUT -czf $OUT/r.tgz logs && rm -rf $L
+exit $rc
