@@ -528,7 +528,7 @@ static __device__ __forceinline__ void attn_tc__split(float x, float y, uint32_t
  * ATTN_TC__TILE; p_shift: log2(page_tokens) when a power of two, else -1. */
 template <int FMT, int D>
 static __global__ void __launch_bounds__(32 * ATTN_TC__WARPS, attn_tc__cfg<FMT, D>::MINB)
-    attention__tc_kernel(float *out, float *part, const float *q, const uint8_t *arena,
+    attention__tc_kernel(float *out, float *part, int *cnt, const float *q, const uint8_t *arena,
                          kv_layout_t l, int layer, const int32_t *q_start, const int32_t *ctx_len,
                          const int32_t *block_tables, int n_seqs, int max_pages, int n_heads,
                          int chunk, int p_shift)
@@ -536,6 +536,8 @@ static __global__ void __launch_bounds__(32 * ATTN_TC__WARPS, attn_tc__cfg<FMT, 
     using C = attn_tc__cfg<FMT, D>;
     constexpr int T = ATTN_TC__TILE, NW = ATTN_TC__WARPS;
     extern __shared__ __align__(16) uint8_t attn_tc__smem[];
+    kutil_pdl_wait(); /* PDL-launched (kutil.cuh): the pages and q come from the kernels before */
+    kutil_pdl_trigger();
     const int r = blockIdx.x, kvh = blockIdx.y, sp = blockIdx.z, n_rows = gridDim.x;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, qd = lane & 3; /* head (S, O rows) / token (K column), quad lane */
@@ -847,6 +849,40 @@ static __global__ void __launch_bounds__(32 * ATTN_TC__WARPS, attn_tc__cfg<FMT, 
             }
         }
     }
+    if (gridDim.z == 1 || !cnt)
+        return; /* no splits, or attention__merge merges them */
+    /* the last of the row's splits to finish (for this KV head) merges them all, in split order
+     * (the same sums whichever block is last: deterministic), and re-arms the counter for the
+     * next launch; threadFenceReduction's pattern: each block's partials are visible before its
+     * count, and read after the last count */
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+        last = atomicAdd(&cnt[r * KVH + kvh], 1) == (int)gridDim.z - 1;
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    const size_t stride = (size_t)n_rows * H * (D + 2);
+    for (int idx = threadIdx.x; idx < G * D; idx += blockDim.x) {
+        const int gg = idx / D, d = idx % D, h = kvh * G + gg;
+        const float *p0 = part + ((size_t)r * H + h) * (D + 2);
+        float M = -INFINITY, L = 0.0f, O = 0.0f;
+        for (int k = 0; k < (int)gridDim.z; k++)
+            M = fmaxf(M, __ldcg(p0 + k * stride + D));
+        for (int k = 0; k < (int)gridDim.z; k++) {
+            const float *pp = p0 + k * stride, mk = __ldcg(pp + D);
+            if (mk == -INFINITY)
+                continue;
+            const float c = expf(mk - M);
+            L += __ldcg(pp + D + 1) * c;
+            O += __ldcg(pp + d) * c;
+        }
+        out[((size_t)r * H + h) * D + d] = O / L;
+    }
+    if (threadIdx.x == 0)
+        cnt[r * KVH + kvh] = 0;
 }
 
 /* ==== launchers ==== */
@@ -870,9 +906,13 @@ extern "C" int attention_splits(int n_rows, int n_kv_heads, int max_ctx)
     return splits < by_len ? splits : by_len;
 }
 
+int attention_fold = 0;
+
 extern "C" size_t attention_scratch_floats(int n_rows, int n_heads, int head_dim, int n_splits)
 {
-    return n_splits <= 1 ? 0 : (size_t)n_splits * n_rows * n_heads * (head_dim + 2);
+    return n_splits <= 1
+               ? 0
+               : ATTENTION_SCRATCH_COUNTERS + (size_t)n_splits * n_rows * n_heads * (head_dim + 2);
 }
 
 template <int FMT>
@@ -918,10 +958,12 @@ static void attention__launch_d128(dim3 grid, size_t smem, cudaStream_t stream, 
 #undef ATTENTION__GO2
 }
 
+/* cnt: the split counters of the in-kernel merge (NULL: attention__merge merges) */
 template <int FMT, int D>
 static pd_status_t attention__tc_launch(dim3 grid, cudaStream_t stream, float *out, float *part,
-                                        const float *q, const void *arena, const kv_layout_t *l,
-                                        int layer, const pd_attn_batch_t *b, int n_heads, int chunk)
+                                        int *cnt, const float *q, const void *arena,
+                                        const kv_layout_t *l, int layer, const pd_attn_batch_t *b,
+                                        int n_heads, int chunk)
 {
     using C = attn_tc__cfg<FMT, D>;
     /* the attribute is per device: set once per (kernel, device); a race sets it twice */
@@ -942,9 +984,9 @@ static pd_status_t attention__tc_launch(dim3 grid, cudaStream_t stream, float *o
     }
     const int P = l->page_tokens;
     const int p_shift = (P & (P - 1)) == 0 ? __builtin_ctz((unsigned)P) : -1;
-    attention__tc_kernel<FMT, D><<<grid, 32 * ATTN_TC__WARPS, C::SMEM, stream>>>(
-        out, part, q, (const uint8_t *)arena, *l, layer, b->q_start, b->ctx_len, b->block_tables,
-        b->n_seqs, b->max_pages, n_heads, chunk, p_shift);
+    kutil_launch_pdl(attention__tc_kernel<FMT, D>, grid, dim3(32 * ATTN_TC__WARPS), C::SMEM, stream,
+                     out, part, cnt, q, (const uint8_t *)arena, *l, layer, b->q_start, b->ctx_len,
+                     b->block_tables, b->n_seqs, b->max_pages, n_heads, chunk, p_shift);
     return KUTIL_LAUNCHED("attention");
 }
 
@@ -962,6 +1004,8 @@ extern "C" pd_status_t attention_run(float *out, float *scratch, const float *q,
     KUTIL_REQUIRE(n_splits == 1 || scratch, "attention");
     if (n_rows == 0)
         return PD_OK;
+    /* scratch: the split counters, then the partials (attention_scratch_floats) */
+    float *part = n_splits > 1 ? scratch + ATTENTION_SCRATCH_COUNTERS : NULL;
     const int G = n_heads / l->n_kv_heads;
     if (attention_decode_tc && (l->fmt == PD_KV_BF16 || l->fmt == PD_KV_FP8) &&
         (D == 64 || D == 128)) {
@@ -971,23 +1015,28 @@ extern "C" pd_status_t attention_run(float *out, float *scratch, const float *q,
         if (n_splits > 1)
             chunk = (chunk + ATTN_TC__TILE - 1) / ATTN_TC__TILE * ATTN_TC__TILE;
         const dim3 grid((unsigned)n_rows, (unsigned)l->n_kv_heads, (unsigned)n_splits);
+        /* the in-kernel merge (attention_fold) needs a counter per (row, KV head) */
+        int *cnt = attention_fold && n_splits > 1 &&
+                           (size_t)n_rows * l->n_kv_heads <= ATTENTION_SCRATCH_COUNTERS
+                       ? (int *)scratch
+                       : NULL;
         pd_status_t st;
         if (l->fmt == PD_KV_FP8)
             st = D == 128
-                     ? attention__tc_launch<PD_KV_FP8, 128>(grid, stream, out, scratch, q, arena, l,
-                                                            layer, batch, n_heads, chunk)
-                     : attention__tc_launch<PD_KV_FP8, 64>(grid, stream, out, scratch, q, arena, l,
-                                                           layer, batch, n_heads, chunk);
+                     ? attention__tc_launch<PD_KV_FP8, 128>(grid, stream, out, part, cnt, q, arena,
+                                                            l, layer, batch, n_heads, chunk)
+                     : attention__tc_launch<PD_KV_FP8, 64>(grid, stream, out, part, cnt, q, arena,
+                                                           l, layer, batch, n_heads, chunk);
         else
             st = D == 128
-                     ? attention__tc_launch<PD_KV_BF16, 128>(grid, stream, out, scratch, q, arena,
+                     ? attention__tc_launch<PD_KV_BF16, 128>(grid, stream, out, part, cnt, q, arena,
                                                              l, layer, batch, n_heads, chunk)
-                     : attention__tc_launch<PD_KV_BF16, 64>(grid, stream, out, scratch, q, arena, l,
-                                                            layer, batch, n_heads, chunk);
-        if (st != PD_OK || n_splits == 1)
+                     : attention__tc_launch<PD_KV_BF16, 64>(grid, stream, out, part, cnt, q, arena,
+                                                            l, layer, batch, n_heads, chunk);
+        if (st != PD_OK || n_splits == 1 || cnt)
             return st;
         kutil_launch_pdl(attention__merge, dim3(dim3((unsigned)n_rows, (unsigned)n_heads)), dim3(D),
-                         0, stream, out, scratch, n_splits, D);
+                         0, stream, out, part, n_splits, D);
         return KUTIL_LAUNCHED("attention merge");
     }
     const int chunk =
@@ -997,37 +1046,37 @@ extern "C" pd_status_t attention_run(float *out, float *scratch, const float *q,
         const size_t smem2 = (size_t)ATTENTION__SLOTS * G * (D + 2) * sizeof(float);
         switch (l->fmt) {
         case PD_KV_BF16:
-            attention__launch_d128<PD_KV_BF16>(grid, smem2, stream, out, scratch, q, arena, l,
-                                               layer, batch, n_heads, chunk, G);
+            attention__launch_d128<PD_KV_BF16>(grid, smem2, stream, out, part, q, arena, l, layer,
+                                               batch, n_heads, chunk, G);
             break;
         case PD_KV_FP8:
-            attention__launch_d128<PD_KV_FP8>(grid, smem2, stream, out, scratch, q, arena, l, layer,
+            attention__launch_d128<PD_KV_FP8>(grid, smem2, stream, out, part, q, arena, l, layer,
                                               batch, n_heads, chunk, G);
             break;
         default:
-            attention__launch_d128<PD_KV_F32>(grid, smem2, stream, out, scratch, q, arena, l, layer,
+            attention__launch_d128<PD_KV_F32>(grid, smem2, stream, out, part, q, arena, l, layer,
                                               batch, n_heads, chunk, G);
         }
     } else {
         const size_t smem = (size_t)ATTENTION__WARPS * G * (D + 2) * sizeof(float);
         switch (l->fmt) {
         case PD_KV_BF16:
-            attention__launch<PD_KV_BF16>(grid, smem, stream, out, scratch, q, arena, l, layer,
-                                          batch, n_heads, chunk);
+            attention__launch<PD_KV_BF16>(grid, smem, stream, out, part, q, arena, l, layer, batch,
+                                          n_heads, chunk);
             break;
         case PD_KV_FP8:
-            attention__launch<PD_KV_FP8>(grid, smem, stream, out, scratch, q, arena, l, layer,
-                                         batch, n_heads, chunk);
+            attention__launch<PD_KV_FP8>(grid, smem, stream, out, part, q, arena, l, layer, batch,
+                                         n_heads, chunk);
             break;
         default:
-            attention__launch<PD_KV_F32>(grid, smem, stream, out, scratch, q, arena, l, layer,
-                                         batch, n_heads, chunk);
+            attention__launch<PD_KV_F32>(grid, smem, stream, out, part, q, arena, l, layer, batch,
+                                         n_heads, chunk);
         }
     }
     pd_status_t st = KUTIL_LAUNCHED("attention");
     if (st != PD_OK || n_splits == 1)
         return st;
     kutil_launch_pdl(attention__merge, dim3(dim3((unsigned)n_rows, (unsigned)n_heads)), dim3(D), 0,
-                     stream, out, scratch, n_splits, D);
+                     stream, out, part, n_splits, D);
     return KUTIL_LAUNCHED("attention merge");
 }

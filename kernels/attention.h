@@ -31,12 +31,26 @@ extern int attention_decode_tc;
  * max_ctx tokens (1 = no split). */
 int attention_splits(int n_rows, int n_kv_heads, int max_ctx);
 
-/* Floats of scratch attention_run needs for that many splits (0 when n_splits == 1). */
+/* 0 (default): split contexts are merged by a second kernel (attention__merge); 1: by the last
+ * block of each (row, KV head) of the tensor-core kernel itself (one launch less per layer;
+ * the same sums in the same order: bit-identical). Needs n_rows * n_kv_heads <=
+ * ATTENTION_SCRATCH_COUNTERS (else the second kernel). Read at each attention_run; the CUDA
+ * backend sets it from PD_CUDA_ATTN_FOLD=1 at creation. Not yet measured: off by default. */
+extern int attention_fold;
+
+/* Split counters at the start of attention_run's scratch (int32 each; the partials follow):
+ * they must be zero before a caller's first attention_run on that scratch, and every call
+ * leaves them zero. attention_splits splits only below 396 (row, KV head) blocks. */
+#define ATTENTION_SCRATCH_COUNTERS 512
+
+/* Floats of scratch attention_run needs for that many splits (0 when n_splits == 1): the
+ * counters, then (n_splits, n_rows, n_heads, head_dim + 2) partials. */
 size_t attention_scratch_floats(int n_rows, int n_heads, int head_dim, int n_splits);
 
 /* out (n_rows, n_heads, head_dim) f32 = softmax(q k^T / sqrt(head_dim)) v, q (n_rows, n_heads,
  * head_dim) f32, n_rows = q_start[n_seqs] (the caller passes it), batch arrays device memory,
- * max_ctx >= every ctx_len (bounds the split size). scratch: attention_scratch_floats() f32.
+ * max_ctx >= every ctx_len (bounds the split size). scratch: attention_scratch_floats() f32,
+ * its first ATTENTION_SCRATCH_COUNTERS zero (see there).
  * Needs head_dim in {64, 128, 256}, n_heads % n_kv_heads == 0, n_heads / n_kv_heads <= 8. */
 pd_status_t attention_run(float *out, float *scratch, const float *q, const void *arena,
                           const kv_layout_t *l, int layer, const pd_attn_batch_t *batch, int n_rows,

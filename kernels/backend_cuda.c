@@ -779,7 +779,12 @@ static pd_status_t cuda__attention(cuda_t *c, float *out, const float *q, const 
         max_ctx = b->max_pages * l->page_tokens;
     int splits = attention_splits(n_rows, l->n_kv_heads, max_ctx);
     size_t nf = attention_scratch_floats(n_rows, n_heads, l->head_dim, splits);
+    const size_t had = c->attn.bytes;
     if (nf && (st = cuda__grow(c, &c->attn, nf * sizeof(float))) != PD_OK)
+        return st;
+    if (c->attn.bytes != had && /* new memory: its split counters start at zero (attention.h) */
+        (st = cuda__status(cudaMemsetAsync(c->attn.p, 0, ATTENTION_SCRATCH_COUNTERS * 4, c->stream),
+                           "attention counters")) != PD_OK)
         return st;
     return attention_run(out, c->attn.p, q, arena, l, layer, b, n_rows, n_heads, max_ctx, splits,
                          c->stream);
@@ -1722,6 +1727,9 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     c->xgemv = !env || !*env ? 1 : !strcmp(env, "0") ? 0 : !strcmp(env, "all") ? 2 : 1;
     env = getenv("PD_CUDA_INT4_MMA2");
     c->int4_mma2 = env && *env ? cuda__onoff(env) == 1 : 0;
+    env = getenv("PD_CUDA_ATTN_FOLD"); /* 1: split contexts merged inside the decode kernel */
+    if (env && *env)
+        attention_fold = cuda__onoff(env) == 1;
     env = getenv("PD_CUDA_MOE_GMM"); /* 1: the session-5 grouped MoE matmul, 3: tensor cores */
     c->moe_gmm = env && !strcmp(env, "1") ? 1 : env && !strcmp(env, "3") ? 3 : 2;
     env = getenv("PD_CUDA_FUSED");

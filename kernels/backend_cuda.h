@@ -42,6 +42,8 @@
  * memory) instead of moe_gmm2 (x staged in shared memory, the default since session 6); =3:
  * through moe_gmm3 (mma.sync on the staged rows for FP8 and INT4; session 7, not yet measured,
  * so not the default). Read at creation; backend_cuda_set_moe_gmm below.
+ * PD_CUDA_ATTN_FOLD=1: decode attention merges split contexts inside the tensor-core kernel
+ * (attention_fold, kernels/attention.h; process-wide; not yet measured, so off by default).
  */
 #ifndef PD_KERNELS_BACKEND_CUDA_H
 #define PD_KERNELS_BACKEND_CUDA_H

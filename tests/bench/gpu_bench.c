@@ -398,8 +398,10 @@ static void bench_flash(pd_kvfmt_t fmt, int B, int q_len, int ctx, int reps_simt
         a.simt = 1;
         a.splits = attention_splits(n_rows, 8, ctx);
         size_t nf = attention_scratch_floats(n_rows, 32, 128, a.splits);
-        if (nf)
+        if (nf) {
             ok(be->ops->alloc(be, nf * 4, (void **)&a.scratch), "alloc");
+            ok(be->ops->memset(be, a.scratch, 0, nf * 4), "memset"); /* its split counters */
+        }
         ms = time_op(run_fa, &a, reps_simt);
         snprintf(shape, sizeof shape, "simt %s B %d q %d ctx %d", pd_kvfmt_name(fmt), B, q_len,
                  ctx);

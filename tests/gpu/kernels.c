@@ -1660,8 +1660,12 @@ static void case_attention_tc(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_
     pair_ok(gpu->ops->sync(gpu));
     attention_decode_tc = 1;
     snprintf(shape, sizeof shape, "%s %s%s h %d/%d hd %d B %d rows %d ctx<=%d splits %d seed %llu",
-             pd_kvfmt_name(fmt), tc ? "tc " : "simt ", what, heads, kvh, hd, n_seqs, n_rows,
-             max_ctx, attention_splits(n_rows, kvh, hints ? max_ctx : max_pages * P),
+             pd_kvfmt_name(fmt),
+             !tc              ? "simt "
+             : attention_fold ? "tc fold "
+                              : "tc ",
+             what, heads, kvh, hd, n_seqs, n_rows, max_ctx,
+             attention_splits(n_rows, kvh, hints ? max_ctx : max_pages * P),
              (unsigned long long)seed);
     report("attention", shape, err_f32(&out, qn), 2e-5);
     report("attention", "  (per element, err_f32_vec)",
@@ -1690,30 +1694,35 @@ static void cases_attention_tc(void)
         c64b[i] = 1 + (i * 613) % 2047; /* 1 .. 2047 */
     }
     const pd_kvfmt_t fs[] = {PD_KV_FP8, PD_KV_BF16};
-    for (int f = 0; f < 2; f++) {
-        const pd_kvfmt_t k = fs[f];
-        const uint64_t sd = 201 + 20 * (uint64_t)f;
-        const int c1[] = {1}, c5[] = {33, 1, 1000, 777, 64}, c3[] = {1, 17, 5000};
-        const int c7[] = {1, 15, 16, 17, 300, 2999, 64};
-        case_attention_tc(k, 4, 2, 128, 1, ones, c1, true, 1, sd, "ctx 1");
-        case_attention_tc(k, 16, 2, 128, 5, ones, c5, true, 1, sd + 1, "group 8");
-        case_attention_tc(k, 8, 8, 128, 3, ones, c3, true, 1, sd + 2, "group 1");
-        case_attention_tc(k, 8, 2, 64, 7, ones, c7, true, 1, sd + 3, "hd 64");
-        case_attention_tc(k, 8, 2, 64, 7, ones, c7, false, 1, sd + 4, "hd 64 no hints");
-        const int mq[] = {2, 1, 5}, mc[] = {100, 50, 333};
-        case_attention_tc(k, 4, 2, 128, 3, mq, mc, true, 1, sd + 5, "rows 2/1/5");
-        case_attention_tc(k, 4, 2, 128, 5, ones, c5, true, 0, sd + 6, "group 2");
-        if (small_only)
-            continue;
-        case_attention_tc(k, 32, 8, 128, 64, ones, c64, true, 1, sd + 7, "8B b64");
-        case_attention_tc(k, 32, 8, 128, 64, ones, c64, true, 0, sd + 8, "8B b64");
-        case_attention_tc(k, 32, 4, 64, 64, ones, c64b, true, 1, sd + 9, "hd 64 group 8 b64");
-        case_attention_tc(k, 32, 8, 128, 16, ones, c64b, true, 1, sd + 10, "8B b16");
-        const int l1[] = {32749}, l2[] = {32768}, l3[] = {8191, 20000};
-        case_attention_tc(k, 32, 8, 128, 1, ones, l1, true, 1, sd + 11, "8B b1 32k");
-        case_attention_tc(k, 32, 8, 128, 1, ones, l2, false, 1, sd + 12, "8B b1 32k no hints");
-        case_attention_tc(k, 32, 8, 128, 2, ones, l3, true, 1, sd + 13, "8B b2");
-    }
+    const int fold_was = attention_fold;
+    /* fold 1: split contexts merged inside the kernel (attention_fold), the same seeds */
+    for (int fold = 0; fold < 2; fold++)
+        for (int f = 0; f < 2; f++) {
+            attention_fold = fold;
+            const pd_kvfmt_t k = fs[f];
+            const uint64_t sd = 201 + 20 * (uint64_t)f;
+            const int c1[] = {1}, c5[] = {33, 1, 1000, 777, 64}, c3[] = {1, 17, 5000};
+            const int c7[] = {1, 15, 16, 17, 300, 2999, 64};
+            case_attention_tc(k, 4, 2, 128, 1, ones, c1, true, 1, sd, "ctx 1");
+            case_attention_tc(k, 16, 2, 128, 5, ones, c5, true, 1, sd + 1, "group 8");
+            case_attention_tc(k, 8, 8, 128, 3, ones, c3, true, 1, sd + 2, "group 1");
+            case_attention_tc(k, 8, 2, 64, 7, ones, c7, true, 1, sd + 3, "hd 64");
+            case_attention_tc(k, 8, 2, 64, 7, ones, c7, false, 1, sd + 4, "hd 64 no hints");
+            const int mq[] = {2, 1, 5}, mc[] = {100, 50, 333};
+            case_attention_tc(k, 4, 2, 128, 3, mq, mc, true, 1, sd + 5, "rows 2/1/5");
+            case_attention_tc(k, 4, 2, 128, 5, ones, c5, true, 0, sd + 6, "group 2");
+            if (small_only)
+                continue;
+            case_attention_tc(k, 32, 8, 128, 64, ones, c64, true, 1, sd + 7, "8B b64");
+            case_attention_tc(k, 32, 8, 128, 64, ones, c64, true, 0, sd + 8, "8B b64");
+            case_attention_tc(k, 32, 4, 64, 64, ones, c64b, true, 1, sd + 9, "hd 64 group 8 b64");
+            case_attention_tc(k, 32, 8, 128, 16, ones, c64b, true, 1, sd + 10, "8B b16");
+            const int l1[] = {32749}, l2[] = {32768}, l3[] = {8191, 20000};
+            case_attention_tc(k, 32, 8, 128, 1, ones, l1, true, 1, sd + 11, "8B b1 32k");
+            case_attention_tc(k, 32, 8, 128, 1, ones, l2, false, 1, sd + 12, "8B b1 32k no hints");
+            case_attention_tc(k, 32, 8, 128, 2, ones, l3, true, 1, sd + 13, "8B b2");
+        }
+    attention_fold = fold_was;
 }
 
 static void case_moe_route(int n, int E, int k, bool norm)
