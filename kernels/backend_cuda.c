@@ -133,6 +133,10 @@ typedef struct {
     /* PD_CUDA_QKV_BF16=1: qkv_rope_write's GEMMs write bf16 at prefill sizes (qkv16: q's bf16) */
     bool qkv_bf16;
     cuda_buf_t qkv16;
+    /* int4_gemm (PD_CUDA_INT4_GEMM): INT4 GEMMs above the mma kernels' n on the FP8 tensor cores
+     * with 1x128 block scales (1), or dequantized to bf16 (0, the default); -1: asked for, but
+     * cuBLASLt has no VEC128 block scaling here (found at the first GEMM: bf16 from then on) */
+    int int4_fp8;
     /* PD_CUDA_MOE_GMM: 1 moe_gmm, 2 moe_gmm2 (x staged in shared memory; the default), 3 moe_gmm3
      * (tensor cores) */
     int moe_gmm;
@@ -454,6 +458,29 @@ static void cuda__xgemv_plan(cuda_t *c, const pd_weight_t *w, int n, int p[4])
         matmul_w8gemv_plan(n, w->n, w->k, c->n_sm, &p[0], &p[1], &p[2], &p[3]);
 }
 
+/* INT4 at prefill sizes on the FP8 tensor cores (int4_gemm=fp8; matmul.h, matmul_gemm_fp8_blk):
+ * the weight as e4m3 q - z with its group scales into wtmp, the activations in 1x128 blocks into
+ * act, one cuBLASLt GEMM. PD_ERR_UNSUPPORTED (nothing run but the two conversions) where
+ * cuBLASLt lacks the block scale mode. */
+static pd_status_t cuda__matmul_int4_fp8(cuda_t *c, float *out, const float *x,
+                                         const pd_weight_t *w, int n)
+{
+    const int64_t N = w->n, K = w->k, nkb = K / 128;
+    const size_t wb = ((size_t)N * (size_t)K + 255) / 256 * 256,
+                 xb = ((size_t)n * (size_t)K + 255) / 256 * 256;
+    pd_status_t st;
+    if ((st = cuda__grow(c, &c->wtmp, wb + (size_t)N * (size_t)nkb * 4)) != PD_OK ||
+        (st = cuda__grow(c, &c->act, xb + (size_t)n * (size_t)nkb * 4)) != PD_OK)
+        return st;
+    uint8_t *wq = c->wtmp.p, *xq = c->act.p;
+    float *ws = (float *)(wq + wb), *xs = (float *)(xq + xb);
+    if ((st = matmul_int4_to_fp8_blk(wq, ws, w, cuda__int4_tiled(w), c->stream)) != PD_OK ||
+        (st = matmul_quant_act_fp8_blk(xq, xs, x, n, K, c->stream)) != PD_OK)
+        return st;
+    return matmul_gemm_fp8_blk(c->lt, c->lt_ws, CUDA_LT_WS_BYTES, out, xq, xs, wq, ws, n, N, K,
+                               c->lt_opts.algo, c->stream);
+}
+
 static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_weight_t *w, int n)
 {
     const int64_t N = w->n, K = w->k;
@@ -538,6 +565,14 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
         return cuda__gemv_chunks(c, out, x, NULL, w, n);
     if (w->fmt == PD_WFMT_F32)
         return matmul_gemm_f32(c->blas, out, x, w->data, n, N, K, c->stream);
+    if (w->fmt == PD_WFMT_INT4 && c->int4_fp8 > 0 && K % 128 == 0 && N % 16 == 0) {
+        st = cuda__matmul_int4_fp8(c, out, x, w, n);
+        if (st != PD_ERR_UNSUPPORTED)
+            return st;
+        pd_log_info("backend cuda: int4_gemm=fp8: cuBLASLt has no 1x128 block-scaled fp8 GEMM "
+                    "here; INT4 GEMMs dequantize to bf16");
+        c->int4_fp8 = -1;
+    }
     const uint16_t *wb = w->data;
     if (w->fmt == PD_WFMT_INT4 || w->fmt == PD_WFMT_FP8_BLOCK) {
         if ((st = cuda__grow(c, &c->wtmp, (size_t)N * (size_t)K * 2)) != PD_OK)
@@ -1571,7 +1606,7 @@ static void cuda__ops_plain_init(void)
 }
 
 enum { CUDA__ENV_BF16 = 1, CUDA__ENV_FLASH = 2, CUDA__ENV_FUSED = 4, CUDA__ENV_ACCUM = 8 };
-enum { CUDA__ENV_PDL = 16 };
+enum { CUDA__ENV_PDL = 16, CUDA__ENV_INT4 = 32 };
 
 /* on / off (also 1 / 0); -1 for anything else */
 static int cuda__onoff(const char *v)
@@ -1625,6 +1660,11 @@ static pd_status_t cuda_set_option(pd_backend_t *be, const char *key, const char
         bit = CUDA__ENV_ACCUM;
         if (ok && !(c->env_set & bit))
             c->lt_opts.fast_accum = !strcmp(value, "fast");
+    } else if (!strcmp(key, "int4_gemm")) {
+        ok = !strcmp(value, "fp8") || !strcmp(value, "bf16");
+        bit = CUDA__ENV_INT4;
+        if (ok && !(c->env_set & bit) && c->int4_fp8 >= 0)
+            c->int4_fp8 = !strcmp(value, "fp8");
     } else if (!strcmp(key, "moe_grouped")) {
         ok = b >= 0;
         if (ok)
@@ -1642,7 +1682,7 @@ static pd_status_t cuda_set_option(pd_backend_t *be, const char *key, const char
             c->flash_variant = (int)v;
     } else {
         pd_log_error("backend cuda: unknown option '%s' (bf16_gemm, flash, flash_variant, fused, "
-                     "fp8_accum, moe_grouped, pdl)",
+                     "fp8_accum, int4_gemm, moe_grouped, pdl)",
                      key);
         return PD_ERR_INVALID;
     }
@@ -1666,6 +1706,15 @@ int backend_cuda_set_moe_gmm(pd_backend_t *be, int kernel)
         return 0;
     const int was = cuda__get(be)->moe_gmm;
     cuda__get(be)->moe_gmm = kernel;
+    return was;
+}
+
+int backend_cuda_set_int4_fp8(pd_backend_t *be, int on)
+{
+    if (!be || be->ops->destroy != cuda_destroy)
+        return -2;
+    const int was = cuda__get(be)->int4_fp8;
+    cuda__get(be)->int4_fp8 = on ? 1 : 0;
     return was;
 }
 
@@ -1727,6 +1776,11 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     c->xgemv = !env || !*env ? 1 : !strcmp(env, "0") ? 0 : !strcmp(env, "all") ? 2 : 1;
     env = getenv("PD_CUDA_INT4_MMA2");
     c->int4_mma2 = env && *env ? cuda__onoff(env) == 1 : 0;
+    env = getenv("PD_CUDA_INT4_GEMM"); /* fp8: INT4 prefill GEMMs on the FP8 tensor cores */
+    if (env && *env) {
+        c->int4_fp8 = !strcmp(env, "fp8");
+        c->env_set |= CUDA__ENV_INT4;
+    }
     env = getenv("PD_CUDA_ATTN_FOLD"); /* 1: split contexts merged inside the decode kernel */
     if (env && *env)
         attention_fold = cuda__onoff(env) == 1;

@@ -19,6 +19,13 @@
  *                             -5%, but max error 4e-3 / 8e-3 of max |out| at K 4096 / 14336
  *                             against the 2e-3 the FP8 matmul cases allow: docs/performance.md,
  *                             session 5); decode batches always take the exact one
+ *   int4_gemm = bf16 | fp8    INT4 GEMMs above the INT4 mma kernels' n (prefill): dequantized
+ *                             to bf16 for one bf16 GEMM (default), or on the FP8 tensor cores:
+ *                             the weight as e4m3 q - z with its group scales, the activations
+ *                             e4m3 in 1x128 blocks, cuBLASLt's VEC128 block scaling (Hopper,
+ *                             cuBLAS 12.9+; where it is missing, bf16, logged once). W4A8: the
+ *                             activations lose the bits FP8 weights' W8A8 loses. Session 7, not
+ *                             yet run on a GPU. PD_CUDA_INT4_GEMM=fp8|bf16 overrides it.
  *   moe_grouped = on | off    MoE experts registered by moe_prepare run grouped on the device
  *                             (routing offsets on the device, graph-capturable; default on); off:
  *                             moe_prepare declines and the (token, expert) pairs are grouped on
@@ -57,11 +64,16 @@ void *backend_cuda_stream(pd_backend_t *be);
  * kernels/matmul.h's cuBLASLt launchers directly; false (nothing set) when be is not CUDA. */
 bool backend_cuda_lt(pd_backend_t *be, void **lt_p, void **ws_p, size_t *ws_bytes_p);
 
+/* int4_gemm for the harness: on 1 = fp8, 0 = bf16. Returns the setting before (1, 0, or -1: fp8
+ * was asked for and cuBLASLt turned out not to have the block scale mode), -2 when be is not
+ * CUDA. */
+int backend_cuda_set_int4_fp8(pd_backend_t *be, int on);
+
 /* The grouped MoE matmul of moe_experts' device path: 1 moe_gmm (what PD_CUDA_MOE_GMM=1 sets at
  * creation), 2 moe_gmm2 (the default), 3 moe_gmm3 (tensor cores), for the harness and
  * benchmarks. Returns the kernel that was set before (1..3, to restore it), 0 (nothing set) when
- * be is not CUDA or kernel is none of these. Takes effect at the next call (a captured graph keeps the kernel it was captured
- * with). */
+ * be is not CUDA or kernel is none of these. Takes effect at the next call (a captured graph keeps
+ * the kernel it was captured with). */
 int backend_cuda_set_moe_gmm(pd_backend_t *be, int kernel);
 
 #endif

@@ -350,6 +350,64 @@ static __global__ void matmul__int4_to_bf16(uint4 *dst, const uint4 *q, const ui
     }
 }
 
+/* grid-stride over 32-weight chunks (as matmul__int4_to_bf16): wq (N, K) e4m3 = q - z (exact:
+ * integers in [-15, 15]), ws (N, K / 128) f32 = the group scale s (bf16 -> f32, exact), so that
+ * w = wq * ws per row and 128-column block: cuBLASLt's VEC128 scale layout for the weights. */
+static __global__ void matmul__int4_to_fp8_blk(uint4 *wq, float *ws, const uint4 *q,
+                                               const uint16_t *scales, const uint8_t *zeros,
+                                               int64_t N, int64_t K, bool tiled)
+{
+    const size_t total = (size_t)N * K / 32;
+    const int64_t ng = K / 128;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / (K / 32), c = i % (K / 32), g = c / 4;
+        const size_t sz = tiled ? mma_tiled_sz(r, g, ng) : (size_t)(r * ng + g);
+        const float z = (float)zeros[sz];
+        if (c % 4 == 0)
+            ws[r * ng + g] = kutil_bf16_to_f32(scales[sz]);
+        const uint4 raw = tiled ? q[mma_tiled_piece(r, g, (int)(c % 4), ng) / 16] : q[i];
+        const uint32_t word[4] = {raw.x, raw.y, raw.z, raw.w};
+        uint32_t o[8]; /* 32 bytes: element 2 j, 2 j + 1 = low, high nibble of byte j */
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            uint32_t v = 0;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const uint32_t b = word[(2 * j + h) / 4] >> (8 * ((2 * j + h) % 4));
+                v |= ((uint32_t)kutil_f32_to_fp8((float)(b & 15u) - z) |
+                      ((uint32_t)kutil_f32_to_fp8((float)((b >> 4) & 15u) - z) << 8))
+                     << (16 * h);
+            }
+            o[j] = v;
+        }
+        wq[2 * i] = make_uint4(o[0], o[1], o[2], o[3]);
+        wq[2 * i + 1] = make_uint4(o[4], o[5], o[6], o[7]);
+    }
+}
+
+/* grid (n, ceil(K / 128 / 8)), block 256: warp w of block (t, b) quantizes the 128-column block
+ * kb = 8 b + w of token t: s = amax / 448 (1 for an all-zero block), xq = e4m3(x / s) (round to
+ * nearest even, saturating), xs[t * K / 128 + kb] = s: 1x128 blocks in cuBLASLt's VEC128 layout
+ * (per token, the blocks contiguous). K % 128 == 0. */
+static __global__ void matmul__quant_act_fp8_blk(uint8_t *xq, float *xs, const float *x, int64_t K)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t nkb = K / 128, kb = (int64_t)blockIdx.y * 8 + warp, t = blockIdx.x;
+    if (kb >= nkb)
+        return;
+    const size_t at = (size_t)t * K + (size_t)kb * 128 + lane * 4;
+    const float4 v = __ldg((const float4 *)(x + at));
+    const float amax =
+        kutil_warp_max(fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+    const float sc = amax > 0.0f ? amax / 448.0f : 1.0f;
+    *(uint32_t *)(xq + at) =
+        (uint32_t)kutil_f32_to_fp8(v.x / sc) | ((uint32_t)kutil_f32_to_fp8(v.y / sc) << 8) |
+        ((uint32_t)kutil_f32_to_fp8(v.z / sc) << 16) | ((uint32_t)kutil_f32_to_fp8(v.w / sc) << 24);
+    if (lane == 0)
+        xs[t * nkb + kb] = sc;
+}
+
 /* ==== INT4 tensor-core GEMM (n = 1 .. MATMUL_INT4_MMA_MAX_N) ====
  *
  * out (n, N) = x (n, K) @ W^T with W INT4 g128 in its plain row-major layout (common/quant.h), on
@@ -2290,6 +2348,30 @@ extern "C" pd_status_t matmul_int4_to_bf16(uint16_t *dst, const pd_weight_t *w, 
     return KUTIL_LAUNCHED("matmul_int4_to_bf16");
 }
 
+extern "C" pd_status_t matmul_int4_to_fp8_blk(uint8_t *wq, float *ws, const pd_weight_t *w,
+                                              bool tiled, cudaStream_t stream)
+{
+    KUTIL_REQUIRE(w->fmt == PD_WFMT_INT4 && w->k % 128 == 0 && w->n > 0 &&
+                      (!tiled || w->n % 32 == 0),
+                  "matmul_int4_to_fp8_blk");
+    const size_t total = (size_t)w->n * (size_t)w->k / 32;
+    matmul__int4_to_fp8_blk<<<matmul__grid(total, 256), 256, 0, stream>>>(
+        (uint4 *)wq, ws, (const uint4 *)w->data, (const uint16_t *)w->scales,
+        (const uint8_t *)w->zeros, w->n, w->k, tiled);
+    return KUTIL_LAUNCHED("matmul_int4_to_fp8_blk");
+}
+
+extern "C" pd_status_t matmul_quant_act_fp8_blk(uint8_t *xq, float *xs, const float *x, int n,
+                                                int64_t K, cudaStream_t stream)
+{
+    KUTIL_REQUIRE(n >= 0 && K > 0 && K % 128 == 0, "matmul_quant_act_fp8_blk");
+    if (n == 0)
+        return PD_OK;
+    const dim3 grid((unsigned)n, (unsigned)((K / 128 + 7) / 8));
+    matmul__quant_act_fp8_blk<<<grid, 256, 0, stream>>>(xq, xs, x, K);
+    return KUTIL_LAUNCHED("matmul_quant_act_fp8_blk");
+}
+
 static pd_status_t matmul__blas_status(cublasStatus_t s, const char *what)
 {
     if (s == CUBLAS_STATUS_SUCCESS)
@@ -2391,10 +2473,13 @@ extern "C" pd_status_t matmul_gemm_fp8_scaled(void *lt, void *ws, size_t ws_byte
 
 /* ---- prefill FP8 GEMM (n large): cuBLASLt with outer-vector (per token x per row) scales ---- */
 
-extern "C" pd_status_t matmul_gemm_fp8_rowwise(void *lt, void *ws, size_t ws_bytes, void *out,
-                                               const uint8_t *xq, const float *xs, const uint8_t *w,
-                                               const float *wscale, int n, int64_t N, int64_t K,
-                                               const matmul_lt_opts_t *o, cudaStream_t stream)
+/* The FP8 GEMM with scale tensors in cuBLASLt's scale mode `mode` for both operands (outer
+ * vectors: matmul_gemm_fp8_rowwise; 1x128 blocks: matmul_gemm_fp8_blk). */
+static pd_status_t matmul__gemm_fp8_scaled_mode(void *lt, void *ws, size_t ws_bytes, void *out,
+                                                const uint8_t *xq, const float *xs,
+                                                const uint8_t *w, const float *wscale, int n,
+                                                int64_t N, int64_t K, const matmul_lt_opts_t *o,
+                                                int32_t mode, const char *what, cudaStream_t stream)
 {
     cublasLtHandle_t h = (cublasLtHandle_t)lt;
     cublasLtMatmulDesc_t op = NULL;
@@ -2402,9 +2487,9 @@ extern "C" pd_status_t matmul_gemm_fp8_rowwise(void *lt, void *ws, size_t ws_byt
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t heur[MATMUL_LT_MAX_ALGOS];
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    /* cuBLAS sees column-major D (N, n) = A^T (N, K) B (K, n): A = W with its N row scales,
-     * B = the activations with their n token scales */
-    const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    /* cuBLAS sees column-major D (N, n) = A^T (N, K) B (K, n): A = W with its scales (per row,
+     * or per row and 128-column block), B = the activations with theirs (per token, or per
+     * token and block) */
     const int8_t fast = o->fast_accum ? 1 : 0;
     const cudaDataType_t dt = o->bf16 ? CUDA_R_16BF : CUDA_R_32F;
     const float one = 1.0f, zero = 0.0f;
@@ -2413,7 +2498,7 @@ extern "C" pd_status_t matmul_gemm_fp8_rowwise(void *lt, void *ws, size_t ws_byt
 
     KUTIL_REQUIRE(n > 0 && N > 0 && K > 0 && K % 16 == 0 && N % 16 == 0 && o->algo >= 0 &&
                       o->algo < MATMUL_LT_MAX_ALGOS,
-                  "matmul_gemm_fp8_rowwise");
+                  what);
     s = cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
@@ -2462,8 +2547,30 @@ extern "C" pd_status_t matmul_gemm_fp8_rowwise(void *lt, void *ws, size_t ws_byt
     if (op)
         cublasLtMatmulDescDestroy(op);
     if (s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE)
-        return PD_ERR_UNSUPPORTED; /* no outer-vector fp8 scaling here for these types / algo */
-    return matmul__blas_status(s, "matmul_gemm_fp8_rowwise");
+        return PD_ERR_UNSUPPORTED; /* no such fp8 scaling here for these types / algo */
+    return matmul__blas_status(s, what);
+}
+
+extern "C" pd_status_t matmul_gemm_fp8_rowwise(void *lt, void *ws, size_t ws_bytes, void *out,
+                                               const uint8_t *xq, const float *xs, const uint8_t *w,
+                                               const float *wscale, int n, int64_t N, int64_t K,
+                                               const matmul_lt_opts_t *o, cudaStream_t stream)
+{
+    return matmul__gemm_fp8_scaled_mode(lt, ws, ws_bytes, out, xq, xs, w, wscale, n, N, K, o,
+                                        CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F,
+                                        "matmul_gemm_fp8_rowwise", stream);
+}
+
+extern "C" pd_status_t matmul_gemm_fp8_blk(void *lt, void *ws, size_t ws_bytes, float *out,
+                                           const uint8_t *xq, const float *xs, const uint8_t *wq,
+                                           const float *wsc, int n, int64_t N, int64_t K, int algo,
+                                           cudaStream_t stream)
+{
+    KUTIL_REQUIRE(K % 128 == 0, "matmul_gemm_fp8_blk");
+    const matmul_lt_opts_t o = {false, false, algo}; /* no fast accumulation with block scales */
+    return matmul__gemm_fp8_scaled_mode(lt, ws, ws_bytes, out, xq, xs, wq, wsc, n, N, K, &o,
+                                        CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
+                                        "matmul_gemm_fp8_blk", stream);
 }
 
 extern "C" pd_status_t matmul_fp8_scale(float *out, const float *xs, const float *ws, int n,

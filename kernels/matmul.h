@@ -194,6 +194,25 @@ pd_status_t matmul_gemm_fp8_rowwise(void *lt, void *ws, size_t ws_bytes, void *o
                                     const float *wscale, int n, int64_t N, int64_t K,
                                     const matmul_lt_opts_t *o, cudaStream_t stream);
 
+/* INT4 GEMMs on the FP8 tensor cores (W4A8 in 1x128 blocks; the CUDA backend's INT4 prefill
+ * path with PD_CUDA_INT4_GEMM=fp8): the weight becomes wq = q - z in e4m3 (exact) with the group
+ * scales as f32 block scales, the activations e4m3 with one f32 scale per token and 128-column
+ * block, and cuBLASLt multiplies with both operands in its VEC128 scale mode (Hopper, cuBLAS
+ * 12.9+), which applies the scales to each block's partial sums in f32.
+ *   matmul_int4_to_fp8_blk: wq (w->n, w->k) e4m3, ws (w->n, w->k / 128) f32 from the INT4 g128
+ *     weight w (tiled: the tiled layout);
+ *   matmul_quant_act_fp8_blk: xq (n, K) e4m3 = x / s, xs (n, K / 128) f32 = s = amax / 448 of
+ *     each block (1 for an all-zero block); K % 128 == 0;
+ *   matmul_gemm_fp8_blk: out (n, N) f32 = (xq * xs) @ (wq * ws)^T; algo as matmul_lt_opts_t's;
+ *     PD_ERR_UNSUPPORTED (nothing enqueued, nothing logged) where cuBLASLt lacks the mode. */
+pd_status_t matmul_int4_to_fp8_blk(uint8_t *wq, float *ws, const pd_weight_t *w, bool tiled,
+                                   cudaStream_t stream);
+pd_status_t matmul_quant_act_fp8_blk(uint8_t *xq, float *xs, const float *x, int n, int64_t K,
+                                     cudaStream_t stream);
+pd_status_t matmul_gemm_fp8_blk(void *lt, void *ws, size_t ws_bytes, float *out, const uint8_t *xq,
+                                const float *xs, const uint8_t *wq, const float *wsc, int n,
+                                int64_t N, int64_t K, int algo, cudaStream_t stream);
+
 /* out (n, N) f32: out[t, r] = out[t, r] * xs[t] * ws[r]; xs (n) f32, ws (N) f32. */
 pd_status_t matmul_fp8_scale(float *out, const float *xs, const float *ws, int n, int64_t N,
                              cudaStream_t stream);

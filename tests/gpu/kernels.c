@@ -1179,6 +1179,94 @@ static void case_matmul_on(pd_wfmt_t fmt, int n, int64_t N, int64_t K, const cha
     free(x);
 }
 
+/* int4_gemm=fp8 (backend_cuda_set_int4_fp8; kernels/matmul.h, matmul_gemm_fp8_blk) at a fixed
+ * printed seed, through the backend's matmul at prefill sizes: the INT4 weight as e4m3 q - z with
+ * its group scales, the activations e4m3 in 1x128 blocks, cuBLASLt's VEC128 block scaling.
+ * Reference in double on the host with the same activation quantization (s = amax / 448 of each
+ * 128-column block in f32, e4m3(x / s) as pd_f32_to_fp8): per element |g - ref| <= 1e-4 B + 1e-6,
+ * B = sum_k |xq_k s w_k| (f32 sums of exact products; a wrong scale layout is off by O(B)). Also
+ * fails when cuBLASLt has no VEC128 mode (the backend would fall back to bf16 silently). Tokens
+ * of different magnitudes (1e-3 .. 1e2) and one all-zero block. */
+static void case_matmul_int4_fp8(int n, int64_t N, int64_t K, uint64_t seed, const char *what)
+{
+    char shape[128];
+    const uint64_t saved = rng_state;
+    rng_state = seed;
+    pd_weight_t wc, wg;
+    weight_new(PD_WFMT_INT4, N, K, &wc, &wg);
+    float *x = xmalloc((size_t)n * K * 4);
+    fill_f32(x, (size_t)n * K, 1.0f);
+    for (int t = 0; t < n; t++) {
+        const float mag = powf(10.0f, (float)(t % 6) - 3.0f);
+        for (int64_t k = 0; k < K; k++)
+            x[(size_t)t * K + k] *= mag;
+    }
+    memset(x, 0, 128 * sizeof *x); /* token 0, block 0: s = 1, all e4m3 zeros */
+    pair_t px = pair_new((size_t)n * K * 4, x), out = pair_new((size_t)n * N * 4, NULL);
+    const int was = backend_cuda_set_int4_fp8(gpu, 1);
+    pair_ok(gpu->ops->memset(gpu, out.g, 0xff, (size_t)n * N * 4));
+    gpu->ops->matmul(gpu, out.g, px.g, &wg, n);
+    pair_ok(gpu->ops->sync(gpu));
+    const int state = backend_cuda_set_int4_fp8(gpu, was > 0 ? 1 : 0);
+    float *g = xmalloc((size_t)n * N * 4);
+    pair_ok(gpu->ops->download(gpu, g, out.g, (size_t)n * N * 4));
+    /* the reference on sampled tokens (every one up to 32, else about 16): their quantized x,
+     * then row by row the dequantized weight (host copy of the CPU backend's) */
+    const int64_t ng = K / 128;
+    const int stride = n <= 32 ? 1 : (n + 15) / 16, n_s = (n + stride - 1) / stride;
+    double *xd = xmalloc((size_t)n_s * K * sizeof(double)),
+           *wr = xmalloc((size_t)K * sizeof(double));
+    for (int i = 0; i < n_s; i++) {
+        const float *xt = x + (size_t)i * stride * K;
+        for (int64_t kb = 0; kb < ng; kb++) {
+            float amax = 0.0f;
+            for (int k = 0; k < 128; k++)
+                amax = fmaxf(amax, fabsf(xt[kb * 128 + k]));
+            const float sc = amax > 0.0f ? amax / 448.0f : 1.0f;
+            for (int k = 0; k < 128; k++)
+                xd[(size_t)i * K + kb * 128 + k] =
+                    (double)pd_fp8_to_f32(pd_f32_to_fp8(xt[kb * 128 + k] / sc)) * (double)sc;
+        }
+    }
+    const uint8_t *q = wc.data, *zp = wc.zeros;
+    const uint16_t *sp = wc.scales;
+    size_t bad = 0;
+    double worst = 0.0;
+    for (int64_t r = 0; r < N; r++) {
+        for (int64_t k = 0; k < K; k++) {
+            const uint8_t bq = q[r * (K / 2) + k / 2];
+            const int v = (k % 2 ? bq >> 4 : bq & 15) - zp[r * ng + k / 128];
+            wr[k] = (double)v * (double)pd_bf16_to_f32(sp[r * ng + k / 128]);
+        }
+        for (int i = 0; i < n_s; i++) {
+            double ref = 0.0, B = 0.0;
+            for (int64_t k = 0; k < K; k++) {
+                const double p = xd[(size_t)i * K + k] * wr[k];
+                ref += p;
+                B += fabs(p);
+            }
+            const double d = fabs((double)g[(size_t)i * stride * N + r] - ref),
+                         lim = 1e-4 * B + 1e-6;
+            bad += !(d <= lim);
+            worst = fmax(worst, B > 0 ? d / B : d);
+        }
+    }
+    snprintf(shape, sizeof shape, "int4_gemm=fp8 %s n %d N %lld K %lld seed %llu (%s)", what, n,
+             (long long)N, (long long)K, (unsigned long long)seed,
+             state == 1 ? "VEC128 block scales" : "NO VEC128 MODE: fell back to bf16");
+    report("matmul", shape, state == 1 ? (double)bad : 1e9, 0.0);
+    printf("    worst |g - ref| / sum |x w|: %.3g\n", worst);
+    backend_weight_free(cpu, &wc);
+    backend_weight_free(gpu, &wg);
+    pair_free(&px);
+    pair_free(&out);
+    free(x);
+    free(g);
+    free(wr);
+    free(xd);
+    rng_state = saved;
+}
+
 static void case_matmul(pd_wfmt_t fmt, int n, int64_t N, int64_t K, const char *what)
 {
     case_matmul_on(fmt, n, N, K, what, false);
@@ -3044,6 +3132,11 @@ static void cases_matmul(void)
     case_mma_gemm(i4, 9, 512, 1024, 0, 0, 103, "n 9");
     /* n > 256: tiled INT4 dequantized to bf16 (matmul_int4_to_bf16) for cuBLAS */
     case_matmul(PD_WFMT_INT4, 300, 512, 640, "tiled, bf16 GEMM");
+    /* int4_gemm=fp8: tiled (N % 32 == 0) and plain (N 528) weights; the 8B gate_up at n 512 */
+    case_matmul_int4_fp8(300, 512, 640, 161, "tiled");
+    case_matmul_int4_fp8(257, 528, 384, 162, "plain");
+    if (!small_only)
+        case_matmul_int4_fp8(512, 28672, 4096, 163, "8B gate_up");
     case_mma_gemm(i4, 3, 300, 640, 6, 3, 104, "forced");
     case_mma_gemm(i4, 8, 512, 512, 8, 2, 105, "forced");
     case_mma_gemm(i4, 1, 256, 1024, 7, 1, 106, "forced");

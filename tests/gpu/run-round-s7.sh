@@ -3,8 +3,9 @@
 # one): moe_gmm3 (the grouped expert matmul on mma.sync, PD_CUDA_MOE_GMM=3, never run yet) and
 # kernels/mma.cuh (the dense INT4 / FP8 mma GEMMs' building blocks moved out of matmul.cu:
 # behaviour unchanged, to be shown), the tensor-core decode attention PDL-launched and its
-# optional in-kernel split merge (PD_CUDA_ATTN_FOLD=1), then gpu_bench stepprof (CUPTI: kernel
-# time per step).
+# optional in-kernel split merge (PD_CUDA_ATTN_FOLD=1), INT4 prefill GEMMs on the FP8 tensor
+# cores (PD_CUDA_INT4_GEMM=fp8: the harness case, the ppl gate, the prefill table), then
+# gpu_bench stepprof (CUPTI: kernel time per step).
 # Run from the repository root on the device with .gpu-round/ (bundle.tar.xz from
 # tests/gpu/build-bundle.sh) and .gpu-models/llama-moe.tar.xz carried:
 #   DEADLINE=430 bash .gpu-round/run-round-s7.sh [check|bench|all]
@@ -49,6 +50,7 @@ st greedy 60 python3 $G/check_reference.py greedy --pdctl $G/bin/pdctl --models 
 PD_CUDA_MOE_GMM=3 st greedy_gmm3 60 python3 $G/check_reference.py greedy --pdctl $G/bin/pdctl --models deploy/models --kv f32 bf16 --jobs 4; tail -12 $L/greedy_gmm3.log
 st ppl 60 python3 $G/check_reference.py ppl --pdctl $G/bin/pdctl --models deploy/models --text tests/data/tinyshakespeare-val.txt --only tiny-llama tiny-moe --jobs 4; tail -12 $L/ppl.log
 PD_CUDA_MOE_GMM=3 st ppl_gmm3 60 python3 $G/check_reference.py ppl --pdctl $G/bin/pdctl --models deploy/models --text tests/data/tinyshakespeare-val.txt --only tiny-moe --jobs 4; tail -12 $L/ppl_gmm3.log
+PD_CUDA_INT4_GEMM=fp8 st ppl_int4fp8 60 python3 $G/check_reference.py ppl --pdctl $G/bin/pdctl --models deploy/models --text tests/data/tinyshakespeare-val.txt --only tiny-llama tiny-moe --jobs 4; tail -12 $L/ppl_int4fp8.log
 st cluster 120 python3 $G/check_cluster.py $G/bin --models deploy/models; tail -8 $L/cluster.log
 fi
 if [ "$PART" != check ]; then
@@ -59,6 +61,7 @@ GPU_BENCH_DECODE_BATCHES="1 16 64" st decode 80 $G/bin/gpu_bench decode; tab dec
 PD_CUDA_ATTN_FOLD=1 GPU_BENCH_DECODE_BATCHES="1 16" st decode_fold 50 $G/bin/gpu_bench decode; tab decode_fold
 PD_CUDA_ATTN_FOLD=1 st attn_fold 40 $G/bin/gpu_bench attn; tab attn_fold
 st baseline 60 python3 $G/torch_decode_baseline.py; grep "decode_" $L/baseline.log | tail -12
+PD_CUDA_INT4_GEMM=fp8 st prefill_int4fp8 90 $G/bin/gpu_bench prefill; tab prefill_int4fp8
 st kernels 240 $G/bin/test_gpu_kernels; cases kernels
 fi
 tar -C $OUT -czf $OUT/r.tgz logs && rm -rf $L
