@@ -1481,11 +1481,14 @@ static float run_forward_s(model_t *m, pd_kvfmt_t kvfmt, int B, int ctx, int q_l
     float ts[32];
     bool prof = false;
     for (int i = 0; i < reps + 2; i++) {
-        if (prof_steps && i == 2) { /* the timed calls, each one step (all end in a sync) */
+        /* recording starts before the first call (the graphs are captured and instantiated
+         * there, which CUPTI may need to see); the steps are the timed calls (each ends in a
+         * sync), the records before the first mark are dropped */
+        if (prof_steps && i == 0) {
             prof = stepprof_begin() == 0;
             prof_fail |= !prof;
         }
-        if (prof)
+        if (prof && i >= 2)
             stepprof_mark();
         double t0 = pd_clock_s();
         if (sample)
