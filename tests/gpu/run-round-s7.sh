@@ -6,8 +6,9 @@
 # optional in-kernel split merge (PD_CUDA_ATTN_FOLD=1), INT4 prefill GEMMs on the FP8 tensor
 # cores (PD_CUDA_INT4_GEMM=fp8: the harness case, the ppl gate, the prefill table), then
 # gpu_bench stepprof (CUPTI: kernel time per step).
-# Run from the repository root on the device with .gpu-round/ (bundle.tar.xz from
-# tests/gpu/build-bundle.sh) and .gpu-models/llama-moe.tar.xz carried:
+# Prepare here with `bash tests/gpu/prepare-round.sh tests/gpu/run-round-s7.sh`, then run from the
+# repository root on the device with .gpu-round/ (bundle.tar.xz from tests/gpu/build-bundle.sh)
+# and .gpu-models/llama-moe.tar.xz carried:
 #   DEADLINE=430 bash .gpu-round/run-round-s7.sh [check|bench|all]
 # check: the correctness steps only (through the GPU cluster); bench: the benchmarks and the
 # full-size harness only; all (default): both, in that order (more than one call's 600 s).
