@@ -387,9 +387,10 @@ static __global__ void matmul__int4_to_fp8_blk(uint4 *wq, float *ws, const uint4
 }
 
 /* grid (n, ceil(K / 128 / 8)), block 256: warp w of block (t, b) quantizes the 128-column block
- * kb = 8 b + w of token t: s = amax / 448 (1 for an all-zero block), xq = e4m3(x / s) (round to
- * nearest even, saturating), xs[t * K / 128 + kb] = s: 1x128 blocks in cuBLASLt's VEC128 layout
- * (per token, the blocks contiguous). K % 128 == 0. */
+ * kb = 8 b + w of token t as quant_fp8_vec does (common/backend/quant.h, the same f32 operations):
+ * s = amax / 448 (1 for an all-zero block), xq = e4m3(x * (1 / s)) (round to nearest even,
+ * saturating), xs[t * K / 128 + kb] = s: 1x128 blocks in cuBLASLt's VEC128 layout (per token,
+ * the blocks contiguous). K % 128 == 0. */
 static __global__ void matmul__quant_act_fp8_blk(uint8_t *xq, float *xs, const float *x, int64_t K)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -400,10 +401,11 @@ static __global__ void matmul__quant_act_fp8_blk(uint8_t *xq, float *xs, const f
     const float4 v = __ldg((const float4 *)(x + at));
     const float amax =
         kutil_warp_max(fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
-    const float sc = amax > 0.0f ? amax / 448.0f : 1.0f;
-    *(uint32_t *)(xq + at) =
-        (uint32_t)kutil_f32_to_fp8(v.x / sc) | ((uint32_t)kutil_f32_to_fp8(v.y / sc) << 8) |
-        ((uint32_t)kutil_f32_to_fp8(v.z / sc) << 16) | ((uint32_t)kutil_f32_to_fp8(v.w / sc) << 24);
+    const float sc = amax > 0.0f ? amax / 448.0f : 1.0f, inv = 1.0f / sc;
+    *(uint32_t *)(xq + at) = (uint32_t)kutil_f32_to_fp8(v.x * inv) |
+                             ((uint32_t)kutil_f32_to_fp8(v.y * inv) << 8) |
+                             ((uint32_t)kutil_f32_to_fp8(v.z * inv) << 16) |
+                             ((uint32_t)kutil_f32_to_fp8(v.w * inv) << 24);
     if (lane == 0)
         xs[t * nkb + kb] = sc;
 }

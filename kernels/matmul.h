@@ -201,8 +201,9 @@ pd_status_t matmul_gemm_fp8_rowwise(void *lt, void *ws, size_t ws_bytes, void *o
  * 12.9+), which applies the scales to each block's partial sums in f32.
  *   matmul_int4_to_fp8_blk: wq (w->n, w->k) e4m3, ws (w->n, w->k / 128) f32 from the INT4 g128
  *     weight w (tiled: the tiled layout);
- *   matmul_quant_act_fp8_blk: xq (n, K) e4m3 = x / s, xs (n, K / 128) f32 = s = amax / 448 of
- *     each block (1 for an all-zero block); K % 128 == 0;
+ *   matmul_quant_act_fp8_blk: each 128-column block of each token as quant_fp8_vec quantizes a
+ *     vector: xq (n, K) e4m3 = x * (1 / s), xs (n, K / 128) f32 = s = amax / 448 (1 for an
+ *     all-zero block); K % 128 == 0;
  *   matmul_gemm_fp8_blk: out (n, N) f32 = (xq * xs) @ (wq * ws)^T; algo as matmul_lt_opts_t's;
  *     PD_ERR_UNSUPPORTED (nothing enqueued, nothing logged) where cuBLASLt lacks the mode. */
 pd_status_t matmul_int4_to_fp8_blk(uint8_t *wq, float *ws, const pd_weight_t *w, bool tiled,

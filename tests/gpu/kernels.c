@@ -1182,8 +1182,8 @@ static void case_matmul_on(pd_wfmt_t fmt, int n, int64_t N, int64_t K, const cha
 /* int4_gemm=fp8 (backend_cuda_set_int4_fp8; kernels/matmul.h, matmul_gemm_fp8_blk) at a fixed
  * printed seed, through the backend's matmul at prefill sizes: the INT4 weight as e4m3 q - z with
  * its group scales, the activations e4m3 in 1x128 blocks, cuBLASLt's VEC128 block scaling.
- * Reference in double on the host with the same activation quantization (s = amax / 448 of each
- * 128-column block in f32, e4m3(x / s) as pd_f32_to_fp8): per element |g - ref| <= 1e-4 B + 1e-6,
+ * Reference in double on the host with the same activation quantization (quant_fp8_vec on each
+ * 128-column block) and weights (quant_dequant_row): per element |g - ref| <= 1e-4 B + 1e-6,
  * B = sum_k |xq_k s w_k| (f32 sums of exact products; a wrong scale layout is off by O(B)). Also
  * fails when cuBLASLt has no VEC128 mode (the backend would fall back to bf16 silently). Tokens
  * of different magnitudes (1e-3 .. 1e2) and one all-zero block. */
@@ -1214,34 +1214,23 @@ static void case_matmul_int4_fp8(int n, int64_t N, int64_t K, uint64_t seed, con
      * then row by row the dequantized weight (host copy of the CPU backend's) */
     const int64_t ng = K / 128;
     const int stride = n <= 32 ? 1 : (n + 15) / 16, n_s = (n + stride - 1) / stride;
-    double *xd = xmalloc((size_t)n_s * K * sizeof(double)),
-           *wr = xmalloc((size_t)K * sizeof(double));
-    for (int i = 0; i < n_s; i++) {
-        const float *xt = x + (size_t)i * stride * K;
+    double *xd = xmalloc((size_t)n_s * K * sizeof(double));
+    float *wr = xmalloc((size_t)K * sizeof(float));
+    uint8_t blk[128];
+    for (int i = 0; i < n_s; i++)
         for (int64_t kb = 0; kb < ng; kb++) {
-            float amax = 0.0f;
+            const float sc = quant_fp8_vec(blk, x + ((size_t)i * stride * K + kb * 128), 128);
             for (int k = 0; k < 128; k++)
-                amax = fmaxf(amax, fabsf(xt[kb * 128 + k]));
-            const float sc = amax > 0.0f ? amax / 448.0f : 1.0f;
-            for (int k = 0; k < 128; k++)
-                xd[(size_t)i * K + kb * 128 + k] =
-                    (double)pd_fp8_to_f32(pd_f32_to_fp8(xt[kb * 128 + k] / sc)) * (double)sc;
+                xd[(size_t)i * K + kb * 128 + k] = (double)pd_fp8_to_f32(blk[k]) * (double)sc;
         }
-    }
-    const uint8_t *q = wc.data, *zp = wc.zeros;
-    const uint16_t *sp = wc.scales;
     size_t bad = 0;
     double worst = 0.0;
     for (int64_t r = 0; r < N; r++) {
-        for (int64_t k = 0; k < K; k++) {
-            const uint8_t bq = q[r * (K / 2) + k / 2];
-            const int v = (k % 2 ? bq >> 4 : bq & 15) - zp[r * ng + k / 128];
-            wr[k] = (double)v * (double)pd_bf16_to_f32(sp[r * ng + k / 128]);
-        }
+        quant_dequant_row(wr, &wc, r);
         for (int i = 0; i < n_s; i++) {
             double ref = 0.0, B = 0.0;
             for (int64_t k = 0; k < K; k++) {
-                const double p = xd[(size_t)i * K + k] * wr[k];
+                const double p = xd[(size_t)i * K + k] * (double)wr[k];
                 ref += p;
                 B += fabs(p);
             }
@@ -3290,6 +3279,16 @@ static void cases_moe(void)
     }
 }
 
+/* The summary line; the backends destroyed; main's exit code (1 when a case failed). */
+static int finish(void)
+{
+    printf("%d cases, %d failed\n", n_cases, n_fail);
+    backend_destroy(gpu_split);
+    backend_destroy(gpu);
+    backend_destroy(cpu);
+    return n_fail ? 1 : 0;
+}
+
 int main(void)
 {
     const char *seed_env = getenv("PD_TEST_SEED");
@@ -3323,31 +3322,19 @@ int main(void)
     printf("%-12s %-44s %11s %9s  %s\n", "op", "shape", "max err", "tol", "result");
     if (getenv("PD_GPU_TEST_XGEMV") && atoi(getenv("PD_GPU_TEST_XGEMV"))) {
         cases_xgemv(true);
-        printf("%d cases, %d failed\n", n_cases, n_fail);
-        backend_destroy(gpu_split);
-        backend_destroy(gpu);
-        backend_destroy(cpu);
-        return n_fail ? 1 : 0;
+        return finish();
     }
     if (getenv("PD_GPU_TEST_PDL") && atoi(getenv("PD_GPU_TEST_PDL"))) {
         /* the whole decode step with pdl on / off / eager alone (quick device rounds) */
         case_decode_pdl(PD_WFMT_INT4, PD_KV_FP8, 1, 4);
         case_decode_pdl(PD_WFMT_INT4, PD_KV_FP8, 3, 3);
         case_decode_pdl(PD_WFMT_FP8, PD_KV_BF16, 1, 4);
-        printf("%d cases, %d failed\n", n_cases, n_fail);
-        backend_destroy(gpu_split);
-        backend_destroy(gpu);
-        backend_destroy(cpu);
-        return n_fail ? 1 : 0;
+        return finish();
     }
     if (getenv("PD_GPU_TEST_MATMUL") && atoi(getenv("PD_GPU_TEST_MATMUL"))) {
         /* the matmul cases alone (quick device rounds on the weight kernels) */
         cases_matmul();
-        printf("%d cases, %d failed\n", n_cases, n_fail);
-        backend_destroy(gpu_split);
-        backend_destroy(gpu);
-        backend_destroy(cpu);
-        return n_fail ? 1 : 0;
+        return finish();
     }
     if (getenv("PD_GPU_TEST_PREFILL") && atoi(getenv("PD_GPU_TEST_PREFILL"))) {
         /* the prefill FP8 MLP op and FP8 GEMM cases alone (quick device rounds) */
@@ -3359,48 +3346,28 @@ int main(void)
             case_matmul_fp8(512, 14336, 4096, 227, "8B gate gemm");
             case_matmul_fp8(512, 4096, 14336, 228, "8B down gemm");
         }
-        printf("%d cases, %d failed\n", n_cases, n_fail);
-        backend_destroy(gpu_split);
-        backend_destroy(gpu);
-        backend_destroy(cpu);
-        return n_fail ? 1 : 0;
+        return finish();
     }
     if (getenv("PD_GPU_TEST_MOE") && atoi(getenv("PD_GPU_TEST_MOE"))) {
         /* the MoE cases alone (quick device rounds; PD_GPU_TEST_SMALL=1 drops the Qwen shapes) */
         cases_moe();
-        printf("%d cases, %d failed\n", n_cases, n_fail);
-        backend_destroy(gpu_split);
-        backend_destroy(gpu);
-        backend_destroy(cpu);
-        return n_fail ? 1 : 0;
+        return finish();
     }
     if (getenv("PD_GPU_TEST_MMA2") && atoi(getenv("PD_GPU_TEST_MMA2"))) {
         /* the matmul_int4_mma2 cases alone (quick device rounds) */
         cases_int4_mma2();
-        printf("%d cases, %d failed\n", n_cases, n_fail);
-        backend_destroy(gpu_split);
-        backend_destroy(gpu);
-        backend_destroy(cpu);
-        return n_fail ? 1 : 0;
+        return finish();
     }
     if (getenv("PD_GPU_TEST_FLASH") && atoi(getenv("PD_GPU_TEST_FLASH"))) {
         /* the prefill (flash) attention cases alone (quick device rounds) */
         cases_flash(PD_KV_BF16);
         cases_flash(PD_KV_FP8);
-        printf("%d cases, %d failed\n", n_cases, n_fail);
-        backend_destroy(gpu_split);
-        backend_destroy(gpu);
-        backend_destroy(cpu);
-        return n_fail ? 1 : 0;
+        return finish();
     }
     if (getenv("PD_GPU_TEST_FAMILY") && atoi(getenv("PD_GPU_TEST_FAMILY"))) {
         /* the GLM-4.5 / DeepSeek-V3 cases alone (family ops, FP8 block-scaled matmul) */
         cases_family();
-        printf("%d cases, %d failed\n", n_cases, n_fail);
-        backend_destroy(gpu_split);
-        backend_destroy(gpu);
-        backend_destroy(cpu);
-        return n_fail ? 1 : 0;
+        return finish();
     }
     if (getenv("PD_GPU_TEST_KV") && atoi(getenv("PD_GPU_TEST_KV"))) {
         /* the KV export cases alone (quick device rounds of the transfer path) */
@@ -3410,11 +3377,7 @@ int main(void)
         case_xfer_kv_export(32, 8, 128, 16, 6);
         case_page_digest(64, 40, PD_KV_FP8);
         case_page_digest(600, 512, PD_KV_BF16);
-        printf("%d cases, %d failed\n", n_cases, n_fail);
-        backend_destroy(gpu_split);
-        backend_destroy(gpu);
-        backend_destroy(cpu);
-        return n_fail ? 1 : 0;
+        return finish();
     }
     if (getenv("PD_GPU_TEST_ATTN") && atoi(getenv("PD_GPU_TEST_ATTN"))) {
         /* the decode attention and fused RoPE + KV write cases alone (quick device rounds) */
@@ -3422,11 +3385,7 @@ int main(void)
         for (int f = 0; f < 3; f++)
             case_rope_kv_write(fs[f], 32, 8, 128, 64, 321 + (uint64_t)f);
         cases_attention_tc();
-        printf("%d cases, %d failed\n", n_cases, n_fail);
-        backend_destroy(gpu_split);
-        backend_destroy(gpu);
-        backend_destroy(cpu);
-        return n_fail ? 1 : 0;
+        return finish();
     }
 
     case_embed(2048, 512, 37);
@@ -3557,9 +3516,5 @@ int main(void)
     case_decode_pdl(PD_WFMT_INT4, PD_KV_FP8, 3, 3);
     case_decode_pdl(PD_WFMT_FP8, PD_KV_BF16, 1, 4);
     cases_family();
-    printf("%d cases, %d failed\n", n_cases, n_fail);
-    backend_destroy(gpu_split);
-    backend_destroy(gpu);
-    backend_destroy(cpu);
-    return n_fail ? 1 : 0;
+    return finish();
 }
