@@ -474,6 +474,7 @@ static __global__ void __launch_bounds__(32 * MOE__GMM3_WARPS)
     const uint16_t *srow[2][2];
     const uint8_t *zrow[2][2];
     int wgs = 0, sgs = 0;
+    float wsc[2][2] = {{1.0f, 1.0f}, {1.0f, 1.0f}}; /* FP8: the rows' scales */
     if (FMT == PD_WFMT_INT4)
         mma_wgrp_ptrs(wrow, srow, zrow, &wgs, &sgs, (const uint8_t *)w.data,
                       (const uint16_t *)w.scales, (const uint8_t *)w.zeros, row0, N, K, lane,
@@ -483,17 +484,10 @@ static __global__ void __launch_bounds__(32 * MOE__GMM3_WARPS)
         for (int r = 0; r < 2; r++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                const int64_t row = row0 + 16 * r + 8 * h + gq;
-                wrow[r][h] = (const uint8_t *)w.data + (row < N ? row : N - 1) * K + tq * 16;
-            }
-    float wsc[2][2] = {{1.0f, 1.0f}, {1.0f, 1.0f}};
-    if (FMT == PD_WFMT_FP8)
-#pragma unroll
-        for (int r = 0; r < 2; r++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int64_t row = row0 + 16 * r + 8 * h + gq;
-                wsc[r][h] = ((const float *)w.scales)[row < N ? row : N - 1];
+                int64_t row = row0 + 16 * r + 8 * h + gq;
+                row = row < N ? row : N - 1;
+                wrow[r][h] = (const uint8_t *)w.data + row * K + tq * 16;
+                wsc[r][h] = ((const float *)w.scales)[row];
             }
 
     for (int t0 = o0; t0 < o1; t0 += 8 * C) {
