@@ -1663,6 +1663,16 @@ static void qwen3_30b_a3b(hf_config_t *c, int layers)
     c->bos_token_id = 151643;
 }
 
+/* The Qwen3-30B-A3B shape with the benchmarks' layer count (PD_BENCH_MOE_LAYERS, default 16 of
+ * its 48); returns that count. */
+static int qwen3_30b_a3b_bench(hf_config_t *c)
+{
+    const char *env = getenv("PD_BENCH_MOE_LAYERS");
+    const int layers = env && atoi(env) > 0 ? atoi(env) : 16;
+    qwen3_30b_a3b(c, layers);
+    return layers;
+}
+
 /* `gpu_bench moe`: decode steps of the Qwen3-30B-A3B shape (128 experts, top 8, expert FFN 768,
  * hidden 2048, 32 / 4 heads; PD_BENCH_MOE_LAYERS of its 48 layers, default 16: the step time
  * scales with layers, the LM head does not), random weights, context 1024, batch 1 and 64: the
@@ -1674,10 +1684,8 @@ static void qwen3_30b_a3b(hf_config_t *c, int layers)
  * PyTorch. */
 static void bench_moe(void)
 {
-    const char *env = getenv("PD_BENCH_MOE_LAYERS");
-    const int layers = env && atoi(env) > 0 ? atoi(env) : 16;
     hf_config_t cfg;
-    qwen3_30b_a3b(&cfg, layers);
+    const int layers = qwen3_30b_a3b_bench(&cfg);
     const struct {
         pd_wfmt_t w;
         pd_kvfmt_t kv;
@@ -1932,9 +1940,7 @@ static void bench_stepprof(void)
         }
         model_destroy(m);
     }
-    const char *env = getenv("PD_BENCH_MOE_LAYERS");
-    const int layers = env && atoi(env) > 0 ? atoi(env) : 16;
-    qwen3_30b_a3b(&cfg, layers);
+    const int layers = qwen3_30b_a3b_bench(&cfg);
     const pd_wfmt_t mw[] = {PD_WFMT_INT4, PD_WFMT_FP8};
     const pd_kvfmt_t mkv[] = {PD_KV_FP8, PD_KV_BF16};
     for (int i = 0; i < 2; i++) {
