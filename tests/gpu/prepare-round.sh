@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # prepare-round.sh ROUND_SCRIPT [BUILD_DIR] : everything a device round needs, in one command on
 # this machine (no GPU): builds the CUDA bundle (tests/gpu/build-bundle.sh, every CUDA object
-# rebuilt), packs the model fixtures (tests/gpu/slim-tree.sh pack), copies the bundle and
-# ROUND_SCRIPT into .gpu-round/ (ignored through .git/info/exclude) and drops the fixtures from
-# the index (slim-tree.sh drop: the device tool refuses a tree above 64 MiB). Then:
+# rebuilt), packs the model fixtures (tests/gpu/slim-tree.sh pack), copies the bundle,
+# ROUND_SCRIPT and tests/gpu/round-lib.sh (which it sources) into .gpu-round/ (ignored through
+# .git/info/exclude) and drops the fixtures from the index (slim-tree.sh drop: the device tool
+# refuses a tree above 64 MiB). Then:
 #   run: command "DEADLINE=430 bash .gpu-round/$(basename ROUND_SCRIPT) check",
 #        carry [".gpu-round", ".gpu-models/llama-moe.tar.xz"]
 # and afterwards `bash tests/gpu/slim-tree.sh restore` (commit only named paths before that).
@@ -19,6 +20,6 @@ grep -qx '/.gpu-round/' "$ex" 2>/dev/null || echo '/.gpu-round/' >>"$ex"
 NINJA_JOBS=${NINJA_JOBS:-2} bash tests/gpu/build-bundle.sh "$B"
 bash tests/gpu/slim-tree.sh pack
 mkdir -p .gpu-round
-cp .gpu/bundle.tar.xz "$script" .gpu-round/
+cp .gpu/bundle.tar.xz "$script" tests/gpu/round-lib.sh .gpu-round/
 bash tests/gpu/slim-tree.sh drop
 du -sh .gpu-round .gpu-models/llama-moe.tar.xz

@@ -8,24 +8,11 @@
 # benchmarks with their same-call PyTorch baselines and the session's knobs (pdl off, the
 # bf16 q / k / v prefill path, flash variant 8; gpu_bench moe prints moe_gmm2 beside moe_gmm), then the full-size harness with
 # what time is left. Logs: $OUT/r.tgz; the summary is printed.
+# (tests/gpu/round-lib.sh, which it sources, beside it in .gpu-round/: prepare-round.sh copies
+# both.)
 set -uo pipefail
-F=$PWD/.gpu-round
-tar -C $F -xJf $F/bundle.tar.xz || exit 9
-tar -xJf .gpu-models/llama-moe.tar.xz || exit 9
-G=$F/b
-export LD_LIBRARY_PATH=$G/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
-export UCX_MODULE_DIR=$G/ucx PD_MODELS_DIR=$PWD/deploy/models
-L=$OUT/logs; mkdir -p $L
-DL=${DEADLINE:-400}
-rc=0
-st() { # name timeout cmd...: runs under the time left, logs to $L/name.log
-  local name=$1 t=$2; shift 2; local left=$((DL - SECONDS))
-  [ $left -gt 6 ] || { echo "=== $name skipped (deadline)"; rc=1; return; }
-  [ $t -lt $left ] || t=$left; echo "=== $name: $*"; local t0=$SECONDS
-  timeout $t "$@" > $L/$name.log 2>&1; local r=$?
-  echo "=== $name: rc $r, $((SECONDS - t0)) s"; [ $r = 0 ] || rc=1; }
-cases() { grep -E "cases,|ERROR SUMMARY|FAIL" $L/$1.log | head -12; }
-tab() { grep -E "^\| " $L/$1.log; }
+ROUND_DEADLINE=400
+. "$(dirname "$0")/round-lib.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 # flash variant 9 (ping-pong named barriers) has never run: its cases alone first, under a short
 # timeout; if they fail or hang, the rest of the round runs variants 0..8 only
@@ -48,5 +35,4 @@ st flash 60 $G/bin/gpu_bench flash; tab flash
 st moe 60 $G/bin/gpu_bench moe; tab moe
 st baseline_moe 90 python3 $G/torch_moe_baseline.py; tail -15 $L/baseline_moe.log
 st kernels 240 $G/bin/test_gpu_kernels; cases kernels
-tar -C $OUT -czf $OUT/r.tgz logs && rm -rf $L
-exit $rc
+round_end

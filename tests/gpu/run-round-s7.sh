@@ -18,23 +18,8 @@
 # grouped kernel) with its PyTorch step, stepprof, the Llama decode step with its PyTorch step,
 # and the full-size harness with what time is left. Logs: $OUT/r.tgz; the summary is printed.
 set -uo pipefail
-F=$PWD/.gpu-round
-tar -C $F -xJf $F/bundle.tar.xz || exit 9
-tar -xJf .gpu-models/llama-moe.tar.xz || exit 9
-G=$F/b
-export LD_LIBRARY_PATH=$G/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
-export UCX_MODULE_DIR=$G/ucx PD_MODELS_DIR=$PWD/deploy/models
-L=$OUT/logs; mkdir -p $L
-DL=${DEADLINE:-430}
-rc=0
-st() { # name timeout cmd...: runs under the time left, logs to $L/name.log
-  local name=$1 t=$2; shift 2; local left=$((DL - SECONDS))
-  [ $left -gt 6 ] || { echo "=== $name skipped (deadline)"; rc=1; return; }
-  [ $t -lt $left ] || t=$left; echo "=== $name: $*"; local t0=$SECONDS
-  timeout $t "$@" > $L/$name.log 2>&1; local r=$?
-  echo "=== $name: rc $r, $((SECONDS - t0)) s"; [ $r = 0 ] || rc=1; }
-cases() { grep -E "cases,|ERROR SUMMARY|FAIL" $L/$1.log | head -16; }
-tab() { grep -E "^\| |^#### |steps; per step" $L/$1.log; }
+ROUND_DEADLINE=430
+. "$(dirname "$0")/round-lib.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 PART=${1:-all}
 if [ "$PART" != bench ]; then
@@ -65,5 +50,4 @@ st baseline 60 python3 $G/torch_decode_baseline.py; grep "decode_" $L/baseline.l
 PD_CUDA_INT4_GEMM=fp8 st prefill_int4fp8 90 $G/bin/gpu_bench prefill; tab prefill_int4fp8
 st kernels 240 $G/bin/test_gpu_kernels; cases kernels
 fi
-tar -C $OUT -czf $OUT/r.tgz logs && rm -rf $L
-exit $rc
+round_end

@@ -1,0 +1,28 @@
+# round-lib.sh: what the device round scripts (tests/gpu/run-round-*.sh) share; sourced by them
+# from their own folder (.gpu-round/ on the device, where tests/gpu/prepare-round.sh copies both).
+# Unpacks the bundle (.gpu-round/bundle.tar.xz) and the tiny-llama / tiny-moe fixtures, sets the
+# bundle's environment, and defines:
+#   st NAME TIMEOUT CMD...  runs CMD under the smaller of TIMEOUT and the time left before
+#                           $DEADLINE (default $ROUND_DEADLINE) into $L/NAME.log, prints its rc
+#                           and seconds; a failure or a skipped step sets rc=1
+#   cases NAME              the harness's summary and FAIL lines of that log
+#   tab NAME                its markdown table rows (and stepprof's headings)
+#   round_end               packs the logs into $OUT/r.tgz and exits with rc
+F=$PWD/.gpu-round
+tar -C $F -xJf $F/bundle.tar.xz || exit 9
+tar -xJf .gpu-models/llama-moe.tar.xz || exit 9
+G=$F/b
+export LD_LIBRARY_PATH=$G/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
+export UCX_MODULE_DIR=$G/ucx PD_MODELS_DIR=$PWD/deploy/models
+L=$OUT/logs; mkdir -p $L
+DL=${DEADLINE:-${ROUND_DEADLINE:-400}}
+rc=0
+st() {
+  local name=$1 t=$2; shift 2; local left=$((DL - SECONDS))
+  [ $left -gt 6 ] || { echo "=== $name skipped (deadline)"; rc=1; return; }
+  [ $t -lt $left ] || t=$left; echo "=== $name: $*"; local t0=$SECONDS
+  timeout $t "$@" > $L/$name.log 2>&1; local r=$?
+  echo "=== $name: rc $r, $((SECONDS - t0)) s"; [ $r = 0 ] || rc=1; }
+cases() { grep -E "cases,|ERROR SUMMARY|FAIL" $L/$1.log | head -16; }
+tab() { grep -E "^\| |^#### |steps; per step" $L/$1.log; }
+round_end() { tar -C $OUT -czf $OUT/r.tgz logs && rm -rf $L; exit $rc; }
