@@ -134,11 +134,12 @@ typedef struct {
     bool qkv_bf16;
     cuda_buf_t qkv16;
     /* int4_gemm (PD_CUDA_INT4_GEMM): INT4 GEMMs above the mma kernels' n on the FP8 tensor cores
-     * with 1x128 block scales (1), or dequantized to bf16 (0, the default); -1: asked for, but
-     * cuBLASLt has no VEC128 block scaling here (found at the first GEMM: bf16 from then on) */
+     * with 1x128 block scales (1), or dequantized to bf16 (0, the default); a shape cuBLASLt has
+     * no VEC128 GEMM for runs bf16 (int4_fp8_told: that was logged once) */
     int int4_fp8;
-    /* PD_CUDA_MOE_GMM: 1 moe_gmm, 2 moe_gmm2 (x staged in shared memory; the default), 3 moe_gmm3
-     * (tensor cores) */
+    bool int4_fp8_told;
+    /* PD_CUDA_MOE_GMM: 1 moe_gmm, 2 moe_gmm2 (x staged in shared memory), 3 moe_gmm3 (tensor
+     * cores; the default since session 8, BF16 weights run moe_gmm2) */
     int moe_gmm;
     cudaStream_t xstream; /* the KV transfer stream (xfer_*), created on first use */
     cudaEvent_t xevent;   /* recorded on stream, waited on by xstream */
@@ -460,25 +461,48 @@ static void cuda__xgemv_plan(cuda_t *c, const pd_weight_t *w, int n, int p[4])
 
 /* INT4 at prefill sizes on the FP8 tensor cores (int4_gemm=fp8; matmul.h, matmul_gemm_fp8_blk):
  * the weight as e4m3 q - z with its group scales into wtmp, the activations in 1x128 blocks into
- * act, one cuBLASLt GEMM. PD_ERR_UNSUPPORTED (nothing run but the two conversions) where
- * cuBLASLt lacks the block scale mode. */
+ * act, one cuBLASLt GEMM; or, where cuBLASLt has a GEMM for a multiple of 16 tokens but not for n
+ * (split), one for the first n_main = n - n % 16 rows and one for the last n % 16, padded with
+ * zero rows to 16, into a 16-row scratch whose rows are then copied into out. The caller asked
+ * matmul_gemm_fp8_blk_plan which. */
 static pd_status_t cuda__matmul_int4_fp8(cuda_t *c, float *out, const float *x,
-                                         const pd_weight_t *w, int n)
+                                         const pd_weight_t *w, int n, bool split)
 {
     const int64_t N = w->n, K = w->k, nkb = K / 128;
-    const size_t wb = ((size_t)N * (size_t)K + 255) / 256 * 256,
-                 xb = ((size_t)n * (size_t)K + 255) / 256 * 256;
+    const int n_main = split ? n / 16 * 16 : n, n_tail = n - n_main;
+    const size_t al = 256, wb = ((size_t)N * (size_t)K + al - 1) / al * al,
+                 xb = ((size_t)n_main * (size_t)K + al - 1) / al * al,
+                 sb = ((size_t)n_main * (size_t)nkb * 4 + al - 1) / al * al,
+                 tb = n_tail ? 16 * (size_t)K + ((16 * (size_t)nkb * 4 + al - 1) / al * al) +
+                                   16 * (size_t)N * 4
+                             : 0;
     pd_status_t st;
     if ((st = cuda__grow(c, &c->wtmp, wb + (size_t)N * (size_t)nkb * 4)) != PD_OK ||
-        (st = cuda__grow(c, &c->act, xb + (size_t)n * (size_t)nkb * 4)) != PD_OK)
+        (st = cuda__grow(c, &c->act, xb + sb + tb)) != PD_OK)
         return st;
     uint8_t *wq = c->wtmp.p, *xq = c->act.p;
     float *ws = (float *)(wq + wb), *xs = (float *)(xq + xb);
-    if ((st = matmul_int4_to_fp8_blk(wq, ws, w, cuda__int4_tiled(w), c->stream)) != PD_OK ||
-        (st = matmul_quant_act_fp8_blk(xq, xs, x, n, K, c->stream)) != PD_OK)
+    if ((st = matmul_int4_to_fp8_blk(wq, ws, w, cuda__int4_tiled(w), c->stream)) != PD_OK)
         return st;
-    return matmul_gemm_fp8_blk(c->lt, c->lt_ws, CUDA_LT_WS_BYTES, out, xq, xs, wq, ws, n, N, K,
-                               c->lt_opts.algo, c->stream);
+    if (n_main > 0 &&
+        ((st = matmul_quant_act_fp8_blk(xq, xs, x, n_main, n_main, K, c->stream)) != PD_OK ||
+         (st = matmul_gemm_fp8_blk(c->lt, c->lt_ws, CUDA_LT_WS_BYTES, out, xq, xs, wq, ws, n_main,
+                                   N, K, c->lt_opts.algo, c->stream)) != PD_OK))
+        return st;
+    if (n_tail == 0)
+        return PD_OK;
+    uint8_t *tq = xq + xb + sb;
+    float *ts = (float *)(tq + 16 * (size_t)K),
+          *tout = (float *)((uint8_t *)ts + (16 * (size_t)nkb * 4 + al - 1) / al * al);
+    if ((st = matmul_quant_act_fp8_blk(tq, ts, x + (size_t)n_main * (size_t)K, n_tail, 16, K,
+                                       c->stream)) != PD_OK ||
+        (st = matmul_gemm_fp8_blk(c->lt, c->lt_ws, CUDA_LT_WS_BYTES, tout, tq, ts, wq, ws, 16, N,
+                                  K, c->lt_opts.algo, c->stream)) != PD_OK)
+        return st;
+    return cuda__status(cudaMemcpyAsync(out + (size_t)n_main * (size_t)N, tout,
+                                        (size_t)n_tail * (size_t)N * 4, cudaMemcpyDeviceToDevice,
+                                        c->stream),
+                        "int4_gemm=fp8 tail rows");
 }
 
 static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_weight_t *w, int n)
@@ -565,13 +589,15 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
         return cuda__gemv_chunks(c, out, x, NULL, w, n);
     if (w->fmt == PD_WFMT_F32)
         return matmul_gemm_f32(c->blas, out, x, w->data, n, N, K, c->stream);
-    if (w->fmt == PD_WFMT_INT4 && c->int4_fp8 > 0 && K % 128 == 0 && N % 16 == 0) {
-        st = cuda__matmul_int4_fp8(c, out, x, w, n);
-        if (st != PD_ERR_UNSUPPORTED)
-            return st;
-        pd_log_info("backend cuda: int4_gemm=fp8: cuBLASLt has no 1x128 block-scaled fp8 GEMM "
-                    "here; INT4 GEMMs dequantize to bf16");
-        c->int4_fp8 = -1;
+    if (w->fmt == PD_WFMT_INT4 && c->int4_fp8 > 0) {
+        const int plan = matmul_gemm_fp8_blk_plan(c->lt, CUDA_LT_WS_BYTES, n, N, K);
+        if (plan)
+            return cuda__matmul_int4_fp8(c, out, x, w, n, plan == 2);
+        if (!c->int4_fp8_told) /* this shape only: the next may have one */
+            pd_log_info("backend cuda: int4_gemm=fp8: cuBLASLt has no 1x128 block-scaled fp8 GEMM "
+                        "for n %d N %lld K %lld; such INT4 GEMMs dequantize to bf16",
+                        n, (long long)N, (long long)K);
+        c->int4_fp8_told = true;
     }
     const uint16_t *wb = w->data;
     if (w->fmt == PD_WFMT_INT4 || w->fmt == PD_WFMT_FP8_BLOCK) {
@@ -1663,7 +1689,7 @@ static pd_status_t cuda_set_option(pd_backend_t *be, const char *key, const char
     } else if (!strcmp(key, "int4_gemm")) {
         ok = !strcmp(value, "fp8") || !strcmp(value, "bf16");
         bit = CUDA__ENV_INT4;
-        if (ok && !(c->env_set & bit) && c->int4_fp8 >= 0)
+        if (ok && !(c->env_set & bit))
             c->int4_fp8 = !strcmp(value, "fp8");
     } else if (!strcmp(key, "moe_grouped")) {
         ok = b >= 0;
@@ -1784,8 +1810,8 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     env = getenv("PD_CUDA_ATTN_FOLD"); /* 1: split contexts merged inside the decode kernel */
     if (env && *env)
         attention_fold = cuda__onoff(env) == 1;
-    env = getenv("PD_CUDA_MOE_GMM"); /* 1: the session-5 grouped MoE matmul, 3: tensor cores */
-    c->moe_gmm = env && !strcmp(env, "1") ? 1 : env && !strcmp(env, "3") ? 3 : 2;
+    env = getenv("PD_CUDA_MOE_GMM"); /* 1: the session-5 grouped MoE matmul, 2: SIMT moe_gmm2 */
+    c->moe_gmm = env && !strcmp(env, "1") ? 1 : env && !strcmp(env, "2") ? 2 : 3;
     env = getenv("PD_CUDA_FUSED");
     if (env && *env) {
         cuda__set_fused(be, cuda__onoff(env) != 0);

@@ -64,9 +64,9 @@ void *backend_cuda_stream(pd_backend_t *be);
  * kernels/matmul.h's cuBLASLt launchers directly; false (nothing set) when be is not CUDA. */
 bool backend_cuda_lt(pd_backend_t *be, void **lt_p, void **ws_p, size_t *ws_bytes_p);
 
-/* int4_gemm for the harness: on 1 = fp8, 0 = bf16. Returns the setting before (1, 0, or -1: fp8
- * was asked for and cuBLASLt turned out not to have the block scale mode), -2 when be is not
- * CUDA. */
+/* int4_gemm for the harness: on 1 = fp8, 0 = bf16. Returns the setting before (1 or 0), -2 when
+ * be is not CUDA. A shape cuBLASLt has no VEC128 GEMM for runs bf16 either way
+ * (kernels/matmul.h, matmul_gemm_fp8_blk_plan). */
 int backend_cuda_set_int4_fp8(pd_backend_t *be, int on);
 
 /* The grouped MoE matmul of moe_experts' device path: 1 moe_gmm (what PD_CUDA_MOE_GMM=1 sets at

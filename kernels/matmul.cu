@@ -351,8 +351,10 @@ static __global__ void matmul__int4_to_bf16(uint4 *dst, const uint4 *q, const ui
 }
 
 /* grid-stride over 32-weight chunks (as matmul__int4_to_bf16): wq (N, K) e4m3 = q - z (exact:
- * integers in [-15, 15]), ws (N, K / 128) f32 = the group scale s (bf16 -> f32, exact), so that
- * w = wq * ws per row and 128-column block: cuBLASLt's VEC128 scale layout for the weights. */
+ * integers in [-15, 15]), ws[g * N + r] f32 = the group scale s of row r, block g (bf16 -> f32,
+ * exact), so that w = wq * ws per row and 128-column block. cuBLASLt's VEC128 scales are
+ * outer-dimension-major: a (K / 128, rows) array, the rows contiguous (what PyTorch's _scaled_mm
+ * asks of its 1x128 scales: size (rows, K / 128), stride (1, rows)). */
 static __global__ void matmul__int4_to_fp8_blk(uint4 *wq, float *ws, const uint4 *q,
                                                const uint16_t *scales, const uint8_t *zeros,
                                                int64_t N, int64_t K, bool tiled)
@@ -365,7 +367,7 @@ static __global__ void matmul__int4_to_fp8_blk(uint4 *wq, float *ws, const uint4
         const size_t sz = tiled ? mma_tiled_sz(r, g, ng) : (size_t)(r * ng + g);
         const float z = (float)zeros[sz];
         if (c % 4 == 0)
-            ws[r * ng + g] = kutil_bf16_to_f32(scales[sz]);
+            ws[g * N + r] = kutil_bf16_to_f32(scales[sz]);
         const uint4 raw = tiled ? q[mma_tiled_piece(r, g, (int)(c % 4), ng) / 16] : q[i];
         const uint32_t word[4] = {raw.x, raw.y, raw.z, raw.w};
         uint32_t o[8]; /* 32 bytes: element 2 j, 2 j + 1 = low, high nibble of byte j */
@@ -389,16 +391,18 @@ static __global__ void matmul__int4_to_fp8_blk(uint4 *wq, float *ws, const uint4
 /* grid (n, ceil(K / 128 / 8)), block 256: warp w of block (t, b) quantizes the 128-column block
  * kb = 8 b + w of token t as quant_fp8_vec does (common/backend/quant.h, the same f32 operations):
  * s = amax / 448 (1 for an all-zero block), xq = e4m3(x * (1 / s)) (round to nearest even,
- * saturating), xs[t * K / 128 + kb] = s: 1x128 blocks in cuBLASLt's VEC128 layout (per token,
- * the blocks contiguous). K % 128 == 0. */
-static __global__ void matmul__quant_act_fp8_blk(uint8_t *xq, float *xs, const float *x, int64_t K)
+ * saturating), xs[kb * n_pad + t] = s (n_pad = gridDim.x rows): 1x128 blocks in cuBLASLt's
+ * VEC128 layout (outer-dimension-major: for each block, the tokens contiguous). Rows n .. n_pad - 1
+ * are zeros (scale 1). K % 128 == 0. */
+static __global__ void matmul__quant_act_fp8_blk(uint8_t *xq, float *xs, const float *x, int n,
+                                                 int64_t K)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t nkb = K / 128, kb = (int64_t)blockIdx.y * 8 + warp, t = blockIdx.x;
     if (kb >= nkb)
         return;
     const size_t at = (size_t)t * K + (size_t)kb * 128 + lane * 4;
-    const float4 v = __ldg((const float4 *)(x + at));
+    const float4 v = t < n ? __ldg((const float4 *)(x + at)) : make_float4(0.f, 0.f, 0.f, 0.f);
     const float amax =
         kutil_warp_max(fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
     const float sc = amax > 0.0f ? amax / 448.0f : 1.0f, inv = 1.0f / sc;
@@ -407,7 +411,7 @@ static __global__ void matmul__quant_act_fp8_blk(uint8_t *xq, float *xs, const f
                              ((uint32_t)kutil_f32_to_fp8(v.z * inv) << 16) |
                              ((uint32_t)kutil_f32_to_fp8(v.w * inv) << 24);
     if (lane == 0)
-        xs[t * nkb + kb] = sc;
+        xs[kb * gridDim.x + t] = sc;
 }
 
 /* ==== INT4 tensor-core GEMM (n = 1 .. MATMUL_INT4_MMA_MAX_N) ====
@@ -2364,13 +2368,13 @@ extern "C" pd_status_t matmul_int4_to_fp8_blk(uint8_t *wq, float *ws, const pd_w
 }
 
 extern "C" pd_status_t matmul_quant_act_fp8_blk(uint8_t *xq, float *xs, const float *x, int n,
-                                                int64_t K, cudaStream_t stream)
+                                                int n_pad, int64_t K, cudaStream_t stream)
 {
-    KUTIL_REQUIRE(n >= 0 && K > 0 && K % 128 == 0, "matmul_quant_act_fp8_blk");
-    if (n == 0)
+    KUTIL_REQUIRE(n >= 0 && n_pad >= n && K > 0 && K % 128 == 0, "matmul_quant_act_fp8_blk");
+    if (n_pad == 0)
         return PD_OK;
-    const dim3 grid((unsigned)n, (unsigned)((K / 128 + 7) / 8));
-    matmul__quant_act_fp8_blk<<<grid, 256, 0, stream>>>(xq, xs, x, K);
+    const dim3 grid((unsigned)n_pad, (unsigned)((K / 128 + 7) / 8));
+    matmul__quant_act_fp8_blk<<<grid, 256, 0, stream>>>(xq, xs, x, n, K);
     return KUTIL_LAUNCHED("matmul_quant_act_fp8_blk");
 }
 
@@ -2535,7 +2539,7 @@ static pd_status_t matmul__gemm_fp8_scaled_mode(void *lt, void *ws, size_t ws_by
         s = cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, lc, lc, pref, o->algo + 1, heur, &found);
     if (s == CUBLAS_STATUS_SUCCESS && found <= o->algo)
         s = CUBLAS_STATUS_NOT_SUPPORTED;
-    if (s == CUBLAS_STATUS_SUCCESS)
+    if (s == CUBLAS_STATUS_SUCCESS && out) /* out NULL: only whether cuBLASLt has one */
         s = cublasLtMatmul(h, op, &one, w, la, xq, lb, &zero, out, lc, out, lc, &heur[o->algo].algo,
                            ws, ws_bytes, stream);
     if (pref)
@@ -2573,6 +2577,26 @@ extern "C" pd_status_t matmul_gemm_fp8_blk(void *lt, void *ws, size_t ws_bytes, 
     return matmul__gemm_fp8_scaled_mode(lt, ws, ws_bytes, out, xq, xs, wq, wsc, n, N, K, &o,
                                         CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
                                         "matmul_gemm_fp8_blk", stream);
+}
+
+static bool matmul__gemm_fp8_blk_ok(void *lt, size_t ws_bytes, int n, int64_t N, int64_t K)
+{
+    if (n <= 0 || N <= 0 || K <= 0 || K % 128 != 0 || N % 16 != 0)
+        return false;
+    const matmul_lt_opts_t o = {false, false, 0};
+    return matmul__gemm_fp8_scaled_mode(lt, NULL, ws_bytes, NULL, NULL, NULL, NULL, NULL, n, N, K,
+                                        &o, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
+                                        "matmul_gemm_fp8_blk_plan", NULL) == PD_OK;
+}
+
+extern "C" int matmul_gemm_fp8_blk_plan(void *lt, size_t ws_bytes, int n, int64_t N, int64_t K)
+{
+    if (matmul__gemm_fp8_blk_ok(lt, ws_bytes, n, N, K))
+        return 1;
+    if (n % 16 && matmul__gemm_fp8_blk_ok(lt, ws_bytes, 16, N, K) &&
+        (n < 16 || matmul__gemm_fp8_blk_ok(lt, ws_bytes, n / 16 * 16, N, K)))
+        return 2;
+    return 0;
 }
 
 extern "C" pd_status_t matmul_fp8_scale(float *out, const float *xs, const float *ws, int n,

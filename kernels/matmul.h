@@ -199,20 +199,26 @@ pd_status_t matmul_gemm_fp8_rowwise(void *lt, void *ws, size_t ws_bytes, void *o
  * scales as f32 block scales, the activations e4m3 with one f32 scale per token and 128-column
  * block, and cuBLASLt multiplies with both operands in its VEC128 scale mode (Hopper, cuBLAS
  * 12.9+), which applies the scales to each block's partial sums in f32.
- *   matmul_int4_to_fp8_blk: wq (w->n, w->k) e4m3, ws (w->n, w->k / 128) f32 from the INT4 g128
+ * The scale arrays are cuBLASLt's outer-dimension-major layout: (K / 128, rows), the rows
+ * contiguous (scale of row r, block kb at [kb * rows + r]).
+ *   matmul_int4_to_fp8_blk: wq (w->n, w->k) e4m3, ws (w->k / 128, w->n) f32 from the INT4 g128
  *     weight w (tiled: the tiled layout);
  *   matmul_quant_act_fp8_blk: each 128-column block of each token as quant_fp8_vec quantizes a
- *     vector: xq (n, K) e4m3 = x * (1 / s), xs (n, K / 128) f32 = s = amax / 448 (1 for an
- *     all-zero block); K % 128 == 0;
+ *     vector: xq (n_pad, K) e4m3 = x * (1 / s), xs (K / 128, n_pad) f32 = s = amax / 448 (1 for
+ *     an all-zero block), rows n .. n_pad - 1 zeros (x is read for rows < n only); K % 128 == 0;
  *   matmul_gemm_fp8_blk: out (n, N) f32 = (xq * xs) @ (wq * ws)^T; algo as matmul_lt_opts_t's;
- *     PD_ERR_UNSUPPORTED (nothing enqueued, nothing logged) where cuBLASLt lacks the mode. */
+ *     PD_ERR_UNSUPPORTED (nothing enqueued, nothing logged) where cuBLASLt lacks the mode;
+ *   matmul_gemm_fp8_blk_plan: how cuBLASLt can run (n, N, K) in VEC128 x VEC128 (asks its
+ *     heuristic only; nothing enqueued): 1 one GEMM, 2 two (n - n % 16 rows, and the last n % 16
+ *     padded to 16: where it has GEMMs for multiples of 16 rows only), 0 not at all. */
 pd_status_t matmul_int4_to_fp8_blk(uint8_t *wq, float *ws, const pd_weight_t *w, bool tiled,
                                    cudaStream_t stream);
-pd_status_t matmul_quant_act_fp8_blk(uint8_t *xq, float *xs, const float *x, int n, int64_t K,
-                                     cudaStream_t stream);
+pd_status_t matmul_quant_act_fp8_blk(uint8_t *xq, float *xs, const float *x, int n, int n_pad,
+                                     int64_t K, cudaStream_t stream);
 pd_status_t matmul_gemm_fp8_blk(void *lt, void *ws, size_t ws_bytes, float *out, const uint8_t *xq,
                                 const float *xs, const uint8_t *wq, const float *wsc, int n,
                                 int64_t N, int64_t K, int algo, cudaStream_t stream);
+int matmul_gemm_fp8_blk_plan(void *lt, size_t ws_bytes, int n, int64_t N, int64_t K);
 
 /* out (n, N) f32: out[t, r] = out[t, r] * xs[t] * ws[r]; xs (n) f32, ws (N) f32. */
 pd_status_t matmul_fp8_scale(float *out, const float *xs, const float *ws, int n, int64_t N,

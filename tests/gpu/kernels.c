@@ -1204,10 +1204,15 @@ static void case_matmul_int4_fp8(int n, int64_t N, int64_t K, uint64_t seed, con
     memset(x, 0, 128 * sizeof *x); /* token 0, block 0: s = 1, all e4m3 zeros */
     pair_t px = pair_new((size_t)n * K * 4, x), out = pair_new((size_t)n * N * 4, NULL);
     const int was = backend_cuda_set_int4_fp8(gpu, 1);
+    void *lt = NULL, *lt_ws = NULL;
+    size_t lt_ws_bytes = 0;
+    const int plan = backend_cuda_lt(gpu, &lt, &lt_ws, &lt_ws_bytes)
+                         ? matmul_gemm_fp8_blk_plan(lt, lt_ws_bytes, n, N, K)
+                         : 0;
     pair_ok(gpu->ops->memset(gpu, out.g, 0xff, (size_t)n * N * 4));
     gpu->ops->matmul(gpu, out.g, px.g, &wg, n);
     pair_ok(gpu->ops->sync(gpu));
-    const int state = backend_cuda_set_int4_fp8(gpu, was > 0 ? 1 : 0);
+    backend_cuda_set_int4_fp8(gpu, was > 0 ? 1 : 0);
     float *g = xmalloc((size_t)n * N * 4);
     pair_ok(gpu->ops->download(gpu, g, out.g, (size_t)n * N * 4));
     /* the reference on sampled tokens (every one up to 32, else about 16): their quantized x,
@@ -1242,8 +1247,10 @@ static void case_matmul_int4_fp8(int n, int64_t N, int64_t K, uint64_t seed, con
     }
     snprintf(shape, sizeof shape, "int4_gemm=fp8 %s n %d N %lld K %lld seed %llu (%s)", what, n,
              (long long)N, (long long)K, (unsigned long long)seed,
-             state == 1 ? "VEC128 block scales" : "NO VEC128 MODE: fell back to bf16");
-    report("matmul", shape, state == 1 ? (double)bad : 1e9, 0.0);
+             plan == 1   ? "VEC128 block scales"
+             : plan == 2 ? "VEC128 block scales, the last n % 16 rows padded to 16"
+                         : "NO VEC128 GEMM for this shape: fell back to bf16");
+    report("matmul", shape, plan ? (double)bad : 1e9, 0.0);
     printf("    worst |g - ref| / sum |x w|: %.3g\n", worst);
     backend_weight_free(cpu, &wc);
     backend_weight_free(gpu, &wg);
@@ -3121,9 +3128,11 @@ static void cases_matmul(void)
     case_mma_gemm(i4, 9, 512, 1024, 0, 0, 103, "n 9");
     /* n > 256: tiled INT4 dequantized to bf16 (matmul_int4_to_bf16) for cuBLAS */
     case_matmul(PD_WFMT_INT4, 300, 512, 640, "tiled, bf16 GEMM");
-    /* int4_gemm=fp8: tiled (N % 32 == 0) and plain (N 528) weights; the 8B gate_up at n 512 */
+    /* int4_gemm=fp8: tiled (N % 32 == 0) and plain (N 528) weights, n not a multiple of 16 (the
+     * split plan, where cuBLASLt needs one) and n 256; the 8B gate_up at n 512 */
     case_matmul_int4_fp8(300, 512, 640, 161, "tiled");
     case_matmul_int4_fp8(257, 528, 384, 162, "plain");
+    case_matmul_int4_fp8(256, 528, 384, 164, "plain n 256");
     if (!small_only)
         case_matmul_int4_fp8(512, 28672, 4096, 163, "8B gate_up");
     case_mma_gemm(i4, 3, 300, 640, 6, 3, 104, "forced");
