@@ -134,7 +134,8 @@ typedef struct {
     bool qkv_bf16;
     cuda_buf_t qkv16;
     /* int4_gemm (PD_CUDA_INT4_GEMM): INT4 GEMMs above the mma kernels' n on the FP8 tensor cores
-     * with 1x128 block scales (1), or dequantized to bf16 (0, the default); a shape cuBLASLt has
+     * with 1x128 block scales (1, the default since session 8), or dequantized to bf16 (0); a
+     * shape cuBLASLt has
      * no VEC128 GEMM for runs bf16 (int4_fp8_told: that was logged once) */
     int int4_fp8;
     bool int4_fp8_told;
@@ -589,7 +590,8 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
         return cuda__gemv_chunks(c, out, x, NULL, w, n);
     if (w->fmt == PD_WFMT_F32)
         return matmul_gemm_f32(c->blas, out, x, w->data, n, N, K, c->stream);
-    if (w->fmt == PD_WFMT_INT4 && c->int4_fp8 > 0) {
+    /* int4_gemm=fp8, except in the bf16 split accuracy mode (near-f32 activations) */
+    if (w->fmt == PD_WFMT_INT4 && c->int4_fp8 > 0 && !c->bf16_split) {
         const int plan = matmul_gemm_fp8_blk_plan(c->lt, CUDA_LT_WS_BYTES, n, N, K);
         if (plan)
             return cuda__matmul_int4_fp8(c, out, x, w, n, plan == 2);
@@ -1802,7 +1804,8 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     c->xgemv = !env || !*env ? 1 : !strcmp(env, "0") ? 0 : !strcmp(env, "all") ? 2 : 1;
     env = getenv("PD_CUDA_INT4_MMA2");
     c->int4_mma2 = env && *env ? cuda__onoff(env) == 1 : 0;
-    env = getenv("PD_CUDA_INT4_GEMM"); /* fp8: INT4 prefill GEMMs on the FP8 tensor cores */
+    env = getenv("PD_CUDA_INT4_GEMM"); /* bf16: INT4 prefill GEMMs dequantized to bf16 */
+    c->int4_fp8 = 1;
     if (env && *env) {
         c->int4_fp8 = !strcmp(env, "fp8");
         c->env_set |= CUDA__ENV_INT4;

@@ -19,13 +19,15 @@
  *                             -5%, but max error 4e-3 / 8e-3 of max |out| at K 4096 / 14336
  *                             against the 2e-3 the FP8 matmul cases allow: docs/performance.md,
  *                             session 5); decode batches always take the exact one
- *   int4_gemm = bf16 | fp8    INT4 GEMMs above the INT4 mma kernels' n (prefill): dequantized
- *                             to bf16 for one bf16 GEMM (default), or on the FP8 tensor cores:
- *                             the weight as e4m3 q - z with its group scales, the activations
- *                             e4m3 in 1x128 blocks, cuBLASLt's VEC128 block scaling (Hopper,
- *                             cuBLAS 12.9+; where it is missing, bf16, logged once). W4A8: the
- *                             activations lose the bits FP8 weights' W8A8 loses. Session 7, not
- *                             yet run on a GPU. PD_CUDA_INT4_GEMM=fp8|bf16 overrides it.
+ *   int4_gemm = fp8 | bf16    INT4 GEMMs above the INT4 mma kernels' n (prefill): on the FP8
+ *                             tensor cores (default): the weight as e4m3 q - z with its group
+ *                             scales, the activations e4m3 in 1x128 blocks, cuBLASLt's VEC128
+ *                             block scaling (Hopper, cuBLAS 12.9+; a shape it has no GEMM for
+ *                             runs bf16, logged once); or dequantized to bf16 for one bf16 GEMM.
+ *                             W4A8: the activations lose the bits FP8 weights' W8A8 loses (ppl
+ *                             +0.14% against +0.06% for bf16 on tiny-llama). 8192-token prefill
+ *                             268.5 -> 220.2 ms (session 8). The bf16 hi + lo split accuracy
+ *                             mode keeps bf16. PD_CUDA_INT4_GEMM=fp8|bf16 overrides it.
  *   moe_grouped = on | off    MoE experts registered by moe_prepare run grouped on the device
  *                             (routing offsets on the device, graph-capturable; default on); off:
  *                             moe_prepare declines and the (token, expert) pairs are grouped on
@@ -46,9 +48,9 @@
  * PD_CUDA_QKV_BF16=1 (qkv_rope_write: the q, k, v GEMMs write bf16 and kv_rope_write_bf16 reads
  * it; default off until measured).
  * PD_CUDA_MOE_GMM=1: the grouped MoE matmul through moe_gmm (session 5: x read from global
- * memory) instead of moe_gmm2 (x staged in shared memory, the default since session 6); =3:
- * through moe_gmm3 (mma.sync on the staged rows for FP8 and INT4; session 7, not yet measured,
- * so not the default). Read at creation; backend_cuda_set_moe_gmm below.
+ * memory), =2: through moe_gmm2 (x staged in shared memory, SIMT f32; the default in sessions
+ * 6-7), instead of moe_gmm3 (mma.sync on the staged rows for FP8 and INT4, the default since
+ * session 8; BF16 weights run moe_gmm2). Read at creation; backend_cuda_set_moe_gmm below.
  * PD_CUDA_ATTN_FOLD=1: decode attention merges split contexts inside the tensor-core kernel
  * (attention_fold, kernels/attention.h; process-wide; not yet measured, so off by default).
  */
@@ -70,7 +72,7 @@ bool backend_cuda_lt(pd_backend_t *be, void **lt_p, void **ws_p, size_t *ws_byte
 int backend_cuda_set_int4_fp8(pd_backend_t *be, int on);
 
 /* The grouped MoE matmul of moe_experts' device path: 1 moe_gmm (what PD_CUDA_MOE_GMM=1 sets at
- * creation), 2 moe_gmm2 (the default), 3 moe_gmm3 (tensor cores), for the harness and
+ * creation), 2 moe_gmm2, 3 moe_gmm3 (tensor cores; the default), for the harness and
  * benchmarks. Returns the kernel that was set before (1..3, to restore it), 0 (nothing set) when
  * be is not CUDA or kernel is none of these. Takes effect at the next call (a captured graph keeps
  * the kernel it was captured with). */

@@ -2583,9 +2583,14 @@ static bool matmul__gemm_fp8_blk_ok(void *lt, size_t ws_bytes, int n, int64_t N,
 {
     if (n <= 0 || N <= 0 || K <= 0 || K % 128 != 0 || N % 16 != 0)
         return false;
+    /* cuBLASLt's heuristic turns block-scaled GEMMs down for NULL operand or scale pointers
+     * (measured: every shape refused): it checks their values (alignment), never reads them, so
+     * it gets one 256-byte aligned stand-in address */
     const matmul_lt_opts_t o = {false, false, 0};
-    return matmul__gemm_fp8_scaled_mode(lt, NULL, ws_bytes, NULL, NULL, NULL, NULL, NULL, n, N, K,
-                                        &o, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
+    const uint8_t *p8 = (const uint8_t *)(uintptr_t)4096;
+    const float *pf = (const float *)(uintptr_t)4096;
+    return matmul__gemm_fp8_scaled_mode(lt, NULL, ws_bytes, NULL, p8, pf, p8, pf, n, N, K, &o,
+                                        CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
                                         "matmul_gemm_fp8_blk_plan", NULL) == PD_OK;
 }
 

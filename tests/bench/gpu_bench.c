@@ -1899,8 +1899,9 @@ static void bench_family(int layers, int pre)
 /* `gpu_bench stepprof`: where the time of a whole step goes, kernel by kernel (CUPTI activity
  * records of 5 timed calls: stepprof.h): the Llama-3-8B decode step (graph, device greedy, ids to
  * the host) at batch 1 and 64, context 1024, INT4 + FP8 KV and FP8 + BF16 KV (floors: issue
- * 11's), the FP8 prefill of 8192 tokens (eager, 3 calls), and the Qwen3-30B-A3B decode step (16
- * layers) at batch 1 and 64 with each grouped expert kernel (moe_gmm2, moe_gmm3). */
+ * 11's), the INT4 and FP8 prefill of 8192 tokens (eager, 3 calls; GPU_BENCH_STEPPROF=prefill:
+ * those alone), and the Qwen3-30B-A3B decode step (16 layers) at batch 1 and 64 with each grouped
+ * expert kernel (moe_gmm2, moe_gmm3). */
 static void bench_stepprof(void)
 {
     hf_config_t cfg;
@@ -1911,13 +1912,16 @@ static void bench_stepprof(void)
         double floor_ms[2]; /* batch 1, 64 */
     } confs[] = {{PD_WFMT_INT4, PD_KV_FP8, {0.92, 2.2}}, {PD_WFMT_FP8, PD_KV_BF16, {2.0, 4.0}}};
     char title[160];
+    /* GPU_BENCH_STEPPROF=prefill: the two prefill profiles alone */
+    const char *only = getenv("GPU_BENCH_STEPPROF");
+    const bool prefill_only = only && !strcmp(only, "prefill");
     printf("\n### stepprof: kernel time per step (CUPTI activity, programmatic dependent launch "
            "and graphs as in serving)\n");
     for (size_t i = 0; i < sizeof confs / sizeof confs[0]; i++) {
         model_t *m;
         ok(model_create_random(&cfg, confs[i].w, PD_WFMT_BF16, be, 42, &m), "model");
         static const int batches[] = {1, 64};
-        for (int bi = 0; bi < 2; bi++) {
+        for (int bi = 0; bi < 2 && !prefill_only; bi++) {
             prof_steps = true;
             const float ms = run_forward_s(m, confs[i].kv, batches[bi], 1024, 1, batches[bi], 5,
                                            MODEL_GRAPHS_ON, NULL, 1);
@@ -1928,18 +1932,20 @@ static void bench_stepprof(void)
                      pd_wfmt_name(confs[i].w), pd_kvfmt_name(confs[i].kv), batches[bi], ms);
             stepprof_end(title, confs[i].floor_ms[bi]);
         }
-        if (confs[i].w == PD_WFMT_FP8) {
+        { /* the prefill of 8192 tokens, BF16 KV (the INT4 model's too: its GEMM route) */
             prof_steps = true;
-            const float ms = run_forward(m, confs[i].kv, 1, 0, 8192, 1, 3, MODEL_GRAPHS_OFF, NULL);
+            const float ms = run_forward(m, PD_KV_BF16, 1, 0, 8192, 1, 3, MODEL_GRAPHS_OFF, NULL);
             prof_steps = false;
             snprintf(title, sizeof title,
-                     "Llama-3-8B prefill, 8192 tokens, FP8 weights + BF16 KV, eager (wall clock "
+                     "Llama-3-8B prefill, 8192 tokens, %s weights + BF16 KV, eager (wall clock "
                      "median %.1f ms)",
-                     ms);
+                     pd_wfmt_name(confs[i].w), ms);
             stepprof_end(title, 0);
         }
         model_destroy(m);
     }
+    if (prefill_only)
+        return;
     const int layers = qwen3_30b_a3b_bench(&cfg);
     const pd_wfmt_t mw[] = {PD_WFMT_INT4, PD_WFMT_FP8};
     const pd_kvfmt_t mkv[] = {PD_KV_FP8, PD_KV_BF16};
