@@ -221,6 +221,10 @@ static void cpu__latent_rows(void *arg, size_t r0, size_t r1)
     float *lat = malloc(((size_t)max_ctx + 1) * (size_t)D * sizeof *lat);
     PD_ASSERT(scores && lat);
 
+    /* the latents of sequence cur_s loaded so far (tokens 0 .. have - 1): the next row of the
+     * same sequence loads only the tokens past them (the pages do not change during the call) */
+    int cur_s = -1;
+    int32_t have = 0;
     for (size_t task = r0; task < r1; task++) {
         int32_t row = (int32_t)task;
         int s = 0;
@@ -229,9 +233,15 @@ static void cpu__latent_rows(void *arg, size_t r0, size_t r1)
         int32_t q_len = j->b->q_start[s + 1] - j->b->q_start[s];
         int32_t pos = j->b->ctx_len[s] - q_len + (row - j->b->q_start[s]);
         const int32_t *bt = j->b->block_tables + (size_t)s * j->b->max_pages;
-        for (int32_t t = 0; t <= pos; t++)
+        if (s != cur_s) {
+            cur_s = s;
+            have = 0;
+        }
+        for (int32_t t = have; t <= pos; t++)
             cpu__latent_load(l, j->arena + (size_t)bt[t / P] * l->page_bytes, j->layer, t % P,
                              lat + (size_t)t * D);
+        if (pos + 1 > have)
+            have = pos + 1;
         for (int h = 0; h < H; h++) {
             const float *ql = j->q_lat + ((size_t)row * H + h) * r;
             const float *qp = j->q_pe + ((size_t)row * H + h) * j->pe_stride;

@@ -41,8 +41,10 @@ size_t quant_zeros_bytes(pd_wfmt_t fmt, int64_t n, int64_t k)
 float quant_fp8_vec(uint8_t *q_out, const float *x, int64_t len)
 {
     float amax = 0.0f, scale, inv;
-    for (int64_t i = 0; i < len; i++)
-        amax = fmaxf(amax, fabsf(x[i]));
+    for (int64_t i = 0; i < len; i++) {
+        const float a = fabsf(x[i]);
+        amax = a > amax ? a : amax; /* fmaxf(amax, a) (a NaN is skipped), inlined */
+    }
     scale = amax > 0.0f ? amax / 448.0f : 1.0f;
     inv = 1.0f / scale;
     for (int64_t i = 0; i < len; i++)

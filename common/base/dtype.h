@@ -98,46 +98,54 @@ static inline float pd_f16_to_f32(uint16_t h)
     return f;
 }
 
-/* FP8 e4m3fn -> float (exact). */
+/* FP8 e4m3fn -> float (exact): a normal value's exponent and mantissa moved into the f32 bits
+ * (the same floats as the ldexpf form it replaced, all 256 checked, session 8). */
 static inline float pd_fp8_to_f32(uint8_t v)
 {
-    int sign = v >> 7, exp = (v >> 3) & 0xf, man = v & 7;
+    const uint32_t sign = (uint32_t)(v >> 7) << 31, exp = (v >> 3) & 0xfu, man = v & 7u;
     float f;
     if (exp == 0xf && man == 7)
         return NAN;
-    if (exp == 0)
-        f = ldexpf((float)man, -9); /* subnormal: man/8 * 2^-6 */
-    else
-        f = ldexpf(1.0f + (float)man / 8.0f, exp - 7);
-    return sign ? -f : f;
+    if (exp == 0) {
+        f = (float)man * 0x1p-9f; /* subnormal: man/8 * 2^-6 */
+        return sign ? -f : f;
+    }
+    const uint32_t u = sign | ((exp + 120u) << 23) | (man << 20); /* 2^(exp - 7) * 1.man */
+    memcpy(&f, &u, sizeof f);
+    return f;
 }
 
-/* float -> FP8 e4m3fn, round to nearest even, saturating at +-448; NaN -> 0x7f. */
+/* float -> FP8 e4m3fn, round to nearest even, saturating at +-448; NaN -> 0x7f. On the f32 bits
+ * (the normal range rounds the 23-bit mantissa to 3 bits, ties to even); the same byte as the
+ * frexpf / ldexpf / nearbyintf form it replaced for every one of the 2^32 inputs (checked
+ * exhaustively when it changed, session 8), ~4x faster. */
 static inline uint8_t pd_f32_to_fp8(float f)
 {
-    uint8_t sign = signbit(f) ? 0x80 : 0;
-    float a = fabsf(f);
-    int e;
-    if (isnan(f))
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    const uint8_t sign = (u >> 31) ? 0x80 : 0;
+    const uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) /* NaN */
         return 0x7f;
-    if (a >= 448.0f)
+    if (a >= 0x43e00000u) /* >= 448 (and inf): saturate */
         return sign | 0x7e;
-    if (a < ldexpf(1.0f, -6)) {
-        /* subnormal grid: multiples of 2^-9 */
-        float q = nearbyintf(a * 512.0f); /* default rounding mode: nearest even */
-        return sign | (uint8_t)q;         /* q == 8 becomes the smallest normal, 0x08 */
+    if (a < 0x3c800000u) {
+        /* below 2^-6: the subnormal grid, multiples of 2^-9 */
+        const float q = nearbyintf(fabsf(f) * 512.0f); /* default rounding mode: nearest even */
+        return sign | (uint8_t)q;                      /* q == 8 becomes the smallest normal */
     }
-    frexpf(a, &e); /* a = m * 2^e, m in [0.5, 1) */
-    e -= 1;        /* a = (1.f) * 2^e */
-    float scaled = ldexpf(a, 3 - e); /* in [8, 16) */
-    float q = nearbyintf(scaled);    /* 8..16 */
-    if (q >= 16.0f) {
-        q = 8.0f;
-        e += 1;
+    int e = (int)(a >> 23) - 127; /* a = 1.m * 2^e, e in [-6, 8] */
+    uint32_t m = (a >> 20) & 7u;
+    const uint32_t rest = a & 0xfffffu; /* the 20 bits below the 3 kept */
+    if (rest > 0x80000u || (rest == 0x80000u && (m & 1u))) {
+        if (++m == 8) {
+            m = 0;
+            e++;
+        }
     }
     if (e > 8)
         return sign | 0x7e;
-    uint8_t out = (uint8_t)(((e + 7) << 3) | ((int)q - 8));
+    uint8_t out = (uint8_t)(((e + 7) << 3) | (int)m);
     if (out == 0x7f)
         out = 0x7e;
     return sign | out;

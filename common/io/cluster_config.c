@@ -631,7 +631,7 @@ static pd_status_t cluster_config__parse_node(cluster_config__parse_t *p, const 
     cluster_node_t *n = &p->cfg->nodes[idx];
     cluster_config__node_marks_t *m = &p->node_marks[idx];
     char prefix[128];
-    uint32_t set;
+    uint32_t set = 0;
     pd_status_t st;
 
     snprintf(prefix, sizeof prefix, "nodes[%zu]", idx);
