@@ -135,8 +135,7 @@ typedef struct {
     cuda_buf_t qkv16;
     /* int4_gemm (PD_CUDA_INT4_GEMM): INT4 GEMMs above the mma kernels' n on the FP8 tensor cores
      * with 1x128 block scales (1, the default since session 8), or dequantized to bf16 (0); a
-     * shape cuBLASLt has
-     * no VEC128 GEMM for runs bf16 (int4_fp8_told: that was logged once) */
+     * shape cuBLASLt has no VEC128 GEMM for runs bf16 (int4_fp8_told: that was logged once) */
     int int4_fp8;
     bool int4_fp8_told;
     /* PD_CUDA_MOE_GMM: 1 moe_gmm, 2 moe_gmm2 (x staged in shared memory), 3 moe_gmm3 (tensor
@@ -474,9 +473,8 @@ static pd_status_t cuda__matmul_int4_fp8(cuda_t *c, float *out, const float *x,
     const size_t al = 256, wb = ((size_t)N * (size_t)K + al - 1) / al * al,
                  xb = ((size_t)n_main * (size_t)K + al - 1) / al * al,
                  sb = ((size_t)n_main * (size_t)nkb * 4 + al - 1) / al * al,
-                 tb = n_tail ? 16 * (size_t)K + ((16 * (size_t)nkb * 4 + al - 1) / al * al) +
-                                   16 * (size_t)N * 4
-                             : 0;
+                 tsb = (16 * (size_t)nkb * 4 + al - 1) / al * al, /* the tail's scales */
+                 tb = n_tail ? 16 * (size_t)K + tsb + 16 * (size_t)N * 4 : 0;
     pd_status_t st;
     if ((st = cuda__grow(c, &c->wtmp, wb + (size_t)N * (size_t)nkb * 4)) != PD_OK ||
         (st = cuda__grow(c, &c->act, xb + sb + tb)) != PD_OK)
@@ -493,8 +491,7 @@ static pd_status_t cuda__matmul_int4_fp8(cuda_t *c, float *out, const float *x,
     if (n_tail == 0)
         return PD_OK;
     uint8_t *tq = xq + xb + sb;
-    float *ts = (float *)(tq + 16 * (size_t)K),
-          *tout = (float *)((uint8_t *)ts + (16 * (size_t)nkb * 4 + al - 1) / al * al);
+    float *ts = (float *)(tq + 16 * (size_t)K), *tout = (float *)((uint8_t *)ts + tsb);
     if ((st = matmul_quant_act_fp8_blk(tq, ts, x + (size_t)n_main * (size_t)K, n_tail, 16, K,
                                        c->stream)) != PD_OK ||
         (st = matmul_gemm_fp8_blk(c->lt, c->lt_ws, CUDA_LT_WS_BYTES, tout, tq, ts, wq, ws, 16, N,

@@ -52,7 +52,7 @@
  * 6-7), instead of moe_gmm3 (mma.sync on the staged rows for FP8 and INT4, the default since
  * session 8; BF16 weights run moe_gmm2). Read at creation; backend_cuda_set_moe_gmm below.
  * PD_CUDA_ATTN_FOLD=1: decode attention merges split contexts inside the tensor-core kernel
- * (attention_fold, kernels/attention.h; process-wide; not yet measured, so off by default).
+ * (attention_fold, kernels/attention.h; process-wide; measured slower in session 8, so off).
  */
 #ifndef PD_KERNELS_BACKEND_CUDA_H
 #define PD_KERNELS_BACKEND_CUDA_H

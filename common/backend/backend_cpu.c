@@ -288,9 +288,7 @@ static void cpu__dot4x2(float *res0, float *res1, const float *x0, const float *
  * them before the next, instead of against 4 (the loop was bound by streaming x) */
 #define MM_GROUP 8
 
-/* out (n, N) for the 4-row blocks [b0, b1) of the weight (threadpool_for's chunk). Every output
- * is summed by cpu__dot4x2 / cpu__dot4 (full blocks) or cpu__dot (the last rows), all in the
- * same order, so neither the tiling nor the thread count changes a result. */
+/* o[r0 .. r0 + nr) of token i from the sums res: times the fp8 activation and row scales */
 static void cpu__out(const matmul_job_t *j, float *o, int i, int64_t r0, const float *res,
                      const float *ws, int64_t nr)
 {
@@ -298,6 +296,9 @@ static void cpu__out(const matmul_job_t *j, float *o, int i, int64_t r0, const f
         o[r0 + r] = j->xscale ? res[r] * j->xscale[i] * ws[r] : res[r];
 }
 
+/* out (n, N) for the 4-row blocks [b0, b1) of the weight (threadpool_for's chunk). Every output
+ * is summed by cpu__dot4x2 / cpu__dot4 (full blocks) or cpu__dot (the last rows), all in the
+ * same order, so neither the tiling nor the thread count changes a result. */
 static void cpu__matmul_rows(void *arg, size_t b0, size_t b1)
 {
     const matmul_job_t *j = arg;
