@@ -68,6 +68,8 @@
 #define CUDA_PDL_DEFAULT 1
 #define CUDA_XGEMV_MAX_N_FP8 8
 #define CUDA_WGEMV_MAX_N 2
+/* shapes whose W4A8 GEMM plan cuda__int4_blk_ok remembers */
+#define CUDA_BLK_PLANS 32
 #define CUDA_WGEMV_MAX_K 8192
 /* FP8 at or below this n (and K % 64 == 0) runs on the FP8 mma kernel (matmul_fp8_mma) instead of
  * the GEMV / cuBLASLt, except n == 1 with more than CUDA_FP8_GEMV_MIN_ROWS rows, where the f32
@@ -138,6 +140,14 @@ typedef struct {
      * shape cuBLASLt has no VEC128 GEMM for runs bf16 (int4_fp8_told: that was logged once) */
     int int4_fp8;
     bool int4_fp8_told;
+    /* whether cuBLASLt has the W4A8 GEMMs of a shape (matmul_gemm_fp8_blk_ok asks its heuristic
+     * twice: remembered for the last CUDA_BLK_PLANS shapes, replaced round robin) */
+    struct {
+        int n;
+        int64_t N, K;
+        bool bf16, ok;
+    } blk_plans[CUDA_BLK_PLANS];
+    int n_blk_plans, next_blk_plan;
     /* PD_CUDA_MOE_GMM: 1 moe_gmm, 2 moe_gmm2 (x staged in shared memory), 3 moe_gmm3 (tensor
      * cores; the default since session 8, BF16 weights run moe_gmm2) */
     int moe_gmm;
@@ -459,48 +469,83 @@ static void cuda__xgemv_plan(cuda_t *c, const pd_weight_t *w, int n, int p[4])
         matmul_w8gemv_plan(n, w->n, w->k, c->n_sm, &p[0], &p[1], &p[2], &p[3]);
 }
 
-/* INT4 at prefill sizes on the FP8 tensor cores (int4_gemm=fp8; matmul.h, matmul_gemm_fp8_blk):
- * the weight as e4m3 q - z with its group scales into wtmp, the activations in 1x128 blocks into
- * act, one cuBLASLt GEMM; or, where cuBLASLt has a GEMM for a multiple of 16 tokens but not for n
- * (split), one for the first n_main = n - n % 16 rows and one for the last n % 16, padded with
- * zero rows to 16, into a 16-row scratch whose rows are then copied into out. The caller asked
- * matmul_gemm_fp8_blk_plan which. */
-static pd_status_t cuda__matmul_int4_fp8(cuda_t *c, float *out, const float *x,
-                                         const pd_weight_t *w, int n, bool split)
+/* Whether cuBLASLt has the W4A8 GEMMs (matmul.h matmul_gemm_fp8_blk) for n tokens of an (N, K)
+ * weight, out bf16 or f32 (remembered per shape). */
+static bool cuda__blk_plan(cuda_t *c, int n, int64_t N, int64_t K, bool bf16)
+{
+    for (int i = 0; i < c->n_blk_plans; i++)
+        if (c->blk_plans[i].n == n && c->blk_plans[i].N == N && c->blk_plans[i].K == K &&
+            c->blk_plans[i].bf16 == bf16)
+            return c->blk_plans[i].ok;
+    const bool ok = matmul_gemm_fp8_blk_ok(c->lt, CUDA_LT_WS_BYTES, n, N, K, bf16);
+    const int i = c->n_blk_plans < CUDA_BLK_PLANS ? c->n_blk_plans++ : c->next_blk_plan++;
+    c->next_blk_plan %= CUDA_BLK_PLANS;
+    c->blk_plans[i].n = n;
+    c->blk_plans[i].N = N;
+    c->blk_plans[i].K = K;
+    c->blk_plans[i].bf16 = bf16;
+    c->blk_plans[i].ok = ok;
+    return ok;
+}
+
+/* Whether matmul runs the INT4 weight w at n tokens on the FP8 tensor cores (int4_gemm=fp8, W4A8
+ * in 1x128 blocks): above the INT4 mma kernels' n (smaller n take the GEMV / mma kernels first,
+ * cuda__matmul), not in the bf16 split accuracy mode (near-f32 activations), where cuBLASLt has
+ * the GEMMs (else such a GEMM dequantizes to bf16; logged once). */
+static bool cuda__int4_w4a8(cuda_t *c, const pd_weight_t *w, int n)
+{
+    if (w->fmt != PD_WFMT_INT4 || c->int4_fp8 <= 0 || c->bf16_split ||
+        n <= MATMUL_INT4_MMA_MAX_N || w->k % 128 != 0)
+        return false;
+    if (cuda__blk_plan(c, n, w->n, w->k, false))
+        return true;
+    if (!c->int4_fp8_told) /* this shape only: the next may have one */
+        pd_log_info("backend cuda: int4_gemm=fp8: cuBLASLt has no 1x128 block-scaled fp8 GEMM "
+                    "for n %d N %lld K %lld; such INT4 GEMMs dequantize to bf16",
+                    n, (long long)w->n, (long long)w->k);
+    c->int4_fp8_told = true;
+    return false;
+}
+
+/* The W4A8 GEMM on activations xq / xs already in matmul.h's blk layout (n tokens): the weight as
+ * e4m3 q - z with its group scales (matmul_int4_to_fp8_blk) into wtmp, then cuBLASLt's VEC128
+ * GEMMs (the tail group's output in wtmp after the weight); out (n, N) f32, or bf16 when bf16
+ * (then cuda__blk_plan(.., true) must hold). */
+static pd_status_t cuda__gemm_int4_blk(cuda_t *c, void *out, bool bf16, const uint8_t *xq,
+                                       const float *xs, const pd_weight_t *w, int n)
 {
     const int64_t N = w->n, K = w->k, nkb = K / 128;
-    const int n_main = split ? n / 16 * 16 : n, n_tail = n - n_main;
     const size_t al = 256, wb = ((size_t)N * (size_t)K + al - 1) / al * al,
-                 xb = ((size_t)n_main * (size_t)K + al - 1) / al * al,
-                 sb = ((size_t)n_main * (size_t)nkb * 4 + al - 1) / al * al,
-                 tsb = (16 * (size_t)nkb * 4 + al - 1) / al * al, /* the tail's scales */
-                 tb = n_tail ? 16 * (size_t)K + tsb + 16 * (size_t)N * 4 : 0;
+                 sb = ((size_t)N * (size_t)nkb * 4 + al - 1) / al * al,
+                 tb = n % 16 ? 16 * (size_t)N * 4 : 0;
     pd_status_t st;
-    if ((st = cuda__grow(c, &c->wtmp, wb + (size_t)N * (size_t)nkb * 4)) != PD_OK ||
-        (st = cuda__grow(c, &c->act, xb + sb + tb)) != PD_OK)
+    if ((st = cuda__grow(c, &c->wtmp, wb + sb + tb)) != PD_OK)
         return st;
-    uint8_t *wq = c->wtmp.p, *xq = c->act.p;
-    float *ws = (float *)(wq + wb), *xs = (float *)(xq + xb);
+    uint8_t *wq = c->wtmp.p;
+    float *ws = (float *)(wq + wb);
     if ((st = matmul_int4_to_fp8_blk(wq, ws, w, cuda__int4_tiled(w), c->stream)) != PD_OK)
         return st;
-    if (n_main > 0 &&
-        ((st = matmul_quant_act_fp8_blk(xq, xs, x, n_main, n_main, K, c->stream)) != PD_OK ||
-         (st = matmul_gemm_fp8_blk(c->lt, c->lt_ws, CUDA_LT_WS_BYTES, out, xq, xs, wq, ws, n_main,
-                                   N, K, c->lt_opts.algo, c->stream)) != PD_OK))
+    return matmul_gemm_fp8_blk(c->lt, c->lt_ws, CUDA_LT_WS_BYTES, out, tb ? wq + wb + sb : NULL,
+                               xq, xs, wq, ws, n, N, K, c->lt_opts.algo, bf16, c->stream);
+}
+
+/* INT4 at prefill sizes on the FP8 tensor cores from f32 activations (cuda__int4_w4a8 holds):
+ * x into the blk layout in act (matmul_quant_act_fp8_blk), then cuda__gemm_int4_blk. The fused
+ * ops make the blk activations themselves where the model asks act_quant (no pass here). */
+static pd_status_t cuda__matmul_int4_fp8(cuda_t *c, float *out, const float *x,
+                                         const pd_weight_t *w, int n)
+{
+    const int64_t K = w->k;
+    const size_t rows = (size_t)MATMUL_ACT_BLK_ROWS(n),
+                 xb = (rows * (size_t)K + 255) / 256 * 256;
+    pd_status_t st;
+    if ((st = cuda__grow(c, &c->act, xb + rows * (size_t)(K / 128) * 4)) != PD_OK)
         return st;
-    if (n_tail == 0)
-        return PD_OK;
-    uint8_t *tq = xq + xb + sb;
-    float *ts = (float *)(tq + 16 * (size_t)K), *tout = (float *)((uint8_t *)ts + tsb);
-    if ((st = matmul_quant_act_fp8_blk(tq, ts, x + (size_t)n_main * (size_t)K, n_tail, 16, K,
-                                       c->stream)) != PD_OK ||
-        (st = matmul_gemm_fp8_blk(c->lt, c->lt_ws, CUDA_LT_WS_BYTES, tout, tq, ts, wq, ws, 16, N,
-                                  K, c->lt_opts.algo, c->stream)) != PD_OK)
+    uint8_t *xq = c->act.p;
+    float *xs = (float *)(xq + xb);
+    if ((st = matmul_quant_act_fp8_blk(xq, xs, x, n, K, c->stream)) != PD_OK)
         return st;
-    return cuda__status(cudaMemcpyAsync(out + (size_t)n_main * (size_t)N, tout,
-                                        (size_t)n_tail * (size_t)N * 4, cudaMemcpyDeviceToDevice,
-                                        c->stream),
-                        "int4_gemm=fp8 tail rows");
+    return cuda__gemm_int4_blk(c, out, false, xq, xs, w, n);
 }
 
 static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_weight_t *w, int n)
@@ -587,17 +632,8 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
         return cuda__gemv_chunks(c, out, x, NULL, w, n);
     if (w->fmt == PD_WFMT_F32)
         return matmul_gemm_f32(c->blas, out, x, w->data, n, N, K, c->stream);
-    /* int4_gemm=fp8, except in the bf16 split accuracy mode (near-f32 activations) */
-    if (w->fmt == PD_WFMT_INT4 && c->int4_fp8 > 0 && !c->bf16_split) {
-        const int plan = matmul_gemm_fp8_blk_plan(c->lt, CUDA_LT_WS_BYTES, n, N, K);
-        if (plan)
-            return cuda__matmul_int4_fp8(c, out, x, w, n, plan == 2);
-        if (!c->int4_fp8_told) /* this shape only: the next may have one */
-            pd_log_info("backend cuda: int4_gemm=fp8: cuBLASLt has no 1x128 block-scaled fp8 GEMM "
-                        "for n %d N %lld K %lld; such INT4 GEMMs dequantize to bf16",
-                        n, (long long)N, (long long)K);
-        c->int4_fp8_told = true;
-    }
+    if (cuda__int4_w4a8(c, w, n)) /* int4_gemm=fp8 */
+        return cuda__matmul_int4_fp8(c, out, x, w, n);
     const uint16_t *wb = w->data;
     if (w->fmt == PD_WFMT_INT4 || w->fmt == PD_WFMT_FP8_BLOCK) {
         if ((st = cuda__grow(c, &c->wtmp, (size_t)N * (size_t)K * 2)) != PD_OK)
@@ -628,13 +664,22 @@ static void cuda_matmul(pd_backend_t *be, float *out, const float *x, const pd_w
  * fp8, xs (n) f32 as matmul_quant_act_fp8 makes them): cuda__matmul's FP8 routing without the
  * quantization launch. */
 static pd_status_t cuda__matmul_fp8(cuda_t *c, float *out, const uint8_t *xq, const float *xs,
-                                    const pd_weight_t *w, int n)
+                                    bool blk, const pd_weight_t *w, int n)
 {
     const int64_t N = w->n, K = w->k;
     pd_status_t st;
 
     if (n <= 0)
         return PD_OK;
+    if (blk) { /* act_quant said PD_ACT_FP8_BLK: the W4A8 INT4 GEMM */
+        if (!cuda__int4_w4a8(c, w, n)) {
+            pd_log_error("backend cuda: matmul_fp8 with 1x128-block activations on a %s weight "
+                         "at n %d (act_quant did not ask for them)",
+                         pd_wfmt_name(w->fmt), n);
+            return PD_ERR_INVALID;
+        }
+        return cuda__gemm_int4_blk(c, out, false, xq, xs, w, n);
+    }
     if (w->fmt != PD_WFMT_FP8) {
         pd_log_error("backend cuda: matmul_fp8 on a %s weight", pd_wfmt_name(w->fmt));
         return PD_ERR_INVALID;
@@ -675,7 +720,7 @@ static void cuda_matmul_fp8(pd_backend_t *be, float *out, const pd_act_fp8_t *x,
                             const pd_weight_t *w, int n)
 {
     cuda_t *c = cuda__get(be);
-    cuda__note(c, cuda__matmul_fp8(c, out, x->q, x->scale, w, n));
+    cuda__note(c, cuda__matmul_fp8(c, out, x->q, x->scale, x->blk, w, n));
 }
 
 /* backend.h matmul_silu_fp8. Prefill sizes (the cuBLASLt GEMM with outer-vector scales): the
@@ -692,6 +737,13 @@ static pd_status_t cuda__matmul_silu_fp8(cuda_t *c, const pd_act_fp8_t *q, float
 
     if (n <= 0)
         return PD_OK;
+    if (x->blk && q->blk && !c->no_gu_bf16 && cuda__int4_w4a8(c, w, n) &&
+        cuda__blk_plan(c, n, N, K, true)) { /* INT4 W4A8: the product as bf16, as FP8's below */
+        if ((st = cuda__gemm_int4_blk(c, gu, true, x->q, x->scale, w, n)) != PD_OK)
+            return st;
+        return elementwise_silu_mul_fp8_blk(NULL, NULL, (const uint16_t *)gu, q->q, q->scale, n,
+                                            f, c->stream);
+    }
     if (w->fmt == PD_WFMT_FP8 && !c->no_gu_bf16 && c->fp8_scaled >= 0 && n > CUDA_GEMV_MAX_N &&
         n > CUDA_FP8_MMA_MAX_N && K % 16 == 0 && N % 16 == 0) {
         st = cuda__gemm_fp8_rowwise(c, gu, true, x->q, x->scale, w, n);
@@ -701,9 +753,10 @@ static pd_status_t cuda__matmul_silu_fp8(cuda_t *c, const pd_act_fp8_t *q, float
         if (st != PD_ERR_UNSUPPORTED)
             return st;
     }
-    if ((st = cuda__matmul_fp8(c, gu, x->q, x->scale, w, n)) != PD_OK)
+    if ((st = cuda__matmul_fp8(c, gu, x->q, x->scale, x->blk, w, n)) != PD_OK)
         return st;
-    return elementwise_silu_mul_fp8(NULL, gu, q->q, q->scale, n, f, c->stream);
+    return q->blk ? elementwise_silu_mul_fp8_blk(NULL, gu, NULL, q->q, q->scale, n, f, c->stream)
+                  : elementwise_silu_mul_fp8(NULL, gu, q->q, q->scale, n, f, c->stream);
 }
 
 static void cuda_matmul_silu_fp8(pd_backend_t *be, const pd_act_fp8_t *q, float *gu,
@@ -718,7 +771,7 @@ static void cuda_add_rmsnorm(pd_backend_t *be, float *x, const float *y, float *
 {
     cuda_t *c = cuda__get(be);
     cuda__note(c, elementwise_add_rmsnorm(x, y, out, w, q ? q->q : NULL, q ? q->scale : NULL, n, d,
-                                          eps, c->stream));
+                                          eps, q && q->blk, c->stream));
 }
 
 static void cuda_silu_mul_fp8(pd_backend_t *be, float *out, const float *gu, int n, int f,
@@ -729,7 +782,19 @@ static void cuda_silu_mul_fp8(pd_backend_t *be, float *out, const float *gu, int
         cuda__note(c, out ? elementwise_silu_mul(out, gu, n, f, c->stream) : PD_OK);
         return;
     }
-    cuda__note(c, elementwise_silu_mul_fp8(out, gu, q->q, q->scale, n, f, c->stream));
+    cuda__note(c, q->blk ? elementwise_silu_mul_fp8_blk(out, gu, NULL, q->q, q->scale, n, f,
+                                                        c->stream)
+                         : elementwise_silu_mul_fp8(out, gu, q->q, q->scale, n, f, c->stream));
+}
+
+/* backend.h act_quant: FP8 weights per row; INT4 in 1x128 blocks where matmul would run the W4A8
+ * GEMM (cuda__int4_w4a8); the rest f32. */
+static pd_act_t cuda_act_quant(pd_backend_t *be, const pd_weight_t *w, int n)
+{
+    cuda_t *c = cuda__get(be);
+    if (w->fmt == PD_WFMT_FP8)
+        return PD_ACT_FP8_ROW;
+    return cuda__int4_w4a8(c, w, n) ? PD_ACT_FP8_BLK : PD_ACT_F32;
 }
 
 /* ==== paged KV ==== */
@@ -788,9 +853,9 @@ static pd_status_t cuda__qkv_rope_write(cuda_t *c, float *q, float *k, float *v,
         if (st != PD_ERR_UNSUPPORTED)
             return st;
     }
-    if ((st = cuda__matmul_fp8(c, q, x->q, x->scale, wq, n)) != PD_OK ||
-        (st = cuda__matmul_fp8(c, k, x->q, x->scale, wk, n)) != PD_OK ||
-        (st = cuda__matmul_fp8(c, v, x->q, x->scale, wv, n)) != PD_OK)
+    if ((st = cuda__matmul_fp8(c, q, x->q, x->scale, x->blk, wq, n)) != PD_OK ||
+        (st = cuda__matmul_fp8(c, k, x->q, x->scale, x->blk, wk, n)) != PD_OK ||
+        (st = cuda__matmul_fp8(c, v, x->q, x->scale, x->blk, wv, n)) != PD_OK)
         return st;
     return kv_rope_write(q, k, v, pos, inv_freq, n, n_heads, arena, l, layer, slots, c->stream);
 }
@@ -1604,6 +1669,7 @@ static const pd_backend_ops_t cuda_ops = {
     .silu_mul_fp8 = cuda_silu_mul_fp8,
     .matmul_silu_fp8 = cuda_matmul_silu_fp8,
     .matmul_fp8 = cuda_matmul_fp8,
+    .act_quant = cuda_act_quant,
     .set_option = cuda_set_option,
     .rope_kv_write = cuda_rope_kv_write,
     .qkv_rope_write = cuda_qkv_rope_write,
@@ -1626,6 +1692,7 @@ static void cuda__ops_plain_init(void)
     cuda_ops_plain.add_rmsnorm = NULL;
     cuda_ops_plain.silu_mul_fp8 = NULL;
     cuda_ops_plain.matmul_fp8 = NULL;
+    cuda_ops_plain.act_quant = NULL;
     cuda_ops_plain.matmul_silu_fp8 = NULL;
     cuda_ops_plain.qkv_rope_write = NULL;
 }

@@ -26,8 +26,12 @@
  *                             runs bf16, logged once); or dequantized to bf16 for one bf16 GEMM.
  *                             W4A8: the activations lose the bits FP8 weights' W8A8 loses (ppl
  *                             +0.14% against +0.06% for bf16 on tiny-llama). 8192-token prefill
- *                             268.5 -> 220.2 ms (session 8). The bf16 hi + lo split accuracy
- *                             mode keeps bf16. PD_CUDA_INT4_GEMM=fp8|bf16 overrides it.
+ *                             268.5 -> 220.2 ms (session 8). The model asks act_quant and
+ *                             has the fused norm / SiLU-mul ops make the 1x128-block
+ *                             activations (quantized once for q, k, v; the gate_up product
+ *                             kept as bf16 for the SiLU-mul, as FP8's). The bf16 hi + lo split
+ *                             accuracy mode keeps bf16. PD_CUDA_INT4_GEMM=fp8|bf16 overrides
+ *                             it.
  *   moe_grouped = on | off    MoE experts registered by moe_prepare run grouped on the device
  *                             (routing offsets on the device, graph-capturable; default on); off:
  *                             moe_prepare declines and the (token, expert) pairs are grouped on
@@ -68,7 +72,7 @@ bool backend_cuda_lt(pd_backend_t *be, void **lt_p, void **ws_p, size_t *ws_byte
 
 /* int4_gemm for the harness: on 1 = fp8, 0 = bf16. Returns the setting before (1 or 0), -2 when
  * be is not CUDA. A shape cuBLASLt has no VEC128 GEMM for runs bf16 either way
- * (kernels/matmul.h, matmul_gemm_fp8_blk_plan). */
+ * (kernels/matmul.h, matmul_gemm_fp8_blk_ok). */
 int backend_cuda_set_int4_fp8(pd_backend_t *be, int on);
 
 /* The grouped MoE matmul of moe_experts' device path: 1 moe_gmm (what PD_CUDA_MOE_GMM=1 sets at

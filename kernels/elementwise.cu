@@ -1,6 +1,7 @@
 /* elementwise: embed, rmsnorm, add, rope, silu_mul, add_rmsnorm, silu_mul_fp8 (elementwise.h). */
 #include "elementwise.h"
 #include "kutil.cuh"
+#include "matmul.h" /* the blk layout (matmul_act_blk_at) */
 
 int elementwise_force_generic;
 int elementwise_silu_bf16_threads = 512;
@@ -161,19 +162,55 @@ static __device__ __forceinline__ float4 elementwise__norm4(float4 v, const uint
     return o;
 }
 
-/* grid (n), block T (a multiple of 32): x (n, d) f32, the residual stream: x += y when y != NULL;
- * y (n, d) f32 or NULL; out (n, d) f32 = rmsnorm(x) * w, or NULL; w (d) bf16; q (n, d) fp8 e4m3 and
- * qs (n) f32 = out quantized per row, or NULL. */
+/* Row t >= n of q / qs (d columns) in matmul.h's blk layout of n rows: zeros, scale 1 (one block
+ * of threads). */
+static __device__ void elementwise__blk_pad_row(uint8_t *q, float *qs, int t, int n, int d)
+{
+    const int nkb = d / 128;
+    for (int e = threadIdx.x; e < d / 4; e += blockDim.x)
+        ((uint32_t *)(q + (size_t)t * d))[e] = 0u;
+    for (int kb = threadIdx.x; kb < nkb; kb += blockDim.x)
+        qs[matmul_act_blk_at(t, kb, n, nkb)] = 1.0f;
+}
+
+/* One warp's 128-column block kb of row t in the blk layout of n rows: o is the lane's 4 values
+ * (columns 128 kb + 4 lane ..), quantized as matmul_quant_act_fp8_blk does (the same f32
+ * operations: s = amax / 448, 1 for an all-zero block; e4m3(o * (1 / s))). */
+static __device__ __forceinline__ void elementwise__blk_store(uint8_t *q, float *qs, float4 o,
+                                                              int t, int kb, int n, int d)
+{
+    const float amax =
+        kutil_warp_max(fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w))));
+    const float sc = amax > 0.0f ? amax / 448.0f : 1.0f, inv = 1.0f / sc;
+    const int lane = threadIdx.x & 31;
+    *(uint32_t *)(q + (size_t)t * d + (size_t)kb * 128 + lane * 4) =
+        (uint32_t)kutil_f32_to_fp8(o.x * inv) | ((uint32_t)kutil_f32_to_fp8(o.y * inv) << 8) |
+        ((uint32_t)kutil_f32_to_fp8(o.z * inv) << 16) |
+        ((uint32_t)kutil_f32_to_fp8(o.w * inv) << 24);
+    if (lane == 0)
+        qs[matmul_act_blk_at(t, kb, n, d / 128)] = sc;
+}
+
+/* grid (n; blk_n > 0: MATMUL_ACT_BLK_ROWS(blk_n)), block T (a multiple of 32): x (n, d) f32, the
+ * residual stream: x += y when y != NULL; y (n, d) f32 or NULL; out (n, d) f32 = rmsnorm(x) * w,
+ * or NULL; w (d) bf16; q (n, d) fp8 e4m3 and qs (n) f32 = out quantized per row, or NULL; blk_n
+ * > 0 (the n rows, d % 128 == 0): q / qs in 1x128 blocks in matmul.h's blk layout instead, the
+ * rows past n zeros (each warp's float4 groups of an IT > 0 row are one 128-column block: T and
+ * d / 4 are multiples of 32). */
 template <int IT>
 static __global__ void elementwise__add_rmsnorm(float *x, const float *y, float *out,
                                                 const uint16_t *w, uint8_t *q, float *qs, int d,
-                                                float eps)
+                                                float eps, int blk_n)
 {
     __shared__ float red[32];
     kutil_pdl_wait(); /* PDL-launched (kutil.cuh): everything after reads earlier kernels' data */
     kutil_pdl_trigger();
     const int ng = IT > 0 ? d / 4 : d, lanes = IT > 0 ? 4 : 1; /* element groups per row */
     const size_t row = blockIdx.x;
+    if (blk_n > 0 && (int)row >= blk_n) {
+        elementwise__blk_pad_row(q, qs, (int)row, blk_n, d);
+        return;
+    }
     float *xi = x + row * d;
     float4 r[IT > 0 ? IT : 1];
     float ss = 0.0f;
@@ -206,6 +243,25 @@ static __global__ void elementwise__add_rmsnorm(float *x, const float *y, float 
         }
     if (!q)
         return;
+    if (blk_n > 0) { /* 1x128 blocks: one warp per block */
+        if (IT > 0) {
+#pragma unroll
+            for (int it = 0; it < (IT > 0 ? IT : 1); it++) {
+                const int j = threadIdx.x + it * blockDim.x; /* warp-uniform: ng % 32 == 0 */
+                if (j < ng)
+                    elementwise__blk_store(q, qs, elementwise__norm4<1>(r[it], w, j, inv),
+                                           (int)row, j / 32, blk_n, d);
+            }
+        } else {
+            for (int kb = threadIdx.x / 32; kb < d / 128; kb += blockDim.x / 32) {
+                const int j = kb * 32 + (threadIdx.x & 31);
+                elementwise__blk_store(q, qs,
+                                       elementwise__norm4<1>(elementwise__ld<1>(xi, j), w, j, inv),
+                                       (int)row, kb, blk_n, d);
+            }
+        }
+        return;
+    }
     amax = kutil_block_max(amax, red);
     const float scale = amax > 0.0f ? amax / 448.0f : 1.0f, qinv = 1.0f / scale;
 #pragma unroll
@@ -272,6 +328,29 @@ static __global__ void elementwise__silu_mul_fp8(float *out, const TI *gu, uint8
                                     IT > 0 ? r[it] : elementwise__silu4<IT>(gi, f, j), qinv);
     if (threadIdx.x == 0)
         qs[row] = scale;
+}
+
+/* grid (MATMUL_ACT_BLK_ROWS(n), ceil(f / 128 / 8)), block 256: warp w of block (t, b) takes the
+ * 128-column block kb = 8 b + w of row t: out (n, f) f32 = silu(gu[:, :f]) * gu[:, f:] (the plain
+ * kernel's expression) when out != NULL, and q / qs its 1x128-block quantization in matmul.h's
+ * blk layout (rows n .. zeros, scale 1); gu (n, 2f) f32 or bf16 (TI); f % 128 == 0. */
+template <typename TI>
+static __global__ void elementwise__silu_mul_fp8_blk(float *out, const TI *gu, uint8_t *q,
+                                                     float *qs, int n, int f)
+{
+    kutil_pdl_wait(); /* PDL-launched (kutil.cuh): everything after reads earlier kernels' data */
+    kutil_pdl_trigger();
+    const int t = blockIdx.x, kb = blockIdx.y * 8 + (threadIdx.x >> 5);
+    if (kb >= f / 128)
+        return;
+    const int j = kb * 32 + (threadIdx.x & 31); /* the lane's float4 group */
+    float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (t < n) {
+        o = elementwise__silu4<1>(gu + (size_t)t * 2 * f, f, j);
+        if (out)
+            elementwise__st<1>(out + (size_t)t * f, j, o);
+    }
+    elementwise__blk_store(q, qs, o, t, kb, n, f);
 }
 
 /* grid (n), block T (a power of two, 32..1024, T * 8 * IT >= f), no shared memory but the
@@ -433,9 +512,11 @@ static void elementwise__row_plan(int len, int max_threads, int *threads_p, int 
 
 extern "C" pd_status_t elementwise_add_rmsnorm(float *x, const float *y, float *out,
                                                const uint16_t *w, uint8_t *q, float *qs, int n,
-                                               int d, float eps, cudaStream_t stream)
+                                               int d, float eps, bool blk, cudaStream_t stream)
 {
-    KUTIL_REQUIRE(n >= 0 && d > 0 && (q == NULL) == (qs == NULL) && out != x, "add_rmsnorm");
+    KUTIL_REQUIRE(n >= 0 && d > 0 && (q == NULL) == (qs == NULL) && out != x &&
+                      (!blk || (q && d % 128 == 0)),
+                  "add_rmsnorm");
     if (n == 0)
         return PD_OK;
     int t, it;
@@ -443,13 +524,14 @@ extern "C" pd_status_t elementwise_add_rmsnorm(float *x, const float *y, float *
     if (elementwise_force_generic)
         it = 0, t = 256;
     /* the kernel of the row plan, launched PDL (kutil.cuh: it waits first) */
-    void (*k)(float *, const float *, float *, const uint16_t *, uint8_t *, float *, int, float) =
-        it == 1   ? elementwise__add_rmsnorm<1>
-        : it == 2 ? elementwise__add_rmsnorm<2>
-        : it == 4 ? elementwise__add_rmsnorm<4>
-        : it == 8 ? elementwise__add_rmsnorm<8>
-                  : elementwise__add_rmsnorm<0>;
-    kutil_launch_pdl(k, dim3(n), dim3(t), 0, stream, x, y, out, w, q, qs, d, eps);
+    void (*k)(float *, const float *, float *, const uint16_t *, uint8_t *, float *, int, float,
+              int) = it == 1   ? elementwise__add_rmsnorm<1>
+                     : it == 2 ? elementwise__add_rmsnorm<2>
+                     : it == 4 ? elementwise__add_rmsnorm<4>
+                     : it == 8 ? elementwise__add_rmsnorm<8>
+                               : elementwise__add_rmsnorm<0>;
+    const int rows = blk ? MATMUL_ACT_BLK_ROWS(n) : n;
+    kutil_launch_pdl(k, dim3(rows), dim3(t), 0, stream, x, y, out, w, q, qs, d, eps, blk ? n : 0);
     return KUTIL_LAUNCHED("add_rmsnorm");
 }
 
@@ -537,6 +619,25 @@ extern "C" pd_status_t elementwise_silu_mul_fp8_bf16(const uint16_t *gu, uint8_t
         it = 0, t = 512;
     elementwise__silu_mul_fp8_launch((float *)NULL, gu, q, qs, n, f, t, it, stream);
     return KUTIL_LAUNCHED("silu_mul_fp8_bf16");
+}
+
+extern "C" pd_status_t elementwise_silu_mul_fp8_blk(float *out, const float *gu,
+                                                    const uint16_t *gu16, uint8_t *q, float *qs,
+                                                    int n, int f, cudaStream_t stream)
+{
+    KUTIL_REQUIRE(n >= 0 && f > 0 && f % 128 == 0 && q && qs && (gu == NULL) != (gu16 == NULL) &&
+                      (!out || gu),
+                  "silu_mul_fp8_blk");
+    if (n == 0)
+        return PD_OK;
+    const dim3 grid((unsigned)MATMUL_ACT_BLK_ROWS(n), (unsigned)((f / 128 + 7) / 8));
+    if (gu)
+        kutil_launch_pdl(elementwise__silu_mul_fp8_blk<float>, grid, dim3(256), 0, stream, out, gu,
+                         q, qs, n, f);
+    else
+        kutil_launch_pdl(elementwise__silu_mul_fp8_blk<uint16_t>, grid, dim3(256), 0, stream,
+                         (float *)NULL, gu16, q, qs, n, f);
+    return KUTIL_LAUNCHED("silu_mul_fp8_blk");
 }
 
 extern "C" pd_status_t elementwise_fp8_to_f32(float *out, const uint8_t *q, size_t n,

@@ -40,10 +40,19 @@ pd_status_t elementwise_silu_mul(float *out, const float *gu, int n, int f, cuda
  * fp8 quantization of matmul_quant_act_fp8 (kernels/matmul.h) on top.
  * y != NULL: x (n, d) f32 += y (n, d) f32. Then out (n, d) f32 = x / rms(x) * w (d) bf16 (out may
  * be NULL, never x) and, q != NULL: q (n, d) fp8 e4m3, qs (n) f32 = out quantized per row
- * (scale = max |out row| / 448). */
+ * (scale = max |out row| / 448); blk (d % 128 == 0): q / qs in 1x128 blocks instead, in
+ * matmul.h's blk layout (MATMUL_ACT_BLK_ROWS(n) rows, as matmul_quant_act_fp8_blk makes of out:
+ * the same bytes). */
 pd_status_t elementwise_add_rmsnorm(float *x, const float *y, float *out, const uint16_t *w,
-                                    uint8_t *q, float *qs, int n, int d, float eps,
+                                    uint8_t *q, float *qs, int n, int d, float eps, bool blk,
                                     cudaStream_t stream);
+
+/* silu_mul_fp8 in 1x128 blocks (the W4A8 INT4 GEMM's activations): out (n, f) f32 =
+ * silu(gu[:, :f]) * gu[:, f:] (may be NULL; only with an f32 gu) and q / qs its quantization in
+ * matmul.h's blk layout, the bytes matmul_quant_act_fp8_blk makes of out; gu (n, 2f) f32, or
+ * gu16 (n, 2f) bf16 (exactly widened; one of the two NULL); f % 128 == 0. */
+pd_status_t elementwise_silu_mul_fp8_blk(float *out, const float *gu, const uint16_t *gu16,
+                                         uint8_t *q, float *qs, int n, int f, cudaStream_t stream);
 
 /* out (n, f) f32 = silu(gu[:, :f]) * gu[:, f:] (out may be NULL), gu (n, 2f) f32; q (n, f) fp8
  * e4m3, qs (n) f32 = out quantized per row (both required). */

@@ -388,12 +388,11 @@ static __global__ void matmul__int4_to_fp8_blk(uint4 *wq, float *ws, const uint4
     }
 }
 
-/* grid (n, ceil(K / 128 / 8)), block 256: warp w of block (t, b) quantizes the 128-column block
- * kb = 8 b + w of token t as quant_fp8_vec does (common/backend/quant.h, the same f32 operations):
- * s = amax / 448 (1 for an all-zero block), xq = e4m3(x * (1 / s)) (round to nearest even,
- * saturating), xs[kb * n_pad + t] = s (n_pad = gridDim.x rows): 1x128 blocks in cuBLASLt's
- * VEC128 layout (outer-dimension-major: for each block, the tokens contiguous). Rows n .. n_pad - 1
- * are zeros (scale 1). K % 128 == 0. */
+/* grid (MATMUL_ACT_BLK_ROWS(n), ceil(K / 128 / 8)), block 256: warp w of block (t, b) quantizes
+ * the 128-column block kb = 8 b + w of token t as quant_fp8_vec does (common/backend/quant.h, the
+ * same f32 operations): s = amax / 448 (1 for an all-zero block), xq = e4m3(x * (1 / s)) (round to
+ * nearest even, saturating), s at matmul_act_blk_at(t, kb, n, K / 128) (matmul.h's blk layout).
+ * Rows n .. gridDim.x - 1 are zeros (scale 1). K % 128 == 0. */
 static __global__ void matmul__quant_act_fp8_blk(uint8_t *xq, float *xs, const float *x, int n,
                                                  int64_t K)
 {
@@ -411,7 +410,7 @@ static __global__ void matmul__quant_act_fp8_blk(uint8_t *xq, float *xs, const f
                              ((uint32_t)kutil_f32_to_fp8(v.z * inv) << 16) |
                              ((uint32_t)kutil_f32_to_fp8(v.w * inv) << 24);
     if (lane == 0)
-        xs[kb * gridDim.x + t] = sc;
+        xs[matmul_act_blk_at((int)t, (int)kb, n, (int)nkb)] = sc;
 }
 
 /* ==== INT4 tensor-core GEMM (n = 1 .. MATMUL_INT4_MMA_MAX_N) ====
@@ -2368,12 +2367,12 @@ extern "C" pd_status_t matmul_int4_to_fp8_blk(uint8_t *wq, float *ws, const pd_w
 }
 
 extern "C" pd_status_t matmul_quant_act_fp8_blk(uint8_t *xq, float *xs, const float *x, int n,
-                                                int n_pad, int64_t K, cudaStream_t stream)
+                                                int64_t K, cudaStream_t stream)
 {
-    KUTIL_REQUIRE(n >= 0 && n_pad >= n && K > 0 && K % 128 == 0, "matmul_quant_act_fp8_blk");
-    if (n_pad == 0)
+    KUTIL_REQUIRE(n >= 0 && K > 0 && K % 128 == 0, "matmul_quant_act_fp8_blk");
+    if (n == 0)
         return PD_OK;
-    const dim3 grid((unsigned)n_pad, (unsigned)((K / 128 + 7) / 8));
+    const dim3 grid((unsigned)MATMUL_ACT_BLK_ROWS(n), (unsigned)((K / 128 + 7) / 8));
     matmul__quant_act_fp8_blk<<<grid, 256, 0, stream>>>(xq, xs, x, n, K);
     return KUTIL_LAUNCHED("matmul_quant_act_fp8_blk");
 }
@@ -2567,41 +2566,59 @@ extern "C" pd_status_t matmul_gemm_fp8_rowwise(void *lt, void *ws, size_t ws_byt
                                         "matmul_gemm_fp8_rowwise", stream);
 }
 
-extern "C" pd_status_t matmul_gemm_fp8_blk(void *lt, void *ws, size_t ws_bytes, float *out,
-                                           const uint8_t *xq, const float *xs, const uint8_t *wq,
-                                           const float *wsc, int n, int64_t N, int64_t K, int algo,
-                                           cudaStream_t stream)
+extern "C" pd_status_t matmul_gemm_fp8_blk(void *lt, void *ws, size_t ws_bytes, void *out,
+                                           void *tail, const uint8_t *xq, const float *xs,
+                                           const uint8_t *wq, const float *wsc, int n, int64_t N,
+                                           int64_t K, int algo, bool bf16, cudaStream_t stream)
 {
-    KUTIL_REQUIRE(K % 128 == 0, "matmul_gemm_fp8_blk");
-    const matmul_lt_opts_t o = {false, false, algo}; /* no fast accumulation with block scales */
-    return matmul__gemm_fp8_scaled_mode(lt, ws, ws_bytes, out, xq, xs, wq, wsc, n, N, K, &o,
-                                        CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
-                                        "matmul_gemm_fp8_blk", stream);
+    KUTIL_REQUIRE(n > 0 && K % 128 == 0 && (n % 16 == 0 || tail), "matmul_gemm_fp8_blk");
+    /* no fast accumulation with block scales */
+    const matmul_lt_opts_t o = {bf16, false, algo};
+    const int m = n / 16 * 16, r = n - m;
+    const size_t es = bf16 ? 2 : 4, nkb = (size_t)(K / 128);
+    pd_status_t st;
+    if (m > 0 && (st = matmul__gemm_fp8_scaled_mode(lt, ws, ws_bytes, out, xq, xs, wq, wsc, m, N,
+                                                    K, &o, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
+                                                    "matmul_gemm_fp8_blk", stream)) != PD_OK)
+        return st;
+    if (r == 0)
+        return PD_OK;
+    if ((st = matmul__gemm_fp8_scaled_mode(lt, ws, ws_bytes, tail, xq + (size_t)m * (size_t)K,
+                                           xs + nkb * (size_t)m, wq, wsc, 16, N, K, &o,
+                                           CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
+                                           "matmul_gemm_fp8_blk tail", stream)) != PD_OK)
+        return st;
+    return kutil_status(cudaMemcpyAsync((uint8_t *)out + (size_t)m * (size_t)N * es, tail,
+                                        (size_t)r * (size_t)N * es, cudaMemcpyDeviceToDevice,
+                                        stream),
+                        "matmul_gemm_fp8_blk tail rows");
 }
 
-static bool matmul__gemm_fp8_blk_ok(void *lt, size_t ws_bytes, int n, int64_t N, int64_t K)
+static bool matmul__gemm_fp8_blk_one(void *lt, size_t ws_bytes, int n, int64_t N, int64_t K,
+                                     bool bf16)
 {
     if (n <= 0 || N <= 0 || K <= 0 || K % 128 != 0 || N % 16 != 0)
         return false;
     /* cuBLASLt's heuristic turns block-scaled GEMMs down for NULL operand or scale pointers
      * (measured: every shape refused): it checks their values (alignment), never reads them, so
      * it gets one 256-byte aligned stand-in address */
-    const matmul_lt_opts_t o = {false, false, 0};
+    const matmul_lt_opts_t o = {bf16, false, 0};
     const uint8_t *p8 = (const uint8_t *)(uintptr_t)4096;
     const float *pf = (const float *)(uintptr_t)4096;
     return matmul__gemm_fp8_scaled_mode(lt, NULL, ws_bytes, NULL, p8, pf, p8, pf, n, N, K, &o,
                                         CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
-                                        "matmul_gemm_fp8_blk_plan", NULL) == PD_OK;
+                                        "matmul_gemm_fp8_blk_ok", NULL) == PD_OK;
 }
 
-extern "C" int matmul_gemm_fp8_blk_plan(void *lt, size_t ws_bytes, int n, int64_t N, int64_t K)
+extern "C" bool matmul_gemm_fp8_blk_ok(void *lt, size_t ws_bytes, int n, int64_t N, int64_t K,
+                                       bool bf16)
 {
-    if (matmul__gemm_fp8_blk_ok(lt, ws_bytes, n, N, K))
-        return 1;
-    if (n % 16 && matmul__gemm_fp8_blk_ok(lt, ws_bytes, 16, N, K) &&
-        (n < 16 || matmul__gemm_fp8_blk_ok(lt, ws_bytes, n / 16 * 16, N, K)))
-        return 2;
-    return 0;
+    const int m = n / 16 * 16;
+    if (n <= 0)
+        return false;
+    if (m > 0 && !matmul__gemm_fp8_blk_one(lt, ws_bytes, m, N, K, bf16))
+        return false;
+    return m == n || matmul__gemm_fp8_blk_one(lt, ws_bytes, 16, N, K, bf16);
 }
 
 extern "C" pd_status_t matmul_fp8_scale(float *out, const float *xs, const float *ws, int n,

@@ -195,30 +195,50 @@ pd_status_t matmul_gemm_fp8_rowwise(void *lt, void *ws, size_t ws_bytes, void *o
                                     const matmul_lt_opts_t *o, cudaStream_t stream);
 
 /* INT4 GEMMs on the FP8 tensor cores (W4A8 in 1x128 blocks; the CUDA backend's INT4 prefill
- * path with PD_CUDA_INT4_GEMM=fp8): the weight becomes wq = q - z in e4m3 (exact) with the group
- * scales as f32 block scales, the activations e4m3 with one f32 scale per token and 128-column
- * block, and cuBLASLt multiplies with both operands in its VEC128 scale mode (Hopper, cuBLAS
- * 12.9+), which applies the scales to each block's partial sums in f32.
- * The scale arrays are cuBLASLt's outer-dimension-major layout: (K / 128, rows), the rows
- * contiguous (scale of row r, block kb at [kb * rows + r]).
+ * path, int4_gemm=fp8): the weight becomes wq = q - z in e4m3 (exact) with the group scales as
+ * f32 block scales, the activations e4m3 with one f32 scale per token and 128-column block, and
+ * cuBLASLt multiplies with both operands in its VEC128 scale mode (Hopper, cuBLAS 12.9+), which
+ * applies the scales to each block's partial sums in f32.
+ * cuBLASLt's VEC128 scales are outer-dimension-major: a (K / 128, rows) array, the rows
+ * contiguous. Where it has GEMMs for multiples of 16 tokens only (measured: most shapes), n
+ * tokens run as two GEMMs, so the activations have the "blk layout" of n tokens:
+ *   - n % 16 == 0: one group of n rows;
+ *   - else a main group of m = n - n % 16 rows (none when n < 16) and a tail group of 16 rows,
+ *     the last 16 - n % 16 of them zeros (scale 1);
+ *   xq: MATMUL_ACT_BLK_ROWS(n) rows of K e4m3 (the groups one after the other, i.e. row t at
+ *   t * K); xs: the main group's (K / 128, m) scales, then the tail's (K / 128, 16): the scale
+ *   of row t, block kb at matmul_act_blk_at(t, kb, n, K / 128).
  *   matmul_int4_to_fp8_blk: wq (w->n, w->k) e4m3, ws (w->k / 128, w->n) f32 from the INT4 g128
  *     weight w (tiled: the tiled layout);
- *   matmul_quant_act_fp8_blk: each 128-column block of each token as quant_fp8_vec quantizes a
- *     vector: xq (n_pad, K) e4m3 = x * (1 / s), xs (K / 128, n_pad) f32 = s = amax / 448 (1 for
- *     an all-zero block), rows n .. n_pad - 1 zeros (x is read for rows < n only); K % 128 == 0;
- *   matmul_gemm_fp8_blk: out (n, N) f32 = (xq * xs) @ (wq * ws)^T; algo as matmul_lt_opts_t's;
- *     PD_ERR_UNSUPPORTED (nothing enqueued, nothing logged) where cuBLASLt lacks the mode;
- *   matmul_gemm_fp8_blk_plan: how cuBLASLt can run (n, N, K) in VEC128 x VEC128 (asks its
- *     heuristic only; nothing enqueued): 1 one GEMM, 2 two (n - n % 16 rows, and the last n % 16
- *     padded to 16: where it has GEMMs for multiples of 16 rows only), 0 not at all. */
+ *   matmul_quant_act_fp8_blk: x (n, K) f32 into the blk layout, each 128-column block of each
+ *     token as quant_fp8_vec quantizes a vector: xq = e4m3(x * (1 / s)), s = amax / 448 (1 for
+ *     an all-zero block); K % 128 == 0;
+ *   matmul_gemm_fp8_blk: out (n, N) f32, or bf16 when bf16, = (xq * xs) @ (wq * ws)^T with the
+ *     activations in the blk layout; tail (16, N) of out's type is the tail group's output
+ *     (scratch; its first n % 16 rows are then copied to out), unused when n % 16 == 0; algo as
+ *     matmul_lt_opts_t's; PD_ERR_UNSUPPORTED (nothing enqueued, nothing logged) where cuBLASLt
+ *     lacks the mode;
+ *   matmul_gemm_fp8_blk_ok: whether cuBLASLt has the GEMMs matmul_gemm_fp8_blk needs for
+ *     (n, N, K, bf16) (asks its heuristic only; nothing enqueued). */
+#define MATMUL_ACT_BLK_ROWS(n) ((n) % 16 ? (n) / 16 * 16 + 16 : (n))
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+static inline size_t matmul_act_blk_at(int t, int kb, int n, int nkb)
+{
+    const int m = n / 16 * 16; /* n % 16 == 0: m = n, every row in the main group */
+    return t < m ? (size_t)kb * (size_t)m + (size_t)t
+                 : (size_t)nkb * (size_t)m + (size_t)kb * 16 + (size_t)(t - m);
+}
 pd_status_t matmul_int4_to_fp8_blk(uint8_t *wq, float *ws, const pd_weight_t *w, bool tiled,
                                    cudaStream_t stream);
-pd_status_t matmul_quant_act_fp8_blk(uint8_t *xq, float *xs, const float *x, int n, int n_pad,
-                                     int64_t K, cudaStream_t stream);
-pd_status_t matmul_gemm_fp8_blk(void *lt, void *ws, size_t ws_bytes, float *out, const uint8_t *xq,
-                                const float *xs, const uint8_t *wq, const float *wsc, int n,
-                                int64_t N, int64_t K, int algo, cudaStream_t stream);
-int matmul_gemm_fp8_blk_plan(void *lt, size_t ws_bytes, int n, int64_t N, int64_t K);
+pd_status_t matmul_quant_act_fp8_blk(uint8_t *xq, float *xs, const float *x, int n, int64_t K,
+                                     cudaStream_t stream);
+pd_status_t matmul_gemm_fp8_blk(void *lt, void *ws, size_t ws_bytes, void *out, void *tail,
+                                const uint8_t *xq, const float *xs, const uint8_t *wq,
+                                const float *wsc, int n, int64_t N, int64_t K, int algo, bool bf16,
+                                cudaStream_t stream);
+bool matmul_gemm_fp8_blk_ok(void *lt, size_t ws_bytes, int n, int64_t N, int64_t K, bool bf16);
 
 /* out (n, N) f32: out[t, r] = out[t, r] * xs[t] * ws[r]; xs (n) f32, ws (N) f32. */
 pd_status_t matmul_fp8_scale(float *out, const float *xs, const float *ws, int n, int64_t N,

@@ -70,11 +70,24 @@ typedef struct {
 } pd_attn_batch_t;
 
 /* FP8 activations for an FP8 (W8A8) matmul: row i of x (n, k) quantized as quant_fp8_vec does it,
- * x[i] ~ q[i] * scale[i] (the activation side of the FP8 matmul). Backend memory. */
+ * x[i] ~ q[i] * scale[i] (the activation side of the FP8 matmul). blk: instead each 128-column
+ * block of each row quantized as quant_fp8_vec does it, with its own scale, in the backend's
+ * layout (the activations of the CUDA backend's W4A8 INT4 GEMM, kernels/matmul.h's blk layout):
+ * q then holds up to n rounded up to 16 rows of k bytes, scale up to that many rows times k / 128
+ * floats. Backend memory. */
 typedef struct {
     uint8_t *q;   /* (n, k) fp8 e4m3 */
     float *scale; /* (n) f32 */
+    bool blk;     /* 1x128 blocks (only where act_quant asked for them) */
 } pd_act_fp8_t;
+
+/* What matmul makes of its f32 activations for a weight (act_quant): nothing (F32), or fp8 per
+ * row (FP8_ROW: FP8 weights) or in 1x128 blocks (FP8_BLK) that the fused ops can make instead. */
+typedef enum {
+    PD_ACT_F32 = 0,
+    PD_ACT_FP8_ROW,
+    PD_ACT_FP8_BLK,
+} pd_act_t;
 
 typedef struct {
     const char *name;
@@ -243,12 +256,17 @@ typedef struct {
     void (*silu_mul_fp8)(pd_backend_t *be, float *out, const float *gu, int n, int f,
                          const pd_act_fp8_t *q);
     /* out (n, w->n) f32 = matmul of x for an FP8 weight w, with x given as its quantization
-     * x (n, w->k) from the ops above: the same result as matmul on the f32 x */
+     * x (n, w->k) from the ops above: the same result as matmul on the f32 x; x->blk: for a
+     * weight act_quant answers PD_ACT_FP8_BLK for at this n (INT4 on the CUDA backend) */
     void (*matmul_fp8)(pd_backend_t *be, float *out, const pd_act_fp8_t *x, const pd_weight_t *w,
                        int n);
+    /* How matmul on n rows for weight w quantizes its activations (pd_act_t): the fused ops
+     * above can make them instead (q->blk for PD_ACT_FP8_BLK), and matmul_fp8 then takes them.
+     * NULL: PD_ACT_FP8_ROW for FP8 weights, PD_ACT_F32 for the others. */
+    pd_act_t (*act_quant)(pd_backend_t *be, const pd_weight_t *w, int n);
     /* The MLP's first half on FP8 activations: gu = matmul_fp8(x, w) for the FP8 gate_up weight
      * w (w->n = 2f), then q = silu_mul_fp8's quantization of silu_mul(gu) (q may be x: x is
-     * read first). gu (n, 2f) f32 is scratch, its contents unspecified after: the CUDA backend
+     * read first). x->blk / q->blk: where act_quant says PD_ACT_FP8_BLK for both weights (INT4). gu (n, 2f) f32 is scratch, its contents unspecified after: the CUDA backend
      * keeps the product there as bf16 at prefill sizes (written by the GEMM's epilogue, read
      * once), so q may then differ from the plain ops by the bf16 rounding of gu (one fp8 step on
      * some elements); elsewhere the plain ops' result exactly. */

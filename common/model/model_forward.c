@@ -150,8 +150,11 @@ static pd_status_t ctx__reserve(model_ctx_t *c, int n, int s, int bt, int nl)
     A(c->rlogits, N * E * 4);
     A(c->mw, N * K * 4);
     A(c->mids, N * K * 4);
-    A(c->aq, N * (d > (size_t)f ? d : (size_t)f));
-    A(c->as, N * 4);
+    /* FP8 activations per row, or in 1x128 blocks (backend.h pd_act_fp8_t: up to 16 rows more,
+     * one scale per row and block) */
+    const size_t dm = d > (size_t)f ? d : (size_t)f, nb = (N + 16) * ((dm + 127) / 128);
+    A(c->aq, (N + 16) * dm);
+    A(c->as, (nb > N ? nb : N) * 4);
     A(c->lrows, (size_t)nl * d * 4);
     A(c->logits, (size_t)nl * (size_t)c->m->vocab_local * 4);
     if (c->m->tp_size > 1) {
@@ -297,22 +300,36 @@ static pd_status_t fwd__logits(model_ctx_t *c, int n_logits, float *logits_out)
     return PD_OK;
 }
 
-/* Whether w runs as matmul_fp8 on the FP8 activations of the fused ops (backend.h). */
-static bool fwd__fp8(const model_ctx_t *c, const pd_weight_t *w)
+/* How w's matmul on n rows takes its activations: PD_ACT_FP8_ROW / PD_ACT_FP8_BLK as matmul_fp8
+ * on the FP8 activations the fused ops make (backend.h act_quant: FP8 weights per row, the CUDA
+ * backend's W4A8 INT4 GEMMs in 1x128 blocks), PD_ACT_F32 as matmul on the f32 ones. */
+static pd_act_t fwd__act(const model_ctx_t *c, const pd_weight_t *w, int n)
 {
-    return c->be->ops->matmul_fp8 && c->be->ops->add_rmsnorm && c->be->ops->silu_mul_fp8 &&
-           w->fmt == PD_WFMT_FP8;
+    const pd_backend_ops_t *o = c->be->ops;
+    if (!o->matmul_fp8 || !o->add_rmsnorm || !o->silu_mul_fp8)
+        return PD_ACT_F32;
+    if (o->act_quant)
+        return o->act_quant(c->be, w, n);
+    return w->fmt == PD_WFMT_FP8 ? PD_ACT_FP8_ROW : PD_ACT_F32;
+}
+
+/* The FP8 activations c->aq / c->as in format a (not PD_ACT_F32) */
+static pd_act_fp8_t fwd__aq(const model_ctx_t *c, pd_act_t a)
+{
+    pd_act_fp8_t q = {c->aq, c->as, a == PD_ACT_FP8_BLK};
+    return q;
 }
 
 /* x += res (res != NULL: the residual the previous layer left pending), then c->h = rmsnorm(x) *
- * w; quant: the only readers are FP8 matmuls (fwd__fp8), so only the FP8 activations c->aq / c->as
- * are made (c->h is not written). One fused op where the backend has it. */
-static void fwd__norm(model_ctx_t *c, const float *res, const uint16_t *w, int n, bool quant)
+ * w; quant != PD_ACT_F32: the only readers are matmul_fp8 on activations in that format
+ * (fwd__act), so only the FP8 activations c->aq / c->as are made (c->h is not written). One fused
+ * op where the backend has it. */
+static void fwd__norm(model_ctx_t *c, const float *res, const uint16_t *w, int n, pd_act_t quant)
 {
     pd_backend_t *be = c->be;
     const int d = c->m->cfg.hidden_size;
     const float eps = (float)c->m->cfg.rms_norm_eps;
-    pd_act_fp8_t q = {c->aq, c->as};
+    pd_act_fp8_t q = fwd__aq(c, quant);
     if (be->ops->add_rmsnorm) {
         be->ops->add_rmsnorm(be, c->x, res, quant ? NULL : c->h, w, n, d, eps, quant ? &q : NULL);
         return;
@@ -323,20 +340,21 @@ static void fwd__norm(model_ctx_t *c, const float *res, const uint16_t *w, int n
 }
 
 /* c->act = silu_mul(c->gu), or (quant, see fwd__norm) only its FP8 activations */
-static void fwd__silu(model_ctx_t *c, int n, int f, bool quant)
+static void fwd__silu(model_ctx_t *c, int n, int f, pd_act_t quant)
 {
-    pd_act_fp8_t q = {c->aq, c->as};
+    pd_act_fp8_t q = fwd__aq(c, quant);
     if (quant)
         c->be->ops->silu_mul_fp8(c->be, NULL, c->gu, n, f, &q);
     else
         c->be->ops->silu_mul(c->be, c->act, c->gu, n, f);
 }
 
-/* out = x @ w^T; quant: x's FP8 activations are in c->aq / c->as (fwd__norm, fwd__silu) */
-static void fwd__mm(model_ctx_t *c, float *out, const float *x, bool quant, const pd_weight_t *w,
-                    int n)
+/* out = x @ w^T; quant: x's FP8 activations in that format are in c->aq / c->as (fwd__norm,
+ * fwd__silu) */
+static void fwd__mm(model_ctx_t *c, float *out, const float *x, pd_act_t quant,
+                    const pd_weight_t *w, int n)
 {
-    pd_act_fp8_t q = {c->aq, c->as};
+    pd_act_fp8_t q = fwd__aq(c, quant);
     if (quant)
         c->be->ops->matmul_fp8(c->be, out, &q, w, n);
     else
@@ -370,10 +388,13 @@ static pd_status_t ctx__enqueue(model_ctx_t *c, void *arena, const kv_layout_t *
     }
     for (int li = 0; !m->family && li < cfg->num_hidden_layers; li++) {
         const model_layer_t *L = &m->layers[li];
-        const bool qkv8 = fwd__fp8(c, &L->q) && fwd__fp8(c, &L->k) && fwd__fp8(c, &L->v);
+        /* q, k and v quantized once where all three take the same FP8 activations */
+        const pd_act_t aq = fwd__act(c, &L->q, n);
+        const pd_act_t qkv8 =
+            fwd__act(c, &L->k, n) == aq && fwd__act(c, &L->v, n) == aq ? aq : PD_ACT_F32;
         fwd__norm(c, res, L->attn_norm, n, qkv8);
         if (qkv8 && !L->q_norm && o->qkv_rope_write) { /* one op: q, k, v GEMMs + rope + KV */
-            pd_act_fp8_t q = {c->aq, c->as};
+            pd_act_fp8_t q = fwd__aq(c, qkv8);
             o->qkv_rope_write(be, c->q, c->k, c->v, &q, &L->q, &L->k, &L->v, c->d_pos,
                               m->inv_freq, n, H, arena, l, li, c->d_slots);
         } else {
@@ -399,13 +420,13 @@ static pd_status_t ctx__enqueue(model_ctx_t *c, void *arena, const kv_layout_t *
         o->matmul(be, c->tmp, c->attn, &L->o, n);
         if ((st = fwd__all_reduce(c, c->tmp, (size_t)n * d)) != PD_OK)
             return st;
-        const bool gu8 = !L->moe && fwd__fp8(c, &L->gate_up);
+        const pd_act_t gu8 = L->moe ? PD_ACT_F32 : fwd__act(c, &L->gate_up, n);
         fwd__norm(c, c->tmp, L->mlp_norm, n, gu8);
         if (!L->moe) {
             int f = m->ffn;
-            const bool down8 = fwd__fp8(c, &L->down);
-            if (gu8 && down8 && o->matmul_silu_fp8) { /* one op: gate_up + silu·mul + fp8 */
-                pd_act_fp8_t q = {c->aq, c->as};
+            const pd_act_t down8 = fwd__act(c, &L->down, n);
+            if (gu8 && down8 == gu8 && o->matmul_silu_fp8) { /* one op: gate_up + silu·mul + fp8 */
+                pd_act_fp8_t q = fwd__aq(c, gu8);
                 o->matmul_silu_fp8(be, &q, c->gu, &q, &L->gate_up, n);
             } else {
                 fwd__mm(c, c->gu, c->h, gu8, &L->gate_up, n);

@@ -397,7 +397,7 @@ static void case_add_rmsnorm(int n, int d, bool add, bool with_out, bool quant, 
     pair_t px = pair_new((size_t)n * d * 4, x), py = pair_new((size_t)n * d * 4, y);
     pair_t pw = pair_new((size_t)d * 2, w), out = pair_new((size_t)n * d * 4, NULL);
     pair_t q = pair_new((size_t)n * d, NULL), qs = pair_new((size_t)n * 4, NULL);
-    pd_act_fp8_t qc = {q.c, qs.c}, qg = {q.g, qs.g};
+    pd_act_fp8_t qc = {q.c, qs.c, false}, qg = {q.g, qs.g, false};
     elementwise_force_generic = generic;
     cpu->ops->add_rmsnorm(cpu, px.c, add ? py.c : NULL, with_out ? out.c : NULL, pw.c, n, d, 1e-5f,
                           quant ? &qc : NULL);
@@ -453,7 +453,7 @@ static void case_silu_mul_fp8(int n, int f, bool with_out, bool generic, uint64_
     fill_f32(gu, (size_t)n * 2 * f, 6.0f);
     pair_t pg = pair_new((size_t)n * 2 * f * 4, gu), out = pair_new((size_t)n * f * 4, NULL);
     pair_t q = pair_new((size_t)n * f, NULL), qs = pair_new((size_t)n * 4, NULL);
-    pd_act_fp8_t qc = {q.c, qs.c}, qg = {q.g, qs.g};
+    pd_act_fp8_t qc = {q.c, qs.c, false}, qg = {q.g, qs.g, false};
     elementwise_force_generic = generic;
     cpu->ops->silu_mul_fp8(cpu, with_out ? out.c : NULL, pg.c, n, f, &qc);
     gpu->ops->silu_mul_fp8(gpu, with_out ? out.g : NULL, pg.g, n, f, &qg);
@@ -516,7 +516,7 @@ static void case_matmul_fp8(int n, int64_t N, int64_t K, uint64_t seed, const ch
     pair_t out = pair_new((size_t)n * N * 4, NULL), ref = pair_new((size_t)n * N * 4, NULL);
     /* GPU: quantize on the device into pq.g / ps.g (overwriting the host copy) */
     pair_ok(matmul_quant_act_fp8(pq.g, NULL, ps.g, px.g, n, K, backend_cuda_stream(gpu)));
-    pd_act_fp8_t ac = {pq.c, ps.c}, ag = {pq.g, ps.g};
+    pd_act_fp8_t ac = {pq.c, ps.c, false}, ag = {pq.g, ps.g, false};
     cpu->ops->matmul_fp8(cpu, out.c, &ac, &wc, n);
     gpu->ops->matmul_fp8(gpu, out.g, &ag, &wg, n);
     gpu->ops->matmul(gpu, ref.g, px.g, &wg, n);
@@ -609,8 +609,8 @@ static void case_matmul_silu_fp8(int n, int f, int64_t K, bool in_place, uint64_
     pair_t gu = pair_new((size_t)n * N * 4, NULL), gur = pair_new((size_t)n * N * 4, NULL);
     pair_t q = pair_new((size_t)n * f, NULL), qs = pair_new((size_t)n * 4, NULL);
     pair_t q2 = pair_new((size_t)n * f, NULL), qs2 = pair_new((size_t)n * 4, NULL);
-    pd_act_fp8_t xc = {pq.c, ps.c}, xg = {pq.g, ps.g};
-    pd_act_fp8_t oc = {q.c, qs.c}, og = {q.g, qs.g}, oc2 = {q2.c, qs2.c};
+    pd_act_fp8_t xc = {pq.c, ps.c, false}, xg = {pq.g, ps.g, false};
+    pd_act_fp8_t oc = {q.c, qs.c, false}, og = {q.g, qs.g, false}, oc2 = {q2.c, qs2.c, false};
     if (in_place)
         og = xg;
     /* CPU: the plain ops (the CPU op's reference; gur.c keeps the f32 product) */
@@ -705,6 +705,367 @@ static void case_matmul_silu_fp8(int n, int f, int64_t K, bool in_place, uint64_
     rng_state = saved;
 }
 
+/* ---- W4A8 activations in 1x128 blocks (kernels/matmul.h's blk layout; session 9) ---- */
+
+static void weight_new(pd_wfmt_t fmt, int64_t n, int64_t k, pd_weight_t *wc, pd_weight_t *wg);
+
+/* Host reference of the blk layout of n rows of x (n, K) f32: q (MATMUL_ACT_BLK_ROWS(n), K), s
+ * (rows * K / 128), each block by quant_fp8_vec, pad rows zeros with scale 1 (caller frees). */
+static void blk_ref(const float *x, int n, int64_t K, uint8_t **q_p, float **s_p)
+{
+    const int rows = MATMUL_ACT_BLK_ROWS(n), nkb = (int)(K / 128);
+    uint8_t *q = xmalloc((size_t)rows * K);
+    float *sc = xmalloc((size_t)rows * nkb * 4);
+    memset(q, 0, (size_t)rows * K);
+    for (int t = 0; t < rows; t++)
+        for (int kb = 0; kb < nkb; kb++)
+            sc[matmul_act_blk_at(t, kb, n, nkb)] =
+                t < n ? quant_fp8_vec(q + (size_t)t * K + kb * 128, x + (size_t)t * K + kb * 128,
+                                      128)
+                      : 1.0f;
+    *q_p = q;
+    *s_p = sc;
+}
+
+/* Compares GPU blk activations gq / gs (device) of n rows of K with the host reference rq / rs
+ * (blk_ref of the CPU's f32 values, which the GPU's equal to ~1e-6): per element within one fp8
+ * step as check_act_fp8 (|g - c| <= 2^-3 |c| + 2^-9 s), at most 1e-3 of the bytes differing,
+ * scales within 1e-5, every pad byte 0 and pad scale 1 exactly. */
+static void check_blk(const char *op, const char *shape, const void *gq, const void *gs, int n,
+                      int64_t K, const uint8_t *rq, const float *rs)
+{
+    const int rows = MATMUL_ACT_BLK_ROWS(n), nkb = (int)(K / 128);
+    uint8_t *q = xmalloc((size_t)rows * K);
+    float *sc = xmalloc((size_t)rows * nkb * 4);
+    char what[160];
+    pair_ok(gpu->ops->sync(gpu));
+    pair_ok(gpu->ops->download(gpu, q, gq, (size_t)rows * K));
+    pair_ok(gpu->ops->download(gpu, sc, gs, (size_t)rows * nkb * 4));
+    double worst = 0.0, sworst = 0.0;
+    size_t ndiff = 0, pad_bad = 0;
+    for (int t = 0; t < rows; t++)
+        for (int kb = 0; kb < nkb; kb++) {
+            const size_t si = matmul_act_blk_at(t, kb, n, nkb);
+            const double cs = rs[si], g_s = sc[si];
+            if (t >= n) {
+                pad_bad += g_s != 1.0;
+                for (int k = 0; k < 128; k++)
+                    pad_bad += q[(size_t)t * K + kb * 128 + k] != 0;
+                continue;
+            }
+            sworst = fmax(sworst, isnan(g_s) ? INFINITY : fabs(g_s - cs) / cs);
+            for (int k = 0; k < 128; k++) {
+                const size_t e = (size_t)t * K + kb * 128 + k;
+                const double c = pd_fp8_to_f32(rq[e]) * cs, g = pd_fp8_to_f32(q[e]) * g_s;
+                const double bound = 0.125 * fabs(c) + 0x1p-9 * cs + 1e-30;
+                worst = fmax(worst, isnan(g) ? INFINITY : fabs(g - c) / bound);
+                ndiff += rq[e] != q[e];
+            }
+        }
+    snprintf(what, sizeof what, "%s blk scales", shape);
+    report(op, what, sworst, 1e-5);
+    snprintf(what, sizeof what, "%s blk q per element", shape);
+    report(op, what, worst, 1.0);
+    snprintf(what, sizeof what, "%s blk q bytes != cpu", shape);
+    report(op, what, (double)ndiff / ((double)n * K), 1e-3);
+    snprintf(what, sizeof what, "%s blk pad rows (zeros, scale 1) wrong", shape);
+    report(op, what, (double)pad_bad, 0.0);
+    free(q);
+    free(sc);
+}
+
+/* Whether two device blk activations (n rows of K) are the same bytes, scales included. */
+static size_t blk_diff(const void *aq, const void *as, const void *bq, const void *bs, int n,
+                       int64_t K)
+{
+    const size_t qb = (size_t)MATMUL_ACT_BLK_ROWS(n) * K, sb = qb / 128 * 4;
+    uint8_t *a = xmalloc(qb + sb), *b = xmalloc(qb + sb);
+    pair_ok(gpu->ops->sync(gpu));
+    pair_ok(gpu->ops->download(gpu, a, aq, qb));
+    pair_ok(gpu->ops->download(gpu, a + qb, as, sb));
+    pair_ok(gpu->ops->download(gpu, b, bq, qb));
+    pair_ok(gpu->ops->download(gpu, b + qb, bs, sb));
+    size_t nd = 0;
+    for (size_t e = 0; e < qb + sb; e++)
+        nd += a[e] != b[e];
+    free(a);
+    free(b);
+    return nd;
+}
+
+/* Device blk buffers for n rows of K, poisoned. */
+static void blk_alloc(int n, int64_t K, void **q_p, void **s_p)
+{
+    const size_t qb = (size_t)MATMUL_ACT_BLK_ROWS(n) * K;
+    pair_ok(gpu->ops->alloc(gpu, qb, q_p));
+    pair_ok(gpu->ops->alloc(gpu, qb / 128 * 4, s_p));
+    pair_ok(gpu->ops->memset(gpu, *q_p, 0xff, qb));
+    pair_ok(gpu->ops->memset(gpu, *s_p, 0xff, qb / 128 * 4));
+}
+
+/* add_rmsnorm with q->blk at a fixed printed seed (x += y, out and q): (1) q against blk_ref of
+ * the CPU's out (check_blk); (2) bit for bit what matmul_quant_act_fp8_blk makes of the GPU's own
+ * out; (3) the op without out (as the model calls it) gives the same bytes. generic: the
+ * any-length kernel. Rows of different sizes, an all-zero block (row 0, block 0 of x + y). */
+static void case_add_rmsnorm_blk(int n, int d, bool generic, uint64_t seed)
+{
+    char shape[96];
+    const uint64_t saved = rng_state;
+    rng_state = seed;
+    float *x = xmalloc((size_t)n * d * 4), *y = xmalloc((size_t)n * d * 4);
+    uint16_t *w = xmalloc((size_t)d * 2);
+    fill_f32(x, (size_t)n * d, 3.0f);
+    fill_f32(y, (size_t)n * d, 2.0f);
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < d; j++)
+            x[(size_t)i * d + j] *= (float)(1 + i % 5);
+    for (int j = 0; j < 128; j++)
+        x[j] = -y[j];
+    for (int i = 0; i < d; i++)
+        w[i] = pd_f32_to_bf16(rng_float() + 1.5f);
+    pair_t px = pair_new((size_t)n * d * 4, x), py = pair_new((size_t)n * d * 4, y);
+    pair_t pw = pair_new((size_t)d * 2, w), out = pair_new((size_t)n * d * 4, NULL);
+    void *gq, *gs, *q2, *s2, *q3, *s3;
+    blk_alloc(n, d, &gq, &gs);
+    blk_alloc(n, d, &q2, &s2);
+    blk_alloc(n, d, &q3, &s3);
+    pd_act_fp8_t qg = {gq, gs, true}, qg3 = {q3, s3, true};
+    elementwise_force_generic = generic;
+    cpu->ops->add_rmsnorm(cpu, px.c, py.c, out.c, pw.c, n, d, 1e-5f, NULL);
+    gpu->ops->add_rmsnorm(gpu, px.g, py.g, out.g, pw.g, n, d, 1e-5f, &qg);
+    pair_ok(gpu->ops->sync(gpu));
+    snprintf(shape, sizeof shape, "n %d d %d%s seed %llu", n, d, generic ? " generic" : "",
+             (unsigned long long)seed);
+    float *c, *g;
+    pair_get(&out, (void **)&c, (void **)&g);
+    uint8_t *rq;
+    float *rs;
+    blk_ref(c, n, d, &rq, &rs);
+    check_blk("add_rmsnorm", shape, gq, gs, n, d, rq, rs);
+    pair_ok(matmul_quant_act_fp8_blk(q2, s2, out.g, n, d, backend_cuda_stream(gpu)));
+    report("add_rmsnorm", "  blk == quant_act_fp8_blk(out)", (double)blk_diff(gq, gs, q2, s2, n, d),
+           0.0);
+    /* without out and without y, on the x the first call left (x + y) */
+    gpu->ops->add_rmsnorm(gpu, px.g, NULL, NULL, pw.g, n, d, 1e-5f, &qg3);
+    report("add_rmsnorm", "  blk without out == with out", (double)blk_diff(gq, gs, q3, s3, n, d),
+           0.0);
+    elementwise_force_generic = 0;
+    gpu->ops->free(gpu, gq);
+    gpu->ops->free(gpu, gs);
+    gpu->ops->free(gpu, q2);
+    gpu->ops->free(gpu, s2);
+    gpu->ops->free(gpu, q3);
+    gpu->ops->free(gpu, s3);
+    pair_free(&px);
+    pair_free(&py);
+    pair_free(&pw);
+    pair_free(&out);
+    free(c);
+    free(g);
+    free(rq);
+    free(rs);
+    free(x);
+    free(y);
+    free(w);
+    rng_state = saved;
+}
+
+/* silu_mul_fp8 with q->blk at a fixed printed seed: (1) q against blk_ref of the CPU's silu_mul
+ * (check_blk); (2) bit for bit matmul_quant_act_fp8_blk of the GPU's own out; (3) without out,
+ * the same bytes; (4) the bf16-product kernel (elementwise_silu_mul_fp8_blk on gu16, the
+ * prefill path) on a bf16 gu equals the f32 kernel on that gu widened, bit for bit. */
+static void case_silu_mul_blk(int n, int f, uint64_t seed)
+{
+    char shape[96];
+    const uint64_t saved = rng_state;
+    rng_state = seed;
+    const size_t ng = (size_t)n * 2 * f;
+    float *gu = xmalloc(ng * 4);
+    fill_f32(gu, ng, 6.0f);
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < 2 * f; j++)
+            gu[(size_t)t * 2 * f + j] *= (float)(1 << (t % 7)) / 8.0f;
+    for (int j = 0; j < 128; j++) /* row 0, block 0: silu(0) * u = 0 */
+        gu[j] = 0.0f;
+    pair_t pg = pair_new(ng * 4, gu), out = pair_new((size_t)n * f * 4, NULL);
+    void *gq, *gs, *q2, *s2, *q3, *s3;
+    blk_alloc(n, f, &gq, &gs);
+    blk_alloc(n, f, &q2, &s2);
+    blk_alloc(n, f, &q3, &s3);
+    pd_act_fp8_t qg = {gq, gs, true}, qg3 = {q3, s3, true};
+    cudaStream_t st = backend_cuda_stream(gpu);
+    cpu->ops->silu_mul(cpu, out.c, pg.c, n, f);
+    gpu->ops->silu_mul_fp8(gpu, out.g, pg.g, n, f, &qg);
+    pair_ok(gpu->ops->sync(gpu));
+    snprintf(shape, sizeof shape, "n %d f %d seed %llu", n, f, (unsigned long long)seed);
+    float *c, *g;
+    pair_get(&out, (void **)&c, (void **)&g);
+    uint8_t *rq;
+    float *rs;
+    blk_ref(c, n, f, &rq, &rs);
+    check_blk("silu_mul_fp8", shape, gq, gs, n, f, rq, rs);
+    pair_ok(matmul_quant_act_fp8_blk(q2, s2, out.g, n, f, st));
+    report("silu_mul_fp8", "  blk == quant_act_fp8_blk(out)",
+           (double)blk_diff(gq, gs, q2, s2, n, f), 0.0);
+    gpu->ops->silu_mul_fp8(gpu, NULL, pg.g, n, f, &qg3);
+    report("silu_mul_fp8", "  blk without out == with out", (double)blk_diff(gq, gs, q3, s3, n, f),
+           0.0);
+    /* (4) bf16 gu */
+    uint16_t *g16 = xmalloc(ng * 2);
+    for (size_t e = 0; e < ng; e++) {
+        g16[e] = pd_f32_to_bf16(gu[e]);
+        gu[e] = pd_bf16_to_f32(g16[e]);
+    }
+    void *d16;
+    pair_ok(gpu->ops->alloc(gpu, ng * 2, &d16));
+    pair_ok(gpu->ops->upload(gpu, d16, g16, ng * 2));
+    pair_ok(gpu->ops->upload(gpu, pg.g, gu, ng * 4));
+    pair_ok(elementwise_silu_mul_fp8_blk(NULL, NULL, d16, gq, gs, n, f, st));
+    pair_ok(elementwise_silu_mul_fp8_blk(NULL, pg.g, NULL, q2, s2, n, f, st));
+    report("silu_mul_fp8", "  blk bf16 gu == f32 gu widened",
+           (double)blk_diff(gq, gs, q2, s2, n, f), 0.0);
+    gpu->ops->free(gpu, d16);
+    gpu->ops->free(gpu, gq);
+    gpu->ops->free(gpu, gs);
+    gpu->ops->free(gpu, q2);
+    gpu->ops->free(gpu, s2);
+    gpu->ops->free(gpu, q3);
+    gpu->ops->free(gpu, s3);
+    pair_free(&pg);
+    pair_free(&out);
+    free(c);
+    free(g);
+    free(g16);
+    free(rq);
+    free(rs);
+    free(gu);
+    rng_state = saved;
+}
+
+/* The W4A8 INT4 GEMM on pre-quantized activations at a fixed printed seed: act_quant answers
+ * PD_ACT_FP8_BLK for the INT4 weight at n (n > 256), PD_ACT_F32 at n 200 (the mma kernels),
+ * PD_ACT_FP8_ROW for an FP8 weight; matmul_fp8 on matmul_quant_act_fp8_blk's activations equals
+ * matmul on the f32 x bit for bit (the same GEMM on the same bytes; case_matmul_int4_fp8 checks
+ * that GEMM against a double reference). */
+static void case_matmul_fp8_blk(int n, int64_t N, int64_t K, uint64_t seed, const char *what)
+{
+    char shape[128];
+    const uint64_t saved = rng_state;
+    rng_state = seed;
+    pd_weight_t wc, wg, fc, fg;
+    weight_new(PD_WFMT_INT4, N, K, &wc, &wg);
+    weight_new(PD_WFMT_FP8, N, K, &fc, &fg);
+    float *x = xmalloc((size_t)n * K * 4);
+    fill_f32(x, (size_t)n * K, 1.0f);
+    for (int t = 0; t < n; t++)
+        for (int64_t k = 0; k < K; k++)
+            x[(size_t)t * K + k] *= powf(10.0f, (float)(t % 5) - 2.0f);
+    pair_t px = pair_new((size_t)n * K * 4, x), o1 = pair_new((size_t)n * N * 4, NULL),
+           o2 = pair_new((size_t)n * N * 4, NULL);
+    snprintf(shape, sizeof shape, "%s n %d N %lld K %lld seed %llu", what, n, (long long)N,
+             (long long)K, (unsigned long long)seed);
+    const pd_act_t a = gpu->ops->act_quant ? gpu->ops->act_quant(gpu, &wg, n) : PD_ACT_F32;
+    const pd_act_t a200 = gpu->ops->act_quant ? gpu->ops->act_quant(gpu, &wg, 200) : PD_ACT_F32;
+    const pd_act_t a8 = gpu->ops->act_quant ? gpu->ops->act_quant(gpu, &fg, n) : PD_ACT_F32;
+    char w2[320];
+    snprintf(w2, sizeof w2, "%s: act_quant INT4 n (%d) / n 200 (%d) / FP8 (%d) wrong", shape, a,
+             a200, a8);
+    report("matmul_fp8", w2,
+           (double)((a != PD_ACT_FP8_BLK) + (a200 != PD_ACT_F32) + (a8 != PD_ACT_FP8_ROW)), 0.0);
+    void *q, *sc;
+    blk_alloc(n, K, &q, &sc);
+    pd_act_fp8_t xa = {q, sc, true};
+    pair_ok(matmul_quant_act_fp8_blk(q, sc, px.g, n, K, backend_cuda_stream(gpu)));
+    gpu->ops->matmul_fp8(gpu, o1.g, &xa, &wg, n);
+    gpu->ops->matmul(gpu, o2.g, px.g, &wg, n);
+    pair_ok(gpu->ops->sync(gpu));
+    float *g1 = xmalloc((size_t)n * N * 4), *g2 = xmalloc((size_t)n * N * 4);
+    pair_ok(gpu->ops->download(gpu, g1, o1.g, (size_t)n * N * 4));
+    pair_ok(gpu->ops->download(gpu, g2, o2.g, (size_t)n * N * 4));
+    size_t nd = 0;
+    for (size_t e = 0; e < (size_t)n * N; e++)
+        nd += memcmp(&g1[e], &g2[e], 4) != 0 || isnan(g1[e]);
+    snprintf(w2, sizeof w2, "%s: blk matmul_fp8 != matmul (elements)", shape);
+    report("matmul_fp8", w2, (double)nd, 0.0);
+    gpu->ops->free(gpu, q);
+    gpu->ops->free(gpu, sc);
+    backend_weight_free(cpu, &wc);
+    backend_weight_free(gpu, &wg);
+    backend_weight_free(cpu, &fc);
+    backend_weight_free(gpu, &fg);
+    pair_free(&px);
+    pair_free(&o1);
+    pair_free(&o2);
+    free(x);
+    free(g1);
+    free(g2);
+    rng_state = saved;
+}
+
+/* matmul_silu_fp8 on an INT4 gate_up weight (2f, K) with blk activations at a fixed printed seed,
+ * q written over x's buffers (as the model calls it): (1) the GPU's bf16 gate_up product (left in
+ * gu) against its f32 matmul of the same x per element, |g - c| <= 2^-8 |c| + 1e-5 max |c| (the
+ * bf16 rounding; cuBLASLt may pick another kernel for bf16 out); (2) q bit for bit what
+ * elementwise_silu_mul_fp8_blk makes of that bf16 product. */
+static void case_matmul_silu_blk(int n, int f, int64_t K, uint64_t seed)
+{
+    char shape[128];
+    const uint64_t saved = rng_state;
+    rng_state = seed;
+    const int64_t N = 2 * (int64_t)f;
+    pd_weight_t wc, wg;
+    weight_new(PD_WFMT_INT4, N, K, &wc, &wg);
+    float *x = xmalloc((size_t)n * K * 4);
+    fill_f32(x, (size_t)n * K, 1.0f);
+    for (int t = 0; t < n; t++)
+        for (int64_t k = 0; k < K; k++)
+            x[(size_t)t * K + k] *= (float)(1 << (t % 9)) / 16.0f;
+    pair_t px = pair_new((size_t)n * K * 4, x), gu = pair_new((size_t)n * N * 4, NULL),
+           ref = pair_new((size_t)n * N * 4, NULL);
+    const int64_t km = K > f ? K : f;
+    void *q, *sc, *q2, *s2;
+    blk_alloc(n, km, &q, &sc);
+    blk_alloc(n, f, &q2, &s2);
+    pd_act_fp8_t xa = {q, sc, true};
+    cudaStream_t st = backend_cuda_stream(gpu);
+    snprintf(shape, sizeof shape, "INT4 blk n %d f %d K %lld in place seed %llu", n, f,
+             (long long)K, (unsigned long long)seed);
+    pair_ok(matmul_quant_act_fp8_blk(q, sc, px.g, n, K, st));
+    gpu->ops->matmul(gpu, ref.g, px.g, &wg, n);
+    gpu->ops->matmul_silu_fp8(gpu, &xa, gu.g, &xa, &wg, n);
+    pair_ok(gpu->ops->sync(gpu));
+    float *c = xmalloc((size_t)n * N * 4);
+    uint16_t *g16 = xmalloc((size_t)n * N * 2);
+    pair_ok(gpu->ops->download(gpu, c, ref.g, (size_t)n * N * 4));
+    pair_ok(gpu->ops->download(gpu, g16, gu.g, (size_t)n * N * 2));
+    double mx = 0.0, worst = 0.0;
+    for (size_t e = 0; e < (size_t)n * N; e++)
+        mx = fmax(mx, fabs(c[e]));
+    for (size_t e = 0; e < (size_t)n * N; e++) {
+        const double g = pd_bf16_to_f32(g16[e]), bound = 0x1p-8 * fabs(c[e]) + 1e-5 * mx + 1e-30;
+        worst = fmax(worst, isnan(g) ? INFINITY : fabs(g - c[e]) / bound);
+    }
+    char w2[320];
+    snprintf(w2, sizeof w2, "%s: bf16 product per element", shape);
+    report("matmul_silu", w2, worst, 1.0);
+    pair_ok(elementwise_silu_mul_fp8_blk(NULL, NULL, gu.g, q2, s2, n, f, st));
+    snprintf(w2, sizeof w2, "%s: q == silu_mul_fp8_blk(product)", shape);
+    report("matmul_silu", w2, (double)blk_diff(q, sc, q2, s2, n, f), 0.0);
+    gpu->ops->free(gpu, q);
+    gpu->ops->free(gpu, sc);
+    gpu->ops->free(gpu, q2);
+    gpu->ops->free(gpu, s2);
+    backend_weight_free(cpu, &wc);
+    backend_weight_free(gpu, &wg);
+    pair_free(&px);
+    pair_free(&gu);
+    pair_free(&ref);
+    free(x);
+    free(c);
+    free(g16);
+    rng_state = saved;
+}
+
 /* Session 6: elementwise_silu_mul_fp8_bf16 (the prefill bf16 gate_up product -> silu * up -> fp8
  * per row) at a fixed printed seed, random bf16 gu (n, 2f) with rows of different sizes and, when
  * zero_row, row 0 all zeros (scale 1). (1) The GPU's q / scales per element against the CPU's
@@ -730,7 +1091,7 @@ static void case_silu_fp8_bf16(int n, int f, bool zero_row, bool fast, uint64_t 
     pair_t p16 = pair_new(ne * 2, g16), p32 = pair_new(ne * 4, g32);
     pair_t q = pair_new((size_t)n * f, NULL), qs = pair_new((size_t)n * 4, NULL);
     pair_t q1 = pair_new((size_t)n * f, NULL), qs1 = pair_new((size_t)n * 4, NULL);
-    pd_act_fp8_t qc = {q.c, qs.c};
+    pd_act_fp8_t qc = {q.c, qs.c, false};
     cpu->ops->silu_mul_fp8(cpu, NULL, p32.c, n, f, &qc);
     pair_ok(cpu->ops->sync(cpu));
     cudaStream_t st = backend_cuda_stream(gpu);
@@ -971,7 +1332,7 @@ static void case_qkv_rope_op(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n, 
     pair_ok(cpu->ops->memset(cpu, a.c, 0, a.bytes));
     pair_ok(gpu->ops->memset(gpu, a.g, 0, a.bytes));
     pair_ok(gpu->ops->sync(gpu));
-    pd_act_fp8_t xc = {pxq.c, pxs.c}, xg = {pxq.g, pxs.g};
+    pd_act_fp8_t xc = {pxq.c, pxs.c, false}, xg = {pxq.g, pxs.g, false};
     cpu->ops->qkv_rope_write(cpu, pq.c, pk.c, pv.c, &xc, &wc[0], &wc[1], &wc[2], pp.c, pi.c, n,
                              heads, a.c, &l, 1, ps.c);
     g2->ops->qkv_rope_write(g2, pq.g, pk.g, pv.g, &xg, &wg[0], &wg[1], &wg[2], pp.g, pi.g, n, heads,
@@ -1215,9 +1576,8 @@ static void case_matmul_int4_fp8(int n, int64_t N, int64_t K, uint64_t seed, con
     const int was = backend_cuda_set_int4_fp8(gpu, 1);
     void *lt = NULL, *lt_ws = NULL;
     size_t lt_ws_bytes = 0;
-    const int plan = backend_cuda_lt(gpu, &lt, &lt_ws, &lt_ws_bytes)
-                         ? matmul_gemm_fp8_blk_plan(lt, lt_ws_bytes, n, N, K)
-                         : 0;
+    const bool plan = backend_cuda_lt(gpu, &lt, &lt_ws, &lt_ws_bytes) &&
+                      matmul_gemm_fp8_blk_ok(lt, lt_ws_bytes, n, N, K, false);
     pair_ok(gpu->ops->memset(gpu, out.g, 0xff, (size_t)n * N * 4));
     gpu->ops->matmul(gpu, out.g, px.g, &wg, n);
     pair_ok(gpu->ops->sync(gpu));
@@ -1256,9 +1616,9 @@ static void case_matmul_int4_fp8(int n, int64_t N, int64_t K, uint64_t seed, con
     }
     snprintf(shape, sizeof shape, "int4_gemm=fp8 %s n %d N %lld K %lld seed %llu (%s)", what, n,
              (long long)N, (long long)K, (unsigned long long)seed,
-             plan == 1   ? "VEC128 block scales"
-             : plan == 2 ? "VEC128 block scales, the last n % 16 rows padded to 16"
-                         : "NO VEC128 GEMM for this shape: fell back to bf16");
+             !plan       ? "NO VEC128 GEMM for this shape: fell back to bf16"
+             : n % 16 ? "VEC128 block scales, the last n % 16 rows padded to 16"
+                         : "VEC128 block scales");
     report("matmul", shape, plan ? (double)bad : 1e9, 0.0);
     printf("    worst |g - ref| / sum |x w|: %.3g\n", worst);
     backend_weight_free(cpu, &wc);
@@ -3451,6 +3811,18 @@ int main(void)
     case_matmul_fp8(1, 200, 384, 221, "fixture mma");
     case_matmul_fp8(3, 200, 400, 222, "gemv");
     case_matmul_fp8(37, 2048, 512, 223, "fixture gemm");
+    /* the W4A8 blk activations: n a multiple of 16, n % 16 != 0 (tail group), n < 16 */
+    case_add_rmsnorm_blk(37, 512, false, 231);
+    case_add_rmsnorm_blk(37, 512, true, 232);
+    case_add_rmsnorm_blk(32, 1024, false, 233);
+    case_add_rmsnorm_blk(5, 256, false, 234);
+    case_silu_mul_blk(37, 1024, 235);
+    case_silu_mul_blk(5, 384, 236);
+    case_silu_mul_blk(48, 256, 237);
+    case_matmul_fp8_blk(300, 512, 640, 238, "tiled");
+    case_matmul_fp8_blk(272, 528, 384, 239, "plain");
+    case_matmul_silu_blk(300, 256, 512, 240);
+    case_matmul_silu_blk(264, 384, 256, 241);
     cases_matmul_silu();
     cases_rope_write_bf16();
     if (!small_only) {
@@ -3460,6 +3832,11 @@ int main(void)
         case_silu_mul_fp8(64, 14336, true, false, 215);
         case_silu_mul_fp8(300, 14336, false, false, 216);
         case_silu_mul_fp8(64, 14336, true, true, 217);
+        case_add_rmsnorm_blk(300, 4096, false, 242);
+        case_add_rmsnorm_blk(2, 16384, false, 243); /* > 8192: any-length kernel */
+        case_silu_mul_blk(300, 14336, 244);
+        case_matmul_fp8_blk(513, 4096, 14336, 245, "8B down");
+        case_matmul_silu_blk(512, 14336, 4096, 246);
         case_matmul_fp8(1, 28672, 4096, 224, "8B gate_up gemv");
         case_matmul_fp8(8, 4096, 14336, 225, "8B down mma");
         case_matmul_fp8(64, 6144, 4096, 226, "8B qkv gemm");
