@@ -894,9 +894,13 @@ static __global__ void __launch_bounds__(32 * ATTN_TC__WARPS, attn_tc__cfg<FMT, 
 
 int attention_decode_tc = 1;
 
+int attention_target_blocks = 0;
+
 extern "C" int attention_splits(int n_rows, int n_kv_heads, int max_ctx)
 {
-    const int blocks = n_rows * n_kv_heads, target = ATTENTION__TARGET_BLOCKS;
+    const int blocks = n_rows * n_kv_heads, target = attention_target_blocks > 0
+                                                         ? attention_target_blocks
+                                                         : ATTENTION__TARGET_BLOCKS;
     /* 3/4 of the target already fills the SMs about once: a second split would only add a wave
      * and the merge (B 64 x 8 KV heads = 512 blocks) */
     if (4 * blocks >= 3 * target || max_ctx <= ATTENTION__MIN_CHUNK)

@@ -31,6 +31,10 @@ extern int attention_decode_tc;
  * max_ctx tokens (1 = no split). */
 int attention_splits(int n_rows, int n_kv_heads, int max_ctx);
 
+/* The (row, KV head, split) blocks attention_splits aims at: 0 (default) its built-in 4 per SM
+ * of an H200; else this many (a process-wide switch for `gpu_bench attnsplit`). */
+extern int attention_target_blocks;
+
 /* 0 (default): split contexts are merged by a second kernel (attention__merge); 1: by the last
  * block of each (row, KV head) of the tensor-core kernel itself (one launch less per layer;
  * the same sums in the same order: bit-identical). Needs n_rows * n_kv_heads <=

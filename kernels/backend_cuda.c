@@ -494,8 +494,8 @@ static bool cuda__blk_plan(cuda_t *c, int n, int64_t N, int64_t K, bool bf16)
  * the GEMMs (else such a GEMM dequantizes to bf16; logged once). */
 static bool cuda__int4_w4a8(cuda_t *c, const pd_weight_t *w, int n)
 {
-    if (w->fmt != PD_WFMT_INT4 || c->int4_fp8 <= 0 || c->bf16_split ||
-        n <= MATMUL_INT4_MMA_MAX_N || w->k % 128 != 0)
+    if (w->fmt != PD_WFMT_INT4 || c->int4_fp8 <= 0 || c->bf16_split || n <= MATMUL_INT4_MMA_MAX_N ||
+        w->k % 128 != 0)
         return false;
     if (cuda__blk_plan(c, n, w->n, w->k, false))
         return true;
@@ -525,8 +525,8 @@ static pd_status_t cuda__gemm_int4_blk(cuda_t *c, void *out, bool bf16, const ui
     float *ws = (float *)(wq + wb);
     if ((st = matmul_int4_to_fp8_blk(wq, ws, w, cuda__int4_tiled(w), c->stream)) != PD_OK)
         return st;
-    return matmul_gemm_fp8_blk(c->lt, c->lt_ws, CUDA_LT_WS_BYTES, out, tb ? wq + wb + sb : NULL,
-                               xq, xs, wq, ws, n, N, K, c->lt_opts.algo, bf16, c->stream);
+    return matmul_gemm_fp8_blk(c->lt, c->lt_ws, CUDA_LT_WS_BYTES, out, tb ? wq + wb + sb : NULL, xq,
+                               xs, wq, ws, n, N, K, c->lt_opts.algo, bf16, c->stream);
 }
 
 /* INT4 at prefill sizes on the FP8 tensor cores from f32 activations (cuda__int4_w4a8 holds):
@@ -536,8 +536,7 @@ static pd_status_t cuda__matmul_int4_fp8(cuda_t *c, float *out, const float *x,
                                          const pd_weight_t *w, int n)
 {
     const int64_t K = w->k;
-    const size_t rows = (size_t)MATMUL_ACT_BLK_ROWS(n),
-                 xb = (rows * (size_t)K + 255) / 256 * 256;
+    const size_t rows = (size_t)MATMUL_ACT_BLK_ROWS(n), xb = (rows * (size_t)K + 255) / 256 * 256;
     pd_status_t st;
     if ((st = cuda__grow(c, &c->act, xb + rows * (size_t)(K / 128) * 4)) != PD_OK)
         return st;
@@ -741,8 +740,8 @@ static pd_status_t cuda__matmul_silu_fp8(cuda_t *c, const pd_act_fp8_t *q, float
         cuda__blk_plan(c, n, N, K, true)) { /* INT4 W4A8: the product as bf16, as FP8's below */
         if ((st = cuda__gemm_int4_blk(c, gu, true, x->q, x->scale, w, n)) != PD_OK)
             return st;
-        return elementwise_silu_mul_fp8_blk(NULL, NULL, (const uint16_t *)gu, q->q, q->scale, n,
-                                            f, c->stream);
+        return elementwise_silu_mul_fp8_blk(NULL, NULL, (const uint16_t *)gu, q->q, q->scale, n, f,
+                                            c->stream);
     }
     if (w->fmt == PD_WFMT_FP8 && !c->no_gu_bf16 && c->fp8_scaled >= 0 && n > CUDA_GEMV_MAX_N &&
         n > CUDA_FP8_MMA_MAX_N && K % 16 == 0 && N % 16 == 0) {
@@ -782,9 +781,9 @@ static void cuda_silu_mul_fp8(pd_backend_t *be, float *out, const float *gu, int
         cuda__note(c, out ? elementwise_silu_mul(out, gu, n, f, c->stream) : PD_OK);
         return;
     }
-    cuda__note(c, q->blk ? elementwise_silu_mul_fp8_blk(out, gu, NULL, q->q, q->scale, n, f,
-                                                        c->stream)
-                         : elementwise_silu_mul_fp8(out, gu, q->q, q->scale, n, f, c->stream));
+    cuda__note(c, q->blk
+                      ? elementwise_silu_mul_fp8_blk(out, gu, NULL, q->q, q->scale, n, f, c->stream)
+                      : elementwise_silu_mul_fp8(out, gu, q->q, q->scale, n, f, c->stream));
 }
 
 /* backend.h act_quant: FP8 weights per row; INT4 in 1x128 blocks where matmul would run the W4A8

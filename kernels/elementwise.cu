@@ -96,8 +96,7 @@ static __global__ void elementwise__silu_mul(float *out, const float *gu, int n,
  * q = fp8(v * (1 / scale))), so q is what the matmul would have made of out. */
 
 /* Loads element group j (IT > 0: 4 floats at 4 j; IT == 0: 1 float at j) of a row. */
-template <int IT>
-static __device__ __forceinline__ float4 elementwise__ld(const float *row, int j)
+template <int IT> static __device__ __forceinline__ float4 elementwise__ld(const float *row, int j)
 {
     if (IT > 0)
         return ((const float4 *)row)[j];
@@ -249,8 +248,8 @@ static __global__ void elementwise__add_rmsnorm(float *x, const float *y, float 
             for (int it = 0; it < (IT > 0 ? IT : 1); it++) {
                 const int j = threadIdx.x + it * blockDim.x; /* warp-uniform: ng % 32 == 0 */
                 if (j < ng)
-                    elementwise__blk_store(q, qs, elementwise__norm4<1>(r[it], w, j, inv),
-                                           (int)row, j / 32, blk_n, d);
+                    elementwise__blk_store(q, qs, elementwise__norm4<1>(r[it], w, j, inv), (int)row,
+                                           j / 32, blk_n, d);
             }
         } else {
             for (int kb = threadIdx.x / 32; kb < d / 128; kb += blockDim.x / 32) {

@@ -2577,8 +2577,8 @@ extern "C" pd_status_t matmul_gemm_fp8_blk(void *lt, void *ws, size_t ws_bytes, 
     const int m = n / 16 * 16, r = n - m;
     const size_t es = bf16 ? 2 : 4, nkb = (size_t)(K / 128);
     pd_status_t st;
-    if (m > 0 && (st = matmul__gemm_fp8_scaled_mode(lt, ws, ws_bytes, out, xq, xs, wq, wsc, m, N,
-                                                    K, &o, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
+    if (m > 0 && (st = matmul__gemm_fp8_scaled_mode(lt, ws, ws_bytes, out, xq, xs, wq, wsc, m, N, K,
+                                                    &o, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
                                                     "matmul_gemm_fp8_blk", stream)) != PD_OK)
         return st;
     if (r == 0)

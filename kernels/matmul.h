@@ -224,7 +224,8 @@ pd_status_t matmul_gemm_fp8_rowwise(void *lt, void *ws, size_t ws_bytes, void *o
 #ifdef __CUDACC__
 __host__ __device__
 #endif
-static inline size_t matmul_act_blk_at(int t, int kb, int n, int nkb)
+    static inline size_t
+    matmul_act_blk_at(int t, int kb, int n, int nkb)
 {
     const int m = n / 16 * 16; /* n % 16 == 0: m = n, every row in the main group */
     return t < m ? (size_t)kb * (size_t)m + (size_t)t

@@ -266,10 +266,11 @@ typedef struct {
     pd_act_t (*act_quant)(pd_backend_t *be, const pd_weight_t *w, int n);
     /* The MLP's first half on FP8 activations: gu = matmul_fp8(x, w) for the FP8 gate_up weight
      * w (w->n = 2f), then q = silu_mul_fp8's quantization of silu_mul(gu) (q may be x: x is
-     * read first). x->blk / q->blk: where act_quant says PD_ACT_FP8_BLK for both weights (INT4). gu (n, 2f) f32 is scratch, its contents unspecified after: the CUDA backend
-     * keeps the product there as bf16 at prefill sizes (written by the GEMM's epilogue, read
-     * once), so q may then differ from the plain ops by the bf16 rounding of gu (one fp8 step on
-     * some elements); elsewhere the plain ops' result exactly. */
+     * read first). x->blk / q->blk: where act_quant says PD_ACT_FP8_BLK for both weights (INT4). gu
+     * (n, 2f) f32 is scratch, its contents unspecified after: the CUDA backend keeps the product
+     * there as bf16 at prefill sizes (written by the GEMM's epilogue, read once), so q may then
+     * differ from the plain ops by the bf16 rounding of gu (one fp8 step on some elements);
+     * elsewhere the plain ops' result exactly. */
     void (*matmul_silu_fp8)(pd_backend_t *be, const pd_act_fp8_t *q, float *gu,
                             const pd_act_fp8_t *x, const pd_weight_t *w, int n);
 

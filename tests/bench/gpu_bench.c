@@ -19,6 +19,8 @@
  * the end of 8192 tokens; and the BF16 GEMM in both modes (one bf16 GEMM, hi + lo split).
  * attn: decode attention alone (tensor-core kernel against the SIMT kernels, B 1..64, ctx 1k..32k).
  * attnprof: one launch each of fp8 / bf16 at B 64 ctx 1k and B 1 ctx 32k (for ncu).
+ * attnsplit: decode attention at B 16 / 64 for several split targets (bench_attn_split; not part
+ * of all).
  * moe: the Qwen3-30B-A3B decode table (bench_moe; not part of all).
  * ctxscale: whole decode steps (graph, no logits) at batch 1 / 64 and context 1k / 8k / 32k.
  * family: GLM-4.5-Air and DeepSeek-V3 shapes with PD_BENCH_FAMILY_LAYERS layers (default 2: one
@@ -29,9 +31,10 @@
  * prefops: one prefill layer (n 8192) op by op (both not part of all).
  * stepprof: kernel time per whole step from CUPTI activity records (bench_stepprof; not part of
  * all).
- * Usage: gpu_bench [ops] [decode] [prefill] [flash] [int4] [attn] [attnprof] [elementwise] [moe]
- * [wgemv] [xgemv] [family] [ctxscale] [gemm] [prefops] [stepprof] [all] (default all; wgemv,
- * xgemv (bench_xgemv), family, ctxscale, moe, gemm, prefops, stepprof: not part of all; flash: only
+ * Usage: gpu_bench [ops] [decode] [prefill] [flash] [int4] [attn] [attnprof] [attnsplit]
+ * [elementwise] [moe] [wgemv] [xgemv] [family] [ctxscale] [gemm] [prefops] [stepprof] [all]
+ * (default all; wgemv, xgemv (bench_xgemv), family, ctxscale, moe, gemm, prefops, stepprof,
+ * attnsplit: not part of all; flash: only
  * the 8192 causal flash attention and the FP8 8192 x 14336 x 4096 GEMM, for ncu; int4: the INT4
  * paths table of ops alone). Needs a CUDA device (exits 77 without).
  */
@@ -316,6 +319,34 @@ static void bench_attn_decode(void)
         for (int c = 0; c < 6; c++)
             for (int tc = 1; tc >= 0; tc--)
                 bench_attention_on(fs[f], cfg[c][0], cfg[c][1], tc);
+    fflush(stdout);
+}
+
+/* `gpu_bench attnsplit`: the tensor-core decode attention at batch 16 / 64 with the context split
+ * for several block targets (attention_target_blocks; GPU_BENCH_ATTN_TARGETS, default "0 1024
+ * 1536 2048 3072", 0 = the built-in 528), to see whether more splits fill the SMs better (bf16
+ * KV fits 3 blocks per SM: 512 blocks at batch 64 are 1.3 waves of 396). */
+static void bench_attn_split(void)
+{
+    const char *env = getenv("GPU_BENCH_ATTN_TARGETS");
+    const char *list = env ? env : "0 1024 1536 2048 3072";
+    printf("\ndecode attention by split target, one layer, 32 / 8 heads, hd 128, page 16\n");
+    printf("| %-12s | %-34s | %9s | %8s | %9s | %6s |\n", "op", "shape", "time us", "GB/s",
+           "TFLOP/s", "floor");
+    printf("|---|---|---|---|---|---|\n");
+    const pd_kvfmt_t fs[] = {PD_KV_BF16, PD_KV_FP8};
+    const int cfg[][2] = {{64, 1024}, {16, 1024}, {64, 8192}};
+    for (int f = 0; f < 2; f++)
+        for (int c = 0; c < 3; c++) {
+            const char *p = list;
+            char *end;
+            for (long t = strtol(p, &end, 10); end != p; p = end, t = strtol(p, &end, 10)) {
+                attention_target_blocks = (int)t;
+                printf("target %ld: %d splits\n", t, attention_splits(cfg[c][0], 8, cfg[c][1]));
+                bench_attention_on(fs[f], cfg[c][0], cfg[c][1], 1);
+            }
+            attention_target_blocks = 0;
+        }
     fflush(stdout);
 }
 
@@ -1978,8 +2009,8 @@ int main(int argc, char **argv)
     bool ops = argc < 2, decode = argc < 2, prefill = argc < 2, flash = false, int4 = false,
          fused = false, sweep = false;
     bool gemm = false, prefops = false;
-    bool attn = false, attnprof = false, ctxscale = false, family = false, moe = false,
-         xgemv = false, w4mma = false, stepprof = false;
+    bool attn = false, attnprof = false, attnsplit = false, ctxscale = false, family = false,
+         moe = false, xgemv = false, w4mma = false, stepprof = false;
     for (int i = 1; i < argc; i++) {
         /* matmul_int4_mma2 table (not part of all) */
         w4mma |= !strcmp(argv[i], "w4mma");
@@ -1992,8 +2023,9 @@ int main(int argc, char **argv)
         sweep |= !strcmp(argv[i], "wgemv");       /* matmul_wgemv plans (not part of all) */
         xgemv |= !strcmp(argv[i], "xgemv"); /* matmul_w4gemv / w8gemv plans (not part of all) */
         attn |= !strcmp(argv[i], "attn");   /* the decode attention table alone */
-        attnprof |= !strcmp(argv[i], "attnprof"); /* 4 single launches, for ncu */
-        ctxscale |= !strcmp(argv[i], "ctxscale"); /* decode steps at 1k / 8k / 32k context */
+        attnprof |= !strcmp(argv[i], "attnprof");   /* 4 single launches, for ncu */
+        attnsplit |= !strcmp(argv[i], "attnsplit"); /* decode attention by split target */
+        ctxscale |= !strcmp(argv[i], "ctxscale");   /* decode steps at 1k / 8k / 32k context */
         moe |= !strcmp(argv[i], "moe");   /* the Qwen3-30B-A3B decode table (not part of all) */
         gemm |= !strcmp(argv[i], "gemm"); /* prefill FP8 GEMM sweep (not part of all) */
         prefops |= !strcmp(argv[i], "prefops"); /* the prefill layer op by op (not part of all) */
@@ -2064,6 +2096,8 @@ int main(int argc, char **argv)
         bench_prefill_ops();
     if (attn)
         bench_attn_decode();
+    if (attnsplit)
+        bench_attn_split();
     if (attnprof) { /* one launch each of the tensor-core kernel, for ncu */
         time_warm = 0;
         bench_attention_on(PD_KV_FP8, 64, 1024, 1);

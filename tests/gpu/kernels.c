@@ -720,9 +720,9 @@ static void blk_ref(const float *x, int n, int64_t K, uint8_t **q_p, float **s_p
     for (int t = 0; t < rows; t++)
         for (int kb = 0; kb < nkb; kb++)
             sc[matmul_act_blk_at(t, kb, n, nkb)] =
-                t < n ? quant_fp8_vec(q + (size_t)t * K + kb * 128, x + (size_t)t * K + kb * 128,
-                                      128)
-                      : 1.0f;
+                t < n
+                    ? quant_fp8_vec(q + (size_t)t * K + kb * 128, x + (size_t)t * K + kb * 128, 128)
+                    : 1.0f;
     *q_p = q;
     *s_p = sc;
 }
@@ -1616,9 +1616,9 @@ static void case_matmul_int4_fp8(int n, int64_t N, int64_t K, uint64_t seed, con
     }
     snprintf(shape, sizeof shape, "int4_gemm=fp8 %s n %d N %lld K %lld seed %llu (%s)", what, n,
              (long long)N, (long long)K, (unsigned long long)seed,
-             !plan       ? "NO VEC128 GEMM for this shape: fell back to bf16"
+             !plan    ? "NO VEC128 GEMM for this shape: fell back to bf16"
              : n % 16 ? "VEC128 block scales, the last n % 16 rows padded to 16"
-                         : "VEC128 block scales");
+                      : "VEC128 block scales");
     report("matmul", shape, plan ? (double)bad : 1e9, 0.0);
     printf("    worst |g - ref| / sum |x w|: %.3g\n", worst);
     backend_weight_free(cpu, &wc);
