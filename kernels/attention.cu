@@ -364,25 +364,51 @@ static __global__ void __launch_bounds__(32 * ATTENTION__WARPS)
     }
 }
 
-/* grid (n_rows, n_heads), block D: out (n_rows, n_heads, D) f32 = merge of part (n_splits,
- * n_rows, n_heads, D + 2) f32 */
+/* grid (n_rows, n_heads), block D, dynamic shared memory n_splits floats: out (n_rows, n_heads, D)
+ * f32 = merge of part (n_splits, n_rows, n_heads, D + 2) f32. The splits' maxima m are staged in
+ * shared memory once (a thread per split), then their weights exp(m - M) (-1: an empty split,
+ * skipped); each thread then sums its dimension over the splits in order with 8 splits' loads in
+ * flight. The sums and their order are those of the kernel before session 9 (one thread read
+ * every split's m and weight itself: 21 us for 66 splits at batch 1 / 32k, ncu) and of
+ * attention_fold's in-kernel merge: the same bits. */
 static __global__ void attention__merge(float *out, const float *part, int n_splits, int D)
 {
+    extern __shared__ float attention__mw[];
     kutil_pdl_wait(); /* PDL-launched (kutil.cuh): everything after reads earlier kernels' data */
     kutil_pdl_trigger();
     const size_t n_rh = (size_t)gridDim.x * gridDim.y,
                  rh = (size_t)blockIdx.x * gridDim.y + blockIdx.y;
     const int d = threadIdx.x;
-    float M = -INFINITY, L = 0.0f, O = 0.0f;
+    for (int sp = d; sp < n_splits; sp += blockDim.x)
+        attention__mw[sp] = part[((size_t)sp * n_rh + rh) * (D + 2) + D];
+    __syncthreads();
+    float M = -INFINITY;
     for (int sp = 0; sp < n_splits; sp++)
-        M = fmaxf(M, part[((size_t)sp * n_rh + rh) * (D + 2) + D]);
-    for (int sp = 0; sp < n_splits; sp++) {
-        const float *pp = part + ((size_t)sp * n_rh + rh) * (D + 2);
-        if (pp[D] == -INFINITY)
-            continue;
-        const float c = expf(pp[D] - M);
-        L += pp[D + 1] * c;
-        O += pp[d] * c;
+        M = fmaxf(M, attention__mw[sp]);
+    __syncthreads(); /* every thread has its M before the maxima become weights */
+    for (int sp = d; sp < n_splits; sp += blockDim.x) {
+        const float m = attention__mw[sp];
+        attention__mw[sp] = m == -INFINITY ? -1.0f : expf(m - M);
+    }
+    __syncthreads();
+    float L = 0.0f, O = 0.0f;
+    for (int s0 = 0; s0 < n_splits; s0 += 8) {
+        float v[8] = {0.0f}, l[8] = {0.0f};
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            if (s0 + j < n_splits) {
+                const float *pp = part + ((size_t)(s0 + j) * n_rh + rh) * (D + 2);
+                v[j] = pp[d];
+                l[j] = pp[D + 1];
+            }
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const float c = s0 + j < n_splits ? attention__mw[s0 + j] : -1.0f;
+            if (c >= 0.0f) {
+                L += l[j] * c;
+                O += v[j] * c;
+            }
+        }
     }
     out[rh * D + d] = O / L;
 }
@@ -896,15 +922,25 @@ int attention_decode_tc = 1;
 
 int attention_target_blocks = 0;
 
-extern "C" int attention_splits(int n_rows, int n_kv_heads, int max_ctx)
+extern "C" int attention_splits(int n_rows, int n_kv_heads, int max_ctx, pd_kvfmt_t fmt)
 {
     const int blocks = n_rows * n_kv_heads, target = attention_target_blocks > 0
                                                          ? attention_target_blocks
                                                          : ATTENTION__TARGET_BLOCKS;
-    /* 3/4 of the target already fills the SMs about once: a second split would only add a wave
-     * and the merge (B 64 x 8 KV heads = 512 blocks) */
-    if (4 * blocks >= 3 * target || max_ctx <= ATTENTION__MIN_CHUNK)
+    if (max_ctx <= ATTENTION__MIN_CHUNK)
         return 1;
+    /* 3/4 of the target already fills the SMs about once: a second split would only add a wave
+     * and the merge (B 64 x 8 KV heads = 512 blocks; fp8 KV B 64 / 1k: 63 us, 73 with 2 splits,
+     * 83 with 4; B 64 / 8k: the same with 1..6). Except bf16 KV, whose tensor-core kernel fits 3
+     * blocks per SM (shared memory), so 512 blocks are 1.3 waves: contexts of >= 1k split into
+     * chunks of >= 512 tokens, at most 4 (gpu_bench attnsplit, session 9: B 64 / 8k 747 -> 627
+     * us with 4, B 64 / 1k 111 -> 108 us with 2) */
+    if (4 * blocks >= 3 * target) {
+        if (fmt != PD_KV_BF16 || attention_target_blocks > 0 || max_ctx < 1024)
+            return 1;
+        const int by_len = (max_ctx + 511) / 512;
+        return by_len < 4 ? by_len : 4;
+    }
     int splits = (target + blocks - 1) / blocks;
     const int by_len = (max_ctx + ATTENTION__MIN_CHUNK - 1) / ATTENTION__MIN_CHUNK;
     return splits < by_len ? splits : by_len;
@@ -1040,7 +1076,7 @@ extern "C" pd_status_t attention_run(float *out, float *scratch, const float *q,
         if (st != PD_OK || n_splits == 1 || cnt)
             return st;
         kutil_launch_pdl(attention__merge, dim3(dim3((unsigned)n_rows, (unsigned)n_heads)), dim3(D),
-                         0, stream, out, part, n_splits, D);
+                         (size_t)n_splits * 4, stream, out, part, n_splits, D);
         return KUTIL_LAUNCHED("attention merge");
     }
     const int chunk =
@@ -1080,7 +1116,7 @@ extern "C" pd_status_t attention_run(float *out, float *scratch, const float *q,
     pd_status_t st = KUTIL_LAUNCHED("attention");
     if (st != PD_OK || n_splits == 1)
         return st;
-    kutil_launch_pdl(attention__merge, dim3(dim3((unsigned)n_rows, (unsigned)n_heads)), dim3(D), 0,
-                     stream, out, part, n_splits, D);
+    kutil_launch_pdl(attention__merge, dim3(dim3((unsigned)n_rows, (unsigned)n_heads)), dim3(D),
+                     (size_t)n_splits * 4, stream, out, part, n_splits, D);
     return KUTIL_LAUNCHED("attention merge");
 }

@@ -28,8 +28,8 @@ extern "C" {
 extern int attention_decode_tc;
 
 /* Splits of each row's context attention_run will use for n_rows rows and contexts of at most
- * max_ctx tokens (1 = no split). */
-int attention_splits(int n_rows, int n_kv_heads, int max_ctx);
+ * max_ctx tokens in KV format fmt (1 = no split). */
+int attention_splits(int n_rows, int n_kv_heads, int max_ctx, pd_kvfmt_t fmt);
 
 /* The (row, KV head, split) blocks attention_splits aims at: 0 (default) its built-in 4 per SM
  * of an H200; else this many (a process-wide switch for `gpu_bench attnsplit`). */

@@ -901,7 +901,7 @@ static pd_status_t cuda__attention(cuda_t *c, float *out, const float *q, const 
         return cuda__attention_parts(c, out, q, arena, l, layer, b, n_rows, n_heads);
     if (max_ctx <= 0)
         max_ctx = b->max_pages * l->page_tokens;
-    int splits = attention_splits(n_rows, l->n_kv_heads, max_ctx);
+    int splits = attention_splits(n_rows, l->n_kv_heads, max_ctx, l->fmt);
     size_t nf = attention_scratch_floats(n_rows, n_heads, l->head_dim, splits);
     const size_t had = c->attn.bytes;
     if (nf && (st = cuda__grow(c, &c->attn, nf * sizeof(float))) != PD_OK)

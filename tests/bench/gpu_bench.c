@@ -342,7 +342,8 @@ static void bench_attn_split(void)
             char *end;
             for (long t = strtol(p, &end, 10); end != p; p = end, t = strtol(p, &end, 10)) {
                 attention_target_blocks = (int)t;
-                printf("target %ld: %d splits\n", t, attention_splits(cfg[c][0], 8, cfg[c][1]));
+                printf("target %ld: %d splits\n", t,
+                       attention_splits(cfg[c][0], 8, cfg[c][1], fs[f]));
                 bench_attention_on(fs[f], cfg[c][0], cfg[c][1], 1);
             }
             attention_target_blocks = 0;
@@ -427,7 +428,7 @@ static void bench_flash(pd_kvfmt_t fmt, int B, int q_len, int ctx, int reps_simt
     float ms;
     if (reps_simt > 0) {
         a.simt = 1;
-        a.splits = attention_splits(n_rows, 8, ctx);
+        a.splits = attention_splits(n_rows, 8, ctx, fmt);
         size_t nf = attention_scratch_floats(n_rows, 32, 128, a.splits);
         if (nf) {
             ok(be->ops->alloc(be, nf * 4, (void **)&a.scratch), "alloc");

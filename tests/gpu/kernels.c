@@ -2118,7 +2118,7 @@ static void case_attention_tc(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_
              : attention_fold ? "tc fold "
                               : "tc ",
              what, heads, kvh, hd, n_seqs, n_rows, max_ctx,
-             attention_splits(n_rows, kvh, hints ? max_ctx : max_pages * P),
+             attention_splits(n_rows, kvh, hints ? max_ctx : max_pages * P, fmt),
              (unsigned long long)seed);
     report("attention", shape, err_f32(&out, qn), 2e-5);
     report("attention", "  (per element, err_f32_vec)",
