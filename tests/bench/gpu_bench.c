@@ -330,6 +330,7 @@ static void bench_attn_split(void)
 {
     const char *env = getenv("GPU_BENCH_ATTN_TARGETS");
     const char *list = env ? env : "0 1024 1536 2048 3072";
+    const int keep = attention_target_blocks;
     printf("\ndecode attention by split target, one layer, 32 / 8 heads, hd 128, page 16\n");
     printf("| %-12s | %-34s | %9s | %8s | %9s | %6s |\n", "op", "shape", "time us", "GB/s",
            "TFLOP/s", "floor");
@@ -346,7 +347,7 @@ static void bench_attn_split(void)
                        attention_splits(cfg[c][0], 8, cfg[c][1], fs[f]));
                 bench_attention_on(fs[f], cfg[c][0], cfg[c][1], 1);
             }
-            attention_target_blocks = 0;
+            attention_target_blocks = keep;
         }
     fflush(stdout);
 }
@@ -2039,6 +2040,10 @@ int main(int argc, char **argv)
         return 77;
     }
     stream = backend_cuda_stream(be);
+    /* attention_target_blocks for every table (A / B of the split policy; > 0 also turns off
+     * the bf16 KV split at batch 64, kernels/attention.cu attention_splits) */
+    if (getenv("GPU_BENCH_ATTN_TARGET"))
+        attention_target_blocks = atoi(getenv("GPU_BENCH_ATTN_TARGET"));
     if (getenv("PD_BENCH_SILU_V1")) /* session 6: 1 = session 5's bf16 silu kernel ("before") */
         elementwise_silu_bf16_v1 = atoi(getenv("PD_BENCH_SILU_V1"));
     if (getenv("PD_BENCH_SILU_FAST")) /* 1 = the 16-byte kernel with __expf / __fdividef */
