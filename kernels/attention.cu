@@ -364,53 +364,82 @@ static __global__ void __launch_bounds__(32 * ATTENTION__WARPS)
     }
 }
 
-/* grid (n_rows, n_heads), block D, dynamic shared memory n_splits floats: out (n_rows, n_heads, D)
- * f32 = merge of part (n_splits, n_rows, n_heads, D + 2) f32. The splits' maxima m are staged in
- * shared memory once (a thread per split), then their weights exp(m - M) (-1: an empty split,
- * skipped); each thread then sums its dimension over the splits in order with 8 splits' loads in
- * flight. The sums and their order are those of the kernel before session 9 (one thread read
- * every split's m and weight itself: 21 us for 66 splits at batch 1 / 32k, ncu) and of
- * attention_fold's in-kernel merge: the same bits. */
+/* Thread groups of the split merge (attention__merge): each sums every ATTENTION__MERGE_W-th split.
+ */
+#define ATTENTION__MERGE_W 4
+
+/* grid (n_rows, n_heads), block ATTENTION__MERGE_W * D, dynamic shared memory (2 n_splits +
+ * (ATTENTION__MERGE_W + 1) (D + 1)) floats: out (n_rows, n_heads, D) f32 = merge of part
+ * (n_splits, n_rows, n_heads, D + 2) f32. The splits' (m, l) are staged in shared memory (a
+ * thread per split), warp 0 takes their max M, each split's weight exp(m - M) (-1: an empty split,
+ * skipped) replaces its m; then thread group w (D threads, one per dimension) sums the splits w,
+ * w + W, ... in order and the W partial sums are added in group order: deterministic, with W
+ * times the loads in flight of one thread per dimension (that kernel, before session 9: 21 us
+ * under ncu for 66 splits at batch 1 / 32k; staging alone with one group: 29 us). */
 static __global__ void attention__merge(float *out, const float *part, int n_splits, int D)
 {
-    extern __shared__ float attention__mw[];
+    extern __shared__ float attention__ms[];
+    float *mw = attention__ms, *ls = mw + n_splits, *po = ls + n_splits; /* po (W + 1, D + 1) */
     kutil_pdl_wait(); /* PDL-launched (kutil.cuh): everything after reads earlier kernels' data */
     kutil_pdl_trigger();
     const size_t n_rh = (size_t)gridDim.x * gridDim.y,
                  rh = (size_t)blockIdx.x * gridDim.y + blockIdx.y;
-    const int d = threadIdx.x;
-    for (int sp = d; sp < n_splits; sp += blockDim.x)
-        attention__mw[sp] = part[((size_t)sp * n_rh + rh) * (D + 2) + D];
+    const int d = threadIdx.x % D, w = threadIdx.x / D, nt = blockDim.x;
+    for (int sp = threadIdx.x; sp < n_splits; sp += nt) {
+        const float *pp = part + ((size_t)sp * n_rh + rh) * (D + 2);
+        mw[sp] = pp[D];
+        ls[sp] = pp[D + 1];
+    }
     __syncthreads();
-    float M = -INFINITY;
-    for (int sp = 0; sp < n_splits; sp++)
-        M = fmaxf(M, attention__mw[sp]);
-    __syncthreads(); /* every thread has its M before the maxima become weights */
-    for (int sp = d; sp < n_splits; sp += blockDim.x) {
-        const float m = attention__mw[sp];
-        attention__mw[sp] = m == -INFINITY ? -1.0f : expf(m - M);
+    if (threadIdx.x < 32) {
+        float M = -INFINITY;
+        for (int sp = threadIdx.x; sp < n_splits; sp += 32)
+            M = fmaxf(M, mw[sp]);
+        M = kutil_warp_max(M);
+        if (threadIdx.x == 0)
+            po[ATTENTION__MERGE_W * (D + 1) + D] = M;
+    }
+    __syncthreads();
+    const float M = po[ATTENTION__MERGE_W * (D + 1) + D];
+    __syncthreads(); /* every thread has M before the maxima become weights */
+    for (int sp = threadIdx.x; sp < n_splits; sp += nt) {
+        const float m = mw[sp];
+        mw[sp] = m == -INFINITY ? -1.0f : expf(m - M);
     }
     __syncthreads();
     float L = 0.0f, O = 0.0f;
-    for (int s0 = 0; s0 < n_splits; s0 += 8) {
-        float v[8] = {0.0f}, l[8] = {0.0f};
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-            if (s0 + j < n_splits) {
-                const float *pp = part + ((size_t)(s0 + j) * n_rh + rh) * (D + 2);
-                v[j] = pp[d];
-                l[j] = pp[D + 1];
-            }
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const float c = s0 + j < n_splits ? attention__mw[s0 + j] : -1.0f;
-            if (c >= 0.0f) {
-                L += l[j] * c;
-                O += v[j] * c;
-            }
+#pragma unroll 4
+    for (int sp = w; sp < n_splits; sp += ATTENTION__MERGE_W) {
+        const float v = part[((size_t)sp * n_rh + rh) * (D + 2) + d], c = mw[sp];
+        if (c >= 0.0f) {
+            L += ls[sp] * c;
+            O += v * c;
         }
     }
+    po[w * (D + 1) + d] = O;
+    if (d == 0)
+        po[w * (D + 1) + D] = L;
+    __syncthreads();
+    if (w != 0)
+        return;
+    O = po[d];
+    L = po[D];
+    for (int g = 1; g < ATTENTION__MERGE_W; g++) {
+        O += po[g * (D + 1) + d];
+        L += po[g * (D + 1) + D];
+    }
     out[rh * D + d] = O / L;
+}
+
+/* Launches attention__merge (PDL) for n_rows x n_heads outputs of head_dim D. */
+static pd_status_t attention__merge_launch(float *out, const float *part, int n_rows, int n_heads,
+                                           int n_splits, int D, cudaStream_t stream)
+{
+    const size_t smem = (2 * (size_t)n_splits + (ATTENTION__MERGE_W + 1) * ((size_t)D + 1)) * 4;
+    kutil_launch_pdl(attention__merge, dim3((unsigned)n_rows, (unsigned)n_heads),
+                     dim3((unsigned)(ATTENTION__MERGE_W * D)), smem, stream, out, part, n_splits,
+                     D);
+    return KUTIL_LAUNCHED("attention merge");
 }
 
 /* ==== decode attention on the tensor cores (bf16 / fp8 KV, head_dim 64 / 128) ====
@@ -932,13 +961,14 @@ extern "C" int attention_splits(int n_rows, int n_kv_heads, int max_ctx, pd_kvfm
     /* 3/4 of the target already fills the SMs about once: a second split would only add a wave
      * and the merge (B 64 x 8 KV heads = 512 blocks; fp8 KV B 64 / 1k: 63 us, 73 with 2 splits,
      * 83 with 4; B 64 / 8k: the same with 1..6). Except bf16 KV, whose tensor-core kernel fits 3
-     * blocks per SM (shared memory), so 512 blocks are 1.3 waves: contexts of >= 1k split into
-     * chunks of >= 512 tokens, at most 4 (gpu_bench attnsplit, session 9: B 64 / 8k 747 -> 627
-     * us with 4, B 64 / 1k 111 -> 108 us with 2) */
+     * blocks per SM (shared memory), so 512 blocks are 1.3 waves: contexts of >= 4k split into
+     * chunks of >= 2048 tokens, at most 4 (session 9, gpu_bench attnsplit: B 64 / 8k 747 -> 627
+     * us with 4; the whole B 64 step at 8k 30.37 -> 27.23 ms; at 1k 2 splits gained 3 us in the
+     * kernel and lost 0.1 ms in the step to the merges) */
     if (4 * blocks >= 3 * target) {
-        if (fmt != PD_KV_BF16 || attention_target_blocks > 0 || max_ctx < 1024)
+        if (fmt != PD_KV_BF16 || attention_target_blocks > 0 || max_ctx < 4096)
             return 1;
-        const int by_len = (max_ctx + 511) / 512;
+        const int by_len = (max_ctx + 2047) / 2048;
         return by_len < 4 ? by_len : 4;
     }
     int splits = (target + blocks - 1) / blocks;
@@ -1075,9 +1105,7 @@ extern "C" pd_status_t attention_run(float *out, float *scratch, const float *q,
                                                             l, layer, batch, n_heads, chunk);
         if (st != PD_OK || n_splits == 1 || cnt)
             return st;
-        kutil_launch_pdl(attention__merge, dim3(dim3((unsigned)n_rows, (unsigned)n_heads)), dim3(D),
-                         (size_t)n_splits * 4, stream, out, part, n_splits, D);
-        return KUTIL_LAUNCHED("attention merge");
+        return attention__merge_launch(out, part, n_rows, n_heads, n_splits, D, stream);
     }
     const int chunk =
         n_splits == 1 ? (max_ctx > 0 ? max_ctx : 1) : (max_ctx + n_splits - 1) / n_splits;
@@ -1116,7 +1144,5 @@ extern "C" pd_status_t attention_run(float *out, float *scratch, const float *q,
     pd_status_t st = KUTIL_LAUNCHED("attention");
     if (st != PD_OK || n_splits == 1)
         return st;
-    kutil_launch_pdl(attention__merge, dim3(dim3((unsigned)n_rows, (unsigned)n_heads)), dim3(D),
-                     (size_t)n_splits * 4, stream, out, part, n_splits, D);
-    return KUTIL_LAUNCHED("attention merge");
+    return attention__merge_launch(out, part, n_rows, n_heads, n_splits, D, stream);
 }

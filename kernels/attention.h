@@ -37,8 +37,9 @@ extern int attention_target_blocks;
 
 /* 0 (default): split contexts are merged by a second kernel (attention__merge); 1: by the last
  * block of each (row, KV head) of the tensor-core kernel itself (one launch less per layer;
- * the same sums in the same order: bit-identical). Needs n_rows * n_kv_heads <=
- * ATTENTION_SCRATCH_COUNTERS (else the second kernel). Read at each attention_run; the CUDA
+ * the splits summed one by one in order, where attention__merge sums them in 4 interleaved
+ * groups since session 9: equal to ~1 f32 rounding, not bit-identical). Needs n_rows * n_kv_heads
+ * <= ATTENTION_SCRATCH_COUNTERS (else the second kernel). Read at each attention_run; the CUDA
  * backend sets it from PD_CUDA_ATTN_FOLD=1 at creation. Off: measured slower (session 8, batch
  * 1 / 32k 77 against 47 us per layer: the last block merges all splits alone). */
 extern int attention_fold;
