@@ -82,12 +82,13 @@ static __global__ void moe__combine(float *out, const float *y, const int32_t *i
     }
 }
 
-/* grid 1, block 1024, shared ids (m) int32: offsets, active (E + 1), perm, inv (m); ids (m).
+/* Session 8's grouping (moe_group_kernel 1, the default until moe__group below is measured):
+ * grid 1, block 1024, shared ids (m) int32: offsets, active (E + 1), perm, inv (m); ids (m).
  * Thread e counts and places expert e's slots in slot order (a scan of the shared ids): the
  * order of the host grouping, and deterministic. */
 static __global__ void __launch_bounds__(1024)
-    moe__group(int32_t *offsets, int32_t *perm, int32_t *inv, int32_t *active, const int32_t *ids,
-               int m, int n_experts)
+    moe__group_scan(int32_t *offsets, int32_t *perm, int32_t *inv, int32_t *active,
+                    const int32_t *ids, int m, int n_experts)
 {
     __shared__ int32_t sid[MOE_GROUP_MAX_M];
     __shared__ int32_t cnt[MOE_MAX_EXPERTS + 1];
@@ -125,6 +126,101 @@ static __global__ void __launch_bounds__(1024)
                 inv[i] = p;
                 p++;
             }
+    }
+}
+
+int moe_group_kernel = 1;
+
+/* Exclusive prefix sums of v over the block (blockDim.x a multiple of 32, at most 1024) in thread
+ * order; *total = the sum. red: 32 ints of shared memory. */
+static __device__ __forceinline__ int moe__block_scan(int v, int *red, int *total)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    int x = v;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, x, o);
+        x += lane >= o ? y : 0;
+    }
+    __syncthreads(); /* red is free (a scan before may still be reading it) */
+    if (lane == 31)
+        red[warp] = x;
+    __syncthreads();
+    if (warp == 0) {
+        int w = lane < nw ? red[lane] : 0;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int y = __shfl_up_sync(0xffffffffu, w, o);
+            w += lane >= o ? y : 0;
+        }
+        red[lane] = w; /* inclusive over the warps */
+    }
+    __syncthreads();
+    *total = red[nw - 1];
+    return x - v + (warp > 0 ? red[warp - 1] : 0);
+}
+
+/* Session 9's grouping (moe_group_kernel 2): grid 1, block 1024; the outputs of moe__group_scan.
+ * A slot's row is offsets[e] + the number of earlier slots of its expert e (slot order within an
+ * expert, deterministic):
+ *   1. warp 0 walks the slots 32 at a time: the lanes of one expert find each other
+ *      (__match_any_sync), each takes its rank among them plus the expert's running count
+ *      (shared memory), the lowest of them advances that count;
+ *   2. the block scans the counts (offsets) and the has-rows flags (active) over the experts;
+ *   3. every thread places its slots.
+ * moe__group_scan, a thread per expert scanning all m ids twice, took 41 us per layer at
+ * Qwen3-30B batch 64 (m 512, 128 experts; docs/performance.md session 8, stepprof). */
+static __global__ void __launch_bounds__(1024)
+    moe__group(int32_t *offsets, int32_t *perm, int32_t *inv, int32_t *active, const int32_t *ids,
+               int m, int n_experts)
+{
+    __shared__ int32_t sid[MOE_GROUP_MAX_M];
+    __shared__ int32_t pos[MOE_GROUP_MAX_M]; /* slot -> its rank within its expert */
+    __shared__ int32_t run[MOE_MAX_EXPERTS]; /* the counts, then each expert's first row */
+    __shared__ int red[32];
+    const int tid = threadIdx.x, lane = tid & 31;
+    for (int i = tid; i < m; i += blockDim.x)
+        sid[i] = ids[i];
+    for (int e = tid; e < n_experts; e += blockDim.x)
+        run[e] = 0;
+    __syncthreads();
+    if (tid < 32)
+        for (int c0 = 0; c0 < m; c0 += 32) {
+            const int i = c0 + lane;
+            const bool valid = i < m;
+            const int e = valid ? sid[i] : -1 - lane; /* a pad lane matches only itself */
+            const unsigned same = __match_any_sync(0xffffffffu, e);
+            const int rank = __popc(same & ((1u << lane) - 1u));
+            const int base = valid ? run[e] : 0;
+            __syncwarp(); /* every lane has read the count before the lowest one advances it */
+            if (valid) {
+                pos[i] = base + rank;
+                if (rank == 0)
+                    run[e] = base + __popc(same);
+            }
+            __syncwarp();
+        }
+    __syncthreads();
+    /* n_experts <= MOE_MAX_EXPERTS = blockDim.x: one expert per thread */
+    const int e = tid, cnt = e < n_experts ? run[e] : 0;
+    int total, n_active;
+    const int first = moe__block_scan(cnt, red, &total);
+    const int slot = moe__block_scan(cnt > 0 ? 1 : 0, red, &n_active);
+    if (e < n_experts) {
+        run[e] = first;
+        offsets[e] = first;
+        if (cnt > 0)
+            active[slot] = e;
+    }
+    if (tid == 0) {
+        offsets[n_experts] = total;
+        active[n_experts] = n_active;
+    }
+    __syncthreads();
+    for (int i = tid; i < m; i += blockDim.x) {
+        const int p = run[sid[i]] + pos[i];
+        perm[p] = i;
+        inv[i] = p;
     }
 }
 
@@ -606,7 +702,10 @@ extern "C" pd_status_t moe_group(int32_t *offsets, int32_t *perm, int32_t *inv, 
 {
     KUTIL_REQUIRE(m >= 0 && m <= MOE_GROUP_MAX_M && n_experts > 0 && n_experts <= MOE_MAX_EXPERTS,
                   "moe_group");
-    moe__group<<<1, 1024, 0, stream>>>(offsets, perm, inv, active, ids, m, n_experts);
+    if (moe_group_kernel == 2)
+        moe__group<<<1, 1024, 0, stream>>>(offsets, perm, inv, active, ids, m, n_experts);
+    else
+        moe__group_scan<<<1, 1024, 0, stream>>>(offsets, perm, inv, active, ids, m, n_experts);
     return KUTIL_LAUNCHED("moe_group");
 }
 
