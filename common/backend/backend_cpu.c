@@ -777,53 +777,66 @@ static void cpu_moe_route(pd_backend_t *be, int32_t *ids, float *weights, const 
     free(p);
 }
 
-typedef struct {
-    const cpu_t *c;
-    float *out;
-    const float *x;
-    const int32_t *ids;
-    const float *weights;
-    const pd_weight_t *gate_up, *down;
-    int k, d, f;
-} moe_job_t;
-
-static void cpu__moe_tokens(void *arg, size_t t0, size_t t1)
-{
-    const moe_job_t *j = arg;
-    float *gu = cpu__scratch(j->c, (size_t)2 * j->f * sizeof *gu, "moe_experts");
-    float *act = cpu__scratch(j->c, (size_t)j->f * sizeof *act, "moe_experts");
-    float *y = cpu__scratch(j->c, (size_t)j->d * sizeof *y, "moe_experts");
-    if (!gu || !act || !y) {
-        free(gu);
-        free(act);
-        free(y);
-        return;
-    }
-    for (size_t t = t0; t < t1; t++) {
-        float *o = j->out + t * (size_t)j->d;
-        memset(o, 0, (size_t)j->d * sizeof *o);
-        for (int s = 0; s < j->k; s++) {
-            int e = j->ids[t * (size_t)j->k + s];
-            float wt = j->weights[t * (size_t)j->k + s];
-            cpu__matmul(j->c, NULL, gu, j->x + t * (size_t)j->d, &j->gate_up[e], 1);
-            cpu_silu_mul(NULL, act, gu, 1, j->f);
-            cpu__matmul(j->c, NULL, y, act, &j->down[e], 1);
-            for (int i = 0; i < j->d; i++)
-                o[i] += wt * y[i];
-        }
-    }
-    free(gu);
-    free(act);
-    free(y);
-}
-
+/* out (n, d) = sum over the k slots s of each token t of weights[t, s] * down_e(silu_mul(
+ * gate_up_e(x_t))), e = ids[t, s]. Grouped by expert: the rows routed to expert e are gathered
+ * and multiplied as one matmul per projection (each weight row dequantized once per call, not
+ * once per routed token; the matmul's threads split the weight rows), then every token sums its
+ * slots in slot order. cpu__matmul sums each output the same way whatever its row count, so the
+ * result is the per-token loop's bit for bit (before session 9: one n = 1 matmul per (token,
+ * slot), one token per thread). */
 static void cpu_moe_experts(pd_backend_t *be, float *out, const float *x, const int32_t *ids,
                             const float *weights, const pd_weight_t *gate_up,
                             const pd_weight_t *down, int n, int k, int d, int f)
 {
     cpu_t *c = cpu__get(be);
-    moe_job_t j = {c, out, x, ids, weights, gate_up, down, k, d, f};
-    threadpool_for(c->pool, (size_t)n, cpu__moe_tokens, &j);
+    const size_t m = (size_t)n * (size_t)k;
+    if (m == 0)
+        return;
+    int32_t *slots = cpu__scratch(c, m * sizeof *slots, "moe_experts");
+    float *xg = slots ? cpu__scratch(c, m * (size_t)d * sizeof *xg, "moe_experts") : NULL;
+    float *gu = xg ? cpu__scratch(c, m * 2 * (size_t)f * sizeof *gu, "moe_experts") : NULL;
+    float *act = gu ? cpu__scratch(c, m * (size_t)f * sizeof *act, "moe_experts") : NULL;
+    float *y = act ? cpu__scratch(c, m * (size_t)d * sizeof *y, "moe_experts") : NULL;
+    if (!y)
+        goto done;
+    memset(y, 0, m * (size_t)d * sizeof *y); /* (a slot of no expert would add zeros) */
+    /* each expert's slots in slot order; the slots' outputs y (m, d) in slot order */
+    int e_max = 0;
+    for (size_t i = 0; i < m; i++)
+        e_max = ids[i] > e_max ? ids[i] : e_max;
+    for (int e = 0; e <= e_max; e++) {
+        size_t ne = 0;
+        for (size_t i = 0; i < m; i++)
+            if (ids[i] == e) {
+                slots[ne] = (int32_t)i;
+                memcpy(xg + ne * (size_t)d, x + (i / (size_t)k) * (size_t)d,
+                       (size_t)d * sizeof *xg);
+                ne++;
+            }
+        if (ne == 0)
+            continue;
+        cpu__matmul(c, c->pool, gu, xg, &gate_up[e], (int)ne);
+        cpu_silu_mul(be, act, gu, (int)ne, f);
+        cpu__matmul(c, c->pool, xg, act, &down[e], (int)ne); /* xg is free again: the output */
+        for (size_t r = 0; r < ne; r++)
+            memcpy(y + (size_t)slots[r] * (size_t)d, xg + r * (size_t)d, (size_t)d * sizeof *y);
+    }
+    for (int t = 0; t < n; t++) {
+        float *o = out + (size_t)t * (size_t)d;
+        memset(o, 0, (size_t)d * sizeof *o);
+        for (int s = 0; s < k; s++) {
+            const float wt = weights[(size_t)t * k + s];
+            const float *ys = y + ((size_t)t * k + s) * (size_t)d;
+            for (int i = 0; i < d; i++)
+                o[i] += wt * ys[i];
+        }
+    }
+done:
+    free(slots);
+    free(xg);
+    free(gu);
+    free(act);
+    free(y);
 }
 
 /* ==== table ==== */
