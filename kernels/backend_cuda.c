@@ -68,7 +68,7 @@
 #define CUDA_PDL_DEFAULT 1
 #define CUDA_XGEMV_MAX_N_FP8 8
 #define CUDA_WGEMV_MAX_N 2
-/* shapes whose W4A8 GEMM plan cuda__int4_blk_ok remembers */
+/* shapes whose W4A8 GEMM plan cuda__blk_plan remembers */
 #define CUDA_BLK_PLANS 32
 #define CUDA_WGEMV_MAX_K 8192
 /* FP8 at or below this n (and K % 64 == 0) runs on the FP8 mma kernel (matmul_fp8_mma) instead of

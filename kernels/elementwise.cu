@@ -173,19 +173,14 @@ static __device__ void elementwise__blk_pad_row(uint8_t *q, float *qs, int t, in
 }
 
 /* One warp's 128-column block kb of row t in the blk layout of n rows: o is the lane's 4 values
- * (columns 128 kb + 4 lane ..), quantized as matmul_quant_act_fp8_blk does (the same f32
- * operations: s = amax / 448, 1 for an all-zero block; e4m3(o * (1 / s))). */
+ * (columns 128 kb + 4 lane ..), quantized as matmul_quant_act_fp8_blk does (kutil_fp8_block_quant,
+ * the same kernel helper: the same bytes). */
 static __device__ __forceinline__ void elementwise__blk_store(uint8_t *q, float *qs, float4 o,
                                                               int t, int kb, int n, int d)
 {
-    const float amax =
-        kutil_warp_max(fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w))));
-    const float sc = amax > 0.0f ? amax / 448.0f : 1.0f, inv = 1.0f / sc;
     const int lane = threadIdx.x & 31;
-    *(uint32_t *)(q + (size_t)t * d + (size_t)kb * 128 + lane * 4) =
-        (uint32_t)kutil_f32_to_fp8(o.x * inv) | ((uint32_t)kutil_f32_to_fp8(o.y * inv) << 8) |
-        ((uint32_t)kutil_f32_to_fp8(o.z * inv) << 16) |
-        ((uint32_t)kutil_f32_to_fp8(o.w * inv) << 24);
+    const float sc =
+        kutil_fp8_block_quant(o, (uint32_t *)(q + (size_t)t * d + (size_t)kb * 128 + lane * 4));
     if (lane == 0)
         qs[matmul_act_blk_at(t, kb, n, d / 128)] = sc;
 }

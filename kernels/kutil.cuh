@@ -80,6 +80,20 @@ static __device__ __forceinline__ float kutil_warp_max(float v)
     return v;
 }
 
+/* One warp's block of 128 values quantized as quant_fp8_vec quantizes a vector (the same f32
+ * operations: s = amax / 448, 1 for an all-zero block; e4m3(v * (1 / s))): the lane's 4 values v
+ * become 4 e4m3 bytes at *dst (byte j = v's component j); returns s. All 32 lanes call it. */
+static __device__ __forceinline__ float kutil_fp8_block_quant(float4 v, uint32_t *dst)
+{
+    const float amax =
+        kutil_warp_max(fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+    const float sc = amax > 0.0f ? amax / 448.0f : 1.0f, inv = 1.0f / sc;
+    *dst = (uint32_t)kutil_f32_to_fp8(v.x * inv) | ((uint32_t)kutil_f32_to_fp8(v.y * inv) << 8) |
+           ((uint32_t)kutil_f32_to_fp8(v.z * inv) << 16) |
+           ((uint32_t)kutil_f32_to_fp8(v.w * inv) << 24);
+    return sc;
+}
+
 /* Sum over a block of blockDim.x threads (a multiple of 32, at most 1024); every thread gets it.
  * red: __shared__ float[32]. */
 static __device__ __forceinline__ float kutil_block_sum(float v, float *red)

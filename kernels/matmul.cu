@@ -402,13 +402,7 @@ static __global__ void matmul__quant_act_fp8_blk(uint8_t *xq, float *xs, const f
         return;
     const size_t at = (size_t)t * K + (size_t)kb * 128 + lane * 4;
     const float4 v = t < n ? __ldg((const float4 *)(x + at)) : make_float4(0.f, 0.f, 0.f, 0.f);
-    const float amax =
-        kutil_warp_max(fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
-    const float sc = amax > 0.0f ? amax / 448.0f : 1.0f, inv = 1.0f / sc;
-    *(uint32_t *)(xq + at) = (uint32_t)kutil_f32_to_fp8(v.x * inv) |
-                             ((uint32_t)kutil_f32_to_fp8(v.y * inv) << 8) |
-                             ((uint32_t)kutil_f32_to_fp8(v.z * inv) << 16) |
-                             ((uint32_t)kutil_f32_to_fp8(v.w * inv) << 24);
+    const float sc = kutil_fp8_block_quant(v, (uint32_t *)(xq + at));
     if (lane == 0)
         xs[matmul_act_blk_at((int)t, (int)kb, n, (int)nkb)] = sc;
 }
