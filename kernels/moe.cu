@@ -82,54 +82,6 @@ static __global__ void moe__combine(float *out, const float *y, const int32_t *i
     }
 }
 
-/* Session 8's grouping (moe_group_kernel 1, the default until moe__group below is measured):
- * grid 1, block 1024, shared ids (m) int32: offsets, active (E + 1), perm, inv (m); ids (m).
- * Thread e counts and places expert e's slots in slot order (a scan of the shared ids): the
- * order of the host grouping, and deterministic. */
-static __global__ void __launch_bounds__(1024)
-    moe__group_scan(int32_t *offsets, int32_t *perm, int32_t *inv, int32_t *active,
-                    const int32_t *ids, int m, int n_experts)
-{
-    __shared__ int32_t sid[MOE_GROUP_MAX_M];
-    __shared__ int32_t cnt[MOE_MAX_EXPERTS + 1];
-    __shared__ int32_t off[MOE_MAX_EXPERTS + 1];
-    const int tid = threadIdx.x;
-    for (int i = tid; i < m; i += blockDim.x)
-        sid[i] = ids[i];
-    __syncthreads();
-    for (int e = tid; e < n_experts; e += blockDim.x) {
-        int c = 0;
-        for (int i = 0; i < m; i++)
-            c += sid[i] == e;
-        cnt[e] = c;
-    }
-    __syncthreads();
-    if (tid == 0) { /* n_experts <= 1024: a serial scan is a few microseconds at most */
-        int o = 0, a = 0;
-        for (int e = 0; e < n_experts; e++) {
-            off[e] = o;
-            offsets[e] = o;
-            o += cnt[e];
-            if (cnt[e] > 0)
-                active[a++] = e;
-        }
-        off[n_experts] = o;
-        offsets[n_experts] = o;
-        active[n_experts] = a;
-    }
-    __syncthreads();
-    for (int e = tid; e < n_experts; e += blockDim.x) {
-        int p = off[e];
-        for (int i = 0; i < m && p < off[e + 1]; i++)
-            if (sid[i] == e) {
-                perm[p] = i;
-                inv[i] = p;
-                p++;
-            }
-    }
-}
-
-int moe_group_kernel = 1;
 
 /* Exclusive prefix sums of v over the block (blockDim.x a multiple of 32, at most 1024) in thread
  * order; *total = the sum. red: 32 ints of shared memory. */
@@ -160,16 +112,17 @@ static __device__ __forceinline__ int moe__block_scan(int v, int *red, int *tota
     return x - v + (warp > 0 ? red[warp - 1] : 0);
 }
 
-/* Session 9's grouping (moe_group_kernel 2): grid 1, block 1024; the outputs of moe__group_scan.
- * A slot's row is offsets[e] + the number of earlier slots of its expert e (slot order within an
+/* moe_group's kernel (moe.h): grid 1, block 1024, ids (m) int32; offsets, active (E + 1), perm,
+ * inv (m) int32: the order of the host grouping. A slot's row is offsets[e] + the number of earlier slots of its expert e (slot order within an
  * expert, deterministic):
  *   1. warp 0 walks the slots 32 at a time: the lanes of one expert find each other
  *      (__match_any_sync), each takes its rank among them plus the expert's running count
  *      (shared memory), the lowest of them advances that count;
  *   2. the block scans the counts (offsets) and the has-rows flags (active) over the experts;
  *   3. every thread places its slots.
- * moe__group_scan, a thread per expert scanning all m ids twice, took 41 us per layer at
- * Qwen3-30B batch 64 (m 512, 128 experts; docs/performance.md session 8, stepprof). */
+ * Session 8's kernel, a thread per expert scanning all m ids twice, took 41 us per layer at
+ * Qwen3-30B batch 64 (m 512, 128 experts; docs/performance.md session 8, stepprof); this one
+ * made that whole step 7.04 -> 6.49 ms (INT4) and 8.28 -> 7.69 ms (FP8; session 10). */
 static __global__ void __launch_bounds__(1024)
     moe__group(int32_t *offsets, int32_t *perm, int32_t *inv, int32_t *active, const int32_t *ids,
                int m, int n_experts)
@@ -702,10 +655,7 @@ extern "C" pd_status_t moe_group(int32_t *offsets, int32_t *perm, int32_t *inv, 
 {
     KUTIL_REQUIRE(m >= 0 && m <= MOE_GROUP_MAX_M && n_experts > 0 && n_experts <= MOE_MAX_EXPERTS,
                   "moe_group");
-    if (moe_group_kernel == 2)
-        moe__group<<<1, 1024, 0, stream>>>(offsets, perm, inv, active, ids, m, n_experts);
-    else
-        moe__group_scan<<<1, 1024, 0, stream>>>(offsets, perm, inv, active, ids, m, n_experts);
+    moe__group<<<1, 1024, 0, stream>>>(offsets, perm, inv, active, ids, m, n_experts);
     return KUTIL_LAUNCHED("moe_group");
 }
 

@@ -49,12 +49,6 @@ pd_status_t moe_combine(float *out, const float *y, const int32_t *inv, const fl
 pd_status_t moe_group(int32_t *offsets, int32_t *perm, int32_t *inv, int32_t *active,
                       const int32_t *ids, int m, int n_experts, cudaStream_t stream);
 
-/* The kernel moe_group runs (the same outputs): 1 (default) session 8's (a thread per expert
- * scans every slot), 2 session 9's (warp-matched ranks and block scans; not yet run on a GPU:
- * the default once the harness and a benchmark have). Process-wide; the CUDA backend sets it
- * from PD_CUDA_MOE_GROUP=1|2 at creation. */
-extern int moe_group_kernel;
-
 /* Per-expert weight pointers of a grouped matmul (a device array of n_experts). */
 typedef struct {
     const void *data;   /* (N, K) bf16 | fp8 e4m3 | int4 pairs (N, K/2) */

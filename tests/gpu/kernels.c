@@ -2242,8 +2242,7 @@ static void case_moe_group(int m, int E)
         bad += g[E + 1 + i] != act[i];
     for (int i = 0; i < m; i++)
         bad += (g[2 * E + 2 + i] != perm[i]) + (g[2 * E + 2 + m + i] != inv[i]);
-    snprintf(shape, sizeof shape, "kernel %d m %d experts %d (%d in use; entries differing)",
-             moe_group_kernel, m, E, a);
+    snprintf(shape, sizeof shape, "m %d experts %d (%d in use; entries differing)", m, E, a);
     report("moe_group", shape, (double)bad, 0.0);
     cudaFree(d);
     free(ids);
@@ -3630,17 +3629,12 @@ static void cases_moe(void)
     case_moe_experts(PD_WFMT_FP8, 37, 8, 2, 512, 128);
     case_moe_experts(PD_WFMT_INT4, 37, 8, 2, 512, 128);
     case_moe_experts(PD_WFMT_BF16, 1, 8, 2, 512, 128);
-    /* both grouping kernels (moe_group_kernel 1: session 8's, 2: session 9's), exact */
-    const int group_was = moe_group_kernel;
-    for (int gk = 1; gk <= 2; gk++) {
-        moe_group_kernel = gk;
-        case_moe_group(37 * 2, 8);
-        case_moe_group(1 * 8, 128);
-        case_moe_group(64 * 8, 128);
-        case_moe_group(MOE_GROUP_MAX_M, 1024);
-        case_moe_group(33, 1000); /* a partial last warp of slots, experts not a multiple of 32 */
-    }
-    moe_group_kernel = group_was;
+    /* the grouping, exact */
+    case_moe_group(37 * 2, 8);
+    case_moe_group(1 * 8, 128);
+    case_moe_group(64 * 8, 128);
+    case_moe_group(MOE_GROUP_MAX_M, 1024);
+    case_moe_group(33, 1000); /* a partial last warp of slots, experts not a multiple of 32 */
     {
         const pd_wfmt_t mf[] = {PD_WFMT_BF16, PD_WFMT_FP8, PD_WFMT_INT4};
         for (int i = 0; i < 3; i++) {
