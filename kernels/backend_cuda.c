@@ -63,6 +63,8 @@
  * GEMV reads 256 contiguous bytes of a row per warp load) and runs only with PD_CUDA_XGEMV=all
  * (for measurements); PD_CUDA_XGEMV=0: no slice GEMV at all (the session-4 routing). */
 #define CUDA_XGEMV_MAX_N_INT4 4
+/* Tiled INT4 from this n up runs on the wgmma GEMM matmul_w4wg (session 10) where usable. */
+#define CUDA_W4WG_MIN_N 17
 
 /* Default of option pdl (programmatic dependent launch of the decode-path GEMVs, sm_90+). */
 #define CUDA_PDL_DEFAULT 1
@@ -123,6 +125,9 @@ typedef struct {
     int xgemv; /* PD_CUDA_XGEMV: 0 no slice GEMVs, 1 INT4 (default), 2 (=all) INT4 and FP8 */
     /* PD_CUDA_INT4_MMA2: 1 tiled INT4 at n 9..256 on matmul_int4_mma2 */
     int int4_mma2;
+    /* tiled INT4 at n CUDA_W4WG_MIN_N..MATMUL_W4WG_MAX_N on the wgmma GEMM matmul_w4wg where it
+     * is usable (sm_90a build, compute capability 9.0); PD_CUDA_INT4_WG=0: off */
+    bool int4_wg;
     bool no_moe_grouped; /* moe_grouped=off: moe_prepare declines, experts grouped on the host */
     unsigned env_set;    /* CUDA__ENV_* bits: options fixed by the environment */
     int pdl; /* option pdl / PD_CUDA_PDL: programmatic dependent launch of the decode GEMVs */
@@ -425,6 +430,27 @@ static pd_status_t cuda__matmul_int4_mma(cuda_t *c, float *out, const float *x,
                            c->stream);
 }
 
+/* Tiled INT4 on the wgmma GEMM (matmul_w4wg): act scratch = the activation image, mult (n) f32,
+ * the partial sums. */
+static pd_status_t cuda__matmul_w4wg(cuda_t *c, float *out, const float *x, const pd_weight_t *w,
+                                     int n)
+{
+    int cfg, splits;
+    matmul_w4wg_plan(n, w->n, w->k, c->n_sm, &cfg, &splits);
+    const size_t hb = (matmul_w4wg_act_bytes(n, w->k) + 255) / 256 * 256,
+                 mb = ((size_t)n * 4 + 255) / 256 * 256;
+    const size_t pf = matmul_int4_mma_part_floats(n, w->n, splits);
+    pd_status_t st = cuda__grow(c, &c->act, hb + mb + pf * 4);
+    if (st != PD_OK)
+        return st;
+    uint16_t *xw = c->act.p;
+    float *mult = (float *)((uint8_t *)c->act.p + hb);
+    float *part = pf ? (float *)((uint8_t *)c->act.p + hb + mb) : NULL;
+    if ((st = matmul_quant_act_f16wg(xw, mult, x, n, w->k, c->stream)) != PD_OK)
+        return st;
+    return matmul_w4wg(out, part, xw, mult, w, n, cfg, splits, c->stream);
+}
+
 /* Tiled INT4 at n 9..256 on matmul_int4_mma2 (two blocks per SM); scratch as above. */
 static pd_status_t cuda__matmul_int4_mma2(cuda_t *c, float *out, const float *x,
                                           const pd_weight_t *w, int n)
@@ -611,6 +637,8 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
             return st;
         return matmul_fp8_scale(out, xs, w->scales, n, N, c->stream);
     }
+    if (c->int4_wg && cuda__int4_tiled(w) && n >= CUDA_W4WG_MIN_N && n <= MATMUL_W4WG_MAX_N)
+        return cuda__matmul_w4wg(c, out, x, w, n);
     if (c->int4_mma2 && cuda__int4_tiled(w) && n > 8 && n <= MATMUL_INT4_MMA_MAX_N)
         return cuda__matmul_int4_mma2(c, out, x, w, n);
     if (w->fmt == PD_WFMT_INT4 && (n > CUDA_GEMV_MAX_N_INT4 || cuda__int4_tiled(w)) &&
@@ -1867,6 +1895,8 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     c->xgemv = !env || !*env ? 1 : !strcmp(env, "0") ? 0 : !strcmp(env, "all") ? 2 : 1;
     env = getenv("PD_CUDA_INT4_MMA2");
     c->int4_mma2 = env && *env ? cuda__onoff(env) == 1 : 0;
+    env = getenv("PD_CUDA_INT4_WG");
+    c->int4_wg = (!env || !*env || cuda__onoff(env) != 0) && matmul_w4wg_usable();
     env = getenv("PD_CUDA_INT4_GEMM"); /* bf16: INT4 prefill GEMMs dequantized to bf16 */
     c->int4_fp8 = 1;
     if (env && *env) {

@@ -2334,6 +2334,16 @@ extern "C" pd_status_t matmul_int4_tile(pd_weight_t *w, void *tmp, cudaStream_t 
     return KUTIL_LAUNCHED("matmul_int4_tile");
 }
 
+extern "C" pd_status_t matmul_sum_parts(float *out, const float *part, int splits, size_t total,
+                                        cudaStream_t stream)
+{
+    KUTIL_REQUIRE(splits >= 1 && out && part, "matmul_sum_parts");
+    if (total == 0)
+        return PD_OK;
+    matmul__sum_parts<<<matmul__grid(total, 256), 256, 0, stream>>>(out, part, splits, total);
+    return KUTIL_LAUNCHED("matmul_sum_parts");
+}
+
 extern "C" pd_status_t matmul_int4_to_bf16(uint16_t *dst, const pd_weight_t *w, bool tiled,
                                            cudaStream_t stream)
 {

@@ -137,6 +137,29 @@ void matmul_w8gemv_plan(int n, int64_t N, int64_t K, int n_sm, int *rows_p, int 
 pd_status_t matmul_w8gemv(float *out, const uint8_t *xq, const float *xs, const pd_weight_t *w,
                           int n, int rows, int slices, int depth, int blocks, cudaStream_t stream);
 
+/* INT4 GEMM on Hopper's wgmma (kernels/matmul_w4wg.cu says how) for tiled INT4 weights (w->n %
+ * 32 == 0, w->k % 128 == 0) and n = 1 .. MATMUL_W4WG_MAX_N, the numerics of matmul_int4_mma:
+ *   1. matmul_quant_act_f16wg: xw = the f16 activation image (matmul_w4wg_act_bytes(n, K) bytes:
+ *      n rounded up to 64 rows, swizzled for wgmma), mult (n) f32 the epilogue multipliers;
+ *   2. matmul_w4wg_plan: the configuration cfg (0: 256 rows x 64 tokens per block, 1: 128 x
+ *      128, 2: 128 x 256) and K splits for the shape on n_sm SMs;
+ *   3. matmul_w4wg: out (n, w->n) f32 = x @ W^T; with splits > 1 it needs part, scratch of
+ *      matmul_int4_mma_part_floats(n, w->n, splits) f32, and sums it into out (second launch).
+ * matmul_w4wg_usable: built for sm_90a (cuda_arch lists 90a) and the current device is compute
+ * capability 9.0; elsewhere matmul_w4wg returns PD_ERR_UNSUPPORTED (nothing enqueued). */
+#define MATMUL_W4WG_MAX_N 256
+bool matmul_w4wg_usable(void);
+size_t matmul_w4wg_act_bytes(int n, int64_t K);
+pd_status_t matmul_quant_act_f16wg(uint16_t *xw, float *mult, const float *x, int n, int64_t K,
+                                   cudaStream_t stream);
+void matmul_w4wg_plan(int n, int64_t N, int64_t K, int n_sm, int *cfg_p, int *splits_p);
+pd_status_t matmul_w4wg(float *out, float *part, const uint16_t *xw, const float *mult,
+                        const pd_weight_t *w, int n, int cfg, int splits, cudaStream_t stream);
+
+/* out (total) f32 = the sum of part (splits, total) f32 over the splits, in order. */
+pd_status_t matmul_sum_parts(float *out, const float *part, int splits, size_t total,
+                             cudaStream_t stream);
+
 /* dst (w->n, w->k) bf16 = the INT4 g128 weight w dequantized ((q - z) * s, rounded to bf16);
  * tiled: w is in the tiled layout (below). */
 pd_status_t matmul_int4_to_bf16(uint16_t *dst, const pd_weight_t *w, bool tiled,

@@ -573,7 +573,7 @@ static void bench_elementwise(int n)
 typedef struct {
     int mode; /* 0 gemv, 1 quant + mma, 2 op, 3 wgemv, 4 w4gemv / w8gemv (FP8: xh holds the
                * fp8 activations and mult their scales, quantized before timing), 5 quant +
-               * matmul_int4_mma2 */
+               * matmul_int4_mma2, 6 quant + matmul_w4wg (depth = cfg) */
     float *out, *x, *part, *xf, *mult;
     uint16_t *xh;
     pd_weight_t *w;
@@ -605,6 +605,10 @@ static void run_i4(void *p)
         ok(matmul_int4_mma2(a->out, a->part, a->xh, a->mult, a->w, a->n, a->depth, a->warps,
                             a->splits, stream),
            "int4 mma2");
+    } else if (a->mode == 6) {
+        ok(matmul_quant_act_f16wg(a->xh, a->mult, a->x, a->n, a->w->k, stream), "quant f16wg");
+        ok(matmul_w4wg(a->out, a->part, a->xh, a->mult, a->w, a->n, a->depth, a->splits, stream),
+           "w4wg");
     } else if (a->mode == 4 && fp8) {
         ok(matmul_w8gemv(a->out, (const uint8_t *)a->xh, a->mult, a->w, a->n, a->warps, a->splits,
                          a->depth, a->blocks, stream),
@@ -647,7 +651,9 @@ static void i4_alloc(i4_arg_t *a, int n, int64_t N, int64_t K)
     a->x = dev_random_f32((size_t)n * K, 1.0f);
     ok(be->ops->alloc(be, (size_t)n * N * 4, (void **)&a->out), "alloc");
     ok(be->ops->alloc(be, (size_t)n * K * 4 + 64, (void **)&a->xf), "alloc");
-    ok(be->ops->alloc(be, (size_t)n * K * 2 + 64, (void **)&a->xh), "alloc");
+    const size_t xhb = (size_t)n * K * 2 > matmul_w4wg_act_bytes(n, K) ? (size_t)n * K * 2
+                                                                       : matmul_w4wg_act_bytes(n, K);
+    ok(be->ops->alloc(be, xhb + 64, (void **)&a->xh), "alloc");
     ok(be->ops->alloc(be, (size_t)n * 4 + 64, (void **)&a->mult), "alloc");
     ok(be->ops->alloc(be, (size_t)16 * n * N * 4 + 64, (void **)&a->part), "alloc");
 }
@@ -823,6 +829,93 @@ static void bench_int4_mma2(void)
                    (long long)N, (long long)K, n, t_old * 1e3, pw, ps, t_new * 1e3, c2, w2, s2,
                    best * 1e3, bc, bw, bs, t_f8 * 1e3, fw, fs, t_f8op * 1e3, t_new / t_f8op,
                    t_new / t_f8, floor_us, 100.0 * floor_us / (t_new * 1e3));
+            fflush(stdout);
+            i4_free(&a);
+        }
+        model_host_weight_free(&h4);
+        model_host_weight_free(&h8);
+        backend_weight_free(be, &w4);
+        backend_weight_free(be, &w8);
+    }
+    be->ops->free(be, l2_flush);
+    l2_flush = NULL;
+}
+
+/* matmul_w4wg (wgmma, session 10) against matmul_int4_mma and the FP8 op at n 16..256 on the
+ * four 8B shapes (us, L2 flushed as in bench_int4_paths, activation quantization included): int4
+ * mma with its plan, w4wg with its plan (cfg, S), the best forced w4wg plan, the fp8 op (default
+ * routing), the backend's INT4 op, and the weight floor (INT4 bytes at 4.8 TB/s).
+ * `gpu_bench w4wg` (not part of all); GPU_BENCH_W4MMA_N=n: that n alone; GPU_BENCH_W4MMA_ONCE=1:
+ * one launch of w4wg's plan and int4 mma's (for ncu). */
+static void bench_w4wg(void)
+{
+    const int ns[] = {16, 32, 48, 64, 96, 128, 192, 256};
+    int n_sm = 0;
+    cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0);
+    if (!matmul_w4wg_usable()) {
+        fprintf(stderr, "w4wg: not usable here (needs an sm_90a build on a compute capability 9.0 "
+                        "GPU)\n");
+        exit(1);
+    }
+    l2_flush_bytes = (size_t)256 << 20;
+    ok(be->ops->alloc(be, l2_flush_bytes, &l2_flush), "alloc");
+    printf("\n### INT4 wgmma GEMM (w4wg) vs mma vs FP8 (us, L2 flushed before each repeat)\n\n");
+    printf("| N x K | n | int4 mma (W, S) | w4wg (cfg, S) | best w4wg (cfg, S) | fp8 op | int4 op | "
+           "w4wg / fp8 op | w4wg / mma | floor us | floor / w4wg |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    const char *only = getenv("GPU_BENCH_W4MMA_N");
+    for (int s = 0; s < 4; s++) {
+        const int64_t N = i4_shapes[s][0], K = i4_shapes[s][1];
+        pd_weight_t h4, h8, w4, w8;
+        double wb[2];
+        i4_weights(s, &h4, &h8, &w4, &w8, wb);
+        for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+            const int n = ns[i];
+            if (only && atoi(only) != n)
+                continue;
+            i4_arg_t a = {0};
+            i4_alloc(&a, n, N, K);
+            a.w = &w4;
+            int pw, ps, cfg, ws;
+            matmul_int4_mma_plan(n, N, K, n_sm, &pw, &ps);
+            matmul_w4wg_plan(n, N, K, n_sm, &cfg, &ws);
+            if (getenv("GPU_BENCH_W4MMA_ONCE")) {
+                a.mode = 6, a.depth = cfg, a.splits = ws;
+                run_i4(&a);
+                a.mode = 1, a.warps = pw, a.splits = ps;
+                run_i4(&a);
+                ok(be->ops->sync(be), "sync");
+                i4_free(&a);
+                continue;
+            }
+            a.mode = 1, a.warps = pw, a.splits = ps;
+            const float t_old = time_op(run_i4, &a, 20);
+            a.mode = 6, a.depth = cfg, a.splits = ws;
+            const float t_wg = time_op(run_i4, &a, 20);
+            float best = 1e30f;
+            int bc = 0, bs = 0;
+            for (int c = 0; c < 3; c++) {
+                if ((c == 0 ? 64 : c == 1 ? 128 : 256) < n / 2 && c < 2)
+                    continue; /* more than two passes over the weights */
+                for (int sp = 1; sp <= 16; sp *= 2) {
+                    if (sp > K / 128 || (sp - 1) * ((K / 128 + sp - 1) / sp) >= K / 128)
+                        continue;
+                    a.depth = c, a.splits = sp;
+                    const float t = time_op(run_i4, &a, 10);
+                    if (t < best)
+                        best = t, bc = c, bs = sp;
+                }
+            }
+            a.mode = 2;
+            const float t_op = time_op(run_i4, &a, 20);
+            a.w = &w8;
+            const float t_f8op = time_op(run_i4, &a, 20);
+            const double floor_us = wb[0] / 4.8e12 * 1e6;
+            printf("| %lld x %lld | %d | %.1f (%d, %d) | %.1f (%d, %d) | %.1f (%d, %d) | %.1f | "
+                   "%.1f | %.2f | %.2f | %.1f | %.0f%% |\n",
+                   (long long)N, (long long)K, n, t_old * 1e3, pw, ps, t_wg * 1e3, cfg, ws,
+                   best * 1e3, bc, bs, t_f8op * 1e3, t_op * 1e3, t_wg / t_f8op, t_wg / t_old,
+                   floor_us, 100.0 * floor_us / (t_wg * 1e3));
             fflush(stdout);
             i4_free(&a);
         }
@@ -2012,10 +2105,11 @@ int main(int argc, char **argv)
          fused = false, sweep = false;
     bool gemm = false, prefops = false;
     bool attn = false, attnprof = false, attnsplit = false, ctxscale = false, family = false,
-         moe = false, xgemv = false, w4mma = false, stepprof = false;
+         moe = false, xgemv = false, w4mma = false, stepprof = false, w4wg = false;
     for (int i = 1; i < argc; i++) {
         /* matmul_int4_mma2 table (not part of all) */
         w4mma |= !strcmp(argv[i], "w4mma");
+        w4wg |= !strcmp(argv[i], "w4wg"); /* matmul_w4wg table (not part of all) */
         stepprof |= !strcmp(argv[i], "stepprof"); /* kernel time per step (not part of all) */
         family |= !strcmp(argv[i], "family");     /* GLM-4.5-Air / DeepSeek-V3 (not part of all) */
         bool all = !strcmp(argv[i], "all");
@@ -2071,6 +2165,8 @@ int main(int argc, char **argv)
         bench_wgemv_sweep();
     if (w4mma)
         bench_int4_mma2();
+    if (w4wg)
+        bench_w4wg();
     if (xgemv) {
         const char *kx = getenv("PD_CUDA_XGEMV");
         char keep_x[16] = "";

@@ -8,6 +8,7 @@
  * PD_GPU_TEST_FAMILY=1 only the GLM-4.5 / DeepSeek-V3 cases (family ops, FP8 block-scaled matmul);
  * PD_GPU_TEST_PREFILL=1 only the prefill FP8 MLP op (matmul_silu_fp8) and FP8 GEMM cases;
  * PD_GPU_TEST_MMA2=1 only the matmul_int4_mma2 cases;
+ * PD_GPU_TEST_W4WG=1 only the matmul_w4wg (wgmma INT4 GEMM) cases;
  * PD_GPU_TEST_XGEMV=1 only the matmul_w4gemv / matmul_w8gemv cases and the default-routing
  * matmul cases that run on them.
  * Exits 77 (meson: SKIP) when there is no CUDA device, 1 when a case fails.
@@ -1684,6 +1685,10 @@ static int mma_xblocks;
  * plan, warps and splits ignored) */
 static int mma_tiles2;
 static void cases_int4_mma2(void);
+/* case_mma_gemm_d through matmul_w4wg: configuration mma_wg - 1 with `splits` (0: not; -1: its
+ * plan, warps and splits ignored) */
+static int mma_wg;
+static void cases_w4wg(void);
 static void case_mma_gemm_d(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warps, int splits,
                             int depth, uint64_t seed, const char *what)
 {
@@ -1713,12 +1718,16 @@ static void case_mma_gemm_d(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warp
         pair_ok(matmul_gemv(out.g, px.g, NULL, &wg, n, N % 32 == 0, backend_cuda_stream(gpu)));
     } else {
         int tl = mma_tiles2; /* matmul_int4_mma2: tiles; -1: its plan (before the scratch) */
-        if (tl < 0 && int4) {
-            int n_sm = 0;
-            cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0);
+        int n_sm = 0;
+        cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0);
+        if (tl < 0 && int4)
             matmul_int4_mma2_plan(n, N, K, n_sm, &tl, &warps, &splits);
-        }
+        int wcfg = mma_wg - 1; /* matmul_w4wg: configuration; its plan for mma_wg < 0 */
+        if (mma_wg < 0 && int4)
+            matmul_w4wg_plan(n, N, K, n_sm, &wcfg, &splits);
         size_t hb = ((size_t)n * K * 2 + 255) / 256 * 256, mb = ((size_t)n * 4 + 255) / 256 * 256;
+        if (mma_wg && int4)
+            hb = (matmul_w4wg_act_bytes(n, K) + 255) / 256 * 256;
         size_t pf = matmul_int4_mma_part_floats(n, N, splits);
         pair_ok(gpu->ops->alloc(gpu, hb + mb + pf * 4, &scratch));
         pair_ok(gpu->ops->memset(gpu, scratch, 0xff, hb + mb + pf * 4));
@@ -1730,6 +1739,10 @@ static void case_mma_gemm_d(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warp
         } else if (mma_xgemv) {
             pair_ok(matmul_quant_act_fp8(b, NULL, mult, px.g, n, K, st));
             pair_ok(matmul_w8gemv(out.g, b, mult, &wg, n, warps, splits, depth, mma_xblocks, st));
+        } else if (mma_wg != 0 && int4) {
+            pair_ok(matmul_quant_act_f16wg((uint16_t *)b, mult, px.g, n, K, st));
+            pair_ok(matmul_w4wg(out.g, part, (uint16_t *)b, mult, &wg, n, wcfg, splits, st));
+            warps = wcfg; /* printed as w */
         } else if (mma_tiles2 != 0 && int4) {
             pair_ok(matmul_quant_act_f16((uint16_t *)b, mult, px.g, n, K, st));
             pair_ok(
@@ -1745,11 +1758,13 @@ static void case_mma_gemm_d(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warp
             pair_ok(matmul_fp8_mma(out.g, part, b, mult, &wg, n, warps, splits, st));
         }
     }
-    char xb[16] = "";
+    char xb[24] = "";
     if (mma_xgemv)
         snprintf(xb, sizeof xb, " b%d", mma_xblocks);
     if (mma_tiles2 && int4 && warps > 0)
         snprintf(xb, sizeof xb, " mma2 t%d", mma_tiles2);
+    if (mma_wg && int4 && warps >= 0)
+        snprintf(xb, sizeof xb, " w4wg cfg%d", warps);
     snprintf(shape, sizeof shape, "%s %s%s n %d N %lld K %lld w%d s%d d%d%s seed %llu",
              pd_wfmt_name(fmt), mma_xgemv ? (int4 ? "w4gemv " : "w8gemv ") : "", what, n,
              (long long)N, (long long)K, warps, splits, depth, xb, (unsigned long long)seed);
@@ -3575,6 +3590,50 @@ static void cases_matmul(void)
 
     cases_xgemv(false);
     cases_int4_mma2();
+    cases_w4wg();
+}
+
+/* matmul_w4wg (session 10, wgmma): each configuration forced at fixture shapes (rows past N in
+ * the last block, a partial last stage, K splits, n not a multiple of 8, several token tiles per
+ * grid), its plan at the 8B shapes (fixed seeds 401..), and the backend route (the default for
+ * tiled INT4 at n >= 17 where usable). */
+static void cases_w4wg(void)
+{
+    const pd_wfmt_t i4 = PD_WFMT_INT4;
+    mma_wg = 1; /* cfg 0: 256 rows x 64 tokens, 2 groups per stage */
+    case_mma_gemm(i4, 17, 256, 1024, 1, 1, 401, "forced");
+    case_mma_gemm(i4, 64, 288, 640, 1, 2, 402, "forced");
+    case_mma_gemm(i4, 40, 512, 1280, 1, 3, 403, "forced");
+    case_mma_gemm(i4, 100, 256, 512, 1, 1, 404, "forced");
+    case_mma_gemm(i4, 1, 96, 384, 1, 1, 405, "forced");
+    mma_wg = 2; /* cfg 1: 128 x 128 */
+    case_mma_gemm(i4, 65, 320, 640, 1, 1, 406, "forced");
+    case_mma_gemm(i4, 128, 160, 1024, 1, 2, 407, "forced");
+    mma_wg = 3; /* cfg 2: 128 x 256 */
+    case_mma_gemm(i4, 129, 256, 768, 1, 1, 408, "forced");
+    case_mma_gemm(i4, 256, 224, 1024, 1, 3, 409, "forced");
+    case_mma_gemm(i4, 200, 96, 384, 1, 1, 410, "forced");
+    mma_wg = -1;
+    case_mma_gemm(i4, 48, 1024, 2048, 1, 1, 411, "plan");
+    if (!small_only) {
+        case_mma_gemm(i4, 64, 28672, 4096, 1, 1, 412, "plan 8B gate_up");
+        case_mma_gemm(i4, 64, 4096, 14336, 1, 1, 413, "plan 8B down");
+        case_mma_gemm(i4, 64, 6144, 4096, 1, 1, 414, "plan 8B qkv");
+        case_mma_gemm(i4, 64, 4096, 4096, 1, 1, 415, "plan 8B o");
+        case_mma_gemm(i4, 33, 6144, 4096, 1, 1, 416, "plan 8B qkv");
+        case_mma_gemm(i4, 128, 4096, 4096, 1, 1, 417, "plan 8B o");
+        case_mma_gemm(i4, 256, 4096, 14336, 1, 1, 418, "plan 8B down");
+    }
+    mma_wg = 0;
+    /* activations past the f16 range: the per-token power-of-two scaling */
+    mma_x_scale = 65536.0f;
+    mma_wg = 1;
+    case_mma_gemm(i4, 24, 256, 1024, 1, 2, 419, "|x| ~ 2^16");
+    mma_wg = 0;
+    mma_x_scale = 1.0f;
+    /* the backend route (default for tiled INT4 at n 17..256) */
+    case_mma_gemm(i4, 48, 1024, 2048, 0, 0, 420, "default op n 48");
+    case_mma_gemm(i4, 177, 512, 1024, 0, 0, 421, "default op n 177");
 }
 
 /* matmul_int4_mma2 (session 6): forced plans at fixture shapes (token tiles 1..8, 4 / 8 warps,
@@ -3743,6 +3802,10 @@ int main(void)
     if (getenv("PD_GPU_TEST_MOE") && atoi(getenv("PD_GPU_TEST_MOE"))) {
         /* the MoE cases alone (quick device rounds; PD_GPU_TEST_SMALL=1 drops the Qwen shapes) */
         cases_moe();
+        return finish();
+    }
+    if (getenv("PD_GPU_TEST_W4WG") && atoi(getenv("PD_GPU_TEST_W4WG"))) {
+        cases_w4wg(); /* the matmul_w4wg cases alone (quick device rounds) */
         return finish();
     }
     if (getenv("PD_GPU_TEST_MMA2") && atoi(getenv("PD_GPU_TEST_MMA2"))) {

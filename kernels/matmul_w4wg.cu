@@ -1,0 +1,508 @@
+/* matmul_w4wg: the INT4 GEMM of the decode batches (n = 1 .. MATMUL_W4WG_MAX_N tokens) on
+ * Hopper's warpgroup tensor-core instruction (wgmma, sm_90a), for tiled INT4 weights (matmul.h's
+ * tiled layout, made at upload). matmul.h declares it; issue 11 asks for an INT4 tensor-core GEMM
+ * for n 9..256 within 1.3x of the FP8 GEMM, and the batch-64 decode step is mostly this GEMM.
+ *
+ * Numerics: those of matmul_int4_mma (matmul.cu): the weights dequantized in registers to
+ * w' = (q - z) * (s * 2^4) in f16 (q - z exact, one rounding for the product), the activations
+ * x * 2^-e per token rounded to f16, products accumulated in f32, the epilogue multiplying
+ * 2^(e - 4) back. Only the summation order differs.
+ *
+ * Why wgmma: the mma.sync kernels issue one m16n8k16 per 8 tokens x 16 rows and run issue /
+ * latency bound at n 64 (docs/performance.md, session 6 / 8 ncu: 4.75 cycles per issue, 36% SM).
+ * One wgmma m64n64k16 does the work of 32 of them, with the same dequantized A fragments (the
+ * register A operand of wgmma is, per warp, the mma.sync m16n8k16 A fragment of its 16 rows),
+ * so the dequantization of a 64-row x 16-column weight tile is shared by 64 tokens per
+ * instruction.
+ *
+ * The block (384 threads): warps 0-7 are two consumer warpgroups (232 registers each thread,
+ * setmaxnreg), warps 8-11 the producer warpgroup (40; only its first lane works). A block
+ * takes R = 128 MT weight rows (consumer warpgroup c: the m64 tiles c MT .. c MT + MT - 1) and
+ * 64 NT tokens (token tiles of 64: one wgmma n64 each) over its split of K, in stages of GPS
+ * groups of 128 columns. The producer's lane 0 copies each stage with 1-D bulk copies (TMA,
+ * cp.async.bulk) that complete on the stage's "full" mbarrier: per 32-row block the tiled data
+ * (2048 bytes per group), scales (64) and zeros (32) runs, contiguous across groups in the tiled
+ * layout; per token tile the activation image (16 KiB per group, below). Consumers wait on
+ * "full", each warp reads its rows' 16-byte weight pieces from shared memory, dequantizes them
+ * (mma.cuh's mma_nib_qz: 9 instructions per 8 weights, then the scale) into A fragments, issues
+ * 8 k16 steps x NT wgmma with B (the activations) read from shared memory by descriptor, and
+ * after the stage's last wgmma has completed (wgmma.wait_group 0) arrives on the stage's "empty"
+ * mbarrier, which the producer waits on before it refills the stage. Within a stage two A
+ * buffers alternate (wait_group 1), so a warp dequantizes the next tile while its previous
+ * wgmma runs; across stages the other warpgroup keeps the tensor cores busy.
+ *
+ * The activation image (matmul_quant_act_f16wg writes it): token tiles of 64 rows (rows past n
+ * zeros), per (tile, group) 16384 bytes = 2 column blocks of 64 rows x 128 bytes (64 f16), the
+ * 16-byte chunk c of row r stored at chunk c ^ (r % 8) (the 128-byte swizzle wgmma's K-major
+ * descriptors read). Column block cb holds k16 steps 4 cb .. 4 cb + 3, 32 bytes each; slot k
+ * (0..15) of step s holds the group's column P(s, k) = 32 (k % 8 / 2) + 8 (s / 2) + 2 (s % 2) +
+ * k / 8 + 4 (k % 2), the column that mma_nib_qz puts at A fragment slot k of step s for the
+ * lane (k % 8 / 2) that loaded it (the tiled layout: lane tq holds columns 32 tq .. 32 tq + 31).
+ */
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "kutil.cuh"
+#include "matmul.h"
+#include "mma.cuh"
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define W4WG__ON 1
+#else
+#define W4WG__ON 0
+#endif
+
+#define W4WG__THREADS 384  /* 2 consumer warpgroups + the producer warpgroup */
+#define W4WG__TILE_B 16384 /* activation image bytes per (64-token tile, group) */
+#define W4WG__BLK_B 2144   /* weight bytes per (32-row block, group): data, scales, zeros */
+
+/* ---- the activation image ---- */
+
+/* grid (ceil(n / 64) * 64), block 256: row t of the image (zeros past n) and mult[t] (t < n) =
+ * 2^e / MMA_WSHIFT, x (n, K) f32, K % 128 == 0. */
+static __global__ void __launch_bounds__(256)
+    matmul__quant_act_f16wg(uint4 *xw, float *mult, const float *x, int n, int64_t K)
+{
+    __shared__ float red[32];
+    const int t = blockIdx.x, tt = t / 64, r = t % 64;
+    const int64_t ng = K / 128;
+    uint4 *base = xw + (size_t)tt * ng * (W4WG__TILE_B / 16);
+    if (t >= n) {
+        for (int64_t d = threadIdx.x; d < K / 8; d += blockDim.x) {
+            const int64_t g = d / 16, cb = (d % 16) / 8, c = d % 8;
+            base[g * (W4WG__TILE_B / 16) + cb * 512 + r * 8 + (c ^ (r % 8))] =
+                make_uint4(0u, 0u, 0u, 0u);
+        }
+        return;
+    }
+    const float *xi = x + (size_t)t * K;
+    const float amax = kutil_block_max(mma_act_amax(xi, K, threadIdx.x, blockDim.x), red);
+    const int e = mma_act_exp(amax);
+    const float inv = ldexpf(1.0f, -e);
+    for (int64_t d = threadIdx.x; d < K / 8; d += blockDim.x) {
+        /* chunk d: group g, column block cb, chunk c = steps 4 cb + c / 2, slots 8 (c % 2) .. */
+        const int64_t g = d / 16;
+        const int cb = (int)(d % 16) / 8, c = (int)(d % 8);
+        const int s = 4 * cb + c / 2, hi = c % 2;
+        const float *xg = xi + g * 128 + 8 * (s / 2) + 2 * (s % 2) + hi;
+        uint32_t o[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) { /* slots m = 2 j (tq j, e 0) and 2 j + 1 (e 1) */
+            const float lo = __ldg(xg + 32 * j) * inv, up = __ldg(xg + 32 * j + 4) * inv;
+            o[j] = (uint32_t)__half_as_ushort(__float2half_rn(lo)) |
+                   ((uint32_t)__half_as_ushort(__float2half_rn(up)) << 16);
+        }
+        base[g * (W4WG__TILE_B / 16) + cb * 512 + r * 8 + (c ^ (r % 8))] =
+            make_uint4(o[0], o[1], o[2], o[3]);
+    }
+    if (threadIdx.x == 0)
+        mult[t] = ldexpf(1.0f, e) / MMA_WSHIFT;
+}
+
+/* ---- the GEMM ---- */
+
+/* bytes of one stage: the activation tiles first (1024-aligned for the swizzle), then per 32-row
+ * block its data, then all scales, then all zeros */
+template <int MT, int NT, int GPS> struct w4wg__cfg {
+    static constexpr int R = 128 * MT, BLKS = R / 32;
+    static constexpr int ACT = NT * GPS * W4WG__TILE_B;
+    static constexpr int DATA = ACT, SC = DATA + BLKS * GPS * 2048, ZR = SC + BLKS * GPS * 64;
+    static constexpr int STAGE = (ZR + BLKS * GPS * 32 + 1023) / 1024 * 1024;
+};
+
+#if W4WG__ON
+static __device__ __forceinline__ void w4wg__bar_init(uint32_t a, int count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(a), "r"(count) : "memory");
+}
+static __device__ __forceinline__ void w4wg__bar_arrive(uint32_t a)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(a) : "memory");
+}
+static __device__ __forceinline__ void w4wg__bar_expect(uint32_t a, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(a), "r"(bytes)
+                 : "memory");
+}
+static __device__ __forceinline__ void w4wg__bar_wait(uint32_t a, uint32_t parity)
+{
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(a), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+/* bytes (a multiple of 16) from global src to shared dst, completing on the mbarrier at bar */
+static __device__ __forceinline__ void w4wg__bulk(uint32_t dst, const void *src, uint32_t bytes,
+                                                  uint32_t bar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
+                 "%2, [%3];\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+static __device__ __forceinline__ uint64_t w4wg__desc(uint32_t addr)
+{
+    /* K-major, 128-byte swizzle: leading byte offset 16 (unused), stride 1024 (8 rows) */
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(16 >> 4) << 16) |
+           ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+}
+/* d (64 x 64 f32, wgmma accumulator layout) += A (64 x 16 f16, registers: per warp the mma.sync
+ * m16n8k16 A fragment of its 16 rows) B (16 x 64 f16, shared memory, K-major) */
+static __device__ __forceinline__ void w4wg__mma(float (&d)[32], const uint32_t (&a)[4],
+                                                 uint64_t db)
+{
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
+        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, "
+        "%36, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+static __device__ __forceinline__ void w4wg__fence()
+{
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+static __device__ __forceinline__ void w4wg__commit()
+{
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N> static __device__ __forceinline__ void w4wg__wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/* the registers stay live (and unmoved) up to here: an async wgmma may still read them */
+static __device__ __forceinline__ void w4wg__keep(uint32_t (&a)[8][4])
+{
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            asm volatile("" : "+r"(a[i][k])::"memory");
+}
+
+/* A fragments of the 8 k16 steps of one group for a warp's 16 rows (h 0: row gq, 1: row gq + 8):
+ * q[h] the lane's 16 bytes of the row (tiled piece), s[h] bf16 scale bits, z[h] zero point;
+ * the operations of mma_int4_group (mma.cuh), the same values */
+static __device__ __forceinline__ void w4wg__dequant(uint32_t (&A)[8][4], const uint4 (&q)[2],
+                                                     const uint32_t (&s)[2], const uint32_t (&z)[2])
+{
+    uint32_t sc[2], zl[2], zh[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const uint32_t s16 = (uint32_t)__half_as_ushort(
+            __float2half_rn(kutil_bf16_to_f32((uint16_t)s[h]) * MMA_WSHIFT));
+        sc[h] = s16 * 0x10001u;
+        zl[h] = mma_zl(z[h]);
+        zh[h] = mma_zh(z[h]);
+    }
+#pragma unroll
+    for (int w = 0; w < 4; w++) {
+        uint32_t a[2][4];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const uint32_t u = w == 0 ? q[h].x : w == 1 ? q[h].y : w == 2 ? q[h].z : q[h].w;
+            mma_nib_qz(a[h], u, zl[h], zh[h]);
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                a[h][j] = mma_hmul2(a[h][j], sc[h]);
+        }
+        A[2 * w][0] = a[0][0], A[2 * w][1] = a[1][0], A[2 * w][2] = a[0][1], A[2 * w][3] = a[1][1];
+        A[2 * w + 1][0] = a[0][2], A[2 * w + 1][1] = a[1][2], A[2 * w + 1][2] = a[0][3],
+                  A[2 * w + 1][3] = a[1][3];
+    }
+}
+#endif /* W4WG__ON */
+
+/* grid (ceil(n / (64 NT)), ceil(N / (128 MT)), S), block W4WG__THREADS, dynamic shared memory
+ * NS * STAGE + 1024 (alignment) + 16 NS (barriers). out: S == 1: (n, N) f32, else partial sums
+ * (S, n, N) f32; xw the activation image, mult (n) f32; wd / wsc / wz tiled INT4 data, bf16
+ * scales, zeros (N % 32 == 0, K % 128 == 0); gps groups per split (split z: groups
+ * [z gps, min((z + 1) gps, K / 128))). */
+template <int MT, int NT, int GPS, int NS>
+static __global__ void __launch_bounds__(W4WG__THREADS, 1)
+    matmul__w4wg(float *out, const uint8_t *xw, const float *mult, const uint8_t *wd,
+                 const uint16_t *wsc, const uint8_t *wz, int n, int64_t N, int64_t K, int gps)
+{
+#if W4WG__ON
+    using C = w4wg__cfg<MT, NT, GPS>;
+    extern __shared__ uint8_t w4wg__sm[];
+    const uint32_t sm0 = ((uint32_t)__cvta_generic_to_shared(w4wg__sm) + 1023u) & ~1023u;
+    const uint32_t bars = sm0 + NS * C::STAGE; /* full[NS], then empty[NS] */
+    uint8_t *smg = w4wg__sm + (sm0 - (uint32_t)__cvta_generic_to_shared(w4wg__sm));
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int ng = (int)(K / 128), nblk = (int)(N / 32), n_img = (n + 63) / 64;
+    const int gb = blockIdx.z * gps, ge = min(ng, gb + gps), nG = ge - gb;
+    const int nst = (nG + GPS - 1) / GPS;
+    const int64_t row0 = (int64_t)blockIdx.y * C::R;
+    const int tile0 = blockIdx.x * NT;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < NS; s++) {
+            w4wg__bar_init(bars + 8 * s, 1);
+            w4wg__bar_init(bars + 8 * (NS + s), 8);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (warp >= 8) { /* the producer warpgroup: lane 0 of warp 8 copies, the rest retire */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        if (warp != 8 || lane != 0)
+            return;
+        for (int i = 0; i < nst; i++) {
+            const int s = i % NS;
+            if (i >= NS)
+                w4wg__bar_wait(bars + 8 * (NS + s), (uint32_t)((i / NS - 1) & 1));
+            const int g0 = gb + i * GPS, gn = min(GPS, ge - g0);
+            const int64_t blk0 = row0 / 32;
+            const int nb = (int)min((int64_t)C::BLKS, (int64_t)nblk - blk0);
+            const int nt = min(NT, n_img - tile0);
+            const uint32_t full = bars + 8 * s, st = sm0 + s * C::STAGE;
+            w4wg__bar_expect(full, (uint32_t)(nt * gn * W4WG__TILE_B + nb * gn * W4WG__BLK_B));
+            for (int j = 0; j < nt; j++)
+                w4wg__bulk(st + j * GPS * W4WG__TILE_B,
+                           xw + ((size_t)(tile0 + j) * ng + g0) * W4WG__TILE_B,
+                           (uint32_t)(gn * W4WG__TILE_B), full);
+            for (int b = 0; b < nb; b++) {
+                const size_t tg = (size_t)(blk0 + b) * ng + g0;
+                w4wg__bulk(st + C::DATA + b * GPS * 2048, wd + tg * 2048, (uint32_t)(gn * 2048),
+                           full);
+                w4wg__bulk(st + C::SC + b * GPS * 64, (const uint8_t *)wsc + tg * 64,
+                           (uint32_t)(gn * 64), full);
+                w4wg__bulk(st + C::ZR + b * GPS * 32, wz + tg * 32, (uint32_t)(gn * 32), full);
+            }
+        }
+        return;
+    }
+
+    /* consumers: warpgroup cw, warp wq in it; m64 tile mt of the warpgroup is the block's tile
+     * cw MT + mt, this warp's 16 rows of it are 32-row block 2 (cw MT + mt) + wq / 2, half wq % 2
+     */
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    const int cw = warp >> 2, wq = warp & 3, gq = lane >> 2, tq = lane & 3;
+    float acc[MT][NT][32];
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 32; e++)
+                acc[m][j][e] = 0.0f;
+    constexpr int NB = GPS * MT >= 2 ? 2 : 1; /* A buffers */
+    uint32_t A[NB][8][4];
+    for (int i = 0; i < nst; i++) {
+        const int s = i % NS;
+        w4wg__bar_wait(bars + 8 * s, (uint32_t)((i / NS) & 1));
+        const int gn = min(GPS, nG - i * GPS);
+        const uint8_t *st = smg + s * C::STAGE;
+        const uint32_t sta = sm0 + s * C::STAGE;
+#pragma unroll
+        for (int gl = 0; gl < GPS; gl++) {
+            if (gl >= gn)
+                break;
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                const int u = gl * MT + m, b = u % NB; /* A buffer */
+                if (u >= NB) {
+                    w4wg__wait<NB - 1>(); /* the wgmma of use u - NB (buffer b) has completed */
+                    w4wg__keep(A[b]);
+                }
+                const int bl = 2 * (cw * MT + m) + (wq >> 1), hr = wq & 1;
+                const uint8_t *wp = st + C::DATA + (bl * GPS + gl) * 2048;
+                uint4 q[2];
+                uint32_t sv[2], zv[2];
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int rr = 16 * hr + 8 * h + gq;
+                    q[h] = *(const uint4 *)(wp + ((2 * hr + h) * 32 + lane) * 16);
+                    sv[h] = *(const uint16_t *)(st + C::SC + (bl * GPS + gl) * 64 + rr * 2);
+                    zv[h] = st[C::ZR + (bl * GPS + gl) * 32 + rr];
+                }
+                w4wg__dequant(A[b], q, sv, zv);
+                w4wg__fence();
+#pragma unroll
+                for (int k = 0; k < 8; k++)
+#pragma unroll
+                    for (int j = 0; j < NT; j++)
+                        w4wg__mma(acc[m][j], A[b][k],
+                                  w4wg__desc(sta + (j * GPS + gl) * W4WG__TILE_B + (k >> 2) * 8192 +
+                                             (k & 3) * 32));
+                w4wg__commit();
+            }
+        }
+        w4wg__wait<0>(); /* the stage's wgmma are done with its shared memory */
+#pragma unroll
+        for (int b = 0; b < NB; b++)
+            w4wg__keep(A[b]);
+        __syncwarp();
+        if (lane == 0)
+            w4wg__bar_arrive(bars + 8 * (NS + s));
+    }
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 32; e++)
+                asm volatile("" : "+f"(acc[m][j][e])::"memory");
+
+    float *o = out + (size_t)blockIdx.z * n * N;
+#pragma unroll
+    for (int m = 0; m < MT; m++) {
+        const int64_t rb = row0 + (cw * MT + m) * 64 + 16 * wq + gq;
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int c8 = 0; c8 < 8; c8++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int t = (tile0 + j) * 64 + 8 * c8 + 2 * tq + e;
+                    if (t >= n)
+                        continue;
+                    const float mu = mult[t];
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int64_t row = rb + 8 * h;
+                        if (row < N)
+                            o[(size_t)t * N + row] = acc[m][j][4 * c8 + 2 * h + e] * mu;
+                    }
+                }
+    }
+#else
+    __trap(); /* not built for sm_90a: matmul_w4wg_usable() said no */
+#endif
+}
+
+/* ---- launchers ---- */
+
+extern "C" bool matmul_w4wg_usable(void)
+{
+#ifdef PD_CUDA_HAVE_SM90A
+    static int cc[32]; /* 0: not read yet; major * 10 + minor */
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 32)
+        return false;
+    if (!cc[dev]) {
+        int ma = 0, mi = 0;
+        if (cudaDeviceGetAttribute(&ma, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&mi, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+            return false;
+        cc[dev] = ma * 10 + mi;
+    }
+    return cc[dev] == 90;
+#else
+    return false;
+#endif
+}
+
+extern "C" size_t matmul_w4wg_act_bytes(int n, int64_t K)
+{
+    return (size_t)((n + 63) / 64) * 64 * (size_t)K * 2;
+}
+
+extern "C" pd_status_t matmul_quant_act_f16wg(uint16_t *xw, float *mult, const float *x, int n,
+                                              int64_t K, cudaStream_t stream)
+{
+    KUTIL_REQUIRE(n >= 0 && K > 0 && K % 128 == 0 && ((uintptr_t)xw & 15) == 0,
+                  "matmul_quant_act_f16wg");
+    if (n == 0)
+        return PD_OK;
+    matmul__quant_act_f16wg<<<(unsigned)((n + 63) / 64 * 64), 256, 0, stream>>>((uint4 *)xw, mult,
+                                                                                x, n, K);
+    return KUTIL_LAUNCHED("matmul_quant_act_f16wg");
+}
+
+/* The configurations (matmul.h: cfg): 0 = MT 2, NT 1 (256 rows x 64 tokens, 2 groups per
+ * stage, 3 stages), 1 = MT 1, NT 2 (128 x 128, 1 group, 4 stages), 2 = MT 1, NT 4 (128 x 256,
+ * 1 group, 3 stages). */
+template <int MT, int NT, int GPS, int NS>
+static void w4wg__launch(float *dst, const uint16_t *xw, const float *mult, const pd_weight_t *w,
+                         int n, int splits, int gps, cudaStream_t stream)
+{
+    using C = w4wg__cfg<MT, NT, GPS>;
+    const int smem = NS * C::STAGE + 1024 + 16 * NS;
+    static bool attr;
+    if (!attr) {
+        cudaFuncSetAttribute(matmul__w4wg<MT, NT, GPS, NS>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        attr = true;
+    }
+    const dim3 grid((unsigned)((n + 64 * NT - 1) / (64 * NT)), (unsigned)((w->n + C::R - 1) / C::R),
+                    (unsigned)splits);
+    matmul__w4wg<MT, NT, GPS, NS><<<grid, W4WG__THREADS, smem, stream>>>(
+        dst, (const uint8_t *)xw, mult, (const uint8_t *)w->data, (const uint16_t *)w->scales,
+        (const uint8_t *)w->zeros, n, w->n, w->k, gps);
+}
+
+static int w4wg__rows(int cfg)
+{
+    return cfg == 0 ? 256 : 128;
+}
+static int w4wg__tokens(int cfg)
+{
+    return cfg == 0 ? 64 : cfg == 1 ? 128 : 256;
+}
+
+/* The split count for cfg at (n, N, K) on n_sm SMs: the fewest waves of blocks times the groups
+ * each block walks (plus a fixed cost of ~3 groups per block: fill and epilogue), and the
+ * partial sums' extra pass (S + 1) n N f32 at ~3 TB/s in the same units (one group ~0.5 us). */
+extern "C" void matmul_w4wg_plan(int n, int64_t N, int64_t K, int n_sm, int *cfg_p, int *splits_p)
+{
+    const int cfg = n <= 64 ? 0 : n <= 128 ? 1 : 2;
+    const int64_t ng = K / 128;
+    const int64_t blocks = (N + w4wg__rows(cfg) - 1) / w4wg__rows(cfg) *
+                           ((n + w4wg__tokens(cfg) - 1) / w4wg__tokens(cfg));
+    const double grp_us = cfg == 0 ? 0.6 : cfg == 1 ? 0.6 : 1.1;
+    double best = 1e30;
+    int bs = 1;
+    for (int S = 1; S <= 16 && S <= ng; S++) {
+        const int64_t gps = (ng + S - 1) / S;
+        if ((S - 1) * gps >= ng)
+            continue;
+        const int64_t waves = (blocks * S + n_sm - 1) / (n_sm > 0 ? n_sm : 1);
+        double t = (double)waves * (double)(gps + 3) * grp_us;
+        if (S > 1)
+            t += 3.0 + (double)(S + 1) * n * N * 4 / 3e12 * 1e6;
+        if (t < best - 1e-9)
+            best = t, bs = S;
+    }
+    *cfg_p = cfg;
+    *splits_p = bs;
+}
+
+extern "C" pd_status_t matmul_w4wg(float *out, float *part, const uint16_t *xw, const float *mult,
+                                   const pd_weight_t *w, int n, int cfg, int splits,
+                                   cudaStream_t stream)
+{
+    KUTIL_REQUIRE(w->fmt == PD_WFMT_INT4 && w->k % 128 == 0 && w->n > 0 && w->n % 32 == 0,
+                  "matmul_w4wg");
+    KUTIL_REQUIRE(n >= 0 && n <= MATMUL_W4WG_MAX_N && cfg >= 0 && cfg <= 2 && splits >= 1 &&
+                      (splits == 1 || part),
+                  "matmul_w4wg");
+    if (!matmul_w4wg_usable())
+        return PD_ERR_UNSUPPORTED;
+    if (n == 0)
+        return PD_OK;
+    const int ng = (int)(w->k / 128), gps = (ng + splits - 1) / splits;
+    KUTIL_REQUIRE((splits - 1) * gps < ng, "matmul_w4wg splits");
+    float *dst = splits > 1 ? part : out;
+    if (cfg == 0)
+        w4wg__launch<2, 1, 2, 3>(dst, xw, mult, w, n, splits, gps, stream);
+    else if (cfg == 1)
+        w4wg__launch<1, 2, 1, 4>(dst, xw, mult, w, n, splits, gps, stream);
+    else
+        w4wg__launch<1, 4, 1, 3>(dst, xw, mult, w, n, splits, gps, stream);
+    pd_status_t st = KUTIL_LAUNCHED("matmul_w4wg");
+    if (st != PD_OK || splits == 1)
+        return st;
+    return matmul_sum_parts(out, part, splits, (size_t)n * (size_t)w->n, stream);
+}
