@@ -675,8 +675,16 @@ static void rreq_reserve_done(void *arg, int code, const char *msg, ProtobufCMes
     }
     if (resp)
         protobuf_c_message_free_unpacked(resp, NULL);
-    if (code == PD_GRPC_RESOURCE_EXHAUSTED || code == PD_GRPC_UNAVAILABLE ||
-        code == PD_GRPC_DEADLINE_EXCEEDED) {
+    if (code == PD_GRPC_DEADLINE_EXCEEDED) {
+        /* the call's timeout is the request's remaining time (rreq_remaining_ms), so this is the
+         * request's deadline, not a sign that the node is down. The client's timer runs on the
+         * loop's cached time, which lags the router's clock: the router's clock may still say
+         * "before the deadline" here, and must not send this request (or a node) elsewhere. */
+        router_request_finish(q, NULL, PD_ERR_DEADLINE,
+                              "deadline exceeded while reserving kv pages");
+        return;
+    }
+    if (code == PD_GRPC_RESOURCE_EXHAUSTED || code == PD_GRPC_UNAVAILABLE) {
         if (code != PD_GRPC_RESOURCE_EXHAUSTED)
             router__node_down(r, q->dnode, msg ? msg : "reserve failed");
         q->tried |= 1ull << (q->dnode - r->nodes);
@@ -862,8 +870,13 @@ static void rreq_prefill_done(void *arg, int code, const char *msg, ProtobufCMes
         rreq_reserve(q);
         return;
     }
-    if ((code == PD_GRPC_UNAVAILABLE || code == PD_GRPC_DEADLINE_EXCEEDED) &&
-        pd_clock_now_ms(&q->r->clock) < q->deadline_ms) {
+    if (code == PD_GRPC_DEADLINE_EXCEEDED) {
+        /* the request's deadline (the call's timeout is its remaining time; see
+         * rreq_reserve_done): no retry, and the prefill node is not marked down for it */
+        router_request_finish(q, NULL, PD_ERR_DEADLINE, "deadline exceeded in prefill");
+        return;
+    }
+    if (code == PD_GRPC_UNAVAILABLE && pd_clock_now_ms(&q->r->clock) < q->deadline_ms) {
         /* the prefill node died or the transfer failed: the reservation's pages may have been
          * partly written, so take a fresh one and retry on another prefill node */
         if (msg && strstr(msg, "decode node"))

@@ -21,8 +21,10 @@
  * - with a fake clock (router_set_clock; no sleeps): a prefill node that missed its reservation's
  *   lease (RESOURCE_EXHAUSTED) makes the router release that reservation and reserve again, and
  *   the request completes; the same answer after the request's deadline fails it without a retry;
- *   a request waiting for KV pages (Reserve: no free kv pages) ends with DEADLINE_EXCEEDED once
- *   its deadline passes on the clock.
+ *   Reserve or Prefill answering DEADLINE_EXCEEDED before the clock says the deadline passed ends
+ *   the request with DEADLINE_EXCEEDED and takes no node out of service; a request waiting for
+ *   KV pages (Reserve: no free kv pages) ends with DEADLINE_EXCEEDED once its deadline passes on
+ *   the clock.
  * Ends with every handle closed (uv_loop_close() == 0; run under -Dsanitize=true for leaks). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -129,6 +131,10 @@ static void fake_prefill(pd_grpc_call_t *call, const ProtobufCMessage *msg, void
                                    "prefill0: kv lease ended before the pages were written");
         return;
     }
+    if (strcmp(req->request_id, "prelate") == 0) {
+        pd_grpc_call_finish_status(call, PD_ERR_DEADLINE, "deadline exceeded");
+        return;
+    }
     n_prefill_ids = req->n_token_ids;
     memcpy(prefill_ids, req->token_ids,
            (req->n_token_ids < 64 ? req->n_token_ids : 64) * sizeof *prefill_ids);
@@ -149,6 +155,10 @@ static void fake_reserve(pd_grpc_call_t *call, const ProtobufCMessage *msg, void
     (void)user;
     assert_true(n <= 128);
     n_reserves++;
+    if (strcmp(req->request_id, "resvlate") == 0) { /* the request's deadline, seen early */
+        pd_grpc_call_finish_status(call, PD_ERR_DEADLINE, "deadline exceeded");
+        return;
+    }
     if (strcmp(req->request_id, "nopages") == 0) {
         pd_grpc_call_finish_status(call, PD_NO_PAGES, "decode0: no free kv pages");
         return;
@@ -1002,6 +1012,25 @@ static void test_fake_clock_leases_and_deadlines(void **state)
     assert_int_equal(generate_wait(&g, "leaselate", 3), PD_GRPC_RESOURCE_EXHAUSTED);
     assert_int_equal(n_prefills, 1);
     assert_int_equal(n_reserves, 1);
+
+    /* DEADLINE_EXCEEDED from Reserve or Prefill while the router's clock still says "before the
+     * deadline" (the client's timer runs on the loop's cached time, behind the clock): the
+     * request ends with DEADLINE_EXCEEDED, and neither node is marked down for it (the CI's
+     * ThreadSanitizer cluster run once got UNAVAILABLE, "no decode node is available", here) */
+    n_prefills = n_reserves = 0;
+    assert_int_equal(generate_wait(&g, "resvlate", 3), PD_GRPC_DEADLINE_EXCEEDED);
+    assert_int_equal(n_reserves, 1);
+    assert_int_equal(n_prefills, 0);
+    assert_int_equal(generate_wait(&g, "afterresv", 3), 0);
+    assert_int_equal(g.n_tokens, 3);
+    n_prefills = n_reserves = releases = 0;
+    assert_int_equal(generate_wait(&g, "prelate", 3), PD_GRPC_DEADLINE_EXCEEDED);
+    assert_int_equal(n_prefills, 1);
+    assert_int_equal(n_reserves, 1);
+    run_until(&releases, 10000); /* its reservation is given back */
+    assert_int_equal(releases, 1);
+    assert_int_equal(generate_wait(&g, "afterpre", 3), 0);
+    assert_int_equal(g.n_tokens, 3);
 
     /* waiting for pages: retried until the deadline passes on the router's clock */
     n_reserves = 0;
