@@ -63,8 +63,12 @@
  * GEMV reads 256 contiguous bytes of a row per warp load) and runs only with PD_CUDA_XGEMV=all
  * (for measurements); PD_CUDA_XGEMV=0: no slice GEMV at all (the session-4 routing). */
 #define CUDA_XGEMV_MAX_N_INT4 4
-/* Tiled INT4 from this n up runs on the wgmma GEMM matmul_w4wg (session 10) where usable. */
-#define CUDA_W4WG_MIN_N 17
+/* Tiled INT4 from this n up runs on the wgmma GEMM matmul_w4wg (session 10) where usable.
+ * Its token tile is 64 wide, so its time barely changes from n 17 to 64, while matmul_int4_mma's
+ * grows with n: measured 2026-12-02 session 10 (gpu_bench w4wg, one H200, clean L2) gate_up
+ * 28672 x 4096 n 16: int4 mma 37.8 us, w4wg 43.0; n 32: 48.7 vs 43.8; the crossing, linear
+ * between them, is near n 25. */
+#define CUDA_W4WG_MIN_N 25
 
 /* Default of option pdl (programmatic dependent launch of the decode-path GEMVs, sm_90+). */
 #define CUDA_PDL_DEFAULT 1
