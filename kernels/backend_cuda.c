@@ -434,25 +434,30 @@ static pd_status_t cuda__matmul_int4_mma(cuda_t *c, float *out, const float *x,
                            c->stream);
 }
 
-/* Tiled INT4 on the wgmma GEMM (matmul_w4wg): act scratch = the activation image, mult (n) f32,
- * the partial sums. */
-static pd_status_t cuda__matmul_w4wg(cuda_t *c, float *out, const float *x, const pd_weight_t *w,
-                                     int n)
+/* Tiled INT4 on the wgmma GEMM (matmul_w4wg) for count weights of the same K on x (one: the
+ * matmul route; more: matmul_group): act scratch = the activation image, mult (n) f32, the
+ * partial sums. The plan is the one of a weight of the summed rows. */
+static pd_status_t cuda__matmul_w4wg(cuda_t *c, float *const *outs, const float *x,
+                                     const pd_weight_t *const *ws, int count, int n)
 {
     int cfg, splits;
-    matmul_w4wg_plan(n, w->n, w->k, c->n_sm, &cfg, &splits);
-    const size_t hb = (matmul_w4wg_act_bytes(n, w->k) + 255) / 256 * 256,
+    int64_t N = 0;
+    for (int i = 0; i < count; i++)
+        N += ws[i]->n;
+    const int64_t K = ws[0]->k;
+    matmul_w4wg_plan(n, N, K, c->n_sm, &cfg, &splits);
+    const size_t hb = (matmul_w4wg_act_bytes(n, K) + 255) / 256 * 256,
                  mb = ((size_t)n * 4 + 255) / 256 * 256;
-    const size_t pf = matmul_int4_mma_part_floats(n, w->n, splits);
+    const size_t pf = matmul_int4_mma_part_floats(n, N, splits);
     pd_status_t st = cuda__grow(c, &c->act, hb + mb + pf * 4);
     if (st != PD_OK)
         return st;
     uint16_t *xw = c->act.p;
     float *mult = (float *)((uint8_t *)c->act.p + hb);
     float *part = pf ? (float *)((uint8_t *)c->act.p + hb + mb) : NULL;
-    if ((st = matmul_quant_act_f16wg(xw, mult, x, n, w->k, c->stream)) != PD_OK)
+    if ((st = matmul_quant_act_f16wg(xw, mult, x, n, K, c->stream)) != PD_OK)
         return st;
-    return matmul_w4wg(out, part, xw, mult, w, n, cfg, splits, c->stream);
+    return matmul_w4wg_group(outs, part, xw, mult, ws, count, n, cfg, splits, c->stream);
 }
 
 /* Tiled INT4 at n 9..256 on matmul_int4_mma2 (two blocks per SM); scratch as above. */
@@ -642,7 +647,7 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
         return matmul_fp8_scale(out, xs, w->scales, n, N, c->stream);
     }
     if (c->int4_wg && cuda__int4_tiled(w) && n >= CUDA_W4WG_MIN_N && n <= MATMUL_W4WG_MAX_N)
-        return cuda__matmul_w4wg(c, out, x, w, n);
+        return cuda__matmul_w4wg(c, &out, x, &w, 1, n);
     if (c->int4_mma2 && cuda__int4_tiled(w) && n > 8 && n <= MATMUL_INT4_MMA_MAX_N)
         return cuda__matmul_int4_mma2(c, out, x, w, n);
     if (w->fmt == PD_WFMT_INT4 && (n > CUDA_GEMV_MAX_N_INT4 || cuda__int4_tiled(w)) &&
@@ -689,6 +694,42 @@ static void cuda_matmul(pd_backend_t *be, float *out, const float *x, const pd_w
 {
     cuda_t *c = cuda__get(be);
     cuda__note(c, cuda__matmul(c, out, x, w, n));
+}
+
+/* backend.h matmul_group: tiled INT4 weights of one K where cuda__matmul would run the slice
+ * GEMV or the wgmma GEMM for a weight of their summed rows run as one grouped launch of that
+ * kernel (its plan for the summed rows); anything else runs cuda__matmul per weight. */
+static pd_status_t cuda__matmul_group(cuda_t *c, float *const *outs, const float *x,
+                                      const pd_weight_t *const *ws, int count, int n)
+{
+    pd_status_t st;
+    bool grouped = count > 1 && count <= MATMUL_GROUP_MAX && n > 0;
+    pd_weight_t sum = *ws[0]; /* the plan's stand-in: the summed rows */
+    sum.n = 0;
+    for (int i = 0; grouped && i < count; i++) {
+        grouped = cuda__int4_tiled(ws[i]) && ws[i]->k == ws[0]->k;
+        sum.n += ws[i]->n;
+    }
+    if (grouped) {
+        int xp[4];
+        cuda__xgemv_plan(c, &sum, n, xp);
+        if (xp[0] > 0)
+            return matmul_w4gemv_group(outs, x, ws, count, n, xp[0], xp[1], xp[2], xp[3],
+                                       c->stream);
+        if (c->int4_wg && n >= CUDA_W4WG_MIN_N && n <= MATMUL_W4WG_MAX_N)
+            return cuda__matmul_w4wg(c, outs, x, ws, count, n);
+    }
+    for (int i = 0; i < count; i++)
+        if ((st = cuda__matmul(c, outs[i], x, ws[i], n)) != PD_OK)
+            return st;
+    return PD_OK;
+}
+
+static void cuda_matmul_group(pd_backend_t *be, float *const *outs, const float *x,
+                              const pd_weight_t *const *ws, int count, int n)
+{
+    cuda_t *c = cuda__get(be);
+    cuda__note(c, cuda__matmul_group(c, outs, x, ws, count, n));
 }
 
 /* FP8 matmul on activations the fused ops already quantized (backend.h matmul_fp8; xq (n, K)
@@ -1703,6 +1744,7 @@ static const pd_backend_ops_t cuda_ops = {
     .act_quant = cuda_act_quant,
     .set_option = cuda_set_option,
     .rope_kv_write = cuda_rope_kv_write,
+    .matmul_group = cuda_matmul_group,
     .qkv_rope_write = cuda_qkv_rope_write,
     .logits_process = cuda_logits_process,
     .bias_add = cuda_bias_add,
@@ -1726,6 +1768,7 @@ static void cuda__ops_plain_init(void)
     cuda_ops_plain.act_quant = NULL;
     cuda_ops_plain.matmul_silu_fp8 = NULL;
     cuda_ops_plain.qkv_rope_write = NULL;
+    cuda_ops_plain.matmul_group = NULL;
 }
 
 enum { CUDA__ENV_BF16 = 1, CUDA__ENV_FLASH = 2, CUDA__ENV_FUSED = 4, CUDA__ENV_ACCUM = 8 };

@@ -1169,15 +1169,32 @@ template <int MR> struct matmul__w4st {
     uint32_t z[MR][2];
 };
 
-/* grid (G <= N / (16 MR)), block 32 S (S <= 16), dynamic shared memory S * rs + 2 * S * MR *
- * 512 bytes (rs = matmul__w4_region(n, ups)). out (n, N) f32 = x (n, K) f32 @ W^T, n <= 8; wd /
- * wsc / wz the tiled INT4 data, bf16 scales and zeros (N % 32 == 0, K % 128 == 0). Block b takes
- * the row tiles b, b + G, ... of 16 MR rows, warp s the groups [s ups, min((s + 1) ups, K / 128))
- * of each. */
-template <int MR, int D>
+/* The weights of one matmul__w4gemv launch (matmul_w4gemv_group): segment i has the tiled INT4
+ * data, bf16 scales and zeros wd / wsc / wz of N[i] rows (N % 32 == 0, the same K), its results
+ * go to out[i] (n, N[i]); its row tiles are the launch's tiles [tend[i - 1], tend[i]) (tend[-1] =
+ * 0; entries past the group repeat the total). */
+struct matmul__w4segs {
+    const uint8_t *wd[MATMUL_GROUP_MAX];
+    const uint16_t *wsc[MATMUL_GROUP_MAX];
+    const uint8_t *wz[MATMUL_GROUP_MAX];
+    float *out[MATMUL_GROUP_MAX];
+    int64_t N[MATMUL_GROUP_MAX];
+    int tend[MATMUL_GROUP_MAX];
+};
+
+/* a0, a1 or a2 for a segment index i < MATMUL_GROUP_MAX (3) */
+#define MATMUL__PICK(i, a0, a1, a2) ((i) == 0 ? (a0) : (i) == 1 ? (a1) : (a2))
+
+/* grid (G <= the tiles of 16 MR rows), block 32 S (S <= 16), dynamic shared memory S * rs + 2 *
+ * S * MR * 512 bytes (rs = matmul__w4_region(n, ups)). For each weight of sg: out (n, N) f32 =
+ * x (n, K) f32 @ W^T, n <= 8 (K % 128 == 0). Block b takes the row tiles b, b + G, ... (over the
+ * weights one after the other), warp s the groups [s ups, min((s + 1) ups, K / 128)) of each.
+ * GROUP false: sg holds one weight and the segment lookups compile away (the same registers as
+ * before groups existed: 128 / 124 / 104; the grouped ones 128 / 126 / 104, no spills). */
+template <int MR, int D, bool GROUP>
 static __global__ void __launch_bounds__(512)
-    matmul__w4gemv(float *out, const float *x, const uint8_t *wd, const uint16_t *wsc,
-                   const uint8_t *wz, int n, int64_t N, int64_t K, int ups, int rs)
+    matmul__w4gemv(const matmul__w4segs sg, const float *x, int n, int64_t K,
+                   int ups, int rs)
 {
     extern __shared__ __align__(16) uint8_t matmul__smv[];
     constexpr int NA = MR * 4;
@@ -1188,24 +1205,39 @@ static __global__ void __launch_bounds__(512)
     uint8_t *xsm = matmul__smv + (size_t)warp * rs;
     float *sums = (float *)(xsm + (size_t)n * P);
     float *part = (float *)(matmul__smv + (size_t)S * rs);
-    const int ntiles = (int)(N / (16 * MR));
+    /* sg's fields as scalars: the lambdas below capture by reference, and a reference to the
+     * parameter struct would copy it to the stack */
+    const uint8_t *const wd0 = sg.wd[0], *const wd1 = sg.wd[1], *const wd2 = sg.wd[2];
+    const uint16_t *const ws0 = sg.wsc[0], *const ws1 = sg.wsc[1], *const ws2 = sg.wsc[2];
+    const uint8_t *const wz0 = sg.wz[0], *const wz1 = sg.wz[1], *const wz2 = sg.wz[2];
+    float *const out0 = sg.out[0], *const out1 = sg.out[1], *const out2 = sg.out[2];
+    const int64_t N0 = sg.N[0], N1 = sg.N[1], N2 = sg.N[2];
+    const int te0 = sg.tend[0], te1 = sg.tend[1], ntiles = sg.tend[MATMUL_GROUP_MAX - 1];
+    /* the segment of tile t and its first tile */
+    auto seg_of = [&](int t) { return !GROUP ? 0 : t < te0 ? 0 : t < te1 ? 1 : 2; };
+    auto seg_t0 = [&](int s) { return s == 0 ? 0 : s == 1 ? te0 : te1; };
     const int ntl =
         (int)blockIdx.x < ntiles ? (ntiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
     const int T = ntl * nU;
 
-    /* the load cursor: tile lt, group li of the slice; wb / sb its tile's bases for the lane */
+    /* the load cursor: tile lt, group li of the slice; wb / sb its tile's bases for the lane (the
+     * segment is found again from lt where needed: one register less than keeping it) */
     int lt = blockIdx.x, li = 0;
-    const uint8_t *wb = wd;
+    const uint8_t *wb = wd0;
     size_t sb = 0;
     auto base = [&](int t) {
-        const int64_t row0 = (int64_t)t * 16 * MR, blk = row0 / 32;
+        const int ls = seg_of(t);
+        const int64_t row0 = (int64_t)(t - seg_t0(ls)) * 16 * MR, blk = row0 / 32;
         const int half = (int)((row0 % 32) / 16);
-        wb = wd + (size_t)blk * nu * 2048 + (size_t)(2 * half * 32 + lane) * 16;
+        wb = MATMUL__PICK(ls, wd0, wd1, wd2) + (size_t)blk * nu * 2048 + (size_t)(2 * half * 32 + lane) * 16;
         sb = (size_t)blk * nu * 32 + 2 * half * 8 + gq;
     };
     base(lt);
     auto load = [&](matmul__w4st<MR> &st) {
         const size_t u = (size_t)(ub + li);
+        const int ls = seg_of(lt);
+        const uint16_t *wsc = MATMUL__PICK(ls, ws0, ws1, ws2);
+        const uint8_t *wz = MATMUL__PICK(ls, wz0, wz1, wz2);
 #pragma unroll
         for (int r = 0; r < MR; r++)
 #pragma unroll
@@ -1312,7 +1344,9 @@ static __global__ void __launch_bounds__(512)
                 acc[r][i] = 0.0f;
             }
         if (matmul__tile_sum<NA>(fa, part, jt & 1, warp, lane)) {
-            const int64_t row0 = (int64_t)ct * 16 * MR;
+            const int cs = seg_of(ct);
+            const int64_t row0 = (int64_t)(ct - seg_t0(cs)) * 16 * MR, N = MATMUL__PICK(cs, N0, N1, N2);
+            float *out = MATMUL__PICK(cs, out0, out1, out2);
 #pragma unroll
             for (int i = 0; i < 2; i++) {
                 const int t = 2 * tq + i;
@@ -1519,6 +1553,8 @@ static __global__ void __launch_bounds__(512)
 /* grid-stride over (n, N): out = sum over s of part (S, n, N) f32, in order s = 0 .. S-1 */
 static __global__ void matmul__sum_parts(float *out, const float *part, int S, size_t total)
 {
+    kutil_pdl_wait(); /* PDL-launched (kutil.cuh): part and out belong to the kernels around */
+    kutil_pdl_trigger();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
         float v = part[i];
@@ -1788,7 +1824,8 @@ extern "C" pd_status_t matmul_int4_mma(float *out, float *part, const uint16_t *
     if (st != PD_OK || splits == 1)
         return st;
     const size_t total = (size_t)n * (size_t)w->n;
-    matmul__sum_parts<<<matmul__grid(total, 256), 256, 0, stream>>>(out, part, splits, total);
+    kutil_launch_pdl(matmul__sum_parts, dim3(matmul__grid(total, 256)), dim3(256), 0, stream, out,
+                     part, splits, total);
     return KUTIL_LAUNCHED("matmul_int4_mma sum");
 }
 
@@ -1885,7 +1922,8 @@ extern "C" pd_status_t matmul_int4_mma2(float *out, float *part, const uint16_t 
     if (st != PD_OK || splits == 1)
         return st;
     const size_t total = (size_t)n * (size_t)w->n;
-    matmul__sum_parts<<<matmul__grid(total, 256), 256, 0, stream>>>(out, part, splits, total);
+    kutil_launch_pdl(matmul__sum_parts, dim3(matmul__grid(total, 256)), dim3(256), 0, stream, out,
+                     part, splits, total);
     return KUTIL_LAUNCHED("matmul_int4_mma2 sum");
 }
 
@@ -1939,7 +1977,8 @@ extern "C" pd_status_t matmul_fp8_mma(float *out, float *part, const uint8_t *xq
     if (st != PD_OK || splits == 1)
         return st;
     const size_t total = (size_t)n * (size_t)w->n;
-    matmul__sum_parts<<<matmul__grid(total, 256), 256, 0, stream>>>(out, part, splits, total);
+    kutil_launch_pdl(matmul__sum_parts, dim3(matmul__grid(total, 256)), dim3(256), 0, stream, out,
+                     part, splits, total);
     return KUTIL_LAUNCHED("matmul_fp8_mma sum");
 }
 
@@ -2240,46 +2279,79 @@ extern "C" void matmul_w8gemv_plan(int n, int64_t N, int64_t K, int n_sm, int *r
     matmul__xg_plan(true, n, N, K, n_sm, rows_p, slices_p, depth_p, blocks_p);
 }
 
-template <int MR, int D>
-static void matmul__w4gemv_launch(float *out, const float *x, const pd_weight_t *w, int n, int S,
-                                  int G, int ups, int rs, size_t smem, cudaStream_t stream)
+template <int MR, int D, bool GROUP>
+static void matmul__w4gemv_go(const matmul__w4segs &sg, const float *x, int n, int64_t K, int S,
+                              int G, int ups, int rs, size_t smem, cudaStream_t stream)
 {
     static bool attr;
     if (!attr) {
-        cudaFuncSetAttribute(matmul__w4gemv<MR, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             MATMUL__SMEM_MAX);
+        cudaFuncSetAttribute(matmul__w4gemv<MR, D, GROUP>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, MATMUL__SMEM_MAX);
         attr = true;
     }
-    kutil_launch_pdl(matmul__w4gemv<MR, D>, dim3((unsigned)G), dim3(32u * S), smem, stream, out, x,
-                     (const uint8_t *)w->data, (const uint16_t *)w->scales,
-                     (const uint8_t *)w->zeros, n, w->n, w->k, ups, rs);
+    kutil_launch_pdl(matmul__w4gemv<MR, D, GROUP>, dim3((unsigned)G), dim3(32u * S), smem, stream,
+                     sg, x, n, K, ups, rs);
+}
+
+template <int MR, int D>
+static void matmul__w4gemv_launch(const matmul__w4segs &sg, bool group, const float *x, int n,
+                                  int64_t K, int S, int G, int ups, int rs, size_t smem,
+                                  cudaStream_t stream)
+{
+    if (group)
+        matmul__w4gemv_go<MR, D, true>(sg, x, n, K, S, G, ups, rs, smem, stream);
+    else
+        matmul__w4gemv_go<MR, D, false>(sg, x, n, K, S, G, ups, rs, smem, stream);
+}
+
+extern "C" pd_status_t matmul_w4gemv_group(float *const *outs, const float *x,
+                                           const pd_weight_t *const *ws, int count, int n,
+                                           int rows, int slices, int depth, int blocks,
+                                           cudaStream_t stream)
+{
+    KUTIL_REQUIRE(count >= 1 && count <= MATMUL_GROUP_MAX && outs && ws, "matmul_w4gemv");
+    KUTIL_REQUIRE(n >= 0 && n <= MATMUL_XGEMV_MAX_N && (rows == 16 || rows == 32) && slices >= 1 &&
+                      slices <= MATMUL_XGEMV_MAX_SLICES && (depth == 2 || (depth == 4 && rows == 16)),
+                  "matmul_w4gemv");
+    matmul__w4segs sg = {};
+    int64_t ntiles = 0;
+    for (int i = 0; i < MATMUL_GROUP_MAX; i++) {
+        const int j = i < count ? i : count - 1;
+        const pd_weight_t *w = ws[j];
+        KUTIL_REQUIRE(w->fmt == PD_WFMT_INT4 && w->k == ws[0]->k && w->k % 128 == 0 && w->n > 0 &&
+                          w->n % 32 == 0 && outs[j],
+                      "matmul_w4gemv");
+        sg.wd[i] = (const uint8_t *)w->data;
+        sg.wsc[i] = (const uint16_t *)w->scales;
+        sg.wz[i] = (const uint8_t *)w->zeros;
+        sg.out[i] = outs[j];
+        sg.N[i] = w->n;
+        ntiles += i < count ? w->n / rows : 0;
+        KUTIL_REQUIRE(ntiles <= INT32_MAX, "matmul_w4gemv");
+        sg.tend[i] = (int)ntiles;
+    }
+    if (n == 0)
+        return PD_OK;
+    const int64_t K = ws[0]->k;
+    const size_t smem = matmul_w4gemv_smem(n, K, rows, slices);
+    KUTIL_REQUIRE(smem > 0 && smem <= MATMUL__SMEM_MAX, "matmul_w4gemv shared memory");
+    const int nu = (int)(K / 128), ups = (nu + slices - 1) / slices;
+    const int rs = matmul__w4_region(n, ups);
+    const int G = blocks < 1 || blocks > ntiles ? (int)ntiles : blocks;
+    if (rows == 16 && depth == 2)
+        matmul__w4gemv_launch<1, 2>(sg, count > 1, x, n, K, slices, G, ups, rs, smem, stream);
+    else if (rows == 16)
+        matmul__w4gemv_launch<1, 4>(sg, count > 1, x, n, K, slices, G, ups, rs, smem, stream);
+    else
+        matmul__w4gemv_launch<2, 2>(sg, count > 1, x, n, K, slices, G, ups, rs, smem, stream);
+    return KUTIL_LAUNCHED("matmul_w4gemv");
 }
 
 extern "C" pd_status_t matmul_w4gemv(float *out, const float *x, const pd_weight_t *w, int n,
                                      int rows, int slices, int depth, int blocks,
                                      cudaStream_t stream)
 {
-    KUTIL_REQUIRE(w->fmt == PD_WFMT_INT4 && w->k % 128 == 0 && w->n > 0 && w->n % 32 == 0,
-                  "matmul_w4gemv");
-    KUTIL_REQUIRE(n >= 0 && n <= MATMUL_XGEMV_MAX_N && (rows == 16 || rows == 32) && slices >= 1 &&
-                      slices <= MATMUL_XGEMV_MAX_SLICES &&
-                      (depth == 2 || (depth == 4 && rows == 16)) && w->n / rows <= INT32_MAX,
-                  "matmul_w4gemv");
-    if (n == 0)
-        return PD_OK;
-    const size_t smem = matmul_w4gemv_smem(n, w->k, rows, slices);
-    KUTIL_REQUIRE(smem > 0 && smem <= MATMUL__SMEM_MAX, "matmul_w4gemv shared memory");
-    const int nu = (int)(w->k / 128), ups = (nu + slices - 1) / slices;
-    const int rs = matmul__w4_region(n, ups);
-    const int ntiles = (int)(w->n / rows);
-    const int G = blocks < 1 || blocks > ntiles ? ntiles : blocks;
-    if (rows == 16 && depth == 2)
-        matmul__w4gemv_launch<1, 2>(out, x, w, n, slices, G, ups, rs, smem, stream);
-    else if (rows == 16)
-        matmul__w4gemv_launch<1, 4>(out, x, w, n, slices, G, ups, rs, smem, stream);
-    else
-        matmul__w4gemv_launch<2, 2>(out, x, w, n, slices, G, ups, rs, smem, stream);
-    return KUTIL_LAUNCHED("matmul_w4gemv");
+    return matmul_w4gemv_group(&out, x, &w, 1, n, rows, slices, depth, blocks, stream);
 }
 
 template <int MR, int D>
@@ -2340,7 +2412,8 @@ extern "C" pd_status_t matmul_sum_parts(float *out, const float *part, int split
     KUTIL_REQUIRE(splits >= 1 && out && part, "matmul_sum_parts");
     if (total == 0)
         return PD_OK;
-    matmul__sum_parts<<<matmul__grid(total, 256), 256, 0, stream>>>(out, part, splits, total);
+    kutil_launch_pdl(matmul__sum_parts, dim3(matmul__grid(total, 256)), dim3(256), 0, stream, out,
+                     part, splits, total);
     return KUTIL_LAUNCHED("matmul_sum_parts");
 }
 

@@ -106,6 +106,10 @@ void matmul_wgemv_plan(int n, int64_t N, int64_t K, int n_sm, int *warps_p, int 
 pd_status_t matmul_wgemv(float *out, const float *x, const pd_weight_t *w, int n, int warps,
                          int splits, int depth, cudaStream_t stream);
 
+/* The most weights one grouped launch takes (matmul_w4gemv_group, matmul_w4wg_group: the
+ * attention block's q, k, v on the same activations). */
+#define MATMUL_GROUP_MAX 3
+
 /* Weight-streaming GEMVs for n = 1 .. MATMUL_XGEMV_MAX_N without clusters or scratch (matmul.cu
  * says how): the rows in tiles of `rows` (16 or 32); `blocks` blocks (a persistent grid; < 1 or
  * more than the tiles: one block per tile) of `slices` (1 .. 16) warps take the tiles
@@ -132,6 +136,12 @@ void matmul_w4gemv_plan(int n, int64_t N, int64_t K, int n_sm, int *rows_p, int 
                         int *depth_p, int *blocks_p);
 pd_status_t matmul_w4gemv(float *out, const float *x, const pd_weight_t *w, int n, int rows,
                           int slices, int depth, int blocks, cudaStream_t stream);
+/* matmul_w4gemv over a group of count <= MATMUL_GROUP_MAX INT4 tiled weights of the same K on the
+ * same x: outs[i] (n, ws[i]->n) f32 = x @ ws[i]^T, one launch whose row tiles run over the
+ * weights one after the other (plan it as one weight of the summed rows). */
+pd_status_t matmul_w4gemv_group(float *const *outs, const float *x, const pd_weight_t *const *ws,
+                                int count, int n, int rows, int slices, int depth, int blocks,
+                                cudaStream_t stream);
 void matmul_w8gemv_plan(int n, int64_t N, int64_t K, int n_sm, int *rows_p, int *slices_p,
                         int *depth_p, int *blocks_p);
 pd_status_t matmul_w8gemv(float *out, const uint8_t *xq, const float *xs, const pd_weight_t *w,
@@ -155,6 +165,13 @@ pd_status_t matmul_quant_act_f16wg(uint16_t *xw, float *mult, const float *x, in
 void matmul_w4wg_plan(int n, int64_t N, int64_t K, int n_sm, int *cfg_p, int *splits_p);
 pd_status_t matmul_w4wg(float *out, float *part, const uint16_t *xw, const float *mult,
                         const pd_weight_t *w, int n, int cfg, int splits, cudaStream_t stream);
+/* matmul_w4wg over a group of count <= MATMUL_GROUP_MAX weights of the same K on the same
+ * activations (the attention block's q, k, v): outs[i] (n, ws[i]->n) f32 = x @ ws[i]^T in one
+ * launch whose blocks take the weights' rows side by side (plan and part as for one weight of
+ * the summed rows; with splits > 1 a second launch sums the parts into the outputs). */
+pd_status_t matmul_w4wg_group(float *const *outs, float *part, const uint16_t *xw,
+                              const float *mult, const pd_weight_t *const *ws, int count, int n,
+                              int cfg, int splits, cudaStream_t stream);
 
 /* out (total) f32 = the sum of part (splits, total) f32 over the splits, in order. */
 pd_status_t matmul_sum_parts(float *out, const float *part, int splits, size_t total,

@@ -64,6 +64,8 @@ static __global__ void __launch_bounds__(256)
     matmul__quant_act_f16wg(uint4 *xw, float *mult, const float *x, int n, int64_t K)
 {
     __shared__ float red[32];
+    kutil_pdl_wait(); /* PDL-launched (kutil.cuh): x, xw and mult belong to the kernels around */
+    kutil_pdl_trigger();
     const int t = blockIdx.x, tt = t / 64, r = t % 64;
     const int64_t ng = K / 128;
     uint4 *base = xw + (size_t)tt * ng * (W4WG__TILE_B / 16);
@@ -109,6 +111,24 @@ template <int MT, int NT, int GPS> struct w4wg__cfg {
     static constexpr int DATA = ACT, SC = DATA + BLKS * GPS * 2048, ZR = SC + BLKS * GPS * 64;
     static constexpr int STAGE = (ZR + BLKS * GPS * 32 + 1023) / 1024 * 1024;
 };
+
+/* The weights of one launch (matmul_w4wg_group): up to MATMUL_GROUP_MAX of the same K, their
+ * row blocks side by side along grid y. Segment i: tiled INT4 wd / wsc / wz of N[i] rows, the
+ * grid's row blocks [rb[i - 1], rb[i]) (rb[-1] = 0), results to out[i] with leading dimension
+ * ld[i] (S == 1: the output, ld = N[i]; S > 1: the partial sums (S, n, sum N) at the segment's
+ * column offset, ld = sum N; split z at + z n ld). */
+struct w4wg__segs {
+    const uint8_t *wd[MATMUL_GROUP_MAX];
+    const uint16_t *wsc[MATMUL_GROUP_MAX];
+    const uint8_t *wz[MATMUL_GROUP_MAX];
+    float *out[MATMUL_GROUP_MAX];
+    int64_t N[MATMUL_GROUP_MAX], ld[MATMUL_GROUP_MAX];
+    int rb[MATMUL_GROUP_MAX];
+};
+
+/* a[i] for a segment index i < MATMUL_GROUP_MAX (3): selects between constant indices, so the
+ * kernel parameter stays in parameter space (a reference to it would make a local copy) */
+#define W4WG__PICK(a, i) ((i) == 0 ? (a)[0] : (i) == 1 ? (a)[1] : (a)[2])
 
 #if W4WG__ON
 static __device__ __forceinline__ void w4wg__bar_init(uint32_t a, int count)
@@ -223,17 +243,23 @@ static __device__ __forceinline__ void w4wg__dequant(uint32_t (&A)[8][4], const 
 }
 #endif /* W4WG__ON */
 
-/* grid (ceil(n / (64 NT)), ceil(N / (128 MT)), S), block W4WG__THREADS, dynamic shared memory
- * NS * STAGE + 1024 (alignment) + 16 NS (barriers). out: S == 1: (n, N) f32, else partial sums
- * (S, n, N) f32; xw the activation image, mult (n) f32; wd / wsc / wz tiled INT4 data, bf16
- * scales, zeros (N % 32 == 0, K % 128 == 0); gps groups per split (split z: groups
+/* grid (ceil(n / (64 NT)), the segments' row blocks of 128 MT, S), block W4WG__THREADS, dynamic
+ * shared memory NS * STAGE + 1024 (alignment) + 16 NS (barriers). sg: the weights (tiled INT4
+ * data, bf16 scales, zeros; N % 32 == 0, K % 128 == 0) and where their results go (w4wg__segs);
+ * xw the activation image, mult (n) f32; gps groups per split (split z: groups
  * [z gps, min((z + 1) gps, K / 128))). */
 template <int MT, int NT, int GPS, int NS>
 static __global__ void __launch_bounds__(W4WG__THREADS, 1)
-    matmul__w4wg(float *out, const uint8_t *xw, const float *mult, const uint8_t *wd,
-                 const uint16_t *wsc, const uint8_t *wz, int n, int64_t N, int64_t K, int gps)
+    matmul__w4wg(const w4wg__segs sg, const uint8_t *xw, const float *mult, int n,
+                 int64_t K, int gps)
 {
 #if W4WG__ON
+    /* this block's segment and its rows there */
+    const int y = blockIdx.y;
+    const int seg = y < sg.rb[0] ? 0 : y < sg.rb[1] ? 1 : 2;
+    const uint8_t *wd = W4WG__PICK(sg.wd, seg), *wz = W4WG__PICK(sg.wz, seg);
+    const uint16_t *wsc = W4WG__PICK(sg.wsc, seg);
+    const int64_t N = W4WG__PICK(sg.N, seg), ld = W4WG__PICK(sg.ld, seg);
     using C = w4wg__cfg<MT, NT, GPS>;
     extern __shared__ uint8_t w4wg__sm[];
     const uint32_t sm0 = ((uint32_t)__cvta_generic_to_shared(w4wg__sm) + 1023u) & ~1023u;
@@ -243,7 +269,7 @@ static __global__ void __launch_bounds__(W4WG__THREADS, 1)
     const int ng = (int)(K / 128), nblk = (int)(N / 32), n_img = (n + 63) / 64;
     const int gb = blockIdx.z * gps, ge = min(ng, gb + gps), nG = ge - gb;
     const int nst = (nG + GPS - 1) / GPS;
-    const int64_t row0 = (int64_t)blockIdx.y * C::R;
+    const int64_t row0 = (int64_t)(y - (seg == 0 ? 0 : seg == 1 ? sg.rb[0] : sg.rb[1])) * C::R;
     const int tile0 = blockIdx.x * NT;
     if (threadIdx.x == 0) {
         for (int s = 0; s < NS; s++) {
@@ -258,28 +284,43 @@ static __global__ void __launch_bounds__(W4WG__THREADS, 1)
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
         if (warp != 8 || lane != 0)
             return;
-        for (int i = 0; i < nst; i++) {
-            const int s = i % NS;
-            if (i >= NS)
-                w4wg__bar_wait(bars + 8 * (NS + s), (uint32_t)((i / NS - 1) & 1));
-            const int g0 = gb + i * GPS, gn = min(GPS, ge - g0);
-            const int64_t blk0 = row0 / 32;
-            const int nb = (int)min((int64_t)C::BLKS, (int64_t)nblk - blk0);
-            const int nt = min(NT, n_img - tile0);
+        const int64_t blk0 = row0 / 32;
+        const int nb = (int)min((int64_t)C::BLKS, (int64_t)nblk - blk0);
+        const int nt = min(NT, n_img - tile0);
+        /* stage i's copies: the weights (w) and / or the activations (a); the stage's "full"
+         * barrier expects both when the weights are copied (they always go first) */
+        auto copy = [&](int i, bool w, bool a) {
+            const int s = i % NS, g0 = gb + i * GPS, gn = min(GPS, ge - g0);
             const uint32_t full = bars + 8 * s, st = sm0 + s * C::STAGE;
-            w4wg__bar_expect(full, (uint32_t)(nt * gn * W4WG__TILE_B + nb * gn * W4WG__BLK_B));
-            for (int j = 0; j < nt; j++)
-                w4wg__bulk(st + j * GPS * W4WG__TILE_B,
-                           xw + ((size_t)(tile0 + j) * ng + g0) * W4WG__TILE_B,
-                           (uint32_t)(gn * W4WG__TILE_B), full);
-            for (int b = 0; b < nb; b++) {
-                const size_t tg = (size_t)(blk0 + b) * ng + g0;
-                w4wg__bulk(st + C::DATA + b * GPS * 2048, wd + tg * 2048, (uint32_t)(gn * 2048),
-                           full);
-                w4wg__bulk(st + C::SC + b * GPS * 64, (const uint8_t *)wsc + tg * 64,
-                           (uint32_t)(gn * 64), full);
-                w4wg__bulk(st + C::ZR + b * GPS * 32, wz + tg * 32, (uint32_t)(gn * 32), full);
+            if (w) {
+                w4wg__bar_expect(full, (uint32_t)(nt * gn * W4WG__TILE_B + nb * gn * W4WG__BLK_B));
+                for (int b = 0; b < nb; b++) {
+                    const size_t tg = (size_t)(blk0 + b) * ng + g0;
+                    w4wg__bulk(st + C::DATA + b * GPS * 2048, wd + tg * 2048,
+                               (uint32_t)(gn * 2048), full);
+                    w4wg__bulk(st + C::SC + b * GPS * 64, (const uint8_t *)wsc + tg * 64,
+                               (uint32_t)(gn * 64), full);
+                    w4wg__bulk(st + C::ZR + b * GPS * 32, wz + tg * 32, (uint32_t)(gn * 32), full);
+                }
             }
+            if (a)
+                for (int j = 0; j < nt; j++)
+                    w4wg__bulk(st + j * GPS * W4WG__TILE_B,
+                               xw + ((size_t)(tile0 + j) * ng + g0) * W4WG__TILE_B,
+                               (uint32_t)(gn * W4WG__TILE_B), full);
+        };
+        /* PDL (kutil.cuh): the first stages' weights (constant) are copied while the kernels
+         * before this one finish; the activations (xw) only after the wait */
+        const int pre = min(nst, NS);
+        for (int i = 0; i < pre; i++)
+            copy(i, true, false);
+        kutil_pdl_wait();
+        kutil_pdl_trigger();
+        for (int i = 0; i < pre; i++)
+            copy(i, false, true);
+        for (int i = NS; i < nst; i++) {
+            w4wg__bar_wait(bars + 8 * (NS + i % NS), (uint32_t)((i / NS - 1) & 1));
+            copy(i, true, true);
         }
         return;
     }
@@ -288,6 +329,8 @@ static __global__ void __launch_bounds__(W4WG__THREADS, 1)
      * cw MT + mt, this warp's 16 rows of it are 32-row block 2 (cw MT + mt) + wq / 2, half wq % 2
      */
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    kutil_pdl_wait(); /* mult and out belong to the kernels around (the producer waits for xw) */
+    kutil_pdl_trigger();
     const int cw = warp >> 2, wq = warp & 3, gq = lane >> 2, tq = lane & 3;
     float acc[MT][NT][32];
 #pragma unroll
@@ -355,7 +398,7 @@ static __global__ void __launch_bounds__(W4WG__THREADS, 1)
             for (int e = 0; e < 32; e++)
                 asm volatile("" : "+f"(acc[m][j][e])::"memory");
 
-    float *o = out + (size_t)blockIdx.z * n * N;
+    float *o = W4WG__PICK(sg.out, seg) + (size_t)blockIdx.z * n * ld;
 #pragma unroll
     for (int m = 0; m < MT; m++) {
         const int64_t rb = row0 + (cw * MT + m) * 64 + 16 * wq + gq;
@@ -373,7 +416,7 @@ static __global__ void __launch_bounds__(W4WG__THREADS, 1)
                     for (int h = 0; h < 2; h++) {
                         const int64_t row = rb + 8 * h;
                         if (row < N)
-                            o[(size_t)t * N + row] = acc[m][j][4 * c8 + 2 * h + e] * mu;
+                            o[(size_t)t * ld + row] = acc[m][j][4 * c8 + 2 * h + e] * mu;
                     }
                 }
     }
@@ -416,8 +459,8 @@ extern "C" pd_status_t matmul_quant_act_f16wg(uint16_t *xw, float *mult, const f
                   "matmul_quant_act_f16wg");
     if (n == 0)
         return PD_OK;
-    matmul__quant_act_f16wg<<<(unsigned)((n + 63) / 64 * 64), 256, 0, stream>>>((uint4 *)xw, mult,
-                                                                                x, n, K);
+    kutil_launch_pdl(matmul__quant_act_f16wg, dim3((unsigned)((n + 63) / 64 * 64)), dim3(256), 0,
+                     stream, (uint4 *)xw, mult, x, n, K);
     return KUTIL_LAUNCHED("matmul_quant_act_f16wg");
 }
 
@@ -425,10 +468,26 @@ extern "C" pd_status_t matmul_quant_act_f16wg(uint16_t *xw, float *mult, const f
  * stage, 3 stages), 1 = MT 1, NT 2 (128 x 128, 1 group, 4 stages), 2 = MT 1, NT 4 (128 x 256,
  * 1 group, 3 stages). */
 template <int MT, int NT, int GPS, int NS>
-static void w4wg__launch(float *dst, const uint16_t *xw, const float *mult, const pd_weight_t *w,
-                         int n, int splits, int gps, cudaStream_t stream)
+static void w4wg__launch(float *const *outs, float *part, const uint16_t *xw, const float *mult,
+                         const pd_weight_t *const *ws, int count, int n, int splits, int gps,
+                         cudaStream_t stream)
 {
     using C = w4wg__cfg<MT, NT, GPS>;
+    w4wg__segs sg = {};
+    int64_t off = 0, Nt = 0;
+    for (int i = 0; i < count; i++)
+        Nt += ws[i]->n;
+    for (int i = 0; i < MATMUL_GROUP_MAX; i++) {
+        const pd_weight_t *w = ws[i < count ? i : count - 1];
+        sg.wd[i] = (const uint8_t *)w->data;
+        sg.wsc[i] = (const uint16_t *)w->scales;
+        sg.wz[i] = (const uint8_t *)w->zeros;
+        sg.N[i] = w->n;
+        sg.out[i] = splits > 1 ? part + off : outs[i < count ? i : count - 1];
+        sg.ld[i] = splits > 1 ? Nt : w->n;
+        sg.rb[i] = (i > 0 ? sg.rb[i - 1] : 0) + (i < count ? (int)((w->n + C::R - 1) / C::R) : 0);
+        off += i < count ? w->n : 0;
+    }
     const int smem = NS * C::STAGE + 1024 + 16 * NS;
     static bool attr;
     if (!attr) {
@@ -436,11 +495,10 @@ static void w4wg__launch(float *dst, const uint16_t *xw, const float *mult, cons
                              cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         attr = true;
     }
-    const dim3 grid((unsigned)((n + 64 * NT - 1) / (64 * NT)), (unsigned)((w->n + C::R - 1) / C::R),
+    const dim3 grid((unsigned)((n + 64 * NT - 1) / (64 * NT)), (unsigned)sg.rb[count - 1],
                     (unsigned)splits);
-    matmul__w4wg<MT, NT, GPS, NS><<<grid, W4WG__THREADS, smem, stream>>>(
-        dst, (const uint8_t *)xw, mult, (const uint8_t *)w->data, (const uint16_t *)w->scales,
-        (const uint8_t *)w->zeros, n, w->n, w->k, gps);
+    kutil_launch_pdl(matmul__w4wg<MT, NT, GPS, NS>, grid, dim3(W4WG__THREADS), (size_t)smem, stream,
+                     sg, (const uint8_t *)xw, mult, n, ws[0]->k, gps);
 }
 
 static int w4wg__rows(int cfg)
@@ -479,12 +537,40 @@ extern "C" void matmul_w4wg_plan(int n, int64_t N, int64_t K, int n_sm, int *cfg
     *splits_p = bs;
 }
 
-extern "C" pd_status_t matmul_w4wg(float *out, float *part, const uint16_t *xw, const float *mult,
-                                   const pd_weight_t *w, int n, int cfg, int splits,
-                                   cudaStream_t stream)
+/* grid-stride over the (n, Nt) elements of the partial sums part (S, n, Nt): out[i] (n, N[i]) =
+ * their sum over the splits in order, segment i at columns [off[i], off[i] + N[i]) */
+static __global__ void matmul__w4wg_sum_group(const w4wg__segs sg,
+                                              const float *part, int S, int n, int64_t Nt)
 {
-    KUTIL_REQUIRE(w->fmt == PD_WFMT_INT4 && w->k % 128 == 0 && w->n > 0 && w->n % 32 == 0,
-                  "matmul_w4wg");
+    kutil_pdl_wait(); /* PDL-launched (kutil.cuh): part and the outputs belong to the kernels */
+    kutil_pdl_trigger();
+    const size_t total = (size_t)n * (size_t)Nt;
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < total;
+         e += (size_t)gridDim.x * blockDim.x) {
+        const int64_t t = (int64_t)(e / (size_t)Nt), col = (int64_t)(e % (size_t)Nt);
+        float v = part[e];
+        for (int z = 1; z < S; z++)
+            v += part[(size_t)z * total + e];
+        /* sg.N: the segments' rows; sg.ld here: their column offsets in part */
+        const int i = col < sg.ld[1] ? 0 : col < sg.ld[2] ? 1 : 2;
+        W4WG__PICK(sg.out, i)[t * W4WG__PICK(sg.N, i) + (col - W4WG__PICK(sg.ld, i))] = v;
+    }
+}
+
+extern "C" pd_status_t matmul_w4wg_group(float *const *outs, float *part, const uint16_t *xw,
+                                         const float *mult, const pd_weight_t *const *ws,
+                                         int count, int n, int cfg, int splits,
+                                         cudaStream_t stream)
+{
+    KUTIL_REQUIRE(count >= 1 && count <= MATMUL_GROUP_MAX && outs && ws, "matmul_w4wg");
+    int64_t Nt = 0;
+    for (int i = 0; i < count; i++) {
+        const pd_weight_t *w = ws[i];
+        KUTIL_REQUIRE(w->fmt == PD_WFMT_INT4 && w->k == ws[0]->k && w->k % 128 == 0 && w->n > 0 &&
+                          w->n % 32 == 0 && outs[i],
+                      "matmul_w4wg");
+        Nt += w->n;
+    }
     KUTIL_REQUIRE(n >= 0 && n <= MATMUL_W4WG_MAX_N && cfg >= 0 && cfg <= 2 && splits >= 1 &&
                       (splits == 1 || part),
                   "matmul_w4wg");
@@ -492,17 +578,38 @@ extern "C" pd_status_t matmul_w4wg(float *out, float *part, const uint16_t *xw, 
         return PD_ERR_UNSUPPORTED;
     if (n == 0)
         return PD_OK;
-    const int ng = (int)(w->k / 128), gps = (ng + splits - 1) / splits;
+    const int ng = (int)(ws[0]->k / 128), gps = (ng + splits - 1) / splits;
     KUTIL_REQUIRE((splits - 1) * gps < ng, "matmul_w4wg splits");
-    float *dst = splits > 1 ? part : out;
     if (cfg == 0)
-        w4wg__launch<2, 1, 2, 3>(dst, xw, mult, w, n, splits, gps, stream);
+        w4wg__launch<2, 1, 2, 3>(outs, part, xw, mult, ws, count, n, splits, gps, stream);
     else if (cfg == 1)
-        w4wg__launch<1, 2, 1, 4>(dst, xw, mult, w, n, splits, gps, stream);
+        w4wg__launch<1, 2, 1, 4>(outs, part, xw, mult, ws, count, n, splits, gps, stream);
     else
-        w4wg__launch<1, 4, 1, 3>(dst, xw, mult, w, n, splits, gps, stream);
+        w4wg__launch<1, 4, 1, 3>(outs, part, xw, mult, ws, count, n, splits, gps, stream);
     pd_status_t st = KUTIL_LAUNCHED("matmul_w4wg");
     if (st != PD_OK || splits == 1)
         return st;
-    return matmul_sum_parts(out, part, splits, (size_t)n * (size_t)w->n, stream);
+    if (count == 1)
+        return matmul_sum_parts(outs[0], part, splits, (size_t)n * (size_t)Nt, stream);
+    w4wg__segs sg = {};
+    int64_t off = 0;
+    for (int i = 0; i < MATMUL_GROUP_MAX; i++) {
+        const int j = i < count ? i : count - 1;
+        sg.out[i] = outs[j];
+        sg.N[i] = ws[j]->n;
+        sg.ld[i] = i < count ? off : Nt; /* the column offsets (past the last: never chosen) */
+        off += i < count ? ws[i]->n : 0;
+    }
+    const size_t total = (size_t)n * (size_t)Nt;
+    const unsigned blocks = (unsigned)((total + 255) / 256 < 1024 ? (total + 255) / 256 : 1024);
+    kutil_launch_pdl(matmul__w4wg_sum_group, dim3(blocks), dim3(256), 0, stream, sg,
+                     (const float *)part, splits, n, Nt);
+    return KUTIL_LAUNCHED("matmul_w4wg sum");
+}
+
+extern "C" pd_status_t matmul_w4wg(float *out, float *part, const uint16_t *xw, const float *mult,
+                                   const pd_weight_t *w, int n, int cfg, int splits,
+                                   cudaStream_t stream)
+{
+    return matmul_w4wg_group(&out, part, xw, mult, &w, 1, n, cfg, splits, stream);
 }

@@ -288,6 +288,14 @@ typedef struct {
      * unknown key or value. */
     pd_status_t (*set_option)(pd_backend_t *be, const char *key, const char *value);
 
+    /* outs[i] (n, ws[i]->n) f32 = x (n, K) f32 @ ws[i]^T for i < count (1 .. 3, weights of the
+     * same K): the attention block's q, k, v projections on the same activations in one pass
+     * where the backend can (CUDA: tiled INT4 at the GEMV and wgmma batch sizes, one launch over
+     * the weights' rows: matmul's values up to the summation order of the grouped plan;
+     * elsewhere matmul per weight). NULL: the model runs matmul per weight. */
+    void (*matmul_group)(pd_backend_t *be, float *const *outs, const float *x,
+                         const pd_weight_t *const *ws, int count, int n);
+
     /* rope on q (n, n_heads, head_dim) and k (n, l->n_kv_heads, head_dim), then kv_write of k
      * and v at slots, in one launch; the same results as rope, rope, kv_write (CUDA:
      * bit-identical). NULL: the model runs the three ops. */

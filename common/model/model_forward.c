@@ -398,9 +398,15 @@ static pd_status_t ctx__enqueue(model_ctx_t *c, void *arena, const kv_layout_t *
             o->qkv_rope_write(be, c->q, c->k, c->v, &q, &L->q, &L->k, &L->v, c->d_pos,
                               m->inv_freq, n, H, arena, l, li, c->d_slots);
         } else {
-            fwd__mm(c, c->q, c->h, qkv8, &L->q, n);
-            fwd__mm(c, c->k, c->h, qkv8, &L->k, n);
-            fwd__mm(c, c->v, c->h, qkv8, &L->v, n);
+            if (!qkv8 && o->matmul_group) { /* q, k, v in one pass where the backend can */
+                float *outs[3] = {c->q, c->k, c->v};
+                const pd_weight_t *ws[3] = {&L->q, &L->k, &L->v};
+                o->matmul_group(be, outs, c->h, ws, 3, n);
+            } else {
+                fwd__mm(c, c->q, c->h, qkv8, &L->q, n);
+                fwd__mm(c, c->k, c->h, qkv8, &L->k, n);
+                fwd__mm(c, c->v, c->h, qkv8, &L->v, n);
+            }
             if (L->q_norm) {
                 o->rmsnorm(be, c->q, c->q, L->q_norm, n * H, D, eps);
                 o->rmsnorm(be, c->k, c->k, L->k_norm, n * KVH, D, eps);

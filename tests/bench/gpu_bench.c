@@ -32,9 +32,9 @@
  * stepprof: kernel time per whole step from CUPTI activity records (bench_stepprof; not part of
  * all).
  * Usage: gpu_bench [ops] [decode] [prefill] [flash] [int4] [attn] [attnprof] [attnsplit]
- * [elementwise] [moe] [wgemv] [xgemv] [family] [ctxscale] [gemm] [prefops] [stepprof] [all]
- * (default all; wgemv, xgemv (bench_xgemv), family, ctxscale, moe, gemm, prefops, stepprof,
- * attnsplit: not part of all; flash: only
+ * [elementwise] [moe] [wgemv] [xgemv] [family] [ctxscale] [gemm] [prefops] [stepprof] [w4wg]
+ * [qkvgroup] [all] (default all; wgemv, xgemv (bench_xgemv), family, ctxscale, moe, gemm, prefops,
+ * stepprof, attnsplit, w4wg, qkvgroup: not part of all; flash: only
  * the 8192 causal flash attention and the FP8 8192 x 14336 x 4096 GEMM, for ncu; int4: the INT4
  * paths table of ops alone). Needs a CUDA device (exits 77 without).
  */
@@ -923,6 +923,82 @@ static void bench_w4wg(void)
         model_host_weight_free(&h8);
         backend_weight_free(be, &w4);
         backend_weight_free(be, &w8);
+    }
+    be->ops->free(be, l2_flush);
+    l2_flush = NULL;
+}
+
+/* `gpu_bench qkvgroup` (session 11): the Llama-3-8B attention block's q, k, v INT4 projections
+ * (4096, 1024, 1024 rows x 4096) as three matmul calls against one matmul_group call (the
+ * grouped slice GEMV / wgmma GEMM), per token count, L2 flushed before each repeat; floor = the
+ * three weights' INT4 bytes (data, scales, zeros) at 4.8 TB/s. */
+typedef struct {
+    float *outs[3];
+    const float *x;
+    const pd_weight_t *ws[3];
+    int n;
+    bool group;
+} qkvg_arg_t;
+
+static void run_qkvg(void *p)
+{
+    qkvg_arg_t *a = p;
+    if (a->group)
+        be->ops->matmul_group(be, a->outs, a->x, a->ws, 3, a->n);
+    else
+        for (int i = 0; i < 3; i++)
+            be->ops->matmul(be, a->outs[i], a->x, a->ws[i], a->n);
+}
+
+static void bench_qkvgroup(void)
+{
+    const int ns[] = {1, 2, 4, 8, 16, 32, 48, 64, 128};
+    const int64_t Ns[3] = {4096, 1024, 1024}, K = 4096;
+    pd_weight_t h[3], w[3];
+    double bytes = 0.0;
+    if (!be->ops->matmul_group) {
+        fprintf(stderr, "qkvgroup: the backend has no matmul_group op (option fused=off?)\n");
+        exit(1);
+    }
+    for (int i = 0; i < 3; i++) {
+        uint16_t *src = malloc((size_t)(Ns[i] * K) * 2);
+        for (int64_t j = 0; j < Ns[i] * K; j++)
+            src[j] = pd_f32_to_bf16(rnd() * 0.02f);
+        ok(model_quantize_bf16(src, Ns[i], K, PD_WFMT_INT4, &h[i]), "quantize");
+        free(src);
+        ok(backend_weight_upload(be, &h[i], &w[i]), "weight upload");
+        bytes += (double)(quant_data_bytes(PD_WFMT_INT4, Ns[i], K) +
+                          quant_scales_bytes(PD_WFMT_INT4, Ns[i], K) +
+                          quant_zeros_bytes(PD_WFMT_INT4, Ns[i], K));
+    }
+    l2_flush_bytes = (size_t)256 << 20;
+    ok(be->ops->alloc(be, l2_flush_bytes, &l2_flush), "alloc");
+    printf("\n### Llama-3-8B q, k, v (INT4, 4096 + 1024 + 1024 rows x 4096): three matmul calls vs "
+           "one matmul_group (us, L2 flushed before each repeat)\n\n");
+    printf("| n | three matmul | matmul_group | group / three | floor us | floor / group |\n");
+    printf("|---|---|---|---|---|---|\n");
+    const double floor_us = bytes / 4.8e12 * 1e6;
+    for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++) {
+        qkvg_arg_t a = {.n = ns[j]};
+        a.x = dev_random_f32((size_t)a.n * K, 1.0f);
+        for (int i = 0; i < 3; i++) {
+            ok(be->ops->alloc(be, (size_t)a.n * Ns[i] * 4, (void **)&a.outs[i]), "alloc");
+            a.ws[i] = &w[i];
+        }
+        a.group = false;
+        const float t3 = time_op(run_qkvg, &a, 30);
+        a.group = true;
+        const float tg = time_op(run_qkvg, &a, 30);
+        printf("| %d | %.1f | %.1f | %.2f | %.1f | %.0f%% |\n", a.n, t3 * 1e3, tg * 1e3, tg / t3,
+               floor_us, 100.0 * floor_us / (tg * 1e3));
+        fflush(stdout);
+        for (int i = 0; i < 3; i++)
+            be->ops->free(be, a.outs[i]);
+        be->ops->free(be, (void *)a.x);
+    }
+    for (int i = 0; i < 3; i++) {
+        model_host_weight_free(&h[i]);
+        backend_weight_free(be, &w[i]);
     }
     be->ops->free(be, l2_flush);
     l2_flush = NULL;
@@ -2025,8 +2101,8 @@ static void bench_family(int layers, int pre)
 /* `gpu_bench stepprof`: where the time of a whole step goes, kernel by kernel (CUPTI activity
  * records of 5 timed calls: stepprof.h): the Llama-3-8B decode step (graph, device greedy, ids to
  * the host) at batch 1 and 64, context 1024, INT4 + FP8 KV and FP8 + BF16 KV (floors: issue
- * 11's), the INT4 and FP8 prefill of 8192 tokens (eager, 3 calls; GPU_BENCH_STEPPROF=prefill:
- * those alone), and the Qwen3-30B-A3B decode step (16 layers) at batch 1 and 64 with each grouped
+ * 11's; GPU_BENCH_STEPPROF=decode: those alone), the INT4 and FP8 prefill of 8192 tokens (eager, 3
+ * calls; GPU_BENCH_STEPPROF=prefill: those alone), and the Qwen3-30B-A3B decode step (16 layers) at batch 1 and 64 with each grouped
  * expert kernel (moe_gmm2, moe_gmm3). */
 static void bench_stepprof(void)
 {
@@ -2038,9 +2114,11 @@ static void bench_stepprof(void)
         double floor_ms[2]; /* batch 1, 64 */
     } confs[] = {{PD_WFMT_INT4, PD_KV_FP8, {0.92, 2.2}}, {PD_WFMT_FP8, PD_KV_BF16, {2.0, 4.0}}};
     char title[160];
-    /* GPU_BENCH_STEPPROF=prefill: the two prefill profiles alone */
+    /* GPU_BENCH_STEPPROF=prefill: the two prefill profiles alone; =decode: the four Llama
+     * decode profiles alone */
     const char *only = getenv("GPU_BENCH_STEPPROF");
     const bool prefill_only = only && !strcmp(only, "prefill");
+    const bool decode_only = only && !strcmp(only, "decode");
     printf("\n### stepprof: kernel time per step (CUPTI activity, programmatic dependent launch "
            "and graphs as in serving)\n");
     for (size_t i = 0; i < sizeof confs / sizeof confs[0]; i++) {
@@ -2058,7 +2136,7 @@ static void bench_stepprof(void)
                      pd_wfmt_name(confs[i].w), pd_kvfmt_name(confs[i].kv), batches[bi], ms);
             stepprof_end(title, confs[i].floor_ms[bi]);
         }
-        { /* the prefill of 8192 tokens, BF16 KV (the INT4 model's too: its GEMM route) */
+        if (!decode_only) { /* the prefill of 8192 tokens, BF16 KV (the INT4 model's too) */
             prof_steps = true;
             const float ms = run_forward(m, PD_KV_BF16, 1, 0, 8192, 1, 3, MODEL_GRAPHS_OFF, NULL);
             prof_steps = false;
@@ -2070,7 +2148,7 @@ static void bench_stepprof(void)
         }
         model_destroy(m);
     }
-    if (prefill_only)
+    if (prefill_only || decode_only)
         return;
     const int layers = qwen3_30b_a3b_bench(&cfg);
     const pd_wfmt_t mw[] = {PD_WFMT_INT4, PD_WFMT_FP8};
@@ -2105,11 +2183,13 @@ int main(int argc, char **argv)
          fused = false, sweep = false;
     bool gemm = false, prefops = false;
     bool attn = false, attnprof = false, attnsplit = false, ctxscale = false, family = false,
-         moe = false, xgemv = false, w4mma = false, stepprof = false, w4wg = false;
+         moe = false, xgemv = false, w4mma = false, stepprof = false, w4wg = false,
+         qkvgroup = false;
     for (int i = 1; i < argc; i++) {
         /* matmul_int4_mma2 table (not part of all) */
         w4mma |= !strcmp(argv[i], "w4mma");
         w4wg |= !strcmp(argv[i], "w4wg"); /* matmul_w4wg table (not part of all) */
+        qkvgroup |= !strcmp(argv[i], "qkvgroup"); /* q, k, v grouped (not part of all) */
         stepprof |= !strcmp(argv[i], "stepprof"); /* kernel time per step (not part of all) */
         family |= !strcmp(argv[i], "family");     /* GLM-4.5-Air / DeepSeek-V3 (not part of all) */
         bool all = !strcmp(argv[i], "all");
@@ -2167,6 +2247,8 @@ int main(int argc, char **argv)
         bench_int4_mma2();
     if (w4wg)
         bench_w4wg();
+    if (qkvgroup)
+        bench_qkvgroup();
     if (xgemv) {
         const char *kx = getenv("PD_CUDA_XGEMV");
         char keep_x[16] = "";

@@ -8,7 +8,8 @@
  * PD_GPU_TEST_FAMILY=1 only the GLM-4.5 / DeepSeek-V3 cases (family ops, FP8 block-scaled matmul);
  * PD_GPU_TEST_PREFILL=1 only the prefill FP8 MLP op (matmul_silu_fp8) and FP8 GEMM cases;
  * PD_GPU_TEST_MMA2=1 only the matmul_int4_mma2 cases;
- * PD_GPU_TEST_W4WG=1 only the matmul_w4wg (wgmma INT4 GEMM) cases;
+ * PD_GPU_TEST_W4WG=1 only the matmul_w4wg (wgmma INT4 GEMM) cases and the grouped matmul ones
+ * (matmul_group: matmul_w4gemv_group, matmul_w4wg_group);
  * PD_GPU_TEST_XGEMV=1 only the matmul_w4gemv / matmul_w8gemv cases and the default-routing
  * matmul cases that run on them.
  * Exits 77 (meson: SKIP) when there is no CUDA device, 1 when a case fails.
@@ -1818,6 +1819,160 @@ static void case_mma_gemm(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warps,
     case_mma_gemm_d(fmt, n, N, K, warps, splits, 0, seed, what);
 }
 
+/* Session 11: a group of count INT4 weights (rows Ns[i], the same K) on one x, as the attention
+ * block's q, k, v: route 0 the backend op matmul_group (its own routing: the grouped slice GEMV
+ * at n <= 4, the grouped wgmma GEMM at n 25..256, matmul per weight elsewhere), 1
+ * matmul_w4gemv_group with the plan (a[0] rows, a[1] slices, a[2] depth, a[3] blocks), 2
+ * matmul_w4wg_group with configuration a[0] and a[1] splits (both forced; a[0] < 0: their plans
+ * for the summed rows). Every output starts poisoned (NaN) and every element of every output is
+ * checked against the double dot product with the dequantized weight: |g - ref| <= 2e-3 sum |x
+ * w| (case_mma_gemm_d's INT4 bound); the CPU backend's matmul per weight as a second, max-norm
+ * check. Fixed seeds, printed. */
+static void case_matmul_group(int n, const int64_t *Ns, int count, int64_t K, int route,
+                              const int *a, uint64_t seed, const char *what)
+{
+    char shape[128];
+    const uint64_t saved = rng_state;
+    rng_state = seed;
+    pd_weight_t host[MATMUL_GROUP_MAX], wc[MATMUL_GROUP_MAX], wg[MATMUL_GROUP_MAX];
+    pair_t out[MATMUL_GROUP_MAX];
+    float *outs_g[MATMUL_GROUP_MAX];
+    const pd_weight_t *ws_g[MATMUL_GROUP_MAX];
+    int64_t Nt = 0;
+    for (int i = 0; i < count; i++) {
+        uint16_t *src = xmalloc((size_t)(Ns[i] * K) * 2);
+        for (int64_t j = 0; j < Ns[i] * K; j++)
+            src[j] = pd_f32_to_bf16(rng_float() * 0.05f);
+        pair_ok(model_quantize_bf16(src, Ns[i], K, PD_WFMT_INT4, &host[i]));
+        free(src);
+        pair_ok(backend_weight_upload(cpu, &host[i], &wc[i]));
+        pair_ok(backend_weight_upload(gpu, &host[i], &wg[i]));
+        out[i] = pair_new((size_t)n * Ns[i] * 4, NULL);
+        outs_g[i] = out[i].g;
+        ws_g[i] = &wg[i];
+        Nt += Ns[i];
+    }
+    float *x = xmalloc((size_t)n * K * 4);
+    fill_f32(x, (size_t)n * K, 1.0f);
+    for (int t = 0; t < n; t++) /* tokens of different magnitudes (per-token scaling) */
+        for (int64_t k = 0; k < K; k++)
+            x[(size_t)t * K + k] *= (float)(1 << (t % 9)) / 16.0f;
+    pair_t px = pair_new((size_t)n * K * 4, x);
+    for (int i = 0; i < count; i++)
+        cpu->ops->matmul(cpu, out[i].c, px.c, &wc[i], n);
+    void *scratch = NULL;
+    int p[4] = {a[0], a[1], a[2], a[3]};
+    int n_sm = 0;
+    cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0);
+    cudaStream_t st = backend_cuda_stream(gpu);
+    if (route == 0) {
+        PD_ASSERT(gpu->ops->matmul_group);
+        gpu->ops->matmul_group(gpu, outs_g, px.g, ws_g, count, n);
+    } else if (route == 1) {
+        if (p[0] < 0)
+            matmul_w4gemv_plan(n, Nt, K, n_sm, &p[0], &p[1], &p[2], &p[3]);
+        pair_ok(matmul_w4gemv_group(outs_g, px.g, ws_g, count, n, p[0], p[1], p[2], p[3], st));
+    } else {
+        if (p[0] < 0)
+            matmul_w4wg_plan(n, Nt, K, n_sm, &p[0], &p[1]);
+        const size_t hb = (matmul_w4wg_act_bytes(n, K) + 255) / 256 * 256,
+                     mb = ((size_t)n * 4 + 255) / 256 * 256,
+                     pf = matmul_int4_mma_part_floats(n, Nt, p[1]);
+        pair_ok(gpu->ops->alloc(gpu, hb + mb + pf * 4, &scratch));
+        pair_ok(gpu->ops->memset(gpu, scratch, 0xff, hb + mb + pf * 4));
+        uint8_t *b = scratch;
+        float *mult = (float *)(b + hb), *part = pf ? (float *)(b + hb + mb) : NULL;
+        pair_ok(matmul_quant_act_f16wg((uint16_t *)b, mult, px.g, n, K, st));
+        pair_ok(matmul_w4wg_group(outs_g, part, (uint16_t *)b, mult, ws_g, count, n, p[0], p[1],
+                                  st));
+    }
+    char nb[48] = "";
+    for (int i = 0; i < count; i++)
+        snprintf(nb + strlen(nb), sizeof nb - strlen(nb), "%s%lld", i ? "+" : "",
+                 (long long)Ns[i]);
+    const char *rn = route == 0 ? "op" : route == 1 ? "w4gemv" : "w4wg";
+    double worst_c = 0.0, worst = 0.0;
+    float *wrow = xmalloc((size_t)K * 4);
+    for (int i = 0; i < count; i++) {
+        const double e = err_f32(&out[i], (size_t)n * Ns[i]);
+        worst_c = e > worst_c ? e : worst_c;
+        float *g = xmalloc((size_t)n * Ns[i] * 4);
+        pair_ok(gpu->ops->sync(gpu));
+        pair_ok(gpu->ops->download(gpu, g, out[i].g, (size_t)n * Ns[i] * 4));
+        for (int64_t r = 0; r < Ns[i]; r++) {
+            quant_dequant_row(wrow, &host[i], r);
+            for (int t = 0; t < n; t++) {
+                double ref = 0.0, bound = 0.0;
+                for (int64_t k = 0; k < K; k++) {
+                    const double pr = (double)x[(size_t)t * K + k] * wrow[k];
+                    ref += pr;
+                    bound += fabs(pr);
+                }
+                const float v = g[(size_t)t * Ns[i] + r];
+                const double e2 = isnan(v) ? INFINITY : fabs(v - ref) / (2e-3 * bound + 1e-6);
+                worst = e2 > worst ? e2 : worst;
+            }
+        }
+        free(g);
+    }
+    snprintf(shape, sizeof shape, "int4 %s %s n %d N %s K %lld p %d,%d,%d,%d seed %llu", rn, what,
+             n, nb, (long long)K, p[0], p[1], p[2], p[3], (unsigned long long)seed);
+    report("mm group", shape, worst_c, 1e-3);
+    snprintf(shape, sizeof shape, "int4 %s %s n %d N %s per element", rn, what, n, nb);
+    report("mm group", shape, worst, 1.0);
+    free(wrow);
+    if (scratch)
+        gpu->ops->free(gpu, scratch);
+    pair_free(&px);
+    free(x);
+    for (int i = 0; i < count; i++) {
+        pair_free(&out[i]);
+        model_host_weight_free(&host[i]);
+        backend_weight_free(cpu, &wc[i]);
+        backend_weight_free(gpu, &wg[i]);
+    }
+    rng_state = saved;
+}
+
+/* matmul_group (session 11): the grouped slice GEMV and the grouped wgmma GEMM forced (rows
+ * splitting across the weights' boundaries, persistent grids over the tiles of several weights,
+ * K splits with the grouped sum, unequal weights, one and two weights) and the backend op at the
+ * sizes of each route and of neither (fixed seeds 501..); the Llama-3-8B q / k / v at full size
+ * unless PD_GPU_TEST_SMALL. */
+static void cases_matmul_group(void)
+{
+    const int64_t qkv[3] = {512, 128, 128}, odd[3] = {96, 256, 32}, two[2] = {288, 64};
+    const int64_t q8b[3] = {4096, 1024, 1024};
+    const int g1[4] = {16, 1, 2, 1}, g2[4] = {32, 3, 2, 5}, g3[4] = {16, 4, 4, 0},
+              g4[4] = {32, 8, 2, 0}, plan[4] = {-1, 0, 0, 0};
+    case_matmul_group(1, qkv, 3, 1024, 1, g1, 501, "forced");
+    case_matmul_group(3, odd, 3, 640, 1, g2, 502, "forced");
+    case_matmul_group(4, two, 2, 1280, 1, g3, 503, "forced");
+    case_matmul_group(2, qkv, 3, 384, 1, g4, 504, "forced, empty slices");
+    case_matmul_group(1, qkv, 1, 1024, 1, g2, 505, "one weight");
+    if (matmul_w4wg_usable()) {
+        const int w0[4] = {0, 1, 0, 0}, w1[4] = {0, 3, 0, 0}, w2[4] = {1, 2, 0, 0},
+                  w3[4] = {2, 1, 0, 0}, w4[4] = {2, 4, 0, 0};
+        case_matmul_group(64, qkv, 3, 1024, 2, w0, 511, "forced");
+        case_matmul_group(40, odd, 3, 1280, 2, w1, 512, "forced, splits");
+        case_matmul_group(100, two, 2, 640, 2, w2, 513, "forced, splits");
+        case_matmul_group(129, qkv, 3, 768, 2, w3, 514, "forced");
+        case_matmul_group(250, odd, 3, 1024, 2, w4, 515, "forced, splits");
+        case_matmul_group(33, qkv, 3, 2048, 2, plan, 516, "plan");
+    }
+    case_matmul_group(1, qkv, 3, 1024, 0, plan, 521, "");
+    case_matmul_group(4, odd, 3, 640, 0, plan, 522, "");
+    case_matmul_group(16, qkv, 3, 1024, 0, plan, 523, "(per weight)");
+    case_matmul_group(48, qkv, 3, 1024, 0, plan, 524, "");
+    case_matmul_group(177, two, 2, 512, 0, plan, 525, "");
+    if (!small_only) {
+        case_matmul_group(1, q8b, 3, 4096, 0, plan, 531, "8B qkv");
+        case_matmul_group(2, q8b, 3, 4096, 0, plan, 532, "8B qkv");
+        case_matmul_group(64, q8b, 3, 4096, 0, plan, 533, "8B qkv");
+        case_matmul_group(128, q8b, 3, 4096, 0, plan, 534, "8B qkv");
+    }
+}
+
 static void case_kv_write(pd_kvfmt_t fmt, int kvh, int hd, int n)
 {
     char shape[96];
@@ -3591,6 +3746,7 @@ static void cases_matmul(void)
     cases_xgemv(false);
     cases_int4_mma2();
     cases_w4wg();
+    cases_matmul_group();
 }
 
 /* matmul_w4wg (session 10, wgmma): each configuration forced at fixture shapes (rows past N in
@@ -3805,7 +3961,8 @@ int main(void)
         return finish();
     }
     if (getenv("PD_GPU_TEST_W4WG") && atoi(getenv("PD_GPU_TEST_W4WG"))) {
-        cases_w4wg(); /* the matmul_w4wg cases alone (quick device rounds) */
+        cases_w4wg(); /* the matmul_w4wg and grouped matmul cases alone (quick device rounds) */
+        cases_matmul_group();
         return finish();
     }
     if (getenv("PD_GPU_TEST_MMA2") && atoi(getenv("PD_GPU_TEST_MMA2"))) {
