@@ -1193,8 +1193,8 @@ struct matmul__w4segs {
  * before groups existed: 128 / 124 / 104; the grouped ones 128 / 126 / 104, no spills). */
 template <int MR, int D, bool GROUP>
 static __global__ void __launch_bounds__(512)
-    matmul__w4gemv(const matmul__w4segs sg, const float *x, int n, int64_t K, int ups, int rs,
-                   int l2pre)
+    matmul__w4gemv(const matmul__w4segs sg, const float *x, int n, int64_t K,
+                   int ups, int rs)
 {
     extern __shared__ __align__(16) uint8_t matmul__smv[];
     constexpr int NA = MR * 4;
@@ -1253,21 +1253,6 @@ static __global__ void __launch_bounds__(512)
             base(lt);
         }
     };
-    /* l2pre: before the PDL wait, ask L2 for this warp's slice of the block's first tile (data
-     * 1024 MR bytes per group, then its scales and zeros): the launch starts while the kernel
-     * before it drains (kutil.cuh), and the weights are constant. The small weights (o, the
-     * grouped q / k / v, down) are then read from L2 whole: their grids have one tile per
-     * block. */
-    if (l2pre && ntl > 0) {
-        /* the tile's data from the load cursor's base (less the lane's 16 bytes): 1024 MR bytes
-         * per group, groups 2048 bytes apart; lane i takes lines i, i + 32, ... */
-        constexpr int LPG = MR * 8;
-        const uint8_t *tb = wb - (size_t)lane * 16 + (size_t)ub * 2048;
-#pragma unroll 1
-        for (int i = lane; i < nU * LPG; i += 32)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(tb + (size_t)(i / LPG) * 2048 +
-                                                          (size_t)(i % LPG) * 128));
-    }
     matmul__w4st<MR> buf[D];
 #pragma unroll
     for (int j = 0; j < D; j++)
@@ -2294,18 +2279,6 @@ extern "C" void matmul_w8gemv_plan(int n, int64_t N, int64_t K, int n_sm, int *r
     matmul__xg_plan(true, n, N, K, n_sm, rows_p, slices_p, depth_p, blocks_p);
 }
 
-/* PD_CUDA_W4PREFETCH=0: no L2 prefetch of the first tile before the PDL wait in matmul__w4gemv
- * (session 11's A / B; read once) */
-static int matmul__w4_l2pre(void)
-{
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("PD_CUDA_W4PREFETCH");
-        on = !(e && strcmp(e, "0") == 0);
-    }
-    return on;
-}
-
 template <int MR, int D, bool GROUP>
 static void matmul__w4gemv_go(const matmul__w4segs &sg, const float *x, int n, int64_t K, int S,
                               int G, int ups, int rs, size_t smem, cudaStream_t stream)
@@ -2317,7 +2290,7 @@ static void matmul__w4gemv_go(const matmul__w4segs &sg, const float *x, int n, i
         attr = true;
     }
     kutil_launch_pdl(matmul__w4gemv<MR, D, GROUP>, dim3((unsigned)G), dim3(32u * S), smem, stream,
-                     sg, x, n, K, ups, rs, matmul__w4_l2pre());
+                     sg, x, n, K, ups, rs);
 }
 
 template <int MR, int D>
