@@ -132,9 +132,6 @@ typedef struct {
     /* tiled INT4 at n CUDA_W4WG_MIN_N..MATMUL_W4WG_MAX_N on the wgmma GEMM matmul_w4wg where it
      * is usable (sm_90a build, compute capability 9.0); PD_CUDA_INT4_WG=0: off */
     bool int4_wg;
-    /* silu_matmul computes silu·mul inside the INT4 GEMV / wgmma GEMM's activation pass
-     * (session 11); PD_CUDA_SILU_MM=0: silu_mul, then matmul (for A / B measurements) */
-    bool silu_mm;
     bool no_moe_grouped; /* moe_grouped=off: moe_prepare declines, experts grouped on the host */
     unsigned env_set;    /* CUDA__ENV_* bits: options fixed by the environment */
     int pdl; /* option pdl / PD_CUDA_PDL: programmatic dependent launch of the decode GEMVs */
@@ -438,11 +435,10 @@ static pd_status_t cuda__matmul_int4_mma(cuda_t *c, float *out, const float *x,
 }
 
 /* Tiled INT4 on the wgmma GEMM (matmul_w4wg) for count weights of the same K on x (one: the
- * matmul route; more: matmul_group; silu: x is a gate_up product, silu_matmul): act scratch =
- * the activation image, mult (n) f32, the partial sums. The plan is the one of a weight of the
- * summed rows. */
+ * matmul route; more: matmul_group): act scratch = the activation image, mult (n) f32, the
+ * partial sums. The plan is the one of a weight of the summed rows. */
 static pd_status_t cuda__matmul_w4wg(cuda_t *c, float *const *outs, const float *x,
-                                     const pd_weight_t *const *ws, int count, int n, bool silu)
+                                     const pd_weight_t *const *ws, int count, int n)
 {
     int cfg, splits;
     int64_t N = 0;
@@ -459,8 +455,7 @@ static pd_status_t cuda__matmul_w4wg(cuda_t *c, float *const *outs, const float 
     uint16_t *xw = c->act.p;
     float *mult = (float *)((uint8_t *)c->act.p + hb);
     float *part = pf ? (float *)((uint8_t *)c->act.p + hb + mb) : NULL;
-    if ((st = silu ? matmul_quant_act_f16wg_silu(xw, mult, x, n, K, c->stream)
-                   : matmul_quant_act_f16wg(xw, mult, x, n, K, c->stream)) != PD_OK)
+    if ((st = matmul_quant_act_f16wg(xw, mult, x, n, K, c->stream)) != PD_OK)
         return st;
     return matmul_w4wg_group(outs, part, xw, mult, ws, count, n, cfg, splits, c->stream);
 }
@@ -652,7 +647,7 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
         return matmul_fp8_scale(out, xs, w->scales, n, N, c->stream);
     }
     if (c->int4_wg && cuda__int4_tiled(w) && n >= CUDA_W4WG_MIN_N && n <= MATMUL_W4WG_MAX_N)
-        return cuda__matmul_w4wg(c, &out, x, &w, 1, n, false);
+        return cuda__matmul_w4wg(c, &out, x, &w, 1, n);
     if (c->int4_mma2 && cuda__int4_tiled(w) && n > 8 && n <= MATMUL_INT4_MMA_MAX_N)
         return cuda__matmul_int4_mma2(c, out, x, w, n);
     if (w->fmt == PD_WFMT_INT4 && (n > CUDA_GEMV_MAX_N_INT4 || cuda__int4_tiled(w)) &&
@@ -722,41 +717,12 @@ static pd_status_t cuda__matmul_group(cuda_t *c, float *const *outs, const float
             return matmul_w4gemv_group(outs, x, ws, count, n, xp[0], xp[1], xp[2], xp[3],
                                        c->stream);
         if (c->int4_wg && n >= CUDA_W4WG_MIN_N && n <= MATMUL_W4WG_MAX_N)
-            return cuda__matmul_w4wg(c, outs, x, ws, count, n, false);
+            return cuda__matmul_w4wg(c, outs, x, ws, count, n);
     }
     for (int i = 0; i < count; i++)
         if ((st = cuda__matmul(c, outs[i], x, ws[i], n)) != PD_OK)
             return st;
     return PD_OK;
-}
-
-/* backend.h silu_matmul: tiled INT4 at the slice GEMV's sizes (matmul_w4gemv_silu) and the wgmma
- * GEMM's (matmul_quant_act_f16wg_silu, then the GEMM) read gu themselves; anything else runs
- * silu_mul into act, then cuda__matmul. */
-static pd_status_t cuda__silu_matmul(cuda_t *c, float *out, float *act, const float *gu,
-                                     const pd_weight_t *w, int n, int f)
-{
-    pd_status_t st;
-    if (n <= 0)
-        return PD_OK;
-    if (c->silu_mm && cuda__int4_tiled(w) && w->k == f) {
-        int xp[4];
-        cuda__xgemv_plan(c, w, n, xp);
-        if (xp[0] > 0)
-            return matmul_w4gemv_silu(out, gu, w, n, xp[0], xp[1], xp[2], xp[3], c->stream);
-        if (c->int4_wg && n >= CUDA_W4WG_MIN_N && n <= MATMUL_W4WG_MAX_N)
-            return cuda__matmul_w4wg(c, &out, gu, &w, 1, n, true);
-    }
-    if ((st = elementwise_silu_mul(act, gu, n, f, c->stream)) != PD_OK)
-        return st;
-    return cuda__matmul(c, out, act, w, n);
-}
-
-static void cuda_silu_matmul(pd_backend_t *be, float *out, float *act, const float *gu,
-                             const pd_weight_t *w, int n, int f)
-{
-    cuda_t *c = cuda__get(be);
-    cuda__note(c, cuda__silu_matmul(c, out, act, gu, w, n, f));
 }
 
 static void cuda_matmul_group(pd_backend_t *be, float *const *outs, const float *x,
@@ -1779,7 +1745,6 @@ static const pd_backend_ops_t cuda_ops = {
     .set_option = cuda_set_option,
     .rope_kv_write = cuda_rope_kv_write,
     .matmul_group = cuda_matmul_group,
-    .silu_matmul = cuda_silu_matmul,
     .qkv_rope_write = cuda_qkv_rope_write,
     .logits_process = cuda_logits_process,
     .bias_add = cuda_bias_add,
@@ -1804,7 +1769,6 @@ static void cuda__ops_plain_init(void)
     cuda_ops_plain.matmul_silu_fp8 = NULL;
     cuda_ops_plain.qkv_rope_write = NULL;
     cuda_ops_plain.matmul_group = NULL;
-    cuda_ops_plain.silu_matmul = NULL;
 }
 
 enum { CUDA__ENV_BF16 = 1, CUDA__ENV_FLASH = 2, CUDA__ENV_FUSED = 4, CUDA__ENV_ACCUM = 8 };
@@ -1980,8 +1944,6 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     c->int4_mma2 = env && *env ? cuda__onoff(env) == 1 : 0;
     env = getenv("PD_CUDA_INT4_WG");
     c->int4_wg = (!env || !*env || cuda__onoff(env) != 0) && matmul_w4wg_usable();
-    env = getenv("PD_CUDA_SILU_MM");
-    c->silu_mm = !env || !*env || cuda__onoff(env) != 0;
     env = getenv("PD_CUDA_INT4_GEMM"); /* bf16: INT4 prefill GEMMs dequantized to bf16 */
     c->int4_fp8 = 1;
     if (env && *env) {

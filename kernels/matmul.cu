@@ -1189,11 +1189,9 @@ struct matmul__w4segs {
  * S * MR * 512 bytes (rs = matmul__w4_region(n, ups)). For each weight of sg: out (n, N) f32 =
  * x (n, K) f32 @ W^T, n <= 8 (K % 128 == 0). Block b takes the row tiles b, b + G, ... (over the
  * weights one after the other), warp s the groups [s ups, min((s + 1) ups, K / 128)) of each.
- * MODE 0: sg holds one weight and the segment lookups compile away (the same registers as before
- * groups existed: 128 / 124 / 104; the grouped ones 128 / 126 / 104, no spills); 1: a group;
- * 2: one weight, and x is the gate_up product gu (n, 2K) f32 of which the activations are
- * silu(gu[:, :K]) * gu[:, K:] (elementwise__silu_mul's expression, so the same values). */
-template <int MR, int D, int MODE>
+ * GROUP false: sg holds one weight and the segment lookups compile away (the same registers as
+ * before groups existed: 128 / 124 / 104; the grouped ones 128 / 126 / 104, no spills). */
+template <int MR, int D, bool GROUP>
 static __global__ void __launch_bounds__(512)
     matmul__w4gemv(const matmul__w4segs sg, const float *x, int n, int64_t K,
                    int ups, int rs)
@@ -1216,20 +1214,7 @@ static __global__ void __launch_bounds__(512)
     const int64_t N0 = sg.N[0], N1 = sg.N[1], N2 = sg.N[2];
     const int te0 = sg.tend[0], te1 = sg.tend[1], ntiles = sg.tend[MATMUL_GROUP_MAX - 1];
     /* the segment of tile t and its first tile */
-    constexpr bool GROUP = MODE == 1, SILU = MODE == 2;
     auto seg_of = [&](int t) { return !GROUP ? 0 : t < te0 ? 0 : t < te1 ? 1 : 2; };
-    /* 4 activations from p (the row's x; SILU: its gate half, the up half K floats on) */
-    auto xld = [&](const float4 *p) {
-        float4 a = __ldg(p);
-        if constexpr (SILU) {
-            const float4 u = __ldg(p + K / 4);
-            a.x = a.x / (1.0f + expf(-a.x)) * u.x;
-            a.y = a.y / (1.0f + expf(-a.y)) * u.y;
-            a.z = a.z / (1.0f + expf(-a.z)) * u.z;
-            a.w = a.w / (1.0f + expf(-a.w)) * u.w;
-        }
-        return a;
-    };
     auto seg_t0 = [&](int s) { return s == 0 ? 0 : s == 1 ? te0 : te1; };
     const int ntl =
         (int)blockIdx.x < ntiles ? (ntiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
@@ -1283,10 +1268,10 @@ static __global__ void __launch_bounds__(512)
      * q * 32 + w * 8 .. + 8), and the (A, B) offsets of each (group, token) */
     float m2[2] = {0.0f, 0.0f}; /* 2^e of the lane's tokens 2 tq, 2 tq + 1 */
     for (int t = 0; t < n && T > 0; t++) {
-        const float4 *xt = (const float4 *)(x + (size_t)t * K * (SILU ? 2 : 1) + (size_t)ub * 128);
+        const float4 *xt = (const float4 *)(x + (size_t)t * K + (size_t)ub * 128);
         float am = 0.0f;
         for (int j = lane; j < nU * 32; j += 32) {
-            const float4 a = xld(xt + j);
+            const float4 a = __ldg(xt + j);
             am = fmaxf(am, fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))));
         }
         am = kutil_warp_max(am);
@@ -1304,7 +1289,7 @@ static __global__ void __launch_bounds__(512)
             if (d < nU * 16) {
                 const int G = d >> 4, p = d & 15, w = p >> 2, q = p & 3;
                 const float4 *src = (const float4 *)((const float *)xt + G * 128 + q * 32 + w * 8);
-                const float4 a = xld(src), b = xld(src + 1);
+                const float4 a = __ldg(src), b = __ldg(src + 1);
                 const float lo[4] = {a.x, a.y, a.z, a.w}, hi[4] = {b.x, b.y, b.z, b.w};
                 uint32_t o[4];
 #pragma unroll
@@ -2294,38 +2279,35 @@ extern "C" void matmul_w8gemv_plan(int n, int64_t N, int64_t K, int n_sm, int *r
     matmul__xg_plan(true, n, N, K, n_sm, rows_p, slices_p, depth_p, blocks_p);
 }
 
-template <int MR, int D, int MODE>
+template <int MR, int D, bool GROUP>
 static void matmul__w4gemv_go(const matmul__w4segs &sg, const float *x, int n, int64_t K, int S,
                               int G, int ups, int rs, size_t smem, cudaStream_t stream)
 {
     static bool attr;
     if (!attr) {
-        cudaFuncSetAttribute(matmul__w4gemv<MR, D, MODE>,
+        cudaFuncSetAttribute(matmul__w4gemv<MR, D, GROUP>,
                              cudaFuncAttributeMaxDynamicSharedMemorySize, MATMUL__SMEM_MAX);
         attr = true;
     }
-    kutil_launch_pdl(matmul__w4gemv<MR, D, MODE>, dim3((unsigned)G), dim3(32u * S), smem, stream,
+    kutil_launch_pdl(matmul__w4gemv<MR, D, GROUP>, dim3((unsigned)G), dim3(32u * S), smem, stream,
                      sg, x, n, K, ups, rs);
 }
 
 template <int MR, int D>
-static void matmul__w4gemv_launch(const matmul__w4segs &sg, int mode, const float *x, int n,
+static void matmul__w4gemv_launch(const matmul__w4segs &sg, bool group, const float *x, int n,
                                   int64_t K, int S, int G, int ups, int rs, size_t smem,
                                   cudaStream_t stream)
 {
-    if (mode == 1)
-        matmul__w4gemv_go<MR, D, 1>(sg, x, n, K, S, G, ups, rs, smem, stream);
-    else if (mode == 2)
-        matmul__w4gemv_go<MR, D, 2>(sg, x, n, K, S, G, ups, rs, smem, stream);
+    if (group)
+        matmul__w4gemv_go<MR, D, true>(sg, x, n, K, S, G, ups, rs, smem, stream);
     else
-        matmul__w4gemv_go<MR, D, 0>(sg, x, n, K, S, G, ups, rs, smem, stream);
+        matmul__w4gemv_go<MR, D, false>(sg, x, n, K, S, G, ups, rs, smem, stream);
 }
 
-/* matmul_w4gemv_group (silu false: mode 0 / 1 by count) and matmul_w4gemv_silu (mode 2) */
-static pd_status_t matmul__w4gemv_do(float *const *outs, const float *x,
-                                     const pd_weight_t *const *ws, int count, bool silu, int n,
-                                     int rows, int slices, int depth, int blocks,
-                                     cudaStream_t stream)
+extern "C" pd_status_t matmul_w4gemv_group(float *const *outs, const float *x,
+                                           const pd_weight_t *const *ws, int count, int n,
+                                           int rows, int slices, int depth, int blocks,
+                                           cudaStream_t stream)
 {
     KUTIL_REQUIRE(count >= 1 && count <= MATMUL_GROUP_MAX && outs && ws, "matmul_w4gemv");
     KUTIL_REQUIRE(n >= 0 && n <= MATMUL_XGEMV_MAX_N && (rows == 16 || rows == 32) && slices >= 1 &&
@@ -2356,36 +2338,20 @@ static pd_status_t matmul__w4gemv_do(float *const *outs, const float *x,
     const int nu = (int)(K / 128), ups = (nu + slices - 1) / slices;
     const int rs = matmul__w4_region(n, ups);
     const int G = blocks < 1 || blocks > ntiles ? (int)ntiles : blocks;
-    const int mode = silu ? 2 : count > 1 ? 1 : 0;
     if (rows == 16 && depth == 2)
-        matmul__w4gemv_launch<1, 2>(sg, mode, x, n, K, slices, G, ups, rs, smem, stream);
+        matmul__w4gemv_launch<1, 2>(sg, count > 1, x, n, K, slices, G, ups, rs, smem, stream);
     else if (rows == 16)
-        matmul__w4gemv_launch<1, 4>(sg, mode, x, n, K, slices, G, ups, rs, smem, stream);
+        matmul__w4gemv_launch<1, 4>(sg, count > 1, x, n, K, slices, G, ups, rs, smem, stream);
     else
-        matmul__w4gemv_launch<2, 2>(sg, mode, x, n, K, slices, G, ups, rs, smem, stream);
+        matmul__w4gemv_launch<2, 2>(sg, count > 1, x, n, K, slices, G, ups, rs, smem, stream);
     return KUTIL_LAUNCHED("matmul_w4gemv");
-}
-
-extern "C" pd_status_t matmul_w4gemv_group(float *const *outs, const float *x,
-                                           const pd_weight_t *const *ws, int count, int n,
-                                           int rows, int slices, int depth, int blocks,
-                                           cudaStream_t stream)
-{
-    return matmul__w4gemv_do(outs, x, ws, count, false, n, rows, slices, depth, blocks, stream);
-}
-
-extern "C" pd_status_t matmul_w4gemv_silu(float *out, const float *gu, const pd_weight_t *w, int n,
-                                          int rows, int slices, int depth, int blocks,
-                                          cudaStream_t stream)
-{
-    return matmul__w4gemv_do(&out, gu, &w, 1, true, n, rows, slices, depth, blocks, stream);
 }
 
 extern "C" pd_status_t matmul_w4gemv(float *out, const float *x, const pd_weight_t *w, int n,
                                      int rows, int slices, int depth, int blocks,
                                      cudaStream_t stream)
 {
-    return matmul__w4gemv_do(&out, x, &w, 1, false, n, rows, slices, depth, blocks, stream);
+    return matmul_w4gemv_group(&out, x, &w, 1, n, rows, slices, depth, blocks, stream);
 }
 
 template <int MR, int D>

@@ -142,11 +142,6 @@ pd_status_t matmul_w4gemv(float *out, const float *x, const pd_weight_t *w, int 
 pd_status_t matmul_w4gemv_group(float *const *outs, const float *x, const pd_weight_t *const *ws,
                                 int count, int n, int rows, int slices, int depth, int blocks,
                                 cudaStream_t stream);
-/* matmul_w4gemv on the activations silu(gu[:, :K]) * gu[:, K:], gu (n, 2 w->k) f32 the gate_up
- * product (computed in the prologue as elementwise_silu_mul computes them: the same values, no
- * (n, K) intermediate). */
-pd_status_t matmul_w4gemv_silu(float *out, const float *gu, const pd_weight_t *w, int n, int rows,
-                               int slices, int depth, int blocks, cudaStream_t stream);
 void matmul_w8gemv_plan(int n, int64_t N, int64_t K, int n_sm, int *rows_p, int *slices_p,
                         int *depth_p, int *blocks_p);
 pd_status_t matmul_w8gemv(float *out, const uint8_t *xq, const float *xs, const pd_weight_t *w,
@@ -167,10 +162,6 @@ bool matmul_w4wg_usable(void);
 size_t matmul_w4wg_act_bytes(int n, int64_t K);
 pd_status_t matmul_quant_act_f16wg(uint16_t *xw, float *mult, const float *x, int n, int64_t K,
                                    cudaStream_t stream);
-/* matmul_quant_act_f16wg of the activations silu(gu[:, :K]) * gu[:, K:], gu (n, 2K) f32 (the
- * same image as elementwise_silu_mul, then matmul_quant_act_f16wg). */
-pd_status_t matmul_quant_act_f16wg_silu(uint16_t *xw, float *mult, const float *gu, int n,
-                                        int64_t K, cudaStream_t stream);
 void matmul_w4wg_plan(int n, int64_t N, int64_t K, int n_sm, int *cfg_p, int *splits_p);
 pd_status_t matmul_w4wg(float *out, float *part, const uint16_t *xw, const float *mult,
                         const pd_weight_t *w, int n, int cfg, int splits, cudaStream_t stream);

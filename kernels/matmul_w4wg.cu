@@ -58,16 +58,8 @@
 
 /* ---- the activation image ---- */
 
-/* silu(g) * u as elementwise__silu_mul computes it (the same value) */
-static __device__ __forceinline__ float w4wg__silu_mul(float g, float u)
-{
-    return g / (1.0f + expf(-g)) * u;
-}
-
 /* grid (ceil(n / 64) * 64), block 256: row t of the image (zeros past n) and mult[t] (t < n) =
- * 2^e / MMA_WSHIFT, x (n, K) f32, K % 128 == 0. SILU: x is the gate_up product (n, 2K) f32 and
- * the activations are silu(x[:, :K]) * x[:, K:]. */
-template <bool SILU>
+ * 2^e / MMA_WSHIFT, x (n, K) f32, K % 128 == 0. */
 static __global__ void __launch_bounds__(256)
     matmul__quant_act_f16wg(uint4 *xw, float *mult, const float *x, int n, int64_t K)
 {
@@ -85,14 +77,8 @@ static __global__ void __launch_bounds__(256)
         }
         return;
     }
-    const float *xi = x + (size_t)t * K * (SILU ? 2 : 1);
-    float am = 0.0f;
-    if constexpr (SILU)
-        for (int64_t j = threadIdx.x; j < K; j += blockDim.x)
-            am = fmaxf(am, fabsf(w4wg__silu_mul(__ldg(xi + j), __ldg(xi + K + j))));
-    else
-        am = mma_act_amax(xi, K, threadIdx.x, blockDim.x);
-    const float amax = kutil_block_max(am, red);
+    const float *xi = x + (size_t)t * K;
+    const float amax = kutil_block_max(mma_act_amax(xi, K, threadIdx.x, blockDim.x), red);
     const int e = mma_act_exp(amax);
     const float inv = ldexpf(1.0f, -e);
     for (int64_t d = threadIdx.x; d < K / 8; d += blockDim.x) {
@@ -104,12 +90,7 @@ static __global__ void __launch_bounds__(256)
         uint32_t o[4];
 #pragma unroll
         for (int j = 0; j < 4; j++) { /* slots m = 2 j (tq j, e 0) and 2 j + 1 (e 1) */
-            float lo = __ldg(xg + 32 * j), up = __ldg(xg + 32 * j + 4);
-            if constexpr (SILU) {
-                lo = w4wg__silu_mul(lo, __ldg(xg + K + 32 * j));
-                up = w4wg__silu_mul(up, __ldg(xg + K + 32 * j + 4));
-            }
-            lo *= inv, up *= inv;
+            const float lo = __ldg(xg + 32 * j) * inv, up = __ldg(xg + 32 * j + 4) * inv;
             o[j] = (uint32_t)__half_as_ushort(__float2half_rn(lo)) |
                    ((uint32_t)__half_as_ushort(__float2half_rn(up)) << 16);
         }
@@ -478,21 +459,9 @@ extern "C" pd_status_t matmul_quant_act_f16wg(uint16_t *xw, float *mult, const f
                   "matmul_quant_act_f16wg");
     if (n == 0)
         return PD_OK;
-    kutil_launch_pdl(matmul__quant_act_f16wg<false>, dim3((unsigned)((n + 63) / 64 * 64)),
-                     dim3(256), 0, stream, (uint4 *)xw, mult, x, n, K);
+    kutil_launch_pdl(matmul__quant_act_f16wg, dim3((unsigned)((n + 63) / 64 * 64)), dim3(256), 0,
+                     stream, (uint4 *)xw, mult, x, n, K);
     return KUTIL_LAUNCHED("matmul_quant_act_f16wg");
-}
-
-extern "C" pd_status_t matmul_quant_act_f16wg_silu(uint16_t *xw, float *mult, const float *gu,
-                                                   int n, int64_t K, cudaStream_t stream)
-{
-    KUTIL_REQUIRE(n >= 0 && K > 0 && K % 128 == 0 && ((uintptr_t)xw & 15) == 0,
-                  "matmul_quant_act_f16wg_silu");
-    if (n == 0)
-        return PD_OK;
-    kutil_launch_pdl(matmul__quant_act_f16wg<true>, dim3((unsigned)((n + 63) / 64 * 64)),
-                     dim3(256), 0, stream, (uint4 *)xw, mult, gu, n, K);
-    return KUTIL_LAUNCHED("matmul_quant_act_f16wg_silu");
 }
 
 /* The configurations (matmul.h: cfg): 0 = MT 2, NT 1 (256 rows x 64 tokens, 2 groups per

@@ -296,15 +296,6 @@ typedef struct {
     void (*matmul_group)(pd_backend_t *be, float *const *outs, const float *x,
                          const pd_weight_t *const *ws, int count, int n);
 
-    /* out (n, w->n) f32 = (silu(gu[:, :f]) * gu[:, f:]) @ w^T, gu (n, 2f) f32, f == w->k: the
-     * MLP's down projection on the SiLU·mul of the gate_up product in one pass where the backend
-     * can (CUDA: tiled INT4 at the slice GEMV's and the wgmma GEMM's sizes compute silu·mul as
-     * they quantize the activations: silu_mul's values, no (n, f) intermediate, one launch
-     * less); elsewhere silu_mul into act (n, f) f32 scratch, then matmul (act's contents are
-     * unspecified afterwards). NULL: the model runs silu_mul, then matmul. */
-    void (*silu_matmul)(pd_backend_t *be, float *out, float *act, const float *gu,
-                        const pd_weight_t *w, int n, int f);
-
     /* rope on q (n, n_heads, head_dim) and k (n, l->n_kv_heads, head_dim), then kv_write of k
      * and v at slots, in one launch; the same results as rope, rope, kv_write (CUDA:
      * bit-identical). NULL: the model runs the three ops. */

@@ -434,16 +434,11 @@ static pd_status_t ctx__enqueue(model_ctx_t *c, void *arena, const kv_layout_t *
             if (gu8 && down8 == gu8 && o->matmul_silu_fp8) { /* one op: gate_up + silu·mul + fp8 */
                 pd_act_fp8_t q = fwd__aq(c, gu8);
                 o->matmul_silu_fp8(be, &q, c->gu, &q, &L->gate_up, n);
-                fwd__mm(c, c->tmp, c->act, down8, &L->down, n);
             } else {
                 fwd__mm(c, c->gu, c->h, gu8, &L->gate_up, n);
-                if (!down8 && o->silu_matmul) { /* silu·mul inside the down projection's pass */
-                    o->silu_matmul(be, c->tmp, c->act, c->gu, &L->down, n, f);
-                } else {
-                    fwd__silu(c, n, f, down8);
-                    fwd__mm(c, c->tmp, c->act, down8, &L->down, n);
-                }
+                fwd__silu(c, n, f, down8);
             }
+            fwd__mm(c, c->tmp, c->act, down8, &L->down, n);
         } else {
             int E = cfg->num_experts, K = cfg->num_experts_per_tok;
             o->matmul(be, c->rlogits, c->h, &L->router, n);

@@ -931,8 +931,7 @@ static void bench_w4wg(void)
 /* `gpu_bench qkvgroup` (session 11): the Llama-3-8B attention block's q, k, v INT4 projections
  * (4096, 1024, 1024 rows x 4096) as three matmul calls against one matmul_group call (the
  * grouped slice GEMV / wgmma GEMM), per token count, L2 flushed before each repeat; floor = the
- * three weights' INT4 bytes (data, scales, zeros) at 4.8 TB/s. Then (bench_silumm) the down
- * projection as silu_mul + matmul against silu_matmul. */
+ * three weights' INT4 bytes (data, scales, zeros) at 4.8 TB/s. */
 typedef struct {
     float *outs[3];
     const float *x;
@@ -949,72 +948,6 @@ static void run_qkvg(void *p)
     else
         for (int i = 0; i < 3; i++)
             be->ops->matmul(be, a->outs[i], a->x, a->ws[i], a->n);
-}
-
-/* the down projection: silu_mul then matmul, or silu_matmul */
-typedef struct {
-    float *out, *act;
-    const float *gu;
-    const pd_weight_t *w;
-    int n, f;
-    bool fused;
-} silumm_arg_t;
-
-static void run_silumm(void *p)
-{
-    silumm_arg_t *a = p;
-    if (a->fused) {
-        be->ops->silu_matmul(be, a->out, a->act, a->gu, a->w, a->n, a->f);
-    } else {
-        be->ops->silu_mul(be, a->act, a->gu, a->n, a->f);
-        be->ops->matmul(be, a->out, a->act, a->w, a->n);
-    }
-}
-
-static void bench_silumm(void)
-{
-    const int ns[] = {1, 2, 4, 16, 32, 64, 128};
-    const int64_t N = 4096, f = 14336;
-    pd_weight_t h, w;
-    if (!be->ops->silu_matmul) {
-        fprintf(stderr, "qkvgroup: the backend has no silu_matmul op (option fused=off?)\n");
-        exit(1);
-    }
-    uint16_t *src = malloc((size_t)(N * f) * 2);
-    for (int64_t j = 0; j < N * f; j++)
-        src[j] = pd_f32_to_bf16(rnd() * 0.02f);
-    ok(model_quantize_bf16(src, N, f, PD_WFMT_INT4, &h), "quantize");
-    free(src);
-    ok(backend_weight_upload(be, &h, &w), "weight upload");
-    const double floor_us = (double)(quant_data_bytes(PD_WFMT_INT4, N, f) +
-                                     quant_scales_bytes(PD_WFMT_INT4, N, f) +
-                                     quant_zeros_bytes(PD_WFMT_INT4, N, f)) /
-                            4.8e12 * 1e6;
-    l2_flush_bytes = (size_t)256 << 20;
-    ok(be->ops->alloc(be, l2_flush_bytes, &l2_flush), "alloc");
-    printf("\n### Llama-3-8B down (INT4, 4096 x 14336) on the SiLU·mul of gate_up: silu_mul + "
-           "matmul vs silu_matmul (us, L2 flushed before each repeat)\n\n");
-    printf("| n | silu_mul + matmul | silu_matmul | fused / two | floor us |\n");
-    printf("|---|---|---|---|---|\n");
-    for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++) {
-        silumm_arg_t a = {.n = ns[j], .f = (int)f, .w = &w};
-        a.gu = dev_random_f32((size_t)a.n * 2 * f, 4.0f);
-        ok(be->ops->alloc(be, (size_t)a.n * N * 4, (void **)&a.out), "alloc");
-        ok(be->ops->alloc(be, (size_t)a.n * f * 4, (void **)&a.act), "alloc");
-        a.fused = false;
-        const float t2 = time_op(run_silumm, &a, 30);
-        a.fused = true;
-        const float t1 = time_op(run_silumm, &a, 30);
-        printf("| %d | %.1f | %.1f | %.2f | %.1f |\n", a.n, t2 * 1e3, t1 * 1e3, t1 / t2, floor_us);
-        fflush(stdout);
-        be->ops->free(be, a.out);
-        be->ops->free(be, a.act);
-        be->ops->free(be, (void *)a.gu);
-    }
-    model_host_weight_free(&h);
-    backend_weight_free(be, &w);
-    be->ops->free(be, l2_flush);
-    l2_flush = NULL;
 }
 
 static void bench_qkvgroup(void)
@@ -2314,10 +2247,8 @@ int main(int argc, char **argv)
         bench_int4_mma2();
     if (w4wg)
         bench_w4wg();
-    if (qkvgroup) {
+    if (qkvgroup)
         bench_qkvgroup();
-        bench_silumm();
-    }
     if (xgemv) {
         const char *kx = getenv("PD_CUDA_XGEMV");
         char keep_x[16] = "";

@@ -8,8 +8,8 @@
  * PD_GPU_TEST_FAMILY=1 only the GLM-4.5 / DeepSeek-V3 cases (family ops, FP8 block-scaled matmul);
  * PD_GPU_TEST_PREFILL=1 only the prefill FP8 MLP op (matmul_silu_fp8) and FP8 GEMM cases;
  * PD_GPU_TEST_MMA2=1 only the matmul_int4_mma2 cases;
- * PD_GPU_TEST_W4WG=1 only the matmul_w4wg (wgmma INT4 GEMM) cases, the grouped matmul ones
- * (matmul_group: matmul_w4gemv_group, matmul_w4wg_group) and silu_matmul's;
+ * PD_GPU_TEST_W4WG=1 only the matmul_w4wg (wgmma INT4 GEMM) cases and the grouped matmul ones
+ * (matmul_group: matmul_w4gemv_group, matmul_w4wg_group);
  * PD_GPU_TEST_XGEMV=1 only the matmul_w4gemv / matmul_w8gemv cases and the default-routing
  * matmul cases that run on them.
  * Exits 77 (meson: SKIP) when there is no CUDA device, 1 when a case fails.
@@ -1934,146 +1934,6 @@ static void case_matmul_group(int n, const int64_t *Ns, int count, int64_t K, in
     rng_state = saved;
 }
 
-/* Session 11: the down projection on silu·mul of a gate_up product gu (n, 2f) f32, f = K: route 0
- * the backend op silu_matmul (the slice GEMV at n <= 4, the wgmma GEMM at n 25..256, silu_mul +
- * matmul elsewhere), 1 matmul_w4gemv_silu with the plan a[0..3] (rows, slices, depth, blocks;
- * a[0] < 0: its plan), 2 the activation image of matmul_quant_act_f16wg_silu against
- * matmul_quant_act_f16wg of elementwise_silu_mul's output (bytes and multipliers must be equal:
- * the same expressions). Routes 0 / 1: the output starts poisoned, every element is checked
- * against the double dot product of the host's silu·mul with the dequantized weight (|g - ref| <=
- * 2e-3 sum |x w|, case_mma_gemm_d's INT4 bound) and, max-norm, against the CPU backend's silu_mul
- * + matmul. Fixed seeds, printed. */
-static void case_silu_matmul(int n, int64_t N, int64_t f, int route, const int *a, uint64_t seed,
-                             const char *what)
-{
-    char shape[128];
-    const uint64_t saved = rng_state;
-    rng_state = seed;
-    float *gu = xmalloc((size_t)n * 2 * f * 4), *xs = xmalloc((size_t)n * f * 4);
-    fill_f32(gu, (size_t)n * 2 * f, 4.0f);
-    for (int t = 0; t < n; t++)
-        for (int64_t k = 0; k < f; k++) {
-            const float g = gu[(size_t)t * 2 * f + k], u = gu[(size_t)t * 2 * f + f + k];
-            xs[(size_t)t * f + k] = g / (1.0f + expf(-g)) * u;
-        }
-    pair_t pg = pair_new((size_t)n * 2 * f * 4, gu);
-    cudaStream_t st = backend_cuda_stream(gpu);
-    if (route == 2) {
-        const size_t hb = (matmul_w4wg_act_bytes(n, f) + 255) / 256 * 256,
-                     mb = ((size_t)n * 4 + 255) / 256 * 256;
-        void *b = NULL;
-        pair_ok(gpu->ops->alloc(gpu, 2 * (hb + mb) + (size_t)n * f * 4, &b));
-        pair_ok(gpu->ops->memset(gpu, b, 0xff, 2 * (hb + mb) + (size_t)n * f * 4));
-        uint8_t *p0 = b, *p1 = p0 + hb + mb;
-        float *act = (float *)(p1 + hb + mb);
-        pair_ok(matmul_quant_act_f16wg_silu((uint16_t *)p0, (float *)(p0 + hb), pg.g, n, f, st));
-        pair_ok(elementwise_silu_mul(act, pg.g, n, (int)f, st));
-        pair_ok(matmul_quant_act_f16wg((uint16_t *)p1, (float *)(p1 + hb), act, n, f, st));
-        uint8_t *h0 = xmalloc(hb + mb), *h1 = xmalloc(hb + mb);
-        pair_ok(gpu->ops->sync(gpu));
-        pair_ok(gpu->ops->download(gpu, h0, p0, hb + mb));
-        pair_ok(gpu->ops->download(gpu, h1, p1, hb + mb));
-        size_t diff = 0;
-        const size_t ib = matmul_w4wg_act_bytes(n, f);
-        for (size_t i = 0; i < ib; i++)
-            diff += h0[i] != h1[i];
-        for (size_t i = 0; i < (size_t)n * 4; i++)
-            diff += h0[hb + i] != h1[hb + i];
-        snprintf(shape, sizeof shape, "f16wg silu image n %d K %lld %s seed %llu (bytes differing)",
-                 n, (long long)f, what, (unsigned long long)seed);
-        report("silu mm", shape, (double)diff, 0.0);
-        free(h0);
-        free(h1);
-        gpu->ops->free(gpu, b);
-    } else {
-        uint16_t *src = xmalloc((size_t)(N * f) * 2);
-        pd_weight_t host, wc, wg;
-        for (int64_t j = 0; j < N * f; j++)
-            src[j] = pd_f32_to_bf16(rng_float() * 0.05f);
-        pair_ok(model_quantize_bf16(src, N, f, PD_WFMT_INT4, &host));
-        free(src);
-        pair_ok(backend_weight_upload(cpu, &host, &wc));
-        pair_ok(backend_weight_upload(gpu, &host, &wg));
-        pair_t out = pair_new((size_t)n * N * 4, NULL), act = pair_new((size_t)n * f * 4, NULL);
-        cpu->ops->silu_mul(cpu, act.c, pg.c, n, (int)f);
-        cpu->ops->matmul(cpu, out.c, act.c, &wc, n);
-        int p[4] = {a[0], a[1], a[2], a[3]};
-        if (route == 0) {
-            PD_ASSERT(gpu->ops->silu_matmul);
-            gpu->ops->silu_matmul(gpu, out.g, act.g, pg.g, &wg, n, (int)f);
-        } else {
-            int n_sm = 0;
-            cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0);
-            if (p[0] < 0)
-                matmul_w4gemv_plan(n, N, f, n_sm, &p[0], &p[1], &p[2], &p[3]);
-            pair_ok(matmul_w4gemv_silu(out.g, pg.g, &wg, n, p[0], p[1], p[2], p[3], st));
-        }
-        float *g = xmalloc((size_t)n * N * 4), *wrow = xmalloc((size_t)f * 4);
-        pair_ok(gpu->ops->sync(gpu));
-        pair_ok(gpu->ops->download(gpu, g, out.g, (size_t)n * N * 4));
-        const int64_t stride = (int64_t)((double)n * N * f / 2e8) + 1;
-        double worst = 0.0;
-        for (int64_t r = 0; r < N; r += stride) {
-            quant_dequant_row(wrow, &host, r);
-            for (int t = 0; t < n; t++) {
-                double ref = 0.0, bound = 0.0;
-                for (int64_t k = 0; k < f; k++) {
-                    const double pr = (double)xs[(size_t)t * f + k] * wrow[k];
-                    ref += pr;
-                    bound += fabs(pr);
-                }
-                const float v = g[(size_t)t * N + r];
-                const double e = isnan(v) ? INFINITY : fabs(v - ref) / (2e-3 * bound + 1e-6);
-                worst = e > worst ? e : worst;
-            }
-        }
-        const char *rn = route == 0 ? "op" : "w4gemv";
-        snprintf(shape, sizeof shape, "int4 %s %s n %d N %lld K %lld p %d,%d,%d,%d seed %llu", rn,
-                 what, n, (long long)N, (long long)f, p[0], p[1], p[2], p[3],
-                 (unsigned long long)seed);
-        report("silu mm", shape, err_f32(&out, (size_t)n * N), 1e-3);
-        snprintf(shape, sizeof shape, "int4 %s %s n %d N %lld rows/%lld per element", rn, what, n,
-                 (long long)N, (long long)stride);
-        report("silu mm", shape, worst, 1.0);
-        free(g);
-        free(wrow);
-        pair_free(&out);
-        pair_free(&act);
-        model_host_weight_free(&host);
-        backend_weight_free(cpu, &wc);
-        backend_weight_free(gpu, &wg);
-    }
-    pair_free(&pg);
-    free(gu);
-    free(xs);
-    rng_state = saved;
-}
-
-/* silu_matmul (session 11): the slice GEMV with the silu·mul prologue forced and planned, the
- * fused image against the unfused one, the backend op at each route's sizes and between them
- * (fixed seeds 541..); the Llama-3-8B down projection at full size unless PD_GPU_TEST_SMALL. */
-static void cases_silu_matmul(void)
-{
-    const int f1[4] = {16, 2, 2, 3}, f2[4] = {32, 5, 2, 0}, f3[4] = {16, 8, 4, 0},
-              plan[4] = {-1, 0, 0, 0};
-    case_silu_matmul(1, 256, 1024, 1, f1, 541, "forced");
-    case_silu_matmul(3, 320, 1280, 1, f2, 542, "forced");
-    case_silu_matmul(4, 512, 640, 1, f3, 543, "forced");
-    case_silu_matmul(2, 256, 2048, 1, plan, 544, "plan");
-    case_silu_matmul(1, 0, 1024, 2, plan, 545, "");
-    case_silu_matmul(64, 0, 1408, 2, plan, 546, "");
-    case_silu_matmul(130, 0, 768, 2, plan, 547, "");
-    case_silu_matmul(1, 512, 1024, 0, plan, 551, "");
-    case_silu_matmul(4, 256, 640, 0, plan, 552, "");
-    case_silu_matmul(12, 256, 1024, 0, plan, 553, "(silu_mul + matmul)");
-    case_silu_matmul(40, 512, 1280, 0, plan, 554, "");
-    case_silu_matmul(200, 288, 512, 0, plan, 555, "");
-    if (!small_only) {
-        case_silu_matmul(1, 4096, 14336, 0, plan, 561, "8B down");
-        case_silu_matmul(64, 4096, 14336, 0, plan, 562, "8B down");
-    }
-}
-
 /* matmul_group (session 11): the grouped slice GEMV and the grouped wgmma GEMM forced (rows
  * splitting across the weights' boundaries, persistent grids over the tiles of several weights,
  * K splits with the grouped sum, unequal weights, one and two weights) and the backend op at the
@@ -3887,7 +3747,6 @@ static void cases_matmul(void)
     cases_int4_mma2();
     cases_w4wg();
     cases_matmul_group();
-    cases_silu_matmul();
 }
 
 /* matmul_w4wg (session 10, wgmma): each configuration forced at fixture shapes (rows past N in
@@ -4104,7 +3963,6 @@ int main(void)
     if (getenv("PD_GPU_TEST_W4WG") && atoi(getenv("PD_GPU_TEST_W4WG"))) {
         cases_w4wg(); /* the matmul_w4wg and grouped matmul cases alone (quick device rounds) */
         cases_matmul_group();
-        cases_silu_matmul();
         return finish();
     }
     if (getenv("PD_GPU_TEST_MMA2") && atoi(getenv("PD_GPU_TEST_MMA2"))) {
