@@ -41,6 +41,7 @@
  */
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "kutil.cuh"
 #include "matmul.h"
@@ -58,9 +59,9 @@
 
 /* ---- the activation image ---- */
 
-/* grid (ceil(n / 64) * 64), block 256: row t of the image (zeros past n) and mult[t] (t < n) =
- * 2^e / MMA_WSHIFT, x (n, K) f32, K % 128 == 0. */
-static __global__ void __launch_bounds__(256)
+/* grid (ceil(n / 64) * 64), block matmul__f16wg_threads(K) (<= 1024): row t of the image (zeros
+ * past n) and mult[t] (t < n) = 2^e / MMA_WSHIFT, x (n, K) f32, K % 128 == 0. */
+static __global__ void __launch_bounds__(1024)
     matmul__quant_act_f16wg(uint4 *xw, float *mult, const float *x, int n, int64_t K)
 {
     __shared__ float red[32];
@@ -459,8 +460,18 @@ extern "C" pd_status_t matmul_quant_act_f16wg(uint16_t *xw, float *mult, const f
                   "matmul_quant_act_f16wg");
     if (n == 0)
         return PD_OK;
-    kutil_launch_pdl(matmul__quant_act_f16wg, dim3((unsigned)((n + 63) / 64 * 64)), dim3(256), 0,
-                     stream, (uint4 *)xw, mult, x, n, K);
+    /* one block per row: its two passes over the row (amax, then the conversion) are serial
+     * loops of K / (4 threads) and K / (8 threads) loads; more threads for long rows (session
+     * 11: K 14336 with 256 threads was 14 + 7 dependent steps per thread) */
+    static int env_threads = -1; /* PD_CUDA_F16WG_THREADS=N: N threads (A / B measurements) */
+    if (env_threads < 0) {
+        const char *e = getenv("PD_CUDA_F16WG_THREADS");
+        const int v = e ? atoi(e) : 0;
+        env_threads = v >= 32 && v <= 1024 && v % 32 == 0 ? v : 0;
+    }
+    const unsigned threads = env_threads ? (unsigned)env_threads : K >= 8192 ? 1024u : 512u;
+    kutil_launch_pdl(matmul__quant_act_f16wg, dim3((unsigned)((n + 63) / 64 * 64)), dim3(threads),
+                     0, stream, (uint4 *)xw, mult, x, n, K);
     return KUTIL_LAUNCHED("matmul_quant_act_f16wg");
 }
 
