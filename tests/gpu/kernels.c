@@ -218,6 +218,21 @@ static void report(const char *op, const char *shape, double err, double tol)
 
 /* ==== cases ==== */
 
+/* A random weight (N, K) (bf16 values rng_float() * 0.05 from the case's seed) quantized to fmt
+ * and uploaded to the CPU backend (wc) and to the CUDA backend g (wg); the host copy in host
+ * (model_host_weight_free). */
+static void weight_host_new(pd_wfmt_t fmt, int64_t N, int64_t K, pd_backend_t *g,
+                            pd_weight_t *host, pd_weight_t *wc, pd_weight_t *wg)
+{
+    uint16_t *src = xmalloc((size_t)(N * K) * 2);
+    for (int64_t i = 0; i < N * K; i++)
+        src[i] = pd_f32_to_bf16(rng_float() * 0.05f);
+    pair_ok(model_quantize_bf16(src, N, K, fmt, host));
+    free(src);
+    pair_ok(backend_weight_upload(cpu, host, wc));
+    pair_ok(backend_weight_upload(g, host, wg));
+}
+
 static void case_embed(int vocab, int d, int n)
 {
     char shape[96];
@@ -497,14 +512,8 @@ static void case_matmul_fp8(int n, int64_t N, int64_t K, uint64_t seed, const ch
     char shape[128];
     const uint64_t saved = rng_state;
     rng_state = seed;
-    uint16_t *src = xmalloc((size_t)(N * K) * 2);
     pd_weight_t host, wc, wg;
-    for (int64_t i = 0; i < N * K; i++)
-        src[i] = pd_f32_to_bf16(rng_float() * 0.05f);
-    pair_ok(model_quantize_bf16(src, N, K, PD_WFMT_FP8, &host));
-    free(src);
-    pair_ok(backend_weight_upload(cpu, &host, &wc));
-    pair_ok(backend_weight_upload(gpu, &host, &wg));
+    weight_host_new(PD_WFMT_FP8, N, K, gpu, &host, &wc, &wg);
     float *x = xmalloc((size_t)n * K * 4), *xs = xmalloc((size_t)n * 4);
     uint8_t *xq = xmalloc((size_t)n * K);
     fill_f32(x, (size_t)n * K, 1.0f);
@@ -589,14 +598,8 @@ static void case_matmul_silu_fp8(int n, int f, int64_t K, bool in_place, uint64_
     rng_state = seed;
     const int64_t N = 2 * (int64_t)f;
     const bool bf16 = n > 8 && N % 16 == 0 && K % 16 == 0; /* the GPU's cuBLASLt path */
-    uint16_t *src = xmalloc((size_t)(N * K) * 2);
     pd_weight_t host, wc, wg;
-    for (int64_t i = 0; i < N * K; i++)
-        src[i] = pd_f32_to_bf16(rng_float() * 0.05f);
-    pair_ok(model_quantize_bf16(src, N, K, PD_WFMT_FP8, &host));
-    free(src);
-    pair_ok(backend_weight_upload(cpu, &host, &wc));
-    pair_ok(backend_weight_upload(gpu, &host, &wg));
+    weight_host_new(PD_WFMT_FP8, N, K, gpu, &host, &wc, &wg);
     const size_t xb = (size_t)n * (size_t)(in_place && f > K ? f : K);
     float *x = xmalloc((size_t)n * K * 4), *xs = xmalloc((size_t)n * 4);
     uint8_t *xq = xmalloc(xb);
@@ -1303,15 +1306,8 @@ static void case_qkv_rope_op(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n, 
     const int64_t Nq = (int64_t)heads * hd, Nk = (int64_t)kvh * hd;
     pd_weight_t host[3], wc[3], wg[3];
     const int64_t Ns[3] = {Nq, Nk, Nk};
-    for (int w = 0; w < 3; w++) {
-        uint16_t *src = xmalloc((size_t)(Ns[w] * K) * 2);
-        for (int64_t i = 0; i < Ns[w] * K; i++)
-            src[i] = pd_f32_to_bf16(rng_float() * 0.05f);
-        pair_ok(model_quantize_bf16(src, Ns[w], K, PD_WFMT_FP8, &host[w]));
-        free(src);
-        pair_ok(backend_weight_upload(cpu, &host[w], &wc[w]));
-        pair_ok(backend_weight_upload(g2, &host[w], &wg[w]));
-    }
+    for (int w = 0; w < 3; w++)
+        weight_host_new(PD_WFMT_FP8, Ns[w], K, g2, &host[w], &wc[w], &wg[w]);
     float *x = xmalloc((size_t)n * K * 4), *xs = xmalloc((size_t)n * 4);
     uint8_t *xq = xmalloc((size_t)n * K);
     fill_f32(x, (size_t)n * K, 1.0f);
@@ -1488,15 +1484,9 @@ static void case_backend_options(void)
 /* Random weight (n, k) in fmt on both backends; returns the host copy through host_p. */
 static void weight_new(pd_wfmt_t fmt, int64_t n, int64_t k, pd_weight_t *wc, pd_weight_t *wg)
 {
-    uint16_t *src = xmalloc((size_t)(n * k) * 2);
     pd_weight_t host;
-    for (int64_t i = 0; i < n * k; i++)
-        src[i] = pd_f32_to_bf16(rng_float() * 0.05f);
-    pair_ok(model_quantize_bf16(src, n, k, fmt, &host));
-    pair_ok(backend_weight_upload(cpu, &host, wc));
-    pair_ok(backend_weight_upload(gpu, &host, wg));
+    weight_host_new(fmt, n, k, gpu, &host, wc, wg);
     model_host_weight_free(&host);
-    free(src);
 }
 
 /* split: run the GPU side on gpu_split (BF16 / INT4 GEMMs on the hi + lo split of x). */
@@ -1697,14 +1687,8 @@ static void case_mma_gemm_d(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warp
     const uint64_t saved = rng_state;
     const bool int4 = fmt == PD_WFMT_INT4;
     rng_state = seed;
-    uint16_t *src = xmalloc((size_t)(N * K) * 2);
     pd_weight_t host, wc, wg;
-    for (int64_t i = 0; i < N * K; i++)
-        src[i] = pd_f32_to_bf16(rng_float() * 0.05f);
-    pair_ok(model_quantize_bf16(src, N, K, fmt, &host));
-    free(src);
-    pair_ok(backend_weight_upload(cpu, &host, &wc));
-    pair_ok(backend_weight_upload(gpu, &host, &wg));
+    weight_host_new(fmt, N, K, gpu, &host, &wc, &wg);
     float *x = xmalloc((size_t)n * K * 4);
     fill_f32(x, (size_t)n * K, 1.0f);
     for (int t = 0; t < n; t++) /* tokens of different magnitudes (per-token scaling) */
@@ -1840,13 +1824,7 @@ static void case_matmul_group(int n, const int64_t *Ns, int count, int64_t K, in
     const pd_weight_t *ws_g[MATMUL_GROUP_MAX];
     int64_t Nt = 0;
     for (int i = 0; i < count; i++) {
-        uint16_t *src = xmalloc((size_t)(Ns[i] * K) * 2);
-        for (int64_t j = 0; j < Ns[i] * K; j++)
-            src[j] = pd_f32_to_bf16(rng_float() * 0.05f);
-        pair_ok(model_quantize_bf16(src, Ns[i], K, PD_WFMT_INT4, &host[i]));
-        free(src);
-        pair_ok(backend_weight_upload(cpu, &host[i], &wc[i]));
-        pair_ok(backend_weight_upload(gpu, &host[i], &wg[i]));
+        weight_host_new(PD_WFMT_INT4, Ns[i], K, gpu, &host[i], &wc[i], &wg[i]);
         out[i] = pair_new((size_t)n * Ns[i] * 4, NULL);
         outs_g[i] = out[i].g;
         ws_g[i] = &wg[i];
