@@ -112,7 +112,9 @@ struct router {
     char *chat_template; /* tokenizer_config.json chat_template, NULL if none */
     char bos_token[64], eos_token[64];
     rnode_t *nodes;
-    int n_nodes, rr;
+    int n_nodes, rr; /* rr: the next prefill node to try first (round_robin) */
+    int rr_decode;   /* the next decode node to try first among equally loaded ones */
+
     int serving;
     void (*serving_cb)(void *arg, int serving);
     void *serving_arg;
@@ -590,11 +592,17 @@ static void rreq_retry_later(router_req_t *q)
     uv_timer_start(&q->timer, rreq_retry_timer, RETRY_MS, 0);
 }
 
+/* The usable decode node with the smallest share of its pages in use or reserved (least_kv);
+ * among equal shares the one after the last pick (round robin), so that idle nodes all take work
+ * (the first node would otherwise win every tie: sequential requests on an idle cluster all went
+ * to decode0). */
 static rnode_t *router__pick_decode(router_t *r, const router_req_t *q)
 {
     rnode_t *best = NULL;
     double best_use = 2.0;
-    for (int i = 0; i < r->n_nodes; i++) {
+    int best_i = -1;
+    for (int k = 0; k < r->n_nodes; k++) {
+        const int i = (r->rr_decode + k) % r->n_nodes;
         rnode_t *n = &r->nodes[i];
         if (n->node->role != CLUSTER_ROLE_DECODE || !router__usable(n) || (q->tried & (1ull << i)))
             continue;
@@ -603,8 +611,11 @@ static rnode_t *router__pick_decode(router_t *r, const router_req_t *q)
         if (!best || use < best_use) {
             best = n;
             best_use = use;
+            best_i = i;
         }
     }
+    if (best)
+        r->rr_decode = best_i + 1;
     return best;
 }
 
