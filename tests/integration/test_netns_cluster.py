@@ -15,6 +15,7 @@ Root only: exits 77 (SKIP, with the reason) when not root; as root, a kernel tha
 namespaces is a failure. Run by meson (suite netns) with /usr/bin/python3; argv[1] is pdctl."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -89,6 +90,23 @@ def wait_health(net, cfg, want, timeout=120):
         if t and all(t[n]["serving"] == want.get(n, True) for n in t) or time.time() > end:
             return t
         time.sleep(0.3)
+
+
+def wait_router_sees(net, node, up=True, timeout=60):
+    """Polls the router's own view (its /metrics: pdserve_node_up) until node is up (or down):
+    pdctl health asks the nodes directly, and the router's health poll may be up to one poll
+    period behind it. Returns whether it got there."""
+    pat = re.compile(r'^pdserve_node_up\{[^}]*node="%s"[^}]*\} (\S+)$' % re.escape(node), re.M)
+    end = time.time() + timeout
+    while True:
+        p = net.run("client", ["curl", "-sS", "--max-time", "5",
+                               "http://%s:50051/metrics" % net.addr("router")])
+        m = pat.search(p.stdout or "")
+        if m and (float(m.group(1)) == 1.0) == up:
+            return True
+        if time.time() > end:
+            return False
+        time.sleep(0.1)
 
 
 def wait_pages_free(net, cfg, timeout=60):
@@ -214,6 +232,7 @@ def run_checks(net, tmp, stubs, cases, wants):
     start(net, "decode1", "decode", cfg)
     t = wait_health(net, cfg, {}, timeout=300)
     check("restarted-node-serving", t and all(e["serving"] for e in t.values()), t)
+    check("restarted-node-seen-by-router", wait_router_sees(net, "decode1"), "router /metrics")
     before = t["decode1"]["stats"]["requests"]
     for i in range(4):  # least_kv: with both empty, both nodes take requests
         remote_generate(net, router, cases[i % 3]["prompt"])
@@ -249,6 +268,7 @@ def run_checks(net, tmp, stubs, cases, wants):
     net.link("decode0", up=True)
     t = wait_health(net, cfg, {}, timeout=120)
     check("cut-node-back", t and all(e["serving"] for e in t.values()), t)
+    check("cut-node-seen-by-router", wait_router_sees(net, "decode0"), "router /metrics")
     rc, j = remote_generate(net, router, cases[1]["prompt"])
     check("generate-after-cut", rc == 0 and j["output_ids"] == wants[1]["output_ids"], j)
 
