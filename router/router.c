@@ -17,6 +17,9 @@
 #define SERVING GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
 #define POLL_MS 500
 #define RETRY_MS 20
+/* Reservations one request may lose at Decode (NOT_FOUND: the lease ended before its KV pages
+ * arrived) before the router gives up and returns the error. */
+#define ROUTER_MAX_LOST 3
 /* Health polls in a row without an answer (each waits POLL_MS * 2) after which the router drops
  * its connections to the node: a peer behind a cut link or a hung host never resets them, and its
  * calls (decode streams) would otherwise hang until their deadlines. They end with UNAVAILABLE. */
@@ -65,6 +68,7 @@ struct router_req {
     pd_grpc_client_call_t *ccall;    /* the control call in flight */
     uint64_t tried;                  /* nodes tried for the current step (bit per node) */
     int decoding, preempted, n_preemptions, finished, orphan;
+    int n_lost; /* reservations the decode node no longer held at Decode (rreq_decode_done) */
     uv_timer_t timer;
     int timer_open, timer_active;
     /* OpenAI / vLLM parameters */
@@ -974,6 +978,18 @@ static void rreq_decode_done(void *arg, int code, const char *msg)
     if (code == 0) {
         /* the decode node ended it (EOS, max tokens or context) without our emit seeing it */
         router_request_finish(q, q->n_generated >= q->max_tokens ? "length" : "stop", PD_OK, NULL);
+        return;
+    }
+    if (code == PD_GRPC_NOT_FOUND && q->n_lost < ROUTER_MAX_LOST &&
+        pd_clock_now_ms(&r->clock) < q->deadline_ms) {
+        /* the decode node no longer holds the reservation: its lease ended before the KV pages
+         * arrived (seen after a network cut healed: the prefill node's transfer waited on an
+         * endpoint that had died) and it released the pages. Nothing of the request is left
+         * there: prefill prompt + generated again, as after a preemption. */
+        q->n_lost++;
+        pd_log_warn("request %s: reservation lost on %s (%s); re-prefilling", q->request_id,
+                    q->dnode->node->name, msg ? msg : "not found");
+        rreq_reserve(q);
         return;
     }
     if (code == PD_GRPC_UNAVAILABLE)

@@ -189,7 +189,10 @@ static void fake_decode_cancelled(pd_grpc_call_t *call, void *arg)
 }
 
 /* Streams tokens 101, 102 then a final event; a "hold" request gets 101 and stays open; a
- * "baddec" request gets 101, -7; a "nulout" request nul_id, 102. */
+ * "baddec" request gets 101, -7; a "nulout" request nul_id, 102; "declost" gets NOT_FOUND (the
+ * reservation is gone: its lease ended before the KV arrived) on its first Decode, "declost9" on
+ * every one. */
+static int n_decodes;
 static void fake_decode(pd_grpc_call_t *call, const ProtobufCMessage *msg, void *user)
 {
     const Pdserve__V1__DecodeRequest *req = (const Pdserve__V1__DecodeRequest *)msg;
@@ -197,6 +200,12 @@ static void fake_decode(pd_grpc_call_t *call, const ProtobufCMessage *msg, void 
     int32_t ids[2] = {101, 102};
     (void)user;
     assert_int_equal(req->seq_id, 42);
+    n_decodes++;
+    if ((strcmp(req->request_id, "declost") == 0 && n_decodes == 1) ||
+        strcmp(req->request_id, "declost9") == 0) {
+        pd_grpc_call_finish(call, PD_GRPC_NOT_FOUND, "not found");
+        return;
+    }
     ev.token_ids = ids;
     if (strcmp(req->request_id, "hold") == 0) {
         ev.n_token_ids = 1;
@@ -1031,6 +1040,21 @@ static void test_fake_clock_leases_and_deadlines(void **state)
     assert_int_equal(releases, 1);
     assert_int_equal(generate_wait(&g, "afterpre", 3), 0);
     assert_int_equal(g.n_tokens, 3);
+
+    /* the decode node no longer holds the reservation at Decode (NOT_FOUND: its lease ended
+     * before the KV arrived, seen after a network cut healed): reserve and prefill again */
+    n_prefills = n_reserves = n_decodes = 0;
+    assert_int_equal(generate_wait(&g, "declost", 3), 0);
+    assert_int_equal(g.n_tokens, 3);
+    assert_int_equal(n_decodes, 2);
+    assert_int_equal(n_reserves, 2);
+    assert_int_equal(n_prefills, 2);
+    /* ... but not without end: after 3 lost reservations the error reaches the client (each
+     * prefill emits a token, so max_tokens 10 keeps the request from ending by length first) */
+    n_prefills = n_reserves = n_decodes = 0;
+    assert_int_equal(generate_wait(&g, "declost9", 10), PD_GRPC_NOT_FOUND);
+    assert_int_equal(n_decodes, 4);
+    assert_int_equal(n_reserves, 4);
 
     /* waiting for pages: retried until the deadline passes on the router's clock */
     n_reserves = 0;
