@@ -1193,8 +1193,7 @@ struct matmul__w4segs {
  * before groups existed: 128 / 124 / 104; the grouped ones 128 / 126 / 104, no spills). */
 template <int MR, int D, bool GROUP>
 static __global__ void __launch_bounds__(512)
-    matmul__w4gemv(const matmul__w4segs sg, const float *x, int n, int64_t K,
-                   int ups, int rs)
+    matmul__w4gemv(const matmul__w4segs sg, const float *x, int n, int64_t K, int ups, int rs)
 {
     extern __shared__ __align__(16) uint8_t matmul__smv[];
     constexpr int NA = MR * 4;
@@ -1229,7 +1228,8 @@ static __global__ void __launch_bounds__(512)
         const int ls = seg_of(t);
         const int64_t row0 = (int64_t)(t - seg_t0(ls)) * 16 * MR, blk = row0 / 32;
         const int half = (int)((row0 % 32) / 16);
-        wb = MATMUL__PICK(ls, wd0, wd1, wd2) + (size_t)blk * nu * 2048 + (size_t)(2 * half * 32 + lane) * 16;
+        wb = MATMUL__PICK(ls, wd0, wd1, wd2) + (size_t)blk * nu * 2048 +
+             (size_t)(2 * half * 32 + lane) * 16;
         sb = (size_t)blk * nu * 32 + 2 * half * 8 + gq;
     };
     base(lt);
@@ -1345,7 +1345,8 @@ static __global__ void __launch_bounds__(512)
             }
         if (matmul__tile_sum<NA>(fa, part, jt & 1, warp, lane)) {
             const int cs = seg_of(ct);
-            const int64_t row0 = (int64_t)(ct - seg_t0(cs)) * 16 * MR, N = MATMUL__PICK(cs, N0, N1, N2);
+            const int64_t row0 = (int64_t)(ct - seg_t0(cs)) * 16 * MR,
+                          N = MATMUL__PICK(cs, N0, N1, N2);
             float *out = MATMUL__PICK(cs, out0, out1, out2);
 #pragma unroll
             for (int i = 0; i < 2; i++) {
@@ -1823,10 +1824,7 @@ extern "C" pd_status_t matmul_int4_mma(float *out, float *part, const uint16_t *
     pd_status_t st = KUTIL_LAUNCHED("matmul_int4_mma");
     if (st != PD_OK || splits == 1)
         return st;
-    const size_t total = (size_t)n * (size_t)w->n;
-    kutil_launch_pdl(matmul__sum_parts, dim3(matmul__grid(total, 256)), dim3(256), 0, stream, out,
-                     part, splits, total);
-    return KUTIL_LAUNCHED("matmul_int4_mma sum");
+    return matmul_sum_parts(out, part, splits, (size_t)n * (size_t)w->n, stream);
 }
 
 /* ---- matmul_int4_mma2: matmul__int4_mma_cp<C, 2, 2> ---- */
@@ -1921,10 +1919,7 @@ extern "C" pd_status_t matmul_int4_mma2(float *out, float *part, const uint16_t 
     pd_status_t st = KUTIL_LAUNCHED("matmul_int4_mma2");
     if (st != PD_OK || splits == 1)
         return st;
-    const size_t total = (size_t)n * (size_t)w->n;
-    kutil_launch_pdl(matmul__sum_parts, dim3(matmul__grid(total, 256)), dim3(256), 0, stream, out,
-                     part, splits, total);
-    return KUTIL_LAUNCHED("matmul_int4_mma2 sum");
+    return matmul_sum_parts(out, part, splits, (size_t)n * (size_t)w->n, stream);
 }
 
 template <int C>
@@ -1976,10 +1971,7 @@ extern "C" pd_status_t matmul_fp8_mma(float *out, float *part, const uint8_t *xq
     pd_status_t st = KUTIL_LAUNCHED("matmul_fp8_mma");
     if (st != PD_OK || splits == 1)
         return st;
-    const size_t total = (size_t)n * (size_t)w->n;
-    kutil_launch_pdl(matmul__sum_parts, dim3(matmul__grid(total, 256)), dim3(256), 0, stream, out,
-                     part, splits, total);
-    return KUTIL_LAUNCHED("matmul_fp8_mma sum");
+    return matmul_sum_parts(out, part, splits, (size_t)n * (size_t)w->n, stream);
 }
 
 /* Plan for matmul__wgemv: warps per block W (2..8), K splits S (1..8, one cluster) and ring depth
@@ -2305,13 +2297,13 @@ static void matmul__w4gemv_launch(const matmul__w4segs &sg, bool group, const fl
 }
 
 extern "C" pd_status_t matmul_w4gemv_group(float *const *outs, const float *x,
-                                           const pd_weight_t *const *ws, int count, int n,
-                                           int rows, int slices, int depth, int blocks,
-                                           cudaStream_t stream)
+                                           const pd_weight_t *const *ws, int count, int n, int rows,
+                                           int slices, int depth, int blocks, cudaStream_t stream)
 {
     KUTIL_REQUIRE(count >= 1 && count <= MATMUL_GROUP_MAX && outs && ws, "matmul_w4gemv");
     KUTIL_REQUIRE(n >= 0 && n <= MATMUL_XGEMV_MAX_N && (rows == 16 || rows == 32) && slices >= 1 &&
-                      slices <= MATMUL_XGEMV_MAX_SLICES && (depth == 2 || (depth == 4 && rows == 16)),
+                      slices <= MATMUL_XGEMV_MAX_SLICES &&
+                      (depth == 2 || (depth == 4 && rows == 16)),
                   "matmul_w4gemv");
     matmul__w4segs sg = {};
     int64_t ntiles = 0;

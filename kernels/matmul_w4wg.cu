@@ -59,8 +59,8 @@
 
 /* ---- the activation image ---- */
 
-/* grid (ceil(n / 64) * 64), block matmul__f16wg_threads(K) (<= 1024): row t of the image (zeros
- * past n) and mult[t] (t < n) = 2^e / MMA_WSHIFT, x (n, K) f32, K % 128 == 0. */
+/* grid (ceil(n / 64) * 64), block up to 1024 (matmul_quant_act_f16wg's choice): row t of the
+ * image (zeros past n) and mult[t] (t < n) = 2^e / MMA_WSHIFT, x (n, K) f32, K % 128 == 0. */
 static __global__ void __launch_bounds__(1024)
     matmul__quant_act_f16wg(uint4 *xw, float *mult, const float *x, int n, int64_t K)
 {
@@ -251,8 +251,8 @@ static __device__ __forceinline__ void w4wg__dequant(uint32_t (&A)[8][4], const 
  * [z gps, min((z + 1) gps, K / 128))). */
 template <int MT, int NT, int GPS, int NS>
 static __global__ void __launch_bounds__(W4WG__THREADS, 1)
-    matmul__w4wg(const w4wg__segs sg, const uint8_t *xw, const float *mult, int n,
-                 int64_t K, int gps)
+    matmul__w4wg(const w4wg__segs sg, const uint8_t *xw, const float *mult, int n, int64_t K,
+                 int gps)
 {
 #if W4WG__ON
     /* this block's segment and its rows there */
@@ -297,8 +297,8 @@ static __global__ void __launch_bounds__(W4WG__THREADS, 1)
                 w4wg__bar_expect(full, (uint32_t)(nt * gn * W4WG__TILE_B + nb * gn * W4WG__BLK_B));
                 for (int b = 0; b < nb; b++) {
                     const size_t tg = (size_t)(blk0 + b) * ng + g0;
-                    w4wg__bulk(st + C::DATA + b * GPS * 2048, wd + tg * 2048,
-                               (uint32_t)(gn * 2048), full);
+                    w4wg__bulk(st + C::DATA + b * GPS * 2048, wd + tg * 2048, (uint32_t)(gn * 2048),
+                               full);
                     w4wg__bulk(st + C::SC + b * GPS * 64, (const uint8_t *)wsc + tg * 64,
                                (uint32_t)(gn * 64), full);
                     w4wg__bulk(st + C::ZR + b * GPS * 32, wz + tg * 32, (uint32_t)(gn * 32), full);
@@ -548,10 +548,18 @@ extern "C" void matmul_w4wg_plan(int n, int64_t N, int64_t K, int n_sm, int *cfg
     *splits_p = bs;
 }
 
+/* Where matmul__w4wg_sum_group puts the sums: segment i's outputs out[i] (n, N[i]), its columns
+ * [off[i], off[i] + N[i]) of the partial sums (entries past the group: off = the total, never
+ * chosen). */
+struct w4wg__sums {
+    float *out[MATMUL_GROUP_MAX];
+    int64_t N[MATMUL_GROUP_MAX], off[MATMUL_GROUP_MAX];
+};
+
 /* grid-stride over the (n, Nt) elements of the partial sums part (S, n, Nt): out[i] (n, N[i]) =
  * their sum over the splits in order, segment i at columns [off[i], off[i] + N[i]) */
-static __global__ void matmul__w4wg_sum_group(const w4wg__segs sg,
-                                              const float *part, int S, int n, int64_t Nt)
+static __global__ void matmul__w4wg_sum_group(const w4wg__sums sg, const float *part, int S, int n,
+                                              int64_t Nt)
 {
     kutil_pdl_wait(); /* PDL-launched (kutil.cuh): part and the outputs belong to the kernels */
     kutil_pdl_trigger();
@@ -562,16 +570,14 @@ static __global__ void matmul__w4wg_sum_group(const w4wg__segs sg,
         float v = part[e];
         for (int z = 1; z < S; z++)
             v += part[(size_t)z * total + e];
-        /* sg.N: the segments' rows; sg.ld here: their column offsets in part */
-        const int i = col < sg.ld[1] ? 0 : col < sg.ld[2] ? 1 : 2;
-        W4WG__PICK(sg.out, i)[t * W4WG__PICK(sg.N, i) + (col - W4WG__PICK(sg.ld, i))] = v;
+        const int i = col < sg.off[1] ? 0 : col < sg.off[2] ? 1 : 2;
+        W4WG__PICK(sg.out, i)[t * W4WG__PICK(sg.N, i) + (col - W4WG__PICK(sg.off, i))] = v;
     }
 }
 
 extern "C" pd_status_t matmul_w4wg_group(float *const *outs, float *part, const uint16_t *xw,
-                                         const float *mult, const pd_weight_t *const *ws,
-                                         int count, int n, int cfg, int splits,
-                                         cudaStream_t stream)
+                                         const float *mult, const pd_weight_t *const *ws, int count,
+                                         int n, int cfg, int splits, cudaStream_t stream)
 {
     KUTIL_REQUIRE(count >= 1 && count <= MATMUL_GROUP_MAX && outs && ws, "matmul_w4wg");
     int64_t Nt = 0;
@@ -602,13 +608,13 @@ extern "C" pd_status_t matmul_w4wg_group(float *const *outs, float *part, const 
         return st;
     if (count == 1)
         return matmul_sum_parts(outs[0], part, splits, (size_t)n * (size_t)Nt, stream);
-    w4wg__segs sg = {};
+    w4wg__sums sg = {};
     int64_t off = 0;
     for (int i = 0; i < MATMUL_GROUP_MAX; i++) {
         const int j = i < count ? i : count - 1;
         sg.out[i] = outs[j];
         sg.N[i] = ws[j]->n;
-        sg.ld[i] = i < count ? off : Nt; /* the column offsets (past the last: never chosen) */
+        sg.off[i] = i < count ? off : Nt;
         off += i < count ? ws[i]->n : 0;
     }
     const size_t total = (size_t)n * (size_t)Nt;

@@ -2102,8 +2102,8 @@ static void bench_family(int layers, int pre)
  * records of 5 timed calls: stepprof.h): the Llama-3-8B decode step (graph, device greedy, ids to
  * the host) at batch 1 and 64, context 1024, INT4 + FP8 KV and FP8 + BF16 KV (floors: issue
  * 11's; GPU_BENCH_STEPPROF=decode: those alone), the INT4 and FP8 prefill of 8192 tokens (eager, 3
- * calls; GPU_BENCH_STEPPROF=prefill: those alone), and the Qwen3-30B-A3B decode step (16 layers) at batch 1 and 64 with each grouped
- * expert kernel (moe_gmm2, moe_gmm3). */
+ * calls; GPU_BENCH_STEPPROF=prefill: those alone), and the Qwen3-30B-A3B decode step (16 layers) at
+ * batch 1 and 64 with each grouped expert kernel (moe_gmm2, moe_gmm3). */
 static void bench_stepprof(void)
 {
     hf_config_t cfg;

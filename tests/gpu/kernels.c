@@ -221,8 +221,8 @@ static void report(const char *op, const char *shape, double err, double tol)
 /* A random weight (N, K) (bf16 values rng_float() * 0.05 from the case's seed) quantized to fmt
  * and uploaded to the CPU backend (wc) and to the CUDA backend g (wg); the host copy in host
  * (model_host_weight_free). */
-static void weight_host_new(pd_wfmt_t fmt, int64_t N, int64_t K, pd_backend_t *g,
-                            pd_weight_t *host, pd_weight_t *wc, pd_weight_t *wg)
+static void weight_host_new(pd_wfmt_t fmt, int64_t N, int64_t K, pd_backend_t *g, pd_weight_t *host,
+                            pd_weight_t *wc, pd_weight_t *wg)
 {
     uint16_t *src = xmalloc((size_t)(N * K) * 2);
     for (int64_t i = 0; i < N * K; i++)
@@ -1667,6 +1667,36 @@ static pair_t arena_new(const kv_layout_t *l, int n_pages)
  * 2^-11 each per product); FP8 (W8A8, the same activation rounding on both sides, up to a rounding
  * flip of x * (1 / s) against x / s): ref the CPU backend's element, f = 3e-4. Outputs start
  * poisoned (NaN). */
+/* Per element, the worst |g - ref| / (f sum_k |x w| + 1e-6) over rows 0, stride, 2 stride, ... of
+ * an (n, N) output g of x (n, K) f32 @ W^T, W the host weight dequantized row by row; ref the
+ * double dot product, or c's element where c is given (a CPU result with the same
+ * quantization); a NaN is INFINITY. */
+static double gemm_worst_element(const float *g, const float *c, const float *x,
+                                 const pd_weight_t *host, int n, int64_t N, int64_t K,
+                                 int64_t stride, double f)
+{
+    float *wrow = xmalloc((size_t)K * 4);
+    double worst = 0.0;
+    for (int64_t r = 0; r < N; r += stride) {
+        quant_dequant_row(wrow, host, r);
+        for (int t = 0; t < n; t++) {
+            double ref = 0.0, bound = 0.0;
+            for (int64_t k = 0; k < K; k++) {
+                const double p = (double)x[(size_t)t * K + k] * wrow[k];
+                ref += p;
+                bound += fabs(p);
+            }
+            if (c)
+                ref = c[(size_t)t * N + r];
+            const float v = g[(size_t)t * N + r];
+            const double e = isnan(v) ? INFINITY : fabs(v - ref) / (f * bound + 1e-6);
+            worst = e > worst ? e : worst;
+        }
+    }
+    free(wrow);
+    return worst;
+}
+
 static float mma_x_scale = 1.0f; /* every activation of case_mma_gemm_d times this */
 /* case_mma_gemm_d through matmul_w4gemv / matmul_w8gemv: warps = rows, splits = slices, with
  * mma_xblocks blocks (0: one per tile) */
@@ -1757,35 +1787,17 @@ static void case_mma_gemm_d(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warp
 
     /* per element on sampled rows (about 2e8 multiply-adds) */
     float *g = xmalloc((size_t)n * N * 4), *c = xmalloc((size_t)n * N * 4);
-    float *wrow = xmalloc((size_t)K * 4);
     pair_ok(gpu->ops->sync(gpu));
     pair_ok(gpu->ops->download(gpu, g, out.g, (size_t)n * N * 4));
     pair_ok(cpu->ops->download(cpu, c, out.c, (size_t)n * N * 4));
     int64_t stride = (int64_t)((double)n * N * K / 2e8) + 1;
-    double worst = 0.0;
-    for (int64_t r = 0; r < N; r += stride) {
-        quant_dequant_row(wrow, &host, r);
-        for (int t = 0; t < n; t++) {
-            double ref = 0.0, bound = 0.0;
-            for (int64_t k = 0; k < K; k++) {
-                const double p = (double)x[(size_t)t * K + k] * wrow[k];
-                ref += p;
-                bound += fabs(p);
-            }
-            if (!int4)
-                ref = c[(size_t)t * N + r];
-            const float v = g[(size_t)t * N + r];
-            const double e =
-                isnan(v) ? INFINITY : fabs(v - ref) / ((int4 ? 2e-3 : 3e-4) * bound + 1e-6);
-            worst = e > worst ? e : worst;
-        }
-    }
+    const double worst =
+        gemm_worst_element(g, int4 ? NULL : c, x, &host, n, N, K, stride, int4 ? 2e-3 : 3e-4);
     snprintf(shape, sizeof shape, "%s %s n %d rows/%lld per element", pd_wfmt_name(fmt), what, n,
              (long long)stride);
     report("mma gemm", shape, worst, 1.0);
     free(g);
     free(c);
-    free(wrow);
     if (scratch)
         gpu->ops->free(gpu, scratch);
     pair_free(&px);
@@ -1861,36 +1873,22 @@ static void case_matmul_group(int n, const int64_t *Ns, int count, int64_t K, in
         uint8_t *b = scratch;
         float *mult = (float *)(b + hb), *part = pf ? (float *)(b + hb + mb) : NULL;
         pair_ok(matmul_quant_act_f16wg((uint16_t *)b, mult, px.g, n, K, st));
-        pair_ok(matmul_w4wg_group(outs_g, part, (uint16_t *)b, mult, ws_g, count, n, p[0], p[1],
-                                  st));
+        pair_ok(
+            matmul_w4wg_group(outs_g, part, (uint16_t *)b, mult, ws_g, count, n, p[0], p[1], st));
     }
     char nb[48] = "";
     for (int i = 0; i < count; i++)
-        snprintf(nb + strlen(nb), sizeof nb - strlen(nb), "%s%lld", i ? "+" : "",
-                 (long long)Ns[i]);
+        snprintf(nb + strlen(nb), sizeof nb - strlen(nb), "%s%lld", i ? "+" : "", (long long)Ns[i]);
     const char *rn = route == 0 ? "op" : route == 1 ? "w4gemv" : "w4wg";
     double worst_c = 0.0, worst = 0.0;
-    float *wrow = xmalloc((size_t)K * 4);
     for (int i = 0; i < count; i++) {
         const double e = err_f32(&out[i], (size_t)n * Ns[i]);
         worst_c = e > worst_c ? e : worst_c;
         float *g = xmalloc((size_t)n * Ns[i] * 4);
         pair_ok(gpu->ops->sync(gpu));
         pair_ok(gpu->ops->download(gpu, g, out[i].g, (size_t)n * Ns[i] * 4));
-        for (int64_t r = 0; r < Ns[i]; r++) {
-            quant_dequant_row(wrow, &host[i], r);
-            for (int t = 0; t < n; t++) {
-                double ref = 0.0, bound = 0.0;
-                for (int64_t k = 0; k < K; k++) {
-                    const double pr = (double)x[(size_t)t * K + k] * wrow[k];
-                    ref += pr;
-                    bound += fabs(pr);
-                }
-                const float v = g[(size_t)t * Ns[i] + r];
-                const double e2 = isnan(v) ? INFINITY : fabs(v - ref) / (2e-3 * bound + 1e-6);
-                worst = e2 > worst ? e2 : worst;
-            }
-        }
+        const double e2 = gemm_worst_element(g, NULL, x, &host[i], n, Ns[i], K, 1, 2e-3);
+        worst = e2 > worst ? e2 : worst;
         free(g);
     }
     snprintf(shape, sizeof shape, "int4 %s %s n %d N %s K %lld p %d,%d,%d,%d seed %llu", rn, what,
@@ -1898,7 +1896,6 @@ static void case_matmul_group(int n, const int64_t *Ns, int count, int64_t K, in
     report("mm group", shape, worst_c, 1e-3);
     snprintf(shape, sizeof shape, "int4 %s %s n %d N %s per element", rn, what, n, nb);
     report("mm group", shape, worst, 1.0);
-    free(wrow);
     if (scratch)
         gpu->ops->free(gpu, scratch);
     pair_free(&px);
