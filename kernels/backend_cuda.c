@@ -1953,6 +1953,9 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     env = getenv("PD_CUDA_ATTN_FOLD"); /* 1: split contexts merged inside the decode kernel */
     if (env && *env)
         attention_fold = cuda__onoff(env) == 1;
+    env = getenv("PD_CUDA_ROPE_WARPS"); /* 0: the block-per-token RoPE + KV write (A / B) */
+    if (env && *env)
+        kv_rope_write_warps = cuda__onoff(env) != 0;
     env = getenv("PD_CUDA_MOE_GMM"); /* 1: the session-5 grouped MoE matmul, 2: SIMT moe_gmm2 */
     c->moe_gmm = env && !strcmp(env, "1") ? 1 : env && !strcmp(env, "2") ? 2 : 3;
     env = getenv("PD_CUDA_FUSED");

@@ -208,9 +208,36 @@ static __global__ void elementwise__add_rmsnorm(float *x, const float *y, float 
     float *xi = x + row * d;
     float4 r[IT > 0 ? IT : 1];
     float ss = 0.0f;
+    if (IT > 0) {
+        /* every load first, then the stores: interleaved, each group's loads waited for the
+         * previous group's store to x (it may alias y), IT dependent trips to L2 (session 12:
+         * 5.2 us of the batch-1 step's critical path per launch) */
+        float4 b[IT > 0 ? IT : 1];
 #pragma unroll
-    for (int it = 0; it < (IT > 0 ? IT : 1); it++)
-        for (int j = threadIdx.x + it * blockDim.x; j < ng; j += (IT > 0 ? ng : blockDim.x)) {
+        for (int it = 0; it < IT; it++) {
+            const int j = threadIdx.x + it * blockDim.x;
+            if (j < ng) {
+                r[it] = elementwise__ld<IT>(xi, j);
+                if (y)
+                    b[it] = elementwise__ld<IT>(y + row * d, j);
+            }
+        }
+#pragma unroll
+        for (int it = 0; it < IT; it++) {
+            const int j = threadIdx.x + it * blockDim.x;
+            if (j < ng) {
+                float4 v = r[it];
+                if (y) {
+                    v.x += b[it].x, v.y += b[it].y, v.z += b[it].z, v.w += b[it].w;
+                    elementwise__st<IT>(xi, j, v);
+                }
+                ss += v.x * v.x;
+                ss += v.y * v.y + v.z * v.z + v.w * v.w;
+                r[it] = v;
+            }
+        }
+    } else {
+        for (int j = threadIdx.x; j < ng; j += blockDim.x) {
             float4 v = elementwise__ld<IT>(xi, j);
             if (y) {
                 const float4 b = elementwise__ld<IT>(y + row * d, j);
@@ -218,11 +245,8 @@ static __global__ void elementwise__add_rmsnorm(float *x, const float *y, float 
                 elementwise__st<IT>(xi, j, v);
             }
             ss += v.x * v.x;
-            if (lanes > 1)
-                ss += v.y * v.y + v.z * v.z + v.w * v.w;
-            if (IT > 0)
-                r[it] = v;
         }
+    }
     ss = kutil_block_sum(ss, red);
     const float inv = 1.0f / sqrtf(ss / (float)d + eps);
     float amax = 0.0f;

@@ -99,6 +99,114 @@ static __global__ void kv__rope_write(float *q, float *k, const float *v, const 
     }
 }
 
+/* kv__rope_write with one warp per (token, head) instead of one block per token (session 12: at
+ * batch 1 the block rotated 32 q heads in 8 dependent load / store rounds per thread and then
+ * re-read its k row for the store: 6.9 us on the step's critical path, 14 us at batch 64 on 64
+ * SMs). grid (n, ceil((n_heads + n_kv_heads) / KV__RW_WARPS)), block 32 * KV__RW_WARPS: warp
+ * slot hs < n_heads rotates q head hs, n_heads <= hs < n_heads + n_kv_heads rotates k head
+ * hs - n_heads, writes it back to k and stores it and v's row into the pages. Lane pairs (j,
+ * j + D / 2), j = lane + 32 i (i < PPL = ceil(D / 64)), all loaded before any store. The same
+ * expressions as kv__rope_write / elementwise__rope / kv__store: bit-identical results. */
+#define KV__RW_WARPS 8
+template <int PPL>
+static __device__ __forceinline__ void kv__store_pairs(uint8_t *data, float *scale, size_t base,
+                                                       const float (&lo)[PPL], const float (&hi)[PPL],
+                                                       const kv_layout_t &l, int lane)
+{
+    const int half = l.head_dim / 2;
+    if (l.fmt == PD_KV_F32) {
+#pragma unroll
+        for (int i = 0; i < PPL; i++)
+            if (lane + 32 * i < half) {
+                ((float *)data)[base + lane + 32 * i] = lo[i];
+                ((float *)data)[base + lane + 32 * i + half] = hi[i];
+            }
+    } else if (l.fmt == PD_KV_BF16) {
+#pragma unroll
+        for (int i = 0; i < PPL; i++)
+            if (lane + 32 * i < half) {
+                ((uint16_t *)data)[base + lane + 32 * i] = kutil_f32_to_bf16(lo[i]);
+                ((uint16_t *)data)[base + lane + 32 * i + half] = kutil_f32_to_bf16(hi[i]);
+            }
+    } else {
+        float amax = 0.0f;
+#pragma unroll
+        for (int i = 0; i < PPL; i++)
+            if (lane + 32 * i < half)
+                amax = fmaxf(amax, fmaxf(fabsf(lo[i]), fabsf(hi[i])));
+        amax = kutil_warp_max(amax);
+        const float s = amax > 0.0f ? amax / 448.0f : 1.0f, inv = 1.0f / s;
+#pragma unroll
+        for (int i = 0; i < PPL; i++)
+            if (lane + 32 * i < half) {
+                data[base + lane + 32 * i] = kutil_f32_to_fp8(lo[i] * inv);
+                data[base + lane + 32 * i + half] = kutil_f32_to_fp8(hi[i] * inv);
+            }
+        if (lane == 0)
+            *scale = s;
+    }
+}
+
+template <int PPL>
+static __global__ void __launch_bounds__(32 * KV__RW_WARPS)
+    kv__rope_write_w(float *q, float *k, const float *v, const int32_t *pos,
+                     const float *inv_freq, int n_heads, uint8_t *arena, kv_layout_t l, int layer,
+                     const int32_t *slots)
+{
+    kutil_pdl_wait(); /* PDL-launched (kutil.cuh): everything after reads earlier kernels' data */
+    kutil_pdl_trigger();
+    const int i = blockIdx.x, H = l.n_kv_heads, D = l.head_dim, half = D / 2;
+    const int hs = blockIdx.y * KV__RW_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (hs >= n_heads + H)
+        return;
+    const bool isk = hs >= n_heads;
+    const int h = isk ? hs - n_heads : hs;
+    float *row = isk ? k + ((size_t)i * H + h) * D : q + ((size_t)i * n_heads + h) * D;
+    float a[PPL], b[PPL], vl[PPL], vh[PPL];
+    const float *vr = v + ((size_t)i * H + h) * D;
+    int32_t slot = -1;
+#pragma unroll
+    for (int t = 0; t < PPL; t++) {
+        const int j = lane + 32 * t;
+        a[t] = b[t] = vl[t] = vh[t] = 0.0f;
+        if (j < half) {
+            a[t] = row[j];
+            b[t] = row[j + half];
+            if (isk) {
+                vl[t] = vr[j];
+                vh[t] = vr[j + half];
+            }
+        }
+    }
+    if (isk)
+        slot = slots[i];
+    const float p = (float)pos[i];
+#pragma unroll
+    for (int t = 0; t < PPL; t++) {
+        const int j = lane + 32 * t;
+        if (j < half) {
+            const float ang = p * inv_freq[j];
+            const float c = cosf(ang), s = sinf(ang);
+            const float x = a[t], y = b[t];
+            a[t] = x * c - y * s;
+            b[t] = y * c + x * s;
+            row[j] = a[t];
+            row[j + half] = b[t];
+        }
+    }
+    if (!isk || slot < 0)
+        return;
+    const int page = slot / l.page_tokens, tok = slot % l.page_tokens;
+    uint8_t *pg = arena + (size_t)page * l.page_bytes;
+    for (int side = 0; side < 2; side++) {
+        float *scales =
+            l.fmt == PD_KV_FP8 ? (float *)(pg + kutil_kv_scale_off(l, layer, side)) : NULL;
+        kv__store_pairs<PPL>(pg + kutil_kv_data_off(l, layer, side),
+                             scales ? scales + (size_t)tok * H + h : NULL,
+                             ((size_t)tok * H + h) * D, side ? vl : a, side ? vh : b, l, lane);
+    }
+}
+
 /* an element of kv__rope_write_t's inputs as f32 (not static: only the bf16 one is used) */
 __device__ __forceinline__ float kv__wide(float x)
 {
@@ -273,6 +381,11 @@ extern "C" pd_status_t kv_write(void *arena, const kv_layout_t *l, int layer, co
     return KUTIL_LAUNCHED("kv_write");
 }
 
+/* 1: kv__rope_write_w (the default); 0: the block-per-token kernel (A / B measurements) */
+extern "C" {
+int kv_rope_write_warps = 1;
+}
+
 extern "C" pd_status_t kv_rope_write(float *q, float *k, const float *v, const int32_t *pos,
                                      const float *inv_freq, int n, int n_heads, void *arena,
                                      const kv_layout_t *l, int layer, const int32_t *slots,
@@ -284,6 +397,21 @@ extern "C" pd_status_t kv_rope_write(float *q, float *k, const float *v, const i
                   "kv_rope_write");
     if (n == 0)
         return PD_OK;
+    const int ppl = (l->head_dim / 2 + 31) / 32;
+    const dim3 grid((unsigned)n, (unsigned)((n_heads + l->n_kv_heads + KV__RW_WARPS - 1) /
+                                            KV__RW_WARPS));
+    if (ppl <= 4 && kv_rope_write_warps) { /* a warp per (token, head); head_dim <= 256 */
+        if (ppl == 1)
+            kutil_launch_pdl(kv__rope_write_w<1>, grid, dim3(32 * KV__RW_WARPS), 0, stream, q, k,
+                             v, pos, inv_freq, n_heads, (uint8_t *)arena, *l, layer, slots);
+        else if (ppl == 2)
+            kutil_launch_pdl(kv__rope_write_w<2>, grid, dim3(32 * KV__RW_WARPS), 0, stream, q, k,
+                             v, pos, inv_freq, n_heads, (uint8_t *)arena, *l, layer, slots);
+        else
+            kutil_launch_pdl(kv__rope_write_w<4>, grid, dim3(32 * KV__RW_WARPS), 0, stream, q, k,
+                             v, pos, inv_freq, n_heads, (uint8_t *)arena, *l, layer, slots);
+        return KUTIL_LAUNCHED("kv_rope_write");
+    }
     const int warps = l->n_kv_heads > 4 ? l->n_kv_heads : 4;
     kutil_launch_pdl(kv__rope_write, dim3(n), dim3(32 * warps), 0, stream, q, k, v, pos, inv_freq,
                      n_heads, (uint8_t *)arena, *l, layer, slots);

@@ -30,6 +30,9 @@ pd_status_t kv_rope_write(float *q, float *k, const float *v, const int32_t *pos
                           const float *inv_freq, int n, int n_heads, void *arena,
                           const kv_layout_t *l, int layer, const int32_t *slots,
                           cudaStream_t stream);
+/* 1 (default): kv_rope_write runs a warp per (token, head) (head_dim <= 256); 0: one block per
+ * token, session 3's kernel (PD_CUDA_ROPE_WARPS=0; A / B measurements) */
+extern int kv_rope_write_warps;
 
 /* kv_rope_write on bf16 q, k, v (the prefill FP8 GEMMs' bf16 outputs): q (n, n_heads, head_dim)
  * bf16 rotated into q_out f32 (same shape, must not alias q), k rotated and v (n, n_kv_heads,

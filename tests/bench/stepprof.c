@@ -17,6 +17,7 @@
 typedef struct {
     char name[STEPPROF_NAME];
     uint64_t start, end;
+    uint64_t ext; /* how far it moved the step's last end (set by stepprof_end) */
 } stepprof_rec_t;
 
 /* the CUPTI entry points, from dlopen */
@@ -143,6 +144,7 @@ static void stepprof__add(const char *name, uint64_t start, uint64_t end)
     stepprof__short(name, r->name, sizeof r->name);
     r->start = start;
     r->end = end;
+    r->ext = 0;
     pthread_mutex_unlock(&stepprof__lock);
 }
 
@@ -259,7 +261,7 @@ void stepprof_mark(void)
 
 typedef struct {
     const char *name;
-    double launches, us;
+    double launches, us, ext_us;
 } stepprof_row_t;
 
 static int stepprof__by_start(const void *a, const void *b)
@@ -307,8 +309,12 @@ void stepprof_end(const char *title, double floor_ms)
         uint64_t first = 0, last = 0, cur_a = 0, cur_b = 0, u = 0;
         size_t k = 0;
         for (; i < stepprof__n && stepprof__recs[i].start < hi; i++, k++) {
-            const stepprof_rec_t *r = &stepprof__recs[i];
+            stepprof_rec_t *r = &stepprof__recs[i];
             const uint64_t e = r->end > r->start ? r->end : r->start;
+            /* the critical-path share: the part of [start, end] past every earlier end (under
+             * PDL a kernel starts while the one before runs and waits; this is what it adds) */
+            const uint64_t from = k == 0 ? r->start : (last > r->start ? last : r->start);
+            r->ext = e > from ? e - from : 0;
             if (k == 0) {
                 first = r->start;
                 cur_a = r->start;
@@ -352,28 +358,36 @@ void stepprof_end(const char *title, double floor_ms)
     size_t nr = 0;
     for (size_t j = 0; rows && j < in_steps; j++) {
         if (nr == 0 || strcmp(rows[nr - 1].name, win[j].name) != 0)
-            rows[nr++] = (stepprof_row_t){win[j].name, 0, 0};
+            rows[nr++] = (stepprof_row_t){win[j].name, 0, 0, 0};
         const uint64_t e = win[j].end > win[j].start ? win[j].end : win[j].start;
+        rows[nr - 1].ext_us += (double)win[j].ext / 1e3;
         rows[nr - 1].launches += 1;
         rows[nr - 1].us += (double)(e - win[j].start) / 1e3;
     }
     qsort(rows, nr, sizeof *rows, stepprof__by_us);
-    printf("| kernel | launches / step | us / step | %% of busy | us / launch |\n");
-    printf("|---|---:|---:|---:|---:|\n");
-    double rest_us = 0, rest_n = 0;
+    printf("\"critical\": the time each kernel moved the step's last end (launch order; under PDL "
+           "a kernel starts early and waits, so its own time overlaps the one before); the "
+           "column sums to busy.\n\n");
+    printf("| kernel | launches / step | us / step | %% of busy | us / launch | critical us / step "
+           "| critical us / launch |\n");
+    printf("|---|---:|---:|---:|---:|---:|---:|\n");
+    double rest_us = 0, rest_n = 0, rest_ext = 0;
     for (size_t j = 0; j < nr; j++) {
         if (j >= STEPPROF_ROWS) {
             rest_us += rows[j].us;
             rest_n += rows[j].launches;
+            rest_ext += rows[j].ext_us;
             continue;
         }
-        printf("| `%s` | %.1f | %.1f | %.1f | %.2f |\n", rows[j].name, rows[j].launches / steps,
-               rows[j].us / steps, busy > 0 ? 100.0 * rows[j].us * 1e3 / busy : 0.0,
-               rows[j].us / rows[j].launches);
+        printf("| `%s` | %.1f | %.1f | %.1f | %.2f | %.1f | %.2f |\n", rows[j].name,
+               rows[j].launches / steps, rows[j].us / steps,
+               busy > 0 ? 100.0 * rows[j].us * 1e3 / busy : 0.0, rows[j].us / rows[j].launches,
+               rows[j].ext_us / steps, rows[j].ext_us / rows[j].launches);
     }
     if (nr > STEPPROF_ROWS)
-        printf("| (%zu more kernels) | %.1f | %.1f | %.1f | |\n", nr - STEPPROF_ROWS,
-               rest_n / steps, rest_us / steps, busy > 0 ? 100.0 * rest_us * 1e3 / busy : 0.0);
+        printf("| (%zu more kernels) | %.1f | %.1f | %.1f | | %.1f | |\n", nr - STEPPROF_ROWS,
+               rest_n / steps, rest_us / steps, busy > 0 ? 100.0 * rest_us * 1e3 / busy : 0.0,
+               rest_ext / steps);
     fflush(stdout);
     free(rows);
     stepprof__n = 0;

@@ -4052,6 +4052,10 @@ int main(void)
     for (int f = 0; f < 3; f++) {
         case_rope_kv_write(kfs[f], 4, 2, 128, 37, 301 + (uint64_t)f);
         case_rope_kv_write(kfs[f], 8, 8, 64, 5, 311 + (uint64_t)f);
+        /* session 12's warp-per-head kernel at its other pair counts: 4 per lane (head_dim
+         * 256) and a half that is not a multiple of 32 (96: lanes 16..31 idle in the 2nd) */
+        case_rope_kv_write(kfs[f], 4, 1, 256, 9, 331 + (uint64_t)f);
+        case_rope_kv_write(kfs[f], 6, 3, 96, 7, 341 + (uint64_t)f);
         if (!small_only)
             case_rope_kv_write(kfs[f], 32, 8, 128, 64, 321 + (uint64_t)f);
     }
