@@ -367,6 +367,7 @@ static __global__ void __launch_bounds__(32 * ATTENTION__WARPS)
 /* Thread groups of the split merge (attention__merge): each sums every ATTENTION__MERGE_W-th split.
  */
 #define ATTENTION__MERGE_W 4
+#define ATTENTION__MERGE_PF 4 /* partial values per thread loaded up front */
 
 /* grid (n_rows, n_heads), block ATTENTION__MERGE_W * D, dynamic shared memory (2 n_splits +
  * (ATTENTION__MERGE_W + 1) (D + 1)) floats: out (n_rows, n_heads, D) f32 = merge of part
@@ -385,6 +386,14 @@ static __global__ void attention__merge(float *out, const float *part, int n_spl
     const size_t n_rh = (size_t)gridDim.x * gridDim.y,
                  rh = (size_t)blockIdx.x * gridDim.y + blockIdx.y;
     const int d = threadIdx.x % D, w = threadIdx.x / D, nt = blockDim.x;
+    /* the first ATTENTION__MERGE_PF of this thread's partial values, loaded with the (m, l)
+     * staging below instead of after it (session 12: one trip to L2 less) */
+    float pv[ATTENTION__MERGE_PF];
+#pragma unroll
+    for (int i = 0; i < ATTENTION__MERGE_PF; i++) {
+        const int sp = w + i * ATTENTION__MERGE_W;
+        pv[i] = sp < n_splits ? part[((size_t)sp * n_rh + rh) * (D + 2) + d] : 0.0f;
+    }
     for (int sp = threadIdx.x; sp < n_splits; sp += nt) {
         const float *pp = part + ((size_t)sp * n_rh + rh) * (D + 2);
         mw[sp] = pp[D];
@@ -408,8 +417,20 @@ static __global__ void attention__merge(float *out, const float *part, int n_spl
     }
     __syncthreads();
     float L = 0.0f, O = 0.0f;
+#pragma unroll
+    for (int i = 0; i < ATTENTION__MERGE_PF; i++) {
+        const int sp = w + i * ATTENTION__MERGE_W;
+        if (sp < n_splits) {
+            const float c = mw[sp];
+            if (c >= 0.0f) {
+                L += ls[sp] * c;
+                O += pv[i] * c;
+            }
+        }
+    }
 #pragma unroll 4
-    for (int sp = w; sp < n_splits; sp += ATTENTION__MERGE_W) {
+    for (int sp = w + ATTENTION__MERGE_PF * ATTENTION__MERGE_W; sp < n_splits;
+         sp += ATTENTION__MERGE_W) {
         const float v = part[((size_t)sp * n_rh + rh) * (D + 2) + d], c = mw[sp];
         if (c >= 0.0f) {
             L += ls[sp] * c;
@@ -591,8 +612,9 @@ static __global__ void __launch_bounds__(32 * ATTN_TC__WARPS, attn_tc__cfg<FMT, 
     using C = attn_tc__cfg<FMT, D>;
     constexpr int T = ATTN_TC__TILE, NW = ATTN_TC__WARPS;
     extern __shared__ __align__(16) uint8_t attn_tc__smem[];
-    kutil_pdl_wait(); /* PDL-launched (kutil.cuh): the pages and q come from the kernels before */
-    kutil_pdl_trigger();
+    /* PDL-launched (kutil.cuh): q and the pages of this step's new rows come from the kernels
+     * before, so the wait comes before they are read; the batch tables (uploaded before the
+     * step) and the pages of earlier tokens (written by earlier steps) are read before it */
     const int r = blockIdx.x, kvh = blockIdx.y, sp = blockIdx.z, n_rows = gridDim.x;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, qd = lane & 3; /* head (S, O rows) / token (K column), quad lane */
@@ -645,11 +667,25 @@ static __global__ void __launch_bounds__(32 * ATTN_TC__WARPS, attn_tc__cfg<FMT, 
             attn_tc__cp4(sa + 2 * C::SIDE + lane * 4, arena + off, t < t_end ? 4 : 0);
         }
     };
-    /* start the ring before the Q setup, so the loads are in flight meanwhile */
-#pragma unroll
-    for (int st = 0; st < C::STAGES - 1; st++) {
-        if (st < my_n)
-            load(warp + st * NW, st);
+    /* start the ring before the Q setup, so the loads are in flight meanwhile; the first tiles
+     * that hold only earlier steps' tokens (before ctx_len - q_len: the kernel before, RoPE + KV
+     * write, writes this step's) already before the PDL wait, so that their trip to memory
+     * overlaps the kernel before (session 12: at batch 1 a warp's whole split is one tile) */
+    const int old_end = ctx_len[s] - q_len;
+    int st0 = 0;
+    for (; st0 < C::STAGES - 1; st0++) {
+        const int tile = warp + st0 * NW;
+        if (st0 < my_n && min(t_end, t_begin + (tile + 1) * T) > old_end)
+            break;
+        if (st0 < my_n)
+            load(tile, st0);
+        asm volatile("cp.async.commit_group;\n" ::);
+    }
+    kutil_pdl_wait();
+    kutil_pdl_trigger();
+    for (; st0 < C::STAGES - 1; st0++) {
+        if (st0 < my_n)
+            load(warp + st0 * NW, st0);
         asm volatile("cp.async.commit_group;\n" ::);
     }
 

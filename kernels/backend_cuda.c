@@ -132,6 +132,9 @@ typedef struct {
     /* tiled INT4 at n CUDA_W4WG_MIN_N..MATMUL_W4WG_MAX_N on the wgmma GEMM matmul_w4wg where it
      * is usable (sm_90a build, compute capability 9.0); PD_CUDA_INT4_WG=0: off */
     bool int4_wg;
+    void *sample_scratch; /* sample_run's (SAMPLE_SCRATCH_BYTES, kept zeroed by the kernel) */
+    /* act_quant asks the fused ops for the wgmma GEMM's f16 image (PD_CUDA_WG_ACT=0: off) */
+    bool wg_act;
     bool no_moe_grouped; /* moe_grouped=off: moe_prepare declines, experts grouped on the host */
     unsigned env_set;    /* CUDA__ENV_* bits: options fixed by the environment */
     int pdl; /* option pdl / PD_CUDA_PDL: programmatic dependent launch of the decode GEMVs */
@@ -434,11 +437,20 @@ static pd_status_t cuda__matmul_int4_mma(cuda_t *c, float *out, const float *x,
                            c->stream);
 }
 
+/* Whether cuda__matmul runs w at n on the wgmma GEMM (matmul_w4wg). */
+static bool cuda__w4wg_route(const cuda_t *c, const pd_weight_t *w, int n)
+{
+    return c->int4_wg && cuda__int4_tiled(w) && n >= CUDA_W4WG_MIN_N && n <= MATMUL_W4WG_MAX_N;
+}
+
 /* Tiled INT4 on the wgmma GEMM (matmul_w4wg) for count weights of the same K on x (one: the
  * matmul route; more: matmul_group): act scratch = the activation image, mult (n) f32, the
- * partial sums. The plan is the one of a weight of the summed rows. */
+ * partial sums. The plan is the one of a weight of the summed rows. xa != NULL (x unused): the
+ * image and multipliers already made by a fused op (act_quant's PD_ACT_F16WG), no
+ * matmul_quant_act_f16wg launch. */
 static pd_status_t cuda__matmul_w4wg(cuda_t *c, float *const *outs, const float *x,
-                                     const pd_weight_t *const *ws, int count, int n)
+                                     const pd_act_fp8_t *xa, const pd_weight_t *const *ws,
+                                     int count, int n)
 {
     int cfg, splits;
     int64_t N = 0;
@@ -455,8 +467,12 @@ static pd_status_t cuda__matmul_w4wg(cuda_t *c, float *const *outs, const float 
     uint16_t *xw = c->act.p;
     float *mult = (float *)((uint8_t *)c->act.p + hb);
     float *part = pf ? (float *)((uint8_t *)c->act.p + hb + mb) : NULL;
-    if ((st = matmul_quant_act_f16wg(xw, mult, x, n, K, c->stream)) != PD_OK)
+    if (xa) {
+        xw = (uint16_t *)xa->q;
+        mult = xa->scale;
+    } else if ((st = matmul_quant_act_f16wg(xw, mult, x, n, K, c->stream)) != PD_OK) {
         return st;
+    }
     return matmul_w4wg_group(outs, part, xw, mult, ws, count, n, cfg, splits, c->stream);
 }
 
@@ -646,8 +662,8 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
             return st;
         return matmul_fp8_scale(out, xs, w->scales, n, N, c->stream);
     }
-    if (c->int4_wg && cuda__int4_tiled(w) && n >= CUDA_W4WG_MIN_N && n <= MATMUL_W4WG_MAX_N)
-        return cuda__matmul_w4wg(c, &out, x, &w, 1, n);
+    if (cuda__w4wg_route(c, w, n))
+        return cuda__matmul_w4wg(c, &out, x, NULL, &w, 1, n);
     if (c->int4_mma2 && cuda__int4_tiled(w) && n > 8 && n <= MATMUL_INT4_MMA_MAX_N)
         return cuda__matmul_int4_mma2(c, out, x, w, n);
     if (w->fmt == PD_WFMT_INT4 && (n > CUDA_GEMV_MAX_N_INT4 || cuda__int4_tiled(w)) &&
@@ -716,8 +732,8 @@ static pd_status_t cuda__matmul_group(cuda_t *c, float *const *outs, const float
         if (xp[0] > 0)
             return matmul_w4gemv_group(outs, x, ws, count, n, xp[0], xp[1], xp[2], xp[3],
                                        c->stream);
-        if (c->int4_wg && n >= CUDA_W4WG_MIN_N && n <= MATMUL_W4WG_MAX_N)
-            return cuda__matmul_w4wg(c, outs, x, ws, count, n);
+        if (cuda__w4wg_route(c, &sum, n))
+            return cuda__matmul_w4wg(c, outs, x, NULL, ws, count, n);
     }
     for (int i = 0; i < count; i++)
         if ((st = cuda__matmul(c, outs[i], x, ws[i], n)) != PD_OK)
@@ -735,15 +751,26 @@ static void cuda_matmul_group(pd_backend_t *be, float *const *outs, const float 
 /* FP8 matmul on activations the fused ops already quantized (backend.h matmul_fp8; xq (n, K)
  * fp8, xs (n) f32 as matmul_quant_act_fp8 makes them): cuda__matmul's FP8 routing without the
  * quantization launch. */
-static pd_status_t cuda__matmul_fp8(cuda_t *c, float *out, const uint8_t *xq, const float *xs,
-                                    bool blk, const pd_weight_t *w, int n)
+static pd_status_t cuda__matmul_fp8(cuda_t *c, float *out, const pd_act_fp8_t *x,
+                                    const pd_weight_t *w, int n)
 {
     const int64_t N = w->n, K = w->k;
+    const uint8_t *xq = x->q;
+    const float *xs = x->scale;
     pd_status_t st;
 
     if (n <= 0)
         return PD_OK;
-    if (blk) { /* act_quant said PD_ACT_FP8_BLK: the W4A8 INT4 GEMM */
+    if (x->wg) { /* act_quant said PD_ACT_F16WG: the wgmma INT4 GEMM on the fused op's image */
+        if (!cuda__w4wg_route(c, w, n) || n > PD_ACT_WG_MAX_N) {
+            pd_log_error("backend cuda: matmul_fp8 with an f16 image on a %s weight at n %d "
+                         "(act_quant did not ask for it)",
+                         pd_wfmt_name(w->fmt), n);
+            return PD_ERR_INVALID;
+        }
+        return cuda__matmul_w4wg(c, &out, NULL, x, &w, 1, n);
+    }
+    if (x->blk) { /* act_quant said PD_ACT_FP8_BLK: the W4A8 INT4 GEMM */
         if (!cuda__int4_w4a8(c, w, n)) {
             pd_log_error("backend cuda: matmul_fp8 with 1x128-block activations on a %s weight "
                          "at n %d (act_quant did not ask for them)",
@@ -792,7 +819,31 @@ static void cuda_matmul_fp8(pd_backend_t *be, float *out, const pd_act_fp8_t *x,
                             const pd_weight_t *w, int n)
 {
     cuda_t *c = cuda__get(be);
-    cuda__note(c, cuda__matmul_fp8(c, out, x->q, x->scale, x->blk, w, n));
+    cuda__note(c, cuda__matmul_fp8(c, out, x, w, n));
+}
+
+/* backend.h matmul_group_fp8: an f16 image (PD_ACT_F16WG) for tiled INT4 weights of one K runs
+ * as one grouped wgmma launch (as cuda__matmul_group); anything else matmul_fp8 per weight. */
+static pd_status_t cuda__matmul_group_fp8(cuda_t *c, float *const *outs, const pd_act_fp8_t *x,
+                                          const pd_weight_t *const *ws, int count, int n)
+{
+    pd_status_t st;
+    bool grouped = x->wg && count > 1 && count <= MATMUL_GROUP_MAX && n > 0;
+    for (int i = 0; grouped && i < count; i++)
+        grouped = cuda__w4wg_route(c, ws[i], n) && ws[i]->k == ws[0]->k;
+    if (grouped)
+        return cuda__matmul_w4wg(c, outs, NULL, x, ws, count, n);
+    for (int i = 0; i < count; i++)
+        if ((st = cuda__matmul_fp8(c, outs[i], x, ws[i], n)) != PD_OK)
+            return st;
+    return PD_OK;
+}
+
+static void cuda_matmul_group_fp8(pd_backend_t *be, float *const *outs, const pd_act_fp8_t *x,
+                                  const pd_weight_t *const *ws, int count, int n)
+{
+    cuda_t *c = cuda__get(be);
+    cuda__note(c, cuda__matmul_group_fp8(c, outs, x, ws, count, n));
 }
 
 /* backend.h matmul_silu_fp8. Prefill sizes (the cuBLASLt GEMM with outer-vector scales): the
@@ -825,8 +876,10 @@ static pd_status_t cuda__matmul_silu_fp8(cuda_t *c, const pd_act_fp8_t *q, float
         if (st != PD_ERR_UNSUPPORTED)
             return st;
     }
-    if ((st = cuda__matmul_fp8(c, gu, x->q, x->scale, x->blk, w, n)) != PD_OK)
+    if ((st = cuda__matmul_fp8(c, gu, x, w, n)) != PD_OK)
         return st;
+    if (q->wg)
+        return elementwise_silu_mul_f16wg(NULL, gu, (uint16_t *)q->q, q->scale, n, f, c->stream);
     return q->blk ? elementwise_silu_mul_fp8_blk(NULL, gu, NULL, q->q, q->scale, n, f, c->stream)
                   : elementwise_silu_mul_fp8(NULL, gu, q->q, q->scale, n, f, c->stream);
 }
@@ -842,6 +895,11 @@ static void cuda_add_rmsnorm(pd_backend_t *be, float *x, const float *y, float *
                              const uint16_t *w, int n, int d, float eps, const pd_act_fp8_t *q)
 {
     cuda_t *c = cuda__get(be);
+    if (q && q->wg) {
+        cuda__note(c, elementwise_add_rmsnorm_f16wg(x, y, out, w, (uint16_t *)q->q, q->scale, n, d,
+                                                    eps, c->stream));
+        return;
+    }
     cuda__note(c, elementwise_add_rmsnorm(x, y, out, w, q ? q->q : NULL, q ? q->scale : NULL, n, d,
                                           eps, q && q->blk, c->stream));
 }
@@ -854,18 +912,27 @@ static void cuda_silu_mul_fp8(pd_backend_t *be, float *out, const float *gu, int
         cuda__note(c, out ? elementwise_silu_mul(out, gu, n, f, c->stream) : PD_OK);
         return;
     }
+    if (q->wg) {
+        cuda__note(c, elementwise_silu_mul_f16wg(out, gu, (uint16_t *)q->q, q->scale, n, f,
+                                                 c->stream));
+        return;
+    }
     cuda__note(c, q->blk
                       ? elementwise_silu_mul_fp8_blk(out, gu, NULL, q->q, q->scale, n, f, c->stream)
                       : elementwise_silu_mul_fp8(out, gu, q->q, q->scale, n, f, c->stream));
 }
 
-/* backend.h act_quant: FP8 weights per row; INT4 in 1x128 blocks where matmul would run the W4A8
+/* backend.h act_quant: FP8 weights per row; tiled INT4 as the f16 image where matmul would run
+ * the wgmma GEMM (the fused RMSNorm / SiLU·mul write it: one matmul_quant_act_f16wg launch less
+ * per GEMM; PD_CUDA_WG_ACT=0 turns it off); INT4 in 1x128 blocks where matmul would run the W4A8
  * GEMM (cuda__int4_w4a8); the rest f32. */
 static pd_act_t cuda_act_quant(pd_backend_t *be, const pd_weight_t *w, int n)
 {
     cuda_t *c = cuda__get(be);
     if (w->fmt == PD_WFMT_FP8)
         return PD_ACT_FP8_ROW;
+    if (c->wg_act && n <= PD_ACT_WG_MAX_N && cuda__w4wg_route(c, w, n))
+        return PD_ACT_F16WG;
     return cuda__int4_w4a8(c, w, n) ? PD_ACT_FP8_BLK : PD_ACT_F32;
 }
 
@@ -925,9 +992,9 @@ static pd_status_t cuda__qkv_rope_write(cuda_t *c, float *q, float *k, float *v,
         if (st != PD_ERR_UNSUPPORTED)
             return st;
     }
-    if ((st = cuda__matmul_fp8(c, q, x->q, x->scale, x->blk, wq, n)) != PD_OK ||
-        (st = cuda__matmul_fp8(c, k, x->q, x->scale, x->blk, wk, n)) != PD_OK ||
-        (st = cuda__matmul_fp8(c, v, x->q, x->scale, x->blk, wv, n)) != PD_OK)
+    if ((st = cuda__matmul_fp8(c, q, x, wq, n)) != PD_OK ||
+        (st = cuda__matmul_fp8(c, k, x, wk, n)) != PD_OK ||
+        (st = cuda__matmul_fp8(c, v, x, wv, n)) != PD_OK)
         return st;
     return kv_rope_write(q, k, v, pos, inv_freq, n, n_heads, arena, l, layer, slots, c->stream);
 }
@@ -1553,7 +1620,8 @@ static void cuda_sample(pd_backend_t *be, int32_t *tokens_out, const float *logi
 {
     cuda_t *c = cuda__get(be);
     cuda__note(c,
-               sample_run(tokens_out, logits, n, vocab, temperature, top_k, top_p, u, c->stream));
+               sample_run(tokens_out, logits, n, vocab, temperature, top_k, top_p, u,
+                          c->sample_scratch, c->stream));
 }
 
 static void cuda_logprobs(pd_backend_t *be, int32_t *ids_out, float *vals_out, const float *logits,
@@ -1680,6 +1748,8 @@ static void cuda_destroy(pd_backend_t *be)
         cudaFree(c->lt_ws);
     if (c->blas_ws)
         cudaFree(c->blas_ws);
+    if (c->sample_scratch)
+        cudaFree(c->sample_scratch);
     if (c->lt)
         cublasLtDestroy(c->lt);
     if (c->blas)
@@ -1745,6 +1815,7 @@ static const pd_backend_ops_t cuda_ops = {
     .set_option = cuda_set_option,
     .rope_kv_write = cuda_rope_kv_write,
     .matmul_group = cuda_matmul_group,
+    .matmul_group_fp8 = cuda_matmul_group_fp8,
     .qkv_rope_write = cuda_qkv_rope_write,
     .logits_process = cuda_logits_process,
     .bias_add = cuda_bias_add,
@@ -1769,6 +1840,7 @@ static void cuda__ops_plain_init(void)
     cuda_ops_plain.matmul_silu_fp8 = NULL;
     cuda_ops_plain.qkv_rope_write = NULL;
     cuda_ops_plain.matmul_group = NULL;
+    cuda_ops_plain.matmul_group_fp8 = NULL;
 }
 
 enum { CUDA__ENV_BF16 = 1, CUDA__ENV_FLASH = 2, CUDA__ENV_FUSED = 4, CUDA__ENV_ACCUM = 8 };
@@ -1944,6 +2016,8 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     c->int4_mma2 = env && *env ? cuda__onoff(env) == 1 : 0;
     env = getenv("PD_CUDA_INT4_WG");
     c->int4_wg = (!env || !*env || cuda__onoff(env) != 0) && matmul_w4wg_usable();
+    env = getenv("PD_CUDA_WG_ACT");
+    c->wg_act = !env || !*env || cuda__onoff(env) != 0;
     env = getenv("PD_CUDA_INT4_GEMM"); /* bf16: INT4 prefill GEMMs dequantized to bf16 */
     c->int4_fp8 = 1;
     if (env && *env) {
@@ -1953,6 +2027,9 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     env = getenv("PD_CUDA_ATTN_FOLD"); /* 1: split contexts merged inside the decode kernel */
     if (env && *env)
         attention_fold = cuda__onoff(env) == 1;
+    env = getenv("PD_CUDA_SAMPLE_SPLIT"); /* 0: one block per greedy row (A / B) */
+    if (env && *env)
+        sample_split = cuda__onoff(env) != 0;
     env = getenv("PD_CUDA_ROPE_WARPS"); /* 0: the block-per-token RoPE + KV write (A / B) */
     if (env && *env)
         kv_rope_write_warps = cuda__onoff(env) != 0;
@@ -1987,7 +2064,11 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     cublasSetStream(c->blas, c->stream);
     cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH); /* f32 GEMMs stay f32 (no TF32) */
     if ((st = cuda__status(cudaMalloc(&c->lt_ws, CUDA_LT_WS_BYTES), "workspace")) != PD_OK ||
-        (st = cuda__status(cudaMalloc(&c->blas_ws, CUDA_LT_WS_BYTES), "workspace")) != PD_OK)
+        (st = cuda__status(cudaMalloc(&c->blas_ws, CUDA_LT_WS_BYTES), "workspace")) != PD_OK ||
+        (st = cuda__status(cudaMalloc(&c->sample_scratch, SAMPLE_SCRATCH_BYTES), "workspace")) !=
+            PD_OK ||
+        (st = cuda__status(cudaMemset(c->sample_scratch, 0, SAMPLE_SCRATCH_BYTES), "workspace")) !=
+            PD_OK)
         goto err_destroy;
     if (cublasSetWorkspace(c->blas, c->blas_ws, CUDA_LT_WS_BYTES) != CUBLAS_STATUS_SUCCESS) {
         pd_log_error("backend cuda: cannot set the cuBLAS workspace");

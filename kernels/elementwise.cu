@@ -2,6 +2,7 @@
 #include "elementwise.h"
 #include "kutil.cuh"
 #include "matmul.h" /* the blk layout (matmul_act_blk_at) */
+#include "mma.cuh"  /* the wgmma GEMM's activation image (mma_act_f16wg_row) */
 
 int elementwise_force_generic;
 int elementwise_silu_bf16_threads = 512;
@@ -161,6 +162,17 @@ static __device__ __forceinline__ float4 elementwise__norm4(float4 v, const uint
     return o;
 }
 
+/* elementwise__norm4 with the weights already loaded (wf: group j's 4 weights, widened) */
+static __device__ __forceinline__ float4 elementwise__norm4w(float4 v, float4 wf, float inv)
+{
+    float4 o;
+    o.x = (v.x * inv) * wf.x;
+    o.y = (v.y * inv) * wf.y;
+    o.z = (v.z * inv) * wf.z;
+    o.w = (v.w * inv) * wf.w;
+    return o;
+}
+
 /* Row t >= n of q / qs (d columns) in matmul.h's blk layout of n rows: zeros, scale 1 (one block
  * of threads). */
 static __device__ void elementwise__blk_pad_row(uint8_t *q, float *qs, int t, int n, int d)
@@ -194,15 +206,29 @@ static __device__ __forceinline__ void elementwise__blk_store(uint8_t *q, float 
 template <int IT>
 static __global__ void elementwise__add_rmsnorm(float *x, const float *y, float *out,
                                                 const uint16_t *w, uint8_t *q, float *qs, int d,
-                                                float eps, int blk_n)
+                                                float eps, int blk_n, int wg_n)
 {
     __shared__ float red[32];
+    const int ng = IT > 0 ? d / 4 : d, lanes = IT > 0 ? 4 : 1; /* element groups per row */
+    /* the norm's weights are no earlier kernel's output: loaded before the PDL wait, so that
+     * their trip to L2 overlaps the kernel before (session 12) */
+    float4 wf[IT > 0 ? IT : 1];
+#pragma unroll
+    for (int it = 0; it < (IT > 0 ? IT : 1); it++) {
+        const int j = threadIdx.x + it * blockDim.x;
+        if (IT > 0 && j < ng)
+            wf[it] = elementwise__ld<IT>(w, j);
+    }
     kutil_pdl_wait(); /* PDL-launched (kutil.cuh): everything after reads earlier kernels' data */
     kutil_pdl_trigger();
-    const int ng = IT > 0 ? d / 4 : d, lanes = IT > 0 ? 4 : 1; /* element groups per row */
     const size_t row = blockIdx.x;
     if (blk_n > 0 && (int)row >= blk_n) {
         elementwise__blk_pad_row(q, qs, (int)row, blk_n, d);
+        return;
+    }
+    if (wg_n > 0 && (int)row >= wg_n) { /* the image's rows past n: zeros */
+        mma_act_f16wg_row((uint4 *)q, (int)row, d, 1.0f, true, [](int64_t) { return 0.0f; },
+                          threadIdx.x, blockDim.x);
         return;
     }
     float *xi = x + row * d;
@@ -253,21 +279,31 @@ static __global__ void elementwise__add_rmsnorm(float *x, const float *y, float 
 #pragma unroll
     for (int it = 0; it < (IT > 0 ? IT : 1); it++)
         for (int j = threadIdx.x + it * blockDim.x; j < ng; j += (IT > 0 ? ng : blockDim.x)) {
-            const float4 o =
-                elementwise__norm4<IT>(IT > 0 ? r[it] : elementwise__ld<IT>(xi, j), w, j, inv);
+            const float4 o = IT > 0 ? elementwise__norm4w(r[it], wf[it], inv)
+                                    : elementwise__norm4<IT>(elementwise__ld<IT>(xi, j), w, j, inv);
             if (out)
                 elementwise__st<IT>(out + row * d, j, o);
             amax = fmaxf(amax, elementwise__amax4(o, lanes));
         }
     if (!q)
         return;
+    if (wg_n > 0) { /* the wgmma GEMM's f16 image: matmul_quant_act_f16wg's bytes for out */
+        amax = kutil_block_max(amax, red); /* its barrier also publishes this block's x stores */
+        const int e = mma_act_exp(amax);
+        auto val = [&](int64_t c) { return (xi[c] * inv) * kutil_bf16_to_f32(w[c]); };
+        mma_act_f16wg_row((uint4 *)q, (int)row, d, ldexpf(1.0f, -e), false, val, threadIdx.x,
+                          blockDim.x);
+        if (threadIdx.x == 0)
+            qs[row] = ldexpf(1.0f, e) / MMA_WSHIFT;
+        return;
+    }
     if (blk_n > 0) { /* 1x128 blocks: one warp per block */
         if (IT > 0) {
 #pragma unroll
             for (int it = 0; it < (IT > 0 ? IT : 1); it++) {
                 const int j = threadIdx.x + it * blockDim.x; /* warp-uniform: ng % 32 == 0 */
                 if (j < ng)
-                    elementwise__blk_store(q, qs, elementwise__norm4<1>(r[it], w, j, inv), (int)row,
+                    elementwise__blk_store(q, qs, elementwise__norm4w(r[it], wf[it], inv), (int)row,
                                            j / 32, blk_n, d);
             }
         } else {
@@ -285,8 +321,8 @@ static __global__ void elementwise__add_rmsnorm(float *x, const float *y, float 
 #pragma unroll
     for (int it = 0; it < (IT > 0 ? IT : 1); it++)
         for (int j = threadIdx.x + it * blockDim.x; j < ng; j += (IT > 0 ? ng : blockDim.x)) {
-            const float4 o =
-                elementwise__norm4<IT>(IT > 0 ? r[it] : elementwise__ld<IT>(xi, j), w, j, inv);
+            const float4 o = IT > 0 ? elementwise__norm4w(r[it], wf[it], inv)
+                                    : elementwise__norm4<IT>(elementwise__ld<IT>(xi, j), w, j, inv);
             elementwise__st_fp8<IT>(q + row * d, j, o, qinv);
         }
     if (threadIdx.x == 0)
@@ -346,6 +382,44 @@ static __global__ void elementwise__silu_mul_fp8(float *out, const TI *gu, uint8
                                     IT > 0 ? r[it] : elementwise__silu4<IT>(gi, f, j), qinv);
     if (threadIdx.x == 0)
         qs[row] = scale;
+}
+
+/* grid (ceil(n / 64) * 64), block T, dynamic shared memory f * 4 bytes (SMEM) or none: gu (n,
+ * 2f) f32; out (n, f) f32 = silu(gu[:, :f]) * gu[:, f:] (the plain kernel's expression) or NULL;
+ * xw / mult: the wgmma GEMM's f16 activation image of out and its multipliers, the bytes
+ * matmul_quant_act_f16wg makes of out (rows past n zeros); f % 128 == 0. SMEM: the row's values
+ * are kept in shared memory for the image pass; else computed again (rows longer than shared
+ * memory holds). */
+template <bool SMEM>
+static __global__ void __launch_bounds__(1024)
+    elementwise__silu_mul_f16wg(float *out, const float *gu, uint4 *xw, float *mult, int n, int f)
+{
+    extern __shared__ float4 elementwise__srow[];
+    __shared__ float red[32];
+    kutil_pdl_wait(); /* PDL-launched (kutil.cuh): everything after reads earlier kernels' data */
+    kutil_pdl_trigger();
+    const int t = blockIdx.x;
+    const float *gi = gu + (size_t)(t < n ? t : 0) * 2 * f;
+    const float *sr = (const float *)elementwise__srow;
+    auto val = [&](int64_t c) { return SMEM ? sr[c] : elementwise__silu1(gi[c], gi[f + c]); };
+    if (t >= n) {
+        mma_act_f16wg_row(xw, t, f, 1.0f, true, val, threadIdx.x, blockDim.x);
+        return;
+    }
+    float amax = 0.0f;
+    for (int j = threadIdx.x; j < f / 4; j += blockDim.x) {
+        const float4 o = elementwise__silu4<1>(gi, f, j);
+        if (out)
+            elementwise__st<1>(out + (size_t)t * f, j, o);
+        if (SMEM)
+            elementwise__srow[j] = o;
+        amax = fmaxf(amax, elementwise__amax4(o, 4));
+    }
+    amax = kutil_block_max(amax, red); /* its barriers publish the shared row */
+    const int e = mma_act_exp(amax);
+    mma_act_f16wg_row(xw, t, f, ldexpf(1.0f, -e), false, val, threadIdx.x, blockDim.x);
+    if (threadIdx.x == 0)
+        mult[t] = ldexpf(1.0f, e) / MMA_WSHIFT;
 }
 
 /* grid (MATMUL_ACT_BLK_ROWS(n), ceil(f / 128 / 8)), block 256: warp w of block (t, b) takes the
@@ -543,14 +617,75 @@ extern "C" pd_status_t elementwise_add_rmsnorm(float *x, const float *y, float *
         it = 0, t = 256;
     /* the kernel of the row plan, launched PDL (kutil.cuh: it waits first) */
     void (*k)(float *, const float *, float *, const uint16_t *, uint8_t *, float *, int, float,
-              int) = it == 1   ? elementwise__add_rmsnorm<1>
+              int, int) = it == 1   ? elementwise__add_rmsnorm<1>
                      : it == 2 ? elementwise__add_rmsnorm<2>
                      : it == 4 ? elementwise__add_rmsnorm<4>
                      : it == 8 ? elementwise__add_rmsnorm<8>
                                : elementwise__add_rmsnorm<0>;
     const int rows = blk ? MATMUL_ACT_BLK_ROWS(n) : n;
-    kutil_launch_pdl(k, dim3(rows), dim3(t), 0, stream, x, y, out, w, q, qs, d, eps, blk ? n : 0);
+    kutil_launch_pdl(k, dim3(rows), dim3(t), 0, stream, x, y, out, w, q, qs, d, eps, blk ? n : 0,
+                     0);
     return KUTIL_LAUNCHED("add_rmsnorm");
+}
+
+extern "C" pd_status_t elementwise_add_rmsnorm_f16wg(float *x, const float *y, float *out,
+                                                     const uint16_t *w, uint16_t *xw, float *mult,
+                                                     int n, int d, float eps, cudaStream_t stream)
+{
+    KUTIL_REQUIRE(n >= 0 && d > 0 && d % 128 == 0 && xw && mult && out != x &&
+                      ((uintptr_t)xw & 15) == 0,
+                  "add_rmsnorm_f16wg");
+    if (n == 0)
+        return PD_OK;
+    int t, it;
+    elementwise__row_plan(d, 256, &t, &it);
+    if (elementwise_force_generic)
+        it = 0, t = 256;
+    void (*k)(float *, const float *, float *, const uint16_t *, uint8_t *, float *, int, float,
+              int, int) = it == 1   ? elementwise__add_rmsnorm<1>
+                          : it == 2 ? elementwise__add_rmsnorm<2>
+                          : it == 4 ? elementwise__add_rmsnorm<4>
+                          : it == 8 ? elementwise__add_rmsnorm<8>
+                                    : elementwise__add_rmsnorm<0>;
+    kutil_launch_pdl(k, dim3((unsigned)((n + 63) / 64 * 64)), dim3(t), 0, stream, x, y, out, w,
+                     (uint8_t *)xw, mult, d, eps, 0, n);
+    return KUTIL_LAUNCHED("add_rmsnorm_f16wg");
+}
+
+extern "C" {
+int elementwise_silu_f16wg_smem = 1;
+}
+
+extern "C" pd_status_t elementwise_silu_mul_f16wg(float *out, const float *gu, uint16_t *xw,
+                                                  float *mult, int n, int f, cudaStream_t stream)
+{
+    KUTIL_REQUIRE(n >= 0 && f > 0 && f % 128 == 0 && xw && mult && ((uintptr_t)xw & 15) == 0,
+                  "silu_mul_f16wg");
+    if (n == 0)
+        return PD_OK;
+    const unsigned threads = f >= 8192 ? 1024u : 512u; /* as matmul_quant_act_f16wg */
+    const dim3 grid((unsigned)((n + 63) / 64 * 64));
+    const size_t smem = (size_t)f * 4;
+    static int max_smem = -1; /* the row in shared memory where the device's opt-in allows */
+    if (max_smem < 0) {
+        int dev = 0, v = 48 << 10;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+        max_smem = v - 1024; /* the kernel's static reduction array */
+        if (cudaFuncSetAttribute(elementwise__silu_mul_f16wg<true>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem) !=
+            cudaSuccess) {
+            (void)cudaGetLastError(); /* not this launch's error */
+            max_smem = 0;
+        }
+    }
+    if (smem <= (size_t)max_smem && elementwise_silu_f16wg_smem)
+        kutil_launch_pdl(elementwise__silu_mul_f16wg<true>, grid, dim3(threads), smem, stream, out,
+                         gu, (uint4 *)xw, mult, n, f);
+    else
+        kutil_launch_pdl(elementwise__silu_mul_f16wg<false>, grid, dim3(threads), 0, stream, out,
+                         gu, (uint4 *)xw, mult, n, f);
+    return KUTIL_LAUNCHED("silu_mul_f16wg");
 }
 
 template <typename TI>

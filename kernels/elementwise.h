@@ -47,6 +47,24 @@ pd_status_t elementwise_add_rmsnorm(float *x, const float *y, float *out, const 
                                     uint8_t *q, float *qs, int n, int d, float eps, bool blk,
                                     cudaStream_t stream);
 
+/* add_rmsnorm with, instead of fp8, the f16 activation image of the wgmma INT4 GEMM (matmul.h
+ * matmul_w4wg: xw matmul_w4wg_act_bytes(n, d) bytes, mult (n) f32), the bytes
+ * matmul_quant_act_f16wg makes of out; d % 128 == 0. Session 12: one launch less before each
+ * INT4 GEMM of the decode batches (n 25..256). */
+pd_status_t elementwise_add_rmsnorm_f16wg(float *x, const float *y, float *out, const uint16_t *w,
+                                          uint16_t *xw, float *mult, int n, int d, float eps,
+                                          cudaStream_t stream);
+
+/* out (n, f) f32 = silu(gu[:, :f]) * gu[:, f:] (out may be NULL), gu (n, 2f) f32, and xw / mult
+ * its wgmma activation image as elementwise_add_rmsnorm_f16wg; f % 128 == 0. */
+pd_status_t elementwise_silu_mul_f16wg(float *out, const float *gu, uint16_t *xw, float *mult,
+                                       int n, int f, cudaStream_t stream);
+
+/* 1 (default): elementwise_silu_mul_f16wg keeps the row in shared memory where it fits; 0: it
+ * computes the values again for the image (the path of longer rows; a switch for the harness,
+ * the same bytes either way) */
+extern int elementwise_silu_f16wg_smem;
+
 /* silu_mul_fp8 in 1x128 blocks (the W4A8 INT4 GEMM's activations): out (n, f) f32 =
  * silu(gu[:, :f]) * gu[:, f:] (may be NULL; only with an f32 gu) and q / qs its quantization in
  * matmul.h's blk layout, the bytes matmul_quant_act_fp8_blk makes of out; gu (n, 2f) f32, or

@@ -54,7 +54,7 @@
 #endif
 
 #define W4WG__THREADS 384  /* 2 consumer warpgroups + the producer warpgroup */
-#define W4WG__TILE_B 16384 /* activation image bytes per (64-token tile, group) */
+#define W4WG__TILE_B MMA_WG_TILE_B /* activation image bytes per (64-token tile, group) */
 #define W4WG__BLK_B 2144   /* weight bytes per (32-row block, group): data, scales, zeros */
 
 /* ---- the activation image ---- */
@@ -67,37 +67,16 @@ static __global__ void __launch_bounds__(1024)
     __shared__ float red[32];
     kutil_pdl_wait(); /* PDL-launched (kutil.cuh): x, xw and mult belong to the kernels around */
     kutil_pdl_trigger();
-    const int t = blockIdx.x, tt = t / 64, r = t % 64;
-    const int64_t ng = K / 128;
-    uint4 *base = xw + (size_t)tt * ng * (W4WG__TILE_B / 16);
+    const int t = blockIdx.x;
+    const float *xi = x + (size_t)(t < n ? t : 0) * K;
+    auto val = [&](int64_t col) { return __ldg(xi + col); };
     if (t >= n) {
-        for (int64_t d = threadIdx.x; d < K / 8; d += blockDim.x) {
-            const int64_t g = d / 16, cb = (d % 16) / 8, c = d % 8;
-            base[g * (W4WG__TILE_B / 16) + cb * 512 + r * 8 + (c ^ (r % 8))] =
-                make_uint4(0u, 0u, 0u, 0u);
-        }
+        mma_act_f16wg_row(xw, t, K, 1.0f, true, val, threadIdx.x, blockDim.x);
         return;
     }
-    const float *xi = x + (size_t)t * K;
     const float amax = kutil_block_max(mma_act_amax(xi, K, threadIdx.x, blockDim.x), red);
     const int e = mma_act_exp(amax);
-    const float inv = ldexpf(1.0f, -e);
-    for (int64_t d = threadIdx.x; d < K / 8; d += blockDim.x) {
-        /* chunk d: group g, column block cb, chunk c = steps 4 cb + c / 2, slots 8 (c % 2) .. */
-        const int64_t g = d / 16;
-        const int cb = (int)(d % 16) / 8, c = (int)(d % 8);
-        const int s = 4 * cb + c / 2, hi = c % 2;
-        const float *xg = xi + g * 128 + 8 * (s / 2) + 2 * (s % 2) + hi;
-        uint32_t o[4];
-#pragma unroll
-        for (int j = 0; j < 4; j++) { /* slots m = 2 j (tq j, e 0) and 2 j + 1 (e 1) */
-            const float lo = __ldg(xg + 32 * j) * inv, up = __ldg(xg + 32 * j + 4) * inv;
-            o[j] = (uint32_t)__half_as_ushort(__float2half_rn(lo)) |
-                   ((uint32_t)__half_as_ushort(__float2half_rn(up)) << 16);
-        }
-        base[g * (W4WG__TILE_B / 16) + cb * 512 + r * 8 + (c ^ (r % 8))] =
-            make_uint4(o[0], o[1], o[2], o[3]);
-    }
+    mma_act_f16wg_row(xw, t, K, ldexpf(1.0f, -e), false, val, threadIdx.x, blockDim.x);
     if (threadIdx.x == 0)
         mult[t] = ldexpf(1.0f, e) / MMA_WSHIFT;
 }

@@ -57,6 +57,41 @@ static __device__ __forceinline__ int mma_act_exp(float amax)
     return e;
 }
 
+/* The activation image of the wgmma INT4 GEMM (matmul_w4wg.cu's header describes the layout:
+ * token tiles of 64 rows, MMA_WG_TILE_B bytes per (tile, group of 128 columns), permuted and
+ * swizzled). mma_act_f16wg_row: the threads of a block (tid of nth) write row t of an image of K
+ * columns, f16 of val(col) * inv (inv = 2^-e, e = mma_act_exp(max |val|) over the row);
+ * val_zero true: zeros (rows past n). matmul__quant_act_f16wg, the fused RMSNorm and SiLU·mul
+ * kernels (elementwise.cu) share it, so their images are the same bytes for the same values. */
+#define MMA_WG_TILE_B 16384
+template <typename F>
+static __device__ __forceinline__ void mma_act_f16wg_row(uint4 *xw, int t, int64_t K, float inv,
+                                                         bool val_zero, F val, int tid, int nth)
+{
+    const int tt = t / 64, r = t % 64;
+    const int64_t ng = K / 128;
+    uint4 *base = xw + (size_t)tt * ng * (MMA_WG_TILE_B / 16);
+    for (int64_t d = tid; d < K / 8; d += nth) {
+        /* chunk d: group g, column block cb, chunk c = steps 4 cb + c / 2, slots 8 (c % 2) .. */
+        const int64_t g = d / 16;
+        const int cb = (int)(d % 16) / 8, c = (int)(d % 8);
+        const int s = 4 * cb + c / 2, hi = c % 2;
+        const int64_t col = g * 128 + 8 * (s / 2) + 2 * (s % 2) + hi;
+        uint4 o = make_uint4(0u, 0u, 0u, 0u);
+        if (!val_zero) {
+            uint32_t h[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) { /* slots m = 2 j (tq j, e 0) and 2 j + 1 (e 1) */
+                const float lo = val(col + 32 * j) * inv, up = val(col + 32 * j + 4) * inv;
+                h[j] = (uint32_t)__half_as_ushort(__float2half_rn(lo)) |
+                       ((uint32_t)__half_as_ushort(__float2half_rn(up)) << 16);
+            }
+            o = make_uint4(h[0], h[1], h[2], h[3]);
+        }
+        base[g * (MMA_WG_TILE_B / 16) + cb * 512 + r * 8 + (c ^ (r % 8))] = o;
+    }
+}
+
 /* Destination chunk d (8 halves, 16 bytes) of the permuted f16 row: group G = d / 16, position
  * p = w * 4 + tq holds source chunk tq * 4 + w of the group, its halves in the order
  * k0 k4 k1 k5 k2 k6 k3 k7; inv = 2^-e. */

@@ -39,11 +39,16 @@ static __device__ int sample__block_sum(int v, int *red)
     return v;
 }
 
-/* grid (n), block SAMPLE__THREADS: tokens (n) int32; logits (n, vocab) f32; per-row parameters
- * (n) each. */
+/* grid (n, G), block SAMPLE__THREADS: tokens (n) int32; logits (n, vocab) f32; per-row
+ * parameters (n) each. A greedy row: block (row, y) takes the y-th of G slices of the vocabulary;
+ * G > 1: the slices' bests meet in best[row] by atomicMax on (key << 32 | ~id) (largest key,
+ * then lowest id: the order of the one-block scan, whatever order the blocks finish in) and the
+ * last block of the row (cnt[row]) writes the token and re-zeroes both. Other rows: block y 0
+ * only. */
 static __global__ void __launch_bounds__(SAMPLE__THREADS)
     sample__kernel(int32_t *tokens, const float *logits, int vocab, const float *temperature,
-                   const int32_t *top_k, const float *top_p, const float *u)
+                   const int32_t *top_k, const float *top_p, const float *u,
+                   unsigned long long *best, int *cnt)
 {
     __shared__ uint32_t keys[SAMPLE_MAX_CAND];
     __shared__ int32_t ids[SAMPLE_MAX_CAND];
@@ -56,9 +61,11 @@ static __global__ void __launch_bounds__(SAMPLE__THREADS)
     const int kk = top_k[row];
 
     if (T == 0.0f || kk == 1) { /* greedy: largest key, lowest id */
+        const int G = gridDim.y, per = (vocab + G - 1) / G;
+        const int v0 = (int)blockIdx.y * per, v1 = min(vocab, v0 + per);
         uint32_t bk = 0;
         int32_t bi = INT32_MAX;
-        for (int i = tid; i < vocab; i += blockDim.x) {
+        for (int i = v0 + tid; i < v1; i += blockDim.x) {
             const uint32_t k = sample__key(x[i]);
             if (sample__before(k, i, bk, bi)) {
                 bk = k;
@@ -84,10 +91,22 @@ static __global__ void __launch_bounds__(SAMPLE__THREADS)
                     bk = keys[w];
                     bi = ids[w];
                 }
-            tokens[row] = bi;
+            if (G == 1) {
+                tokens[row] = bi;
+                return;
+            }
+            atomicMax(&best[row], (unsigned long long)bk << 32 | (0xffffffffu - (uint32_t)bi));
+            __threadfence();
+            if (atomicAdd(&cnt[row], 1) == G - 1) { /* the row's last block */
+                const unsigned long long b = atomicExch(&best[row], 0ull);
+                tokens[row] = (int32_t)(0xffffffffu - (uint32_t)(b & 0xffffffffu));
+                cnt[row] = 0;
+            }
         }
         return;
     }
+    if (blockIdx.y != 0)
+        return;
 
     /* K candidates: the largest t with count(key >= t) >= K, by bisection over the key space */
     const int K = min(kk > 0 ? kk : vocab, min(vocab, SAMPLE_MAX_CAND));
@@ -279,15 +298,34 @@ static __global__ void __launch_bounds__(SAMPLE__LP_THREADS)
 
 /* ==== launchers ==== */
 
+/* 1 (default): greedy rows split across blocks where sample_run has a scratch; 0: one block per
+ * row (the harness runs both) */
+extern "C" {
+int sample_split = 1;
+}
+
 extern "C" pd_status_t sample_run(int32_t *tokens, const float *logits, int n, int vocab,
                                   const float *temperature, const int32_t *top_k,
-                                  const float *top_p, const float *u, cudaStream_t stream)
+                                  const float *top_p, const float *u, void *scratch,
+                                  cudaStream_t stream)
 {
     KUTIL_REQUIRE(n >= 0 && vocab > 0, "sample");
     if (n == 0)
         return PD_OK;
-    sample__kernel<<<n, SAMPLE__THREADS, 0, stream>>>(tokens, logits, vocab, temperature, top_k,
-                                                      top_p, u);
+    /* greedy slices per row: about two blocks per SM of an H200 over the batch, each at least
+     * 4 elements per thread */
+    int G = 1;
+    if (scratch && n <= SAMPLE_SPLIT_MAX_ROWS && sample_split) {
+        G = 264 / n;
+        G = G < 32 ? G : 32;
+        while (G > 1 && vocab / G < 4 * SAMPLE__THREADS)
+            G--;
+        G = G > 1 ? G : 1;
+    }
+    unsigned long long *best = (unsigned long long *)scratch;
+    int *cnt = scratch ? (int *)(best + SAMPLE_SPLIT_MAX_ROWS) : NULL;
+    sample__kernel<<<dim3((unsigned)n, (unsigned)G), SAMPLE__THREADS, 0, stream>>>(
+        tokens, logits, vocab, temperature, top_k, top_p, u, best, cnt);
     return KUTIL_LAUNCHED("sample");
 }
 

@@ -1,4 +1,5 @@
-/* sample: next-token sampling on the GPU, one block per row of logits, with the semantics of
+/* sample: next-token sampling on the GPU, one block per row of logits (a greedy row split
+ * across blocks when sample_run has a scratch), with the semantics of
  * common/sampler.c (sampler_pick): greedy (temperature 0 or top-k 1: the largest logit, lowest id
  * on ties); else temperature, top-k, softmax, top-p, one draw u given by the caller. Candidates
  * are the SAMPLE_MAX_CAND largest logits: top_k 0 (off) and top_k > SAMPLE_MAX_CAND sample from
@@ -21,11 +22,24 @@ extern "C" {
 
 #define SAMPLE_MAX_CAND 2048
 
+/* 1 (default): sample_run splits greedy rows across blocks where it has a scratch; 0: one block
+ * per row (a process-wide switch for the harness: the same tokens either way) */
+extern int sample_split;
+
+/* Rows whose greedy pick sample_run splits across blocks at most (its scratch's size). */
+#define SAMPLE_SPLIT_MAX_ROWS 1024
+/* bytes of sample_run's scratch (zeroed once by the caller; every launch leaves it zeroed) */
+#define SAMPLE_SCRATCH_BYTES (SAMPLE_SPLIT_MAX_ROWS * 12)
+
 /* tokens (n) int32 = sample of logits (n, vocab) f32 with per-row temperature (n) f32, top_k (n)
- * int32, top_p (n) f32 and u (n) f32 in [0, 1). */
+ * int32, top_p (n) f32 and u (n) f32 in [0, 1). scratch: SAMPLE_SCRATCH_BYTES of device memory
+ * zeroed before the first launch, or NULL: with it (n <= SAMPLE_SPLIT_MAX_ROWS) a greedy row's
+ * argmax is split across several blocks (session 12: one block scanned a 128k-vocab row in
+ * 52 us, the batch-1 decode step's third-largest kernel); without it one block per row. A
+ * scratch is one stream's: two launches must not use it at the same time. */
 pd_status_t sample_run(int32_t *tokens, const float *logits, int n, int vocab,
                        const float *temperature, const int32_t *top_k, const float *top_p,
-                       const float *u, cudaStream_t stream);
+                       const float *u, void *scratch, cudaStream_t stream);
 
 /* The logprobs of sampler_logprobs (backend.h, ops->logprobs): for each row i with n_top[i] >= 0,
  * ids (n, 1 + SAMPLE_LP_TOP) int32 and vals (n, 1 + SAMPLE_LP_TOP) f32 get the token tokens[i]

@@ -79,15 +79,25 @@ typedef struct {
     uint8_t *q;   /* (n, k) fp8 e4m3 */
     float *scale; /* (n) f32 */
     bool blk;     /* 1x128 blocks (only where act_quant asked for them) */
+    /* instead the backend's f16 activation image (PD_ACT_F16WG, only where act_quant asked for
+     * it): q holds PD_ACT_WG_ROWS(n) * k f16 in the backend's layout, scale (n) multipliers */
+    bool wg;
 } pd_act_fp8_t;
 
 /* What matmul makes of its f32 activations for a weight (act_quant): nothing (F32), or fp8 per
- * row (FP8_ROW: FP8 weights) or in 1x128 blocks (FP8_BLK) that the fused ops can make instead. */
+ * row (FP8_ROW: FP8 weights) or in 1x128 blocks (FP8_BLK), or an f16 image (F16WG: the CUDA
+ * backend's wgmma INT4 GEMM of the decode batches), that the fused ops can make instead. */
 typedef enum {
     PD_ACT_F32 = 0,
     PD_ACT_FP8_ROW,
     PD_ACT_FP8_BLK,
+    PD_ACT_F16WG,
 } pd_act_t;
+
+/* act_quant answers PD_ACT_F16WG only for n <= PD_ACT_WG_MAX_N rows; its image then takes
+ * PD_ACT_WG_ROWS(n) * k * 2 bytes of q (the rows rounded up to 64) */
+#define PD_ACT_WG_MAX_N 256
+#define PD_ACT_WG_ROWS(n) (((n) + 63) / 64 * 64)
 
 typedef struct {
     const char *name;
@@ -295,6 +305,11 @@ typedef struct {
      * elsewhere matmul per weight). NULL: the model runs matmul per weight. */
     void (*matmul_group)(pd_backend_t *be, float *const *outs, const float *x,
                          const pd_weight_t *const *ws, int count, int n);
+    /* matmul_group on activations the fused ops made in the format act_quant asked for (x as
+     * matmul_fp8 takes it; the same for every weight): matmul_fp8 per weight, in one launch
+     * where the backend can. NULL: the model runs matmul_fp8 per weight. */
+    void (*matmul_group_fp8)(pd_backend_t *be, float *const *outs, const pd_act_fp8_t *x,
+                             const pd_weight_t *const *ws, int count, int n);
 
     /* rope on q (n, n_heads, head_dim) and k (n, l->n_kv_heads, head_dim), then kv_write of k
      * and v at slots, in one launch; the same results as rope, rope, kv_write (CUDA:

@@ -151,9 +151,10 @@ static pd_status_t ctx__reserve(model_ctx_t *c, int n, int s, int bt, int nl)
     A(c->mw, N * K * 4);
     A(c->mids, N * K * 4);
     /* FP8 activations per row, or in 1x128 blocks (backend.h pd_act_fp8_t: up to 16 rows more,
-     * one scale per row and block) */
+     * one scale per row and block), or the f16 image of up to PD_ACT_WG_MAX_N rows */
     const size_t dm = d > (size_t)f ? d : (size_t)f, nb = (N + 16) * ((dm + 127) / 128);
-    A(c->aq, (N + 16) * dm);
+    const size_t wgb = 2 * (size_t)PD_ACT_WG_ROWS(N < PD_ACT_WG_MAX_N ? N : PD_ACT_WG_MAX_N) * dm;
+    A(c->aq, (N + 16) * dm > wgb ? (N + 16) * dm : wgb);
     A(c->as, (nb > N ? nb : N) * 4);
     A(c->lrows, (size_t)nl * d * 4);
     A(c->logits, (size_t)nl * (size_t)c->m->vocab_local * 4);
@@ -316,7 +317,7 @@ static pd_act_t fwd__act(const model_ctx_t *c, const pd_weight_t *w, int n)
 /* The FP8 activations c->aq / c->as in format a (not PD_ACT_F32) */
 static pd_act_fp8_t fwd__aq(const model_ctx_t *c, pd_act_t a)
 {
-    pd_act_fp8_t q = {c->aq, c->as, a == PD_ACT_FP8_BLK};
+    pd_act_fp8_t q = {c->aq, c->as, a == PD_ACT_FP8_BLK, a == PD_ACT_F16WG};
     return q;
 }
 
@@ -393,15 +394,19 @@ static pd_status_t ctx__enqueue(model_ctx_t *c, void *arena, const kv_layout_t *
         const pd_act_t qkv8 =
             fwd__act(c, &L->k, n) == aq && fwd__act(c, &L->v, n) == aq ? aq : PD_ACT_F32;
         fwd__norm(c, res, L->attn_norm, n, qkv8);
-        if (qkv8 && !L->q_norm && o->qkv_rope_write) { /* one op: q, k, v GEMMs + rope + KV */
+        float *qkv_outs[3] = {c->q, c->k, c->v};
+        const pd_weight_t *qkv_ws[3] = {&L->q, &L->k, &L->v};
+        if (qkv8 && qkv8 != PD_ACT_F16WG && !L->q_norm && o->qkv_rope_write) {
+            /* one op: q, k, v GEMMs + rope + KV */
             pd_act_fp8_t q = fwd__aq(c, qkv8);
             o->qkv_rope_write(be, c->q, c->k, c->v, &q, &L->q, &L->k, &L->v, c->d_pos,
                               m->inv_freq, n, H, arena, l, li, c->d_slots);
         } else {
             if (!qkv8 && o->matmul_group) { /* q, k, v in one pass where the backend can */
-                float *outs[3] = {c->q, c->k, c->v};
-                const pd_weight_t *ws[3] = {&L->q, &L->k, &L->v};
-                o->matmul_group(be, outs, c->h, ws, 3, n);
+                o->matmul_group(be, qkv_outs, c->h, qkv_ws, 3, n);
+            } else if (qkv8 && o->matmul_group_fp8) { /* the same on the fused ops' activations */
+                pd_act_fp8_t q = fwd__aq(c, qkv8);
+                o->matmul_group_fp8(be, qkv_outs, &q, qkv_ws, 3, n);
             } else {
                 fwd__mm(c, c->q, c->h, qkv8, &L->q, n);
                 fwd__mm(c, c->k, c->h, qkv8, &L->k, n);

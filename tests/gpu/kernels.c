@@ -42,6 +42,7 @@
 #include "model.h"
 #include "moe.h"
 #include "quant.h"
+#include "sample.h"
 #include "sampler.h"
 
 static pd_backend_t *cpu, *gpu;
@@ -414,7 +415,7 @@ static void case_add_rmsnorm(int n, int d, bool add, bool with_out, bool quant, 
     pair_t px = pair_new((size_t)n * d * 4, x), py = pair_new((size_t)n * d * 4, y);
     pair_t pw = pair_new((size_t)d * 2, w), out = pair_new((size_t)n * d * 4, NULL);
     pair_t q = pair_new((size_t)n * d, NULL), qs = pair_new((size_t)n * 4, NULL);
-    pd_act_fp8_t qc = {q.c, qs.c, false}, qg = {q.g, qs.g, false};
+    pd_act_fp8_t qc = {q.c, qs.c, false, false}, qg = {q.g, qs.g, false, false};
     elementwise_force_generic = generic;
     cpu->ops->add_rmsnorm(cpu, px.c, add ? py.c : NULL, with_out ? out.c : NULL, pw.c, n, d, 1e-5f,
                           quant ? &qc : NULL);
@@ -470,7 +471,7 @@ static void case_silu_mul_fp8(int n, int f, bool with_out, bool generic, uint64_
     fill_f32(gu, (size_t)n * 2 * f, 6.0f);
     pair_t pg = pair_new((size_t)n * 2 * f * 4, gu), out = pair_new((size_t)n * f * 4, NULL);
     pair_t q = pair_new((size_t)n * f, NULL), qs = pair_new((size_t)n * 4, NULL);
-    pd_act_fp8_t qc = {q.c, qs.c, false}, qg = {q.g, qs.g, false};
+    pd_act_fp8_t qc = {q.c, qs.c, false, false}, qg = {q.g, qs.g, false, false};
     elementwise_force_generic = generic;
     cpu->ops->silu_mul_fp8(cpu, with_out ? out.c : NULL, pg.c, n, f, &qc);
     gpu->ops->silu_mul_fp8(gpu, with_out ? out.g : NULL, pg.g, n, f, &qg);
@@ -527,7 +528,7 @@ static void case_matmul_fp8(int n, int64_t N, int64_t K, uint64_t seed, const ch
     pair_t out = pair_new((size_t)n * N * 4, NULL), ref = pair_new((size_t)n * N * 4, NULL);
     /* GPU: quantize on the device into pq.g / ps.g (overwriting the host copy) */
     pair_ok(matmul_quant_act_fp8(pq.g, NULL, ps.g, px.g, n, K, backend_cuda_stream(gpu)));
-    pd_act_fp8_t ac = {pq.c, ps.c, false}, ag = {pq.g, ps.g, false};
+    pd_act_fp8_t ac = {pq.c, ps.c, false, false}, ag = {pq.g, ps.g, false, false};
     cpu->ops->matmul_fp8(cpu, out.c, &ac, &wc, n);
     gpu->ops->matmul_fp8(gpu, out.g, &ag, &wg, n);
     gpu->ops->matmul(gpu, ref.g, px.g, &wg, n);
@@ -614,8 +615,8 @@ static void case_matmul_silu_fp8(int n, int f, int64_t K, bool in_place, uint64_
     pair_t gu = pair_new((size_t)n * N * 4, NULL), gur = pair_new((size_t)n * N * 4, NULL);
     pair_t q = pair_new((size_t)n * f, NULL), qs = pair_new((size_t)n * 4, NULL);
     pair_t q2 = pair_new((size_t)n * f, NULL), qs2 = pair_new((size_t)n * 4, NULL);
-    pd_act_fp8_t xc = {pq.c, ps.c, false}, xg = {pq.g, ps.g, false};
-    pd_act_fp8_t oc = {q.c, qs.c, false}, og = {q.g, qs.g, false}, oc2 = {q2.c, qs2.c, false};
+    pd_act_fp8_t xc = {pq.c, ps.c, false, false}, xg = {pq.g, ps.g, false, false};
+    pd_act_fp8_t oc = {q.c, qs.c, false, false}, og = {q.g, qs.g, false, false}, oc2 = {q2.c, qs2.c, false, false};
     if (in_place)
         og = xg;
     /* CPU: the plain ops (the CPU op's reference; gur.c keeps the f32 product) */
@@ -834,7 +835,7 @@ static void case_add_rmsnorm_blk(int n, int d, bool generic, uint64_t seed)
     blk_alloc(n, d, &gq, &gs);
     blk_alloc(n, d, &q2, &s2);
     blk_alloc(n, d, &q3, &s3);
-    pd_act_fp8_t qg = {gq, gs, true}, qg3 = {q3, s3, true};
+    pd_act_fp8_t qg = {gq, gs, true, false}, qg3 = {q3, s3, true, false};
     elementwise_force_generic = generic;
     cpu->ops->add_rmsnorm(cpu, px.c, py.c, out.c, pw.c, n, d, 1e-5f, NULL);
     gpu->ops->add_rmsnorm(gpu, px.g, py.g, out.g, pw.g, n, d, 1e-5f, &qg);
@@ -897,7 +898,7 @@ static void case_silu_mul_blk(int n, int f, uint64_t seed)
     blk_alloc(n, f, &gq, &gs);
     blk_alloc(n, f, &q2, &s2);
     blk_alloc(n, f, &q3, &s3);
-    pd_act_fp8_t qg = {gq, gs, true}, qg3 = {q3, s3, true};
+    pd_act_fp8_t qg = {gq, gs, true, false}, qg3 = {q3, s3, true, false};
     cudaStream_t st = backend_cuda_stream(gpu);
     cpu->ops->silu_mul(cpu, out.c, pg.c, n, f);
     gpu->ops->silu_mul_fp8(gpu, out.g, pg.g, n, f, &qg);
@@ -975,11 +976,15 @@ static void case_matmul_fp8_blk(int n, int64_t N, int64_t K, uint64_t seed, cons
     char w2[320];
     snprintf(w2, sizeof w2, "%s: act_quant INT4 n (%d) / n 200 (%d) / FP8 (%d) wrong", shape, a,
              a200, a8);
+    /* n 200: below the W4A8 sizes; the wgmma GEMM's f16 image where it runs (session 12: sm_90a
+     * and a tiled weight, N % 32 == 0 and K % 128 == 0) */
+    const bool tiled = N % 32 == 0 && K % 128 == 0;
+    const pd_act_t want200 = matmul_w4wg_usable() && tiled ? PD_ACT_F16WG : PD_ACT_F32;
     report("matmul_fp8", w2,
-           (double)((a != PD_ACT_FP8_BLK) + (a200 != PD_ACT_F32) + (a8 != PD_ACT_FP8_ROW)), 0.0);
+           (double)((a != PD_ACT_FP8_BLK) + (a200 != want200) + (a8 != PD_ACT_FP8_ROW)), 0.0);
     void *q, *sc;
     blk_alloc(n, K, &q, &sc);
-    pd_act_fp8_t xa = {q, sc, true};
+    pd_act_fp8_t xa = {q, sc, true, false};
     pair_ok(matmul_quant_act_fp8_blk(q, sc, px.g, n, K, backend_cuda_stream(gpu)));
     gpu->ops->matmul_fp8(gpu, o1.g, &xa, &wg, n);
     gpu->ops->matmul(gpu, o2.g, px.g, &wg, n);
@@ -1031,7 +1036,7 @@ static void case_matmul_silu_blk(int n, int f, int64_t K, uint64_t seed)
     void *q, *sc, *q2, *s2;
     blk_alloc(n, km, &q, &sc);
     blk_alloc(n, f, &q2, &s2);
-    pd_act_fp8_t xa = {q, sc, true};
+    pd_act_fp8_t xa = {q, sc, true, false};
     cudaStream_t st = backend_cuda_stream(gpu);
     snprintf(shape, sizeof shape, "INT4 blk n %d f %d K %lld in place seed %llu", n, f,
              (long long)K, (unsigned long long)seed);
@@ -1096,7 +1101,7 @@ static void case_silu_fp8_bf16(int n, int f, bool zero_row, bool fast, uint64_t 
     pair_t p16 = pair_new(ne * 2, g16), p32 = pair_new(ne * 4, g32);
     pair_t q = pair_new((size_t)n * f, NULL), qs = pair_new((size_t)n * 4, NULL);
     pair_t q1 = pair_new((size_t)n * f, NULL), qs1 = pair_new((size_t)n * 4, NULL);
-    pd_act_fp8_t qc = {q.c, qs.c, false};
+    pd_act_fp8_t qc = {q.c, qs.c, false, false};
     cpu->ops->silu_mul_fp8(cpu, NULL, p32.c, n, f, &qc);
     pair_ok(cpu->ops->sync(cpu));
     cudaStream_t st = backend_cuda_stream(gpu);
@@ -1330,7 +1335,7 @@ static void case_qkv_rope_op(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n, 
     pair_ok(cpu->ops->memset(cpu, a.c, 0, a.bytes));
     pair_ok(gpu->ops->memset(gpu, a.g, 0, a.bytes));
     pair_ok(gpu->ops->sync(gpu));
-    pd_act_fp8_t xc = {pxq.c, pxs.c, false}, xg = {pxq.g, pxs.g, false};
+    pd_act_fp8_t xc = {pxq.c, pxs.c, false, false}, xg = {pxq.g, pxs.g, false, false};
     cpu->ops->qkv_rope_write(cpu, pq.c, pk.c, pv.c, &xc, &wc[0], &wc[1], &wc[2], pp.c, pi.c, n,
                              heads, a.c, &l, 1, ps.c);
     g2->ops->qkv_rope_write(g2, pq.g, pk.g, pv.g, &xg, &wg[0], &wg[1], &wg[2], pp.g, pi.g, n, heads,
@@ -1946,6 +1951,172 @@ static void cases_matmul_group(void)
         case_matmul_group(64, q8b, 3, 4096, 0, plan, 533, "8B qkv");
         case_matmul_group(128, q8b, 3, 4096, 0, plan, 534, "8B qkv");
     }
+}
+
+/* bytes of device buffer a that differ from device buffer b (n bytes) */
+static size_t dev_bytes_differ(const void *a, const void *b, size_t n)
+{
+    uint8_t *ha = xmalloc(n), *hb = xmalloc(n);
+    pair_ok(gpu->ops->sync(gpu));
+    pair_ok(gpu->ops->download(gpu, ha, a, n));
+    pair_ok(gpu->ops->download(gpu, hb, b, n));
+    size_t nd = 0;
+    for (size_t i = 0; i < n; i++)
+        nd += ha[i] != hb[i];
+    free(ha);
+    free(hb);
+    return nd;
+}
+
+/* Session 12: the wgmma INT4 GEMM's f16 activation image made by the fused ops (act_quant's
+ * PD_ACT_F16WG) instead of a matmul_quant_act_f16wg launch per GEMM. Every check is byte
+ * equality with the unfused path at a fixed printed seed (image rows past n included):
+ * add_rmsnorm's image and multipliers == matmul_quant_act_f16wg of its f32 output (and x the
+ * same); silu_mul_fp8's == that of silu_mul's output; then, where the wgmma GEMM runs (sm_90a),
+ * act_quant answers PD_ACT_F16WG for tiled INT4 weights at n, and matmul_fp8 / matmul_group_fp8
+ * / matmul_silu_fp8 on the images give matmul / matmul_group / matmul + silu_mul's bytes. */
+static void case_act_f16wg(int n, int d, int f, uint64_t seed)
+{
+    char shape[64], what[160];
+    const uint64_t saved = rng_state;
+    rng_state = seed;
+    const size_t rows = (size_t)PD_ACT_WG_ROWS(n), imgb = rows * (size_t)(d > f ? d : f) * 2;
+    float *x = xmalloc((size_t)n * d * 4), *y = xmalloc((size_t)n * d * 4);
+    float *gu = xmalloc((size_t)n * 2 * f * 4);
+    uint16_t *w = xmalloc((size_t)d * 2);
+    fill_f32(x, (size_t)n * d, 3.0f);
+    fill_f32(y, (size_t)n * d, 2.0f);
+    fill_f32(gu, (size_t)n * 2 * f, 6.0f);
+    for (int i = 0; i < n; i++) /* rows of different sizes */
+        for (int j = 0; j < d; j++)
+            x[(size_t)i * d + j] *= (float)(1 + i % 5);
+    for (int i = 0; i < d; i++)
+        w[i] = pd_f32_to_bf16(rng_float() + 1.5f);
+    pair_t x1 = pair_new((size_t)n * d * 4, x), x2 = pair_new((size_t)n * d * 4, x);
+    pair_t py = pair_new((size_t)n * d * 4, y), pw = pair_new((size_t)d * 2, w);
+    pair_t pgu = pair_new((size_t)n * 2 * f * 4, gu);
+    pair_t out = pair_new((size_t)n * (d > f ? d : f) * 4, NULL); /* norm, then silu output */
+    pair_t img1 = pair_new(imgb, NULL), img2 = pair_new(imgb, NULL);
+    pair_t m1 = pair_new((size_t)n * 4, NULL), m2 = pair_new((size_t)n * 4, NULL);
+    cudaStream_t st = backend_cuda_stream(gpu);
+    snprintf(shape, sizeof shape, "n %d d %d f %d seed %llu", n, d, f, (unsigned long long)seed);
+
+    /* add_rmsnorm: unfused (f32 out, then the image of it) against the fused image */
+    pd_act_fp8_t a2 = {img2.g, m2.g, false, true};
+    gpu->ops->add_rmsnorm(gpu, x1.g, py.g, out.g, pw.g, n, d, 1e-5f, NULL);
+    pair_ok(matmul_quant_act_f16wg(img1.g, m1.g, out.g, n, d, st));
+    gpu->ops->add_rmsnorm(gpu, x2.g, py.g, NULL, pw.g, n, d, 1e-5f, &a2);
+    snprintf(what, sizeof what, "%s: norm image, mult, x == unfused (bytes)", shape);
+    report("act f16wg", what,
+           (double)(dev_bytes_differ(img1.g, img2.g, rows * (size_t)d * 2) +
+                    dev_bytes_differ(m1.g, m2.g, (size_t)n * 4) +
+                    dev_bytes_differ(x1.g, x2.g, (size_t)n * d * 4)),
+           0.0);
+
+    /* silu_mul: the same */
+    pair_ok(gpu->ops->memset(gpu, img1.g, 0xff, imgb));
+    pair_ok(gpu->ops->memset(gpu, img2.g, 0xff, imgb));
+    gpu->ops->silu_mul(gpu, out.g, pgu.g, n, f);
+    pair_ok(matmul_quant_act_f16wg(img1.g, m1.g, out.g, n, f, st));
+    gpu->ops->silu_mul_fp8(gpu, NULL, pgu.g, n, f, &a2);
+    snprintf(what, sizeof what, "%s: silu image, mult == unfused (bytes)", shape);
+    report("act f16wg", what,
+           (double)(dev_bytes_differ(img1.g, img2.g, rows * (size_t)f * 2) +
+                    dev_bytes_differ(m1.g, m2.g, (size_t)n * 4)),
+           0.0);
+    pair_ok(gpu->ops->memset(gpu, img2.g, 0xff, imgb)); /* the path of rows too long to stage */
+    elementwise_silu_f16wg_smem = 0;
+    gpu->ops->silu_mul_fp8(gpu, NULL, pgu.g, n, f, &a2);
+    elementwise_silu_f16wg_smem = 1;
+    snprintf(what, sizeof what, "%s: silu image (not staged) == unfused (bytes)", shape);
+    report("act f16wg", what,
+           (double)(dev_bytes_differ(img1.g, img2.g, rows * (size_t)f * 2) +
+                    dev_bytes_differ(m1.g, m2.g, (size_t)n * 4)),
+           0.0);
+
+    if (matmul_w4wg_usable() && n >= 25) { /* the GEMMs on the images (n 25..256 run there) */
+        pd_weight_t host[4], wc[4], wg[4];
+        const int64_t Ns[4] = {256, 128, 128, 2 * (int64_t)f}; /* q, k, v, gate_up */
+        for (int i = 0; i < 4; i++)
+            weight_host_new(PD_WFMT_INT4, Ns[i], d, gpu, &host[i], &wc[i], &wg[i]);
+        size_t asks = 0;
+        for (int i = 0; i < 4; i++)
+            asks += gpu->ops->act_quant(gpu, &wg[i], n) == PD_ACT_F16WG;
+        snprintf(what, sizeof what, "%s: act_quant asks for the image (weights of 4)", shape);
+        report("act f16wg", what, (double)(4 - asks), 0.0);
+        /* the image of x2's norm again (x1 / x2 hold the same x now: no y) */
+        gpu->ops->add_rmsnorm(gpu, x1.g, NULL, out.g, pw.g, n, d, 1e-5f, NULL);
+        gpu->ops->add_rmsnorm(gpu, x2.g, NULL, NULL, pw.g, n, d, 1e-5f, &a2);
+        pair_t o1[3], o2[3];
+        float *p1[3], *p2[3];
+        const pd_weight_t *ws[3] = {&wg[0], &wg[1], &wg[2]};
+        for (int i = 0; i < 3; i++) {
+            o1[i] = pair_new((size_t)n * Ns[i] * 4, NULL);
+            o2[i] = pair_new((size_t)n * Ns[i] * 4, NULL);
+            p1[i] = o1[i].g;
+            p2[i] = o2[i].g;
+        }
+        gpu->ops->matmul_group(gpu, p1, out.g, ws, 3, n);
+        gpu->ops->matmul_group_fp8(gpu, p2, &a2, ws, 3, n);
+        size_t nd = 0;
+        for (int i = 0; i < 3; i++)
+            nd += dev_bytes_differ(o1[i].g, o2[i].g, (size_t)n * Ns[i] * 4);
+        snprintf(what, sizeof what, "%s: matmul_group_fp8 == matmul_group (bytes)", shape);
+        report("act f16wg", what, (double)nd, 0.0);
+        gpu->ops->matmul(gpu, o1[0].g, out.g, &wg[0], n);
+        gpu->ops->matmul_fp8(gpu, o2[0].g, &a2, &wg[0], n);
+        snprintf(what, sizeof what, "%s: matmul_fp8 == matmul (bytes)", shape);
+        report("act f16wg", what,
+               (double)dev_bytes_differ(o1[0].g, o2[0].g, (size_t)n * Ns[0] * 4), 0.0);
+        /* matmul_silu_fp8 (gate_up + SiLU·mul, image in and out) against matmul + silu_mul +
+         * the image of its output */
+        pair_t g1 = pair_new((size_t)n * 2 * f * 4, NULL), g2 = pair_new((size_t)n * 2 * f * 4, NULL);
+        gpu->ops->matmul(gpu, g1.g, out.g, &wg[3], n);
+        gpu->ops->silu_mul(gpu, out.g, g1.g, n, f);
+        pair_ok(matmul_quant_act_f16wg(img1.g, m1.g, out.g, n, f, st));
+        gpu->ops->matmul_silu_fp8(gpu, &a2, g2.g, &a2, &wg[3], n);
+        snprintf(what, sizeof what, "%s: matmul_silu_fp8 image == unfused (bytes)", shape);
+        report("act f16wg", what,
+               (double)(dev_bytes_differ(img1.g, img2.g, rows * (size_t)f * 2) +
+                        dev_bytes_differ(m1.g, m2.g, (size_t)n * 4)),
+               0.0);
+        pair_free(&g1);
+        pair_free(&g2);
+        for (int i = 0; i < 3; i++) {
+            pair_free(&o1[i]);
+            pair_free(&o2[i]);
+        }
+        for (int i = 0; i < 4; i++) {
+            model_host_weight_free(&host[i]);
+            backend_weight_free(cpu, &wc[i]);
+            backend_weight_free(gpu, &wg[i]);
+        }
+    }
+    pair_free(&x1);
+    pair_free(&x2);
+    pair_free(&py);
+    pair_free(&pw);
+    pair_free(&pgu);
+    pair_free(&out);
+    pair_free(&img1);
+    pair_free(&img2);
+    pair_free(&m1);
+    pair_free(&m2);
+    free(x);
+    free(y);
+    free(gu);
+    free(w);
+    rng_state = saved;
+}
+
+static void cases_act_f16wg(void)
+{
+    case_act_f16wg(1, 512, 640, 601);   /* one row, 63 zero rows */
+    case_act_f16wg(25, 384, 256, 602);  /* the smallest wgmma batch */
+    case_act_f16wg(64, 1024, 768, 603); /* one full tile */
+    case_act_f16wg(100, 640, 512, 604); /* two tiles, the second partial */
+    if (!small_only)
+        case_act_f16wg(64, 4096, 14336, 605); /* Llama-3-8B */
 }
 
 static void case_kv_write(pd_kvfmt_t fmt, int kvh, int hd, int n)
@@ -2850,7 +3021,8 @@ static void case_kv_export(pd_kvfmt_t src_fmt, int layers, int kvh, int hd, int 
 /* Sampling: rows of random logits (scale), the same parameters and draws on both backends.
  * err = fraction of rows whose token differs: 0 for greedy; a sampled row may flip where the
  * draw falls within an ulp of a bucket edge (device expf vs glibc expf), so tol allows 2%. */
-static void case_sample(int n, int vocab, float scale, float T, int top_k, float top_p, double tol)
+static void case_sample_rows(int n, int vocab, float scale, float T, int top_k, float top_p,
+                             double tol, bool mixed)
 {
     char shape[96];
     float *x = xmalloc((size_t)n * vocab * 4), *tv = xmalloc((size_t)n * 4),
@@ -2858,14 +3030,16 @@ static void case_sample(int n, int vocab, float scale, float T, int top_k, float
     int32_t *kv = xmalloc((size_t)n * 4);
     fill_f32(x, (size_t)n * vocab, scale);
     for (int i = 0; i < n; i++) {
-        if (T == 0.0f) { /* ties at the maximum: the lower id wins */
+        const bool greedy = T == 0.0f || (mixed && i % 3 == 0);
+        if (greedy) { /* ties at the maximum: the lower id wins (also across split slices) */
             float mx = x[(size_t)i * vocab];
             for (int j = 1; j < vocab; j++)
                 mx = fmaxf(mx, x[(size_t)i * vocab + j]);
             x[(size_t)i * vocab + (i * 7919) % vocab] = mx;
             x[(size_t)i * vocab + (i * 7919 + 3) % vocab] = mx;
+            x[(size_t)i * vocab + (i * 7919 + vocab / 2) % vocab] = mx;
         }
-        tv[i] = T;
+        tv[i] = greedy ? 0.0f : T;
         kv[i] = top_k;
         pv[i] = top_p;
         uv[i] = rng_float() * 0.5f + 0.5f * (float)i / (float)n; /* spread over [0, 1) */
@@ -2882,8 +3056,8 @@ static void case_sample(int n, int vocab, float scale, float T, int top_k, float
         bad += c[i] != g[i];
     free(c);
     free(g);
-    snprintf(shape, sizeof shape, "n %d V %d T %g k %d p %g (rows differing)", n, vocab, T, top_k,
-             top_p);
+    snprintf(shape, sizeof shape, "n %d V %d T %g%s k %d p %g%s (rows differing)", n, vocab, T,
+             mixed ? "/0" : "", top_k, top_p, sample_split ? "" : " unsplit");
     report("sample", shape, (double)bad / n, tol);
     pair_free(&px);
     pair_free(&pt);
@@ -2896,6 +3070,11 @@ static void case_sample(int n, int vocab, float scale, float T, int top_k, float
     free(pv);
     free(uv);
     free(kv);
+}
+
+static void case_sample(int n, int vocab, float scale, float T, int top_k, float top_p, double tol)
+{
+    case_sample_rows(n, vocab, scale, T, top_k, top_p, tol, false);
 }
 
 /* logits_process: random unique (row, token) entries with counts, prompt / mask flags and
@@ -3722,6 +3901,7 @@ static void cases_matmul(void)
     cases_int4_mma2();
     cases_w4wg();
     cases_matmul_group();
+    cases_act_f16wg();
 }
 
 /* matmul_w4wg (session 10, wgmma): each configuration forced at fixture shapes (rows past N in
@@ -3938,6 +4118,7 @@ int main(void)
     if (getenv("PD_GPU_TEST_W4WG") && atoi(getenv("PD_GPU_TEST_W4WG"))) {
         cases_w4wg(); /* the matmul_w4wg and grouped matmul cases alone (quick device rounds) */
         cases_matmul_group();
+        cases_act_f16wg();
         return finish();
     }
     if (getenv("PD_GPU_TEST_MMA2") && atoi(getenv("PD_GPU_TEST_MMA2"))) {
@@ -4104,6 +4285,16 @@ int main(void)
     case_sample(37, 2048, 4.0f, 0.7f, 1, 1.0f, 0.0);
     case_sample(37, 2048, 2.0f, 0.8f, 50, 1.0f, 0.02);
     case_sample(37, 2048, 2.0f, 1.0f, 0, 0.9f, 0.02);
+    /* session 12: greedy rows split across blocks (31 slices of a 128k vocabulary at one row, 7
+     * at five), twice in a row (the scratch re-zeroed by each launch), unsplit, and a batch of
+     * greedy and sampled rows together */
+    case_sample(1, 128256, 4.0f, 0.0f, 0, 1.0f, 0.0);
+    case_sample(1, 128256, 4.0f, 0.0f, 0, 1.0f, 0.0);
+    case_sample(5, 32000, 4.0f, 0.0f, 0, 1.0f, 0.0);
+    sample_split = 0;
+    case_sample(5, 32000, 4.0f, 0.0f, 0, 1.0f, 0.0);
+    sample_split = 1;
+    case_sample_rows(9, 32000, 2.0f, 0.8f, 50, 0.95f, 0.12, true);
     if (!small_only) {
         case_sample(64, 128256, 4.0f, 0.0f, 0, 1.0f, 0.0);
         case_sample(64, 128256, 2.0f, 0.8f, 40, 0.95f, 0.02);
