@@ -72,6 +72,9 @@
 
 /* Default of option pdl (programmatic dependent launch of the decode-path GEMVs, sm_90+). */
 #define CUDA_PDL_DEFAULT 1
+/* matmul_w4gemv's weights through the bulk-copy ring (matmul_set_w4bulk) on sm_90+: 0 until a
+ * device round measures it against the register stream (session 13) */
+#define CUDA_W4BULK_DEFAULT 0
 #define CUDA_XGEMV_MAX_N_FP8 8
 #define CUDA_WGEMV_MAX_N 2
 /* shapes whose W4A8 GEMM plan cuda__blk_plan remembers */
@@ -2052,6 +2055,10 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     env = getenv("PD_CUDA_PDL");
     c->env_set |= env && *env ? CUDA__ENV_PDL : 0;
     cuda__set_pdl(c, env && *env ? cuda__onoff(env) != 0 : CUDA_PDL_DEFAULT);
+    /* the slice GEMV's bulk-fed weight ring (sm_90+; PD_CUDA_W4BULK=0|1 for A / B) */
+    env = getenv("PD_CUDA_W4BULK");
+    matmul_set_w4bulk(c->cc_major >= 9 &&
+                      (env && *env ? cuda__onoff(env) == 1 : CUDA_W4BULK_DEFAULT));
     if ((st = cuda__status(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking),
                            "stream")) != PD_OK)
         goto err_destroy;

@@ -57,6 +57,10 @@
  * session 8; BF16 weights run moe_gmm2). Read at creation; backend_cuda_set_moe_gmm below.
  * PD_CUDA_ATTN_FOLD=1: decode attention merges split contexts inside the tensor-core kernel
  * (attention_fold, kernels/attention.h; process-wide; measured slower in session 8, so off).
+ * A / B switches of the decode step (default on; =0 the earlier path): PD_CUDA_WG_ACT (the fused
+ * ops write matmul_w4wg's f16 activation image, act_quant's PD_ACT_F16WG), PD_CUDA_SAMPLE_SPLIT
+ * (greedy rows across blocks), PD_CUDA_ROPE_WARPS (RoPE + KV write a warp per (token, head)),
+ * PD_CUDA_W4BULK (matmul_w4gemv's bulk-fed weight ring, sm_90+; matmul_set_w4bulk).
  */
 #ifndef PD_KERNELS_BACKEND_CUDA_H
 #define PD_KERNELS_BACKEND_CUDA_H

@@ -1136,6 +1136,13 @@ static __host__ __device__ __forceinline__ int matmul__w4_region(int n, int ups)
     return n * (ups * 256 + 64) + ups * 64;
 }
 
+/* bytes of one step of a warp's ring in the bulk-fed matmul__w4gemv (MR 16-row halves of a
+ * 128-column group: 512 bytes of q, 16 bf16 scales and 16 zeros each; a multiple of 16) */
+static __host__ __device__ constexpr int matmul__w4_stage(int MR)
+{
+    return MR * (1024 + 32 + 16);
+}
+
 /* A tile end of a slice GEMV: the warp's partial sums fa into the parity-p slot of part (2, S,
  * NA, 32 lanes) f32, one block barrier, then warp 0 sums the S slices in order into fa (returns
  * true there). */
@@ -1191,10 +1198,16 @@ struct matmul__w4segs {
  * weights one after the other), warp s the groups [s ups, min((s + 1) ups, K / 128)) of each.
  * GROUP false: sg holds one weight and the segment lookups compile away (the same registers as
  * before groups existed: 128 / 124 / 104; the grouped ones 128 / 126 / 104, no spills). */
-template <int MR, int D, bool GROUP>
+template <int MR, int D, bool GROUP, bool BULK>
 static __global__ void __launch_bounds__(512)
     matmul__w4gemv(const matmul__w4segs sg, const float *x, int n, int64_t K, int ups, int rs)
 {
+#if __CUDA_ARCH__ < 900
+    if (BULK) { /* bulk copies need sm_90: the host never launches this instantiation below it */
+        __trap();
+        return;
+    }
+#endif
     extern __shared__ __align__(16) uint8_t matmul__smv[];
     constexpr int NA = MR * 4;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
@@ -1204,6 +1217,14 @@ static __global__ void __launch_bounds__(512)
     uint8_t *xsm = matmul__smv + (size_t)warp * rs;
     float *sums = (float *)(xsm + (size_t)n * P);
     float *part = (float *)(matmul__smv + (size_t)S * rs);
+    /* BULK: the warp's ring of D steps (matmul__w4_stage bytes each: q, scales, zeros as in
+     * global memory) after the partial sums, and its D mbarriers after all the rings */
+    constexpr int SB = matmul__w4_stage(MR);
+    uint8_t *const ring = matmul__smv + (size_t)S * rs + (size_t)2 * S * MR * 512 +
+                          (size_t)warp * D * SB;
+    const uint32_t ring_a = (uint32_t)__cvta_generic_to_shared(ring);
+    const uint32_t bar_a = (uint32_t)__cvta_generic_to_shared(matmul__smv) +
+                           (uint32_t)(S * rs + 2 * S * MR * 512 + S * D * SB + warp * D * 8);
     /* sg's fields as scalars: the lambdas below capture by reference, and a reference to the
      * parameter struct would copy it to the stack */
     const uint8_t *const wd0 = sg.wd[0], *const wd1 = sg.wd[1], *const wd2 = sg.wd[2];
@@ -1229,17 +1250,28 @@ static __global__ void __launch_bounds__(512)
         const int64_t row0 = (int64_t)(t - seg_t0(ls)) * 16 * MR, blk = row0 / 32;
         const int half = (int)((row0 % 32) / 16);
         wb = MATMUL__PICK(ls, wd0, wd1, wd2) + (size_t)blk * nu * 2048 +
-             (size_t)(2 * half * 32 + lane) * 16;
-        sb = (size_t)blk * nu * 32 + 2 * half * 8 + gq;
+             (size_t)(2 * half * 32 + (BULK ? 0 : lane)) * 16;
+        sb = (size_t)blk * nu * 32 + 2 * half * 8 + (BULK ? 0 : gq);
     };
     base(lt);
-    auto load = [&](matmul__w4st<MR> &st) {
+    auto load = [&](matmul__w4st<MR> &st, int j) {
         const size_t u = (size_t)(ub + li);
         const int ls = seg_of(lt);
         const uint16_t *wsc = MATMUL__PICK(ls, ws0, ws1, ws2);
         const uint8_t *wz = MATMUL__PICK(ls, wz0, wz1, wz2);
+#if __CUDA_ARCH__ >= 900
+        if (BULK) { /* lane 0 copies the step (MR 16-row halves of q, scales, zeros) into slot j */
+            if (lane == 0) {
+                const uint32_t bar = bar_a + 8 * j, dst = ring_a + j * SB;
+                mma_bar_expect(bar, SB);
+                mma_bulk(dst, wb + u * 2048, MR * 1024, bar);
+                mma_bulk(dst + MR * 1024, wsc + sb + u * 32, MR * 32, bar);
+                mma_bulk(dst + MR * 1056, wz + sb + u * 32, MR * 16, bar);
+            }
+        } else
+#endif
 #pragma unroll
-        for (int r = 0; r < MR; r++)
+            for (int r = 0; r < MR; r++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 st.q[r][h] = matmul__ld_stream(wb + u * 2048 + (2 * r + h) * 512);
@@ -1253,11 +1285,22 @@ static __global__ void __launch_bounds__(512)
             base(lt);
         }
     };
-    matmul__w4st<MR> buf[D];
+    /* BULK: the warp's mbarriers (one arrival: lane 0's expect_tx), then the first D steps */
+#if __CUDA_ARCH__ >= 900
+    if (BULK) {
+        if (lane == 0) {
+            for (int j = 0; j < D; j++)
+                mma_bar_init(bar_a + 8 * j, 1);
+            asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        }
+        __syncwarp();
+    }
+#endif
+    matmul__w4st<MR> buf[BULK ? 1 : D];
 #pragma unroll
     for (int j = 0; j < D; j++)
         if (j < T)
-            load(buf[j]);
+            load(buf[BULK ? 0 : j], j);
     /* PDL (kutil.cuh): the first D weight steps (constant) are in flight while the kernel before
      * drains; x and out only after the wait */
     kutil_pdl_wait();
@@ -1369,9 +1412,34 @@ static __global__ void __launch_bounds__(512)
         for (int j = 0; j < D; j++) {
             const int k = k0 + j;
             if (k < T) {
-                const matmul__w4st<MR> st = buf[j];
-                if (k + D < T)
-                    load(buf[j]);
+                matmul__w4st<MR> st;
+#if __CUDA_ARCH__ >= 900
+                if (BULK) { /* slot j holds step k once its mbarrier's phase k / D completes */
+                    mma_bar_wait(bar_a + 8 * j, (uint32_t)((k0 / D) & 1));
+                    const uint8_t *sl = ring + j * SB;
+#pragma unroll
+                    for (int r = 0; r < MR; r++)
+#pragma unroll
+                        for (int h = 0; h < 2; h++) {
+                            st.q[r][h] = *(const uint4 *)(sl + (2 * r + h) * 512 + lane * 16);
+                            st.s[r][h] = ((const uint16_t *)(sl + MR * 1024))[(2 * r + h) * 8 + gq];
+                            st.z[r][h] = sl[MR * 1056 + (2 * r + h) * 8 + gq];
+                        }
+                    /* every lane has read the slot before lane 0 refills it (the generic-proxy
+                     * reads ordered before the bulk copy's async-proxy writes) */
+                    __syncwarp();
+                    if (k + D < T) {
+                        if (lane == 0)
+                            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+                        load(st, j);
+                    }
+                } else
+#endif
+                {
+                    st = buf[j];
+                    if (k + D < T)
+                        load(buf[j], j);
+                }
                 const float4 cs = *(const float4 *)(sums + (ci * 8 + 2 * tq) * 2);
                 float g[MR][2][4];
 #pragma unroll
@@ -2105,13 +2173,31 @@ extern "C" pd_status_t matmul_wgemv(float *out, const float *x, const pd_weight_
 
 /* ---- matmul_w4gemv / matmul_w8gemv: launchers and plans ---- */
 
-extern "C" size_t matmul_w4gemv_smem(int n, int64_t K, int rows, int slices)
+/* matmul_set_w4bulk's switch: matmul_w4gemv's weights through bulk copies into a shared-memory
+ * ring of MATMUL__W4_RING steps per warp (1: on) */
+static int matmul__w4bulk = 0;
+#define MATMUL__W4_RING 4
+
+extern "C" int matmul_set_w4bulk(int on)
+{
+    const int was = matmul__w4bulk;
+    matmul__w4bulk = on != 0;
+    return was;
+}
+
+static size_t matmul__w4gemv_smem(int n, int64_t K, int rows, int slices, bool bulk)
 {
     if (n < 1 || n > MATMUL_XGEMV_MAX_N || (rows != 16 && rows != 32) || slices < 1 ||
         slices > MATMUL_XGEMV_MAX_SLICES || K < 128 || K % 128 != 0)
         return 0;
     const int nu = (int)(K / 128), ups = (nu + slices - 1) / slices;
-    return (size_t)slices * ((size_t)matmul__w4_region(n, ups) + (size_t)rows / 16 * 1024);
+    const size_t ring = bulk ? (size_t)MATMUL__W4_RING * (matmul__w4_stage(rows / 16) + 8) : 0;
+    return (size_t)slices * ((size_t)matmul__w4_region(n, ups) + (size_t)rows / 16 * 1024 + ring);
+}
+
+extern "C" size_t matmul_w4gemv_smem(int n, int64_t K, int rows, int slices)
+{
+    return matmul__w4gemv_smem(n, K, rows, slices, matmul__w4bulk != 0);
 }
 
 static size_t matmul__w8_smem(int rows, int slices)
@@ -2125,6 +2211,8 @@ static int matmul__xg_regs(bool fp8, int MR, int D)
 {
     if (fp8)
         return MR == 1 ? (D == 4 ? 112 : 128) : 120;
+    if (matmul__w4bulk)
+        return MR == 1 ? 64 : 88;
     return MR == 1 ? (D == 2 ? 104 : 128) : 128;
 }
 
@@ -2134,6 +2222,8 @@ static int matmul__xg_depth(bool fp8, int MR, int di)
 {
     if (fp8)
         return MR == 1 ? 4 << di : (di == 0 ? 2 : 0);
+    if (matmul__w4bulk) /* the ring's steps in flight */
+        return di == 0 ? MATMUL__W4_RING : 0;
     return MR == 1 ? 2 << di : (di == 0 ? 2 : 0);
 }
 
@@ -2248,7 +2338,7 @@ extern "C" void matmul_w4gemv_plan(int n, int64_t N, int64_t K, int n_sm, int *r
         const int64_t g = p->blocks_per_sm > 0 ? (int64_t)p->blocks_per_sm * n_sm : ntiles;
         *rows_p = p->rows;
         *slices_p = p->slices;
-        *depth_p = p->depth;
+        *depth_p = matmul__w4bulk ? MATMUL__W4_RING : p->depth;
         *blocks_p = (int)(g < ntiles ? g : ntiles);
         return;
     }
@@ -2271,29 +2361,29 @@ extern "C" void matmul_w8gemv_plan(int n, int64_t N, int64_t K, int n_sm, int *r
     matmul__xg_plan(true, n, N, K, n_sm, rows_p, slices_p, depth_p, blocks_p);
 }
 
-template <int MR, int D, bool GROUP>
+template <int MR, int D, bool GROUP, bool BULK>
 static void matmul__w4gemv_go(const matmul__w4segs &sg, const float *x, int n, int64_t K, int S,
                               int G, int ups, int rs, size_t smem, cudaStream_t stream)
 {
     static bool attr;
     if (!attr) {
-        cudaFuncSetAttribute(matmul__w4gemv<MR, D, GROUP>,
+        cudaFuncSetAttribute(matmul__w4gemv<MR, D, GROUP, BULK>,
                              cudaFuncAttributeMaxDynamicSharedMemorySize, MATMUL__SMEM_MAX);
         attr = true;
     }
-    kutil_launch_pdl(matmul__w4gemv<MR, D, GROUP>, dim3((unsigned)G), dim3(32u * S), smem, stream,
-                     sg, x, n, K, ups, rs);
+    kutil_launch_pdl(matmul__w4gemv<MR, D, GROUP, BULK>, dim3((unsigned)G), dim3(32u * S), smem,
+                     stream, sg, x, n, K, ups, rs);
 }
 
-template <int MR, int D>
+template <int MR, int D, bool BULK>
 static void matmul__w4gemv_launch(const matmul__w4segs &sg, bool group, const float *x, int n,
                                   int64_t K, int S, int G, int ups, int rs, size_t smem,
                                   cudaStream_t stream)
 {
     if (group)
-        matmul__w4gemv_go<MR, D, true>(sg, x, n, K, S, G, ups, rs, smem, stream);
+        matmul__w4gemv_go<MR, D, true, BULK>(sg, x, n, K, S, G, ups, rs, smem, stream);
     else
-        matmul__w4gemv_go<MR, D, false>(sg, x, n, K, S, G, ups, rs, smem, stream);
+        matmul__w4gemv_go<MR, D, false, BULK>(sg, x, n, K, S, G, ups, rs, smem, stream);
 }
 
 extern "C" pd_status_t matmul_w4gemv_group(float *const *outs, const float *x,
@@ -2303,10 +2393,11 @@ extern "C" pd_status_t matmul_w4gemv_group(float *const *outs, const float *x,
     KUTIL_REQUIRE(count >= 1 && count <= MATMUL_GROUP_MAX && outs && ws, "matmul_w4gemv");
     KUTIL_REQUIRE(n >= 0 && n <= MATMUL_XGEMV_MAX_N && (rows == 16 || rows == 32) && slices >= 1 &&
                       slices <= MATMUL_XGEMV_MAX_SLICES &&
-                      (depth == 2 || (depth == 4 && rows == 16)),
+                      (depth == 2 || (depth == 4 && (rows == 16 || matmul__w4bulk))),
                   "matmul_w4gemv");
     matmul__w4segs sg = {};
     int64_t ntiles = 0;
+    bool bulk = matmul__w4bulk != 0; /* and every base 16-byte aligned (bulk copies) */
     for (int i = 0; i < MATMUL_GROUP_MAX; i++) {
         const int j = i < count ? i : count - 1;
         const pd_weight_t *w = ws[j];
@@ -2316,6 +2407,7 @@ extern "C" pd_status_t matmul_w4gemv_group(float *const *outs, const float *x,
         sg.wd[i] = (const uint8_t *)w->data;
         sg.wsc[i] = (const uint16_t *)w->scales;
         sg.wz[i] = (const uint8_t *)w->zeros;
+        bulk = bulk && ((uintptr_t)w->data | (uintptr_t)w->scales | (uintptr_t)w->zeros) % 16 == 0;
         sg.out[i] = outs[j];
         sg.N[i] = w->n;
         ntiles += i < count ? w->n / rows : 0;
@@ -2325,17 +2417,25 @@ extern "C" pd_status_t matmul_w4gemv_group(float *const *outs, const float *x,
     if (n == 0)
         return PD_OK;
     const int64_t K = ws[0]->k;
-    const size_t smem = matmul_w4gemv_smem(n, K, rows, slices);
+    const size_t smem = matmul__w4gemv_smem(n, K, rows, slices, bulk);
     KUTIL_REQUIRE(smem > 0 && smem <= MATMUL__SMEM_MAX, "matmul_w4gemv shared memory");
     const int nu = (int)(K / 128), ups = (nu + slices - 1) / slices;
     const int rs = matmul__w4_region(n, ups);
     const int G = blocks < 1 || blocks > ntiles ? (int)ntiles : blocks;
-    if (rows == 16 && depth == 2)
-        matmul__w4gemv_launch<1, 2>(sg, count > 1, x, n, K, slices, G, ups, rs, smem, stream);
+    constexpr int R = MATMUL__W4_RING;
+    if (bulk && rows == 16) /* bulk: the ring's depth, whatever depth says */
+        matmul__w4gemv_launch<1, R, true>(sg, count > 1, x, n, K, slices, G, ups, rs, smem, stream);
+    else if (bulk)
+        matmul__w4gemv_launch<2, R, true>(sg, count > 1, x, n, K, slices, G, ups, rs, smem, stream);
+    else if (rows == 16 && depth == 2)
+        matmul__w4gemv_launch<1, 2, false>(sg, count > 1, x, n, K, slices, G, ups, rs, smem,
+                                           stream);
     else if (rows == 16)
-        matmul__w4gemv_launch<1, 4>(sg, count > 1, x, n, K, slices, G, ups, rs, smem, stream);
+        matmul__w4gemv_launch<1, 4, false>(sg, count > 1, x, n, K, slices, G, ups, rs, smem,
+                                           stream);
     else
-        matmul__w4gemv_launch<2, 2>(sg, count > 1, x, n, K, slices, G, ups, rs, smem, stream);
+        matmul__w4gemv_launch<2, 2, false>(sg, count > 1, x, n, K, slices, G, ups, rs, smem,
+                                           stream);
     return KUTIL_LAUNCHED("matmul_w4gemv");
 }
 

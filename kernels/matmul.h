@@ -117,7 +117,8 @@ pd_status_t matmul_wgemv(float *out, const float *x, const pd_weight_t *w, int n
  * order (deterministic). Each warp keeps `depth` steps of weights in flight in registers.
  *   - matmul_w4gemv: INT4 tiled (w->n % 32 == 0, w->k % 128 == 0); out (n, w->n) f32 = x (n,
  *     w->k) f32 @ W^T, the activation quantization inside (per token and slice f16 x * 2^-e),
- *     depth 2 or 4 (rows 16) / 2 (rows 32) groups of 128 columns. Shared memory
+ *     depth 2 or 4 (rows 16) / 2 (rows 32) groups of 128 columns (4 for both with
+ *     matmul_set_w4bulk). Shared memory
  *     matmul_w4gemv_smem(n, K, rows, slices) bytes (0: no such plan), at most ~226 KiB.
  *   - matmul_w8gemv: FP8 (w->k % 64 == 0); out (n, w->n) f32 = (xq @ W^T) * xs[t] * ws[r], xq
  *     (n, k) fp8 and xs (n) f32 from matmul_quant_act_fp8; depth 4 or 8 (rows 16) / 2 (rows
@@ -131,6 +132,13 @@ pd_status_t matmul_wgemv(float *out, const float *x, const pd_weight_t *w, int n
  * graph capture). matmul_w4gemv_plan uses a measured table for some shape classes
  * (PD_CUDA_W4PLAN=model: the cost model alone). */
 void matmul_set_pdl(int on);
+/* matmul_w4gemv's weight stream (process-wide, read at plan and launch; sm_90+ only: the caller
+ * passes 0 below compute capability 9.0): on != 0 copies each warp's steps with bulk copies
+ * (cp.async.bulk, lane 0) into a ring of 4 steps in shared memory, so more bytes are in flight
+ * than registers hold (depth is then the ring's 4, and matmul_w4gemv_smem counts the ring);
+ * 0: 16-byte loads straight into registers (depth 2 / 4). Weights whose data, scales or zeros
+ * are not 16-byte aligned take the register path. Returns the switch as it was. */
+int matmul_set_w4bulk(int on);
 size_t matmul_w4gemv_smem(int n, int64_t K, int rows, int slices);
 void matmul_w4gemv_plan(int n, int64_t N, int64_t K, int n_sm, int *rows_p, int *slices_p,
                         int *depth_p, int *blocks_p);

@@ -111,39 +111,6 @@ struct w4wg__segs {
 #define W4WG__PICK(a, i) ((i) == 0 ? (a)[0] : (i) == 1 ? (a)[1] : (a)[2])
 
 #if W4WG__ON
-static __device__ __forceinline__ void w4wg__bar_init(uint32_t a, int count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(a), "r"(count) : "memory");
-}
-static __device__ __forceinline__ void w4wg__bar_arrive(uint32_t a)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(a) : "memory");
-}
-static __device__ __forceinline__ void w4wg__bar_expect(uint32_t a, uint32_t bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(a), "r"(bytes)
-                 : "memory");
-}
-static __device__ __forceinline__ void w4wg__bar_wait(uint32_t a, uint32_t parity)
-{
-    uint32_t done;
-    do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                     "selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(a), "r"(parity)
-                     : "memory");
-    } while (!done);
-}
-/* bytes (a multiple of 16) from global src to shared dst, completing on the mbarrier at bar */
-static __device__ __forceinline__ void w4wg__bulk(uint32_t dst, const void *src, uint32_t bytes,
-                                                  uint32_t bar)
-{
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
-                 "%2, [%3];\n" ::"r"(dst),
-                 "l"(src), "r"(bytes), "r"(bar)
-                 : "memory");
-}
 static __device__ __forceinline__ uint64_t w4wg__desc(uint32_t addr)
 {
     /* K-major, 128-byte swizzle: leading byte offset 16 (unused), stride 1024 (8 rows) */
@@ -253,8 +220,8 @@ static __global__ void __launch_bounds__(W4WG__THREADS, 1)
     const int tile0 = blockIdx.x * NT;
     if (threadIdx.x == 0) {
         for (int s = 0; s < NS; s++) {
-            w4wg__bar_init(bars + 8 * s, 1);
-            w4wg__bar_init(bars + 8 * (NS + s), 8);
+            mma_bar_init(bars + 8 * s, 1);
+            mma_bar_init(bars + 8 * (NS + s), 8);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -273,19 +240,19 @@ static __global__ void __launch_bounds__(W4WG__THREADS, 1)
             const int s = i % NS, g0 = gb + i * GPS, gn = min(GPS, ge - g0);
             const uint32_t full = bars + 8 * s, st = sm0 + s * C::STAGE;
             if (w) {
-                w4wg__bar_expect(full, (uint32_t)(nt * gn * W4WG__TILE_B + nb * gn * W4WG__BLK_B));
+                mma_bar_expect(full, (uint32_t)(nt * gn * W4WG__TILE_B + nb * gn * W4WG__BLK_B));
                 for (int b = 0; b < nb; b++) {
                     const size_t tg = (size_t)(blk0 + b) * ng + g0;
-                    w4wg__bulk(st + C::DATA + b * GPS * 2048, wd + tg * 2048, (uint32_t)(gn * 2048),
+                    mma_bulk(st + C::DATA + b * GPS * 2048, wd + tg * 2048, (uint32_t)(gn * 2048),
                                full);
-                    w4wg__bulk(st + C::SC + b * GPS * 64, (const uint8_t *)wsc + tg * 64,
+                    mma_bulk(st + C::SC + b * GPS * 64, (const uint8_t *)wsc + tg * 64,
                                (uint32_t)(gn * 64), full);
-                    w4wg__bulk(st + C::ZR + b * GPS * 32, wz + tg * 32, (uint32_t)(gn * 32), full);
+                    mma_bulk(st + C::ZR + b * GPS * 32, wz + tg * 32, (uint32_t)(gn * 32), full);
                 }
             }
             if (a)
                 for (int j = 0; j < nt; j++)
-                    w4wg__bulk(st + j * GPS * W4WG__TILE_B,
+                    mma_bulk(st + j * GPS * W4WG__TILE_B,
                                xw + ((size_t)(tile0 + j) * ng + g0) * W4WG__TILE_B,
                                (uint32_t)(gn * W4WG__TILE_B), full);
         };
@@ -299,7 +266,7 @@ static __global__ void __launch_bounds__(W4WG__THREADS, 1)
         for (int i = 0; i < pre; i++)
             copy(i, false, true);
         for (int i = NS; i < nst; i++) {
-            w4wg__bar_wait(bars + 8 * (NS + i % NS), (uint32_t)((i / NS - 1) & 1));
+            mma_bar_wait(bars + 8 * (NS + i % NS), (uint32_t)((i / NS - 1) & 1));
             copy(i, true, true);
         }
         return;
@@ -324,7 +291,7 @@ static __global__ void __launch_bounds__(W4WG__THREADS, 1)
     uint32_t A[NB][8][4];
     for (int i = 0; i < nst; i++) {
         const int s = i % NS;
-        w4wg__bar_wait(bars + 8 * s, (uint32_t)((i / NS) & 1));
+        mma_bar_wait(bars + 8 * s, (uint32_t)((i / NS) & 1));
         const int gn = min(GPS, nG - i * GPS);
         const uint8_t *st = smg + s * C::STAGE;
         const uint32_t sta = sm0 + s * C::STAGE;
@@ -368,7 +335,7 @@ static __global__ void __launch_bounds__(W4WG__THREADS, 1)
             w4wg__keep(A[b]);
         __syncwarp();
         if (lane == 0)
-            w4wg__bar_arrive(bars + 8 * (NS + s));
+            mma_bar_arrive(bars + 8 * (NS + s));
     }
 #pragma unroll
     for (int m = 0; m < MT; m++)

@@ -310,4 +310,43 @@ static __device__ __forceinline__ void mma_fp8(float (&d)[4], uint32_t a0, uint3
 #endif
 }
 
+
+/* ---- mbarriers and bulk copies (sm_90+: the wgmma GEMM's ring, the slice GEMV's bulk-fed steps)
+ * ---- */
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+static __device__ __forceinline__ void mma_bar_init(uint32_t a, int count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(a), "r"(count) : "memory");
+}
+static __device__ __forceinline__ void mma_bar_arrive(uint32_t a)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(a) : "memory");
+}
+static __device__ __forceinline__ void mma_bar_expect(uint32_t a, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(a), "r"(bytes)
+                 : "memory");
+}
+static __device__ __forceinline__ void mma_bar_wait(uint32_t a, uint32_t parity)
+{
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(a), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+/* bytes (a multiple of 16; src and dst 16-byte aligned) from global src to shared dst, completing on the mbarrier at bar */
+static __device__ __forceinline__ void mma_bulk(uint32_t dst, const void *src, uint32_t bytes,
+                                                  uint32_t bar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
+                 "%2, [%3];\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+#endif
+
 #endif

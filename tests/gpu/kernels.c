@@ -3727,26 +3727,48 @@ static void cases_xgemv(bool with_defaults)
      * FP8 slices), uneven ones, FP8 rows past N (N 200, 1000), persistent grids of 1 .. 10
      * blocks over more tiles (both parities of the partial-sum slots, uneven tiles per block) */
     mma_xgemv = true;
-    mma_xblocks = 1;
-    case_mma_gemm_d(i4, 1, 256, 1024, 16, 1, 2, 181, "");
-    mma_xblocks = 3;
-    case_mma_gemm_d(i4, 3, 320, 640, 32, 2, 2, 182, "");
-    mma_xblocks = 0;
-    case_mma_gemm_d(i4, 8, 512, 1024, 16, 4, 4, 183, "");
-    mma_xblocks = 2;
-    case_mma_gemm_d(i4, 5, 96, 384, 16, 8, 2, 184, "empty slices");
-    mma_xblocks = 4;
-    case_mma_gemm_d(i4, 2, 224, 1280, 32, 3, 2, 185, "");
-    mma_xblocks = 5;
-    case_mma_gemm_d(i4, 8, 256, 4096, 16, 2, 4, 186, "n 8");
-    mma_xblocks = 7;
-    case_mma_gemm_d(i4, 4, 512, 2048, 16, 16, 4, 187, "16 slices");
-    mma_x_scale = 65536.0f;
-    mma_xblocks = 3;
-    case_mma_gemm_d(i4, 4, 256, 1024, 16, 2, 4, 188, "|x| ~ 2^16");
-    mma_x_scale = 1.0f / 65536.0f;
-    mma_xblocks = 0;
-    case_mma_gemm_d(i4, 3, 256, 1024, 32, 3, 2, 189, "|x| ~ 2^-16");
+    /* INT4 on both weight streams: the bulk-fed ring (sm_90+, matmul_set_w4bulk) and registers */
+    int cc = 0;
+    cudaDeviceGetAttribute(&cc, cudaDevAttrComputeCapabilityMajor, 0);
+    const int bulk0 = matmul_set_w4bulk(0);
+    /* n, N, K, rows, slices, depth, blocks (0: one per tile), seed, activation scale, label */
+    static const struct {
+        int n;
+        int64_t N, K;
+        int rows, slices, depth, blocks;
+        uint64_t seed;
+        float xs;
+        const char *what;
+    } xg[] = {
+        {1, 256, 1024, 16, 1, 2, 1, 181, 1.0f, ""},
+        {3, 320, 640, 32, 2, 2, 3, 182, 1.0f, ""},
+        {8, 512, 1024, 16, 4, 4, 0, 183, 1.0f, ""},
+        {5, 96, 384, 16, 8, 2, 2, 184, 1.0f, "empty slices"},
+        {2, 224, 1280, 32, 3, 2, 4, 185, 1.0f, ""},
+        {8, 256, 4096, 16, 2, 4, 5, 186, 1.0f, "n 8"},
+        {4, 512, 2048, 16, 16, 4, 7, 187, 1.0f, "16 slices"},
+        {4, 256, 1024, 16, 2, 4, 3, 188, 65536.0f, "|x| ~ 2^16"},
+        {3, 256, 1024, 32, 3, 2, 0, 189, 1.0f / 65536.0f, "|x| ~ 2^-16"},
+    };
+    for (int bulk = cc >= 9; bulk >= 0; bulk--) {
+        matmul_set_w4bulk(bulk);
+        for (size_t i = 0; i < sizeof xg / sizeof xg[0]; i++) {
+            char w[64];
+            snprintf(w, sizeof w, "%s%s%s", bulk ? "bulk" : "regs", *xg[i].what ? ", " : "",
+                     xg[i].what);
+            mma_x_scale = xg[i].xs;
+            mma_xblocks = xg[i].blocks;
+            case_mma_gemm_d(i4, xg[i].n, xg[i].N, xg[i].K, xg[i].rows, xg[i].slices, xg[i].depth,
+                            xg[i].seed, w);
+        }
+        if (!small_only) { /* the gate_up plan of the table: 2 blocks of 8 warps per SM */
+            mma_x_scale = 1.0f;
+            mma_xblocks = 264;
+            case_mma_gemm_d(i4, 2, 28672, 4096, 32, 8, 2, 200,
+                            bulk ? "bulk, 8B gate_up, 264 blocks" : "regs, 8B gate_up, 264 blocks");
+        }
+    }
+    matmul_set_w4bulk(bulk0);
     mma_x_scale = 1.0f;
     mma_xblocks = 4;
     case_mma_gemm_d(f8, 1, 200, 384, 16, 1, 4, 191, "rows past N");
