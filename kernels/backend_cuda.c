@@ -72,8 +72,8 @@
 
 /* Default of option pdl (programmatic dependent launch of the decode-path GEMVs, sm_90+). */
 #define CUDA_PDL_DEFAULT 1
-/* matmul_w4gemv's weights through the bulk-copy ring (matmul_set_w4bulk) on sm_90+: 0 until a
- * device round measures it against the register stream (session 13) */
+/* matmul_w4gemv's weights through the bulk-copy ring (matmul_set_w4bulk) on sm_90+: off, since
+ * session 13 measured the decode step slower with it (docs/performance.md, s12 round) */
 #define CUDA_W4BULK_DEFAULT 0
 #define CUDA_XGEMV_MAX_N_FP8 8
 #define CUDA_WGEMV_MAX_N 2
