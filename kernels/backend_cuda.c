@@ -916,8 +916,8 @@ static void cuda_silu_mul_fp8(pd_backend_t *be, float *out, const float *gu, int
         return;
     }
     if (q->wg) {
-        cuda__note(c, elementwise_silu_mul_f16wg(out, gu, (uint16_t *)q->q, q->scale, n, f,
-                                                 c->stream));
+        cuda__note(
+            c, elementwise_silu_mul_f16wg(out, gu, (uint16_t *)q->q, q->scale, n, f, c->stream));
         return;
     }
     cuda__note(c, q->blk
@@ -1622,9 +1622,8 @@ static void cuda_sample(pd_backend_t *be, int32_t *tokens_out, const float *logi
                         const float *top_p, const float *u)
 {
     cuda_t *c = cuda__get(be);
-    cuda__note(c,
-               sample_run(tokens_out, logits, n, vocab, temperature, top_k, top_p, u,
-                          c->sample_scratch, c->stream));
+    cuda__note(c, sample_run(tokens_out, logits, n, vocab, temperature, top_k, top_p, u,
+                             c->sample_scratch, c->stream));
 }
 
 static void cuda_logprobs(pd_backend_t *be, int32_t *ids_out, float *vals_out, const float *logits,

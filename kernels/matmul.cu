@@ -1117,7 +1117,13 @@ static __global__ void __launch_bounds__(256, 3)
  * activations of the group (computed from the staged f16 values, so the offsets cancel up to f32
  * rounding of ~2^-24 * 1024 * sum |x|). Each warp quantizes its own slice's activations in a
  * prologue (per token f16 x * 2^-e, e from max |x| over the slice; the epilogue multiplies 2^e),
- * issued after its first D weight loads so that their latency covers it. */
+ * issued after its first D weight loads so that their latency covers it.
+ *
+ * BULK (matmul_set_w4bulk, sm_90+; off by default, session 13 measured the decode step slower
+ * with it): lane 0 of each warp copies each step's q, scales and zeros with cp.async.bulk into
+ * the warp's ring of D steps in shared memory, completing on the slot's mbarrier; the lanes read
+ * their fragments from the slot, __syncwarp, and lane 0 refills it (after a proxy fence) with the
+ * step D ahead. More bytes in flight and fewer registers (87 at 32 rows), the same arithmetic. */
 
 /* 16-byte streaming load: no L1 allocation, 256-byte L2 prefetch */
 static __device__ __forceinline__ uint4 matmul__ld_stream(const void *p)
@@ -1220,8 +1226,8 @@ static __global__ void __launch_bounds__(512)
     /* BULK: the warp's ring of D steps (matmul__w4_stage bytes each: q, scales, zeros as in
      * global memory) after the partial sums, and its D mbarriers after all the rings */
     constexpr int SB = matmul__w4_stage(MR);
-    uint8_t *const ring = matmul__smv + (size_t)S * rs + (size_t)2 * S * MR * 512 +
-                          (size_t)warp * D * SB;
+    uint8_t *const ring =
+        matmul__smv + (size_t)S * rs + (size_t)2 * S * MR * 512 + (size_t)warp * D * SB;
     const uint32_t ring_a = (uint32_t)__cvta_generic_to_shared(ring);
     const uint32_t bar_a = (uint32_t)__cvta_generic_to_shared(matmul__smv) +
                            (uint32_t)(S * rs + 2 * S * MR * 512 + S * D * SB + warp * D * 8);
@@ -1273,12 +1279,12 @@ static __global__ void __launch_bounds__(512)
 #pragma unroll
             for (int r = 0; r < MR; r++)
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                st.q[r][h] = matmul__ld_stream(wb + u * 2048 + (2 * r + h) * 512);
-                const size_t e = sb + u * 32 + (2 * r + h) * 8;
-                st.s[r][h] = __ldg(wsc + e);
-                st.z[r][h] = __ldg(wz + e);
-            }
+                for (int h = 0; h < 2; h++) {
+                    st.q[r][h] = matmul__ld_stream(wb + u * 2048 + (2 * r + h) * 512);
+                    const size_t e = sb + u * 32 + (2 * r + h) * 8;
+                    st.s[r][h] = __ldg(wsc + e);
+                    st.z[r][h] = __ldg(wz + e);
+                }
         if (++li == nU) {
             li = 0;
             lt += gridDim.x;

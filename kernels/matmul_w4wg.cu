@@ -53,9 +53,9 @@
 #define W4WG__ON 0
 #endif
 
-#define W4WG__THREADS 384  /* 2 consumer warpgroups + the producer warpgroup */
+#define W4WG__THREADS 384          /* 2 consumer warpgroups + the producer warpgroup */
 #define W4WG__TILE_B MMA_WG_TILE_B /* activation image bytes per (64-token tile, group) */
-#define W4WG__BLK_B 2144   /* weight bytes per (32-row block, group): data, scales, zeros */
+#define W4WG__BLK_B 2144           /* weight bytes per (32-row block, group): data, scales, zeros */
 
 /* ---- the activation image ---- */
 
@@ -244,17 +244,17 @@ static __global__ void __launch_bounds__(W4WG__THREADS, 1)
                 for (int b = 0; b < nb; b++) {
                     const size_t tg = (size_t)(blk0 + b) * ng + g0;
                     mma_bulk(st + C::DATA + b * GPS * 2048, wd + tg * 2048, (uint32_t)(gn * 2048),
-                               full);
+                             full);
                     mma_bulk(st + C::SC + b * GPS * 64, (const uint8_t *)wsc + tg * 64,
-                               (uint32_t)(gn * 64), full);
+                             (uint32_t)(gn * 64), full);
                     mma_bulk(st + C::ZR + b * GPS * 32, wz + tg * 32, (uint32_t)(gn * 32), full);
                 }
             }
             if (a)
                 for (int j = 0; j < nt; j++)
                     mma_bulk(st + j * GPS * W4WG__TILE_B,
-                               xw + ((size_t)(tile0 + j) * ng + g0) * W4WG__TILE_B,
-                               (uint32_t)(gn * W4WG__TILE_B), full);
+                             xw + ((size_t)(tile0 + j) * ng + g0) * W4WG__TILE_B,
+                             (uint32_t)(gn * W4WG__TILE_B), full);
         };
         /* PDL (kutil.cuh): the first stages' weights (constant) are copied while the kernels
          * before this one finish; the activations (xw) only after the wait */

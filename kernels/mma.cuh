@@ -310,7 +310,6 @@ static __device__ __forceinline__ void mma_fp8(float (&d)[4], uint32_t a0, uint3
 #endif
 }
 
-
 /* ---- mbarriers and bulk copies (sm_90+: the wgmma GEMM's ring, the slice GEMV's bulk-fed steps)
  * ---- */
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
@@ -338,9 +337,10 @@ static __device__ __forceinline__ void mma_bar_wait(uint32_t a, uint32_t parity)
                      : "memory");
     } while (!done);
 }
-/* bytes (a multiple of 16; src and dst 16-byte aligned) from global src to shared dst, completing on the mbarrier at bar */
+/* bytes (a multiple of 16; src and dst 16-byte aligned) from global src to shared dst, completing
+ * on the mbarrier at bar */
 static __device__ __forceinline__ void mma_bulk(uint32_t dst, const void *src, uint32_t bytes,
-                                                  uint32_t bar)
+                                                uint32_t bar)
 {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
                  "%2, [%3];\n" ::"r"(dst),

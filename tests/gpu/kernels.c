@@ -616,7 +616,8 @@ static void case_matmul_silu_fp8(int n, int f, int64_t K, bool in_place, uint64_
     pair_t q = pair_new((size_t)n * f, NULL), qs = pair_new((size_t)n * 4, NULL);
     pair_t q2 = pair_new((size_t)n * f, NULL), qs2 = pair_new((size_t)n * 4, NULL);
     pd_act_fp8_t xc = {pq.c, ps.c, false, false}, xg = {pq.g, ps.g, false, false};
-    pd_act_fp8_t oc = {q.c, qs.c, false, false}, og = {q.g, qs.g, false, false}, oc2 = {q2.c, qs2.c, false, false};
+    pd_act_fp8_t oc = {q.c, qs.c, false, false}, og = {q.g, qs.g, false, false},
+                 oc2 = {q2.c, qs2.c, false, false};
     if (in_place)
         og = xg;
     /* CPU: the plain ops (the CPU op's reference; gur.c keeps the f32 product) */
@@ -2066,11 +2067,12 @@ static void case_act_f16wg(int n, int d, int f, uint64_t seed)
         gpu->ops->matmul(gpu, o1[0].g, out.g, &wg[0], n);
         gpu->ops->matmul_fp8(gpu, o2[0].g, &a2, &wg[0], n);
         snprintf(what, sizeof what, "%s: matmul_fp8 == matmul (bytes)", shape);
-        report("act f16wg", what,
-               (double)dev_bytes_differ(o1[0].g, o2[0].g, (size_t)n * Ns[0] * 4), 0.0);
+        report("act f16wg", what, (double)dev_bytes_differ(o1[0].g, o2[0].g, (size_t)n * Ns[0] * 4),
+               0.0);
         /* matmul_silu_fp8 (gate_up + SiLU·mul, image in and out) against matmul + silu_mul +
          * the image of its output */
-        pair_t g1 = pair_new((size_t)n * 2 * f * 4, NULL), g2 = pair_new((size_t)n * 2 * f * 4, NULL);
+        pair_t g1 = pair_new((size_t)n * 2 * f * 4, NULL),
+               g2 = pair_new((size_t)n * 2 * f * 4, NULL);
         gpu->ops->matmul(gpu, g1.g, out.g, &wg[3], n);
         gpu->ops->silu_mul(gpu, out.g, g1.g, n, f);
         pair_ok(matmul_quant_act_f16wg(img1.g, m1.g, out.g, n, f, st));
@@ -2655,9 +2657,9 @@ static void case_moe_grouped(pd_wfmt_t fmt, int n, int E, int k, int d, int f, c
     const int kern = backend_cuda_set_moe_gmm(gpu, 1); /* the backend's kernel, restored */
     backend_cuda_set_moe_gmm(gpu, kern);
     report("moe_grouped", shape, err_row_rms(&out, n, d),
-           fmt == PD_WFMT_FP8                    ? 3e-2
+           fmt == PD_WFMT_FP8                 ? 3e-2
            : fmt == PD_WFMT_INT4 && kern == 3 ? 2e-3
-                                                : 1e-4);
+                                              : 1e-4);
     /* graph: capture, poison, replay; compare with the eager result */
     const size_t bad = moe_graph_diff(out.g, px.g, pi.g, pw.g, gug, dg, n, k, d, f);
     snprintf(shape, sizeof shape, "%s %s n %d graph replay (floats differing)", what,
