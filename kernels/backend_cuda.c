@@ -138,6 +138,9 @@ typedef struct {
     void *sample_scratch; /* sample_run's (SAMPLE_SCRATCH_BYTES, kept zeroed by the kernel) */
     /* act_quant asks the fused ops for the wgmma GEMM's f16 image (PD_CUDA_WG_ACT=0: off) */
     bool wg_act;
+    /* PD_CUDA_GEMV_FUSE (default on): matmul_fused for tiled INT4 at the slice GEMV's n (the
+     * norm, SiLU·mul and residual add inside the GEMV); off: matmul_fused_ok says no */
+    bool gemv_fuse;
     bool no_moe_grouped; /* moe_grouped=off: moe_prepare declines, experts grouped on the host */
     unsigned env_set;    /* CUDA__ENV_* bits: options fixed by the environment */
     int pdl; /* option pdl / PD_CUDA_PDL: programmatic dependent launch of the decode GEMVs */
@@ -749,6 +752,55 @@ static void cuda_matmul_group(pd_backend_t *be, float *const *outs, const float 
 {
     cuda_t *c = cuda__get(be);
     cuda__note(c, cuda__matmul_group(c, outs, x, ws, count, n));
+}
+
+/* backend.h matmul_fused_ok / matmul_fused: the slice GEMV with the norm, SiLU·mul or residual
+ * add folded into its prologue / epilogue (matmul_w4gemv_fused) where cuda__matmul would run
+ * the slice GEMV (tiled INT4 at n <= CUDA_XGEMV_MAX_N_INT4). A group runs the plan of its summed
+ * rows, as cuda__matmul_group does. */
+static bool cuda_matmul_fused_ok(pd_backend_t *be, const pd_weight_t *w, int n)
+{
+    cuda_t *c = cuda__get(be);
+    int xp[4];
+    if (!c->gemv_fuse || n < 1 || !cuda__int4_tiled(w))
+        return false;
+    cuda__xgemv_plan(c, w, n, xp);
+    return xp[0] > 0;
+}
+
+static pd_status_t cuda__matmul_fused(cuda_t *c, float *const *outs, const float *x, pd_pro_t pro,
+                                      const uint16_t *norm_w, float eps,
+                                      const pd_weight_t *const *ws, int count, int n, bool acc)
+{
+    const int kinds[3] = {MATMUL_PRO_NONE, MATMUL_PRO_RMSNORM, MATMUL_PRO_SILU};
+    if (count < 1 || count > MATMUL_GROUP_MAX || (unsigned)pro > PD_PRO_SILU_MUL)
+        return PD_ERR_INVALID;
+    pd_weight_t sum = *ws[0]; /* the plan's stand-in: the summed rows */
+    sum.n = 0;
+    for (int i = 0; i < count; i++) {
+        if (!cuda__int4_tiled(ws[i]) || ws[i]->k != ws[0]->k) {
+            pd_log_error("backend cuda: matmul_fused on a %s weight (matmul_fused_ok said no)",
+                         pd_wfmt_name(ws[i]->fmt));
+            return PD_ERR_INVALID;
+        }
+        sum.n += ws[i]->n;
+    }
+    int xp[4];
+    cuda__xgemv_plan(c, &sum, n, xp);
+    if (xp[0] <= 0) {
+        pd_log_error("backend cuda: matmul_fused at n %d (matmul_fused_ok said no)", n);
+        return PD_ERR_INVALID;
+    }
+    const matmul_pro_t p = {kinds[pro], acc ? 1 : 0, norm_w, eps};
+    return matmul_w4gemv_fused(outs, x, &p, ws, count, n, xp[0], xp[1], xp[2], xp[3], c->stream);
+}
+
+static void cuda_matmul_fused(pd_backend_t *be, float *const *outs, const float *x, pd_pro_t pro,
+                              const uint16_t *norm_w, float eps, const pd_weight_t *const *ws,
+                              int count, int n, bool acc)
+{
+    cuda_t *c = cuda__get(be);
+    cuda__note(c, cuda__matmul_fused(c, outs, x, pro, norm_w, eps, ws, count, n, acc));
 }
 
 /* FP8 matmul on activations the fused ops already quantized (backend.h matmul_fp8; xq (n, K)
@@ -1818,6 +1870,8 @@ static const pd_backend_ops_t cuda_ops = {
     .rope_kv_write = cuda_rope_kv_write,
     .matmul_group = cuda_matmul_group,
     .matmul_group_fp8 = cuda_matmul_group_fp8,
+    .matmul_fused_ok = cuda_matmul_fused_ok,
+    .matmul_fused = cuda_matmul_fused,
     .qkv_rope_write = cuda_qkv_rope_write,
     .logits_process = cuda_logits_process,
     .bias_add = cuda_bias_add,
@@ -1843,10 +1897,12 @@ static void cuda__ops_plain_init(void)
     cuda_ops_plain.qkv_rope_write = NULL;
     cuda_ops_plain.matmul_group = NULL;
     cuda_ops_plain.matmul_group_fp8 = NULL;
+    cuda_ops_plain.matmul_fused_ok = NULL;
+    cuda_ops_plain.matmul_fused = NULL;
 }
 
 enum { CUDA__ENV_BF16 = 1, CUDA__ENV_FLASH = 2, CUDA__ENV_FUSED = 4, CUDA__ENV_ACCUM = 8 };
-enum { CUDA__ENV_PDL = 16, CUDA__ENV_INT4 = 32 };
+enum { CUDA__ENV_PDL = 16, CUDA__ENV_INT4 = 32, CUDA__ENV_GEMV_FUSE = 64 };
 
 /* on / off (also 1 / 0); -1 for anything else */
 static int cuda__onoff(const char *v)
@@ -1895,6 +1951,11 @@ static pd_status_t cuda_set_option(pd_backend_t *be, const char *key, const char
         bit = CUDA__ENV_FUSED;
         if (ok && !(c->env_set & bit))
             cuda__set_fused(be, b);
+    } else if (!strcmp(key, "gemv_fuse")) {
+        ok = b >= 0;
+        bit = CUDA__ENV_GEMV_FUSE;
+        if (ok && !(c->env_set & bit))
+            c->gemv_fuse = b;
     } else if (!strcmp(key, "fp8_accum")) {
         ok = !strcmp(value, "fast") || !strcmp(value, "exact");
         bit = CUDA__ENV_ACCUM;
@@ -1922,7 +1983,7 @@ static pd_status_t cuda_set_option(pd_backend_t *be, const char *key, const char
             c->flash_variant = (int)v;
     } else {
         pd_log_error("backend cuda: unknown option '%s' (bf16_gemm, flash, flash_variant, fused, "
-                     "fp8_accum, int4_gemm, moe_grouped, pdl)",
+                     "gemv_fuse, fp8_accum, int4_gemm, moe_grouped, pdl)",
                      key);
         return PD_ERR_INVALID;
     }
@@ -2020,6 +2081,9 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     c->int4_wg = (!env || !*env || cuda__onoff(env) != 0) && matmul_w4wg_usable();
     env = getenv("PD_CUDA_WG_ACT");
     c->wg_act = !env || !*env || cuda__onoff(env) != 0;
+    env = getenv("PD_CUDA_GEMV_FUSE");
+    c->gemv_fuse = !env || !*env || cuda__onoff(env) != 0;
+    c->env_set |= env && *env ? CUDA__ENV_GEMV_FUSE : 0;
     env = getenv("PD_CUDA_INT4_GEMM"); /* bf16: INT4 prefill GEMMs dequantized to bf16 */
     c->int4_fp8 = 1;
     if (env && *env) {

@@ -1195,6 +1195,38 @@ struct matmul__w4segs {
     int tend[MATMUL_GROUP_MAX];
 };
 
+/* What a fused matmul__w4gemv makes its activations of, and whether it adds its products to out
+ * (matmul_w4gemv_fused; kind 0 / acc 0: the plain GEMV) */
+struct matmul__w4pro {
+    int kind; /* MATMUL_PRO_NONE, MATMUL_PRO_RMSNORM, MATMUL_PRO_SILU (matmul.h) */
+    int acc;
+    const uint16_t *nw; /* RMSNORM: the norm's weights (K) bf16 */
+    float eps;
+};
+
+/* 4 activations of the fused GEMV's prologue, columns c .. c + 3 of row xr (x's row of the
+ * token): as they are (NONE), silu(x[c]) * x[K + c] with silu_mul's expression (SILU: row pitch
+ * 2K), or (x[c] * rs) * nw[c] with add_rmsnorm's (RMSNORM, rs = 1 / rms of the row) */
+static __device__ __forceinline__ float4 matmul__pro4(int kind, const uint16_t *nw, const float *xr,
+                                                     int64_t K, int64_t c, float rs)
+{
+    float4 a = __ldg((const float4 *)(xr + c));
+    if (kind == MATMUL_PRO_SILU) {
+        const float4 u = __ldg((const float4 *)(xr + K + c));
+        a.x = a.x / (1.0f + expf(-a.x)) * u.x;
+        a.y = a.y / (1.0f + expf(-a.y)) * u.y;
+        a.z = a.z / (1.0f + expf(-a.z)) * u.z;
+        a.w = a.w / (1.0f + expf(-a.w)) * u.w;
+    } else if (kind == MATMUL_PRO_RMSNORM) {
+        const uint2 wb = __ldg((const uint2 *)(nw + c));
+        a.x = (a.x * rs) * __uint_as_float(wb.x << 16);
+        a.y = (a.y * rs) * __uint_as_float(wb.x & 0xffff0000u);
+        a.z = (a.z * rs) * __uint_as_float(wb.y << 16);
+        a.w = (a.w * rs) * __uint_as_float(wb.y & 0xffff0000u);
+    }
+    return a;
+}
+
 /* a0, a1 or a2 for a segment index i < MATMUL_GROUP_MAX (3) */
 #define MATMUL__PICK(i, a0, a1, a2) ((i) == 0 ? (a0) : (i) == 1 ? (a1) : (a2))
 
@@ -1206,7 +1238,8 @@ struct matmul__w4segs {
  * before groups existed: 128 / 124 / 104; the grouped ones 128 / 126 / 104, no spills). */
 template <int MR, int D, bool GROUP, bool BULK>
 static __global__ void __launch_bounds__(512)
-    matmul__w4gemv(const matmul__w4segs sg, const float *x, int n, int64_t K, int ups, int rs)
+    matmul__w4gemv(const matmul__w4segs sg, const float *x, int n, int64_t K, int ups, int rs,
+                   const __grid_constant__ matmul__w4pro pro)
 {
 #if __CUDA_ARCH__ < 900
     if (BULK) { /* bulk copies need sm_90: the host never launches this instantiation below it */
@@ -1312,15 +1345,51 @@ static __global__ void __launch_bounds__(512)
     kutil_pdl_wait();
     kutil_pdl_trigger();
 
+    /* RMSNORM (fused): each token's sum of squares over the whole row, every warp adding its
+     * slice into the parity-1 partial-sum slot (free until the first tile end's barrier, which
+     * no warp passes before all have left this prologue), then one block barrier; each warp then
+     * adds the S slices in order (the same bits in every warp and block) */
+    /* pro's fields as scalars (as sg's above) */
+    const int pkind = pro.kind; /* pro.acc is read where used (param space: no register) */
+    const uint16_t *const pnw = pro.nw;
+    const int64_t pitch = pkind == MATMUL_PRO_SILU ? 2 * K : K;
+    float *const red = part + (size_t)S * NA * 32;
+    if (pkind == MATMUL_PRO_RMSNORM && ntl > 0) { /* block-uniform: the barrier is safe */
+        for (int t = 0; t < n; t++) {
+            const float4 *xt = (const float4 *)(x + (size_t)t * K + (size_t)ub * 128);
+            float ss = 0.0f;
+#pragma unroll 1 /* the first D weight steps are in flight in registers: no unrolled loads */
+            for (int j = lane; j < nU * 32; j += 32) {
+                const float4 a = __ldg(xt + j);
+                ss += a.x * a.x;
+                ss += a.y * a.y + a.z * a.z + a.w * a.w;
+            }
+            ss = kutil_warp_sum(ss);
+            if (lane == 0)
+                red[t * S + warp] = ss;
+        }
+        __syncthreads();
+    }
+
     /* prologue: the slice's activations, per token f16 x * 2^-e (odd columns of each 8 also
      * / 16) in the permuted order (16-byte chunk d = local group G, position w * 4 + q: columns
-     * q * 32 + w * 8 .. + 8), and the (A, B) offsets of each (group, token) */
+     * q * 32 + w * 8 .. + 8), and the (A, B) offsets of each (group, token); x as pro makes it
+     * (matmul__pro4) */
     float m2[2] = {0.0f, 0.0f}; /* 2^e of the lane's tokens 2 tq, 2 tq + 1 */
     for (int t = 0; t < n && T > 0; t++) {
-        const float4 *xt = (const float4 *)(x + (size_t)t * K + (size_t)ub * 128);
+        const float *xr = x + (size_t)t * pitch;
+        const int64_t c0 = (int64_t)ub * 128;
+        float rs = 1.0f;
+        if (pkind == MATMUL_PRO_RMSNORM) { /* add_rmsnorm's expression */
+            float ss = 0.0f;
+            for (int s = 0; s < S; s++)
+                ss += red[t * S + s];
+            rs = 1.0f / sqrtf(ss / (float)K + pro.eps);
+        }
         float am = 0.0f;
+#pragma unroll 1
         for (int j = lane; j < nU * 32; j += 32) {
-            const float4 a = __ldg(xt + j);
+            const float4 a = matmul__pro4(pkind, pnw, xr, K, c0 + 4 * j, rs);
             am = fmaxf(am, fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))));
         }
         am = kutil_warp_max(am);
@@ -1332,13 +1401,15 @@ static __global__ void __launch_bounds__(512)
             m2[0] = ldexpf(1.0f, e);
         if (t == 2 * tq + 1)
             m2[1] = ldexpf(1.0f, e);
+#pragma unroll 1
         for (int bs = 0; bs < nU * 16; bs += 32) {
             const int d = bs + lane;
             float se = 0.0f, so = 0.0f;
             if (d < nU * 16) {
                 const int G = d >> 4, p = d & 15, w = p >> 2, q = p & 3;
-                const float4 *src = (const float4 *)((const float *)xt + G * 128 + q * 32 + w * 8);
-                const float4 a = __ldg(src), b = __ldg(src + 1);
+                const int64_t c = c0 + G * 128 + q * 32 + w * 8;
+                const float4 a = matmul__pro4(pkind, pnw, xr, K, c, rs),
+                             b = matmul__pro4(pkind, pnw, xr, K, c + 4, rs);
                 const float lo[4] = {a.x, a.y, a.z, a.w}, hi[4] = {b.x, b.y, b.z, b.w};
                 uint32_t o[4];
 #pragma unroll
@@ -1405,8 +1476,11 @@ static __global__ void __launch_bounds__(512)
 #pragma unroll
                 for (int r = 0; r < MR; r++)
 #pragma unroll
-                    for (int h = 0; h < 2; h++)
-                        out[(size_t)t * N + row0 + 16 * r + 8 * h + gq] = fa[r * 4 + 2 * h + i];
+                    for (int h = 0; h < 2; h++) {
+                        /* acc: the residual add's x + y (this thread alone touches the element) */
+                        float *o = out + (size_t)t * N + row0 + 16 * r + 8 * h + gq;
+                        *o = pro.acc ? *o + fa[r * 4 + 2 * h + i] : fa[r * 4 + 2 * h + i];
+                    }
             }
         }
         ci = 0;
@@ -2369,7 +2443,8 @@ extern "C" void matmul_w8gemv_plan(int n, int64_t N, int64_t K, int n_sm, int *r
 
 template <int MR, int D, bool GROUP, bool BULK>
 static void matmul__w4gemv_go(const matmul__w4segs &sg, const float *x, int n, int64_t K, int S,
-                              int G, int ups, int rs, size_t smem, cudaStream_t stream)
+                              int G, int ups, int rs, size_t smem, const matmul__w4pro &pro,
+                              cudaStream_t stream)
 {
     static bool attr;
     if (!attr) {
@@ -2378,25 +2453,44 @@ static void matmul__w4gemv_go(const matmul__w4segs &sg, const float *x, int n, i
         attr = true;
     }
     kutil_launch_pdl(matmul__w4gemv<MR, D, GROUP, BULK>, dim3((unsigned)G), dim3(32u * S), smem,
-                     stream, sg, x, n, K, ups, rs);
+                     stream, sg, x, n, K, ups, rs, pro);
 }
 
 template <int MR, int D, bool BULK>
 static void matmul__w4gemv_launch(const matmul__w4segs &sg, bool group, const float *x, int n,
                                   int64_t K, int S, int G, int ups, int rs, size_t smem,
-                                  cudaStream_t stream)
+                                  const matmul__w4pro &pro, cudaStream_t stream)
 {
     if (group)
-        matmul__w4gemv_go<MR, D, true, BULK>(sg, x, n, K, S, G, ups, rs, smem, stream);
+        matmul__w4gemv_go<MR, D, true, BULK>(sg, x, n, K, S, G, ups, rs, smem, pro, stream);
     else
-        matmul__w4gemv_go<MR, D, false, BULK>(sg, x, n, K, S, G, ups, rs, smem, stream);
+        matmul__w4gemv_go<MR, D, false, BULK>(sg, x, n, K, S, G, ups, rs, smem, pro, stream);
 }
 
-extern "C" pd_status_t matmul_w4gemv_group(float *const *outs, const float *x,
-                                           const pd_weight_t *const *ws, int count, int n, int rows,
-                                           int slices, int depth, int blocks, cudaStream_t stream)
+extern "C" pd_status_t matmul_w4gemv_fused(float *const *outs, const float *x,
+                                           const matmul_pro_t *p, const pd_weight_t *const *ws,
+                                           int count, int n, int rows, int slices, int depth,
+                                           int blocks, cudaStream_t stream)
 {
     KUTIL_REQUIRE(count >= 1 && count <= MATMUL_GROUP_MAX && outs && ws, "matmul_w4gemv");
+    matmul__w4pro pro = {MATMUL_PRO_NONE, 0, NULL, 0.0f};
+    if (p) {
+        KUTIL_REQUIRE(p->kind >= MATMUL_PRO_NONE && p->kind <= MATMUL_PRO_SILU &&
+                          (p->kind != MATMUL_PRO_RMSNORM || (p->nw && (uintptr_t)p->nw % 8 == 0)),
+                      "matmul_w4gemv_fused");
+        pro.kind = p->kind;
+        pro.acc = p->acc;
+        pro.nw = p->nw;
+        pro.eps = p->eps;
+        /* the outputs are no input of the launch (acc reads them back element by element) */
+        const size_t xb = (size_t)n * (size_t)ws[0]->k * (p->kind == MATMUL_PRO_SILU ? 8 : 4);
+        for (int i = 0; i < count; i++) {
+            const size_t ob = (size_t)n * (size_t)ws[i]->n * 4;
+            KUTIL_REQUIRE((const uint8_t *)outs[i] + ob <= (const uint8_t *)x ||
+                              (const uint8_t *)x + xb <= (const uint8_t *)outs[i],
+                          "matmul_w4gemv_fused: an output overlaps x");
+        }
+    }
     KUTIL_REQUIRE(n >= 0 && n <= MATMUL_XGEMV_MAX_N && (rows == 16 || rows == 32) && slices >= 1 &&
                       slices <= MATMUL_XGEMV_MAX_SLICES &&
                       (depth == 2 || (depth == 4 && (rows == 16 || matmul__w4bulk))),
@@ -2429,20 +2523,25 @@ extern "C" pd_status_t matmul_w4gemv_group(float *const *outs, const float *x,
     const int rs = matmul__w4_region(n, ups);
     const int G = blocks < 1 || blocks > ntiles ? (int)ntiles : blocks;
     constexpr int R = MATMUL__W4_RING;
+    const bool g = count > 1;
     if (bulk && rows == 16) /* bulk: the ring's depth, whatever depth says */
-        matmul__w4gemv_launch<1, R, true>(sg, count > 1, x, n, K, slices, G, ups, rs, smem, stream);
+        matmul__w4gemv_launch<1, R, true>(sg, g, x, n, K, slices, G, ups, rs, smem, pro, stream);
     else if (bulk)
-        matmul__w4gemv_launch<2, R, true>(sg, count > 1, x, n, K, slices, G, ups, rs, smem, stream);
+        matmul__w4gemv_launch<2, R, true>(sg, g, x, n, K, slices, G, ups, rs, smem, pro, stream);
     else if (rows == 16 && depth == 2)
-        matmul__w4gemv_launch<1, 2, false>(sg, count > 1, x, n, K, slices, G, ups, rs, smem,
-                                           stream);
+        matmul__w4gemv_launch<1, 2, false>(sg, g, x, n, K, slices, G, ups, rs, smem, pro, stream);
     else if (rows == 16)
-        matmul__w4gemv_launch<1, 4, false>(sg, count > 1, x, n, K, slices, G, ups, rs, smem,
-                                           stream);
+        matmul__w4gemv_launch<1, 4, false>(sg, g, x, n, K, slices, G, ups, rs, smem, pro, stream);
     else
-        matmul__w4gemv_launch<2, 2, false>(sg, count > 1, x, n, K, slices, G, ups, rs, smem,
-                                           stream);
+        matmul__w4gemv_launch<2, 2, false>(sg, g, x, n, K, slices, G, ups, rs, smem, pro, stream);
     return KUTIL_LAUNCHED("matmul_w4gemv");
+}
+
+extern "C" pd_status_t matmul_w4gemv_group(float *const *outs, const float *x,
+                                           const pd_weight_t *const *ws, int count, int n, int rows,
+                                           int slices, int depth, int blocks, cudaStream_t stream)
+{
+    return matmul_w4gemv_fused(outs, x, NULL, ws, count, n, rows, slices, depth, blocks, stream);
 }
 
 extern "C" pd_status_t matmul_w4gemv(float *out, const float *x, const pd_weight_t *w, int n,

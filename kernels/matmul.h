@@ -150,6 +150,26 @@ pd_status_t matmul_w4gemv(float *out, const float *x, const pd_weight_t *w, int 
 pd_status_t matmul_w4gemv_group(float *const *outs, const float *x, const pd_weight_t *const *ws,
                                 int count, int n, int rows, int slices, int depth, int blocks,
                                 cudaStream_t stream);
+/* matmul_w4gemv_group with the decode layer's ops around it folded in (backend.h matmul_fused):
+ * the activations are made of x by p->kind, in the GEMV's prologue:
+ *   MATMUL_PRO_NONE: x (n, K) as it is;
+ *   MATMUL_PRO_RMSNORM: rmsnorm(x) * nw, x (n, K) (unchanged), nw (K) bf16 (8-byte aligned),
+ *     p->eps; add_rmsnorm's expressions, the row's sum of squares added in the block's own
+ *     order (one block barrier), so the values may differ from add_rmsnorm's in the last bit of
+ *     1 / rms;
+ *   MATMUL_PRO_SILU: silu(x[:, :K]) * x[:, K:], x (n, 2K); silu_mul's expression (the same
+ *     bits);
+ * and p->acc != 0: outs[i] += the product (the residual add's x + y, the same bits), else =. No
+ * output may overlap x (PD_ERR_INVALID). p NULL: matmul_w4gemv_group. */
+enum { MATMUL_PRO_NONE = 0, MATMUL_PRO_RMSNORM = 1, MATMUL_PRO_SILU = 2 };
+typedef struct {
+    int kind, acc;
+    const uint16_t *nw;
+    float eps;
+} matmul_pro_t;
+pd_status_t matmul_w4gemv_fused(float *const *outs, const float *x, const matmul_pro_t *p,
+                                const pd_weight_t *const *ws, int count, int n, int rows,
+                                int slices, int depth, int blocks, cudaStream_t stream);
 void matmul_w8gemv_plan(int n, int64_t N, int64_t K, int n_sm, int *rows_p, int *slices_p,
                         int *depth_p, int *blocks_p);
 pd_status_t matmul_w8gemv(float *out, const uint8_t *xq, const float *xs, const pd_weight_t *w,

@@ -94,6 +94,14 @@ typedef enum {
     PD_ACT_F16WG,
 } pd_act_t;
 
+/* What matmul_fused makes its activations of (the op it folds into the matmul): x as it is
+ * (NONE), rmsnorm(x) * w (RMSNORM), silu_mul(x) (SILU_MUL). */
+typedef enum {
+    PD_PRO_NONE = 0,
+    PD_PRO_RMSNORM,
+    PD_PRO_SILU_MUL,
+} pd_pro_t;
+
 /* act_quant answers PD_ACT_F16WG only for n <= PD_ACT_WG_MAX_N rows; its image then takes
  * PD_ACT_WG_ROWS(n) * k * 2 bytes of q (the rows rounded up to 64) */
 #define PD_ACT_WG_MAX_N 256
@@ -310,6 +318,21 @@ typedef struct {
      * where the backend can. NULL: the model runs matmul_fp8 per weight. */
     void (*matmul_group_fp8)(pd_backend_t *be, float *const *outs, const pd_act_fp8_t *x,
                              const pd_weight_t *const *ws, int count, int n);
+
+    /* The decode layer's small ops folded into its matmuls (CUDA: tiled INT4 at the slice
+     * GEMV's batch sizes: no add + RMSNorm or SiLU·mul launch, no separate residual add).
+     * matmul_fused_ok: whether matmul_fused takes w at n (false: the model runs the plain ops).
+     * matmul_fused: outs[i] (n, ws[i]->n) f32 = a @ ws[i]^T, or with acc outs[i] += it, for i <
+     * count (1 .. 3 weights of the same K, each one matmul_fused_ok said yes for at n); a made
+     * of x by pro: PD_PRO_NONE x (n, K); PD_PRO_RMSNORM rmsnorm(x) * norm_w with eps (x (n, K),
+     * left unchanged); PD_PRO_SILU_MUL silu_mul(x) (x (n, 2K)). No output overlaps x. The values
+     * are the plain ops' (rmsnorm, matmul, add, silu_mul) up to the summation order of the
+     * norm's sum of squares (CUDA: NONE, SILU_MUL and acc give the plain ops' bits). NULL: the
+     * model runs the plain ops. */
+    bool (*matmul_fused_ok)(pd_backend_t *be, const pd_weight_t *w, int n);
+    void (*matmul_fused)(pd_backend_t *be, float *const *outs, const float *x, pd_pro_t pro,
+                         const uint16_t *norm_w, float eps, const pd_weight_t *const *ws,
+                         int count, int n, bool acc);
 
     /* rope on q (n, n_heads, head_dim) and k (n, l->n_kv_heads, head_dim), then kv_write of k
      * and v at slots, in one launch; the same results as rope, rope, kv_write (CUDA:

@@ -362,6 +362,19 @@ static void fwd__mm(model_ctx_t *c, float *out, const float *x, pd_act_t quant,
         c->be->ops->matmul(c->be, out, x, w, n);
 }
 
+/* Whether layer L runs its matmuls with the small ops folded in (backend.h matmul_fused): the
+ * backend takes all six of its dense weights at n, one rank (the residual add happens in the o
+ * and down matmuls, before any all-reduce could). */
+static bool fwd__fused(const model_ctx_t *c, const model_layer_t *L, int n)
+{
+    const pd_backend_ops_t *o = c->be->ops;
+    pd_backend_t *be = c->be;
+    return c->m->tp_size == 1 && !L->moe && o->matmul_fused && o->matmul_fused_ok &&
+           o->matmul_fused_ok(be, &L->q, n) && o->matmul_fused_ok(be, &L->k, n) &&
+           o->matmul_fused_ok(be, &L->v, n) && o->matmul_fused_ok(be, &L->o, n) &&
+           o->matmul_fused_ok(be, &L->gate_up, n) && o->matmul_fused_ok(be, &L->down, n);
+}
+
 /* Enqueues the whole step for n rows: embedding, layers, and (n_logits > 0) the final norm and
  * LM head over x rows logit_rows (NULL: rows 0 .. n_logits - 1) into c->logits. Index arrays are
  * already in c->d_*; nothing here waits for the device except the TP collectives. Returns PD_OK or
@@ -389,20 +402,33 @@ static pd_status_t ctx__enqueue(model_ctx_t *c, void *arena, const kv_layout_t *
     }
     for (int li = 0; !m->family && li < cfg->num_hidden_layers; li++) {
         const model_layer_t *L = &m->layers[li];
+        /* fused: the norms, SiLU·mul and residual adds inside the matmuls (fwd__fused); x then
+         * holds the whole residual stream at the end of each layer */
+        const bool fused = fwd__fused(c, L, n);
         /* q, k and v quantized once where all three take the same FP8 activations */
-        const pd_act_t aq = fwd__act(c, &L->q, n);
+        const pd_act_t aq = fused ? PD_ACT_F32 : fwd__act(c, &L->q, n);
         const pd_act_t qkv8 =
             fwd__act(c, &L->k, n) == aq && fwd__act(c, &L->v, n) == aq ? aq : PD_ACT_F32;
-        fwd__norm(c, res, L->attn_norm, n, qkv8);
         float *qkv_outs[3] = {c->q, c->k, c->v};
         const pd_weight_t *qkv_ws[3] = {&L->q, &L->k, &L->v};
-        if (qkv8 && qkv8 != PD_ACT_F16WG && !L->q_norm && o->qkv_rope_write) {
+        if (fused) {
+            if (res) /* the previous layer ran plain: its output joins x first */
+                o->add(be, c->x, res, (size_t)n * d);
+            res = NULL;
+            o->matmul_fused(be, qkv_outs, c->x, PD_PRO_RMSNORM, L->attn_norm, eps, qkv_ws, 3, n,
+                            false);
+        } else {
+            fwd__norm(c, res, L->attn_norm, n, qkv8);
+        }
+        if (!fused && qkv8 && qkv8 != PD_ACT_F16WG && !L->q_norm && o->qkv_rope_write) {
             /* one op: q, k, v GEMMs + rope + KV */
             pd_act_fp8_t q = fwd__aq(c, qkv8);
             o->qkv_rope_write(be, c->q, c->k, c->v, &q, &L->q, &L->k, &L->v, c->d_pos,
                               m->inv_freq, n, H, arena, l, li, c->d_slots);
         } else {
-            if (!qkv8 && o->matmul_group) { /* q, k, v in one pass where the backend can */
+            if (fused) {
+                /* q, k, v made above */
+            } else if (!qkv8 && o->matmul_group) { /* q, k, v in one pass where the backend can */
                 o->matmul_group(be, qkv_outs, c->h, qkv_ws, 3, n);
             } else if (qkv8 && o->matmul_group_fp8) { /* the same on the fused ops' activations */
                 pd_act_fp8_t q = fwd__aq(c, qkv8);
@@ -428,6 +454,14 @@ static pd_status_t ctx__enqueue(model_ctx_t *c, void *arena, const kv_layout_t *
         if (c->layer_fn)
             c->layer_fn(c->layer_arg, li);
         o->attention(be, c->attn, c->q, arena, l, li, ab, H);
+        if (fused) { /* x += attn @ o^T; gu = rmsnorm(x) @ gate_up^T; x += silu_mul(gu) @ down^T */
+            float *xo = c->x, *guo = c->gu;
+            const pd_weight_t *wo = &L->o, *wgu = &L->gate_up, *wdn = &L->down;
+            o->matmul_fused(be, &xo, c->attn, PD_PRO_NONE, NULL, 0.0f, &wo, 1, n, true);
+            o->matmul_fused(be, &guo, c->x, PD_PRO_RMSNORM, L->mlp_norm, eps, &wgu, 1, n, false);
+            o->matmul_fused(be, &xo, c->gu, PD_PRO_SILU_MUL, NULL, 0.0f, &wdn, 1, n, true);
+            continue;
+        }
         o->matmul(be, c->tmp, c->attn, &L->o, n);
         if ((st = fwd__all_reduce(c, c->tmp, (size_t)n * d)) != PD_OK)
             return st;

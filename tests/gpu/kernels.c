@@ -11,7 +11,9 @@
  * PD_GPU_TEST_W4WG=1 only the matmul_w4wg (wgmma INT4 GEMM) cases and the grouped matmul ones
  * (matmul_group: matmul_w4gemv_group, matmul_w4wg_group);
  * PD_GPU_TEST_XGEMV=1 only the matmul_w4gemv / matmul_w8gemv cases and the default-routing
- * matmul cases that run on them.
+ * matmul cases that run on them;
+ * PD_GPU_TEST_FUSED=1 only the matmul_fused cases (the slice GEMV with the decode layer's norm,
+ * SiLU·mul and residual add folded in).
  * Exits 77 (meson: SKIP) when there is no CUDA device, 1 when a case fails.
  * Errors are max |gpu - cpu| / max |cpu| over the output, or a count of differing bytes / ids
  * where the two must agree exactly; flash attention (bf16 tensor cores) is checked per element
@@ -1969,6 +1971,241 @@ static size_t dev_bytes_differ(const void *a, const void *b, size_t n)
     return nd;
 }
 
+/* max |a - b| / max |b| of two device f32 buffers (n floats); NaN anywhere -> INFINITY */
+static double dev_rel_err(const float *a, const float *b, size_t n)
+{
+    float *ha = xmalloc(n * 4), *hb = xmalloc(n * 4);
+    pair_ok(gpu->ops->sync(gpu));
+    pair_ok(gpu->ops->download(gpu, ha, a, n * 4));
+    pair_ok(gpu->ops->download(gpu, hb, b, n * 4));
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(ha[i]) || isnan(hb[i])) {
+            num = INFINITY;
+            break;
+        }
+        num = fmax(num, fabs((double)ha[i] - hb[i]));
+        den = fmax(den, fabs((double)hb[i]));
+    }
+    free(ha);
+    free(hb);
+    return den > 0.0 ? num / den : num;
+}
+
+/* Session 14: the decode layer's small ops folded into the slice GEMV (backend.h matmul_fused,
+ * matmul_w4gemv_fused) against the plain ops on the same backend, fixed printed seeds:
+ *   - RMSNORM on q / k / v as one group: rmsnorm + matmul_group's values within 2e-4 of the
+ *     output's scale (only 1 / rms may differ, in its last bit: the block adds the sum of
+ *     squares in its own order), within 1e-3 of the CPU backend's rmsnorm + matmul, x unchanged;
+ *   - NONE with acc (o): matmul + add's bytes; SILU_MUL with acc (down): silu_mul + matmul +
+ *     add's bytes; RMSNORM with acc on gate_up within 2e-4 as above;
+ *   - forced plans (rows, slices, depth, blocks; both weight streams where sm_90) of RMSNORM and
+ *     SILU against matmul_w4gemv on the plain ops' activations at the same plan;
+ *   - matmul_fused_ok: yes for tiled INT4 at n <= 4, no at n 16 and for FP8. */
+static void case_mm_fused(int n, int d, int f, uint64_t seed)
+{
+    char shape[64], what[192];
+    const uint64_t saved = rng_state;
+    rng_state = seed;
+    const int64_t Ns[3] = {d / 2, d / 8, d / 8};
+    pd_weight_t host[6], wc[6], wg[6]; /* q, k, v, o, gate_up, down */
+    for (int i = 0; i < 3; i++)
+        weight_host_new(PD_WFMT_INT4, Ns[i], d, gpu, &host[i], &wc[i], &wg[i]);
+    weight_host_new(PD_WFMT_INT4, d, d, gpu, &host[3], &wc[3], &wg[3]);
+    weight_host_new(PD_WFMT_INT4, 2 * (int64_t)f, d, gpu, &host[4], &wc[4], &wg[4]);
+    weight_host_new(PD_WFMT_INT4, d, f, gpu, &host[5], &wc[5], &wg[5]);
+    float *x = xmalloc((size_t)n * d * 4), *at = xmalloc((size_t)n * d * 4);
+    float *gu = xmalloc((size_t)n * 2 * f * 4);
+    uint16_t *nw = xmalloc((size_t)d * 2);
+    fill_f32(x, (size_t)n * d, 3.0f);
+    fill_f32(at, (size_t)n * d, 1.0f);
+    fill_f32(gu, (size_t)n * 2 * f, 4.0f);
+    for (int i = 0; i < n; i++) /* rows of different sizes */
+        for (int j = 0; j < d; j++)
+            x[(size_t)i * d + j] *= (float)(1 + i % 5);
+    for (int i = 0; i < d; i++)
+        nw[i] = pd_f32_to_bf16(rng_float() + 1.5f);
+    pair_t px = pair_new((size_t)n * d * 4, x), pat = pair_new((size_t)n * d * 4, at);
+    pair_t pgu = pair_new((size_t)n * 2 * f * 4, gu), pnw = pair_new((size_t)d * 2, nw);
+    pair_t h = pair_new((size_t)n * d * 4, NULL), act = pair_new((size_t)n * f * 4, NULL);
+    pair_t x1 = pair_new((size_t)n * d * 4, x), x2 = pair_new((size_t)n * d * 4, x);
+    pair_t tmp = pair_new((size_t)n * d * 4, NULL);
+    pair_t o1[3], o2[3], g1 = pair_new((size_t)n * 2 * f * 4, NULL),
+                         g2 = pair_new((size_t)n * 2 * f * 4, NULL);
+    float *p1[3], *p2[3], *pc[3];
+    const pd_weight_t *ws[3] = {&wg[0], &wg[1], &wg[2]}, *wcs[3] = {&wc[0], &wc[1], &wc[2]};
+    for (int i = 0; i < 3; i++) {
+        o1[i] = pair_new((size_t)n * Ns[i] * 4, NULL);
+        o2[i] = pair_new((size_t)n * Ns[i] * 4, NULL);
+        p1[i] = o1[i].g;
+        p2[i] = o2[i].g;
+        pc[i] = o1[i].c;
+    }
+    const float eps = 1e-5f;
+    snprintf(shape, sizeof shape, "n %d d %d f %d seed %llu", n, d, f, (unsigned long long)seed);
+
+    size_t oks = 0;
+    for (int i = 0; i < 6; i++)
+        oks += gpu->ops->matmul_fused_ok(gpu, &wg[i], n);
+    snprintf(what, sizeof what, "%s: matmul_fused_ok (INT4 x 6)", shape);
+    report("mm fused", what, (double)(6 - oks), 0.0);
+    if (oks != 6)
+        goto done;
+
+    /* RMSNORM, the q / k / v group */
+    gpu->ops->matmul_fused(gpu, p1, px.g, PD_PRO_RMSNORM, pnw.g, eps, ws, 3, n, false);
+    gpu->ops->rmsnorm(gpu, h.g, px.g, pnw.g, n, d, eps);
+    gpu->ops->matmul_group(gpu, p2, h.g, ws, 3, n);
+    cpu->ops->rmsnorm(cpu, h.c, px.c, pnw.c, n, d, eps);
+    for (int i = 0; i < 3; i++)
+        cpu->ops->matmul(cpu, pc[i], h.c, wcs[i], n);
+    double e = 0.0, ec = 0.0;
+    for (int i = 0; i < 3; i++) {
+        const double ei = dev_rel_err(p1[i], p2[i], (size_t)n * Ns[i]);
+        const double eci = err_f32(&o1[i], (size_t)n * Ns[i]);
+        e = ei > e ? ei : e;
+        ec = eci > ec ? eci : ec;
+    }
+    snprintf(what, sizeof what, "%s: qkv rmsnorm == plain ops (GPU)", shape);
+    report("mm fused", what, e, 2e-4);
+    snprintf(what, sizeof what, "%s: qkv rmsnorm == CPU plain ops", shape);
+    report("mm fused", what, ec, 1e-3);
+    snprintf(what, sizeof what, "%s: x unchanged (bytes)", shape);
+    report("mm fused", what, err_bytes(&px), 0.0);
+
+    /* NONE + acc: x1 += at @ o^T against matmul, add */
+    float *xo1 = x1.g, *xo2 = x2.g, *gq1 = g1.g;
+    const pd_weight_t *wo = &wg[3], *wgu = &wg[4], *wdn = &wg[5];
+    gpu->ops->matmul_fused(gpu, &xo1, pat.g, PD_PRO_NONE, NULL, 0.0f, &wo, 1, n, true);
+    gpu->ops->matmul(gpu, tmp.g, pat.g, wo, n);
+    gpu->ops->add(gpu, x2.g, tmp.g, (size_t)n * d);
+    snprintf(what, sizeof what, "%s: o acc == matmul + add (bytes)", shape);
+    report("mm fused", what, (double)dev_bytes_differ(x1.g, x2.g, (size_t)n * d * 4), 0.0);
+
+    /* RMSNORM on gate_up, plain and with acc (onto a copy of gu) */
+    gpu->ops->matmul_fused(gpu, &gq1, x1.g, PD_PRO_RMSNORM, pnw.g, eps, &wgu, 1, n, false);
+    gpu->ops->rmsnorm(gpu, h.g, x2.g, pnw.g, n, d, eps);
+    gpu->ops->matmul(gpu, g2.g, h.g, wgu, n);
+    snprintf(what, sizeof what, "%s: gate_up rmsnorm == plain ops", shape);
+    report("mm fused", what, dev_rel_err(g1.g, g2.g, (size_t)n * 2 * f), 2e-4);
+    pair_ok(gpu->ops->copy(gpu, g1.g, pgu.g, (size_t)n * 2 * f * 4));
+    gpu->ops->matmul_fused(gpu, &gq1, x1.g, PD_PRO_RMSNORM, pnw.g, eps, &wgu, 1, n, true);
+    pair_ok(gpu->ops->copy(gpu, g2.g, pgu.g, (size_t)n * 2 * f * 4));
+    {
+        pair_t t2 = pair_new((size_t)n * 2 * f * 4, NULL);
+        gpu->ops->matmul(gpu, t2.g, h.g, wgu, n);
+        gpu->ops->add(gpu, g2.g, t2.g, (size_t)n * 2 * f);
+        pair_free(&t2);
+    }
+    snprintf(what, sizeof what, "%s: gate_up rmsnorm acc == plain ops", shape);
+    report("mm fused", what, dev_rel_err(g1.g, g2.g, (size_t)n * 2 * f), 2e-4);
+
+    /* SILU_MUL + acc: x1 += silu_mul(gu) @ down^T against silu_mul, matmul, add (x1 == x2 here) */
+    gpu->ops->matmul_fused(gpu, &xo1, pgu.g, PD_PRO_SILU_MUL, NULL, 0.0f, &wdn, 1, n, true);
+    gpu->ops->silu_mul(gpu, act.g, pgu.g, n, f);
+    gpu->ops->matmul(gpu, tmp.g, act.g, wdn, n);
+    gpu->ops->add(gpu, xo2, tmp.g, (size_t)n * d);
+    snprintf(what, sizeof what, "%s: down silu acc == plain ops (bytes)", shape);
+    report("mm fused", what, (double)dev_bytes_differ(x1.g, x2.g, (size_t)n * d * 4), 0.0);
+
+    /* forced plans of the kernel (both weight streams on sm_90+) */
+    {
+        static const int plans[][4] = {{16, 1, 2, 1}, {32, 3, 2, 3}, {16, 16, 4, 0},
+                                       {32, 8, 2, 5}, {16, 4, 4, 2}};
+        int cc = 0;
+        cudaDeviceGetAttribute(&cc, cudaDevAttrComputeCapabilityMajor, 0);
+        const int bulk0 = matmul_set_w4bulk(0);
+        cudaStream_t st = backend_cuda_stream(gpu);
+        double en = 0.0, es = 0.0;
+        for (int bulk = cc >= 9; bulk >= 0; bulk--) {
+            matmul_set_w4bulk(bulk);
+            for (size_t k = 0; k < sizeof plans / sizeof plans[0]; k++) {
+                const int *pl = plans[k];
+                if (matmul_w4gemv_smem(n, d, pl[0], pl[1]) == 0 ||
+                    matmul_w4gemv_smem(n, f, pl[0], pl[1]) == 0)
+                    continue;
+                const matmul_pro_t pn = {MATMUL_PRO_RMSNORM, 0, pnw.g, eps},
+                                   ps = {MATMUL_PRO_SILU, 0, NULL, 0.0f};
+                pair_ok(matmul_w4gemv_fused(p1, px.g, &pn, ws, 3, n, pl[0], pl[1], pl[2], pl[3],
+                                            st));
+                gpu->ops->rmsnorm(gpu, h.g, px.g, pnw.g, n, d, eps);
+                pair_ok(matmul_w4gemv_group(p2, h.g, ws, 3, n, pl[0], pl[1], pl[2], pl[3], st));
+                for (int i = 0; i < 3; i++) {
+                    const double ei = dev_rel_err(p1[i], p2[i], (size_t)n * Ns[i]);
+                    en = ei > en ? ei : en;
+                }
+                pair_ok(matmul_w4gemv_fused(&xo1, pgu.g, &ps, &wdn, 1, n, pl[0], pl[1], pl[2],
+                                            pl[3], st));
+                gpu->ops->silu_mul(gpu, act.g, pgu.g, n, f);
+                pair_ok(matmul_w4gemv(xo2, act.g, wdn, n, pl[0], pl[1], pl[2], pl[3], st));
+                es += (double)dev_bytes_differ(xo1, xo2, (size_t)n * d * 4);
+            }
+        }
+        matmul_set_w4bulk(bulk0);
+        snprintf(what, sizeof what, "%s: forced plans, rmsnorm == plain", shape);
+        report("mm fused", what, en, 2e-4);
+        snprintf(what, sizeof what, "%s: forced plans, silu == plain (bytes)", shape);
+        report("mm fused", what, es, 0.0);
+    }
+
+done:
+    pair_free(&px);
+    pair_free(&pat);
+    pair_free(&pgu);
+    pair_free(&pnw);
+    pair_free(&h);
+    pair_free(&act);
+    pair_free(&x1);
+    pair_free(&x2);
+    pair_free(&tmp);
+    pair_free(&g1);
+    pair_free(&g2);
+    for (int i = 0; i < 3; i++) {
+        pair_free(&o1[i]);
+        pair_free(&o2[i]);
+    }
+    for (int i = 0; i < 6; i++) {
+        model_host_weight_free(&host[i]);
+        backend_weight_free(cpu, &wc[i]);
+        backend_weight_free(gpu, &wg[i]);
+    }
+    free(x);
+    free(at);
+    free(gu);
+    free(nw);
+    rng_state = saved;
+}
+
+/* matmul_fused's answers where it must say no: n 16 (the GEMM route) and an FP8 weight */
+static void case_mm_fused_no(void)
+{
+    pd_weight_t host[2], wc[2], wg[2];
+    weight_host_new(PD_WFMT_INT4, 256, 512, gpu, &host[0], &wc[0], &wg[0]);
+    weight_host_new(PD_WFMT_FP8, 256, 512, gpu, &host[1], &wc[1], &wg[1]);
+    const double yes = (double)gpu->ops->matmul_fused_ok(gpu, &wg[0], 16) +
+                       (double)gpu->ops->matmul_fused_ok(gpu, &wg[1], 1) +
+                       (double)!gpu->ops->matmul_fused_ok(gpu, &wg[0], 1);
+    report("mm fused", "matmul_fused_ok: INT4 n 16, FP8 n 1 no; INT4 n 1 yes", yes, 0.0);
+    for (int i = 0; i < 2; i++) {
+        model_host_weight_free(&host[i]);
+        backend_weight_free(cpu, &wc[i]);
+        backend_weight_free(gpu, &wg[i]);
+    }
+}
+
+static void cases_mm_fused(void)
+{
+    case_mm_fused_no();
+    case_mm_fused(1, 512, 768, 601);
+    case_mm_fused(3, 640, 1280, 602);
+    case_mm_fused(4, 1024, 384, 603);
+    case_mm_fused(2, 384, 640, 604);
+    if (!small_only) {
+        case_mm_fused(1, 4096, 14336, 611);
+        case_mm_fused(4, 4096, 14336, 612);
+    }
+}
+
 /* Session 12: the wgmma INT4 GEMM's f16 activation image made by the fused ops (act_quant's
  * PD_ACT_F16WG) instead of a matmul_quant_act_f16wg launch per GEMM. Every check is byte
  * equality with the unfused path at a fixed printed seed (image rows past n included):
@@ -3428,6 +3665,95 @@ static void case_decode_pdl(pd_wfmt_t wfmt, pd_kvfmt_t kvfmt, int n, int steps)
     model_destroy(m);
 }
 
+/* Session 14: the decode step with the small ops folded into the slice GEMVs (backend.h
+ * matmul_fused, option gemv_fuse) against the plain ops: tiny-llama with INT4 weights and FP8 KV,
+ * `steps` graph-captured decode steps of n sequences from a zeroed arena, first with gemv_fuse
+ * off (its greedy tokens feed both runs), then on. err = max |on - off| / max |off| over every
+ * step's logits (only 1 / rms of each norm may differ, in its last bit), INFINITY where the
+ * backend would not take the model's weights (the fused path would not run) or graphs fell
+ * back to eager. */
+static void case_decode_fuse(int n, int steps)
+{
+    char shape[128], dir[2048];
+    const char *models = getenv("PD_MODELS_DIR");
+    model_t *m = NULL;
+    snprintf(dir, sizeof dir, "%s/tiny-llama", models ? models : "deploy/models");
+    model_load_params_t mp = {dir, PD_WFMT_INT4, PD_WFMT_BF16, gpu, false, NULL};
+    pair_ok(model_load(&mp, &m));
+    const int vocab = m->cfg.vocab_size, per_seq = 4, ctx0 = 20;
+    kv_layout_t l;
+    kv_layout_init(&l, m->cfg.num_hidden_layers, m->cfg.num_key_value_heads, m->cfg.head_dim, 16,
+                   PD_KV_FP8);
+    void *arena;
+    const size_t ab = (size_t)n * per_seq * l.page_bytes;
+    pair_ok(gpu->ops->alloc(gpu, ab, &arena));
+    kv_seq_t *seqs = calloc((size_t)n, sizeof *seqs);
+    const kv_seq_t **sp = calloc((size_t)n, sizeof *sp);
+    int32_t *toks = xmalloc((size_t)n * (steps + 1) * 4), *qs = xmalloc(((size_t)n + 1) * 4),
+            *cl = xmalloc((size_t)n * 4), *rows = xmalloc((size_t)n * 4);
+    const size_t per = (size_t)n * vocab;
+    float *lg[2] = {xmalloc(per * steps * 4), xmalloc(per * steps * 4)};
+    for (int s = 0; s < n; s++) {
+        kv_seq_init(&seqs[s]);
+        for (int p = 0; p < per_seq; p++)
+            kv_seq_push_page(&seqs[s], (kv_page_ref_t){s * per_seq + p, 0, 0});
+        sp[s] = &seqs[s];
+        toks[s] = (int32_t)(1 + rng_next() % (uint64_t)(vocab - 1));
+    }
+    bool ok = gpu->ops->matmul_fused_ok && gpu->ops->matmul_fused_ok(gpu, &m->layers[0].q, n) &&
+              gpu->ops->matmul_fused_ok(gpu, &m->layers[0].down, n);
+    for (int r = 0; r < 2; r++) { /* r 0: off, r 1: on */
+        model_ctx_t *ctx = NULL;
+        pair_ok(backend_set_options(gpu, r ? "gemv_fuse=on" : "gemv_fuse=off"));
+        pair_ok(model_ctx_create(m, &ctx));
+        model_ctx_set_graphs(ctx, MODEL_GRAPHS_ON);
+        pair_ok(gpu->ops->memset(gpu, arena, 0, ab));
+        for (int s = 0; s < n; s++)
+            cl[s] = ctx0 - (s % 5);
+        for (int step = 0; step < steps; step++) {
+            for (int s = 0; s < n; s++) {
+                qs[s] = s;
+                rows[s] = s;
+                cl[s]++;
+            }
+            qs[n] = n;
+            model_batch_t b = {n, toks + (size_t)step * n, n, qs, cl, sp, n, rows};
+            float *o = lg[r] + per * step;
+            pair_ok(model_forward(ctx, arena, &l, &b, o));
+            for (int s = 0; r == 0 && s < n; s++) { /* greedy next token of the plain run */
+                int best = 0;
+                for (int v = 1; v < vocab; v++)
+                    best = o[(size_t)s * vocab + v] > o[(size_t)s * vocab + best] ? v : best;
+                toks[(size_t)(step + 1) * n + s] = best;
+            }
+        }
+        ok = ok && model_ctx_graphs(ctx) == MODEL_GRAPHS_ON;
+        model_ctx_destroy(ctx);
+    }
+    pair_ok(backend_set_options(gpu, "gemv_fuse=on"));
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < per * steps; i++) {
+        if (isnan(lg[0][i]) || isnan(lg[1][i]))
+            num = INFINITY;
+        num = fmax(num, fabs((double)lg[1][i] - lg[0][i]));
+        den = fmax(den, fabs((double)lg[0][i]));
+    }
+    snprintf(shape, sizeof shape, "tiny-llama int4 kv fp8 n %d steps %d fused / plain", n, steps);
+    report("decode_fuse", shape, ok ? (den > 0.0 ? num / den : num) : INFINITY, 2e-3);
+    for (int s = 0; s < n; s++)
+        kv_seq_deinit(&seqs[s]);
+    free(seqs);
+    free(sp);
+    free(toks);
+    free(qs);
+    free(cl);
+    free(rows);
+    free(lg[0]);
+    free(lg[1]);
+    gpu->ops->free(gpu, arena);
+    model_destroy(m);
+}
+
 /* ==== GLM-4.5 / DeepSeek-V3 ops (kernels/family.cu) ==== */
 
 static void case_bias_add(int n, int d)
@@ -3926,6 +4252,7 @@ static void cases_matmul(void)
     cases_w4wg();
     cases_matmul_group();
     cases_act_f16wg();
+    cases_mm_fused();
 }
 
 /* matmul_w4wg (session 10, wgmma): each configuration forced at fixture shapes (rows past N in
@@ -4145,6 +4472,13 @@ int main(void)
         cases_act_f16wg();
         return finish();
     }
+    if (getenv("PD_GPU_TEST_FUSED") && atoi(getenv("PD_GPU_TEST_FUSED"))) {
+        cases_mm_fused(); /* the slice GEMV with the small ops folded in (quick device rounds) */
+        case_decode_fuse(1, 5);
+        case_decode_fuse(3, 4);
+        case_decode_fuse(4, 3);
+        return finish();
+    }
     if (getenv("PD_GPU_TEST_MMA2") && atoi(getenv("PD_GPU_TEST_MMA2"))) {
         /* the matmul_int4_mma2 cases alone (quick device rounds) */
         cases_int4_mma2();
@@ -4338,6 +4672,8 @@ int main(void)
     case_decode_pdl(PD_WFMT_INT4, PD_KV_FP8, 1, 4);
     case_decode_pdl(PD_WFMT_INT4, PD_KV_FP8, 3, 3);
     case_decode_pdl(PD_WFMT_FP8, PD_KV_BF16, 1, 4);
+    case_decode_fuse(1, 5);
+    case_decode_fuse(3, 4);
     cases_family();
     return finish();
 }
