@@ -60,7 +60,9 @@
  * A / B switches of the decode step (default on; =0 the earlier path): PD_CUDA_WG_ACT (the fused
  * ops write matmul_w4wg's f16 activation image, act_quant's PD_ACT_F16WG), PD_CUDA_SAMPLE_SPLIT
  * (greedy rows across blocks), PD_CUDA_ROPE_WARPS (RoPE + KV write a warp per (token, head)),
- * PD_CUDA_W4BULK (matmul_w4gemv's bulk-fed weight ring, sm_90+; matmul_set_w4bulk).
+ * PD_CUDA_W4BULK (matmul_w4gemv's bulk-fed weight ring, sm_90+; matmul_set_w4bulk),
+ * PD_CUDA_GEMV_FUSE / option gemv_fuse (matmul_fused: the norm, SiLU·mul and residual adds
+ * inside the INT4 slice GEMV; off: matmul_fused_ok says no and the model runs the plain ops).
  */
 #ifndef PD_KERNELS_BACKEND_CUDA_H
 #define PD_KERNELS_BACKEND_CUDA_H
