@@ -138,9 +138,10 @@ typedef struct {
     void *sample_scratch; /* sample_run's (SAMPLE_SCRATCH_BYTES, kept zeroed by the kernel) */
     /* act_quant asks the fused ops for the wgmma GEMM's f16 image (PD_CUDA_WG_ACT=0: off) */
     bool wg_act;
-    /* PD_CUDA_GEMV_FUSE (default on): matmul_fused for tiled INT4 at the slice GEMV's n (the
-     * norm, SiLU·mul and residual add inside the GEMV); off: matmul_fused_ok says no */
-    bool gemv_fuse;
+    /* PD_CUDA_GEMV_FUSE / option gemv_fuse: matmul_fused for tiled INT4 at the slice GEMV's n:
+     * 0 off (matmul_fused_ok says no), 1 (default) the norms and residual adds inside the GEMV,
+     * 2 also SiLU·mul in down's prologue */
+    int gemv_fuse;
     bool no_moe_grouped; /* moe_grouped=off: moe_prepare declines, experts grouped on the host */
     unsigned env_set;    /* CUDA__ENV_* bits: options fixed by the environment */
     int pdl; /* option pdl / PD_CUDA_PDL: programmatic dependent launch of the decode GEMVs */
@@ -758,11 +759,12 @@ static void cuda_matmul_group(pd_backend_t *be, float *const *outs, const float 
  * add folded into its prologue / epilogue (matmul_w4gemv_fused) where cuda__matmul would run
  * the slice GEMV (tiled INT4 at n <= CUDA_XGEMV_MAX_N_INT4). A group runs the plan of its summed
  * rows, as cuda__matmul_group does. */
-static bool cuda_matmul_fused_ok(pd_backend_t *be, const pd_weight_t *w, int n)
+static bool cuda_matmul_fused_ok(pd_backend_t *be, const pd_weight_t *w, int n, pd_pro_t pro)
 {
     cuda_t *c = cuda__get(be);
     int xp[4];
-    if (!c->gemv_fuse || n < 1 || !cuda__int4_tiled(w))
+    if (!c->gemv_fuse || n < 1 || !cuda__int4_tiled(w) ||
+        (pro == PD_PRO_SILU_MUL && c->gemv_fuse < 2))
         return false;
     cuda__xgemv_plan(c, w, n, xp);
     return xp[0] > 0;
@@ -1954,8 +1956,9 @@ static pd_status_t cuda_set_option(pd_backend_t *be, const char *key, const char
     } else if (!strcmp(key, "gemv_fuse")) {
         ok = b >= 0;
         bit = CUDA__ENV_GEMV_FUSE;
+        ok = ok || !strcmp(value, "2");
         if (ok && !(c->env_set & bit))
-            c->gemv_fuse = b;
+            c->gemv_fuse = b >= 0 ? b : 2;
     } else if (!strcmp(key, "fp8_accum")) {
         ok = !strcmp(value, "fast") || !strcmp(value, "exact");
         bit = CUDA__ENV_ACCUM;
@@ -2082,7 +2085,7 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     env = getenv("PD_CUDA_WG_ACT");
     c->wg_act = !env || !*env || cuda__onoff(env) != 0;
     env = getenv("PD_CUDA_GEMV_FUSE");
-    c->gemv_fuse = !env || !*env || cuda__onoff(env) != 0;
+    c->gemv_fuse = !env || !*env ? 1 : !strcmp(env, "2") ? 2 : cuda__onoff(env) != 0;
     c->env_set |= env && *env ? CUDA__ENV_GEMV_FUSE : 0;
     env = getenv("PD_CUDA_INT4_GEMM"); /* bf16: INT4 prefill GEMMs dequantized to bf16 */
     c->int4_fp8 = 1;

@@ -321,7 +321,9 @@ typedef struct {
 
     /* The decode layer's small ops folded into its matmuls (CUDA: tiled INT4 at the slice
      * GEMV's batch sizes: no add + RMSNorm or SiLU·mul launch, no separate residual add).
-     * matmul_fused_ok: whether matmul_fused takes w at n (false: the model runs the plain ops).
+     * matmul_fused_ok: whether matmul_fused takes w at n with prologue pro (false: the model
+     * runs the plain ops; CUDA declines PD_PRO_SILU_MUL unless PD_CUDA_GEMV_FUSE=2: every block
+     * of the slice GEMV would recompute its slice's SiLU, measured slower in session 11).
      * matmul_fused: outs[i] (n, ws[i]->n) f32 = a @ ws[i]^T, or with acc outs[i] += it, for i <
      * count (1 .. 3 weights of the same K, each one matmul_fused_ok said yes for at n); a made
      * of x by pro: PD_PRO_NONE x (n, K); PD_PRO_RMSNORM rmsnorm(x) * norm_w with eps (x (n, K),
@@ -329,7 +331,7 @@ typedef struct {
      * are the plain ops' (rmsnorm, matmul, add, silu_mul) up to the summation order of the
      * norm's sum of squares (CUDA: NONE, SILU_MUL and acc give the plain ops' bits). NULL: the
      * model runs the plain ops. */
-    bool (*matmul_fused_ok)(pd_backend_t *be, const pd_weight_t *w, int n);
+    bool (*matmul_fused_ok)(pd_backend_t *be, const pd_weight_t *w, int n, pd_pro_t pro);
     void (*matmul_fused)(pd_backend_t *be, float *const *outs, const float *x, pd_pro_t pro,
                          const uint16_t *norm_w, float eps, const pd_weight_t *const *ws,
                          int count, int n, bool acc);

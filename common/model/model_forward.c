@@ -363,16 +363,19 @@ static void fwd__mm(model_ctx_t *c, float *out, const float *x, pd_act_t quant,
 }
 
 /* Whether layer L runs its matmuls with the small ops folded in (backend.h matmul_fused): the
- * backend takes all six of its dense weights at n, one rank (the residual add happens in the o
- * and down matmuls, before any all-reduce could). */
+ * backend takes all six of its dense weights at n (q, k, v and gate_up after a norm, o and down
+ * on their inputs as they are), one rank (the residual add happens in the o and down matmuls,
+ * before any all-reduce could). */
 static bool fwd__fused(const model_ctx_t *c, const model_layer_t *L, int n)
 {
     const pd_backend_ops_t *o = c->be->ops;
     pd_backend_t *be = c->be;
+    const pd_pro_t nrm = PD_PRO_RMSNORM, as_is = PD_PRO_NONE;
     return c->m->tp_size == 1 && !L->moe && o->matmul_fused && o->matmul_fused_ok &&
-           o->matmul_fused_ok(be, &L->q, n) && o->matmul_fused_ok(be, &L->k, n) &&
-           o->matmul_fused_ok(be, &L->v, n) && o->matmul_fused_ok(be, &L->o, n) &&
-           o->matmul_fused_ok(be, &L->gate_up, n) && o->matmul_fused_ok(be, &L->down, n);
+           o->matmul_fused_ok(be, &L->q, n, nrm) && o->matmul_fused_ok(be, &L->k, n, nrm) &&
+           o->matmul_fused_ok(be, &L->v, n, nrm) && o->matmul_fused_ok(be, &L->o, n, as_is) &&
+           o->matmul_fused_ok(be, &L->gate_up, n, nrm) &&
+           o->matmul_fused_ok(be, &L->down, n, as_is);
 }
 
 /* Enqueues the whole step for n rows: embedding, layers, and (n_logits > 0) the final norm and
@@ -459,7 +462,12 @@ static pd_status_t ctx__enqueue(model_ctx_t *c, void *arena, const kv_layout_t *
             const pd_weight_t *wo = &L->o, *wgu = &L->gate_up, *wdn = &L->down;
             o->matmul_fused(be, &xo, c->attn, PD_PRO_NONE, NULL, 0.0f, &wo, 1, n, true);
             o->matmul_fused(be, &guo, c->x, PD_PRO_RMSNORM, L->mlp_norm, eps, &wgu, 1, n, false);
-            o->matmul_fused(be, &xo, c->gu, PD_PRO_SILU_MUL, NULL, 0.0f, &wdn, 1, n, true);
+            if (o->matmul_fused_ok(be, wdn, n, PD_PRO_SILU_MUL)) {
+                o->matmul_fused(be, &xo, c->gu, PD_PRO_SILU_MUL, NULL, 0.0f, &wdn, 1, n, true);
+            } else {
+                o->silu_mul(be, c->act, c->gu, n, m->ffn);
+                o->matmul_fused(be, &xo, c->act, PD_PRO_NONE, NULL, 0.0f, &wdn, 1, n, true);
+            }
             continue;
         }
         o->matmul(be, c->tmp, c->attn, &L->o, n);

@@ -2046,7 +2046,7 @@ static void case_mm_fused(int n, int d, int f, uint64_t seed)
 
     size_t oks = 0;
     for (int i = 0; i < 6; i++)
-        oks += gpu->ops->matmul_fused_ok(gpu, &wg[i], n);
+        oks += gpu->ops->matmul_fused_ok(gpu, &wg[i], n, PD_PRO_NONE);
     snprintf(what, sizeof what, "%s: matmul_fused_ok (INT4 x 6)", shape);
     report("mm fused", what, (double)(6 - oks), 0.0);
     if (oks != 6)
@@ -2182,10 +2182,19 @@ static void case_mm_fused_no(void)
     pd_weight_t host[2], wc[2], wg[2];
     weight_host_new(PD_WFMT_INT4, 256, 512, gpu, &host[0], &wc[0], &wg[0]);
     weight_host_new(PD_WFMT_FP8, 256, 512, gpu, &host[1], &wc[1], &wg[1]);
-    const double yes = (double)gpu->ops->matmul_fused_ok(gpu, &wg[0], 16) +
-                       (double)gpu->ops->matmul_fused_ok(gpu, &wg[1], 1) +
-                       (double)!gpu->ops->matmul_fused_ok(gpu, &wg[0], 1);
-    report("mm fused", "matmul_fused_ok: INT4 n 16, FP8 n 1 no; INT4 n 1 yes", yes, 0.0);
+    const pd_pro_t nrm = PD_PRO_RMSNORM, slu = PD_PRO_SILU_MUL;
+    double yes = (double)gpu->ops->matmul_fused_ok(gpu, &wg[0], 16, nrm) +
+                 (double)gpu->ops->matmul_fused_ok(gpu, &wg[1], 1, nrm) +
+                 (double)!gpu->ops->matmul_fused_ok(gpu, &wg[0], 1, nrm);
+    /* SiLU·mul only at gemv_fuse=2 (unless the environment pins the option) */
+    if (!getenv("PD_CUDA_GEMV_FUSE")) {
+        yes += (double)gpu->ops->matmul_fused_ok(gpu, &wg[0], 1, slu);
+        pair_ok(backend_set_options(gpu, "gemv_fuse=2"));
+        yes += (double)!gpu->ops->matmul_fused_ok(gpu, &wg[0], 1, slu);
+        pair_ok(backend_set_options(gpu, "gemv_fuse=on"));
+    }
+    report("mm fused", "matmul_fused_ok: INT4 n 16, FP8 n 1, SiLU at 1 no; INT4 n 1 yes", yes,
+           0.0);
     for (int i = 0; i < 2; i++) {
         model_host_weight_free(&host[i]);
         backend_weight_free(cpu, &wc[i]);
@@ -3692,7 +3701,7 @@ static void case_decode_fuse(int n, int steps)
     int32_t *toks = xmalloc((size_t)n * (steps + 1) * 4), *qs = xmalloc(((size_t)n + 1) * 4),
             *cl = xmalloc((size_t)n * 4), *rows = xmalloc((size_t)n * 4);
     const size_t per = (size_t)n * vocab;
-    float *lg[2] = {xmalloc(per * steps * 4), xmalloc(per * steps * 4)};
+    float *lg[3] = {xmalloc(per * steps * 4), xmalloc(per * steps * 4), xmalloc(per * steps * 4)};
     for (int s = 0; s < n; s++) {
         kv_seq_init(&seqs[s]);
         for (int p = 0; p < per_seq; p++)
@@ -3700,11 +3709,13 @@ static void case_decode_fuse(int n, int steps)
         sp[s] = &seqs[s];
         toks[s] = (int32_t)(1 + rng_next() % (uint64_t)(vocab - 1));
     }
-    bool ok = gpu->ops->matmul_fused_ok && gpu->ops->matmul_fused_ok(gpu, &m->layers[0].q, n) &&
-              gpu->ops->matmul_fused_ok(gpu, &m->layers[0].down, n);
-    for (int r = 0; r < 2; r++) { /* r 0: off, r 1: on */
+    bool ok = gpu->ops->matmul_fused_ok &&
+              gpu->ops->matmul_fused_ok(gpu, &m->layers[0].q, n, PD_PRO_RMSNORM) &&
+              gpu->ops->matmul_fused_ok(gpu, &m->layers[0].down, n, PD_PRO_NONE);
+    static const char *const opt[3] = {"gemv_fuse=off", "gemv_fuse=on", "gemv_fuse=2"};
+    for (int r = 0; r < 3; r++) { /* off, on (norms and adds), 2 (SiLU·mul too) */
         model_ctx_t *ctx = NULL;
-        pair_ok(backend_set_options(gpu, r ? "gemv_fuse=on" : "gemv_fuse=off"));
+        pair_ok(backend_set_options(gpu, opt[r]));
         pair_ok(model_ctx_create(m, &ctx));
         model_ctx_set_graphs(ctx, MODEL_GRAPHS_ON);
         pair_ok(gpu->ops->memset(gpu, arena, 0, ab));
@@ -3732,13 +3743,14 @@ static void case_decode_fuse(int n, int steps)
     }
     pair_ok(backend_set_options(gpu, "gemv_fuse=on"));
     double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < per * steps; i++) {
-        if (isnan(lg[0][i]) || isnan(lg[1][i]))
-            num = INFINITY;
-        num = fmax(num, fabs((double)lg[1][i] - lg[0][i]));
-        den = fmax(den, fabs((double)lg[0][i]));
-    }
-    snprintf(shape, sizeof shape, "tiny-llama int4 kv fp8 n %d steps %d fused / plain", n, steps);
+    for (size_t i = 0; i < per * steps; i++)
+        for (int r = 1; r < 3; r++) {
+            if (isnan(lg[0][i]) || isnan(lg[r][i]))
+                num = INFINITY;
+            num = fmax(num, fabs((double)lg[r][i] - lg[0][i]));
+            den = fmax(den, fabs((double)lg[0][i]));
+        }
+    snprintf(shape, sizeof shape, "tiny-llama int4 kv fp8 n %d steps %d fused 1, 2 / plain", n, steps);
     report("decode_fuse", shape, ok ? (den > 0.0 ? num / den : num) : INFINITY, 2e-3);
     for (int s = 0; s < n; s++)
         kv_seq_deinit(&seqs[s]);
@@ -3748,8 +3760,8 @@ static void case_decode_fuse(int n, int steps)
     free(qs);
     free(cl);
     free(rows);
-    free(lg[0]);
-    free(lg[1]);
+    for (int r = 0; r < 3; r++)
+        free(lg[r]);
     gpu->ops->free(gpu, arena);
     model_destroy(m);
 }
