@@ -139,8 +139,9 @@ typedef struct {
     /* act_quant asks the fused ops for the wgmma GEMM's f16 image (PD_CUDA_WG_ACT=0: off) */
     bool wg_act;
     /* PD_CUDA_GEMV_FUSE / option gemv_fuse: matmul_fused for tiled INT4 at the slice GEMV's n:
-     * 0 off (matmul_fused_ok says no), 1 (default) the norms and residual adds inside the GEMV,
-     * 2 also SiLU·mul in down's prologue */
+     * 0 off (matmul_fused_ok says no), 1 the norms and residual adds inside the GEMVs, 2
+     * (default) also SiLU·mul in gate_up's epilogue, 3 SiLU·mul in down's prologue instead (every
+     * block recomputes its slice's SiLU: session 11 measured that slower) */
     int gemv_fuse;
     bool no_moe_grouped; /* moe_grouped=off: moe_prepare declines, experts grouped on the host */
     unsigned env_set;    /* CUDA__ENV_* bits: options fixed by the environment */
@@ -759,23 +760,27 @@ static void cuda_matmul_group(pd_backend_t *be, float *const *outs, const float 
  * add folded into its prologue / epilogue (matmul_w4gemv_fused) where cuda__matmul would run
  * the slice GEMV (tiled INT4 at n <= CUDA_XGEMV_MAX_N_INT4). A group runs the plan of its summed
  * rows, as cuda__matmul_group does. */
-static bool cuda_matmul_fused_ok(pd_backend_t *be, const pd_weight_t *w, int n, pd_pro_t pro)
+static bool cuda_matmul_fused_ok(pd_backend_t *be, const pd_weight_t *w, int n, pd_pro_t pro,
+                                 pd_epi_t epi)
 {
     cuda_t *c = cuda__get(be);
     int xp[4];
     if (!c->gemv_fuse || n < 1 || !cuda__int4_tiled(w) ||
-        (pro == PD_PRO_SILU_MUL && c->gemv_fuse < 2))
+        (pro == PD_PRO_SILU_MUL && c->gemv_fuse != 3) ||
+        (epi == PD_EPI_SILU_MUL && c->gemv_fuse != 2))
         return false;
     cuda__xgemv_plan(c, w, n, xp);
-    return xp[0] > 0;
+    return xp[0] > 0 && (epi != PD_EPI_SILU_MUL || w->n % (2 * xp[0]) == 0);
 }
 
 static pd_status_t cuda__matmul_fused(cuda_t *c, float *const *outs, const float *x, pd_pro_t pro,
                                       const uint16_t *norm_w, float eps,
-                                      const pd_weight_t *const *ws, int count, int n, bool acc)
+                                      const pd_weight_t *const *ws, int count, int n,
+                                      pd_epi_t epi)
 {
     const int kinds[3] = {MATMUL_PRO_NONE, MATMUL_PRO_RMSNORM, MATMUL_PRO_SILU};
-    if (count < 1 || count > MATMUL_GROUP_MAX || (unsigned)pro > PD_PRO_SILU_MUL)
+    if (count < 1 || count > MATMUL_GROUP_MAX || (unsigned)pro > PD_PRO_SILU_MUL ||
+        (unsigned)epi > PD_EPI_SILU_MUL || (epi == PD_EPI_SILU_MUL && count != 1))
         return PD_ERR_INVALID;
     pd_weight_t sum = *ws[0]; /* the plan's stand-in: the summed rows */
     sum.n = 0;
@@ -793,16 +798,22 @@ static pd_status_t cuda__matmul_fused(cuda_t *c, float *const *outs, const float
         pd_log_error("backend cuda: matmul_fused at n %d (matmul_fused_ok said no)", n);
         return PD_ERR_INVALID;
     }
-    const matmul_pro_t p = {kinds[pro], acc ? 1 : 0, norm_w, eps};
+    if (epi == PD_EPI_SILU_MUL && ws[0]->n % (2 * xp[0]) != 0) {
+        pd_log_error("backend cuda: matmul_fused: SiLU·mul of %lld rows in tiles of %d",
+                     (long long)ws[0]->n, xp[0]);
+        return PD_ERR_INVALID;
+    }
+    const matmul_pro_t p = {kinds[pro], epi == PD_EPI_ACC,
+                            epi == PD_EPI_SILU_MUL ? MATMUL_EPI_SILU : MATMUL_EPI_NONE, norm_w, eps};
     return matmul_w4gemv_fused(outs, x, &p, ws, count, n, xp[0], xp[1], xp[2], xp[3], c->stream);
 }
 
 static void cuda_matmul_fused(pd_backend_t *be, float *const *outs, const float *x, pd_pro_t pro,
                               const uint16_t *norm_w, float eps, const pd_weight_t *const *ws,
-                              int count, int n, bool acc)
+                              int count, int n, pd_epi_t epi)
 {
     cuda_t *c = cuda__get(be);
-    cuda__note(c, cuda__matmul_fused(c, outs, x, pro, norm_w, eps, ws, count, n, acc));
+    cuda__note(c, cuda__matmul_fused(c, outs, x, pro, norm_w, eps, ws, count, n, epi));
 }
 
 /* FP8 matmul on activations the fused ops already quantized (backend.h matmul_fp8; xq (n, K)
@@ -1956,9 +1967,10 @@ static pd_status_t cuda_set_option(pd_backend_t *be, const char *key, const char
     } else if (!strcmp(key, "gemv_fuse")) {
         ok = b >= 0;
         bit = CUDA__ENV_GEMV_FUSE;
-        ok = ok || !strcmp(value, "2");
+        const bool lv = !strcmp(value, "2") || !strcmp(value, "3");
+        ok = ok || lv;
         if (ok && !(c->env_set & bit))
-            c->gemv_fuse = b >= 0 ? b : 2;
+            c->gemv_fuse = lv ? value[0] - '0' : b ? 2 : 0;
     } else if (!strcmp(key, "fp8_accum")) {
         ok = !strcmp(value, "fast") || !strcmp(value, "exact");
         bit = CUDA__ENV_ACCUM;
@@ -2085,7 +2097,9 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     env = getenv("PD_CUDA_WG_ACT");
     c->wg_act = !env || !*env || cuda__onoff(env) != 0;
     env = getenv("PD_CUDA_GEMV_FUSE");
-    c->gemv_fuse = !env || !*env ? 1 : !strcmp(env, "2") ? 2 : cuda__onoff(env) != 0;
+    c->gemv_fuse = !env || !*env                          ? 2
+                   : !strcmp(env, "2") || !strcmp(env, "3") ? env[0] - '0'
+                                                            : cuda__onoff(env) != 0;
     c->env_set |= env && *env ? CUDA__ENV_GEMV_FUSE : 0;
     env = getenv("PD_CUDA_INT4_GEMM"); /* bf16: INT4 prefill GEMMs dequantized to bf16 */
     c->int4_fp8 = 1;

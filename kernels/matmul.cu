@@ -1200,6 +1200,11 @@ struct matmul__w4segs {
 struct matmul__w4pro {
     int kind; /* MATMUL_PRO_NONE, MATMUL_PRO_RMSNORM, MATMUL_PRO_SILU (matmul.h) */
     int acc;
+    /* MATMUL_EPI_SILU: the tiles of rows [0, N / 2) (gate) and [N / 2, N) (up) run in pairs, a
+     * gate tile then its up tile in the same block, and the up tile's end writes silu(g) * u
+     * (n, N / 2) with silu_mul's expression; the gate tile's sums wait in warp 0's region of the
+     * partial-sum slot of parity 0 (a block's gate tiles are its even local tiles) */
+    int pair;
     const uint16_t *nw; /* RMSNORM: the norm's weights (K) bf16 */
     float eps;
 };
@@ -1236,9 +1241,10 @@ static __device__ __forceinline__ float4 matmul__pro4(int kind, const uint16_t *
  * weights one after the other), warp s the groups [s ups, min((s + 1) ups, K / 128)) of each.
  * GROUP false: sg holds one weight and the segment lookups compile away (the same registers as
  * before groups existed: 128 / 124 / 104; the grouped ones 128 / 126 / 104, no spills). */
-template <int MR, int D, bool GROUP, bool BULK>
+template <int MR, int D, bool GROUP, bool BULK, bool PAIR>
 static __global__ void __launch_bounds__(512)
-    matmul__w4gemv(const matmul__w4segs sg, const float *x, int n, int64_t K, int ups, int rs,
+    matmul__w4gemv(const __grid_constant__ matmul__w4segs sg, const float *x, int n, int64_t K,
+                   int ups, int rs,
                    const __grid_constant__ matmul__w4pro pro)
 {
 #if __CUDA_ARCH__ < 900
@@ -1275,9 +1281,20 @@ static __global__ void __launch_bounds__(512)
     /* the segment of tile t and its first tile */
     auto seg_of = [&](int t) { return !GROUP ? 0 : t < te0 ? 0 : t < te1 ? 1 : 2; };
     auto seg_t0 = [&](int s) { return s == 0 ? 0 : s == 1 ? te0 : te1; };
-    const int ntl =
-        (int)blockIdx.x < ntiles ? (ntiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
+    /* PAIR (pro.pair; a separate instantiation: the branch spilled the 128-register kernels):
+     * block b takes the pairs b, b + G, ... of (gate tile p, up tile PH + p), PH = ntiles / 2 */
+    /* PH read where used (from the grid-constant parameter: no register across the loop) */
+#define MATMUL__PH (sg.tend[MATMUL_GROUP_MAX - 1] >> 1)
+    const int nb = PAIR ? MATMUL__PH : ntiles;
+    const int ntl = ((int)blockIdx.x < nb ? (nb - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0) *
+                    (PAIR ? 2 : 1);
     const int T = ntl * nU;
+    /* the block's tile after tile t */
+    auto next_tile = [&](int t) {
+        return !PAIR                ? t + (int)gridDim.x
+               : t < MATMUL__PH ? t + MATMUL__PH
+                                : t - MATMUL__PH + (int)gridDim.x;
+    };
 
     /* the load cursor: tile lt, group li of the slice; wb / sb its tile's bases for the lane (the
      * segment is found again from lt where needed: one register less than keeping it) */
@@ -1320,7 +1337,7 @@ static __global__ void __launch_bounds__(512)
                 }
         if (++li == nU) {
             li = 0;
-            lt += gridDim.x;
+            lt = next_tile(lt);
             base(lt);
         }
     };
@@ -1463,7 +1480,32 @@ static __global__ void __launch_bounds__(512)
                 fa[r * 4 + i] = acc[r][i] * m2[i & 1];
                 acc[r][i] = 0.0f;
             }
-        if (matmul__tile_sum<NA>(fa, part, jt & 1, warp, lane)) {
+        if (matmul__tile_sum<NA>(fa, part, jt & 1, warp, lane) && PAIR) {
+            float *stash = part; /* warp 0's region of parity 0 */
+            const int PH = MATMUL__PH;
+            if (ct < PH) { /* a gate tile: its sums wait for the up tile */
+#pragma unroll
+                for (int i = 0; i < NA; i++)
+                    stash[i * 32 + lane] = fa[i];
+            } else {
+                const int64_t row0 = (int64_t)(ct - PH) * 16 * MR, N = (int64_t)PH * 16 * MR;
+#pragma unroll
+                for (int i = 0; i < 2; i++) {
+                    const int t = 2 * tq + i;
+                    if (t >= n)
+                        continue;
+#pragma unroll
+                    for (int r = 0; r < MR; r++)
+#pragma unroll
+                        for (int h = 0; h < 2; h++) {
+                            const int e = r * 4 + 2 * h + i;
+                            const float g = stash[e * 32 + lane], u = fa[e];
+                            out0[(size_t)t * N + row0 + 16 * r + 8 * h + gq] =
+                                g / (1.0f + expf(-g)) * u;
+                        }
+                }
+            }
+        } else if (warp == 0) {
             const int cs = seg_of(ct);
             const int64_t row0 = (int64_t)(ct - seg_t0(cs)) * 16 * MR,
                           N = MATMUL__PICK(cs, N0, N1, N2);
@@ -1484,7 +1526,7 @@ static __global__ void __launch_bounds__(512)
             }
         }
         ci = 0;
-        ct += gridDim.x;
+        ct = next_tile(ct);
         jt++;
     };
     for (int k0 = 0; k0 < T; k0 += D) {
@@ -2441,18 +2483,18 @@ extern "C" void matmul_w8gemv_plan(int n, int64_t N, int64_t K, int n_sm, int *r
     matmul__xg_plan(true, n, N, K, n_sm, rows_p, slices_p, depth_p, blocks_p);
 }
 
-template <int MR, int D, bool GROUP, bool BULK>
+template <int MR, int D, bool GROUP, bool BULK, bool PAIR>
 static void matmul__w4gemv_go(const matmul__w4segs &sg, const float *x, int n, int64_t K, int S,
                               int G, int ups, int rs, size_t smem, const matmul__w4pro &pro,
                               cudaStream_t stream)
 {
     static bool attr;
     if (!attr) {
-        cudaFuncSetAttribute(matmul__w4gemv<MR, D, GROUP, BULK>,
+        cudaFuncSetAttribute(matmul__w4gemv<MR, D, GROUP, BULK, PAIR>,
                              cudaFuncAttributeMaxDynamicSharedMemorySize, MATMUL__SMEM_MAX);
         attr = true;
     }
-    kutil_launch_pdl(matmul__w4gemv<MR, D, GROUP, BULK>, dim3((unsigned)G), dim3(32u * S), smem,
+    kutil_launch_pdl(matmul__w4gemv<MR, D, GROUP, BULK, PAIR>, dim3((unsigned)G), dim3(32u * S), smem,
                      stream, sg, x, n, K, ups, rs, pro);
 }
 
@@ -2462,9 +2504,11 @@ static void matmul__w4gemv_launch(const matmul__w4segs &sg, bool group, const fl
                                   const matmul__w4pro &pro, cudaStream_t stream)
 {
     if (group)
-        matmul__w4gemv_go<MR, D, true, BULK>(sg, x, n, K, S, G, ups, rs, smem, pro, stream);
+        matmul__w4gemv_go<MR, D, true, BULK, false>(sg, x, n, K, S, G, ups, rs, smem, pro, stream);
+    else if (pro.pair)
+        matmul__w4gemv_go<MR, D, false, BULK, true>(sg, x, n, K, S, G, ups, rs, smem, pro, stream);
     else
-        matmul__w4gemv_go<MR, D, false, BULK>(sg, x, n, K, S, G, ups, rs, smem, pro, stream);
+        matmul__w4gemv_go<MR, D, false, BULK, false>(sg, x, n, K, S, G, ups, rs, smem, pro, stream);
 }
 
 extern "C" pd_status_t matmul_w4gemv_fused(float *const *outs, const float *x,
@@ -2473,13 +2517,19 @@ extern "C" pd_status_t matmul_w4gemv_fused(float *const *outs, const float *x,
                                            int blocks, cudaStream_t stream)
 {
     KUTIL_REQUIRE(count >= 1 && count <= MATMUL_GROUP_MAX && outs && ws, "matmul_w4gemv");
-    matmul__w4pro pro = {MATMUL_PRO_NONE, 0, NULL, 0.0f};
+    matmul__w4pro pro = {MATMUL_PRO_NONE, 0, 0, NULL, 0.0f};
     if (p) {
         KUTIL_REQUIRE(p->kind >= MATMUL_PRO_NONE && p->kind <= MATMUL_PRO_SILU &&
                           (p->kind != MATMUL_PRO_RMSNORM || (p->nw && (uintptr_t)p->nw % 8 == 0)),
                       "matmul_w4gemv_fused");
+        /* the SiLU epilogue: one weight whose halves are whole tiles, no acc */
+        KUTIL_REQUIRE(p->epi == MATMUL_EPI_NONE ||
+                          (p->epi == MATMUL_EPI_SILU && count == 1 && !p->acc &&
+                           ws[0]->n % (2 * rows) == 0),
+                      "matmul_w4gemv_fused: epilogue");
         pro.kind = p->kind;
         pro.acc = p->acc;
+        pro.pair = p->epi == MATMUL_EPI_SILU;
         pro.nw = p->nw;
         pro.eps = p->eps;
         /* the outputs are no input of the launch (acc reads them back element by element) */

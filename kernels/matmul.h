@@ -159,11 +159,15 @@ pd_status_t matmul_w4gemv_group(float *const *outs, const float *x, const pd_wei
  *     1 / rms;
  *   MATMUL_PRO_SILU: silu(x[:, :K]) * x[:, K:], x (n, 2K); silu_mul's expression (the same
  *     bits);
- * and p->acc != 0: outs[i] += the product (the residual add's x + y, the same bits), else =. No
+ * and p->acc != 0: outs[i] += the product (the residual add's x + y, the same bits), else =;
+ * p->epi MATMUL_EPI_SILU (one weight of N rows, N % (2 rows) == 0, acc 0): outs[0] (n, N / 2)
+ * = silu(product[:, :N/2]) * product[:, N/2:] with silu_mul's expression (the same bits as the
+ * product, then silu_mul), the gate and up tiles of the same rows run in pairs by one block. No
  * output may overlap x (PD_ERR_INVALID). p NULL: matmul_w4gemv_group. */
 enum { MATMUL_PRO_NONE = 0, MATMUL_PRO_RMSNORM = 1, MATMUL_PRO_SILU = 2 };
+enum { MATMUL_EPI_NONE = 0, MATMUL_EPI_SILU = 1 };
 typedef struct {
-    int kind, acc;
+    int kind, acc, epi;
     const uint16_t *nw;
     float eps;
 } matmul_pro_t;

@@ -102,6 +102,15 @@ typedef enum {
     PD_PRO_SILU_MUL,
 } pd_pro_t;
 
+/* What matmul_fused does with its product: stores it (NONE), adds it to the output (ACC: the
+ * residual add), or stores silu_mul of it (SILU_MUL: the gate_up matmul's product (n, 2f) never
+ * stored, its output (n, f)). */
+typedef enum {
+    PD_EPI_NONE = 0,
+    PD_EPI_ACC,
+    PD_EPI_SILU_MUL,
+} pd_epi_t;
+
 /* act_quant answers PD_ACT_F16WG only for n <= PD_ACT_WG_MAX_N rows; its image then takes
  * PD_ACT_WG_ROWS(n) * k * 2 bytes of q (the rows rounded up to 64) */
 #define PD_ACT_WG_MAX_N 256
@@ -321,20 +330,21 @@ typedef struct {
 
     /* The decode layer's small ops folded into its matmuls (CUDA: tiled INT4 at the slice
      * GEMV's batch sizes: no add + RMSNorm or SiLU·mul launch, no separate residual add).
-     * matmul_fused_ok: whether matmul_fused takes w at n with prologue pro (false: the model
-     * runs the plain ops; CUDA declines PD_PRO_SILU_MUL unless PD_CUDA_GEMV_FUSE=2: every block
-     * of the slice GEMV would recompute its slice's SiLU, measured slower in session 11).
-     * matmul_fused: outs[i] (n, ws[i]->n) f32 = a @ ws[i]^T, or with acc outs[i] += it, for i <
-     * count (1 .. 3 weights of the same K, each one matmul_fused_ok said yes for at n); a made
-     * of x by pro: PD_PRO_NONE x (n, K); PD_PRO_RMSNORM rmsnorm(x) * norm_w with eps (x (n, K),
-     * left unchanged); PD_PRO_SILU_MUL silu_mul(x) (x (n, 2K)). No output overlaps x. The values
-     * are the plain ops' (rmsnorm, matmul, add, silu_mul) up to the summation order of the
-     * norm's sum of squares (CUDA: NONE, SILU_MUL and acc give the plain ops' bits). NULL: the
-     * model runs the plain ops. */
-    bool (*matmul_fused_ok)(pd_backend_t *be, const pd_weight_t *w, int n, pd_pro_t pro);
+     * matmul_fused_ok: whether matmul_fused takes w at n with prologue pro and epilogue epi
+     * (false: the model runs the plain ops).
+     * matmul_fused: a @ ws[i]^T for i < count (1 .. 3 weights of the same K, each one
+     * matmul_fused_ok said yes for at n), a made of x by pro: PD_PRO_NONE x (n, K);
+     * PD_PRO_RMSNORM rmsnorm(x) * norm_w with eps (x (n, K), left unchanged); PD_PRO_SILU_MUL
+     * silu_mul(x) (x (n, 2K)); the product by epi: PD_EPI_NONE outs[i] (n, ws[i]->n) = it;
+     * PD_EPI_ACC outs[i] += it; PD_EPI_SILU_MUL (one weight) outs[0] (n, ws[0]->n / 2) =
+     * silu_mul(it). No output overlaps x. The values are the plain ops' (rmsnorm, matmul, add,
+     * silu_mul) up to the summation order of the norm's sum of squares (CUDA: the rest gives the
+     * plain ops' bits). NULL: the model runs the plain ops. */
+    bool (*matmul_fused_ok)(pd_backend_t *be, const pd_weight_t *w, int n, pd_pro_t pro,
+                            pd_epi_t epi);
     void (*matmul_fused)(pd_backend_t *be, float *const *outs, const float *x, pd_pro_t pro,
                          const uint16_t *norm_w, float eps, const pd_weight_t *const *ws,
-                         int count, int n, bool acc);
+                         int count, int n, pd_epi_t epi);
 
     /* rope on q (n, n_heads, head_dim) and k (n, l->n_kv_heads, head_dim), then kv_write of k
      * and v at slots, in one launch; the same results as rope, rope, kv_write (CUDA:

@@ -371,11 +371,13 @@ static bool fwd__fused(const model_ctx_t *c, const model_layer_t *L, int n)
     const pd_backend_ops_t *o = c->be->ops;
     pd_backend_t *be = c->be;
     const pd_pro_t nrm = PD_PRO_RMSNORM, as_is = PD_PRO_NONE;
+    const pd_epi_t st = PD_EPI_NONE, acc = PD_EPI_ACC;
     return c->m->tp_size == 1 && !L->moe && o->matmul_fused && o->matmul_fused_ok &&
-           o->matmul_fused_ok(be, &L->q, n, nrm) && o->matmul_fused_ok(be, &L->k, n, nrm) &&
-           o->matmul_fused_ok(be, &L->v, n, nrm) && o->matmul_fused_ok(be, &L->o, n, as_is) &&
-           o->matmul_fused_ok(be, &L->gate_up, n, nrm) &&
-           o->matmul_fused_ok(be, &L->down, n, as_is);
+           o->matmul_fused_ok(be, &L->q, n, nrm, st) && o->matmul_fused_ok(be, &L->k, n, nrm, st) &&
+           o->matmul_fused_ok(be, &L->v, n, nrm, st) &&
+           o->matmul_fused_ok(be, &L->o, n, as_is, acc) &&
+           o->matmul_fused_ok(be, &L->gate_up, n, nrm, st) &&
+           o->matmul_fused_ok(be, &L->down, n, as_is, acc);
 }
 
 /* Enqueues the whole step for n rows: embedding, layers, and (n_logits > 0) the final norm and
@@ -419,7 +421,7 @@ static pd_status_t ctx__enqueue(model_ctx_t *c, void *arena, const kv_layout_t *
                 o->add(be, c->x, res, (size_t)n * d);
             res = NULL;
             o->matmul_fused(be, qkv_outs, c->x, PD_PRO_RMSNORM, L->attn_norm, eps, qkv_ws, 3, n,
-                            false);
+                            PD_EPI_NONE);
         } else {
             fwd__norm(c, res, L->attn_norm, n, qkv8);
         }
@@ -457,16 +459,23 @@ static pd_status_t ctx__enqueue(model_ctx_t *c, void *arena, const kv_layout_t *
         if (c->layer_fn)
             c->layer_fn(c->layer_arg, li);
         o->attention(be, c->attn, c->q, arena, l, li, ab, H);
-        if (fused) { /* x += attn @ o^T; gu = rmsnorm(x) @ gate_up^T; x += silu_mul(gu) @ down^T */
-            float *xo = c->x, *guo = c->gu;
+        if (fused) { /* x += attn @ o^T; x += silu_mul(rmsnorm(x) @ gate_up^T) @ down^T */
+            float *xo = c->x, *guo = c->gu, *ao = c->act;
             const pd_weight_t *wo = &L->o, *wgu = &L->gate_up, *wdn = &L->down;
-            o->matmul_fused(be, &xo, c->attn, PD_PRO_NONE, NULL, 0.0f, &wo, 1, n, true);
-            o->matmul_fused(be, &guo, c->x, PD_PRO_RMSNORM, L->mlp_norm, eps, &wgu, 1, n, false);
-            if (o->matmul_fused_ok(be, wdn, n, PD_PRO_SILU_MUL)) {
-                o->matmul_fused(be, &xo, c->gu, PD_PRO_SILU_MUL, NULL, 0.0f, &wdn, 1, n, true);
+            const pd_pro_t nrm = PD_PRO_RMSNORM;
+            o->matmul_fused(be, &xo, c->attn, PD_PRO_NONE, NULL, 0.0f, &wo, 1, n, PD_EPI_ACC);
+            if (o->matmul_fused_ok(be, wgu, n, nrm, PD_EPI_SILU_MUL)) { /* SiLU·mul in gate_up */
+                o->matmul_fused(be, &ao, c->x, nrm, L->mlp_norm, eps, &wgu, 1, n,
+                                PD_EPI_SILU_MUL);
+                o->matmul_fused(be, &xo, c->act, PD_PRO_NONE, NULL, 0.0f, &wdn, 1, n, PD_EPI_ACC);
+            } else if (o->matmul_fused_ok(be, wdn, n, PD_PRO_SILU_MUL, PD_EPI_ACC)) { /* in down */
+                o->matmul_fused(be, &guo, c->x, nrm, L->mlp_norm, eps, &wgu, 1, n, PD_EPI_NONE);
+                o->matmul_fused(be, &xo, c->gu, PD_PRO_SILU_MUL, NULL, 0.0f, &wdn, 1, n,
+                                PD_EPI_ACC);
             } else {
+                o->matmul_fused(be, &guo, c->x, nrm, L->mlp_norm, eps, &wgu, 1, n, PD_EPI_NONE);
                 o->silu_mul(be, c->act, c->gu, n, m->ffn);
-                o->matmul_fused(be, &xo, c->act, PD_PRO_NONE, NULL, 0.0f, &wdn, 1, n, true);
+                o->matmul_fused(be, &xo, c->act, PD_PRO_NONE, NULL, 0.0f, &wdn, 1, n, PD_EPI_ACC);
             }
             continue;
         }

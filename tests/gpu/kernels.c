@@ -2046,14 +2046,14 @@ static void case_mm_fused(int n, int d, int f, uint64_t seed)
 
     size_t oks = 0;
     for (int i = 0; i < 6; i++)
-        oks += gpu->ops->matmul_fused_ok(gpu, &wg[i], n, PD_PRO_NONE);
+        oks += gpu->ops->matmul_fused_ok(gpu, &wg[i], n, PD_PRO_NONE, PD_EPI_NONE);
     snprintf(what, sizeof what, "%s: matmul_fused_ok (INT4 x 6)", shape);
     report("mm fused", what, (double)(6 - oks), 0.0);
     if (oks != 6)
         goto done;
 
     /* RMSNORM, the q / k / v group */
-    gpu->ops->matmul_fused(gpu, p1, px.g, PD_PRO_RMSNORM, pnw.g, eps, ws, 3, n, false);
+    gpu->ops->matmul_fused(gpu, p1, px.g, PD_PRO_RMSNORM, pnw.g, eps, ws, 3, n, PD_EPI_NONE);
     gpu->ops->rmsnorm(gpu, h.g, px.g, pnw.g, n, d, eps);
     gpu->ops->matmul_group(gpu, p2, h.g, ws, 3, n);
     cpu->ops->rmsnorm(cpu, h.c, px.c, pnw.c, n, d, eps);
@@ -2076,20 +2076,20 @@ static void case_mm_fused(int n, int d, int f, uint64_t seed)
     /* NONE + acc: x1 += at @ o^T against matmul, add */
     float *xo1 = x1.g, *xo2 = x2.g, *gq1 = g1.g;
     const pd_weight_t *wo = &wg[3], *wgu = &wg[4], *wdn = &wg[5];
-    gpu->ops->matmul_fused(gpu, &xo1, pat.g, PD_PRO_NONE, NULL, 0.0f, &wo, 1, n, true);
+    gpu->ops->matmul_fused(gpu, &xo1, pat.g, PD_PRO_NONE, NULL, 0.0f, &wo, 1, n, PD_EPI_ACC);
     gpu->ops->matmul(gpu, tmp.g, pat.g, wo, n);
     gpu->ops->add(gpu, x2.g, tmp.g, (size_t)n * d);
     snprintf(what, sizeof what, "%s: o acc == matmul + add (bytes)", shape);
     report("mm fused", what, (double)dev_bytes_differ(x1.g, x2.g, (size_t)n * d * 4), 0.0);
 
     /* RMSNORM on gate_up, plain and with acc (onto a copy of gu) */
-    gpu->ops->matmul_fused(gpu, &gq1, x1.g, PD_PRO_RMSNORM, pnw.g, eps, &wgu, 1, n, false);
+    gpu->ops->matmul_fused(gpu, &gq1, x1.g, PD_PRO_RMSNORM, pnw.g, eps, &wgu, 1, n, PD_EPI_NONE);
     gpu->ops->rmsnorm(gpu, h.g, x2.g, pnw.g, n, d, eps);
     gpu->ops->matmul(gpu, g2.g, h.g, wgu, n);
     snprintf(what, sizeof what, "%s: gate_up rmsnorm == plain ops", shape);
     report("mm fused", what, dev_rel_err(g1.g, g2.g, (size_t)n * 2 * f), 2e-4);
     pair_ok(gpu->ops->copy(gpu, g1.g, pgu.g, (size_t)n * 2 * f * 4));
-    gpu->ops->matmul_fused(gpu, &gq1, x1.g, PD_PRO_RMSNORM, pnw.g, eps, &wgu, 1, n, true);
+    gpu->ops->matmul_fused(gpu, &gq1, x1.g, PD_PRO_RMSNORM, pnw.g, eps, &wgu, 1, n, PD_EPI_ACC);
     pair_ok(gpu->ops->copy(gpu, g2.g, pgu.g, (size_t)n * 2 * f * 4));
     {
         pair_t t2 = pair_new((size_t)n * 2 * f * 4, NULL);
@@ -2101,12 +2101,31 @@ static void case_mm_fused(int n, int d, int f, uint64_t seed)
     report("mm fused", what, dev_rel_err(g1.g, g2.g, (size_t)n * 2 * f), 2e-4);
 
     /* SILU_MUL + acc: x1 += silu_mul(gu) @ down^T against silu_mul, matmul, add (x1 == x2 here) */
-    gpu->ops->matmul_fused(gpu, &xo1, pgu.g, PD_PRO_SILU_MUL, NULL, 0.0f, &wdn, 1, n, true);
+    gpu->ops->matmul_fused(gpu, &xo1, pgu.g, PD_PRO_SILU_MUL, NULL, 0.0f, &wdn, 1, n, PD_EPI_ACC);
     gpu->ops->silu_mul(gpu, act.g, pgu.g, n, f);
     gpu->ops->matmul(gpu, tmp.g, act.g, wdn, n);
     gpu->ops->add(gpu, xo2, tmp.g, (size_t)n * d);
     snprintf(what, sizeof what, "%s: down silu acc == plain ops (bytes)", shape);
     report("mm fused", what, (double)dev_bytes_differ(x1.g, x2.g, (size_t)n * d * 4), 0.0);
+
+    /* the SiLU·mul epilogue on gate_up: on the plain norm's h (bytes of matmul + silu_mul) and
+     * with the norm inside (within 2e-4) */
+    {
+        float *ao = act.g;
+        pair_t a2 = pair_new((size_t)n * f * 4, NULL);
+        gpu->ops->rmsnorm(gpu, h.g, px.g, pnw.g, n, d, eps);
+        gpu->ops->matmul_fused(gpu, &ao, h.g, PD_PRO_NONE, NULL, 0.0f, &wgu, 1, n,
+                               PD_EPI_SILU_MUL);
+        gpu->ops->matmul(gpu, g2.g, h.g, wgu, n);
+        gpu->ops->silu_mul(gpu, a2.g, g2.g, n, f);
+        snprintf(what, sizeof what, "%s: gate_up silu epilogue == plain ops (bytes)", shape);
+        report("mm fused", what, (double)dev_bytes_differ(act.g, a2.g, (size_t)n * f * 4), 0.0);
+        gpu->ops->matmul_fused(gpu, &ao, px.g, PD_PRO_RMSNORM, pnw.g, eps, &wgu, 1, n,
+                               PD_EPI_SILU_MUL);
+        snprintf(what, sizeof what, "%s: gate_up norm + silu epilogue == plain ops", shape);
+        report("mm fused", what, dev_rel_err(act.g, a2.g, (size_t)n * f), 2e-4);
+        pair_free(&a2);
+    }
 
     /* forced plans of the kernel (both weight streams on sm_90+) */
     {
@@ -2116,7 +2135,7 @@ static void case_mm_fused(int n, int d, int f, uint64_t seed)
         cudaDeviceGetAttribute(&cc, cudaDevAttrComputeCapabilityMajor, 0);
         const int bulk0 = matmul_set_w4bulk(0);
         cudaStream_t st = backend_cuda_stream(gpu);
-        double en = 0.0, es = 0.0;
+        double en = 0.0, es = 0.0, ee = 0.0;
         for (int bulk = cc >= 9; bulk >= 0; bulk--) {
             matmul_set_w4bulk(bulk);
             for (size_t k = 0; k < sizeof plans / sizeof plans[0]; k++) {
@@ -2124,8 +2143,8 @@ static void case_mm_fused(int n, int d, int f, uint64_t seed)
                 if (matmul_w4gemv_smem(n, d, pl[0], pl[1]) == 0 ||
                     matmul_w4gemv_smem(n, f, pl[0], pl[1]) == 0)
                     continue;
-                const matmul_pro_t pn = {MATMUL_PRO_RMSNORM, 0, pnw.g, eps},
-                                   ps = {MATMUL_PRO_SILU, 0, NULL, 0.0f};
+                const matmul_pro_t pn = {MATMUL_PRO_RMSNORM, 0, MATMUL_EPI_NONE, pnw.g, eps},
+                                   ps = {MATMUL_PRO_SILU, 0, MATMUL_EPI_NONE, NULL, 0.0f};
                 pair_ok(matmul_w4gemv_fused(p1, px.g, &pn, ws, 3, n, pl[0], pl[1], pl[2], pl[3],
                                             st));
                 gpu->ops->rmsnorm(gpu, h.g, px.g, pnw.g, n, d, eps);
@@ -2139,6 +2158,15 @@ static void case_mm_fused(int n, int d, int f, uint64_t seed)
                 gpu->ops->silu_mul(gpu, act.g, pgu.g, n, f);
                 pair_ok(matmul_w4gemv(xo2, act.g, wdn, n, pl[0], pl[1], pl[2], pl[3], st));
                 es += (double)dev_bytes_differ(xo1, xo2, (size_t)n * d * 4);
+                if (2 * (int64_t)f % (2 * pl[0]) == 0) { /* the SiLU·mul epilogue */
+                    const matmul_pro_t pe = {MATMUL_PRO_NONE, 0, MATMUL_EPI_SILU, NULL, 0.0f};
+                    float *ao = act.g;
+                    pair_ok(matmul_w4gemv_fused(&ao, h.g, &pe, &wgu, 1, n, pl[0], pl[1], pl[2],
+                                                pl[3], st));
+                    pair_ok(matmul_w4gemv(g2.g, h.g, wgu, n, pl[0], pl[1], pl[2], pl[3], st));
+                    gpu->ops->silu_mul(gpu, g1.g, g2.g, n, f);
+                    ee += (double)dev_bytes_differ(act.g, g1.g, (size_t)n * f * 4);
+                }
             }
         }
         matmul_set_w4bulk(bulk0);
@@ -2146,6 +2174,8 @@ static void case_mm_fused(int n, int d, int f, uint64_t seed)
         report("mm fused", what, en, 2e-4);
         snprintf(what, sizeof what, "%s: forced plans, silu == plain (bytes)", shape);
         report("mm fused", what, es, 0.0);
+        snprintf(what, sizeof what, "%s: forced plans, silu epilogue == plain (bytes)", shape);
+        report("mm fused", what, ee, 0.0);
     }
 
 done:
@@ -2183,18 +2213,25 @@ static void case_mm_fused_no(void)
     weight_host_new(PD_WFMT_INT4, 256, 512, gpu, &host[0], &wc[0], &wg[0]);
     weight_host_new(PD_WFMT_FP8, 256, 512, gpu, &host[1], &wc[1], &wg[1]);
     const pd_pro_t nrm = PD_PRO_RMSNORM, slu = PD_PRO_SILU_MUL;
-    double yes = (double)gpu->ops->matmul_fused_ok(gpu, &wg[0], 16, nrm) +
-                 (double)gpu->ops->matmul_fused_ok(gpu, &wg[1], 1, nrm) +
-                 (double)!gpu->ops->matmul_fused_ok(gpu, &wg[0], 1, nrm);
-    /* SiLU·mul only at gemv_fuse=2 (unless the environment pins the option) */
+    const pd_epi_t st = PD_EPI_NONE, se = PD_EPI_SILU_MUL;
+    double yes = (double)gpu->ops->matmul_fused_ok(gpu, &wg[0], 16, nrm, st) +
+                 (double)gpu->ops->matmul_fused_ok(gpu, &wg[1], 1, nrm, st) +
+                 (double)!gpu->ops->matmul_fused_ok(gpu, &wg[0], 1, nrm, st);
+    /* the SiLU·mul epilogue at gemv_fuse 2 (the default), the prologue only at 3, neither at 1
+     * (unless the environment pins the option) */
     if (!getenv("PD_CUDA_GEMV_FUSE")) {
-        yes += (double)gpu->ops->matmul_fused_ok(gpu, &wg[0], 1, slu);
-        pair_ok(backend_set_options(gpu, "gemv_fuse=2"));
-        yes += (double)!gpu->ops->matmul_fused_ok(gpu, &wg[0], 1, slu);
+        yes += (double)gpu->ops->matmul_fused_ok(gpu, &wg[0], 1, slu, st) +
+               (double)!gpu->ops->matmul_fused_ok(gpu, &wg[0], 1, nrm, se);
+        pair_ok(backend_set_options(gpu, "gemv_fuse=3"));
+        yes += (double)!gpu->ops->matmul_fused_ok(gpu, &wg[0], 1, slu, st) +
+               (double)gpu->ops->matmul_fused_ok(gpu, &wg[0], 1, nrm, se);
+        pair_ok(backend_set_options(gpu, "gemv_fuse=1"));
+        yes += (double)gpu->ops->matmul_fused_ok(gpu, &wg[0], 1, slu, st) +
+               (double)gpu->ops->matmul_fused_ok(gpu, &wg[0], 1, nrm, se) +
+               (double)!gpu->ops->matmul_fused_ok(gpu, &wg[0], 1, nrm, st);
         pair_ok(backend_set_options(gpu, "gemv_fuse=on"));
     }
-    report("mm fused", "matmul_fused_ok: INT4 n 16, FP8 n 1, SiLU at 1 no; INT4 n 1 yes", yes,
-           0.0);
+    report("mm fused", "matmul_fused_ok: the routes and levels", yes, 0.0);
     for (int i = 0; i < 2; i++) {
         model_host_weight_free(&host[i]);
         backend_weight_free(cpu, &wc[i]);
@@ -3701,7 +3738,8 @@ static void case_decode_fuse(int n, int steps)
     int32_t *toks = xmalloc((size_t)n * (steps + 1) * 4), *qs = xmalloc(((size_t)n + 1) * 4),
             *cl = xmalloc((size_t)n * 4), *rows = xmalloc((size_t)n * 4);
     const size_t per = (size_t)n * vocab;
-    float *lg[3] = {xmalloc(per * steps * 4), xmalloc(per * steps * 4), xmalloc(per * steps * 4)};
+    float *lg[4] = {xmalloc(per * steps * 4), xmalloc(per * steps * 4), xmalloc(per * steps * 4),
+                    xmalloc(per * steps * 4)};
     for (int s = 0; s < n; s++) {
         kv_seq_init(&seqs[s]);
         for (int p = 0; p < per_seq; p++)
@@ -3710,10 +3748,11 @@ static void case_decode_fuse(int n, int steps)
         toks[s] = (int32_t)(1 + rng_next() % (uint64_t)(vocab - 1));
     }
     bool ok = gpu->ops->matmul_fused_ok &&
-              gpu->ops->matmul_fused_ok(gpu, &m->layers[0].q, n, PD_PRO_RMSNORM) &&
-              gpu->ops->matmul_fused_ok(gpu, &m->layers[0].down, n, PD_PRO_NONE);
-    static const char *const opt[3] = {"gemv_fuse=off", "gemv_fuse=on", "gemv_fuse=2"};
-    for (int r = 0; r < 3; r++) { /* off, on (norms and adds), 2 (SiLU·mul too) */
+              gpu->ops->matmul_fused_ok(gpu, &m->layers[0].q, n, PD_PRO_RMSNORM, PD_EPI_NONE) &&
+              gpu->ops->matmul_fused_ok(gpu, &m->layers[0].down, n, PD_PRO_NONE, PD_EPI_ACC);
+    static const char *const opt[4] = {"gemv_fuse=off", "gemv_fuse=1", "gemv_fuse=2",
+                                       "gemv_fuse=3"};
+    for (int r = 0; r < 4; r++) { /* off, 1 (norms, adds), 2 (+ SiLU·mul epilogue), 3 */
         model_ctx_t *ctx = NULL;
         pair_ok(backend_set_options(gpu, opt[r]));
         pair_ok(model_ctx_create(m, &ctx));
@@ -3744,13 +3783,13 @@ static void case_decode_fuse(int n, int steps)
     pair_ok(backend_set_options(gpu, "gemv_fuse=on"));
     double num = 0.0, den = 0.0;
     for (size_t i = 0; i < per * steps; i++)
-        for (int r = 1; r < 3; r++) {
+        for (int r = 1; r < 4; r++) {
             if (isnan(lg[0][i]) || isnan(lg[r][i]))
                 num = INFINITY;
             num = fmax(num, fabs((double)lg[r][i] - lg[0][i]));
             den = fmax(den, fabs((double)lg[0][i]));
         }
-    snprintf(shape, sizeof shape, "tiny-llama int4 kv fp8 n %d steps %d fused 1, 2 / plain", n, steps);
+    snprintf(shape, sizeof shape, "tiny-llama int4 kv fp8 n %d steps %d fused 1, 2, 3 / plain", n, steps);
     report("decode_fuse", shape, ok ? (den > 0.0 ? num / den : num) : INFINITY, 2e-3);
     for (int s = 0; s < n; s++)
         kv_seq_deinit(&seqs[s]);
@@ -3760,7 +3799,7 @@ static void case_decode_fuse(int n, int steps)
     free(qs);
     free(cl);
     free(rows);
-    for (int r = 0; r < 3; r++)
+    for (int r = 0; r < 4; r++)
         free(lg[r]);
     gpu->ops->free(gpu, arena);
     model_destroy(m);
