@@ -1998,10 +1998,12 @@ static double dev_rel_err(const float *a, const float *b, size_t n)
  *     output's scale (only 1 / rms may differ, in its last bit: the block adds the sum of
  *     squares in its own order), within 1e-3 of the CPU backend's rmsnorm + matmul, x unchanged;
  *   - NONE with acc (o): matmul + add's bytes; SILU_MUL with acc (down): silu_mul + matmul +
- *     add's bytes; RMSNORM with acc on gate_up within 2e-4 as above;
- *   - forced plans (rows, slices, depth, blocks; both weight streams where sm_90) of RMSNORM and
- *     SILU against matmul_w4gemv on the plain ops' activations at the same plan;
- *   - matmul_fused_ok: yes for tiled INT4 at n <= 4, no at n 16 and for FP8. */
+ *     add's bytes; RMSNORM with acc on gate_up within 2e-4 as above; the SiLU·mul epilogue on
+ *     gate_up: matmul + silu_mul's bytes (NONE), within 2e-4 with RMSNORM;
+ *   - forced plans (rows, slices, depth, blocks; both weight streams where sm_90) of RMSNORM,
+ *     SILU and the SiLU·mul epilogue against matmul_w4gemv on the plain ops' activations at the
+ *     same plan;
+ *   - matmul_fused_ok (case_mm_fused_no): no at n 16 and for FP8, the SiLU·mul routes by level. */
 static void case_mm_fused(int n, int d, int f, uint64_t seed)
 {
     char shape[64], what[192];
