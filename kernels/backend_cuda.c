@@ -139,9 +139,10 @@ typedef struct {
     /* act_quant asks the fused ops for the wgmma GEMM's f16 image (PD_CUDA_WG_ACT=0: off) */
     bool wg_act;
     /* PD_CUDA_GEMV_FUSE / option gemv_fuse: matmul_fused for tiled INT4 at the slice GEMV's n:
-     * 0 off (matmul_fused_ok says no), 1 the norms and residual adds inside the GEMVs, 2
-     * (default) also SiLU·mul in gate_up's epilogue, 3 SiLU·mul in down's prologue instead (every
-     * block recomputes its slice's SiLU: session 11 measured that slower) */
+     * 0 (default: session 14 measured every level slower or no faster, docs/performance.md)
+     * off (matmul_fused_ok says no), 1 the norms and residual adds inside the GEMVs, 2 (on)
+     * also SiLU·mul in gate_up's epilogue, 3 SiLU·mul in down's prologue instead (every block
+     * recomputes its slice's SiLU: session 11 measured that slower) */
     int gemv_fuse;
     bool no_moe_grouped; /* moe_grouped=off: moe_prepare declines, experts grouped on the host */
     unsigned env_set;    /* CUDA__ENV_* bits: options fixed by the environment */
@@ -1967,7 +1968,7 @@ static pd_status_t cuda_set_option(pd_backend_t *be, const char *key, const char
     } else if (!strcmp(key, "gemv_fuse")) {
         ok = b >= 0;
         bit = CUDA__ENV_GEMV_FUSE;
-        const bool lv = !strcmp(value, "2") || !strcmp(value, "3");
+        const bool lv = !strcmp(value, "1") || !strcmp(value, "2") || !strcmp(value, "3");
         ok = ok || lv;
         if (ok && !(c->env_set & bit))
             c->gemv_fuse = lv ? value[0] - '0' : b ? 2 : 0;
@@ -2097,9 +2098,10 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     env = getenv("PD_CUDA_WG_ACT");
     c->wg_act = !env || !*env || cuda__onoff(env) != 0;
     env = getenv("PD_CUDA_GEMV_FUSE");
-    c->gemv_fuse = !env || !*env                          ? 2
-                   : !strcmp(env, "2") || !strcmp(env, "3") ? env[0] - '0'
-                                                            : cuda__onoff(env) != 0;
+    c->gemv_fuse = !env || !*env ? 0
+                   : (env[0] >= '1' && env[0] <= '3' && !env[1]) ? env[0] - '0'
+                   : cuda__onoff(env) == 1                      ? 2
+                                                                : 0;
     c->env_set |= env && *env ? CUDA__ENV_GEMV_FUSE : 0;
     env = getenv("PD_CUDA_INT4_GEMM"); /* bf16: INT4 prefill GEMMs dequantized to bf16 */
     c->int4_fp8 = 1;
