@@ -61,8 +61,9 @@
  * ops write matmul_w4wg's f16 activation image, act_quant's PD_ACT_F16WG), PD_CUDA_SAMPLE_SPLIT
  * (greedy rows across blocks), PD_CUDA_ROPE_WARPS (RoPE + KV write a warp per (token, head)),
  * PD_CUDA_W4BULK (matmul_w4gemv's bulk-fed weight ring, sm_90+; matmul_set_w4bulk),
- * PD_CUDA_GEMV_FUSE / option gemv_fuse (matmul_fused: the norm, SiLU·mul and residual adds
- * inside the INT4 slice GEMV; off: matmul_fused_ok says no and the model runs the plain ops).
+ * PD_CUDA_GEMV_FUSE / option gemv_fuse (default OFF, session 14: no faster; 1 / 2 (on) / 3:
+ * matmul_fused, the norms, residual adds and (2, 3) SiLU·mul inside the INT4 slice GEMV; off:
+ * matmul_fused_ok says no and the model runs the plain ops).
  */
 #ifndef PD_KERNELS_BACKEND_CUDA_H
 #define PD_KERNELS_BACKEND_CUDA_H
