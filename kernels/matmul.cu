@@ -1213,7 +1213,7 @@ struct matmul__w4pro {
  * token): as they are (NONE), silu(x[c]) * x[K + c] with silu_mul's expression (SILU: row pitch
  * 2K), or (x[c] * rs) * nw[c] with add_rmsnorm's (RMSNORM, rs = 1 / rms of the row) */
 static __device__ __forceinline__ float4 matmul__pro4(int kind, const uint16_t *nw, const float *xr,
-                                                     int64_t K, int64_t c, float rs)
+                                                      int64_t K, int64_t c, float rs)
 {
     float4 a = __ldg((const float4 *)(xr + c));
     if (kind == MATMUL_PRO_SILU) {
@@ -1244,8 +1244,7 @@ static __device__ __forceinline__ float4 matmul__pro4(int kind, const uint16_t *
 template <int MR, int D, bool GROUP, bool BULK, bool PAIR>
 static __global__ void __launch_bounds__(512)
     matmul__w4gemv(const __grid_constant__ matmul__w4segs sg, const float *x, int n, int64_t K,
-                   int ups, int rs,
-                   const __grid_constant__ matmul__w4pro pro)
+                   int ups, int rs, const __grid_constant__ matmul__w4pro pro)
 {
 #if __CUDA_ARCH__ < 900
     if (BULK) { /* bulk copies need sm_90: the host never launches this instantiation below it */
@@ -1291,7 +1290,7 @@ static __global__ void __launch_bounds__(512)
     const int T = ntl * nU;
     /* the block's tile after tile t */
     auto next_tile = [&](int t) {
-        return !PAIR                ? t + (int)gridDim.x
+        return !PAIR            ? t + (int)gridDim.x
                : t < MATMUL__PH ? t + MATMUL__PH
                                 : t - MATMUL__PH + (int)gridDim.x;
     };
@@ -1404,11 +1403,28 @@ static __global__ void __launch_bounds__(512)
             rs = 1.0f / sqrtf(ss / (float)K + pro.eps);
         }
         float am = 0.0f;
+        if (pkind == MATMUL_PRO_NONE) {
+            /* four independent loads per round trip (session 15: one per round trip was 13% of
+             * gate_up n 1's stall samples); the pass below then reads x from L1 */
+            const float4 *x4 = (const float4 *)(xr + c0);
 #pragma unroll 1
-        for (int j = lane; j < nU * 32; j += 32) {
-            const float4 a = matmul__pro4(pkind, pnw, xr, K, c0 + 4 * j, rs);
-            am = fmaxf(am, fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))));
-        }
+            for (int j0 = lane; j0 < nU * 32; j0 += 128) {
+                float4 a[4];
+#pragma unroll
+                for (int u = 0; u < 4; u++)
+                    a[u] = j0 + 32 * u < nU * 32 ? __ldg(x4 + j0 + 32 * u)
+                                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+                for (int u = 0; u < 4; u++)
+                    am = fmaxf(am, fmaxf(fmaxf(fabsf(a[u].x), fabsf(a[u].y)),
+                                         fmaxf(fabsf(a[u].z), fabsf(a[u].w))));
+            }
+        } else
+#pragma unroll 1
+            for (int j = lane; j < nU * 32; j += 32) {
+                const float4 a = matmul__pro4(pkind, pnw, xr, K, c0 + 4 * j, rs);
+                am = fmaxf(am, fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))));
+            }
         am = kutil_warp_max(am);
         int e = 0;
         if (am > 0.0f && am <= 3.0e38f)
@@ -2494,8 +2510,8 @@ static void matmul__w4gemv_go(const matmul__w4segs &sg, const float *x, int n, i
                              cudaFuncAttributeMaxDynamicSharedMemorySize, MATMUL__SMEM_MAX);
         attr = true;
     }
-    kutil_launch_pdl(matmul__w4gemv<MR, D, GROUP, BULK, PAIR>, dim3((unsigned)G), dim3(32u * S), smem,
-                     stream, sg, x, n, K, ups, rs, pro);
+    kutil_launch_pdl(matmul__w4gemv<MR, D, GROUP, BULK, PAIR>, dim3((unsigned)G), dim3(32u * S),
+                     smem, stream, sg, x, n, K, ups, rs, pro);
 }
 
 template <int MR, int D, bool BULK>
@@ -2523,9 +2539,8 @@ extern "C" pd_status_t matmul_w4gemv_fused(float *const *outs, const float *x,
                           (p->kind != MATMUL_PRO_RMSNORM || (p->nw && (uintptr_t)p->nw % 8 == 0)),
                       "matmul_w4gemv_fused");
         /* the SiLU epilogue: one weight whose halves are whole tiles, no acc */
-        KUTIL_REQUIRE(p->epi == MATMUL_EPI_NONE ||
-                          (p->epi == MATMUL_EPI_SILU && count == 1 && !p->acc &&
-                           ws[0]->n % (2 * rows) == 0),
+        KUTIL_REQUIRE(p->epi == MATMUL_EPI_NONE || (p->epi == MATMUL_EPI_SILU && count == 1 &&
+                                                    !p->acc && ws[0]->n % (2 * rows) == 0),
                       "matmul_w4gemv_fused: epilogue");
         pro.kind = p->kind;
         pro.acc = p->acc;

@@ -623,7 +623,10 @@ static void run_i4(void *p)
         be->ops->matmul(be, a->out, a->x, a->w, a->n);
 }
 
-static const int64_t i4_shapes[4][2] = {{28672, 4096}, {4096, 14336}, {6144, 4096}, {4096, 4096}};
+/* gate_up, down, qkv, o of Llama-3-8B (`gpu_bench xgemv` with GPU_BENCH_XGEMV_BIG=1 replaces
+ * the first with 4x gate_up's rows, 235 MB of INT4: the streaming rate with the per-launch
+ * ramp and tail amortized) */
+static int64_t i4_shapes[4][2] = {{28672, 4096}, {4096, 14336}, {6144, 4096}, {4096, 4096}};
 
 /* host weights of shape s in INT4 and FP8 (same bf16 source), uploaded (INT4 tiled) */
 static void i4_weights(int s, pd_weight_t *h4, pd_weight_t *h8, pd_weight_t *w4, pd_weight_t *w8,
@@ -1078,7 +1081,7 @@ static void bench_wgemv_sweep(void)
  * lines, which the timed op has to write back as it reads: the earlier tables' flush). */
 static void bench_xgemv(void)
 {
-    const int ns[] = {1, 2, 4, 8}, Ss[] = {1, 2, 4, 8, 16}, Bs[] = {0, 1, 2, 4};
+    const int ns[] = {1, 2, 4, 8}, Ss[] = {1, 2, 4, 8, 16}, Bs[] = {0, 1, 2, 3, 4};
     const int Rs[6] = {16, 16, 32, 16, 16, 32}, Ds[6] = {2, 4, 2, 4, 8, 2};
     int n_sm = 0;
     cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0);
@@ -1104,6 +1107,8 @@ static void bench_xgemv(void)
     const char *lim = getenv("GPU_BENCH_XGEMV_SHAPES"), *nsw = getenv("GPU_BENCH_XGEMV_NOSWEEP");
     const int nshape = lim && atoi(lim) > 0 && atoi(lim) < 4 ? atoi(lim) : 4;
     const bool nosweep = nsw && atoi(nsw) > 0;
+    if (getenv("GPU_BENCH_XGEMV_BIG") && atoi(getenv("GPU_BENCH_XGEMV_BIG")) > 0)
+        i4_shapes[0][0] = 4 * 28672;
     printf("\n### matmul_w4gemv / matmul_w8gemv plans (us, clean-L2 flush; R/S/D/B = rows, "
            "slices, depth, blocks per SM (0: one per tile); * = the planner's pick)\n\n");
     for (int s = 0; s < nshape; s++) {
@@ -1127,7 +1132,7 @@ static void bench_xgemv(void)
                 int br = 0, bs = 0, bd = 0, bb = 0;
                 for (int c = f ? 3 : 0; !nosweep && c < (f ? 6 : 3); c++)
                     for (int si = 0; si < 5; si++)
-                        for (int bi = 0; bi < 4; bi++) {
+                        for (int bi = 0; bi < 5; bi++) {
                             const int S = Ss[si], steps = (int)(K / (f ? 64 : 128));
                             const int per = (steps + S - 1) / S;
                             const int ntiles = (int)((N + Rs[c] - 1) / Rs[c]);
