@@ -78,20 +78,16 @@ static void ctx__drop_graphs(model_ctx_t *c)
 static void ctx__free_bufs(model_ctx_t *c)
 {
     ctx__drop_graphs(c);
-    void **bufs[] = {(void **)&c->x,     (void **)&c->h,      (void **)&c->q,
-                     (void **)&c->k,     (void **)&c->v,      (void **)&c->attn,
-                     (void **)&c->tmp,   (void **)&c->gu,     (void **)&c->act,
-                     (void **)&c->rlogits, (void **)&c->mw,   (void **)&c->mids,
-                     (void **)&c->aq,    (void **)&c->as,
-                     (void **)&c->lrows, (void **)&c->logits, (void **)&c->glogits,
-                     (void **)&c->flogits, (void **)&c->d_temp, (void **)&c->d_topp,
-                     (void **)&c->d_u,   (void **)&c->d_pen,  (void **)&c->d_lpv,
-                     (void **)&c->d_topk, (void **)&c->d_ntop, (void **)&c->d_stok,
-                     (void **)&c->d_lpi, (void **)&c->d_ent,  (void **)&c->d_bias,
-                     (void **)&c->plogits,
-                     (void **)&c->d_tokens,
-                     (void **)&c->d_pos, (void **)&c->d_slots, (void **)&c->d_qstart,
-                     (void **)&c->d_ctx, (void **)&c->d_bt};
+    void **bufs[] = {
+        (void **)&c->x,       (void **)&c->h,        (void **)&c->q,        (void **)&c->k,
+        (void **)&c->v,       (void **)&c->attn,     (void **)&c->tmp,      (void **)&c->gu,
+        (void **)&c->act,     (void **)&c->rlogits,  (void **)&c->mw,       (void **)&c->mids,
+        (void **)&c->aq,      (void **)&c->as,       (void **)&c->lrows,    (void **)&c->logits,
+        (void **)&c->glogits, (void **)&c->flogits,  (void **)&c->d_temp,   (void **)&c->d_topp,
+        (void **)&c->d_u,     (void **)&c->d_pen,    (void **)&c->d_lpv,    (void **)&c->d_topk,
+        (void **)&c->d_ntop,  (void **)&c->d_stok,   (void **)&c->d_lpi,    (void **)&c->d_ent,
+        (void **)&c->d_bias,  (void **)&c->plogits,  (void **)&c->d_tokens, (void **)&c->d_pos,
+        (void **)&c->d_slots, (void **)&c->d_qstart, (void **)&c->d_ctx,    (void **)&c->d_bt};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         if (*bufs[i])
             c->be->ops->free(c->be, *bufs[i]);
@@ -121,7 +117,7 @@ static pd_status_t ctx__reserve(model_ctx_t *c, int n, int s, int bt, int nl)
 {
     const hf_config_t *cfg = &c->m->cfg;
     int f = cfg->intermediate_size > cfg->moe_intermediate_size ? cfg->intermediate_size
-                                                                 : cfg->moe_intermediate_size;
+                                                                : cfg->moe_intermediate_size;
     size_t d = (size_t)cfg->hidden_size, qd = (size_t)c->m->q_dim, kvd = (size_t)c->m->kv_dim;
     size_t E = (size_t)(cfg->num_experts > 0 ? cfg->num_experts : 1);
     size_t K = (size_t)(cfg->num_experts_per_tok > 0 ? cfg->num_experts_per_tok : 1);
@@ -189,11 +185,11 @@ static pd_status_t ctx__reserve(model_ctx_t *c, int n, int s, int bt, int nl)
         c->h_temp = f;
         c->h_topp = f + NL;
         c->h_u = f + 2 * NL;
-        c->h_pen = f + 3 * NL;                  /* (NL, 3) */
-        c->h_lpv = f + 6 * NL;                  /* (NL, LW) */
+        c->h_pen = f + 3 * NL; /* (NL, 3) */
+        c->h_lpv = f + 6 * NL; /* (NL, LW) */
         c->h_topk = (int32_t *)(f + 6 * NL + NL * LW);
         c->h_ntop = c->h_topk + NL;
-        c->h_lpi = c->h_ntop + NL;              /* (NL, LW) */
+        c->h_lpi = c->h_ntop + NL; /* (NL, LW) */
     }
     if (st == PD_OK && (!c->h_pos || !c->h_slots || !c->h_bt || !c->hs))
         st = PD_ERR_NOMEM;
@@ -218,17 +214,18 @@ pd_status_t model_ctx_create(const model_t *m, model_ctx_t **ctx_p)
         return PD_ERR_NOMEM;
     c->m = m;
     c->be = m->be;
-    /* MoE layers (Qwen3-MoE; the GLM-4.5 / DeepSeek-V3 path keeps its host routing): the
-     * backend's grouped expert path, where it has one */
+    /* MoE layers (Qwen3-MoE, and the GLM-4.5 / DeepSeek-V3 family, whose grouped top-k routing
+     * runs on the device too: ops->moe_route_grouped): the backend's grouped expert path, where
+     * it has one; FP8 block-scaled experts (DeepSeek-V3's own checkpoints) stay host-grouped */
     bool any_moe = false;
-    c->moe_dev = !m->family && m->be->ops->moe_prepare;
+    c->moe_dev = m->be->ops->moe_prepare != NULL;
     for (int i = 0; i < m->cfg.num_hidden_layers && c->moe_dev; i++) {
         const model_layer_t *L = &m->layers[i];
         if (!L->moe)
             continue;
         any_moe = true;
-        pd_status_t st = m->be->ops->moe_prepare(m->be, L->exp_gate_up, L->exp_down,
-                                                 m->cfg.num_experts);
+        pd_status_t st =
+            m->be->ops->moe_prepare(m->be, L->exp_gate_up, L->exp_down, m->cfg.num_experts);
         if (st == PD_ERR_INVALID) {
             pd_log_info("model: layer %d: experts stay on the host-grouped path", i);
             c->moe_dev = false;
@@ -385,8 +382,7 @@ static bool fwd__fused(const model_ctx_t *c, const model_layer_t *L, int n)
  * already in c->d_*; nothing here waits for the device except the TP collectives. Returns PD_OK or
  * a collective's error. */
 static pd_status_t ctx__enqueue(model_ctx_t *c, void *arena, const kv_layout_t *l, int n,
-                                const pd_attn_batch_t *ab, int n_logits,
-                                const int32_t *logit_rows)
+                                const pd_attn_batch_t *ab, int n_logits, const int32_t *logit_rows)
 {
     const model_t *m = c->m;
     const hf_config_t *cfg = &m->cfg;
@@ -428,8 +424,8 @@ static pd_status_t ctx__enqueue(model_ctx_t *c, void *arena, const kv_layout_t *
         if (!fused && qkv8 && qkv8 != PD_ACT_F16WG && !L->q_norm && o->qkv_rope_write) {
             /* one op: q, k, v GEMMs + rope + KV */
             pd_act_fp8_t q = fwd__aq(c, qkv8);
-            o->qkv_rope_write(be, c->q, c->k, c->v, &q, &L->q, &L->k, &L->v, c->d_pos,
-                              m->inv_freq, n, H, arena, l, li, c->d_slots);
+            o->qkv_rope_write(be, c->q, c->k, c->v, &q, &L->q, &L->k, &L->v, c->d_pos, m->inv_freq,
+                              n, H, arena, l, li, c->d_slots);
         } else {
             if (fused) {
                 /* q, k, v made above */
@@ -465,8 +461,7 @@ static pd_status_t ctx__enqueue(model_ctx_t *c, void *arena, const kv_layout_t *
             const pd_pro_t nrm = PD_PRO_RMSNORM;
             o->matmul_fused(be, &xo, c->attn, PD_PRO_NONE, NULL, 0.0f, &wo, 1, n, PD_EPI_ACC);
             if (o->matmul_fused_ok(be, wgu, n, nrm, PD_EPI_SILU_MUL)) { /* SiLU·mul in gate_up */
-                o->matmul_fused(be, &ao, c->x, nrm, L->mlp_norm, eps, &wgu, 1, n,
-                                PD_EPI_SILU_MUL);
+                o->matmul_fused(be, &ao, c->x, nrm, L->mlp_norm, eps, &wgu, 1, n, PD_EPI_SILU_MUL);
                 o->matmul_fused(be, &xo, c->act, PD_PRO_NONE, NULL, 0.0f, &wdn, 1, n, PD_EPI_ACC);
             } else if (o->matmul_fused_ok(be, wdn, n, PD_PRO_SILU_MUL, PD_EPI_ACC)) { /* in down */
                 o->matmul_fused(be, &guo, c->x, nrm, L->mlp_norm, eps, &wgu, 1, n, PD_EPI_NONE);
@@ -499,8 +494,8 @@ static pd_status_t ctx__enqueue(model_ctx_t *c, void *arena, const kv_layout_t *
             int E = cfg->num_experts, K = cfg->num_experts_per_tok;
             o->matmul(be, c->rlogits, c->h, &L->router, n);
             o->moe_route(be, c->mids, c->mw, c->rlogits, n, E, K, cfg->norm_topk_prob);
-            o->moe_experts(be, c->tmp, c->h, c->mids, c->mw, L->exp_gate_up, L->exp_down, n, K,
-                           d, m->moe_ffn);
+            o->moe_experts(be, c->tmp, c->h, c->mids, c->mw, L->exp_gate_up, L->exp_down, n, K, d,
+                           m->moe_ffn);
         }
         if ((st = fwd__all_reduce(c, c->tmp, (size_t)n * d)) != PD_OK)
             return st;
@@ -714,8 +709,7 @@ static bool ctx__wants_lp(const model_sampling_t *smp, int n)
 static bool ctx__graph_batch(const model_ctx_t *c, const model_batch_t *b)
 {
     if (c->graphs == MODEL_GRAPHS_OFF || c->m->tp_size > 1 || b->n_seqs < 1 ||
-        b->n_tokens != b->n_seqs ||
-        b->n_seqs > MODEL_GRAPH_MAX_BATCH ||
+        b->n_tokens != b->n_seqs || b->n_seqs > MODEL_GRAPH_MAX_BATCH ||
         (b->n_logits != 0 && b->n_logits != b->n_seqs))
         return false;
     for (int s = 0; s <= b->n_seqs; s++)
@@ -752,8 +746,8 @@ static pd_status_t ctx__forward_graph(model_ctx_t *c, void *arena, const kv_layo
 
     if ((st = ctx__reserve(c, MODEL_GRAPH_MAX_BATCH, MODEL_GRAPH_MAX_BATCH,
                            MODEL_GRAPH_MAX_BATCH * P, MODEL_GRAPH_MAX_BATCH)) != PD_OK ||
-        (sample && (st = ctx__reserve_sample(c, ents, ents && lp ? MODEL_GRAPH_MAX_BATCH : 0)) !=
-                       PD_OK) ||
+        (sample &&
+         (st = ctx__reserve_sample(c, ents, ents && lp ? MODEL_GRAPH_MAX_BATCH : 0)) != PD_OK) ||
         (sample && (st = ctx__stage_sample(c, smp, n, B, ents)) != PD_OK))
         return st;
     for (int s = 0; s < B; s++) {
@@ -828,9 +822,8 @@ static pd_status_t ctx__forward_graph(model_ctx_t *c, void *arena, const kv_layo
             }
         }
     }
-    if (want &&
-        (st = o->download(be, logits_out, c->logits,
-                          (size_t)n * (size_t)c->m->cfg.vocab_size * 4)) != PD_OK)
+    if (want && (st = o->download(be, logits_out, c->logits,
+                                  (size_t)n * (size_t)c->m->cfg.vocab_size * 4)) != PD_OK)
         return st;
     if (sample && (st = ctx__fetch_sample(c, smp, n, lp, tokens_out, lp_out)) != PD_OK)
         return st;
@@ -871,8 +864,8 @@ static pd_status_t ctx__forward(model_ctx_t *c, void *arena, const kv_layout_t *
         for (int r = b->q_start[s]; r < b->q_start[s + 1]; r++) {
             int32_t pos = b->ctx_len[s] - q_len + (r - b->q_start[s]);
             c->h_pos[r] = pos;
-            c->h_slots[r] = seq->pages[pos / l->page_tokens].page * l->page_tokens +
-                            pos % l->page_tokens;
+            c->h_slots[r] =
+                seq->pages[pos / l->page_tokens].page * l->page_tokens + pos % l->page_tokens;
         }
         for (int i = 0; i < max_pages; i++)
             c->h_bt[s * max_pages + i] = i < seq->n_pages ? seq->pages[i].page : 0;
@@ -900,8 +893,8 @@ static pd_status_t ctx__forward(model_ctx_t *c, void *arena, const kv_layout_t *
     return o->sync(be);
 }
 
-pd_status_t model_forward(model_ctx_t *c, void *arena, const kv_layout_t *l,
-                          const model_batch_t *b, float *logits_out)
+pd_status_t model_forward(model_ctx_t *c, void *arena, const kv_layout_t *l, const model_batch_t *b,
+                          float *logits_out)
 {
     return ctx__forward(c, arena, l, b, logits_out, NULL, NULL, NULL);
 }

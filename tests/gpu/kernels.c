@@ -5,7 +5,8 @@
  * FFN 14336), and for the GLM-4.5 / DeepSeek-V3 ops the fixtures' and Kimi K2's shapes.
  * Prints one line per case: op, shape, max error, tolerance, PASS/FAIL.
  * PD_GPU_TEST_ATTN=1 runs only the decode attention and fused RoPE + KV write cases;
- * PD_GPU_TEST_FAMILY=1 only the GLM-4.5 / DeepSeek-V3 cases (family ops, FP8 block-scaled matmul);
+ * PD_GPU_TEST_FAMILY=1 only the GLM-4.5 / DeepSeek-V3 cases (family ops, FP8 block-scaled matmul;
+ *   their decode steps in graphs on tiny-glm / tiny-dsv3: case_family_graphs);
  * PD_GPU_TEST_PREFILL=1 only the prefill FP8 MLP op (matmul_silu_fp8) and FP8 GEMM cases;
  * PD_GPU_TEST_MMA2=1 only the matmul_int4_mma2 cases;
  * PD_GPU_TEST_W4WG=1 only the matmul_w4wg (wgmma INT4 GEMM) cases and the grouped matmul ones
@@ -2010,7 +2011,7 @@ static void case_mm_fused(int n, int d, int f, uint64_t seed)
     const uint64_t saved = rng_state;
     rng_state = seed;
     const int64_t Ns[3] = {d / 2, 128, 128}; /* tiled INT4: rows a multiple of 32 */
-    pd_weight_t host[6], wc[6], wg[6]; /* q, k, v, o, gate_up, down */
+    pd_weight_t host[6], wc[6], wg[6];       /* q, k, v, o, gate_up, down */
     for (int i = 0; i < 3; i++)
         weight_host_new(PD_WFMT_INT4, Ns[i], d, gpu, &host[i], &wc[i], &wg[i]);
     weight_host_new(PD_WFMT_INT4, d, d, gpu, &host[3], &wc[3], &wg[3]);
@@ -2116,8 +2117,7 @@ static void case_mm_fused(int n, int d, int f, uint64_t seed)
         float *ao = act.g;
         pair_t a2 = pair_new((size_t)n * f * 4, NULL);
         gpu->ops->rmsnorm(gpu, h.g, px.g, pnw.g, n, d, eps);
-        gpu->ops->matmul_fused(gpu, &ao, h.g, PD_PRO_NONE, NULL, 0.0f, &wgu, 1, n,
-                               PD_EPI_SILU_MUL);
+        gpu->ops->matmul_fused(gpu, &ao, h.g, PD_PRO_NONE, NULL, 0.0f, &wgu, 1, n, PD_EPI_SILU_MUL);
         gpu->ops->matmul(gpu, g2.g, h.g, wgu, n);
         gpu->ops->silu_mul(gpu, a2.g, g2.g, n, f);
         snprintf(what, sizeof what, "%s: gate_up silu epilogue == plain ops (bytes)", shape);
@@ -2131,8 +2131,8 @@ static void case_mm_fused(int n, int d, int f, uint64_t seed)
 
     /* forced plans of the kernel (both weight streams on sm_90+) */
     {
-        static const int plans[][4] = {{16, 1, 2, 1}, {32, 3, 2, 3}, {16, 16, 4, 0},
-                                       {32, 8, 2, 5}, {16, 4, 4, 2}};
+        static const int plans[][4] = {
+            {16, 1, 2, 1}, {32, 3, 2, 3}, {16, 16, 4, 0}, {32, 8, 2, 5}, {16, 4, 4, 2}};
         int cc = 0;
         cudaDeviceGetAttribute(&cc, cudaDevAttrComputeCapabilityMajor, 0);
         const int bulk0 = matmul_set_w4bulk(0);
@@ -2147,8 +2147,8 @@ static void case_mm_fused(int n, int d, int f, uint64_t seed)
                     continue;
                 const matmul_pro_t pn = {MATMUL_PRO_RMSNORM, 0, MATMUL_EPI_NONE, pnw.g, eps},
                                    ps = {MATMUL_PRO_SILU, 0, MATMUL_EPI_NONE, NULL, 0.0f};
-                pair_ok(matmul_w4gemv_fused(p1, px.g, &pn, ws, 3, n, pl[0], pl[1], pl[2], pl[3],
-                                            st));
+                pair_ok(
+                    matmul_w4gemv_fused(p1, px.g, &pn, ws, 3, n, pl[0], pl[1], pl[2], pl[3], st));
                 gpu->ops->rmsnorm(gpu, h.g, px.g, pnw.g, n, d, eps);
                 pair_ok(matmul_w4gemv_group(p2, h.g, ws, 3, n, pl[0], pl[1], pl[2], pl[3], st));
                 for (int i = 0; i < 3; i++) {
@@ -3760,10 +3760,10 @@ static void case_decode_fuse(int n, int steps)
         pair_ok(backend_set_options(gpu, opt[r]));
         /* the fused levels must take the fused path (asked after the option is set: off by
          * default, matmul_fused_ok says no) */
-        ok = ok && (r == 0 || (gpu->ops->matmul_fused_ok(gpu, &m->layers[0].q, n, PD_PRO_RMSNORM,
-                                                         PD_EPI_NONE) &&
-                               gpu->ops->matmul_fused_ok(gpu, &m->layers[0].down, n, PD_PRO_NONE,
-                                                         PD_EPI_ACC)));
+        ok = ok &&
+             (r == 0 ||
+              (gpu->ops->matmul_fused_ok(gpu, &m->layers[0].q, n, PD_PRO_RMSNORM, PD_EPI_NONE) &&
+               gpu->ops->matmul_fused_ok(gpu, &m->layers[0].down, n, PD_PRO_NONE, PD_EPI_ACC)));
         pair_ok(model_ctx_create(m, &ctx));
         model_ctx_set_graphs(ctx, MODEL_GRAPHS_ON);
         pair_ok(gpu->ops->memset(gpu, arena, 0, ab));
@@ -3798,7 +3798,8 @@ static void case_decode_fuse(int n, int steps)
             num = fmax(num, fabs((double)lg[r][i] - lg[0][i]));
             den = fmax(den, fabs((double)lg[0][i]));
         }
-    snprintf(shape, sizeof shape, "tiny-llama int4 kv fp8 n %d steps %d fused 1, 2, 3 / plain", n, steps);
+    snprintf(shape, sizeof shape, "tiny-llama int4 kv fp8 n %d steps %d fused 1, 2, 3 / plain", n,
+             steps);
     report("decode_fuse", shape, ok ? (den > 0.0 ? num / den : num) : INFINITY, 2e-3);
     for (int s = 0; s < n; s++)
         kv_seq_deinit(&seqs[s]);
@@ -4055,6 +4056,130 @@ static void cases_fp8_block(void)
     case_matmul(f, 8, 7168, 18432, "V3 down gemv");
     case_matmul(f, 64, 4096, 7168, "V3 expert gate_up gemm");
     case_matmul_on(f, 512, 7168, 2048, "V3 expert down", true);
+}
+
+/* Session 16: GLM-4.5 / DeepSeek-V3 decode steps with MoE layers in CUDA graphs. The family's
+ * experts are registered with moe_prepare (model_ctx_create), so its MoE steps route and group on
+ * the device and are captured. fixture (tiny-glm / tiny-dsv3 from PD_MODELS_DIR, else
+ * deploy/models) with wfmt experts and kvfmt KV, `steps` decode steps of n sequences from a
+ * zeroed arena, the same fixed tokens (seed printed) fed to three contexts: graphs on (the first
+ * step of the shape runs eagerly and is captured, the later ones replay), the padded eager plan
+ * (MODEL_GRAPHS_EAGER: bit-identical to the graph) and the host-grouped experts (backend option
+ * moe_grouped=off: routing read back, experts one matmul each, graphs off). Reports: the graph run
+ * must have had graphs on and kept them (else INFINITY) and equal the eager plan bit for bit
+ * (differing floats, 0); the host-grouped run per element against the graph run, |a - b| /
+ * rms(row of b), max over all logits (the grouped matmul rounds INT4 operands to f16 and
+ * quantizes FP8 activations per grouped row: 3e-2; a wrong expert or weight gives O(1)). */
+static void case_family_graphs(const char *fixture, pd_wfmt_t wfmt, pd_kvfmt_t kvfmt, int n,
+                               int steps, uint64_t seed)
+{
+    char shape[160], dir[2048];
+    const char *models = getenv("PD_MODELS_DIR");
+    model_t *m = NULL;
+    snprintf(dir, sizeof dir, "%s/%s", models ? models : "deploy/models", fixture);
+    model_load_params_t mp = {dir, wfmt, PD_WFMT_BF16, gpu, false, NULL};
+    pair_ok(model_load(&mp, &m));
+    const int vocab = m->cfg.vocab_size, per_seq = 4, ctx0 = 20;
+    int kvh, kvd, sides;
+    hf_config_kv_shape(&m->cfg, &kvh, &kvd, &sides);
+    kv_layout_t l;
+    kv_layout_init_sides(&l, m->cfg.num_hidden_layers, kvh, kvd, sides, 16, kvfmt);
+    void *arena;
+    const size_t ab = (size_t)n * per_seq * l.page_bytes;
+    pair_ok(gpu->ops->alloc(gpu, ab, &arena));
+    kv_seq_t *seqs = calloc((size_t)n, sizeof *seqs);
+    const kv_seq_t **sp = calloc((size_t)n, sizeof *sp);
+    int32_t *toks = xmalloc((size_t)n * steps * 4), *qs = xmalloc(((size_t)n + 1) * 4),
+            *cl = xmalloc((size_t)n * 4), *rows = xmalloc((size_t)n * 4);
+    const size_t per = (size_t)n * vocab;
+    float *lg[3];
+    for (int r = 0; r < 3; r++)
+        lg[r] = xmalloc(per * steps * 4);
+    rng_state = seed;
+    for (int s = 0; s < n; s++) {
+        kv_seq_init(&seqs[s]);
+        for (int p = 0; p < per_seq; p++)
+            kv_seq_push_page(&seqs[s], (kv_page_ref_t){s * per_seq + p, 0, 0});
+        sp[s] = &seqs[s];
+    }
+    for (int i = 0; i < n * steps; i++)
+        toks[i] = (int32_t)(2 + rng_next() % (uint64_t)(vocab - 2));
+    const model_graphs_t mode_of[3] = {MODEL_GRAPHS_ON, MODEL_GRAPHS_EAGER, MODEL_GRAPHS_OFF};
+    bool graphs_ok = true;
+    for (int r = 0; r < 3; r++) {
+        model_ctx_t *ctx = NULL;
+        if (r == 2)
+            pair_ok(backend_set_options(gpu, "moe_grouped=off"));
+        pair_ok(model_ctx_create(m, &ctx));
+        const model_graphs_t got = model_ctx_set_graphs(ctx, mode_of[r]);
+        if (r < 2 && got != mode_of[r])
+            graphs_ok = false; /* the family's MoE layers were not registered */
+        pair_ok(gpu->ops->memset(gpu, arena, 0, ab));
+        for (int s = 0; s < n; s++)
+            cl[s] = ctx0 - (s % 5);
+        for (int step = 0; step < steps; step++) {
+            for (int s = 0; s < n; s++) {
+                qs[s] = s;
+                rows[s] = s;
+                cl[s]++;
+            }
+            qs[n] = n;
+            model_batch_t b = {n, toks + (size_t)n * step, n, qs, cl, sp, n, rows};
+            pair_ok(model_forward(ctx, arena, &l, &b, lg[r] + per * step));
+        }
+        if (r == 0 && model_ctx_graphs(ctx) != MODEL_GRAPHS_ON)
+            graphs_ok = false; /* a capture failed: the steps ran eagerly */
+        model_ctx_destroy(ctx);
+        if (r == 2)
+            pair_ok(backend_set_options(gpu, "moe_grouped=on"));
+    }
+    size_t diff = 0;
+    double err = 0.0;
+    for (size_t i = 0; i < per * steps; i++)
+        diff += memcmp(&lg[0][i], &lg[1][i], 4) != 0;
+    for (size_t row = 0; row < (size_t)n * steps; row++) {
+        const float *a = lg[2] + row * vocab, *b = lg[0] + row * vocab;
+        double ss = 0.0;
+        for (int v = 0; v < vocab; v++)
+            ss += (double)b[v] * b[v];
+        const double rms = sqrt(ss / vocab) + 1e-30;
+        for (int v = 0; v < vocab; v++) {
+            const double e = fabs((double)a[v] - b[v]) / rms;
+            err = isfinite(a[v]) && isfinite(b[v]) ? fmax(err, e) : INFINITY;
+        }
+    }
+    snprintf(shape, sizeof shape, "%s %s kv %s n %d steps %d seed %llu graph vs eager (differing)",
+             fixture, pd_wfmt_name(wfmt), pd_kvfmt_name(kvfmt), n, steps, (unsigned long long)seed);
+    report("family_graphs", shape, graphs_ok ? (double)diff : INFINITY, 0.0);
+    snprintf(shape, sizeof shape, "%s %s kv %s n %d host-grouped vs graph (max |d| / row rms)",
+             fixture, pd_wfmt_name(wfmt), pd_kvfmt_name(kvfmt), n);
+    report("family_graphs", shape, err, 3e-2);
+    for (int s = 0; s < n; s++)
+        kv_seq_deinit(&seqs[s]);
+    free(seqs);
+    free(sp);
+    free(toks);
+    free(qs);
+    free(cl);
+    free(rows);
+    for (int r = 0; r < 3; r++)
+        free(lg[r]);
+    gpu->ops->free(gpu, arena);
+    model_destroy(m);
+}
+
+/* case_family_graphs on both fixtures: INT4 and FP8 experts, batch 1 (the GEMV paths) and 5
+ * (padded to the bucket of 8), BF16; the fixtures must be unpacked (run-family.sh and
+ * run-round-s16a.sh carry them) */
+static void cases_family_graphs(void)
+{
+    const char *fx[] = {"tiny-glm", "tiny-dsv3"};
+    for (int i = 0; i < 2; i++) {
+        case_family_graphs(fx[i], PD_WFMT_INT4, PD_KV_FP8, 1, 4, 1601 + (uint64_t)i);
+        case_family_graphs(fx[i], PD_WFMT_INT4, PD_KV_FP8, 5, 4, 1603 + (uint64_t)i);
+        case_family_graphs(fx[i], PD_WFMT_FP8, PD_KV_BF16, 5, 4, 1605 + (uint64_t)i);
+        case_family_graphs(fx[i], PD_WFMT_BF16, PD_KV_BF16, 3, 3, 1607 + (uint64_t)i);
+    }
 }
 
 static void cases_family(void)
@@ -4551,8 +4676,11 @@ int main(void)
         return finish();
     }
     if (getenv("PD_GPU_TEST_FAMILY") && atoi(getenv("PD_GPU_TEST_FAMILY"))) {
-        /* the GLM-4.5 / DeepSeek-V3 cases alone (family ops, FP8 block-scaled matmul) */
+        /* the GLM-4.5 / DeepSeek-V3 cases alone (family ops, FP8 block-scaled matmul), and
+         * their decode steps in graphs on the tiny-glm / tiny-dsv3 fixtures (only here: the
+         * full run's rounds carry tiny-llama / tiny-moe) */
         cases_family();
+        cases_family_graphs();
         return finish();
     }
     if (getenv("PD_GPU_TEST_KV") && atoi(getenv("PD_GPU_TEST_KV"))) {

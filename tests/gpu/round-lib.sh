@@ -1,6 +1,7 @@
 # round-lib.sh: what the device round scripts (tests/gpu/run-round-*.sh) share; sourced by them
 # from their own folder (.gpu-round/ on the device, where tests/gpu/prepare-round.sh copies both).
-# Unpacks the bundle (.gpu-round/bundle.tar.xz) and the tiny-llama / tiny-moe fixtures, sets the
+# Unpacks the bundle (.gpu-round/bundle.tar.xz) and the fixture archives carried (tiny-llama /
+# tiny-moe, tiny-glm / tiny-dsv3), sets the
 # bundle's environment, and defines:
 #   st NAME TIMEOUT CMD...  runs CMD under the smaller of TIMEOUT and the time left before
 #                           $DEADLINE (default $ROUND_DEADLINE) into $L/NAME.log, prints its rc
@@ -10,7 +11,11 @@
 #   round_end               packs the logs into $OUT/r.tgz and exits with rc
 F=$PWD/.gpu-round
 tar -C $F -xJf $F/bundle.tar.xz || exit 9
-tar -xJf .gpu-models/llama-moe.tar.xz || exit 9
+# the fixture archives the call carried (llama-moe.tar.xz, glm-dsv3.tar.xz: one or both)
+nfx=0
+for a in .gpu-models/llama-moe.tar.xz .gpu-models/glm-dsv3.tar.xz; do
+  [ -f $a ] || continue; tar -xJf $a || exit 9; nfx=$((nfx + 1)); done
+[ $nfx -gt 0 ] || { echo "round-lib: no fixture archive carried (.gpu-models/*.tar.xz)"; exit 9; }
 G=$F/b
 export LD_LIBRARY_PATH=$G/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
 export UCX_MODULE_DIR=$G/ucx PD_MODELS_DIR=$PWD/deploy/models
