@@ -1179,21 +1179,29 @@ static void bench_xgemv(void)
                     l2_rd_w = keep_w;
                     be = keep, stream = keep_s;
                 }
-                printf(" | plan %d/%d/%d/%d %.1f us | best %d/%d/%d/%d %.1f us | op %.1f us | s4 "
+                /* the sweep's best, or "-" when it did not run (GPU_BENCH_XGEMV_NOSWEEP) */
+                char bst[48], bstt[64], bsttb[16];
+                const bool swept = best < 1e29f;
+                snprintf(bst, sizeof bst, swept ? "%d/%d/%d/%d %.1f us" : "-", br, bs, bd, bb,
+                         best * 1e3);
+                snprintf(bstt, sizeof bstt, swept ? "%.1f (%d/%d/%d/%d)" : "-", best * 1e3, br, bs,
+                         bd, bb);
+                snprintf(bsttb, sizeof bsttb, swept ? "%.2f" : "-",
+                         swept ? wb[f] / 1e12 * 1e3 / best : 0.0);
+                printf(" | plan %d/%d/%d/%d %.1f us | best %s | op %.1f us | s4 "
                        "op %.1f us | memset flush: op %.1f s4 op %.1f us\n",
-                       pr, ps, pd, pb, mp * 1e3, br, bs, bd, bb, best * 1e3, mo * 1e3, m4 * 1e3,
-                       mod * 1e3, m4d * 1e3);
+                       pr, ps, pd, pb, mp * 1e3, bst, mo * 1e3, m4 * 1e3, mod * 1e3, m4d * 1e3);
                 fflush(stdout);
                 const double tb = wb[f] / 1e12 * 1e3; /* TB/s at 1 ms */
                 if (nrow < 32)
                     snprintf(rows[nrow++], sizeof rows[0],
-                             "| %s | %lld x %lld | %d | %d/%d/%d/%d | %.1f | %.2f | %.0f%% | %.1f "
-                             "(%d/%d/%d/%d) | %.2f | %.1f | %.2f | %.1f | %.2f | %.2f | %.1f / "
+                             "| %s | %lld x %lld | %d | %d/%d/%d/%d | %.1f | %.2f | %.0f%% | %s "
+                             "| %s | %.1f | %.2f | %.1f | %.2f | %.2f | %.1f / "
                              "%.1f |",
                              f ? "fp8" : "int4", (long long)N, (long long)K, n, pr, ps, pd, pb,
                              mp * 1e3, mp > 0 ? tb / mp : 0.0, mp > 0 ? 100.0 * tb / mp / 4.8 : 0.0,
-                             best * 1e3, br, bs, bd, bb, tb / best, mo * 1e3, tb / mo, m4 * 1e3,
-                             m4 > 0 ? tb / m4 : 0.0, m4 > 0 ? mo / m4 : 0.0, mod * 1e3, m4d * 1e3);
+                             bstt, bsttb, mo * 1e3, tb / mo, m4 * 1e3, m4 > 0 ? tb / m4 : 0.0,
+                             m4 > 0 ? mo / m4 : 0.0, mod * 1e3, m4d * 1e3);
                 i4_free(&a);
             }
         model_host_weight_free(&h4);
