@@ -8,18 +8,22 @@
 #    device too), gpu_bench family with its new graph column;
 #  - session 15's open question (call s15e, never run): is the slice GEMV's 60% of DRAM
 #    bandwidth its stream or its launch? The plan sweep on a 114688 x 4096 INT4 weight (4x
-#    gate_up's rows; GPU_BENCH_XGEMV_BIG=1) next to gate_up's, and ncu of the big one.
+#    gate_up's rows; GPU_BENCH_XGEMV_BIG=1) next to gate_up's.
 #   bash tests/gpu/prepare-round.sh tests/gpu/run-round-s16a.sh
-#   DEADLINE=330 bash .gpu-round/run-round-s16a.sh   (carry .gpu-round, .gpu-models/glm-dsv3.tar.xz)
+#   DEADLINE=290 bash .gpu-round/run-round-s16a.sh   (carry .gpu-round, .gpu-models/glm-dsv3.tar.xz)
 set -uo pipefail
-ROUND_DEADLINE=330
+ROUND_DEADLINE=290
 . "$(dirname "$0")/round-lib.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 fx="tiny-glm tiny-dsv3"
-PD_GPU_TEST_FAMILY=1 st kfam 90 $G/bin/test_gpu_kernels; cases kfam; grep -E "family_graphs" $L/kfam.log
-st greedy 70 python3 $G/check_reference.py greedy --pdctl $G/bin/pdctl --models deploy/models --kv f32 bf16 --only $fx --jobs 8; tail -8 $L/greedy.log
-st ppl 60 python3 $G/check_reference.py ppl --pdctl $G/bin/pdctl --models deploy/models --text tests/data/tinyshakespeare-val.txt --only $fx --jobs 6; tail -8 $L/ppl.log
-PD_BENCH_FAMILY_PREFILL=0 st family 80 $G/bin/gpu_bench family; tab family
+# the correctness steps together (they leave the GPU mostly idle), then the timings alone
+# (background jobs: their rc is read back from st's "=== NAME: rc R" lines in $L/NAME.st)
+PD_GPU_TEST_FAMILY=1 st kfam 90 $G/bin/test_gpu_kernels > $L/kfam.st &
+st greedy 80 python3 $G/check_reference.py greedy --pdctl $G/bin/pdctl --models deploy/models --kv f32 bf16 --only $fx --jobs 6 > $L/greedy.st &
+st ppl 80 python3 $G/check_reference.py ppl --pdctl $G/bin/pdctl --models deploy/models --text tests/data/tinyshakespeare-val.txt --only $fx --jobs 4 > $L/ppl.st &
+wait
+for s in kfam greedy ppl; do cat $L/$s.st; grep -qE "^=== $s: rc 0," $L/$s.st || rc=1; done
+cases kfam; grep -E "family_graphs" $L/kfam.log; tail -8 $L/greedy.log; tail -8 $L/ppl.log
+PD_BENCH_FAMILY_PREFILL=0 st family 70 $G/bin/gpu_bench family; tab family
 for b in 0 1; do GPU_BENCH_XGEMV_BIG=$b GPU_BENCH_XGEMV_SHAPES=1 st sweep_b$b 45 $G/bin/gpu_bench xgemv; for n in 1 4; do echo "n $n:"; grep -E "^int4 [0-9]+ x 4096 n $n:" $L/sweep_b$b.log | tr ' ' '\n' | grep -E '=' | sort -t= -k2 -n | head -5 | tr '\n' ' '; echo; done; grep -E "^\| (int4|fp8) .* \| [14] \|" $L/sweep_b$b.log | cut -d'|' -f2-12; done
-GPU_BENCH_XGEMV_BIG=1 st ncubig 40 ncu --clock-control none --kernel-name regex:w4gemv --launch-skip 3 --launch-count 1 --section SpeedOfLight --section WarpStateStats --section LaunchStats env GPU_BENCH_XGEMV_NOSWEEP=1 GPU_BENCH_XGEMV_SHAPES=1 $G/bin/gpu_bench xgemv; grep -E "w4gemv<|Duration|DRAM Through|Warp Cycles Per Issued|SM Active|Elapsed Cycles|Grid Size" $L/ncubig.log | head -8
 round_end
