@@ -27,7 +27,8 @@
  * dense, one MoE; random weights, tests/support/model_random.h), decode B 1 / 64 at context 1024
  * (INT4 + FP8 KV; FP8 + BF16 KV, DeepSeek-V3 in its published FP8 128x128 block format) and a
  * prefill of PD_BENCH_FAMILY_PREFILL tokens (default 2048; 0: none); decode eager and with
- * graphs (session 16: the family's MoE steps are captured, FP8 block-scaled experts excepted).
+ * graphs (session 16: the family's MoE steps are captured, FP8 block-scaled experts excepted);
+ * GPU_BENCH_FAMILY_PROF=1: a kernel-time profile (stepprof) of the INT4 decode steps instead.
  * gemm: the prefill FP8 GEMM at n 8192 (output type, accumulation, cuBLASLt candidates);
  * prefops: one prefill layer (n 8192) op by op (both not part of all).
  * stepprof: kernel time per whole step from CUPTI activity records (bench_stepprof; not part of
@@ -2087,10 +2088,14 @@ static void bench_family(int layers, int pre)
            layers, layers - 1);
     printf("| model | weights | kv | step | ms (eager) | ms (graph) | tok/s (best) | weights GB "
            "|\n|---|---|---|---|---|---|---|---|\n");
+    const char *fprof = getenv("GPU_BENCH_FAMILY_PROF");
+    const bool prof = fprof && atoi(fprof);
     for (size_t i = 0; i < sizeof confs / sizeof confs[0]; i++) {
         char text[2048];
         hf_config_t cfg;
         model_t *m;
+        if (prof && confs[i].w != PD_WFMT_INT4)
+            continue;
         snprintf(text, sizeof text, fam_configs[confs[i].model], layers);
         ok(hf_config_parse(text, strlen(text), names[confs[i].model], &cfg), "family config");
         double t0 = pd_clock_s();
@@ -2098,6 +2103,26 @@ static void bench_family(int layers, int pre)
         fprintf(stderr, "%s %s: %.1f s to build, %.2f GB\n", names[confs[i].model],
                 pd_wfmt_name(confs[i].w), pd_clock_s() - t0, m->weight_bytes / 1e9);
         static const int batches[] = {1, 64};
+        /* GPU_BENCH_FAMILY_PROF=1: instead of the table row, where each INT4 decode step's time
+         * goes (graph, device greedy, CUPTI: stepprof.h) */
+        if (prof) {
+            for (size_t bi = 0; bi < 2; bi++) {
+                char title[160];
+                const int B = batches[bi];
+                prof_steps = true;
+                const float ms =
+                    run_forward_s(m, confs[i].kv, B, 1024, 1, B, 5, MODEL_GRAPHS_ON, NULL, 1);
+                prof_steps = false;
+                snprintf(title, sizeof title,
+                         "%s (%d layers) decode, %s weights + %s KV, batch %d, context 1024, "
+                         "graph, device greedy (wall clock median %.2f ms)",
+                         names[confs[i].model], layers, pd_wfmt_name(confs[i].w),
+                         pd_kvfmt_name(confs[i].kv), B, ms);
+                stepprof_end(title, 0);
+            }
+            model_destroy(m);
+            continue;
+        }
         for (size_t bi = 0; bi < 2; bi++) {
             const int B = batches[bi];
             const float ms = run_forward(m, confs[i].kv, B, 1024, 1, B, 5, MODEL_GRAPHS_OFF, NULL);
