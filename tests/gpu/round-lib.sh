@@ -1,4 +1,4 @@
-# round-lib.sh: what the device round scripts (tests/gpu/run-round-*.sh) share; sourced by them
+# round-lib.sh: what the device round scripts (tests/gpu/rounds/run-round-*.sh) share; sourced by them
 # from their own folder (.gpu-round/ on the device, where tests/gpu/prepare-round.sh copies both).
 # Unpacks the bundle (.gpu-round/bundle.tar.xz) and the fixture archives carried (tiny-llama /
 # tiny-moe, tiny-glm / tiny-dsv3), sets the
