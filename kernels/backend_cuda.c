@@ -776,8 +776,7 @@ static bool cuda_matmul_fused_ok(pd_backend_t *be, const pd_weight_t *w, int n, 
 
 static pd_status_t cuda__matmul_fused(cuda_t *c, float *const *outs, const float *x, pd_pro_t pro,
                                       const uint16_t *norm_w, float eps,
-                                      const pd_weight_t *const *ws, int count, int n,
-                                      pd_epi_t epi)
+                                      const pd_weight_t *const *ws, int count, int n, pd_epi_t epi)
 {
     const int kinds[3] = {MATMUL_PRO_NONE, MATMUL_PRO_RMSNORM, MATMUL_PRO_SILU};
     if (count < 1 || count > MATMUL_GROUP_MAX || (unsigned)pro > PD_PRO_SILU_MUL ||
@@ -805,7 +804,8 @@ static pd_status_t cuda__matmul_fused(cuda_t *c, float *const *outs, const float
         return PD_ERR_INVALID;
     }
     const matmul_pro_t p = {kinds[pro], epi == PD_EPI_ACC,
-                            epi == PD_EPI_SILU_MUL ? MATMUL_EPI_SILU : MATMUL_EPI_NONE, norm_w, eps};
+                            epi == PD_EPI_SILU_MUL ? MATMUL_EPI_SILU : MATMUL_EPI_NONE, norm_w,
+                            eps};
     return matmul_w4gemv_fused(outs, x, &p, ws, count, n, xp[0], xp[1], xp[2], xp[3], c->stream);
 }
 
@@ -2098,10 +2098,10 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     env = getenv("PD_CUDA_WG_ACT");
     c->wg_act = !env || !*env || cuda__onoff(env) != 0;
     env = getenv("PD_CUDA_GEMV_FUSE");
-    c->gemv_fuse = !env || !*env ? 0
+    c->gemv_fuse = !env || !*env                                 ? 0
                    : (env[0] >= '1' && env[0] <= '3' && !env[1]) ? env[0] - '0'
-                   : cuda__onoff(env) == 1                      ? 2
-                                                                : 0;
+                   : cuda__onoff(env) == 1                       ? 2
+                                                                 : 0;
     c->env_set |= env && *env ? CUDA__ENV_GEMV_FUSE : 0;
     env = getenv("PD_CUDA_INT4_GEMM"); /* bf16: INT4 prefill GEMMs dequantized to bf16 */
     c->int4_fp8 = 1;
@@ -2112,6 +2112,9 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     env = getenv("PD_CUDA_ATTN_FOLD"); /* 1: split contexts merged inside the decode kernel */
     if (env && *env)
         attention_fold = cuda__onoff(env) == 1;
+    env = getenv("PD_CUDA_MLA_TILE"); /* 1: the tiled MLA attention kernel (family.h) */
+    if (env && *env)
+        family_mla_tile = cuda__onoff(env) == 1;
     env = getenv("PD_CUDA_SAMPLE_SPLIT"); /* 0: one block per greedy row (A / B) */
     if (env && *env)
         sample_split = cuda__onoff(env) != 0;

@@ -213,6 +213,96 @@ static __global__ void family__latent_attention(float *out, const float *q_lat, 
     }
 }
 
+/* The tiled MLA decode / prefill kernel (session 16; family_mla_tile, off by default until
+ * measured on a device): grid (n_rows, ceil(H / FAMILY__TILE_HG)), block 32 FAMILY__TILE_HG, one
+ * warp per query head of the block's group. The row's context is walked in tiles of 32 tokens;
+ * each tile's latents [c | k_pe] (D = head_dim values per token, converted to f32 once) are staged
+ * in shared memory by the whole block and read by all its heads, where family__latent_attention
+ * reads them once per head and reduces across the block per token. In a tile, lane j scores token
+ * j (its dot product with the warp's q over D), the warp takes the tile's max and sum by shuffles
+ * (online softmax), and each lane accumulates the output dimensions lane + 32 i (< r) from the
+ * staged latents. Shared memory: (HG D + 32 (D + 1)) f32 (row pitch D + 1: lane j's row starts in
+ * bank j). r <= 32 FAMILY__TILE_ACC. */
+#define FAMILY__TILE_HG 8
+#define FAMILY__TILE_T 32
+#define FAMILY__TILE_ACC 16 /* r <= 512 */
+int family_mla_tile = 0;
+
+static __global__ void __launch_bounds__(32 * FAMILY__TILE_HG)
+    family__latent_attention_tile(float *out, const float *q_lat, const float *q_pe,
+                                  const uint8_t *arena, kv_layout_t l, int layer,
+                                  const int32_t *q_start, const int32_t *ctx_len, const int32_t *bt,
+                                  int max_pages, int H, int r, int pe_stride, float scale)
+{
+    extern __shared__ float family__tsm[];
+    const int row = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int h = blockIdx.y * FAMILY__TILE_HG + warp, D = l.head_dim, P = l.page_tokens;
+    const int DP = D + 1;
+    float *sq = family__tsm, *sk = family__tsm + FAMILY__TILE_HG * D;
+    int s = 0;
+    while (q_start[s + 1] <= row)
+        s++;
+    const int pos = ctx_len[s] - (q_start[s + 1] - q_start[s]) + (row - q_start[s]);
+    const bool active = h < H;
+    for (int d = lane; d < D; d += 32)
+        sq[warp * D + d] = !active ? 0.0f
+                           : d < r ? q_lat[((size_t)row * H + h) * r + d]
+                                   : q_pe[((size_t)row * H + h) * pe_stride + d - r];
+    float acc[FAMILY__TILE_ACC], m = -INFINITY, lsum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < FAMILY__TILE_ACC; i++)
+        acc[i] = 0.0f;
+    for (int t0 = 0; t0 <= pos; t0 += FAMILY__TILE_T) {
+        const int nt = min(FAMILY__TILE_T, pos + 1 - t0);
+        __syncthreads(); /* the previous tile is consumed (and sq written, the first time) */
+        for (int j = warp; j < nt; j += FAMILY__TILE_HG) { /* warp w stages tokens w, w + HG.. */
+            const int t = t0 + j, tok = t % P;
+            const uint8_t *page = arena + (size_t)bt[(size_t)s * max_pages + t / P] * l.page_bytes;
+            const float ts = l.fmt == PD_KV_FP8
+                                 ? ((const float *)(page + kutil_kv_scale_off(l, layer, 0)))[tok]
+                                 : 1.0f;
+            for (int d = lane; d < D; d += 32)
+                sk[j * DP + d] = family__lat(page, l, layer, tok, d, ts);
+        }
+        __syncthreads();
+        if (!active)
+            continue; /* the block's barriers above are still reached every tile */
+        float score = -INFINITY;
+        if (lane < nt) {
+            const float *kr = sk + lane * DP, *qr = sq + warp * D;
+            float dot = 0.0f;
+            for (int d = 0; d < D; d++)
+                dot = fmaf(qr[d], kr[d], dot);
+            score = dot * scale;
+        }
+        const float m_new = fmaxf(m, kutil_warp_max(score)), corr = expf(m - m_new);
+        const float p = lane < nt ? expf(score - m_new) : 0.0f;
+        lsum = lsum * corr + kutil_warp_sum(p);
+#pragma unroll
+        for (int i = 0; i < FAMILY__TILE_ACC; i++)
+            acc[i] *= corr;
+        for (int j = 0; j < nt; j++) {
+            const float pj = __shfl_sync(0xffffffffu, p, j);
+            const float *kr = sk + j * DP;
+#pragma unroll
+            for (int i = 0; i < FAMILY__TILE_ACC; i++) {
+                const int d = lane + 32 * i;
+                if (d < r)
+                    acc[i] = fmaf(pj, kr[d], acc[i]);
+            }
+        }
+        m = m_new;
+    }
+    if (!active)
+        return;
+#pragma unroll
+    for (int i = 0; i < FAMILY__TILE_ACC; i++) {
+        const int d = lane + 32 * i;
+        if (d < r)
+            out[((size_t)row * H + h) * r + d] = acc[i] / lsum;
+    }
+}
+
 /* ==== FP8 with 128x128 block scales (DeepSeek-V3 / Kimi K2 weight_scale_inv) ==== */
 
 /* 8 warps a block, one weight row a warp: out (NT, N) f32 = x (NT, K) f32 @ W^T, W (N, K) e4m3
@@ -385,6 +475,22 @@ extern "C" pd_status_t family_latent_attention(float *out, const float *q_lat, c
                   "latent_attention");
     if (n_rows == 0)
         return PD_OK;
+    const size_t tsm =
+        ((size_t)FAMILY__TILE_HG * l->head_dim + (size_t)FAMILY__TILE_T * (l->head_dim + 1)) * 4;
+    if (family_mla_tile && r <= 32 * FAMILY__TILE_ACC && tsm <= 96 * 1024) {
+        static bool attr; /* the 96 KiB the attribute allows, set once */
+        if (!attr) {
+            cudaFuncSetAttribute(family__latent_attention_tile,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024);
+            attr = true;
+        }
+        family__latent_attention_tile<<<
+            dim3((unsigned)n_rows, (unsigned)((n_heads + FAMILY__TILE_HG - 1) / FAMILY__TILE_HG)),
+            32 * FAMILY__TILE_HG, tsm, stream>>>(out, q_lat, q_pe, (const uint8_t *)arena, *l,
+                                                 layer, q_start, ctx_len, block_tables, max_pages,
+                                                 n_heads, r, pe_stride, scale);
+        return KUTIL_LAUNCHED("latent_attention (tiled)");
+    }
     family__latent_attention<<<dim3(n_rows, n_heads), FAMILY__ATT_THREADS,
                                (size_t)l->head_dim * sizeof(float), stream>>>(
         out, q_lat, q_pe, (const uint8_t *)arena, *l, layer, q_start, ctx_len, block_tables,

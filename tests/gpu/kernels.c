@@ -37,6 +37,7 @@
 #include "backend_cuda.h"
 #include "dtype.h"
 #include "elementwise.h"
+#include "family.h"
 #include "kv.h"
 #include "kv_digest.h"
 #include "kv_pool.h"
@@ -4024,6 +4025,17 @@ static void case_latent_attention(pd_kvfmt_t fmt, int heads, int r, int rope, in
                                scale);
     snprintf(shape, sizeof shape, "%s %s h %d r %d rope %d rows %d ctx<=%d", pd_kvfmt_name(fmt),
              what, heads, r, rope, n_rows, max_ctx);
+    report("latent_attn", shape, err_f32_vec(&out, (size_t)n_rows * heads, (size_t)r), 1e-4);
+    /* the tiled kernel (family_mla_tile: 8 heads per block, 32-token tiles in shared memory) on
+     * the same inputs over a poisoned output, whichever the backend's default is */
+    const int tile_was = family_mla_tile;
+    family_mla_tile = !tile_was;
+    pair_ok(gpu->ops->memset(gpu, out.g, 0xff, nl * 4));
+    gpu->ops->latent_attention(gpu, out.g, pql.g, pqp.g, a.g, &l, 1, &bg, heads, r, pe_stride,
+                               scale);
+    family_mla_tile = tile_was;
+    snprintf(shape, sizeof shape, "%s %s h %d r %d rope %d rows %d ctx<=%d %s", pd_kvfmt_name(fmt),
+             what, heads, r, rope, n_rows, max_ctx, tile_was ? "untiled" : "tiled");
     report("latent_attn", shape, err_f32_vec(&out, (size_t)n_rows * heads, (size_t)r), 1e-4);
     pair_free(&a);
     pair_free(&pql);
