@@ -143,7 +143,8 @@ typedef enum {
 /* Sets the mode; returns the mode in effect: ON and EAGER need a backend with graph capture
  * (ops->graph_begin) and a dense model, or an MoE model whose experts the backend registered
  * at model_ctx_create (ops->moe_prepare: routing grouped on the device, no host readback;
- * Qwen3-MoE, GLM-4.5 and DeepSeek-V3 on CUDA, but not FP8 block-scaled experts), else OFF. The default of a new context is ON where possible. */
+ * Qwen3-MoE, GLM-4.5 and DeepSeek-V3 on CUDA, but not FP8 block-scaled experts), else OFF.
+ * The default of a new context is ON where possible. */
 model_graphs_t model_ctx_set_graphs(model_ctx_t *ctx, model_graphs_t mode);
 
 /* The mode in effect (a capture that fails turns the context's graphs OFF, with a log line). */

@@ -2123,13 +2123,13 @@ static void bench_family(int layers, int pre)
             model_destroy(m);
             continue;
         }
+        model_ctx_t *probe; /* graphs where the model's contexts can have them */
+        ok(model_ctx_create(m, &probe), "ctx");
+        const bool can = model_ctx_graphs(probe) == MODEL_GRAPHS_ON;
+        model_ctx_destroy(probe);
         for (size_t bi = 0; bi < 2; bi++) {
             const int B = batches[bi];
             const float ms = run_forward(m, confs[i].kv, B, 1024, 1, B, 5, MODEL_GRAPHS_OFF, NULL);
-            model_ctx_t *probe; /* graphs where the context can have them */
-            ok(model_ctx_create(m, &probe), "ctx");
-            const bool can = model_ctx_graphs(probe) == MODEL_GRAPHS_ON;
-            model_ctx_destroy(probe);
             const float gms =
                 can ? run_forward(m, confs[i].kv, B, 1024, 1, B, 5, MODEL_GRAPHS_ON, NULL) : 0.0f;
             char gcol[32];

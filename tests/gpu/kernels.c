@@ -3487,6 +3487,29 @@ static void case_logprobs(int n, int vocab, float scale)
     free(nt);
 }
 
+/* n decode sequences of per_seq pages each (sequence s on pages s * per_seq ..), and *sp their
+ * pointers as model_batch_t takes them (the whole-pipeline cases below); decode_seqs_free */
+static kv_seq_t *decode_seqs_new(int n, int per_seq, const kv_seq_t ***sp)
+{
+    kv_seq_t *seqs = xmalloc((size_t)n * sizeof *seqs);
+    *sp = xmalloc((size_t)n * sizeof **sp);
+    for (int s = 0; s < n; s++) {
+        kv_seq_init(&seqs[s]);
+        for (int p = 0; p < per_seq; p++)
+            kv_seq_push_page(&seqs[s], (kv_page_ref_t){s * per_seq + p, 0, 0});
+        (*sp)[s] = &seqs[s];
+    }
+    return seqs;
+}
+
+static void decode_seqs_free(kv_seq_t *seqs, const kv_seq_t **sp, int n)
+{
+    for (int s = 0; s < n; s++)
+        kv_seq_deinit(&seqs[s]);
+    free(seqs);
+    free(sp);
+}
+
 /* model_forward_sample on the GPU (tiny-llama from PD_MODELS_DIR, else deploy/models; BF16 weights,
  * BF16 KV), decode steps of n sequences with graphs on (the sampling captured in the step, padded
  * to the batch bucket, entries padded to their bucket), against model_forward's logits of the same
@@ -3513,8 +3536,8 @@ static void case_forward_sample(int n, int steps)
     void *arena;
     pair_ok(gpu->ops->alloc(gpu, (size_t)n * per_seq * l.page_bytes, &arena));
     pair_ok(gpu->ops->memset(gpu, arena, 0, (size_t)n * per_seq * l.page_bytes));
-    kv_seq_t *seqs = calloc((size_t)n, sizeof *seqs);
-    const kv_seq_t **sp = calloc((size_t)n, sizeof *sp);
+    const kv_seq_t **sp = NULL;
+    kv_seq_t *seqs = decode_seqs_new(n, per_seq, &sp);
     int32_t *toks = xmalloc((size_t)n * 4), *qs = xmalloc(((size_t)n + 1) * 4),
             *cl = xmalloc((size_t)n * 4), *rows = xmalloc((size_t)n * 4),
             *tk = xmalloc((size_t)n * 4), *ntop = xmalloc((size_t)n * 4),
@@ -3526,10 +3549,6 @@ static void case_forward_sample(int n, int steps)
           *probs = xmalloc((size_t)vocab * 4);
     sampler_logprobs_t *lp = xmalloc((size_t)n * sizeof *lp), ref;
     for (int s = 0; s < n; s++) {
-        kv_seq_init(&seqs[s]);
-        for (int p = 0; p < per_seq; p++)
-            kv_seq_push_page(&seqs[s], (kv_page_ref_t){s * per_seq + p, 0, 0});
-        sp[s] = &seqs[s];
         toks[s] = (int32_t)(1 + rng_next() % (uint64_t)(vocab - 1));
         cl[s] = ctx0 - (s % 5); /* the earlier positions hold zeros: fine for a comparison */
     }
@@ -3595,10 +3614,7 @@ static void case_forward_sample(int n, int steps)
     if (graphs && model_ctx_graphs(ctx) != MODEL_GRAPHS_ON)
         err = INFINITY;
     report("fwd_sample", shape, err, 0.05);
-    for (int s = 0; s < n; s++)
-        kv_seq_deinit(&seqs[s]);
-    free(seqs);
-    free(sp);
+    decode_seqs_free(seqs, sp, n);
     free(toks);
     free(qs);
     free(cl);
@@ -3645,8 +3661,8 @@ static void case_decode_pdl(pd_wfmt_t wfmt, pd_kvfmt_t kvfmt, int n, int steps)
     void *arena;
     const size_t ab = (size_t)n * per_seq * l.page_bytes;
     pair_ok(gpu->ops->alloc(gpu, ab, &arena));
-    kv_seq_t *seqs = calloc((size_t)n, sizeof *seqs);
-    const kv_seq_t **sp = calloc((size_t)n, sizeof *sp);
+    const kv_seq_t **sp = NULL;
+    kv_seq_t *seqs = decode_seqs_new(n, per_seq, &sp);
     int32_t *tok0 = xmalloc((size_t)n * 4), *toks = xmalloc((size_t)n * 4),
             *qs = xmalloc(((size_t)n + 1) * 4), *cl = xmalloc((size_t)n * 4),
             *rows = xmalloc((size_t)n * 4);
@@ -3655,10 +3671,6 @@ static void case_decode_pdl(pd_wfmt_t wfmt, pd_kvfmt_t kvfmt, int n, int steps)
     for (int r = 0; r < 3; r++)
         lg[r] = xmalloc(per * steps * 4);
     for (int s = 0; s < n; s++) {
-        kv_seq_init(&seqs[s]);
-        for (int p = 0; p < per_seq; p++)
-            kv_seq_push_page(&seqs[s], (kv_page_ref_t){s * per_seq + p, 0, 0});
-        sp[s] = &seqs[s];
         tok0[s] = (int32_t)(1 + rng_next() % (uint64_t)(vocab - 1));
     }
     const int pdl_of[3] = {1, 0, 1};
@@ -3702,10 +3714,7 @@ static void case_decode_pdl(pd_wfmt_t wfmt, pd_kvfmt_t kvfmt, int n, int steps)
     snprintf(shape, sizeof shape, "tiny-llama %s kv %s n %d steps %d pdl on/off/eager (differing)",
              wfmt == PD_WFMT_INT4 ? "int4" : "fp8", kvfmt == PD_KV_FP8 ? "fp8" : "bf16", n, steps);
     report("decode_pdl", shape, graphs_ok ? (double)diff : INFINITY, 0.0);
-    for (int s = 0; s < n; s++)
-        kv_seq_deinit(&seqs[s]);
-    free(seqs);
-    free(sp);
+    decode_seqs_free(seqs, sp, n);
     free(tok0);
     free(toks);
     free(qs);
@@ -3739,18 +3748,14 @@ static void case_decode_fuse(int n, int steps)
     void *arena;
     const size_t ab = (size_t)n * per_seq * l.page_bytes;
     pair_ok(gpu->ops->alloc(gpu, ab, &arena));
-    kv_seq_t *seqs = calloc((size_t)n, sizeof *seqs);
-    const kv_seq_t **sp = calloc((size_t)n, sizeof *sp);
+    const kv_seq_t **sp = NULL;
+    kv_seq_t *seqs = decode_seqs_new(n, per_seq, &sp);
     int32_t *toks = xmalloc((size_t)n * (steps + 1) * 4), *qs = xmalloc(((size_t)n + 1) * 4),
             *cl = xmalloc((size_t)n * 4), *rows = xmalloc((size_t)n * 4);
     const size_t per = (size_t)n * vocab;
     float *lg[4] = {xmalloc(per * steps * 4), xmalloc(per * steps * 4), xmalloc(per * steps * 4),
                     xmalloc(per * steps * 4)};
     for (int s = 0; s < n; s++) {
-        kv_seq_init(&seqs[s]);
-        for (int p = 0; p < per_seq; p++)
-            kv_seq_push_page(&seqs[s], (kv_page_ref_t){s * per_seq + p, 0, 0});
-        sp[s] = &seqs[s];
         toks[s] = (int32_t)(1 + rng_next() % (uint64_t)(vocab - 1));
     }
     bool ok = gpu->ops->matmul_fused_ok != NULL;
@@ -3802,10 +3807,7 @@ static void case_decode_fuse(int n, int steps)
     snprintf(shape, sizeof shape, "tiny-llama int4 kv fp8 n %d steps %d fused 1, 2, 3 / plain", n,
              steps);
     report("decode_fuse", shape, ok ? (den > 0.0 ? num / den : num) : INFINITY, 2e-3);
-    for (int s = 0; s < n; s++)
-        kv_seq_deinit(&seqs[s]);
-    free(seqs);
-    free(sp);
+    decode_seqs_free(seqs, sp, n);
     free(toks);
     free(qs);
     free(cl);
@@ -4099,8 +4101,8 @@ static void case_family_graphs(const char *fixture, pd_wfmt_t wfmt, pd_kvfmt_t k
     void *arena;
     const size_t ab = (size_t)n * per_seq * l.page_bytes;
     pair_ok(gpu->ops->alloc(gpu, ab, &arena));
-    kv_seq_t *seqs = calloc((size_t)n, sizeof *seqs);
-    const kv_seq_t **sp = calloc((size_t)n, sizeof *sp);
+    const kv_seq_t **sp = NULL;
+    kv_seq_t *seqs = decode_seqs_new(n, per_seq, &sp);
     int32_t *toks = xmalloc((size_t)n * steps * 4), *qs = xmalloc(((size_t)n + 1) * 4),
             *cl = xmalloc((size_t)n * 4), *rows = xmalloc((size_t)n * 4);
     const size_t per = (size_t)n * vocab;
@@ -4108,12 +4110,6 @@ static void case_family_graphs(const char *fixture, pd_wfmt_t wfmt, pd_kvfmt_t k
     for (int r = 0; r < 3; r++)
         lg[r] = xmalloc(per * steps * 4);
     rng_state = seed;
-    for (int s = 0; s < n; s++) {
-        kv_seq_init(&seqs[s]);
-        for (int p = 0; p < per_seq; p++)
-            kv_seq_push_page(&seqs[s], (kv_page_ref_t){s * per_seq + p, 0, 0});
-        sp[s] = &seqs[s];
-    }
     for (int i = 0; i < n * steps; i++)
         toks[i] = (int32_t)(2 + rng_next() % (uint64_t)(vocab - 2));
     const model_graphs_t mode_of[3] = {MODEL_GRAPHS_ON, MODEL_GRAPHS_EAGER, MODEL_GRAPHS_OFF};
@@ -4166,10 +4162,7 @@ static void case_family_graphs(const char *fixture, pd_wfmt_t wfmt, pd_kvfmt_t k
     snprintf(shape, sizeof shape, "%s %s kv %s n %d host-grouped vs graph (max |d| / row rms)",
              fixture, pd_wfmt_name(wfmt), pd_kvfmt_name(kvfmt), n);
     report("family_graphs", shape, err, 3e-2);
-    for (int s = 0; s < n; s++)
-        kv_seq_deinit(&seqs[s]);
-    free(seqs);
-    free(sp);
+    decode_seqs_free(seqs, sp, n);
     free(toks);
     free(qs);
     free(cl);
