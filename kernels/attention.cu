@@ -514,6 +514,7 @@ template <int FMT, int D> struct attn_tc__cfg {
     static constexpr int VW = D / 8 * ELEM / 4; /* V words one lane reads per token row */
     /* blocks per SM (registers; shared memory allows the same: fp8 hd 128 53.5 KB, bf16 70 KB) */
     static constexpr int MINB = FMT == PD_KV_FP8 ? 4 : 3;
+    static_assert(32 % CPR == 0, "a lane's 16-byte chunks of a tile share one column");
 };
 
 static __device__ __forceinline__ uint32_t attn_tc__saddr(const void *p)
@@ -643,10 +644,47 @@ static __global__ void __launch_bounds__(32 * ATTN_TC__WARPS, attn_tc__cfg<FMT, 
     uint8_t *ring = attn_tc__smem + C::QSMEM + (size_t)warp * C::STAGES * C::STAGE;
 
     /* tile `tile` of this split (16 tokens from t_begin + 16 tile) -> ring slot `slot`; tokens
-     * past t_end are zero-filled (their loads read a valid token) */
-    auto load = [&](int tile, int slot) {
+     * past t_end are zero-filled (their loads read a valid token). When the page size is a
+     * multiple of the tile (16-token pages and up: every tile lies in one page, since chunks
+     * and t_begin are multiples of 16) the page is looked up once per tile and each chunk's
+     * address is that page's base plus a per-lane constant (session 17: the general path below
+     * costs ~230 PTX instructions per tile, a page-table load, a division and 64-bit products
+     * per 16-byte chunk) */
+    const bool one_page = P % T == 0;
+    const int TOKB = KVH * C::ROW; /* bytes between tokens of one (page, side, layer) */
+    /* the page id of this warp's n-th tile (one_page; n < my_n) */
+    auto page_id = [&](int n) {
+        const int t0 = t_begin + (warp + n * NW) * T;
+        return bt[p_shift >= 0 ? t0 >> p_shift : t0 / P];
+    };
+    /* pid: the tile's page id (one_page), read ahead by the caller: ncu (session 17, H100, B 64
+     * / 1k) put 23% of the stall samples on the page-table load inside this function when it
+     * was read here, a trip to L2 in front of every tile's copies and compute */
+    auto load = [&](int tile, int slot, int pid) {
         const uint32_t sa = attn_tc__saddr(ring + slot * C::STAGE);
         const int t0 = t_begin + tile * T;
+        if (one_page) {
+            const int pg = p_shift >= 0 ? t0 >> p_shift : t0 / P, last = t_end - 1 - t0;
+            const uint8_t *pb = arena + (size_t)pid * l.page_bytes;
+            const uint8_t *kb = pb + koff + ((size_t)(t0 - pg * P) * KVH + kvh) * C::ROW;
+            const int ch = lane % C::CPR; /* 32 % CPR == 0: the same chunk for every i */
+#pragma unroll
+            for (int i = 0; i < C::NCS; i++) {
+                const int tok = lane / C::CPR + i * (32 / C::CPR), ok = tok <= last;
+                const int dst = tok * C::RS + ((ch ^ (tok % C::CPR)) << 4);
+                const uint8_t *src = kb + (ok ? tok : last) * TOKB + ch * 16;
+                attn_tc__cp16(sa + dst, src, ok ? 16 : 0);
+                attn_tc__cp16(sa + C::SIDE + dst, src + (voff - koff), ok ? 16 : 0);
+            }
+            if constexpr (FMT == PD_KV_FP8) { /* lanes 0..15: K scales, 16..31: V scales */
+                const int tok = lane & 15, ok = tok <= last;
+                attn_tc__cp4(sa + 2 * C::SIDE + lane * 4,
+                             pb + (lane < 16 ? ksoff : vsoff) +
+                                 ((size_t)(t0 - pg * P + (ok ? tok : last)) * KVH + kvh) * 4,
+                             ok ? 4 : 0);
+            }
+            return;
+        }
 #pragma unroll
         for (int i = 0; i < C::NCS; i++) {
             const int cc = lane + 32 * i, tok = cc / C::CPR, ch = cc % C::CPR;
@@ -678,14 +716,14 @@ static __global__ void __launch_bounds__(32 * ATTN_TC__WARPS, attn_tc__cfg<FMT, 
         if (st0 < my_n && min(t_end, t_begin + (tile + 1) * T) > old_end)
             break;
         if (st0 < my_n)
-            load(tile, st0);
+            load(tile, st0, one_page ? page_id(st0) : 0);
         asm volatile("cp.async.commit_group;\n" ::);
     }
     kutil_pdl_wait();
     kutil_pdl_trigger();
     for (; st0 < C::STAGES - 1; st0++) {
         if (st0 < my_n)
-            load(warp + st0 * NW, st0);
+            load(warp + st0 * NW, st0, one_page ? page_id(st0) : 0);
         asm volatile("cp.async.commit_group;\n" ::);
     }
 
@@ -740,12 +778,16 @@ static __global__ void __launch_bounds__(32 * ATTN_TC__WARPS, attn_tc__cfg<FMT, 
         o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
     float m = -INFINITY, lsum = 0.0f, mv = -INFINITY;
 
+    /* the page id of the next tile to load (one_page), one iteration ahead */
+    int pid_nx = one_page && C::STAGES - 1 < my_n ? page_id(C::STAGES - 1) : 0;
     for (int it = 0; it < my_n; it++) {
         {
             const int nx = it + C::STAGES - 1;
             if (nx < my_n)
-                load(warp + nx * NW, nx % C::STAGES);
+                load(warp + nx * NW, nx % C::STAGES, pid_nx);
             asm volatile("cp.async.commit_group;\n" ::);
+            if (one_page && nx + 1 < my_n)
+                pid_nx = page_id(nx + 1);
         }
         asm volatile("cp.async.wait_group %0;\n" ::"n"(C::STAGES - 1));
         __syncwarp();
@@ -753,12 +795,15 @@ static __global__ void __launch_bounds__(32 * ATTN_TC__WARPS, attn_tc__cfg<FMT, 
         const float *sks = (const float *)(st + 2 * C::SIDE), *svs = sks + T;
         const int t0 = t_begin + (warp + it * NW) * T;
 
-        /* S: n tile j = tokens 8 j + [0, 8); this lane's B column is token 8 j + g */
-        float sc[2][4];
+        /* S: n tile j = tokens 8 j + [0, 8); this lane's B column is token 8 j + g. Even and
+         * odd k steps accumulate into sc / sc2: two dependent mma chains of KS / 2 instead of
+         * one of KS per n tile */
+        float sc[2][4], sc2[2][4];
         uint32_t kw[2][C::KW];
 #pragma unroll
         for (int j = 0; j < 2; j++) {
             sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
+            sc2[j][0] = sc2[j][1] = sc2[j][2] = sc2[j][3] = 0.0f;
             const int tok = 8 * j + g;
 #pragma unroll
             for (int i = 0; i < C::KW / 4; i++) { /* this lane's chunks qd KW/4 + i */
@@ -781,9 +826,10 @@ static __global__ void __launch_bounds__(32 * ATTN_TC__WARPS, attn_tc__cfg<FMT, 
                     attn_tc__e4m3x4(kw[j][k], b0, b1);
                 else
                     b0 = kw[j][2 * k], b1 = kw[j][2 * k + 1];
-                attn_tc__mma<FMT>(sc[j], a.x, a.y, a.z, a.w, b0, b1);
+                float *acc = k & 1 ? sc2[j] : sc[j];
+                attn_tc__mma<FMT>(acc, a.x, a.y, a.z, a.w, b0, b1);
                 if constexpr (FMT != PD_KV_FP8)
-                    attn_tc__mma<FMT>(sc[j], bq.x, 0u, bq.y, 0u, b0, b1);
+                    attn_tc__mma<FMT>(acc, bq.x, 0u, bq.y, 0u, b0, b1);
             }
         }
         /* this lane: head g, tokens 8 j + 2 qd + e */
@@ -794,7 +840,7 @@ static __global__ void __launch_bounds__(32 * ATTN_TC__WARPS, attn_tc__cfg<FMT, 
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const int tok = 8 * j + 2 * qd + e;
-                float x = (sc[j][e] + sc[j][2 + e]) * qsc;
+                float x = ((sc[j][e] + sc[j][2 + e]) + (sc2[j][e] + sc2[j][2 + e])) * qsc;
                 if constexpr (FMT == PD_KV_FP8)
                     x *= sks[tok];
                 if (t0 + tok >= t_end)

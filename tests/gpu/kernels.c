@@ -2651,13 +2651,17 @@ static void cases_flash(pd_kvfmt_t fmt)
  * <= 1e-4 (err_f32_vec). The scores and P run on the tensor cores as f16 hi + lo parts (fp8 KV,
  * 22 bits) or bf16 hi + mid + lo (bf16 KV, 24 bits) with f32 accumulation: the expected error is
  * ~1e-6 of an element's vector. */
+/* page size of case_attention_tc's arena (16 unless a case sets it: the tensor-core kernel
+ * reads a 16-token tile from one page when the page size is a multiple of 16, else per token) */
+static int attn_case_page = 16;
+
 static void case_attention_tc(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_seqs,
                               const int *q_len, const int *ctx, bool hints, int tc, uint64_t seed,
                               const char *what)
 {
     char shape[160];
     kv_layout_t l;
-    const int P = 16;
+    const int P = attn_case_page;
     const uint64_t saved = rng_state;
     rng_state = seed;
     int max_pages = 1, total_pages = 0, n_rows = 0, max_ctx = 0;
@@ -2719,12 +2723,13 @@ static void case_attention_tc(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_
     gpu->ops->attention(gpu, out.g, pq.g, a.g, &l, 1, &bg, heads);
     pair_ok(gpu->ops->sync(gpu));
     attention_decode_tc = 1;
-    snprintf(shape, sizeof shape, "%s %s%s h %d/%d hd %d B %d rows %d ctx<=%d splits %d seed %llu",
+    snprintf(shape, sizeof shape,
+             "%s %s%s h %d/%d hd %d B %d rows %d ctx<=%d page %d splits %d seed %llu",
              pd_kvfmt_name(fmt),
              !tc              ? "simt "
              : attention_fold ? "tc fold "
                               : "tc ",
-             what, heads, kvh, hd, n_seqs, n_rows, max_ctx,
+             what, heads, kvh, hd, n_seqs, n_rows, max_ctx, P,
              attention_splits(n_rows, kvh, hints ? max_ctx : max_pages * P, fmt),
              (unsigned long long)seed);
     report("attention", shape, err_f32(&out, qn), 2e-5);
@@ -2771,6 +2776,15 @@ static void cases_attention_tc(void)
             const int mq[] = {2, 1, 5}, mc[] = {100, 50, 333};
             case_attention_tc(k, 4, 2, 128, 3, mq, mc, true, 1, sd + 5, "rows 2/1/5");
             case_attention_tc(k, 4, 2, 128, 5, ones, c5, true, 0, sd + 6, "group 2");
+            /* pages of 8 tokens (a tile spans two pages: the per-token path) and of 32 (a tile
+             * is half a page) */
+            const int pages[] = {8, 32};
+            for (int pi = 0; pi < 2; pi++) {
+                attn_case_page = pages[pi];
+                case_attention_tc(k, 16, 2, 128, 5, ones, c5, true, 1, sd + 14 + pi, "group 8");
+                case_attention_tc(k, 8, 2, 64, 3, mq, mc, true, 1, sd + 16 + pi, "hd 64 rows");
+            }
+            attn_case_page = 16;
             if (small_only)
                 continue;
             case_attention_tc(k, 32, 8, 128, 64, ones, c64, true, 1, sd + 7, "8B b64");
