@@ -1,6 +1,9 @@
 /* attention_flash: paged causal flash attention with mma.sync bf16 (see attention_flash.h). */
+#include <cuda.h> /* CUtensorMap (the type only: the encoder comes through the runtime) */
 #include <cuda_bf16.h>
+#include <cudaTypedefs.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "attention_flash.h"
 #include "kutil.cuh"
@@ -557,6 +560,48 @@ static __device__ __forceinline__ void fwg__cp_arrive(uint32_t a)
 {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(a) : "memory");
 }
+/* variant 10: box (64 dims, 1 kv head, P tokens, 1 layer-side, 1 page) at coordinates (d0, kvh,
+ * tok, ls, page) of the tensor map over the KV arena -> shared dst (1024-byte aligned: the
+ * 128-byte swizzle of the box's rows matches the layout wgmma reads), completing on mbarrier bar */
+static __device__ __forceinline__ void fwg__tma(uint32_t dst, const CUtensorMap *map, int d0,
+                                                int kvh, int tok, int ls, int page, uint32_t bar)
+{
+    asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n" ::"r"(dst),
+                 "l"((uint64_t)map), "r"(d0), "r"(kvh), "r"(tok), "r"(ls), "r"(page), "r"(bar)
+                 : "memory");
+}
+static __device__ __forceinline__ void fwg__bar_expect(uint32_t a, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(a), "r"(bytes)
+                 : "memory");
+}
+/* variant 10 (LVL bit 8): the TMA copies whole pages, so the last page's tokens past the
+ * sequence's context (ctx_len cl, whatever an earlier sequence left there: NaN in the harness)
+ * land in the stage too. S masks them (key > every row's position), but P = 0 times a NaN of V
+ * is NaN, so before tile kt's products both consumer warpgroups (256 threads, ct = tid - 128)
+ * zero those V rows; named barrier 5 orders the stores before either warpgroup's wgmma. Only
+ * the tile that holds the tail of a copied page (its first token below n_keys) does this. */
+template <int LVL>
+static __device__ __forceinline__ void fwg__zero_tail(uint32_t vs, int kt, int cl, int n_keys,
+                                                      int P, int ct)
+{
+    if (!(LVL & 8) || cl % P == 0)
+        return;
+    const int ps = (cl - 1) / P * P; /* first token of the last page */
+    const int r0 = cl - kt * FWG__BN, r1 = ps + P - kt * FWG__BN;
+    if (ps >= n_keys || r0 <= 0 || r0 >= FWG__BN)
+        return;
+    for (int i = ct; i < (r1 - r0) * 16; i += 256) {
+        const int r = r0 + (i >> 4), c = i & 15;
+        asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(
+                         vs + (uint32_t)((c >> 3) * 16384 + r * 128 + ((c & 7) << 4))),
+                     "r"(0)
+                     : "memory");
+    }
+    fwg__fence_proxy();
+    asm volatile("bar.sync 5, 256;\n" ::: "memory");
+}
 /* the accumulators are redefined here: no use of them moves above a wgmma wait */
 static __device__ __forceinline__ void fwg__fence_acc(float (&d)[64])
 {
@@ -734,7 +779,7 @@ template <int NS, int LVL>
 static __global__ void __launch_bounds__(FWG__THREADS, 1)
     fwg__kernel(float *out, const float *q, const uint8_t *arena, kv_layout_t l, int layer,
                 const int32_t *q_start, const int32_t *ctx_len, const int32_t *block_tables,
-                int n_seqs, int max_pages, int n_heads)
+                int n_seqs, int max_pages, int n_heads, const __grid_constant__ CUtensorMap kvmap)
 {
 #if FWG__ON
     constexpr int D = FWG__D, BM = FWG__BM, BN = FWG__BN;
@@ -755,16 +800,51 @@ static __global__ void __launch_bounds__(FWG__THREADS, 1)
     const int pos0 = ctx_len[s] - q_len + j * BM; /* position of the tile's row 0 */
     const int n_keys = pos0 + qn;                 /* keys the last valid row sees */
     const int n_kt = (n_keys + BN - 1) / BN;
+    const int cl = ctx_len[s]; /* the sequence's context (variant 10's tail, fwg__zero_tail) */
 
     if (tid == 0) {
         for (int i = 0; i < NS; i++) {
-            fwg__bar_init(bars + 8 * i, 128);            /* the producer's threads */
+            fwg__bar_init(bars + 8 * i, LVL & 8 ? 1 : 128); /* the producer's threads */
             fwg__bar_init(bars + 8 * (NS + i), 2 * 128); /* both consumers' threads */
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
 
+    if (wg == 0 && (LVL & 8)) {
+        /* ---- producer of variant 10: thread 0 alone copies each tile with TMA, one box per
+         * (page, 64-dim column block, side): BN / P pages of P tokens, whole pages (the tail
+         * past the context is zeroed by the consumers, fwg__zero_tail); a page that starts at or
+         * past n_keys is not read: its box is asked at token P, out of bounds, which TMA fills
+         * with zeros. The stage's "full" barrier (count 1) completes when this thread's
+         * expect_tx arrival and all the boxes' bytes (64 KiB) have landed. ---- */
+        if (LVL & 2) /* as the other producer: the consumers take the registers */
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
+        if (tid != 0)
+            return;
+        asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&kvmap) : "memory");
+        const int32_t *bt = block_tables + (size_t)s * max_pages;
+        const int P = l.page_tokens, ppt = BN / P;
+        for (int kt = 0; kt < n_kt; kt++) {
+            const int st = kt % NS;
+            if (kt >= NS) /* the consumers are done with tile kt - NS */
+                fwg__bar_wait(bars + 8 * (NS + st), (uint32_t)((kt / NS - 1) & 1));
+            const uint32_t full = bars + 8 * st, kd = kv0 + 65536u * st;
+            fwg__bar_expect(full, 65536u);
+            for (int i = 0; i < ppt; i++) {
+                const int t0 = kt * BN + i * P;
+                const bool live = t0 < n_keys;
+                const int pid = live ? bt[t0 / P] : 0, tok = live ? 0 : P;
+                const uint32_t d = kd + (uint32_t)(i * P * 128);
+                for (int c = 0; c < 2; c++) {
+                    fwg__tma(d + 16384u * c, &kvmap, 64 * c, kvh, tok, 2 * layer, pid, full);
+                    fwg__tma(d + 32768u + 16384u * c, &kvmap, 64 * c, kvh, tok, 2 * layer + 1,
+                             pid, full);
+                }
+            }
+        }
+        return;
+    }
     if (wg == 0) {
         /* ---- producer: thread t copies 16-byte chunk t % 16 of keys t / 16 + 8 i, i < 16, of
          * every tile (K and V); those rows share their swizzle (row % 8 = t / 16) ---- */
@@ -896,6 +976,7 @@ static __global__ void __launch_bounds__(FWG__THREADS, 1)
         fwg__bar_wait(bars, 0u);
         if (LVL & 1) /* the copies arrived by themselves (v7); v8's producer fenced them */
             fwg__fence_proxy();
+        fwg__zero_tail<LVL>(kv0 + 32768u, 0, cl, n_keys, l.page_tokens, tid - 128);
         fwg__pp_wait<LVL>(cw);
         fwg__wg_fence();
 #pragma unroll
@@ -920,6 +1001,7 @@ static __global__ void __launch_bounds__(FWG__THREADS, 1)
             fwg__bar_wait(bars + 8 * st, (uint32_t)((kt / NS) & 1));
             if (LVL & 1)
                 fwg__fence_proxy();
+            fwg__zero_tail<LVL>(ks + 32768u, kt, cl, n_keys, l.page_tokens, tid - 128);
             fwg__pp_wait<LVL>(cw);
             fwg__wg_fence();
 #pragma unroll
@@ -979,6 +1061,7 @@ static __global__ void __launch_bounds__(FWG__THREADS, 1)
         fwg__bar_wait(bars + 8 * st, (uint32_t)((kt / NS) & 1));
         if (LVL & 1) /* the producer's copies arrived by themselves: no producer-side fence */
             fwg__fence_proxy();
+        fwg__zero_tail<LVL>(vs, kt, cl, n_keys, l.page_tokens, tid - 128);
 
         /* S (64 x 128 keys) = Q K^T, raw: K-major A and B, k16 steps along the 128 dims (two
          * 64-dim column blocks, 32 bytes per step inside a swizzled row) */
@@ -1144,6 +1227,49 @@ static bool fwg__usable(const kv_layout_t *l, int n_heads)
 #endif
 }
 
+/* variant 10's tensor map over the KV arena (bf16, 5 dimensions, innermost first): head dims
+ * (D, contiguous), kv heads (stride D * 2 bytes), tokens of a page (KVH D 2), layer-sides
+ * (side_bytes), pages (page_bytes), from the first page's data (after its header); boxes of 64
+ * dims x 1 head x P tokens, 128-byte swizzle, zeros out of bounds. The driver's encoder is
+ * reached through the runtime (no link to libcuda). */
+static pd_status_t fwg__kvmap(CUtensorMap *map, const void *arena, const kv_layout_t *l)
+{
+    static PFN_cuTensorMapEncodeTiled_v12000 encode;
+    if (!encode) {
+        void *fn = NULL;
+        cudaDriverEntryPointQueryResult qr;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                             cudaEnableDefault, &qr) != cudaSuccess ||
+            qr != cudaDriverEntryPointSuccess || !fn) {
+            (void)cudaGetLastError();
+            return kutil_status(cudaErrorNotSupported, "attention_flash tensor map encoder");
+        }
+        encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
+    }
+    const cuuint64_t D = (cuuint64_t)l->head_dim, KVH = (cuuint64_t)l->n_kv_heads;
+    const cuuint64_t dims[5] = {D, KVH, (cuuint64_t)l->page_tokens,
+                                (cuuint64_t)l->n_layers * (cuuint64_t)l->n_sides, 1ull << 30};
+    const cuuint64_t strides[4] = {D * 2, KVH * D * 2, (cuuint64_t)l->side_bytes,
+                                   (cuuint64_t)l->page_bytes};
+    const cuuint32_t box[5] = {64, 1, (cuuint32_t)l->page_tokens, 1, 1};
+    const cuuint32_t es[5] = {1, 1, 1, 1, 1};
+    const CUresult r =
+        encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 5,
+               (void *)((const uint8_t *)arena + KV_PAGE_HEADER_BYTES), dims, strides, box, es,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return kutil_status(cudaErrorInvalidValue, "attention_flash tensor map");
+    return PD_OK;
+}
+
+/* variant 10 applies where whole pages tile a 128-key tile at 1024-byte boundaries */
+static bool fwg__tma_usable(const kv_layout_t *l)
+{
+    const int P = l->page_tokens;
+    return P >= 8 && FWG__BN % P == 0 && l->n_sides == 2 && l->page_bytes % 16 == 0;
+}
+
 template <int NS, int LVL>
 static pd_status_t fwg__launch(float *out, const float *q, const void *arena, const kv_layout_t *l,
                                int layer, const pd_attn_batch_t *b, int n_rows, int n_heads,
@@ -1166,10 +1292,18 @@ static pd_status_t fwg__launch(float *out, const float *q, const void *arena, co
     }
     const long tiles = (long)n_rows / FWG__BM + b->n_seqs;
     KUTIL_REQUIRE(tiles <= 65535, "attention_flash");
+    CUtensorMap map;
+    memset(&map, 0, sizeof map);
+    if (LVL & 8) {
+        KUTIL_REQUIRE(fwg__tma_usable(l), "attention_flash variant 10 (page size)");
+        st = fwg__kvmap(&map, arena, l);
+        if (st != PD_OK)
+            return st;
+    }
     fwg__kernel<NS, LVL>
         <<<dim3((unsigned)(n_heads / 2), (unsigned)tiles), FWG__THREADS, FWG__SMEM(NS), stream>>>(
             out, q, (const uint8_t *)arena, *l, layer, b->q_start, b->ctx_len, b->block_tables,
-            b->n_seqs, b->max_pages, n_heads);
+            b->n_seqs, b->max_pages, n_heads, map);
     return KUTIL_LAUNCHED("attention_flash");
 }
 
@@ -1256,6 +1390,17 @@ extern "C" pd_status_t attention_flash_run_variant(float *out, const float *q, c
             : variant >= 0            ? variant
             : fwg__usable(l, n_heads) ? FWG__DEFAULT
                                       : flash__pick(n_rows, n_heads);
+    if (v >= 10 && v <= 12 && fwg__usable(l, n_heads) && fwg__tma_usable(l))
+        switch (v) { /* the TMA producer (session 17, not yet measured) */
+        case 10:
+            return fwg__launch<3, 8>(out, q, arena, l, layer, batch, n_rows, n_heads, stream);
+        case 11:
+            return fwg__launch<2, 8>(out, q, arena, l, layer, batch, n_rows, n_heads, stream);
+        default: /* 12: + v8's consumer (S(kt) with P(kt - 1) V(kt - 1), setmaxnreg) */
+            return fwg__launch<3, 10>(out, q, arena, l, layer, batch, n_rows, n_heads, stream);
+        }
+    if (v >= 10 && v <= 12)
+        v = FWG__DEFAULT; /* the TMA producer does not apply: v5 where the Hopper kernel does */
     if (v >= 4 && v <= 9) { /* the Hopper kernel, where it applies; else the default choice */
         if (fwg__usable(l, n_heads))
             switch (v) {

@@ -2112,7 +2112,7 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     env = getenv("PD_CUDA_ATTN_FOLD"); /* 1: split contexts merged inside the decode kernel */
     if (env && *env)
         attention_fold = cuda__onoff(env) == 1;
-    env = getenv("PD_CUDA_MLA_TILE"); /* 1: the tiled MLA attention kernel (family.h) */
+    env = getenv("PD_CUDA_MLA_TILE"); /* 0: the untiled MLA attention kernel (family.h) */
     if (env && *env)
         family_mla_tile = cuda__onoff(env) == 1;
     env = getenv("PD_CUDA_SAMPLE_SPLIT"); /* 0: one block per greedy row (A / B) */

@@ -57,9 +57,10 @@
  * session 8; BF16 weights run moe_gmm2). Read at creation; backend_cuda_set_moe_gmm below.
  * PD_CUDA_ATTN_FOLD=1: decode attention merges split contexts inside the tensor-core kernel
  * (attention_fold, kernels/attention.h; process-wide; measured slower in session 8, so off).
- * PD_CUDA_MLA_TILE=1: the GLM-4.5 / DeepSeek-V3 MLA attention through the tiled kernel (8 heads
- * per block share 32-token latent tiles in shared memory; family_mla_tile, kernels/family.h;
- * session 16, off until measured on a device).
+ * PD_CUDA_MLA_TILE=0: the GLM-4.5 / DeepSeek-V3 MLA attention through the untiled kernel (one
+ * block per head re-reading the context) instead of the tiled one (8 heads per block share
+ * 32-token latent tiles in shared memory; family_mla_tile, kernels/family.h; the default since
+ * session 17).
  * A / B switches of the decode step (default on; =0 the earlier path): PD_CUDA_WG_ACT (the fused
  * ops write matmul_w4wg's f16 activation image, act_quant's PD_ACT_F16WG), PD_CUDA_SAMPLE_SPLIT
  * (greedy rows across blocks), PD_CUDA_ROPE_WARPS (RoPE + KV write a warp per (token, head)),

@@ -213,8 +213,9 @@ static __global__ void family__latent_attention(float *out, const float *q_lat, 
     }
 }
 
-/* The tiled MLA decode / prefill kernel (session 16; family_mla_tile, off by default until
- * measured on a device): grid (n_rows, ceil(H / FAMILY__TILE_HG)), block 32 FAMILY__TILE_HG, one
+/* The tiled MLA decode / prefill kernel (session 16; family_mla_tile, the default since session
+ * 17: on one H100, 2-layer DeepSeek-V3 decode steps 1.7-2.3x faster than with
+ * family__latent_attention, docs/performance.md s17): grid (n_rows, ceil(H / FAMILY__TILE_HG)), block 32 FAMILY__TILE_HG, one
  * warp per query head of the block's group. The row's context is walked in tiles of 32 tokens;
  * each tile's latents [c | k_pe] (D = head_dim values per token, converted to f32 once) are staged
  * in shared memory by the whole block and read by all its heads, where family__latent_attention
@@ -226,7 +227,7 @@ static __global__ void family__latent_attention(float *out, const float *q_lat, 
 #define FAMILY__TILE_HG 8
 #define FAMILY__TILE_T 32
 #define FAMILY__TILE_ACC 16 /* r <= 512 */
-int family_mla_tile = 0;
+int family_mla_tile = 1;
 
 static __global__ void __launch_bounds__(32 * FAMILY__TILE_HG)
     family__latent_attention_tile(float *out, const float *q_lat, const float *q_pe,

@@ -51,7 +51,7 @@ pd_status_t family_latent_write(void *arena, const kv_layout_t *l, int layer, co
 /* absorbed MLA attention: out (n_rows, n_heads, r) f32 from q_lat (n_rows, n_heads, r), q_pe
  * (n_rows, n_heads, pe_stride) over the latent pages; q_start (n_seqs + 1), ctx_len (n_seqs),
  * block_tables (n_seqs, max_pages) int32 as pd_attn_batch_t; r <= 1024. With family_mla_tile
- * set (PD_CUDA_MLA_TILE=1; session 16, off by default: not yet measured) and r <= 512, the tiled
+ * set (the default since session 17; PD_CUDA_MLA_TILE=0 clears it) and r <= 512, the tiled
  * kernel: 8 heads per block share each 32-token tile of latents staged in shared memory. */
 extern int family_mla_tile;
 pd_status_t family_latent_attention(float *out, const float *q_lat, const float *q_pe,

@@ -413,9 +413,17 @@ static void bench_flash(pd_kvfmt_t fmt, int B, int q_len, int ctx, int reps_simt
     char keep_v[16] = "";
     if (keep)
         snprintf(keep_v, sizeof keep_v, "%s", keep);
-    const char *nv_env = getenv("PD_GPU_FLASH_VARIANTS"); /* run variants 0..N-1 (default 10) */
-    const int nv = nv_env && atoi(nv_env) > 0 && atoi(nv_env) < 10 ? atoi(nv_env) : 10;
+    /* run variants 0..N-1 (default 13), or those of PD_GPU_FLASH_LIST ("5 10 12") */
+    const char *nv_env = getenv("PD_GPU_FLASH_VARIANTS"), *list = getenv("PD_GPU_FLASH_LIST");
+    const int nv = nv_env && atoi(nv_env) > 0 && atoi(nv_env) < 13 ? atoi(nv_env) : 13;
     for (int v = 0; v < nv; v++) {
+        if (list && *list) {
+            char pad[80], key[16];
+            snprintf(pad, sizeof pad, " %.60s ", list);
+            snprintf(key, sizeof key, " %d ", v);
+            if (!strstr(pad, key))
+                continue;
+        }
         char vs[16];
         snprintf(vs, sizeof vs, "%d", v);
         setenv("PD_CUDA_FLASH_VARIANT", vs, 1);

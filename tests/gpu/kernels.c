@@ -2534,13 +2534,20 @@ static void case_rope_kv_write(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n
     rng_state = saved;
 }
 
-/* n_seqs sequences with q_len[s] new rows and ctx[s] tokens of context each. */
+/* page size of case_attention's arena (16 unless a case sets it: flash variants 10..12 copy
+ * whole pages with TMA, 128 / P per 128-key tile) */
+static int flash_case_page = 16;
+
+/* n_seqs sequences with q_len[s] new rows and ctx[s] tokens of context each. The K / V rows past
+ * each sequence's context in its last page (layer 1, the one read) are poisoned on both backends
+ * (0xff bytes: NaN in bf16 and fp8; fp8 scales too), as case_attention_tc: a kernel that reads
+ * them into a product (0 x NaN) shows up as NaN. */
 static void case_attention(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_seqs, const int *q_len,
                            const int *ctx, bool hints, const char *what)
 {
     char shape[128];
     kv_layout_t l;
-    const int P = 16;
+    const int P = flash_case_page;
     int max_pages = 1, total_pages = 0, n_rows = 0, max_ctx = 0;
     kv_layout_init(&l, 2, kvh, hd, P, fmt);
     for (int s = 0; s < n_seqs; s++) {
@@ -2570,6 +2577,23 @@ static void case_attention(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_seq
         qs[s + 1] = qs[s] + q_len[s];
     }
     pair_t a = arena_new(&l, n_pages);
+    for (int s = 0; s < n_seqs; s++) { /* poison the last page's tokens past ctx[s] */
+        const int np = (ctx[s] + P - 1) / P, last = bt[s * max_pages + np - 1];
+        for (int t = ctx[s] - (np - 1) * P; t < P; t++)
+            for (int side = 0; side < 2; side++) {
+                const size_t row = (size_t)kvh * hd * l.elem_bytes;
+                size_t off =
+                    (size_t)last * l.page_bytes + kv_layout_data_off(&l, 1, side) + (size_t)t * row;
+                pair_ok(cpu->ops->memset(cpu, (uint8_t *)a.c + off, 0xff, row));
+                pair_ok(gpu->ops->memset(gpu, (uint8_t *)a.g + off, 0xff, row));
+                if (fmt == PD_KV_FP8) {
+                    off = (size_t)last * l.page_bytes + kv_layout_scale_off(&l, 1, side) +
+                          (size_t)t * kvh * 4;
+                    pair_ok(cpu->ops->memset(cpu, (uint8_t *)a.c + off, 0xff, (size_t)kvh * 4));
+                    pair_ok(gpu->ops->memset(gpu, (uint8_t *)a.g + off, 0xff, (size_t)kvh * 4));
+                }
+            }
+    }
     size_t qn = (size_t)n_rows * heads * hd;
     float *q = xmalloc(qn * 4);
     fill_f32(q, qn, 2.0f);
@@ -2587,20 +2611,21 @@ static void case_attention(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_seq
      * its (row, head) vector's size, so the per-element error (err_f32_vec) gets 3e-2 (about 10
      * sigma over 10^7 elements) and the l2 error 6e-3; everything else runs in f32: 2e-5 */
     const bool flash = fmt != PD_KV_F32 && (hd == 64 || hd == 128) && n_rows >= 16 * n_seqs;
-    snprintf(shape, sizeof shape, "%s %s h %d/%d hd %d rows %d ctx<=%d%s", pd_kvfmt_name(fmt), what,
-             heads, kvh, hd, n_rows, max_ctx, flash ? " flash" : "");
-    if (flash) { /* every kernel variant (PD_CUDA_FLASH_VARIANT, read at each launch; 4..9,
-                  * the Hopper kernel, run where it applies: sm_90, bf16, hd 128, even group) */
-        const char *nv_env = getenv("PD_GPU_FLASH_VARIANTS"); /* run variants 0..N-1 (default 10) */
-        const int nv = nv_env && atoi(nv_env) > 0 && atoi(nv_env) < 10 ? atoi(nv_env) : 10;
+    snprintf(shape, sizeof shape, "%s %s h %d/%d hd %d rows %d ctx<=%d page %d%s",
+             pd_kvfmt_name(fmt), what, heads, kvh, hd, n_rows, max_ctx, P, flash ? " flash" : "");
+    if (flash) { /* every kernel variant (PD_CUDA_FLASH_VARIANT, read at each launch; 4..12,
+                  * the Hopper kernel, run where it applies: sm_90, bf16, hd 128, even group;
+                  * 10..12 also a page size of 8..128 dividing 128) */
+        const char *nv_env = getenv("PD_GPU_FLASH_VARIANTS"); /* run variants 0..N-1 (default 13) */
+        const int nv = nv_env && atoi(nv_env) > 0 && atoi(nv_env) < 13 ? atoi(nv_env) : 13;
         for (int v = 0; v < nv; v++) {
             char vs[16];
             snprintf(vs, sizeof vs, "%d", v);
             setenv("PD_CUDA_FLASH_VARIANT", vs, 1);
             pair_ok(gpu->ops->memset(gpu, out.g, 0xff, out.bytes)); /* poison again */
             gpu->ops->attention(gpu, out.g, pq.g, a.g, &l, 1, &bg, heads);
-            snprintf(shape, sizeof shape, "%s %s h %d/%d hd %d rows %d ctx<=%d flash v%d",
-                     pd_kvfmt_name(fmt), what, heads, kvh, hd, n_rows, max_ctx, v);
+            snprintf(shape, sizeof shape, "%s %s h %d/%d hd %d rows %d ctx<=%d p %d flash v%d",
+                     pd_kvfmt_name(fmt), what, heads, kvh, hd, n_rows, max_ctx, P, v);
             report("attention", shape, err_f32_vec(&out, (size_t)n_rows * heads, (size_t)hd), 3e-2);
             snprintf(shape, sizeof shape, "%s %s h %d/%d hd %d rows %d v%d (l2)",
                      pd_kvfmt_name(fmt), what, heads, kvh, hd, n_rows, v);
@@ -2633,6 +2658,12 @@ static void cases_flash(pd_kvfmt_t fmt)
     case_attention(fmt, 4, 4, 128, 5, vq, vc, true, "group 1 varlen");
     const int lq[] = {130}, lc[] = {130};
     case_attention(fmt, 16, 2, 128, 1, lq, lc, true, "group 8 causal");
+    /* pages of 32 and 8 tokens (TMA boxes of 4 / 16 pages per 128-key tile) */
+    for (int pi = 0; pi < 2; pi++) {
+        flash_case_page = pi ? 8 : 32;
+        case_attention(fmt, 4, 2, 128, 5, vq, vc, true, "varlen chunked");
+    }
+    flash_case_page = 16;
     const int bq[] = {1024}, bc[] = {1024};
     if (!small_only)
         case_attention(fmt, 32, 8, 128, 1, bq, bc, true, "8B causal 1024");
