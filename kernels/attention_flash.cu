@@ -1326,7 +1326,12 @@ static pd_status_t fwg__launch(float *out, const float *q, const void *arena, co
  *   8: v5's producer (wait-then-signal copies) with v7's consumer (overlap + setmaxnreg), so the
  *      overlap is measured alone; 9: 8 + the two consumer warpgroups in ping-pong (named barriers
  *      3 / 4 order their wgmma issues). LVL of fwg__kernel<NS, LVL> is a bit mask: 1 = v6's
- *      producer, 2 = v7's consumer, 4 = ping-pong (with 2). 8 / 9: not measured yet. */
+ *      producer, 2 = v7's consumer, 4 = ping-pong (with 2). 8 / 9: not measured yet.
+ *   10: the TMA producer (LVL bit 8: one thread, fwg__kvmap's tensor map, the consumers zero the
+ *      V rows past the context); 11: the same with 2 stages; 12: 10 + v8's consumer. Pages of
+ *      8..128 tokens dividing 128 (fwg__tma_usable), else v5. Measured on one H100 (session 17,
+ *      8192 causal): v5 1371 us, v10 1518, v11 1514, v12 1476; correct (the harness's poisoned
+ *      tails), not routed. */
 
 /* Measured on one H200 (docs/performance.md, 2026-12-01), one layer of Llama-3-8B: variant 3 is
  * the fastest where its 128-row blocks fill the GPU (8192 causal: 2.19 ms vs 2.72 ms for 0), but
