@@ -495,7 +495,8 @@ static pd_status_t attention__merge_launch(float *out, const float *part, int n_
 #define ATTN_TC__WARPS 4
 #define ATTN_TC__TILE 16
 
-template <int FMT, int D> struct attn_tc__cfg {
+/* TT: tiles per warp step (1, or 2 for fp8 KV: attention_tc_pair, session 17) */
+template <int FMT, int D, int TT = 1> struct attn_tc__cfg {
     static constexpr int ELEM = FMT == PD_KV_FP8 ? 1 : 2;
     static constexpr int ROW = D * ELEM; /* bytes of one (token, kv head) vector */
     static constexpr int RS = ROW;       /* its stride in shared memory */
@@ -504,17 +505,25 @@ template <int FMT, int D> struct attn_tc__cfg {
     static constexpr int NCS = ATTN_TC__TILE * CPR / 32; /* chunks per lane per side and tile */
     static constexpr int SIDE = ATTN_TC__TILE * RS;      /* bytes of a tile's K (or V) */
     static constexpr int STAGE = 2 * SIDE + (FMT == PD_KV_FP8 ? 2 * ATTN_TC__TILE * 4 : 0);
-    static constexpr int STAGES = FMT == PD_KV_FP8 ? 3 : 2; /* ring slots per warp */
+    /* ring slots per warp: TT 1: fp8 3 (2 tiles in flight while one computes), bf16 2; TT 2: 4
+     * (a step of 2 tiles in flight while one computes) */
+    static constexpr int STAGES = TT == 2 ? 4 : FMT == PD_KV_FP8 ? 3 : 2;
+    static constexpr int F = STAGES / TT - 1; /* steps in flight while one computes */
     static constexpr int KS = D / 16;                       /* k steps of Q K^T */
     /* Q fragments of the block, shared by its warps: (KS, 32 lanes) uint4 [+ (KS, 32) uint2] */
     static constexpr int QSMEM = KS * 32 * (FMT == PD_KV_FP8 ? 16 : 24);
-    static constexpr int SMEM = QSMEM + ATTN_TC__WARPS * STAGES * STAGE;
+    /* warps per block: TT 2 takes 3 (4 blocks of 3 warps fit an SM's registers and shared memory,
+     * so batch 64 x 8 KV heads stays one wave of 512 blocks on 132 SMs) */
+    static constexpr int NW = TT == 2 ? 3 : ATTN_TC__WARPS;
+    static constexpr int SMEM = QSMEM + NW * STAGES * STAGE;
     static constexpr int DT = D / 8;            /* n tiles of P V */
     static constexpr int KW = D / 4 * ELEM / 4; /* K words one lane reads per token */
     static constexpr int VW = D / 8 * ELEM / 4; /* V words one lane reads per token row */
-    /* blocks per SM (registers; shared memory allows the same: fp8 hd 128 53.5 KB, bf16 70 KB) */
+    /* blocks per SM (registers; shared memory allows the same: fp8 hd 128 53.5 KB, bf16 70 KB;
+     * TT 2, fp8 hd 128: 52.7 KB) */
     static constexpr int MINB = FMT == PD_KV_FP8 ? 4 : 3;
     static_assert(32 % CPR == 0, "a lane's 16-byte chunks of a tile share one column");
+    static_assert(TT == 1 || (TT == 2 && FMT == PD_KV_FP8), "two tiles per step: fp8 KV only");
 };
 
 static __device__ __forceinline__ uint32_t attn_tc__saddr(const void *p)
@@ -603,15 +612,16 @@ static __device__ __forceinline__ void attn_tc__split(float x, float y, uint32_t
  * n_heads, D) f32; arena pages (layout l, fmt FMT, head_dim D); q_start (n_seqs + 1), ctx_len
  * (n_seqs), block_tables (n_seqs, max_pages) int32; chunk: tokens per split, a multiple of
  * ATTN_TC__TILE; p_shift: log2(page_tokens) when a power of two, else -1. */
-template <int FMT, int D>
-static __global__ void __launch_bounds__(32 * ATTN_TC__WARPS, attn_tc__cfg<FMT, D>::MINB)
+template <int FMT, int D, int TT>
+static __global__ void __launch_bounds__(32 * attn_tc__cfg<FMT, D, TT>::NW,
+                                         attn_tc__cfg<FMT, D, TT>::MINB)
     attention__tc_kernel(float *out, float *part, int *cnt, const float *q, const uint8_t *arena,
                          kv_layout_t l, int layer, const int32_t *q_start, const int32_t *ctx_len,
                          const int32_t *block_tables, int n_seqs, int max_pages, int n_heads,
                          int chunk, int p_shift)
 {
-    using C = attn_tc__cfg<FMT, D>;
-    constexpr int T = ATTN_TC__TILE, NW = ATTN_TC__WARPS;
+    using C = attn_tc__cfg<FMT, D, TT>;
+    constexpr int T = ATTN_TC__TILE, NW = C::NW;
     extern __shared__ __align__(16) uint8_t attn_tc__smem[];
     /* PDL-launched (kutil.cuh): q and the pages of this step's new rows come from the kernels
      * before, so the wait comes before they are read; the batch tables (uploaded before the
@@ -710,21 +720,25 @@ static __global__ void __launch_bounds__(32 * ATTN_TC__WARPS, attn_tc__cfg<FMT, 
      * write, writes this step's) already before the PDL wait, so that their trip to memory
      * overlaps the kernel before (session 12: at batch 1 a warp's whole split is one tile) */
     const int old_end = ctx_len[s] - q_len;
+    /* steps 0 .. F - 1 (TT tiles each) start here, one commit group per step */
+    constexpr int F = C::F;
     int st0 = 0;
-    for (; st0 < C::STAGES - 1; st0++) {
+    for (; st0 < F * TT; st0++) {
         const int tile = warp + st0 * NW;
         if (st0 < my_n && min(t_end, t_begin + (tile + 1) * T) > old_end)
             break;
         if (st0 < my_n)
             load(tile, st0, one_page ? page_id(st0) : 0);
-        asm volatile("cp.async.commit_group;\n" ::);
+        if (st0 % TT == TT - 1)
+            asm volatile("cp.async.commit_group;\n" ::);
     }
     kutil_pdl_wait();
     kutil_pdl_trigger();
-    for (; st0 < C::STAGES - 1; st0++) {
+    for (; st0 < F * TT; st0++) {
         if (st0 < my_n)
             load(warp + st0 * NW, st0, one_page ? page_id(st0) : 0);
-        asm volatile("cp.async.commit_group;\n" ::);
+        if (st0 % TT == TT - 1)
+            asm volatile("cp.async.commit_group;\n" ::);
     }
 
     /* Q fragments: lane (g, qd) holds head g's dimensions qd D/4 + [0, D/4); k step ks uses
@@ -778,94 +792,130 @@ static __global__ void __launch_bounds__(32 * ATTN_TC__WARPS, attn_tc__cfg<FMT, 
         o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
     float m = -INFINITY, lsum = 0.0f, mv = -INFINITY;
 
-    /* the page id of the next tile to load (one_page), one iteration ahead */
-    int pid_nx = one_page && C::STAGES - 1 < my_n ? page_id(C::STAGES - 1) : 0;
-    for (int it = 0; it < my_n; it++) {
+    /* the page ids of the next step's tiles to load (one_page), read one step ahead */
+    int pid_nx[TT];
+#pragma unroll
+    for (int u = 0; u < TT; u++) {
+        const int n = F * TT + u;
+        pid_nx[u] = one_page && n < my_n ? page_id(n) : 0;
+    }
+    const int n_steps = (my_n + TT - 1) / TT;
+    for (int it = 0; it < n_steps; it++) {
         {
-            const int nx = it + C::STAGES - 1;
-            if (nx < my_n)
-                load(warp + nx * NW, nx % C::STAGES, pid_nx);
+#pragma unroll
+            for (int u = 0; u < TT; u++) {
+                const int nx = (it + F) * TT + u;
+                if (nx < my_n)
+                    load(warp + nx * NW, nx % C::STAGES, pid_nx[u]);
+            }
             asm volatile("cp.async.commit_group;\n" ::);
-            if (one_page && nx + 1 < my_n)
-                pid_nx = page_id(nx + 1);
-        }
-        asm volatile("cp.async.wait_group %0;\n" ::"n"(C::STAGES - 1));
-        __syncwarp();
-        const uint8_t *st = ring + (it % C::STAGES) * C::STAGE;
-        const float *sks = (const float *)(st + 2 * C::SIDE), *svs = sks + T;
-        const int t0 = t_begin + (warp + it * NW) * T;
-
-        /* S: n tile j = tokens 8 j + [0, 8); this lane's B column is token 8 j + g. Even and
-         * odd k steps accumulate into sc / sc2: two dependent mma chains of KS / 2 instead of
-         * one of KS per n tile */
-        float sc[2][4], sc2[2][4];
-        uint32_t kw[2][C::KW];
 #pragma unroll
-        for (int j = 0; j < 2; j++) {
-            sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
-            sc2[j][0] = sc2[j][1] = sc2[j][2] = sc2[j][3] = 0.0f;
-            const int tok = 8 * j + g;
-#pragma unroll
-            for (int i = 0; i < C::KW / 4; i++) { /* this lane's chunks qd KW/4 + i */
-                const int ch = (qd * (C::KW / 4) + i) ^ (tok % C::CPR);
-                const uint4 v = *(const uint4 *)(st + tok * C::RS + (ch << 4));
-                kw[j][4 * i] = v.x, kw[j][4 * i + 1] = v.y;
-                kw[j][4 * i + 2] = v.z, kw[j][4 * i + 3] = v.w;
+            for (int u = 0; u < TT; u++) {
+                const int nx = (it + F + 1) * TT + u;
+                if (one_page && nx < my_n)
+                    pid_nx[u] = page_id(nx);
             }
         }
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(F));
+        __syncwarp();
+
+        /* S of each of the step's TT tiles: n tile j = tokens 8 j + [0, 8); this lane's B column
+         * is token 8 j + g. TT 1: even and odd k steps accumulate into separate chains (two
+         * dependent mma chains of KS / 2 instead of one of KS per n tile); TT 2: the two tiles'
+         * chains are the independent work. A tile past the warp's last (n >= my_n: its slot was
+         * not loaded) is skipped and fully masked. */
+        constexpr int NCH = TT == 1 ? 2 : 1;
+        float sc[TT][NCH][2][4];
 #pragma unroll
-        for (int k = 0; k < C::KS; k++) {
-            const uint4 a = sqa[k * 32 + lane];
-            uint2 bq = make_uint2(0u, 0u);
-            if constexpr (FMT != PD_KV_FP8)
-                bq = sqb[k * 32 + lane];
+        for (int u = 0; u < TT; u++) {
+#pragma unroll
+            for (int c = 0; c < NCH; c++)
+#pragma unroll
+                for (int j = 0; j < 2; j++)
+                    sc[u][c][j][0] = sc[u][c][j][1] = sc[u][c][j][2] = sc[u][c][j][3] = 0.0f;
+            const int n = it * TT + u;
+            if (TT > 1 && n >= my_n)
+                continue;
+            const uint8_t *st = ring + (n % C::STAGES) * C::STAGE;
+            uint32_t kw[2][C::KW];
 #pragma unroll
             for (int j = 0; j < 2; j++) {
-                uint32_t b0, b1;
-                if constexpr (FMT == PD_KV_FP8)
-                    attn_tc__e4m3x4(kw[j][k], b0, b1);
-                else
-                    b0 = kw[j][2 * k], b1 = kw[j][2 * k + 1];
-                float *acc = k & 1 ? sc2[j] : sc[j];
-                attn_tc__mma<FMT>(acc, a.x, a.y, a.z, a.w, b0, b1);
-                if constexpr (FMT != PD_KV_FP8)
-                    attn_tc__mma<FMT>(acc, bq.x, 0u, bq.y, 0u, b0, b1);
-            }
-        }
-        /* this lane: head g, tokens 8 j + 2 qd + e */
-        float sv[2][2], pv[2][2];
-        float mt = -INFINITY, mvt = -INFINITY;
+                const int tok = 8 * j + g;
 #pragma unroll
-        for (int j = 0; j < 2; j++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int tok = 8 * j + 2 * qd + e;
-                float x = ((sc[j][e] + sc[j][2 + e]) + (sc2[j][e] + sc2[j][2 + e])) * qsc;
-                if constexpr (FMT == PD_KV_FP8)
-                    x *= sks[tok];
-                if (t0 + tok >= t_end)
-                    x = -INFINITY;
-                sv[j][e] = x;
-                mt = fmaxf(mt, x);
-                if constexpr (FMT == PD_KV_FP8) {
-                    pv[j][e] = x + attn_tc__lg2(svs[tok]); /* -inf for masked tokens */
-                    mvt = fmaxf(mvt, pv[j][e]);
+                for (int i = 0; i < C::KW / 4; i++) { /* this lane's chunks qd KW/4 + i */
+                    const int ch = (qd * (C::KW / 4) + i) ^ (tok % C::CPR);
+                    const uint4 v = *(const uint4 *)(st + tok * C::RS + (ch << 4));
+                    kw[j][4 * i] = v.x, kw[j][4 * i + 1] = v.y;
+                    kw[j][4 * i + 2] = v.z, kw[j][4 * i + 3] = v.w;
                 }
             }
+#pragma unroll
+            for (int k = 0; k < C::KS; k++) {
+                const uint4 a = sqa[k * 32 + lane];
+                uint2 bq = make_uint2(0u, 0u);
+                if constexpr (FMT != PD_KV_FP8)
+                    bq = sqb[k * 32 + lane];
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    uint32_t b0, b1;
+                    if constexpr (FMT == PD_KV_FP8)
+                        attn_tc__e4m3x4(kw[j][k], b0, b1);
+                    else
+                        b0 = kw[j][2 * k], b1 = kw[j][2 * k + 1];
+                    float *acc = sc[u][k % NCH][j];
+                    attn_tc__mma<FMT>(acc, a.x, a.y, a.z, a.w, b0, b1);
+                    if constexpr (FMT != PD_KV_FP8)
+                        attn_tc__mma<FMT>(acc, bq.x, 0u, bq.y, 0u, b0, b1);
+                }
+            }
+        }
+        /* this lane: head g, tokens 8 j + 2 qd + e of each tile */
+        float sv[TT][2][2], pv[TT][2][2];
+        float mt = -INFINITY, mvt = -INFINITY;
+#pragma unroll
+        for (int u = 0; u < TT; u++) {
+            const int n = it * TT + u;
+            const uint8_t *st = ring + (n % C::STAGES) * C::STAGE;
+            const float *sks = (const float *)(st + 2 * C::SIDE), *svs = sks + T;
+            const int t0 = t_begin + (warp + n * NW) * T;
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int tok = 8 * j + 2 * qd + e;
+                    float x = sc[u][0][j][e] + sc[u][0][j][2 + e];
+                    if constexpr (NCH > 1)
+                        x += sc[u][1][j][e] + sc[u][1][j][2 + e];
+                    x *= qsc;
+                    const bool live = (TT == 1 || n < my_n) && t0 + tok < t_end;
+                    if constexpr (FMT == PD_KV_FP8)
+                        x = live ? x * sks[tok] : -INFINITY;
+                    else if (!live)
+                        x = -INFINITY;
+                    sv[u][j][e] = x;
+                    mt = fmaxf(mt, x);
+                    if constexpr (FMT == PD_KV_FP8) {
+                        pv[u][j][e] = live ? x + attn_tc__lg2(svs[tok]) : -INFINITY;
+                        mvt = fmaxf(mvt, pv[u][j][e]);
+                    }
+                }
+        }
         mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
         mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
         const float m_new = fmaxf(m, mt), ms = m_new == -INFINITY ? 0.0f : m_new;
         const float corr = attn_tc__ex2(m - ms);
         float ps = 0.0f;
 #pragma unroll
-        for (int j = 0; j < 2; j++)
+        for (int u = 0; u < TT; u++)
 #pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const float p = attn_tc__ex2(sv[j][e] - ms);
-                ps += p;
-                if constexpr (FMT != PD_KV_FP8)
-                    pv[j][e] = p;
-            }
+            for (int j = 0; j < 2; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const float p = attn_tc__ex2(sv[u][j][e] - ms);
+                    ps += p;
+                    if constexpr (FMT != PD_KV_FP8)
+                        pv[u][j][e] = p;
+                }
         lsum = lsum * corr + ps;
         m = m_new;
         float corr_o = corr;
@@ -875,10 +925,12 @@ static __global__ void __launch_bounds__(32 * ATTN_TC__WARPS, attn_tc__cfg<FMT, 
             const float mv_new = fmaxf(mv, mvt), mvs = mv_new == -INFINITY ? 0.0f : mv_new;
             corr_o = attn_tc__ex2(mv - mvs);
 #pragma unroll
-            for (int j = 0; j < 2; j++)
+            for (int u = 0; u < TT; u++)
 #pragma unroll
-                for (int e = 0; e < 2; e++)
-                    pv[j][e] = attn_tc__ex2(pv[j][e] - mvs);
+                for (int j = 0; j < 2; j++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++)
+                        pv[u][j][e] = attn_tc__ex2(pv[u][j][e] - mvs);
             mv = mv_new;
         }
         if (__any_sync(0xffffffffu, corr_o != 1.0f)) /* the max moved for some head */
@@ -887,58 +939,67 @@ static __global__ void __launch_bounds__(32 * ATTN_TC__WARPS, attn_tc__cfg<FMT, 
 #pragma unroll
                 for (int i = 0; i < 4; i++)
                     o[j][i] *= corr_o;
-        /* P as the A operand: k = tokens 2 qd + {0, 1} (n tile 0) and 8 + 2 qd + {0, 1} */
-        uint32_t pa0[3], pa1[3];
-        attn_tc__split<FMT>(pv[0][0], pv[0][1], pa0);
-        attn_tc__split<FMT>(pv[1][0], pv[1][1], pa1);
 
-        /* O: V rows 2 qd, 2 qd + 1, 2 qd + 8, 2 qd + 9, dims (D / 8) g + [0, D / 8) */
-        uint32_t vw[4][C::VW];
 #pragma unroll
-        for (int rr = 0; rr < 4; rr++) {
-            const int tok = 2 * qd + (rr & 1) + 8 * (rr >> 1);
-            const uint8_t *vr = st + C::SIDE + tok * C::RS;
-            const int b = g * C::VW * 4; /* byte of this lane's dims in the row, unswizzled */
-            if constexpr (C::VW == 2) {
-                const int ch = (b >> 4) ^ (tok % C::CPR);
-                const uint2 v = *(const uint2 *)(vr + (ch << 4) + (b & 15));
-                vw[rr][0] = v.x, vw[rr][1] = v.y;
+        for (int u = 0; u < TT; u++) {
+            const int n = it * TT + u;
+            if (TT > 1 && n >= my_n) /* its V slot was not loaded: P is 0, but V may be NaN */
+                continue;
+            const uint8_t *st = ring + (n % C::STAGES) * C::STAGE;
+            /* P as the A operand: k = tokens 2 qd + {0, 1} (n tile 0) and 8 + 2 qd + {0, 1} */
+            uint32_t pa0[3], pa1[3];
+            attn_tc__split<FMT>(pv[u][0][0], pv[u][0][1], pa0);
+            attn_tc__split<FMT>(pv[u][1][0], pv[u][1][1], pa1);
+
+            /* O: V rows 2 qd, 2 qd + 1, 2 qd + 8, 2 qd + 9, dims (D / 8) g + [0, D / 8) */
+            uint32_t vw[4][C::VW];
+#pragma unroll
+            for (int rr = 0; rr < 4; rr++) {
+                const int tok = 2 * qd + (rr & 1) + 8 * (rr >> 1);
+                const uint8_t *vr = st + C::SIDE + tok * C::RS;
+                const int b = g * C::VW * 4; /* byte of this lane's dims in the row, unswizzled */
+                if constexpr (C::VW == 2) {
+                    const int ch = (b >> 4) ^ (tok % C::CPR);
+                    const uint2 v = *(const uint2 *)(vr + (ch << 4) + (b & 15));
+                    vw[rr][0] = v.x, vw[rr][1] = v.y;
+                } else {
+#pragma unroll
+                    for (int i = 0; i < C::VW / 4; i++) {
+                        const int ch = ((b >> 4) + i) ^ (tok % C::CPR);
+                        const uint4 v = *(const uint4 *)(vr + (ch << 4));
+                        vw[rr][4 * i] = v.x, vw[rr][4 * i + 1] = v.y;
+                        vw[rr][4 * i + 2] = v.z, vw[rr][4 * i + 3] = v.w;
+                    }
+                }
+            }
+            if constexpr (FMT == PD_KV_FP8) {
+#pragma unroll
+                for (int i = 0; i < C::VW; i++) { /* n tiles 4 i .. 4 i + 3 */
+                    uint32_t b0[4], b1[4];
+                    attn_tc__e4m3x4(__byte_perm(vw[0][i], vw[1][i], 0x5140), b0[0], b0[1]);
+                    attn_tc__e4m3x4(__byte_perm(vw[0][i], vw[1][i], 0x7362), b0[2], b0[3]);
+                    attn_tc__e4m3x4(__byte_perm(vw[2][i], vw[3][i], 0x5140), b1[0], b1[1]);
+                    attn_tc__e4m3x4(__byte_perm(vw[2][i], vw[3][i], 0x7362), b1[2], b1[3]);
+#pragma unroll
+                    for (int w = 0; w < 4; w++)
+                        attn_tc__mma<FMT>(o[4 * i + w], pa0[0], pa0[1], pa1[0], pa1[1], b0[w],
+                                          b1[w]);
+                }
             } else {
 #pragma unroll
-                for (int i = 0; i < C::VW / 4; i++) {
-                    const int ch = ((b >> 4) + i) ^ (tok % C::CPR);
-                    const uint4 v = *(const uint4 *)(vr + (ch << 4));
-                    vw[rr][4 * i] = v.x, vw[rr][4 * i + 1] = v.y;
-                    vw[rr][4 * i + 2] = v.z, vw[rr][4 * i + 3] = v.w;
+                for (int i = 0; i < C::VW; i++) { /* n tiles 2 i, 2 i + 1 */
+#pragma unroll
+                    for (int w = 0; w < 2; w++) {
+                        const uint32_t sel = w ? 0x7632 : 0x5410;
+                        const uint32_t b0 = __byte_perm(vw[0][i], vw[1][i], sel);
+                        const uint32_t b1 = __byte_perm(vw[2][i], vw[3][i], sel);
+                        attn_tc__mma<FMT>(o[2 * i + w], pa0[0], pa0[1], pa1[0], pa1[1], b0, b1);
+                        attn_tc__mma<FMT>(o[2 * i + w], pa0[2], 0u, pa1[2], 0u, b0, b1);
+                    }
                 }
             }
         }
-        if constexpr (FMT == PD_KV_FP8) {
-#pragma unroll
-            for (int i = 0; i < C::VW; i++) { /* n tiles 4 i .. 4 i + 3 */
-                uint32_t b0[4], b1[4];
-                attn_tc__e4m3x4(__byte_perm(vw[0][i], vw[1][i], 0x5140), b0[0], b0[1]);
-                attn_tc__e4m3x4(__byte_perm(vw[0][i], vw[1][i], 0x7362), b0[2], b0[3]);
-                attn_tc__e4m3x4(__byte_perm(vw[2][i], vw[3][i], 0x5140), b1[0], b1[1]);
-                attn_tc__e4m3x4(__byte_perm(vw[2][i], vw[3][i], 0x7362), b1[2], b1[3]);
-#pragma unroll
-                for (int u = 0; u < 4; u++)
-                    attn_tc__mma<FMT>(o[4 * i + u], pa0[0], pa0[1], pa1[0], pa1[1], b0[u], b1[u]);
-            }
-        } else {
-#pragma unroll
-            for (int i = 0; i < C::VW; i++) { /* n tiles 2 i, 2 i + 1 */
-#pragma unroll
-                for (int u = 0; u < 2; u++) {
-                    const uint32_t sel = u ? 0x7632 : 0x5410;
-                    const uint32_t b0 = __byte_perm(vw[0][i], vw[1][i], sel);
-                    const uint32_t b1 = __byte_perm(vw[2][i], vw[3][i], sel);
-                    attn_tc__mma<FMT>(o[2 * i + u], pa0[0], pa0[1], pa1[0], pa1[1], b0, b1);
-                    attn_tc__mma<FMT>(o[2 * i + u], pa0[2], 0u, pa1[2], 0u, b0, b1);
-                }
-            }
-        }
-        __syncwarp(); /* the slot is refilled by the next iteration's load */
+        __syncwarp(); /* the slots are refilled by the next step's loads */
     }
     asm volatile("cp.async.wait_group 0;\n" ::);
 
@@ -1031,6 +1092,8 @@ static __global__ void __launch_bounds__(32 * ATTN_TC__WARPS, attn_tc__cfg<FMT, 
 
 int attention_decode_tc = 1;
 
+int attention_tc_pair = 0;
+
 int attention_target_blocks = 0;
 
 extern "C" int attention_splits(int n_rows, int n_kv_heads, int max_ctx, pd_kvfmt_t fmt)
@@ -1111,13 +1174,13 @@ static void attention__launch_d128(dim3 grid, size_t smem, cudaStream_t stream, 
 }
 
 /* cnt: the split counters of the in-kernel merge (NULL: attention__merge merges) */
-template <int FMT, int D>
+template <int FMT, int D, int TT = 1>
 static pd_status_t attention__tc_launch(dim3 grid, cudaStream_t stream, float *out, float *part,
                                         int *cnt, const float *q, const void *arena,
                                         const kv_layout_t *l, int layer, const pd_attn_batch_t *b,
                                         int n_heads, int chunk)
 {
-    using C = attn_tc__cfg<FMT, D>;
+    using C = attn_tc__cfg<FMT, D, TT>;
     /* the attribute is per device: set once per (kernel, device); a race sets it twice */
     static unsigned attr_set;
     int dev = 0;
@@ -1125,7 +1188,7 @@ static pd_status_t attention__tc_launch(dim3 grid, cudaStream_t stream, float *o
     if (st != PD_OK)
         return st;
     if (dev >= 32 || !(attr_set & (1u << dev))) {
-        st = kutil_status(cudaFuncSetAttribute(attention__tc_kernel<FMT, D>,
+        st = kutil_status(cudaFuncSetAttribute(attention__tc_kernel<FMT, D, TT>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                (int)C::SMEM),
                           "attention smem");
@@ -1136,7 +1199,7 @@ static pd_status_t attention__tc_launch(dim3 grid, cudaStream_t stream, float *o
     }
     const int P = l->page_tokens;
     const int p_shift = (P & (P - 1)) == 0 ? __builtin_ctz((unsigned)P) : -1;
-    kutil_launch_pdl(attention__tc_kernel<FMT, D>, grid, dim3(32 * ATTN_TC__WARPS), C::SMEM, stream,
+    kutil_launch_pdl(attention__tc_kernel<FMT, D, TT>, grid, dim3(32 * C::NW), C::SMEM, stream,
                      out, part, cnt, q, (const uint8_t *)arena, *l, layer, b->q_start, b->ctx_len,
                      b->block_tables, b->n_seqs, b->max_pages, n_heads, chunk, p_shift);
     return KUTIL_LAUNCHED("attention");
@@ -1173,7 +1236,10 @@ extern "C" pd_status_t attention_run(float *out, float *scratch, const float *q,
                        ? (int *)scratch
                        : NULL;
         pd_status_t st;
-        if (l->fmt == PD_KV_FP8)
+        if (l->fmt == PD_KV_FP8 && D == 128 && attention_tc_pair)
+            st = attention__tc_launch<PD_KV_FP8, 128, 2>(grid, stream, out, part, cnt, q, arena, l,
+                                                         layer, batch, n_heads, chunk);
+        else if (l->fmt == PD_KV_FP8)
             st = D == 128
                      ? attention__tc_launch<PD_KV_FP8, 128>(grid, stream, out, part, cnt, q, arena,
                                                             l, layer, batch, n_heads, chunk)

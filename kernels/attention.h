@@ -27,6 +27,12 @@ extern "C" {
  * head_dim 256). Read at each attention_run. */
 extern int attention_decode_tc;
 
+/* 0 (default): the tensor-core kernel computes one 16-token tile per warp step; 1: fp8 KV with
+ * head_dim 128 takes two tiles per step (their S chains and P V products interleave; blocks of 3
+ * warps, 4 per SM). Session 17, not yet measured; the CUDA backend sets it from
+ * PD_CUDA_ATTN_PAIR=1 at creation. Read at each attention_run. */
+extern int attention_tc_pair;
+
 /* Splits of each row's context attention_run will use for n_rows rows and contexts of at most
  * max_ctx tokens in KV format fmt (1 = no split). */
 int attention_splits(int n_rows, int n_kv_heads, int max_ctx, pd_kvfmt_t fmt);

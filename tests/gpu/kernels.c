@@ -2766,6 +2766,18 @@ static void case_attention_tc(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_
     report("attention", shape, err_f32(&out, qn), 2e-5);
     report("attention", "  (per element, err_f32_vec)",
            err_f32_vec(&out, (size_t)n_rows * heads, (size_t)hd), 1e-4);
+    if (tc && fmt == PD_KV_FP8 && hd == 128) { /* two tiles per warp step (attention_tc_pair) */
+        const int pair_was = attention_tc_pair;
+        attention_tc_pair = !pair_was;
+        pair_ok(gpu->ops->memset(gpu, out.g, 0xff, qn * 4));
+        gpu->ops->attention(gpu, out.g, pq.g, a.g, &l, 1, &bg, heads);
+        pair_ok(gpu->ops->sync(gpu));
+        attention_tc_pair = pair_was;
+        report("attention", pair_was ? "  (one tile per warp step)" : "  (two tiles per warp step)",
+               err_f32(&out, qn), 2e-5);
+        report("attention", "  (per element, err_f32_vec)",
+               err_f32_vec(&out, (size_t)n_rows * heads, (size_t)hd), 1e-4);
+    }
     pair_free(&a);
     pair_free(&pq);
     pair_free(&out);
