@@ -466,10 +466,10 @@ static pd_status_t attention__merge_launch(float *out, const float *part, int n_
 /* ==== decode attention on the tensor cores (bf16 / fp8 KV, head_dim 64 / 128) ====
  *
  * One block = one query row, one KV head (all G <= 8 query heads of its GQA group), one split of
- * the row's context; ATTN_TC__WARPS warps, each taking every ATTN_TC__WARPS-th tile of 16 tokens
- * of the split. A warp streams its tiles (K and V rows of 16 tokens, fp8: their scales) from the
- * pages into its own shared-memory ring with cp.async (STAGES tiles, STAGES - 1 in flight while
- * it computes one; 16-byte chunks XOR-swizzled per row so that the fragment loads below are
+ * the row's context; NW warps (ATTN_TC__WARPS; 3 with TT 2), each taking every NW-th tile of 16
+ * tokens of the split, TT of its tiles per step (1; 2 with attention_tc_pair). A warp streams its
+ * tiles (K and V rows of 16 tokens, fp8: their scales) from the pages into its own shared-memory
+ * ring with cp.async (STAGES tiles: F steps in flight while it computes one; 16-byte chunks XOR-swizzled per row so that the fragment loads below are
  * free of bank conflicts) and runs both products on mma.sync m16n8k16 (Q's fragments are built
  * once per block into shared memory):
  *
