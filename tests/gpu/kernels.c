@@ -2534,6 +2534,28 @@ static void case_rope_kv_write(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n
     rng_state = saved;
 }
 
+/* Poisons (0xff bytes: NaN in bf16, fp8 e4m3 and f32) tokens from..page_tokens-1 of page `page`
+ * of layer `layer` on both backends: K, V and (fp8) their scales. A kernel that lets a token past
+ * a sequence's context into a product shows up as NaN. */
+static void arena_poison_tail(pair_t *a, const kv_layout_t *l, int layer, int page, int from)
+{
+    const size_t row = (size_t)l->n_kv_heads * l->head_dim * l->elem_bytes;
+    for (int t = from; t < l->page_tokens; t++)
+        for (int side = 0; side < 2; side++) {
+            size_t off = (size_t)page * l->page_bytes + kv_layout_data_off(l, layer, side) +
+                         (size_t)t * row;
+            pair_ok(cpu->ops->memset(cpu, (uint8_t *)a->c + off, 0xff, row));
+            pair_ok(gpu->ops->memset(gpu, (uint8_t *)a->g + off, 0xff, row));
+            if (l->fmt == PD_KV_FP8) {
+                const size_t sb = (size_t)l->n_kv_heads * 4;
+                off = (size_t)page * l->page_bytes + kv_layout_scale_off(l, layer, side) +
+                      (size_t)t * sb;
+                pair_ok(cpu->ops->memset(cpu, (uint8_t *)a->c + off, 0xff, sb));
+                pair_ok(gpu->ops->memset(gpu, (uint8_t *)a->g + off, 0xff, sb));
+            }
+        }
+}
+
 /* page size of case_attention's arena (16 unless a case sets it: flash variants 10..12 copy
  * whole pages with TMA, 128 / P per 128-key tile) */
 static int flash_case_page = 16;
@@ -2578,21 +2600,8 @@ static void case_attention(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_seq
     }
     pair_t a = arena_new(&l, n_pages);
     for (int s = 0; s < n_seqs; s++) { /* poison the last page's tokens past ctx[s] */
-        const int np = (ctx[s] + P - 1) / P, last = bt[s * max_pages + np - 1];
-        for (int t = ctx[s] - (np - 1) * P; t < P; t++)
-            for (int side = 0; side < 2; side++) {
-                const size_t row = (size_t)kvh * hd * l.elem_bytes;
-                size_t off =
-                    (size_t)last * l.page_bytes + kv_layout_data_off(&l, 1, side) + (size_t)t * row;
-                pair_ok(cpu->ops->memset(cpu, (uint8_t *)a.c + off, 0xff, row));
-                pair_ok(gpu->ops->memset(gpu, (uint8_t *)a.g + off, 0xff, row));
-                if (fmt == PD_KV_FP8) {
-                    off = (size_t)last * l.page_bytes + kv_layout_scale_off(&l, 1, side) +
-                          (size_t)t * kvh * 4;
-                    pair_ok(cpu->ops->memset(cpu, (uint8_t *)a.c + off, 0xff, (size_t)kvh * 4));
-                    pair_ok(gpu->ops->memset(gpu, (uint8_t *)a.g + off, 0xff, (size_t)kvh * 4));
-                }
-            }
+        const int np = (ctx[s] + P - 1) / P;
+        arena_poison_tail(&a, &l, 1, bt[s * max_pages + np - 1], ctx[s] - (np - 1) * P);
     }
     size_t qn = (size_t)n_rows * heads * hd;
     float *q = xmalloc(qn * 4);
@@ -2724,21 +2733,7 @@ static void case_attention_tc(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_
         used += np;
         qs[s + 1] = qs[s] + q_len[s];
         /* poison the tokens past ctx[s] in the last page (layer 1: K, V, and fp8 scales) */
-        const int last = bt[s * max_pages + np - 1], t0 = ctx[s] - (np - 1) * P;
-        for (int t = t0; t < P; t++)
-            for (int side = 0; side < 2; side++) {
-                size_t row = (size_t)kvh * hd * l.elem_bytes;
-                size_t off =
-                    (size_t)last * l.page_bytes + kv_layout_data_off(&l, 1, side) + (size_t)t * row;
-                pair_ok(cpu->ops->memset(cpu, (uint8_t *)a.c + off, 0xff, row));
-                pair_ok(gpu->ops->memset(gpu, (uint8_t *)a.g + off, 0xff, row));
-                if (fmt == PD_KV_FP8) {
-                    off = (size_t)last * l.page_bytes + kv_layout_scale_off(&l, 1, side) +
-                          (size_t)t * kvh * 4;
-                    pair_ok(cpu->ops->memset(cpu, (uint8_t *)a.c + off, 0xff, (size_t)kvh * 4));
-                    pair_ok(gpu->ops->memset(gpu, (uint8_t *)a.g + off, 0xff, (size_t)kvh * 4));
-                }
-            }
+        arena_poison_tail(&a, &l, 1, bt[s * max_pages + np - 1], ctx[s] - (np - 1) * P);
     }
     size_t qn = (size_t)n_rows * heads * hd;
     float *q = xmalloc(qn * 4);
