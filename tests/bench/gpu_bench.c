@@ -4,7 +4,8 @@
  *      FLOPs it must move or do, and the share of the floor (copy ~4.2 TB/s, FP8 dense GEMM
  *      ~1.36 PFLOP/s, BF16 ~0.79 PFLOP/s);
  *   2. whole decode steps (model_forward, random weights) at batch 1, 3, 16 and 64 (or
- *      GPU_BENCH_DECODE_BATCHES="1 8 64"), context 1024,
+ *      GPU_BENCH_DECODE_BATCHES="1 8 64"), context 1024, the LM head bf16 (or GPU_BENCH_LM_HEAD=
+ *      fp8 | int4, for the prefill table too),
  *      for INT4 weights + FP8 KV and FP8 weights + BF16 KV, with and without the logits
  *      download, eager (MODEL_GRAPHS_OFF) and replayed from CUDA graphs (MODEL_GRAPHS_ON); the
  *      graph logits are compared with the same padded plan run op by op (MODEL_GRAPHS_EAGER:
@@ -1759,6 +1760,14 @@ static void bench_model(bool decode, bool prefill)
         !decode && getenv("PD_BENCH_PREFILL_QUICK") && atoi(getenv("PD_BENCH_PREFILL_QUICK"));
     hf_config_t cfg;
     llama8b(&cfg);
+    /* GPU_BENCH_LM_HEAD=fp8|int4: the LM head in that format (default bf16, as checkpoints and
+     * the PyTorch baselines keep it; pdctl --lm-head chooses it for serving) */
+    pd_wfmt_t lmf = PD_WFMT_BF16;
+    const char *lme = getenv("GPU_BENCH_LM_HEAD");
+    if (lme && *lme && pd_wfmt_parse(lme, &lmf) != 0) {
+        fprintf(stderr, "gpu_bench: GPU_BENCH_LM_HEAD: unknown format '%s'\n", lme);
+        exit(2);
+    }
     struct {
         pd_wfmt_t w;
         pd_kvfmt_t kv;
@@ -1767,8 +1776,9 @@ static void bench_model(bool decode, bool prefill)
                  {PD_WFMT_FP8, PD_KV_BF16, true, true},
                  {PD_WFMT_INT4, PD_KV_BF16, false, true}};
     if (decode) {
-        printf("\n### decode step, Llama-3-8B shape, random weights, context 1024 (model_forward, "
-               "wall clock, median of 10)\n\n");
+        printf("\n### decode step, Llama-3-8B shape, random weights, context 1024, LM head %s "
+               "(model_forward, wall clock, median of 10)\n\n",
+               pd_wfmt_name(lmf));
         printf("| weights | kv | batch | eager ms (logits to host) | eager ms (no logits) | "
                "graph ms (logits to host) | graph ms (no logits) | graph ms (whole step: device "
                "greedy, ids to host) | graph ms (whole step: device T 0.8 top-p 0.95, ids to "
@@ -1781,7 +1791,7 @@ static void bench_model(bool decode, bool prefill)
             continue;
         model_t *m;
         double t0 = pd_clock_s();
-        ok(model_create_random(&cfg, confs[i].w, PD_WFMT_BF16, be, 42, &m), "model");
+        ok(model_create_random(&cfg, confs[i].w, lmf, be, 42, &m), "model");
         fprintf(stderr, "model %s: %.1f s to build, %.2f GB\n", pd_wfmt_name(confs[i].w),
                 pd_clock_s() - t0, m->weight_bytes / 1e9);
         /* GPU_BENCH_DECODE_BATCHES="1 8 64": other batch sizes (at most 8, each 1..256) */

@@ -98,18 +98,27 @@ def ppl(a):
     os.environ.setdefault("PD_CUDA_BF16_GEMM", "split")
     variants = [("bf16", "f32", None), ("bf16", "bf16", None), ("bf16", "fp8", 0.002),
                 ("fp8", "bf16", 0.002), ("int4", "bf16", 0.005), ("int4", "fp8", 0.005)]
+    # --lm-heads fp8 int4: INT4 + FP8 KV again with the LM head in each format (pdctl --lm-head;
+    # the rows above keep the checkpoint's, bf16), under the INT4 gate
+    heads = {len(variants) + i: h for i, h in enumerate(a.lm_heads or [])}
+    variants += [("int4", "fp8", 0.005)] * len(heads)
     bad = 0
     print("| model | weights | kv | ppl | vs | gate | result |")
     print("|---|---|---|---|---|---|---|")
     for m in fixtures(a):
         ev = json.load(open(os.path.join(a.models, m, "reference.json"))).get("eval", {})
-        got = pmap(a, lambda v: json.loads(run([a.pdctl, "ppl", "--model",
-                                                os.path.join(a.models, m), "--text-file", a.text,
-                                                "--weights", v[0], "--kv", v[1], "--backend",
-                                                a.backend], None if v[0] == "bf16" else quant_env)),
-                   variants)
+        got = pmap(a, lambda iv: json.loads(run([a.pdctl, "ppl", "--model",
+                                                 os.path.join(a.models, m), "--text-file", a.text,
+                                                 "--weights", iv[1][0], "--kv", iv[1][1],
+                                                 "--backend", a.backend] +
+                                                (["--lm-head", heads[iv[0]]] if iv[0] in heads
+                                                 else []),
+                                                None if iv[1][0] == "bf16" else quant_env)),
+                   list(enumerate(variants)))
         base = got[1]["ppl"]
-        for (w, kv, gate), j in zip(variants, got):
+        for i, ((w, kv, gate), j) in enumerate(zip(variants, got)):
+            if i in heads:
+                w = f"{w} (LM head {heads[i]})"
             if kv == "f32":
                 want = ev.get("val_ppl_fp32")
                 if want is None:
@@ -142,6 +151,8 @@ def main():
     ap.add_argument("--text")
     ap.add_argument("--only", nargs="+", default=None)
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--lm-heads", nargs="+", default=None, choices=["bf16", "fp8", "int4"],
+                    help="ppl: also INT4 + FP8 KV with the LM head in these formats")
     a = ap.parse_args()
     bad = greedy(a) if a.mode == "greedy" else ppl(a)
     sys.exit(1 if bad else 0)
