@@ -469,9 +469,10 @@ static pd_status_t attention__merge_launch(float *out, const float *part, int n_
  * the row's context; NW warps (ATTN_TC__WARPS; 3 with TT 2), each taking every NW-th tile of 16
  * tokens of the split, TT of its tiles per step (1; 2 with attention_tc_pair). A warp streams its
  * tiles (K and V rows of 16 tokens, fp8: their scales) from the pages into its own shared-memory
- * ring with cp.async (STAGES tiles: F steps in flight while it computes one; 16-byte chunks XOR-swizzled per row so that the fragment loads below are
- * free of bank conflicts) and runs both products on mma.sync m16n8k16 (Q's fragments are built
- * once per block into shared memory):
+ * ring with cp.async (STAGES tiles: F steps in flight while it computes one; 16-byte chunks
+ * XOR-swizzled per row so that the fragment loads below are free of bank conflicts) and runs
+ * both products on mma.sync m16n8k16 (Q's fragments are built once per block into shared
+ * memory):
  *
  *   S (16 x 8 tokens) = Qparts (16 x D) K^T: the A rows are the query heads split into parts
  *     (fp8 KV: f16 hi in rows 0..7, lo in rows 8..15: 22 bits; bf16 KV: bf16 hi / mid in rows
@@ -662,11 +663,10 @@ static __global__ void __launch_bounds__(32 * attn_tc__cfg<FMT, D, TT>::NW,
      * per 16-byte chunk) */
     const bool one_page = P % T == 0;
     const int TOKB = KVH * C::ROW; /* bytes between tokens of one (page, side, layer) */
+    /* the page (index into the row's block table) that holds token t */
+    auto page_of = [&](int t) { return p_shift >= 0 ? t >> p_shift : t / P; };
     /* the page id of this warp's n-th tile (one_page; n < my_n) */
-    auto page_id = [&](int n) {
-        const int t0 = t_begin + (warp + n * NW) * T;
-        return bt[p_shift >= 0 ? t0 >> p_shift : t0 / P];
-    };
+    auto page_id = [&](int n) { return bt[page_of(t_begin + (warp + n * NW) * T)]; };
     /* pid: the tile's page id (one_page), read ahead by the caller: ncu (session 17, H100, B 64
      * / 1k) put 23% of the stall samples on the page-table load inside this function when it
      * was read here, a trip to L2 in front of every tile's copies and compute */
@@ -674,7 +674,7 @@ static __global__ void __launch_bounds__(32 * attn_tc__cfg<FMT, D, TT>::NW,
         const uint32_t sa = attn_tc__saddr(ring + slot * C::STAGE);
         const int t0 = t_begin + tile * T;
         if (one_page) {
-            const int pg = p_shift >= 0 ? t0 >> p_shift : t0 / P, last = t_end - 1 - t0;
+            const int pg = page_of(t0), last = t_end - 1 - t0;
             const uint8_t *pb = arena + (size_t)pid * l.page_bytes;
             const uint8_t *kb = pb + koff + ((size_t)(t0 - pg * P) * KVH + kvh) * C::ROW;
             const int ch = lane % C::CPR; /* 32 % CPR == 0: the same chunk for every i */
@@ -699,7 +699,7 @@ static __global__ void __launch_bounds__(32 * attn_tc__cfg<FMT, D, TT>::NW,
         for (int i = 0; i < C::NCS; i++) {
             const int cc = lane + 32 * i, tok = cc / C::CPR, ch = cc % C::CPR;
             const int t = t0 + tok, tc = t < t_end ? t : t_end - 1;
-            const int pg = p_shift >= 0 ? tc >> p_shift : tc / P, ti = tc - pg * P;
+            const int pg = page_of(tc), ti = tc - pg * P;
             const size_t off =
                 (size_t)bt[pg] * l.page_bytes + ((size_t)ti * KVH + kvh) * C::ROW + ch * 16;
             const int nb = t < t_end ? 16 : 0;
@@ -709,7 +709,7 @@ static __global__ void __launch_bounds__(32 * attn_tc__cfg<FMT, D, TT>::NW,
         }
         if constexpr (FMT == PD_KV_FP8) { /* lanes 0..15: K scales, 16..31: V scales */
             const int t = t0 + (lane & 15), tc = t < t_end ? t : t_end - 1;
-            const int pg = p_shift >= 0 ? tc >> p_shift : tc / P, ti = tc - pg * P;
+            const int pg = page_of(tc), ti = tc - pg * P;
             const size_t off = (size_t)bt[pg] * l.page_bytes + (lane < 16 ? ksoff : vsoff) +
                                ((size_t)ti * KVH + kvh) * 4;
             attn_tc__cp4(sa + 2 * C::SIDE + lane * 4, arena + off, t < t_end ? 4 : 0);

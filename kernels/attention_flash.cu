@@ -7,6 +7,7 @@
 
 #include "attention_flash.h"
 #include "kutil.cuh"
+#include "mma.cuh" /* mma_bar_expect (variant 10's producer) */
 
 #define FLASH__WARPS 4
 #define FLASH__THREADS (32 * FLASH__WARPS)
@@ -571,11 +572,6 @@ static __device__ __forceinline__ void fwg__tma(uint32_t dst, const CUtensorMap 
                  "l"((uint64_t)map), "r"(d0), "r"(kvh), "r"(tok), "r"(ls), "r"(page), "r"(bar)
                  : "memory");
 }
-static __device__ __forceinline__ void fwg__bar_expect(uint32_t a, uint32_t bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(a), "r"(bytes)
-                 : "memory");
-}
 /* variant 10 (LVL bit 8): the TMA copies whole pages, so the last page's tokens past the
  * sequence's context (ctx_len cl, whatever an earlier sequence left there: NaN in the harness)
  * land in the stage too. S masks them (key > every row's position), but P = 0 times a NaN of V
@@ -830,7 +826,7 @@ static __global__ void __launch_bounds__(FWG__THREADS, 1)
             if (kt >= NS) /* the consumers are done with tile kt - NS */
                 fwg__bar_wait(bars + 8 * (NS + st), (uint32_t)((kt / NS - 1) & 1));
             const uint32_t full = bars + 8 * st, kd = kv0 + 65536u * st;
-            fwg__bar_expect(full, 65536u);
+            mma_bar_expect(full, 65536u);
             for (int i = 0; i < ppt; i++) {
                 const int t0 = kt * BN + i * P;
                 const bool live = t0 < n_keys;

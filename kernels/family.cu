@@ -213,17 +213,17 @@ static __global__ void family__latent_attention(float *out, const float *q_lat, 
     }
 }
 
-/* The tiled MLA decode / prefill kernel (session 16; family_mla_tile, the default since session
- * 17: on one H100, 2-layer DeepSeek-V3 decode steps 1.7-2.3x faster than with
- * family__latent_attention, docs/performance.md s17): grid (n_rows, ceil(H / FAMILY__TILE_HG)), block 32 FAMILY__TILE_HG, one
- * warp per query head of the block's group. The row's context is walked in tiles of 32 tokens;
- * each tile's latents [c | k_pe] (D = head_dim values per token, converted to f32 once) are staged
- * in shared memory by the whole block and read by all its heads, where family__latent_attention
- * reads them once per head and reduces across the block per token. In a tile, lane j scores token
- * j (its dot product with the warp's q over D), the warp takes the tile's max and sum by shuffles
- * (online softmax), and each lane accumulates the output dimensions lane + 32 i (< r) from the
- * staged latents. Shared memory: (HG D + 32 (D + 1)) f32 (row pitch D + 1: lane j's row starts in
- * bank j). r <= 32 FAMILY__TILE_ACC. */
+/* The tiled MLA decode / prefill kernel (session 16; family_mla_tile, the default since session 17:
+ * on one H100, 2-layer DeepSeek-V3 decode steps 1.7-2.3x faster than with family__latent_attention,
+ * docs/performance.md s17): grid (n_rows, ceil(H / FAMILY__TILE_HG)), block 32 FAMILY__TILE_HG, one
+ * warp per query head of the block's group. The row's context is walked in tiles of 32 tokens; each
+ * tile's latents [c | k_pe] (D = head_dim values per token, converted to f32 once) are staged in
+ * shared memory by the whole block and read by all its heads, where family__latent_attention reads
+ * them once per head and reduces across the block per token. In a tile, lane j scores token j (its
+ * dot product with the warp's q over D), the warp takes the tile's max and sum by shuffles (online
+ * softmax), and each lane accumulates the output dimensions lane + 32 i (< r) from the staged
+ * latents. Shared memory: (HG D + 32 (D + 1)) f32 (row pitch D + 1: lane j's row starts in bank j).
+ * r <= 32 FAMILY__TILE_ACC. */
 #define FAMILY__TILE_HG 8
 #define FAMILY__TILE_T 32
 #define FAMILY__TILE_ACC 16 /* r <= 512 */

@@ -2556,9 +2556,11 @@ static void arena_poison_tail(pair_t *a, const kv_layout_t *l, int layer, int pa
         }
 }
 
-/* page size of case_attention's arena (16 unless a case sets it: flash variants 10..12 copy
- * whole pages with TMA, 128 / P per 128-key tile) */
-static int flash_case_page = 16;
+/* page size of the arenas of case_attention and case_attention_tc (16 unless a case sets it:
+ * flash variants 10..12 copy whole pages with TMA, 128 / P per 128-key tile; the tensor-core
+ * decode kernel reads a 16-token tile from one page when the page size is a multiple of 16, else
+ * per token) */
+static int attn_case_page = 16;
 
 /* n_seqs sequences with q_len[s] new rows and ctx[s] tokens of context each. The K / V rows past
  * each sequence's context in its last page (layer 1, the one read) are poisoned on both backends
@@ -2569,7 +2571,7 @@ static void case_attention(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_seq
 {
     char shape[128];
     kv_layout_t l;
-    const int P = flash_case_page;
+    const int P = attn_case_page;
     int max_pages = 1, total_pages = 0, n_rows = 0, max_ctx = 0;
     kv_layout_init(&l, 2, kvh, hd, P, fmt);
     for (int s = 0; s < n_seqs; s++) {
@@ -2669,10 +2671,10 @@ static void cases_flash(pd_kvfmt_t fmt)
     case_attention(fmt, 16, 2, 128, 1, lq, lc, true, "group 8 causal");
     /* pages of 32 and 8 tokens (TMA boxes of 4 / 16 pages per 128-key tile) */
     for (int pi = 0; pi < 2; pi++) {
-        flash_case_page = pi ? 8 : 32;
+        attn_case_page = pi ? 8 : 32;
         case_attention(fmt, 4, 2, 128, 5, vq, vc, true, "varlen chunked");
     }
-    flash_case_page = 16;
+    attn_case_page = 16;
     const int bq[] = {1024}, bc[] = {1024};
     if (!small_only)
         case_attention(fmt, 32, 8, 128, 1, bq, bc, true, "8B causal 1024");
@@ -2691,10 +2693,6 @@ static void cases_flash(pd_kvfmt_t fmt)
  * <= 1e-4 (err_f32_vec). The scores and P run on the tensor cores as f16 hi + lo parts (fp8 KV,
  * 22 bits) or bf16 hi + mid + lo (bf16 KV, 24 bits) with f32 accumulation: the expected error is
  * ~1e-6 of an element's vector. */
-/* page size of case_attention_tc's arena (16 unless a case sets it: the tensor-core kernel
- * reads a 16-token tile from one page when the page size is a multiple of 16, else per token) */
-static int attn_case_page = 16;
-
 static void case_attention_tc(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_seqs,
                               const int *q_len, const int *ctx, bool hints, int tc, uint64_t seed,
                               const char *what)
