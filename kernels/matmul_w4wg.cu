@@ -194,8 +194,18 @@ static __device__ __forceinline__ void w4wg__dequant(uint32_t (&A)[8][4], const 
  * shared memory NS * STAGE + 1024 (alignment) + 16 NS (barriers). sg: the weights (tiled INT4
  * data, bf16 scales, zeros; N % 32 == 0, K % 128 == 0) and where their results go (w4wg__segs);
  * xw the activation image, mult (n) f32; gps groups per split (split z: groups
- * [z gps, min((z + 1) gps, K / 128))). */
-template <int MT, int NT, int GPS, int NS>
+ * [z gps, min((z + 1) gps, K / 128))).
+ *
+ * LAZY (session 19, configurations 3 and 4): a consumer warp does not drain its wgmma at the end
+ * of each stage. It hands stage i - 1 back to the producer (the "empty" arrival) at stage i's
+ * use NB - 1, after the wait that leaves only stage i's first use in flight, so its last wgmma
+ * of stage i - 1 runs while it waits for stage i and dequantizes stage i's first tile. Without
+ * it (configurations 0-2) both warpgroups drain at the same stage end and dequantize their next
+ * first tile together, with the tensor cores idle (session 10's ncu: 61% of cycles with no
+ * eligible warp at n 64). Where a buffer's reuse crosses the stage loop's back edge only (one
+ * group per stage with two buffers, or four buffers of two groups: both tried) ptxas serializes
+ * every wgmma (C7513), so LAZY keeps configuration 0's two groups per stage and two buffers. */
+template <int MT, int NT, int GPS, int NS, bool LAZY>
 static __global__ void __launch_bounds__(W4WG__THREADS, 1)
     matmul__w4wg(const w4wg__segs sg, const uint8_t *xw, const float *mult, int n, int64_t K,
                  int gps)
@@ -302,9 +312,19 @@ static __global__ void __launch_bounds__(W4WG__THREADS, 1)
 #pragma unroll
             for (int m = 0; m < MT; m++) {
                 const int u = gl * MT + m, b = u % NB; /* A buffer */
-                if (u >= NB) {
-                    w4wg__wait<NB - 1>(); /* the wgmma of use u - NB (buffer b) has completed */
+                if (u >= NB || LAZY) {
+                    /* the wgmma of use u - NB (buffer b; with LAZY perhaps stage i - 1's) has
+                     * completed: at most NB - 1 groups are in flight (LAZY waits at stage 0
+                     * too, where nothing is: ptxas serializes every wgmma when the wait before
+                     * a buffer's rewrite is not on every path) */
+                    w4wg__wait<NB - 1>();
                     w4wg__keep(A[b]);
+                }
+                if (LAZY && i > 0 && u == NB - 1) {
+                    /* only this stage's groups can be in flight now: stage i - 1 is done */
+                    __syncwarp();
+                    if (lane == 0)
+                        mma_bar_arrive(bars + 8 * (NS + (i - 1) % NS));
                 }
                 const int bl = 2 * (cw * MT + m) + (wq >> 1), hr = wq & 1;
                 const uint8_t *wp = st + C::DATA + (bl * GPS + gl) * 2048;
@@ -329,13 +349,21 @@ static __global__ void __launch_bounds__(W4WG__THREADS, 1)
                 w4wg__commit();
             }
         }
-        w4wg__wait<0>(); /* the stage's wgmma are done with its shared memory */
+        if (!LAZY) {
+            w4wg__wait<0>(); /* the stage's wgmma are done with its shared memory */
+#pragma unroll
+            for (int b = 0; b < NB; b++)
+                w4wg__keep(A[b]);
+            __syncwarp();
+            if (lane == 0)
+                mma_bar_arrive(bars + 8 * (NS + s));
+        }
+    }
+    if (LAZY) { /* the last stage's groups (the producer waits for no stage after it) */
+        w4wg__wait<0>();
 #pragma unroll
         for (int b = 0; b < NB; b++)
             w4wg__keep(A[b]);
-        __syncwarp();
-        if (lane == 0)
-            mma_bar_arrive(bars + 8 * (NS + s));
     }
 #pragma unroll
     for (int m = 0; m < MT; m++)
@@ -423,8 +451,8 @@ extern "C" pd_status_t matmul_quant_act_f16wg(uint16_t *xw, float *mult, const f
 
 /* The configurations (matmul.h: cfg): 0 = MT 2, NT 1 (256 rows x 64 tokens, 2 groups per
  * stage, 3 stages), 1 = MT 1, NT 2 (128 x 128, 1 group, 4 stages), 2 = MT 1, NT 4 (128 x 256,
- * 1 group, 3 stages). */
-template <int MT, int NT, int GPS, int NS>
+ * 1 group, 3 stages); 3 = 0 with LAZY. */
+template <int MT, int NT, int GPS, int NS, bool LAZY>
 static void w4wg__launch(float *const *outs, float *part, const uint16_t *xw, const float *mult,
                          const pd_weight_t *const *ws, int count, int n, int splits, int gps,
                          cudaStream_t stream)
@@ -448,23 +476,23 @@ static void w4wg__launch(float *const *outs, float *part, const uint16_t *xw, co
     const int smem = NS * C::STAGE + 1024 + 16 * NS;
     static bool attr;
     if (!attr) {
-        cudaFuncSetAttribute(matmul__w4wg<MT, NT, GPS, NS>,
+        cudaFuncSetAttribute(matmul__w4wg<MT, NT, GPS, NS, LAZY>,
                              cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         attr = true;
     }
     const dim3 grid((unsigned)((n + 64 * NT - 1) / (64 * NT)), (unsigned)sg.rb[count - 1],
                     (unsigned)splits);
-    kutil_launch_pdl(matmul__w4wg<MT, NT, GPS, NS>, grid, dim3(W4WG__THREADS), (size_t)smem, stream,
+    kutil_launch_pdl(matmul__w4wg<MT, NT, GPS, NS, LAZY>, grid, dim3(W4WG__THREADS), (size_t)smem, stream,
                      sg, (const uint8_t *)xw, mult, n, ws[0]->k, gps);
 }
 
 static int w4wg__rows(int cfg)
 {
-    return cfg == 0 ? 256 : 128;
+    return cfg == 1 || cfg == 2 ? 128 : 256;
 }
 static int w4wg__tokens(int cfg)
 {
-    return cfg == 0 ? 64 : cfg == 1 ? 128 : 256;
+    return cfg == 1 ? 128 : cfg == 2 ? 256 : 64;
 }
 
 /* The split count for cfg at (n, N, K) on n_sm SMs: the fewest waves of blocks times the groups
@@ -472,11 +500,17 @@ static int w4wg__tokens(int cfg)
  * partial sums' extra pass (S + 1) n N f32 at ~3 TB/s in the same units (one group ~0.5 us). */
 extern "C" void matmul_w4wg_plan(int n, int64_t N, int64_t K, int n_sm, int *cfg_p, int *splits_p)
 {
-    const int cfg = n <= 64 ? 0 : n <= 128 ? 1 : 2;
+    /* PD_CUDA_W4WG_LAZY=1 (A / B, session 19): n <= 64 on configuration 3 */
+    static int lazy = -1;
+    if (lazy < 0) {
+        const char *e = getenv("PD_CUDA_W4WG_LAZY");
+        lazy = e && atoi(e) == 1;
+    }
+    const int cfg = n <= 64 ? (lazy ? 3 : 0) : n <= 128 ? 1 : 2;
     const int64_t ng = K / 128;
     const int64_t blocks = (N + w4wg__rows(cfg) - 1) / w4wg__rows(cfg) *
                            ((n + w4wg__tokens(cfg) - 1) / w4wg__tokens(cfg));
-    const double grp_us = cfg == 0 ? 0.6 : cfg == 1 ? 0.6 : 1.1;
+    const double grp_us = cfg == 2 ? 1.1 : 0.6;
     double best = 1e30;
     int bs = 1;
     for (int S = 1; S <= 16 && S <= ng; S++) {
@@ -534,7 +568,7 @@ extern "C" pd_status_t matmul_w4wg_group(float *const *outs, float *part, const 
                       "matmul_w4wg");
         Nt += w->n;
     }
-    KUTIL_REQUIRE(n >= 0 && n <= MATMUL_W4WG_MAX_N && cfg >= 0 && cfg <= 2 && splits >= 1 &&
+    KUTIL_REQUIRE(n >= 0 && n <= MATMUL_W4WG_MAX_N && cfg >= 0 && cfg <= 3 && splits >= 1 &&
                       (splits == 1 || part),
                   "matmul_w4wg");
     if (!matmul_w4wg_usable())
@@ -544,11 +578,13 @@ extern "C" pd_status_t matmul_w4wg_group(float *const *outs, float *part, const 
     const int ng = (int)(ws[0]->k / 128), gps = (ng + splits - 1) / splits;
     KUTIL_REQUIRE((splits - 1) * gps < ng, "matmul_w4wg splits");
     if (cfg == 0)
-        w4wg__launch<2, 1, 2, 3>(outs, part, xw, mult, ws, count, n, splits, gps, stream);
+        w4wg__launch<2, 1, 2, 3, false>(outs, part, xw, mult, ws, count, n, splits, gps, stream);
     else if (cfg == 1)
-        w4wg__launch<1, 2, 1, 4>(outs, part, xw, mult, ws, count, n, splits, gps, stream);
+        w4wg__launch<1, 2, 1, 4, false>(outs, part, xw, mult, ws, count, n, splits, gps, stream);
+    else if (cfg == 2)
+        w4wg__launch<1, 4, 1, 3, false>(outs, part, xw, mult, ws, count, n, splits, gps, stream);
     else
-        w4wg__launch<1, 4, 1, 3>(outs, part, xw, mult, ws, count, n, splits, gps, stream);
+        w4wg__launch<2, 1, 2, 3, true>(outs, part, xw, mult, ws, count, n, splits, gps, stream);
     pd_status_t st = KUTIL_LAUNCHED("matmul_w4wg");
     if (st != PD_OK || splits == 1)
         return st;
