@@ -6,7 +6,8 @@
 # cases (cfg 3 forced, and the plans with LAZY=1) and memcheck on them; `gpu_bench w4wg` at n 64
 # and the decode step at batch 1 / 32 / 64 with LAZY 0 / 1; ncu (speed of light, warp states,
 # compute workload incl. the tensor pipe) of the four 8B shapes at n 64 both ways; stepprof of
-# the decode steps with LAZY=1; the PyTorch decode baseline in the same call.
+# the decode steps with LAZY=1; the PyTorch decode baseline in the same call. Also the batch-1
+# step with 8 and 1 attention splits (GPU_BENCH_ATTN_TARGET=64 / 8) against the default 16.
 #   bash tests/gpu/prepare-round.sh tests/gpu/rounds/run-round-s19a.sh
 #   DEADLINE=540 bash .gpu-round/run-round-s19a.sh   (carry .gpu-round, .gpu-models/llama-moe.tar.xz)
 set -uo pipefail
@@ -17,6 +18,9 @@ PD_CUDA_W4WG_LAZY=1 PD_GPU_TEST_W4WG=1 st kw4 120 $G/bin/test_gpu_kernels; cases
 PD_CUDA_W4WG_LAZY=1 PD_GPU_TEST_W4WG=1 PD_GPU_TEST_SMALL=1 st memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 3 $G/bin/test_gpu_kernels; cases memcheck
 for z in 0 1; do PD_CUDA_W4WG_LAZY=$z GPU_BENCH_W4MMA_N=64 st w4wg_z$z 40 $G/bin/gpu_bench w4wg; tab w4wg_z$z; done
 for z in 0 1; do PD_CUDA_W4WG_LAZY=$z GPU_BENCH_DECODE_BATCHES="1 32 64" st decode_z$z 60 $G/bin/gpu_bench decode; tab decode_z$z; done
+# batch 1 / 1k: 16 attention splits (target 528, the default) against 8 (target 64) and 1 (no merge
+# launch; target 8)
+for tg in 8 64; do GPU_BENCH_ATTN_TARGET=$tg GPU_BENCH_DECODE_BATCHES=1 st decode_t$tg 40 $G/bin/gpu_bench decode; tab decode_t$tg; done
 for z in 0 1; do
   st ncu_z$z 60 ncu --clock-control none --kernel-name regex:w4wg --launch-count 4 --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis --section LaunchStats --section Occupancy -f -o $L/w4_z$z env PD_CUDA_W4WG_LAZY=$z GPU_BENCH_W4MMA_ONCE=1 GPU_BENCH_W4MMA_N=64 $G/bin/gpu_bench w4wg
   st ncudet_z$z 30 ncu -i $L/w4_z$z.ncu-rep --page details; grep -E "matmul__w4wg|Duration|DRAM Throughput|Compute \(SM\) Thr|Warp Cycles Per Issued|No Eligible|Grid Size|Registers Per" $L/ncudet_z$z.log | head -44
