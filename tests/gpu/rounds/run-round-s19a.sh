@@ -14,8 +14,7 @@ set -uo pipefail
 ROUND_DEADLINE=540
 . "$(dirname "$0")/round-lib.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-PD_CUDA_W4WG_LAZY=1 PD_GPU_TEST_W4WG=1 st kw4 120 $G/bin/test_gpu_kernels; cases kw4; grep -E "lazy" $L/kw4.log | head -8
-PD_CUDA_W4WG_LAZY=1 PD_GPU_TEST_W4WG=1 PD_GPU_TEST_SMALL=1 st memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 3 $G/bin/test_gpu_kernels; cases memcheck
+PD_CUDA_W4WG_LAZY=1 PD_GPU_TEST_W4WG=1 st kw4 90 $G/bin/test_gpu_kernels; cases kw4; grep -E "lazy" $L/kw4.log | head -8
 for z in 0 1; do PD_CUDA_W4WG_LAZY=$z GPU_BENCH_W4MMA_N=64 st w4wg_z$z 40 $G/bin/gpu_bench w4wg; tab w4wg_z$z; done
 for z in 0 1; do PD_CUDA_W4WG_LAZY=$z GPU_BENCH_DECODE_BATCHES="1 32 64" st decode_z$z 60 $G/bin/gpu_bench decode; tab decode_z$z; done
 # batch 1 / 1k: 16 attention splits (target 528, the default) against 8 (target 64) and 1 (no merge
@@ -32,5 +31,6 @@ for x in r[2:]:
   print(x[h.index("Kernel Name")][:32], *["%s=%s" % (h[i], x[i]) for i in range(len(h)) if "tensor" in h[i] or h[i].startswith("gpu__time_duration.sum")])' $L/ncuraw_z$z.log | head -8
 done
 PD_CUDA_W4WG_LAZY=1 GPU_BENCH_STEPPROF=decode st stepprof 90 $G/bin/gpu_bench stepprof; tab stepprof | head -60
+PD_CUDA_W4WG_LAZY=1 PD_GPU_TEST_W4WG=1 PD_GPU_TEST_SMALL=1 st memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 3 $G/bin/test_gpu_kernels; cases memcheck
 st baseline 70 python3 $G/torch_decode_baseline.py; grep "decode_" $L/baseline.log | tail -12
 round_end
