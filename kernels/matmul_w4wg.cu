@@ -15,10 +15,11 @@
  * so the dequantization of a 64-row x 16-column weight tile is shared by 64 tokens per
  * instruction.
  *
- * The block (384 threads; 640 in configuration 4, below the kernel): warps 0-7 are two consumer
- * warpgroups (232 registers each thread, setmaxnreg), warps 8-11 the producer warpgroup (40;
- * only its first lane works). A block
- * takes R = 128 MT weight rows (consumer warpgroup c: the m64 tiles c MT .. c MT + MT - 1) and
+ * The block (384 threads): warps 0-7 are two consumer warpgroups (232 registers each thread,
+ * setmaxnreg), warps 8-11 the producer warpgroup (40; only its first lane works); configuration
+ * 4 has four consumer warpgroups (640 threads; the comment above the kernel says how). A block
+ * takes R = 64 MT CW weight rows (CW consumer warpgroups; warpgroup c: the m64 tiles c MT .. c MT
+ * + MT - 1) and
  * 64 NT tokens (token tiles of 64: one wgmma n64 each) over its split of K, in stages of GPS
  * groups of 128 columns. The producer's lane 0 copies each stage with 1-D bulk copies (TMA,
  * cp.async.bulk) that complete on the stage's "full" mbarrier: per 32-row block the tiled data
