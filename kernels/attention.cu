@@ -1181,22 +1181,11 @@ static pd_status_t attention__tc_launch(dim3 grid, cudaStream_t stream, float *o
                                         int n_heads, int chunk)
 {
     using C = attn_tc__cfg<FMT, D, TT>;
-    /* the attribute is per device: set once per (kernel, device); a race sets it twice */
-    static unsigned attr_set;
-    int dev = 0;
-    pd_status_t st = kutil_status(cudaGetDevice(&dev), "attention device");
+    static unsigned attr_set; /* per device (kutil_allow_smem) */
+    pd_status_t st = kutil_allow_smem((const void *)attention__tc_kernel<FMT, D, TT>, (int)C::SMEM,
+                                      &attr_set, "attention smem");
     if (st != PD_OK)
         return st;
-    if (dev >= 32 || !(attr_set & (1u << dev))) {
-        st = kutil_status(cudaFuncSetAttribute(attention__tc_kernel<FMT, D, TT>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               (int)C::SMEM),
-                          "attention smem");
-        if (st != PD_OK)
-            return st;
-        if (dev < 32)
-            attr_set |= 1u << dev;
-    }
     const int P = l->page_tokens;
     const int p_shift = (P & (P - 1)) == 0 ? __builtin_ctz((unsigned)P) : -1;
     kutil_launch_pdl(attention__tc_kernel<FMT, D, TT>, grid, dim3(32 * C::NW), C::SMEM, stream,

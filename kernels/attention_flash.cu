@@ -1170,23 +1170,11 @@ static pd_status_t flash__launch(float *out, const float *q, const void *arena,
                                  const kv_layout_t *l, int layer, const pd_attn_batch_t *b,
                                  int n_rows, int n_heads, cudaStream_t stream)
 {
-    /* the attribute is per device: set it once per (variant, device); a race between two
-     * threads sets it twice, which is harmless */
-    static unsigned attr_set;
-    int dev = 0;
-    pd_status_t st = kutil_status(cudaGetDevice(&dev), "attention_flash device");
+    static unsigned attr_set; /* per device (kutil_allow_smem) */
+    pd_status_t st = kutil_allow_smem((const void *)flash__kernel<C>, (int)C::SMEM, &attr_set,
+                                      "attention_flash smem");
     if (st != PD_OK)
         return st;
-    if (dev >= 32 || !(attr_set & (1u << dev))) {
-        st = kutil_status(cudaFuncSetAttribute(flash__kernel<C>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               (int)C::SMEM),
-                          "attention_flash smem");
-        if (st != PD_OK)
-            return st;
-        if (dev < 32)
-            attr_set |= 1u << dev;
-    }
     /* an upper bound of the tiles: every sequence adds at most one partial tile */
     const long tiles = (long)n_rows / C::BM + b->n_seqs;
     KUTIL_REQUIRE(tiles <= 65535, "attention_flash");
@@ -1271,21 +1259,11 @@ static pd_status_t fwg__launch(float *out, const float *q, const void *arena, co
                                int layer, const pd_attn_batch_t *b, int n_rows, int n_heads,
                                cudaStream_t stream)
 {
-    static unsigned attr_set; /* per device, as flash__launch */
-    int dev = 0;
-    pd_status_t st = kutil_status(cudaGetDevice(&dev), "attention_flash device");
+    static unsigned attr_set; /* per device (kutil_allow_smem) */
+    pd_status_t st = kutil_allow_smem((const void *)fwg__kernel<NS, LVL>, (int)FWG__SMEM(NS),
+                                      &attr_set, "attention_flash smem");
     if (st != PD_OK)
         return st;
-    if (dev >= 32 || !(attr_set & (1u << dev))) {
-        st = kutil_status(cudaFuncSetAttribute(fwg__kernel<NS, LVL>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               (int)FWG__SMEM(NS)),
-                          "attention_flash smem");
-        if (st != PD_OK)
-            return st;
-        if (dev < 32)
-            attr_set |= 1u << dev;
-    }
     const long tiles = (long)n_rows / FWG__BM + b->n_seqs;
     KUTIL_REQUIRE(tiles <= 65535, "attention_flash");
     CUtensorMap map;

@@ -666,20 +666,25 @@ extern "C" pd_status_t elementwise_silu_mul_f16wg(float *out, const float *gu, u
     const unsigned threads = f >= 8192 ? 1024u : 512u; /* as matmul_quant_act_f16wg */
     const dim3 grid((unsigned)((n + 63) / 64 * 64));
     const size_t smem = (size_t)f * 4;
-    static int max_smem = -1; /* the row in shared memory where the device's opt-in allows */
-    if (max_smem < 0) {
-        int dev = 0, v = 48 << 10;
-        cudaGetDevice(&dev);
-        cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-        max_smem = v - 1024; /* the kernel's static reduction array */
-        if (cudaFuncSetAttribute(elementwise__silu_mul_f16wg<true>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem) !=
-            cudaSuccess) {
-            (void)cudaGetLastError(); /* not this launch's error */
-            max_smem = 0;
-        }
+    /* the row in shared memory where the current device's opt-in allows (less the kernel's
+     * static reduction array); the attribute is set per device (kutil_allow_smem) */
+    static unsigned attr_set;
+    int dev = 0, optin = 48 << 10;
+    pd_status_t st = kutil_status(cudaGetDevice(&dev), "silu_mul_f16wg device");
+    if (st == PD_OK)
+        st = kutil_status(
+            cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+            "silu_mul_f16wg device");
+    if (st != PD_OK)
+        return st;
+    const int max_smem = optin - 1024;
+    bool in_smem = smem <= (size_t)max_smem && elementwise_silu_f16wg_smem;
+    if (in_smem && kutil_allow_smem((const void *)elementwise__silu_mul_f16wg<true>, max_smem,
+                                    &attr_set, "silu_mul_f16wg smem") != PD_OK) {
+        (void)cudaGetLastError(); /* not this launch's error: the row goes to global memory */
+        in_smem = false;
     }
-    if (smem <= (size_t)max_smem && elementwise_silu_f16wg_smem)
+    if (in_smem)
         kutil_launch_pdl(elementwise__silu_mul_f16wg<true>, grid, dim3(threads), smem, stream, out,
                          gu, (uint4 *)xw, mult, n, f);
     else

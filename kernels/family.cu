@@ -479,12 +479,10 @@ extern "C" pd_status_t family_latent_attention(float *out, const float *q_lat, c
     const size_t tsm =
         ((size_t)FAMILY__TILE_HG * l->head_dim + (size_t)FAMILY__TILE_T * (l->head_dim + 1)) * 4;
     if (family_mla_tile && r <= 32 * FAMILY__TILE_ACC && tsm <= 96 * 1024) {
-        static bool attr; /* the 96 KiB the attribute allows, set once */
-        if (!attr) {
-            cudaFuncSetAttribute(family__latent_attention_tile,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024);
-            attr = true;
-        }
+        static unsigned attr; /* per device (kutil_allow_smem) */
+        if (kutil_allow_smem((const void *)family__latent_attention_tile, 96 * 1024, &attr,
+                             "latent_attention smem") != PD_OK)
+            return PD_ERR_CUDA; /* logged */
         family__latent_attention_tile<<<
             dim3((unsigned)n_rows, (unsigned)((n_heads + FAMILY__TILE_HG - 1) / FAMILY__TILE_HG)),
             32 * FAMILY__TILE_HG, tsm, stream>>>(out, q_lat, q_pe, (const uint8_t *)arena, *l,

@@ -36,6 +36,28 @@ static inline pd_status_t kutil_status(cudaError_t e, const char *what)
         }                                                                                          \
     } while (0)
 
+/* Lets kernel fn use `bytes` of dynamic shared memory (cudaFuncAttributeMaxDynamicSharedMemorySize)
+ * on the current device. The attribute is per device: *attr_set (a static of the launcher, one bit
+ * per device 0..31) records where it is set, so a process that drives several GPUs (tensor
+ * parallel, tp_nccl.c) sets it on each; devices 32 and above set it every launch. Two threads
+ * racing on one device set it twice, which is harmless. */
+static inline pd_status_t kutil_allow_smem(const void *fn, int bytes, unsigned *attr_set,
+                                           const char *what)
+{
+    int dev = 0;
+    pd_status_t st = kutil_status(cudaGetDevice(&dev), what);
+    if (st != PD_OK)
+        return st;
+    const unsigned bit = dev < 32 ? 1u << dev : 0u;
+    if (bit && (__atomic_load_n(attr_set, __ATOMIC_RELAXED) & bit))
+        return PD_OK;
+    st = kutil_status(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+                      what);
+    if (st == PD_OK && bit)
+        __atomic_fetch_or(attr_set, bit, __ATOMIC_RELAXED);
+    return st;
+}
+
 static __device__ __forceinline__ float kutil_bf16_to_f32(uint16_t h)
 {
     return __uint_as_float((uint32_t)h << 16);

@@ -1814,13 +1814,11 @@ template <int NT>
 static void matmul__gemv_int4_launch(float *out, const float *x, const pd_weight_t *w, int n,
                                      bool tiled, cudaStream_t stream)
 {
-    static bool attr_set;
+    static unsigned attr_set; /* per device (kutil_allow_smem) */
     const size_t smem = (size_t)NT * MATMUL__KC * sizeof(float);
-    if (!attr_set) {
-        cudaFuncSetAttribute(matmul__gemv_int4<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)smem);
-        attr_set = true;
-    }
+    if (kutil_allow_smem((const void *)matmul__gemv_int4<NT>, (int)smem, &attr_set,
+                         "gemv_int4 smem") != PD_OK)
+        return; /* the caller's KUTIL_LAUNCHED reports the error */
     const dim3 grid((unsigned)((n + NT - 1) / NT),
                     (unsigned)((w->n + 8 * MATMUL__ROWS - 1) / (8 * MATMUL__ROWS)));
     matmul__gemv_int4<NT>
@@ -1973,26 +1971,22 @@ static void matmul__int4_mma_launch(float *dst, const uint16_t *xh, const float 
     const dim3 grid((unsigned)((n + 8 * C - 1) / (8 * C)),
                     (unsigned)((w->n + 32 * W - 1) / (32 * W)), (unsigned)S);
     if (tiled) {
-        static bool attr_cp;
+        static unsigned attr_cp; /* per device (kutil_allow_smem) */
         const int smem_cp = 2 * 8 * C * MATMUL__RSB + 8 * MATMUL__WD * MATMUL__WSLOT;
-        if (!attr_cp) {
-            cudaFuncSetAttribute(matmul__int4_mma_cp<C>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, smem_cp);
-            attr_cp = true;
-        }
+        if (kutil_allow_smem((const void *)matmul__int4_mma_cp<C>, smem_cp, &attr_cp,
+                             "int4_mma smem") != PD_OK)
+            return; /* the caller's KUTIL_LAUNCHED reports the error */
         matmul__int4_mma_cp<C>
             <<<grid, 32 * W, 2 * 8 * C * MATMUL__RSB + W * MATMUL__WD * MATMUL__WSLOT, stream>>>(
                 dst, (const uint4 *)xh, mult, (const uint8_t *)w->data, (const uint16_t *)w->scales,
                 (const uint8_t *)w->zeros, n, w->n, w->k, gps);
         return;
     }
-    static bool attr_set;
+    static unsigned attr_set; /* per device (kutil_allow_smem) */
     const int smem = 2 * 8 * C * MATMUL__RSB;
-    if (!attr_set) {
-        cudaFuncSetAttribute(matmul__int4_mma<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             smem);
-        attr_set = true;
-    }
+    if (kutil_allow_smem((const void *)matmul__int4_mma<C>, smem, &attr_set,
+                         "int4_mma smem") != PD_OK)
+        return; /* the caller's KUTIL_LAUNCHED reports the error */
     matmul__int4_mma<C><<<grid, 32 * W, smem, stream>>>(
         dst, (const uint4 *)xh, mult, (const uint8_t *)w->data, (const uint16_t *)w->scales,
         (const uint8_t *)w->zeros, n, w->n, w->k, gps, false);
@@ -2080,14 +2074,12 @@ static void matmul__int4_mma2_launch(float *dst, const uint16_t *xh, const float
 {
     const dim3 grid((unsigned)((n + 8 * C - 1) / (8 * C)),
                     (unsigned)((w->n + 32 * W - 1) / (32 * W)), (unsigned)S);
-    static bool attr;
+    static unsigned attr; /* per device (kutil_allow_smem) */
     const int smem = 2 * 8 * C * (2 * 256 + 64) + W * 2 * MATMUL__WSLOT;
-    if (!attr) {
-        cudaFuncSetAttribute(matmul__int4_mma_cp<C, 2, 2>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             2 * 8 * C * (2 * 256 + 64) + 8 * 2 * MATMUL__WSLOT);
-        attr = true;
-    }
+    if (kutil_allow_smem((const void *)matmul__int4_mma_cp<C, 2, 2>,
+                         2 * 8 * C * (2 * 256 + 64) + 8 * 2 * MATMUL__WSLOT, &attr,
+                         "int4_mma2 smem") != PD_OK)
+        return; /* the caller's KUTIL_LAUNCHED reports the error */
     matmul__int4_mma_cp<C, 2, 2><<<grid, 32 * W, smem, stream>>>(
         dst, (const uint4 *)xh, mult, (const uint8_t *)w->data, (const uint16_t *)w->scales,
         (const uint8_t *)w->zeros, n, w->n, w->k, gps);
@@ -2133,13 +2125,11 @@ static void matmul__fp8_mma_launch(float *dst, const uint8_t *xq, const float *x
                                    const pd_weight_t *w, int n, int W, int S, int bps,
                                    cudaStream_t stream)
 {
-    static bool attr_cp;
+    static unsigned attr_cp; /* per device (kutil_allow_smem) */
     const int smem_cp = 2 * 8 * C * MATMUL__RSB8 + 8 * MATMUL__BPC * 2048;
-    if (!attr_cp) {
-        cudaFuncSetAttribute(matmul__fp8_mma_cp<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             smem_cp);
-        attr_cp = true;
-    }
+    if (kutil_allow_smem((const void *)matmul__fp8_mma_cp<C>, smem_cp, &attr_cp,
+                         "fp8_mma smem") != PD_OK)
+        return; /* the caller's KUTIL_LAUNCHED reports the error */
     const dim3 grid((unsigned)((n + 8 * C - 1) / (8 * C)),
                     (unsigned)((w->n + 32 * W - 1) / (32 * W)), (unsigned)S);
     kutil_launch_pdl(matmul__fp8_mma_cp<C>, grid, dim3(32u * W),
@@ -2246,12 +2236,10 @@ template <int WD>
 static cudaError_t matmul__wgemv_launch(float *out, const float *x, const pd_weight_t *w, int n,
                                         int W, int S, int ups, size_t smem, cudaStream_t stream)
 {
-    static bool attr;
-    if (!attr) {
-        cudaFuncSetAttribute(matmul__wgemv<WD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             MATMUL__SMEM_MAX);
-        attr = true;
-    }
+    static unsigned attr; /* per device (kutil_allow_smem) */
+    if (kutil_allow_smem((const void *)matmul__wgemv<WD>, MATMUL__SMEM_MAX, &attr,
+                         "wgemv smem") != PD_OK)
+        return cudaGetLastError();
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute at[1];
     cfg.gridDim = dim3(1u, (unsigned)((w->n + 32 * W - 1) / (32 * W)), (unsigned)S);
@@ -2504,12 +2492,10 @@ static void matmul__w4gemv_go(const matmul__w4segs &sg, const float *x, int n, i
                               int G, int ups, int rs, size_t smem, const matmul__w4pro &pro,
                               cudaStream_t stream)
 {
-    static bool attr;
-    if (!attr) {
-        cudaFuncSetAttribute(matmul__w4gemv<MR, D, GROUP, BULK, PAIR>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, MATMUL__SMEM_MAX);
-        attr = true;
-    }
+    static unsigned attr; /* per device (kutil_allow_smem) */
+    if (kutil_allow_smem((const void *)matmul__w4gemv<MR, D, GROUP, BULK, PAIR>, MATMUL__SMEM_MAX,
+                         &attr, "w4gemv smem") != PD_OK)
+        return; /* the caller's KUTIL_LAUNCHED reports the error */
     kutil_launch_pdl(matmul__w4gemv<MR, D, GROUP, BULK, PAIR>, dim3((unsigned)G), dim3(32u * S),
                      smem, stream, sg, x, n, K, ups, rs, pro);
 }

@@ -512,12 +512,10 @@ static void w4wg__launch(float *const *outs, float *part, const uint16_t *xw, co
         off += i < count ? w->n : 0;
     }
     const int smem = NS * C::STAGE + 1024 + 16 * NS;
-    static bool attr;
-    if (!attr) {
-        cudaFuncSetAttribute(matmul__w4wg<MT, NT, GPS, NS, LAZY, CW>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-        attr = true;
-    }
+    static unsigned attr; /* per device (kutil_allow_smem) */
+    if (kutil_allow_smem((const void *)matmul__w4wg<MT, NT, GPS, NS, LAZY, CW>, smem, &attr,
+                         "w4wg smem") != PD_OK)
+        return; /* the caller's KUTIL_LAUNCHED reports the error */
     const dim3 grid((unsigned)((n + 64 * NT - 1) / (64 * NT)), (unsigned)sg.rb[count - 1],
                     (unsigned)splits);
     kutil_launch_pdl(matmul__w4wg<MT, NT, GPS, NS, LAZY, CW>, grid, dim3(W4WG__THREADS(CW)),

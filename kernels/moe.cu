@@ -720,16 +720,7 @@ static pd_status_t moe__allow_smem(const void *fn, size_t smem, unsigned *attr_s
         *fits = false;
         return PD_OK;
     }
-    /* the attribute is per device: set once per (kernel, device); a race sets it twice */
-    if (dev >= 32 || !(*attr_set & (1u << dev))) {
-        st = kutil_status(
-            cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, optin), what);
-        if (st != PD_OK)
-            return st;
-        if (dev < 32)
-            *attr_set |= 1u << dev;
-    }
-    return PD_OK;
+    return kutil_allow_smem(fn, optin, attr_set, what);
 }
 
 /* Launches moe__gmm2<FMT> with smem bytes of dynamic shared memory; *fits false (nothing
