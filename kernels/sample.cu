@@ -23,29 +23,104 @@ static __device__ __forceinline__ bool sample__before(uint32_t ka, int32_t ia, u
     return ka != kb ? ka > kb : ia < ib;
 }
 
-/* Block-wide sum of an int (every thread gets it). red: 32 ints of shared memory. */
-static __device__ int sample__block_sum(int v, int *red)
+/* Block-wide maximum of a uint32 (every thread gets it). red: 32 ints of shared memory. */
+static __device__ uint32_t sample__block_umax(uint32_t v, int *red)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int o = 16; o; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
+        v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
     __syncthreads();
     if (lane == 0)
-        red[warp] = v;
+        red[warp] = (int)v;
     __syncthreads();
-    v = lane < (int)(blockDim.x >> 5) ? red[lane] : 0;
+    v = lane < (int)(blockDim.x >> 5) ? (uint32_t)red[lane] : 0u;
     for (int o = 16; o; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
+        v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
+
+/* Exclusive prefix sum over the lanes of a warp (lane 0 gets 0). */
+template <typename V> static __device__ __forceinline__ V sample__warp_exscan(V v)
+{
+    const int lane = threadIdx.x & 31;
+    V incl = v;
+    for (int o = 1; o < 32; o <<= 1) {
+        const V t = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o)
+            incl += t;
+    }
+    const V ex = __shfl_up_sync(0xffffffffu, incl, 1);
+    return lane ? ex : (V)0;
+}
+
+/* Exclusive prefix sum of an int over the block in thread order. red: 32 ints of shared memory. */
+static __device__ int sample__block_exscan(int v, int *red)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int ex = sample__warp_exscan(v);
+    __syncthreads();
+    if (lane == 31)
+        red[warp] = ex + v;
+    __syncthreads();
+    const int w = lane < (int)(blockDim.x >> 5) ? red[lane] : 0;
+    const int wex = sample__warp_exscan(w);
+    return __shfl_sync(0xffffffffu, wex, warp) + ex;
+}
+
+/* f(value, index) for every element of the row x (vocab floats), each once, spread over the
+ * block's threads; 16-byte loads, four in flight per thread, where x is 16-byte aligned (the
+ * logits stay in L2 between the LM head and the sampler: the loop is bound by the loads in flight,
+ * not by the bytes) */
+template <typename F>
+static __device__ __forceinline__ void sample__row(const float *x, int vocab, F f)
+{
+    const int tid = threadIdx.x, nt = blockDim.x;
+    if (((uintptr_t)x & 15) != 0) {
+        for (int i = tid; i < vocab; i += nt)
+            f(x[i], i);
+        return;
+    }
+    const float4 *x4 = (const float4 *)x;
+    const int n4 = vocab >> 2;
+    int i = tid;
+    for (; i + 3 * nt < n4; i += 4 * nt) {
+        float4 v[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            v[j] = x4[i + j * nt];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int b = 4 * (i + j * nt);
+            f(v[j].x, b);
+            f(v[j].y, b + 1);
+            f(v[j].z, b + 2);
+            f(v[j].w, b + 3);
+        }
+    }
+    for (; i < n4; i += nt) {
+        const float4 v = x4[i];
+        f(v.x, 4 * i);
+        f(v.y, 4 * i + 1);
+        f(v.z, 4 * i + 2);
+        f(v.w, 4 * i + 3);
+    }
+    for (int k = 4 * n4 + tid; k < vocab; k += nt)
+        f(x[k], k);
+}
+
+/* Buckets of the K-th largest key's search (2 per thread of a SAMPLE__THREADS block). */
+#define SAMPLE__BITS 11
+#define SAMPLE__BINS (1 << SAMPLE__BITS)
+static_assert(SAMPLE__BINS == 2 * SAMPLE__THREADS, "two buckets per thread");
 
 /* grid (n, G), block SAMPLE__THREADS: tokens (n) int32; logits (n, vocab) f32; per-row
  * parameters (n) each. A greedy row: block (row, y) takes the y-th of G slices of the vocabulary;
  * G > 1: the slices' bests meet in best[row] by atomicMax on (key << 32 | ~id) (largest key,
  * then lowest id: the order of the one-block scan, whatever order the blocks finish in) and the
  * last block of the row (cnt[row]) writes the token and re-zeroes both. Other rows: block y 0
- * only. */
-static __global__ void __launch_bounds__(SAMPLE__THREADS)
+ * only. Two blocks per SM (32 registers: the greedy slices are sized for two per SM; the sampled
+ * path spills a few bytes for it). */
+static __global__ void __launch_bounds__(SAMPLE__THREADS, 2)
     sample__kernel(int32_t *tokens, const float *logits, int vocab, const float *temperature,
                    const int32_t *top_k, const float *top_p, const float *u,
                    unsigned long long *best, int *cnt)
@@ -53,6 +128,7 @@ static __global__ void __launch_bounds__(SAMPLE__THREADS)
     __shared__ uint32_t keys[SAMPLE_MAX_CAND];
     __shared__ int32_t ids[SAMPLE_MAX_CAND];
     __shared__ float probs[SAMPLE_MAX_CAND];
+    __shared__ int hist[SAMPLE__BINS];
     __shared__ int red[32];
     __shared__ int n_cand;
     const int row = blockIdx.x, tid = threadIdx.x;
@@ -108,18 +184,63 @@ static __global__ void __launch_bounds__(SAMPLE__THREADS)
     if (blockIdx.y != 0)
         return;
 
-    /* K candidates: the largest t with count(key >= t) >= K, by bisection over the key space */
+    /* K candidates: t = the K-th largest key (count(key > t) < K <= count(key >= t)). Session
+     * 20: found by bucket refinement, not by bisection over the key space (32 passes over the row,
+     * one block per row: ~0.9 ms of a 2.5 ms batch-1 step with top-p on). One pass finds the
+     * smallest and largest key; each next pass counts the keys of the range [lo, hi] that still
+     * holds t into SAMPLE__BINS buckets of 2^sh keys (a histogram in shared memory) and keeps the
+     * bucket where the count from the top reaches K: 11 bits of the range per pass, so at most
+     * three passes until lo == hi == t. */
     const int K = min(kk > 0 ? kk : vocab, min(vocab, SAMPLE_MAX_CAND));
-    uint32_t lo = 0, hi = 0xffffffffu; /* count(key >= lo) >= K always */
+    uint32_t kmax = 0, kmin = 0xffffffffu;
+    sample__row(x, vocab, [&](float v, int) {
+        const uint32_t k = sample__key(v);
+        kmax = max(kmax, k);
+        kmin = min(kmin, k);
+    });
+    kmax = sample__block_umax(kmax, red);
+    kmin = ~sample__block_umax(~kmin, red);
+    uint32_t lo = kmin, hi = K < vocab ? kmax : kmin; /* K = vocab: every key is a candidate */
+    int above = 0; /* count(key > hi); above < K <= count(key >= lo) */
     while (lo < hi) {
-        const uint32_t mid = (uint32_t)(((uint64_t)lo + hi + 1) >> 1);
-        int c = 0;
-        for (int i = tid; i < vocab; i += blockDim.x)
-            c += sample__key(x[i]) >= mid;
-        if (sample__block_sum(c, red) >= K)
-            lo = mid;
-        else
-            hi = mid - 1;
+        const uint32_t span = hi - lo; /* + 1 keys */
+        const int sh = span < SAMPLE__BINS ? 0 : 32 - __clz((int)(span >> SAMPLE__BITS));
+        /* (span >> sh) < SAMPLE__BINS: every key of [lo, hi] has a bucket */
+        for (int i = tid; i < SAMPLE__BINS; i += blockDim.x)
+            hist[i] = 0;
+        __syncthreads();
+        const uint32_t l0 = lo, h0 = hi;
+        sample__row(x, vocab, [&](float v, int) {
+            const uint32_t k = sample__key(v);
+            if (k >= l0 && k <= h0)
+                atomicAdd(&hist[(k - l0) >> sh], 1);
+        });
+        __syncthreads();
+        /* bucket b of the descending scan: thread tid holds buckets nb - 1 - 2 tid and the one
+         * below it; the block's exclusive scan gives the count above its first bucket */
+        const int nb = (int)((h0 - l0) >> sh) + 1;
+        const int b0 = nb - 1 - 2 * tid, b1 = b0 - 1;
+        const int c0 = b0 >= 0 ? hist[b0] : 0, c1 = b1 >= 0 ? hist[b1] : 0;
+        const int ex = above + sample__block_exscan(c0 + c1, red);
+        __syncthreads(); /* every thread has read hist and red before lo / hi / above change */
+        int b = -1, ab = 0;
+        if (b0 >= 0 && ex < K && K <= ex + c0) {
+            b = b0;
+            ab = ex;
+        } else if (b1 >= 0 && ex + c0 < K && K <= ex + c0 + c1) {
+            b = b1;
+            ab = ex + c0;
+        }
+        if (b >= 0) { /* exactly one thread */
+            red[0] = (int)(l0 + ((uint32_t)b << sh));
+            red[1] = (int)min(h0, l0 + ((uint32_t)b << sh) + ((1u << sh) - 1u));
+            red[2] = ab;
+        }
+        __syncthreads();
+        lo = (uint32_t)red[0];
+        hi = (uint32_t)red[1];
+        above = red[2];
+        __syncthreads(); /* red is the reductions' scratch again */
     }
     const uint32_t t = lo;
     if (tid == 0)
@@ -129,8 +250,8 @@ static __global__ void __launch_bounds__(SAMPLE__THREADS)
         ids[i] = INT32_MAX;
     }
     __syncthreads();
-    for (int i = tid; i < vocab; i += blockDim.x) {
-        const uint32_t k = sample__key(x[i]);
+    sample__row(x, vocab, [&](float v, int i) {
+        const uint32_t k = sample__key(v);
         if (k >= t) {
             const int at = atomicAdd(&n_cand, 1);
             if (at < SAMPLE_MAX_CAND) {
@@ -138,12 +259,16 @@ static __global__ void __launch_bounds__(SAMPLE__THREADS)
                 ids[at] = i;
             }
         }
-    }
+    });
     __syncthreads();
-    /* bitonic sort of SAMPLE_MAX_CAND entries by (key desc, id asc) */
-    for (int size = 2; size <= SAMPLE_MAX_CAND; size <<= 1)
+    /* bitonic sort by (key desc, id asc) of the first sz entries: the smallest power of two that
+     * holds the candidates (>= K); the slots past them hold (0, INT32_MAX) and stay behind */
+    int sz = 2;
+    while (sz < min(n_cand, SAMPLE_MAX_CAND))
+        sz <<= 1;
+    for (int size = 2; size <= sz; size <<= 1)
         for (int stride = size >> 1; stride > 0; stride >>= 1) {
-            for (int i = tid; i < SAMPLE_MAX_CAND; i += blockDim.x) {
+            for (int i = tid; i < sz; i += blockDim.x) {
                 const int j = i ^ stride;
                 if (j > i) {
                     const bool up = (i & size) == 0;
@@ -161,41 +286,58 @@ static __global__ void __launch_bounds__(SAMPLE__THREADS)
             }
             __syncthreads();
         }
-    /* as sampler_pick: probabilities in parallel, the running sums in order on one thread */
+    /* as sampler_pick: softmax of the K candidates, top-p, one draw. The probabilities in
+     * parallel; the sums by warp 0, each lane over a run of consecutive candidates (session 20:
+     * thread 0 alone took three serial passes over up to 2048 of them, ~2k dependent adds and
+     * divisions each). The running sums are those of the reference but for rounding: a draw
+     * within an ulp of a bucket edge may pick the neighbouring token. */
     const float mx = x[ids[0]] / T;
     for (int i = tid; i < K; i += blockDim.x)
         probs[i] = expf(x[ids[i]] / T - mx);
     __syncthreads();
-    if (tid == 0) {
+    if (tid < 32) {
+        const int lane = tid, L = (K + 31) / 32, a = min(K, lane * L), e = min(K, a + L);
+        float ps = 0.0f;
+        for (int i = a; i < e; i++)
+            ps += probs[i];
+        float pre = sample__warp_exscan(ps); /* sum of the runs before this lane's */
+        const float sum = __shfl_sync(0xffffffffu, pre + ps, 31);
         int n = K;
-        float sum = 0.0f, acc = 0.0f;
-        for (int i = 0; i < n; i++)
-            sum += probs[i];
-        if (top_p[row] < 1.0f) {
-            int keep = n;
-            for (int i = 0; i < n; i++) {
-                acc += probs[i] / sum;
-                if (acc >= top_p[row]) {
-                    keep = i + 1;
+        float nsum = sum;
+        if (top_p[row] < 1.0f) { /* keep the first n whose running sum reaches top_p sum */
+            const float want = top_p[row] * sum;
+            int f = INT32_MAX;
+            float acc = pre;
+            for (int i = a; i < e; i++) {
+                acc += probs[i];
+                if (acc >= want) {
+                    f = i;
                     break;
                 }
             }
-            n = keep;
-            sum = 0.0f;
-            for (int i = 0; i < n; i++)
-                sum += probs[i];
+            const unsigned m = __ballot_sync(0xffffffffu, f != INT32_MAX);
+            if (m)
+                n = __shfl_sync(0xffffffffu, f, __ffs(m) - 1) + 1;
+            float ks = 0.0f;
+            for (int i = a; i < min(e, n); i++)
+                ks += probs[i];
+            pre = sample__warp_exscan(ks);
+            nsum = __shfl_sync(0xffffffffu, pre + ks, 31);
         }
-        const float v = u[row] * sum;
-        int32_t tok = ids[n - 1];
-        acc = 0.0f;
-        for (int i = 0; i < n; i++) {
+        const float v = u[row] * nsum;
+        int f = INT32_MAX;
+        float acc = pre;
+        for (int i = a; i < min(e, n); i++) {
             acc += probs[i];
             if (v < acc) {
-                tok = ids[i];
+                f = i;
                 break;
             }
         }
-        tokens[row] = tok;
+        const unsigned m = __ballot_sync(0xffffffffu, f != INT32_MAX);
+        const int pick = m ? __shfl_sync(0xffffffffu, f, __ffs(m) - 1) : n - 1;
+        if (lane == 0)
+            tokens[row] = ids[pick];
     }
 }
 

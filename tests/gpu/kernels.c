@@ -3362,14 +3362,21 @@ static void case_kv_export(pd_kvfmt_t src_fmt, int layers, int kvh, int hd, int 
 /* Sampling: rows of random logits (scale), the same parameters and draws on both backends.
  * err = fraction of rows whose token differs: 0 for greedy; a sampled row may flip where the
  * draw falls within an ulp of a bucket edge (device expf vs glibc expf), so tol allows 2%. */
+/* > 0: case_sample_rows rounds the logits to steps of scale / sample_levels (thousands of ties at
+ * the K-th largest of a 128k row) */
+static int sample_levels;
+
 static void case_sample_rows(int n, int vocab, float scale, float T, int top_k, float top_p,
                              double tol, bool mixed)
 {
-    char shape[96];
+    char shape[112];
     float *x = xmalloc((size_t)n * vocab * 4), *tv = xmalloc((size_t)n * 4),
           *pv = xmalloc((size_t)n * 4), *uv = xmalloc((size_t)n * 4);
     int32_t *kv = xmalloc((size_t)n * 4);
     fill_f32(x, (size_t)n * vocab, scale);
+    if (sample_levels > 0)
+        for (size_t i = 0; i < (size_t)n * vocab; i++)
+            x[i] = roundf(x[i] / scale * (float)sample_levels) * scale / (float)sample_levels;
     for (int i = 0; i < n; i++) {
         const bool greedy = T == 0.0f || (mixed && i % 3 == 0);
         if (greedy) { /* ties at the maximum: the lower id wins (also across split slices) */
@@ -3397,8 +3404,9 @@ static void case_sample_rows(int n, int vocab, float scale, float T, int top_k, 
         bad += c[i] != g[i];
     free(c);
     free(g);
-    snprintf(shape, sizeof shape, "n %d V %d T %g%s k %d p %g%s (rows differing)", n, vocab, T,
-             mixed ? "/0" : "", top_k, top_p, sample_split ? "" : " unsplit");
+    snprintf(shape, sizeof shape, "n %d V %d T %g%s k %d p %g%s%s (rows differing)", n, vocab, T,
+             mixed ? "/0" : "", top_k, top_p, sample_split ? "" : " unsplit",
+             sample_levels > 0 ? " ties" : "");
     report("sample", shape, (double)bad / n, tol);
     pair_free(&px);
     pair_free(&pt);
@@ -4912,6 +4920,21 @@ int main(void)
         case_sample(64, 128256, 2.0f, 0.8f, 40, 0.95f, 0.02);
         case_sample(64, 128256, 1.0f, 1.0f, 2048, 1.0f, 0.02);
         case_sample(64, 128256, 3.0f, 0.6f, 1000, 0.9f, 0.02);
+        /* session 20: the K-th largest key by bucket refinement (three histogram passes). Top-k
+         * off on a 128k row: K = 2048, the device's candidates; the reference samples the whole
+         * row, so T is low enough that the mass past the 2048 largest is below float rounding.
+         * A row length that is not a multiple of 4 (the rows unaligned: scalar loads), a
+         * vocabulary below 2048 (every token a candidate), and logits on 8 levels per unit:
+         * ~1000 ties at the top key, the K-th largest among them (t found when the range
+         * closes on one key; all of them fit the 2048 slots, so the lowest ids win as on the
+         * CPU). */
+        case_sample(64, 128256, 4.0f, 0.005f, 0, 0.9f, 0.02);
+        case_sample(64, 32003, 2.0f, 0.8f, 100, 0.95f, 0.02);
+        case_sample(64, 1000, 2.0f, 1.0f, 0, 0.95f, 0.02);
+        sample_levels = 32;
+        case_sample(64, 128256, 4.0f, 1.0f, 50, 1.0f, 0.02);
+        case_sample(64, 128256, 4.0f, 1.0f, 800, 0.8937f, 0.02); /* 714.96 of 800 equal */
+        sample_levels = 0;
     }
     case_logits_process(7, 2048, 300);
     if (!small_only)
