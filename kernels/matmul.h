@@ -184,9 +184,7 @@ pd_status_t matmul_w8gemv(float *out, const uint8_t *xq, const float *xs, const 
  *   1. matmul_quant_act_f16wg: xw = the f16 activation image (matmul_w4wg_act_bytes(n, K) bytes:
  *      n rounded up to 64 rows, swizzled for wgmma), mult (n) f32 the epilogue multipliers;
  *   2. matmul_w4wg_plan: the configuration cfg (0: 256 rows x 64 tokens per block, 1: 128 x
- *      128, 2: 128 x 256; 3: 256 x 64 with stages handed back late, 4: the same on four
- *      consumer warpgroups; chosen for n <= 64 by PD_CUDA_W4WG_LAZY=1 | 2) and K splits for the
- *      shape on n_sm SMs;
+ *      128, 2: 128 x 256) and K splits for the shape on n_sm SMs;
  *   3. matmul_w4wg: out (n, w->n) f32 = x @ W^T; with splits > 1 it needs part, scratch of
  *      matmul_int4_mma_part_floats(n, w->n, splits) f32, and sums it into out (second launch).
  * matmul_w4wg_usable: built for sm_90a (cuda_arch lists 90a) and the current device is compute

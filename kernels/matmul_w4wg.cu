@@ -16,10 +16,8 @@
  * instruction.
  *
  * The block (384 threads): warps 0-7 are two consumer warpgroups (232 registers each thread,
- * setmaxnreg), warps 8-11 the producer warpgroup (40; only its first lane works); configuration
- * 4 has four consumer warpgroups (640 threads; the comment above the kernel says how). A block
- * takes R = 64 MT CW weight rows (CW consumer warpgroups; warpgroup c: the m64 tiles c MT .. c MT
- * + MT - 1) and
+ * setmaxnreg), warps 8-11 the producer warpgroup (40; only its first lane works). A block
+ * takes R = 128 MT weight rows (consumer warpgroup c: the m64 tiles c MT .. c MT + MT - 1) and
  * 64 NT tokens (token tiles of 64: one wgmma n64 each) over its split of K, in stages of GPS
  * groups of 128 columns. The producer's lane 0 copies each stage with 1-D bulk copies (TMA,
  * cp.async.bulk) that complete on the stage's "full" mbarrier: per 32-row block the tiled data
@@ -55,8 +53,7 @@
 #define W4WG__ON 0
 #endif
 
-/* threads of a block: CW consumer warpgroups (2; 4 in configuration 4) + the producer's */
-#define W4WG__THREADS(CW) (128 * ((CW) + 1))
+#define W4WG__THREADS 384          /* 2 consumer warpgroups + the producer warpgroup */
 #define W4WG__TILE_B MMA_WG_TILE_B /* activation image bytes per (64-token tile, group) */
 #define W4WG__BLK_B 2144           /* weight bytes per (32-row block, group): data, scales, zeros */
 
@@ -88,8 +85,8 @@ static __global__ void __launch_bounds__(1024)
 
 /* bytes of one stage: the activation tiles first (1024-aligned for the swizzle), then per 32-row
  * block its data, then all scales, then all zeros */
-template <int MT, int NT, int GPS, int CW = 2> struct w4wg__cfg {
-    static constexpr int R = 64 * MT * CW, BLKS = R / 32;
+template <int MT, int NT, int GPS> struct w4wg__cfg {
+    static constexpr int R = 128 * MT, BLKS = R / 32;
     static constexpr int ACT = NT * GPS * W4WG__TILE_B;
     static constexpr int DATA = ACT, SC = DATA + BLKS * GPS * 2048, ZR = SC + BLKS * GPS * 64;
     static constexpr int STAGE = (ZR + BLKS * GPS * 32 + 1023) / 1024 * 1024;
@@ -151,85 +148,55 @@ template <int N> static __device__ __forceinline__ void w4wg__wait()
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 /* the registers stay live (and unmoved) up to here: an async wgmma may still read them */
-template <int KS> static __device__ __forceinline__ void w4wg__keep(uint32_t (&a)[KS][4])
+static __device__ __forceinline__ void w4wg__keep(uint32_t (&a)[8][4])
 {
 #pragma unroll
-    for (int i = 0; i < KS; i++)
+    for (int i = 0; i < 8; i++)
 #pragma unroll
         for (int k = 0; k < 4; k++)
             asm volatile("" : "+r"(a[i][k])::"memory");
 }
 
-/* A fragments of one group for a warp's 16 rows (h 0: row gq, 1: row gq + 8), in two steps:
- * w4wg__dq_prep turns s[h] (bf16 scale bits) and z[h] (zero point) into the f16x2 scale and the
- * zero terms; w4wg__dq_words then makes the k16 steps 2 W0 .. 2 (W0 + NWD) - 1 from the words
- * W0 .. W0 + NWD - 1 of q[h] (the lane's 16 bytes of the row, tiled piece) into A[0 ..]. The
- * operations of mma_int4_group (mma.cuh), the same values. */
-struct w4wg__dq {
-    uint32_t sc[2], zl[2], zh[2];
-};
-static __device__ __forceinline__ w4wg__dq w4wg__dq_prep(const uint32_t (&s)[2],
-                                                         const uint32_t (&z)[2])
+/* A fragments of the 8 k16 steps of one group for a warp's 16 rows (h 0: row gq, 1: row gq + 8):
+ * q[h] the lane's 16 bytes of the row (tiled piece), s[h] bf16 scale bits, z[h] zero point;
+ * the operations of mma_int4_group (mma.cuh), the same values */
+static __device__ __forceinline__ void w4wg__dequant(uint32_t (&A)[8][4], const uint4 (&q)[2],
+                                                     const uint32_t (&s)[2], const uint32_t (&z)[2])
 {
-    w4wg__dq d;
+    uint32_t sc[2], zl[2], zh[2];
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const uint32_t s16 = (uint32_t)__half_as_ushort(
             __float2half_rn(kutil_bf16_to_f32((uint16_t)s[h]) * MMA_WSHIFT));
-        d.sc[h] = s16 * 0x10001u;
-        d.zl[h] = mma_zl(z[h]);
-        d.zh[h] = mma_zh(z[h]);
+        sc[h] = s16 * 0x10001u;
+        zl[h] = mma_zl(z[h]);
+        zh[h] = mma_zh(z[h]);
     }
-    return d;
-}
-template <int W0, int NWD, int KS>
-static __device__ __forceinline__ void w4wg__dq_words(uint32_t (&A)[KS][4], const uint4 (&q)[2],
-                                                      const w4wg__dq &d)
-{
-    static_assert(KS == 2 * NWD, "w4wg: two k16 steps per word");
 #pragma unroll
-    for (int i = 0; i < NWD; i++) {
-        const int w = W0 + i;
+    for (int w = 0; w < 4; w++) {
         uint32_t a[2][4];
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const uint32_t u = w == 0 ? q[h].x : w == 1 ? q[h].y : w == 2 ? q[h].z : q[h].w;
-            mma_nib_qz(a[h], u, d.zl[h], d.zh[h]);
+            mma_nib_qz(a[h], u, zl[h], zh[h]);
 #pragma unroll
             for (int j = 0; j < 4; j++)
-                a[h][j] = mma_hmul2(a[h][j], d.sc[h]);
+                a[h][j] = mma_hmul2(a[h][j], sc[h]);
         }
-        A[2 * i][0] = a[0][0], A[2 * i][1] = a[1][0], A[2 * i][2] = a[0][1], A[2 * i][3] = a[1][1];
-        A[2 * i + 1][0] = a[0][2], A[2 * i + 1][1] = a[1][2], A[2 * i + 1][2] = a[0][3],
-                  A[2 * i + 1][3] = a[1][3];
+        A[2 * w][0] = a[0][0], A[2 * w][1] = a[1][0], A[2 * w][2] = a[0][1], A[2 * w][3] = a[1][1];
+        A[2 * w + 1][0] = a[0][2], A[2 * w + 1][1] = a[1][2], A[2 * w + 1][2] = a[0][3],
+                  A[2 * w + 1][3] = a[1][3];
     }
 }
 #endif /* W4WG__ON */
 
-/* grid (ceil(n / (64 NT)), the segments' row blocks of 64 MT CW, S), block W4WG__THREADS(CW),
- * dynamic shared memory NS * STAGE + 1024 (alignment) + 16 NS (barriers). sg: the weights (tiled
- * INT4 data, bf16 scales, zeros; N % 32 == 0, K % 128 == 0) and where their results go
- * (w4wg__segs); xw the activation image, mult (n) f32; gps groups per split (split z: groups [z
- * gps, min((z + 1) gps, K / 128))).
- *
- * LAZY (session 19, configurations 3 and 4): a consumer warp does not drain its wgmma at the end
- * of each stage. It hands stage i - 1 back to the producer (the "empty" arrival) at stage i's
- * use NB - 1, after the wait that leaves only stage i's first use in flight, so its last wgmma
- * of stage i - 1 runs while it waits for stage i and dequantizes stage i's first tile. Without
- * it (configurations 0-2) both warpgroups drain at the same stage end and dequantize their next
- * first tile together, with the tensor cores idle (session 10's ncu: 61% of cycles with no
- * eligible warp at n 64). Where a buffer's reuse crosses the stage loop's back edge only (one
- * group per stage with two buffers, or four buffers of two groups: both tried) ptxas serializes
- * every wgmma (C7513), so LAZY keeps configuration 0's two groups per stage and two buffers.
- *
- * CW (session 19, configuration 4): consumer warpgroups. 4 takes MT 1 (64 rows each, the same
- * 256-row block), 112 registers per consumer thread (4 x 128 x 112 + 128 x 40 fit the 64 K
- * registers), so its A buffers hold half a group (4 k16 steps: two sub-uses per group, each its
- * own commit group). With four warpgroups queueing wgmma, one warpgroup's dequantization no
- * longer leaves the tensor cores with a single other warpgroup's queue (CUTLASS #1852, DeepGEMM
- * #290: an RS mainloop whose warps also convert keeps the tensor pipe 60-70% busy). */
-template <int MT, int NT, int GPS, int NS, bool LAZY, int CW>
-static __global__ void __launch_bounds__(W4WG__THREADS(CW), 1)
+/* grid (ceil(n / (64 NT)), the segments' row blocks of 128 MT, S), block W4WG__THREADS, dynamic
+ * shared memory NS * STAGE + 1024 (alignment) + 16 NS (barriers). sg: the weights (tiled INT4
+ * data, bf16 scales, zeros; N % 32 == 0, K % 128 == 0) and where their results go (w4wg__segs);
+ * xw the activation image, mult (n) f32; gps groups per split (split z: groups
+ * [z gps, min((z + 1) gps, K / 128))). */
+template <int MT, int NT, int GPS, int NS>
+static __global__ void __launch_bounds__(W4WG__THREADS, 1)
     matmul__w4wg(const w4wg__segs sg, const uint8_t *xw, const float *mult, int n, int64_t K,
                  int gps)
 {
@@ -240,10 +207,7 @@ static __global__ void __launch_bounds__(W4WG__THREADS(CW), 1)
     const uint8_t *wd = W4WG__PICK(sg.wd, seg), *wz = W4WG__PICK(sg.wz, seg);
     const uint16_t *wsc = W4WG__PICK(sg.wsc, seg);
     const int64_t N = W4WG__PICK(sg.N, seg), ld = W4WG__PICK(sg.ld, seg);
-    using C = w4wg__cfg<MT, NT, GPS, CW>;
-    static_assert(CW == 2 || (CW == 4 && MT == 1), "w4wg: 4 consumer warpgroups take MT 1");
-    constexpr int SUB = CW == 4 ? 2 : 1; /* sub-uses per (group, m64 tile): A buffer halves */
-    constexpr int KPS = 8 / SUB;         /* k16 steps per sub-use */
+    using C = w4wg__cfg<MT, NT, GPS>;
     extern __shared__ uint8_t w4wg__sm[];
     const uint32_t sm0 = ((uint32_t)__cvta_generic_to_shared(w4wg__sm) + 1023u) & ~1023u;
     const uint32_t bars = sm0 + NS * C::STAGE; /* full[NS], then empty[NS] */
@@ -257,15 +221,15 @@ static __global__ void __launch_bounds__(W4WG__THREADS(CW), 1)
     if (threadIdx.x == 0) {
         for (int s = 0; s < NS; s++) {
             mma_bar_init(bars + 8 * s, 1);
-            mma_bar_init(bars + 8 * (NS + s), 4 * CW);
+            mma_bar_init(bars + 8 * (NS + s), 8);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
 
-    if (warp >= 4 * CW) { /* the producer warpgroup: lane 0 of its warp 0 copies, the rest retire */
+    if (warp >= 8) { /* the producer warpgroup: lane 0 of warp 8 copies, the rest retire */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
-        if (warp != 4 * CW || lane != 0)
+        if (warp != 8 || lane != 0)
             return;
         const int64_t blk0 = row0 / 32;
         const int nb = (int)min((int64_t)C::BLKS, (int64_t)nblk - blk0);
@@ -311,7 +275,7 @@ static __global__ void __launch_bounds__(W4WG__THREADS(CW), 1)
     /* consumers: warpgroup cw, warp wq in it; m64 tile mt of the warpgroup is the block's tile
      * cw MT + mt, this warp's 16 rows of it are 32-row block 2 (cw MT + mt) + wq / 2, half wq % 2
      */
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CW == 4 ? 112 : 232) : "memory");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
     kutil_pdl_wait(); /* mult and out belong to the kernels around (the producer waits for xw) */
     kutil_pdl_trigger();
     const int cw = warp >> 2, wq = warp & 3, gq = lane >> 2, tq = lane & 3;
@@ -323,8 +287,8 @@ static __global__ void __launch_bounds__(W4WG__THREADS(CW), 1)
 #pragma unroll
             for (int e = 0; e < 32; e++)
                 acc[m][j][e] = 0.0f;
-    constexpr int NB = GPS * MT * SUB >= 2 ? 2 : 1; /* A buffers */
-    uint32_t A[NB][KPS][4];
+    constexpr int NB = GPS * MT >= 2 ? 2 : 1; /* A buffers */
+    uint32_t A[NB][8][4];
     for (int i = 0; i < nst; i++) {
         const int s = i % NS;
         mma_bar_wait(bars + 8 * s, (uint32_t)((i / NS) & 1));
@@ -337,6 +301,11 @@ static __global__ void __launch_bounds__(W4WG__THREADS(CW), 1)
                 break;
 #pragma unroll
             for (int m = 0; m < MT; m++) {
+                const int u = gl * MT + m, b = u % NB; /* A buffer */
+                if (u >= NB) {
+                    w4wg__wait<NB - 1>(); /* the wgmma of use u - NB (buffer b) has completed */
+                    w4wg__keep(A[b]);
+                }
                 const int bl = 2 * (cw * MT + m) + (wq >> 1), hr = wq & 1;
                 const uint8_t *wp = st + C::DATA + (bl * GPS + gl) * 2048;
                 uint4 q[2];
@@ -348,59 +317,25 @@ static __global__ void __launch_bounds__(W4WG__THREADS(CW), 1)
                     sv[h] = *(const uint16_t *)(st + C::SC + (bl * GPS + gl) * 64 + rr * 2);
                     zv[h] = st[C::ZR + (bl * GPS + gl) * 32 + rr];
                 }
-                const w4wg__dq dq = w4wg__dq_prep(sv, zv);
+                w4wg__dequant(A[b], q, sv, zv);
+                w4wg__fence();
 #pragma unroll
-                for (int hf = 0; hf < SUB; hf++) {
-                    const int u = (gl * MT + m) * SUB + hf, b = u % NB; /* A buffer */
-                    if (u >= NB || LAZY) {
-                        /* the wgmma of use u - NB (buffer b; with LAZY perhaps stage i - 1's)
-                         * has completed: at most NB - 1 groups are in flight (LAZY waits at
-                         * stage 0 too, where nothing is: ptxas serializes every wgmma when the
-                         * wait before a buffer's rewrite is not on every path) */
-                        w4wg__wait<NB - 1>();
-                        w4wg__keep(A[b]);
-                    }
-                    if (LAZY && i > 0 && u == NB - 1) {
-                        /* only this stage's groups can be in flight now: stage i - 1 is done */
-                        __syncwarp();
-                        if (lane == 0)
-                            mma_bar_arrive(bars + 8 * (NS + (i - 1) % NS));
-                    }
-                    if constexpr (SUB == 1)
-                        w4wg__dq_words<0, 4>(A[b], q, dq);
-                    else if (hf == 0)
-                        w4wg__dq_words<0, 2>(A[b], q, dq);
-                    else
-                        w4wg__dq_words<2, 2>(A[b], q, dq);
-                    w4wg__fence();
+                for (int k = 0; k < 8; k++)
 #pragma unroll
-                    for (int kk = 0; kk < KPS; kk++) {
-                        const int k = hf * KPS + kk; /* the group's k16 step */
-#pragma unroll
-                        for (int j = 0; j < NT; j++)
-                            w4wg__mma(acc[m][j], A[b][kk],
-                                      w4wg__desc(sta + (j * GPS + gl) * W4WG__TILE_B +
-                                                 (k >> 2) * 8192 + (k & 3) * 32));
-                    }
-                    w4wg__commit();
-                }
+                    for (int j = 0; j < NT; j++)
+                        w4wg__mma(acc[m][j], A[b][k],
+                                  w4wg__desc(sta + (j * GPS + gl) * W4WG__TILE_B + (k >> 2) * 8192 +
+                                             (k & 3) * 32));
+                w4wg__commit();
             }
         }
-        if (!LAZY) {
-            w4wg__wait<0>(); /* the stage's wgmma are done with its shared memory */
-#pragma unroll
-            for (int b = 0; b < NB; b++)
-                w4wg__keep(A[b]);
-            __syncwarp();
-            if (lane == 0)
-                mma_bar_arrive(bars + 8 * (NS + s));
-        }
-    }
-    if (LAZY) { /* the last stage's groups (the producer waits for no stage after it) */
-        w4wg__wait<0>();
+        w4wg__wait<0>(); /* the stage's wgmma are done with its shared memory */
 #pragma unroll
         for (int b = 0; b < NB; b++)
             w4wg__keep(A[b]);
+        __syncwarp();
+        if (lane == 0)
+            mma_bar_arrive(bars + 8 * (NS + s));
     }
 #pragma unroll
     for (int m = 0; m < MT; m++)
@@ -488,14 +423,13 @@ extern "C" pd_status_t matmul_quant_act_f16wg(uint16_t *xw, float *mult, const f
 
 /* The configurations (matmul.h: cfg): 0 = MT 2, NT 1 (256 rows x 64 tokens, 2 groups per
  * stage, 3 stages), 1 = MT 1, NT 2 (128 x 128, 1 group, 4 stages), 2 = MT 1, NT 4 (128 x 256,
- * 1 group, 3 stages); 3 = 0 with LAZY; 4 = MT 1 with 4 consumer warpgroups (the same 256 x 64
- * block, 2 groups per stage, 3 stages), LAZY. */
-template <int MT, int NT, int GPS, int NS, bool LAZY, int CW>
+ * 1 group, 3 stages). */
+template <int MT, int NT, int GPS, int NS>
 static void w4wg__launch(float *const *outs, float *part, const uint16_t *xw, const float *mult,
                          const pd_weight_t *const *ws, int count, int n, int splits, int gps,
                          cudaStream_t stream)
 {
-    using C = w4wg__cfg<MT, NT, GPS, CW>;
+    using C = w4wg__cfg<MT, NT, GPS>;
     w4wg__segs sg = {};
     int64_t off = 0, Nt = 0;
     for (int i = 0; i < count; i++)
@@ -513,22 +447,22 @@ static void w4wg__launch(float *const *outs, float *part, const uint16_t *xw, co
     }
     const int smem = NS * C::STAGE + 1024 + 16 * NS;
     static unsigned attr; /* per device (kutil_allow_smem) */
-    if (kutil_allow_smem((const void *)matmul__w4wg<MT, NT, GPS, NS, LAZY, CW>, smem, &attr,
-                         "w4wg smem") != PD_OK)
+    if (kutil_allow_smem((const void *)matmul__w4wg<MT, NT, GPS, NS>, smem, &attr, "w4wg smem") !=
+        PD_OK)
         return; /* the caller's KUTIL_LAUNCHED reports the error */
     const dim3 grid((unsigned)((n + 64 * NT - 1) / (64 * NT)), (unsigned)sg.rb[count - 1],
                     (unsigned)splits);
-    kutil_launch_pdl(matmul__w4wg<MT, NT, GPS, NS, LAZY, CW>, grid, dim3(W4WG__THREADS(CW)),
-                     (size_t)smem, stream, sg, (const uint8_t *)xw, mult, n, ws[0]->k, gps);
+    kutil_launch_pdl(matmul__w4wg<MT, NT, GPS, NS>, grid, dim3(W4WG__THREADS), (size_t)smem, stream,
+                     sg, (const uint8_t *)xw, mult, n, ws[0]->k, gps);
 }
 
 static int w4wg__rows(int cfg)
 {
-    return cfg == 1 || cfg == 2 ? 128 : 256;
+    return cfg == 0 ? 256 : 128;
 }
 static int w4wg__tokens(int cfg)
 {
-    return cfg == 1 ? 128 : cfg == 2 ? 256 : 64;
+    return cfg == 0 ? 64 : cfg == 1 ? 128 : 256;
 }
 
 /* The split count for cfg at (n, N, K) on n_sm SMs: the fewest waves of blocks times the groups
@@ -536,17 +470,11 @@ static int w4wg__tokens(int cfg)
  * partial sums' extra pass (S + 1) n N f32 at ~3 TB/s in the same units (one group ~0.5 us). */
 extern "C" void matmul_w4wg_plan(int n, int64_t N, int64_t K, int n_sm, int *cfg_p, int *splits_p)
 {
-    /* PD_CUDA_W4WG_LAZY=1 | 2 (A / B, session 19): n <= 64 on configuration 3 | 4 */
-    static int lazy = -1;
-    if (lazy < 0) {
-        const char *e = getenv("PD_CUDA_W4WG_LAZY");
-        lazy = e && (atoi(e) == 1 || atoi(e) == 2) ? atoi(e) : 0;
-    }
-    const int cfg = n <= 64 ? (lazy ? 2 + lazy : 0) : n <= 128 ? 1 : 2;
+    const int cfg = n <= 64 ? 0 : n <= 128 ? 1 : 2;
     const int64_t ng = K / 128;
     const int64_t blocks = (N + w4wg__rows(cfg) - 1) / w4wg__rows(cfg) *
                            ((n + w4wg__tokens(cfg) - 1) / w4wg__tokens(cfg));
-    const double grp_us = cfg == 2 ? 1.1 : 0.6;
+    const double grp_us = cfg == 0 ? 0.6 : cfg == 1 ? 0.6 : 1.1;
     double best = 1e30;
     int bs = 1;
     for (int S = 1; S <= 16 && S <= ng; S++) {
@@ -604,7 +532,7 @@ extern "C" pd_status_t matmul_w4wg_group(float *const *outs, float *part, const 
                       "matmul_w4wg");
         Nt += w->n;
     }
-    KUTIL_REQUIRE(n >= 0 && n <= MATMUL_W4WG_MAX_N && cfg >= 0 && cfg <= 4 && splits >= 1 &&
+    KUTIL_REQUIRE(n >= 0 && n <= MATMUL_W4WG_MAX_N && cfg >= 0 && cfg <= 2 && splits >= 1 &&
                       (splits == 1 || part),
                   "matmul_w4wg");
     if (!matmul_w4wg_usable())
@@ -614,15 +542,11 @@ extern "C" pd_status_t matmul_w4wg_group(float *const *outs, float *part, const 
     const int ng = (int)(ws[0]->k / 128), gps = (ng + splits - 1) / splits;
     KUTIL_REQUIRE((splits - 1) * gps < ng, "matmul_w4wg splits");
     if (cfg == 0)
-        w4wg__launch<2, 1, 2, 3, false, 2>(outs, part, xw, mult, ws, count, n, splits, gps, stream);
+        w4wg__launch<2, 1, 2, 3>(outs, part, xw, mult, ws, count, n, splits, gps, stream);
     else if (cfg == 1)
-        w4wg__launch<1, 2, 1, 4, false, 2>(outs, part, xw, mult, ws, count, n, splits, gps, stream);
-    else if (cfg == 2)
-        w4wg__launch<1, 4, 1, 3, false, 2>(outs, part, xw, mult, ws, count, n, splits, gps, stream);
-    else if (cfg == 3)
-        w4wg__launch<2, 1, 2, 3, true, 2>(outs, part, xw, mult, ws, count, n, splits, gps, stream);
+        w4wg__launch<1, 2, 1, 4>(outs, part, xw, mult, ws, count, n, splits, gps, stream);
     else
-        w4wg__launch<1, 1, 2, 3, true, 4>(outs, part, xw, mult, ws, count, n, splits, gps, stream);
+        w4wg__launch<1, 4, 1, 3>(outs, part, xw, mult, ws, count, n, splits, gps, stream);
     pd_status_t st = KUTIL_LAUNCHED("matmul_w4wg");
     if (st != PD_OK || splits == 1)
         return st;

@@ -4516,17 +4516,6 @@ static void cases_w4wg(void)
     case_mma_gemm(i4, 40, 512, 1280, 1, 3, 403, "forced");
     case_mma_gemm(i4, 100, 256, 512, 1, 1, 404, "forced");
     case_mma_gemm(i4, 1, 96, 384, 1, 1, 405, "forced");
-    /* cfg 3: cfg 0 with its stages handed back late (LAZY); cfg 4: the same block on four
-     * consumer warpgroups of 64 rows, half-group A buffers (session 19) */
-    for (mma_wg = 4; mma_wg <= 5; mma_wg++) {
-        case_mma_gemm(i4, 17, 256, 1024, 1, 1, 422, "forced lazy");
-        case_mma_gemm(i4, 64, 288, 640, 1, 2, 423, "forced lazy");
-        case_mma_gemm(i4, 40, 512, 1280, 1, 3, 424, "forced lazy");
-        case_mma_gemm(i4, 1, 96, 384, 1, 1, 425, "forced lazy");
-        case_mma_gemm(i4, 64, 544, 2944, 1, 1, 426, "forced lazy, 23 groups");
-        if (!small_only)
-            case_mma_gemm(i4, 64, 28672, 4096, 1, 1, 427, "forced lazy 8B gate_up");
-    }
     mma_wg = 2; /* cfg 1: 128 x 128 */
     case_mma_gemm(i4, 65, 320, 640, 1, 1, 406, "forced");
     case_mma_gemm(i4, 128, 160, 1024, 1, 2, 407, "forced");
