@@ -14,7 +14,8 @@
  * PD_GPU_TEST_XGEMV=1 only the matmul_w4gemv / matmul_w8gemv cases and the default-routing
  * matmul cases that run on them;
  * PD_GPU_TEST_FUSED=1 only the matmul_fused cases (the slice GEMV with the decode layer's norm,
- * SiLU·mul and residual add folded in).
+ * SiLU·mul and residual add folded in);
+ * PD_GPU_TEST_SAMPLE=1 only the sampling cases (sample_run).
  * Exits 77 (meson: SKIP) when there is no CUDA device, 1 when a case fails.
  * Errors are max |gpu - cpu| / max |cpu| over the output, or a count of differing bytes / ids
  * where the two must agree exactly; flash attention (bf16 tensor cores) is checked per element
@@ -4650,6 +4651,45 @@ static int finish(void)
     return n_fail ? 1 : 0;
 }
 
+static void cases_sample(void)
+{
+    case_sample(37, 2048, 4.0f, 0.0f, 0, 1.0f, 0.0);
+    case_sample(37, 2048, 4.0f, 0.7f, 1, 1.0f, 0.0);
+    case_sample(37, 2048, 2.0f, 0.8f, 50, 1.0f, 0.02);
+    case_sample(37, 2048, 2.0f, 1.0f, 0, 0.9f, 0.02);
+    /* session 12: greedy rows split across blocks (31 slices of a 128k vocabulary at one row, 7
+     * at five), twice in a row (the scratch re-zeroed by each launch), unsplit, and a batch of
+     * greedy and sampled rows together */
+    case_sample(1, 128256, 4.0f, 0.0f, 0, 1.0f, 0.0);
+    case_sample(1, 128256, 4.0f, 0.0f, 0, 1.0f, 0.0);
+    case_sample(5, 32000, 4.0f, 0.0f, 0, 1.0f, 0.0);
+    sample_split = 0;
+    case_sample(5, 32000, 4.0f, 0.0f, 0, 1.0f, 0.0);
+    sample_split = 1;
+    case_sample_rows(9, 32000, 2.0f, 0.8f, 50, 0.95f, 0.12, true);
+    if (!small_only) {
+        case_sample(64, 128256, 4.0f, 0.0f, 0, 1.0f, 0.0);
+        case_sample(64, 128256, 2.0f, 0.8f, 40, 0.95f, 0.02);
+        case_sample(64, 128256, 1.0f, 1.0f, 2048, 1.0f, 0.02);
+        case_sample(64, 128256, 3.0f, 0.6f, 1000, 0.9f, 0.02);
+        /* session 20: the K-th largest key by bucket refinement (three histogram passes). Top-k
+         * off on a 128k row: K = 2048, the device's candidates; the reference samples the whole
+         * row, so T is low enough that the mass past the 2048 largest is below float rounding.
+         * A row length that is not a multiple of 4 (the rows unaligned: scalar loads), a
+         * vocabulary below 2048 (every token a candidate), and logits on 8 levels per unit:
+         * ~1000 ties at the top key, the K-th largest among them (t found when the range
+         * closes on one key; all of them fit the 2048 slots, so the lowest ids win as on the
+         * CPU). */
+        case_sample(64, 128256, 4.0f, 0.005f, 0, 0.9f, 0.02);
+        case_sample(64, 32003, 2.0f, 0.8f, 100, 0.95f, 0.02);
+        case_sample(64, 1000, 2.0f, 1.0f, 0, 0.95f, 0.02);
+        sample_levels = 32;
+        case_sample(64, 128256, 4.0f, 1.0f, 50, 1.0f, 0.02);
+        case_sample(64, 128256, 4.0f, 1.0f, 800, 0.8937f, 0.02); /* 714.96 of 800 equal */
+        sample_levels = 0;
+    }
+}
+
 int main(void)
 {
     const char *seed_env = getenv("PD_TEST_SEED");
@@ -4712,6 +4752,10 @@ int main(void)
     if (getenv("PD_GPU_TEST_MOE") && atoi(getenv("PD_GPU_TEST_MOE"))) {
         /* the MoE cases alone (quick device rounds; PD_GPU_TEST_SMALL=1 drops the Qwen shapes) */
         cases_moe();
+        return finish();
+    }
+    if (getenv("PD_GPU_TEST_SAMPLE") && atoi(getenv("PD_GPU_TEST_SAMPLE"))) {
+        cases_sample(); /* the sampling cases alone (quick device rounds) */
         return finish();
     }
     if (getenv("PD_GPU_TEST_W4WG") && atoi(getenv("PD_GPU_TEST_W4WG"))) {
@@ -4890,41 +4934,7 @@ int main(void)
     if (!small_only)
         case_xfer_kv_export(32, 8, 128, 16, 6);
 
-    case_sample(37, 2048, 4.0f, 0.0f, 0, 1.0f, 0.0);
-    case_sample(37, 2048, 4.0f, 0.7f, 1, 1.0f, 0.0);
-    case_sample(37, 2048, 2.0f, 0.8f, 50, 1.0f, 0.02);
-    case_sample(37, 2048, 2.0f, 1.0f, 0, 0.9f, 0.02);
-    /* session 12: greedy rows split across blocks (31 slices of a 128k vocabulary at one row, 7
-     * at five), twice in a row (the scratch re-zeroed by each launch), unsplit, and a batch of
-     * greedy and sampled rows together */
-    case_sample(1, 128256, 4.0f, 0.0f, 0, 1.0f, 0.0);
-    case_sample(1, 128256, 4.0f, 0.0f, 0, 1.0f, 0.0);
-    case_sample(5, 32000, 4.0f, 0.0f, 0, 1.0f, 0.0);
-    sample_split = 0;
-    case_sample(5, 32000, 4.0f, 0.0f, 0, 1.0f, 0.0);
-    sample_split = 1;
-    case_sample_rows(9, 32000, 2.0f, 0.8f, 50, 0.95f, 0.12, true);
-    if (!small_only) {
-        case_sample(64, 128256, 4.0f, 0.0f, 0, 1.0f, 0.0);
-        case_sample(64, 128256, 2.0f, 0.8f, 40, 0.95f, 0.02);
-        case_sample(64, 128256, 1.0f, 1.0f, 2048, 1.0f, 0.02);
-        case_sample(64, 128256, 3.0f, 0.6f, 1000, 0.9f, 0.02);
-        /* session 20: the K-th largest key by bucket refinement (three histogram passes). Top-k
-         * off on a 128k row: K = 2048, the device's candidates; the reference samples the whole
-         * row, so T is low enough that the mass past the 2048 largest is below float rounding.
-         * A row length that is not a multiple of 4 (the rows unaligned: scalar loads), a
-         * vocabulary below 2048 (every token a candidate), and logits on 8 levels per unit:
-         * ~1000 ties at the top key, the K-th largest among them (t found when the range
-         * closes on one key; all of them fit the 2048 slots, so the lowest ids win as on the
-         * CPU). */
-        case_sample(64, 128256, 4.0f, 0.005f, 0, 0.9f, 0.02);
-        case_sample(64, 32003, 2.0f, 0.8f, 100, 0.95f, 0.02);
-        case_sample(64, 1000, 2.0f, 1.0f, 0, 0.95f, 0.02);
-        sample_levels = 32;
-        case_sample(64, 128256, 4.0f, 1.0f, 50, 1.0f, 0.02);
-        case_sample(64, 128256, 4.0f, 1.0f, 800, 0.8937f, 0.02); /* 714.96 of 800 equal */
-        sample_levels = 0;
-    }
+    cases_sample();
     case_logits_process(7, 2048, 300);
     if (!small_only)
         case_logits_process(64, 128256, 2000);
