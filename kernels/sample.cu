@@ -1,4 +1,6 @@
 /* sample: GPU token sampling (see sample.h). */
+#include <stdlib.h>
+
 #include "kutil.cuh"
 
 extern "C" {
@@ -21,6 +23,22 @@ static __device__ __forceinline__ bool sample__before(uint32_t ka, int32_t ia, u
                                                       int32_t ib)
 {
     return ka != kb ? ka > kb : ia < ib;
+}
+
+/* Block-wide sum of an int (every thread gets it). red: 32 ints of shared memory. */
+static __device__ int sample__block_sum(int v, int *red)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int o = 16; o; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads();
+    if (lane == 0)
+        red[warp] = v;
+    __syncthreads();
+    v = lane < (int)(blockDim.x >> 5) ? red[lane] : 0;
+    for (int o = 16; o; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
 }
 
 /* Block-wide maximum of a uint32 (every thread gets it). red: 32 ints of shared memory. */
@@ -120,6 +138,7 @@ static_assert(SAMPLE__BINS == 2 * SAMPLE__THREADS, "two buckets per thread");
  * last block of the row (cnt[row]) writes the token and re-zeroes both. Other rows: block y 0
  * only. Two blocks per SM (32 registers: the greedy slices are sized for two per SM; the sampled
  * path spills a few bytes for it). */
+template <bool BUCKET>
 static __global__ void __launch_bounds__(SAMPLE__THREADS, 2)
     sample__kernel(int32_t *tokens, const float *logits, int vocab, const float *temperature,
                    const int32_t *top_k, const float *top_p, const float *u,
@@ -184,65 +203,83 @@ static __global__ void __launch_bounds__(SAMPLE__THREADS, 2)
     if (blockIdx.y != 0)
         return;
 
-    /* K candidates: t = the K-th largest key (count(key > t) < K <= count(key >= t)). Session
-     * 20: found by bucket refinement, not by bisection over the key space (32 passes over the row,
-     * one block per row: ~0.9 ms of a 2.5 ms batch-1 step with top-p on). One pass finds the
+    /* K candidates: t = the K-th largest key (count(key > t) < K <= count(key >= t)).
+     * BUCKET (session 20, sample_bucket): found by bucket refinement instead of the bisection over
+     * the key space (32 passes over the row, one block per row: ~0.9 ms of a 2.5 ms batch-1 step
+     * with top-p on; 0.09 ms with BUCKET, one H100, call s20b). One pass finds the
      * smallest and largest key; each next pass counts the keys of the range [lo, hi] that still
      * holds t into SAMPLE__BINS buckets of 2^sh keys (a histogram in shared memory) and keeps the
      * bucket where the count from the top reaches K: 11 bits of the range per pass, so at most
      * three passes until lo == hi == t. */
     const int K = min(kk > 0 ? kk : vocab, min(vocab, SAMPLE_MAX_CAND));
-    uint32_t kmax = 0, kmin = 0xffffffffu;
-    sample__row(x, vocab, [&](float v, int) {
-        const uint32_t k = sample__key(v);
-        kmax = max(kmax, k);
-        kmin = min(kmin, k);
-    });
-    kmax = sample__block_umax(kmax, red);
-    kmin = ~sample__block_umax(~kmin, red);
-    uint32_t lo = kmin, hi = K < vocab ? kmax : kmin; /* K = vocab: every key is a candidate */
-    int above = 0; /* count(key > hi); above < K <= count(key >= lo) */
-    while (lo < hi) {
-        const uint32_t span = hi - lo; /* + 1 keys */
-        const int sh = span < SAMPLE__BINS ? 0 : 32 - __clz((int)(span >> SAMPLE__BITS));
-        /* (span >> sh) < SAMPLE__BINS: every key of [lo, hi] has a bucket */
-        for (int i = tid; i < SAMPLE__BINS; i += blockDim.x)
-            hist[i] = 0;
-        __syncthreads();
-        const uint32_t l0 = lo, h0 = hi;
+    uint32_t t;
+    if constexpr (BUCKET) {
+        uint32_t kmax = 0, kmin = 0xffffffffu;
         sample__row(x, vocab, [&](float v, int) {
             const uint32_t k = sample__key(v);
-            if (k >= l0 && k <= h0)
-                atomicAdd(&hist[(k - l0) >> sh], 1);
+            kmax = max(kmax, k);
+            kmin = min(kmin, k);
         });
-        __syncthreads();
-        /* bucket b of the descending scan: thread tid holds buckets nb - 1 - 2 tid and the one
-         * below it; the block's exclusive scan gives the count above its first bucket */
-        const int nb = (int)((h0 - l0) >> sh) + 1;
-        const int b0 = nb - 1 - 2 * tid, b1 = b0 - 1;
-        const int c0 = b0 >= 0 ? hist[b0] : 0, c1 = b1 >= 0 ? hist[b1] : 0;
-        const int ex = above + sample__block_exscan(c0 + c1, red);
-        __syncthreads(); /* every thread has read hist and red before lo / hi / above change */
-        int b = -1, ab = 0;
-        if (b0 >= 0 && ex < K && K <= ex + c0) {
-            b = b0;
-            ab = ex;
-        } else if (b1 >= 0 && ex + c0 < K && K <= ex + c0 + c1) {
-            b = b1;
-            ab = ex + c0;
+        kmax = sample__block_umax(kmax, red);
+        kmin = ~sample__block_umax(~kmin, red);
+        uint32_t lo = kmin, hi = K < vocab ? kmax : kmin; /* K = vocab: every key is a candidate */
+        int above = 0; /* count(key > hi); above < K <= count(key >= lo) */
+        while (lo < hi) {
+            const uint32_t span = hi - lo; /* + 1 keys */
+            const int sh = span < SAMPLE__BINS ? 0 : 32 - __clz((int)(span >> SAMPLE__BITS));
+            /* (span >> sh) < SAMPLE__BINS: every key of [lo, hi] has a bucket */
+            for (int i = tid; i < SAMPLE__BINS; i += blockDim.x)
+                hist[i] = 0;
+            __syncthreads();
+            const uint32_t l0 = lo, h0 = hi;
+            sample__row(x, vocab, [&](float v, int) {
+                const uint32_t k = sample__key(v);
+                if (k >= l0 && k <= h0)
+                    atomicAdd(&hist[(k - l0) >> sh], 1);
+            });
+            __syncthreads();
+            /* bucket b of the descending scan: thread tid holds buckets nb - 1 - 2 tid and the one
+             * below it; the block's exclusive scan gives the count above its first bucket */
+            const int nb = (int)((h0 - l0) >> sh) + 1;
+            const int b0 = nb - 1 - 2 * tid, b1 = b0 - 1;
+            const int c0 = b0 >= 0 ? hist[b0] : 0, c1 = b1 >= 0 ? hist[b1] : 0;
+            const int ex = above + sample__block_exscan(c0 + c1, red);
+            __syncthreads(); /* every thread has read hist and red before lo / hi / above change */
+            int b = -1, ab = 0;
+            if (b0 >= 0 && ex < K && K <= ex + c0) {
+                b = b0;
+                ab = ex;
+            } else if (b1 >= 0 && ex + c0 < K && K <= ex + c0 + c1) {
+                b = b1;
+                ab = ex + c0;
+            }
+            if (b >= 0) { /* exactly one thread */
+                red[0] = (int)(l0 + ((uint32_t)b << sh));
+                red[1] = (int)min(h0, l0 + ((uint32_t)b << sh) + ((1u << sh) - 1u));
+                red[2] = ab;
+            }
+            __syncthreads();
+            lo = (uint32_t)red[0];
+            hi = (uint32_t)red[1];
+            above = red[2];
+            __syncthreads(); /* red is the reductions' scratch again */
         }
-        if (b >= 0) { /* exactly one thread */
-            red[0] = (int)(l0 + ((uint32_t)b << sh));
-            red[1] = (int)min(h0, l0 + ((uint32_t)b << sh) + ((1u << sh) - 1u));
-            red[2] = ab;
+        t = lo;
+    } else {
+        /* the bisection over the key space (session 4): 32 passes over the row */
+        uint32_t lo = 0, hi = 0xffffffffu; /* count(key >= lo) >= K always */
+        while (lo < hi) {
+            const uint32_t mid = (uint32_t)(((uint64_t)lo + hi + 1) >> 1);
+            int c = 0;
+            for (int i = tid; i < vocab; i += blockDim.x)
+                c += sample__key(x[i]) >= mid;
+            if (sample__block_sum(c, red) >= K)
+                lo = mid;
+            else
+                hi = mid - 1;
         }
-        __syncthreads();
-        lo = (uint32_t)red[0];
-        hi = (uint32_t)red[1];
-        above = red[2];
-        __syncthreads(); /* red is the reductions' scratch again */
+        t = lo;
     }
-    const uint32_t t = lo;
     if (tid == 0)
         n_cand = 0;
     for (int i = tid; i < SAMPLE_MAX_CAND; i += blockDim.x) {
@@ -264,7 +301,7 @@ static __global__ void __launch_bounds__(SAMPLE__THREADS, 2)
     /* bitonic sort by (key desc, id asc) of the first sz entries: the smallest power of two that
      * holds the candidates (>= K); the slots past them hold (0, INT32_MAX) and stay behind */
     int sz = 2;
-    while (sz < min(n_cand, SAMPLE_MAX_CAND))
+    while (sz < (BUCKET ? min(n_cand, SAMPLE_MAX_CAND) : SAMPLE_MAX_CAND))
         sz <<= 1;
     for (int size = 2; size <= sz; size <<= 1)
         for (int stride = size >> 1; stride > 0; stride >>= 1) {
@@ -287,15 +324,47 @@ static __global__ void __launch_bounds__(SAMPLE__THREADS, 2)
             __syncthreads();
         }
     /* as sampler_pick: softmax of the K candidates, top-p, one draw. The probabilities in
-     * parallel; the sums by warp 0, each lane over a run of consecutive candidates (session 20:
-     * thread 0 alone took three serial passes over up to 2048 of them, ~2k dependent adds and
-     * divisions each). The running sums are those of the reference but for rounding: a draw
-     * within an ulp of a bucket edge may pick the neighbouring token. */
+     * parallel; the sums on thread 0 in the reference's order, or with BUCKET by warp 0, each lane
+     * over a run of consecutive candidates (thread 0 alone takes three serial passes over up to
+     * 2048 of them, ~2k dependent adds and divisions each). BUCKET's running sums are the
+     * reference's but for rounding: a draw within an ulp of a bucket edge may pick the
+     * neighbouring token (as expf's last ulp already may). */
     const float mx = x[ids[0]] / T;
     for (int i = tid; i < K; i += blockDim.x)
         probs[i] = expf(x[ids[i]] / T - mx);
     __syncthreads();
-    if (tid < 32) {
+    if (!BUCKET && tid == 0) { /* session 4: the running sums in order on one thread */
+        int n = K;
+        float sum = 0.0f, acc = 0.0f;
+        for (int i = 0; i < n; i++)
+            sum += probs[i];
+        if (top_p[row] < 1.0f) {
+            int keep = n;
+            for (int i = 0; i < n; i++) {
+                acc += probs[i] / sum;
+                if (acc >= top_p[row]) {
+                    keep = i + 1;
+                    break;
+                }
+            }
+            n = keep;
+            sum = 0.0f;
+            for (int i = 0; i < n; i++)
+                sum += probs[i];
+        }
+        const float v = u[row] * sum;
+        int32_t tok = ids[n - 1];
+        acc = 0.0f;
+        for (int i = 0; i < n; i++) {
+            acc += probs[i];
+            if (v < acc) {
+                tok = ids[i];
+                break;
+            }
+        }
+        tokens[row] = tok;
+    }
+    if (BUCKET && tid < 32) {
         const int lane = tid, L = (K + 31) / 32, a = min(K, lane * L), e = min(K, a + L);
         float ps = 0.0f;
         for (int i = a; i < e; i++)
@@ -444,6 +513,7 @@ static __global__ void __launch_bounds__(SAMPLE__LP_THREADS)
  * row (the harness runs both) */
 extern "C" {
 int sample_split = 1;
+int sample_bucket = -1;
 }
 
 extern "C" pd_status_t sample_run(int32_t *tokens, const float *logits, int n, int vocab,
@@ -466,8 +536,16 @@ extern "C" pd_status_t sample_run(int32_t *tokens, const float *logits, int n, i
     }
     unsigned long long *best = (unsigned long long *)scratch;
     int *cnt = scratch ? (int *)(best + SAMPLE_SPLIT_MAX_ROWS) : NULL;
-    sample__kernel<<<dim3((unsigned)n, (unsigned)G), SAMPLE__THREADS, 0, stream>>>(
-        tokens, logits, vocab, temperature, top_k, top_p, u, best, cnt);
+    if (sample_bucket < 0) { /* PD_CUDA_SAMPLE_BUCKET=1: the bucket-refinement path */
+        const char *e = getenv("PD_CUDA_SAMPLE_BUCKET");
+        sample_bucket = e && atoi(e) == 1;
+    }
+    if (sample_bucket)
+        sample__kernel<true><<<dim3((unsigned)n, (unsigned)G), SAMPLE__THREADS, 0, stream>>>(
+            tokens, logits, vocab, temperature, top_k, top_p, u, best, cnt);
+    else
+        sample__kernel<false><<<dim3((unsigned)n, (unsigned)G), SAMPLE__THREADS, 0, stream>>>(
+            tokens, logits, vocab, temperature, top_k, top_p, u, best, cnt);
     return KUTIL_LAUNCHED("sample");
 }
 

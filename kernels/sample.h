@@ -26,6 +26,13 @@ extern "C" {
  * per row (a process-wide switch for the harness: the same tokens either way) */
 extern int sample_split;
 
+/* 1: a sampled row finds its K-th largest logit by bucket refinement (three histogram passes)
+ * and sums on a warp (session 20: INT4 batch-1 step with T 0.8 top-p 0.95 2.90 ms against 2.81
+ * greedy, one H100; the bisection's 32 passes cost ~0.9 ms); 0: the bisection and one thread's
+ * sums. -1 (start): sample_run reads PD_CUDA_SAMPLE_BUCKET (1: on) once. Off by default until
+ * the harness has run it on a GPU (its cases: tests/gpu/kernels.c cases_sample, both ways). */
+extern int sample_bucket;
+
 /* Rows whose greedy pick sample_run splits across blocks at most (its scratch's size). */
 #define SAMPLE_SPLIT_MAX_ROWS 1024
 /* bytes of sample_run's scratch (zeroed once by the caller; every launch leaves it zeroed) */

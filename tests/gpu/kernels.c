@@ -3405,9 +3405,9 @@ static void case_sample_rows(int n, int vocab, float scale, float T, int top_k, 
         bad += c[i] != g[i];
     free(c);
     free(g);
-    snprintf(shape, sizeof shape, "n %d V %d T %g%s k %d p %g%s%s (rows differing)", n, vocab, T,
-             mixed ? "/0" : "", top_k, top_p, sample_split ? "" : " unsplit",
-             sample_levels > 0 ? " ties" : "");
+    snprintf(shape, sizeof shape, "n %d V %d T %g%s k %d p %g%s%s%s (rows differing)", n, vocab,
+             T, mixed ? "/0" : "", top_k, top_p, sample_split ? "" : " unsplit",
+             sample_levels > 0 ? " ties" : "", sample_bucket == 1 ? " bucket" : "");
     report("sample", shape, (double)bad / n, tol);
     pair_free(&px);
     pair_free(&pt);
@@ -4651,7 +4651,8 @@ static int finish(void)
     return n_fail ? 1 : 0;
 }
 
-static void cases_sample(void)
+/* every sampling case, on the sampler path sample_bucket selects */
+static void cases_sample_path(void)
 {
     case_sample(37, 2048, 4.0f, 0.0f, 0, 1.0f, 0.0);
     case_sample(37, 2048, 4.0f, 0.7f, 1, 1.0f, 0.0);
@@ -4688,6 +4689,17 @@ static void cases_sample(void)
         case_sample(64, 128256, 4.0f, 1.0f, 800, 0.8937f, 0.02); /* 714.96 of 800 equal */
         sample_levels = 0;
     }
+}
+
+/* the sampling cases on both paths: the bisection (the default) and session 20's bucket
+ * refinement (sample_bucket = 1, PD_CUDA_SAMPLE_BUCKET=1) */
+static void cases_sample(void)
+{
+    for (int b = 0; b <= 1; b++) {
+        sample_bucket = b;
+        cases_sample_path();
+    }
+    sample_bucket = 0;
 }
 
 int main(void)
