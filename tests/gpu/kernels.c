@@ -1507,7 +1507,7 @@ static void case_matmul_on(pd_wfmt_t fmt, int n, int64_t N, int64_t K, const cha
      * max |out| at the largest elements, tol 5e-3); INT4 adds the bf16 rounding of the
      * dequantized weight; the split keeps x near f32 (BF16 2e-5: hi + lo hold 16 of x's 24 bits,
      * 2^-17 relative per product, before the f32 sums' rounding; session 20 measured 1.05e-5 at
-     * 8B down, K 14336, on an H100, where 1e-5 had passed on H200s; INT4 only the weight
+     * 8B down, K 14336, on an H100; 1e-5 had passed there in the H200 rounds; INT4 only the weight
      * rounding) */
     static const double tol[] = {[PD_WFMT_BF16] = 5e-3,
                                  [PD_WFMT_FP8] = 2e-3,
