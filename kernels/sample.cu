@@ -126,10 +126,110 @@ static __device__ __forceinline__ void sample__row(const float *x, int vocab, F 
         f(x[k], k);
 }
 
-/* Buckets of the K-th largest key's search (2 per thread of a SAMPLE__THREADS block). */
+/* Buckets of the K-th largest key's search (sample__kth_key: 2 per thread of a 1024-thread block). */
 #define SAMPLE__BITS 11
 #define SAMPLE__BINS (1 << SAMPLE__BITS)
-static_assert(SAMPLE__BINS == 2 * SAMPLE__THREADS, "two buckets per thread");
+
+/* Bitonic sort of keys / ids [0, sz) (sz a power of two) by (key desc, id asc), in shared
+ * memory; every thread of the block calls it. */
+static __device__ void sample__sort(uint32_t *keys, int32_t *ids, int sz)
+{
+    for (int size = 2; size <= sz; size <<= 1)
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            for (int i = threadIdx.x; i < sz; i += blockDim.x) {
+                const int j = i ^ stride;
+                if (j > i) {
+                    const bool up = (i & size) == 0;
+                    const bool sw = up ? sample__before(keys[j], ids[j], keys[i], ids[i])
+                                       : sample__before(keys[i], ids[i], keys[j], ids[j]);
+                    if (sw) {
+                        const uint32_t tk = keys[i];
+                        const int32_t ti = ids[i];
+                        keys[i] = keys[j];
+                        ids[i] = ids[j];
+                        keys[j] = tk;
+                        ids[j] = ti;
+                    }
+                }
+            }
+            __syncthreads();
+        }
+}
+
+/* float -> uint32 in the order of the float compare: as sample__key with -0 taken as +0 (the
+ * reference's comparisons hold them equal and order them by id) */
+static __device__ __forceinline__ uint32_t sample__nkey(float f)
+{
+    return sample__key(__fadd_rn(f, 0.0f));
+}
+
+/* The K-th largest sample__nkey t of the row x (count(key > t) < K <= count(key >= t); 1 <= K <=
+ * vocab) by bucket refinement (session 20): one pass finds the smallest and largest key; each next
+ * pass counts the keys of the range [lo, hi] that still holds t into SAMPLE__BINS buckets of 2^sh
+ * keys (a histogram in shared memory) and keeps the bucket where the count from the top reaches K:
+ * 11 bits of the range per pass, so at most three passes until lo == hi == t (the bisection over
+ * the key space takes 32). Every thread of the block calls it; blockDim.x divides SAMPLE__BINS
+ * into at most 4 buckets per thread. hist: SAMPLE__BINS ints, red: 32 ints of shared memory. */
+static __device__ uint32_t sample__kth_key(const float *x, int vocab, int K, int *hist, int *red)
+{
+    const int tid = threadIdx.x, per = SAMPLE__BINS / (int)blockDim.x;
+    uint32_t kmax = 0, kmin = 0xffffffffu;
+    sample__row(x, vocab, [&](float v, int) {
+        const uint32_t k = sample__nkey(v);
+        kmax = max(kmax, k);
+        kmin = min(kmin, k);
+    });
+    kmax = sample__block_umax(kmax, red);
+    kmin = ~sample__block_umax(~kmin, red);
+    uint32_t lo = kmin, hi = K < vocab ? kmax : kmin; /* K = vocab: every key is a candidate */
+    int above = 0;                                   /* count(key > hi); above < K <= count(>= lo) */
+    while (lo < hi) {
+        const uint32_t span = hi - lo; /* + 1 keys */
+        const int sh = span < SAMPLE__BINS ? 0 : 32 - __clz((int)(span >> SAMPLE__BITS));
+        /* (span >> sh) < SAMPLE__BINS: every key of [lo, hi] has a bucket */
+        for (int i = tid; i < SAMPLE__BINS; i += blockDim.x)
+            hist[i] = 0;
+        __syncthreads();
+        const uint32_t l0 = lo, h0 = hi;
+        sample__row(x, vocab, [&](float v, int) {
+            const uint32_t k = sample__nkey(v);
+            if (k >= l0 && k <= h0)
+                atomicAdd(&hist[(k - l0) >> sh], 1);
+        });
+        __syncthreads();
+        /* the descending scan: thread tid holds buckets nb - 1 - per tid down to nb - per (tid +
+         * 1); the block's exclusive scan gives the count above its first one */
+        const int nb = (int)((h0 - l0) >> sh) + 1, b0 = nb - 1 - per * tid;
+        int c[4], sum = 0;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            c[j] = j < per && b0 - j >= 0 ? hist[b0 - j] : 0;
+            sum += c[j];
+        }
+        int ex = above + sample__block_exscan(sum, red);
+        __syncthreads(); /* every thread has read hist and red before lo / hi / above change */
+        int b = -1, ab = 0;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            if (c[j] > 0 && ex < K && K <= ex + c[j]) {
+                b = b0 - j;
+                ab = ex;
+            }
+            ex += c[j];
+        }
+        if (b >= 0) { /* exactly one thread */
+            red[0] = (int)(l0 + ((uint32_t)b << sh));
+            red[1] = (int)min(h0, l0 + ((uint32_t)b << sh) + ((1u << sh) - 1u));
+            red[2] = ab;
+        }
+        __syncthreads();
+        lo = (uint32_t)red[0];
+        hi = (uint32_t)red[1];
+        above = red[2];
+        __syncthreads(); /* red is the reductions' scratch again */
+    }
+    return lo;
+}
 
 /* grid (n, G), block SAMPLE__THREADS: tokens (n) int32; logits (n, vocab) f32; per-row
  * parameters (n) each. A greedy row: block (row, y) takes the y-th of G slices of the vocabulary;
@@ -203,68 +303,14 @@ static __global__ void __launch_bounds__(SAMPLE__THREADS, 2)
     if (blockIdx.y != 0)
         return;
 
-    /* K candidates: t = the K-th largest key (count(key > t) < K <= count(key >= t)).
-     * BUCKET (session 20, sample_bucket): found by bucket refinement instead of the bisection over
-     * the key space (32 passes over the row, one block per row: ~0.9 ms of a 2.5 ms batch-1 step
-     * with top-p on; 0.09 ms with BUCKET, one H100, call s20b). One pass finds the
-     * smallest and largest key; each next pass counts the keys of the range [lo, hi] that still
-     * holds t into SAMPLE__BINS buckets of 2^sh keys (a histogram in shared memory) and keeps the
-     * bucket where the count from the top reaches K: 11 bits of the range per pass, so at most
-     * three passes until lo == hi == t. */
+    /* K candidates: t = the K-th largest key (count(key > t) < K <= count(key >= t)). BUCKET
+     * (session 20, sample_bucket): by bucket refinement (sample__kth_key: at most 4 passes over
+     * the row) instead of the bisection over the key space (32 passes, one block per row: ~0.9 ms
+     * of a 2.5 ms batch-1 step with top-p on; 0.09 ms with BUCKET, one H100, call s20b). */
     const int K = min(kk > 0 ? kk : vocab, min(vocab, SAMPLE_MAX_CAND));
     uint32_t t;
     if constexpr (BUCKET) {
-        uint32_t kmax = 0, kmin = 0xffffffffu;
-        sample__row(x, vocab, [&](float v, int) {
-            const uint32_t k = sample__key(v);
-            kmax = max(kmax, k);
-            kmin = min(kmin, k);
-        });
-        kmax = sample__block_umax(kmax, red);
-        kmin = ~sample__block_umax(~kmin, red);
-        uint32_t lo = kmin, hi = K < vocab ? kmax : kmin; /* K = vocab: every key is a candidate */
-        int above = 0; /* count(key > hi); above < K <= count(key >= lo) */
-        while (lo < hi) {
-            const uint32_t span = hi - lo; /* + 1 keys */
-            const int sh = span < SAMPLE__BINS ? 0 : 32 - __clz((int)(span >> SAMPLE__BITS));
-            /* (span >> sh) < SAMPLE__BINS: every key of [lo, hi] has a bucket */
-            for (int i = tid; i < SAMPLE__BINS; i += blockDim.x)
-                hist[i] = 0;
-            __syncthreads();
-            const uint32_t l0 = lo, h0 = hi;
-            sample__row(x, vocab, [&](float v, int) {
-                const uint32_t k = sample__key(v);
-                if (k >= l0 && k <= h0)
-                    atomicAdd(&hist[(k - l0) >> sh], 1);
-            });
-            __syncthreads();
-            /* bucket b of the descending scan: thread tid holds buckets nb - 1 - 2 tid and the one
-             * below it; the block's exclusive scan gives the count above its first bucket */
-            const int nb = (int)((h0 - l0) >> sh) + 1;
-            const int b0 = nb - 1 - 2 * tid, b1 = b0 - 1;
-            const int c0 = b0 >= 0 ? hist[b0] : 0, c1 = b1 >= 0 ? hist[b1] : 0;
-            const int ex = above + sample__block_exscan(c0 + c1, red);
-            __syncthreads(); /* every thread has read hist and red before lo / hi / above change */
-            int b = -1, ab = 0;
-            if (b0 >= 0 && ex < K && K <= ex + c0) {
-                b = b0;
-                ab = ex;
-            } else if (b1 >= 0 && ex + c0 < K && K <= ex + c0 + c1) {
-                b = b1;
-                ab = ex + c0;
-            }
-            if (b >= 0) { /* exactly one thread */
-                red[0] = (int)(l0 + ((uint32_t)b << sh));
-                red[1] = (int)min(h0, l0 + ((uint32_t)b << sh) + ((1u << sh) - 1u));
-                red[2] = ab;
-            }
-            __syncthreads();
-            lo = (uint32_t)red[0];
-            hi = (uint32_t)red[1];
-            above = red[2];
-            __syncthreads(); /* red is the reductions' scratch again */
-        }
-        t = lo;
+        t = sample__kth_key(x, vocab, K, hist, red);
     } else {
         /* the bisection over the key space (session 4): 32 passes over the row */
         uint32_t lo = 0, hi = 0xffffffffu; /* count(key >= lo) >= K always */
@@ -288,7 +334,7 @@ static __global__ void __launch_bounds__(SAMPLE__THREADS, 2)
     }
     __syncthreads();
     sample__row(x, vocab, [&](float v, int i) {
-        const uint32_t k = sample__key(v);
+        const uint32_t k = BUCKET ? sample__nkey(v) : sample__key(v);
         if (k >= t) {
             const int at = atomicAdd(&n_cand, 1);
             if (at < SAMPLE_MAX_CAND) {
@@ -298,31 +344,12 @@ static __global__ void __launch_bounds__(SAMPLE__THREADS, 2)
         }
     });
     __syncthreads();
-    /* bitonic sort by (key desc, id asc) of the first sz entries: the smallest power of two that
-     * holds the candidates (>= K); the slots past them hold (0, INT32_MAX) and stay behind */
+    /* the first sz entries by (key desc, id asc): the smallest power of two that holds the
+     * candidates (>= K) with BUCKET; the slots past them hold (0, INT32_MAX) and stay behind */
     int sz = 2;
     while (sz < (BUCKET ? min(n_cand, SAMPLE_MAX_CAND) : SAMPLE_MAX_CAND))
         sz <<= 1;
-    for (int size = 2; size <= sz; size <<= 1)
-        for (int stride = size >> 1; stride > 0; stride >>= 1) {
-            for (int i = tid; i < sz; i += blockDim.x) {
-                const int j = i ^ stride;
-                if (j > i) {
-                    const bool up = (i & size) == 0;
-                    const bool sw = up ? sample__before(keys[j], ids[j], keys[i], ids[i])
-                                       : sample__before(keys[i], ids[i], keys[j], ids[j]);
-                    if (sw) {
-                        const uint32_t tk = keys[i];
-                        const int32_t ti = ids[i];
-                        keys[i] = keys[j];
-                        ids[i] = ids[j];
-                        keys[j] = tk;
-                        ids[j] = ti;
-                    }
-                }
-            }
-            __syncthreads();
-        }
+    sample__sort(keys, ids, sz);
     /* as sampler_pick: softmax of the K candidates, top-p, one draw. The probabilities in
      * parallel; the sums on thread 0 in the reference's order, or with BUCKET by warp 0, each lane
      * over a run of consecutive candidates (thread 0 alone takes three serial passes over up to
@@ -418,8 +445,13 @@ static __device__ __forceinline__ bool sample__fbefore(float a, int32_t ia, floa
 
 /* grid (n), block SAMPLE__LP_THREADS: ids, vals (n, 1 + SAMPLE_LP_TOP); logits (n, vocab) f32;
  * tokens, n_top (n) int32. One block per row: the max, the normalizer (double, as the
- * reference), then the alternatives one round each: the best entry after the previous one. */
+ * reference), then the alternatives one round each: the best entry after the previous one (a
+ * pass over the row per alternative). BUCKET (session 20, sample_bucket): the n_top-th largest
+ * key by bucket refinement (sample__kth_key), the keys at or above it gathered and sorted: about
+ * 5 passes instead of 1 + n_top; more ties at that key than SAMPLE_MAX_CAND slots fall back to
+ * the rounds. */
 #define SAMPLE__LP_THREADS 512
+template <bool BUCKET>
 static __global__ void __launch_bounds__(SAMPLE__LP_THREADS)
     sample__logprobs(int32_t *ids, float *vals, const float *logits, int vocab,
                      const int32_t *tokens, const int32_t *n_top)
@@ -462,6 +494,46 @@ static __global__ void __launch_bounds__(SAMPLE__LP_THREADS)
     if (tid == 0) {
         oi[0] = tokens[row];
         ov[0] = __fsub_rn(x[tokens[row]], lse);
+    }
+
+    if constexpr (BUCKET) {
+        __shared__ uint32_t keys[SAMPLE_MAX_CAND];
+        __shared__ int32_t cids[SAMPLE_MAX_CAND];
+        __shared__ int hist[SAMPLE__BINS];
+        __shared__ int n_cand;
+        if (nt > 0) {
+            const uint32_t t = sample__kth_key(x, vocab, nt, hist, ri);
+            if (tid == 0)
+                n_cand = 0;
+            for (int i = tid; i < SAMPLE_MAX_CAND; i += blockDim.x) {
+                keys[i] = 0;
+                cids[i] = INT32_MAX;
+            }
+            __syncthreads();
+            sample__row(x, vocab, [&](float v, int i) {
+                const uint32_t k = sample__nkey(v);
+                if (k >= t) {
+                    const int at = atomicAdd(&n_cand, 1);
+                    if (at < SAMPLE_MAX_CAND) {
+                        keys[at] = k;
+                        cids[at] = i;
+                    }
+                }
+            });
+            __syncthreads();
+            if (n_cand <= SAMPLE_MAX_CAND) { /* every key >= t is here: the order is exact */
+                int sz = 2;
+                while (sz < n_cand)
+                    sz <<= 1;
+                sample__sort(keys, cids, sz);
+                for (int j = tid; j < nt; j += blockDim.x) {
+                    oi[1 + j] = cids[j];
+                    ov[1 + j] = __fsub_rn(x[cids[j]], lse);
+                }
+                return;
+            }
+            __syncthreads(); /* ri (kth_key's scratch) before the rounds use it */
+        }
     }
 
     float pv = INFINITY; /* the previous pick (none yet: everything comes after it) */
@@ -556,6 +628,15 @@ extern "C" pd_status_t sample_logprobs_run(int32_t *ids, float *vals, const floa
     KUTIL_REQUIRE(n >= 0 && vocab > 0, "sample_logprobs");
     if (n == 0)
         return PD_OK;
-    sample__logprobs<<<n, SAMPLE__LP_THREADS, 0, stream>>>(ids, vals, logits, vocab, tokens, n_top);
+    if (sample_bucket < 0) { /* PD_CUDA_SAMPLE_BUCKET=1: the bucket-refinement path */
+        const char *e = getenv("PD_CUDA_SAMPLE_BUCKET");
+        sample_bucket = e && atoi(e) == 1;
+    }
+    if (sample_bucket)
+        sample__logprobs<true>
+            <<<n, SAMPLE__LP_THREADS, 0, stream>>>(ids, vals, logits, vocab, tokens, n_top);
+    else
+        sample__logprobs<false>
+            <<<n, SAMPLE__LP_THREADS, 0, stream>>>(ids, vals, logits, vocab, tokens, n_top);
     return KUTIL_LAUNCHED("sample_logprobs");
 }

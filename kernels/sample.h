@@ -28,9 +28,11 @@ extern int sample_split;
 
 /* 1: a sampled row finds its K-th largest logit by bucket refinement (three histogram passes)
  * and sums on a warp (session 20: INT4 batch-1 step with T 0.8 top-p 0.95 2.90 ms against 2.81
- * greedy, one H100; the bisection's 32 passes cost ~0.9 ms); 0: the bisection and one thread's
- * sums. -1 (start): sample_run reads PD_CUDA_SAMPLE_BUCKET (1: on) once. Off by default until
- * the harness has run it on a GPU (its cases: tests/gpu/kernels.c cases_sample, both ways). */
+ * greedy, one H100; the bisection's 32 passes cost ~0.9 ms), and sample_logprobs_run finds its
+ * alternatives the same way (about 5 passes over the row instead of 1 + n_top; not yet
+ * measured); 0: the bisection, one thread's sums, one pass per alternative. -1 (start): the
+ * launchers read PD_CUDA_SAMPLE_BUCKET (1: on) once. Off by default until the harness has run it
+ * on a GPU (its cases: tests/gpu/kernels.c cases_sample, both ways). */
 extern int sample_bucket;
 
 /* Rows whose greedy pick sample_run splits across blocks at most (its scratch's size). */

@@ -15,7 +15,7 @@
  * matmul cases that run on them;
  * PD_GPU_TEST_FUSED=1 only the matmul_fused cases (the slice GEMV with the decode layer's norm,
  * SiLU·mul and residual add folded in);
- * PD_GPU_TEST_SAMPLE=1 only the sampling cases (sample_run).
+ * PD_GPU_TEST_SAMPLE=1 only the sampling and logprobs cases (sample_run, sample_logprobs_run).
  * Exits 77 (meson: SKIP) when there is no CUDA device, 1 when a case fails.
  * Errors are max |gpu - cpu| / max |cpu| over the output, or a count of differing bytes / ids
  * where the two must agree exactly; flash attention (bf16 tensor cores) is checked per element
@@ -3500,6 +3500,12 @@ static void case_logprobs(int n, int vocab, float scale)
     float *x = xmalloc((size_t)n * vocab * 4);
     int32_t *tok = xmalloc((size_t)n * 4), *nt = xmalloc((size_t)n * 4);
     fill_f32(x, (size_t)n * vocab, scale);
+    for (size_t i = 0; sample_levels > 0 && i < (size_t)n * vocab; i++) {
+        /* logits on levels (thousands of ties); sample_levels 1: {-scale, -0, +0}, the zeros'
+         * signs alternating, so the largest are ties of -0 and +0 */
+        const float q = roundf(x[i] / scale * (float)sample_levels) * scale / (float)sample_levels;
+        x[i] = sample_levels > 1 ? q : q < 0.0f ? -scale : (i & 1) ? 0.0f : -0.0f;
+    }
     for (int i = 0; i < n; i++) {
         float *r = x + (size_t)i * vocab;
         tok[i] = (int32_t)(rng_next() % (uint64_t)vocab);
@@ -3537,7 +3543,8 @@ static void case_logprobs(int n, int vocab, float scale)
     free(ig);
     free(vc);
     free(vg);
-    snprintf(shape, sizeof shape, "n %d V %d scale %g (ids exact)", n, vocab, scale);
+    snprintf(shape, sizeof shape, "n %d V %d scale %g%s%s (ids exact)", n, vocab, scale,
+             sample_levels > 0 ? " ties" : "", sample_bucket == 1 ? " bucket" : "");
     report("logprobs", shape, err, 1e-6);
     pair_free(&px);
     pair_free(&pt);
@@ -4692,6 +4699,22 @@ static void cases_sample_path(void)
         case_sample(64, 128256, 4.0f, 1.0f, 800, 0.8937f, 0.02); /* 714.96 of 800 equal */
         sample_levels = 0;
     }
+    case_logprobs(37, 2048, 4.0f);
+    case_logprobs(12, 5, 1.0f); /* vocab below n_top: clamped */
+    if (!small_only)
+        case_logprobs(64, 128256, 6.0f);
+    /* session 20: ties at the n_top-th largest: ~1000 at the top of a 128k row (the bucket
+     * path's 2048 slots hold them all), three quarters of a row of -0 and +0 (the reference
+     * holds them equal: the lowest ids win whatever the sign; at 128k more than the slots, so
+     * the bucket path falls back to the rounds) */
+    sample_levels = 32;
+    if (!small_only)
+        case_logprobs(16, 128256, 4.0f);
+    sample_levels = 1;
+    case_logprobs(37, 2048, 4.0f);
+    if (!small_only)
+        case_logprobs(16, 128256, 4.0f);
+    sample_levels = 0;
 }
 
 /* the sampling cases on both paths: the bisection (the default) and session 20's bucket
@@ -4953,10 +4976,6 @@ int main(void)
     case_logits_process(7, 2048, 300);
     if (!small_only)
         case_logits_process(64, 128256, 2000);
-    case_logprobs(37, 2048, 4.0f);
-    case_logprobs(12, 5, 1.0f); /* vocab below n_top: clamped */
-    if (!small_only)
-        case_logprobs(64, 128256, 6.0f);
     case_forward_sample(5, 6);
     if (!small_only)
         case_forward_sample(64, 3);

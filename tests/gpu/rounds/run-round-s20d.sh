@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The next call after session 20 (s20c cut to a short call, the quick parts first): the sampling
-# harness cases alone (PD_GPU_TEST_SAMPLE=1: every case on both paths, the bisection and session
-# 20's bucket refinement, against the CPU reference) and under memcheck, the decode step at batch
+# and logprobs harness cases alone (PD_GPU_TEST_SAMPLE=1: every case on both paths, the bisection
+# and session 20's bucket refinement, against the CPU reference) and under memcheck, the decode step at batch
 # 1 / 64 with the bucket path off (default) and on (the greedy and top-p columns), then the whole
 # kernel harness (configurations 3 and 4 of matmul_w4wg gone, every launcher on the per-device
 # shared-memory attribute).
