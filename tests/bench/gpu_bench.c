@@ -34,10 +34,11 @@
  * prefops: one prefill layer (n 8192) op by op (both not part of all).
  * stepprof: kernel time per whole step from CUPTI activity records (bench_stepprof; not part of
  * all).
+ * sample: the sampling and logprobs ops alone, both sampler paths (bench_sample; not part of all).
  * Usage: gpu_bench [ops] [decode] [prefill] [flash] [int4] [attn] [attnprof] [attnsplit]
  * [elementwise] [moe] [wgemv] [xgemv] [family] [ctxscale] [gemm] [prefops] [stepprof] [w4wg]
- * [qkvgroup] [all] (default all; wgemv, xgemv (bench_xgemv), family, ctxscale, moe, gemm, prefops,
- * stepprof, attnsplit, w4wg, qkvgroup: not part of all; flash: only
+ * [qkvgroup] [sample] [all] (default all; wgemv, xgemv (bench_xgemv), family, ctxscale, moe, gemm,
+ * prefops, stepprof, attnsplit, w4wg, qkvgroup, sample: not part of all; flash: only
  * the 8192 causal flash attention and the FP8 8192 x 14336 x 4096 GEMM, for ncu; int4: the INT4
  * paths table of ops alone). Needs a CUDA device (exits 77 without).
  */
@@ -58,6 +59,7 @@
 #include "clock.h"
 #include "log.h"
 #include "matmul.h"
+#include "sample.h"
 #include "model.h"
 #include "model_random.h"
 #include "hf_config.h"
@@ -2252,6 +2254,107 @@ static void bench_stepprof(void)
     }
 }
 
+/* `gpu_bench sample`: the sampling ops alone on 128k-logit rows (random logits, scale 4), batch 1
+ * and 64, each on both sampler paths (kernels/sample.h sample_bucket: 0 the bisection and one
+ * pass per logprobs alternative, 1 session 20's bucket refinement): greedy, T 0.8 + top-p 0.95
+ * (top-k off: the 2048 largest are the candidates), T 1 + top-k 50, and the logprobs op with 20
+ * alternatives. us per launch (median of 30, logits in L2 as after the LM head). Not part of
+ * all. */
+typedef struct {
+    int32_t *tok;
+    const float *logits, *t, *p, *u;
+    const int32_t *k, *nt;
+    int32_t *lid;
+    float *lv;
+    int n, vocab, lp;
+} sample_arg_t;
+
+static void run_sample(void *p)
+{
+    sample_arg_t *a = p;
+    if (a->lp)
+        be->ops->logprobs(be, a->lid, a->lv, a->logits, a->tok, a->nt, a->n, a->vocab);
+    else
+        be->ops->sample(be, a->tok, a->logits, a->n, a->vocab, a->t, a->k, a->p, a->u);
+}
+
+static void bench_sample(void)
+{
+    const int vocab = 128256, ns[] = {1, 64};
+    static const struct {
+        const char *name;
+        float t, p;
+        int k, lp;
+    } modes[] = {{"greedy", 0.0f, 1.0f, 0, 0},
+                 {"T 0.8, top-p 0.95", 0.8f, 0.95f, 0, 0},
+                 {"T 1, top-k 50", 1.0f, 1.0f, 50, 0},
+                 {"logprobs, 20 alternatives", 0.0f, 1.0f, 0, 1}};
+    printf("\n### sampling ops, vocabulary %d, random logits (us per launch, median of 30)\n\n",
+           vocab);
+    printf("| batch | op | bisection (default) | bucket (PD_CUDA_SAMPLE_BUCKET=1) | bucket / "
+           "bisection |\n");
+    printf("|---|---|---|---|---|\n");
+    const int was = sample_bucket;
+    for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++) {
+        const int n = ns[b];
+        float *hv = malloc((size_t)n * 4), *hu = malloc((size_t)n * 4);
+        int32_t *hk = malloc((size_t)n * 4), *hn = malloc((size_t)n * 4);
+        sample_arg_t a = {.n = n, .vocab = vocab};
+        a.logits = dev_random_f32((size_t)n * vocab, 4.0f);
+        ok(be->ops->alloc(be, (size_t)n * 4, (void **)&a.tok), "alloc");
+        ok(be->ops->alloc(be, (size_t)n * (1 + SAMPLE_LP_TOP) * 4, (void **)&a.lid), "alloc");
+        ok(be->ops->alloc(be, (size_t)n * (1 + SAMPLE_LP_TOP) * 4, (void **)&a.lv), "alloc");
+        for (int i = 0; i < n; i++) {
+            hu[i] = (float)(i + 1) / (float)(n + 2);
+            hn[i] = SAMPLE_LP_TOP;
+        }
+        float *du;
+        ok(be->ops->alloc(be, (size_t)n * 4, (void **)&du), "alloc");
+        ok(be->ops->upload(be, du, hu, (size_t)n * 4), "upload");
+        a.u = du;
+        a.nt = dev_i32(hn, (size_t)n);
+        for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
+            float *dt, *dp;
+            for (int i = 0; i < n; i++) {
+                hv[i] = modes[m].t;
+                hk[i] = modes[m].k;
+            }
+            ok(be->ops->alloc(be, (size_t)n * 4, (void **)&dt), "alloc");
+            ok(be->ops->upload(be, dt, hv, (size_t)n * 4), "upload");
+            for (int i = 0; i < n; i++)
+                hv[i] = modes[m].p;
+            ok(be->ops->alloc(be, (size_t)n * 4, (void **)&dp), "alloc");
+            ok(be->ops->upload(be, dp, hv, (size_t)n * 4), "upload");
+            a.t = dt;
+            a.p = dp;
+            a.k = dev_i32(hk, (size_t)n);
+            a.lp = modes[m].lp;
+            float ms[2];
+            for (int path = 0; path < 2; path++) {
+                sample_bucket = path;
+                ms[path] = time_op(run_sample, &a, 30);
+            }
+            printf("| %d | %s | %.1f | %.1f | %.2f |\n", n, modes[m].name, ms[0] * 1e3,
+                   ms[1] * 1e3, ms[1] / ms[0]);
+            fflush(stdout);
+            be->ops->free(be, dt);
+            be->ops->free(be, dp);
+            be->ops->free(be, (void *)a.k);
+        }
+        be->ops->free(be, (void *)a.logits);
+        be->ops->free(be, a.tok);
+        be->ops->free(be, a.lid);
+        be->ops->free(be, a.lv);
+        be->ops->free(be, du);
+        be->ops->free(be, (void *)a.nt);
+        free(hv);
+        free(hu);
+        free(hk);
+        free(hn);
+    }
+    sample_bucket = was;
+}
+
 int main(int argc, char **argv)
 {
     bool ops = argc < 2, decode = argc < 2, prefill = argc < 2, flash = false, int4 = false,
@@ -2259,8 +2362,9 @@ int main(int argc, char **argv)
     bool gemm = false, prefops = false;
     bool attn = false, attnprof = false, attnsplit = false, ctxscale = false, family = false,
          moe = false, xgemv = false, w4mma = false, stepprof = false, w4wg = false,
-         qkvgroup = false;
+         qkvgroup = false, sample = false;
     for (int i = 1; i < argc; i++) {
+        sample |= !strcmp(argv[i], "sample"); /* the sampling ops, both paths (not part of all) */
         /* matmul_int4_mma2 table (not part of all) */
         w4mma |= !strcmp(argv[i], "w4mma");
         w4wg |= !strcmp(argv[i], "w4wg");         /* matmul_w4wg table (not part of all) */
@@ -2324,6 +2428,8 @@ int main(int argc, char **argv)
         bench_w4wg();
     if (qkvgroup)
         bench_qkvgroup();
+    if (sample)
+        bench_sample();
     if (xgemv) {
         const char *kx = getenv("PD_CUDA_XGEMV");
         char keep_x[16] = "";
