@@ -666,21 +666,13 @@ extern "C" pd_status_t elementwise_silu_mul_f16wg(float *out, const float *gu, u
     const unsigned threads = f >= 8192 ? 1024u : 512u; /* as matmul_quant_act_f16wg */
     const dim3 grid((unsigned)((n + 63) / 64 * 64));
     const size_t smem = (size_t)f * 4;
-    /* the row in shared memory where the current device's opt-in allows (less the kernel's
-     * static reduction array); the attribute is set per device (kutil_allow_smem) */
+    /* the row in shared memory where the current device's opt-in allows, beside the kernel's
+     * 1 KB static reduction array (kutil_allow_smem_optin: the attribute is per device) */
     static unsigned attr_set;
-    int dev = 0, optin = 48 << 10;
-    pd_status_t st = kutil_status(cudaGetDevice(&dev), "silu_mul_f16wg device");
-    if (st == PD_OK)
-        st = kutil_status(
-            cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
-            "silu_mul_f16wg device");
-    if (st != PD_OK)
-        return st;
-    const int max_smem = optin - 1024;
-    bool in_smem = smem <= (size_t)max_smem && elementwise_silu_f16wg_smem;
-    if (in_smem && kutil_allow_smem((const void *)elementwise__silu_mul_f16wg<true>, max_smem,
-                                    &attr_set, "silu_mul_f16wg smem") != PD_OK) {
+    bool in_smem = false;
+    if (elementwise_silu_f16wg_smem &&
+        kutil_allow_smem_optin((const void *)elementwise__silu_mul_f16wg<true>, smem, 1024,
+                               &attr_set, &in_smem, "silu_mul_f16wg smem") != PD_OK) {
         (void)cudaGetLastError(); /* not this launch's error: the row goes to global memory */
         in_smem = false;
     }

@@ -58,6 +58,30 @@ static inline pd_status_t kutil_allow_smem(const void *fn, int bytes, unsigned *
     return st;
 }
 
+/* For a kernel whose shared memory may reach the device's limit: *fits false when smem bytes of
+ * dynamic shared memory plus its reserve bytes of static shared memory are above the current
+ * device's opt-in maximum (the caller launches something else); else true, and where they are
+ * above the default 48 KB, fn is allowed the opt-in maximum less reserve (kutil_allow_smem). */
+static inline pd_status_t kutil_allow_smem_optin(const void *fn, size_t smem, int reserve,
+                                                 unsigned *attr_set, bool *fits, const char *what)
+{
+    *fits = true;
+    if (smem + (size_t)reserve <= 48 * 1024)
+        return PD_OK;
+    int dev = 0, optin = 0;
+    pd_status_t st = kutil_status(cudaGetDevice(&dev), what);
+    if (st == PD_OK)
+        st = kutil_status(
+            cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), what);
+    if (st != PD_OK)
+        return st;
+    if (smem + (size_t)reserve > (size_t)optin) {
+        *fits = false;
+        return PD_OK;
+    }
+    return kutil_allow_smem(fn, optin - reserve, attr_set, what);
+}
+
 static __device__ __forceinline__ float kutil_bf16_to_f32(uint16_t h)
 {
     return __uint_as_float((uint32_t)h << 16);

@@ -700,29 +700,6 @@ extern "C" pd_status_t moe_gmm(float *out, const float *x, const float *xs, cons
     return KUTIL_LAUNCHED("moe_gmm");
 }
 
-/* Allows kernel fn smem bytes of dynamic shared memory (the device's opt-in maximum, set once
- * per device in *attr_set the first time a launch needs more than 48 KB); *fits false when smem
- * is above that maximum (the caller launches something else). */
-static pd_status_t moe__allow_smem(const void *fn, size_t smem, unsigned *attr_set, bool *fits,
-                                   const char *what)
-{
-    *fits = true;
-    if (smem <= 48 * 1024)
-        return PD_OK;
-    int dev = 0, optin = 0;
-    pd_status_t st = kutil_status(cudaGetDevice(&dev), what);
-    if (st == PD_OK)
-        st = kutil_status(
-            cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), what);
-    if (st != PD_OK)
-        return st;
-    if (smem > (size_t)optin) {
-        *fits = false;
-        return PD_OK;
-    }
-    return kutil_allow_smem(fn, optin, attr_set, what);
-}
-
 /* Launches moe__gmm2<FMT> with smem bytes of dynamic shared memory; *fits false (nothing
  * launched) when smem is above the device's opt-in maximum. */
 template <int FMT>
@@ -733,7 +710,8 @@ static pd_status_t moe__gmm2_launch(bool *fits, dim3 grid, size_t smem, float *o
 {
     static unsigned attr_set;
     pd_status_t st =
-        moe__allow_smem((const void *)moe__gmm2<FMT>, smem, &attr_set, fits, "moe_gmm2 smem");
+        kutil_allow_smem_optin((const void *)moe__gmm2<FMT>, smem, 0, &attr_set, fits,
+                               "moe_gmm2 smem");
     if (st != PD_OK || !*fits)
         return st;
     moe__gmm2<FMT><<<grid, 32 * MOE__GMM2_WARPS, smem, stream>>>(out, x, xs, tab, tiled, offsets,
@@ -790,7 +768,8 @@ static pd_status_t moe__gmm3_launch(bool *fits, int max_active, float *out, cons
     const size_t smem = (size_t)(8 * C) * (size_t)moe__gmm3_pitch(FMT, K) +
                         (FMT == PD_WFMT_INT4 ? (size_t)(8 * C) * sizeof(float) : 0);
     pd_status_t st =
-        moe__allow_smem((const void *)moe__gmm3<FMT, C>, smem, &attr_set, fits, "moe_gmm3 smem");
+        kutil_allow_smem_optin((const void *)moe__gmm3<FMT, C>, smem, 0, &attr_set, fits,
+                               "moe_gmm3 smem");
     if (st != PD_OK || !*fits)
         return st;
     const dim3 grid((unsigned)((N + MOE__GMM3_ROWS - 1) / MOE__GMM3_ROWS), (unsigned)max_active);

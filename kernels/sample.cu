@@ -163,6 +163,34 @@ static __device__ __forceinline__ uint32_t sample__nkey(float f)
     return sample__key(__fadd_rn(f, 0.0f));
 }
 
+/* The row's keys >= t (sample__nkey with NKEY, else sample__key) into keys / ids, in the order
+ * the threads reach them, at most SAMPLE_MAX_CAND; the slots past them hold (0, INT32_MAX).
+ * *n_cand (shared) counts them all, also those past the slots. Every thread of the block calls
+ * it; they all see *n_cand when it returns. */
+template <bool NKEY>
+static __device__ void sample__gather(const float *x, int vocab, uint32_t t, uint32_t *keys,
+                                      int32_t *ids, int *n_cand)
+{
+    if (threadIdx.x == 0)
+        *n_cand = 0;
+    for (int i = threadIdx.x; i < SAMPLE_MAX_CAND; i += blockDim.x) {
+        keys[i] = 0;
+        ids[i] = INT32_MAX;
+    }
+    __syncthreads();
+    sample__row(x, vocab, [&](float v, int i) {
+        const uint32_t k = NKEY ? sample__nkey(v) : sample__key(v);
+        if (k >= t) {
+            const int at = atomicAdd(n_cand, 1);
+            if (at < SAMPLE_MAX_CAND) {
+                keys[at] = k;
+                ids[at] = i;
+            }
+        }
+    });
+    __syncthreads();
+}
+
 /* The K-th largest sample__nkey t of the row x (count(key > t) < K <= count(key >= t); 1 <= K <=
  * vocab) by bucket refinement (session 20): one pass finds the smallest and largest key; each next
  * pass counts the keys of the range [lo, hi] that still holds t into SAMPLE__BINS buckets of 2^sh
@@ -326,24 +354,7 @@ static __global__ void __launch_bounds__(SAMPLE__THREADS, 2)
         }
         t = lo;
     }
-    if (tid == 0)
-        n_cand = 0;
-    for (int i = tid; i < SAMPLE_MAX_CAND; i += blockDim.x) {
-        keys[i] = 0;
-        ids[i] = INT32_MAX;
-    }
-    __syncthreads();
-    sample__row(x, vocab, [&](float v, int i) {
-        const uint32_t k = BUCKET ? sample__nkey(v) : sample__key(v);
-        if (k >= t) {
-            const int at = atomicAdd(&n_cand, 1);
-            if (at < SAMPLE_MAX_CAND) {
-                keys[at] = k;
-                ids[at] = i;
-            }
-        }
-    });
-    __syncthreads();
+    sample__gather<BUCKET>(x, vocab, t, keys, ids, &n_cand);
     /* the first sz entries by (key desc, id asc): the smallest power of two that holds the
      * candidates (>= K) with BUCKET; the slots past them hold (0, INT32_MAX) and stay behind */
     int sz = 2;
@@ -503,24 +514,7 @@ static __global__ void __launch_bounds__(SAMPLE__LP_THREADS)
         __shared__ int n_cand;
         if (nt > 0) {
             const uint32_t t = sample__kth_key(x, vocab, nt, hist, ri);
-            if (tid == 0)
-                n_cand = 0;
-            for (int i = tid; i < SAMPLE_MAX_CAND; i += blockDim.x) {
-                keys[i] = 0;
-                cids[i] = INT32_MAX;
-            }
-            __syncthreads();
-            sample__row(x, vocab, [&](float v, int i) {
-                const uint32_t k = sample__nkey(v);
-                if (k >= t) {
-                    const int at = atomicAdd(&n_cand, 1);
-                    if (at < SAMPLE_MAX_CAND) {
-                        keys[at] = k;
-                        cids[at] = i;
-                    }
-                }
-            });
-            __syncthreads();
+            sample__gather<true>(x, vocab, t, keys, cids, &n_cand);
             if (n_cand <= SAMPLE_MAX_CAND) { /* every key >= t is here: the order is exact */
                 int sz = 2;
                 while (sz < n_cand)
@@ -588,6 +582,16 @@ int sample_split = 1;
 int sample_bucket = -1;
 }
 
+/* sample_bucket, read from PD_CUDA_SAMPLE_BUCKET (1: on) the first time it is -1 */
+static bool sample__bucket_on(void)
+{
+    if (sample_bucket < 0) {
+        const char *e = getenv("PD_CUDA_SAMPLE_BUCKET");
+        sample_bucket = e && atoi(e) == 1;
+    }
+    return sample_bucket != 0;
+}
+
 extern "C" pd_status_t sample_run(int32_t *tokens, const float *logits, int n, int vocab,
                                   const float *temperature, const int32_t *top_k,
                                   const float *top_p, const float *u, void *scratch,
@@ -608,11 +612,7 @@ extern "C" pd_status_t sample_run(int32_t *tokens, const float *logits, int n, i
     }
     unsigned long long *best = (unsigned long long *)scratch;
     int *cnt = scratch ? (int *)(best + SAMPLE_SPLIT_MAX_ROWS) : NULL;
-    if (sample_bucket < 0) { /* PD_CUDA_SAMPLE_BUCKET=1: the bucket-refinement path */
-        const char *e = getenv("PD_CUDA_SAMPLE_BUCKET");
-        sample_bucket = e && atoi(e) == 1;
-    }
-    if (sample_bucket)
+    if (sample__bucket_on())
         sample__kernel<true><<<dim3((unsigned)n, (unsigned)G), SAMPLE__THREADS, 0, stream>>>(
             tokens, logits, vocab, temperature, top_k, top_p, u, best, cnt);
     else
@@ -628,11 +628,7 @@ extern "C" pd_status_t sample_logprobs_run(int32_t *ids, float *vals, const floa
     KUTIL_REQUIRE(n >= 0 && vocab > 0, "sample_logprobs");
     if (n == 0)
         return PD_OK;
-    if (sample_bucket < 0) { /* PD_CUDA_SAMPLE_BUCKET=1: the bucket-refinement path */
-        const char *e = getenv("PD_CUDA_SAMPLE_BUCKET");
-        sample_bucket = e && atoi(e) == 1;
-    }
-    if (sample_bucket)
+    if (sample__bucket_on())
         sample__logprobs<true>
             <<<n, SAMPLE__LP_THREADS, 0, stream>>>(ids, vals, logits, vocab, tokens, n_top);
     else

@@ -111,12 +111,18 @@ static void *dev_random_f32(size_t n, float scale)
     return d;
 }
 
-static void *dev_i32(const int32_t *h, size_t n)
+/* a device copy of n 4-byte elements (int32 or f32) */
+static void *dev_copy4(const void *h, size_t n)
 {
     void *d;
     ok(be->ops->alloc(be, n * 4, &d), "alloc");
     ok(be->ops->upload(be, d, h, n * 4), "upload");
     return d;
+}
+
+static void *dev_i32(const int32_t *h, size_t n)
+{
+    return dev_copy4(h, n);
 }
 
 static int cmp_f(const void *a, const void *b)
@@ -2308,23 +2314,18 @@ static void bench_sample(void)
             hu[i] = (float)(i + 1) / (float)(n + 2);
             hn[i] = SAMPLE_LP_TOP;
         }
-        float *du;
-        ok(be->ops->alloc(be, (size_t)n * 4, (void **)&du), "alloc");
-        ok(be->ops->upload(be, du, hu, (size_t)n * 4), "upload");
+        float *du = dev_copy4(hu, (size_t)n);
         a.u = du;
         a.nt = dev_i32(hn, (size_t)n);
         for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
-            float *dt, *dp;
             for (int i = 0; i < n; i++) {
                 hv[i] = modes[m].t;
                 hk[i] = modes[m].k;
             }
-            ok(be->ops->alloc(be, (size_t)n * 4, (void **)&dt), "alloc");
-            ok(be->ops->upload(be, dt, hv, (size_t)n * 4), "upload");
+            float *dt = dev_copy4(hv, (size_t)n);
             for (int i = 0; i < n; i++)
                 hv[i] = modes[m].p;
-            ok(be->ops->alloc(be, (size_t)n * 4, (void **)&dp), "alloc");
-            ok(be->ops->upload(be, dp, hv, (size_t)n * 4), "upload");
+            float *dp = dev_copy4(hv, (size_t)n);
             a.t = dt;
             a.p = dp;
             a.k = dev_i32(hk, (size_t)n);

@@ -3366,9 +3366,19 @@ static void case_kv_export(pd_kvfmt_t src_fmt, int layers, int kvh, int hd, int 
 /* Sampling: rows of random logits (scale), the same parameters and draws on both backends.
  * err = fraction of rows whose token differs: 0 for greedy; a sampled row may flip where the
  * draw falls within an ulp of a bucket edge (device expf vs glibc expf), so tol allows 2%. */
-/* > 0: case_sample_rows rounds the logits to steps of scale / sample_levels (thousands of ties at
- * the K-th largest of a 128k row) */
+/* > 0: case_sample_rows and case_logprobs put the logits on levels (sample_levels_apply) */
 static int sample_levels;
+
+/* x (n values of random logits in [-scale, scale)) rounded to steps of scale / sample_levels:
+ * thousands of ties at the top of a 128k row; sample_levels 1: {-scale, -0, +0}, the zeros'
+ * signs alternating, so the largest are ties of -0 and +0 */
+static void sample_levels_apply(float *x, size_t n, float scale)
+{
+    for (size_t i = 0; sample_levels > 0 && i < n; i++) {
+        const float q = roundf(x[i] / scale * (float)sample_levels) * scale / (float)sample_levels;
+        x[i] = sample_levels > 1 ? q : q < 0.0f ? -scale : (i & 1) ? 0.0f : -0.0f;
+    }
+}
 
 static void case_sample_rows(int n, int vocab, float scale, float T, int top_k, float top_p,
                              double tol, bool mixed)
@@ -3378,9 +3388,7 @@ static void case_sample_rows(int n, int vocab, float scale, float T, int top_k, 
           *pv = xmalloc((size_t)n * 4), *uv = xmalloc((size_t)n * 4);
     int32_t *kv = xmalloc((size_t)n * 4);
     fill_f32(x, (size_t)n * vocab, scale);
-    if (sample_levels > 0)
-        for (size_t i = 0; i < (size_t)n * vocab; i++)
-            x[i] = roundf(x[i] / scale * (float)sample_levels) * scale / (float)sample_levels;
+    sample_levels_apply(x, (size_t)n * vocab, scale);
     for (int i = 0; i < n; i++) {
         const bool greedy = T == 0.0f || (mixed && i % 3 == 0);
         if (greedy) { /* ties at the maximum: the lower id wins (also across split slices) */
@@ -3500,12 +3508,7 @@ static void case_logprobs(int n, int vocab, float scale)
     float *x = xmalloc((size_t)n * vocab * 4);
     int32_t *tok = xmalloc((size_t)n * 4), *nt = xmalloc((size_t)n * 4);
     fill_f32(x, (size_t)n * vocab, scale);
-    for (size_t i = 0; sample_levels > 0 && i < (size_t)n * vocab; i++) {
-        /* logits on levels (thousands of ties); sample_levels 1: {-scale, -0, +0}, the zeros'
-         * signs alternating, so the largest are ties of -0 and +0 */
-        const float q = roundf(x[i] / scale * (float)sample_levels) * scale / (float)sample_levels;
-        x[i] = sample_levels > 1 ? q : q < 0.0f ? -scale : (i & 1) ? 0.0f : -0.0f;
-    }
+    sample_levels_apply(x, (size_t)n * vocab, scale);
     for (int i = 0; i < n; i++) {
         float *r = x + (size_t)i * vocab;
         tok[i] = (int32_t)(rng_next() % (uint64_t)vocab);
