@@ -76,6 +76,9 @@
  * session 13 measured the decode step slower with it (docs/performance.md, s12 round) */
 #define CUDA_W4BULK_DEFAULT 0
 #define CUDA_XGEMV_MAX_N_FP8 8
+/* the largest n the FP8 wgmma GEMM (matmul_w8wg, option PD_CUDA_W8WG) takes: one token tile of
+ * 64 re-reads no weights; above it cuBLASLt's larger tiles */
+#define CUDA_W8WG_MAX_N 64
 #define CUDA_WGEMV_MAX_N 2
 /* shapes whose W4A8 GEMM plan cuda__blk_plan remembers */
 #define CUDA_BLK_PLANS 32
@@ -135,6 +138,10 @@ typedef struct {
     /* tiled INT4 at n CUDA_W4WG_MIN_N..MATMUL_W4WG_MAX_N on the wgmma GEMM matmul_w4wg where it
      * is usable (sm_90a build, compute capability 9.0); PD_CUDA_INT4_WG=0: off */
     bool int4_wg;
+    /* FP8 at n w8wg_min_n..CUDA_W8WG_MAX_N on the wgmma + TMA GEMM matmul_w8wg where it is usable
+     * (sm_90a build, compute capability 9.0); 0: off (the default until it is measured); option
+     * w8wg, PD_CUDA_W8WG=N */
+    int w8wg_min_n;
     void *sample_scratch; /* sample_run's (SAMPLE_SCRATCH_BYTES, kept zeroed by the kernel) */
     /* act_quant asks the fused ops for the wgmma GEMM's f16 image (PD_CUDA_WG_ACT=0: off) */
     bool wg_act;
@@ -452,6 +459,22 @@ static bool cuda__w4wg_route(const cuda_t *c, const pd_weight_t *w, int n)
     return c->int4_wg && cuda__int4_tiled(w) && n >= CUDA_W4WG_MIN_N && n <= MATMUL_W4WG_MAX_N;
 }
 
+/* FP8 on the wgmma + TMA GEMM (matmul_w8wg) */
+static bool cuda__w8wg_route(const cuda_t *c, const pd_weight_t *w, int n)
+{
+    return c->w8wg_min_n > 0 && w->fmt == PD_WFMT_FP8 && n >= c->w8wg_min_n &&
+           n <= CUDA_W8WG_MAX_N && w->k % 128 == 0 && ((uintptr_t)w->data & 15) == 0;
+}
+
+/* matmul_w8wg on activations quantized per token (xq 16-byte aligned), with its plan */
+static pd_status_t cuda__matmul_w8wg(cuda_t *c, float *out, const uint8_t *xq, const float *xs,
+                                     const pd_weight_t *w, int n)
+{
+    int mt, splits;
+    matmul_w8wg_plan(n, w->n, w->k, c->n_sm, &mt, &splits);
+    return matmul_w8wg(out, xq, xs, w, n, mt, splits, c->stream);
+}
+
 /* Tiled INT4 on the wgmma GEMM (matmul_w4wg) for count weights of the same K on x (one: the
  * matmul route; more: matmul_group): act scratch = the activation image, mult (n) f32, the
  * partial sums. The plan is the one of a weight of the summed rows. xa != NULL (x unused): the
@@ -618,6 +641,15 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
     cuda__xgemv_plan(c, w, n, xp);
     if (xp[0] > 0 && w->fmt == PD_WFMT_INT4)
         return matmul_w4gemv(out, x, w, n, xp[0], xp[1], xp[2], xp[3], c->stream);
+    if (cuda__w8wg_route(c, w, n)) { /* per-token quantization, then the wgmma GEMM */
+        size_t qb = ((size_t)n * (size_t)K + 255) / 256 * 256;
+        if ((st = cuda__grow(c, &c->act, qb + (size_t)n * 4)) != PD_OK)
+            return st;
+        float *xs = (float *)((uint8_t *)c->act.p + qb);
+        if ((st = matmul_quant_act_fp8(c->act.p, NULL, xs, x, n, K, c->stream)) != PD_OK)
+            return st;
+        return cuda__matmul_w8wg(c, out, c->act.p, xs, w, n);
+    }
     if (xp[0] > 0) { /* FP8: per-token quantization, then the GEMV */
         size_t qb = ((size_t)n * (size_t)K + 255) / 256 * 256;
         if ((st = cuda__grow(c, &c->act, qb + (size_t)n * 4)) != PD_OK)
@@ -852,6 +884,8 @@ static pd_status_t cuda__matmul_fp8(cuda_t *c, float *out, const pd_act_fp8_t *x
         pd_log_error("backend cuda: matmul_fp8 on a %s weight", pd_wfmt_name(w->fmt));
         return PD_ERR_INVALID;
     }
+    if (cuda__w8wg_route(c, w, n) && ((uintptr_t)xq & 15) == 0)
+        return cuda__matmul_w8wg(c, out, xq, xs, w, n);
     int xp[4];
     cuda__xgemv_plan(c, w, n, xp);
     if (xp[0] > 0)
@@ -1916,7 +1950,7 @@ static void cuda__ops_plain_init(void)
 }
 
 enum { CUDA__ENV_BF16 = 1, CUDA__ENV_FLASH = 2, CUDA__ENV_FUSED = 4, CUDA__ENV_ACCUM = 8 };
-enum { CUDA__ENV_PDL = 16, CUDA__ENV_INT4 = 32, CUDA__ENV_GEMV_FUSE = 64 };
+enum { CUDA__ENV_PDL = 16, CUDA__ENV_INT4 = 32, CUDA__ENV_GEMV_FUSE = 64, CUDA__ENV_W8WG = 128 };
 
 /* on / off (also 1 / 0); -1 for anything else */
 static int cuda__onoff(const char *v)
@@ -1991,6 +2025,13 @@ static pd_status_t cuda_set_option(pd_backend_t *be, const char *key, const char
         bit = CUDA__ENV_PDL;
         if (ok && !(c->env_set & bit))
             cuda__set_pdl(c, b);
+    } else if (!strcmp(key, "w8wg")) { /* off | on (every n <= CUDA_W8WG_MAX_N) | from n N */
+        char *end = NULL;
+        const long v = b >= 0 ? b : strtol(value, &end, 10);
+        ok = b >= 0 || (end && *end == '\0' && end != value && v >= 0 && v <= CUDA_W8WG_MAX_N);
+        bit = CUDA__ENV_W8WG;
+        if (ok && !(c->env_set & bit))
+            c->w8wg_min_n = v > 0 && matmul_w8wg_usable() ? (int)v : 0;
     } else if (!strcmp(key, "flash_variant")) {
         char *end = NULL;
         long v = strcmp(value, "auto") ? strtol(value, &end, 10) : -1;
@@ -1999,7 +2040,7 @@ static pd_status_t cuda_set_option(pd_backend_t *be, const char *key, const char
             c->flash_variant = (int)v;
     } else {
         pd_log_error("backend cuda: unknown option '%s' (bf16_gemm, flash, flash_variant, fused, "
-                     "gemv_fuse, fp8_accum, int4_gemm, moe_grouped, pdl)",
+                     "gemv_fuse, fp8_accum, int4_gemm, moe_grouped, pdl, w8wg)",
                      key);
         return PD_ERR_INVALID;
     }
@@ -2095,6 +2136,9 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     c->int4_mma2 = env && *env ? cuda__onoff(env) == 1 : 0;
     env = getenv("PD_CUDA_INT4_WG");
     c->int4_wg = (!env || !*env || cuda__onoff(env) != 0) && matmul_w4wg_usable();
+    env = getenv("PD_CUDA_W8WG");
+    c->w8wg_min_n = env && *env && atoi(env) > 0 && matmul_w8wg_usable() ? atoi(env) : 0;
+    c->env_set |= env && *env ? CUDA__ENV_W8WG : 0;
     env = getenv("PD_CUDA_WG_ACT");
     c->wg_act = !env || !*env || cuda__onoff(env) != 0;
     env = getenv("PD_CUDA_GEMV_FUSE");

@@ -205,6 +205,21 @@ pd_status_t matmul_w4wg_group(float *const *outs, float *part, const uint16_t *x
                               const float *mult, const pd_weight_t *const *ws, int count, int n,
                               int cfg, int splits, cudaStream_t stream);
 
+/* FP8 W8A8 GEMM on Hopper's wgmma (kernels/matmul_w8wg.cu says how) for n = 1 ..
+ * MATMUL_W8WG_MAX_N, both operands in shared memory through TMA: out (n, w->n) f32 = (xq @ W^T) *
+ * xs[t] * ws[r], xq (n, k) fp8 and xs (n) f32 from matmul_quant_act_fp8 (the values every FP8
+ * route uses), the e4m3 products summed on the tensor cores and promoted to f32 every 128
+ * columns. Needs w->k % 128 == 0 and 16-byte aligned w->data and xq. matmul_w8wg_plan picks the
+ * rows per block (128 mt, mt 1 or 2) and K splits (1..4: a cluster of that many blocks sums them
+ * in shared memory: no scratch, one launch) for n_sm SMs; PD_CUDA_W8WG_PLAN="mt,s" forces one.
+ * matmul_w8wg_usable: as matmul_w4wg_usable (sm_90a build, compute capability 9.0 device);
+ * elsewhere matmul_w8wg returns PD_ERR_UNSUPPORTED (nothing enqueued). */
+#define MATMUL_W8WG_MAX_N 256
+bool matmul_w8wg_usable(void);
+void matmul_w8wg_plan(int n, int64_t N, int64_t K, int n_sm, int *mt_p, int *splits_p);
+pd_status_t matmul_w8wg(float *out, const uint8_t *xq, const float *xs, const pd_weight_t *w,
+                        int n, int mt, int splits, cudaStream_t stream);
+
 /* out (total) f32 = the sum of part (splits, total) f32 over the splits, in order. */
 pd_status_t matmul_sum_parts(float *out, const float *part, int splits, size_t total,
                              cudaStream_t stream);

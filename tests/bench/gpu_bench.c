@@ -35,10 +35,11 @@
  * stepprof: kernel time per whole step from CUPTI activity records (bench_stepprof; not part of
  * all).
  * sample: the sampling and logprobs ops alone, both sampler paths (bench_sample; not part of all).
+ * w8wg: the FP8 wgmma + TMA GEMM against the FP8 routes before it (bench_w8wg; not part of all).
  * Usage: gpu_bench [ops] [decode] [prefill] [flash] [int4] [attn] [attnprof] [attnsplit]
  * [elementwise] [moe] [wgemv] [xgemv] [family] [ctxscale] [gemm] [prefops] [stepprof] [w4wg]
- * [qkvgroup] [sample] [all] (default all; wgemv, xgemv (bench_xgemv), family, ctxscale, moe, gemm,
- * prefops, stepprof, attnsplit, w4wg, qkvgroup, sample: not part of all; flash: only
+ * [w8wg] [qkvgroup] [sample] [all] (default all; wgemv, xgemv (bench_xgemv), family, ctxscale,
+ * moe, gemm, prefops, stepprof, attnsplit, w4wg, w8wg, qkvgroup, sample: not part of all; flash: only
  * the 8192 causal flash attention and the FP8 8192 x 14336 x 4096 GEMM, for ncu; int4: the INT4
  * paths table of ops alone). Needs a CUDA device (exits 77 without).
  */
@@ -592,7 +593,8 @@ static void bench_elementwise(int n)
 typedef struct {
     int mode; /* 0 gemv, 1 quant + mma, 2 op, 3 wgemv, 4 w4gemv / w8gemv (FP8: xh holds the
                * fp8 activations and mult their scales, quantized before timing), 5 quant +
-               * matmul_int4_mma2, 6 quant + matmul_w4wg (depth = cfg) */
+               * matmul_int4_mma2, 6 quant + matmul_w4wg (depth = cfg), 7 FP8 quant +
+               * matmul_w8wg (warps = 128-row units per block) */
     float *out, *x, *part, *xf, *mult;
     uint16_t *xh;
     pd_weight_t *w;
@@ -628,6 +630,12 @@ static void run_i4(void *p)
         ok(matmul_quant_act_f16wg(a->xh, a->mult, a->x, a->n, a->w->k, stream), "quant f16wg");
         ok(matmul_w4wg(a->out, a->part, a->xh, a->mult, a->w, a->n, a->depth, a->splits, stream),
            "w4wg");
+    } else if (a->mode == 7) { /* FP8: quant + matmul_w8wg (warps = rows / 128) */
+        ok(matmul_quant_act_fp8((uint8_t *)a->xh, NULL, a->mult, a->x, a->n, a->w->k, stream),
+           "quant fp8");
+        ok(matmul_w8wg(a->out, (const uint8_t *)a->xh, a->mult, a->w, a->n, a->warps, a->splits,
+                       stream),
+           "w8wg");
     } else if (a->mode == 4 && fp8) {
         ok(matmul_w8gemv(a->out, (const uint8_t *)a->xh, a->mult, a->w, a->n, a->warps, a->splits,
                          a->depth, a->blocks, stream),
@@ -940,6 +948,86 @@ static void bench_w4wg(void)
                    (long long)N, (long long)K, n, t_old * 1e3, pw, ps, t_wg * 1e3, cfg, ws,
                    best * 1e3, bc, bs, t_f8op * 1e3, t_op * 1e3, t_wg / t_f8op, t_wg / t_old,
                    floor_us, 100.0 * floor_us / (t_wg * 1e3));
+            fflush(stdout);
+            i4_free(&a);
+        }
+        model_host_weight_free(&h4);
+        model_host_weight_free(&h8);
+        backend_weight_free(be, &w4);
+        backend_weight_free(be, &w8);
+    }
+    be->ops->free(be, l2_flush);
+    l2_flush = NULL;
+}
+
+/* matmul_w8wg (FP8 wgmma + TMA, session 21) against the FP8 op (the routing before it: GEMV /
+ * mma kernel at n <= 8, cuBLASLt above) and the INT4 op at n 1..64 on the four 8B shapes (us, L2
+ * flushed as in bench_int4_paths, activation quantization included): w8wg with its plan (rows /
+ * 128, S), the best forced plan, and w8wg's rate (FP8 weight + scale bytes / time).
+ * `gpu_bench w8wg` (not part of all); GPU_BENCH_W8WG_N=n: that n alone; GPU_BENCH_W8WG_ONCE=1:
+ * one launch of w8wg's plan and one of the FP8 op per shape (for ncu). */
+static void bench_w8wg(void)
+{
+    const int ns[] = {1, 4, 8, 16, 32, 64};
+    int n_sm = 0;
+    cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0);
+    if (!matmul_w8wg_usable()) {
+        fprintf(stderr, "w8wg: not usable here (needs an sm_90a build on a compute capability 9.0 "
+                        "GPU)\n");
+        exit(1);
+    }
+    l2_flush_bytes = (size_t)256 << 20;
+    ok(be->ops->alloc(be, l2_flush_bytes, &l2_flush), "alloc");
+    printf("\n### FP8 wgmma GEMM (w8wg) vs the FP8 op (us, L2 flushed before each repeat)\n\n");
+    printf("| N x K | n | fp8 op | w8wg (rows/128, S) | best w8wg (rows/128, S) | w8wg TB/s | "
+           "w8wg / fp8 op | int4 op | int4 op / w8wg |\n");
+    printf("|---|---|---|---|---|---|---|---|---|\n");
+    const char *only = getenv("GPU_BENCH_W8WG_N");
+    for (int s = 0; s < 4; s++) {
+        const int64_t N = i4_shapes[s][0], K = i4_shapes[s][1];
+        pd_weight_t h4, h8, w4, w8;
+        double wb[2];
+        i4_weights(s, &h4, &h8, &w4, &w8, wb);
+        for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+            const int n = ns[i];
+            if (only && atoi(only) != n)
+                continue;
+            i4_arg_t a = {0};
+            i4_alloc(&a, n, N, K);
+            a.w = &w8;
+            int mt, ws;
+            matmul_w8wg_plan(n, N, K, n_sm, &mt, &ws);
+            if (getenv("GPU_BENCH_W8WG_ONCE")) {
+                a.mode = 7, a.warps = mt, a.splits = ws;
+                run_i4(&a);
+                a.mode = 2;
+                run_i4(&a);
+                ok(be->ops->sync(be), "sync");
+                i4_free(&a);
+                continue;
+            }
+            a.mode = 2;
+            const float t_op = time_op(run_i4, &a, 20);
+            a.mode = 7, a.warps = mt, a.splits = ws;
+            const float t_wg = time_op(run_i4, &a, 20);
+            float best = 1e30f;
+            int bm = 0, bs = 0;
+            for (int m = 1; m <= 2; m++)
+                for (int sp = 1; sp <= 4; sp++) {
+                    if ((sp - 1) * ((K / 128 + sp - 1) / sp) >= K / 128)
+                        continue;
+                    a.warps = m, a.splits = sp;
+                    const float t = time_op(run_i4, &a, 10);
+                    if (t < best)
+                        best = t, bm = m, bs = sp;
+                }
+            a.mode = 2;
+            a.w = &w4;
+            const float t_i4 = time_op(run_i4, &a, 20);
+            printf("| %lld x %lld | %d | %.1f | %.1f (%d, %d) | %.1f (%d, %d) | %.2f | %.2f | %.1f | "
+                   "%.2f |\n",
+                   (long long)N, (long long)K, n, t_op * 1e3, t_wg * 1e3, mt, ws, best * 1e3, bm,
+                   bs, wb[1] / (t_wg * 1e-3) / 1e12, t_wg / t_op, t_i4 * 1e3, t_i4 / t_wg);
             fflush(stdout);
             i4_free(&a);
         }
@@ -2363,12 +2451,13 @@ int main(int argc, char **argv)
     bool gemm = false, prefops = false;
     bool attn = false, attnprof = false, attnsplit = false, ctxscale = false, family = false,
          moe = false, xgemv = false, w4mma = false, stepprof = false, w4wg = false,
-         qkvgroup = false, sample = false;
+         w8wg = false, qkvgroup = false, sample = false;
     for (int i = 1; i < argc; i++) {
         sample |= !strcmp(argv[i], "sample"); /* the sampling ops, both paths (not part of all) */
         /* matmul_int4_mma2 table (not part of all) */
         w4mma |= !strcmp(argv[i], "w4mma");
         w4wg |= !strcmp(argv[i], "w4wg");         /* matmul_w4wg table (not part of all) */
+        w8wg |= !strcmp(argv[i], "w8wg");         /* matmul_w8wg table (not part of all) */
         qkvgroup |= !strcmp(argv[i], "qkvgroup"); /* q, k, v grouped (not part of all) */
         stepprof |= !strcmp(argv[i], "stepprof"); /* kernel time per step (not part of all) */
         family |= !strcmp(argv[i], "family");     /* GLM-4.5-Air / DeepSeek-V3 (not part of all) */
@@ -2427,6 +2516,8 @@ int main(int argc, char **argv)
         bench_int4_mma2();
     if (w4wg)
         bench_w4wg();
+    if (w8wg)
+        bench_w8wg();
     if (qkvgroup)
         bench_qkvgroup();
     if (sample)

@@ -15,7 +15,8 @@
  * matmul cases that run on them;
  * PD_GPU_TEST_FUSED=1 only the matmul_fused cases (the slice GEMV with the decode layer's norm,
  * SiLU·mul and residual add folded in);
- * PD_GPU_TEST_SAMPLE=1 only the sampling and logprobs cases (sample_run, sample_logprobs_run).
+ * PD_GPU_TEST_SAMPLE=1 only the sampling and logprobs cases (sample_run, sample_logprobs_run);
+ * PD_GPU_TEST_W8WG=1 only the matmul_w8wg (wgmma + TMA FP8 GEMM) cases.
  * Exits 77 (meson: SKIP) when there is no CUDA device, 1 when a case fails.
  * Errors are max |gpu - cpu| / max |cpu| over the output, or a count of differing bytes / ids
  * where the two must agree exactly; flash attention (bf16 tensor cores) is checked per element
@@ -1724,6 +1725,10 @@ static void cases_int4_mma2(void);
  * plan, warps and splits ignored) */
 static int mma_wg;
 static void cases_w4wg(void);
+/* case_mma_gemm_d through matmul_w8wg (FP8): rows per block 128 `warps`, `splits` (0: not; -1:
+ * its plan, warps and splits ignored) */
+static int mma_w8;
+static void cases_w8wg(void);
 static void case_mma_gemm_d(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warps, int splits,
                             int depth, uint64_t seed, const char *what)
 {
@@ -1768,6 +1773,11 @@ static void case_mma_gemm_d(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warp
         } else if (mma_xgemv) {
             pair_ok(matmul_quant_act_fp8(b, NULL, mult, px.g, n, K, st));
             pair_ok(matmul_w8gemv(out.g, b, mult, &wg, n, warps, splits, depth, mma_xblocks, st));
+        } else if (mma_w8 != 0 && !int4) {
+            if (mma_w8 < 0)
+                matmul_w8wg_plan(n, N, K, n_sm, &warps, &splits);
+            pair_ok(matmul_quant_act_fp8(b, NULL, mult, px.g, n, K, st));
+            pair_ok(matmul_w8wg(out.g, b, mult, &wg, n, warps, splits, st));
         } else if (mma_wg != 0 && int4) {
             pair_ok(matmul_quant_act_f16wg((uint16_t *)b, mult, px.g, n, K, st));
             pair_ok(matmul_w4wg(out.g, part, (uint16_t *)b, mult, &wg, n, wcfg, splits, st));
@@ -1794,6 +1804,8 @@ static void case_mma_gemm_d(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warp
         snprintf(xb, sizeof xb, " mma2 t%d", mma_tiles2);
     if (mma_wg && int4 && warps >= 0)
         snprintf(xb, sizeof xb, " w4wg cfg%d", warps);
+    if (mma_w8 && !int4 && warps > 0)
+        snprintf(xb, sizeof xb, " w8wg mt%d", warps);
     snprintf(shape, sizeof shape, "%s %s%s n %d N %lld K %lld w%d s%d d%d%s seed %llu",
              pd_wfmt_name(fmt), mma_xgemv ? (int4 ? "w4gemv " : "w8gemv ") : "", what, n,
              (long long)N, (long long)K, warps, splits, depth, xb, (unsigned long long)seed);
@@ -3805,6 +3817,85 @@ static void case_decode_pdl(pd_wfmt_t wfmt, pd_kvfmt_t kvfmt, int n, int steps)
  * step's logits (only 1 / rms of each norm may differ, in its last bit), INFINITY where the
  * backend would not take the model's weights (the fused path would not run) or graphs fell
  * back to eager. */
+/* Session 21: the FP8 decode step with matmul_w8wg (option w8wg) against the FP8 routes before
+ * it: tiny-llama with FP8 weights and BF16 KV (hidden 512, intermediate 1024: every matmul
+ * qualifies), `steps` graph-captured decode steps of n sequences from a zeroed arena, first with
+ * w8wg off (its greedy tokens feed both runs), then on. err = max |on - off| / max |off| over every
+ * step's logits (the same e4m3 values, only the summation order differs), INFINITY where graphs
+ * fell back to eager or the option was refused. */
+static void case_decode_w8wg(int n, int steps)
+{
+    char shape[128], dir[2048];
+    const char *models = getenv("PD_MODELS_DIR");
+    model_t *m = NULL;
+    snprintf(dir, sizeof dir, "%s/tiny-llama", models ? models : "deploy/models");
+    model_load_params_t mp = {dir, PD_WFMT_FP8, PD_WFMT_BF16, gpu, false, NULL};
+    pair_ok(model_load(&mp, &m));
+    const int vocab = m->cfg.vocab_size, per_seq = 4, ctx0 = 20;
+    kv_layout_t l;
+    kv_layout_init(&l, m->cfg.num_hidden_layers, m->cfg.num_key_value_heads, m->cfg.head_dim, 16,
+                   PD_KV_BF16);
+    void *arena;
+    const size_t ab = (size_t)n * per_seq * l.page_bytes;
+    pair_ok(gpu->ops->alloc(gpu, ab, &arena));
+    const kv_seq_t **sp = NULL;
+    kv_seq_t *seqs = decode_seqs_new(n, per_seq, &sp);
+    int32_t *toks = xmalloc((size_t)n * (steps + 1) * 4), *qs = xmalloc(((size_t)n + 1) * 4),
+            *cl = xmalloc((size_t)n * 4), *rows = xmalloc((size_t)n * 4);
+    const size_t per = (size_t)n * vocab;
+    float *lg[2] = {xmalloc(per * steps * 4), xmalloc(per * steps * 4)};
+    for (int s = 0; s < n; s++)
+        toks[s] = (int32_t)(1 + rng_next() % (uint64_t)(vocab - 1));
+    bool ok = true;
+    for (int r = 0; r < 2; r++) {
+        model_ctx_t *ctx = NULL;
+        ok = ok && backend_set_options(gpu, r ? "w8wg=on" : "w8wg=off") == PD_OK;
+        pair_ok(model_ctx_create(m, &ctx));
+        model_ctx_set_graphs(ctx, MODEL_GRAPHS_ON);
+        pair_ok(gpu->ops->memset(gpu, arena, 0, ab));
+        for (int s = 0; s < n; s++)
+            cl[s] = ctx0 - (s % 5);
+        for (int step = 0; step < steps; step++) {
+            for (int s = 0; s < n; s++) {
+                qs[s] = s;
+                rows[s] = s;
+                cl[s]++;
+            }
+            qs[n] = n;
+            model_batch_t b = {n, toks + (size_t)step * n, n, qs, cl, sp, n, rows};
+            float *o = lg[r] + per * step;
+            pair_ok(model_forward(ctx, arena, &l, &b, o));
+            for (int s = 0; r == 0 && s < n; s++) { /* greedy next token of the plain run */
+                int best = 0;
+                for (int v = 1; v < vocab; v++)
+                    best = o[(size_t)s * vocab + v] > o[(size_t)s * vocab + best] ? v : best;
+                toks[(size_t)(step + 1) * n + s] = best;
+            }
+        }
+        ok = ok && model_ctx_graphs(ctx) == MODEL_GRAPHS_ON;
+        model_ctx_destroy(ctx);
+    }
+    pair_ok(backend_set_options(gpu, "w8wg=off")); /* the default */
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < per * steps; i++) {
+        if (isnan(lg[0][i]) || isnan(lg[1][i]))
+            num = INFINITY;
+        num = fmax(num, fabs((double)lg[1][i] - lg[0][i]));
+        den = fmax(den, fabs((double)lg[0][i]));
+    }
+    snprintf(shape, sizeof shape, "tiny-llama fp8 kv bf16 n %d steps %d w8wg on / off", n, steps);
+    report("decode_w8wg", shape, ok ? (den > 0.0 ? num / den : num) : INFINITY, 2e-3);
+    decode_seqs_free(seqs, sp, n);
+    free(toks);
+    free(qs);
+    free(cl);
+    free(rows);
+    free(lg[0]);
+    free(lg[1]);
+    gpu->ops->free(gpu, arena);
+    model_destroy(m);
+}
+
 static void case_decode_fuse(int n, int steps)
 {
     char shape[128], dir[2048];
@@ -4512,9 +4603,62 @@ static void cases_matmul(void)
     cases_xgemv(false);
     cases_int4_mma2();
     cases_w4wg();
+    cases_w8wg();
     cases_matmul_group();
     cases_act_f16wg();
     cases_mm_fused();
+}
+
+/* matmul_w8wg (session 21, FP8 wgmma + TMA): forced plans at fixture shapes (rows past N in the
+ * last block, N not a multiple of 16, one stage, splits of unequal length, several passes over
+ * the ring, two token tiles, the n-16 tile), its plan at the 8B shapes (fixed seeds 431..), and
+ * the backend route (PD_CUDA_W8WG=1 on a second backend). */
+static void cases_w8wg(void)
+{
+    const pd_wfmt_t f8 = PD_WFMT_FP8;
+    if (!matmul_w8wg_usable()) {
+        report("mma gemm", "matmul_w8wg usable (sm_90a build on a compute capability 9.0 device)",
+               INFINITY, 0.0);
+        return;
+    }
+    mma_w8 = 1;
+    case_mma_gemm(f8, 17, 256, 1024, 2, 1, 431, "forced");
+    case_mma_gemm(f8, 64, 288, 640, 2, 1, 432, "forced");
+    case_mma_gemm(f8, 40, 512, 1280, 2, 3, 433, "forced");
+    case_mma_gemm(f8, 5, 320, 640, 1, 2, 434, "forced");
+    case_mma_gemm(f8, 100, 200, 2048, 1, 4, 435, "forced");
+    case_mma_gemm(f8, 1, 96, 384, 2, 1, 436, "forced");
+    case_mma_gemm(f8, 16, 128, 128, 1, 1, 437, "forced");
+    case_mma_gemm(f8, 64, 512, 4096, 2, 2, 438, "forced");
+    case_mma_gemm(f8, 33, 384, 3072, 1, 1, 439, "forced");
+    case_mma_gemm(f8, 9, 1000, 1152, 2, 4, 440, "forced");
+    mma_w8 = -1;
+    case_mma_gemm(f8, 48, 1024, 2048, 1, 1, 441, "plan");
+    if (!small_only) {
+        case_mma_gemm(f8, 64, 28672, 4096, 1, 1, 442, "plan 8B gate_up");
+        case_mma_gemm(f8, 64, 4096, 14336, 1, 1, 443, "plan 8B down");
+        case_mma_gemm(f8, 64, 6144, 4096, 1, 1, 444, "plan 8B qkv");
+        case_mma_gemm(f8, 64, 4096, 4096, 1, 1, 445, "plan 8B o");
+        case_mma_gemm(f8, 16, 6144, 4096, 1, 1, 446, "plan 8B qkv");
+        case_mma_gemm(f8, 1, 4096, 4096, 1, 1, 447, "plan 8B o");
+    }
+    mma_w8 = 0;
+    /* the whole FP8 decode step (the fused ops' activations) with the option on and off */
+    case_decode_w8wg(1, 3);
+    case_decode_w8wg(9, 3);
+    case_decode_w8wg(64, 2);
+    /* the backend route (PD_CUDA_W8WG=1: every n up to 64) */
+    setenv("PD_CUDA_W8WG", "1", 1);
+    pd_backend_t *keep = gpu;
+    if (backend_cuda_create(0, &gpu) == PD_OK) {
+        case_mma_gemm(f8, 48, 1024, 2048, 0, 0, 448, "PD_CUDA_W8WG=1 op n 48");
+        case_mma_gemm(f8, 3, 512, 1024, 0, 0, 449, "PD_CUDA_W8WG=1 op n 3");
+        backend_destroy(gpu);
+    } else {
+        report("mma gemm", "PD_CUDA_W8WG=1 backend", INFINITY, 0.0);
+    }
+    gpu = keep;
+    unsetenv("PD_CUDA_W8WG");
 }
 
 /* matmul_w4wg (session 10, wgmma): each configuration forced at fixture shapes (rows past N in
@@ -4797,6 +4941,10 @@ int main(void)
     }
     if (getenv("PD_GPU_TEST_SAMPLE") && atoi(getenv("PD_GPU_TEST_SAMPLE"))) {
         cases_sample(); /* the sampling cases alone (quick device rounds) */
+        return finish();
+    }
+    if (getenv("PD_GPU_TEST_W8WG") && atoi(getenv("PD_GPU_TEST_W8WG"))) {
+        cases_w8wg(); /* the matmul_w8wg cases alone (quick device rounds) */
         return finish();
     }
     if (getenv("PD_GPU_TEST_W4WG") && atoi(getenv("PD_GPU_TEST_W4WG"))) {
