@@ -1819,6 +1819,18 @@ static void case_mma_gemm_d(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warp
     int64_t stride = (int64_t)((double)n * N * K / 2e8) + 1;
     const double worst =
         gemm_worst_element(g, int4 ? NULL : c, x, &host, n, N, K, stride, int4 ? 2e-3 : 3e-4);
+    if (worst > 1.0) { /* a failing case: where its first differences sit (layout bugs) */
+        double mx = 0.0;
+        for (size_t i = 0; i < (size_t)n * N; i++)
+            mx = fmax(mx, fabs((double)c[i]));
+        int shown = 0;
+        for (size_t i = 0; i < (size_t)n * N && shown < 8; i++)
+            if (!(fabs((double)g[i] - c[i]) <= 1e-2 * mx)) {
+                printf("    t %zu row %zu: gpu %.6g cpu %.6g\n", i / (size_t)N, i % (size_t)N,
+                       (double)g[i], (double)c[i]);
+                shown++;
+            }
+    }
     snprintf(shape, sizeof shape, "%s %s n %d rows/%lld per element", pd_wfmt_name(fmt), what, n,
              (long long)stride);
     report("mma gemm", shape, worst, 1.0);
