@@ -290,6 +290,276 @@ static __global__ void __launch_bounds__(W8WG__THREADS, 1)
 #endif
 }
 
+/* ==== matmul_w4a8wg: tiled INT4 weights on the same FP8 wgmma, W4A8 (session 21) ====
+ *
+ * The weights of the tiled INT4 layout (matmul.h) come into the stage ring by 1-D bulk copies
+ * (per 32-row block and group of 128 columns: 2048 bytes of data, 64 of bf16 scales, 32 of
+ * zeros), the activations by the 2-D TMA box as in matmul__w8wg. Each consumer warpgroup turns
+ * its rows' nibbles of the stage into e4m3 q - z (exact: integers -15..15) in its own 128-byte
+ * swizzled A buffer in shared memory (mma_nib_qz, then cvt.rn.satfinite.e4m3x2.f16x2: 15
+ * instructions per 8 weights, no shuffles), then issues the same wgmma m64nNBk32 e4m3 with both
+ * operands from shared memory, so the conversion of one warpgroup overlaps the other's tensor
+ * work and no register dependency ties a conversion to a wgmma. Every group's sums are promoted
+ * into the f32 accumulators times the group's scale s (row, group); the epilogue multiplies the
+ * token's activation scale.
+ *
+ * Column order: a lane converts the 32 consecutive columns of its 16-byte piece word by word (8
+ * columns c0 .. c0 + 7) and stores the bytes in the order c0 + {0, 4, 1, 5, 2, 6, 3, 7} (the
+ * pairs mma_nib_qz makes). matmul_quant_act_fp8_w4a8 writes the activations of each group in
+ * the same order (w4a8__col), so the sums over k are the sums of the natural columns.
+ *
+ * Numerics: W4A8. The activations are quantized per token to e4m3 exactly as for FP8 weights
+ * (matmul_quant_act_fp8's values, permuted), so they lose what W8A8 loses; the weights stay
+ * exact. Against the f16 activations of matmul_w4wg this is a numerics change (the INT4 prefill
+ * GEMM, int4_gemm=fp8, made the same one with 1 x 128 activation blocks). */
+template <int MT, int NB> struct w4a8__cfg {
+    static constexpr int R = 128 * MT, BLKS = R / 32;
+    static constexpr int XB = NB * 128; /* the activation box, first (1024-aligned) */
+    static constexpr int DATA = XB, SC = DATA + BLKS * 2048, ZR = SC + BLKS * 64;
+    static constexpr int STAGE = (ZR + BLKS * 32 + 1023) / 1024 * 1024;
+    static constexpr int ABUF = 2 * MT * 8192; /* both warpgroups' A tiles (64 MT rows each) */
+    static constexpr int NS = (W8WG__RING - ABUF) / STAGE;
+    static constexpr int RP = R + 4;
+    static constexpr int SMEM = ABUF + NS * STAGE + 1024 + 16 * NS;
+    static_assert(NB * RP * 4 <= ABUF + NS * STAGE, "the epilogue's sums fit");
+    static_assert(SMEM <= 227 * 1024, "shared memory of one block");
+};
+
+/* the natural column (0..127) of position j of a group in the W4A8 order */
+static __host__ __device__ __forceinline__ int w4a8__col(int j)
+{
+    const int p = j & 7;
+    return (j & ~7) + ((p & 1) ? 4 + (p >> 1) : p >> 1);
+}
+
+/* grid (n), block 512: xq (n, K) e4m3 in the W4A8 column order, xs (n) f32: the values and
+ * scales of matmul__quant_act_fp8 (per token, amax / 448) */
+static __global__ void __launch_bounds__(512)
+    matmul__quant_act_fp8_w4a8(uint8_t *xq, float *xs, const float *x, int64_t K)
+{
+    __shared__ float red[32];
+    kutil_pdl_wait(); /* PDL-launched (kutil.cuh): x and the outputs belong to the kernels around */
+    kutil_pdl_trigger();
+    const float *xi = x + blockIdx.x * K;
+    float amax = 0.0f;
+    for (int64_t j = threadIdx.x; j < K / 4; j += blockDim.x) {
+        const float4 a = __ldg((const float4 *)xi + j);
+        amax = fmaxf(amax, fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))));
+    }
+    amax = kutil_block_max(amax, red);
+    const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+    const float inv = 1.0f / scale;
+    uint32_t *o = (uint32_t *)(xq + blockIdx.x * K);
+    for (int64_t j = threadIdx.x; j < K / 4; j += blockDim.x) {
+        const int64_t g0 = (4 * j) & ~(int64_t)127;
+        const int jj = (int)(4 * j - g0);
+        uint32_t v = 0;
+#pragma unroll
+        for (int b = 0; b < 4; b++)
+            v |= (uint32_t)kutil_f32_to_fp8(__ldg(xi + g0 + w4a8__col(jj + b)) * inv) << (8 * b);
+        o[j] = v;
+    }
+    if (threadIdx.x == 0)
+        xs[blockIdx.x] = scale;
+}
+
+#if W8WG__ON
+/* f16x2 -> e4m3x2 (16 bits: the low half's byte first) */
+static __device__ __forceinline__ uint32_t w4a8__e4m3x2(uint32_t h)
+{
+    uint16_t d;
+    asm("cvt.rn.satfinite.e4m3x2.f16x2 %0, %1;\n" : "=h"(d) : "r"(h));
+    return d;
+}
+#endif
+
+/* grid (ceil(n / NB), ceil(N / (128 MT)), S), block W8WG__THREADS, clusters of (1, 1, S) when
+ * S > 1, dynamic shared memory w4a8__cfg::SMEM. wd / wsc / wz: the tiled INT4 weight (N % 32 ==
+ * 0, K % 128 == 0); xmap: tensor map of xq (n rows of K bytes in the W4A8 order, box 128 x NB);
+ * xs (n) f32; out (n, N) f32; kps groups per split. */
+template <int MT, int NB>
+static __global__ void __launch_bounds__(W8WG__THREADS, 1)
+    matmul__w4a8wg(const __grid_constant__ CUtensorMap xmap, const uint8_t *wd,
+                   const uint16_t *wsc, const uint8_t *wz, float *out, const float *xs, int n,
+                   int64_t N, int64_t K, int kps)
+{
+#if W8WG__ON
+    using C = w4a8__cfg<MT, NB>;
+    constexpr int NS = C::NS, R = C::R;
+    extern __shared__ uint8_t w4a8__sm[];
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(w4a8__sm);
+    const uint32_t sm0 = (raw + 1023u) & ~1023u;
+    uint8_t *smg = w4a8__sm + (sm0 - raw);
+    const uint32_t ring = sm0 + C::ABUF, bars = ring + NS * C::STAGE; /* full[NS], empty[NS] */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int ng = (int)(K / 128), nblk = (int)(N / 32), S = (int)gridDim.z, z = (int)blockIdx.z;
+    const int kb = z * kps, ke = min(ng, kb + kps), nst = ke - kb;
+    const int64_t row0 = (int64_t)blockIdx.y * R;
+    const int t0 = (int)blockIdx.x * NB;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < NS; s++) {
+            mma_bar_init(bars + 8 * s, 1);
+            mma_bar_init(bars + 8 * (NS + s), 8);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (warp >= 8) { /* the producer warpgroup: lane 0 of warp 8 copies */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        if (warp == 8 && lane == 0) {
+            const int64_t blk0 = row0 / 32;
+            const int nb = (int)min((int64_t)C::BLKS, (int64_t)nblk - blk0);
+            auto copy = [&](int i, bool w, bool a) {
+                const int s = i % NS, g = kb + i;
+                const uint32_t full = bars + 8 * s, st = ring + s * C::STAGE;
+                if (w) {
+                    mma_bar_expect(full, (uint32_t)(C::XB + nb * (2048 + 64 + 32)));
+                    for (int b = 0; b < nb; b++) {
+                        const size_t tg = (size_t)(blk0 + b) * ng + g;
+                        mma_bulk(st + C::DATA + b * 2048, wd + tg * 2048, 2048u, full);
+                        mma_bulk(st + C::SC + b * 64, (const uint8_t *)wsc + tg * 64, 64u, full);
+                        mma_bulk(st + C::ZR + b * 32, wz + tg * 32, 32u, full);
+                    }
+                }
+                if (a)
+                    w8wg__tma(st, &xmap, g * 128, t0, full);
+            };
+            const int pre = min(nst, NS);
+            for (int i = 0; i < pre; i++)
+                copy(i, true, false);
+            kutil_pdl_wait();
+            kutil_pdl_trigger();
+            for (int i = 0; i < pre; i++)
+                copy(i, false, true);
+            for (int i = NS; i < nst; i++) {
+                mma_bar_wait(bars + 8 * (NS + i % NS), (uint32_t)((i / NS - 1) & 1));
+                copy(i, true, true);
+            }
+        }
+        __syncwarp();
+        if (S > 1) {
+            w8wg__cluster_sync();
+            w8wg__cluster_sync();
+        }
+        return;
+    }
+
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    kutil_pdl_wait();
+    kutil_pdl_trigger();
+    const int cw = warp >> 2, wq = warp & 3, gq = lane >> 2, tq = lane & 3;
+    const int tid = threadIdx.x & 127;
+    const uint32_t abuf = sm0 + cw * (MT * 8192); /* this warpgroup's A tiles */
+    uint8_t *abg = smg + cw * (MT * 8192);
+    float acc[MT][NB / 2], part[MT][NB / 2];
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int e = 0; e < NB / 2; e++)
+            acc[m][e] = part[m][e] = 0.0f;
+    for (int i = 0; i < nst; i++) {
+        const int s = i % NS;
+        mma_bar_wait(bars + 8 * s, (uint32_t)((i / NS) & 1));
+        const uint8_t *st = smg + C::ABUF + s * C::STAGE;
+        /* this warpgroup's 2 MT blocks of 32 rows: the lane's piece of each (row 8 wq + gq of
+         * the block, columns 32 tq .. + 31) to e4m3 in the A tile */
+#pragma unroll
+        for (int k = 0; k < 2 * MT; k++) {
+            const int bl = cw * 2 * MT + k, rb = 8 * wq + gq, lr = 32 * k + rb;
+            const uint4 q = *(const uint4 *)(st + C::DATA + bl * 2048 + tid * 16);
+            const uint32_t zv = st[C::ZR + bl * 32 + rb];
+            const uint32_t zl = mma_zl(zv), zh = mma_zh(zv);
+            uint32_t o[8];
+#pragma unroll
+            for (int w = 0; w < 4; w++) {
+                uint32_t h[4];
+                mma_nib_qz(h, w == 0 ? q.x : w == 1 ? q.y : w == 2 ? q.z : q.w, zl, zh);
+                o[2 * w] = w4a8__e4m3x2(h[0]) | (w4a8__e4m3x2(h[1]) << 16);
+                o[2 * w + 1] = w4a8__e4m3x2(h[2]) | (w4a8__e4m3x2(h[3]) << 16);
+            }
+            uint8_t *rowp = abg + lr * 128;
+            *(uint4 *)(rowp + (((2 * tq) ^ (lr & 7)) << 4)) = make_uint4(o[0], o[1], o[2], o[3]);
+            *(uint4 *)(rowp + (((2 * tq + 1) ^ (lr & 7)) << 4)) = make_uint4(o[4], o[5], o[6], o[7]);
+        }
+        /* the group's scales of this thread's accumulator rows (before the stage is handed back) */
+        float sc[MT][2];
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int lr = 64 * m + 16 * wq + gq + 8 * h;
+                const int bl = cw * 2 * MT + lr / 32;
+                sc[m][h] = kutil_bf16_to_f32(*(const uint16_t *)(st + C::SC + bl * 64 + (lr % 32) * 2));
+            }
+        /* the generic-proxy stores before the warpgroup's wgmma reads them */
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + cw) : "memory");
+        const uint32_t sta = ring + s * C::STAGE;
+        w8wg__fence();
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                w8wg__mma<NB>(part[m], w8wg__desc(abuf + m * 8192 + k * 32),
+                              w8wg__desc(sta + k * 32), k);
+        w8wg__commit();
+        w8wg__wait0();
+        __syncwarp();
+        if (lane == 0)
+            mma_bar_arrive(bars + 8 * (NS + s));
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+#pragma unroll
+            for (int e = 0; e < NB / 2; e++)
+                acc[m][e] += part[m][e] * sc[m][(e >> 1) & 1];
+        /* every warp of the warpgroup is past its wgmma before the next conversion overwrites
+         * the A tile */
+        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + cw) : "memory");
+    }
+
+    float *red = (float *)smg;
+    asm volatile("bar.sync 3, 256;\n" ::: "memory");
+#pragma unroll
+    for (int m = 0; m < MT; m++) {
+        const int rb = (cw * MT + m) * 64 + 16 * wq + gq;
+#pragma unroll
+        for (int c8 = 0; c8 < NB / 8; c8++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int e = 0; e < 2; e++)
+                    red[(8 * c8 + 2 * tq + e) * C::RP + rb + 8 * h] = acc[m][4 * c8 + 2 * h + e];
+    }
+    if (S > 1)
+        w8wg__cluster_sync();
+    else
+        asm volatile("bar.sync 3, 256;\n" ::: "memory");
+    const int r0 = z * R / S, r1 = (z + 1) * R / S, nr = r1 - r0;
+    const int nt = min(NB, n - t0);
+    for (int idx = threadIdx.x; idx < nt * nr; idx += 256) {
+        const int t = idx / nr, r = r0 + idx % nr;
+        const int64_t row = row0 + r;
+        if (row >= N)
+            continue;
+        float v;
+        if (S == 1) {
+            v = red[t * C::RP + r];
+        } else {
+            const uint32_t a = sm0 + (uint32_t)(t * C::RP + r) * 4u;
+            v = w8wg__ld_rank(a, 0);
+            for (int q = 1; q < S; q++)
+                v += w8wg__ld_rank(a, (uint32_t)q);
+        }
+        out[(size_t)(t0 + t) * N + row] = v * xs[t0 + t];
+    }
+    if (S > 1)
+        w8wg__cluster_sync();
+#else
+    __trap(); /* not built for sm_90a: matmul_w8wg_usable() said no */
+#endif
+}
+
 /* ---- launcher and plan ---- */
 
 /* The driver's tensor-map encoder, reached through the runtime (no link to libcuda). */
@@ -434,4 +704,83 @@ extern "C" pd_status_t matmul_w8wg(float *out, const uint8_t *xq, const float *x
                      : w8wg__launch<2, 64>(out, xq, xs, w, n, splits, kps, stream);
     return small ? w8wg__launch<1, 16>(out, xq, xs, w, n, splits, kps, stream)
                  : w8wg__launch<1, 64>(out, xq, xs, w, n, splits, kps, stream);
+}
+
+template <int MT, int NB>
+static pd_status_t w4a8__launch(float *out, const uint8_t *xq, const float *xs,
+                                const pd_weight_t *w, int n, int S, int kps, cudaStream_t stream)
+{
+    using C = w4a8__cfg<MT, NB>;
+    static unsigned attr; /* per device (kutil_allow_smem) */
+    pd_status_t st = kutil_allow_smem((const void *)matmul__w4a8wg<MT, NB>, C::SMEM, &attr,
+                                      "matmul_w4a8wg smem");
+    if (st != PD_OK)
+        return st;
+    CUtensorMap xmap;
+    if ((st = w8wg__map(&xmap, xq, n, w->k, NB)) != PD_OK)
+        return st;
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[2];
+    cfg.gridDim = dim3((unsigned)((n + NB - 1) / NB), (unsigned)((w->n + C::R - 1) / C::R),
+                       (unsigned)S);
+    cfg.blockDim = dim3(W8WG__THREADS);
+    cfg.dynamicSmemBytes = C::SMEM;
+    cfg.stream = stream;
+    int na = 0;
+    if (kutil_pdl_mode) {
+        at[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[na++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (S > 1) {
+        at[na].id = cudaLaunchAttributeClusterDimension;
+        at[na].val.clusterDim.x = 1;
+        at[na].val.clusterDim.y = 1;
+        at[na++].val.clusterDim.z = (unsigned)S;
+    }
+    cfg.attrs = at;
+    cfg.numAttrs = (unsigned)na;
+    const cudaError_t e = cudaLaunchKernelEx(
+        &cfg, matmul__w4a8wg<MT, NB>, xmap, (const uint8_t *)w->data,
+        (const uint16_t *)w->scales, (const uint8_t *)w->zeros, out, xs, n, w->n, w->k, kps);
+    if (e != cudaSuccess)
+        return kutil_status(e, "matmul_w4a8wg");
+    return KUTIL_LAUNCHED("matmul_w4a8wg");
+}
+
+extern "C" pd_status_t matmul_quant_act_fp8_w4a8(uint8_t *xq, float *xs, const float *x, int n,
+                                                 int64_t K, cudaStream_t stream)
+{
+    KUTIL_REQUIRE(n >= 0 && K > 0 && K % 128 == 0 && ((uintptr_t)x & 15) == 0,
+                  "matmul_quant_act_fp8_w4a8");
+    if (n == 0)
+        return PD_OK;
+    kutil_launch_pdl(matmul__quant_act_fp8_w4a8, dim3((unsigned)n), dim3(512u), 0, stream, xq, xs,
+                     x, K);
+    return KUTIL_LAUNCHED("matmul_quant_act_fp8_w4a8");
+}
+
+extern "C" pd_status_t matmul_w4a8wg(float *out, const uint8_t *xq, const float *xs,
+                                     const pd_weight_t *w, int n, int mt, int splits,
+                                     cudaStream_t stream)
+{
+    KUTIL_REQUIRE(w->fmt == PD_WFMT_INT4 && w->k % 128 == 0 && w->n > 0 && w->n % 32 == 0 &&
+                      w->scales && w->zeros,
+                  "matmul_w4a8wg");
+    KUTIL_REQUIRE(n >= 0 && n <= MATMUL_W8WG_MAX_N && (mt == 1 || mt == 2) && splits >= 1 &&
+                      splits <= W8WG__MAX_S,
+                  "matmul_w4a8wg");
+    KUTIL_REQUIRE(((uintptr_t)xq & 15) == 0, "matmul_w4a8wg");
+    if (n == 0)
+        return PD_OK;
+    if (!matmul_w8wg_usable())
+        return PD_ERR_UNSUPPORTED;
+    const int ng = (int)(w->k / 128), kps = (ng + splits - 1) / splits;
+    KUTIL_REQUIRE((splits - 1) * kps < ng, "matmul_w4a8wg splits");
+    KUTIL_REQUIRE((w->n + 128 * mt - 1) / (128 * mt) < 65535, "matmul_w4a8wg");
+    const bool small = n <= 16;
+    if (mt == 2)
+        return small ? w4a8__launch<2, 16>(out, xq, xs, w, n, splits, kps, stream)
+                     : w4a8__launch<2, 64>(out, xq, xs, w, n, splits, kps, stream);
+    return small ? w4a8__launch<1, 16>(out, xq, xs, w, n, splits, kps, stream)
+                 : w4a8__launch<1, 64>(out, xq, xs, w, n, splits, kps, stream);
 }
