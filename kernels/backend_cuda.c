@@ -142,9 +142,6 @@ typedef struct {
      * (sm_90a build, compute capability 9.0); 0: off (the default until it is measured); option
      * w8wg, PD_CUDA_W8WG=N */
     int w8wg_min_n;
-    /* tiled INT4 at n w4a8_min_n..CUDA_W8WG_MAX_N on matmul_w4a8wg (W4A8 on the FP8 wgmma) where
-     * usable; 0: off (the default: not measured yet, and a numerics change); PD_CUDA_W4A8=N */
-    int w4a8_min_n;
     void *sample_scratch; /* sample_run's (SAMPLE_SCRATCH_BYTES, kept zeroed by the kernel) */
     /* act_quant asks the fused ops for the wgmma GEMM's f16 image (PD_CUDA_WG_ACT=0: off) */
     bool wg_act;
@@ -469,13 +466,6 @@ static bool cuda__w8wg_route(const cuda_t *c, const pd_weight_t *w, int n)
            n <= CUDA_W8WG_MAX_N && w->k % 128 == 0 && ((uintptr_t)w->data & 15) == 0;
 }
 
-/* tiled INT4 on the W4A8 wgmma GEMM (matmul_w4a8wg, PD_CUDA_W4A8) */
-static bool cuda__w4a8_route(const cuda_t *c, const pd_weight_t *w, int n)
-{
-    return c->w4a8_min_n > 0 && cuda__int4_tiled(w) && n >= c->w4a8_min_n &&
-           n <= CUDA_W8WG_MAX_N && w->k % 128 == 0;
-}
-
 /* matmul_w8wg on activations quantized per token (xq 16-byte aligned), with its plan */
 static pd_status_t cuda__matmul_w8wg(cuda_t *c, float *out, const uint8_t *xq, const float *xs,
                                      const pd_weight_t *w, int n)
@@ -651,17 +641,6 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
     cuda__xgemv_plan(c, w, n, xp);
     if (xp[0] > 0 && w->fmt == PD_WFMT_INT4)
         return matmul_w4gemv(out, x, w, n, xp[0], xp[1], xp[2], xp[3], c->stream);
-    if (cuda__w4a8_route(c, w, n) && ((uintptr_t)x & 15) == 0) { /* W4A8 */
-        size_t qb = ((size_t)n * (size_t)K + 255) / 256 * 256;
-        if ((st = cuda__grow(c, &c->act, qb + (size_t)n * 4)) != PD_OK)
-            return st;
-        float *xs = (float *)((uint8_t *)c->act.p + qb);
-        if ((st = matmul_quant_act_fp8_w4a8(c->act.p, xs, x, n, K, c->stream)) != PD_OK)
-            return st;
-        int mt, splits;
-        matmul_w8wg_plan(n, N, K, c->n_sm, &mt, &splits);
-        return matmul_w4a8wg(out, c->act.p, xs, w, n, mt, splits, c->stream);
-    }
     if (cuda__w8wg_route(c, w, n)) { /* per-token quantization, then the wgmma GEMM */
         size_t qb = ((size_t)n * (size_t)K + 255) / 256 * 256;
         if ((st = cuda__grow(c, &c->act, qb + (size_t)n * 4)) != PD_OK)
@@ -788,8 +767,6 @@ static pd_status_t cuda__matmul_group(cuda_t *c, float *const *outs, const float
         grouped = cuda__int4_tiled(ws[i]) && ws[i]->k == ws[0]->k;
         sum.n += ws[i]->n;
     }
-    if (grouped && cuda__w4a8_route(c, &sum, n))
-        grouped = false; /* each weight on matmul_w4a8wg */
     if (grouped) {
         int xp[4];
         cuda__xgemv_plan(c, &sum, n, xp);
@@ -1057,8 +1034,6 @@ static pd_act_t cuda_act_quant(pd_backend_t *be, const pd_weight_t *w, int n)
     cuda_t *c = cuda__get(be);
     if (w->fmt == PD_WFMT_FP8)
         return PD_ACT_FP8_ROW;
-    if (cuda__w4a8_route(c, w, n))
-        return PD_ACT_F32; /* matmul quantizes in the W4A8 column order */
     if (c->wg_act && n <= PD_ACT_WG_MAX_N && cuda__w4wg_route(c, w, n))
         return PD_ACT_F16WG;
     return cuda__int4_w4a8(c, w, n) ? PD_ACT_FP8_BLK : PD_ACT_F32;
@@ -2164,8 +2139,6 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     env = getenv("PD_CUDA_W8WG");
     c->w8wg_min_n = env && *env && atoi(env) > 0 && matmul_w8wg_usable() ? atoi(env) : 0;
     c->env_set |= env && *env ? CUDA__ENV_W8WG : 0;
-    env = getenv("PD_CUDA_W4A8");
-    c->w4a8_min_n = env && *env && atoi(env) > 0 && matmul_w8wg_usable() ? atoi(env) : 0;
     env = getenv("PD_CUDA_WG_ACT");
     c->wg_act = !env || !*env || cuda__onoff(env) != 0;
     env = getenv("PD_CUDA_GEMV_FUSE");

@@ -220,20 +220,6 @@ void matmul_w8wg_plan(int n, int64_t N, int64_t K, int n_sm, int *mt_p, int *spl
 pd_status_t matmul_w8wg(float *out, const uint8_t *xq, const float *xs, const pd_weight_t *w,
                         int n, int mt, int splits, cudaStream_t stream);
 
-/* W4A8 on the same FP8 wgmma (kernels/matmul_w8wg.cu, matmul__w4a8wg): tiled INT4 weights
- * (w->n % 32 == 0, w->k % 128 == 0) turned into e4m3 q - z in shared memory, the group scales
- * applied to each group's sums in f32, n = 1 .. MATMUL_W8WG_MAX_N:
- *   1. matmul_quant_act_fp8_w4a8: xq (n, K) e4m3, xs (n) f32: matmul_quant_act_fp8's values
- *      with each group's 128 columns in the order the kernel converts the nibbles (x 16-byte
- *      aligned);
- *   2. matmul_w4a8wg: out (n, w->n) f32 = x @ W^T, plan as matmul_w8wg_plan's (rows 128 mt,
- *      splits in a cluster).
- * W4A8 numerics (the activations as FP8 weights quantize them), not matmul_w4wg's f16. */
-pd_status_t matmul_quant_act_fp8_w4a8(uint8_t *xq, float *xs, const float *x, int n, int64_t K,
-                                      cudaStream_t stream);
-pd_status_t matmul_w4a8wg(float *out, const uint8_t *xq, const float *xs, const pd_weight_t *w,
-                          int n, int mt, int splits, cudaStream_t stream);
-
 /* out (total) f32 = the sum of part (splits, total) f32 over the splits, in order. */
 pd_status_t matmul_sum_parts(float *out, const float *part, int splits, size_t total,
                              cudaStream_t stream);

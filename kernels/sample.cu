@@ -582,12 +582,13 @@ int sample_split = 1;
 int sample_bucket = -1;
 }
 
-/* sample_bucket, read from PD_CUDA_SAMPLE_BUCKET (1: on) the first time it is -1 */
+/* sample_bucket, read from PD_CUDA_SAMPLE_BUCKET (0: off; on otherwise, the default since
+ * session 21) the first time it is -1 */
 static bool sample__bucket_on(void)
 {
     if (sample_bucket < 0) {
         const char *e = getenv("PD_CUDA_SAMPLE_BUCKET");
-        sample_bucket = e && atoi(e) == 1;
+        sample_bucket = !(e && *e && atoi(e) == 0);
     }
     return sample_bucket != 0;
 }

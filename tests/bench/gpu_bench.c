@@ -594,8 +594,7 @@ typedef struct {
     int mode; /* 0 gemv, 1 quant + mma, 2 op, 3 wgemv, 4 w4gemv / w8gemv (FP8: xh holds the
                * fp8 activations and mult their scales, quantized before timing), 5 quant +
                * matmul_int4_mma2, 6 quant + matmul_w4wg (depth = cfg), 7 FP8 quant +
-               * matmul_w8wg (warps = 128-row units per block), 8 INT4 W4A8 quant +
-               * matmul_w4a8wg (the same plan) */
+               * matmul_w8wg (warps = 128-row units per block) */
     float *out, *x, *part, *xf, *mult;
     uint16_t *xh;
     pd_weight_t *w;
@@ -637,12 +636,6 @@ static void run_i4(void *p)
         ok(matmul_w8wg(a->out, (const uint8_t *)a->xh, a->mult, a->w, a->n, a->warps, a->splits,
                        stream),
            "w8wg");
-    } else if (a->mode == 8) { /* INT4 W4A8: quant (W4A8 order) + matmul_w4a8wg */
-        ok(matmul_quant_act_fp8_w4a8((uint8_t *)a->xh, a->mult, a->x, a->n, a->w->k, stream),
-           "quant w4a8");
-        ok(matmul_w4a8wg(a->out, (const uint8_t *)a->xh, a->mult, a->w, a->n, a->warps,
-                         a->splits, stream),
-           "w4a8wg");
     } else if (a->mode == 4 && fp8) {
         ok(matmul_w8gemv(a->out, (const uint8_t *)a->xh, a->mult, a->w, a->n, a->warps, a->splits,
                          a->depth, a->blocks, stream),
@@ -970,8 +963,8 @@ static void bench_w4wg(void)
 /* matmul_w8wg (FP8 wgmma + TMA, session 21) against the FP8 op (the routing before it: GEMV /
  * mma kernel at n <= 8, cuBLASLt above) and the INT4 op at n 1..64 on the four 8B shapes (us, L2
  * flushed as in bench_int4_paths, activation quantization included): w8wg with its plan (rows /
- * 128, S), the best forced plan, and w8wg's rate (FP8 weight + scale bytes / time); then the
- * INT4 op (default routing) against matmul_w4a8wg with w8wg's plan (INT4 bytes / time).
+ * 128, S), the best forced plan, w8wg's rate (FP8 weight + scale bytes / time), and the INT4
+ * op.
  * `gpu_bench w8wg` (not part of all); GPU_BENCH_W8WG_N=n: that n alone; GPU_BENCH_W8WG_ONCE=1:
  * one launch of w8wg's plan and one of the FP8 op per shape (for ncu). */
 static void bench_w8wg(void)
@@ -988,8 +981,8 @@ static void bench_w8wg(void)
     ok(be->ops->alloc(be, l2_flush_bytes, &l2_flush), "alloc");
     printf("\n### FP8 wgmma GEMM (w8wg) vs the FP8 op (us, L2 flushed before each repeat)\n\n");
     printf("| N x K | n | fp8 op | w8wg (rows/128, S) | best w8wg (rows/128, S) | w8wg TB/s | "
-           "w8wg / fp8 op | int4 op | int4 W4A8 w4a8wg | w4a8wg TB/s | w4a8wg / int4 op |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+           "w8wg / fp8 op | int4 op | int4 op / w8wg |\n");
+    printf("|---|---|---|---|---|---|---|---|---|\n");
     const char *only = getenv("GPU_BENCH_W8WG_N");
     for (int s = 0; s < 4; s++) {
         const int64_t N = i4_shapes[s][0], K = i4_shapes[s][1];
@@ -1032,13 +1025,10 @@ static void bench_w8wg(void)
             a.mode = 2;
             a.w = &w4;
             const float t_i4 = time_op(run_i4, &a, 20);
-            a.mode = 8, a.warps = mt, a.splits = ws;
-            const float t_a8 = time_op(run_i4, &a, 20);
             printf("| %lld x %lld | %d | %.1f | %.1f (%d, %d) | %.1f (%d, %d) | %.2f | %.2f | %.1f | "
-                   "%.1f | %.2f | %.2f |\n",
+                   "%.2f |\n",
                    (long long)N, (long long)K, n, t_op * 1e3, t_wg * 1e3, mt, ws, best * 1e3, bm,
-                   bs, wb[1] / (t_wg * 1e-3) / 1e12, t_wg / t_op, t_i4 * 1e3, t_a8 * 1e3,
-                   wb[0] / (t_a8 * 1e-3) / 1e12, t_a8 / t_i4);
+                   bs, wb[1] / (t_wg * 1e-3) / 1e12, t_wg / t_op, t_i4 * 1e3, t_i4 / t_wg);
             fflush(stdout);
             i4_free(&a);
         }
@@ -2361,7 +2351,8 @@ static void bench_stepprof(void)
 
 /* `gpu_bench sample`: the sampling ops alone on 128k-logit rows (random logits, scale 4), batch 1
  * and 64, each on both sampler paths (kernels/sample.h sample_bucket: 0 the bisection and one
- * pass per logprobs alternative, 1 session 20's bucket refinement): greedy, T 0.8 + top-p 0.95
+ * pass per logprobs alternative, 1 session 20's bucket refinement, the default since session
+ * 21): greedy, T 0.8 + top-p 0.95
  * (top-k off: the 2048 largest are the candidates), T 1 + top-k 50, and the logprobs op with 20
  * alternatives. us per launch (median of 30, logits in L2 as after the LM head). Not part of
  * all. */
@@ -2396,7 +2387,7 @@ static void bench_sample(void)
                  {"logprobs, 20 alternatives", 0.0f, 1.0f, 0, 1}};
     printf("\n### sampling ops, vocabulary %d, random logits (us per launch, median of 30)\n\n",
            vocab);
-    printf("| batch | op | bisection (default) | bucket (PD_CUDA_SAMPLE_BUCKET=1) | bucket / "
+    printf("| batch | op | bisection (PD_CUDA_SAMPLE_BUCKET=0) | bucket (default) | bucket / "
            "bisection |\n");
     printf("|---|---|---|---|---|\n");
     const int was = sample_bucket;

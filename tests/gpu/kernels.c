@@ -1729,9 +1729,6 @@ static void cases_w4wg(void);
  * its plan, warps and splits ignored) */
 static int mma_w8;
 static void cases_w8wg(void);
-/* case_mma_gemm_d through matmul_w4a8wg (INT4, W4A8): as mma_w8; the CPU reference then runs on
- * the activations quantized per token to e4m3 and decoded (the values the kernel multiplies) */
-static int mma_w4a8;
 static void case_mma_gemm_d(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warps, int splits,
                             int depth, uint64_t seed, const char *what)
 {
@@ -1747,16 +1744,6 @@ static void case_mma_gemm_d(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warp
         for (int64_t k = 0; k < K; k++)
             x[(size_t)t * K + k] *= (float)(1 << (t % 9)) / 16.0f * mma_x_scale;
     pair_t px = pair_new((size_t)n * K * 4, x), out = pair_new((size_t)n * N * 4, NULL);
-    if (mma_w4a8 && int4 && warps != 0) { /* W4A8: the reference on the e4m3 activations */
-        uint8_t *q = xmalloc((size_t)K);
-        for (int t = 0; t < n; t++) {
-            const float sc = quant_fp8_vec(q, x + (size_t)t * K, K);
-            for (int64_t k = 0; k < K; k++)
-                x[(size_t)t * K + k] = pd_fp8_to_f32(q[k]) * sc;
-        }
-        free(q);
-        pair_ok(cpu->ops->upload(cpu, px.c, x, (size_t)n * K * 4));
-    }
     cpu->ops->matmul(cpu, out.c, px.c, &wc, n);
     void *scratch = NULL;
     if (warps == 0) {
@@ -1786,11 +1773,6 @@ static void case_mma_gemm_d(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warp
         } else if (mma_xgemv) {
             pair_ok(matmul_quant_act_fp8(b, NULL, mult, px.g, n, K, st));
             pair_ok(matmul_w8gemv(out.g, b, mult, &wg, n, warps, splits, depth, mma_xblocks, st));
-        } else if (mma_w4a8 != 0 && int4) {
-            if (mma_w4a8 < 0)
-                matmul_w8wg_plan(n, N, K, n_sm, &warps, &splits);
-            pair_ok(matmul_quant_act_fp8_w4a8(b, mult, px.g, n, K, st));
-            pair_ok(matmul_w4a8wg(out.g, b, mult, &wg, n, warps, splits, st));
         } else if (mma_w8 != 0 && !int4) {
             if (mma_w8 < 0)
                 matmul_w8wg_plan(n, N, K, n_sm, &warps, &splits);
@@ -1824,8 +1806,6 @@ static void case_mma_gemm_d(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warp
         snprintf(xb, sizeof xb, " w4wg cfg%d", warps);
     if (mma_w8 && !int4 && warps > 0)
         snprintf(xb, sizeof xb, " w8wg mt%d", warps);
-    if (mma_w4a8 && int4 && warps > 0)
-        snprintf(xb, sizeof xb, " w4a8wg mt%d", warps);
     snprintf(shape, sizeof shape, "%s %s%s n %d N %lld K %lld w%d s%d d%d%s seed %llu",
              pd_wfmt_name(fmt), mma_xgemv ? (int4 ? "w4gemv " : "w8gemv ") : "", what, n,
              (long long)N, (long long)K, warps, splits, depth, xb, (unsigned long long)seed);
@@ -4663,7 +4643,7 @@ static void cases_w8wg(void)
     case_mma_gemm(f8, 16, 128, 128, 1, 1, 437, "forced");
     case_mma_gemm(f8, 64, 512, 4096, 2, 2, 438, "forced");
     case_mma_gemm(f8, 33, 384, 3072, 1, 1, 439, "forced");
-    case_mma_gemm(f8, 9, 1000, 1152, 2, 4, 440, "forced");
+    case_mma_gemm(f8, 9, 1000, 1280, 2, 4, 440, "forced");
     mma_w8 = -1;
     case_mma_gemm(f8, 48, 1024, 2048, 1, 1, 441, "plan");
     if (!small_only) {
@@ -4675,23 +4655,6 @@ static void cases_w8wg(void)
         case_mma_gemm(f8, 1, 4096, 4096, 1, 1, 447, "plan 8B o");
     }
     mma_w8 = 0;
-    /* matmul_w4a8wg: the same plans on tiled INT4 (N % 32 == 0) */
-    const pd_wfmt_t i4 = PD_WFMT_INT4;
-    mma_w4a8 = 1;
-    case_mma_gemm(i4, 17, 256, 1024, 2, 1, 451, "w4a8 forced");
-    case_mma_gemm(i4, 64, 288, 640, 2, 1, 452, "w4a8 forced");
-    case_mma_gemm(i4, 40, 512, 1280, 2, 3, 453, "w4a8 forced");
-    case_mma_gemm(i4, 5, 320, 640, 1, 2, 454, "w4a8 forced");
-    case_mma_gemm(i4, 100, 224, 2048, 1, 4, 455, "w4a8 forced");
-    case_mma_gemm(i4, 1, 96, 384, 2, 1, 456, "w4a8 forced");
-    case_mma_gemm(i4, 33, 384, 3072, 1, 1, 457, "w4a8 forced");
-    mma_w4a8 = -1;
-    if (!small_only) {
-        case_mma_gemm(i4, 64, 28672, 4096, 1, 1, 458, "w4a8 plan 8B gate_up");
-        case_mma_gemm(i4, 64, 4096, 14336, 1, 1, 459, "w4a8 plan 8B down");
-        case_mma_gemm(i4, 16, 6144, 4096, 1, 1, 460, "w4a8 plan 8B qkv");
-    }
-    mma_w4a8 = 0;
     /* the whole FP8 decode step (the fused ops' activations) with the option on and off */
     case_decode_w8wg(1, 3);
     case_decode_w8wg(9, 3);
@@ -4913,15 +4876,16 @@ static void cases_sample_path(void)
     sample_levels = 0;
 }
 
-/* the sampling cases on both paths: the bisection (the default) and session 20's bucket
- * refinement (sample_bucket = 1, PD_CUDA_SAMPLE_BUCKET=1) */
+/* the sampling cases on both paths: the bisection (sample_bucket = 0, PD_CUDA_SAMPLE_BUCKET=0)
+ * and session 20's bucket refinement (the default since session 21) */
 static void cases_sample(void)
 {
+    const int was = sample_bucket;
     for (int b = 0; b <= 1; b++) {
         sample_bucket = b;
         cases_sample_path();
     }
-    sample_bucket = 0;
+    sample_bucket = was; /* -1: the default, read again at the next launch */
 }
 
 int main(void)

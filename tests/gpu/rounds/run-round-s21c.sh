@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Session 21, the short form of run-round-s21a.sh for a call with little device time left: the
-# w8wg / w4a8wg harness cases, `gpu_bench w8wg` at n 64 and 1, the decode step with every switch
-# off and on (w8wg, W4A8 from n 9, the bucket sampler) at batch 1 / 64, then the sampling cases.
+# Session 21, the short call that ran (one H100; docs/performance.md, s21 round; the W4A8 kernel it
+# measured, matmul_w4a8wg, was removed after it): the w8wg / w4a8wg harness cases, `gpu_bench
+# w8wg` at n 64 and 1, the decode step with every switch off and on (w8wg, W4A8 from n 9, the
+# bucket sampler) at batch 1 / 64, then the sampling cases.
 #   bash tests/gpu/prepare-round.sh tests/gpu/rounds/run-round-s21c.sh
 #   DEADLINE=240 bash .gpu-round/run-round-s21c.sh   (carry .gpu-round, .gpu-models/llama-moe.tar.xz)
 set -uo pipefail
