@@ -538,23 +538,6 @@ static __device__ __forceinline__ void fwg__fence_proxy()
 {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
-static __device__ __forceinline__ void fwg__wg_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-static __device__ __forceinline__ void fwg__wg_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-static __device__ __forceinline__ void fwg__wg_wait0()
-{
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-}
-/* waits until at most one committed wgmma group of this warpgroup is pending */
-static __device__ __forceinline__ void fwg__wg_wait1()
-{
-    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-}
 /* one arrival on the mbarrier at a once every cp.async this thread issued before has landed
  * (noinc: the arrival is one of the count the barrier was initialized with) */
 static __device__ __forceinline__ void fwg__cp_arrive(uint32_t a)
@@ -974,14 +957,14 @@ static __global__ void __launch_bounds__(FWG__THREADS, 1)
             fwg__fence_proxy();
         fwg__zero_tail<LVL>(kv0 + 32768u, 0, cl, n_keys, l.page_tokens, tid - 128);
         fwg__pp_wait<LVL>(cw);
-        fwg__wg_fence();
+        mma_wg_fence();
 #pragma unroll
         for (int kk = 0; kk < 8; kk++)
             fwg__mma_ss<0>(sacc, fwg__desc(qsm + (kk >> 2) * 8192 + (kk & 3) * 32, 16, 1024),
                            fwg__desc(kv0 + (kk >> 2) * 16384 + (kk & 3) * 32, 16, 1024), kk > 0);
-        fwg__wg_commit();
+        mma_wg_commit();
         fwg__pp_done<LVL>(cw, false);
-        fwg__wg_wait0();
+        mma_wg_wait<0>();
         fwg__fence_acc(sacc);
         fwg__softmax(sacc, 0, pos0, pos, t4, m, sc, corr, rs);
         lsum[0] = rs[0];
@@ -999,21 +982,21 @@ static __global__ void __launch_bounds__(FWG__THREADS, 1)
                 fwg__fence_proxy();
             fwg__zero_tail<LVL>(ks + 32768u, kt, cl, n_keys, l.page_tokens, tid - 128);
             fwg__pp_wait<LVL>(cw);
-            fwg__wg_fence();
+            mma_wg_fence();
 #pragma unroll
             for (int kk = 0; kk < 8; kk++)
                 fwg__mma_ss<0>(sacc, fwg__desc(qsm + (kk >> 2) * 8192 + (kk & 3) * 32, 16, 1024),
                                fwg__desc(ks + (kk >> 2) * 16384 + (kk & 3) * 32, 16, 1024), kk > 0);
-            fwg__wg_commit();
+            mma_wg_commit();
 #pragma unroll
             for (int kk = 0; kk < 8; kk++)
                 fwg__mma_rs(o, pa[kk], fwg__desc(vp + kk * 2048, 16384, 1024));
-            fwg__wg_commit();
+            mma_wg_commit();
             fwg__pp_done<LVL>(cw, false);
-            fwg__wg_wait1(); /* S(kt) is done; P(kt - 1) V(kt - 1) may still run */
+            mma_wg_wait<1>(); /* S(kt) is done; P(kt - 1) V(kt - 1) may still run */
             fwg__fence_acc(sacc);
             fwg__softmax(sacc, kt * BN, pos0, pos, t4, m, sc, corr, rs);
-            fwg__wg_wait0();
+            mma_wg_wait<0>();
             fwg__fence_acc(o);
             fwg__fence_pa(pa);
             fwg__bar_arrive(bars + 8 * (NS + sp)); /* this thread is done with tile kt - 1 */
@@ -1039,13 +1022,13 @@ static __global__ void __launch_bounds__(FWG__THREADS, 1)
             const int sp = (n_kt - 1) % NS;
             const uint32_t vp = kv0 + 65536u * sp + 32768u;
             fwg__pp_wait<LVL>(cw);
-            fwg__wg_fence();
+            mma_wg_fence();
 #pragma unroll
             for (int kk = 0; kk < 8; kk++)
                 fwg__mma_rs(o, pa[kk], fwg__desc(vp + kk * 2048, 16384, 1024));
-            fwg__wg_commit();
+            mma_wg_commit();
             fwg__pp_done<LVL>(cw, true);
-            fwg__wg_wait0();
+            mma_wg_wait<0>();
             fwg__fence_acc(o);
             fwg__fence_pa(pa);
             fwg__bar_arrive(bars + 8 * (NS + sp));
@@ -1062,13 +1045,13 @@ static __global__ void __launch_bounds__(FWG__THREADS, 1)
         /* S (64 x 128 keys) = Q K^T, raw: K-major A and B, k16 steps along the 128 dims (two
          * 64-dim column blocks, 32 bytes per step inside a swizzled row) */
         float sacc[64];
-        fwg__wg_fence();
+        mma_wg_fence();
 #pragma unroll
         for (int kk = 0; kk < 8; kk++)
             fwg__mma_ss<0>(sacc, fwg__desc(qsm + (kk >> 2) * 8192 + (kk & 3) * 32, 16, 1024),
                            fwg__desc(ks + (kk >> 2) * 16384 + (kk & 3) * 32, 16, 1024), kk > 0);
-        fwg__wg_commit();
-        fwg__wg_wait0();
+        mma_wg_commit();
+        mma_wg_wait<0>();
         fwg__fence_acc(sacc);
 
         /* causal mask (diagonal tiles), online softmax; element e of 8-key chunk n: row
@@ -1125,12 +1108,12 @@ static __global__ void __launch_bounds__(FWG__THREADS, 1)
 
         /* O += P V: V (128 keys x 128 dims) N-major, k16 steps of 16 keys (2048 bytes); the
          * two 64-dim column blocks 16384 bytes apart (leading byte offset) */
-        fwg__wg_fence();
+        mma_wg_fence();
 #pragma unroll
         for (int kk = 0; kk < 8; kk++)
             fwg__mma_rs(o, pa[kk], fwg__desc(vs + kk * 2048, 16384, 1024));
-        fwg__wg_commit();
-        fwg__wg_wait0();
+        mma_wg_commit();
+        mma_wg_wait<0>();
         fwg__fence_acc(o);
         fwg__bar_arrive(bars + 8 * (NS + st)); /* this thread is done with the stage */
     }
@@ -1218,18 +1201,9 @@ static bool fwg__usable(const kv_layout_t *l, int n_heads)
  * reached through the runtime (no link to libcuda). */
 static pd_status_t fwg__kvmap(CUtensorMap *map, const void *arena, const kv_layout_t *l)
 {
-    static PFN_cuTensorMapEncodeTiled_v12000 encode;
-    if (!encode) {
-        void *fn = NULL;
-        cudaDriverEntryPointQueryResult qr;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
-                                             cudaEnableDefault, &qr) != cudaSuccess ||
-            qr != cudaDriverEntryPointSuccess || !fn) {
-            (void)cudaGetLastError();
-            return kutil_status(cudaErrorNotSupported, "attention_flash tensor map encoder");
-        }
-        encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
-    }
+    PFN_cuTensorMapEncodeTiled_v12000 encode = kutil_tmap_encoder();
+    if (!encode)
+        return kutil_status(cudaErrorNotSupported, "attention_flash tensor map encoder");
     const cuuint64_t D = (cuuint64_t)l->head_dim, KVH = (cuuint64_t)l->n_kv_heads;
     const cuuint64_t dims[5] = {D, KVH, (cuuint64_t)l->page_tokens,
                                 (cuuint64_t)l->n_layers * (cuuint64_t)l->n_sides, 1ull << 30};

@@ -466,6 +466,20 @@ static bool cuda__w8wg_route(const cuda_t *c, const pd_weight_t *w, int n)
            n <= CUDA_W8WG_MAX_N && w->k % 128 == 0 && ((uintptr_t)w->data & 15) == 0;
 }
 
+/* x (n, K) f32 quantized per token (matmul_quant_act_fp8) into the act scratch: *xq (n, K) e4m3
+ * (256-byte aligned), then *xs (n) f32 */
+static pd_status_t cuda__quant_fp8_act(cuda_t *c, const float *x, int n, int64_t K, uint8_t **xq,
+                                       float **xs)
+{
+    const size_t qb = ((size_t)n * (size_t)K + 255) / 256 * 256;
+    pd_status_t st = cuda__grow(c, &c->act, qb + (size_t)n * 4);
+    if (st != PD_OK)
+        return st;
+    *xq = c->act.p;
+    *xs = (float *)((uint8_t *)c->act.p + qb);
+    return matmul_quant_act_fp8(*xq, NULL, *xs, x, n, K, c->stream);
+}
+
 /* matmul_w8wg on activations quantized per token (xq 16-byte aligned), with its plan */
 static pd_status_t cuda__matmul_w8wg(cuda_t *c, float *out, const uint8_t *xq, const float *xs,
                                      const pd_weight_t *w, int n)
@@ -641,23 +655,14 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
     cuda__xgemv_plan(c, w, n, xp);
     if (xp[0] > 0 && w->fmt == PD_WFMT_INT4)
         return matmul_w4gemv(out, x, w, n, xp[0], xp[1], xp[2], xp[3], c->stream);
-    if (cuda__w8wg_route(c, w, n)) { /* per-token quantization, then the wgmma GEMM */
-        size_t qb = ((size_t)n * (size_t)K + 255) / 256 * 256;
-        if ((st = cuda__grow(c, &c->act, qb + (size_t)n * 4)) != PD_OK)
+    if (cuda__w8wg_route(c, w, n) || xp[0] > 0) { /* FP8: per-token quantization first */
+        uint8_t *xq;
+        float *xs;
+        if ((st = cuda__quant_fp8_act(c, x, n, K, &xq, &xs)) != PD_OK)
             return st;
-        float *xs = (float *)((uint8_t *)c->act.p + qb);
-        if ((st = matmul_quant_act_fp8(c->act.p, NULL, xs, x, n, K, c->stream)) != PD_OK)
-            return st;
-        return cuda__matmul_w8wg(c, out, c->act.p, xs, w, n);
-    }
-    if (xp[0] > 0) { /* FP8: per-token quantization, then the GEMV */
-        size_t qb = ((size_t)n * (size_t)K + 255) / 256 * 256;
-        if ((st = cuda__grow(c, &c->act, qb + (size_t)n * 4)) != PD_OK)
-            return st;
-        float *xs = (float *)((uint8_t *)c->act.p + qb);
-        if ((st = matmul_quant_act_fp8(c->act.p, NULL, xs, x, n, K, c->stream)) != PD_OK)
-            return st;
-        return matmul_w8gemv(out, c->act.p, xs, w, n, xp[0], xp[1], xp[2], xp[3], c->stream);
+        if (cuda__w8wg_route(c, w, n)) /* the wgmma GEMM (option w8wg) */
+            return cuda__matmul_w8wg(c, out, xq, xs, w, n);
+        return matmul_w8gemv(out, xq, xs, w, n, xp[0], xp[1], xp[2], xp[3], c->stream);
     }
     if (n <= CUDA_WGEMV_MAX_N && K <= CUDA_WGEMV_MAX_K && cuda__int4_tiled(w) && c->cc_major >= 9)
         return cuda__matmul_wgemv(c, out, x, w, n);

@@ -27,6 +27,28 @@ static inline pd_status_t kutil_status(cudaError_t e, const char *what)
 /* Status of the launch just made (configuration errors; not the kernel's outcome). */
 #define KUTIL_LAUNCHED(what) kutil_status(cudaGetLastError(), what)
 
+/* The driver's tensor-map encoder (cuTensorMapEncodeTiled, for TMA boxes), reached through the
+ * runtime (no link to libcuda), looked up once; NULL where the driver has none. Callers include
+ * <cuda.h> and <cudaTypedefs.h> first (kutil.cuh itself needs neither). */
+#ifdef CUDATYPEDEFS_H
+static inline PFN_cuTensorMapEncodeTiled_v12000 kutil_tmap_encoder(void)
+{
+    static PFN_cuTensorMapEncodeTiled_v12000 encode;
+    if (!encode) {
+        void *fn = NULL;
+        cudaDriverEntryPointQueryResult qr;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                             cudaEnableDefault, &qr) != cudaSuccess ||
+            qr != cudaDriverEntryPointSuccess || !fn) {
+            (void)cudaGetLastError();
+            return NULL;
+        }
+        encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
+    }
+    return encode;
+}
+#endif
+
 /* Shape precondition inside a launcher: logs and returns PD_ERR_INVALID. */
 #define KUTIL_REQUIRE(cond, what)                                                                  \
     do {                                                                                           \

@@ -135,18 +135,6 @@ static __device__ __forceinline__ void w4wg__mma(float (&d)[32], const uint32_t 
           "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
 }
-static __device__ __forceinline__ void w4wg__fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-static __device__ __forceinline__ void w4wg__commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-template <int N> static __device__ __forceinline__ void w4wg__wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
 /* the registers stay live (and unmoved) up to here: an async wgmma may still read them */
 static __device__ __forceinline__ void w4wg__keep(uint32_t (&a)[8][4])
 {
@@ -303,7 +291,7 @@ static __global__ void __launch_bounds__(W4WG__THREADS, 1)
             for (int m = 0; m < MT; m++) {
                 const int u = gl * MT + m, b = u % NB; /* A buffer */
                 if (u >= NB) {
-                    w4wg__wait<NB - 1>(); /* the wgmma of use u - NB (buffer b) has completed */
+                    mma_wg_wait<NB - 1>(); /* the wgmma of use u - NB (buffer b) has completed */
                     w4wg__keep(A[b]);
                 }
                 const int bl = 2 * (cw * MT + m) + (wq >> 1), hr = wq & 1;
@@ -318,7 +306,7 @@ static __global__ void __launch_bounds__(W4WG__THREADS, 1)
                     zv[h] = st[C::ZR + (bl * GPS + gl) * 32 + rr];
                 }
                 w4wg__dequant(A[b], q, sv, zv);
-                w4wg__fence();
+                mma_wg_fence();
 #pragma unroll
                 for (int k = 0; k < 8; k++)
 #pragma unroll
@@ -326,10 +314,10 @@ static __global__ void __launch_bounds__(W4WG__THREADS, 1)
                         w4wg__mma(acc[m][j], A[b][k],
                                   w4wg__desc(sta + (j * GPS + gl) * W4WG__TILE_B + (k >> 2) * 8192 +
                                              (k & 3) * 32));
-                w4wg__commit();
+                mma_wg_commit();
             }
         }
-        w4wg__wait<0>(); /* the stage's wgmma are done with its shared memory */
+        mma_wg_wait<0>(); /* the stage's wgmma are done with its shared memory */
 #pragma unroll
         for (int b = 0; b < NB; b++)
             w4wg__keep(A[b]);

@@ -107,18 +107,6 @@ __device__ __forceinline__ void w8wg__mma<16>(float (&d)[8], uint64_t da, uint64
                    "+f"(d[6]), "+f"(d[7])
                  : "l"(da), "l"(db), "r"(acc));
 }
-static __device__ __forceinline__ void w8wg__fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-static __device__ __forceinline__ void w8wg__commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-static __device__ __forceinline__ void w8wg__wait0()
-{
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-}
 /* the 2-D box at (column c0, row c1) of the tensor map -> shared dst, completing on bar */
 static __device__ __forceinline__ void w8wg__tma(uint32_t dst, const CUtensorMap *map, int c0,
                                                  int c1, uint32_t bar)
@@ -225,15 +213,15 @@ static __global__ void __launch_bounds__(W8WG__THREADS, 1)
         const int s = i % NS;
         mma_bar_wait(bars + 8 * s, (uint32_t)((i / NS) & 1));
         const uint32_t st = sm0 + s * C::STAGE;
-        w8wg__fence();
+        mma_wg_fence();
 #pragma unroll
         for (int m = 0; m < MT; m++)
 #pragma unroll
             for (int k = 0; k < 4; k++)
                 w8wg__mma<NB>(part[m], w8wg__desc(st + (cw * MT + m) * 8192 + k * 32),
                               w8wg__desc(st + C::WB + k * 32), k);
-        w8wg__commit();
-        w8wg__wait0(); /* the stage's wgmma are done with its shared memory */
+        mma_wg_commit();
+        mma_wg_wait<0>(); /* the stage's wgmma are done with its shared memory */
         __syncwarp();
         if (lane == 0)
             mma_bar_arrive(bars + 8 * (NS + s));
@@ -292,30 +280,12 @@ static __global__ void __launch_bounds__(W8WG__THREADS, 1)
 
 /* ---- launcher and plan ---- */
 
-/* The driver's tensor-map encoder, reached through the runtime (no link to libcuda). */
-static PFN_cuTensorMapEncodeTiled_v12000 w8wg__encoder(void)
-{
-    static PFN_cuTensorMapEncodeTiled_v12000 encode;
-    if (!encode) {
-        void *fn = NULL;
-        cudaDriverEntryPointQueryResult qr;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
-                                             cudaEnableDefault, &qr) != cudaSuccess ||
-            qr != cudaDriverEntryPointSuccess || !fn) {
-            (void)cudaGetLastError();
-            return NULL;
-        }
-        encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
-    }
-    return encode;
-}
-
 /* map over a (rows, K) byte matrix at p (row pitch K), boxes of 128 columns x box_rows rows,
  * 128-byte swizzle, zeros out of bounds */
 static pd_status_t w8wg__map(CUtensorMap *map, const void *p, int64_t rows, int64_t K,
                              int box_rows)
 {
-    PFN_cuTensorMapEncodeTiled_v12000 encode = w8wg__encoder();
+    PFN_cuTensorMapEncodeTiled_v12000 encode = kutil_tmap_encoder();
     if (!encode)
         return kutil_status(cudaErrorNotSupported, "matmul_w8wg tensor map encoder");
     const cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)rows};

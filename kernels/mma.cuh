@@ -337,6 +337,21 @@ static __device__ __forceinline__ void mma_bar_wait(uint32_t a, uint32_t parity)
                      : "memory");
     } while (!done);
 }
+/* warpgroup tensor-core instruction (wgmma) ordering, shared by the Hopper kernels: the fence
+ * before a warpgroup's first wgmma (after its registers or shared memory were written), the
+ * commit of the issued wgmma as one group, and the wait until at most N groups are pending */
+static __device__ __forceinline__ void mma_wg_fence()
+{
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+static __device__ __forceinline__ void mma_wg_commit()
+{
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N> static __device__ __forceinline__ void mma_wg_wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
 /* bytes (a multiple of 16; src and dst 16-byte aligned) from global src to shared dst, completing
  * on the mbarrier at bar */
 static __device__ __forceinline__ void mma_bulk(uint32_t dst, const void *src, uint32_t bytes,

@@ -3822,6 +3822,126 @@ static void case_decode_pdl(pd_wfmt_t wfmt, pd_kvfmt_t kvfmt, int n, int steps)
     model_destroy(m);
 }
 
+/* A tiny-llama decode rig for the whole-step A / B cases (case_decode_w8wg, case_decode_fuse):
+ * the model with weights wfmt, a KV arena of kvfmt for n sequences of 4 pages, and token rows
+ * toks (steps + 1, n): row 0 random, the later rows the greedy picks of the first run. */
+typedef struct {
+    model_t *m;
+    kv_layout_t l;
+    void *arena;
+    size_t ab;
+    kv_seq_t *seqs;
+    const kv_seq_t **sp;
+    int n, steps, vocab;
+    int32_t *toks;
+} decode_rig_t;
+
+static void decode_rig_new(decode_rig_t *r, pd_wfmt_t wfmt, pd_kvfmt_t kvfmt, int n, int steps)
+{
+    char dir[2048];
+    const char *models = getenv("PD_MODELS_DIR");
+    snprintf(dir, sizeof dir, "%s/tiny-llama", models ? models : "deploy/models");
+    memset(r, 0, sizeof *r);
+    model_load_params_t mp = {dir, wfmt, PD_WFMT_BF16, gpu, false, NULL};
+    pair_ok(model_load(&mp, &r->m));
+    r->n = n, r->steps = steps, r->vocab = r->m->cfg.vocab_size;
+    kv_layout_init(&r->l, r->m->cfg.num_hidden_layers, r->m->cfg.num_key_value_heads,
+                   r->m->cfg.head_dim, 16, kvfmt);
+    r->ab = (size_t)n * 4 * r->l.page_bytes;
+    pair_ok(gpu->ops->alloc(gpu, r->ab, &r->arena));
+    r->seqs = decode_seqs_new(n, 4, &r->sp);
+    r->toks = xmalloc((size_t)n * (steps + 1) * 4);
+    for (int s = 0; s < n; s++)
+        r->toks[s] = (int32_t)(1 + rng_next() % (uint64_t)(r->vocab - 1));
+}
+
+/* One run: `steps` graph-captured decode steps from a zeroed arena (contexts 20 - s % 5 + step),
+ * each step's logits (n, vocab) to lg + step n vocab; greedy: the run's picks become the next
+ * rows of toks. Returns whether the context kept its graphs. */
+static bool decode_rig_run(decode_rig_t *r, float *lg, bool greedy)
+{
+    const int n = r->n, vocab = r->vocab;
+    int32_t *qs = xmalloc(((size_t)n + 1) * 4), *cl = xmalloc((size_t)n * 4),
+            *rows = xmalloc((size_t)n * 4);
+    model_ctx_t *ctx = NULL;
+    pair_ok(model_ctx_create(r->m, &ctx));
+    model_ctx_set_graphs(ctx, MODEL_GRAPHS_ON);
+    pair_ok(gpu->ops->memset(gpu, r->arena, 0, r->ab));
+    for (int s = 0; s < n; s++)
+        cl[s] = 20 - (s % 5);
+    for (int step = 0; step < r->steps; step++) {
+        for (int s = 0; s < n; s++) {
+            qs[s] = s;
+            rows[s] = s;
+            cl[s]++;
+        }
+        qs[n] = n;
+        model_batch_t b = {n, r->toks + (size_t)step * n, n, qs, cl, r->sp, n, rows};
+        float *o = lg + (size_t)n * vocab * step;
+        pair_ok(model_forward(ctx, r->arena, &r->l, &b, o));
+        for (int s = 0; greedy && s < n; s++) { /* greedy next token */
+            int best = 0;
+            for (int v = 1; v < vocab; v++)
+                best = o[(size_t)s * vocab + v] > o[(size_t)s * vocab + best] ? v : best;
+            r->toks[(size_t)(step + 1) * n + s] = best;
+        }
+    }
+    const bool graphs = model_ctx_graphs(ctx) == MODEL_GRAPHS_ON;
+    model_ctx_destroy(ctx);
+    free(qs);
+    free(cl);
+    free(rows);
+    return graphs;
+}
+
+static void decode_rig_free(decode_rig_t *r)
+{
+    decode_seqs_free(r->seqs, r->sp, r->n);
+    free(r->toks);
+    gpu->ops->free(gpu, r->arena);
+    model_destroy(r->m);
+}
+
+/* max |lg[r] - lg[0]| / max |lg[0]| over r = 1..runs - 1 (INFINITY for a NaN) */
+static double decode_rig_diff(float *const *lg, int runs, size_t count)
+{
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < count; i++)
+        for (int r = 1; r < runs; r++) {
+            if (isnan(lg[0][i]) || isnan(lg[r][i]))
+                num = INFINITY;
+            num = fmax(num, fabs((double)lg[r][i] - lg[0][i]));
+            den = fmax(den, fabs((double)lg[0][i]));
+        }
+    return den > 0.0 ? num / den : num;
+}
+
+/* Session 21: the FP8 decode step with matmul_w8wg (option w8wg) against the FP8 routes before
+ * it: tiny-llama with FP8 weights and BF16 KV (hidden 512, intermediate 1024: every matmul
+ * qualifies), `steps` graph-captured decode steps of n sequences, first with w8wg off (its greedy
+ * tokens feed both runs), then on. err = max |on - off| / max |off| over every step's logits
+ * (the same e4m3 values, only the summation order differs), INFINITY where graphs fell back to
+ * eager or the option was refused. */
+static void case_decode_w8wg(int n, int steps)
+{
+    char shape[128];
+    decode_rig_t rig;
+    decode_rig_new(&rig, PD_WFMT_FP8, PD_KV_BF16, n, steps);
+    const size_t per = (size_t)n * rig.vocab * steps;
+    float *lg[2] = {xmalloc(per * 4), xmalloc(per * 4)};
+    bool ok = true;
+    for (int r = 0; r < 2; r++) {
+        ok = ok && backend_set_options(gpu, r ? "w8wg=on" : "w8wg=off") == PD_OK;
+        ok = decode_rig_run(&rig, lg[r], r == 0) && ok;
+    }
+    pair_ok(backend_set_options(gpu, "w8wg=off")); /* the default */
+    snprintf(shape, sizeof shape, "tiny-llama fp8 kv bf16 n %d steps %d w8wg on / off", n, steps);
+    report("decode_w8wg", shape, ok ? decode_rig_diff(lg, 2, per) : INFINITY, 2e-3);
+    free(lg[0]);
+    free(lg[1]);
+    decode_rig_free(&rig);
+}
+
 /* Session 14: the decode step with the small ops folded into the slice GEMVs (backend.h
  * matmul_fused, option gemv_fuse) against the plain ops: tiny-llama with INT4 weights and FP8 KV,
  * `steps` graph-captured decode steps of n sequences from a zeroed arena, first with gemv_fuse
@@ -3829,168 +3949,33 @@ static void case_decode_pdl(pd_wfmt_t wfmt, pd_kvfmt_t kvfmt, int n, int steps)
  * step's logits (only 1 / rms of each norm may differ, in its last bit), INFINITY where the
  * backend would not take the model's weights (the fused path would not run) or graphs fell
  * back to eager. */
-/* Session 21: the FP8 decode step with matmul_w8wg (option w8wg) against the FP8 routes before
- * it: tiny-llama with FP8 weights and BF16 KV (hidden 512, intermediate 1024: every matmul
- * qualifies), `steps` graph-captured decode steps of n sequences from a zeroed arena, first with
- * w8wg off (its greedy tokens feed both runs), then on. err = max |on - off| / max |off| over every
- * step's logits (the same e4m3 values, only the summation order differs), INFINITY where graphs
- * fell back to eager or the option was refused. */
-static void case_decode_w8wg(int n, int steps)
-{
-    char shape[128], dir[2048];
-    const char *models = getenv("PD_MODELS_DIR");
-    model_t *m = NULL;
-    snprintf(dir, sizeof dir, "%s/tiny-llama", models ? models : "deploy/models");
-    model_load_params_t mp = {dir, PD_WFMT_FP8, PD_WFMT_BF16, gpu, false, NULL};
-    pair_ok(model_load(&mp, &m));
-    const int vocab = m->cfg.vocab_size, per_seq = 4, ctx0 = 20;
-    kv_layout_t l;
-    kv_layout_init(&l, m->cfg.num_hidden_layers, m->cfg.num_key_value_heads, m->cfg.head_dim, 16,
-                   PD_KV_BF16);
-    void *arena;
-    const size_t ab = (size_t)n * per_seq * l.page_bytes;
-    pair_ok(gpu->ops->alloc(gpu, ab, &arena));
-    const kv_seq_t **sp = NULL;
-    kv_seq_t *seqs = decode_seqs_new(n, per_seq, &sp);
-    int32_t *toks = xmalloc((size_t)n * (steps + 1) * 4), *qs = xmalloc(((size_t)n + 1) * 4),
-            *cl = xmalloc((size_t)n * 4), *rows = xmalloc((size_t)n * 4);
-    const size_t per = (size_t)n * vocab;
-    float *lg[2] = {xmalloc(per * steps * 4), xmalloc(per * steps * 4)};
-    for (int s = 0; s < n; s++)
-        toks[s] = (int32_t)(1 + rng_next() % (uint64_t)(vocab - 1));
-    bool ok = true;
-    for (int r = 0; r < 2; r++) {
-        model_ctx_t *ctx = NULL;
-        ok = ok && backend_set_options(gpu, r ? "w8wg=on" : "w8wg=off") == PD_OK;
-        pair_ok(model_ctx_create(m, &ctx));
-        model_ctx_set_graphs(ctx, MODEL_GRAPHS_ON);
-        pair_ok(gpu->ops->memset(gpu, arena, 0, ab));
-        for (int s = 0; s < n; s++)
-            cl[s] = ctx0 - (s % 5);
-        for (int step = 0; step < steps; step++) {
-            for (int s = 0; s < n; s++) {
-                qs[s] = s;
-                rows[s] = s;
-                cl[s]++;
-            }
-            qs[n] = n;
-            model_batch_t b = {n, toks + (size_t)step * n, n, qs, cl, sp, n, rows};
-            float *o = lg[r] + per * step;
-            pair_ok(model_forward(ctx, arena, &l, &b, o));
-            for (int s = 0; r == 0 && s < n; s++) { /* greedy next token of the plain run */
-                int best = 0;
-                for (int v = 1; v < vocab; v++)
-                    best = o[(size_t)s * vocab + v] > o[(size_t)s * vocab + best] ? v : best;
-                toks[(size_t)(step + 1) * n + s] = best;
-            }
-        }
-        ok = ok && model_ctx_graphs(ctx) == MODEL_GRAPHS_ON;
-        model_ctx_destroy(ctx);
-    }
-    pair_ok(backend_set_options(gpu, "w8wg=off")); /* the default */
-    double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < per * steps; i++) {
-        if (isnan(lg[0][i]) || isnan(lg[1][i]))
-            num = INFINITY;
-        num = fmax(num, fabs((double)lg[1][i] - lg[0][i]));
-        den = fmax(den, fabs((double)lg[0][i]));
-    }
-    snprintf(shape, sizeof shape, "tiny-llama fp8 kv bf16 n %d steps %d w8wg on / off", n, steps);
-    report("decode_w8wg", shape, ok ? (den > 0.0 ? num / den : num) : INFINITY, 2e-3);
-    decode_seqs_free(seqs, sp, n);
-    free(toks);
-    free(qs);
-    free(cl);
-    free(rows);
-    free(lg[0]);
-    free(lg[1]);
-    gpu->ops->free(gpu, arena);
-    model_destroy(m);
-}
-
 static void case_decode_fuse(int n, int steps)
 {
-    char shape[128], dir[2048];
-    const char *models = getenv("PD_MODELS_DIR");
-    model_t *m = NULL;
-    snprintf(dir, sizeof dir, "%s/tiny-llama", models ? models : "deploy/models");
-    model_load_params_t mp = {dir, PD_WFMT_INT4, PD_WFMT_BF16, gpu, false, NULL};
-    pair_ok(model_load(&mp, &m));
-    const int vocab = m->cfg.vocab_size, per_seq = 4, ctx0 = 20;
-    kv_layout_t l;
-    kv_layout_init(&l, m->cfg.num_hidden_layers, m->cfg.num_key_value_heads, m->cfg.head_dim, 16,
-                   PD_KV_FP8);
-    void *arena;
-    const size_t ab = (size_t)n * per_seq * l.page_bytes;
-    pair_ok(gpu->ops->alloc(gpu, ab, &arena));
-    const kv_seq_t **sp = NULL;
-    kv_seq_t *seqs = decode_seqs_new(n, per_seq, &sp);
-    int32_t *toks = xmalloc((size_t)n * (steps + 1) * 4), *qs = xmalloc(((size_t)n + 1) * 4),
-            *cl = xmalloc((size_t)n * 4), *rows = xmalloc((size_t)n * 4);
-    const size_t per = (size_t)n * vocab;
-    float *lg[4] = {xmalloc(per * steps * 4), xmalloc(per * steps * 4), xmalloc(per * steps * 4),
-                    xmalloc(per * steps * 4)};
-    for (int s = 0; s < n; s++) {
-        toks[s] = (int32_t)(1 + rng_next() % (uint64_t)(vocab - 1));
-    }
+    char shape[128];
+    decode_rig_t rig;
+    decode_rig_new(&rig, PD_WFMT_INT4, PD_KV_FP8, n, steps);
+    const size_t per = (size_t)n * rig.vocab * steps;
+    float *lg[4] = {xmalloc(per * 4), xmalloc(per * 4), xmalloc(per * 4), xmalloc(per * 4)};
     bool ok = gpu->ops->matmul_fused_ok != NULL;
     static const char *const opt[4] = {"gemv_fuse=off", "gemv_fuse=1", "gemv_fuse=2",
                                        "gemv_fuse=3"};
     for (int r = 0; r < 4; r++) { /* off, 1 (norms, adds), 2 (+ SiLU·mul epilogue), 3 */
-        model_ctx_t *ctx = NULL;
         pair_ok(backend_set_options(gpu, opt[r]));
         /* the fused levels must take the fused path (asked after the option is set: off by
          * default, matmul_fused_ok says no) */
-        ok = ok &&
-             (r == 0 ||
-              (gpu->ops->matmul_fused_ok(gpu, &m->layers[0].q, n, PD_PRO_RMSNORM, PD_EPI_NONE) &&
-               gpu->ops->matmul_fused_ok(gpu, &m->layers[0].down, n, PD_PRO_NONE, PD_EPI_ACC)));
-        pair_ok(model_ctx_create(m, &ctx));
-        model_ctx_set_graphs(ctx, MODEL_GRAPHS_ON);
-        pair_ok(gpu->ops->memset(gpu, arena, 0, ab));
-        for (int s = 0; s < n; s++)
-            cl[s] = ctx0 - (s % 5);
-        for (int step = 0; step < steps; step++) {
-            for (int s = 0; s < n; s++) {
-                qs[s] = s;
-                rows[s] = s;
-                cl[s]++;
-            }
-            qs[n] = n;
-            model_batch_t b = {n, toks + (size_t)step * n, n, qs, cl, sp, n, rows};
-            float *o = lg[r] + per * step;
-            pair_ok(model_forward(ctx, arena, &l, &b, o));
-            for (int s = 0; r == 0 && s < n; s++) { /* greedy next token of the plain run */
-                int best = 0;
-                for (int v = 1; v < vocab; v++)
-                    best = o[(size_t)s * vocab + v] > o[(size_t)s * vocab + best] ? v : best;
-                toks[(size_t)(step + 1) * n + s] = best;
-            }
-        }
-        ok = ok && model_ctx_graphs(ctx) == MODEL_GRAPHS_ON;
-        model_ctx_destroy(ctx);
+        ok = ok && (r == 0 || (gpu->ops->matmul_fused_ok(gpu, &rig.m->layers[0].q, n,
+                                                         PD_PRO_RMSNORM, PD_EPI_NONE) &&
+                               gpu->ops->matmul_fused_ok(gpu, &rig.m->layers[0].down, n,
+                                                         PD_PRO_NONE, PD_EPI_ACC)));
+        ok = decode_rig_run(&rig, lg[r], r == 0) && ok;
     }
     pair_ok(backend_set_options(gpu, "gemv_fuse=off")); /* the default */
-    double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < per * steps; i++)
-        for (int r = 1; r < 4; r++) {
-            if (isnan(lg[0][i]) || isnan(lg[r][i]))
-                num = INFINITY;
-            num = fmax(num, fabs((double)lg[r][i] - lg[0][i]));
-            den = fmax(den, fabs((double)lg[0][i]));
-        }
     snprintf(shape, sizeof shape, "tiny-llama int4 kv fp8 n %d steps %d fused 1, 2, 3 / plain", n,
              steps);
-    report("decode_fuse", shape, ok ? (den > 0.0 ? num / den : num) : INFINITY, 2e-3);
-    decode_seqs_free(seqs, sp, n);
-    free(toks);
-    free(qs);
-    free(cl);
-    free(rows);
+    report("decode_fuse", shape, ok ? decode_rig_diff(lg, 4, per) : INFINITY, 2e-3);
     for (int r = 0; r < 4; r++)
         free(lg[r]);
-    gpu->ops->free(gpu, arena);
-    model_destroy(m);
+    decode_rig_free(&rig);
 }
 
 /* ==== GLM-4.5 / DeepSeek-V3 ops (kernels/family.cu) ==== */
