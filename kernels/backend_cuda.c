@@ -139,8 +139,8 @@ typedef struct {
      * is usable (sm_90a build, compute capability 9.0); PD_CUDA_INT4_WG=0: off */
     bool int4_wg;
     /* FP8 at n w8wg_min_n..CUDA_W8WG_MAX_N on the wgmma + TMA GEMM matmul_w8wg where it is usable
-     * (sm_90a build, compute capability 9.0); 0: off (the default until it is measured); option
-     * w8wg, PD_CUDA_W8WG=N */
+     * (sm_90a build, compute capability 9.0); 0: off (the default: session 21 measured it no
+     * faster than cuBLASLt); option w8wg, PD_CUDA_W8WG=N */
     int w8wg_min_n;
     void *sample_scratch; /* sample_run's (SAMPLE_SCRATCH_BYTES, kept zeroed by the kernel) */
     /* act_quant asks the fused ops for the wgmma GEMM's f16 image (PD_CUDA_WG_ACT=0: off) */
@@ -655,12 +655,13 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
     cuda__xgemv_plan(c, w, n, xp);
     if (xp[0] > 0 && w->fmt == PD_WFMT_INT4)
         return matmul_w4gemv(out, x, w, n, xp[0], xp[1], xp[2], xp[3], c->stream);
-    if (cuda__w8wg_route(c, w, n) || xp[0] > 0) { /* FP8: per-token quantization first */
+    const bool w8wg = cuda__w8wg_route(c, w, n);
+    if (w8wg || xp[0] > 0) { /* FP8: per-token quantization first */
         uint8_t *xq;
         float *xs;
         if ((st = cuda__quant_fp8_act(c, x, n, K, &xq, &xs)) != PD_OK)
             return st;
-        if (cuda__w8wg_route(c, w, n)) /* the wgmma GEMM (option w8wg) */
+        if (w8wg) /* the wgmma GEMM (option w8wg) */
             return cuda__matmul_w8wg(c, out, xq, xs, w, n);
         return matmul_w8gemv(out, xq, xs, w, n, xp[0], xp[1], xp[2], xp[3], c->stream);
     }

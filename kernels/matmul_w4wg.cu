@@ -244,19 +244,8 @@ static __global__ void __launch_bounds__(W4WG__THREADS, 1)
                              xw + ((size_t)(tile0 + j) * ng + g0) * W4WG__TILE_B,
                              (uint32_t)(gn * W4WG__TILE_B), full);
         };
-        /* PDL (kutil.cuh): the first stages' weights (constant) are copied while the kernels
-         * before this one finish; the activations (xw) only after the wait */
-        const int pre = min(nst, NS);
-        for (int i = 0; i < pre; i++)
-            copy(i, true, false);
-        kutil_pdl_wait();
-        kutil_pdl_trigger();
-        for (int i = 0; i < pre; i++)
-            copy(i, false, true);
-        for (int i = NS; i < nst; i++) {
-            mma_bar_wait(bars + 8 * (NS + i % NS), (uint32_t)((i / NS - 1) & 1));
-            copy(i, true, true);
-        }
+        /* the first stages' weights while the kernels before finish; xw after the PDL wait */
+        mma_ring_produce(nst, NS, bars, copy);
         return;
     }
 

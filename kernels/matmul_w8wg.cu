@@ -176,19 +176,8 @@ static __global__ void __launch_bounds__(W8WG__THREADS, 1)
                 if (a)
                     w8wg__tma(st + C::WB, &xmap, c0, t0, full);
             };
-            /* PDL (kutil.cuh): the first stages' weights (constant) are copied while the kernels
-             * before this one finish; the activations only after the wait */
-            const int pre = min(nst, NS);
-            for (int i = 0; i < pre; i++)
-                copy(i, true, false);
-            kutil_pdl_wait();
-            kutil_pdl_trigger();
-            for (int i = 0; i < pre; i++)
-                copy(i, false, true);
-            for (int i = NS; i < nst; i++) {
-                mma_bar_wait(bars + 8 * (NS + i % NS), (uint32_t)((i / NS - 1) & 1));
-                copy(i, true, true);
-            }
+            /* the first stages' weights while the kernels before finish; xq after the PDL wait */
+            mma_ring_produce(nst, NS, bars, copy);
         }
         __syncwarp();
         if (S > 1) { /* the consumers' two cluster barriers count every thread of the block */
@@ -254,7 +243,6 @@ static __global__ void __launch_bounds__(W8WG__THREADS, 1)
     /* this block's share of the tile's rows: [r0, r1) of R, all S blocks' sums in rank order */
     const int r0 = z * R / S, r1 = (z + 1) * R / S, nr = r1 - r0;
     const int nt = min(NB, n - t0);
-    const uint32_t redsh = sm0;
     for (int idx = threadIdx.x; idx < nt * nr; idx += 256) {
         const int t = idx / nr, r = r0 + idx % nr;
         const int64_t row = row0 + r;
@@ -264,7 +252,7 @@ static __global__ void __launch_bounds__(W8WG__THREADS, 1)
         if (S == 1) {
             v = red[t * C::RP + r];
         } else {
-            const uint32_t a = redsh + (uint32_t)(t * C::RP + r) * 4u;
+            const uint32_t a = sm0 + (uint32_t)(t * C::RP + r) * 4u; /* red[t][r] */
             v = w8wg__ld_rank(a, 0);
             for (int q = 1; q < S; q++)
                 v += w8wg__ld_rank(a, (uint32_t)q);
@@ -354,12 +342,19 @@ extern "C" bool matmul_w8wg_usable(void)
  * against 44.1 us) and o (31.7 against 21.5); the forced sweep picked these plans at n 64 on all
  * four 8B shapes. */
 #define W8WG__PLAN_MAX_S 3
+
+/* every one of s splits of nk stages gets a stage (matmul_w8wg's precondition) */
+static bool w8wg__splits_ok(int64_t nk, int s)
+{
+    return (s - 1) * ((nk + s - 1) / s) < nk;
+}
+
 extern "C" void matmul_w8wg_plan(int n, int64_t N, int64_t K, int n_sm, int *mt_p, int *splits_p)
 {
     const char *e = getenv("PD_CUDA_W8WG_PLAN"); /* "mt,s": a forced plan (measurements) */
     int fm = 0, fs = 0;
     if (e && sscanf(e, "%d,%d", &fm, &fs) == 2 && (fm == 1 || fm == 2) && fs >= 1 &&
-        fs <= W8WG__MAX_S && (K / 128 + fs - 1) / fs * (fs - 1) < K / 128) {
+        fs <= W8WG__MAX_S && w8wg__splits_ok(K / 128, fs)) {
         *mt_p = fm;
         *splits_p = fs;
         return;
@@ -369,7 +364,7 @@ extern "C" void matmul_w8wg_plan(int n, int64_t N, int64_t K, int n_sm, int *mt_
     int bm = 2, bs = 1;
     for (int mt = 2; mt >= 1; mt--)
         for (int s = 1; s <= W8WG__PLAN_MAX_S; s++) {
-            if (s > 1 && nk / s < 2)
+            if (s > 1 && (nk / s < 2 || !w8wg__splits_ok(nk, s)))
                 break;
             const int64_t blocks = tt * ((N + 128 * mt - 1) / (128 * mt)) * s;
             const int64_t waves = (blocks + n_sm - 1) / n_sm;
@@ -400,7 +395,7 @@ extern "C" pd_status_t matmul_w8wg(float *out, const uint8_t *xq, const float *x
     if (!matmul_w8wg_usable())
         return PD_ERR_UNSUPPORTED;
     const int nk = (int)(w->k / 128), kps = (nk + splits - 1) / splits;
-    KUTIL_REQUIRE((splits - 1) * kps < nk, "matmul_w8wg splits");
+    KUTIL_REQUIRE(w8wg__splits_ok(nk, splits), "matmul_w8wg splits");
     KUTIL_REQUIRE((w->n + 128 * mt - 1) / (128 * mt) < 65535, "matmul_w8wg");
     const bool small = n <= 16;
     if (mt == 2)

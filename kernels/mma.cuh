@@ -352,6 +352,27 @@ template <int N> static __device__ __forceinline__ void mma_wg_wait()
 {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
+/* The single producer thread of a ring of NS stages (matmul_w4wg, matmul_w8wg): copy(i, w, a)
+ * issues stage i's copies, w the constant weights (with the stage's expect_tx on its "full"
+ * barrier), a the activations that the kernels before this one write. PDL (kutil.cuh): the first
+ * min(nst, NS) stages' weights are copied before the wait, their activations after it; stage i >=
+ * NS first waits until the consumers have handed back its slot's previous use (the "empty"
+ * barrier at bars + 8 (NS + i % NS), phase i / NS - 1). */
+template <typename F>
+static __device__ __forceinline__ void mma_ring_produce(int nst, int NS, uint32_t bars, F copy)
+{
+    const int pre = min(nst, NS);
+    for (int i = 0; i < pre; i++)
+        copy(i, true, false);
+    kutil_pdl_wait();
+    kutil_pdl_trigger();
+    for (int i = 0; i < pre; i++)
+        copy(i, false, true);
+    for (int i = NS; i < nst; i++) {
+        mma_bar_wait(bars + 8 * (NS + i % NS), (uint32_t)((i / NS - 1) & 1));
+        copy(i, true, true);
+    }
+}
 /* bytes (a multiple of 16; src and dst 16-byte aligned) from global src to shared dst, completing
  * on the mbarrier at bar */
 static __device__ __forceinline__ void mma_bulk(uint32_t dst, const void *src, uint32_t bytes,
