@@ -675,6 +675,15 @@ static void i4_weights(int s, pd_weight_t *h4, pd_weight_t *h8, pd_weight_t *w4,
     }
 }
 
+/* frees what i4_weights made */
+static void i4_weights_free(pd_weight_t *h4, pd_weight_t *h8, pd_weight_t *w4, pd_weight_t *w8)
+{
+    model_host_weight_free(h4);
+    model_host_weight_free(h8);
+    backend_weight_free(be, w4);
+    backend_weight_free(be, w8);
+}
+
 static void i4_alloc(i4_arg_t *a, int n, int64_t N, int64_t K)
 {
     a->n = n;
@@ -772,10 +781,7 @@ static void bench_int4_paths(void)
             fflush(stdout);
             i4_free(&a);
         }
-        model_host_weight_free(&h4);
-        model_host_weight_free(&h8);
-        backend_weight_free(be, &w4);
-        backend_weight_free(be, &w8);
+        i4_weights_free(&h4, &h8, &w4, &w8);
     }
     be->ops->free(be, l2_flush);
     l2_flush = NULL;
@@ -863,10 +869,7 @@ static void bench_int4_mma2(void)
             fflush(stdout);
             i4_free(&a);
         }
-        model_host_weight_free(&h4);
-        model_host_weight_free(&h8);
-        backend_weight_free(be, &w4);
-        backend_weight_free(be, &w8);
+        i4_weights_free(&h4, &h8, &w4, &w8);
     }
     be->ops->free(be, l2_flush);
     l2_flush = NULL;
@@ -951,10 +954,7 @@ static void bench_w4wg(void)
             fflush(stdout);
             i4_free(&a);
         }
-        model_host_weight_free(&h4);
-        model_host_weight_free(&h8);
-        backend_weight_free(be, &w4);
-        backend_weight_free(be, &w8);
+        i4_weights_free(&h4, &h8, &w4, &w8);
     }
     be->ops->free(be, l2_flush);
     l2_flush = NULL;
@@ -1032,10 +1032,7 @@ static void bench_w8wg(void)
             fflush(stdout);
             i4_free(&a);
         }
-        model_host_weight_free(&h4);
-        model_host_weight_free(&h8);
-        backend_weight_free(be, &w4);
-        backend_weight_free(be, &w8);
+        i4_weights_free(&h4, &h8, &w4, &w8);
     }
     be->ops->free(be, l2_flush);
     l2_flush = NULL;
@@ -1171,10 +1168,7 @@ static void bench_wgemv_sweep(void)
                 fflush(stdout);
                 i4_free(&a);
             }
-        model_host_weight_free(&h4);
-        model_host_weight_free(&h8);
-        backend_weight_free(be, &w4);
-        backend_weight_free(be, &w8);
+        i4_weights_free(&h4, &h8, &w4, &w8);
     }
     be->ops->free(be, l2_flush);
     l2_flush = NULL;
@@ -1311,10 +1305,7 @@ static void bench_xgemv(void)
                              m4 > 0 ? mo / m4 : 0.0, mod * 1e3, m4d * 1e3);
                 i4_free(&a);
             }
-        model_host_weight_free(&h4);
-        model_host_weight_free(&h8);
-        backend_weight_free(be, &w4);
-        backend_weight_free(be, &w8);
+        i4_weights_free(&h4, &h8, &w4, &w8);
     }
     printf("\n| fmt | N x K | n | plan R/S/D/G | plan us | plan TB/s | of 4.8 | best us (R/S/D/G) "
            "| best TB/s | op us | op TB/s | s4 op us | s4 op TB/s | op / s4 op | memset flush: op "
