@@ -206,13 +206,8 @@ static __global__ void __launch_bounds__(W4WG__THREADS, 1)
     const int nst = (nG + GPS - 1) / GPS;
     const int64_t row0 = (int64_t)(y - (seg == 0 ? 0 : seg == 1 ? sg.rb[0] : sg.rb[1])) * C::R;
     const int tile0 = blockIdx.x * NT;
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < NS; s++) {
-            mma_bar_init(bars + 8 * s, 1);
-            mma_bar_init(bars + 8 * (NS + s), 8);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
+    if (threadIdx.x == 0)
+        mma_ring_init(NS, bars);
     __syncthreads();
 
     if (warp >= 8) { /* the producer warpgroup: lane 0 of warp 8 copies, the rest retire */

@@ -154,13 +154,8 @@ static __global__ void __launch_bounds__(W8WG__THREADS, 1)
     const int kb = z * kps, ke = min(nk, kb + kps), nst = ke - kb;
     const int64_t row0 = (int64_t)blockIdx.y * R;
     const int t0 = (int)blockIdx.x * NB;
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < NS; s++) {
-            mma_bar_init(bars + 8 * s, 1);
-            mma_bar_init(bars + 8 * (NS + s), 8);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
+    if (threadIdx.x == 0)
+        mma_ring_init(NS, bars);
     __syncthreads();
 
     if (warp >= 8) { /* the producer warpgroup: lane 0 of warp 8 copies */

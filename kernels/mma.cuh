@@ -352,6 +352,17 @@ template <int N> static __device__ __forceinline__ void mma_wg_wait()
 {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
+/* The barriers of a ring of NS stages at bars (16 NS bytes, 8-aligned): "full" s (one arrival:
+ * the producer's expect_tx) at bars + 8 s, "empty" s (one arrival per consumer warp: two
+ * warpgroups) at bars + 8 (NS + s). One thread calls it; the block synchronizes after. */
+static __device__ __forceinline__ void mma_ring_init(int NS, uint32_t bars)
+{
+    for (int s = 0; s < NS; s++) {
+        mma_bar_init(bars + 8 * s, 1);
+        mma_bar_init(bars + 8 * (NS + s), 8);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
 /* The single producer thread of a ring of NS stages (matmul_w4wg, matmul_w8wg): copy(i, w, a)
  * issues stage i's copies, w the constant weights (with the stage's expect_tx on its "full"
  * barrier), a the activations that the kernels before this one write. PDL (kutil.cuh): the first
