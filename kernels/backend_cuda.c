@@ -138,6 +138,10 @@ typedef struct {
     /* tiled INT4 at n CUDA_W4WG_MIN_N..MATMUL_W4WG_MAX_N on the wgmma GEMM matmul_w4wg where it
      * is usable (sm_90a build, compute capability 9.0); PD_CUDA_INT4_WG=0: off */
     bool int4_wg;
+    /* matmul_w4wg's K splits added inside thread-block clusters (one launch, no scratch) instead
+     * of by a second launch over partial sums; option w4wg_cluster, PD_CUDA_W4WG_CLUSTER=0|1
+     * (session 22: off until measured) */
+    bool w4wg_cluster;
     /* FP8 at n w8wg_min_n..CUDA_W8WG_MAX_N on the wgmma + TMA GEMM matmul_w8wg where it is usable
      * (sm_90a build, compute capability 9.0); 0: off (the default: session 21 measured it no
      * faster than cuBLASLt); option w8wg, PD_CUDA_W8WG=N */
@@ -500,13 +504,16 @@ static pd_status_t cuda__matmul_w4wg(cuda_t *c, float *const *outs, const float 
 {
     int cfg, splits;
     int64_t N = 0;
-    for (int i = 0; i < count; i++)
+    bool cluster = c->w4wg_cluster; /* the outputs must be 16-byte aligned for it */
+    for (int i = 0; i < count; i++) {
         N += ws[i]->n;
+        cluster = cluster && ((uintptr_t)outs[i] & 15) == 0;
+    }
     const int64_t K = ws[0]->k;
-    matmul_w4wg_plan(n, N, K, c->n_sm, &cfg, &splits);
+    matmul_w4wg_plan(n, N, K, c->n_sm, cluster, &cfg, &splits);
     const size_t hb = (matmul_w4wg_act_bytes(n, K) + 255) / 256 * 256,
                  mb = ((size_t)n * 4 + 255) / 256 * 256;
-    const size_t pf = matmul_int4_mma_part_floats(n, N, splits);
+    const size_t pf = cluster ? 0 : matmul_int4_mma_part_floats(n, N, splits);
     pd_status_t st = cuda__grow(c, &c->act, hb + mb + pf * 4);
     if (st != PD_OK)
         return st;
@@ -519,7 +526,8 @@ static pd_status_t cuda__matmul_w4wg(cuda_t *c, float *const *outs, const float 
     } else if ((st = matmul_quant_act_f16wg(xw, mult, x, n, K, c->stream)) != PD_OK) {
         return st;
     }
-    return matmul_w4wg_group(outs, part, xw, mult, ws, count, n, cfg, splits, c->stream);
+    return matmul_w4wg_group(outs, part, xw, mult, ws, count, n, cfg, splits, cluster,
+                             c->stream);
 }
 
 /* Tiled INT4 at n 9..256 on matmul_int4_mma2 (two blocks per SM); scratch as above. */
@@ -1957,6 +1965,7 @@ static void cuda__ops_plain_init(void)
 
 enum { CUDA__ENV_BF16 = 1, CUDA__ENV_FLASH = 2, CUDA__ENV_FUSED = 4, CUDA__ENV_ACCUM = 8 };
 enum { CUDA__ENV_PDL = 16, CUDA__ENV_INT4 = 32, CUDA__ENV_GEMV_FUSE = 64, CUDA__ENV_W8WG = 128 };
+enum { CUDA__ENV_W4CL = 256 };
 
 /* on / off (also 1 / 0); -1 for anything else */
 static int cuda__onoff(const char *v)
@@ -2038,6 +2047,11 @@ static pd_status_t cuda_set_option(pd_backend_t *be, const char *key, const char
         bit = CUDA__ENV_W8WG;
         if (ok && !(c->env_set & bit))
             c->w8wg_min_n = v > 0 && matmul_w8wg_usable() ? (int)v : 0;
+    } else if (!strcmp(key, "w4wg_cluster")) {
+        ok = b >= 0;
+        bit = CUDA__ENV_W4CL;
+        if (ok && !(c->env_set & bit))
+            c->w4wg_cluster = b;
     } else if (!strcmp(key, "flash_variant")) {
         char *end = NULL;
         long v = strcmp(value, "auto") ? strtol(value, &end, 10) : -1;
@@ -2046,7 +2060,7 @@ static pd_status_t cuda_set_option(pd_backend_t *be, const char *key, const char
             c->flash_variant = (int)v;
     } else {
         pd_log_error("backend cuda: unknown option '%s' (bf16_gemm, flash, flash_variant, fused, "
-                     "gemv_fuse, fp8_accum, int4_gemm, moe_grouped, pdl, w8wg)",
+                     "gemv_fuse, fp8_accum, int4_gemm, moe_grouped, pdl, w4wg_cluster, w8wg)",
                      key);
         return PD_ERR_INVALID;
     }
@@ -2145,6 +2159,9 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     env = getenv("PD_CUDA_W8WG");
     c->w8wg_min_n = env && *env && atoi(env) > 0 && matmul_w8wg_usable() ? atoi(env) : 0;
     c->env_set |= env && *env ? CUDA__ENV_W8WG : 0;
+    env = getenv("PD_CUDA_W4WG_CLUSTER");
+    c->w4wg_cluster = env && *env && cuda__onoff(env) == 1;
+    c->env_set |= env && *env && cuda__onoff(env) >= 0 ? CUDA__ENV_W4CL : 0;
     env = getenv("PD_CUDA_WG_ACT");
     c->wg_act = !env || !*env || cuda__onoff(env) != 0;
     env = getenv("PD_CUDA_GEMV_FUSE");

@@ -43,6 +43,12 @@
  *                             before it. Process-wide; read at launch, so set it before graphs
  *                             are captured. Default: CUDA_PDL_DEFAULT in backend_cuda.c.
  *                             PD_CUDA_PDL=0|1 overrides it.
+ *   w4wg_cluster = on | off   INT4 decode GEMMs on matmul_w4wg (n 25..256, sm_90a) add their K
+ *                             splits inside thread-block clusters through distributed shared
+ *                             memory (one launch, no partial sums in global memory; the same
+ *                             values) instead of a second launch. Default off until measured
+ *                             (session 22). Set it before graphs are captured.
+ *                             PD_CUDA_W4WG_CLUSTER=0|1 overrides it.
  *   w8wg = off | on | N       FP8 matmuls of n tokens, N <= n <= 64 (on: 1), on matmul_w8wg, the
  *                             wgmma GEMM fed by TMA (kernels/matmul_w8wg.cu; sm_90a build on a
  *                             compute capability 9.0 device, else ignored) instead of the FP8

@@ -247,4 +247,34 @@ static inline cudaError_t kutil_launch_pdl(void (*kernel)(P...), dim3 grid, dim3
     return cudaLaunchKernelEx(&cfg, kernel, ((P)args)...);
 }
 
+/* kutil_launch_pdl with the grid's blocks in thread-block clusters of (1, 1, cz) when cz > 1
+ * (grid.z a multiple of cz; sm_90+): the wgmma GEMMs' K splits, summed through distributed
+ * shared memory. */
+template <typename... P, typename... A>
+static inline cudaError_t kutil_launch_pdl_cluster(void (*kernel)(P...), dim3 grid, dim3 block,
+                                                   size_t smem, cudaStream_t stream, unsigned cz,
+                                                   A... args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[2];
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    unsigned na = 0;
+    if (kutil_pdl_mode) {
+        at[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[na++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cz > 1) {
+        at[na].id = cudaLaunchAttributeClusterDimension;
+        at[na].val.clusterDim.x = 1;
+        at[na].val.clusterDim.y = 1;
+        at[na++].val.clusterDim.z = cz;
+    }
+    cfg.attrs = at;
+    cfg.numAttrs = na;
+    return cudaLaunchKernelEx(&cfg, kernel, ((P)args)...);
+}
+
 #endif

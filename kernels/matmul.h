@@ -184,26 +184,34 @@ pd_status_t matmul_w8gemv(float *out, const uint8_t *xq, const float *xs, const 
  *   1. matmul_quant_act_f16wg: xw = the f16 activation image (matmul_w4wg_act_bytes(n, K) bytes:
  *      n rounded up to 64 rows, swizzled for wgmma), mult (n) f32 the epilogue multipliers;
  *   2. matmul_w4wg_plan: the configuration cfg (0: 256 rows x 64 tokens per block, 1: 128 x
- *      128, 2: 128 x 256) and K splits for the shape on n_sm SMs;
- *   3. matmul_w4wg: out (n, w->n) f32 = x @ W^T; with splits > 1 it needs part, scratch of
- *      matmul_int4_mma_part_floats(n, w->n, splits) f32, and sums it into out (second launch).
+ *      128, 2: 128 x 256) and K splits for the shape on n_sm SMs, for either way of adding the
+ *      splits (cluster below);
+ *   3. matmul_w4wg: out (n, w->n) f32 = x @ W^T. With splits > 1 and cluster false it needs
+ *      part, scratch of matmul_int4_mma_part_floats(n, w->n, splits) f32, and sums it into out
+ *      (second launch); with cluster true (splits <= MATMUL_W4WG_MAX_CLUSTER, out 16-byte
+ *      aligned, part unused) the splits of a tile run as one thread-block cluster and add their
+ *      sums in distributed shared memory (one launch, no scratch; the same values).
  * matmul_w4wg_usable: built for sm_90a (cuda_arch lists 90a) and the current device is compute
  * capability 9.0; elsewhere matmul_w4wg returns PD_ERR_UNSUPPORTED (nothing enqueued). */
 #define MATMUL_W4WG_MAX_N 256
+#define MATMUL_W4WG_MAX_CLUSTER 8 /* the most K splits one cluster adds (the portable size) */
 bool matmul_w4wg_usable(void);
 size_t matmul_w4wg_act_bytes(int n, int64_t K);
 pd_status_t matmul_quant_act_f16wg(uint16_t *xw, float *mult, const float *x, int n, int64_t K,
                                    cudaStream_t stream);
-void matmul_w4wg_plan(int n, int64_t N, int64_t K, int n_sm, int *cfg_p, int *splits_p);
+void matmul_w4wg_plan(int n, int64_t N, int64_t K, int n_sm, bool cluster, int *cfg_p,
+                      int *splits_p);
 pd_status_t matmul_w4wg(float *out, float *part, const uint16_t *xw, const float *mult,
-                        const pd_weight_t *w, int n, int cfg, int splits, cudaStream_t stream);
+                        const pd_weight_t *w, int n, int cfg, int splits, bool cluster,
+                        cudaStream_t stream);
 /* matmul_w4wg over a group of count <= MATMUL_GROUP_MAX weights of the same K on the same
  * activations (the attention block's q, k, v): outs[i] (n, ws[i]->n) f32 = x @ ws[i]^T in one
  * launch whose blocks take the weights' rows side by side (plan and part as for one weight of
- * the summed rows; with splits > 1 a second launch sums the parts into the outputs). */
+ * the summed rows; with splits > 1 and cluster false a second launch sums the parts into the
+ * outputs). */
 pd_status_t matmul_w4wg_group(float *const *outs, float *part, const uint16_t *xw,
                               const float *mult, const pd_weight_t *const *ws, int count, int n,
-                              int cfg, int splits, cudaStream_t stream);
+                              int cfg, int splits, bool cluster, cudaStream_t stream);
 
 /* FP8 W8A8 GEMM on Hopper's wgmma (kernels/matmul_w8wg.cu says how) for n = 1 ..
  * MATMUL_W8WG_MAX_N, both operands in shared memory through TMA: out (n, w->n) f32 = (xq @ W^T) *

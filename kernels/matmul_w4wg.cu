@@ -38,6 +38,16 @@
  * (0..15) of step s holds the group's column P(s, k) = 32 (k % 8 / 2) + 8 (s / 2) + 2 (s % 2) +
  * k / 8 + 4 (k % 2), the column that mma_nib_qz puts at A fragment slot k of step s for the
  * lane (k % 8 / 2) that loaded it (the tiled layout: lane tq holds columns 32 tq .. 32 tq + 31).
+ *
+ * K splits (grid z): either each split writes its scaled sums to scratch and a second launch adds
+ * them in split order (matmul__w4wg_sum_group), or (cluster = true, session 22) the S <=
+ * MMA_CLUSTER_MAX splits of a tile run as one thread-block cluster of (1, 1, S) blocks: after
+ * the K loop each block leaves its (tokens x R) sums in its shared memory (the ring is free
+ * then), a cluster barrier, then block z adds tokens [z nt / S, (z + 1) nt / S) of the tile
+ * over all S blocks through distributed shared memory in rank order (mma_cluster_sum4: the
+ * same sum, in the same order, as the second launch) and stores whole 16-byte runs of rows; a
+ * second barrier keeps every block's shared memory alive until the others have read it. No
+ * scratch, no second launch, no partial sums through L2.
  */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -56,6 +66,7 @@
 #define W4WG__THREADS 384          /* 2 consumer warpgroups + the producer warpgroup */
 #define W4WG__TILE_B MMA_WG_TILE_B /* activation image bytes per (64-token tile, group) */
 #define W4WG__BLK_B 2144           /* weight bytes per (32-row block, group): data, scales, zeros */
+static_assert(MATMUL_W4WG_MAX_CLUSTER == MMA_CLUSTER_MAX, "a cluster sums the K splits");
 
 /* ---- the activation image ---- */
 
@@ -90,6 +101,8 @@ template <int MT, int NT, int GPS> struct w4wg__cfg {
     static constexpr int ACT = NT * GPS * W4WG__TILE_B;
     static constexpr int DATA = ACT, SC = DATA + BLKS * GPS * 2048, ZR = SC + BLKS * GPS * 64;
     static constexpr int STAGE = (ZR + BLKS * GPS * 32 + 1023) / 1024 * 1024;
+    static constexpr int RP = R + 4; /* f32 pitch of a token's row of sums (cluster epilogue) */
+    static_assert(64 * NT * RP * 4 <= 3 * STAGE, "the cluster epilogue's sums fit in the ring");
 };
 
 /* The weights of one launch (matmul_w4wg_group): up to MATMUL_GROUP_MAX of the same K, their
@@ -182,11 +195,12 @@ static __device__ __forceinline__ void w4wg__dequant(uint32_t (&A)[8][4], const 
  * shared memory NS * STAGE + 1024 (alignment) + 16 NS (barriers). sg: the weights (tiled INT4
  * data, bf16 scales, zeros; N % 32 == 0, K % 128 == 0) and where their results go (w4wg__segs);
  * xw the activation image, mult (n) f32; gps groups per split (split z: groups
- * [z gps, min((z + 1) gps, K / 128))). */
+ * [z gps, min((z + 1) gps, K / 128))). cl: the launch has clusters of (1, 1, S) blocks that sum
+ * the splits into the outputs (16-byte aligned; sg.out / sg.ld as for S == 1). */
 template <int MT, int NT, int GPS, int NS>
 static __global__ void __launch_bounds__(W4WG__THREADS, 1)
     matmul__w4wg(const w4wg__segs sg, const uint8_t *xw, const float *mult, int n, int64_t K,
-                 int gps)
+                 int gps, int cl)
 {
 #if W4WG__ON
     /* this block's segment and its rows there */
@@ -210,37 +224,42 @@ static __global__ void __launch_bounds__(W4WG__THREADS, 1)
         mma_ring_init(NS, bars);
     __syncthreads();
 
-    if (warp >= 8) { /* the producer warpgroup: lane 0 of warp 8 copies, the rest retire */
+    if (warp >= 8) { /* the producer warpgroup: lane 0 of warp 8 copies, the rest idle */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
-        if (warp != 8 || lane != 0)
-            return;
-        const int64_t blk0 = row0 / 32;
-        const int nb = (int)min((int64_t)C::BLKS, (int64_t)nblk - blk0);
-        const int nt = min(NT, n_img - tile0);
-        /* stage i's copies: the weights (w) and / or the activations (a); the stage's "full"
-         * barrier expects both when the weights are copied (they always go first) */
-        auto copy = [&](int i, bool w, bool a) {
-            const int s = i % NS, g0 = gb + i * GPS, gn = min(GPS, ge - g0);
-            const uint32_t full = bars + 8 * s, st = sm0 + s * C::STAGE;
-            if (w) {
-                mma_bar_expect(full, (uint32_t)(nt * gn * W4WG__TILE_B + nb * gn * W4WG__BLK_B));
-                for (int b = 0; b < nb; b++) {
-                    const size_t tg = (size_t)(blk0 + b) * ng + g0;
-                    mma_bulk(st + C::DATA + b * GPS * 2048, wd + tg * 2048, (uint32_t)(gn * 2048),
-                             full);
-                    mma_bulk(st + C::SC + b * GPS * 64, (const uint8_t *)wsc + tg * 64,
-                             (uint32_t)(gn * 64), full);
-                    mma_bulk(st + C::ZR + b * GPS * 32, wz + tg * 32, (uint32_t)(gn * 32), full);
+        if (warp == 8 && lane == 0) {
+            const int64_t blk0 = row0 / 32;
+            const int nb = (int)min((int64_t)C::BLKS, (int64_t)nblk - blk0);
+            const int nt = min(NT, n_img - tile0);
+            /* stage i's copies: the weights (w) and / or the activations (a); the stage's "full"
+             * barrier expects both when the weights are copied (they always go first) */
+            auto copy = [&](int i, bool w, bool a) {
+                const int s = i % NS, g0 = gb + i * GPS, gn = min(GPS, ge - g0);
+                const uint32_t full = bars + 8 * s, st = sm0 + s * C::STAGE;
+                if (w) {
+                    mma_bar_expect(full, (uint32_t)(nt * gn * W4WG__TILE_B + nb * gn * W4WG__BLK_B));
+                    for (int b = 0; b < nb; b++) {
+                        const size_t tg = (size_t)(blk0 + b) * ng + g0;
+                        mma_bulk(st + C::DATA + b * GPS * 2048, wd + tg * 2048, (uint32_t)(gn * 2048),
+                                 full);
+                        mma_bulk(st + C::SC + b * GPS * 64, (const uint8_t *)wsc + tg * 64,
+                                 (uint32_t)(gn * 64), full);
+                        mma_bulk(st + C::ZR + b * GPS * 32, wz + tg * 32, (uint32_t)(gn * 32), full);
+                    }
                 }
-            }
-            if (a)
-                for (int j = 0; j < nt; j++)
-                    mma_bulk(st + j * GPS * W4WG__TILE_B,
-                             xw + ((size_t)(tile0 + j) * ng + g0) * W4WG__TILE_B,
-                             (uint32_t)(gn * W4WG__TILE_B), full);
-        };
-        /* the first stages' weights while the kernels before finish; xw after the PDL wait */
-        mma_ring_produce(nst, NS, bars, copy);
+                if (a)
+                    for (int j = 0; j < nt; j++)
+                        mma_bulk(st + j * GPS * W4WG__TILE_B,
+                                 xw + ((size_t)(tile0 + j) * ng + g0) * W4WG__TILE_B,
+                                 (uint32_t)(gn * W4WG__TILE_B), full);
+            };
+            /* the first stages' weights while the kernels before finish; xw after the PDL wait */
+            mma_ring_produce(nst, NS, bars, copy);
+        }
+        if (cl) { /* the consumers' two cluster barriers count every thread of the block */
+            __syncwarp();
+            mma_cluster_sync();
+            mma_cluster_sync();
+        }
         return;
     }
 
@@ -317,6 +336,44 @@ static __global__ void __launch_bounds__(W4WG__THREADS, 1)
             for (int e = 0; e < 32; e++)
                 asm volatile("" : "+f"(acc[m][j][e])::"memory");
 
+    if (cl) { /* the splits' sums added across the cluster (the file's comment) */
+        /* every consumer warp is done with the ring (the producer copies nothing more) */
+        asm volatile("bar.sync 1, 256;\n" ::: "memory");
+        float *red = (float *)smg; /* red[t][r]: token t < 64 NT of the tile, row r < R */
+#pragma unroll
+        for (int m = 0; m < MT; m++) {
+            const int rb = (cw * MT + m) * 64 + 16 * wq + gq;
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int c8 = 0; c8 < 8; c8++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++)
+                            red[(j * 64 + 8 * c8 + 2 * tq + e) * C::RP + rb + 8 * h] =
+                                acc[m][j][4 * c8 + 2 * h + e];
+        }
+        mma_cluster_sync();
+        /* this block's tokens of the tile: [t0, t1) of its nt, every row, 4 rows per thread
+         * step; rows past N come in whole runs of 32 (N % 32 == 0) */
+        const int S = (int)gridDim.z, z = (int)blockIdx.z;
+        const int nt = min(64 * NT, n - tile0 * 64), t0 = z * nt / S, t1 = (z + 1) * nt / S;
+        const int R4 = C::R / 4;
+        float *o = W4WG__PICK(sg.out, seg);
+        for (int idx = threadIdx.x; idx < (t1 - t0) * R4; idx += 256) {
+            const int t = t0 + idx / R4, r = 4 * (idx % R4);
+            if (row0 + r >= N)
+                continue;
+            const float4 v = mma_cluster_sum4(sm0 + (uint32_t)(t * C::RP + r) * 4u, S);
+            const int tg = tile0 * 64 + t;
+            const float mu = mult[tg];
+            *(float4 *)(o + (size_t)tg * ld + row0 + r) =
+                make_float4(v.x * mu, v.y * mu, v.z * mu, v.w * mu);
+        }
+        mma_cluster_sync(); /* the others may still read this block's sums */
+        return;
+    }
     float *o = W4WG__PICK(sg.out, seg) + (size_t)blockIdx.z * n * ld;
 #pragma unroll
     for (int m = 0; m < MT; m++) {
@@ -393,13 +450,78 @@ extern "C" pd_status_t matmul_quant_act_f16wg(uint16_t *xw, float *mult, const f
     return KUTIL_LAUNCHED("matmul_quant_act_f16wg");
 }
 
+/* The dynamic shared memory of a configuration's kernel, allowed on the current device once; < 0
+ * if it cannot be (the error is reported by the caller's KUTIL_LAUNCHED) */
+template <int MT, int NT, int GPS, int NS> static int w4wg__smem(void)
+{
+    using C = w4wg__cfg<MT, NT, GPS>;
+    const int smem = NS * C::STAGE + 1024 + 16 * NS;
+    static unsigned attr; /* per device (kutil_allow_smem) */
+    if (kutil_allow_smem((const void *)matmul__w4wg<MT, NT, GPS, NS>, smem, &attr, "w4wg smem") !=
+        PD_OK)
+        return -1;
+    return smem;
+}
+
+/* How many clusters of S blocks of a configuration's kernel the current device runs at once
+ * (cudaOccupancyMaxActiveClusters: a cluster's blocks share one GPC); 0 if unknown. */
+template <int MT, int NT, int GPS, int NS> static int w4wg__clusters(int S)
+{
+    const int smem = w4wg__smem<MT, NT, GPS, NS>();
+    if (smem < 0)
+        return 0;
+    cudaLaunchConfig_t lc = {};
+    cudaLaunchAttribute at[1];
+    lc.gridDim = dim3(1, 1, (unsigned)S);
+    lc.blockDim = dim3(W4WG__THREADS);
+    lc.dynamicSmemBytes = (size_t)smem;
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = 1;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = (unsigned)S;
+    lc.attrs = at;
+    lc.numAttrs = 1;
+    int num = 0;
+    if (cudaOccupancyMaxActiveClusters(&num, matmul__w4wg<MT, NT, GPS, NS>, &lc) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return num;
+}
+
 /* The configurations (matmul.h: cfg): 0 = MT 2, NT 1 (256 rows x 64 tokens, 2 groups per
  * stage, 3 stages), 1 = MT 1, NT 2 (128 x 128, 1 group, 4 stages), 2 = MT 1, NT 4 (128 x 256,
  * 1 group, 3 stages). */
+#define W4WG__CONFIGS(X)                                                                           \
+    X(0, 2, 1, 2, 3)                                                                               \
+    X(1, 1, 2, 1, 4)                                                                               \
+    X(2, 1, 4, 1, 3)
+
+/* blocks of configuration cfg in clusters of S (> 1) that run at once (one wave), cached per
+ * process (the devices of one process are of one kind); 0 if unknown */
+static int w4wg__cluster_wave(int cfg, int S)
+{
+    static int wave[3][MATMUL_W4WG_MAX_CLUSTER + 1]; /* 0: not asked yet; -1: unknown */
+    if (cfg < 0 || cfg > 2 || S < 2 || S > MATMUL_W4WG_MAX_CLUSTER)
+        return 0;
+    int v = __atomic_load_n(&wave[cfg][S], __ATOMIC_RELAXED);
+    if (v == 0) {
+        int c = 0;
+#define W4WG__ASK(id, MT, NT, GPS, NS)                                                             \
+    if (cfg == id)                                                                                 \
+        c = w4wg__clusters<MT, NT, GPS, NS>(S);
+        W4WG__CONFIGS(W4WG__ASK)
+#undef W4WG__ASK
+        v = c > 0 ? c * S : -1;
+        __atomic_store_n(&wave[cfg][S], v, __ATOMIC_RELAXED);
+    }
+    return v > 0 ? v : 0;
+}
+
 template <int MT, int NT, int GPS, int NS>
 static void w4wg__launch(float *const *outs, float *part, const uint16_t *xw, const float *mult,
                          const pd_weight_t *const *ws, int count, int n, int splits, int gps,
-                         cudaStream_t stream)
+                         bool cl, cudaStream_t stream)
 {
     using C = w4wg__cfg<MT, NT, GPS>;
     w4wg__segs sg = {};
@@ -412,20 +534,20 @@ static void w4wg__launch(float *const *outs, float *part, const uint16_t *xw, co
         sg.wsc[i] = (const uint16_t *)w->scales;
         sg.wz[i] = (const uint8_t *)w->zeros;
         sg.N[i] = w->n;
-        sg.out[i] = splits > 1 ? part + off : outs[i < count ? i : count - 1];
-        sg.ld[i] = splits > 1 ? Nt : w->n;
+        const bool direct = splits == 1 || cl; /* the kernel writes the outputs */
+        sg.out[i] = direct ? outs[i < count ? i : count - 1] : part + off;
+        sg.ld[i] = direct ? w->n : Nt;
         sg.rb[i] = (i > 0 ? sg.rb[i - 1] : 0) + (i < count ? (int)((w->n + C::R - 1) / C::R) : 0);
         off += i < count ? w->n : 0;
     }
-    const int smem = NS * C::STAGE + 1024 + 16 * NS;
-    static unsigned attr; /* per device (kutil_allow_smem) */
-    if (kutil_allow_smem((const void *)matmul__w4wg<MT, NT, GPS, NS>, smem, &attr, "w4wg smem") !=
-        PD_OK)
+    const int smem = w4wg__smem<MT, NT, GPS, NS>();
+    if (smem < 0)
         return; /* the caller's KUTIL_LAUNCHED reports the error */
     const dim3 grid((unsigned)((n + 64 * NT - 1) / (64 * NT)), (unsigned)sg.rb[count - 1],
                     (unsigned)splits);
-    kutil_launch_pdl(matmul__w4wg<MT, NT, GPS, NS>, grid, dim3(W4WG__THREADS), (size_t)smem, stream,
-                     sg, (const uint8_t *)xw, mult, n, ws[0]->k, gps);
+    kutil_launch_pdl_cluster(matmul__w4wg<MT, NT, GPS, NS>, grid, dim3(W4WG__THREADS),
+                             (size_t)smem, stream, cl ? (unsigned)splits : 1u, sg,
+                             (const uint8_t *)xw, mult, n, ws[0]->k, gps, cl ? 1 : 0);
 }
 
 static int w4wg__rows(int cfg)
@@ -438,25 +560,36 @@ static int w4wg__tokens(int cfg)
 }
 
 /* The split count for cfg at (n, N, K) on n_sm SMs: the fewest waves of blocks times the groups
- * each block walks (plus a fixed cost of ~3 groups per block: fill and epilogue), and the
- * partial sums' extra pass (S + 1) n N f32 at ~3 TB/s in the same units (one group ~0.5 us). */
-extern "C" void matmul_w4wg_plan(int n, int64_t N, int64_t K, int n_sm, int *cfg_p, int *splits_p)
+ * each block walks (plus a fixed cost of ~3 groups per block: fill and epilogue), and the cost of
+ * adding the splits in the same units (one group ~0.5 us): without clusters the partial sums'
+ * extra launch and pass, (S + 1) n N f32 at ~3 TB/s; with them (S <= MATMUL_W4WG_MAX_CLUSTER)
+ * the two cluster barriers and the reads through distributed shared memory (~1 us), a wave then
+ * holding only the clusters that fit the GPCs (cudaOccupancyMaxActiveClusters). */
+extern "C" void matmul_w4wg_plan(int n, int64_t N, int64_t K, int n_sm, bool cluster, int *cfg_p,
+                                 int *splits_p)
 {
     const int cfg = n <= 64 ? 0 : n <= 128 ? 1 : 2;
     const int64_t ng = K / 128;
     const int64_t blocks = (N + w4wg__rows(cfg) - 1) / w4wg__rows(cfg) *
                            ((n + w4wg__tokens(cfg) - 1) / w4wg__tokens(cfg));
     const double grp_us = cfg == 0 ? 0.6 : cfg == 1 ? 0.6 : 1.1;
+    const int max_s = cluster ? MATMUL_W4WG_MAX_CLUSTER : 16;
     double best = 1e30;
     int bs = 1;
-    for (int S = 1; S <= 16 && S <= ng; S++) {
+    for (int S = 1; S <= max_s && S <= ng; S++) {
         const int64_t gps = (ng + S - 1) / S;
         if ((S - 1) * gps >= ng)
             continue;
-        const int64_t waves = (blocks * S + n_sm - 1) / (n_sm > 0 ? n_sm : 1);
+        int64_t wave = n_sm > 0 ? n_sm : 1;
+        if (cluster && S > 1) {
+            wave = w4wg__cluster_wave(cfg, S);
+            if (wave <= 0)
+                continue;
+        }
+        const int64_t waves = (blocks * S + wave - 1) / wave;
         double t = (double)waves * (double)(gps + 3) * grp_us;
         if (S > 1)
-            t += 3.0 + (double)(S + 1) * n * N * 4 / 3e12 * 1e6;
+            t += cluster ? 1.0 : 3.0 + (double)(S + 1) * n * N * 4 / 3e12 * 1e6;
         if (t < best - 1e-9)
             best = t, bs = S;
     }
@@ -493,19 +626,20 @@ static __global__ void matmul__w4wg_sum_group(const w4wg__sums sg, const float *
 
 extern "C" pd_status_t matmul_w4wg_group(float *const *outs, float *part, const uint16_t *xw,
                                          const float *mult, const pd_weight_t *const *ws, int count,
-                                         int n, int cfg, int splits, cudaStream_t stream)
+                                         int n, int cfg, int splits, bool cluster,
+                                         cudaStream_t stream)
 {
     KUTIL_REQUIRE(count >= 1 && count <= MATMUL_GROUP_MAX && outs && ws, "matmul_w4wg");
     int64_t Nt = 0;
     for (int i = 0; i < count; i++) {
         const pd_weight_t *w = ws[i];
         KUTIL_REQUIRE(w->fmt == PD_WFMT_INT4 && w->k == ws[0]->k && w->k % 128 == 0 && w->n > 0 &&
-                          w->n % 32 == 0 && outs[i],
+                          w->n % 32 == 0 && outs[i] && (!cluster || ((uintptr_t)outs[i] & 15) == 0),
                       "matmul_w4wg");
         Nt += w->n;
     }
     KUTIL_REQUIRE(n >= 0 && n <= MATMUL_W4WG_MAX_N && cfg >= 0 && cfg <= 2 && splits >= 1 &&
-                      (splits == 1 || part),
+                      (cluster ? splits <= MATMUL_W4WG_MAX_CLUSTER : splits == 1 || part),
                   "matmul_w4wg");
     if (!matmul_w4wg_usable())
         return PD_ERR_UNSUPPORTED;
@@ -513,14 +647,14 @@ extern "C" pd_status_t matmul_w4wg_group(float *const *outs, float *part, const 
         return PD_OK;
     const int ng = (int)(ws[0]->k / 128), gps = (ng + splits - 1) / splits;
     KUTIL_REQUIRE((splits - 1) * gps < ng, "matmul_w4wg splits");
-    if (cfg == 0)
-        w4wg__launch<2, 1, 2, 3>(outs, part, xw, mult, ws, count, n, splits, gps, stream);
-    else if (cfg == 1)
-        w4wg__launch<1, 2, 1, 4>(outs, part, xw, mult, ws, count, n, splits, gps, stream);
-    else
-        w4wg__launch<1, 4, 1, 3>(outs, part, xw, mult, ws, count, n, splits, gps, stream);
+    const bool cl = cluster && splits > 1;
+#define W4WG__LAUNCH(id, MT, NT, GPS, NS)                                                          \
+    if (cfg == id)                                                                                 \
+        w4wg__launch<MT, NT, GPS, NS>(outs, part, xw, mult, ws, count, n, splits, gps, cl, stream);
+    W4WG__CONFIGS(W4WG__LAUNCH)
+#undef W4WG__LAUNCH
     pd_status_t st = KUTIL_LAUNCHED("matmul_w4wg");
-    if (st != PD_OK || splits == 1)
+    if (st != PD_OK || splits == 1 || cl)
         return st;
     if (count == 1)
         return matmul_sum_parts(outs[0], part, splits, (size_t)n * (size_t)Nt, stream);
@@ -541,8 +675,8 @@ extern "C" pd_status_t matmul_w4wg_group(float *const *outs, float *part, const 
 }
 
 extern "C" pd_status_t matmul_w4wg(float *out, float *part, const uint16_t *xw, const float *mult,
-                                   const pd_weight_t *w, int n, int cfg, int splits,
+                                   const pd_weight_t *w, int n, int cfg, int splits, bool cluster,
                                    cudaStream_t stream)
 {
-    return matmul_w4wg_group(&out, part, xw, mult, &w, 1, n, cfg, splits, stream);
+    return matmul_w4wg_group(&out, part, xw, mult, &w, 1, n, cfg, splits, cluster, stream);
 }

@@ -55,6 +55,7 @@
 #define W8WG__THREADS 384      /* 2 consumer warpgroups + the producer warpgroup */
 #define W8WG__RING (210 << 10) /* shared-memory bytes for the stages */
 #define W8WG__MAX_S 4          /* cluster size: K splits (matmul__wgemv measured 6-8 slow) */
+static_assert(W8WG__MAX_S <= MMA_CLUSTER_MAX, "one cluster sums the splits");
 
 template <int MT, int NB> struct w8wg__cfg {
     static constexpr int R = 128 * MT;         /* weight rows per block */
@@ -116,19 +117,6 @@ static __device__ __forceinline__ void w8wg__tma(uint32_t dst, const CUtensorMap
                  "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar)
                  : "memory");
 }
-static __device__ __forceinline__ void w8wg__cluster_sync()
-{
-    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
-/* f32 at shared address a of the cluster's block `rank` */
-static __device__ __forceinline__ float w8wg__ld_rank(uint32_t a, uint32_t rank)
-{
-    uint32_t ra;
-    float v;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(ra) : "r"(a), "r"(rank));
-    asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(ra) : "memory");
-    return v;
-}
 #endif /* W8WG__ON */
 
 /* grid (ceil(n / NB), ceil(N / (128 MT)), S), block W8WG__THREADS, clusters of (1, 1, S) blocks
@@ -176,8 +164,8 @@ static __global__ void __launch_bounds__(W8WG__THREADS, 1)
         }
         __syncwarp();
         if (S > 1) { /* the consumers' two cluster barriers count every thread of the block */
-            w8wg__cluster_sync();
-            w8wg__cluster_sync();
+            mma_cluster_sync();
+            mma_cluster_sync();
         }
         return;
     }
@@ -231,7 +219,7 @@ static __global__ void __launch_bounds__(W8WG__THREADS, 1)
                     red[(8 * c8 + 2 * tq + e) * C::RP + rb + 8 * h] = acc[m][4 * c8 + 2 * h + e];
     }
     if (S > 1)
-        w8wg__cluster_sync();
+        mma_cluster_sync();
     else
         asm volatile("bar.sync 1, 256;\n" ::: "memory");
 
@@ -247,15 +235,12 @@ static __global__ void __launch_bounds__(W8WG__THREADS, 1)
         if (S == 1) {
             v = red[t * C::RP + r];
         } else {
-            const uint32_t a = sm0 + (uint32_t)(t * C::RP + r) * 4u; /* red[t][r] */
-            v = w8wg__ld_rank(a, 0);
-            for (int q = 1; q < S; q++)
-                v += w8wg__ld_rank(a, (uint32_t)q);
+            v = mma_cluster_sum(sm0 + (uint32_t)(t * C::RP + r) * 4u, S); /* red[t][r] */
         }
         out[(size_t)(t0 + t) * N + row] = v * xs[t0 + t] * ws[row];
     }
     if (S > 1)
-        w8wg__cluster_sync(); /* the others may still read this block's sums */
+        mma_cluster_sync(); /* the others may still read this block's sums */
 #else
     __trap(); /* not built for sm_90a: matmul_w8wg_usable() said no */
 #endif
@@ -298,28 +283,11 @@ static pd_status_t w8wg__launch(float *out, const uint8_t *xq, const float *xs,
     if ((st = w8wg__map(&wmap, w->data, w->n, w->k, C::R)) != PD_OK ||
         (st = w8wg__map(&xmap, xq, n, w->k, NB)) != PD_OK)
         return st;
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute at[2];
-    cfg.gridDim = dim3((unsigned)((n + NB - 1) / NB), (unsigned)((w->n + C::R - 1) / C::R),
-                       (unsigned)S);
-    cfg.blockDim = dim3(W8WG__THREADS);
-    cfg.dynamicSmemBytes = C::SMEM;
-    cfg.stream = stream;
-    int na = 0;
-    if (kutil_pdl_mode) {
-        at[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[na++].val.programmaticStreamSerializationAllowed = 1;
-    }
-    if (S > 1) {
-        at[na].id = cudaLaunchAttributeClusterDimension;
-        at[na].val.clusterDim.x = 1;
-        at[na].val.clusterDim.y = 1;
-        at[na++].val.clusterDim.z = (unsigned)S;
-    }
-    cfg.attrs = at;
-    cfg.numAttrs = (unsigned)na;
-    const cudaError_t e = cudaLaunchKernelEx(&cfg, matmul__w8wg<MT, NB>, wmap, xmap, out, xs,
-                                             (const float *)w->scales, n, w->n, w->k, kps);
+    const dim3 grid((unsigned)((n + NB - 1) / NB), (unsigned)((w->n + C::R - 1) / C::R),
+                    (unsigned)S);
+    const cudaError_t e = kutil_launch_pdl_cluster(
+        matmul__w8wg<MT, NB>, grid, dim3(W8WG__THREADS), (size_t)C::SMEM, stream, (unsigned)S,
+        wmap, xmap, out, xs, (const float *)w->scales, n, w->n, w->k, kps);
     if (e != cudaSuccess)
         return kutil_status(e, "matmul_w8wg");
     return KUTIL_LAUNCHED("matmul_w8wg");

@@ -599,6 +599,7 @@ typedef struct {
     uint16_t *xh;
     pd_weight_t *w;
     int n, warps, splits, depth, blocks;
+    bool cluster; /* mode 6: the K splits added inside clusters (matmul_w4wg's cluster) */
 } i4_arg_t;
 static void run_i4(void *p)
 {
@@ -628,7 +629,8 @@ static void run_i4(void *p)
            "int4 mma2");
     } else if (a->mode == 6) {
         ok(matmul_quant_act_f16wg(a->xh, a->mult, a->x, a->n, a->w->k, stream), "quant f16wg");
-        ok(matmul_w4wg(a->out, a->part, a->xh, a->mult, a->w, a->n, a->depth, a->splits, stream),
+        ok(matmul_w4wg(a->out, a->part, a->xh, a->mult, a->w, a->n, a->depth, a->splits,
+                       a->cluster, stream),
            "w4wg");
     } else if (a->mode == 7) { /* FP8: quant + matmul_w8wg (warps = rows / 128) */
         ok(matmul_quant_act_fp8((uint8_t *)a->xh, NULL, a->mult, a->x, a->n, a->w->k, stream),
@@ -877,10 +879,11 @@ static void bench_int4_mma2(void)
 
 /* matmul_w4wg (wgmma, session 10) against matmul_int4_mma and the FP8 op at n 16..256 on the
  * four 8B shapes (us, L2 flushed as in bench_int4_paths, activation quantization included): int4
- * mma with its plan, w4wg with its plan (cfg, S), the best forced w4wg plan, the fp8 op (default
- * routing), the backend's INT4 op, and the weight floor (INT4 bytes at 4.8 TB/s).
+ * mma with its plan, w4wg with its plan (cfg, S), the best forced w4wg plan, the same two with
+ * the K splits added inside clusters (session 22; forced S 1..8), the fp8 op (default routing),
+ * the backend's INT4 op, and the weight floor (INT4 bytes at 4.8 TB/s) against the faster plan.
  * `gpu_bench w4wg` (not part of all); GPU_BENCH_W4MMA_N=n: that n alone; GPU_BENCH_W4MMA_ONCE=1:
- * one launch of w4wg's plan and int4 mma's (for ncu). */
+ * one launch of w4wg's plan, of its cluster plan and of int4 mma's (for ncu). */
 static void bench_w4wg(void)
 {
     const int ns[] = {16, 32, 48, 64, 96, 128, 192, 256};
@@ -894,10 +897,10 @@ static void bench_w4wg(void)
     l2_flush_bytes = (size_t)256 << 20;
     ok(be->ops->alloc(be, l2_flush_bytes, &l2_flush), "alloc");
     printf("\n### INT4 wgmma GEMM (w4wg) vs mma vs FP8 (us, L2 flushed before each repeat)\n\n");
-    printf(
-        "| N x K | n | int4 mma (W, S) | w4wg (cfg, S) | best w4wg (cfg, S) | fp8 op | int4 op | "
-        "w4wg / fp8 op | w4wg / mma | floor us | floor / w4wg |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("| N x K | n | int4 mma (W, S) | w4wg (cfg, S) | best w4wg (cfg, S) | cluster (cfg, S) | "
+           "best cluster (cfg, S) | fp8 op | int4 op | cluster / w4wg | w4wg / fp8 op | floor us "
+           "| floor / faster plan |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     const char *only = getenv("GPU_BENCH_W4MMA_N");
     for (int s = 0; s < 4; s++) {
         const int64_t N = i4_shapes[s][0], K = i4_shapes[s][1];
@@ -911,12 +914,16 @@ static void bench_w4wg(void)
             i4_arg_t a = {0};
             i4_alloc(&a, n, N, K);
             a.w = &w4;
-            int pw, ps, cfg, ws;
+            int pw, ps, cfg, ws, ccfg, cs;
             matmul_int4_mma_plan(n, N, K, n_sm, &pw, &ps);
-            matmul_w4wg_plan(n, N, K, n_sm, &cfg, &ws);
+            matmul_w4wg_plan(n, N, K, n_sm, false, &cfg, &ws);
+            matmul_w4wg_plan(n, N, K, n_sm, true, &ccfg, &cs);
             if (getenv("GPU_BENCH_W4MMA_ONCE")) {
                 a.mode = 6, a.depth = cfg, a.splits = ws;
                 run_i4(&a);
+                a.cluster = true, a.depth = ccfg, a.splits = cs;
+                run_i4(&a);
+                a.cluster = false;
                 a.mode = 1, a.warps = pw, a.splits = ps;
                 run_i4(&a);
                 ok(be->ops->sync(be), "sync");
@@ -941,16 +948,35 @@ static void bench_w4wg(void)
                         best = t, bc = c, bs = sp;
                 }
             }
+            a.cluster = true, a.depth = ccfg, a.splits = cs;
+            const float t_cl = time_op(run_i4, &a, 20);
+            float cbest = 1e30f;
+            int cbc = 0, cbs = 0;
+            for (int c = 0; c < 3; c++) {
+                if ((c == 0 ? 64 : c == 1 ? 128 : 256) < n / 2 && c < 2)
+                    continue;
+                for (int sp = 1; sp <= MATMUL_W4WG_MAX_CLUSTER; sp++) {
+                    if (sp > K / 128 || (sp - 1) * ((K / 128 + sp - 1) / sp) >= K / 128)
+                        continue;
+                    a.depth = c, a.splits = sp;
+                    const float t = time_op(run_i4, &a, 10);
+                    if (t < cbest)
+                        cbest = t, cbc = c, cbs = sp;
+                }
+            }
+            a.cluster = false;
             a.mode = 2;
             const float t_op = time_op(run_i4, &a, 20);
             a.w = &w8;
             const float t_f8op = time_op(run_i4, &a, 20);
             const double floor_us = wb[0] / 4.8e12 * 1e6;
-            printf("| %lld x %lld | %d | %.1f (%d, %d) | %.1f (%d, %d) | %.1f (%d, %d) | %.1f | "
-                   "%.1f | %.2f | %.2f | %.1f | %.0f%% |\n",
+            const float t_fast = t_cl < t_wg ? t_cl : t_wg;
+            printf("| %lld x %lld | %d | %.1f (%d, %d) | %.1f (%d, %d) | %.1f (%d, %d) | %.1f (%d, "
+                   "%d) | %.1f (%d, %d) | %.1f | %.1f | %.2f | %.2f | %.1f | %.0f%% |\n",
                    (long long)N, (long long)K, n, t_old * 1e3, pw, ps, t_wg * 1e3, cfg, ws,
-                   best * 1e3, bc, bs, t_f8op * 1e3, t_op * 1e3, t_wg / t_f8op, t_wg / t_old,
-                   floor_us, 100.0 * floor_us / (t_wg * 1e3));
+                   best * 1e3, bc, bs, t_cl * 1e3, ccfg, cs, cbest * 1e3, cbc, cbs, t_f8op * 1e3,
+                   t_op * 1e3, t_cl / t_wg, t_wg / t_f8op, floor_us,
+                   100.0 * floor_us / (t_fast * 1e3));
             fflush(stdout);
             i4_free(&a);
         }

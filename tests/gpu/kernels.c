@@ -1724,6 +1724,8 @@ static void cases_int4_mma2(void);
 /* case_mma_gemm_d through matmul_w4wg: configuration mma_wg - 1 with `splits` (0: not; -1: its
  * plan, warps and splits ignored) */
 static int mma_wg;
+/* matmul_w4wg's K splits added inside thread-block clusters (its cluster argument) */
+static bool mma_wg_cl;
 static void cases_w4wg(void);
 /* case_mma_gemm_d through matmul_w8wg (FP8): rows per block 128 `warps`, `splits` (0: not; -1:
  * its plan, warps and splits ignored) */
@@ -1758,7 +1760,7 @@ static void case_mma_gemm_d(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warp
             matmul_int4_mma2_plan(n, N, K, n_sm, &tl, &warps, &splits);
         int wcfg = mma_wg - 1; /* matmul_w4wg: configuration; its plan for mma_wg < 0 */
         if (mma_wg < 0 && int4)
-            matmul_w4wg_plan(n, N, K, n_sm, &wcfg, &splits);
+            matmul_w4wg_plan(n, N, K, n_sm, mma_wg_cl, &wcfg, &splits);
         size_t hb = ((size_t)n * K * 2 + 255) / 256 * 256, mb = ((size_t)n * 4 + 255) / 256 * 256;
         if (mma_wg && int4)
             hb = (matmul_w4wg_act_bytes(n, K) + 255) / 256 * 256;
@@ -1780,7 +1782,8 @@ static void case_mma_gemm_d(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warp
             pair_ok(matmul_w8wg(out.g, b, mult, &wg, n, warps, splits, st));
         } else if (mma_wg != 0 && int4) {
             pair_ok(matmul_quant_act_f16wg((uint16_t *)b, mult, px.g, n, K, st));
-            pair_ok(matmul_w4wg(out.g, part, (uint16_t *)b, mult, &wg, n, wcfg, splits, st));
+            pair_ok(matmul_w4wg(out.g, mma_wg_cl ? NULL : part,
+                                (uint16_t *)b, mult, &wg, n, wcfg, splits, mma_wg_cl, st));
             warps = wcfg; /* printed as w */
         } else if (mma_tiles2 != 0 && int4) {
             pair_ok(matmul_quant_act_f16((uint16_t *)b, mult, px.g, n, K, st));
@@ -1797,13 +1800,13 @@ static void case_mma_gemm_d(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warp
             pair_ok(matmul_fp8_mma(out.g, part, b, mult, &wg, n, warps, splits, st));
         }
     }
-    char xb[24] = "";
+    char xb[40] = "";
     if (mma_xgemv)
         snprintf(xb, sizeof xb, " b%d", mma_xblocks);
     if (mma_tiles2 && int4 && warps > 0)
         snprintf(xb, sizeof xb, " mma2 t%d", mma_tiles2);
     if (mma_wg && int4 && warps >= 0)
-        snprintf(xb, sizeof xb, " w4wg cfg%d", warps);
+        snprintf(xb, sizeof xb, " w4wg cfg%d%s", warps, mma_wg_cl ? " cluster" : "");
     if (mma_w8 && !int4 && warps > 0)
         snprintf(xb, sizeof xb, " w8wg mt%d", warps);
     snprintf(shape, sizeof shape, "%s %s%s n %d N %lld K %lld w%d s%d d%d%s seed %llu",
@@ -1902,7 +1905,7 @@ static void case_matmul_group(int n, const int64_t *Ns, int count, int64_t K, in
         pair_ok(matmul_w4gemv_group(outs_g, px.g, ws_g, count, n, p[0], p[1], p[2], p[3], st));
     } else {
         if (p[0] < 0)
-            matmul_w4wg_plan(n, Nt, K, n_sm, &p[0], &p[1]);
+            matmul_w4wg_plan(n, Nt, K, n_sm, mma_wg_cl, &p[0], &p[1]);
         const size_t hb = (matmul_w4wg_act_bytes(n, K) + 255) / 256 * 256,
                      mb = ((size_t)n * 4 + 255) / 256 * 256,
                      pf = matmul_int4_mma_part_floats(n, Nt, p[1]);
@@ -1911,13 +1914,13 @@ static void case_matmul_group(int n, const int64_t *Ns, int count, int64_t K, in
         uint8_t *b = scratch;
         float *mult = (float *)(b + hb), *part = pf ? (float *)(b + hb + mb) : NULL;
         pair_ok(matmul_quant_act_f16wg((uint16_t *)b, mult, px.g, n, K, st));
-        pair_ok(
-            matmul_w4wg_group(outs_g, part, (uint16_t *)b, mult, ws_g, count, n, p[0], p[1], st));
+        pair_ok(matmul_w4wg_group(outs_g, mma_wg_cl ? NULL : part, (uint16_t *)b, mult, ws_g,
+                                  count, n, p[0], p[1], mma_wg_cl, st));
     }
     char nb[48] = "";
     for (int i = 0; i < count; i++)
         snprintf(nb + strlen(nb), sizeof nb - strlen(nb), "%s%lld", i ? "+" : "", (long long)Ns[i]);
-    const char *rn = route == 0 ? "op" : route == 1 ? "w4gemv" : "w4wg";
+    const char *rn = route == 0 ? "op" : route == 1 ? "w4gemv" : mma_wg_cl ? "w4wg cluster" : "w4wg";
     double worst_c = 0.0, worst = 0.0;
     for (int i = 0; i < count; i++) {
         const double e = err_f32(&out[i], (size_t)n * Ns[i]);
@@ -1972,6 +1975,14 @@ static void cases_matmul_group(void)
         case_matmul_group(129, qkv, 3, 768, 2, w3, 514, "forced");
         case_matmul_group(250, odd, 3, 1024, 2, w4, 515, "forced, splits");
         case_matmul_group(33, qkv, 3, 2048, 2, plan, 516, "plan");
+        mma_wg_cl = true; /* the same splits added inside clusters (session 22) */
+        case_matmul_group(40, odd, 3, 1280, 2, w1, 517, "forced, splits");
+        case_matmul_group(100, two, 2, 640, 2, w2, 518, "forced, splits");
+        case_matmul_group(250, odd, 3, 1024, 2, w4, 519, "forced, splits");
+        case_matmul_group(33, qkv, 3, 2048, 2, plan, 520, "plan");
+        if (!small_only)
+            case_matmul_group(64, q8b, 3, 4096, 2, plan, 535, "8B qkv plan");
+        mma_wg_cl = false;
     }
     case_matmul_group(1, qkv, 3, 1024, 0, plan, 521, "");
     case_matmul_group(4, odd, 3, 640, 0, plan, 522, "");
@@ -4658,6 +4669,71 @@ static void cases_w8wg(void)
     unsetenv("PD_CUDA_W8WG");
 }
 
+/* matmul_w4wg with configuration cfg and S K splits, once with the partial sums' second launch
+ * and once with the splits added inside clusters, on the same inputs (fixed seed): the two
+ * outputs must be the same bits (the same sums in the same order; the epilogue's multiplier is a
+ * power of two). err = the count of differing bytes. */
+static void case_w4wg_same(int n, int64_t N, int64_t K, int cfg, int S, uint64_t seed)
+{
+    char shape[96];
+    const uint64_t saved = rng_state;
+    rng_state = seed;
+    pd_weight_t host, wc, wg;
+    weight_host_new(PD_WFMT_INT4, N, K, gpu, &host, &wc, &wg);
+    float *x = xmalloc((size_t)n * K * 4);
+    fill_f32(x, (size_t)n * K, 1.0f);
+    pair_t px = pair_new((size_t)n * K * 4, x), a = pair_new((size_t)n * N * 4, NULL),
+           b = pair_new((size_t)n * N * 4, NULL);
+    const size_t hb = (matmul_w4wg_act_bytes(n, K) + 255) / 256 * 256,
+                 mb = ((size_t)n * 4 + 255) / 256 * 256, pf = matmul_int4_mma_part_floats(n, N, S);
+    void *scratch = NULL;
+    pair_ok(gpu->ops->alloc(gpu, hb + mb + pf * 4, &scratch));
+    pair_ok(gpu->ops->memset(gpu, scratch, 0xff, hb + mb + pf * 4));
+    uint8_t *sb = scratch;
+    float *mult = (float *)(sb + hb), *part = (float *)(sb + hb + mb);
+    cudaStream_t st = backend_cuda_stream(gpu);
+    pair_ok(matmul_quant_act_f16wg((uint16_t *)sb, mult, px.g, n, K, st));
+    pair_ok(matmul_w4wg(a.g, part, (uint16_t *)sb, mult, &wg, n, cfg, S, false, st));
+    pair_ok(matmul_w4wg(b.g, NULL, (uint16_t *)sb, mult, &wg, n, cfg, S, true, st));
+    const size_t nd = dev_bytes_differ(a.g, b.g, (size_t)n * N * 4);
+    snprintf(shape, sizeof shape, "int4 n %d N %lld K %lld cfg %d S %d cluster = parts seed %llu",
+             n, (long long)N, (long long)K, cfg, S, (unsigned long long)seed);
+    report("mma gemm", shape, (double)nd, 0.0);
+    gpu->ops->free(gpu, scratch);
+    pair_free(&px);
+    pair_free(&a);
+    pair_free(&b);
+    free(x);
+    model_host_weight_free(&host);
+    backend_weight_free(cpu, &wc);
+    backend_weight_free(gpu, &wg);
+    rng_state = saved;
+}
+
+/* The whole INT4 / FP8-KV decode step (tiny-llama rig, n sequences, `steps` graph-captured
+ * steps) with option w4wg_cluster off, then on: err = max |on - off| / max |off| over every
+ * step's logits (the plans may split K differently: summation order only). */
+static void case_decode_w4cl(int n, int steps)
+{
+    char shape[128];
+    decode_rig_t rig;
+    decode_rig_new(&rig, PD_WFMT_INT4, PD_KV_FP8, n, steps);
+    const size_t per = (size_t)n * rig.vocab * steps;
+    float *lg[2] = {xmalloc(per * 4), xmalloc(per * 4)};
+    bool ok = true;
+    for (int r = 0; r < 2; r++) {
+        ok = ok && backend_set_options(gpu, r ? "w4wg_cluster=on" : "w4wg_cluster=off") == PD_OK;
+        ok = decode_rig_run(&rig, lg[r], r == 0) && ok;
+    }
+    pair_ok(backend_set_options(gpu, "w4wg_cluster=off")); /* the default */
+    snprintf(shape, sizeof shape, "tiny-llama int4 kv fp8 n %d steps %d w4wg_cluster on / off", n,
+             steps);
+    report("decode_w4cl", shape, ok ? decode_rig_diff(lg, 2, per) : INFINITY, 1e-4);
+    free(lg[0]);
+    free(lg[1]);
+    decode_rig_free(&rig);
+}
+
 /* matmul_w4wg (session 10, wgmma): each configuration forced at fixture shapes (rows past N in
  * the last block, a partial last stage, K splits, n not a multiple of 8, several token tiles per
  * grid), its plan at the 8B shapes (fixed seeds 401..), and the backend route (the default for
@@ -4699,6 +4775,42 @@ static void cases_w4wg(void)
     /* the backend route (default for tiled INT4 at n 17..256) */
     case_mma_gemm(i4, 48, 1024, 2048, 0, 0, 420, "default op n 48");
     case_mma_gemm(i4, 177, 512, 1024, 0, 0, 421, "default op n 177");
+
+    /* session 22: the K splits added inside thread-block clusters (2..8 blocks; rows past N,
+     * several token tiles, n not a multiple of 8, unequal splits), its plan, the same bits as
+     * the partial sums' second launch, and the whole decode step with option w4wg_cluster */
+    mma_wg_cl = true;
+    mma_wg = 1;
+    case_mma_gemm(i4, 17, 256, 2048, 1, 8, 451, "forced");
+    case_mma_gemm(i4, 64, 288, 640, 1, 2, 452, "forced");
+    case_mma_gemm(i4, 40, 512, 1280, 1, 3, 453, "forced");
+    case_mma_gemm(i4, 100, 256, 1664, 1, 5, 454, "forced");
+    case_mma_gemm(i4, 3, 96, 896, 1, 7, 455, "forced");
+    mma_wg = 2;
+    case_mma_gemm(i4, 65, 320, 640, 1, 3, 456, "forced");
+    case_mma_gemm(i4, 128, 160, 1024, 1, 4, 457, "forced");
+    mma_wg = 3;
+    case_mma_gemm(i4, 256, 224, 1024, 1, 3, 458, "forced");
+    case_mma_gemm(i4, 200, 96, 384, 1, 2, 459, "forced");
+    mma_wg = -1;
+    case_mma_gemm(i4, 48, 1024, 2048, 1, 1, 460, "plan");
+    if (!small_only) {
+        case_mma_gemm(i4, 64, 28672, 4096, 1, 1, 461, "plan 8B gate_up");
+        case_mma_gemm(i4, 64, 4096, 14336, 1, 1, 462, "plan 8B down");
+        case_mma_gemm(i4, 64, 6144, 4096, 1, 1, 463, "plan 8B qkv");
+        case_mma_gemm(i4, 64, 4096, 4096, 1, 1, 464, "plan 8B o");
+        case_mma_gemm(i4, 256, 4096, 14336, 1, 1, 465, "plan 8B down");
+    }
+    mma_wg = 0;
+    mma_wg_cl = false;
+    case_w4wg_same(64, 288, 2048, 0, 8, 466);
+    case_w4wg_same(100, 256, 1664, 0, 5, 467);
+    case_w4wg_same(130, 320, 1024, 1, 4, 468);
+    case_w4wg_same(256, 224, 1024, 2, 3, 469);
+    if (!small_only)
+        case_w4wg_same(64, 4096, 14336, 0, 8, 470);
+    case_decode_w4cl(32, 3);
+    case_decode_w4cl(64, 2);
 }
 
 /* matmul_int4_mma2 (session 6): forced plans at fixture shapes (token tiles 1..8, 4 / 8 warps,
