@@ -202,13 +202,17 @@ static __device__ __forceinline__ void elementwise__blk_store(uint8_t *q, float 
  * or NULL; w (d) bf16; q (n, d) fp8 e4m3 and qs (n) f32 = out quantized per row, or NULL; blk_n
  * > 0 (the n rows, d % 128 == 0): q / qs in 1x128 blocks in matmul.h's blk layout instead, the
  * rows past n zeros (each warp's float4 groups of an IT > 0 row are one 128-column block: T and
- * d / 4 are multiples of 32). */
+ * d / 4 are multiples of 32). wg_n > 0: q / qs the wgmma GEMM's f16 image of out and its
+ * multipliers instead (rows past wg_n zeros); stage (IT > 0 only): dynamic shared memory of d * 4
+ * bytes keeps the normalized row for the image pass (session 22: it read x and w again from L2,
+ * one more dependent trip). */
 template <int IT>
 static __global__ void elementwise__add_rmsnorm(float *x, const float *y, float *out,
                                                 const uint16_t *w, uint8_t *q, float *qs, int d,
-                                                float eps, int blk_n, int wg_n)
+                                                float eps, int blk_n, int wg_n, int stage)
 {
     __shared__ float red[32];
+    extern __shared__ float4 elementwise__nrow[];
     const int ng = IT > 0 ? d / 4 : d, lanes = IT > 0 ? 4 : 1; /* element groups per row */
     /* the norm's weights are no earlier kernel's output: loaded before the PDL wait, so that
      * their trip to L2 overlaps the kernel before (session 12) */
@@ -283,14 +287,19 @@ static __global__ void elementwise__add_rmsnorm(float *x, const float *y, float 
                                     : elementwise__norm4<IT>(elementwise__ld<IT>(xi, j), w, j, inv);
             if (out)
                 elementwise__st<IT>(out + row * d, j, o);
+            if (IT > 0 && stage)
+                elementwise__nrow[j] = o;
             amax = fmaxf(amax, elementwise__amax4(o, lanes));
         }
     if (!q)
         return;
     if (wg_n > 0) { /* the wgmma GEMM's f16 image: matmul_quant_act_f16wg's bytes for out */
-        amax = kutil_block_max(amax, red); /* its barrier also publishes this block's x stores */
+        amax = kutil_block_max(amax, red); /* its barriers publish this block's x and row stores */
         const int e = mma_act_exp(amax);
-        auto val = [&](int64_t c) { return (xi[c] * inv) * kutil_bf16_to_f32(w[c]); };
+        const float *nr = (const float *)elementwise__nrow;
+        auto val = [&](int64_t c) {
+            return IT > 0 && stage ? nr[c] : (xi[c] * inv) * kutil_bf16_to_f32(w[c]);
+        };
         mma_act_f16wg_row((uint4 *)q, (int)row, d, ldexpf(1.0f, -e), false, val, threadIdx.x,
                           blockDim.x);
         if (threadIdx.x == 0)
@@ -407,7 +416,36 @@ static __global__ void __launch_bounds__(1024)
         return;
     }
     float amax = 0.0f;
-    for (int j = threadIdx.x; j < f / 4; j += blockDim.x) {
+    /* the first PF groups of this thread: every load first (independent trips to memory; the
+     * loop below waited for each group's loads before the next group's, since out's stores
+     * could alias gu), then the rest of long rows as before */
+    constexpr int PF = 4;
+    float4 g[PF], u[PF];
+#pragma unroll
+    for (int it = 0; it < PF; it++) {
+        const int j = threadIdx.x + it * blockDim.x;
+        if (j < f / 4) {
+            g[it] = elementwise__ld<1>(gi, j);
+            u[it] = elementwise__ld<1>(gi + f, j);
+        }
+    }
+#pragma unroll
+    for (int it = 0; it < PF; it++) {
+        const int j = threadIdx.x + it * blockDim.x;
+        if (j < f / 4) {
+            float4 o;
+            o.x = elementwise__silu1(g[it].x, u[it].x);
+            o.y = elementwise__silu1(g[it].y, u[it].y);
+            o.z = elementwise__silu1(g[it].z, u[it].z);
+            o.w = elementwise__silu1(g[it].w, u[it].w);
+            if (out)
+                elementwise__st<1>(out + (size_t)t * f, j, o);
+            if (SMEM)
+                elementwise__srow[j] = o;
+            amax = fmaxf(amax, elementwise__amax4(o, 4));
+        }
+    }
+    for (int j = threadIdx.x + PF * blockDim.x; j < f / 4; j += blockDim.x) {
         const float4 o = elementwise__silu4<1>(gi, f, j);
         if (out)
             elementwise__st<1>(out + (size_t)t * f, j, o);
@@ -617,14 +655,14 @@ extern "C" pd_status_t elementwise_add_rmsnorm(float *x, const float *y, float *
         it = 0, t = 256;
     /* the kernel of the row plan, launched PDL (kutil.cuh: it waits first) */
     void (*k)(float *, const float *, float *, const uint16_t *, uint8_t *, float *, int, float,
-              int, int) = it == 1   ? elementwise__add_rmsnorm<1>
-                     : it == 2 ? elementwise__add_rmsnorm<2>
-                     : it == 4 ? elementwise__add_rmsnorm<4>
-                     : it == 8 ? elementwise__add_rmsnorm<8>
-                               : elementwise__add_rmsnorm<0>;
+              int, int, int) = it == 1   ? elementwise__add_rmsnorm<1>
+                          : it == 2 ? elementwise__add_rmsnorm<2>
+                          : it == 4 ? elementwise__add_rmsnorm<4>
+                          : it == 8 ? elementwise__add_rmsnorm<8>
+                                    : elementwise__add_rmsnorm<0>;
     const int rows = blk ? MATMUL_ACT_BLK_ROWS(n) : n;
     kutil_launch_pdl(k, dim3(rows), dim3(t), 0, stream, x, y, out, w, q, qs, d, eps, blk ? n : 0,
-                     0);
+                     0, 0);
     return KUTIL_LAUNCHED("add_rmsnorm");
 }
 
@@ -642,13 +680,21 @@ extern "C" pd_status_t elementwise_add_rmsnorm_f16wg(float *x, const float *y, f
     if (elementwise_force_generic)
         it = 0, t = 256;
     void (*k)(float *, const float *, float *, const uint16_t *, uint8_t *, float *, int, float,
-              int, int) = it == 1   ? elementwise__add_rmsnorm<1>
+              int, int, int) = it == 1   ? elementwise__add_rmsnorm<1>
                           : it == 2 ? elementwise__add_rmsnorm<2>
                           : it == 4 ? elementwise__add_rmsnorm<4>
                           : it == 8 ? elementwise__add_rmsnorm<8>
                                     : elementwise__add_rmsnorm<0>;
-    kutil_launch_pdl(k, dim3((unsigned)((n + 63) / 64 * 64)), dim3(t), 0, stream, x, y, out, w,
-                     (uint8_t *)xw, mult, d, eps, 0, n);
+    /* the normalized row in shared memory for the image pass where it fits the default 48 KB
+     * (beside the 128-byte reduction array); PD_CUDA_NORM_STAGE=0: read again from L2 (A / B) */
+    static int no_stage = -1;
+    if (no_stage < 0) {
+        const char *e = getenv("PD_CUDA_NORM_STAGE");
+        no_stage = e && !strcmp(e, "0");
+    }
+    const int stage = it > 0 && !no_stage && (size_t)d * 4 <= 46 * 1024;
+    kutil_launch_pdl(k, dim3((unsigned)((n + 63) / 64 * 64)), dim3(t), stage ? (size_t)d * 4 : 0,
+                     stream, x, y, out, w, (uint8_t *)xw, mult, d, eps, 0, n, stage);
     return KUTIL_LAUNCHED("add_rmsnorm_f16wg");
 }
 
