@@ -6,7 +6,9 @@
 # forced sweeps), the decode step at batch 1 / 64 with PD_CUDA_W4WG_CLUSTER=0 / 1, the PyTorch
 # baseline, the matmul_w8wg cases (its epilogue now mma_cluster_sum) and `gpu_bench w8wg`, the
 # whole kernel harness (not run since session 20), memcheck of the w4wg cases, stepprof of the
-# batch-64 steps with clusters, ncu of the n-64 w4wg launches.
+# batch-64 steps with clusters, ncu of the n-64 w4wg launches. decode_old: HEAD e59e451's
+# gpu_bench (.gpu-round/gpu_bench_old.xz, copied in by hand) against this tree's with clusters
+# off: the SiLU·mul image kernel's loads first and the RMSNorm row kept in shared memory.
 #   bash tests/gpu/prepare-round.sh tests/gpu/rounds/run-round-s22a.sh
 #   DEADLINE=560 bash .gpu-round/run-round-s22a.sh   (carry .gpu-round, .gpu-models/llama-moe.tar.xz)
 set -uo pipefail
@@ -16,6 +18,9 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noh
 PD_GPU_TEST_W4WG=1 st kw4 150 $G/bin/test_gpu_kernels; cases kw4; grep -E "cluster|decode_w4cl" $L/kw4.log | head -40
 GPU_BENCH_W4MMA_N=64 st bw4 90 $G/bin/gpu_bench w4wg; tab bw4
 for c in 0 1; do PD_CUDA_W4WG_CLUSTER=$c GPU_BENCH_DECODE_BATCHES="1 64" st decode_c$c 45 $G/bin/gpu_bench decode; tab decode_c$c; done
+# HEAD e59e451's gpu_bench (before session 22), carried xz-compressed: the same step A / B
+[ -f $F/gpu_bench_old.xz ] && xz -dc $F/gpu_bench_old.xz > $G/bin/gpu_bench_old && chmod +x $G/bin/gpu_bench_old
+GPU_BENCH_DECODE_BATCHES="1 64" st decode_old 45 $G/bin/gpu_bench_old decode; tab decode_old
 st baseline 40 python3 $G/torch_decode_baseline.py; grep "decode_" $L/baseline.log | tail -12
 PD_GPU_TEST_W8WG=1 st kw8 100 $G/bin/test_gpu_kernels; cases kw8
 GPU_BENCH_W8WG_N=64 st bw8 60 $G/bin/gpu_bench w8wg; tab bw8
