@@ -2179,6 +2179,9 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     env = getenv("PD_CUDA_ATTN_FOLD"); /* 1: split contexts merged inside the decode kernel */
     if (env && *env)
         attention_fold = cuda__onoff(env) == 1;
+    env = getenv("PD_CUDA_ATTN_CLUSTER"); /* 1: split contexts merged inside clusters */
+    if (env && *env)
+        attention_cluster = cuda__onoff(env) == 1;
     env = getenv("PD_CUDA_ATTN_PAIR"); /* 1: two 16-token tiles per warp step (attention.h) */
     if (env && *env)
         attention_tc_pair = cuda__onoff(env) == 1;

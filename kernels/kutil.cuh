@@ -201,6 +201,77 @@ static __device__ __forceinline__ size_t kutil_kv_scale_off(const kv_layout_t &l
            ((size_t)layer * l.n_sides + (size_t)side) * l.scale_bytes;
 }
 
+/* ---- thread-block clusters (sm_90+): blocks of a cluster read each other's shared memory; the
+ * wgmma GEMMs' K splits and the decode attention's context splits are added that way ---- */
+#define KUTIL_CLUSTER_MAX 8 /* the portable cluster size: the most blocks one cluster adds */
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+/* Every thread of every block of the cluster arrives (a block's threads that returned early do
+ * not count: they must call it too); shared-memory writes before it are visible to the cluster's
+ * blocks after it. */
+static __device__ __forceinline__ void kutil_cluster_sync()
+{
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+/* Shared address a of this block -> the same address in the cluster's block of rank q. */
+static __device__ __forceinline__ uint32_t kutil_cluster_addr(uint32_t a, int q)
+{
+    uint32_t r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(q));
+    return r;
+}
+/* The f32 at shared address a of the cluster's block of rank q. */
+static __device__ __forceinline__ float kutil_cluster_ld(uint32_t a, int q)
+{
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];\n"
+                 : "=f"(v)
+                 : "r"(kutil_cluster_addr(a, q))
+                 : "memory");
+    return v;
+}
+/* The f32 at shared address a of the cluster's blocks of rank 0 .. S - 1 (S <= KUTIL_CLUSTER_MAX),
+ * added in rank order (deterministic). All S loads are issued before the first add, so the sum
+ * costs one trip through distributed shared memory, not a chain of S. */
+static __device__ __forceinline__ float kutil_cluster_sum(uint32_t a, int S)
+{
+    float v[KUTIL_CLUSTER_MAX];
+#pragma unroll
+    for (int q = 0; q < KUTIL_CLUSTER_MAX; q++) {
+        v[q] = q < S ? kutil_cluster_ld(a, q) : 0.0f;
+    }
+    float s = v[0];
+#pragma unroll
+    for (int q = 1; q < KUTIL_CLUSTER_MAX; q++)
+        if (q < S)
+            s += v[q];
+    return s;
+}
+/* kutil_cluster_sum of four f32 at a (16-byte aligned) at once. */
+static __device__ __forceinline__ float4 kutil_cluster_sum4(uint32_t a, int S)
+{
+    float4 v[KUTIL_CLUSTER_MAX];
+#pragma unroll
+    for (int q = 0; q < KUTIL_CLUSTER_MAX; q++) {
+        v[q] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (q < S)
+            asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                         : "=f"(v[q].x), "=f"(v[q].y), "=f"(v[q].z), "=f"(v[q].w)
+                         : "r"(kutil_cluster_addr(a, q))
+                         : "memory");
+    }
+    float4 s = v[0];
+#pragma unroll
+    for (int q = 1; q < KUTIL_CLUSTER_MAX; q++)
+        if (q < S) {
+            s.x += v[q].x;
+            s.y += v[q].y;
+            s.z += v[q].z;
+            s.w += v[q].w;
+        }
+    return s;
+}
+#endif
+
 /* ---- Programmatic dependent launch (PDL, sm_90+) ----
  * A kernel launched with kutil_launch_pdl may start while the kernel before it on the stream is
  * still running (once every block of that one has called kutil_pdl_trigger, or exited). So such

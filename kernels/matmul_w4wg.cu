@@ -41,10 +41,10 @@
  *
  * K splits (grid z): either each split writes its scaled sums to scratch and a second launch adds
  * them in split order (matmul__w4wg_sum_group), or (cluster = true, session 22) the S <=
- * MMA_CLUSTER_MAX splits of a tile run as one thread-block cluster of (1, 1, S) blocks: after
+ * KUTIL_CLUSTER_MAX splits of a tile run as one thread-block cluster of (1, 1, S) blocks: after
  * the K loop each block leaves its (tokens x R) sums in its shared memory (the ring is free
  * then), a cluster barrier, then block z adds tokens [z nt / S, (z + 1) nt / S) of the tile
- * over all S blocks through distributed shared memory in rank order (mma_cluster_sum4: the
+ * over all S blocks through distributed shared memory in rank order (kutil_cluster_sum4: the
  * same sum, in the same order, as the second launch) and stores whole 16-byte runs of rows; a
  * second barrier keeps every block's shared memory alive until the others have read it. No
  * scratch, no second launch, no partial sums through L2.
@@ -66,7 +66,7 @@
 #define W4WG__THREADS 384          /* 2 consumer warpgroups + the producer warpgroup */
 #define W4WG__TILE_B MMA_WG_TILE_B /* activation image bytes per (64-token tile, group) */
 #define W4WG__BLK_B 2144           /* weight bytes per (32-row block, group): data, scales, zeros */
-static_assert(MATMUL_W4WG_MAX_CLUSTER == MMA_CLUSTER_MAX, "a cluster sums the K splits");
+static_assert(MATMUL_W4WG_MAX_CLUSTER == KUTIL_CLUSTER_MAX, "a cluster sums the K splits");
 
 /* ---- the activation image ---- */
 
@@ -257,8 +257,8 @@ static __global__ void __launch_bounds__(W4WG__THREADS, 1)
         }
         if (cl) { /* the consumers' two cluster barriers count every thread of the block */
             __syncwarp();
-            mma_cluster_sync();
-            mma_cluster_sync();
+            kutil_cluster_sync();
+            kutil_cluster_sync();
         }
         return;
     }
@@ -354,7 +354,7 @@ static __global__ void __launch_bounds__(W4WG__THREADS, 1)
                             red[(j * 64 + 8 * c8 + 2 * tq + e) * C::RP + rb + 8 * h] =
                                 acc[m][j][4 * c8 + 2 * h + e];
         }
-        mma_cluster_sync();
+        kutil_cluster_sync();
         /* this block's tokens of the tile: [t0, t1) of its nt, every row, 4 rows per thread
          * step; rows past N come in whole runs of 32 (N % 32 == 0) */
         const int S = (int)gridDim.z, z = (int)blockIdx.z;
@@ -365,13 +365,13 @@ static __global__ void __launch_bounds__(W4WG__THREADS, 1)
             const int t = t0 + idx / R4, r = 4 * (idx % R4);
             if (row0 + r >= N)
                 continue;
-            const float4 v = mma_cluster_sum4(sm0 + (uint32_t)(t * C::RP + r) * 4u, S);
+            const float4 v = kutil_cluster_sum4(sm0 + (uint32_t)(t * C::RP + r) * 4u, S);
             const int tg = tile0 * 64 + t;
             const float mu = mult[tg];
             *(float4 *)(o + (size_t)tg * ld + row0 + r) =
                 make_float4(v.x * mu, v.y * mu, v.z * mu, v.w * mu);
         }
-        mma_cluster_sync(); /* the others may still read this block's sums */
+        kutil_cluster_sync(); /* the others may still read this block's sums */
         return;
     }
     float *o = W4WG__PICK(sg.out, seg) + (size_t)blockIdx.z * n * ld;

@@ -55,7 +55,7 @@
 #define W8WG__THREADS 384      /* 2 consumer warpgroups + the producer warpgroup */
 #define W8WG__RING (210 << 10) /* shared-memory bytes for the stages */
 #define W8WG__MAX_S 4          /* cluster size: K splits (matmul__wgemv measured 6-8 slow) */
-static_assert(W8WG__MAX_S <= MMA_CLUSTER_MAX, "one cluster sums the splits");
+static_assert(W8WG__MAX_S <= KUTIL_CLUSTER_MAX, "one cluster sums the splits");
 
 template <int MT, int NB> struct w8wg__cfg {
     static constexpr int R = 128 * MT;         /* weight rows per block */
@@ -164,8 +164,8 @@ static __global__ void __launch_bounds__(W8WG__THREADS, 1)
         }
         __syncwarp();
         if (S > 1) { /* the consumers' two cluster barriers count every thread of the block */
-            mma_cluster_sync();
-            mma_cluster_sync();
+            kutil_cluster_sync();
+            kutil_cluster_sync();
         }
         return;
     }
@@ -219,7 +219,7 @@ static __global__ void __launch_bounds__(W8WG__THREADS, 1)
                     red[(8 * c8 + 2 * tq + e) * C::RP + rb + 8 * h] = acc[m][4 * c8 + 2 * h + e];
     }
     if (S > 1)
-        mma_cluster_sync();
+        kutil_cluster_sync();
     else
         asm volatile("bar.sync 1, 256;\n" ::: "memory");
 
@@ -235,12 +235,12 @@ static __global__ void __launch_bounds__(W8WG__THREADS, 1)
         if (S == 1) {
             v = red[t * C::RP + r];
         } else {
-            v = mma_cluster_sum(sm0 + (uint32_t)(t * C::RP + r) * 4u, S); /* red[t][r] */
+            v = kutil_cluster_sum(sm0 + (uint32_t)(t * C::RP + r) * 4u, S); /* red[t][r] */
         }
         out[(size_t)(t0 + t) * N + row] = v * xs[t0 + t] * ws[row];
     }
     if (S > 1)
-        mma_cluster_sync(); /* the others may still read this block's sums */
+        kutil_cluster_sync(); /* the others may still read this block's sums */
 #else
     __trap(); /* not built for sm_90a: matmul_w8wg_usable() said no */
 #endif

@@ -310,8 +310,6 @@ static __device__ __forceinline__ void mma_fp8(float (&d)[4], uint32_t a0, uint3
 #endif
 }
 
-#define MMA_CLUSTER_MAX 8 /* the portable cluster size: the most K splits one cluster sums */
-
 /* ---- mbarriers and bulk copies (sm_90+: the wgmma GEMM's ring, the slice GEMV's bulk-fed steps)
  * ---- */
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
@@ -385,68 +383,6 @@ static __device__ __forceinline__ void mma_ring_produce(int nst, int NS, uint32_
         mma_bar_wait(bars + 8 * (NS + i % NS), (uint32_t)((i / NS - 1) & 1));
         copy(i, true, true);
     }
-}
-/* ---- thread-block clusters: K splits summed in distributed shared memory (matmul_w4wg,
- * matmul_w8wg) ---- */
-/* Every thread of every block of the cluster arrives (a block's threads that returned early do
- * not count: they must call it too); shared-memory writes before it are visible to the cluster's
- * blocks after it. */
-static __device__ __forceinline__ void mma_cluster_sync()
-{
-    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
-/* Shared address a of this block -> the same address in the cluster's block of rank q. */
-static __device__ __forceinline__ uint32_t mma_cluster_addr(uint32_t a, int q)
-{
-    uint32_t r;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(q));
-    return r;
-}
-/* The f32 at shared address a of the cluster's blocks of rank 0 .. S - 1 (S <= MMA_CLUSTER_MAX),
- * added in rank order (deterministic). All S loads are issued before the first add, so the sum
- * costs one trip through distributed shared memory, not a chain of S. */
-static __device__ __forceinline__ float mma_cluster_sum(uint32_t a, int S)
-{
-    float v[MMA_CLUSTER_MAX];
-#pragma unroll
-    for (int q = 0; q < MMA_CLUSTER_MAX; q++) {
-        v[q] = 0.0f;
-        if (q < S)
-            asm volatile("ld.shared::cluster.f32 %0, [%1];\n"
-                         : "=f"(v[q])
-                         : "r"(mma_cluster_addr(a, q))
-                         : "memory");
-    }
-    float s = v[0];
-#pragma unroll
-    for (int q = 1; q < MMA_CLUSTER_MAX; q++)
-        if (q < S)
-            s += v[q];
-    return s;
-}
-/* mma_cluster_sum of four f32 at a (16-byte aligned) at once. */
-static __device__ __forceinline__ float4 mma_cluster_sum4(uint32_t a, int S)
-{
-    float4 v[MMA_CLUSTER_MAX];
-#pragma unroll
-    for (int q = 0; q < MMA_CLUSTER_MAX; q++) {
-        v[q] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (q < S)
-            asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-                         : "=f"(v[q].x), "=f"(v[q].y), "=f"(v[q].z), "=f"(v[q].w)
-                         : "r"(mma_cluster_addr(a, q))
-                         : "memory");
-    }
-    float4 s = v[0];
-#pragma unroll
-    for (int q = 1; q < MMA_CLUSTER_MAX; q++)
-        if (q < S) {
-            s.x += v[q].x;
-            s.y += v[q].y;
-            s.z += v[q].z;
-            s.w += v[q].w;
-        }
-    return s;
 }
 /* bytes (a multiple of 16; src and dst 16-byte aligned) from global src to shared dst, completing
  * on the mbarrier at bar */

@@ -2789,9 +2789,10 @@ static void case_attention_tc(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_
     snprintf(shape, sizeof shape,
              "%s %s%s h %d/%d hd %d B %d rows %d ctx<=%d page %d splits %d seed %llu",
              pd_kvfmt_name(fmt),
-             !tc              ? "simt "
-             : attention_fold ? "tc fold "
-                              : "tc ",
+             !tc                 ? "simt "
+             : attention_fold    ? "tc fold "
+             : attention_cluster ? "tc cluster "
+                                 : "tc ",
              what, heads, kvh, hd, n_seqs, n_rows, max_ctx, P,
              attention_splits(n_rows, kvh, hints ? max_ctx : max_pages * P, fmt),
              (unsigned long long)seed);
@@ -2834,11 +2835,13 @@ static void cases_attention_tc(void)
         c64b[i] = 1 + (i * 613) % 2047; /* 1 .. 2047 */
     }
     const pd_kvfmt_t fs[] = {PD_KV_FP8, PD_KV_BF16};
-    const int fold_was = attention_fold;
-    /* fold 1: split contexts merged inside the kernel (attention_fold), the same seeds */
-    for (int fold = 0; fold < 2; fold++)
+    const int fold_was = attention_fold, cluster_was = attention_cluster;
+    /* fold 1: split contexts merged inside the kernel (attention_fold), 2: inside clusters
+     * (attention_cluster: up to 8 splits, 9..16 become 8), the same seeds */
+    for (int fold = 0; fold < 3; fold++)
         for (int f = 0; f < 2; f++) {
-            attention_fold = fold;
+            attention_fold = fold == 1;
+            attention_cluster = fold == 2;
             const pd_kvfmt_t k = fs[f];
             const uint64_t sd = 201 + 20 * (uint64_t)f;
             const int c1[] = {1}, c5[] = {33, 1, 1000, 777, 64}, c3[] = {1, 17, 5000};
@@ -2872,6 +2875,7 @@ static void cases_attention_tc(void)
             case_attention_tc(k, 32, 8, 128, 2, ones, l3, true, 1, sd + 13, "8B b2");
         }
     attention_fold = fold_was;
+    attention_cluster = cluster_was;
 }
 
 static void case_moe_route(int n, int E, int k, bool norm)
