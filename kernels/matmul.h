@@ -217,7 +217,7 @@ pd_status_t matmul_w4wg_group(float *const *outs, float *part, const uint16_t *x
  * MATMUL_W8WG_MAX_N, both operands in shared memory through TMA: out (n, w->n) f32 = (xq @ W^T) *
  * xs[t] * ws[r], xq (n, k) fp8 and xs (n) f32 from matmul_quant_act_fp8 (the values every FP8
  * route uses), the e4m3 products summed on the tensor cores and promoted to f32 every 128
- * columns. Needs w->k % 128 == 0 and 16-byte aligned w->data and xq. K splits (1..4: a cluster
+ * columns. Needs w->k % 128 == 0 and 16-byte aligned w->data and xq. K splits (1..8: a cluster
  * of that many blocks sums them in shared memory: no scratch, one launch); matmul_w8wg_plan picks
  * the rows per block (128 mt, mt 1 or 2) and 1..3 splits for n_sm SMs; PD_CUDA_W8WG_PLAN="mt,s"
  * forces one.

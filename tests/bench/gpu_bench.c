@@ -1040,7 +1040,7 @@ static void bench_w8wg(void)
             float best = 1e30f;
             int bm = 0, bs = 0;
             for (int m = 1; m <= 2; m++)
-                for (int sp = 1; sp <= 4; sp++) {
+                for (int sp = 1; sp <= 8; sp++) { /* matmul_w8wg takes up to 8 (session 22) */
                     if ((sp - 1) * ((K / 128 + sp - 1) / sp) >= K / 128)
                         continue;
                     a.warps = m, a.splits = sp;
