@@ -4645,7 +4645,7 @@ static void cases_w8wg(void)
     case_mma_gemm(f8, 33, 384, 3072, 1, 1, 439, "forced");
     case_mma_gemm(f8, 9, 1000, 1280, 2, 4, 440, "forced");
     case_mma_gemm(f8, 64, 512, 4096, 2, 8, 450, "forced, 8 splits");
-    case_mma_gemm(f8, 20, 328, 1024, 1, 6, 471, "forced, 6 splits");
+    case_mma_gemm(f8, 20, 328, 1408, 1, 6, 471, "forced, 6 splits");
     mma_w8 = -1;
     case_mma_gemm(f8, 48, 1024, 2048, 1, 1, 441, "plan");
     if (!small_only) {
