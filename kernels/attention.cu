@@ -491,12 +491,7 @@ static pd_status_t attention__merge_launch(float *out, const float *part, int n_
  * Softmax in log2 units, online per tile of 16 tokens: one max over the lane quad (2 shuffles),
  * one exp2 per (token, head); fp8 keeps a second running max of s + log2(v scale) so that the
  * f16 P parts stay in (0, 1]. The warps merge through shared memory in a fixed order; splits
- * write (o, m, l) partials that attention__merge combines: deterministic. With attention_cluster
- * (session 22) the S <= KUTIL_CLUSTER_MAX splits of a (row, KV head) run as one thread-block
- * cluster instead: each block leaves its (o, m, l) in shared memory, and after a cluster barrier
- * block z merges its share of the (head, dimension) outputs over all S blocks' partials in split
- * order, read through distributed shared memory: no partials in global memory, no second
- * launch. */
+ * write (o, m, l) partials that attention__merge combines: deterministic. */
 
 #define ATTN_TC__WARPS 4
 #define ATTN_TC__TILE 16
@@ -624,7 +619,7 @@ static __global__ void __launch_bounds__(32 * attn_tc__cfg<FMT, D, TT>::NW,
     attention__tc_kernel(float *out, float *part, int *cnt, const float *q, const uint8_t *arena,
                          kv_layout_t l, int layer, const int32_t *q_start, const int32_t *ctx_len,
                          const int32_t *block_tables, int n_seqs, int max_pages, int n_heads,
-                         int chunk, int p_shift, int cl)
+                         int chunk, int p_shift)
 {
     using C = attn_tc__cfg<FMT, D, TT>;
     constexpr int T = ATTN_TC__TILE, NW = C::NW;
@@ -1029,11 +1024,6 @@ static __global__ void __launch_bounds__(32 * attn_tc__cfg<FMT, D, TT>::NW,
         }
     }
     __syncthreads();
-    /* cl: this block's (o, m, l) for the cluster's merge, after the warps' (log2 units) */
-    float *c_o = s_l + NW * G, *c_m = c_o + G * D, *c_l = c_m + G;
-    static_assert((NW * ATTENTION__MAX_GROUP * (D + 2) + ATTENTION__MAX_GROUP * (D + 2)) * 4 <=
-                      C::SMEM,
-                  "the merges' partials fit in the ring's shared memory");
     for (int idx = threadIdx.x; idx < G * D; idx += blockDim.x) {
         const int gg = idx / D, d = idx % D;
         float M = -INFINITY, L = 0.0f, O = 0.0f;
@@ -1046,13 +1036,7 @@ static __global__ void __launch_bounds__(32 * attn_tc__cfg<FMT, D, TT>::NW,
                 O += s_acc[(w * G + gg) * D + d] * c;
             }
         const int h = kvh * G + gg;
-        if (cl) {
-            c_o[idx] = O;
-            if (d == 0) {
-                c_m[gg] = M;
-                c_l[gg] = L;
-            }
-        } else if (gridDim.z == 1) {
+        if (gridDim.z == 1) {
             out[((size_t)r * H + h) * D + d] = O / L;
         } else {
             float *pp = part + (((size_t)sp * n_rows + r) * H + h) * (D + 2);
@@ -1063,39 +1047,6 @@ static __global__ void __launch_bounds__(32 * attn_tc__cfg<FMT, D, TT>::NW,
             }
         }
     }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (cl) { /* the cluster's splits: block sp merges outputs [i0, i1) of the G D */
-        kutil_cluster_sync();
-        const int S = (int)gridDim.z, i0 = sp * G * D / S, i1 = (sp + 1) * G * D / S;
-        const uint32_t ao = (uint32_t)__cvta_generic_to_shared(c_o),
-                       am = (uint32_t)__cvta_generic_to_shared(c_m),
-                       al = (uint32_t)__cvta_generic_to_shared(c_l);
-        for (int idx = i0 + threadIdx.x; idx < i1; idx += blockDim.x) {
-            const int gg = idx / D, d = idx % D;
-            float mk[KUTIL_CLUSTER_MAX], lk[KUTIL_CLUSTER_MAX], ok[KUTIL_CLUSTER_MAX];
-#pragma unroll
-            for (int k = 0; k < KUTIL_CLUSTER_MAX; k++) { /* every load first */
-                mk[k] = k < S ? kutil_cluster_ld(am + 4u * gg, k) : -INFINITY;
-                lk[k] = k < S ? kutil_cluster_ld(al + 4u * gg, k) : 0.0f;
-                ok[k] = k < S ? kutil_cluster_ld(ao + 4u * idx, k) : 0.0f;
-            }
-            float M = -INFINITY, L = 0.0f, O = 0.0f;
-#pragma unroll
-            for (int k = 0; k < KUTIL_CLUSTER_MAX; k++)
-                M = fmaxf(M, mk[k]);
-#pragma unroll
-            for (int k = 0; k < KUTIL_CLUSTER_MAX; k++)
-                if (mk[k] != -INFINITY) {
-                    const float c = attn_tc__ex2(mk[k] - M);
-                    L += lk[k] * c;
-                    O += ok[k] * c;
-                }
-            out[((size_t)r * H + kvh * G + gg) * D + d] = O / L;
-        }
-        kutil_cluster_sync(); /* the others may still read this block's partials */
-        return;
-    }
-#endif
     if (gridDim.z == 1 || !cnt)
         return; /* no splits, or attention__merge merges them */
     /* the last of the row's splits to finish (for this KV head) merges them all, in split order
@@ -1167,38 +1118,10 @@ extern "C" int attention_splits(int n_rows, int n_kv_heads, int max_ctx, pd_kvfm
     }
     int splits = (target + blocks - 1) / blocks;
     const int by_len = (max_ctx + ATTENTION__MIN_CHUNK - 1) / ATTENTION__MIN_CHUNK;
-    splits = splits < by_len ? splits : by_len;
-    /* attention_cluster: up to twice a cluster's blocks become one cluster (batch 1 / 1k: 16
-     * splits -> 8, which session 14 measured faster on an H100 anyway); more stay split for the
-     * merge kernel (batch 1 / 32k: 66) */
-    if (attention_cluster && splits > KUTIL_CLUSTER_MAX && splits <= 2 * KUTIL_CLUSTER_MAX)
-        splits = KUTIL_CLUSTER_MAX;
-    return splits;
+    return splits < by_len ? splits : by_len;
 }
 
 int attention_fold = 0;
-
-int attention_cluster = 0;
-
-/* attention_cluster on a device that launches clusters (compute capability 9.0 and up; sm_90
- * code: every cuda_arch of the build from 90 up) */
-static bool attention__cluster_ok(void)
-{
-    if (!attention_cluster)
-        return false;
-    static int cc[32]; /* 0: not read yet; major * 10 + minor */
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 32)
-        return false;
-    if (!cc[dev]) {
-        int ma = 0, mi = 0;
-        if (cudaDeviceGetAttribute(&ma, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&mi, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
-            return false;
-        cc[dev] = ma * 10 + mi;
-    }
-    return cc[dev] >= 90;
-}
 
 extern "C" size_t attention_scratch_floats(int n_rows, int n_heads, int head_dim, int n_splits)
 {
@@ -1250,13 +1173,12 @@ static void attention__launch_d128(dim3 grid, size_t smem, cudaStream_t stream, 
 #undef ATTENTION__GO2
 }
 
-/* cnt: the split counters of the in-kernel merge (NULL: attention__merge merges); cl: the
- * splits (grid z <= KUTIL_CLUSTER_MAX) merged inside clusters of (1, 1, grid z) blocks */
+/* cnt: the split counters of the in-kernel merge (NULL: attention__merge merges) */
 template <int FMT, int D, int TT = 1>
 static pd_status_t attention__tc_launch(dim3 grid, cudaStream_t stream, float *out, float *part,
                                         int *cnt, const float *q, const void *arena,
                                         const kv_layout_t *l, int layer, const pd_attn_batch_t *b,
-                                        int n_heads, int chunk, bool cl)
+                                        int n_heads, int chunk)
 {
     using C = attn_tc__cfg<FMT, D, TT>;
     static unsigned attr_set; /* per device (kutil_allow_smem) */
@@ -1266,11 +1188,9 @@ static pd_status_t attention__tc_launch(dim3 grid, cudaStream_t stream, float *o
         return st;
     const int P = l->page_tokens;
     const int p_shift = (P & (P - 1)) == 0 ? __builtin_ctz((unsigned)P) : -1;
-    kutil_launch_pdl_cluster(attention__tc_kernel<FMT, D, TT>, grid, dim3(32 * C::NW),
-                             (size_t)C::SMEM, stream, cl ? grid.z : 1u, out, part, cnt, q,
-                             (const uint8_t *)arena, *l, layer, b->q_start, b->ctx_len,
-                             b->block_tables, b->n_seqs, b->max_pages, n_heads, chunk, p_shift,
-                             cl ? 1 : 0);
+    kutil_launch_pdl(attention__tc_kernel<FMT, D, TT>, grid, dim3(32 * C::NW), C::SMEM, stream,
+                     out, part, cnt, q, (const uint8_t *)arena, *l, layer, b->q_start, b->ctx_len,
+                     b->block_tables, b->n_seqs, b->max_pages, n_heads, chunk, p_shift);
     return KUTIL_LAUNCHED("attention");
 }
 
@@ -1300,29 +1220,27 @@ extern "C" pd_status_t attention_run(float *out, float *scratch, const float *q,
             chunk = (chunk + ATTN_TC__TILE - 1) / ATTN_TC__TILE * ATTN_TC__TILE;
         const dim3 grid((unsigned)n_rows, (unsigned)l->n_kv_heads, (unsigned)n_splits);
         /* the in-kernel merge (attention_fold) needs a counter per (row, KV head) */
-        /* the splits merged inside clusters (attention_cluster) where they fit one */
-        const bool cl = n_splits > 1 && n_splits <= KUTIL_CLUSTER_MAX && attention__cluster_ok();
-        int *cnt = !cl && attention_fold && n_splits > 1 &&
+        int *cnt = attention_fold && n_splits > 1 &&
                            (size_t)n_rows * l->n_kv_heads <= ATTENTION_SCRATCH_COUNTERS
                        ? (int *)scratch
                        : NULL;
         pd_status_t st;
         if (l->fmt == PD_KV_FP8 && D == 128 && attention_tc_pair)
             st = attention__tc_launch<PD_KV_FP8, 128, 2>(grid, stream, out, part, cnt, q, arena, l,
-                                                         layer, batch, n_heads, chunk, cl);
+                                                         layer, batch, n_heads, chunk);
         else if (l->fmt == PD_KV_FP8)
             st = D == 128
                      ? attention__tc_launch<PD_KV_FP8, 128>(grid, stream, out, part, cnt, q, arena,
-                                                            l, layer, batch, n_heads, chunk, cl)
+                                                            l, layer, batch, n_heads, chunk)
                      : attention__tc_launch<PD_KV_FP8, 64>(grid, stream, out, part, cnt, q, arena,
-                                                           l, layer, batch, n_heads, chunk, cl);
+                                                           l, layer, batch, n_heads, chunk);
         else
             st = D == 128
                      ? attention__tc_launch<PD_KV_BF16, 128>(grid, stream, out, part, cnt, q, arena,
-                                                             l, layer, batch, n_heads, chunk, cl)
+                                                             l, layer, batch, n_heads, chunk)
                      : attention__tc_launch<PD_KV_BF16, 64>(grid, stream, out, part, cnt, q, arena,
-                                                            l, layer, batch, n_heads, chunk, cl);
-        if (st != PD_OK || n_splits == 1 || cnt || cl)
+                                                            l, layer, batch, n_heads, chunk);
+        if (st != PD_OK || n_splits == 1 || cnt)
             return st;
         return attention__merge_launch(out, part, n_rows, n_heads, n_splits, D, stream);
     }

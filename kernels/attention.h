@@ -50,15 +50,6 @@ extern int attention_target_blocks;
  * 1 / 32k 77 against 47 us per layer: the last block merges all splits alone). */
 extern int attention_fold;
 
-/* 0 (default): as attention_fold says; 1: on devices of compute capability 9.0 and up, split
- * contexts of at most KUTIL_CLUSTER_MAX (8) splits run each (row, KV head)'s splits as one
- * thread-block cluster that merges them through distributed shared memory (no partials in
- * global memory, no second launch; the splits added in order: deterministic), and
- * attention_splits turns 9..16 splits into 8. Session 22, off until measured; the CUDA backend
- * sets it from PD_CUDA_ATTN_CLUSTER=1 at creation. Read at each attention_run and
- * attention_splits (the caller sizes the scratch with the same setting). */
-extern int attention_cluster;
-
 /* Split counters at the start of attention_run's scratch (int32 each; the partials follow):
  * they must be zero before a caller's first attention_run on that scratch, and every call
  * leaves them zero. attention_splits splits only below 396 (row, KV head) blocks. */

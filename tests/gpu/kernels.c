@@ -2789,10 +2789,9 @@ static void case_attention_tc(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_
     snprintf(shape, sizeof shape,
              "%s %s%s h %d/%d hd %d B %d rows %d ctx<=%d page %d splits %d seed %llu",
              pd_kvfmt_name(fmt),
-             !tc                 ? "simt "
-             : attention_fold    ? "tc fold "
-             : attention_cluster ? "tc cluster "
-                                 : "tc ",
+             !tc              ? "simt "
+             : attention_fold ? "tc fold "
+                              : "tc ",
              what, heads, kvh, hd, n_seqs, n_rows, max_ctx, P,
              attention_splits(n_rows, kvh, hints ? max_ctx : max_pages * P, fmt),
              (unsigned long long)seed);
@@ -2835,13 +2834,11 @@ static void cases_attention_tc(void)
         c64b[i] = 1 + (i * 613) % 2047; /* 1 .. 2047 */
     }
     const pd_kvfmt_t fs[] = {PD_KV_FP8, PD_KV_BF16};
-    const int fold_was = attention_fold, cluster_was = attention_cluster;
-    /* fold 1: split contexts merged inside the kernel (attention_fold), 2: inside clusters
-     * (attention_cluster: up to 8 splits, 9..16 become 8), the same seeds */
-    for (int fold = 0; fold < 3; fold++)
+    const int fold_was = attention_fold;
+    /* fold 1: split contexts merged inside the kernel (attention_fold), the same seeds */
+    for (int fold = 0; fold < 2; fold++)
         for (int f = 0; f < 2; f++) {
-            attention_fold = fold == 1;
-            attention_cluster = fold == 2;
+            attention_fold = fold;
             const pd_kvfmt_t k = fs[f];
             const uint64_t sd = 201 + 20 * (uint64_t)f;
             const int c1[] = {1}, c5[] = {33, 1, 1000, 777, 64}, c3[] = {1, 17, 5000};
@@ -2875,7 +2872,6 @@ static void cases_attention_tc(void)
             case_attention_tc(k, 32, 8, 128, 2, ones, l3, true, 1, sd + 13, "8B b2");
         }
     attention_fold = fold_was;
-    attention_cluster = cluster_was;
 }
 
 static void case_moe_route(int n, int E, int k, bool norm)
@@ -3935,8 +3931,11 @@ static double decode_rig_diff(float *const *lg, int runs, size_t count)
  * it: tiny-llama with FP8 weights and BF16 KV (hidden 512, intermediate 1024: every matmul
  * qualifies), `steps` graph-captured decode steps of n sequences, first with w8wg off (its greedy
  * tokens feed both runs), then on. err = max |on - off| / max |off| over every step's logits
- * (the same e4m3 values, only the summation order differs), INFINITY where graphs fell back to
- * eager or the option was refused. */
+ * (the same e4m3 values; the wgmma sums each 128-column block in the tensor core's FP8
+ * accumulator, which keeps fewer bits than the f32 of the GEMV / mma routes: hence the promotion
+ * every 128 columns), INFINITY where graphs fell back to eager or the option was refused. Session
+ * 22's first run of these cases (one H100) measured 2.6e-3 .. 1.04e-2 over three runs, above
+ * the 2e-3 first set here without a measurement; a layout bug gives O(1). */
 static void case_decode_w8wg(int n, int steps)
 {
     char shape[128];
@@ -3951,7 +3950,7 @@ static void case_decode_w8wg(int n, int steps)
     }
     pair_ok(backend_set_options(gpu, "w8wg=off")); /* the default */
     snprintf(shape, sizeof shape, "tiny-llama fp8 kv bf16 n %d steps %d w8wg on / off", n, steps);
-    report("decode_w8wg", shape, ok ? decode_rig_diff(lg, 2, per) : INFINITY, 2e-3);
+    report("decode_w8wg", shape, ok ? decode_rig_diff(lg, 2, per) : INFINITY, 2e-2);
     free(lg[0]);
     free(lg[1]);
     decode_rig_free(&rig);
@@ -4718,7 +4717,10 @@ static void case_w4wg_same(int n, int64_t N, int64_t K, int cfg, int S, uint64_t
 
 /* The whole INT4 / FP8-KV decode step (tiny-llama rig, n sequences, `steps` graph-captured
  * steps) with option w4wg_cluster off, then on: err = max |on - off| / max |off| over every
- * step's logits (the plans may split K differently: summation order only). */
+ * step's logits. The two plans may split K differently (f32 summation order only, each GEMM
+ * within its cases' bounds), and the FP8 KV cache turns those last-bit differences into e4m3
+ * rounding flips of single k / v values (3 mantissa bits): session 22 measured 1.4e-3 .. 3.2e-3
+ * over three runs on an H100; a layout or merge bug gives O(1). */
 static void case_decode_w4cl(int n, int steps)
 {
     char shape[128];
@@ -4731,10 +4733,10 @@ static void case_decode_w4cl(int n, int steps)
         ok = ok && backend_set_options(gpu, r ? "w4wg_cluster=on" : "w4wg_cluster=off") == PD_OK;
         ok = decode_rig_run(&rig, lg[r], r == 0) && ok;
     }
-    pair_ok(backend_set_options(gpu, "w4wg_cluster=off")); /* the default */
+    pair_ok(backend_set_options(gpu, "w4wg_cluster=on")); /* the default */
     snprintf(shape, sizeof shape, "tiny-llama int4 kv fp8 n %d steps %d w4wg_cluster on / off", n,
              steps);
-    report("decode_w4cl", shape, ok ? decode_rig_diff(lg, 2, per) : INFINITY, 1e-4);
+    report("decode_w4cl", shape, ok ? decode_rig_diff(lg, 2, per) : INFINITY, 1e-2);
     free(lg[0]);
     free(lg[1]);
     decode_rig_free(&rig);
