@@ -146,6 +146,10 @@ typedef struct {
      * (sm_90a build, compute capability 9.0); 0: off (the default: session 21 measured it no
      * faster than cuBLASLt); option w8wg, PD_CUDA_W8WG=N */
     int w8wg_min_n;
+    /* PD_CUDA_W8WG_ROWS=R (benchmarks, session 22): that route only for weights of at most R
+     * rows (gpu_bench w8wg at n 64 on an H100: faster than cuBLASLt on the 4096-row shapes, o
+     * and down, slower on gate_up and the fused q / k / v); 0: every weight */
+    int64_t w8wg_max_rows;
     void *sample_scratch; /* sample_run's (SAMPLE_SCRATCH_BYTES, kept zeroed by the kernel) */
     /* act_quant asks the fused ops for the wgmma GEMM's f16 image (PD_CUDA_WG_ACT=0: off) */
     bool wg_act;
@@ -467,7 +471,8 @@ static bool cuda__w4wg_route(const cuda_t *c, const pd_weight_t *w, int n)
 static bool cuda__w8wg_route(const cuda_t *c, const pd_weight_t *w, int n)
 {
     return c->w8wg_min_n > 0 && w->fmt == PD_WFMT_FP8 && n >= c->w8wg_min_n &&
-           n <= CUDA_W8WG_MAX_N && w->k % 128 == 0 && ((uintptr_t)w->data & 15) == 0;
+           n <= CUDA_W8WG_MAX_N && w->k % 128 == 0 && ((uintptr_t)w->data & 15) == 0 &&
+           (c->w8wg_max_rows <= 0 || w->n <= c->w8wg_max_rows);
 }
 
 /* x (n, K) f32 quantized per token (matmul_quant_act_fp8) into the act scratch: *xq (n, K) e4m3
@@ -2159,6 +2164,8 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     env = getenv("PD_CUDA_W8WG");
     c->w8wg_min_n = env && *env && atoi(env) > 0 && matmul_w8wg_usable() ? atoi(env) : 0;
     c->env_set |= env && *env ? CUDA__ENV_W8WG : 0;
+    env = getenv("PD_CUDA_W8WG_ROWS");
+    c->w8wg_max_rows = env && *env ? atoll(env) : 0;
     env = getenv("PD_CUDA_W4WG_CLUSTER");
     c->w4wg_cluster = !env || !*env || cuda__onoff(env) != 0;
     c->env_set |= env && *env && cuda__onoff(env) >= 0 ? CUDA__ENV_W4CL : 0;
