@@ -531,8 +531,7 @@ static pd_status_t cuda__matmul_w4wg(cuda_t *c, float *const *outs, const float 
     } else if ((st = matmul_quant_act_f16wg(xw, mult, x, n, K, c->stream)) != PD_OK) {
         return st;
     }
-    return matmul_w4wg_group(outs, part, xw, mult, ws, count, n, cfg, splits, cluster,
-                             c->stream);
+    return matmul_w4wg_group(outs, part, xw, mult, ws, count, n, cfg, splits, cluster, c->stream);
 }
 
 /* Tiled INT4 at n 9..256 on matmul_int4_mma2 (two blocks per SM); scratch as above. */

@@ -656,13 +656,13 @@ extern "C" pd_status_t elementwise_add_rmsnorm(float *x, const float *y, float *
     /* the kernel of the row plan, launched PDL (kutil.cuh: it waits first) */
     void (*k)(float *, const float *, float *, const uint16_t *, uint8_t *, float *, int, float,
               int, int, int) = it == 1   ? elementwise__add_rmsnorm<1>
-                          : it == 2 ? elementwise__add_rmsnorm<2>
-                          : it == 4 ? elementwise__add_rmsnorm<4>
-                          : it == 8 ? elementwise__add_rmsnorm<8>
-                                    : elementwise__add_rmsnorm<0>;
+                               : it == 2 ? elementwise__add_rmsnorm<2>
+                               : it == 4 ? elementwise__add_rmsnorm<4>
+                               : it == 8 ? elementwise__add_rmsnorm<8>
+                                         : elementwise__add_rmsnorm<0>;
     const int rows = blk ? MATMUL_ACT_BLK_ROWS(n) : n;
-    kutil_launch_pdl(k, dim3(rows), dim3(t), 0, stream, x, y, out, w, q, qs, d, eps, blk ? n : 0,
-                     0, 0);
+    kutil_launch_pdl(k, dim3(rows), dim3(t), 0, stream, x, y, out, w, q, qs, d, eps, blk ? n : 0, 0,
+                     0);
     return KUTIL_LAUNCHED("add_rmsnorm");
 }
 
@@ -681,10 +681,10 @@ extern "C" pd_status_t elementwise_add_rmsnorm_f16wg(float *x, const float *y, f
         it = 0, t = 256;
     void (*k)(float *, const float *, float *, const uint16_t *, uint8_t *, float *, int, float,
               int, int, int) = it == 1   ? elementwise__add_rmsnorm<1>
-                          : it == 2 ? elementwise__add_rmsnorm<2>
-                          : it == 4 ? elementwise__add_rmsnorm<4>
-                          : it == 8 ? elementwise__add_rmsnorm<8>
-                                    : elementwise__add_rmsnorm<0>;
+                               : it == 2 ? elementwise__add_rmsnorm<2>
+                               : it == 4 ? elementwise__add_rmsnorm<4>
+                               : it == 8 ? elementwise__add_rmsnorm<8>
+                                         : elementwise__add_rmsnorm<0>;
     /* the normalized row in shared memory for the image pass where it fits the default 48 KB
      * (beside the 128-byte reduction array); PD_CUDA_NORM_STAGE=0: read again from L2 (A / B) */
     static int no_stage = -1;

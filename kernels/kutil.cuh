@@ -300,27 +300,9 @@ static __device__ __forceinline__ void kutil_pdl_trigger()
 }
 
 /* kernel<<<grid, block, smem, stream>>>(args...) with the programmatic-stream-serialization
- * attribute when kutil_pdl_mode is on (the kernel must follow the rule above). */
-template <typename... P, typename... A>
-static inline cudaError_t kutil_launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
-                                           cudaStream_t stream, A... args)
-{
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute at[1];
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = kutil_pdl_mode ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, kernel, ((P)args)...);
-}
-
-/* kutil_launch_pdl with the grid's blocks in thread-block clusters of (1, 1, cz) when cz > 1
- * (grid.z a multiple of cz; sm_90+): the wgmma GEMMs' K splits, summed through distributed
- * shared memory. */
+ * attribute when kutil_pdl_mode is on (the kernel must follow the rule above), and the grid's
+ * blocks in thread-block clusters of (1, 1, cz) when cz > 1 (grid.z a multiple of cz; sm_90+:
+ * the wgmma GEMMs' K splits, summed through distributed shared memory). */
 template <typename... P, typename... A>
 static inline cudaError_t kutil_launch_pdl_cluster(void (*kernel)(P...), dim3 grid, dim3 block,
                                                    size_t smem, cudaStream_t stream, unsigned cz,
@@ -346,6 +328,14 @@ static inline cudaError_t kutil_launch_pdl_cluster(void (*kernel)(P...), dim3 gr
     cfg.attrs = at;
     cfg.numAttrs = na;
     return cudaLaunchKernelEx(&cfg, kernel, ((P)args)...);
+}
+
+/* kutil_launch_pdl_cluster without clusters: the PDL launch of every decode-path kernel */
+template <typename... P, typename... A>
+static inline cudaError_t kutil_launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                                           cudaStream_t stream, A... args)
+{
+    return kutil_launch_pdl_cluster(kernel, grid, block, smem, stream, 1u, args...);
 }
 
 #endif

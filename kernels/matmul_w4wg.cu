@@ -236,14 +236,16 @@ static __global__ void __launch_bounds__(W4WG__THREADS, 1)
                 const int s = i % NS, g0 = gb + i * GPS, gn = min(GPS, ge - g0);
                 const uint32_t full = bars + 8 * s, st = sm0 + s * C::STAGE;
                 if (w) {
-                    mma_bar_expect(full, (uint32_t)(nt * gn * W4WG__TILE_B + nb * gn * W4WG__BLK_B));
+                    mma_bar_expect(full,
+                                   (uint32_t)(nt * gn * W4WG__TILE_B + nb * gn * W4WG__BLK_B));
                     for (int b = 0; b < nb; b++) {
                         const size_t tg = (size_t)(blk0 + b) * ng + g0;
-                        mma_bulk(st + C::DATA + b * GPS * 2048, wd + tg * 2048, (uint32_t)(gn * 2048),
-                                 full);
+                        mma_bulk(st + C::DATA + b * GPS * 2048, wd + tg * 2048,
+                                 (uint32_t)(gn * 2048), full);
                         mma_bulk(st + C::SC + b * GPS * 64, (const uint8_t *)wsc + tg * 64,
                                  (uint32_t)(gn * 64), full);
-                        mma_bulk(st + C::ZR + b * GPS * 32, wz + tg * 32, (uint32_t)(gn * 32), full);
+                        mma_bulk(st + C::ZR + b * GPS * 32, wz + tg * 32, (uint32_t)(gn * 32),
+                                 full);
                     }
                 }
                 if (a)
@@ -545,9 +547,9 @@ static void w4wg__launch(float *const *outs, float *part, const uint16_t *xw, co
         return; /* the caller's KUTIL_LAUNCHED reports the error */
     const dim3 grid((unsigned)((n + 64 * NT - 1) / (64 * NT)), (unsigned)sg.rb[count - 1],
                     (unsigned)splits);
-    kutil_launch_pdl_cluster(matmul__w4wg<MT, NT, GPS, NS>, grid, dim3(W4WG__THREADS),
-                             (size_t)smem, stream, cl ? (unsigned)splits : 1u, sg,
-                             (const uint8_t *)xw, mult, n, ws[0]->k, gps, cl ? 1 : 0);
+    kutil_launch_pdl_cluster(matmul__w4wg<MT, NT, GPS, NS>, grid, dim3(W4WG__THREADS), (size_t)smem,
+                             stream, cl ? (unsigned)splits : 1u, sg, (const uint8_t *)xw, mult, n,
+                             ws[0]->k, gps, cl ? 1 : 0);
 }
 
 static int w4wg__rows(int cfg)

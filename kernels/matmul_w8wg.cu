@@ -286,8 +286,8 @@ static pd_status_t w8wg__launch(float *out, const uint8_t *xq, const float *xs,
     const dim3 grid((unsigned)((n + NB - 1) / NB), (unsigned)((w->n + C::R - 1) / C::R),
                     (unsigned)S);
     const cudaError_t e = kutil_launch_pdl_cluster(
-        matmul__w8wg<MT, NB>, grid, dim3(W8WG__THREADS), (size_t)C::SMEM, stream, (unsigned)S,
-        wmap, xmap, out, xs, (const float *)w->scales, n, w->n, w->k, kps);
+        matmul__w8wg<MT, NB>, grid, dim3(W8WG__THREADS), (size_t)C::SMEM, stream, (unsigned)S, wmap,
+        xmap, out, xs, (const float *)w->scales, n, w->n, w->k, kps);
     if (e != cudaSuccess)
         return kutil_status(e, "matmul_w8wg");
     return KUTIL_LAUNCHED("matmul_w8wg");

@@ -629,8 +629,8 @@ static void run_i4(void *p)
            "int4 mma2");
     } else if (a->mode == 6) {
         ok(matmul_quant_act_f16wg(a->xh, a->mult, a->x, a->n, a->w->k, stream), "quant f16wg");
-        ok(matmul_w4wg(a->out, a->part, a->xh, a->mult, a->w, a->n, a->depth, a->splits,
-                       a->cluster, stream),
+        ok(matmul_w4wg(a->out, a->part, a->xh, a->mult, a->w, a->n, a->depth, a->splits, a->cluster,
+                       stream),
            "w4wg");
     } else if (a->mode == 7) { /* FP8: quant + matmul_w8wg (warps = rows / 128) */
         ok(matmul_quant_act_fp8((uint8_t *)a->xh, NULL, a->mult, a->x, a->n, a->w->k, stream),
@@ -877,6 +877,30 @@ static void bench_int4_mma2(void)
     l2_flush = NULL;
 }
 
+/* The fastest forced matmul_w4wg plan for a (mode 6, its weight and n set; a->cluster: the K
+ * splits added inside clusters, 1..MATMUL_W4WG_MAX_CLUSTER of them, else 1, 2, 4, 8, 16 by a
+ * second launch): its time (s, as time_op), configuration *cfg_p and splits *splits_p. A
+ * configuration whose token tiles would take more than two passes over the weights is skipped. */
+static float w4wg_sweep(i4_arg_t *a, int64_t K, bool cluster, int *cfg_p, int *splits_p)
+{
+    float best = 1e30f;
+    *cfg_p = *splits_p = 0;
+    for (int c = 0; c < 3; c++) {
+        if ((c == 0 ? 64 : c == 1 ? 128 : 256) < a->n / 2 && c < 2)
+            continue;
+        for (int sp = 1; sp <= (cluster ? MATMUL_W4WG_MAX_CLUSTER : 16);
+             sp = cluster ? sp + 1 : 2 * sp) {
+            if (sp > K / 128 || (sp - 1) * ((K / 128 + sp - 1) / sp) >= K / 128)
+                continue;
+            a->cluster = cluster, a->depth = c, a->splits = sp;
+            const float t = time_op(run_i4, a, 10);
+            if (t < best)
+                best = t, *cfg_p = c, *splits_p = sp;
+        }
+    }
+    return best;
+}
+
 /* matmul_w4wg (wgmma, session 10) against matmul_int4_mma and the FP8 op at n 16..256 on the
  * four 8B shapes (us, L2 flushed as in bench_int4_paths, activation quantization included): int4
  * mma with its plan, w4wg with its plan (cfg, S), the best forced w4wg plan, the same two with
@@ -897,9 +921,10 @@ static void bench_w4wg(void)
     l2_flush_bytes = (size_t)256 << 20;
     ok(be->ops->alloc(be, l2_flush_bytes, &l2_flush), "alloc");
     printf("\n### INT4 wgmma GEMM (w4wg) vs mma vs FP8 (us, L2 flushed before each repeat)\n\n");
-    printf("| N x K | n | int4 mma (W, S) | w4wg (cfg, S) | best w4wg (cfg, S) | cluster (cfg, S) | "
-           "best cluster (cfg, S) | fp8 op | int4 op | cluster / w4wg | w4wg / fp8 op | floor us "
-           "| floor / faster plan |\n");
+    printf(
+        "| N x K | n | int4 mma (W, S) | w4wg (cfg, S) | best w4wg (cfg, S) | cluster (cfg, S) | "
+        "best cluster (cfg, S) | fp8 op | int4 op | cluster / w4wg | w4wg / fp8 op | floor us "
+        "| floor / faster plan |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     const char *only = getenv("GPU_BENCH_W4MMA_N");
     for (int s = 0; s < 4; s++) {
@@ -934,36 +959,11 @@ static void bench_w4wg(void)
             const float t_old = time_op(run_i4, &a, 20);
             a.mode = 6, a.depth = cfg, a.splits = ws;
             const float t_wg = time_op(run_i4, &a, 20);
-            float best = 1e30f;
-            int bc = 0, bs = 0;
-            for (int c = 0; c < 3; c++) {
-                if ((c == 0 ? 64 : c == 1 ? 128 : 256) < n / 2 && c < 2)
-                    continue; /* more than two passes over the weights */
-                for (int sp = 1; sp <= 16; sp *= 2) {
-                    if (sp > K / 128 || (sp - 1) * ((K / 128 + sp - 1) / sp) >= K / 128)
-                        continue;
-                    a.depth = c, a.splits = sp;
-                    const float t = time_op(run_i4, &a, 10);
-                    if (t < best)
-                        best = t, bc = c, bs = sp;
-                }
-            }
+            int bc, bs, cbc, cbs;
+            const float best = w4wg_sweep(&a, K, false, &bc, &bs);
             a.cluster = true, a.depth = ccfg, a.splits = cs;
             const float t_cl = time_op(run_i4, &a, 20);
-            float cbest = 1e30f;
-            int cbc = 0, cbs = 0;
-            for (int c = 0; c < 3; c++) {
-                if ((c == 0 ? 64 : c == 1 ? 128 : 256) < n / 2 && c < 2)
-                    continue;
-                for (int sp = 1; sp <= MATMUL_W4WG_MAX_CLUSTER; sp++) {
-                    if (sp > K / 128 || (sp - 1) * ((K / 128 + sp - 1) / sp) >= K / 128)
-                        continue;
-                    a.depth = c, a.splits = sp;
-                    const float t = time_op(run_i4, &a, 10);
-                    if (t < cbest)
-                        cbest = t, cbc = c, cbs = sp;
-                }
-            }
+            const float cbest = w4wg_sweep(&a, K, true, &cbc, &cbs);
             a.cluster = false;
             a.mode = 2;
             const float t_op = time_op(run_i4, &a, 20);

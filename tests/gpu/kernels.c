@@ -1782,8 +1782,8 @@ static void case_mma_gemm_d(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warp
             pair_ok(matmul_w8wg(out.g, b, mult, &wg, n, warps, splits, st));
         } else if (mma_wg != 0 && int4) {
             pair_ok(matmul_quant_act_f16wg((uint16_t *)b, mult, px.g, n, K, st));
-            pair_ok(matmul_w4wg(out.g, mma_wg_cl ? NULL : part,
-                                (uint16_t *)b, mult, &wg, n, wcfg, splits, mma_wg_cl, st));
+            pair_ok(matmul_w4wg(out.g, mma_wg_cl ? NULL : part, (uint16_t *)b, mult, &wg, n, wcfg,
+                                splits, mma_wg_cl, st));
             warps = wcfg; /* printed as w */
         } else if (mma_tiles2 != 0 && int4) {
             pair_ok(matmul_quant_act_f16((uint16_t *)b, mult, px.g, n, K, st));
@@ -1914,13 +1914,16 @@ static void case_matmul_group(int n, const int64_t *Ns, int count, int64_t K, in
         uint8_t *b = scratch;
         float *mult = (float *)(b + hb), *part = pf ? (float *)(b + hb + mb) : NULL;
         pair_ok(matmul_quant_act_f16wg((uint16_t *)b, mult, px.g, n, K, st));
-        pair_ok(matmul_w4wg_group(outs_g, mma_wg_cl ? NULL : part, (uint16_t *)b, mult, ws_g,
-                                  count, n, p[0], p[1], mma_wg_cl, st));
+        pair_ok(matmul_w4wg_group(outs_g, mma_wg_cl ? NULL : part, (uint16_t *)b, mult, ws_g, count,
+                                  n, p[0], p[1], mma_wg_cl, st));
     }
     char nb[48] = "";
     for (int i = 0; i < count; i++)
         snprintf(nb + strlen(nb), sizeof nb - strlen(nb), "%s%lld", i ? "+" : "", (long long)Ns[i]);
-    const char *rn = route == 0 ? "op" : route == 1 ? "w4gemv" : mma_wg_cl ? "w4wg cluster" : "w4wg";
+    const char *rn = route == 0   ? "op"
+                     : route == 1 ? "w4gemv"
+                     : mma_wg_cl  ? "w4wg cluster"
+                                  : "w4wg";
     double worst_c = 0.0, worst = 0.0;
     for (int i = 0; i < count; i++) {
         const double e = err_f32(&out[i], (size_t)n * Ns[i]);
