@@ -6,9 +6,9 @@
 # harness at fixture shapes as the time left allows (the full-size run of call s22a was cut at
 # 220 s in the attention cases).
 #   bash tests/gpu/prepare-round.sh tests/gpu/rounds/run-round-s22b.sh
-#   DEADLINE=160 bash .gpu-round/run-round-s22b.sh   (carry .gpu-round, .gpu-models/llama-moe.tar.xz)
+#   DEADLINE=110 bash .gpu-round/run-round-s22b.sh   (carry .gpu-round, .gpu-models/llama-moe.tar.xz)
 set -uo pipefail
-ROUND_DEADLINE=160
+ROUND_DEADLINE=110
 . "$(dirname "$0")/round-lib.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 GPU_BENCH_DECODE_BATCHES="1 64" st decode 40 $G/bin/gpu_bench decode; tab decode
