@@ -2163,6 +2163,9 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     env = getenv("PD_CUDA_W8WG");
     c->w8wg_min_n = env && *env && atoi(env) > 0 && matmul_w8wg_usable() ? atoi(env) : 0;
     c->env_set |= env && *env ? CUDA__ENV_W8WG : 0;
+    env = getenv("PD_CUDA_FP8_CLUSTER"); /* 1: matmul_fp8_mma's splits added in clusters */
+    if (env && *env)
+        matmul_fp8_cluster = cuda__onoff(env) == 1;
     env = getenv("PD_CUDA_W8WG_ROWS");
     c->w8wg_max_rows = env && *env ? atoll(env) : 0;
     env = getenv("PD_CUDA_W4WG_CLUSTER");

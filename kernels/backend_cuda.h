@@ -72,6 +72,9 @@
  * session 8; BF16 weights run moe_gmm2). Read at creation; backend_cuda_set_moe_gmm below.
  * PD_CUDA_ATTN_FOLD=1: decode attention merges split contexts inside the tensor-core kernel
  * (attention_fold, kernels/attention.h; process-wide; measured slower in session 8, so off).
+ * PD_CUDA_FP8_CLUSTER=1: the FP8 mma kernel of decode batches (matmul_fp8_mma, n <= 8 by
+ * default) adds its K splits inside thread-block clusters (matmul_fp8_cluster, kernels/matmul.h;
+ * process-wide; session 22, off until measured).
  * PD_CUDA_ATTN_PAIR=1: the FP8-KV decode attention (head_dim 128) computes two 16-token tiles per
  * warp step (attention_tc_pair, kernels/attention.h; session 17, off until measured).
  * PD_CUDA_MLA_TILE=0: the GLM-4.5 / DeepSeek-V3 MLA attention through the untiled kernel (one

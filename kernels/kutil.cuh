@@ -80,6 +80,52 @@ static inline pd_status_t kutil_allow_smem(const void *fn, int bytes, unsigned *
     return st;
 }
 
+/* The current device's compute capability, major * 10 + minor (read once per device); 0 if it
+ * cannot be read. */
+static inline int kutil_device_cc(void)
+{
+    static int cc[32]; /* 0: not read yet */
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 32)
+        return 0;
+    int v = __atomic_load_n(&cc[dev], __ATOMIC_RELAXED);
+    if (!v) {
+        int ma = 0, mi = 0;
+        if (cudaDeviceGetAttribute(&ma, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&mi, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+            return 0;
+        v = ma * 10 + mi;
+        __atomic_store_n(&cc[dev], v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+
+/* How many blocks of kernel fn (block threads, smem bytes of dynamic shared memory, already
+ * allowed) in clusters of (1, 1, S) the current device runs at once: the clusters that fit its
+ * GPCs (cudaOccupancyMaxActiveClusters) times S; 0 if unknown (below compute capability 9.0). */
+static inline int kutil_cluster_wave(const void *fn, int threads, size_t smem, int S)
+{
+    if (kutil_device_cc() < 90 || S < 1)
+        return 0;
+    cudaLaunchConfig_t lc = {};
+    cudaLaunchAttribute at[1];
+    lc.gridDim = dim3(1, 1, (unsigned)S);
+    lc.blockDim = dim3((unsigned)threads);
+    lc.dynamicSmemBytes = smem;
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = 1;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = (unsigned)S;
+    lc.attrs = at;
+    lc.numAttrs = 1;
+    int num = 0;
+    if (cudaOccupancyMaxActiveClusters(&num, fn, &lc) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return num * S;
+}
+
 /* For a kernel whose shared memory may reach the device's limit: *fits false when smem bytes of
  * dynamic shared memory plus its reserve bytes of static shared memory are above the current
  * device's opt-in maximum (the caller launches something else); else true, and where they are

@@ -704,16 +704,21 @@ static __global__ void __launch_bounds__(256, MINB)
 #define MATMUL__RSB8 (MATMUL__BPC * 64 + 64) /* bytes per token row of a stage */
 
 /* grid (ceil(n / (8 C)), ceil(N / (32 W)), S), block 32 W (W <= 8), dynamic shared memory
- * 2 * 8 C * MATMUL__RSB8 + W * MATMUL__BPC * 2048 bytes. out: S == 1: (n, N) f32, else partial
- * sums (S, n, N) f32; xq (n, K) fp8 e4m3, xs (n) f32 its per-token scales; wd (N, K) fp8 e4m3,
- * ws (N) f32 per-row scales; bps: 64-column blocks per split. Warp v takes rows [row0 + 32 v,
- * +32) (two m16 tiles) and the block's 8 C tokens. The weights are streamed through a per-warp
- * shared-memory ring by cp.async (MATMUL__BPC blocks of 64 columns in flight per warp, 2048
- * bytes each), one commit group per step as in matmul__int4_mma_cp. */
+ * 2 * 8 C * MATMUL__RSB8 + W * MATMUL__BPC * 2048 bytes. out: S == 1 or cl: (n, N) f32, else
+ * partial sums (S, n, N) f32; xq (n, K) fp8 e4m3, xs (n) f32 its per-token scales; wd (N, K)
+ * fp8 e4m3, ws (N) f32 per-row scales; bps: 64-column blocks per split. Warp v takes rows [row0 +
+ * 32 v, +32) (two m16 tiles) and the block's 8 C tokens. The weights are streamed through a
+ * per-warp shared-memory ring by cp.async (MATMUL__BPC blocks of 64 columns in flight per warp,
+ * 2048 bytes each), one commit group per step as in matmul__int4_mma_cp. cl (session 22, sm_90+,
+ * S <= KUTIL_CLUSTER_MAX): the launch has clusters of (1, 1, S) blocks; each block leaves its
+ * scaled sums (the values it would write as partials) in shared memory, and after a cluster
+ * barrier block z adds rows [z R / S, (z + 1) R / S) of the tile (R = 32 W) over the S blocks in
+ * split order (kutil_cluster_sum) into out: the bits of matmul__sum_parts, without its launch
+ * and the partials' trip through global memory. */
 template <int C>
 static __global__ void __launch_bounds__(256, 1)
     matmul__fp8_mma_cp(float *out, const uint8_t *xq, const float *xs, const uint8_t *wd,
-                       const float *ws, int n, int64_t N, int64_t K, int bps)
+                       const float *ws, int n, int64_t N, int64_t K, int bps, int cl)
 {
     extern __shared__ __align__(16) uint8_t matmul__sm8[]; /* x [2][8 C][RSB8], then rings */
     kutil_pdl_wait();                                      /* PDL-launched (kutil.cuh) */
@@ -798,7 +803,6 @@ static __global__ void __launch_bounds__(256, 1)
     }
     asm volatile("cp.async.wait_group 0;\n" ::);
 
-    float *o = out + (size_t)blockIdx.z * n * N;
     float wsc[2][2];
 #pragma unroll
     for (int r = 0; r < 2; r++)
@@ -807,6 +811,40 @@ static __global__ void __launch_bounds__(256, 1)
             const int64_t row = row0 + 16 * r + 8 * h + gq;
             wsc[r][h] = ws[row < N ? row : N - 1];
         }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (cl) {            /* the splits added inside the cluster (the comment above) */
+        __syncthreads(); /* every warp is done with its ring and the activation stages */
+        const int R = (int)blockDim.x, RP = R + 4; /* red[t][r]: token t < 8 C, row r < R */
+        float *red = (float *)matmul__sm8;
+#pragma unroll
+        for (int c = 0; c < C; c++)
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const int tl = c * 8 + 2 * tq + i, t = t0 + tl;
+                const float m = t < n ? xs[t] : 0.0f;
+#pragma unroll
+                for (int r = 0; r < 2; r++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+                        red[tl * RP + warp * 32 + 16 * r + 8 * h + gq] =
+                            acc[r][c][2 * h + i] * m * wsc[r][h];
+            }
+        kutil_cluster_sync();
+        const int S = (int)gridDim.z, z = (int)blockIdx.z;
+        const int r0 = z * R / S, nr = (z + 1) * R / S - r0, nt = min(8 * C, n - t0);
+        const int64_t rb = (int64_t)blockIdx.y * R + r0;
+        const uint32_t red_a = (uint32_t)__cvta_generic_to_shared(red);
+        for (int idx = threadIdx.x; idx < nt * nr; idx += blockDim.x) {
+            const int t = idx / nr, r = idx % nr;
+            if (rb + r < N)
+                out[(size_t)(t0 + t) * N + rb + r] =
+                    kutil_cluster_sum(red_a + 4u * (uint32_t)(t * RP + r0 + r), S);
+        }
+        kutil_cluster_sync(); /* the others may still read this block's sums */
+        return;
+    }
+#endif
+    float *o = out + (size_t)blockIdx.z * n * N;
 #pragma unroll
     for (int c = 0; c < C; c++)
 #pragma unroll
@@ -1913,7 +1951,14 @@ static int matmul__int4_tiles(int n)
 
 /* Block size and K splits for n tokens, N rows and ng K-units (INT4: groups of 128 columns,
  * FP8: blocks of 64; either is 2 KiB of weights for a warp's 32 rows). */
-static void matmul__mma_plan(int n, int64_t N, int64_t ng, int n_sm, int *warps_p, int *splits_p)
+static int matmul__fp8_cluster_wave(int n, int W, int S);
+static bool matmul__fp8_cl(int S);
+
+/* fp8_cl: matmul_fp8_mma's splits added inside clusters (at most KUTIL_CLUSTER_MAX; a wave holds
+ * the clusters that fit the GPCs; the sums cost ~1 us of barriers and DSMEM reads instead of the
+ * partials' traffic and a launch) */
+static void matmul__mma_plan(int n, int64_t N, int64_t ng, int n_sm, bool fp8_cl, int *warps_p,
+                             int *splits_p)
 {
     const int C = matmul__int4_tiles(n), nb = (n + 8 * C - 1) / (8 * C);
     const int64_t mu = (N + 31) / 32;
@@ -1927,14 +1972,17 @@ static void matmul__mma_plan(int n, int64_t N, int64_t ng, int n_sm, int *warps_
      * launch for the sum; blocks of >= 6 warps keep enough loads in flight */
     for (int W = 8; W >= 6; W--) {
         const int64_t ctam = (mu + W - 1) / W;
-        for (int S = 1; S <= 16 && S <= ng; S++) {
+        for (int S = 1; S <= (fp8_cl ? KUTIL_CLUSTER_MAX : 16) && S <= ng; S++) {
             const int64_t gps = (ng + S - 1) / S;
             if (S > 1 && (S - 1) * gps >= ng)
                 continue; /* an empty split */
-            const int64_t ctas = ctam * nb * S, waves = (ctas + n_sm - 1) / n_sm;
+            int64_t wave = n_sm;
+            if (fp8_cl && S > 1 && (wave = matmul__fp8_cluster_wave(n, W, S)) <= 0)
+                continue;
+            const int64_t ctas = ctam * nb * S, waves = (ctas + wave - 1) / wave;
             double cost = (double)waves * W * gps;
             if (S > 1)
-                cost += 2.0 * S * n * (double)N * 4 / (2048.0 * n_sm) + 32.0;
+                cost += fp8_cl ? 12.0 : 2.0 * S * n * (double)N * 4 / (2048.0 * n_sm) + 32.0;
             if (cost < best - 1e-9) {
                 best = cost;
                 *warps_p = W;
@@ -1947,13 +1995,13 @@ static void matmul__mma_plan(int n, int64_t N, int64_t ng, int n_sm, int *warps_
 extern "C" void matmul_int4_mma_plan(int n, int64_t N, int64_t K, int n_sm, int *warps_p,
                                      int *splits_p)
 {
-    matmul__mma_plan(n, N, K / 128, n_sm, warps_p, splits_p);
+    matmul__mma_plan(n, N, K / 128, n_sm, false, warps_p, splits_p);
 }
 
 extern "C" void matmul_fp8_mma_plan(int n, int64_t N, int64_t K, int n_sm, int *warps_p,
                                     int *splits_p)
 {
-    matmul__mma_plan(n, N, K / 64, n_sm, warps_p, splits_p);
+    matmul__mma_plan(n, N, K / 64, n_sm, matmul__fp8_cl(2), warps_p, splits_p);
 }
 
 extern "C" size_t matmul_int4_mma_part_floats(int n, int64_t N, int splits)
@@ -2120,21 +2168,64 @@ extern "C" pd_status_t matmul_int4_mma2(float *out, float *part, const uint16_t 
     return matmul_sum_parts(out, part, splits, (size_t)n * (size_t)w->n, stream);
 }
 
-template <int C>
-static void matmul__fp8_mma_launch(float *dst, const uint8_t *xq, const float *xs,
-                                   const pd_weight_t *w, int n, int W, int S, int bps,
-                                   cudaStream_t stream)
+int matmul_fp8_cluster = 0;
+
+/* whether matmul_fp8_mma adds S splits inside clusters (matmul_fp8_cluster, the device) */
+static bool matmul__fp8_cl(int S)
+{
+    return matmul_fp8_cluster && S > 1 && S <= KUTIL_CLUSTER_MAX && kutil_device_cc() >= 90;
+}
+
+/* matmul__fp8_mma_cp<C>'s shared memory allowed on the current device (once): its bytes at W
+ * warps, or < 0 */
+template <int C> static int matmul__fp8_mma_smem(int W)
 {
     static unsigned attr_cp; /* per device (kutil_allow_smem) */
-    const int smem_cp = 2 * 8 * C * MATMUL__RSB8 + 8 * MATMUL__BPC * 2048;
-    if (kutil_allow_smem((const void *)matmul__fp8_mma_cp<C>, smem_cp, &attr_cp,
-                         "fp8_mma smem") != PD_OK)
+    const int smem_max = 2 * 8 * C * MATMUL__RSB8 + 8 * MATMUL__BPC * 2048;
+    if (kutil_allow_smem((const void *)matmul__fp8_mma_cp<C>, smem_max, &attr_cp, "fp8_mma smem") !=
+        PD_OK)
+        return -1;
+    return 2 * 8 * C * MATMUL__RSB8 + W * MATMUL__BPC * 2048;
+}
+
+/* blocks of matmul__fp8_mma_cp at n tokens and W warps in clusters of S that run at once,
+ * cached per (token tiles, W, S); 0 if unknown */
+static int matmul__fp8_cluster_wave(int n, int W, int S)
+{
+    static int wave[4][9][KUTIL_CLUSTER_MAX + 1]; /* 0: not asked yet; -1: unknown */
+    const int C = matmul__int4_tiles(n), ci = C == 1 ? 0 : C == 2 ? 1 : C == 4 ? 2 : 3;
+    if (W < 1 || W > 8 || S < 2 || S > KUTIL_CLUSTER_MAX)
+        return 0;
+    int v = __atomic_load_n(&wave[ci][W][S], __ATOMIC_RELAXED);
+    if (v == 0) {
+        const int sm = ci == 0   ? matmul__fp8_mma_smem<1>(W)
+                       : ci == 1 ? matmul__fp8_mma_smem<2>(W)
+                       : ci == 2 ? matmul__fp8_mma_smem<4>(W)
+                                 : matmul__fp8_mma_smem<8>(W);
+        const void *fn = ci == 0   ? (const void *)matmul__fp8_mma_cp<1>
+                         : ci == 1 ? (const void *)matmul__fp8_mma_cp<2>
+                         : ci == 2 ? (const void *)matmul__fp8_mma_cp<4>
+                                   : (const void *)matmul__fp8_mma_cp<8>;
+        const int b = sm < 0 ? 0 : kutil_cluster_wave(fn, 32 * W, (size_t)sm, S);
+        v = b > 0 ? b : -1;
+        __atomic_store_n(&wave[ci][W][S], v, __ATOMIC_RELAXED);
+    }
+    return v > 0 ? v : 0;
+}
+
+template <int C>
+static void matmul__fp8_mma_launch(float *dst, const uint8_t *xq, const float *xs,
+                                   const pd_weight_t *w, int n, int W, int S, int bps, bool cl,
+                                   cudaStream_t stream)
+{
+    const int smem = matmul__fp8_mma_smem<C>(W);
+    if (smem < 0)
         return; /* the caller's KUTIL_LAUNCHED reports the error */
     const dim3 grid((unsigned)((n + 8 * C - 1) / (8 * C)),
                     (unsigned)((w->n + 32 * W - 1) / (32 * W)), (unsigned)S);
-    kutil_launch_pdl(matmul__fp8_mma_cp<C>, grid, dim3(32u * W),
-                     (size_t)(2 * 8 * C * MATMUL__RSB8 + W * MATMUL__BPC * 2048), stream, dst, xq,
-                     xs, (const uint8_t *)w->data, (const float *)w->scales, n, w->n, w->k, bps);
+    kutil_launch_pdl_cluster(matmul__fp8_mma_cp<C>, grid, dim3(32u * W), (size_t)smem, stream,
+                             cl ? (unsigned)S : 1u, dst, xq, xs, (const uint8_t *)w->data,
+                             (const float *)w->scales, n, w->n, w->k, bps, cl ? 1 : 0);
 }
 
 extern "C" pd_status_t matmul_fp8_mma(float *out, float *part, const uint8_t *xq, const float *xs,
@@ -2143,29 +2234,30 @@ extern "C" pd_status_t matmul_fp8_mma(float *out, float *part, const uint8_t *xq
 {
     KUTIL_REQUIRE(w->fmt == PD_WFMT_FP8 && w->k % 64 == 0 && w->n > 0, "matmul_fp8_mma");
     KUTIL_REQUIRE(n >= 0 && n <= MATMUL_INT4_MMA_MAX_N && warps >= 1 && warps <= 8 && splits >= 1 &&
-                      (splits == 1 || part),
+                      (splits == 1 || part || matmul__fp8_cl(splits)),
                   "matmul_fp8_mma");
     KUTIL_REQUIRE((w->n + 32 * warps - 1) / (32 * warps) < 65535, "matmul_fp8_mma");
     if (n == 0)
         return PD_OK;
     const int nblk = (int)(w->k / 64), bps = (nblk + splits - 1) / splits;
     KUTIL_REQUIRE((splits - 1) * bps < nblk, "matmul_fp8_mma splits");
-    float *dst = splits > 1 ? part : out;
+    const bool cl = matmul__fp8_cl(splits);
+    float *dst = splits > 1 && !cl ? part : out;
     switch (matmul__int4_tiles(n)) {
     case 1:
-        matmul__fp8_mma_launch<1>(dst, xq, xs, w, n, warps, splits, bps, stream);
+        matmul__fp8_mma_launch<1>(dst, xq, xs, w, n, warps, splits, bps, cl, stream);
         break;
     case 2:
-        matmul__fp8_mma_launch<2>(dst, xq, xs, w, n, warps, splits, bps, stream);
+        matmul__fp8_mma_launch<2>(dst, xq, xs, w, n, warps, splits, bps, cl, stream);
         break;
     case 4:
-        matmul__fp8_mma_launch<4>(dst, xq, xs, w, n, warps, splits, bps, stream);
+        matmul__fp8_mma_launch<4>(dst, xq, xs, w, n, warps, splits, bps, cl, stream);
         break;
     default:
-        matmul__fp8_mma_launch<8>(dst, xq, xs, w, n, warps, splits, bps, stream);
+        matmul__fp8_mma_launch<8>(dst, xq, xs, w, n, warps, splits, bps, cl, stream);
     }
     pd_status_t st = KUTIL_LAUNCHED("matmul_fp8_mma");
-    if (st != PD_OK || splits == 1)
+    if (st != PD_OK || splits == 1 || cl)
         return st;
     return matmul_sum_parts(out, part, splits, (size_t)n * (size_t)w->n, stream);
 }

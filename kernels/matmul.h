@@ -85,7 +85,13 @@ pd_status_t matmul_int4_mma2(float *out, float *part, const uint16_t *xh, const 
 /* FP8 W8A8 on mma.sync m16n8k32 e4m3 for n = 1 .. MATMUL_INT4_MMA_MAX_N: out (n, w->n) f32 =
  * (xq @ W^T) * xs[t] * ws[r], xq (n, k) fp8 and xs (n) f32 from matmul_quant_act_fp8 (the same
  * values the cuBLASLt path uses). Needs w->k % 64 == 0. Plan and part as for the INT4 GEMM
- * (matmul_fp8_mma_plan; part: matmul_int4_mma_part_floats(n, w->n, splits) f32). */
+ * (matmul_fp8_mma_plan; part: matmul_int4_mma_part_floats(n, w->n, splits) f32).
+ * matmul_fp8_cluster (session 22; 0 by default until measured; the CUDA backend sets it from
+ * PD_CUDA_FP8_CLUSTER=1 at creation; read by the plan and the launch alike): on devices of
+ * compute capability 9.0 and up, up to 8 splits run as one thread-block cluster that adds them
+ * in distributed shared memory (part unused, may be NULL; one launch; the same bits as the
+ * partial sums' second launch) and the plan weighs splits by that cost. */
+extern int matmul_fp8_cluster;
 void matmul_fp8_mma_plan(int n, int64_t N, int64_t K, int n_sm, int *warps_p, int *splits_p);
 pd_status_t matmul_fp8_mma(float *out, float *part, const uint8_t *xq, const float *xs,
                            const pd_weight_t *w, int n, int warps, int splits, cudaStream_t stream);

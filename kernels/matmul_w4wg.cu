@@ -408,18 +408,7 @@ static __global__ void __launch_bounds__(W4WG__THREADS, 1)
 extern "C" bool matmul_w4wg_usable(void)
 {
 #ifdef PD_CUDA_HAVE_SM90A
-    static int cc[32]; /* 0: not read yet; major * 10 + minor */
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 32)
-        return false;
-    if (!cc[dev]) {
-        int ma = 0, mi = 0;
-        if (cudaDeviceGetAttribute(&ma, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&mi, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
-            return false;
-        cc[dev] = ma * 10 + mi;
-    }
-    return cc[dev] == 90;
+    return kutil_device_cc() == 90;
 #else
     return false;
 #endif
@@ -465,30 +454,14 @@ template <int MT, int NT, int GPS, int NS> static int w4wg__smem(void)
     return smem;
 }
 
-/* How many clusters of S blocks of a configuration's kernel the current device runs at once
- * (cudaOccupancyMaxActiveClusters: a cluster's blocks share one GPC); 0 if unknown. */
+/* Blocks of a configuration's kernel in clusters of S that the current device runs at once
+ * (kutil_cluster_wave); 0 if unknown. */
 template <int MT, int NT, int GPS, int NS> static int w4wg__clusters(int S)
 {
     const int smem = w4wg__smem<MT, NT, GPS, NS>();
-    if (smem < 0)
-        return 0;
-    cudaLaunchConfig_t lc = {};
-    cudaLaunchAttribute at[1];
-    lc.gridDim = dim3(1, 1, (unsigned)S);
-    lc.blockDim = dim3(W4WG__THREADS);
-    lc.dynamicSmemBytes = (size_t)smem;
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = 1;
-    at[0].val.clusterDim.y = 1;
-    at[0].val.clusterDim.z = (unsigned)S;
-    lc.attrs = at;
-    lc.numAttrs = 1;
-    int num = 0;
-    if (cudaOccupancyMaxActiveClusters(&num, matmul__w4wg<MT, NT, GPS, NS>, &lc) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    return num;
+    return smem < 0 ? 0
+                    : kutil_cluster_wave((const void *)matmul__w4wg<MT, NT, GPS, NS>, W4WG__THREADS,
+                                         (size_t)smem, S);
 }
 
 /* The configurations (matmul.h: cfg): 0 = MT 2, NT 1 (256 rows x 64 tokens, 2 groups per
@@ -514,7 +487,7 @@ static int w4wg__cluster_wave(int cfg, int S)
         c = w4wg__clusters<MT, NT, GPS, NS>(S);
         W4WG__CONFIGS(W4WG__ASK)
 #undef W4WG__ASK
-        v = c > 0 ? c * S : -1;
+        v = c > 0 ? c : -1;
         __atomic_store_n(&wave[cfg][S], v, __ATOMIC_RELAXED);
     }
     return v > 0 ? v : 0;

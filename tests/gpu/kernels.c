@@ -17,6 +17,7 @@
  * SiLU·mul and residual add folded in);
  * PD_GPU_TEST_SAMPLE=1 only the sampling and logprobs cases (sample_run, sample_logprobs_run);
  * PD_GPU_TEST_W8WG=1 only the matmul_w8wg (wgmma + TMA FP8 GEMM) cases.
+ * PD_GPU_TEST_FP8CL=1 only matmul_fp8_mma's cases with its K splits added in clusters.
  * Exits 77 (meson: SKIP) when there is no CUDA device, 1 when a case fails.
  * Errors are max |gpu - cpu| / max |cpu| over the output, or a count of differing bytes / ids
  * where the two must agree exactly; flash attention (bf16 tensor cores) is checked per element
@@ -1731,6 +1732,7 @@ static void cases_w4wg(void);
  * its plan, warps and splits ignored) */
 static int mma_w8;
 static void cases_w8wg(void);
+static void cases_fp8_cluster(void);
 static void case_mma_gemm_d(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warps, int splits,
                             int depth, uint64_t seed, const char *what)
 {
@@ -1809,6 +1811,8 @@ static void case_mma_gemm_d(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int warp
         snprintf(xb, sizeof xb, " w4wg cfg%d%s", warps, mma_wg_cl ? " cluster" : "");
     if (mma_w8 && !int4 && warps > 0)
         snprintf(xb, sizeof xb, " w8wg mt%d", warps);
+    else if (!int4 && !mma_xgemv && matmul_fp8_cluster)
+        snprintf(xb, sizeof xb, " fp8 cluster");
     snprintf(shape, sizeof shape, "%s %s%s n %d N %lld K %lld w%d s%d d%d%s seed %llu",
              pd_wfmt_name(fmt), mma_xgemv ? (int4 ? "w4gemv " : "w8gemv ") : "", what, n,
              (long long)N, (long long)K, warps, splits, depth, xb, (unsigned long long)seed);
@@ -4618,6 +4622,7 @@ static void cases_matmul(void)
     cases_int4_mma2();
     cases_w4wg();
     cases_w8wg();
+    cases_fp8_cluster();
     cases_matmul_group();
     cases_act_f16wg();
     cases_mm_fused();
@@ -4743,6 +4748,89 @@ static void case_decode_w4cl(int n, int steps)
     free(lg[0]);
     free(lg[1]);
     decode_rig_free(&rig);
+}
+
+/* matmul_fp8_mma with `warps` warps and S K splits, once with the partial sums' second launch and
+ * once with matmul_fp8_cluster (the splits added inside clusters), on the same inputs (fixed
+ * seed): the same bits (each block's scaled sums, added in split order). err = the count of
+ * differing bytes. */
+static void case_fp8_mma_same(int n, int64_t N, int64_t K, int warps, int S, uint64_t seed)
+{
+    char shape[96];
+    const uint64_t saved = rng_state;
+    const int was = matmul_fp8_cluster;
+    rng_state = seed;
+    pd_weight_t host, wc, wg;
+    weight_host_new(PD_WFMT_FP8, N, K, gpu, &host, &wc, &wg);
+    float *x = xmalloc((size_t)n * K * 4);
+    fill_f32(x, (size_t)n * K, 1.0f);
+    pair_t px = pair_new((size_t)n * K * 4, x), a = pair_new((size_t)n * N * 4, NULL),
+           b = pair_new((size_t)n * N * 4, NULL);
+    const size_t qb = ((size_t)n * K + 255) / 256 * 256, mb = ((size_t)n * 4 + 255) / 256 * 256,
+                 pf = matmul_int4_mma_part_floats(n, N, S);
+    void *scratch = NULL;
+    pair_ok(gpu->ops->alloc(gpu, qb + mb + pf * 4, &scratch));
+    pair_ok(gpu->ops->memset(gpu, scratch, 0xff, qb + mb + pf * 4));
+    uint8_t *sb = scratch;
+    float *xs = (float *)(sb + qb), *part = (float *)(sb + qb + mb);
+    cudaStream_t st = backend_cuda_stream(gpu);
+    pair_ok(matmul_quant_act_fp8(sb, NULL, xs, px.g, n, K, st));
+    matmul_fp8_cluster = 0;
+    pair_ok(matmul_fp8_mma(a.g, part, sb, xs, &wg, n, warps, S, st));
+    matmul_fp8_cluster = 1;
+    pair_ok(matmul_fp8_mma(b.g, NULL, sb, xs, &wg, n, warps, S, st));
+    matmul_fp8_cluster = was;
+    const size_t nd = dev_bytes_differ(a.g, b.g, (size_t)n * N * 4);
+    snprintf(shape, sizeof shape, "fp8 mma n %d N %lld K %lld w%d S %d cluster = parts seed %llu",
+             n, (long long)N, (long long)K, warps, S, (unsigned long long)seed);
+    report("mma gemm", shape, (double)nd, 0.0);
+    gpu->ops->free(gpu, scratch);
+    pair_free(&px);
+    pair_free(&a);
+    pair_free(&b);
+    free(x);
+    model_host_weight_free(&host);
+    backend_weight_free(cpu, &wc);
+    backend_weight_free(gpu, &wg);
+    rng_state = saved;
+}
+
+/* matmul_fp8_mma with its K splits added inside clusters (matmul_fp8_cluster, session 22):
+ * forced plans of 2..8 splits (rows past N, 6 / 7 / 8 warps, several token tiles, n 1..40), the
+ * plan and the backend route at fixture and 8B shapes, and the same bits as the partial sums'
+ * launch (fixed seeds 481..). Needs compute capability 9.0 (clusters): elsewhere one failing
+ * line. */
+static void cases_fp8_cluster(void)
+{
+    const pd_wfmt_t f8 = PD_WFMT_FP8;
+    int cc = 0;
+    cudaDeviceGetAttribute(&cc, cudaDevAttrComputeCapabilityMajor, 0);
+    if (cc < 9) {
+        report("mma gemm", "fp8 cluster: a device of compute capability 9.0 or more", INFINITY,
+               0.0);
+        return;
+    }
+    const int was = matmul_fp8_cluster;
+    matmul_fp8_cluster = 1;
+    case_mma_gemm(f8, 3, 300, 640, 6, 3, 481, "forced");
+    case_mma_gemm(f8, 40, 1000, 1152, 8, 2, 482, "forced");
+    case_mma_gemm(f8, 8, 512, 2048, 8, 8, 483, "forced");
+    case_mma_gemm(f8, 1, 224, 1408, 7, 5, 484, "forced");
+    case_mma_gemm(f8, 17, 256, 1024, 8, 4, 485, "forced");
+    case_mma_gemm(f8, 1, 200, 384, 0, 0, 486, "op odd N");
+    case_mma_gemm(f8, 6, 256, 1024, 0, 0, 487, "op");
+    if (!small_only) {
+        case_mma_gemm(f8, 1, 4096, 4096, 0, 0, 488, "op 8B o");
+        case_mma_gemm(f8, 1, 4096, 14336, 0, 0, 489, "op 8B down");
+        case_mma_gemm(f8, 2, 6144, 4096, 6, 4, 490, "forced 8B qkv");
+        case_mma_gemm(f8, 8, 1024, 4096, 0, 0, 491, "op 8B k");
+    }
+    matmul_fp8_cluster = was;
+    case_fp8_mma_same(3, 300, 640, 6, 3, 492);
+    case_fp8_mma_same(8, 512, 2048, 8, 8, 493);
+    case_fp8_mma_same(40, 1000, 1152, 8, 2, 494);
+    if (!small_only)
+        case_fp8_mma_same(1, 4096, 14336, 8, 8, 495);
 }
 
 /* matmul_w4wg (session 10, wgmma): each configuration forced at fixture shapes (rows past N in
@@ -5066,6 +5154,10 @@ int main(void)
     }
     if (getenv("PD_GPU_TEST_W8WG") && atoi(getenv("PD_GPU_TEST_W8WG"))) {
         cases_w8wg(); /* the matmul_w8wg cases alone (quick device rounds) */
+        return finish();
+    }
+    if (getenv("PD_GPU_TEST_FP8CL") && atoi(getenv("PD_GPU_TEST_FP8CL"))) {
+        cases_fp8_cluster(); /* matmul_fp8_mma's cluster splits alone (quick device rounds) */
         return finish();
     }
     if (getenv("PD_GPU_TEST_W4WG") && atoi(getenv("PD_GPU_TEST_W4WG"))) {
