@@ -150,6 +150,9 @@ typedef struct {
      * rows (gpu_bench w8wg at n 64 on an H100: faster than cuBLASLt on the 4096-row shapes, o
      * and down, slower on gate_up and the fused q / k / v); 0: every weight */
     int64_t w8wg_max_rows;
+    /* option fp8_group, PD_CUDA_FP8_GROUP=0|1 (session 22, off until measured): the q, k, v of
+     * FP8 weights of one K at the FP8 mma kernel's sizes as one matmul_fp8_mma_group launch */
+    bool fp8_group;
     void *sample_scratch; /* sample_run's (SAMPLE_SCRATCH_BYTES, kept zeroed by the kernel) */
     /* act_quant asks the fused ops for the wgmma GEMM's f16 image (PD_CUDA_WG_ACT=0: off) */
     bool wg_act;
@@ -943,8 +946,34 @@ static void cuda_matmul_fp8(pd_backend_t *be, float *out, const pd_act_fp8_t *x,
     cuda__note(c, cuda__matmul_fp8(c, out, x, w, n));
 }
 
+/* FP8 weights of one K that cuda__matmul_fp8 would each run on the FP8 mma kernel, as one
+ * matmul_fp8_mma_group launch with the plan of their summed rows (fp8_group);
+ * PD_ERR_UNSUPPORTED (nothing enqueued) where they would not or the plan's splits need the
+ * partial sums' launch. */
+static pd_status_t cuda__matmul_fp8_group(cuda_t *c, float *const *outs, const pd_act_fp8_t *x,
+                                          const pd_weight_t *const *ws, int count, int n)
+{
+    if (!c->fp8_group || x->blk || x->wg || count < 2 || count > MATMUL_GROUP_MAX || n < 1 ||
+        n > CUDA_FP8_MMA_MAX_N || ((uintptr_t)x->q & 15) != 0)
+        return PD_ERR_UNSUPPORTED;
+    int64_t Nt = 0;
+    for (int i = 0; i < count; i++) {
+        const pd_weight_t *w = ws[i];
+        int xp[4];
+        cuda__xgemv_plan(c, w, n, xp);
+        if (w->fmt != PD_WFMT_FP8 || w->k != ws[0]->k || w->k % 64 != 0 || xp[0] > 0 ||
+            cuda__w8wg_route(c, w, n) || (n < 2 && w->n > CUDA_FP8_GEMV_MIN_ROWS))
+            return PD_ERR_UNSUPPORTED;
+        Nt += w->n;
+    }
+    int warps, splits;
+    matmul_fp8_mma_plan(n, Nt, ws[0]->k, c->n_sm, &warps, &splits);
+    return matmul_fp8_mma_group(outs, x->q, x->scale, ws, count, n, warps, splits, c->stream);
+}
+
 /* backend.h matmul_group_fp8: an f16 image (PD_ACT_F16WG) for tiled INT4 weights of one K runs
- * as one grouped wgmma launch (as cuda__matmul_group); anything else matmul_fp8 per weight. */
+ * as one grouped wgmma launch (as cuda__matmul_group); FP8 weights at the FP8 mma kernel's sizes
+ * as one grouped launch (fp8_group); anything else matmul_fp8 per weight. */
 static pd_status_t cuda__matmul_group_fp8(cuda_t *c, float *const *outs, const pd_act_fp8_t *x,
                                           const pd_weight_t *const *ws, int count, int n)
 {
@@ -954,6 +983,8 @@ static pd_status_t cuda__matmul_group_fp8(cuda_t *c, float *const *outs, const p
         grouped = cuda__w4wg_route(c, ws[i], n) && ws[i]->k == ws[0]->k;
     if (grouped)
         return cuda__matmul_w4wg(c, outs, NULL, x, ws, count, n);
+    if ((st = cuda__matmul_fp8_group(c, outs, x, ws, count, n)) != PD_ERR_UNSUPPORTED)
+        return st;
     for (int i = 0; i < count; i++)
         if ((st = cuda__matmul_fp8(c, outs[i], x, ws[i], n)) != PD_OK)
             return st;
@@ -1113,9 +1144,15 @@ static pd_status_t cuda__qkv_rope_write(cuda_t *c, float *q, float *k, float *v,
         if (st != PD_ERR_UNSUPPORTED)
             return st;
     }
-    if ((st = cuda__matmul_fp8(c, q, x, wq, n)) != PD_OK ||
-        (st = cuda__matmul_fp8(c, k, x, wk, n)) != PD_OK ||
-        (st = cuda__matmul_fp8(c, v, x, wv, n)) != PD_OK)
+    float *const outs[3] = {q, k, v};
+    const pd_weight_t *const ws[3] = {wq, wk, wv};
+    st = cuda__matmul_fp8_group(c, outs, x, ws, 3, n); /* one launch (fp8_group) */
+    if (st == PD_ERR_UNSUPPORTED) {
+        st = PD_OK;
+        for (int i = 0; i < 3 && st == PD_OK; i++)
+            st = cuda__matmul_fp8(c, outs[i], x, ws[i], n);
+    }
+    if (st != PD_OK)
         return st;
     return kv_rope_write(q, k, v, pos, inv_freq, n, n_heads, arena, l, layer, slots, c->stream);
 }
@@ -1969,7 +2006,7 @@ static void cuda__ops_plain_init(void)
 
 enum { CUDA__ENV_BF16 = 1, CUDA__ENV_FLASH = 2, CUDA__ENV_FUSED = 4, CUDA__ENV_ACCUM = 8 };
 enum { CUDA__ENV_PDL = 16, CUDA__ENV_INT4 = 32, CUDA__ENV_GEMV_FUSE = 64, CUDA__ENV_W8WG = 128 };
-enum { CUDA__ENV_W4CL = 256 };
+enum { CUDA__ENV_W4CL = 256, CUDA__ENV_F8GRP = 512 };
 
 /* on / off (also 1 / 0); -1 for anything else */
 static int cuda__onoff(const char *v)
@@ -2056,6 +2093,11 @@ static pd_status_t cuda_set_option(pd_backend_t *be, const char *key, const char
         bit = CUDA__ENV_W4CL;
         if (ok && !(c->env_set & bit))
             c->w4wg_cluster = b;
+    } else if (!strcmp(key, "fp8_group")) {
+        ok = b >= 0;
+        bit = CUDA__ENV_F8GRP;
+        if (ok && !(c->env_set & bit))
+            c->fp8_group = b;
     } else if (!strcmp(key, "flash_variant")) {
         char *end = NULL;
         long v = strcmp(value, "auto") ? strtol(value, &end, 10) : -1;
@@ -2064,7 +2106,8 @@ static pd_status_t cuda_set_option(pd_backend_t *be, const char *key, const char
             c->flash_variant = (int)v;
     } else {
         pd_log_error("backend cuda: unknown option '%s' (bf16_gemm, flash, flash_variant, fused, "
-                     "gemv_fuse, fp8_accum, int4_gemm, moe_grouped, pdl, w4wg_cluster, w8wg)",
+                     "gemv_fuse, fp8_accum, fp8_group, int4_gemm, moe_grouped, pdl, w4wg_cluster, "
+                     "w8wg)",
                      key);
         return PD_ERR_INVALID;
     }
@@ -2166,6 +2209,9 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     env = getenv("PD_CUDA_FP8_CLUSTER"); /* 1: matmul_fp8_mma's splits added in clusters */
     if (env && *env)
         matmul_fp8_cluster = cuda__onoff(env) == 1;
+    env = getenv("PD_CUDA_FP8_GROUP");
+    c->fp8_group = env && *env && cuda__onoff(env) == 1;
+    c->env_set |= env && *env && cuda__onoff(env) >= 0 ? CUDA__ENV_F8GRP : 0;
     env = getenv("PD_CUDA_W8WG_ROWS");
     c->w8wg_max_rows = env && *env ? atoll(env) : 0;
     env = getenv("PD_CUDA_W4WG_CLUSTER");

@@ -51,6 +51,11 @@
  *                             INT4 batch-64 step 6.43 -> 6.29 ms). Set it before graphs are
  *                             captured.
  *                             PD_CUDA_W4WG_CLUSTER=0|1 overrides it.
+ *   fp8_group = on | off      the q, k, v projections of FP8 weights at decode batches up to 8
+ *                             as one launch of the FP8 mma kernel (matmul_fp8_mma_group; with
+ *                             more than one K split only under PD_CUDA_FP8_CLUSTER=1). Session
+ *                             22, default off until measured. PD_CUDA_FP8_GROUP=0|1 overrides
+ *                             it.
  *   w8wg = off | on | N       FP8 matmuls of n tokens, N <= n <= 64 (on: 1), on matmul_w8wg, the
  *                             wgmma GEMM fed by TMA (kernels/matmul_w8wg.cu; sm_90a build on a
  *                             compute capability 9.0 device, else ignored) instead of the FP8

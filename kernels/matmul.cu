@@ -714,19 +714,39 @@ static __global__ void __launch_bounds__(256, MINB)
  * scaled sums (the values it would write as partials) in shared memory, and after a cluster
  * barrier block z adds rows [z R / S, (z + 1) R / S) of the tile (R = 32 W) over the S blocks in
  * split order (kutil_cluster_sum) into out: the bits of matmul__sum_parts, without its launch
- * and the partials' trip through global memory. */
+ * and the partials' trip through global memory.
+ * The weights come as segments (matmul__f8segs): up to MATMUL_GROUP_MAX weights of the same K on
+ * the same activations, their row blocks side by side along grid y (matmul_fp8_mma_group: the
+ * attention block's q, k, v in one launch); a segment's blocks compute exactly what a launch of
+ * that weight alone computes. */
+struct matmul__f8segs {
+    float *out[MATMUL_GROUP_MAX]; /* S == 1 or cl: (n, N) each; else (one segment) partials */
+    const uint8_t *wd[MATMUL_GROUP_MAX];
+    const float *ws[MATMUL_GROUP_MAX];
+    int64_t N[MATMUL_GROUP_MAX];
+    int rb[MATMUL_GROUP_MAX]; /* segment i: grid y blocks [rb[i - 1], rb[i]) (rb[-1] = 0) */
+};
+/* a[i] for a segment index i < 3 by constant indices (the parameter stays in parameter space) */
+#define MATMUL__PICK(a, i) ((i) == 0 ? (a)[0] : (i) == 1 ? (a)[1] : (a)[2])
+
 template <int C>
 static __global__ void __launch_bounds__(256, 1)
-    matmul__fp8_mma_cp(float *out, const uint8_t *xq, const float *xs, const uint8_t *wd,
-                       const float *ws, int n, int64_t N, int64_t K, int bps, int cl)
+    matmul__fp8_mma_cp(const matmul__f8segs sg, const uint8_t *xq, const float *xs, int n,
+                       int64_t K, int bps, int cl)
 {
     extern __shared__ __align__(16) uint8_t matmul__sm8[]; /* x [2][8 C][RSB8], then rings */
     kutil_pdl_wait();                                      /* PDL-launched (kutil.cuh) */
     kutil_pdl_trigger();
+    const int y = blockIdx.y, seg = y < sg.rb[0] ? 0 : y < sg.rb[1] ? 1 : 2;
+    const int yb = y - (seg == 0 ? 0 : seg == 1 ? sg.rb[0] : sg.rb[1]); /* block in segment */
+    float *out = MATMUL__PICK(sg.out, seg);
+    const uint8_t *wd = MATMUL__PICK(sg.wd, seg);
+    const float *ws = MATMUL__PICK(sg.ws, seg);
+    const int64_t N = MATMUL__PICK(sg.N, seg);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
     const int nblk = (int)(K / 64);
     const int t0 = blockIdx.x * 8 * C;
-    const int64_t row0 = (int64_t)blockIdx.y * blockDim.x + warp * 32;
+    const int64_t row0 = (int64_t)yb * blockDim.x + warp * 32;
     const int bb = blockIdx.z * bps, be = min(nblk, bb + bps), nB = be - bb;
     constexpr int STAGE = 8 * C * MATMUL__RSB8;
     uint8_t *ring = matmul__sm8 + 2 * STAGE + warp * MATMUL__BPC * 2048;
@@ -832,7 +852,7 @@ static __global__ void __launch_bounds__(256, 1)
         kutil_cluster_sync();
         const int S = (int)gridDim.z, z = (int)blockIdx.z;
         const int r0 = z * R / S, nr = (z + 1) * R / S - r0, nt = min(8 * C, n - t0);
-        const int64_t rb = (int64_t)blockIdx.y * R + r0;
+        const int64_t rb = (int64_t)yb * R + r0;
         const uint32_t red_a = (uint32_t)__cvta_generic_to_shared(red);
         for (int idx = threadIdx.x; idx < nt * nr; idx += blockDim.x) {
             const int t = idx / nr, r = idx % nr;
@@ -2214,52 +2234,85 @@ static int matmul__fp8_cluster_wave(int n, int W, int S)
 }
 
 template <int C>
-static void matmul__fp8_mma_launch(float *dst, const uint8_t *xq, const float *xs,
-                                   const pd_weight_t *w, int n, int W, int S, int bps, bool cl,
-                                   cudaStream_t stream)
+static void matmul__fp8_mma_launch(const matmul__f8segs &sg, int count, const uint8_t *xq,
+                                   const float *xs, int n, int64_t K, int W, int S, int bps,
+                                   bool cl, cudaStream_t stream)
 {
     const int smem = matmul__fp8_mma_smem<C>(W);
     if (smem < 0)
         return; /* the caller's KUTIL_LAUNCHED reports the error */
-    const dim3 grid((unsigned)((n + 8 * C - 1) / (8 * C)),
-                    (unsigned)((w->n + 32 * W - 1) / (32 * W)), (unsigned)S);
+    const dim3 grid((unsigned)((n + 8 * C - 1) / (8 * C)), (unsigned)sg.rb[count - 1], (unsigned)S);
     kutil_launch_pdl_cluster(matmul__fp8_mma_cp<C>, grid, dim3(32u * W), (size_t)smem, stream,
-                             cl ? (unsigned)S : 1u, dst, xq, xs, (const uint8_t *)w->data,
-                             (const float *)w->scales, n, w->n, w->k, bps, cl ? 1 : 0);
+                             cl ? (unsigned)S : 1u, sg, xq, xs, n, K, bps, cl ? 1 : 0);
+}
+
+/* matmul_fp8_mma over count weights (matmul_fp8_mma_group), or one with partial sums in part */
+static pd_status_t matmul__fp8_mma_run(float *const *outs, float *part, const uint8_t *xq,
+                                       const float *xs, const pd_weight_t *const *ws, int count,
+                                       int n, int warps, int splits, cudaStream_t stream)
+{
+    const int64_t K = ws[0]->k;
+    int64_t rows = 0;
+    for (int i = 0; i < count; i++) {
+        const pd_weight_t *w = ws[i];
+        KUTIL_REQUIRE(w->fmt == PD_WFMT_FP8 && w->k == K && w->k % 64 == 0 && w->n > 0 && outs[i],
+                      "matmul_fp8_mma");
+        rows += (w->n + 32 * warps - 1) / (32 * warps);
+    }
+    KUTIL_REQUIRE(n >= 0 && n <= MATMUL_INT4_MMA_MAX_N && warps >= 1 && warps <= 8 && splits >= 1 &&
+                      rows < 65535,
+                  "matmul_fp8_mma");
+    const bool cl = matmul__fp8_cl(splits);
+    /* several weights need their sums in the kernel: one split or a cluster's */
+    if (count > 1 && splits > 1 && !cl)
+        return PD_ERR_UNSUPPORTED;
+    KUTIL_REQUIRE(splits == 1 || cl || part, "matmul_fp8_mma");
+    if (n == 0)
+        return PD_OK;
+    const int nblk = (int)(K / 64), bps = (nblk + splits - 1) / splits;
+    KUTIL_REQUIRE((splits - 1) * bps < nblk, "matmul_fp8_mma splits");
+    matmul__f8segs sg = {};
+    for (int i = 0; i < MATMUL_GROUP_MAX; i++) {
+        const pd_weight_t *w = ws[i < count ? i : count - 1];
+        sg.out[i] = splits > 1 && !cl ? part : outs[i < count ? i : count - 1];
+        sg.wd[i] = (const uint8_t *)w->data;
+        sg.ws[i] = (const float *)w->scales;
+        sg.N[i] = w->n;
+        sg.rb[i] = (i > 0 ? sg.rb[i - 1] : 0) +
+                   (i < count ? (int)((w->n + 32 * warps - 1) / (32 * warps)) : 0);
+    }
+    switch (matmul__int4_tiles(n)) {
+    case 1:
+        matmul__fp8_mma_launch<1>(sg, count, xq, xs, n, K, warps, splits, bps, cl, stream);
+        break;
+    case 2:
+        matmul__fp8_mma_launch<2>(sg, count, xq, xs, n, K, warps, splits, bps, cl, stream);
+        break;
+    case 4:
+        matmul__fp8_mma_launch<4>(sg, count, xq, xs, n, K, warps, splits, bps, cl, stream);
+        break;
+    default:
+        matmul__fp8_mma_launch<8>(sg, count, xq, xs, n, K, warps, splits, bps, cl, stream);
+    }
+    pd_status_t st = KUTIL_LAUNCHED("matmul_fp8_mma");
+    if (st != PD_OK || splits == 1 || cl)
+        return st;
+    return matmul_sum_parts(outs[0], part, splits, (size_t)n * (size_t)ws[0]->n, stream);
 }
 
 extern "C" pd_status_t matmul_fp8_mma(float *out, float *part, const uint8_t *xq, const float *xs,
                                       const pd_weight_t *w, int n, int warps, int splits,
                                       cudaStream_t stream)
 {
-    KUTIL_REQUIRE(w->fmt == PD_WFMT_FP8 && w->k % 64 == 0 && w->n > 0, "matmul_fp8_mma");
-    KUTIL_REQUIRE(n >= 0 && n <= MATMUL_INT4_MMA_MAX_N && warps >= 1 && warps <= 8 && splits >= 1 &&
-                      (splits == 1 || part || matmul__fp8_cl(splits)),
-                  "matmul_fp8_mma");
-    KUTIL_REQUIRE((w->n + 32 * warps - 1) / (32 * warps) < 65535, "matmul_fp8_mma");
-    if (n == 0)
-        return PD_OK;
-    const int nblk = (int)(w->k / 64), bps = (nblk + splits - 1) / splits;
-    KUTIL_REQUIRE((splits - 1) * bps < nblk, "matmul_fp8_mma splits");
-    const bool cl = matmul__fp8_cl(splits);
-    float *dst = splits > 1 && !cl ? part : out;
-    switch (matmul__int4_tiles(n)) {
-    case 1:
-        matmul__fp8_mma_launch<1>(dst, xq, xs, w, n, warps, splits, bps, cl, stream);
-        break;
-    case 2:
-        matmul__fp8_mma_launch<2>(dst, xq, xs, w, n, warps, splits, bps, cl, stream);
-        break;
-    case 4:
-        matmul__fp8_mma_launch<4>(dst, xq, xs, w, n, warps, splits, bps, cl, stream);
-        break;
-    default:
-        matmul__fp8_mma_launch<8>(dst, xq, xs, w, n, warps, splits, bps, cl, stream);
-    }
-    pd_status_t st = KUTIL_LAUNCHED("matmul_fp8_mma");
-    if (st != PD_OK || splits == 1 || cl)
-        return st;
-    return matmul_sum_parts(out, part, splits, (size_t)n * (size_t)w->n, stream);
+    return matmul__fp8_mma_run(&out, part, xq, xs, &w, 1, n, warps, splits, stream);
+}
+
+extern "C" pd_status_t matmul_fp8_mma_group(float *const *outs, const uint8_t *xq, const float *xs,
+                                            const pd_weight_t *const *ws, int count, int n,
+                                            int warps, int splits, cudaStream_t stream)
+{
+    KUTIL_REQUIRE(count >= 1 && count <= MATMUL_GROUP_MAX && outs && ws, "matmul_fp8_mma_group");
+    return matmul__fp8_mma_run(outs, NULL, xq, xs, ws, count, n, warps, splits, stream);
 }
 
 /* Plan for matmul__wgemv: warps per block W (2..8), K splits S (1..8, one cluster) and ring depth

@@ -95,6 +95,16 @@ extern int matmul_fp8_cluster;
 void matmul_fp8_mma_plan(int n, int64_t N, int64_t K, int n_sm, int *warps_p, int *splits_p);
 pd_status_t matmul_fp8_mma(float *out, float *part, const uint8_t *xq, const float *xs,
                            const pd_weight_t *w, int n, int warps, int splits, cudaStream_t stream);
+/* matmul_fp8_mma over a group of count <= MATMUL_GROUP_MAX weights of the same K on the same
+ * activations (the attention block's q, k, v) in one launch, their row blocks side by side: each
+ * outs[i] (n, ws[i]->n) f32 the bits matmul_fp8_mma gives for ws[i] alone with the same warps and
+ * splits. Needs splits == 1, or matmul_fp8_cluster with splits <= 8 on compute capability 9.0+
+ * (the sums inside the kernel): else PD_ERR_UNSUPPORTED, nothing enqueued (run them one by one).
+ * Session 22; the CUDA backend's matmul_group_fp8 takes it with PD_CUDA_FP8_GROUP=1 (off until
+ * measured). */
+pd_status_t matmul_fp8_mma_group(float *const *outs, const uint8_t *xq, const float *xs,
+                                 const pd_weight_t *const *ws, int count, int n, int warps,
+                                 int splits, cudaStream_t stream);
 
 /* INT4 weight-streaming GEMV on the tensor cores for n = 1 .. MATMUL_WGEMV_MAX_N (tiled layout:
  * w->n % 32 == 0, w->k % 128 == 0), the activation quantization inside the kernel (no separate

@@ -4795,6 +4795,92 @@ static void case_fp8_mma_same(int n, int64_t N, int64_t K, int warps, int S, uin
     rng_state = saved;
 }
 
+/* matmul_fp8_mma_group over count FP8 weights (rows Ns[i], one K) with `warps` warps and S
+ * splits (S > 1: with matmul_fp8_cluster) against matmul_fp8_mma per weight with the same plan
+ * on the same activations (fixed seed): every output the same bits. err = the count of
+ * differing bytes over the outputs. */
+static void case_fp8_mma_group(int n, const int64_t *Ns, int count, int64_t K, int warps, int S,
+                               uint64_t seed)
+{
+    char shape[128], nb[48] = "";
+    const uint64_t saved = rng_state;
+    const int was = matmul_fp8_cluster;
+    rng_state = seed;
+    pd_weight_t host[MATMUL_GROUP_MAX], wc[MATMUL_GROUP_MAX], wg[MATMUL_GROUP_MAX];
+    pair_t a[MATMUL_GROUP_MAX], b[MATMUL_GROUP_MAX];
+    float *outs[MATMUL_GROUP_MAX];
+    const pd_weight_t *ws[MATMUL_GROUP_MAX];
+    for (int i = 0; i < count; i++) {
+        weight_host_new(PD_WFMT_FP8, Ns[i], K, gpu, &host[i], &wc[i], &wg[i]);
+        a[i] = pair_new((size_t)n * Ns[i] * 4, NULL);
+        b[i] = pair_new((size_t)n * Ns[i] * 4, NULL);
+        outs[i] = b[i].g;
+        ws[i] = &wg[i];
+        snprintf(nb + strlen(nb), sizeof nb - strlen(nb), "%s%lld", i ? "+" : "", (long long)Ns[i]);
+    }
+    float *x = xmalloc((size_t)n * K * 4);
+    fill_f32(x, (size_t)n * K, 1.0f);
+    pair_t px = pair_new((size_t)n * K * 4, x);
+    const size_t qb = ((size_t)n * K + 255) / 256 * 256, mb = ((size_t)n * 4 + 255) / 256 * 256;
+    void *scratch = NULL;
+    pair_ok(gpu->ops->alloc(gpu, qb + mb, &scratch));
+    uint8_t *sb = scratch;
+    float *xs = (float *)(sb + qb);
+    cudaStream_t st = backend_cuda_stream(gpu);
+    pair_ok(matmul_quant_act_fp8(sb, NULL, xs, px.g, n, K, st));
+    matmul_fp8_cluster = S > 1;
+    for (int i = 0; i < count; i++)
+        pair_ok(matmul_fp8_mma(a[i].g, NULL, sb, xs, &wg[i], n, warps, S, st));
+    pair_ok(matmul_fp8_mma_group(outs, sb, xs, ws, count, n, warps, S, st));
+    matmul_fp8_cluster = was;
+    size_t nd = 0;
+    for (int i = 0; i < count; i++)
+        nd += dev_bytes_differ(a[i].g, b[i].g, (size_t)n * Ns[i] * 4);
+    snprintf(shape, sizeof shape, "fp8 mma group n %d N %s K %lld w%d S %d = one by one seed %llu",
+             n, nb, (long long)K, warps, S, (unsigned long long)seed);
+    report("mm group", shape, (double)nd, 0.0);
+    gpu->ops->free(gpu, scratch);
+    for (int i = 0; i < count; i++) {
+        pair_free(&a[i]);
+        pair_free(&b[i]);
+        model_host_weight_free(&host[i]);
+        backend_weight_free(cpu, &wc[i]);
+        backend_weight_free(gpu, &wg[i]);
+    }
+    pair_free(&px);
+    free(x);
+    rng_state = saved;
+}
+
+/* The whole FP8 decode step (tiny-llama rig, FP8 weights, BF16 KV; matmul_fp8_cluster on in both
+ * runs) with option fp8_group off, then on (q, k, v as one launch at n <= 8): err = max |on - off|
+ * / max |off| over every step's logits. The group's plan is the one of the summed rows, so its
+ * splits (and the f32 order of q / k / v's sums) may differ from the per-weight plans; BF16 KV
+ * keeps such last-bit differences small. */
+static void case_decode_f8grp(int n, int steps)
+{
+    char shape[128];
+    decode_rig_t rig;
+    decode_rig_new(&rig, PD_WFMT_FP8, PD_KV_BF16, n, steps);
+    const size_t per = (size_t)n * rig.vocab * steps;
+    float *lg[2] = {xmalloc(per * 4), xmalloc(per * 4)};
+    bool ok = true;
+    const int was = matmul_fp8_cluster;
+    matmul_fp8_cluster = 1; /* both runs: the group needs it for its split plans */
+    for (int r = 0; r < 2; r++) {
+        ok = ok && backend_set_options(gpu, r ? "fp8_group=on" : "fp8_group=off") == PD_OK;
+        ok = decode_rig_run(&rig, lg[r], r == 0) && ok;
+    }
+    matmul_fp8_cluster = was;
+    pair_ok(backend_set_options(gpu, "fp8_group=off")); /* the default */
+    snprintf(shape, sizeof shape, "tiny-llama fp8 kv bf16 n %d steps %d fp8_group on / off", n,
+             steps);
+    report("decode_f8grp", shape, ok ? decode_rig_diff(lg, 2, per) : INFINITY, 1e-3);
+    free(lg[0]);
+    free(lg[1]);
+    decode_rig_free(&rig);
+}
+
 /* matmul_fp8_mma with its K splits added inside clusters (matmul_fp8_cluster, session 22):
  * forced plans of 2..8 splits (rows past N, 6 / 7 / 8 warps, several token tiles, n 1..40), the
  * plan and the backend route at fixture and 8B shapes, and the same bits as the partial sums'
@@ -4831,6 +4917,17 @@ static void cases_fp8_cluster(void)
     case_fp8_mma_same(40, 1000, 1152, 8, 2, 494);
     if (!small_only)
         case_fp8_mma_same(1, 4096, 14336, 8, 8, 495);
+    /* q, k, v as one launch (matmul_fp8_mma_group): rows past N in each segment, 2 / 3 weights,
+     * one split and cluster splits; the whole step with option fp8_group */
+    const int64_t qkv[3] = {512, 128, 128}, odd[3] = {96, 200, 32}, two[2] = {288, 64};
+    const int64_t q8b[3] = {4096, 1024, 1024};
+    case_fp8_mma_group(1, qkv, 3, 1024, 8, 1, 496);
+    case_fp8_mma_group(3, odd, 3, 640, 6, 3, 497);
+    case_fp8_mma_group(8, two, 2, 2048, 7, 8, 498);
+    if (!small_only)
+        case_fp8_mma_group(1, q8b, 3, 4096, 8, 4, 499);
+    case_decode_f8grp(1, 3);
+    case_decode_f8grp(4, 3);
 }
 
 /* matmul_w4wg (session 10, wgmma): each configuration forced at fixture shapes (rows past N in

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The next session's first call (after session 22, whose second call found no device time left).
-# In order: matmul_fp8_mma's K splits inside clusters (PD_GPU_TEST_FP8CL=1: forced 2..8 splits,
-# plans, the backend route, the same bits as the partial sums) and under memcheck; the decode
-# step at batch 1 / 64 by default, with PD_CUDA_FP8_CLUSTER=1, and with the w8wg route limited
-# to the 4096-row weights (PD_CUDA_W8WG=17 PD_CUDA_W8WG_ROWS=4096); the PyTorch baseline; the
+# In order: matmul_fp8_mma's K splits inside clusters and its q / k / v group (PD_GPU_TEST_FP8CL=1:
+# forced 2..8 splits, plans, the backend route, the same bits as the partial sums and as the
+# weights one by one, the whole FP8 step with option fp8_group) and under memcheck; the decode
+# step at batch 1 / 64 by default, with PD_CUDA_FP8_CLUSTER=1, with that and PD_CUDA_FP8_GROUP=1,
+# and with the w8wg route limited to the 4096-row weights (PD_CUDA_W8WG=17
+# PD_CUDA_W8WG_ROWS=4096); the PyTorch baseline; the
 # whole kernel harness at full size (session 22's was cut at 220 s in the attention cases);
 # stepprof of the four decode steps with both switches on.
 #   bash tests/gpu/prepare-round.sh tests/gpu/rounds/run-round-s23a.sh
@@ -17,9 +19,10 @@ PD_GPU_TEST_FP8CL=1 PD_GPU_TEST_SMALL=1 st mcf8 40 compute-sanitizer --tool memc
 export GPU_BENCH_DECODE_BATCHES="1 64"
 st decode 40 $G/bin/gpu_bench decode; tab decode
 PD_CUDA_FP8_CLUSTER=1 st decode_f8cl 40 $G/bin/gpu_bench decode; tab decode_f8cl
+PD_CUDA_FP8_CLUSTER=1 PD_CUDA_FP8_GROUP=1 st decode_f8grp 40 $G/bin/gpu_bench decode; tab decode_f8grp
 PD_CUDA_W8WG=17 PD_CUDA_W8WG_ROWS=4096 st decode_w8r 40 $G/bin/gpu_bench decode; tab decode_w8r
 unset GPU_BENCH_DECODE_BATCHES
 st baseline 40 python3 $G/torch_decode_baseline.py; grep "decode_" $L/baseline.log | tail -12
 st kernels 280 $G/bin/test_gpu_kernels; cases kernels
-PD_CUDA_FP8_CLUSTER=1 PD_CUDA_W8WG=17 PD_CUDA_W8WG_ROWS=4096 GPU_BENCH_STEPPROF=decode st prof 60 $G/bin/gpu_bench stepprof; tab prof
+PD_CUDA_FP8_CLUSTER=1 PD_CUDA_FP8_GROUP=1 PD_CUDA_W8WG=17 PD_CUDA_W8WG_ROWS=4096 GPU_BENCH_STEPPROF=decode st prof 60 $G/bin/gpu_bench stepprof; tab prof
 round_end
