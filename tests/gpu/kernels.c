@@ -3934,6 +3934,25 @@ static double decode_rig_diff(float *const *lg, int runs, size_t count)
     return den > 0.0 ? num / den : num;
 }
 
+/* The rig's steps with backend option `off` set, then `on` (the first run's greedy tokens feed
+ * both), and `keep` set after: max |on - off| / max |off| over every step's logits (the
+ * decode_rig_diff of the two runs), INFINITY where an option was refused or a run fell back. */
+static double decode_rig_ab(decode_rig_t *rig, const char *off, const char *on, const char *keep)
+{
+    const size_t per = (size_t)rig->n * rig->vocab * rig->steps;
+    float *lg[2] = {xmalloc(per * 4), xmalloc(per * 4)};
+    bool ok = true;
+    for (int r = 0; r < 2; r++) {
+        ok = ok && backend_set_options(gpu, r ? on : off) == PD_OK;
+        ok = decode_rig_run(rig, lg[r], r == 0) && ok;
+    }
+    pair_ok(backend_set_options(gpu, keep));
+    const double e = ok ? decode_rig_diff(lg, 2, per) : INFINITY;
+    free(lg[0]);
+    free(lg[1]);
+    return e;
+}
+
 /* Session 21: the FP8 decode step with matmul_w8wg (option w8wg) against the FP8 routes before
  * it: tiny-llama with FP8 weights and BF16 KV (hidden 512, intermediate 1024: every matmul
  * qualifies), `steps` graph-captured decode steps of n sequences, first with w8wg off (its greedy
@@ -3948,18 +3967,9 @@ static void case_decode_w8wg(int n, int steps)
     char shape[128];
     decode_rig_t rig;
     decode_rig_new(&rig, PD_WFMT_FP8, PD_KV_BF16, n, steps);
-    const size_t per = (size_t)n * rig.vocab * steps;
-    float *lg[2] = {xmalloc(per * 4), xmalloc(per * 4)};
-    bool ok = true;
-    for (int r = 0; r < 2; r++) {
-        ok = ok && backend_set_options(gpu, r ? "w8wg=on" : "w8wg=off") == PD_OK;
-        ok = decode_rig_run(&rig, lg[r], r == 0) && ok;
-    }
-    pair_ok(backend_set_options(gpu, "w8wg=off")); /* the default */
+    const double e = decode_rig_ab(&rig, "w8wg=off", "w8wg=on", "w8wg=off" /* the default */);
     snprintf(shape, sizeof shape, "tiny-llama fp8 kv bf16 n %d steps %d w8wg on / off", n, steps);
-    report("decode_w8wg", shape, ok ? decode_rig_diff(lg, 2, per) : INFINITY, 2e-2);
-    free(lg[0]);
-    free(lg[1]);
+    report("decode_w8wg", shape, e, 2e-2);
     decode_rig_free(&rig);
 }
 
@@ -4734,19 +4744,11 @@ static void case_decode_w4cl(int n, int steps)
     char shape[128];
     decode_rig_t rig;
     decode_rig_new(&rig, PD_WFMT_INT4, PD_KV_FP8, n, steps);
-    const size_t per = (size_t)n * rig.vocab * steps;
-    float *lg[2] = {xmalloc(per * 4), xmalloc(per * 4)};
-    bool ok = true;
-    for (int r = 0; r < 2; r++) {
-        ok = ok && backend_set_options(gpu, r ? "w4wg_cluster=on" : "w4wg_cluster=off") == PD_OK;
-        ok = decode_rig_run(&rig, lg[r], r == 0) && ok;
-    }
-    pair_ok(backend_set_options(gpu, "w4wg_cluster=on")); /* the default */
+    const double e = decode_rig_ab(&rig, "w4wg_cluster=off", "w4wg_cluster=on",
+                                   "w4wg_cluster=on" /* the default */);
     snprintf(shape, sizeof shape, "tiny-llama int4 kv fp8 n %d steps %d w4wg_cluster on / off", n,
              steps);
-    report("decode_w4cl", shape, ok ? decode_rig_diff(lg, 2, per) : INFINITY, 1e-2);
-    free(lg[0]);
-    free(lg[1]);
+    report("decode_w4cl", shape, e, 1e-2);
     decode_rig_free(&rig);
 }
 
@@ -4862,22 +4864,14 @@ static void case_decode_f8grp(int n, int steps)
     char shape[128];
     decode_rig_t rig;
     decode_rig_new(&rig, PD_WFMT_FP8, PD_KV_BF16, n, steps);
-    const size_t per = (size_t)n * rig.vocab * steps;
-    float *lg[2] = {xmalloc(per * 4), xmalloc(per * 4)};
-    bool ok = true;
     const int was = matmul_fp8_cluster;
     matmul_fp8_cluster = 1; /* both runs: the group needs it for its split plans */
-    for (int r = 0; r < 2; r++) {
-        ok = ok && backend_set_options(gpu, r ? "fp8_group=on" : "fp8_group=off") == PD_OK;
-        ok = decode_rig_run(&rig, lg[r], r == 0) && ok;
-    }
+    const double e =
+        decode_rig_ab(&rig, "fp8_group=off", "fp8_group=on", "fp8_group=off" /* the default */);
     matmul_fp8_cluster = was;
-    pair_ok(backend_set_options(gpu, "fp8_group=off")); /* the default */
     snprintf(shape, sizeof shape, "tiny-llama fp8 kv bf16 n %d steps %d fp8_group on / off", n,
              steps);
-    report("decode_f8grp", shape, ok ? decode_rig_diff(lg, 2, per) : INFINITY, 1e-3);
-    free(lg[0]);
-    free(lg[1]);
+    report("decode_f8grp", shape, e, 1e-3);
     decode_rig_free(&rig);
 }
 
