@@ -719,6 +719,10 @@ static __global__ void __launch_bounds__(256, MINB)
  * the same activations, their row blocks side by side along grid y (matmul_fp8_mma_group: the
  * attention block's q, k, v in one launch); a segment's blocks compute exactly what a launch of
  * that weight alone computes. */
+/* a0, a1 or a2 for a segment index i < MATMUL_GROUP_MAX (3): constant indices, so that a kernel
+ * parameter stays in parameter space (a reference to it would make a local copy) */
+#define MATMUL__PICK(i, a0, a1, a2) ((i) == 0 ? (a0) : (i) == 1 ? (a1) : (a2))
+
 struct matmul__f8segs {
     float *out[MATMUL_GROUP_MAX]; /* S == 1 or cl: (n, N) each; else (one segment) partials */
     const uint8_t *wd[MATMUL_GROUP_MAX];
@@ -726,8 +730,6 @@ struct matmul__f8segs {
     int64_t N[MATMUL_GROUP_MAX];
     int rb[MATMUL_GROUP_MAX]; /* segment i: grid y blocks [rb[i - 1], rb[i]) (rb[-1] = 0) */
 };
-/* a[i] for a segment index i < 3 by constant indices (the parameter stays in parameter space) */
-#define MATMUL__PICK(a, i) ((i) == 0 ? (a)[0] : (i) == 1 ? (a)[1] : (a)[2])
 
 template <int C>
 static __global__ void __launch_bounds__(256, 1)
@@ -739,10 +741,10 @@ static __global__ void __launch_bounds__(256, 1)
     kutil_pdl_trigger();
     const int y = blockIdx.y, seg = y < sg.rb[0] ? 0 : y < sg.rb[1] ? 1 : 2;
     const int yb = y - (seg == 0 ? 0 : seg == 1 ? sg.rb[0] : sg.rb[1]); /* block in segment */
-    float *out = MATMUL__PICK(sg.out, seg);
-    const uint8_t *wd = MATMUL__PICK(sg.wd, seg);
-    const float *ws = MATMUL__PICK(sg.ws, seg);
-    const int64_t N = MATMUL__PICK(sg.N, seg);
+    float *out = MATMUL__PICK(seg, sg.out[0], sg.out[1], sg.out[2]);
+    const uint8_t *wd = MATMUL__PICK(seg, sg.wd[0], sg.wd[1], sg.wd[2]);
+    const float *ws = MATMUL__PICK(seg, sg.ws[0], sg.ws[1], sg.ws[2]);
+    const int64_t N = MATMUL__PICK(seg, sg.N[0], sg.N[1], sg.N[2]);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
     const int nblk = (int)(K / 64);
     const int t0 = blockIdx.x * 8 * C;
@@ -1290,8 +1292,6 @@ static __device__ __forceinline__ float4 matmul__pro4(int kind, const uint16_t *
     return a;
 }
 
-/* a0, a1 or a2 for a segment index i < MATMUL_GROUP_MAX (3) */
-#define MATMUL__PICK(i, a0, a1, a2) ((i) == 0 ? (a0) : (i) == 1 ? (a1) : (a2))
 
 /* grid (G <= the tiles of 16 MR rows), block 32 S (S <= 16), dynamic shared memory S * rs + 2 *
  * S * MR * 512 bytes (rs = matmul__w4_region(n, ups)). For each weight of sg: out (n, N) f32 =
