@@ -1292,7 +1292,6 @@ static __device__ __forceinline__ float4 matmul__pro4(int kind, const uint16_t *
     return a;
 }
 
-
 /* grid (G <= the tiles of 16 MR rows), block 32 S (S <= 16), dynamic shared memory S * rs + 2 *
  * S * MR * 512 bytes (rs = matmul__w4_region(n, ups)). For each weight of sg: out (n, N) f32 =
  * x (n, K) f32 @ W^T, n <= 8 (K % 128 == 0). Block b takes the row tiles b, b + G, ... (over the
