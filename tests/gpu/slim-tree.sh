@@ -16,7 +16,8 @@ ex=.git/info/exclude
 mkdir -p "$(dirname "$ex")"
 case ${1:-} in
 drop)
-    git rm -r -q --cached deploy/models/tiny-*
+    # only what is still in the index: a second drop (prepare-round.sh run again) is a no-op
+    git ls-files -z -- 'deploy/models/tiny-*' | xargs -0 -r git rm -q --cached --
     grep -qx '/deploy/models/tiny-\*/' "$ex" 2>/dev/null || echo '/deploy/models/tiny-*/' >>"$ex"
     grep -qx '/.gpu-models/' "$ex" 2>/dev/null || echo '/.gpu-models/' >>"$ex"
     git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 ;;
