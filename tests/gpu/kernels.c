@@ -4692,47 +4692,6 @@ static void cases_w8wg(void)
     unsetenv("PD_CUDA_W8WG");
 }
 
-/* matmul_w4wg with configuration cfg and S K splits, once with the partial sums' second launch
- * and once with the splits added inside clusters, on the same inputs (fixed seed): the two
- * outputs must be the same bits (the same sums in the same order; the epilogue's multiplier is a
- * power of two). err = the count of differing bytes. */
-static void case_w4wg_same(int n, int64_t N, int64_t K, int cfg, int S, uint64_t seed)
-{
-    char shape[96];
-    const uint64_t saved = rng_state;
-    rng_state = seed;
-    pd_weight_t host, wc, wg;
-    weight_host_new(PD_WFMT_INT4, N, K, gpu, &host, &wc, &wg);
-    float *x = xmalloc((size_t)n * K * 4);
-    fill_f32(x, (size_t)n * K, 1.0f);
-    pair_t px = pair_new((size_t)n * K * 4, x), a = pair_new((size_t)n * N * 4, NULL),
-           b = pair_new((size_t)n * N * 4, NULL);
-    const size_t hb = (matmul_w4wg_act_bytes(n, K) + 255) / 256 * 256,
-                 mb = ((size_t)n * 4 + 255) / 256 * 256, pf = matmul_int4_mma_part_floats(n, N, S);
-    void *scratch = NULL;
-    pair_ok(gpu->ops->alloc(gpu, hb + mb + pf * 4, &scratch));
-    pair_ok(gpu->ops->memset(gpu, scratch, 0xff, hb + mb + pf * 4));
-    uint8_t *sb = scratch;
-    float *mult = (float *)(sb + hb), *part = (float *)(sb + hb + mb);
-    cudaStream_t st = backend_cuda_stream(gpu);
-    pair_ok(matmul_quant_act_f16wg((uint16_t *)sb, mult, px.g, n, K, st));
-    pair_ok(matmul_w4wg(a.g, part, (uint16_t *)sb, mult, &wg, n, cfg, S, false, st));
-    pair_ok(matmul_w4wg(b.g, NULL, (uint16_t *)sb, mult, &wg, n, cfg, S, true, st));
-    const size_t nd = dev_bytes_differ(a.g, b.g, (size_t)n * N * 4);
-    snprintf(shape, sizeof shape, "int4 n %d N %lld K %lld cfg %d S %d cluster = parts seed %llu",
-             n, (long long)N, (long long)K, cfg, S, (unsigned long long)seed);
-    report("mma gemm", shape, (double)nd, 0.0);
-    gpu->ops->free(gpu, scratch);
-    pair_free(&px);
-    pair_free(&a);
-    pair_free(&b);
-    free(x);
-    model_host_weight_free(&host);
-    backend_weight_free(cpu, &wc);
-    backend_weight_free(gpu, &wg);
-    rng_state = saved;
-}
-
 /* The whole INT4 / FP8-KV decode step (tiny-llama rig, n sequences, `steps` graph-captured
  * steps) with option w4wg_cluster off, then on: err = max |on - off| / max |off| over every
  * step's logits. The two plans may split K differently (f32 summation order only, each GEMM
@@ -4752,39 +4711,51 @@ static void case_decode_w4cl(int n, int steps)
     decode_rig_free(&rig);
 }
 
-/* matmul_fp8_mma with `warps` warps and S K splits, once with the partial sums' second launch and
- * once with matmul_fp8_cluster (the splits added inside clusters), on the same inputs (fixed
- * seed): the same bits (each block's scaled sums, added in split order). err = the count of
+/* A split GEMM of decode batches run twice on the same inputs (fixed seed), once with its
+ * partial sums' second launch and once with its S K splits added inside clusters: the two outputs
+ * must be the same bits (the same sums in the same order). INT4: matmul_w4wg with configuration
+ * p (its epilogue multiplier is a power of two); FP8: matmul_fp8_mma with p warps, the switch
+ * matmul_fp8_cluster (each block's scaled sums added in split order). err = the count of
  * differing bytes. */
-static void case_fp8_mma_same(int n, int64_t N, int64_t K, int warps, int S, uint64_t seed)
+static void case_cluster_same(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int p, int S,
+                              uint64_t seed)
 {
     char shape[96];
     const uint64_t saved = rng_state;
-    const int was = matmul_fp8_cluster;
+    const bool int4 = fmt == PD_WFMT_INT4;
     rng_state = seed;
     pd_weight_t host, wc, wg;
-    weight_host_new(PD_WFMT_FP8, N, K, gpu, &host, &wc, &wg);
+    weight_host_new(fmt, N, K, gpu, &host, &wc, &wg);
     float *x = xmalloc((size_t)n * K * 4);
     fill_f32(x, (size_t)n * K, 1.0f);
     pair_t px = pair_new((size_t)n * K * 4, x), a = pair_new((size_t)n * N * 4, NULL),
            b = pair_new((size_t)n * N * 4, NULL);
-    const size_t qb = ((size_t)n * K + 255) / 256 * 256, mb = ((size_t)n * 4 + 255) / 256 * 256,
-                 pf = matmul_int4_mma_part_floats(n, N, S);
+    /* the activations (INT4: the f16 image; FP8: e4m3 rows), their multipliers, the partials */
+    const size_t hb = ((int4 ? matmul_w4wg_act_bytes(n, K) : (size_t)n * K) + 255) / 256 * 256,
+                 mb = ((size_t)n * 4 + 255) / 256 * 256, pf = matmul_int4_mma_part_floats(n, N, S);
     void *scratch = NULL;
-    pair_ok(gpu->ops->alloc(gpu, qb + mb + pf * 4, &scratch));
-    pair_ok(gpu->ops->memset(gpu, scratch, 0xff, qb + mb + pf * 4));
+    pair_ok(gpu->ops->alloc(gpu, hb + mb + pf * 4, &scratch));
+    pair_ok(gpu->ops->memset(gpu, scratch, 0xff, hb + mb + pf * 4));
     uint8_t *sb = scratch;
-    float *xs = (float *)(sb + qb), *part = (float *)(sb + qb + mb);
+    float *mult = (float *)(sb + hb), *part = (float *)(sb + hb + mb);
     cudaStream_t st = backend_cuda_stream(gpu);
-    pair_ok(matmul_quant_act_fp8(sb, NULL, xs, px.g, n, K, st));
-    matmul_fp8_cluster = 0;
-    pair_ok(matmul_fp8_mma(a.g, part, sb, xs, &wg, n, warps, S, st));
-    matmul_fp8_cluster = 1;
-    pair_ok(matmul_fp8_mma(b.g, NULL, sb, xs, &wg, n, warps, S, st));
-    matmul_fp8_cluster = was;
+    if (int4) {
+        pair_ok(matmul_quant_act_f16wg((uint16_t *)sb, mult, px.g, n, K, st));
+        pair_ok(matmul_w4wg(a.g, part, (uint16_t *)sb, mult, &wg, n, p, S, false, st));
+        pair_ok(matmul_w4wg(b.g, NULL, (uint16_t *)sb, mult, &wg, n, p, S, true, st));
+    } else {
+        const int was = matmul_fp8_cluster;
+        pair_ok(matmul_quant_act_fp8(sb, NULL, mult, px.g, n, K, st));
+        matmul_fp8_cluster = 0;
+        pair_ok(matmul_fp8_mma(a.g, part, sb, mult, &wg, n, p, S, st));
+        matmul_fp8_cluster = 1;
+        pair_ok(matmul_fp8_mma(b.g, NULL, sb, mult, &wg, n, p, S, st));
+        matmul_fp8_cluster = was;
+    }
     const size_t nd = dev_bytes_differ(a.g, b.g, (size_t)n * N * 4);
-    snprintf(shape, sizeof shape, "fp8 mma n %d N %lld K %lld w%d S %d cluster = parts seed %llu",
-             n, (long long)N, (long long)K, warps, S, (unsigned long long)seed);
+    snprintf(shape, sizeof shape, "%s n %d N %lld K %lld %s%d S %d cluster = parts seed %llu",
+             int4 ? "int4 w4wg" : "fp8 mma", n, (long long)N, (long long)K, int4 ? "cfg " : "w", p,
+             S, (unsigned long long)seed);
     report("mma gemm", shape, (double)nd, 0.0);
     gpu->ops->free(gpu, scratch);
     pair_free(&px);
@@ -4906,11 +4877,11 @@ static void cases_fp8_cluster(void)
         case_mma_gemm(f8, 8, 1024, 4096, 0, 0, 491, "op 8B k");
     }
     matmul_fp8_cluster = was;
-    case_fp8_mma_same(3, 300, 640, 6, 3, 492);
-    case_fp8_mma_same(8, 512, 2048, 8, 8, 493);
-    case_fp8_mma_same(40, 1000, 1152, 8, 2, 494);
+    case_cluster_same(f8, 3, 300, 640, 6, 3, 492);
+    case_cluster_same(f8, 8, 512, 2048, 8, 8, 493);
+    case_cluster_same(f8, 40, 1000, 1152, 8, 2, 494);
     if (!small_only)
-        case_fp8_mma_same(1, 4096, 14336, 8, 8, 495);
+        case_cluster_same(f8, 1, 4096, 14336, 8, 8, 495);
     /* q, k, v as one launch (matmul_fp8_mma_group): rows past N in each segment, 2 / 3 weights,
      * one split and cluster splits; the whole step with option fp8_group */
     const int64_t qkv[3] = {512, 128, 128}, odd[3] = {96, 200, 32}, two[2] = {288, 64};
@@ -4993,12 +4964,12 @@ static void cases_w4wg(void)
     }
     mma_wg = 0;
     mma_wg_cl = false;
-    case_w4wg_same(64, 288, 2048, 0, 8, 466);
-    case_w4wg_same(100, 256, 1664, 0, 5, 467);
-    case_w4wg_same(130, 320, 1024, 1, 4, 468);
-    case_w4wg_same(256, 224, 1024, 2, 3, 469);
+    case_cluster_same(i4, 64, 288, 2048, 0, 8, 466);
+    case_cluster_same(i4, 100, 256, 1664, 0, 5, 467);
+    case_cluster_same(i4, 130, 320, 1024, 1, 4, 468);
+    case_cluster_same(i4, 256, 224, 1024, 2, 3, 469);
     if (!small_only)
-        case_w4wg_same(64, 4096, 14336, 0, 8, 470);
+        case_cluster_same(i4, 64, 4096, 14336, 0, 8, 470);
     case_decode_w4cl(32, 3);
     case_decode_w4cl(64, 2);
 }
