@@ -1175,18 +1175,7 @@ static bool fwg__usable(const kv_layout_t *l, int n_heads)
 #ifdef PD_CUDA_HAVE_SM90A
     if (l->fmt != PD_KV_BF16 || l->head_dim != 128 || (n_heads / l->n_kv_heads) % 2 != 0)
         return false;
-    static int cc[32]; /* 0: not read yet; major * 10 + minor */
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 32)
-        return false;
-    if (!cc[dev]) {
-        int ma = 0, mi = 0;
-        if (cudaDeviceGetAttribute(&ma, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&mi, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
-            return false;
-        cc[dev] = ma * 10 + mi;
-    }
-    return cc[dev] == 90;
+    return kutil_device_cc() == 90;
 #else
     (void)l;
     (void)n_heads;

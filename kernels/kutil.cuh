@@ -80,24 +80,34 @@ static inline pd_status_t kutil_allow_smem(const void *fn, int bytes, unsigned *
     return st;
 }
 
+/* *slot remembers f() (a positive int; anything else: unknown): 0 not asked yet, -1 unknown.
+ * Returns the value, 0 if unknown. Concurrent first callers may both ask (the same answer). */
+template <typename F> static inline int kutil_memo(int *slot, F f)
+{
+    int v = __atomic_load_n(slot, __ATOMIC_RELAXED);
+    if (v == 0) {
+        const int r = f();
+        v = r > 0 ? r : -1;
+        __atomic_store_n(slot, v, __ATOMIC_RELAXED);
+    }
+    return v > 0 ? v : 0;
+}
+
 /* The current device's compute capability, major * 10 + minor (read once per device); 0 if it
  * cannot be read. */
 static inline int kutil_device_cc(void)
 {
-    static int cc[32]; /* 0: not read yet */
+    static int cc[32];
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 32)
         return 0;
-    int v = __atomic_load_n(&cc[dev], __ATOMIC_RELAXED);
-    if (!v) {
+    return kutil_memo(&cc[dev], [dev]() {
         int ma = 0, mi = 0;
         if (cudaDeviceGetAttribute(&ma, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
             cudaDeviceGetAttribute(&mi, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
             return 0;
-        v = ma * 10 + mi;
-        __atomic_store_n(&cc[dev], v, __ATOMIC_RELAXED);
-    }
-    return v;
+        return ma * 10 + mi;
+    });
 }
 
 /* How many blocks of kernel fn (block threads, smem bytes of dynamic shared memory, already
@@ -248,7 +258,7 @@ static __device__ __forceinline__ size_t kutil_kv_scale_off(const kv_layout_t &l
 }
 
 /* ---- thread-block clusters (sm_90+): blocks of a cluster read each other's shared memory; the
- * wgmma GEMMs' K splits and the decode attention's context splits are added that way ---- */
+ * K splits of matmul_w4wg, matmul_w8wg and matmul_fp8_mma are added that way ---- */
 #define KUTIL_CLUSTER_MAX 8 /* the portable cluster size: the most blocks one cluster adds */
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 /* Every thread of every block of the cluster arrives (a block's threads that returned early do
@@ -348,7 +358,7 @@ static __device__ __forceinline__ void kutil_pdl_trigger()
 /* kernel<<<grid, block, smem, stream>>>(args...) with the programmatic-stream-serialization
  * attribute when kutil_pdl_mode is on (the kernel must follow the rule above), and the grid's
  * blocks in thread-block clusters of (1, 1, cz) when cz > 1 (grid.z a multiple of cz; sm_90+:
- * the wgmma GEMMs' K splits, summed through distributed shared memory). */
+ * K splits summed through distributed shared memory). */
 template <typename... P, typename... A>
 static inline cudaError_t kutil_launch_pdl_cluster(void (*kernel)(P...), dim3 grid, dim3 block,
                                                    size_t smem, cudaStream_t stream, unsigned cz,

@@ -1968,14 +1968,14 @@ static int matmul__int4_tiles(int n)
     return n <= 8 ? 1 : n <= 16 ? 2 : n <= 32 ? 4 : 8;
 }
 
-/* Block size and K splits for n tokens, N rows and ng K-units (INT4: groups of 128 columns,
- * FP8: blocks of 64; either is 2 KiB of weights for a warp's 32 rows). */
 static int matmul__fp8_cluster_wave(int n, int W, int S);
 static bool matmul__fp8_cl(int S);
 
-/* fp8_cl: matmul_fp8_mma's splits added inside clusters (at most KUTIL_CLUSTER_MAX; a wave holds
- * the clusters that fit the GPCs; the sums cost ~1 us of barriers and DSMEM reads instead of the
- * partials' traffic and a launch) */
+/* Block size and K splits for n tokens, N rows and ng K-units (INT4: groups of 128 columns,
+ * FP8: blocks of 64; either is 2 KiB of weights for a warp's 32 rows). fp8_cl: matmul_fp8_mma's
+ * splits added inside clusters (at most KUTIL_CLUSTER_MAX; a wave holds the clusters that fit
+ * the GPCs; the sums cost ~1 us of barriers and DSMEM reads instead of the partials' traffic and
+ * a launch). */
 static void matmul__mma_plan(int n, int64_t N, int64_t ng, int n_sm, bool fp8_cl, int *warps_p,
                              int *splits_p)
 {
@@ -2208,15 +2208,14 @@ template <int C> static int matmul__fp8_mma_smem(int W)
 }
 
 /* blocks of matmul__fp8_mma_cp at n tokens and W warps in clusters of S that run at once,
- * cached per (token tiles, W, S); 0 if unknown */
+ * remembered per (token tiles, W, S); 0 if unknown */
 static int matmul__fp8_cluster_wave(int n, int W, int S)
 {
-    static int wave[4][9][KUTIL_CLUSTER_MAX + 1]; /* 0: not asked yet; -1: unknown */
+    static int wave[4][9][KUTIL_CLUSTER_MAX + 1]; /* kutil_memo */
     const int C = matmul__int4_tiles(n), ci = C == 1 ? 0 : C == 2 ? 1 : C == 4 ? 2 : 3;
     if (W < 1 || W > 8 || S < 2 || S > KUTIL_CLUSTER_MAX)
         return 0;
-    int v = __atomic_load_n(&wave[ci][W][S], __ATOMIC_RELAXED);
-    if (v == 0) {
+    return kutil_memo(&wave[ci][W][S], [ci, W, S]() {
         const int sm = ci == 0   ? matmul__fp8_mma_smem<1>(W)
                        : ci == 1 ? matmul__fp8_mma_smem<2>(W)
                        : ci == 2 ? matmul__fp8_mma_smem<4>(W)
@@ -2225,11 +2224,8 @@ static int matmul__fp8_cluster_wave(int n, int W, int S)
                          : ci == 1 ? (const void *)matmul__fp8_mma_cp<2>
                          : ci == 2 ? (const void *)matmul__fp8_mma_cp<4>
                                    : (const void *)matmul__fp8_mma_cp<8>;
-        const int b = sm < 0 ? 0 : kutil_cluster_wave(fn, 32 * W, (size_t)sm, S);
-        v = b > 0 ? b : -1;
-        __atomic_store_n(&wave[ci][W][S], v, __ATOMIC_RELAXED);
-    }
-    return v > 0 ? v : 0;
+        return sm < 0 ? 0 : kutil_cluster_wave(fn, 32 * W, (size_t)sm, S);
+    });
 }
 
 template <int C>
@@ -2417,18 +2413,8 @@ extern "C" pd_status_t matmul_wgemv(float *out, const float *x, const pd_weight_
     KUTIL_REQUIRE((splits - 1) * ups < nu, "matmul_wgemv splits");
     const size_t smem = matmul__wg_smem(n, ups, warps, depth);
     KUTIL_REQUIRE(smem <= MATMUL__SMEM_MAX, "matmul_wgemv shared memory");
-    if (splits > 1) { /* thread-block clusters: compute capability 9.0 and later */
-        static int major = -1;
-        if (major < 0) {
-            int dev = 0;
-            if (cudaGetDevice(&dev) != cudaSuccess ||
-                cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) !=
-                    cudaSuccess)
-                major = 0;
-        }
-        if (major < 9)
-            return PD_ERR_UNSUPPORTED;
-    }
+    if (splits > 1 && kutil_device_cc() < 90) /* thread-block clusters: 9.0 and later */
+        return PD_ERR_UNSUPPORTED;
     cudaError_t e;
     if (depth == 4)
         e = matmul__wgemv_launch<4>(out, x, w, n, warps, splits, ups, smem, stream);

@@ -472,25 +472,22 @@ template <int MT, int NT, int GPS, int NS> static int w4wg__clusters(int S)
     X(1, 1, 2, 1, 4)                                                                               \
     X(2, 1, 4, 1, 3)
 
-/* blocks of configuration cfg in clusters of S (> 1) that run at once (one wave), cached per
+/* blocks of configuration cfg in clusters of S (> 1) that run at once (one wave), remembered per
  * process (the devices of one process are of one kind); 0 if unknown */
 static int w4wg__cluster_wave(int cfg, int S)
 {
-    static int wave[3][MATMUL_W4WG_MAX_CLUSTER + 1]; /* 0: not asked yet; -1: unknown */
+    static int wave[3][MATMUL_W4WG_MAX_CLUSTER + 1]; /* kutil_memo */
     if (cfg < 0 || cfg > 2 || S < 2 || S > MATMUL_W4WG_MAX_CLUSTER)
         return 0;
-    int v = __atomic_load_n(&wave[cfg][S], __ATOMIC_RELAXED);
-    if (v == 0) {
+    return kutil_memo(&wave[cfg][S], [cfg, S]() {
         int c = 0;
 #define W4WG__ASK(id, MT, NT, GPS, NS)                                                             \
     if (cfg == id)                                                                                 \
         c = w4wg__clusters<MT, NT, GPS, NS>(S);
         W4WG__CONFIGS(W4WG__ASK)
 #undef W4WG__ASK
-        v = c > 0 ? c : -1;
-        __atomic_store_n(&wave[cfg][S], v, __ATOMIC_RELAXED);
-    }
-    return v > 0 ? v : 0;
+        return c;
+    });
 }
 
 template <int MT, int NT, int GPS, int NS>

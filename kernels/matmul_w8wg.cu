@@ -367,4 +367,3 @@ extern "C" pd_status_t matmul_w8wg(float *out, const uint8_t *xq, const float *x
     return small ? w8wg__launch<1, 16>(out, xq, xs, w, n, splits, kps, stream)
                  : w8wg__launch<1, 64>(out, xq, xs, w, n, splits, kps, stream);
 }
-
