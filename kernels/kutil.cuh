@@ -80,6 +80,13 @@ static inline pd_status_t kutil_allow_smem(const void *fn, int bytes, unsigned *
     return st;
 }
 
+/* Whether s splits of n work units, ceil(n / s) each (the last takes the rest), leave no split
+ * empty: the planners' test before they weigh a split count. */
+static inline bool kutil_splits_full(int64_t n, int64_t s)
+{
+    return s <= 1 || (s - 1) * ((n + s - 1) / s) < n;
+}
+
 /* *slot remembers f() (a positive int; anything else: unknown): 0 not asked yet, -1 unknown.
  * Returns the value, 0 if unknown. Concurrent first callers may both ask (the same answer). */
 template <typename F> static inline int kutil_memo(int *slot, F f)

@@ -1993,7 +1993,7 @@ static void matmul__mma_plan(int n, int64_t N, int64_t ng, int n_sm, bool fp8_cl
         const int64_t ctam = (mu + W - 1) / W;
         for (int S = 1; S <= (fp8_cl ? KUTIL_CLUSTER_MAX : 16) && S <= ng; S++) {
             const int64_t gps = (ng + S - 1) / S;
-            if (S > 1 && (S - 1) * gps >= ng)
+            if (!kutil_splits_full(ng, S))
                 continue; /* an empty split */
             int64_t wave = n_sm;
             if (fp8_cl && S > 1 && (wave = matmul__fp8_cluster_wave(n, W, S)) <= 0)
@@ -2073,7 +2073,7 @@ extern "C" pd_status_t matmul_int4_mma(float *out, float *part, const uint16_t *
     if (n == 0)
         return PD_OK;
     const int ng = (int)(w->k / 128), gps = (ng + splits - 1) / splits;
-    KUTIL_REQUIRE((splits - 1) * gps < ng, "matmul_int4_mma splits");
+    KUTIL_REQUIRE(kutil_splits_full(ng, splits), "matmul_int4_mma splits");
     float *dst = splits > 1 ? part : out;
     switch (matmul__int4_tiles(n)) {
     case 1:
@@ -2117,7 +2117,7 @@ extern "C" void matmul_int4_mma2_plan(int n, int64_t N, int64_t K, int n_sm, int
         const int64_t ctam = (mu + W - 1) / W;
         for (int S = 1; S <= 8 && S <= ng; S++) {
             const int64_t gps = (ng + S - 1) / S;
-            if (S > 1 && (S - 1) * gps >= ng)
+            if (!kutil_splits_full(ng, S))
                 continue;
             const int64_t ctas = ctam * nb * S, waves = (ctas + 2 * n_sm - 1) / (2 * n_sm);
             /* a lone block on an SM runs ~1.5x faster than one of a pair (latency bound) */
@@ -2166,7 +2166,7 @@ extern "C" pd_status_t matmul_int4_mma2(float *out, float *part, const uint16_t 
     if (n == 0)
         return PD_OK;
     const int ng = (int)(w->k / 128), gps = (ng + splits - 1) / splits;
-    KUTIL_REQUIRE((splits - 1) * gps < ng, "matmul_int4_mma2 splits");
+    KUTIL_REQUIRE(kutil_splits_full(ng, splits), "matmul_int4_mma2 splits");
     float *dst = splits > 1 ? part : out;
     switch (tiles) {
     case 1:
@@ -2265,7 +2265,7 @@ static pd_status_t matmul__fp8_mma_run(float *const *outs, float *part, const ui
     if (n == 0)
         return PD_OK;
     const int nblk = (int)(K / 64), bps = (nblk + splits - 1) / splits;
-    KUTIL_REQUIRE((splits - 1) * bps < nblk, "matmul_fp8_mma splits");
+    KUTIL_REQUIRE(kutil_splits_full(nblk, splits), "matmul_fp8_mma splits");
     matmul__f8segs sg = {};
     for (int i = 0; i < MATMUL_GROUP_MAX; i++) {
         const pd_weight_t *w = ws[i < count ? i : count - 1];
@@ -2338,7 +2338,7 @@ extern "C" void matmul_wgemv_plan(int n, int64_t N, int64_t K, int n_sm, int *wa
             for (int S = 1; S <= MATMUL__WG_MAX_S && S <= nu; S++) {
                 const int WD = depths[di];
                 const int64_t ups = (nu + S - 1) / S;
-                if (S > 1 && (S - 1) * ups >= nu)
+                if (!kutil_splits_full(nu, S))
                     continue; /* an empty split */
                 const size_t smem = matmul__wg_smem(n, (int)ups, W, WD);
                 if (smem > MATMUL__SMEM_MAX)
@@ -2410,7 +2410,7 @@ extern "C" pd_status_t matmul_wgemv(float *out, const float *x, const pd_weight_
     if (n == 0)
         return PD_OK;
     const int nu = (int)(w->k / 128), ups = (nu + splits - 1) / splits;
-    KUTIL_REQUIRE((splits - 1) * ups < nu, "matmul_wgemv splits");
+    KUTIL_REQUIRE(kutil_splits_full(nu, splits), "matmul_wgemv splits");
     const size_t smem = matmul__wg_smem(n, ups, warps, depth);
     KUTIL_REQUIRE(smem <= MATMUL__SMEM_MAX, "matmul_wgemv shared memory");
     if (splits > 1 && kutil_device_cc() < 90) /* thread-block clusters: 9.0 and later */
@@ -2495,7 +2495,7 @@ static double matmul__xg_cost(bool fp8, int n, int64_t N, int64_t K, int n_sm, i
     const int64_t ntiles = (N + 16 * MR - 1) / (16 * MR);
     const int64_t steps = fp8 ? K / 64 : K / 128;
     const int64_t per = (steps + S - 1) / S;
-    if (S > 1 && (S - 1) * per >= steps)
+    if (!kutil_splits_full(steps, S))
         return 1e300; /* an empty slice */
     if ((int64_t)B * S > 64 || (int64_t)B * S * matmul__xg_regs(fp8, MR, D) * 32 > 65536 ||
         (size_t)B * (smem + 1024) > 233472 || B > 32)

@@ -550,7 +550,7 @@ extern "C" void matmul_w4wg_plan(int n, int64_t N, int64_t K, int n_sm, bool clu
     int bs = 1;
     for (int S = 1; S <= max_s && S <= ng; S++) {
         const int64_t gps = (ng + S - 1) / S;
-        if ((S - 1) * gps >= ng)
+        if (!kutil_splits_full(ng, S))
             continue;
         int64_t wave = n_sm > 0 ? n_sm : 1;
         if (cluster && S > 1) {
@@ -618,7 +618,7 @@ extern "C" pd_status_t matmul_w4wg_group(float *const *outs, float *part, const 
     if (n == 0)
         return PD_OK;
     const int ng = (int)(ws[0]->k / 128), gps = (ng + splits - 1) / splits;
-    KUTIL_REQUIRE((splits - 1) * gps < ng, "matmul_w4wg splits");
+    KUTIL_REQUIRE(kutil_splits_full(ng, splits), "matmul_w4wg splits");
     const bool cl = cluster && splits > 1;
 #define W4WG__LAUNCH(id, MT, NT, GPS, NS)                                                          \
     if (cfg == id)                                                                                 \
