@@ -116,9 +116,9 @@ typedef struct {
 #define CUDA_PF_MAX_N 64
 
 /* One matmul op's weights (the key: its first pd_weight_t) and what followed it last time: the
- * regions of the next matmul op's weights, their bytes in all. */
+ * next matmul op's key, the regions of its weights and their bytes in all. */
 typedef struct {
-    const void *key;
+    const void *key, *next_key;
     prefetch_regions_t next;
     size_t next_bytes;
 } cuda_pf_t;
@@ -218,6 +218,7 @@ typedef struct {
      * parallel with the small ops between the two; up to pf_bytes of them (0: off) */
     size_t pf_bytes;
     int pf_max_n;
+    int pf_depth; /* PD_CUDA_L2PF_DEPTH: ops ahead that share pf_bytes, in order (default 1) */
     cuda_pf_t *pf;         /* (CUDA_PF_SLOTS), allocated on first use */
     const void *pf_prev;   /* the key of the last matmul op */
     cudaStream_t pfstream; /* created on first use */
@@ -364,6 +365,7 @@ static void cuda__l2pf(cuda_t *c, const pd_weight_t *const *ws, int count, int n
     const void *key = ws[0];
     cuda_pf_t *e;
     if (c->pf_prev && c->pf_prev != key && (e = cuda__pf_slot(c, c->pf_prev, true))) {
+        e->next_key = key;
         e->next = cur;
         e->next_bytes = cur_bytes;
     }
@@ -391,8 +393,16 @@ static void cuda__l2pf(cuda_t *c, const pd_weight_t *const *ws, int count, int n
     st = cuda__status(cudaEventRecord(c->pf_fork, c->stream), "prefetch fork");
     if (st == PD_OK)
         st = cuda__status(cudaStreamWaitEvent(c->pfstream, c->pf_fork, 0), "prefetch fork");
-    if (st == PD_OK)
-        st = prefetch_l2(&e->next, (double)c->pf_bytes / (double)e->next_bytes, c->pfstream);
+    /* the next op's weights first, then (pf_depth > 1) the one after it with what is left */
+    double left = (double)c->pf_bytes;
+    for (int d = 0;
+         d < c->pf_depth && st == PD_OK && e && e->next.n > 0 && e->next_bytes > 0 && left > 0.0;
+         d++) {
+        const double f = left / (double)e->next_bytes;
+        st = prefetch_l2(&e->next, f, c->pfstream);
+        left -= f < 1.0 ? left : (double)e->next_bytes;
+        e = e->next_key && e->next_key != key ? cuda__pf_slot(c, e->next_key, false) : NULL;
+    }
     if (st == PD_OK && c->capturing)
         c->pf_in_capture = true;
     cuda__note(c, st);
@@ -2382,6 +2392,8 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     c->env_set |= env && *env ? CUDA__ENV_L2PF : 0;
     env = getenv("PD_CUDA_L2PF_N"); /* the largest batch that takes part */
     c->pf_max_n = env && *env && atoi(env) > 0 ? atoi(env) : CUDA_PF_MAX_N;
+    env = getenv("PD_CUDA_L2PF_DEPTH"); /* matmul ops ahead that share the prefetch (1..4) */
+    c->pf_depth = env && atoi(env) >= 1 && atoi(env) <= 4 ? atoi(env) : 1;
     env = getenv("PD_CUDA_W4WG_CLUSTER");
     c->w4wg_cluster = !env || !*env || cuda__onoff(env) != 0;
     c->env_set |= env && *env && cuda__onoff(env) >= 0 ? CUDA__ENV_W4CL : 0;

@@ -3,7 +3,8 @@
 # here, after the new option l2_prefetch's). In order of need: option l2_prefetch's cases
 # (prefetch_l2 bounds, the decode step on / off must give the same logits) and the decode step
 # at batch 1 / 64 by default and with PD_CUDA_L2PF=16 / 8 / 32 (MiB of the next matmul's
-# weights prefetched into L2 beside the small ops); then session 22's unmeasured FP8 work:
+# weights prefetched into L2 beside the small ops), and 32 shared by the next two ops
+# (PD_CUDA_L2PF_DEPTH=2); then session 22's unmeasured FP8 work:
 # matmul_fp8_mma's K splits in clusters and its q / k / v group (harness PD_GPU_TEST_FP8CL=1,
 # decode with PD_CUDA_FP8_CLUSTER=1, + PD_CUDA_FP8_GROUP=1); the PyTorch baseline; batch 1 with
 # 8 attention splits (GPU_BENCH_ATTN_TARGET=64); w8wg on the 4096-row weights only; memcheck of
@@ -18,6 +19,7 @@ PD_GPU_TEST_L2PF=1 st kl2 40 $G/bin/test_gpu_kernels; cases kl2; grep -E "l2pf|p
 export GPU_BENCH_DECODE_BATCHES="1 64"
 st decode 40 $G/bin/gpu_bench decode; tab decode
 for mb in 16 8 32; do PD_CUDA_L2PF=$mb st decode_pf$mb 40 $G/bin/gpu_bench decode; tab decode_pf$mb; done
+PD_CUDA_L2PF=32 PD_CUDA_L2PF_DEPTH=2 st decode_pf32d2 40 $G/bin/gpu_bench decode; tab decode_pf32d2
 PD_GPU_TEST_FP8CL=1 st kf8 60 $G/bin/test_gpu_kernels; cases kf8; grep -E "cluster" $L/kf8.log | head -30
 PD_CUDA_FP8_CLUSTER=1 st decode_f8cl 40 $G/bin/gpu_bench decode; tab decode_f8cl
 PD_CUDA_FP8_CLUSTER=1 PD_CUDA_FP8_GROUP=1 st decode_f8grp 40 $G/bin/gpu_bench decode; tab decode_f8grp
