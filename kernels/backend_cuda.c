@@ -37,7 +37,6 @@
 #include "matmul.h"
 #include "moe.h"
 #include "logits.h"
-#include "prefetch.h"
 #include "sample.h"
 
 /* n at or below which a matmul runs as GEMV (one pass over W) instead of a GEMM. INT4 runs on
@@ -108,20 +107,6 @@ typedef struct {
     void *p;
     size_t bytes;
 } cuda_buf_t;
-
-/* option l2_prefetch: slots of the table of learned successors (more weights than this in one
- * decode step: the rest are not prefetched) */
-#define CUDA_PF_SLOTS 1024
-/* PD_CUDA_L2PF_N's default: the largest decode batch whose matmuls take part */
-#define CUDA_PF_MAX_N 64
-
-/* One matmul op's weights (the key: its first pd_weight_t) and what followed it last time: the
- * next matmul op's key, the regions of its weights and their bytes in all. */
-typedef struct {
-    const void *key, *next_key;
-    prefetch_regions_t next;
-    size_t next_bytes;
-} cuda_pf_t;
 
 typedef struct {
     int device;
@@ -213,17 +198,6 @@ typedef struct {
     size_t h_cap;
     struct cuda_moe_layer *moe_layers; /* registered MoE layers (moe_prepare) */
     int n_moe_layers, cap_moe_layers;
-    /* option l2_prefetch (cuda__l2pf): after each matmul op of a decode batch (n <= pf_max_n),
-     * the weights of the op that followed it last time are prefetched into L2 on pfstream, in
-     * parallel with the small ops between the two; up to pf_bytes of them (0: off) */
-    size_t pf_bytes;
-    int pf_max_n;
-    int pf_depth; /* PD_CUDA_L2PF_DEPTH: ops ahead that share pf_bytes, in order (default 1) */
-    cuda_pf_t *pf;         /* (CUDA_PF_SLOTS), allocated on first use */
-    const void *pf_prev;   /* the key of the last matmul op */
-    cudaStream_t pfstream; /* created on first use */
-    cudaEvent_t pf_fork, pf_join;
-    bool pf_in_capture; /* pfstream holds work of the capture being recorded */
 } cuda_t;
 
 /* One MoE layer registered by moe_prepare: its expert arrays (the key, and a copy of their
@@ -300,124 +274,6 @@ static pd_status_t cuda__grow(cuda_t *c, cuda_buf_t *b, size_t bytes)
     return PD_OK;
 }
 
-/* ==== L2 prefetch of the next matmul's weights (option l2_prefetch) ====
- *
- * At decode batches a step streams every weight once, and between two weight streams DRAM sits
- * idle while the small ops run (RoPE + KV write, attention, the norms, SiLU·mul: about a third
- * of the batch-1 step, docs/performance.md). The model runs the same matmul ops in the same
- * order every step, so after each one the backend looks up which op came next last time and
- * prefetches up to pf_bytes of that op's weights into L2 (kernels/prefetch.h) on a second
- * stream that forks from the main one there: the prefetch runs beside the small ops, and the
- * next GEMV finds part of its weights in L2. It reads nothing the ops write and writes nothing,
- * so results do not change; in a graph capture the second stream's launches become a branch,
- * joined at graph_end. */
-
-/* the slot of key, or (add) a free slot for it; NULL when absent (add: when full) */
-static cuda_pf_t *cuda__pf_slot(cuda_t *c, const void *key, bool add)
-{
-    size_t h = ((uintptr_t)key >> 4) * 0x9e3779b97f4a7c15ull;
-    for (int i = 0; i < CUDA_PF_SLOTS; i++) {
-        cuda_pf_t *e = &c->pf[(h + (size_t)i) % CUDA_PF_SLOTS];
-        if (e->key == key)
-            return e;
-        if (!e->key) {
-            if (!add)
-                return NULL;
-            e->key = key;
-            return e;
-        }
-    }
-    return NULL;
-}
-
-/* forgets every successor (weights freed or re-laid out: their pointers may be reused) */
-static void cuda__pf_forget(cuda_t *c)
-{
-    if (c->pf)
-        memset(c->pf, 0, CUDA_PF_SLOTS * sizeof *c->pf);
-    c->pf_prev = NULL;
-}
-
-/* After the matmul op of weights ws (count, the same input, n tokens) was enqueued: learns it as
- * the successor of the op before, and prefetches its own successor's weights. Failures are
- * noted like an op's. */
-static void cuda__l2pf(cuda_t *c, const pd_weight_t *const *ws, int count, int n)
-{
-    if (!c->pf_bytes || n < 1 || n > c->pf_max_n || count < 1 || count > 3)
-        return;
-    if (!c->pf && !(c->pf = calloc(CUDA_PF_SLOTS, sizeof *c->pf)))
-        return;
-    prefetch_regions_t cur = {0};
-    size_t cur_bytes = 0;
-    for (int i = 0; i < count; i++) {
-        const pd_weight_t *w = ws[i];
-        const void *p[3] = {w->data, w->scales, w->zeros};
-        const size_t b[3] = {quant_data_bytes(w->fmt, w->n, w->k),
-                             w->scales ? quant_scales_bytes(w->fmt, w->n, w->k) : 0,
-                             w->zeros ? quant_zeros_bytes(w->fmt, w->n, w->k) : 0};
-        for (int j = 0; j < 3; j++)
-            if (p[j] && b[j]) {
-                cur.p[cur.n] = p[j];
-                cur.bytes[cur.n++] = b[j];
-                cur_bytes += b[j];
-            }
-    }
-    const void *key = ws[0];
-    cuda_pf_t *e;
-    if (c->pf_prev && c->pf_prev != key && (e = cuda__pf_slot(c, c->pf_prev, true))) {
-        e->next_key = key;
-        e->next = cur;
-        e->next_bytes = cur_bytes;
-    }
-    c->pf_prev = key;
-    if (!(e = cuda__pf_slot(c, key, false)) || e->next.n == 0 || e->next_bytes == 0)
-        return;
-    pd_status_t st = PD_OK;
-    if (!c->pfstream) {
-        if (c->capturing) /* no stream creation inside a capture: from the next eager op on */
-            return;
-        st = cuda__status(cudaStreamCreateWithFlags(&c->pfstream, cudaStreamNonBlocking),
-                          "prefetch stream");
-        if (st == PD_OK)
-            st = cuda__status(cudaEventCreateWithFlags(&c->pf_fork, cudaEventDisableTiming),
-                              "prefetch event");
-        if (st == PD_OK)
-            st = cuda__status(cudaEventCreateWithFlags(&c->pf_join, cudaEventDisableTiming),
-                              "prefetch event");
-        if (st != PD_OK) {
-            c->pf_bytes = 0; /* off from here on */
-            cuda__note(c, st);
-            return;
-        }
-    }
-    st = cuda__status(cudaEventRecord(c->pf_fork, c->stream), "prefetch fork");
-    if (st == PD_OK)
-        st = cuda__status(cudaStreamWaitEvent(c->pfstream, c->pf_fork, 0), "prefetch fork");
-    /* the next op's weights first, then (pf_depth > 1) the one after it with what is left */
-    double left = (double)c->pf_bytes;
-    for (int d = 0;
-         d < c->pf_depth && st == PD_OK && e && e->next.n > 0 && e->next_bytes > 0 && left > 0.0;
-         d++) {
-        const double f = left / (double)e->next_bytes;
-        st = prefetch_l2(&e->next, f, c->pfstream);
-        left -= f < 1.0 ? left : (double)e->next_bytes;
-        e = e->next_key && e->next_key != key ? cuda__pf_slot(c, e->next_key, false) : NULL;
-    }
-    if (st == PD_OK && c->capturing)
-        c->pf_in_capture = true;
-    cuda__note(c, st);
-}
-
-/* The main stream waits for the prefetch stream's work so far (graph_end: a capture must join
- * every stream it forked). */
-static pd_status_t cuda__pf_join(cuda_t *c)
-{
-    pd_status_t st = cuda__status(cudaEventRecord(c->pf_join, c->pfstream), "prefetch join");
-    if (st == PD_OK)
-        st = cuda__status(cudaStreamWaitEvent(c->stream, c->pf_join, 0), "prefetch join");
-    return st;
-}
-
 /* ==== memory ==== */
 
 static pd_status_t cuda_alloc(pd_backend_t *be, size_t bytes, void **ptr_p)
@@ -436,10 +292,9 @@ static pd_status_t cuda_alloc(pd_backend_t *be, size_t bytes, void **ptr_p)
 
 static void cuda_free(pd_backend_t *be, void *ptr)
 {
-    if (ptr) {
-        cuda__pf_forget(cuda__get(be)); /* the pointer may have been a weight's */
+    (void)be;
+    if (ptr)
         cudaFree(ptr);
-    }
 }
 
 static pd_status_t cuda_upload(pd_backend_t *be, void *dst, const void *src_host, size_t bytes)
@@ -917,7 +772,6 @@ static void cuda_matmul(pd_backend_t *be, float *out, const float *x, const pd_w
 {
     cuda_t *c = cuda__get(be);
     cuda__note(c, cuda__matmul(c, out, x, w, n));
-    cuda__l2pf(c, &w, 1, n);
 }
 
 /* backend.h matmul_group: tiled INT4 weights of one K where cuda__matmul would run the slice
@@ -954,7 +808,6 @@ static void cuda_matmul_group(pd_backend_t *be, float *const *outs, const float 
 {
     cuda_t *c = cuda__get(be);
     cuda__note(c, cuda__matmul_group(c, outs, x, ws, count, n));
-    cuda__l2pf(c, ws, count, n);
 }
 
 /* backend.h matmul_fused_ok / matmul_fused: the slice GEMV with the norm, SiLU·mul or residual
@@ -1015,7 +868,6 @@ static void cuda_matmul_fused(pd_backend_t *be, float *const *outs, const float 
 {
     cuda_t *c = cuda__get(be);
     cuda__note(c, cuda__matmul_fused(c, outs, x, pro, norm_w, eps, ws, count, n, epi));
-    cuda__l2pf(c, ws, count, n);
 }
 
 /* FP8 matmul on activations the fused ops already quantized (backend.h matmul_fp8; xq (n, K)
@@ -1092,7 +944,6 @@ static void cuda_matmul_fp8(pd_backend_t *be, float *out, const pd_act_fp8_t *x,
 {
     cuda_t *c = cuda__get(be);
     cuda__note(c, cuda__matmul_fp8(c, out, x, w, n));
-    cuda__l2pf(c, &w, 1, n);
 }
 
 /* FP8 weights of one K that cuda__matmul_fp8 would each run on the FP8 mma kernel, as one
@@ -1145,7 +996,6 @@ static void cuda_matmul_group_fp8(pd_backend_t *be, float *const *outs, const pd
 {
     cuda_t *c = cuda__get(be);
     cuda__note(c, cuda__matmul_group_fp8(c, outs, x, ws, count, n));
-    cuda__l2pf(c, ws, count, n);
 }
 
 /* backend.h matmul_silu_fp8. Prefill sizes (the cuBLASLt GEMM with outer-vector scales): the
@@ -1191,7 +1041,6 @@ static void cuda_matmul_silu_fp8(pd_backend_t *be, const pd_act_fp8_t *q, float 
 {
     cuda_t *c = cuda__get(be);
     cuda__note(c, cuda__matmul_silu_fp8(c, q, gu, x, w, n));
-    cuda__l2pf(c, &w, 1, n);
 }
 
 static void cuda_add_rmsnorm(pd_backend_t *be, float *x, const float *y, float *out,
@@ -1317,8 +1166,6 @@ static void cuda_qkv_rope_write(pd_backend_t *be, float *q, float *k, float *v,
     cuda_t *c = cuda__get(be);
     cuda__note(c, cuda__qkv_rope_write(c, q, k, v, x, wq, wk, wv, pos, inv_freq, n, n_heads, arena,
                                        l, layer, slots));
-    const pd_weight_t *const ws[3] = {wq, wk, wv};
-    cuda__l2pf(c, ws, 3, n);
 }
 
 static pd_status_t cuda__attention_parts(cuda_t *c, float *out, const float *q, const void *arena,
@@ -1976,12 +1823,8 @@ static pd_status_t cuda_graph_end(pd_backend_t *be, void **graph_p)
     cudaGraphExec_t exec = NULL;
     cuda_graph_t *h;
     PD_ASSERT(c->capturing);
-    pd_status_t jst = c->pf_in_capture ? cuda__pf_join(c) : PD_OK;
-    c->pf_in_capture = false;
     c->capturing = false;
     pd_status_t st = cuda__status(cudaStreamEndCapture(c->stream, &g), "graph end");
-    if (st == PD_OK && jst != PD_OK)
-        st = jst;
     if (st == PD_OK && c->cap_err != PD_OK)
         st = c->cap_err;
     if (st == PD_OK)
@@ -2074,15 +1917,6 @@ static void cuda_destroy(pd_backend_t *be)
     }
     if (c->xevent)
         cudaEventDestroy(c->xevent);
-    if (c->pfstream) {
-        cudaStreamSynchronize(c->pfstream);
-        cudaStreamDestroy(c->pfstream);
-    }
-    if (c->pf_fork)
-        cudaEventDestroy(c->pf_fork);
-    if (c->pf_join)
-        cudaEventDestroy(c->pf_join);
-    free(c->pf);
     if (c->stream)
         cudaStreamDestroy(c->stream);
     free(c->h_ids);
@@ -2172,7 +2006,7 @@ static void cuda__ops_plain_init(void)
 
 enum { CUDA__ENV_BF16 = 1, CUDA__ENV_FLASH = 2, CUDA__ENV_FUSED = 4, CUDA__ENV_ACCUM = 8 };
 enum { CUDA__ENV_PDL = 16, CUDA__ENV_INT4 = 32, CUDA__ENV_GEMV_FUSE = 64, CUDA__ENV_W8WG = 128 };
-enum { CUDA__ENV_W4CL = 256, CUDA__ENV_F8GRP = 512, CUDA__ENV_L2PF = 1024 };
+enum { CUDA__ENV_W4CL = 256, CUDA__ENV_F8GRP = 512 };
 
 /* on / off (also 1 / 0); -1 for anything else */
 static int cuda__onoff(const char *v)
@@ -2264,13 +2098,6 @@ static pd_status_t cuda_set_option(pd_backend_t *be, const char *key, const char
         bit = CUDA__ENV_F8GRP;
         if (ok && !(c->env_set & bit))
             c->fp8_group = b;
-    } else if (!strcmp(key, "l2_prefetch")) { /* off | MiB per matmul op */
-        char *end = NULL;
-        const long v = b == 0 ? 0 : strtol(value, &end, 10);
-        ok = b == 0 || (end && *end == '\0' && end != value && v >= 0 && v <= 4096);
-        bit = CUDA__ENV_L2PF;
-        if (ok && !(c->env_set & bit))
-            c->pf_bytes = (size_t)v << 20;
     } else if (!strcmp(key, "flash_variant")) {
         char *end = NULL;
         long v = strcmp(value, "auto") ? strtol(value, &end, 10) : -1;
@@ -2279,8 +2106,8 @@ static pd_status_t cuda_set_option(pd_backend_t *be, const char *key, const char
             c->flash_variant = (int)v;
     } else {
         pd_log_error("backend cuda: unknown option '%s' (bf16_gemm, flash, flash_variant, fused, "
-                     "gemv_fuse, fp8_accum, fp8_group, int4_gemm, l2_prefetch, moe_grouped, pdl, "
-                     "w4wg_cluster, w8wg)",
+                     "gemv_fuse, fp8_accum, fp8_group, int4_gemm, moe_grouped, pdl, w4wg_cluster, "
+                     "w8wg)",
                      key);
         return PD_ERR_INVALID;
     }
@@ -2387,13 +2214,6 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     c->env_set |= env && *env && cuda__onoff(env) >= 0 ? CUDA__ENV_F8GRP : 0;
     env = getenv("PD_CUDA_W8WG_ROWS");
     c->w8wg_max_rows = env && *env ? atoll(env) : 0;
-    env = getenv("PD_CUDA_L2PF"); /* MiB of the next matmul's weights prefetched (0: off) */
-    c->pf_bytes = env && *env && atol(env) > 0 ? (size_t)atol(env) << 20 : 0;
-    c->env_set |= env && *env ? CUDA__ENV_L2PF : 0;
-    env = getenv("PD_CUDA_L2PF_N"); /* the largest batch that takes part */
-    c->pf_max_n = env && *env && atoi(env) > 0 ? atoi(env) : CUDA_PF_MAX_N;
-    env = getenv("PD_CUDA_L2PF_DEPTH"); /* matmul ops ahead that share the prefetch (1..4) */
-    c->pf_depth = env && atoi(env) >= 1 && atoi(env) <= 4 ? atoi(env) : 1;
     env = getenv("PD_CUDA_W4WG_CLUSTER");
     c->w4wg_cluster = !env || !*env || cuda__onoff(env) != 0;
     c->env_set |= env && *env && cuda__onoff(env) >= 0 ? CUDA__ENV_W4CL : 0;

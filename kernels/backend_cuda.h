@@ -56,15 +56,6 @@
  *                             more than one K split only under PD_CUDA_FP8_CLUSTER=1). Session
  *                             22, default off until measured. PD_CUDA_FP8_GROUP=0|1 overrides
  *                             it.
- *   l2_prefetch = off | M     after each matmul op of a decode batch (n <= 64; PD_CUDA_L2PF_N
- *                             sets the limit), up to M MiB of the weights of the matmul op that
- *                             followed it in the step before are prefetched into L2 on a second
- *                             stream (a branch of the captured graph), beside the small ops
- *                             between the two weight streams (kernels/prefetch.h: the first
- *                             part of every 8 KiB when the weights exceed M). Results do not
- *                             change (harness case_decode_l2pf: the same logits). Session 23,
- *                             default off until measured. Set it before graphs are captured.
- *                             PD_CUDA_L2PF=M overrides it (0: off).
  *   w8wg = off | on | N       FP8 matmuls of n tokens, N <= n <= 64 (on: 1), on matmul_w8wg, the
  *                             wgmma GEMM fed by TMA (kernels/matmul_w8wg.cu; sm_90a build on a
  *                             compute capability 9.0 device, else ignored) instead of the FP8

@@ -18,7 +18,6 @@
  * PD_GPU_TEST_SAMPLE=1 only the sampling and logprobs cases (sample_run, sample_logprobs_run);
  * PD_GPU_TEST_W8WG=1 only the matmul_w8wg (wgmma + TMA FP8 GEMM) cases.
  * PD_GPU_TEST_FP8CL=1 only matmul_fp8_mma's cases with its K splits added in clusters.
- * PD_GPU_TEST_L2PF=1 only option l2_prefetch's cases (prefetch_l2, the decode step on / off).
  * Exits 77 (meson: SKIP) when there is no CUDA device, 1 when a case fails.
  * Errors are max |gpu - cpu| / max |cpu| over the output, or a count of differing bytes / ids
  * where the two must agree exactly; flash attention (bf16 tensor cores) is checked per element
@@ -49,7 +48,6 @@
 #include "matmul.h"
 #include "model.h"
 #include "moe.h"
-#include "prefetch.h"
 #include "quant.h"
 #include "sample.h"
 #include "sampler.h"
@@ -4713,49 +4711,6 @@ static void case_decode_w4cl(int n, int steps)
     decode_rig_free(&rig);
 }
 
-/* Option l2_prefetch (session 23): the whole decode step (tiny-llama rig, n sequences, `steps`
- * graph-captured steps: the prefetch stream's launches become a branch of each graph) with the
- * option off, then at 16 MiB per matmul op (every fixture weight whole). A prefetch only moves
- * lines into L2, so err = max |on - off| / max |off| over every step's logits must be 0. */
-static void case_decode_l2pf(pd_wfmt_t wfmt, pd_kvfmt_t kvfmt, int n, int steps)
-{
-    char shape[128];
-    decode_rig_t rig;
-    decode_rig_new(&rig, wfmt, kvfmt, n, steps);
-    const double e = decode_rig_ab(&rig, "l2_prefetch=off", "l2_prefetch=16", "l2_prefetch=off");
-    snprintf(shape, sizeof shape, "tiny-llama %s kv %s n %d steps %d on / off", pd_wfmt_name(wfmt),
-             kvfmt == PD_KV_FP8 ? "fp8" : "bf16", n, steps);
-    report("decode_l2pf", shape, e, 0.0);
-    decode_rig_free(&rig);
-}
-
-/* prefetch_l2 itself on regions that start and end off 16-byte boundaries, shorter than a stripe,
- * of several stripes, whole and in part (under compute-sanitizer: no access outside them).
- * err = 0 when every launch and the sync succeed, else INFINITY. */
-static void case_prefetch_bounds(void)
-{
-    const size_t bytes = 3 * PREFETCH_STRIDE + 100;
-    uint8_t *buf = NULL;
-    pair_ok(gpu->ops->alloc(gpu, bytes, (void **)&buf));
-    cudaStream_t st = (cudaStream_t)backend_cuda_stream(gpu);
-    prefetch_regions_t r = {
-        {buf + 3, buf + 40, buf + PREFETCH_STRIDE + 7}, {5, 100, 2 * PREFETCH_STRIDE + 90}, 3};
-    bool ok = prefetch_l2(&r, 1.0, st) == PD_OK && prefetch_l2(&r, 0.3, st) == PD_OK &&
-              prefetch_l2(&r, 1e-9, st) == PD_OK && prefetch_l2(&r, 0.0, st) == PD_OK;
-    ok = cudaStreamSynchronize(st) == cudaSuccess && ok;
-    gpu->ops->free(gpu, buf);
-    report("prefetch_l2", "odd bounds, fractions 1 / 0.3 / 1e-9 / 0", ok ? 0.0 : INFINITY, 0.0);
-}
-
-static void cases_l2pf(void)
-{
-    case_prefetch_bounds();
-    case_decode_l2pf(PD_WFMT_INT4, PD_KV_FP8, 1, 4);
-    case_decode_l2pf(PD_WFMT_INT4, PD_KV_FP8, 64, 2);
-    case_decode_l2pf(PD_WFMT_FP8, PD_KV_BF16, 1, 4);
-    case_decode_l2pf(PD_WFMT_FP8, PD_KV_BF16, 8, 3);
-}
-
 /* A split GEMM of decode batches run twice on the same inputs (fixed seed), once with its
  * partial sums' second launch and once with its S K splits added inside clusters: the two outputs
  * must be the same bits (the same sums in the same order). INT4: matmul_w4wg with configuration
@@ -5263,10 +5218,6 @@ int main(void)
         cases_w8wg(); /* the matmul_w8wg cases alone (quick device rounds) */
         return finish();
     }
-    if (getenv("PD_GPU_TEST_L2PF") && atoi(getenv("PD_GPU_TEST_L2PF"))) {
-        cases_l2pf(); /* option l2_prefetch alone (quick device rounds) */
-        return finish();
-    }
     if (getenv("PD_GPU_TEST_FP8CL") && atoi(getenv("PD_GPU_TEST_FP8CL"))) {
         cases_fp8_cluster(); /* matmul_fp8_mma's cluster splits alone (quick device rounds) */
         return finish();
@@ -5389,7 +5340,6 @@ int main(void)
     }
 
     cases_matmul();
-    cases_l2pf();
 
     const pd_kvfmt_t kfs[] = {PD_KV_BF16, PD_KV_FP8, PD_KV_F32};
     for (int f = 0; f < 3; f++) {
