@@ -79,6 +79,12 @@
 /* the largest n the FP8 wgmma GEMM (matmul_w8wg, option PD_CUDA_W8WG) takes: one token tile of
  * 64 re-reads no weights; above it cuBLASLt's larger tiles */
 #define CUDA_W8WG_MAX_N 64
+/* option w8wg's default: from n 17, and only weights of at most 4096 rows (PD_CUDA_W8WG_ROWS):
+ * the shapes where matmul_w8wg beats cuBLASLt (gpu_bench w8wg at n 64, session 22: o and down;
+ * it loses on gate_up and the fused q / k / v). Session 24 measured the FP8 batch-64 step 8.58 ->
+ * 7.94 ms on an H200 with it (docs/performance.md, s24 round); batch 1 does not use it. */
+#define CUDA_W8WG_DEFAULT_N 17
+#define CUDA_W8WG_DEFAULT_ROWS 4096
 #define CUDA_WGEMV_MAX_N 2
 /* shapes whose W4A8 GEMM plan cuda__blk_plan remembers */
 #define CUDA_BLK_PLANS 32
@@ -143,12 +149,11 @@ typedef struct {
      * (default on: session 22 measured the INT4 batch-64 step 6.43 -> 6.29 ms on an H100) */
     bool w4wg_cluster;
     /* FP8 at n w8wg_min_n..CUDA_W8WG_MAX_N on the wgmma + TMA GEMM matmul_w8wg where it is usable
-     * (sm_90a build, compute capability 9.0); 0: off (the default: session 21 measured it no
-     * faster than cuBLASLt); option w8wg, PD_CUDA_W8WG=N */
+     * (sm_90a build, compute capability 9.0); 0: off; option w8wg, PD_CUDA_W8WG=N (default
+     * CUDA_W8WG_DEFAULT_N) */
     int w8wg_min_n;
-    /* PD_CUDA_W8WG_ROWS=R (benchmarks, session 22): that route only for weights of at most R
-     * rows (gpu_bench w8wg at n 64 on an H100: faster than cuBLASLt on the 4096-row shapes, o
-     * and down, slower on gate_up and the fused q / k / v); 0: every weight */
+    /* PD_CUDA_W8WG_ROWS=R: that route only for weights of at most R rows (default
+     * CUDA_W8WG_DEFAULT_ROWS); 0: every weight */
     int64_t w8wg_max_rows;
     /* option fp8_group, PD_CUDA_FP8_GROUP=0|1 (session 22, off until measured): the q, k, v of
      * FP8 weights of one K at the FP8 mma kernel's sizes as one matmul_fp8_mma_group launch */
@@ -2204,7 +2209,9 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     env = getenv("PD_CUDA_INT4_WG");
     c->int4_wg = (!env || !*env || cuda__onoff(env) != 0) && matmul_w4wg_usable();
     env = getenv("PD_CUDA_W8WG");
-    c->w8wg_min_n = env && *env && atoi(env) > 0 && matmul_w8wg_usable() ? atoi(env) : 0;
+    c->w8wg_min_n = env && *env ? atoi(env) : CUDA_W8WG_DEFAULT_N;
+    if (c->w8wg_min_n < 0 || c->w8wg_min_n > CUDA_W8WG_MAX_N || !matmul_w8wg_usable())
+        c->w8wg_min_n = 0;
     c->env_set |= env && *env ? CUDA__ENV_W8WG : 0;
     env = getenv("PD_CUDA_FP8_CLUSTER"); /* 1: matmul_fp8_mma's splits added in clusters */
     if (env && *env)
@@ -2213,7 +2220,7 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     c->fp8_group = env && *env && cuda__onoff(env) == 1;
     c->env_set |= env && *env && cuda__onoff(env) >= 0 ? CUDA__ENV_F8GRP : 0;
     env = getenv("PD_CUDA_W8WG_ROWS");
-    c->w8wg_max_rows = env && *env ? atoll(env) : 0;
+    c->w8wg_max_rows = env && *env ? atoll(env) : CUDA_W8WG_DEFAULT_ROWS;
     env = getenv("PD_CUDA_W4WG_CLUSTER");
     c->w4wg_cluster = !env || !*env || cuda__onoff(env) != 0;
     c->env_set |= env && *env && cuda__onoff(env) >= 0 ? CUDA__ENV_W4CL : 0;

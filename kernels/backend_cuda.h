@@ -59,10 +59,13 @@
  *   w8wg = off | on | N       FP8 matmuls of n tokens, N <= n <= 64 (on: 1), on matmul_w8wg, the
  *                             wgmma GEMM fed by TMA (kernels/matmul_w8wg.cu; sm_90a build on a
  *                             compute capability 9.0 device, else ignored) instead of the FP8
- *                             GEMV / mma kernel / cuBLASLt. Default off: session 21 measured
- *                             it no faster than cuBLASLt (docs/performance.md, s21 round). Set
- *                             it before graphs are captured. PD_CUDA_W8WG=N overrides it (0:
- *                             off).
+ *                             GEMV / mma kernel / cuBLASLt, for weights of at most 4096 rows
+ *                             (PD_CUDA_W8WG_ROWS=R sets the limit, 0: every weight). Default
+ *                             17: at n 64 it beats cuBLASLt on the 8B o and down and loses on
+ *                             gate_up and the fused q / k / v (session 22); the FP8 batch-64
+ *                             step 8.58 -> 7.94 ms on an H200 (session 24, docs/performance.md,
+ *                             s24 round). Set it before graphs are captured. PD_CUDA_W8WG=N
+ *                             overrides it (0: off).
  * Environment, read by backend_cuda_create() and overriding the options (benchmarks):
  * PD_CUDA_BF16_GEMM=split|one, PD_CUDA_FLASH=0|1, PD_CUDA_FUSED=0|1, and PD_CUDA_FLASH_VARIANT
  * (read at each flash launch, kernels/attention_flash.h); PD_CUDA_LT_FAST_ACCUM=0|1 (fp8_accum

@@ -986,11 +986,11 @@ static void bench_w4wg(void)
     l2_flush = NULL;
 }
 
-/* matmul_w8wg (FP8 wgmma + TMA, session 21) against the FP8 op (the routing before it: GEMV /
- * mma kernel at n <= 8, cuBLASLt above) and the INT4 op at n 1..64 on the four 8B shapes (us, L2
- * flushed as in bench_int4_paths, activation quantization included): w8wg with its plan (rows /
- * 128, S), the best forced plan, w8wg's rate (FP8 weight + scale bytes / time), and the INT4
- * op.
+/* matmul_w8wg (FP8 wgmma + TMA, session 21) against the FP8 op with option w8wg off (the routing
+ * before it: GEMV / mma kernel at n <= 8, cuBLASLt above) and the INT4 op at n 1..64 on the four
+ * 8B shapes (us, L2 flushed as in bench_int4_paths, activation quantization included): w8wg with
+ * its plan (rows / 128, S), the best forced plan, w8wg's rate (FP8 weight + scale bytes / time),
+ * and the INT4 op.
  * `gpu_bench w8wg` (not part of all); GPU_BENCH_W8WG_N=n: that n alone; GPU_BENCH_W8WG_ONCE=1:
  * one launch of w8wg's plan and one of the FP8 op per shape (for ncu). */
 static void bench_w8wg(void)
@@ -1003,6 +1003,8 @@ static void bench_w8wg(void)
                         "GPU)\n");
         exit(1);
     }
+    /* the FP8 op column without w8wg (the default since session 24 routes o and down there) */
+    ok(backend_set_options(be, "w8wg=off"), "w8wg=off");
     l2_flush_bytes = (size_t)256 << 20;
     ok(be->ops->alloc(be, l2_flush_bytes, &l2_flush), "alloc");
     printf("\n### FP8 wgmma GEMM (w8wg) vs the FP8 op (us, L2 flushed before each repeat)\n\n");
@@ -1062,6 +1064,7 @@ static void bench_w8wg(void)
     }
     be->ops->free(be, l2_flush);
     l2_flush = NULL;
+    ok(backend_set_options(be, "w8wg=17"), "w8wg default"); /* for the benchmarks after it */
 }
 
 /* `gpu_bench qkvgroup` (session 11): the Llama-3-8B attention block's q, k, v INT4 projections
