@@ -79,11 +79,11 @@
 /* the largest n the FP8 wgmma GEMM (matmul_w8wg, option PD_CUDA_W8WG) takes: one token tile of
  * 64 re-reads no weights; above it cuBLASLt's larger tiles */
 #define CUDA_W8WG_MAX_N 64
-/* option w8wg's default: from n 17, and only weights of at most 4096 rows (PD_CUDA_W8WG_ROWS):
- * the shapes where matmul_w8wg beats cuBLASLt (gpu_bench w8wg at n 64, session 22: o and down;
- * it loses on gate_up and the fused q / k / v). Session 24 measured the FP8 batch-64 step 8.58 ->
- * 7.94 ms on an H200 with it (docs/performance.md, s24 round); batch 1 does not use it. */
-#define CUDA_W8WG_DEFAULT_N 17
+/* option w8wg's default (BACKEND_CUDA_W8WG_DEFAULT, backend_cuda.h: from n 17) only for weights
+ * of at most this many rows (PD_CUDA_W8WG_ROWS): the shapes where matmul_w8wg beats cuBLASLt
+ * (gpu_bench w8wg at n 64, session 22: o and down; it loses on gate_up and the fused q / k / v).
+ * Session 24 measured the FP8 batch-64 step 8.58 -> 7.94 ms on an H200 with it
+ * (docs/performance.md, s24 round); batch 1 does not use it. */
 #define CUDA_W8WG_DEFAULT_ROWS 4096
 #define CUDA_WGEMV_MAX_N 2
 /* shapes whose W4A8 GEMM plan cuda__blk_plan remembers */
@@ -150,7 +150,7 @@ typedef struct {
     bool w4wg_cluster;
     /* FP8 at n w8wg_min_n..CUDA_W8WG_MAX_N on the wgmma + TMA GEMM matmul_w8wg where it is usable
      * (sm_90a build, compute capability 9.0); 0: off; option w8wg, PD_CUDA_W8WG=N (default
-     * CUDA_W8WG_DEFAULT_N) */
+     * BACKEND_CUDA_W8WG_DEFAULT) */
     int w8wg_min_n;
     /* PD_CUDA_W8WG_ROWS=R: that route only for weights of at most R rows (default
      * CUDA_W8WG_DEFAULT_ROWS); 0: every weight */
@@ -2209,7 +2209,7 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     env = getenv("PD_CUDA_INT4_WG");
     c->int4_wg = (!env || !*env || cuda__onoff(env) != 0) && matmul_w4wg_usable();
     env = getenv("PD_CUDA_W8WG");
-    c->w8wg_min_n = env && *env ? atoi(env) : CUDA_W8WG_DEFAULT_N;
+    c->w8wg_min_n = atoi(env && *env ? env : BACKEND_CUDA_W8WG_DEFAULT);
     if (c->w8wg_min_n < 0 || c->w8wg_min_n > CUDA_W8WG_MAX_N || !matmul_w8wg_usable())
         c->w8wg_min_n = 0;
     c->env_set |= env && *env ? CUDA__ENV_W8WG : 0;

@@ -102,6 +102,11 @@
 
 #include "backend.h"
 
+/* Option w8wg's default value: FP8 decode matmuls from this n (weights of at most
+ * PD_CUDA_W8WG_ROWS rows, default 4096) run on matmul_w8wg. The harness and benchmarks that turn
+ * the option off restore it with backend_set_options(be, "w8wg=" BACKEND_CUDA_W8WG_DEFAULT). */
+#define BACKEND_CUDA_W8WG_DEFAULT "17"
+
 /* The backend's cudaStream_t (as void *), or NULL when be is not a CUDA backend. */
 void *backend_cuda_stream(pd_backend_t *be);
 

@@ -1064,7 +1064,8 @@ static void bench_w8wg(void)
     }
     be->ops->free(be, l2_flush);
     l2_flush = NULL;
-    ok(backend_set_options(be, "w8wg=17"), "w8wg default"); /* for the benchmarks after it */
+    /* the default again, for the benchmarks after it */
+    ok(backend_set_options(be, "w8wg=" BACKEND_CUDA_W8WG_DEFAULT), "w8wg default");
 }
 
 /* `gpu_bench qkvgroup` (session 11): the Llama-3-8B attention block's q, k, v INT4 projections

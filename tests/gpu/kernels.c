@@ -3967,7 +3967,7 @@ static void case_decode_w8wg(int n, int steps)
     char shape[128];
     decode_rig_t rig;
     decode_rig_new(&rig, PD_WFMT_FP8, PD_KV_BF16, n, steps);
-    const double e = decode_rig_ab(&rig, "w8wg=off", "w8wg=on", "w8wg=17" /* the default */);
+    const double e = decode_rig_ab(&rig, "w8wg=off", "w8wg=on", "w8wg=" BACKEND_CUDA_W8WG_DEFAULT);
     snprintf(shape, sizeof shape, "tiny-llama fp8 kv bf16 n %d steps %d w8wg on / off", n, steps);
     report("decode_w8wg", shape, e, 2e-2);
     decode_rig_free(&rig);
