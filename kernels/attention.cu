@@ -496,8 +496,10 @@ static pd_status_t attention__merge_launch(float *out, const float *part, int n_
 #define ATTN_TC__WARPS 4
 #define ATTN_TC__TILE 16
 
-/* TT: tiles per warp step (1, or 2 for fp8 KV: attention_tc_pair, session 17) */
-template <int FMT, int D, int TT = 1> struct attn_tc__cfg {
+/* TT: tiles per warp step (1, or 2 for fp8 KV: attention_tc_pair, session 17); BV: the bf16-KV
+ * variant (attention_tc_bf16, session 25): bit 0 blocks of 3 warps, 4 per SM (batch 64 x 8 KV
+ * heads one wave), bit 1 Q and P as two bf16 parts (hi, lo: 16 bits) instead of three */
+template <int FMT, int D, int TT = 1, int BV = 0> struct attn_tc__cfg {
     static constexpr int ELEM = FMT == PD_KV_FP8 ? 1 : 2;
     static constexpr int ROW = D * ELEM; /* bytes of one (token, kv head) vector */
     static constexpr int RS = ROW;       /* its stride in shared memory */
@@ -510,21 +512,24 @@ template <int FMT, int D, int TT = 1> struct attn_tc__cfg {
      * (a step of 2 tiles in flight while one computes) */
     static constexpr int STAGES = TT == 2 ? 4 : FMT == PD_KV_FP8 ? 3 : 2;
     static constexpr int F = STAGES / TT - 1; /* steps in flight while one computes */
-    static constexpr int KS = D / 16;                       /* k steps of Q K^T */
+    static constexpr int KS = D / 16;         /* k steps of Q K^T */
     /* Q fragments of the block, shared by its warps: (KS, 32 lanes) uint4 [+ (KS, 32) uint2] */
-    static constexpr int QSMEM = KS * 32 * (FMT == PD_KV_FP8 ? 16 : 24);
+    static constexpr bool P3 = FMT != PD_KV_FP8 && !(BV & 2); /* bf16 hi, mid, lo */
+    static constexpr int QSMEM = KS * 32 * (P3 ? 24 : 16);
     /* warps per block: TT 2 takes 3 (4 blocks of 3 warps fit an SM's registers and shared memory,
      * so batch 64 x 8 KV heads stays one wave of 512 blocks on 132 SMs) */
-    static constexpr int NW = TT == 2 ? 3 : ATTN_TC__WARPS;
+    static constexpr int NW = TT == 2 || (BV & 1) ? 3 : ATTN_TC__WARPS;
     static constexpr int SMEM = QSMEM + NW * STAGES * STAGE;
     static constexpr int DT = D / 8;            /* n tiles of P V */
     static constexpr int KW = D / 4 * ELEM / 4; /* K words one lane reads per token */
     static constexpr int VW = D / 8 * ELEM / 4; /* V words one lane reads per token row */
     /* blocks per SM (registers; shared memory allows the same: fp8 hd 128 53.5 KB, bf16 70 KB;
-     * TT 2, fp8 hd 128: 52.7 KB) */
-    static constexpr int MINB = FMT == PD_KV_FP8 ? 4 : 3;
+     * TT 2, fp8 hd 128: 52.7 KB; BV 1, bf16 hd 128: 54 KB, BV 3: 52 KB) */
+    static constexpr int MINB = FMT == PD_KV_FP8 || (BV & 1) ? 4 : 3;
     static_assert(32 % CPR == 0, "a lane's 16-byte chunks of a tile share one column");
     static_assert(TT == 1 || (TT == 2 && FMT == PD_KV_FP8), "two tiles per step: fp8 KV only");
+    static_assert(BV == 0 || (FMT == PD_KV_BF16 && TT == 1), "the variants: bf16 KV only");
+    static_assert(MINB * (SMEM + 1024) <= 228 * 1024, "MINB blocks fit an SM's shared memory");
 };
 
 static __device__ __forceinline__ uint32_t attn_tc__saddr(const void *p)
@@ -586,11 +591,18 @@ static __device__ __forceinline__ void attn_tc__mma(float c[4], uint32_t a0, uin
                      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
-/* x, y -> packed parts (x in the low halves): fp8 KV: f16 hi, lo; bf16 KV: bf16 hi, mid, lo */
-template <int FMT>
+/* x, y -> packed parts (x in the low halves): fp8 KV: f16 hi, lo; bf16 KV: bf16 hi, mid, lo
+ * (P3) or hi, lo */
+template <int FMT, bool P3 = FMT != PD_KV_FP8>
 static __device__ __forceinline__ void attn_tc__split(float x, float y, uint32_t p[3])
 {
-    if constexpr (FMT == PD_KV_FP8) {
+    if constexpr (FMT != PD_KV_FP8 && !P3) {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+        const __nv_bfloat162 lo = __floats2bfloat162_rn(x - __low2float(h), y - __high2float(h));
+        p[0] = *(const uint32_t *)&h;
+        p[1] = *(const uint32_t *)&lo;
+        p[2] = 0;
+    } else if constexpr (FMT == PD_KV_FP8) {
         const __half2 h = __floats2half2_rn(x, y);
         const __half2 lo = __floats2half2_rn(x - __low2float(h), y - __high2float(h));
         p[0] = *(const uint32_t *)&h;
@@ -613,15 +625,15 @@ static __device__ __forceinline__ void attn_tc__split(float x, float y, uint32_t
  * n_heads, D) f32; arena pages (layout l, fmt FMT, head_dim D); q_start (n_seqs + 1), ctx_len
  * (n_seqs), block_tables (n_seqs, max_pages) int32; chunk: tokens per split, a multiple of
  * ATTN_TC__TILE; p_shift: log2(page_tokens) when a power of two, else -1. */
-template <int FMT, int D, int TT>
-static __global__ void __launch_bounds__(32 * attn_tc__cfg<FMT, D, TT>::NW,
-                                         attn_tc__cfg<FMT, D, TT>::MINB)
+template <int FMT, int D, int TT, int BV>
+static __global__ void __launch_bounds__(32 * attn_tc__cfg<FMT, D, TT, BV>::NW,
+                                         attn_tc__cfg<FMT, D, TT, BV>::MINB)
     attention__tc_kernel(float *out, float *part, int *cnt, const float *q, const uint8_t *arena,
                          kv_layout_t l, int layer, const int32_t *q_start, const int32_t *ctx_len,
                          const int32_t *block_tables, int n_seqs, int max_pages, int n_heads,
                          int chunk, int p_shift)
 {
-    using C = attn_tc__cfg<FMT, D, TT>;
+    using C = attn_tc__cfg<FMT, D, TT, BV>;
     constexpr int T = ATTN_TC__TILE, NW = C::NW;
     extern __shared__ __align__(16) uint8_t attn_tc__smem[];
     /* PDL-launched (kutil.cuh): q and the pages of this step's new rows come from the kernels
@@ -775,11 +787,11 @@ static __global__ void __launch_bounds__(32 * attn_tc__cfg<FMT, D, TT>::NW,
 #pragma unroll
         for (int k = 0; k < C::KS; k++) {
             uint32_t p01[3], p23[3];
-            attn_tc__split<FMT>(qv[4 * k], qv[4 * k + 1], p01);
-            attn_tc__split<FMT>(qv[4 * k + 2], qv[4 * k + 3], p23);
+            attn_tc__split<FMT, C::P3>(qv[4 * k], qv[4 * k + 1], p01);
+            attn_tc__split<FMT, C::P3>(qv[4 * k + 2], qv[4 * k + 3], p23);
             if (warp == 0) { /* every warp computed the same fragments */
                 sqa[k * 32 + lane] = make_uint4(p01[0], p01[1], p23[0], p23[1]);
-                if constexpr (FMT != PD_KV_FP8)
+                if constexpr (C::P3)
                     sqb[k * 32 + lane] = make_uint2(p01[2], p23[2]);
             }
         }
@@ -853,7 +865,7 @@ static __global__ void __launch_bounds__(32 * attn_tc__cfg<FMT, D, TT>::NW,
             for (int k = 0; k < C::KS; k++) {
                 const uint4 a = sqa[k * 32 + lane];
                 uint2 bq = make_uint2(0u, 0u);
-                if constexpr (FMT != PD_KV_FP8)
+                if constexpr (C::P3)
                     bq = sqb[k * 32 + lane];
 #pragma unroll
                 for (int j = 0; j < 2; j++) {
@@ -864,7 +876,7 @@ static __global__ void __launch_bounds__(32 * attn_tc__cfg<FMT, D, TT>::NW,
                         b0 = kw[j][2 * k], b1 = kw[j][2 * k + 1];
                     float *acc = sc[u][k % NCH][j];
                     attn_tc__mma<FMT>(acc, a.x, a.y, a.z, a.w, b0, b1);
-                    if constexpr (FMT != PD_KV_FP8)
+                    if constexpr (C::P3)
                         attn_tc__mma<FMT>(acc, bq.x, 0u, bq.y, 0u, b0, b1);
                 }
             }
@@ -948,8 +960,8 @@ static __global__ void __launch_bounds__(32 * attn_tc__cfg<FMT, D, TT>::NW,
             const uint8_t *st = ring + (n % C::STAGES) * C::STAGE;
             /* P as the A operand: k = tokens 2 qd + {0, 1} (n tile 0) and 8 + 2 qd + {0, 1} */
             uint32_t pa0[3], pa1[3];
-            attn_tc__split<FMT>(pv[u][0][0], pv[u][0][1], pa0);
-            attn_tc__split<FMT>(pv[u][1][0], pv[u][1][1], pa1);
+            attn_tc__split<FMT, C::P3>(pv[u][0][0], pv[u][0][1], pa0);
+            attn_tc__split<FMT, C::P3>(pv[u][1][0], pv[u][1][1], pa1);
 
             /* O: V rows 2 qd, 2 qd + 1, 2 qd + 8, 2 qd + 9, dims (D / 8) g + [0, D / 8) */
             uint32_t vw[4][C::VW];
@@ -994,7 +1006,8 @@ static __global__ void __launch_bounds__(32 * attn_tc__cfg<FMT, D, TT>::NW,
                         const uint32_t b0 = __byte_perm(vw[0][i], vw[1][i], sel);
                         const uint32_t b1 = __byte_perm(vw[2][i], vw[3][i], sel);
                         attn_tc__mma<FMT>(o[2 * i + w], pa0[0], pa0[1], pa1[0], pa1[1], b0, b1);
-                        attn_tc__mma<FMT>(o[2 * i + w], pa0[2], 0u, pa1[2], 0u, b0, b1);
+                        if constexpr (C::P3)
+                            attn_tc__mma<FMT>(o[2 * i + w], pa0[2], 0u, pa1[2], 0u, b0, b1);
                     }
                 }
             }
@@ -1096,6 +1109,8 @@ int attention_tc_pair = 0;
 
 int attention_target_blocks = 0;
 
+int attention_tc_bf16 = ATTENTION_TC_BF16_DEFAULT;
+
 extern "C" int attention_splits(int n_rows, int n_kv_heads, int max_ctx, pd_kvfmt_t fmt)
 {
     const int blocks = n_rows * n_kv_heads, target = attention_target_blocks > 0
@@ -1105,13 +1120,16 @@ extern "C" int attention_splits(int n_rows, int n_kv_heads, int max_ctx, pd_kvfm
         return 1;
     /* 3/4 of the target already fills the SMs about once: a second split would only add a wave
      * and the merge (B 64 x 8 KV heads = 512 blocks; fp8 KV B 64 / 1k: 63 us, 73 with 2 splits,
-     * 83 with 4; B 64 / 8k: the same with 1..6). Except bf16 KV, whose tensor-core kernel fits 3
-     * blocks per SM (shared memory), so 512 blocks are 1.3 waves: contexts of >= 4k split into
-     * chunks of >= 2048 tokens, at most 4 (session 9, gpu_bench attnsplit: B 64 / 8k 747 -> 627
-     * us with 4; the whole B 64 step at 8k 30.37 -> 27.23 ms; at 1k 2 splits gained 3 us in the
-     * kernel and lost 0.1 ms in the step to the merges) */
+     * 83 with 4; B 64 / 8k: the same with 1..6). Except bf16 KV in variant 0 or 2 of
+     * attention_tc_bf16, whose blocks of 4 warps fit 3 per SM (shared memory), so 512 blocks are
+     * 1.3 waves: contexts of >= 4k split into chunks of >= 2048 tokens, at most 4 (session 9,
+     * gpu_bench attnsplit: B 64 / 8k 747 -> 627 us with 4; the whole B 64 step at 8k 30.37 ->
+     * 27.23 ms; at 1k 2 splits gained 3 us in the kernel and lost 0.1 ms in the step to the
+     * merges). The default variant 1 fits 4 blocks of 3 warps per SM: one wave, no split (session
+     * 25, one H100: B 64 / 8k 818 us unsplit against variant 0's 828 with 4 splits) */
     if (4 * blocks >= 3 * target) {
-        if (fmt != PD_KV_BF16 || attention_target_blocks > 0 || max_ctx < 4096)
+        if (fmt != PD_KV_BF16 || (attention_tc_bf16 & 1) || attention_target_blocks > 0 ||
+            max_ctx < 4096)
             return 1;
         const int by_len = (max_ctx + 2047) / 2048;
         return by_len < 4 ? by_len : 4;
@@ -1174,24 +1192,45 @@ static void attention__launch_d128(dim3 grid, size_t smem, cudaStream_t stream, 
 }
 
 /* cnt: the split counters of the in-kernel merge (NULL: attention__merge merges) */
-template <int FMT, int D, int TT = 1>
+template <int FMT, int D, int TT = 1, int BV = 0>
 static pd_status_t attention__tc_launch(dim3 grid, cudaStream_t stream, float *out, float *part,
                                         int *cnt, const float *q, const void *arena,
                                         const kv_layout_t *l, int layer, const pd_attn_batch_t *b,
                                         int n_heads, int chunk)
 {
-    using C = attn_tc__cfg<FMT, D, TT>;
+    using C = attn_tc__cfg<FMT, D, TT, BV>;
     static unsigned attr_set; /* per device (kutil_allow_smem) */
-    pd_status_t st = kutil_allow_smem((const void *)attention__tc_kernel<FMT, D, TT>, (int)C::SMEM,
-                                      &attr_set, "attention smem");
+    pd_status_t st = kutil_allow_smem((const void *)attention__tc_kernel<FMT, D, TT, BV>,
+                                      (int)C::SMEM, &attr_set, "attention smem");
     if (st != PD_OK)
         return st;
     const int P = l->page_tokens;
     const int p_shift = (P & (P - 1)) == 0 ? __builtin_ctz((unsigned)P) : -1;
-    kutil_launch_pdl(attention__tc_kernel<FMT, D, TT>, grid, dim3(32 * C::NW), C::SMEM, stream,
+    kutil_launch_pdl(attention__tc_kernel<FMT, D, TT, BV>, grid, dim3(32 * C::NW), C::SMEM, stream,
                      out, part, cnt, q, (const uint8_t *)arena, *l, layer, b->q_start, b->ctx_len,
                      b->block_tables, b->n_seqs, b->max_pages, n_heads, chunk, p_shift);
     return KUTIL_LAUNCHED("attention");
+}
+
+/* bf16 KV on the tensor-core kernel: head_dim D (64 / 128), variant v (attention_tc_bf16) */
+static pd_status_t attention__tc_bf16(int D, int v, dim3 grid, cudaStream_t stream, float *out,
+                                      float *part, int *cnt, const float *q, const void *arena,
+                                      const kv_layout_t *l, int layer, const pd_attn_batch_t *b,
+                                      int n_heads, int chunk)
+{
+#define ATTENTION__BF(DD, V)                                                                       \
+    attention__tc_launch<PD_KV_BF16, DD, 1, V>(grid, stream, out, part, cnt, q, arena, l, layer,   \
+                                               b, n_heads, chunk)
+    if (D == 128)
+        return v == 1   ? ATTENTION__BF(128, 1)
+               : v == 2 ? ATTENTION__BF(128, 2)
+               : v == 3 ? ATTENTION__BF(128, 3)
+                        : ATTENTION__BF(128, 0);
+    return v == 1   ? ATTENTION__BF(64, 1)
+           : v == 2 ? ATTENTION__BF(64, 2)
+           : v == 3 ? ATTENTION__BF(64, 3)
+                    : ATTENTION__BF(64, 0);
+#undef ATTENTION__BF
 }
 
 extern "C" pd_status_t attention_run(float *out, float *scratch, const float *q, const void *arena,
@@ -1235,11 +1274,8 @@ extern "C" pd_status_t attention_run(float *out, float *scratch, const float *q,
                      : attention__tc_launch<PD_KV_FP8, 64>(grid, stream, out, part, cnt, q, arena,
                                                            l, layer, batch, n_heads, chunk);
         else
-            st = D == 128
-                     ? attention__tc_launch<PD_KV_BF16, 128>(grid, stream, out, part, cnt, q, arena,
-                                                             l, layer, batch, n_heads, chunk)
-                     : attention__tc_launch<PD_KV_BF16, 64>(grid, stream, out, part, cnt, q, arena,
-                                                            l, layer, batch, n_heads, chunk);
+            st = attention__tc_bf16(D, attention_tc_bf16 & 3, grid, stream, out, part, cnt, q,
+                                    arena, l, layer, batch, n_heads, chunk);
         if (st != PD_OK || n_splits == 1 || cnt)
             return st;
         return attention__merge_launch(out, part, n_rows, n_heads, n_splits, D, stream);

@@ -33,6 +33,19 @@ extern int attention_decode_tc;
  * PD_CUDA_ATTN_PAIR=1 at creation. Read at each attention_run. */
 extern int attention_tc_pair;
 
+/* The bf16-KV variant of the tensor-core decode kernel (session 25), bits: 1 blocks of 3 warps,
+ * 4 per SM instead of 4 warps, 3 per SM (so batch 64 x 8 KV heads = 512 blocks are one wave of
+ * 528, not 1.3 of 396; attention_splits then splits long bf16 contexts like fp8 ones); 2 Q and P
+ * as two bf16 parts (hi + lo: 16 bits, one mma per product) instead of three (hi + mid + lo: 24
+ * bits, two). The CUDA backend sets it from PD_CUDA_ATTN_BF16=0..3 at creation. Read at each
+ * attention_run and attention_splits.
+ * Default 1, measured on one H100 (session 25, call s25a, gpu_bench attnbf, us): B 64 / 1k 122.8
+ * (v0) -> 114.8, B 1 / 32k 73.2 -> 70.1, B 64 / 8k 828 -> 818, B 16 / 1k 46.1 -> 47.9; the FP8
+ * batch-64 decode step 9.14 -> 8.84 ms, batch 1 unchanged; the same sums where each warp's tiles
+ * are the same. 2 (two parts) bought 1% more and changes the scores' last bits: off. */
+#define ATTENTION_TC_BF16_DEFAULT 1
+extern int attention_tc_bf16;
+
 /* Splits of each row's context attention_run will use for n_rows rows and contexts of at most
  * max_ctx tokens in KV format fmt (1 = no split). */
 int attention_splits(int n_rows, int n_kv_heads, int max_ctx, pd_kvfmt_t fmt);

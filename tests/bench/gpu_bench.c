@@ -22,6 +22,8 @@
  * attnprof: one launch each of fp8 / bf16 at B 64 ctx 1k and B 1 ctx 32k (for ncu).
  * attnsplit: decode attention at B 16 / 64 for several split targets (bench_attn_split; not part
  * of all).
+ * attnbf: the bf16-KV decode attention in each variant of attention_tc_bf16 (bench_attn_bf16; not
+ * part of all).
  * moe: the Qwen3-30B-A3B decode table (bench_moe; not part of all).
  * ctxscale: whole decode steps (graph, no logits) at batch 1 / 64 and context 1k / 8k / 32k.
  * family: GLM-4.5-Air and DeepSeek-V3 shapes with PD_BENCH_FAMILY_LAYERS layers (default 2: one
@@ -36,7 +38,7 @@
  * all).
  * sample: the sampling and logprobs ops alone, both sampler paths (bench_sample; not part of all).
  * w8wg: the FP8 wgmma + TMA GEMM against the FP8 routes before it (bench_w8wg; not part of all).
- * Usage: gpu_bench [ops] [decode] [prefill] [flash] [int4] [attn] [attnprof] [attnsplit]
+ * Usage: gpu_bench [ops] [decode] [prefill] [flash] [int4] [attn] [attnprof] [attnsplit] [attnbf]
  * [elementwise] [moe] [wgemv] [xgemv] [family] [ctxscale] [gemm] [prefops] [stepprof] [w4wg]
  * [w8wg] [qkvgroup] [sample] [all] (default all; wgemv, xgemv (bench_xgemv), family, ctxscale,
  * moe, gemm, prefops, stepprof, attnsplit, w4wg, w8wg, qkvgroup, sample: not part of all; flash: only
@@ -263,6 +265,8 @@ static void arena_fill(void *arena, const kv_layout_t *l, int n_pages)
     arena_fill_latent(arena, l, n_pages, 0);
 }
 
+static const char *attn_tag = ""; /* appended to bench_attention_on's shape (attnbf) */
+
 /* Decode attention, one layer, 32 / 8 heads, hd 128, page 16: B rows at context ctx; tc: the
  * tensor-core kernel (1, the default) or the SIMT kernels (0). Bytes: the K / V rows and fp8
  * scales the step must read. */
@@ -297,8 +301,8 @@ static void bench_attention_on(pd_kvfmt_t fmt, int B, int ctx, int tc)
     float ms = time_op(run_att, &a, time_warm ? 20 : 1);
     attention_decode_tc = 1;
     double bytes = (double)B * ctx * 2 * (l.side_bytes + l.scale_bytes) / l.page_tokens;
-    snprintf(shape, sizeof shape, "%s kv B %d ctx %d%s", pd_kvfmt_name(fmt), B, ctx,
-             tc ? "" : " simt");
+    snprintf(shape, sizeof shape, "%s kv B %d ctx %d%s%s", pd_kvfmt_name(fmt), B, ctx,
+             tc ? "" : " simt", attn_tag);
     row("attention", shape, ms, bytes, 4.0 * B * 32 * ctx * 128, BF16_FLOPS);
     be->ops->free(be, arena);
     be->ops->free(be, a.q);
@@ -361,6 +365,34 @@ static void bench_attn_split(void)
             }
             attention_target_blocks = keep;
         }
+    fflush(stdout);
+}
+
+/* `gpu_bench attnbf`: the bf16-KV tensor-core decode attention in each variant of
+ * attention_tc_bf16 (v0: 4 warps, 3 blocks per SM, Q / P in 3 bf16 parts; v1: 3 warps, 4 per SM;
+ * v2: 2 parts; v3: both), the variants alternating per shape; splits as attention_splits picks
+ * them for the variant. */
+static void bench_attn_bf16(void)
+{
+    const int keep = attention_tc_bf16;
+    printf("\nbf16-KV decode attention by variant (attention_tc_bf16), one layer, 32 / 8 heads, hd "
+           "128, page 16\n");
+    printf("| %-12s | %-34s | %9s | %8s | %9s | %6s |\n", "op", "shape", "time us", "GB/s",
+           "TFLOP/s", "floor");
+    printf("|---|---|---|---|---|---|\n");
+    const int cfg[][2] = {{64, 1024}, {32, 1024}, {16, 1024}, {1, 1024},
+                          {1, 32768}, {64, 8192}, {1, 8192}};
+    static char tag[4][24];
+    for (int c = 0; c < 7; c++)
+        for (int v = 0; v < 4; v++) {
+            attention_tc_bf16 = v;
+            snprintf(tag[v], sizeof tag[v], " v%d s%d", v,
+                     attention_splits(cfg[c][0], 8, cfg[c][1], PD_KV_BF16));
+            attn_tag = tag[v];
+            bench_attention_on(PD_KV_BF16, cfg[c][0], cfg[c][1], 1);
+        }
+    attn_tag = "";
+    attention_tc_bf16 = keep;
     fflush(stdout);
 }
 
@@ -1904,8 +1936,12 @@ static void bench_model(bool decode, bool prefill)
                "max abs diff |\n");
         printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     }
+    /* GPU_BENCH_DECODE_ONLY=int4 | fp8: the decode rows of those weights only (A / B rounds) */
+    const char *only = getenv("GPU_BENCH_DECODE_ONLY");
     for (size_t i = 0; i < sizeof confs / sizeof confs[0]; i++) {
         if (!((decode && confs[i].dec) || (prefill && confs[i].pre)))
+            continue;
+        if (only && *only && !prefill && strcmp(only, pd_wfmt_name(confs[i].w)))
             continue;
         model_t *m;
         double t0 = pd_clock_s();
@@ -2472,8 +2508,8 @@ int main(int argc, char **argv)
     bool ops = argc < 2, decode = argc < 2, prefill = argc < 2, flash = false, int4 = false,
          fused = false, sweep = false;
     bool gemm = false, prefops = false;
-    bool attn = false, attnprof = false, attnsplit = false, ctxscale = false, family = false,
-         moe = false, xgemv = false, w4mma = false, stepprof = false, w4wg = false,
+    bool attn = false, attnprof = false, attnsplit = false, attnbf = false, ctxscale = false,
+         family = false, moe = false, xgemv = false, w4mma = false, stepprof = false, w4wg = false,
          w8wg = false, qkvgroup = false, sample = false;
     for (int i = 1; i < argc; i++) {
         sample |= !strcmp(argv[i], "sample"); /* the sampling ops, both paths (not part of all) */
@@ -2493,6 +2529,7 @@ int main(int argc, char **argv)
         attn |= !strcmp(argv[i], "attn");   /* the decode attention table alone */
         attnprof |= !strcmp(argv[i], "attnprof");   /* 4 single launches, for ncu */
         attnsplit |= !strcmp(argv[i], "attnsplit"); /* decode attention by split target */
+        attnbf |= !strcmp(argv[i], "attnbf");       /* bf16-KV attention by variant */
         ctxscale |= !strcmp(argv[i], "ctxscale");   /* decode steps at 1k / 8k / 32k context */
         moe |= !strcmp(argv[i], "moe");   /* the Qwen3-30B-A3B decode table (not part of all) */
         gemm |= !strcmp(argv[i], "gemm"); /* prefill FP8 GEMM sweep (not part of all) */
@@ -2578,6 +2615,8 @@ int main(int argc, char **argv)
         bench_attn_decode();
     if (attnsplit)
         bench_attn_split();
+    if (attnbf)
+        bench_attn_bf16();
     if (attnprof) { /* one launch each of the tensor-core kernel, for ncu */
         time_warm = 0;
         bench_attention_on(PD_KV_FP8, 64, 1024, 1);

@@ -2738,7 +2738,8 @@ static void cases_flash(pd_kvfmt_t fmt)
  * (as the SIMT path) and (2) per element |gpu - cpu| / (|cpu| + rms of its (row, head) vector)
  * <= 1e-4 (err_f32_vec). The scores and P run on the tensor cores as f16 hi + lo parts (fp8 KV,
  * 22 bits) or bf16 hi + mid + lo (bf16 KV, 24 bits) with f32 accumulation: the expected error is
- * ~1e-6 of an element's vector. */
+ * ~1e-6 of an element's vector. BF16 KV also runs the other variants of attention_tc_bf16
+ * (3-warp blocks; hi + lo parts, 16 bits: ~1e-5 expected) on the same inputs. */
 static void case_attention_tc(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_seqs,
                               const int *q_len, const int *ctx, bool hints, int tc, uint64_t seed,
                               const char *what)
@@ -2816,6 +2817,28 @@ static void case_attention_tc(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_
                err_f32(&out, qn), 2e-5);
         report("attention", "  (per element, err_f32_vec)",
                err_f32_vec(&out, (size_t)n_rows * heads, (size_t)hd), 1e-4);
+    }
+    if (tc && fmt == PD_KV_BF16) { /* the other variants of attention_tc_bf16 (session 25) */
+        const int v_was = attention_tc_bf16;
+        static const char *const vname[4] = {"4 warps, 3 parts", "3 warps, 3 parts",
+                                             "4 warps, 2 parts", "3 warps, 2 parts"};
+        for (int v = 0; v < 4; v++) {
+            if (v == v_was)
+                continue;
+            attention_tc_bf16 = v;
+            /* the split count may change with the variant (attention_splits): the CPU output
+             * is the same, the GPU run takes the variant's splits through the backend */
+            pair_ok(gpu->ops->memset(gpu, out.g, 0xff, qn * 4));
+            gpu->ops->attention(gpu, out.g, pq.g, a.g, &l, 1, &bg, heads);
+            pair_ok(gpu->ops->sync(gpu));
+            char what2[80];
+            snprintf(what2, sizeof what2, "  (bf16 variant %d: %s, splits %d)", v, vname[v],
+                     attention_splits(n_rows, kvh, hints ? max_ctx : max_pages * P, fmt));
+            report("attention", what2, err_f32(&out, qn), 2e-5);
+            report("attention", "  (per element, err_f32_vec)",
+                   err_f32_vec(&out, (size_t)n_rows * heads, (size_t)hd), 1e-4);
+        }
+        attention_tc_bf16 = v_was;
     }
     pair_free(&a);
     pair_free(&pq);
@@ -4846,6 +4869,38 @@ static void case_decode_f8grp(int n, int steps)
     decode_rig_free(&rig);
 }
 
+/* The whole FP8 decode step (tiny-llama rig, FP8 weights, BF16 KV) with the bf16-KV attention
+ * variant v (attention_tc_bf16: 3-warp blocks and / or hi + lo parts) against variant 0: err =
+ * max |v - 0| / max |0| over every step's logits, INFINITY where graphs fell back. The 3-warp
+ * blocks alone change only the order the warps' partial sums merge in (gate 2e-3: a flipped
+ * bf16 rounding of a later layer's K / V element, 2^-9 of it; measured 0 in session 25, where
+ * each warp holds at most one of the rig's tiles). The two parts change each score by ~1e-5
+ * relative, and the rig amplifies that like w8wg's accumulator differences (session 25, one
+ * H100: 2.5e-4 at n 1, 1.5e-2 at n 64, with per-element attention errors of ~3e-6 on the kernel
+ * cases): gate 2e-2 as case_decode_w8wg's; a layout bug gives O(1). */
+static void case_decode_abf16(int v, int n, int steps)
+{
+    char shape[128];
+    decode_rig_t rig;
+    decode_rig_new(&rig, PD_WFMT_FP8, PD_KV_BF16, n, steps);
+    const size_t per = (size_t)n * rig.vocab * steps;
+    float *lg[2] = {xmalloc(per * 4), xmalloc(per * 4)};
+    const int was = attention_tc_bf16;
+    bool ok = true;
+    for (int r = 0; r < 2; r++) {
+        attention_tc_bf16 = r ? v : 0;
+        ok = decode_rig_run(&rig, lg[r], r == 0) && ok;
+    }
+    attention_tc_bf16 = was;
+    const double e = ok ? decode_rig_diff(lg, 2, per) : INFINITY;
+    snprintf(shape, sizeof shape, "tiny-llama fp8 kv bf16 n %d steps %d attn_bf16 %d / 0", n, steps,
+             v);
+    report("decode_abf16", shape, e, (v & 2) ? 2e-2 : 2e-3);
+    free(lg[0]);
+    free(lg[1]);
+    decode_rig_free(&rig);
+}
+
 /* matmul_fp8_mma with its K splits added inside clusters (matmul_fp8_cluster, session 22):
  * forced plans of 2..8 splits (rows past N, 6 / 7 / 8 warps, several token tiles, n 1..40), the
  * plan and the backend route at fixture and 8B shapes, and the same bits as the partial sums'
@@ -5270,6 +5325,10 @@ int main(void)
         for (int f = 0; f < 3; f++)
             case_rope_kv_write(fs[f], 32, 8, 128, 64, 321 + (uint64_t)f);
         cases_attention_tc();
+        for (int v = 1; v < 4; v++) {
+            case_decode_abf16(v, 1, 3);
+            case_decode_abf16(v, 64, 2);
+        }
         return finish();
     }
 
@@ -5381,6 +5440,7 @@ int main(void)
         cases_flash(kfs[f]);
     }
     cases_attention_tc();
+    case_decode_abf16(3, 4, 3); /* the bf16-KV attention variants in a whole step */
     case_moe_route(37, 8, 2, true);
     if (!small_only)
         case_moe_route(64, 128, 8, false);
