@@ -1111,6 +1111,8 @@ int attention_target_blocks = 0;
 
 int attention_tc_bf16 = ATTENTION_TC_BF16_DEFAULT;
 
+int attention_split_waves = 0;
+
 extern "C" int attention_splits(int n_rows, int n_kv_heads, int max_ctx, pd_kvfmt_t fmt)
 {
     const int blocks = n_rows * n_kv_heads, target = attention_target_blocks > 0
@@ -1134,9 +1136,31 @@ extern "C" int attention_splits(int n_rows, int n_kv_heads, int max_ctx, pd_kvfm
         const int by_len = (max_ctx + 2047) / 2048;
         return by_len < 4 ? by_len : 4;
     }
-    int splits = (target + blocks - 1) / blocks;
     const int by_len = (max_ctx + ATTENTION__MIN_CHUNK - 1) / ATTENTION__MIN_CHUNK;
-    return splits < by_len ? splits : by_len;
+    int splits = (target + blocks - 1) / blocks;
+    splits = splits < by_len ? splits : by_len;
+    if (attention_split_waves) {
+        /* the split count s that minimizes waves(s) x chunk(s): a block's time grows with its
+         * chunk (the warps' tile chains are the bound, session 17), and blocks past the resident
+         * slots wait for a second wave. Ties keep the smaller s (fewer partials to merge); at
+         * most the ceil policy's count (without that bound the product, blind to each block's
+         * fixed cost and the merge, drifts to many waves of small chunks at long contexts) */
+        const int slots = attention_target_blocks > 0                     ? target
+                          : fmt == PD_KV_BF16 && !(attention_tc_bf16 & 1) ? 3 * 132
+                                                                          : 4 * 132;
+        int best = 1;
+        long best_cost = -1;
+        for (int sp = 1; sp <= splits; sp++) {
+            const long waves = ((long)blocks * sp + slots - 1) / slots;
+            const long chunk = ((max_ctx + sp - 1) / sp + ATTN_TC__TILE - 1) / ATTN_TC__TILE;
+            if (best_cost < 0 || waves * chunk < best_cost) {
+                best_cost = waves * chunk;
+                best = sp;
+            }
+        }
+        return best;
+    }
+    return splits;
 }
 
 int attention_fold = 0;

@@ -330,11 +330,17 @@ static void bench_attn_decode(void)
            "TFLOP/s", "floor");
     printf("|---|---|---|---|---|---|\n");
     const pd_kvfmt_t fs[] = {PD_KV_FP8, PD_KV_BF16};
-    const int cfg[][2] = {{64, 1024}, {1, 32768}, {1, 1024}, {16, 1024}, {64, 8192}, {1, 8192}};
+    const int cfg[][2] = {{64, 1024}, {1, 32768}, {1, 1024},  {16, 1024}, {64, 8192},
+                          {1, 8192},  {8, 1024},  {32, 1024}, {5, 8192}};
     for (int f = 0; f < 2; f++)
-        for (int c = 0; c < 6; c++)
-            for (int tc = 1; tc >= 0; tc--)
+        for (int c = 0; c < 9; c++)
+            for (int tc = 1; tc >= 0; tc--) {
+                static char tag[16];
+                snprintf(tag, sizeof tag, " s%d", attention_splits(cfg[c][0], 8, cfg[c][1], fs[f]));
+                attn_tag = tag;
                 bench_attention_on(fs[f], cfg[c][0], cfg[c][1], tc);
+            }
+    attn_tag = "";
     fflush(stdout);
 }
 
