@@ -5338,6 +5338,19 @@ int main(void)
         case_page_digest(600, 512, PD_KV_BF16);
         return finish();
     }
+    if (getenv("PD_GPU_TEST_SILU") && atoi(getenv("PD_GPU_TEST_SILU"))) {
+        /* the SiLU·mul + FP8 quantization cases alone (quick device rounds) */
+        case_silu_mul_fp8(37, 1024, true, false, 211);
+        case_silu_mul_fp8(37, 1024, true, true, 212);
+        case_silu_mul_fp8(5, 300, true, false, 213);
+        case_silu_mul_fp8(3, 1024, false, false, 214);
+        case_silu_mul_fp8(64, 14336, true, false, 215);
+        case_silu_mul_fp8(300, 14336, false, false, 216);
+        case_silu_mul_fp8(64, 14336, true, true, 217);
+        case_silu_mul_fp8(1, 14336, false, false, 218);
+        case_silu_mul_fp8(1, 14336, true, false, 219);
+        return finish();
+    }
     if (getenv("PD_GPU_TEST_ATTN") && atoi(getenv("PD_GPU_TEST_ATTN"))) {
         /* the decode attention and fused RoPE + KV write cases alone (quick device rounds) */
         const pd_kvfmt_t fs[] = {PD_KV_BF16, PD_KV_FP8, PD_KV_F32};
@@ -5405,6 +5418,8 @@ int main(void)
         case_silu_mul_fp8(64, 14336, true, false, 215);
         case_silu_mul_fp8(300, 14336, false, false, 216);
         case_silu_mul_fp8(64, 14336, true, true, 217);
+        case_silu_mul_fp8(1, 14336, false, false, 218); /* the FP8 batch-1 step's shape */
+        case_silu_mul_fp8(1, 14336, true, false, 219);
         case_add_rmsnorm_blk(300, 4096, false, 242);
         case_add_rmsnorm_blk(2, 16384, false, 243); /* > 8192: any-length kernel */
         case_silu_mul_blk(300, 14336, 244);
