@@ -1111,8 +1111,6 @@ int attention_target_blocks = 0;
 
 int attention_tc_bf16 = ATTENTION_TC_BF16_DEFAULT;
 
-int attention_split_waves = 0;
-
 extern "C" int attention_splits(int n_rows, int n_kv_heads, int max_ctx, pd_kvfmt_t fmt)
 {
     const int blocks = n_rows * n_kv_heads, target = attention_target_blocks > 0
@@ -1136,31 +1134,14 @@ extern "C" int attention_splits(int n_rows, int n_kv_heads, int max_ctx, pd_kvfm
         const int by_len = (max_ctx + 2047) / 2048;
         return by_len < 4 ? by_len : 4;
     }
+    /* the smallest count that reaches the target, even where it overshoots one wave (batch 16 x
+     * 8 KV heads at 1k: 5 splits, 640 blocks). Session 25 measured the count with the fewest
+     * waves x tiles per split instead (4 there; code in f413273, one H100): the kernel alone 9-15%
+     * faster at batch 16 / 32, the decode steps at batch 8 / 16 / 32 no faster (FP8 batch 32
+     * 7.10 -> 7.37 ms, two runs each, alternating), so it was removed */
     const int by_len = (max_ctx + ATTENTION__MIN_CHUNK - 1) / ATTENTION__MIN_CHUNK;
-    int splits = (target + blocks - 1) / blocks;
-    splits = splits < by_len ? splits : by_len;
-    if (attention_split_waves) {
-        /* the split count s that minimizes waves(s) x chunk(s): a block's time grows with its
-         * chunk (the warps' tile chains are the bound, session 17), and blocks past the resident
-         * slots wait for a second wave. Ties keep the smaller s (fewer partials to merge); at
-         * most the ceil policy's count (without that bound the product, blind to each block's
-         * fixed cost and the merge, drifts to many waves of small chunks at long contexts) */
-        const int slots = attention_target_blocks > 0                     ? target
-                          : fmt == PD_KV_BF16 && !(attention_tc_bf16 & 1) ? 3 * 132
-                                                                          : 4 * 132;
-        int best = 1;
-        long best_cost = -1;
-        for (int sp = 1; sp <= splits; sp++) {
-            const long waves = ((long)blocks * sp + slots - 1) / slots;
-            const long chunk = ((max_ctx + sp - 1) / sp + ATTN_TC__TILE - 1) / ATTN_TC__TILE;
-            if (best_cost < 0 || waves * chunk < best_cost) {
-                best_cost = waves * chunk;
-                best = sp;
-            }
-        }
-        return best;
-    }
-    return splits;
+    const int splits = (target + blocks - 1) / blocks;
+    return splits < by_len ? splits : by_len;
 }
 
 int attention_fold = 0;

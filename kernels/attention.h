@@ -46,13 +46,6 @@ extern int attention_tc_pair;
 #define ATTENTION_TC_BF16_DEFAULT 1
 extern int attention_tc_bf16;
 
-/* How attention_splits picks the split count below 3/4 of its block target: 0 (default) the
- * smallest count that reaches the target (ceil(target / blocks): batch 16 x 8 KV heads at 1k
- * takes 5 splits, 640 blocks, 1.2 waves of 528); 1 the count that minimizes waves x tiles per
- * split (4 splits there: 512 blocks, one wave). Session 25, 0 until measured; the CUDA backend
- * sets it from PD_CUDA_ATTN_SPLITS=waves at creation. Read at each attention_splits. */
-extern int attention_split_waves;
-
 /* Splits of each row's context attention_run will use for n_rows rows and contexts of at most
  * max_ctx tokens in KV format fmt (1 = no split). */
 int attention_splits(int n_rows, int n_kv_heads, int max_ctx, pd_kvfmt_t fmt);

@@ -88,10 +88,6 @@
  * PD_CUDA_ATTN_BF16=0..3: the BF16-KV decode attention's variant (attention_tc_bf16,
  * kernels/attention.h; 0: blocks of 4 warps, 3 per SM (before session 25); 1 (default): blocks
  * of 3 warps, 4 per SM; 2: two bf16 parts of Q and P instead of three; 3: both).
- * PD_CUDA_ATTN_SPLITS=waves|ceil: how the decode attention picks its context splits below 3/4
- * of its block target (attention_split_waves, kernels/attention.h; waves: the count with the
- * fewest waves x tiles per split; ceil, the default until measured: the smallest count that
- * reaches the target).
  * PD_CUDA_MLA_TILE=0: the GLM-4.5 / DeepSeek-V3 MLA attention through the untiled kernel (one
  * block per head re-reading the context) instead of the tiled one (8 heads per block share
  * 32-token latent tiles in shared memory; family_mla_tile, kernels/family.h; the default since

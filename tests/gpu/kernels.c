@@ -2840,25 +2840,6 @@ static void case_attention_tc(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_
         }
         attention_tc_bf16 = v_was;
     }
-    if (tc) { /* attention_splits' other policy, where it picks another split count */
-        const int ctx_hint = hints ? max_ctx : max_pages * P;
-        const int w_was = attention_split_waves,
-                  s_was = attention_splits(n_rows, kvh, ctx_hint, fmt);
-        attention_split_waves = !w_was;
-        const int s_now = attention_splits(n_rows, kvh, ctx_hint, fmt);
-        if (s_now != s_was) {
-            pair_ok(gpu->ops->memset(gpu, out.g, 0xff, qn * 4));
-            gpu->ops->attention(gpu, out.g, pq.g, a.g, &l, 1, &bg, heads);
-            pair_ok(gpu->ops->sync(gpu));
-            char what2[80];
-            snprintf(what2, sizeof what2, "  (split policy %s: splits %d)",
-                     attention_split_waves ? "waves" : "ceil", s_now);
-            report("attention", what2, err_f32(&out, qn), 2e-5);
-            report("attention", "  (per element, err_f32_vec)",
-                   err_f32_vec(&out, (size_t)n_rows * heads, (size_t)hd), 1e-4);
-        }
-        attention_split_waves = w_was;
-    }
     pair_free(&a);
     pair_free(&pq);
     pair_free(&out);
