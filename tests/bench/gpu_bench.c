@@ -347,7 +347,8 @@ static void bench_attn_decode(void)
 /* `gpu_bench attnsplit`: the tensor-core decode attention at batch 16 / 64 with the context split
  * for several block targets (attention_target_blocks; GPU_BENCH_ATTN_TARGETS, default "0 1024
  * 1536 2048 3072", 0 = the built-in 528), to see whether more splits fill the SMs better (bf16
- * KV fits 3 blocks per SM: 512 blocks at batch 64 are 1.3 waves of 396). */
+ * KV in variants 0 / 2 of attention_tc_bf16 fits 3 blocks per SM: 512 blocks at batch 64 are 1.3
+ * waves of 396; the default variant 1 fits 4). */
 static void bench_attn_split(void)
 {
     const char *env = getenv("GPU_BENCH_ATTN_TARGETS");
