@@ -211,6 +211,92 @@ static __global__ void __launch_bounds__(256)
         }
 }
 
+/* FP8 e4m3 bytes -> f32 times 2^-120 (matmul__load_w's placement: sign to bit 31, exponent and
+ * mantissa to bits 20..26) for the 4 bytes of u */
+static __device__ __forceinline__ void matmul__fp8x4_raw(float *w, uint32_t u)
+{
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const uint32_t b = u >> (8 * i);
+        w[i] = __uint_as_float(((b & 0x7fu) << 20) | ((b & 0x80u) << 24));
+    }
+}
+
+/* grid (ceil(n / NT), ceil(N / (8 * MATMUL__ROWS))), block 256: matmul__gemv<MATMUL__FP8, NT>
+ * with 16-byte weight loads (option matmul_gemv_fp8_wide, session 25): each lane reads 16
+ * weights of each of its MATMUL__ROWS rows per step (one 16-byte load where matmul__gemv makes
+ * two 8-byte loads in two steps), a warp 512 contiguous bytes of a row, so twice the bytes are in
+ * flight per load instruction. out (n, N) f32; x (n, K) f32 the decoded fp8 activations
+ * (unscaled), xs (n) their scales, wd (N, K) e4m3, ws (N) f32; K % 16 == 0. The same products as
+ * matmul__gemv, summed in another order (lane l takes columns 16 l + 512 i). */
+template <int NT>
+static __global__ void __launch_bounds__(256)
+    matmul__gemv_fp8w(float *out, const float *x, const float *xs, const uint8_t *wd,
+                      const float *ws, int n, int64_t N, int64_t K)
+{
+    constexpr int R = MATMUL__ROWS, E = 16;
+    const int lane = threadIdx.x & 31;
+    const int64_t r0 = ((int64_t)blockIdx.y * 8 + (threadIdx.x >> 5)) * R;
+    const int t0 = blockIdx.x * NT;
+    /* the weights are constant: ask L2 for this warp's first loop step of each row before the
+     * PDL wait (as matmul__gemv) */
+    if (r0 < N)
+#pragma unroll
+        for (int j = 0; j < R; j++)
+            if ((int64_t)lane * E < K)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(
+                    wd + (r0 + j < N ? r0 + j : N - 1) * K + (int64_t)lane * E));
+    kutil_pdl_wait(); /* PDL-launched (kutil.cuh): x and out belong to the kernels around */
+    kutil_pdl_trigger();
+    if (r0 >= N)
+        return;
+    int64_t rr[R];
+#pragma unroll
+    for (int j = 0; j < R; j++)
+        rr[j] = r0 + j < N ? r0 + j : N - 1; /* rows past N compute a copy, never stored */
+    float acc[R][NT];
+#pragma unroll
+    for (int j = 0; j < R; j++)
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            acc[j][t] = 0.0f;
+#pragma unroll 2
+    for (int64_t e0 = (int64_t)lane * E; e0 < K; e0 += 32 * E) {
+        uint4 raw[R];
+#pragma unroll
+        for (int j = 0; j < R; j++)
+            raw[j] = __ldg((const uint4 *)(wd + rr[j] * K + e0));
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t0 + t >= n)
+                break;
+            const float4 *xv = (const float4 *)(x + (size_t)(t0 + t) * K + e0);
+            const float4 xa = __ldg(xv), xb = __ldg(xv + 1), xc = __ldg(xv + 2), xd = __ldg(xv + 3);
+#pragma unroll
+            for (int j = 0; j < R; j++) {
+                float w[E];
+                matmul__fp8x4_raw(w, raw[j].x);
+                matmul__fp8x4_raw(w + 4, raw[j].y);
+                matmul__fp8x4_raw(w + 8, raw[j].z);
+                matmul__fp8x4_raw(w + 12, raw[j].w);
+                const float a = xa.x * w[0] + xa.y * w[1] + xa.z * w[2] + xa.w * w[3] +
+                                xb.x * w[4] + xb.y * w[5] + xb.z * w[6] + xb.w * w[7];
+                const float b = xc.x * w[8] + xc.y * w[9] + xc.z * w[10] + xc.w * w[11] +
+                                xd.x * w[12] + xd.y * w[13] + xd.z * w[14] + xd.w * w[15];
+                acc[j][t] += a + b;
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < R; j++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const float v = kutil_warp_sum(acc[j][t]);
+            if (lane == 0 && t0 + t < n && r0 + j < N) /* 2^120 undoes the raw placement */
+                out[(size_t)(t0 + t) * N + r0 + j] = v * 0x1p120f * xs[t0 + t] * ws[r0 + j];
+        }
+}
+
 /* INT4 GEMV: each lane reads 32 weights (16 bytes, one group) of a row per step; the activations
  * are staged per 4096-column chunk in shared memory, swizzled at 16-byte granularity (chunk
  * c stored at c ^ ((c >> 3) & 7)) so that lanes reading 128 bytes apart hit distinct banks. */
@@ -1902,6 +1988,22 @@ static void matmul__gemv_launch(float *out, const float *x, const float *xs, con
     const dim3 grid((unsigned)((n + nt - 1) / nt),
                     (unsigned)((w->n + 8 * MATMUL__ROWS - 1) / (8 * MATMUL__ROWS)));
     const uint8_t *wd = (const uint8_t *)w->data, *wz = (const uint8_t *)w->zeros;
+    if (FMT == MATMUL__FP8 && matmul_gemv_fp8_wide) {
+        const float *ws = (const float *)w->scales;
+        if (nt == 1)
+            kutil_launch_pdl(matmul__gemv_fp8w<1>, grid, dim3(256), 0, stream, out, x, xs, wd, ws,
+                             n, w->n, w->k);
+        else if (nt == 2)
+            kutil_launch_pdl(matmul__gemv_fp8w<2>, grid, dim3(256), 0, stream, out, x, xs, wd, ws,
+                             n, w->n, w->k);
+        else if (nt == 4)
+            kutil_launch_pdl(matmul__gemv_fp8w<4>, grid, dim3(256), 0, stream, out, x, xs, wd, ws,
+                             n, w->n, w->k);
+        else
+            kutil_launch_pdl(matmul__gemv_fp8w<8>, grid, dim3(256), 0, stream, out, x, xs, wd, ws,
+                             n, w->n, w->k);
+        return;
+    }
     switch (nt) {
     case 1:
         kutil_launch_pdl(matmul__gemv<FMT, 1>, grid, dim3(256), 0, stream, out, x, xs, wd,
@@ -2188,6 +2290,8 @@ extern "C" pd_status_t matmul_int4_mma2(float *out, float *part, const uint16_t 
 }
 
 int matmul_fp8_cluster = 0;
+
+int matmul_gemv_fp8_wide = 0;
 
 /* whether matmul_fp8_mma adds S splits inside clusters (matmul_fp8_cluster, the device) */
 static bool matmul__fp8_cl(int S)

@@ -4869,6 +4869,26 @@ static void case_decode_f8grp(int n, int steps)
     decode_rig_free(&rig);
 }
 
+/* The FP8 f32 GEMV with 16-byte weight loads (matmul_gemv_fp8_wide, session 25) on shapes the
+ * backend routes to matmul_gemv (n 1 above 8192 rows, K % 64 != 0 at n <= 8): odd K (a lane's
+ * last step partial), rows past a block's, several token tiles; case_matmul_fp8's checks (the
+ * per-element bound against the CPU and bit-equality with the f32-input route, which runs the
+ * same kernel). Fixed seeds 251... */
+static void cases_gemv_wide(void)
+{
+    const int was = matmul_gemv_fp8_wide;
+    matmul_gemv_fp8_wide = 1;
+    case_matmul_fp8(3, 200, 400, 251, "gemv wide");
+    case_matmul_fp8(1, 9000, 1040, 252, "gemv wide");
+    case_matmul_fp8(5, 300, 208, 253, "gemv wide");
+    case_matmul_fp8(8, 100, 16, 254, "gemv wide");
+    if (!small_only) {
+        case_matmul_fp8(1, 28672, 4096, 255, "gemv wide 8B gate_up");
+        case_matmul_fp8(2, 4096, 14336 + 16, 256, "gemv wide");
+    }
+    matmul_gemv_fp8_wide = was;
+}
+
 /* The whole FP8 decode step (tiny-llama rig, FP8 weights, BF16 KV) with the bf16-KV attention
  * variant v (attention_tc_bf16: 3-warp blocks and / or hi + lo parts) against variant 0: err =
  * max |v - 0| / max |0| over every step's logits, INFINITY where graphs fell back. The 3-warp
@@ -5319,6 +5339,10 @@ int main(void)
         case_page_digest(600, 512, PD_KV_BF16);
         return finish();
     }
+    if (getenv("PD_GPU_TEST_GEMVW") && atoi(getenv("PD_GPU_TEST_GEMVW"))) {
+        cases_gemv_wide(); /* the FP8 GEMV's 16-byte loads alone (quick device rounds) */
+        return finish();
+    }
     if (getenv("PD_GPU_TEST_SILU") && atoi(getenv("PD_GPU_TEST_SILU"))) {
         /* the SiLU·mul + FP8 quantization cases alone (quick device rounds) */
         case_silu_mul_fp8(37, 1024, true, false, 211);
@@ -5378,6 +5402,7 @@ int main(void)
     case_matmul_fp8(1, 200, 384, 221, "fixture mma");
     case_matmul_fp8(3, 200, 400, 222, "gemv");
     case_matmul_fp8(37, 2048, 512, 223, "fixture gemm");
+    cases_gemv_wide();
     /* the W4A8 blk activations: n a multiple of 16, n % 16 != 0 (tail group), n < 16 */
     case_add_rmsnorm_blk(37, 512, false, 231);
     case_add_rmsnorm_blk(37, 512, true, 232);
