@@ -2247,9 +2247,9 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     env = getenv("PD_CUDA_ATTN_BF16"); /* 0..3: the bf16-KV decode kernel's variant (attention.h) */
     if (env && env[0] >= '0' && env[0] <= '3' && !env[1])
         attention_tc_bf16 = env[0] - '0';
-    env = getenv("PD_CUDA_GEMV_WIDE"); /* 1: the FP8 GEMV's 16-byte weight loads (matmul.h) */
+    env = getenv("PD_CUDA_GEMV_WIDE"); /* 0: the FP8 GEMV's 8-byte weight loads (matmul.h) */
     if (env && *env)
-        matmul_gemv_fp8_wide = cuda__onoff(env) == 1;
+        matmul_gemv_fp8_wide = cuda__onoff(env) != 0;
     env = getenv("PD_CUDA_MLA_TILE"); /* 0: the untiled MLA attention kernel (family.h) */
     if (env && *env)
         family_mla_tile = cuda__onoff(env) == 1;

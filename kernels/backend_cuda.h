@@ -88,8 +88,8 @@
  * PD_CUDA_ATTN_BF16=0..3: the BF16-KV decode attention's variant (attention_tc_bf16,
  * kernels/attention.h; 0: blocks of 4 warps, 3 per SM (before session 25); 1 (default): blocks
  * of 3 warps, 4 per SM; 2: two bf16 parts of Q and P instead of three; 3: both).
- * PD_CUDA_GEMV_WIDE=1: the FP8 f32 GEMV (matmul_gemv: gate_up at batch 1) with 16-byte weight
- * loads (matmul_gemv_fp8_wide, kernels/matmul.h; session 25, off until measured).
+ * PD_CUDA_GEMV_WIDE=0|1: the FP8 f32 GEMV (matmul_gemv: gate_up at batch 1) with 8-byte or
+ * 16-byte weight loads (matmul_gemv_fp8_wide, kernels/matmul.h; 16 by default since session 25).
  * PD_CUDA_MLA_TILE=0: the GLM-4.5 / DeepSeek-V3 MLA attention through the untiled kernel (one
  * block per head re-reading the context) instead of the tiled one (8 heads per block share
  * 32-token latent tiles in shared memory; family_mla_tile, kernels/family.h; the default since

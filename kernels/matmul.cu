@@ -223,7 +223,7 @@ static __device__ __forceinline__ void matmul__fp8x4_raw(float *w, uint32_t u)
 }
 
 /* grid (ceil(n / NT), ceil(N / (8 * MATMUL__ROWS))), block 256: matmul__gemv<MATMUL__FP8, NT>
- * with 16-byte weight loads (option matmul_gemv_fp8_wide, session 25): each lane reads 16
+ * with 16-byte weight loads (matmul_gemv_fp8_wide, the default since session 25): each lane reads 16
  * weights of each of its MATMUL__ROWS rows per step (one 16-byte load where matmul__gemv makes
  * two 8-byte loads in two steps), a warp 512 contiguous bytes of a row, so twice the bytes are in
  * flight per load instruction. out (n, N) f32; x (n, K) f32 the decoded fp8 activations
@@ -2291,7 +2291,7 @@ extern "C" pd_status_t matmul_int4_mma2(float *out, float *part, const uint16_t 
 
 int matmul_fp8_cluster = 0;
 
-int matmul_gemv_fp8_wide = 0;
+int matmul_gemv_fp8_wide = 1;
 
 /* whether matmul_fp8_mma adds S splits inside clusters (matmul_fp8_cluster, the device) */
 static bool matmul__fp8_cl(int S)

@@ -4869,11 +4869,12 @@ static void case_decode_f8grp(int n, int steps)
     decode_rig_free(&rig);
 }
 
-/* The FP8 f32 GEMV with 16-byte weight loads (matmul_gemv_fp8_wide, session 25) on shapes the
- * backend routes to matmul_gemv (n 1 above 8192 rows, K % 64 != 0 at n <= 8): odd K (a lane's
- * last step partial), rows past a block's, several token tiles; case_matmul_fp8's checks (the
- * per-element bound against the CPU and bit-equality with the f32-input route, which runs the
- * same kernel). Fixed seeds 251... */
+/* The FP8 f32 GEMV with 16-byte weight loads (matmul_gemv_fp8_wide, the default since session
+ * 25), and two shapes with the 8-byte kernel it replaced, on shapes the backend routes to
+ * matmul_gemv (n 1 above 8192 rows, K % 64 != 0 at n <= 8): odd K (a lane's last step partial),
+ * rows past a block's, several token tiles; case_matmul_fp8's checks (the per-element bound
+ * against the CPU and bit-equality with the f32-input route, which runs the same kernel). Fixed
+ * seeds 251... */
 static void cases_gemv_wide(void)
 {
     const int was = matmul_gemv_fp8_wide;
@@ -4886,6 +4887,9 @@ static void cases_gemv_wide(void)
         case_matmul_fp8(1, 28672, 4096, 255, "gemv wide 8B gate_up");
         case_matmul_fp8(2, 4096, 14336 + 16, 256, "gemv wide");
     }
+    matmul_gemv_fp8_wide = 0; /* the 8-byte kernel (PD_CUDA_GEMV_WIDE=0) */
+    case_matmul_fp8(3, 200, 400, 257, "gemv narrow");
+    case_matmul_fp8(1, 9000, 1040, 258, "gemv narrow");
     matmul_gemv_fp8_wide = was;
 }
 
