@@ -8,6 +8,8 @@
 #   run: command "DEADLINE=430 bash .gpu-round/$(basename ROUND_SCRIPT) check",
 #        carry [".gpu-round", ".gpu-models/llama-moe.tar.xz"]
 # and afterwards `bash tests/gpu/slim-tree.sh restore` (commit only named paths before that).
+# BUNDLE_DROP="bin names": leave those binaries out of .gpu-round's bundle (room under the
+# carry limit for an A / B binary, as session 25's call s25b needed).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 [ $# -ge 1 ] && [ -f "$1" ] || { echo "usage: $0 ROUND_SCRIPT [BUILD_DIR]" >&2; exit 2; }
@@ -20,6 +22,17 @@ grep -qx '/.gpu-round/' "$ex" 2>/dev/null || echo '/.gpu-round/' >>"$ex"
 NINJA_JOBS=${NINJA_JOBS:-2} bash tests/gpu/build-bundle.sh "$B"
 bash tests/gpu/slim-tree.sh pack
 mkdir -p .gpu-round
-cp .gpu/bundle.tar.xz "$script" tests/gpu/round-lib.sh .gpu-round/
+if [ -n "${BUNDLE_DROP:-}" ]; then
+    # BUNDLE_DROP="kv_ipc_bench decode-node ...": binaries the round does not run, left out of
+    # its copy of the bundle (the device tool carries at most 64 MiB: room for an A / B binary)
+    t=$(mktemp -d)
+    tar -C "$t" -xJf .gpu/bundle.tar.xz
+    for b in $BUNDLE_DROP; do rm -f "$t/b/bin/$b"; done
+    tar -C "$t" -cf - b | xz -T0 -6 >.gpu-round/bundle.tar.xz
+    rm -rf "$t"
+    cp "$script" tests/gpu/round-lib.sh .gpu-round/
+else
+    cp .gpu/bundle.tar.xz "$script" tests/gpu/round-lib.sh .gpu-round/
+fi
 bash tests/gpu/slim-tree.sh drop
 du -sh .gpu-round .gpu-models/llama-moe.tar.xz

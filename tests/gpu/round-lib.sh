@@ -9,6 +9,9 @@
 #   cases NAME              the harness's summary and FAIL lines of that log
 #   tab NAME                its markdown table rows (and stepprof's headings)
 #   round_end               packs the logs into $OUT/r.tgz and exits with rc
+#   gates_start [T] / gates_end   the greedy-ids and perplexity gates (check_reference.py on
+#                           tiny-llama / tiny-moe, under T seconds each, default 140) in the
+#                           background, then their wait, status and tables (a failure sets rc=1)
 F=$PWD/.gpu-round
 tar -C $F -xJf $F/bundle.tar.xz || exit 9
 # the fixture archives the call carried (llama-moe.tar.xz, glm-dsv3.tar.xz: one or both)
@@ -31,3 +34,11 @@ st() {
 cases() { grep -E "cases,|ERROR SUMMARY|FAIL" $L/$1.log | head -16; }
 tab() { grep -E "^\| |^#### |steps; per step" $L/$1.log; }
 round_end() { tar -C $OUT -czf $OUT/r.tgz logs && rm -rf $L; exit $rc; }
+gates_start() {
+  local t=${1:-140} fx="tiny-llama tiny-moe"
+  st greedy $t python3 $G/check_reference.py greedy --pdctl $G/bin/pdctl --models deploy/models --kv f32 bf16 --only $fx --jobs 6 > $L/greedy.st &
+  st ppl $t python3 $G/check_reference.py ppl --pdctl $G/bin/pdctl --models deploy/models --text tests/data/tinyshakespeare-val.txt --only $fx --jobs 4 > $L/ppl.st & }
+gates_end() {
+  wait
+  for s in greedy ppl; do cat $L/$s.st; grep -qE "^=== $s: rc 0," $L/$s.st || rc=1; done
+  tail -8 $L/greedy.log; tail -8 $L/ppl.log; }
