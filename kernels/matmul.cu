@@ -91,9 +91,20 @@ template <int FMT> static __device__ __forceinline__ size_t matmul__row_bytes(in
                                  : K * 4;
 }
 
+/* FP8 e4m3 bytes -> f32 times 2^-120 (its bits placed in an f32: sign to bit 31, exponent and
+ * mantissa to bits 20..26, subnormals included; the caller multiplies 2^120 back) for the 4 bytes
+ * of u */
+static __device__ __forceinline__ void matmul__fp8x4_raw(float *w, uint32_t u)
+{
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const uint32_t b = u >> (8 * i);
+        w[i] = __uint_as_float(((b & 0x7fu) << 20) | ((b & 0x80u) << 24));
+    }
+}
+
 /* Loads and decodes weights [e0, e0 + 8) of a row starting at wrow into w (8) f32: bf16 and f32
- * exactly; fp8 times 2^-120 (its bits placed in an f32: sign to bit 31, exponent and mantissa to
- * bits 20..26, subnormals included; the caller multiplies 2^120 back); int4 as q - z, computed as
+ * exactly; fp8 times 2^-120 (matmul__fp8x4_raw); int4 as q - z, computed as
  * (2^23 + q) - (2^23 + z) (the caller applies the group scale). */
 template <int FMT>
 static __device__ __forceinline__ void matmul__load_w(float *w, const uint8_t *wrow, int64_t e0,
@@ -109,12 +120,8 @@ static __device__ __forceinline__ void matmul__load_w(float *w, const uint8_t *w
         }
     } else if (FMT == MATMUL__FP8) {
         const uint2 raw = __ldg((const uint2 *)(wrow + e0));
-        const uint32_t u[2] = {raw.x, raw.y};
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const uint32_t b = u[i / 4] >> (8 * (i % 4));
-            w[i] = __uint_as_float(((b & 0x7fu) << 20) | ((b & 0x80u) << 24));
-        }
+        matmul__fp8x4_raw(w, raw.x);
+        matmul__fp8x4_raw(w + 4, raw.y);
     } else if (FMT == MATMUL__INT4) {
         const uint32_t u = __ldg((const uint32_t *)(wrow + e0 / 2));
 #pragma unroll
@@ -209,17 +216,6 @@ static __global__ void __launch_bounds__(256)
                     out[(size_t)(t0 + t) * N + r0 + j] = v;
             }
         }
-}
-
-/* FP8 e4m3 bytes -> f32 times 2^-120 (matmul__load_w's placement: sign to bit 31, exponent and
- * mantissa to bits 20..26) for the 4 bytes of u */
-static __device__ __forceinline__ void matmul__fp8x4_raw(float *w, uint32_t u)
-{
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const uint32_t b = u >> (8 * i);
-        w[i] = __uint_as_float(((b & 0x7fu) << 20) | ((b & 0x80u) << 24));
-    }
 }
 
 /* grid (ceil(n / NT), ceil(N / (8 * MATMUL__ROWS))), block 256: matmul__gemv<MATMUL__FP8, NT>

@@ -173,6 +173,14 @@ static float time_op(op_fn fn, void *arg, int reps)
     return ts[reps / 2];
 }
 
+/* The heading and separator of the tables row() prints rows of. */
+static void row_header(void)
+{
+    printf("| %-12s | %-34s | %9s | %8s | %9s | %6s |\n", "op", "shape", "time us", "GB/s",
+           "TFLOP/s", "floor");
+    printf("|---|---|---|---|---|---|\n");
+}
+
 static void row(const char *op, const char *shape, float ms, double bytes, double flops,
                 double floor_flops)
 {
@@ -326,9 +334,7 @@ static void bench_attn_decode(void)
 {
     printf(
         "\ndecode attention, one layer, 32 / 8 heads, hd 128, page 16 (floor: bytes / 4.2 TB/s)\n");
-    printf("| %-12s | %-34s | %9s | %8s | %9s | %6s |\n", "op", "shape", "time us", "GB/s",
-           "TFLOP/s", "floor");
-    printf("|---|---|---|---|---|---|\n");
+    row_header();
     const pd_kvfmt_t fs[] = {PD_KV_FP8, PD_KV_BF16};
     const int cfg[][2] = {{64, 1024}, {1, 32768}, {1, 1024},  {16, 1024}, {64, 8192},
                           {1, 8192},  {8, 1024},  {32, 1024}, {5, 8192}};
@@ -355,9 +361,7 @@ static void bench_attn_split(void)
     const char *list = env ? env : "0 1024 1536 2048 3072";
     const int keep = attention_target_blocks;
     printf("\ndecode attention by split target, one layer, 32 / 8 heads, hd 128, page 16\n");
-    printf("| %-12s | %-34s | %9s | %8s | %9s | %6s |\n", "op", "shape", "time us", "GB/s",
-           "TFLOP/s", "floor");
-    printf("|---|---|---|---|---|---|\n");
+    row_header();
     const pd_kvfmt_t fs[] = {PD_KV_BF16, PD_KV_FP8};
     const int cfg[][2] = {{64, 1024}, {16, 1024}, {64, 8192}};
     for (int f = 0; f < 2; f++)
@@ -384,9 +388,7 @@ static void bench_attn_bf16(void)
     const int keep = attention_tc_bf16;
     printf("\nbf16-KV decode attention by variant (attention_tc_bf16), one layer, 32 / 8 heads, hd "
            "128, page 16\n");
-    printf("| %-12s | %-34s | %9s | %8s | %9s | %6s |\n", "op", "shape", "time us", "GB/s",
-           "TFLOP/s", "floor");
-    printf("|---|---|---|---|---|---|\n");
+    row_header();
     const int cfg[][2] = {{64, 1024}, {32, 1024}, {16, 1024}, {1, 1024},
                           {1, 32768}, {64, 8192}, {1, 8192}};
     static char tag[4][24];
@@ -1690,9 +1692,7 @@ static void bench_prefill_ops(void)
                             0};
     printf("\n### prefill layer op by op (n 8192, Llama-3-8B, FP8 weights, BF16 KV; floor = "
            "max(bytes / 4.2 TB/s, flops / peak: FP8 1.36 PF, attention BF16 0.79 PF))\n\n");
-    printf("| %-12s | %-34s | %9s | %8s | %9s | %6s |\n", "op", "shape", "time us", "GB/s",
-           "TFLOP/s", "floor");
-    printf("|---|---|---|---|---|---|\n");
+    row_header();
     double layer = 0.0;
     const char *th = getenv("PD_BENCH_SILU_THREADS");
     elementwise_silu_bf16_threads = th ? atoi(th) : 512;
@@ -2571,9 +2571,7 @@ int main(int argc, char **argv)
     else if (int4)
         bench_int4_paths();
     if (fused && !ops) {
-        printf("| %-12s | %-34s | %9s | %8s | %9s | %6s |\n", "op", "shape", "time us", "GB/s",
-               "TFLOP/s", "floor");
-        printf("|---|---|---|---|---|---|\n");
+        row_header();
         bench_elementwise(64);
         bench_elementwise(8192);
     }
@@ -2606,9 +2604,7 @@ int main(int argc, char **argv)
         be_old = NULL;
     }
     if (flash) { /* the prefill kernels alone (variants; for ncu) */
-        printf("| %-12s | %-34s | %9s | %8s | %9s | %6s |\n", "op", "shape", "time us", "GB/s",
-               "TFLOP/s", "floor");
-        printf("|---|---|---|---|---|---|\n");
+        row_header();
         bench_flash(PD_KV_BF16, 1, 8192, 8192, 0);
         bench_flash(PD_KV_FP8, 1, 8192, 8192, 0);
         bench_flash(PD_KV_BF16, 16, 512, 512, 0);

@@ -509,6 +509,24 @@ static void case_silu_mul_fp8(int n, int f, bool with_out, bool generic, uint64_
     rng_state = saved;
 }
 
+/* The SiLU·mul + FP8 cases (fixed seeds 211..): register kernels, the generic one, odd lengths,
+ * with and without the f32 output; the 8B width (not small_only), at batch 1 too (the FP8
+ * decode step's shape). */
+static void cases_silu_mul_fp8(void)
+{
+    case_silu_mul_fp8(37, 1024, true, false, 211);
+    case_silu_mul_fp8(37, 1024, true, true, 212);
+    case_silu_mul_fp8(5, 300, true, false, 213);
+    case_silu_mul_fp8(3, 1024, false, false, 214);
+    if (small_only)
+        return;
+    case_silu_mul_fp8(64, 14336, true, false, 215);
+    case_silu_mul_fp8(300, 14336, false, false, 216);
+    case_silu_mul_fp8(64, 14336, true, true, 217);
+    case_silu_mul_fp8(1, 14336, false, false, 218);
+    case_silu_mul_fp8(1, 14336, true, false, 219);
+}
+
 /* matmul_fp8 (pre-quantized activations) at a fixed printed seed: x (n, K) f32 with tokens of
  * different magnitudes is quantized on the host (quant_fp8_vec) for the CPU and by
  * matmul_quant_act_fp8 on the GPU; checks (1) the GPU's matmul_fp8 against its own matmul on the
@@ -2729,6 +2747,22 @@ static void cases_flash(pd_kvfmt_t fmt)
         case_attention(fmt, 32, 8, 128, 4, xq, xc, true, "8B varlen");
 }
 
+/* case_attention_tc's GPU run once more on the same inputs under whatever switch the caller set
+ * (the output poisoned first), checked against the CPU output in out as the case's first run is
+ * and reported under `what`. */
+static void attn_tc_again(pair_t *out, const pair_t *pq, const pair_t *a, const kv_layout_t *l,
+                          const pd_attn_batch_t *bg, int heads, int n_rows, int hd,
+                          const char *what)
+{
+    const size_t qn = (size_t)n_rows * heads * hd;
+    pair_ok(gpu->ops->memset(gpu, out->g, 0xff, qn * 4));
+    gpu->ops->attention(gpu, out->g, pq->g, a->g, l, 1, bg, heads);
+    pair_ok(gpu->ops->sync(gpu));
+    report("attention", what, err_f32(out, qn), 2e-5);
+    report("attention", "  (per element, err_f32_vec)",
+           err_f32_vec(out, (size_t)n_rows * heads, (size_t)hd), 1e-4);
+}
+
 /* The tensor-core decode attention (kernels/attention.cu, attention__tc_kernel) at a fixed,
  * printed seed: n_seqs sequences with q_len[s] rows at the end of ctx[s] tokens (page size 16, 2
  * layers, layer 1 read). The K / V rows and scales past each sequence's context in its last page
@@ -2809,14 +2843,9 @@ static void case_attention_tc(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_
     if (tc && fmt == PD_KV_FP8 && hd == 128) { /* two tiles per warp step (attention_tc_pair) */
         const int pair_was = attention_tc_pair;
         attention_tc_pair = !pair_was;
-        pair_ok(gpu->ops->memset(gpu, out.g, 0xff, qn * 4));
-        gpu->ops->attention(gpu, out.g, pq.g, a.g, &l, 1, &bg, heads);
-        pair_ok(gpu->ops->sync(gpu));
+        attn_tc_again(&out, &pq, &a, &l, &bg, heads, n_rows, hd,
+                      pair_was ? "  (one tile per warp step)" : "  (two tiles per warp step)");
         attention_tc_pair = pair_was;
-        report("attention", pair_was ? "  (one tile per warp step)" : "  (two tiles per warp step)",
-               err_f32(&out, qn), 2e-5);
-        report("attention", "  (per element, err_f32_vec)",
-               err_f32_vec(&out, (size_t)n_rows * heads, (size_t)hd), 1e-4);
     }
     if (tc && fmt == PD_KV_BF16) { /* the other variants of attention_tc_bf16 (session 25) */
         const int v_was = attention_tc_bf16;
@@ -2828,15 +2857,10 @@ static void case_attention_tc(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n_
             attention_tc_bf16 = v;
             /* the split count may change with the variant (attention_splits): the CPU output
              * is the same, the GPU run takes the variant's splits through the backend */
-            pair_ok(gpu->ops->memset(gpu, out.g, 0xff, qn * 4));
-            gpu->ops->attention(gpu, out.g, pq.g, a.g, &l, 1, &bg, heads);
-            pair_ok(gpu->ops->sync(gpu));
             char what2[80];
             snprintf(what2, sizeof what2, "  (bf16 variant %d: %s, splits %d)", v, vname[v],
                      attention_splits(n_rows, kvh, hints ? max_ctx : max_pages * P, fmt));
-            report("attention", what2, err_f32(&out, qn), 2e-5);
-            report("attention", "  (per element, err_f32_vec)",
-                   err_f32_vec(&out, (size_t)n_rows * heads, (size_t)hd), 1e-4);
+            attn_tc_again(&out, &pq, &a, &l, &bg, heads, n_rows, hd, what2);
         }
         attention_tc_bf16 = v_was;
     }
@@ -5348,16 +5372,7 @@ int main(void)
         return finish();
     }
     if (getenv("PD_GPU_TEST_SILU") && atoi(getenv("PD_GPU_TEST_SILU"))) {
-        /* the SiLU·mul + FP8 quantization cases alone (quick device rounds) */
-        case_silu_mul_fp8(37, 1024, true, false, 211);
-        case_silu_mul_fp8(37, 1024, true, true, 212);
-        case_silu_mul_fp8(5, 300, true, false, 213);
-        case_silu_mul_fp8(3, 1024, false, false, 214);
-        case_silu_mul_fp8(64, 14336, true, false, 215);
-        case_silu_mul_fp8(300, 14336, false, false, 216);
-        case_silu_mul_fp8(64, 14336, true, true, 217);
-        case_silu_mul_fp8(1, 14336, false, false, 218);
-        case_silu_mul_fp8(1, 14336, true, false, 219);
+        cases_silu_mul_fp8(); /* the SiLU·mul + FP8 quantization cases alone (quick rounds) */
         return finish();
     }
     if (getenv("PD_GPU_TEST_ATTN") && atoi(getenv("PD_GPU_TEST_ATTN"))) {
@@ -5399,10 +5414,7 @@ int main(void)
     case_add_rmsnorm(37, 512, false, true, false, false, 203);
     case_add_rmsnorm(5, 300, true, true, true, false, 204); /* d % 4 != 0: any-length kernel */
     case_add_rmsnorm(3, 512, true, false, true, false, 205);
-    case_silu_mul_fp8(37, 1024, true, false, 211);
-    case_silu_mul_fp8(37, 1024, true, true, 212);
-    case_silu_mul_fp8(5, 300, true, false, 213);
-    case_silu_mul_fp8(3, 1024, false, false, 214);
+    cases_silu_mul_fp8();
     case_matmul_fp8(1, 200, 384, 221, "fixture mma");
     case_matmul_fp8(3, 200, 400, 222, "gemv");
     case_matmul_fp8(37, 2048, 512, 223, "fixture gemm");
@@ -5425,11 +5437,6 @@ int main(void)
         case_add_rmsnorm(64, 4096, true, true, true, false, 206);
         case_add_rmsnorm(300, 4096, true, false, true, false, 207);
         case_add_rmsnorm(2, 12288, true, true, true, false, 208); /* > 8192: any-length kernel */
-        case_silu_mul_fp8(64, 14336, true, false, 215);
-        case_silu_mul_fp8(300, 14336, false, false, 216);
-        case_silu_mul_fp8(64, 14336, true, true, 217);
-        case_silu_mul_fp8(1, 14336, false, false, 218); /* the FP8 batch-1 step's shape */
-        case_silu_mul_fp8(1, 14336, true, false, 219);
         case_add_rmsnorm_blk(300, 4096, false, 242);
         case_add_rmsnorm_blk(2, 16384, false, 243); /* > 8192: any-length kernel */
         case_silu_mul_blk(300, 14336, 244);

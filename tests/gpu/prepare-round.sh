@@ -22,6 +22,7 @@ grep -qx '/.gpu-round/' "$ex" 2>/dev/null || echo '/.gpu-round/' >>"$ex"
 NINJA_JOBS=${NINJA_JOBS:-2} bash tests/gpu/build-bundle.sh "$B"
 bash tests/gpu/slim-tree.sh pack
 mkdir -p .gpu-round
+cp .gpu/bundle.tar.xz "$script" tests/gpu/round-lib.sh .gpu-round/
 if [ -n "${BUNDLE_DROP:-}" ]; then
     # BUNDLE_DROP="kv_ipc_bench decode-node ...": binaries the round does not run, left out of
     # its copy of the bundle (the device tool carries at most 64 MiB: room for an A / B binary)
@@ -30,9 +31,6 @@ if [ -n "${BUNDLE_DROP:-}" ]; then
     for b in $BUNDLE_DROP; do rm -f "$t/b/bin/$b"; done
     tar -C "$t" -cf - b | xz -T0 -6 >.gpu-round/bundle.tar.xz
     rm -rf "$t"
-    cp "$script" tests/gpu/round-lib.sh .gpu-round/
-else
-    cp .gpu/bundle.tar.xz "$script" tests/gpu/round-lib.sh .gpu-round/
 fi
 bash tests/gpu/slim-tree.sh drop
 du -sh .gpu-round .gpu-models/llama-moe.tar.xz
