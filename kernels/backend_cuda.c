@@ -497,6 +497,17 @@ static pd_status_t cuda__quant_fp8_act(cuda_t *c, const float *x, int n, int64_t
     return matmul_quant_act_fp8(*xq, NULL, *xs, x, n, K, c->stream);
 }
 
+/* FP8 at decode sizes on the K-split mma GEMV (matmul_fp8_ksplit): where
+ * matmul_fp8_ksplit_route's bits say so (matmul.h) */
+static bool cuda__fp8_ksplit(const pd_weight_t *w, int n)
+{
+    const int r = matmul_fp8_ksplit_route;
+    if (r == 0 || w->fmt != PD_WFMT_FP8 || w->k % 64 != 0 || n < 1 ||
+        n > MATMUL_FP8_KSPLIT_MAX_N)
+        return false;
+    return n == 1 ? (r & (w->n <= CUDA_FP8_GEMV_MIN_ROWS ? 1 : 2)) != 0 : (r & 4) != 0;
+}
+
 /* matmul_w8wg on activations quantized per token (xq 16-byte aligned), with its plan */
 static pd_status_t cuda__matmul_w8wg(cuda_t *c, float *out, const uint8_t *xq, const float *xs,
                                      const pd_weight_t *w, int n)
@@ -687,6 +698,15 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
     }
     if (n <= CUDA_WGEMV_MAX_N && K <= CUDA_WGEMV_MAX_K && cuda__int4_tiled(w) && c->cc_major >= 9)
         return cuda__matmul_wgemv(c, out, x, w, n);
+    if (cuda__fp8_ksplit(w, n)) { /* per-token quantization, then the K-split mma GEMV */
+        const size_t qb = ((size_t)n * (size_t)K + 255) / 256 * 256;
+        if ((st = cuda__grow(c, &c->act, qb + (size_t)n * 4)) != PD_OK)
+            return st;
+        float *xs = (float *)((uint8_t *)c->act.p + qb);
+        if ((st = matmul_quant_act_fp8(c->act.p, NULL, xs, x, n, K, c->stream)) != PD_OK)
+            return st;
+        return matmul_fp8_ksplit(out, c->act.p, xs, w, n, matmul_fp8_ksplit_batch, c->stream);
+    }
     if (w->fmt == PD_WFMT_FP8 && n <= CUDA_FP8_MMA_MAX_N && K % 64 == 0 &&
         (n >= 2 || N <= CUDA_FP8_GEMV_MIN_ROWS)) {
         int warps, splits;
@@ -916,6 +936,8 @@ static pd_status_t cuda__matmul_fp8(cuda_t *c, float *out, const pd_act_fp8_t *x
     cuda__xgemv_plan(c, w, n, xp);
     if (xp[0] > 0)
         return matmul_w8gemv(out, xq, xs, w, n, xp[0], xp[1], xp[2], xp[3], c->stream);
+    if (cuda__fp8_ksplit(w, n) && ((uintptr_t)xq & 15) == 0)
+        return matmul_fp8_ksplit(out, xq, xs, w, n, matmul_fp8_ksplit_batch, c->stream);
     if (n <= CUDA_FP8_MMA_MAX_N && K % 64 == 0 && (n >= 2 || N <= CUDA_FP8_GEMV_MIN_ROWS)) {
         int warps, splits;
         matmul_fp8_mma_plan(n, N, K, c->n_sm, &warps, &splits);
@@ -967,7 +989,8 @@ static pd_status_t cuda__matmul_fp8_group(cuda_t *c, float *const *outs, const p
         int xp[4];
         cuda__xgemv_plan(c, w, n, xp);
         if (w->fmt != PD_WFMT_FP8 || w->k != ws[0]->k || w->k % 64 != 0 || xp[0] > 0 ||
-            cuda__w8wg_route(c, w, n) || (n < 2 && w->n > CUDA_FP8_GEMV_MIN_ROWS))
+            cuda__w8wg_route(c, w, n) || (n < 2 && w->n > CUDA_FP8_GEMV_MIN_ROWS) ||
+            cuda__fp8_ksplit(w, n))
             return PD_ERR_UNSUPPORTED;
         Nt += w->n;
     }
@@ -2216,6 +2239,12 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     env = getenv("PD_CUDA_FP8_CLUSTER"); /* 1: matmul_fp8_mma's splits added in clusters */
     if (env && *env)
         matmul_fp8_cluster = cuda__onoff(env) == 1;
+    env = getenv("PD_CUDA_FP8_KSPLIT"); /* the K-split mma GEMV's routes (matmul.h) */
+    if (env && *env)
+        matmul_fp8_ksplit_route = atoi(env) & 7;
+    env = getenv("PD_CUDA_FP8_KSPLIT_U");
+    if (env && *env)
+        matmul_fp8_ksplit_batch = atoi(env) == 8 ? 8 : 4;
     env = getenv("PD_CUDA_FP8_GROUP");
     c->fp8_group = env && *env && cuda__onoff(env) == 1;
     c->env_set |= env && *env && cuda__onoff(env) >= 0 ? CUDA__ENV_F8GRP : 0;

@@ -1896,6 +1896,86 @@ static __global__ void __launch_bounds__(512)
             tile_end();
 }
 
+/* ==== FP8 K-split mma GEMV for n <= 8 (matmul_fp8_ksplit, session 26) ====
+ *
+ * out (n, N) = (xq (n, K) fp8 @ W^T (N, K) fp8) * xs[t] * ws[r], the product of
+ * matmul__fp8_mma_cp (the same mma.sync m16n8k32 e4m3 -> f32 and operand words: lane (gq, tq)
+ * holds bytes [16 tq, 16 tq + 16) of a 64-column block of rows gq and gq + 8, and the same bytes
+ * of token gq's activations), arranged for one pass over the weights in one launch: a block of
+ * MATMUL__KS_W warps takes one m16 tile of 16 rows, and its warps split K (64-column block b goes
+ * to warp b % W). Each lane loads its weight words straight into registers, U blocks per batch,
+ * the first batch before the PDL wait (the weights are constant, so they stream while the kernel
+ * before drains); then the activations of the batch (lanes of tokens past n hold zeros) and 2 U
+ * mmas on two accumulator chains. At the end the W warps' 16 x 8 tiles meet in shared memory and
+ * are added in warp order 0 .. W-1 (deterministic), scaled and stored. What the split-K mma
+ * kernel does in two launches with partial sums through global memory (or clusters), and what
+ * the f32 GEMV does with 4 rows per warp (about a quarter of a wave at 4096 rows), this does
+ * with one wave of short blocks. */
+#define MATMUL__KS_W 8 /* warps per block (K split) */
+
+template <int U>
+static __global__ void __launch_bounds__(32 * MATMUL__KS_W, U == 4 ? 3 : 2)
+    matmul__fp8_ksplit(float *out, const uint8_t *xq, const float *xs, const uint8_t *wd,
+                       const float *ws, int n, int64_t N, int64_t K)
+{
+    constexpr int W = MATMUL__KS_W;
+    __shared__ __align__(16) float red[W][32][4];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
+    const int nblk = (int)(K / 64), nbw = (nblk - warp + W - 1) / W; /* blocks of this warp */
+    const int64_t row0 = (int64_t)blockIdx.x * 16;
+    /* rows past N load (and compute) a copy of row N - 1, never stored */
+    const int64_t ra = min(row0 + gq, N - 1), rb = min(row0 + 8 + gq, N - 1);
+    const uint8_t *wa = wd + ra * K + tq * 16 + (int64_t)warp * 64,
+                  *wb = wd + rb * K + tq * 16 + (int64_t)warp * 64;
+    uint4 qa[U], qb[U];
+    auto load = [&](int i0) { /* the warp's blocks i0 .. i0 + U - 1 (warp-uniform guard) */
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (i0 + u < nbw) {
+                const size_t o = (size_t)(i0 + u) * (64 * W);
+                qa[u] = matmul__ld_stream(wa + o);
+                qb[u] = matmul__ld_stream(wb + o);
+            }
+    };
+    load(0);
+    kutil_pdl_wait(); /* PDL-launched (kutil.cuh): xq, xs and out belong to the kernels around */
+    kutil_pdl_trigger();
+    const bool tok = gq < n;
+    const uint8_t *xr = xq + (size_t)(tok ? gq : 0) * K + tq * 16 + (size_t)warp * 64;
+    float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+    for (int i0 = 0; i0 < nbw; i0 += U) {
+        if (i0 > 0)
+            load(i0);
+        uint4 xv[U];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            xv[u] = tok && i0 + u < nbw ? __ldg((const uint4 *)(xr + (size_t)(i0 + u) * (64 * W)))
+                                        : make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (i0 + u < nbw) {
+                mma_fp8(acc[u & 1], qa[u].x, qb[u].x, qa[u].y, qb[u].y, xv[u].x, xv[u].y);
+                mma_fp8(acc[u & 1], qa[u].z, qb[u].z, qa[u].w, qb[u].w, xv[u].z, xv[u].w);
+            }
+    }
+    /* C fragment: [0] (row gq, token 2 tq), [1] (gq, 2 tq + 1), [2] (gq + 8, 2 tq), [3] (gq + 8,
+     * 2 tq + 1) */
+    *(float4 *)red[warp][lane] = make_float4(acc[0][0] + acc[1][0], acc[0][1] + acc[1][1],
+                                             acc[0][2] + acc[1][2], acc[0][3] + acc[1][3]);
+    __syncthreads();
+    if (threadIdx.x < 128) {
+        const int l = threadIdx.x >> 2, e = threadIdx.x & 3;
+        float s = red[0][l][e];
+#pragma unroll
+        for (int v = 1; v < W; v++)
+            s += red[v][l][e];
+        const int64_t row = row0 + (l >> 2) + (e >= 2 ? 8 : 0);
+        const int t = 2 * (l & 3) + (e & 1);
+        if (t < n && row < N)
+            out[(size_t)t * N + row] = s * xs[t] * ws[row];
+    }
+}
+
 /* grid-stride over (n, N): out = sum over s of part (S, n, N) f32, in order s = 0 .. S-1 */
 static __global__ void matmul__sum_parts(float *out, const float *part, int S, size_t total)
 {
@@ -2882,6 +2962,29 @@ extern "C" pd_status_t matmul_int4_tile(pd_weight_t *w, void *tmp, cudaStream_t 
         (uint8_t *)w->data, (uint16_t *)w->scales, (uint8_t *)w->zeros, t,
         (const uint16_t *)(t + nd), t + nd + ng * 2, w->n, w->k);
     return KUTIL_LAUNCHED("matmul_int4_tile");
+}
+
+int matmul_fp8_ksplit_route = 0;
+int matmul_fp8_ksplit_batch = 4;
+
+extern "C" pd_status_t matmul_fp8_ksplit(float *out, const uint8_t *xq, const float *xs,
+                                         const pd_weight_t *w, int n, int batch,
+                                         cudaStream_t stream)
+{
+    KUTIL_REQUIRE(w->fmt == PD_WFMT_FP8 && w->k % 64 == 0 && w->n > 0 && n >= 1 &&
+                      n <= MATMUL_FP8_KSPLIT_MAX_N && out && xq && xs &&
+                      ((uintptr_t)xq & 15) == 0 && (batch == 4 || batch == 8),
+                  "matmul_fp8_ksplit");
+    const dim3 grid((unsigned)((w->n + 15) / 16));
+    const uint8_t *wd = (const uint8_t *)w->data;
+    const float *ws = (const float *)w->scales;
+    if (batch == 4)
+        kutil_launch_pdl(matmul__fp8_ksplit<4>, grid, dim3(32 * MATMUL__KS_W), 0, stream, out, xq,
+                         xs, wd, ws, n, w->n, w->k);
+    else
+        kutil_launch_pdl(matmul__fp8_ksplit<8>, grid, dim3(32 * MATMUL__KS_W), 0, stream, out, xq,
+                         xs, wd, ws, n, w->n, w->k);
+    return KUTIL_LAUNCHED("matmul_fp8_ksplit");
 }
 
 extern "C" pd_status_t matmul_sum_parts(float *out, const float *part, int splits, size_t total,

@@ -98,6 +98,22 @@ extern int matmul_fp8_cluster;
  * one H100 (call s25d, two alternating pairs): the FP8 batch-1 step 4.58 -> 4.56 and 4.59 -> 4.55
  * ms (gate_up's GEMV); not yet on an H200. */
 extern int matmul_gemv_fp8_wide;
+
+/* FP8 K-split mma GEMV (session 26; kernels/matmul.cu "FP8 K-split mma GEMV"): out (n, w->n) f32
+ * = (xq (n, w->k) fp8 e4m3, per-token scales xs (n)) @ W^T, times W's per-row scales, for n 1 ..
+ * MATMUL_FP8_KSPLIT_MAX_N, in one launch: a block of 8 warps per 16 rows, K split among its
+ * warps, their sums added in a fixed order (deterministic). Needs w FP8 with w->k % 64 == 0 and
+ * xq 16-byte aligned. batch: 64-column blocks each lane loads per round trip (4 or 8). */
+#define MATMUL_FP8_KSPLIT_MAX_N 8
+/* Where the CUDA backend routes FP8 matmuls of decode batches to matmul_fp8_ksplit: bit 0 n 1
+ * with at most 8192 rows (instead of the FP8 mma kernel), bit 1 n 1 with more (instead of the f32
+ * GEMV: gate_up), bit 2 n 2 .. 8 (instead of the FP8 mma kernel); 0 (default): nowhere, until
+ * measured. Set from PD_CUDA_FP8_KSPLIT=MASK at backend creation, read at each matmul; batch
+ * from PD_CUDA_FP8_KSPLIT_U=4|8 (default 4: 80 registers, 3 blocks per SM; 8 takes 128, 2). */
+extern int matmul_fp8_ksplit_route;
+extern int matmul_fp8_ksplit_batch;
+pd_status_t matmul_fp8_ksplit(float *out, const uint8_t *xq, const float *xs,
+                              const pd_weight_t *w, int n, int batch, cudaStream_t stream);
 void matmul_fp8_mma_plan(int n, int64_t N, int64_t K, int n_sm, int *warps_p, int *splits_p);
 pd_status_t matmul_fp8_mma(float *out, float *part, const uint8_t *xq, const float *xs,
                            const pd_weight_t *w, int n, int warps, int splits, cudaStream_t stream);

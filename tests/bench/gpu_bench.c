@@ -38,10 +38,12 @@
  * all).
  * sample: the sampling and logprobs ops alone, both sampler paths (bench_sample; not part of all).
  * w8wg: the FP8 wgmma + TMA GEMM against the FP8 routes before it (bench_w8wg; not part of all).
+ * ksplit: the FP8 K-split mma GEMV against the FP8 op at n 1..8 (bench_ksplit; not part of all).
  * Usage: gpu_bench [ops] [decode] [prefill] [flash] [int4] [attn] [attnprof] [attnsplit] [attnbf]
  * [elementwise] [moe] [wgemv] [xgemv] [family] [ctxscale] [gemm] [prefops] [stepprof] [w4wg]
- * [w8wg] [qkvgroup] [sample] [all] (default all; wgemv, xgemv (bench_xgemv), family, ctxscale,
- * moe, gemm, prefops, stepprof, attnsplit, w4wg, w8wg, qkvgroup, sample: not part of all; flash: only
+ * [w8wg] [ksplit] [qkvgroup] [sample] [all] (default all; wgemv, xgemv (bench_xgemv), family,
+ * ctxscale, moe, gemm, prefops, stepprof, attnsplit, w4wg, w8wg, ksplit, qkvgroup, sample: not part
+ * of all; flash: only
  * the 8192 causal flash attention and the FP8 8192 x 14336 x 4096 GEMM, for ncu; int4: the INT4
  * paths table of ops alone). Needs a CUDA device (exits 77 without).
  */
@@ -635,7 +637,8 @@ typedef struct {
     int mode; /* 0 gemv, 1 quant + mma, 2 op, 3 wgemv, 4 w4gemv / w8gemv (FP8: xh holds the
                * fp8 activations and mult their scales, quantized before timing), 5 quant +
                * matmul_int4_mma2, 6 quant + matmul_w4wg (depth = cfg), 7 FP8 quant +
-               * matmul_w8wg (warps = 128-row units per block) */
+               * matmul_w8wg (warps = 128-row units per block), 8 FP8 quant +
+               * matmul_fp8_ksplit (depth = its load batch) */
     float *out, *x, *part, *xf, *mult;
     uint16_t *xh;
     pd_weight_t *w;
@@ -679,6 +682,12 @@ static void run_i4(void *p)
         ok(matmul_w8wg(a->out, (const uint8_t *)a->xh, a->mult, a->w, a->n, a->warps, a->splits,
                        stream),
            "w8wg");
+    } else if (a->mode == 8) { /* FP8: quant + matmul_fp8_ksplit (depth = batch) */
+        ok(matmul_quant_act_fp8((uint8_t *)a->xh, NULL, a->mult, a->x, a->n, a->w->k, stream),
+           "quant fp8");
+        ok(matmul_fp8_ksplit(a->out, (const uint8_t *)a->xh, a->mult, a->w, a->n, a->depth,
+                             stream),
+           "fp8 ksplit");
     } else if (a->mode == 4 && fp8) {
         ok(matmul_w8gemv(a->out, (const uint8_t *)a->xh, a->mult, a->w, a->n, a->warps, a->splits,
                          a->depth, a->blocks, stream),
@@ -1107,6 +1116,57 @@ static void bench_w8wg(void)
     l2_flush = NULL;
     /* the default again, for the benchmarks after it */
     ok(backend_set_options(be, "w8wg=" BACKEND_CUDA_W8WG_DEFAULT), "w8wg default");
+}
+
+/* `gpu_bench ksplit` (session 26): the FP8 K-split mma GEMV (matmul_fp8_ksplit, both load
+ * batches) against the FP8 op's default route at decode sizes n 1..8 (the FP8 mma kernel with
+ * its K splits and partial-sum launch; the f32 GEMV for gate_up at n 1), each with its
+ * per-token quantization, L2 flushed before every repeat (so the weights come from DRAM and the
+ * PDL overlap of a step is absent). TB/s: the weight bytes over the ksplit time. */
+static void bench_ksplit(void)
+{
+    const int ns[] = {1, 2, 4, 8};
+    const int64_t extra[2] = {1024, 4096}; /* k / v */
+    l2_flush_bytes = (size_t)256 << 20;
+    ok(be->ops->alloc(be, l2_flush_bytes, &l2_flush), "alloc");
+    printf("\n### FP8 K-split mma GEMV (matmul_fp8_ksplit) vs the FP8 op (us, L2 flushed before "
+           "each repeat)\n\n");
+    printf("| N x K | n | fp8 op | ksplit u4 | ksplit u8 | u4 TB/s | u4 / op |\n");
+    printf("|---|---|---|---|---|---|---|\n");
+    const int64_t keep[2] = {i4_shapes[3][0], i4_shapes[3][1]};
+    for (int s = 0; s < 5; s++) {
+        if (s == 4) { /* k / v: 1024 x 4096 in the o slot */
+            i4_shapes[3][0] = extra[0];
+            i4_shapes[3][1] = extra[1];
+        }
+        const int si = s == 4 ? 3 : s;
+        const int64_t N = i4_shapes[si][0], K = i4_shapes[si][1];
+        pd_weight_t h4, h8, w4, w8;
+        double wb[2];
+        i4_weights(si, &h4, &h8, &w4, &w8, wb);
+        for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+            const int n = ns[i];
+            i4_arg_t a = {0};
+            i4_alloc(&a, n, N, K);
+            a.w = &w8;
+            a.mode = 2;
+            const float t_op = time_op(run_i4, &a, 20);
+            a.mode = 8, a.depth = 4;
+            const float t4 = time_op(run_i4, &a, 20);
+            a.depth = 8;
+            const float t8 = time_op(run_i4, &a, 20);
+            printf("| %lld x %lld | %d | %.1f | %.1f | %.1f | %.2f | %.2f |\n", (long long)N,
+                   (long long)K, n, t_op * 1e3, t4 * 1e3, t8 * 1e3, wb[1] / (t4 * 1e-3) / 1e12,
+                   t4 / t_op);
+            fflush(stdout);
+            i4_free(&a);
+        }
+        i4_weights_free(&h4, &h8, &w4, &w8);
+    }
+    i4_shapes[3][0] = keep[0];
+    i4_shapes[3][1] = keep[1];
+    be->ops->free(be, l2_flush);
+    l2_flush = NULL;
 }
 
 /* `gpu_bench qkvgroup` (session 11): the Llama-3-8B attention block's q, k, v INT4 projections
@@ -2517,7 +2577,7 @@ int main(int argc, char **argv)
     bool gemm = false, prefops = false;
     bool attn = false, attnprof = false, attnsplit = false, attnbf = false, ctxscale = false,
          family = false, moe = false, xgemv = false, w4mma = false, stepprof = false, w4wg = false,
-         w8wg = false, qkvgroup = false, sample = false;
+         w8wg = false, qkvgroup = false, sample = false, ksplit = false;
     for (int i = 1; i < argc; i++) {
         sample |= !strcmp(argv[i], "sample"); /* the sampling ops, both paths (not part of all) */
         /* matmul_int4_mma2 table (not part of all) */
@@ -2525,6 +2585,7 @@ int main(int argc, char **argv)
         w4wg |= !strcmp(argv[i], "w4wg");         /* matmul_w4wg table (not part of all) */
         w8wg |= !strcmp(argv[i], "w8wg");         /* matmul_w8wg table (not part of all) */
         qkvgroup |= !strcmp(argv[i], "qkvgroup"); /* q, k, v grouped (not part of all) */
+        ksplit |= !strcmp(argv[i], "ksplit");     /* FP8 K-split GEMV table (not part of all) */
         stepprof |= !strcmp(argv[i], "stepprof"); /* kernel time per step (not part of all) */
         family |= !strcmp(argv[i], "family");     /* GLM-4.5-Air / DeepSeek-V3 (not part of all) */
         bool all = !strcmp(argv[i], "all");
@@ -2585,6 +2646,8 @@ int main(int argc, char **argv)
         bench_w8wg();
     if (qkvgroup)
         bench_qkvgroup();
+    if (ksplit)
+        bench_ksplit();
     if (sample)
         bench_sample();
     if (xgemv) {

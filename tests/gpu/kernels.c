@@ -4917,6 +4917,69 @@ static void cases_gemv_wide(void)
     matmul_gemv_fp8_wide = was;
 }
 
+/* The FP8 K-split mma GEMV (matmul_fp8_ksplit, session 26) through the backend's routes
+ * (matmul_fp8_ksplit_route 7: every FP8 matmul at n 1..8 with K % 64 == 0), at both load batches:
+ * case_matmul_fp8's checks (the per-element bound against the CPU; bit-equality of the fp8-input
+ * and f32-input routes, which both run it). Shapes: rows past the last 16-row tile, fewer
+ * 64-column blocks than warps (K 64, 192), warps with unequal block counts and a partial last
+ * batch (K 1088, 14400), 1..8 tokens (lanes of tokens past n load nothing), the 8B shapes. Fixed
+ * seeds 261... */
+static void cases_fp8_ksplit(void)
+{
+    const int was = matmul_fp8_ksplit_route, wb = matmul_fp8_ksplit_batch;
+    matmul_fp8_ksplit_route = 7;
+    for (int b = 4; b <= 8; b += 4) {
+        matmul_fp8_ksplit_batch = b;
+        const uint64_t s0 = b == 4 ? 261 : 281;
+        case_matmul_fp8(1, 200, 384, s0, b == 4 ? "ksplit u4" : "ksplit u8");
+        case_matmul_fp8(3, 1000, 1024, s0 + 1, b == 4 ? "ksplit u4" : "ksplit u8");
+        case_matmul_fp8(8, 37, 64, s0 + 2, b == 4 ? "ksplit u4" : "ksplit u8");
+        case_matmul_fp8(2, 100, 192, s0 + 3, b == 4 ? "ksplit u4" : "ksplit u8");
+        case_matmul_fp8(1, 9000, 1088, s0 + 4, b == 4 ? "ksplit u4" : "ksplit u8");
+        case_matmul_fp8(5, 300, 14400, s0 + 5, b == 4 ? "ksplit u4" : "ksplit u8");
+        case_matmul_fp8(7, 64, 4096, s0 + 6, b == 4 ? "ksplit u4" : "ksplit u8");
+        if (!small_only) {
+            case_matmul_fp8(1, 4096, 4096, s0 + 7, b == 4 ? "ksplit u4 8B q/o" : "ksplit u8 8B q/o");
+            case_matmul_fp8(1, 1024, 4096, s0 + 8, b == 4 ? "ksplit u4 8B k/v" : "ksplit u8 8B k/v");
+            case_matmul_fp8(1, 4096, 14336, s0 + 9, b == 4 ? "ksplit u4 8B down" : "ksplit u8 8B down");
+            case_matmul_fp8(1, 28672, 4096, s0 + 10, b == 4 ? "ksplit u4 8B gate_up" : "ksplit u8 8B gate_up");
+            case_matmul_fp8(4, 4096, 14336, s0 + 11, b == 4 ? "ksplit u4 8B down" : "ksplit u8 8B down");
+        }
+    }
+    matmul_fp8_ksplit_route = was;
+    matmul_fp8_ksplit_batch = wb;
+}
+
+/* The whole FP8 decode step (tiny-llama rig, FP8 weights, BF16 KV: hidden 512, intermediate
+ * 1024, so every matmul at n <= 8 qualifies) with the K-split mma GEMV on every route it takes
+ * (matmul_fp8_ksplit_route 7) against the default routes (the FP8 mma kernel with its K splits,
+ * the f32 GEMV): err = max |on - off| / max |off| over every step's logits, INFINITY where graphs
+ * fell back. The same e4m3 products in the same tensor-core instruction, summed over K in another
+ * order (per-warp chains, then warp order, against the split plan's): f32 rounding differences
+ * that the rig amplifies as case_decode_w8wg's (gate 2e-2 as there); a layout bug gives O(1). */
+static void case_decode_ksplit(int n, int steps)
+{
+    char shape[128];
+    decode_rig_t rig;
+    decode_rig_new(&rig, PD_WFMT_FP8, PD_KV_BF16, n, steps);
+    const size_t per = (size_t)n * rig.vocab * steps;
+    float *lg[2] = {xmalloc(per * 4), xmalloc(per * 4)};
+    const int was = matmul_fp8_ksplit_route;
+    bool ok = true;
+    for (int r = 0; r < 2; r++) {
+        matmul_fp8_ksplit_route = r ? 7 : 0;
+        ok = decode_rig_run(&rig, lg[r], r == 0) && ok;
+    }
+    matmul_fp8_ksplit_route = was;
+    const double e = ok ? decode_rig_diff(lg, 2, per) : INFINITY;
+    snprintf(shape, sizeof shape, "tiny-llama fp8 kv bf16 n %d steps %d fp8_ksplit 7 / 0", n,
+             steps);
+    report("decode_ksplit", shape, e, 2e-2);
+    free(lg[0]);
+    free(lg[1]);
+    decode_rig_free(&rig);
+}
+
 /* The whole FP8 decode step (tiny-llama rig, FP8 weights, BF16 KV) with the bf16-KV attention
  * variant v (attention_tc_bf16: 3-warp blocks and / or hi + lo parts) against variant 0: err =
  * max |v - 0| / max |0| over every step's logits, INFINITY where graphs fell back. The 3-warp
@@ -5371,6 +5434,12 @@ int main(void)
         cases_gemv_wide(); /* the FP8 GEMV's 16-byte loads alone (quick device rounds) */
         return finish();
     }
+    if (getenv("PD_GPU_TEST_KSPLIT") && atoi(getenv("PD_GPU_TEST_KSPLIT"))) {
+        cases_fp8_ksplit(); /* the FP8 K-split mma GEMV alone (quick device rounds) */
+        case_decode_ksplit(1, 3);
+        case_decode_ksplit(8, 2);
+        return finish();
+    }
     if (getenv("PD_GPU_TEST_SILU") && atoi(getenv("PD_GPU_TEST_SILU"))) {
         cases_silu_mul_fp8(); /* the SiLU·mul + FP8 quantization cases alone (quick rounds) */
         return finish();
@@ -5419,6 +5488,9 @@ int main(void)
     case_matmul_fp8(3, 200, 400, 222, "gemv");
     case_matmul_fp8(37, 2048, 512, 223, "fixture gemm");
     cases_gemv_wide();
+    cases_fp8_ksplit();
+    case_decode_ksplit(1, 3);
+    case_decode_ksplit(8, 2);
     /* the W4A8 blk activations: n a multiple of 16, n % 16 != 0 (tail group), n < 16 */
     case_add_rmsnorm_blk(37, 512, false, 231);
     case_add_rmsnorm_blk(37, 512, true, 232);
