@@ -973,13 +973,23 @@ static void cuda_matmul_fp8(pd_backend_t *be, float *out, const pd_act_fp8_t *x,
     cuda__note(c, cuda__matmul_fp8(c, out, x, w, n));
 }
 
-/* FP8 weights of one K that cuda__matmul_fp8 would each run on the FP8 mma kernel, as one
- * matmul_fp8_mma_group launch with the plan of their summed rows (fp8_group);
+/* FP8 weights of one K that cuda__matmul_fp8 would each run on the K-split GEMV, as one
+ * matmul_fp8_ksplit_group launch (matmul_fp8_ksplit_route bit 3); or on the FP8 mma kernel, as
+ * one matmul_fp8_mma_group launch with the plan of their summed rows (fp8_group);
  * PD_ERR_UNSUPPORTED (nothing enqueued) where they would not or the plan's splits need the
  * partial sums' launch. */
 static pd_status_t cuda__matmul_fp8_group(cuda_t *c, float *const *outs, const pd_act_fp8_t *x,
                                           const pd_weight_t *const *ws, int count, int n)
 {
+    if ((matmul_fp8_ksplit_route & 8) && !x->blk && !x->wg && count >= 2 &&
+        count <= MATMUL_GROUP_MAX && ((uintptr_t)x->q & 15) == 0) { /* the K-split GEMV's group */
+        bool all = true;
+        for (int i = 0; i < count; i++)
+            all = all && cuda__fp8_ksplit(ws[i], n) && ws[i]->k == ws[0]->k;
+        if (all)
+            return matmul_fp8_ksplit_group(outs, x->q, x->scale, ws, count, n,
+                                           matmul_fp8_ksplit_batch, c->stream);
+    }
     if (!c->fp8_group || x->blk || x->wg || count < 2 || count > MATMUL_GROUP_MAX || n < 1 ||
         n > CUDA_FP8_MMA_MAX_N || ((uintptr_t)x->q & 15) != 0)
         return PD_ERR_UNSUPPORTED;
@@ -2241,7 +2251,7 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
         matmul_fp8_cluster = cuda__onoff(env) == 1;
     env = getenv("PD_CUDA_FP8_KSPLIT"); /* the K-split mma GEMV's routes (matmul.h) */
     if (env && *env)
-        matmul_fp8_ksplit_route = atoi(env) & 7;
+        matmul_fp8_ksplit_route = atoi(env) & 15;
     env = getenv("PD_CUDA_FP8_KSPLIT_U");
     if (env && *env)
         matmul_fp8_ksplit_batch = atoi(env) == 8 ? 8 : 4;

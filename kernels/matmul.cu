@@ -1910,19 +1910,28 @@ static __global__ void __launch_bounds__(512)
  * are added in warp order 0 .. W-1 (deterministic), scaled and stored. What the split-K mma
  * kernel does in two launches with partial sums through global memory (or clusters), and what
  * the f32 GEMV does with 4 rows per warp (about a quarter of a wave at 4096 rows), this does
- * with one wave of short blocks. */
+ * with one wave of short blocks. The weights come as segments (matmul__f8segs, grid x: up to
+ * MATMUL_GROUP_MAX weights of one K on the same activations, matmul_fp8_ksplit_group: the
+ * attention block's q, k, v in one launch); a segment's blocks compute exactly what a launch of
+ * that weight alone computes. */
 #define MATMUL__KS_W 8 /* warps per block (K split) */
 
 template <int U>
 static __global__ void __launch_bounds__(32 * MATMUL__KS_W, U == 4 ? 3 : 2)
-    matmul__fp8_ksplit(float *out, const uint8_t *xq, const float *xs, const uint8_t *wd,
-                       const float *ws, int n, int64_t N, int64_t K)
+    matmul__fp8_ksplit(const matmul__f8segs sg, const uint8_t *xq, const float *xs, int n,
+                       int64_t K)
 {
     constexpr int W = MATMUL__KS_W;
     __shared__ __align__(16) float red[W][32][4];
+    const int x = blockIdx.x, seg = x < sg.rb[0] ? 0 : x < sg.rb[1] ? 1 : 2;
+    const int xb = x - (seg == 0 ? 0 : seg == 1 ? sg.rb[0] : sg.rb[1]); /* block in segment */
+    float *out = MATMUL__PICK(seg, sg.out[0], sg.out[1], sg.out[2]);
+    const uint8_t *wd = MATMUL__PICK(seg, sg.wd[0], sg.wd[1], sg.wd[2]);
+    const float *ws = MATMUL__PICK(seg, sg.ws[0], sg.ws[1], sg.ws[2]);
+    const int64_t N = MATMUL__PICK(seg, sg.N[0], sg.N[1], sg.N[2]);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
     const int nblk = (int)(K / 64), nbw = (nblk - warp + W - 1) / W; /* blocks of this warp */
-    const int64_t row0 = (int64_t)blockIdx.x * 16;
+    const int64_t row0 = (int64_t)xb * 16;
     /* rows past N load (and compute) a copy of row N - 1, never stored */
     const int64_t ra = min(row0 + gq, N - 1), rb = min(row0 + 8 + gq, N - 1);
     const uint8_t *wa = wd + ra * K + tq * 16 + (int64_t)warp * 64,
@@ -2967,24 +2976,45 @@ extern "C" pd_status_t matmul_int4_tile(pd_weight_t *w, void *tmp, cudaStream_t 
 int matmul_fp8_ksplit_route = 0;
 int matmul_fp8_ksplit_batch = 4;
 
+extern "C" pd_status_t matmul_fp8_ksplit_group(float *const *outs, const uint8_t *xq,
+                                               const float *xs, const pd_weight_t *const *ws,
+                                               int count, int n, int batch, cudaStream_t stream)
+{
+    KUTIL_REQUIRE(count >= 1 && count <= MATMUL_GROUP_MAX && n >= 1 &&
+                      n <= MATMUL_FP8_KSPLIT_MAX_N && xq && xs && ((uintptr_t)xq & 15) == 0 &&
+                      (batch == 4 || batch == 8),
+                  "matmul_fp8_ksplit");
+    matmul__f8segs sg = {};
+    const int64_t K = ws[0]->k;
+    int blocks = 0;
+    for (int i = 0; i < MATMUL_GROUP_MAX; i++) {
+        if (i < count) {
+            const pd_weight_t *w = ws[i];
+            KUTIL_REQUIRE(w->fmt == PD_WFMT_FP8 && w->k == K && K % 64 == 0 && w->n > 0 &&
+                              w->n < ((int64_t)1 << 30) && outs[i],
+                          "matmul_fp8_ksplit");
+            sg.out[i] = outs[i];
+            sg.wd[i] = (const uint8_t *)w->data;
+            sg.ws[i] = (const float *)w->scales;
+            sg.N[i] = w->n;
+            blocks += (int)((w->n + 15) / 16);
+        }
+        sg.rb[i] = blocks; /* past count: empty segments */
+    }
+    if (batch == 4)
+        kutil_launch_pdl(matmul__fp8_ksplit<4>, dim3((unsigned)blocks), dim3(32 * MATMUL__KS_W), 0,
+                         stream, sg, xq, xs, n, K);
+    else
+        kutil_launch_pdl(matmul__fp8_ksplit<8>, dim3((unsigned)blocks), dim3(32 * MATMUL__KS_W), 0,
+                         stream, sg, xq, xs, n, K);
+    return KUTIL_LAUNCHED("matmul_fp8_ksplit");
+}
+
 extern "C" pd_status_t matmul_fp8_ksplit(float *out, const uint8_t *xq, const float *xs,
                                          const pd_weight_t *w, int n, int batch,
                                          cudaStream_t stream)
 {
-    KUTIL_REQUIRE(w->fmt == PD_WFMT_FP8 && w->k % 64 == 0 && w->n > 0 && n >= 1 &&
-                      n <= MATMUL_FP8_KSPLIT_MAX_N && out && xq && xs &&
-                      ((uintptr_t)xq & 15) == 0 && (batch == 4 || batch == 8),
-                  "matmul_fp8_ksplit");
-    const dim3 grid((unsigned)((w->n + 15) / 16));
-    const uint8_t *wd = (const uint8_t *)w->data;
-    const float *ws = (const float *)w->scales;
-    if (batch == 4)
-        kutil_launch_pdl(matmul__fp8_ksplit<4>, grid, dim3(32 * MATMUL__KS_W), 0, stream, out, xq,
-                         xs, wd, ws, n, w->n, w->k);
-    else
-        kutil_launch_pdl(matmul__fp8_ksplit<8>, grid, dim3(32 * MATMUL__KS_W), 0, stream, out, xq,
-                         xs, wd, ws, n, w->n, w->k);
-    return KUTIL_LAUNCHED("matmul_fp8_ksplit");
+    return matmul_fp8_ksplit_group(&out, xq, xs, &w, 1, n, batch, stream);
 }
 
 extern "C" pd_status_t matmul_sum_parts(float *out, const float *part, int splits, size_t total,

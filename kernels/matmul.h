@@ -107,13 +107,20 @@ extern int matmul_gemv_fp8_wide;
 #define MATMUL_FP8_KSPLIT_MAX_N 8
 /* Where the CUDA backend routes FP8 matmuls of decode batches to matmul_fp8_ksplit: bit 0 n 1
  * with at most 8192 rows (instead of the FP8 mma kernel), bit 1 n 1 with more (instead of the f32
- * GEMV: gate_up), bit 2 n 2 .. 8 (instead of the FP8 mma kernel); 0 (default): nowhere, until
- * measured. Set from PD_CUDA_FP8_KSPLIT=MASK at backend creation, read at each matmul; batch
+ * GEMV: gate_up), bit 2 n 2 .. 8 (instead of the FP8 mma kernel), bit 3 the attention block's
+ * q, k, v as one matmul_fp8_ksplit_group launch where all three take it; 0 (default): nowhere,
+ * until measured. Set from PD_CUDA_FP8_KSPLIT=MASK at backend creation, read at each matmul; batch
  * from PD_CUDA_FP8_KSPLIT_U=4|8 (default 4: 80 registers, 3 blocks per SM; 8 takes 128, 2). */
 extern int matmul_fp8_ksplit_route;
 extern int matmul_fp8_ksplit_batch;
 pd_status_t matmul_fp8_ksplit(float *out, const uint8_t *xq, const float *xs,
                               const pd_weight_t *w, int n, int batch, cudaStream_t stream);
+/* matmul_fp8_ksplit over count <= MATMUL_GROUP_MAX weights of the same K on the same
+ * activations in one launch (their 16-row tiles side by side; each output as the weight's own
+ * launch makes it, bit for bit): the attention block's q, k, v. */
+pd_status_t matmul_fp8_ksplit_group(float *const *outs, const uint8_t *xq, const float *xs,
+                                    const pd_weight_t *const *ws, int count, int n, int batch,
+                                    cudaStream_t stream);
 void matmul_fp8_mma_plan(int n, int64_t N, int64_t K, int n_sm, int *warps_p, int *splits_p);
 pd_status_t matmul_fp8_mma(float *out, float *part, const uint8_t *xq, const float *xs,
                            const pd_weight_t *w, int n, int warps, int splits, cudaStream_t stream);

@@ -4818,7 +4818,8 @@ static void case_cluster_same(pd_wfmt_t fmt, int n, int64_t N, int64_t K, int p,
 /* matmul_fp8_mma_group over count FP8 weights (rows Ns[i], one K) with `warps` warps and S
  * splits (S > 1: with matmul_fp8_cluster) against matmul_fp8_mma per weight with the same plan
  * on the same activations (fixed seed): every output the same bits. err = the count of
- * differing bytes over the outputs. */
+ * differing bytes over the outputs. S 0: the same for the K-split GEMV
+ * (matmul_fp8_ksplit_group against matmul_fp8_ksplit, load batch `warps`). */
 static void case_fp8_mma_group(int n, const int64_t *Ns, int count, int64_t K, int warps, int S,
                                uint64_t seed)
 {
@@ -4850,14 +4851,16 @@ static void case_fp8_mma_group(int n, const int64_t *Ns, int count, int64_t K, i
     pair_ok(matmul_quant_act_fp8(sb, NULL, xs, px.g, n, K, st));
     matmul_fp8_cluster = S > 1;
     for (int i = 0; i < count; i++)
-        pair_ok(matmul_fp8_mma(a[i].g, NULL, sb, xs, &wg[i], n, warps, S, st));
-    pair_ok(matmul_fp8_mma_group(outs, sb, xs, ws, count, n, warps, S, st));
+        pair_ok(S ? matmul_fp8_mma(a[i].g, NULL, sb, xs, &wg[i], n, warps, S, st)
+                  : matmul_fp8_ksplit(a[i].g, sb, xs, &wg[i], n, warps, st));
+    pair_ok(S ? matmul_fp8_mma_group(outs, sb, xs, ws, count, n, warps, S, st)
+              : matmul_fp8_ksplit_group(outs, sb, xs, ws, count, n, warps, st));
     matmul_fp8_cluster = was;
     size_t nd = 0;
     for (int i = 0; i < count; i++)
         nd += dev_bytes_differ(a[i].g, b[i].g, (size_t)n * Ns[i] * 4);
-    snprintf(shape, sizeof shape, "fp8 mma group n %d N %s K %lld w%d S %d = one by one seed %llu",
-             n, nb, (long long)K, warps, S, (unsigned long long)seed);
+    snprintf(shape, sizeof shape, "fp8 %s group n %d N %s K %lld w%d S %d = one by one seed %llu",
+             S ? "mma" : "ksplit", n, nb, (long long)K, warps, S, (unsigned long long)seed);
     report("mm group", shape, (double)nd, 0.0);
     gpu->ops->free(gpu, scratch);
     for (int i = 0; i < count; i++) {
@@ -4946,18 +4949,25 @@ static void cases_fp8_ksplit(void)
             case_matmul_fp8(4, 4096, 14336, s0 + 11, b == 4 ? "ksplit u4 8B down" : "ksplit u8 8B down");
         }
     }
+    /* q, k, v in one launch (S 0: the K-split group, load batch 4 / 8) against one by one */
+    const int64_t qkv[3] = {512, 128, 128}, odd[3] = {200, 37, 64}, q8b[3] = {4096, 1024, 1024};
+    case_fp8_mma_group(1, qkv, 3, 512, 4, 0, 301);
+    case_fp8_mma_group(5, odd, 3, 1088, 8, 0, 302);
+    case_fp8_mma_group(8, odd, 2, 192, 4, 0, 303);
+    if (!small_only)
+        case_fp8_mma_group(1, q8b, 3, 4096, 4, 0, 304);
     matmul_fp8_ksplit_route = was;
     matmul_fp8_ksplit_batch = wb;
 }
 
 /* The whole FP8 decode step (tiny-llama rig, FP8 weights, BF16 KV: hidden 512, intermediate
  * 1024, so every matmul at n <= 8 qualifies) with the K-split mma GEMV on every route it takes
- * (matmul_fp8_ksplit_route 7) against the default routes (the FP8 mma kernel with its K splits,
+ * (matmul_fp8_ksplit_route `route`: 7, or 15 with q, k, v as one launch) against the default routes (the FP8 mma kernel with its K splits,
  * the f32 GEMV): err = max |on - off| / max |off| over every step's logits, INFINITY where graphs
  * fell back. The same e4m3 products in the same tensor-core instruction, summed over K in another
  * order (per-warp chains, then warp order, against the split plan's): f32 rounding differences
  * that the rig amplifies as case_decode_w8wg's (gate 2e-2 as there); a layout bug gives O(1). */
-static void case_decode_ksplit(int n, int steps)
+static void case_decode_ksplit(int n, int steps, int route)
 {
     char shape[128];
     decode_rig_t rig;
@@ -4967,13 +4977,13 @@ static void case_decode_ksplit(int n, int steps)
     const int was = matmul_fp8_ksplit_route;
     bool ok = true;
     for (int r = 0; r < 2; r++) {
-        matmul_fp8_ksplit_route = r ? 7 : 0;
+        matmul_fp8_ksplit_route = r ? route : 0;
         ok = decode_rig_run(&rig, lg[r], r == 0) && ok;
     }
     matmul_fp8_ksplit_route = was;
     const double e = ok ? decode_rig_diff(lg, 2, per) : INFINITY;
-    snprintf(shape, sizeof shape, "tiny-llama fp8 kv bf16 n %d steps %d fp8_ksplit 7 / 0", n,
-             steps);
+    snprintf(shape, sizeof shape, "tiny-llama fp8 kv bf16 n %d steps %d fp8_ksplit %d / 0", n,
+             steps, route);
     report("decode_ksplit", shape, e, 2e-2);
     free(lg[0]);
     free(lg[1]);
@@ -5436,8 +5446,9 @@ int main(void)
     }
     if (getenv("PD_GPU_TEST_KSPLIT") && atoi(getenv("PD_GPU_TEST_KSPLIT"))) {
         cases_fp8_ksplit(); /* the FP8 K-split mma GEMV alone (quick device rounds) */
-        case_decode_ksplit(1, 3);
-        case_decode_ksplit(8, 2);
+        case_decode_ksplit(1, 3, 7);
+        case_decode_ksplit(1, 3, 15);
+        case_decode_ksplit(8, 2, 15);
         return finish();
     }
     if (getenv("PD_GPU_TEST_SILU") && atoi(getenv("PD_GPU_TEST_SILU"))) {
@@ -5489,8 +5500,9 @@ int main(void)
     case_matmul_fp8(37, 2048, 512, 223, "fixture gemm");
     cases_gemv_wide();
     cases_fp8_ksplit();
-    case_decode_ksplit(1, 3);
-    case_decode_ksplit(8, 2);
+    case_decode_ksplit(1, 3, 7);
+    case_decode_ksplit(1, 3, 15);
+    case_decode_ksplit(8, 2, 15);
     /* the W4A8 blk activations: n a multiple of 16, n % 16 != 0 (tail group), n < 16 */
     case_add_rmsnorm_blk(37, 512, false, 231);
     case_add_rmsnorm_blk(37, 512, true, 232);

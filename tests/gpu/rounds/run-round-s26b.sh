@@ -3,7 +3,8 @@
 # (matmul_fp8_ksplit, PD_CUDA_FP8_KSPLIT=MASK, off by default) checked and measured, plus
 # session 25's defaults against PyTorch in the same call: the harness's K-split cases and their
 # memcheck, the gates, `gpu_bench ksplit` (per GEMM, n 1..8, both load batches), the decode step
-# (FP8 batch 1 / 8 with each route mask, alternating with the default), the whole default step
+# (FP8 batch 1 / 8 with route masks 3, 11 (q, k, v grouped), 15, 1 and the load batch 8,
+# alternating with the default), the whole default step
 # table and PyTorch's, stepprof with the K-split on, the prefill table when the card is an H200
 # (the status tables' card), then the whole harness with what is left.
 #   bash tests/gpu/prepare-round.sh tests/gpu/rounds/run-round-s26b.sh
@@ -20,18 +21,19 @@ gates_end
 st ksplit 60 $G/bin/gpu_bench ksplit; tab ksplit
 export GPU_BENCH_DECODE_ONLY=fp8 GPU_BENCH_DECODE_BATCHES="1 8"
 st d0 30 $G/bin/gpu_bench decode; tab d0
-PD_CUDA_FP8_KSPLIT=1 st d1 30 $G/bin/gpu_bench decode; tab d1
 PD_CUDA_FP8_KSPLIT=3 st d3 30 $G/bin/gpu_bench decode; tab d3
-PD_CUDA_FP8_KSPLIT=7 st d7 30 $G/bin/gpu_bench decode; tab d7
+PD_CUDA_FP8_KSPLIT=11 st d11 30 $G/bin/gpu_bench decode; tab d11
+PD_CUDA_FP8_KSPLIT=15 st d15 30 $G/bin/gpu_bench decode; tab d15
 st d0b 30 $G/bin/gpu_bench decode; tab d0b
-PD_CUDA_FP8_KSPLIT=3 PD_CUDA_FP8_KSPLIT_U=8 st d3u8 30 $G/bin/gpu_bench decode; tab d3u8
-PD_CUDA_FP8_KSPLIT=3 st d3b 30 $G/bin/gpu_bench decode; tab d3b
+PD_CUDA_FP8_KSPLIT=11 PD_CUDA_FP8_KSPLIT_U=8 st d11u8 30 $G/bin/gpu_bench decode; tab d11u8
+PD_CUDA_FP8_KSPLIT=1 st d1 30 $G/bin/gpu_bench decode; tab d1
+PD_CUDA_FP8_KSPLIT=11 st d11b 30 $G/bin/gpu_bench decode; tab d11b
 unset GPU_BENCH_DECODE_ONLY
 export GPU_BENCH_DECODE_BATCHES="1 64"
 st decode 45 $G/bin/gpu_bench decode; tab decode
 st baseline 45 python3 $G/torch_decode_baseline.py; grep "decode_" $L/baseline.log | tail -12
 unset GPU_BENCH_DECODE_BATCHES
-PD_CUDA_FP8_KSPLIT=3 GPU_BENCH_STEPPROF=decode st prof 60 $G/bin/gpu_bench stepprof; tab prof
+PD_CUDA_FP8_KSPLIT=11 GPU_BENCH_STEPPROF=decode st prof 60 $G/bin/gpu_bench stepprof; tab prof
 case "$card" in *H200*)
   st prefill 60 $G/bin/gpu_bench prefill; grep -E "^\||prefill|int4_gemm" $L/prefill.log | head -24
   st baseline_prefill 60 python3 $G/torch_prefill_baseline.py; tail -12 $L/baseline_prefill.log ;;
