@@ -3983,17 +3983,27 @@ static double decode_rig_diff(float *const *lg, int runs, size_t count)
 
 /* The rig's steps with backend option `off` set, then `on` (the first run's greedy tokens feed
  * both), and `keep` set after: max |on - off| / max |off| over every step's logits (the
- * decode_rig_diff of the two runs), INFINITY where an option was refused or a run fell back. */
-static double decode_rig_ab(decode_rig_t *rig, const char *off, const char *on, const char *keep)
+ * decode_rig_diff of the two runs), INFINITY where an option was refused or a run fell back.
+ * Options NULL: none set; instead (or as well) a process-wide switch of the kernels (knob not
+ * NULL) at koff, then kon, its old value back after. */
+static double decode_rig_ab(decode_rig_t *rig, const char *off, const char *on, const char *keep,
+                            int *knob, int koff, int kon)
 {
     const size_t per = (size_t)rig->n * rig->vocab * rig->steps;
     float *lg[2] = {xmalloc(per * 4), xmalloc(per * 4)};
+    const int was = knob ? *knob : 0;
     bool ok = true;
     for (int r = 0; r < 2; r++) {
-        ok = ok && backend_set_options(gpu, r ? on : off) == PD_OK;
+        if (off)
+            ok = ok && backend_set_options(gpu, r ? on : off) == PD_OK;
+        if (knob)
+            *knob = r ? kon : koff;
         ok = decode_rig_run(rig, lg[r], r == 0) && ok;
     }
-    pair_ok(backend_set_options(gpu, keep));
+    if (knob)
+        *knob = was;
+    if (keep)
+        pair_ok(backend_set_options(gpu, keep));
     const double e = ok ? decode_rig_diff(lg, 2, per) : INFINITY;
     free(lg[0]);
     free(lg[1]);
@@ -4014,7 +4024,8 @@ static void case_decode_w8wg(int n, int steps)
     char shape[128];
     decode_rig_t rig;
     decode_rig_new(&rig, PD_WFMT_FP8, PD_KV_BF16, n, steps);
-    const double e = decode_rig_ab(&rig, "w8wg=off", "w8wg=on", "w8wg=" BACKEND_CUDA_W8WG_DEFAULT);
+    const double e = decode_rig_ab(&rig, "w8wg=off", "w8wg=on", "w8wg=" BACKEND_CUDA_W8WG_DEFAULT,
+                                   NULL, 0, 0);
     snprintf(shape, sizeof shape, "tiny-llama fp8 kv bf16 n %d steps %d w8wg on / off", n, steps);
     report("decode_w8wg", shape, e, 2e-2);
     decode_rig_free(&rig);
@@ -4751,7 +4762,7 @@ static void case_decode_w4cl(int n, int steps)
     decode_rig_t rig;
     decode_rig_new(&rig, PD_WFMT_INT4, PD_KV_FP8, n, steps);
     const double e = decode_rig_ab(&rig, "w4wg_cluster=off", "w4wg_cluster=on",
-                                   "w4wg_cluster=on" /* the default */);
+                                   "w4wg_cluster=on" /* the default */, NULL, 0, 0);
     snprintf(shape, sizeof shape, "tiny-llama int4 kv fp8 n %d steps %d w4wg_cluster on / off", n,
              steps);
     report("decode_w4cl", shape, e, 1e-2);
@@ -4888,7 +4899,8 @@ static void case_decode_f8grp(int n, int steps)
     const int was = matmul_fp8_cluster;
     matmul_fp8_cluster = 1; /* both runs: the group needs it for its split plans */
     const double e =
-        decode_rig_ab(&rig, "fp8_group=off", "fp8_group=on", "fp8_group=off" /* the default */);
+        decode_rig_ab(&rig, "fp8_group=off", "fp8_group=on", "fp8_group=off" /* the default */,
+                      NULL, 0, 0);
     matmul_fp8_cluster = was;
     snprintf(shape, sizeof shape, "tiny-llama fp8 kv bf16 n %d steps %d fp8_group on / off", n,
              steps);
@@ -4972,21 +4984,10 @@ static void case_decode_ksplit(int n, int steps, int route)
     char shape[128];
     decode_rig_t rig;
     decode_rig_new(&rig, PD_WFMT_FP8, PD_KV_BF16, n, steps);
-    const size_t per = (size_t)n * rig.vocab * steps;
-    float *lg[2] = {xmalloc(per * 4), xmalloc(per * 4)};
-    const int was = matmul_fp8_ksplit_route;
-    bool ok = true;
-    for (int r = 0; r < 2; r++) {
-        matmul_fp8_ksplit_route = r ? route : 0;
-        ok = decode_rig_run(&rig, lg[r], r == 0) && ok;
-    }
-    matmul_fp8_ksplit_route = was;
-    const double e = ok ? decode_rig_diff(lg, 2, per) : INFINITY;
+    const double e = decode_rig_ab(&rig, NULL, NULL, NULL, &matmul_fp8_ksplit_route, 0, route);
     snprintf(shape, sizeof shape, "tiny-llama fp8 kv bf16 n %d steps %d fp8_ksplit %d / 0", n,
              steps, route);
     report("decode_ksplit", shape, e, 2e-2);
-    free(lg[0]);
-    free(lg[1]);
     decode_rig_free(&rig);
 }
 
@@ -5004,21 +5005,10 @@ static void case_decode_abf16(int v, int n, int steps)
     char shape[128];
     decode_rig_t rig;
     decode_rig_new(&rig, PD_WFMT_FP8, PD_KV_BF16, n, steps);
-    const size_t per = (size_t)n * rig.vocab * steps;
-    float *lg[2] = {xmalloc(per * 4), xmalloc(per * 4)};
-    const int was = attention_tc_bf16;
-    bool ok = true;
-    for (int r = 0; r < 2; r++) {
-        attention_tc_bf16 = r ? v : 0;
-        ok = decode_rig_run(&rig, lg[r], r == 0) && ok;
-    }
-    attention_tc_bf16 = was;
-    const double e = ok ? decode_rig_diff(lg, 2, per) : INFINITY;
+    const double e = decode_rig_ab(&rig, NULL, NULL, NULL, &attention_tc_bf16, 0, v);
     snprintf(shape, sizeof shape, "tiny-llama fp8 kv bf16 n %d steps %d attn_bf16 %d / 0", n, steps,
              v);
     report("decode_abf16", shape, e, (v & 2) ? 2e-2 : 2e-3);
-    free(lg[0]);
-    free(lg[1]);
     decode_rig_free(&rig);
 }
 
