@@ -92,7 +92,9 @@
 /* FP8 at or below this n (and K % 64 == 0) runs on the FP8 mma kernel (matmul_fp8_mma) instead of
  * the GEMV / cuBLASLt, except n == 1 with more than CUDA_FP8_GEMV_MIN_ROWS rows, where the f32
  * GEMV measured faster (docs/performance.md, issue 11: 28672 x 4096 n 1: 43 vs 48 us; n 2: 68 vs
- * 48 us) */
+ * 48 us). Since session 26 both only with PD_CUDA_FP8_KSPLIT=0 (or a mask without their bits):
+ * by default every FP8 matmul at n 1..8 with K % 64 == 0 runs the K-split mma GEMV
+ * (matmul_fp8_ksplit, cuda__fp8_ksplit), the attention block's q, k, v as one launch. */
 #define CUDA_FP8_MMA_MAX_N 8
 #define CUDA_FP8_GEMV_MIN_ROWS 8192
 #define CUDA_LT_WS_BYTES ((size_t)32 << 20)

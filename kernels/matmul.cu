@@ -2973,7 +2973,7 @@ extern "C" pd_status_t matmul_int4_tile(pd_weight_t *w, void *tmp, cudaStream_t 
     return KUTIL_LAUNCHED("matmul_int4_tile");
 }
 
-int matmul_fp8_ksplit_route = 0;
+int matmul_fp8_ksplit_route = 15;
 int matmul_fp8_ksplit_batch = 4;
 
 extern "C" pd_status_t matmul_fp8_ksplit_group(float *const *outs, const uint8_t *xq,

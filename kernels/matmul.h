@@ -108,9 +108,11 @@ extern int matmul_gemv_fp8_wide;
 /* Where the CUDA backend routes FP8 matmuls of decode batches to matmul_fp8_ksplit: bit 0 n 1
  * with at most 8192 rows (instead of the FP8 mma kernel), bit 1 n 1 with more (instead of the f32
  * GEMV: gate_up), bit 2 n 2 .. 8 (instead of the FP8 mma kernel), bit 3 the attention block's
- * q, k, v as one matmul_fp8_ksplit_group launch where all three take it; 0 (default): nowhere,
- * until measured. Set from PD_CUDA_FP8_KSPLIT=MASK at backend creation, read at each matmul; batch
- * from PD_CUDA_FP8_KSPLIT_U=4|8 (default 4: 80 registers, 3 blocks per SM; 8 takes 128, 2). */
+ * q, k, v as one matmul_fp8_ksplit_group launch where all three take it; 15 (the default since
+ * session 26: on one H100 the FP8 batch-1 step 4.56 -> 3.60 ms, batch 8 6.01 -> 4.81; 0 restores
+ * the routes before it). Set from PD_CUDA_FP8_KSPLIT=MASK at backend creation, read at each
+ * matmul; batch from PD_CUDA_FP8_KSPLIT_U=4|8 (default 4: 80 registers, 3 blocks per SM; 8 takes
+ * 128, 2, and measured slower: 3.85 ms). */
 extern int matmul_fp8_ksplit_route;
 extern int matmul_fp8_ksplit_batch;
 pd_status_t matmul_fp8_ksplit(float *out, const uint8_t *xq, const float *xs,

@@ -4916,8 +4916,9 @@ static void case_decode_f8grp(int n, int steps)
  * seeds 251... */
 static void cases_gemv_wide(void)
 {
-    const int was = matmul_gemv_fp8_wide;
+    const int was = matmul_gemv_fp8_wide, was_ks = matmul_fp8_ksplit_route;
     matmul_gemv_fp8_wide = 1;
+    matmul_fp8_ksplit_route = 0; /* n 1 above 8192 rows: the K-split GEMV's since session 26 */
     case_matmul_fp8(3, 200, 400, 251, "gemv wide");
     case_matmul_fp8(1, 9000, 1040, 252, "gemv wide");
     case_matmul_fp8(5, 300, 208, 253, "gemv wide");
@@ -4930,6 +4931,7 @@ static void cases_gemv_wide(void)
     case_matmul_fp8(3, 200, 400, 257, "gemv narrow");
     case_matmul_fp8(1, 9000, 1040, 258, "gemv narrow");
     matmul_gemv_fp8_wide = was;
+    matmul_fp8_ksplit_route = was_ks;
 }
 
 /* The FP8 K-split mma GEMV (matmul_fp8_ksplit, session 26) through the backend's routes
@@ -5027,6 +5029,10 @@ static void cases_fp8_cluster(void)
                0.0);
         return;
     }
+    /* the backend's FP8 route at n <= 8 is the K-split GEMV since session 26: these cases are
+     * the FP8 mma kernel's (PD_CUDA_FP8_KSPLIT=0) */
+    const int was_ks = matmul_fp8_ksplit_route;
+    matmul_fp8_ksplit_route = 0;
     const int was = matmul_fp8_cluster;
     matmul_fp8_cluster = 1;
     case_mma_gemm(f8, 3, 300, 640, 6, 3, 481, "forced");
@@ -5059,6 +5065,7 @@ static void cases_fp8_cluster(void)
         case_fp8_mma_group(1, q8b, 3, 4096, 8, 4, 499);
     case_decode_f8grp(1, 3);
     case_decode_f8grp(4, 3);
+    matmul_fp8_ksplit_route = was_ks;
 }
 
 /* matmul_w4wg (session 10, wgmma): each configuration forced at fixture shapes (rows past N in
@@ -5485,7 +5492,12 @@ int main(void)
     case_add_rmsnorm(5, 300, true, true, true, false, 204); /* d % 4 != 0: any-length kernel */
     case_add_rmsnorm(3, 512, true, false, true, false, 205);
     cases_silu_mul_fp8();
-    case_matmul_fp8(1, 200, 384, 221, "fixture mma");
+    {
+        const int was_ks = matmul_fp8_ksplit_route; /* the FP8 mma kernel (PD_CUDA_FP8_KSPLIT=0) */
+        matmul_fp8_ksplit_route = 0;
+        case_matmul_fp8(1, 200, 384, 221, "fixture mma");
+        matmul_fp8_ksplit_route = was_ks;
+    }
     case_matmul_fp8(3, 200, 400, 222, "gemv");
     case_matmul_fp8(37, 2048, 512, 223, "fixture gemm");
     cases_gemv_wide();
