@@ -396,6 +396,36 @@ static bool cuda__int4_tiled(const pd_weight_t *w)
     return w->fmt == PD_WFMT_INT4 && w->n % 32 == 0 && w->k % 128 == 0;
 }
 
+/* Tiled INT4 at decode sizes on the K-split GEMV (matmul_int4_ksplit): where
+ * matmul_int4_ksplit_route's bits say so (matmul.h); group: the bit of the q, k, v group */
+static bool cuda__int4_ksplit(const pd_weight_t *w, int n, bool group)
+{
+    const int r = matmul_int4_ksplit_route;
+    if (r == 0 || !cuda__int4_tiled(w) || n < 1 || n > MATMUL_INT4_KSPLIT_MAX_N)
+        return false;
+    if (n > CUDA_XGEMV_MAX_N_INT4)
+        return (r & 4) != 0;
+    return (r & (group ? 2 : 1)) != 0;
+}
+
+/* matmul_int4_ksplit(_group) on x (n, K) f32: its f16 activations (matmul_quant_act_f16) into
+ * the act scratch, then the one launch */
+static pd_status_t cuda__int4_ksplit_run(cuda_t *c, float *const *outs, const float *x,
+                                         const pd_weight_t *const *ws, int count, int n)
+{
+    const int64_t K = ws[0]->k;
+    const size_t hb = ((size_t)n * (size_t)K * 2 + 255) / 256 * 256;
+    pd_status_t st;
+    if ((st = cuda__grow(c, &c->act, hb + (size_t)n * 4)) != PD_OK)
+        return st;
+    uint16_t *xh = c->act.p;
+    float *mult = (float *)((uint8_t *)c->act.p + hb);
+    if ((st = matmul_quant_act_f16(xh, mult, x, n, K, c->stream)) != PD_OK)
+        return st;
+    return matmul_int4_ksplit_group(outs, xh, mult, ws, count, n, matmul_int4_ksplit_batch,
+                                    c->stream);
+}
+
 /* GEMV over rows [0, n) in chunks of MATMUL_GEMV_MAX_N (the fallback for shapes no GEMM takes). */
 static pd_status_t cuda__gemv_chunks(cuda_t *c, float *out, const float *x, const float *xs,
                                      const pd_weight_t *w, int n)
@@ -685,6 +715,8 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
 
     if (n <= 0)
         return PD_OK;
+    if (cuda__int4_ksplit(w, n, false))
+        return cuda__int4_ksplit_run(c, &out, x, &w, 1, n);
     cuda__xgemv_plan(c, w, n, xp);
     if (xp[0] > 0 && w->fmt == PD_WFMT_INT4)
         return matmul_w4gemv(out, x, w, n, xp[0], xp[1], xp[2], xp[3], c->stream);
@@ -816,6 +848,11 @@ static pd_status_t cuda__matmul_group(cuda_t *c, float *const *outs, const float
         sum.n += ws[i]->n;
     }
     if (grouped) {
+        bool ks = true; /* the INT4 K-split GEMV's group (matmul_int4_ksplit_route bit 1) */
+        for (int i = 0; i < count; i++)
+            ks = ks && cuda__int4_ksplit(ws[i], n, true);
+        if (ks)
+            return cuda__int4_ksplit_run(c, outs, x, ws, count, n);
         int xp[4];
         cuda__xgemv_plan(c, &sum, n, xp);
         if (xp[0] > 0)
@@ -2257,6 +2294,12 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     env = getenv("PD_CUDA_FP8_KSPLIT_U");
     if (env && *env)
         matmul_fp8_ksplit_batch = atoi(env) == 8 ? 8 : 4;
+    env = getenv("PD_CUDA_INT4_KSPLIT"); /* the INT4 K-split GEMV's routes (matmul.h) */
+    if (env && *env)
+        matmul_int4_ksplit_route = atoi(env) & 7;
+    env = getenv("PD_CUDA_INT4_KSPLIT_U");
+    if (env && *env)
+        matmul_int4_ksplit_batch = atoi(env) == 4 ? 4 : 2;
     env = getenv("PD_CUDA_FP8_GROUP");
     c->fp8_group = env && *env && cuda__onoff(env) == 1;
     c->env_set |= env && *env && cuda__onoff(env) >= 0 ? CUDA__ENV_F8GRP : 0;

@@ -1985,6 +1985,87 @@ static __global__ void __launch_bounds__(32 * MATMUL__KS_W, U == 4 ? 3 : 2)
     }
 }
 
+/* ==== INT4 K-split mma GEMV for n <= 8 (matmul_int4_ksplit, session 26, unmeasured) ====
+ *
+ * matmul_fp8_ksplit's arrangement for tiled INT4 weights (N % 32 == 0, K % 128 == 0): a block of
+ * MATMUL__KS_W warps takes one 32-row block of the tiled layout, warp w the 128-column groups
+ * w, w + W, ...; each lane loads its pieces of a group (mma_wgrp_load: four 16-byte pieces,
+ * scales, zeros) U groups per round trip, the first round trip before the PDL wait; the
+ * activations are matmul_quant_act_f16's (f16, per-token power of two, the permuted order), read
+ * from global memory per group; mma_int4_group dequantizes and multiplies as matmul_int4_mma
+ * does (the same products; the sum over K in another order). The warps' 32 x 8 tiles are added
+ * in warp order through shared memory and multiplied by mult. Segments as matmul__fp8_ksplit's
+ * (matmul_int4_ksplit_group: q, k, v in one launch). What the slice GEMV matmul_w4gemv does with
+ * a persistent grid and its activations quantized in a prologue after the PDL wait. */
+struct matmul__i4segs {
+    float *out[MATMUL_GROUP_MAX];
+    const uint8_t *wd[MATMUL_GROUP_MAX];
+    const uint16_t *wsc[MATMUL_GROUP_MAX];
+    const uint8_t *wz[MATMUL_GROUP_MAX];
+    int64_t N[MATMUL_GROUP_MAX];
+    int rb[MATMUL_GROUP_MAX]; /* segment i: blocks [rb[i - 1], rb[i]) (rb[-1] = 0) */
+};
+
+template <int U>
+static __global__ void __launch_bounds__(32 * MATMUL__KS_W, U == 2 ? 2 : 1)
+    matmul__int4_ksplit(const matmul__i4segs sg, const uint16_t *xh, const float *mult, int n,
+                        int64_t K)
+{
+    constexpr int W = MATMUL__KS_W;
+    __shared__ __align__(16) float red[W][32][8];
+    const int x = blockIdx.x, seg = x < sg.rb[0] ? 0 : x < sg.rb[1] ? 1 : 2;
+    const int xb = x - (seg == 0 ? 0 : seg == 1 ? sg.rb[0] : sg.rb[1]); /* block in segment */
+    float *out = MATMUL__PICK(seg, sg.out[0], sg.out[1], sg.out[2]);
+    const uint8_t *wd = MATMUL__PICK(seg, sg.wd[0], sg.wd[1], sg.wd[2]);
+    const uint16_t *wsc = MATMUL__PICK(seg, sg.wsc[0], sg.wsc[1], sg.wsc[2]);
+    const uint8_t *wz = MATMUL__PICK(seg, sg.wz[0], sg.wz[1], sg.wz[2]);
+    const int64_t N = MATMUL__PICK(seg, sg.N[0], sg.N[1], sg.N[2]);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
+    const int ng = (int)(K / 128), nbw = (ng - warp + W - 1) / W; /* groups of this warp */
+    const int64_t row0 = (int64_t)xb * 32;
+    const uint8_t *wrow[2][2], *zrow[2][2];
+    const uint16_t *srow[2][2];
+    int wgs, sgs;
+    mma_wgrp_ptrs(wrow, srow, zrow, &wgs, &sgs, wd, wsc, wz, row0, N, K, lane, true);
+    mma_wgrp_t g[U];
+    auto load = [&](int i0) { /* the warp's groups i0 .. i0 + U - 1 (warp-uniform guard) */
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (i0 + u < nbw)
+                mma_wgrp_load(g[u], wrow, srow, zrow, warp + W * (i0 + u), wgs, sgs);
+    };
+    load(0);
+    kutil_pdl_wait(); /* PDL-launched (kutil.cuh): xh, mult and out belong to the kernels around */
+    kutil_pdl_trigger();
+    float acc[2][1][4] = {{{0.0f, 0.0f, 0.0f, 0.0f}}, {{0.0f, 0.0f, 0.0f, 0.0f}}};
+    const uint8_t *xg = (const uint8_t *)xh + (size_t)warp * 256;
+    const int pitch = (int)(K * 2);
+    for (int i0 = 0; i0 < nbw; i0 += U) {
+        if (i0 > 0)
+            load(i0);
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (i0 + u < nbw)
+                mma_int4_group<1>(acc, g[u], xg + (size_t)(i0 + u) * (256 * W), gq, tq, pitch,
+                                  gq < n);
+    }
+    /* C fragments: acc[r][0][i] is (row 16 r + gq + 8 (i >= 2), token 2 tq + i % 2) */
+    *(float4 *)&red[warp][lane][0] = make_float4(acc[0][0][0], acc[0][0][1], acc[0][0][2],
+                                                 acc[0][0][3]);
+    *(float4 *)&red[warp][lane][4] = make_float4(acc[1][0][0], acc[1][0][1], acc[1][0][2],
+                                                 acc[1][0][3]);
+    __syncthreads();
+    const int l = threadIdx.x >> 3, e = threadIdx.x & 7, r = e >> 2, i = e & 3;
+    float s = red[0][l][e];
+#pragma unroll
+    for (int v = 1; v < W; v++)
+        s += red[v][l][e];
+    const int64_t row = row0 + 16 * r + (l >> 2) + (i >= 2 ? 8 : 0);
+    const int t = 2 * (l & 3) + (i & 1);
+    if (t < n && row < N)
+        out[(size_t)t * N + row] = s * mult[t];
+}
+
 /* grid-stride over (n, N): out = sum over s of part (S, n, N) f32, in order s = 0 .. S-1 */
 static __global__ void matmul__sum_parts(float *out, const float *part, int S, size_t total)
 {
@@ -3015,6 +3096,51 @@ extern "C" pd_status_t matmul_fp8_ksplit(float *out, const uint8_t *xq, const fl
                                          cudaStream_t stream)
 {
     return matmul_fp8_ksplit_group(&out, xq, xs, &w, 1, n, batch, stream);
+}
+
+int matmul_int4_ksplit_route = 0;
+int matmul_int4_ksplit_batch = 2;
+
+extern "C" pd_status_t matmul_int4_ksplit_group(float *const *outs, const uint16_t *xh,
+                                                const float *mult, const pd_weight_t *const *ws,
+                                                int count, int n, int batch, cudaStream_t stream)
+{
+    KUTIL_REQUIRE(count >= 1 && count <= MATMUL_GROUP_MAX && n >= 1 &&
+                      n <= MATMUL_INT4_KSPLIT_MAX_N && xh && mult && ((uintptr_t)xh & 15) == 0 &&
+                      (batch == 2 || batch == 4),
+                  "matmul_int4_ksplit");
+    matmul__i4segs sg = {};
+    const int64_t K = ws[0]->k;
+    int blocks = 0;
+    for (int i = 0; i < MATMUL_GROUP_MAX; i++) {
+        if (i < count) {
+            const pd_weight_t *w = ws[i];
+            KUTIL_REQUIRE(w->fmt == PD_WFMT_INT4 && w->k == K && K % 128 == 0 && w->n > 0 &&
+                              w->n % 32 == 0 && w->n < ((int64_t)1 << 30) && outs[i],
+                          "matmul_int4_ksplit");
+            sg.out[i] = outs[i];
+            sg.wd[i] = (const uint8_t *)w->data;
+            sg.wsc[i] = (const uint16_t *)w->scales;
+            sg.wz[i] = (const uint8_t *)w->zeros;
+            sg.N[i] = w->n;
+            blocks += (int)(w->n / 32);
+        }
+        sg.rb[i] = blocks; /* past count: empty segments */
+    }
+    if (batch == 2)
+        kutil_launch_pdl(matmul__int4_ksplit<2>, dim3((unsigned)blocks), dim3(32 * MATMUL__KS_W),
+                         0, stream, sg, xh, mult, n, K);
+    else
+        kutil_launch_pdl(matmul__int4_ksplit<4>, dim3((unsigned)blocks), dim3(32 * MATMUL__KS_W),
+                         0, stream, sg, xh, mult, n, K);
+    return KUTIL_LAUNCHED("matmul_int4_ksplit");
+}
+
+extern "C" pd_status_t matmul_int4_ksplit(float *out, const uint16_t *xh, const float *mult,
+                                          const pd_weight_t *w, int n, int batch,
+                                          cudaStream_t stream)
+{
+    return matmul_int4_ksplit_group(&out, xh, mult, &w, 1, n, batch, stream);
 }
 
 extern "C" pd_status_t matmul_sum_parts(float *out, const float *part, int splits, size_t total,

@@ -123,6 +123,28 @@ pd_status_t matmul_fp8_ksplit(float *out, const uint8_t *xq, const float *xs,
 pd_status_t matmul_fp8_ksplit_group(float *const *outs, const uint8_t *xq, const float *xs,
                                     const pd_weight_t *const *ws, int count, int n, int batch,
                                     cudaStream_t stream);
+
+/* INT4 K-split mma GEMV (session 26, built but not yet measured; kernels/matmul.cu "INT4 K-split
+ * mma GEMV"): out (n, w->n) f32 = x @ W^T for tiled INT4 weights (w->n % 32 == 0, w->k % 128 ==
+ * 0) and n 1 .. MATMUL_INT4_KSPLIT_MAX_N, from matmul_quant_act_f16's xh / mult (xh 16-byte
+ * aligned): matmul_fp8_ksplit's arrangement (8 warps per 32-row block split K, weights loaded
+ * before the PDL wait, one launch, the warps' sums added in a fixed order) with matmul_int4_mma's
+ * products. batch: 128-column groups each lane loads per round trip (2 or 4). The group form
+ * runs up to MATMUL_GROUP_MAX weights of one K side by side (each output bit for bit its own
+ * launch's). */
+#define MATMUL_INT4_KSPLIT_MAX_N 8
+pd_status_t matmul_int4_ksplit(float *out, const uint16_t *xh, const float *mult,
+                               const pd_weight_t *w, int n, int batch, cudaStream_t stream);
+pd_status_t matmul_int4_ksplit_group(float *const *outs, const uint16_t *xh, const float *mult,
+                                     const pd_weight_t *const *ws, int count, int n, int batch,
+                                     cudaStream_t stream);
+/* Where the CUDA backend routes tiled INT4 matmuls of decode batches to it: bit 0 single weights
+ * at n 1..4 (instead of the slice GEMV), bit 1 the attention block's q, k, v group at n 1..4 (one
+ * launch), bit 2 n 5..8 (instead of the cluster GEMV / the INT4 mma kernel); 0 (default): nowhere
+ * until measured. From PD_CUDA_INT4_KSPLIT=MASK at backend creation, read at each matmul;
+ * matmul_int4_ksplit_batch from PD_CUDA_INT4_KSPLIT_U=2|4 (default 2). */
+extern int matmul_int4_ksplit_route;
+extern int matmul_int4_ksplit_batch;
 void matmul_fp8_mma_plan(int n, int64_t N, int64_t K, int n_sm, int *warps_p, int *splits_p);
 pd_status_t matmul_fp8_mma(float *out, float *part, const uint8_t *xq, const float *xs,
                            const pd_weight_t *w, int n, int warps, int splits, cudaStream_t stream);

@@ -638,7 +638,8 @@ typedef struct {
                * fp8 activations and mult their scales, quantized before timing), 5 quant +
                * matmul_int4_mma2, 6 quant + matmul_w4wg (depth = cfg), 7 FP8 quant +
                * matmul_w8wg (warps = 128-row units per block), 8 FP8 quant +
-               * matmul_fp8_ksplit (depth = its load batch) */
+               * matmul_fp8_ksplit (depth = its load batch), 9 INT4 quant +
+               * matmul_int4_ksplit (depth = its load batch) */
     float *out, *x, *part, *xf, *mult;
     uint16_t *xh;
     pd_weight_t *w;
@@ -688,6 +689,10 @@ static void run_i4(void *p)
         ok(matmul_fp8_ksplit(a->out, (const uint8_t *)a->xh, a->mult, a->w, a->n, a->depth,
                              stream),
            "fp8 ksplit");
+    } else if (a->mode == 9) { /* INT4: quant + matmul_int4_ksplit (depth = batch) */
+        ok(matmul_quant_act_f16(a->xh, a->mult, a->x, a->n, a->w->k, stream), "quant f16");
+        ok(matmul_int4_ksplit(a->out, a->xh, a->mult, a->w, a->n, a->depth, stream),
+           "int4 ksplit");
     } else if (a->mode == 4 && fp8) {
         ok(matmul_w8gemv(a->out, (const uint8_t *)a->xh, a->mult, a->w, a->n, a->warps, a->splits,
                          a->depth, a->blocks, stream),
@@ -1119,9 +1124,10 @@ static void bench_w8wg(void)
 }
 
 /* `gpu_bench ksplit` (session 26): the FP8 K-split mma GEMV (matmul_fp8_ksplit, both load
- * batches) against the FP8 op's default route at decode sizes n 1..8 (the FP8 mma kernel with
- * its K splits and partial-sum launch; the f32 GEMV for gate_up at n 1), each with its
- * per-token quantization, L2 flushed before every repeat (so the weights come from DRAM and the
+ * batches) against the FP8 op at decode sizes n 1..8 (run with PD_CUDA_FP8_KSPLIT=0 for the
+ * routes before it: the FP8 mma kernel with its K splits and partial-sum launch, the f32 GEMV for
+ * gate_up at n 1), and the INT4 K-split GEMV (matmul_int4_ksplit, batches 2 / 4) against the
+ * INT4 op (the slice GEMV at n <= 4), each with its per-token quantization, L2 flushed before every repeat (so the weights come from DRAM and the
  * PDL overlap of a step is absent). TB/s: the weight bytes over the ksplit time. */
 static void bench_ksplit(void)
 {
@@ -1131,8 +1137,9 @@ static void bench_ksplit(void)
     ok(be->ops->alloc(be, l2_flush_bytes, &l2_flush), "alloc");
     printf("\n### FP8 K-split mma GEMV (matmul_fp8_ksplit) vs the FP8 op (us, L2 flushed before "
            "each repeat)\n\n");
-    printf("| N x K | n | fp8 op | ksplit u4 | ksplit u8 | u4 TB/s | u4 / op |\n");
-    printf("|---|---|---|---|---|---|---|\n");
+    printf("| N x K | n | fp8 op | ksplit u4 | ksplit u8 | u4 TB/s | u4 / op | int4 op | int4 "
+           "ksplit u2 | u4 | u2 TB/s | u2 / op |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     const int64_t keep[2] = {i4_shapes[3][0], i4_shapes[3][1]};
     for (int s = 0; s < 5; s++) {
         if (s == 4) { /* k / v: 1024 x 4096 in the o slot */
@@ -1155,9 +1162,18 @@ static void bench_ksplit(void)
             const float t4 = time_op(run_i4, &a, 20);
             a.depth = 8;
             const float t8 = time_op(run_i4, &a, 20);
-            printf("| %lld x %lld | %d | %.1f | %.1f | %.1f | %.2f | %.2f |\n", (long long)N,
-                   (long long)K, n, t_op * 1e3, t4 * 1e3, t8 * 1e3, wb[1] / (t4 * 1e-3) / 1e12,
-                   t4 / t_op);
+            a.w = &w4; /* INT4 (tiled): the op's default route, then the K-split GEMV */
+            a.mode = 2;
+            const float i_op = time_op(run_i4, &a, 20);
+            a.mode = 9, a.depth = 2;
+            const float i2 = time_op(run_i4, &a, 20);
+            a.depth = 4;
+            const float i4 = time_op(run_i4, &a, 20);
+            printf("| %lld x %lld | %d | %.1f | %.1f | %.1f | %.2f | %.2f | %.1f | %.1f | %.1f | "
+                   "%.2f | %.2f |\n",
+                   (long long)N, (long long)K, n, t_op * 1e3, t4 * 1e3, t8 * 1e3,
+                   wb[1] / (t4 * 1e-3) / 1e12, t4 / t_op, i_op * 1e3, i2 * 1e3, i4 * 1e3,
+                   wb[0] / (i2 * 1e-3) / 1e12, i2 / i_op);
             fflush(stdout);
             i4_free(&a);
         }

@@ -4974,6 +4974,62 @@ static void cases_fp8_ksplit(void)
     matmul_fp8_ksplit_batch = wb;
 }
 
+/* The INT4 K-split mma GEMV (matmul_int4_ksplit, session 26) through the backend's routes
+ * (matmul_int4_ksplit_route 7: tiled INT4 at n 1..8, q, k, v as one launch), at both load
+ * batches: the backend op against the double dot product per element (case_mma_gemm_d's INT4
+ * bound) with K of 1 group, 3 (fewer groups than warps), 9 and 20 (unequal groups per warp, a
+ * partial last batch), n 1..8; the op matmul_group per element (case_matmul_group route 0);
+ * the 8B shapes. Then the tiny-llama INT4 decode step with the route on against off. Fixed seeds
+ * 311... */
+static void case_decode_i4ksplit(int n, int steps);
+static void cases_int4_ksplit(void)
+{
+    const pd_wfmt_t i4 = PD_WFMT_INT4;
+    const int was = matmul_int4_ksplit_route, wb = matmul_int4_ksplit_batch;
+    const int64_t qkv[3] = {512, 128, 128}, odd[3] = {96, 256, 32}, q8b[3] = {4096, 1024, 1024};
+    const int none[4] = {0, 0, 0, 0};
+    matmul_int4_ksplit_route = 7;
+    for (int b = 2; b <= 4; b += 2) {
+        matmul_int4_ksplit_batch = b;
+        const uint64_t s0 = b == 2 ? 311 : 331;
+        const char *op = b == 2 ? "ksplit u2 op" : "ksplit u4 op";
+        case_mma_gemm(i4, 5, 320, 128, 0, 0, s0, op);
+        case_mma_gemm(i4, 1, 96, 384, 0, 0, s0 + 1, op);
+        case_mma_gemm(i4, 3, 256, 1152, 0, 0, s0 + 2, op);
+        case_mma_gemm(i4, 8, 64, 2560, 0, 0, s0 + 3, op);
+        case_matmul_group(1, qkv, 3, 512, 0, none, s0 + 4, b == 2 ? "ksplit u2" : "ksplit u4");
+        case_matmul_group(4, odd, 3, 1152, 0, none, s0 + 5, b == 2 ? "ksplit u2" : "ksplit u4");
+        if (!small_only) {
+            case_mma_gemm(i4, 1, 4096, 14336, 0, 0, s0 + 6, b == 2 ? "ksplit u2 op 8B down"
+                                                                  : "ksplit u4 op 8B down");
+            case_mma_gemm(i4, 1, 28672, 4096, 0, 0, s0 + 7, b == 2 ? "ksplit u2 op 8B gate_up"
+                                                                  : "ksplit u4 op 8B gate_up");
+            case_matmul_group(1, q8b, 3, 4096, 0, none, s0 + 8, b == 2 ? "ksplit u2 8B" : "ksplit u4 8B");
+        }
+    }
+    matmul_int4_ksplit_route = was;
+    matmul_int4_ksplit_batch = wb;
+    case_decode_i4ksplit(1, 3);
+    case_decode_i4ksplit(4, 2);
+}
+
+/* The tiny-llama INT4 + FP8 KV decode step with the INT4 K-split GEMV on every route it takes
+ * (matmul_int4_ksplit_route 7) against the default routes (the slice GEMV, its q, k, v group):
+ * err = max |on - off| / max |off| over every step's logits. The same f16 products summed in
+ * another order (and the activations' f16 rounding of the whole row instead of per slice): gate
+ * 1e-2 as case_decode_w4cl's; a layout bug gives O(1). */
+static void case_decode_i4ksplit(int n, int steps)
+{
+    char shape[128];
+    decode_rig_t rig;
+    decode_rig_new(&rig, PD_WFMT_INT4, PD_KV_FP8, n, steps);
+    const double e = decode_rig_ab(&rig, NULL, NULL, NULL, &matmul_int4_ksplit_route, 0, 7);
+    snprintf(shape, sizeof shape, "tiny-llama int4 kv fp8 n %d steps %d int4_ksplit 7 / 0", n,
+             steps);
+    report("decode_i4ksplit", shape, e, 1e-2);
+    decode_rig_free(&rig);
+}
+
 /* The whole FP8 decode step (tiny-llama rig, FP8 weights, BF16 KV: hidden 512, intermediate
  * 1024, so every matmul at n <= 8 qualifies) with the K-split mma GEMV on every route it takes
  * (matmul_fp8_ksplit_route `route`: 7, or 15 with q, k, v as one launch) against the default routes (the FP8 mma kernel with its K splits,
@@ -5442,7 +5498,8 @@ int main(void)
         return finish();
     }
     if (getenv("PD_GPU_TEST_KSPLIT") && atoi(getenv("PD_GPU_TEST_KSPLIT"))) {
-        cases_fp8_ksplit(); /* the FP8 K-split mma GEMV alone (quick device rounds) */
+        cases_fp8_ksplit(); /* the FP8 / INT4 K-split mma GEMVs alone (quick device rounds) */
+        cases_int4_ksplit();
         case_decode_ksplit(1, 3, 7);
         case_decode_ksplit(1, 3, 15);
         case_decode_ksplit(8, 2, 15);
@@ -5505,6 +5562,7 @@ int main(void)
     case_decode_ksplit(1, 3, 7);
     case_decode_ksplit(1, 3, 15);
     case_decode_ksplit(8, 2, 15);
+    cases_int4_ksplit();
     /* the W4A8 blk activations: n a multiple of 16, n % 16 != 0 (tail group), n < 16 */
     case_add_rmsnorm_blk(37, 512, false, 231);
     case_add_rmsnorm_blk(37, 512, true, 232);
