@@ -396,36 +396,6 @@ static bool cuda__int4_tiled(const pd_weight_t *w)
     return w->fmt == PD_WFMT_INT4 && w->n % 32 == 0 && w->k % 128 == 0;
 }
 
-/* Tiled INT4 at decode sizes on the K-split GEMV (matmul_int4_ksplit): where
- * matmul_int4_ksplit_route's bits say so (matmul.h); group: the bit of the q, k, v group */
-static bool cuda__int4_ksplit(const pd_weight_t *w, int n, bool group)
-{
-    const int r = matmul_int4_ksplit_route;
-    if (r == 0 || !cuda__int4_tiled(w) || n < 1 || n > MATMUL_INT4_KSPLIT_MAX_N)
-        return false;
-    if (n > CUDA_XGEMV_MAX_N_INT4)
-        return (r & 4) != 0;
-    return (r & (group ? 2 : 1)) != 0;
-}
-
-/* matmul_int4_ksplit(_group) on x (n, K) f32: its f16 activations (matmul_quant_act_f16) into
- * the act scratch, then the one launch */
-static pd_status_t cuda__int4_ksplit_run(cuda_t *c, float *const *outs, const float *x,
-                                         const pd_weight_t *const *ws, int count, int n)
-{
-    const int64_t K = ws[0]->k;
-    const size_t hb = ((size_t)n * (size_t)K * 2 + 255) / 256 * 256;
-    pd_status_t st;
-    if ((st = cuda__grow(c, &c->act, hb + (size_t)n * 4)) != PD_OK)
-        return st;
-    uint16_t *xh = c->act.p;
-    float *mult = (float *)((uint8_t *)c->act.p + hb);
-    if ((st = matmul_quant_act_f16(xh, mult, x, n, K, c->stream)) != PD_OK)
-        return st;
-    return matmul_int4_ksplit_group(outs, xh, mult, ws, count, n, matmul_int4_ksplit_batch,
-                                    c->stream);
-}
-
 /* GEMV over rows [0, n) in chunks of MATMUL_GEMV_MAX_N (the fallback for shapes no GEMM takes). */
 static pd_status_t cuda__gemv_chunks(cuda_t *c, float *out, const float *x, const float *xs,
                                      const pd_weight_t *w, int n)
@@ -484,6 +454,32 @@ static pd_status_t cuda__int4_mma_act(cuda_t *c, const float *x, const pd_weight
     *mult = (float *)((uint8_t *)c->act.p + hb);
     *part = pf ? (float *)((uint8_t *)c->act.p + hb + mb) : NULL;
     return matmul_quant_act_f16(*xh, *mult, x, n, w->k, c->stream);
+}
+
+/* Tiled INT4 at decode sizes on the K-split GEMV (matmul_int4_ksplit): where
+ * matmul_int4_ksplit_route's bits say so (matmul.h); group: the bit of the q, k, v group */
+static bool cuda__int4_ksplit(const pd_weight_t *w, int n, bool group)
+{
+    const int r = matmul_int4_ksplit_route;
+    if (r == 0 || !cuda__int4_tiled(w) || n < 1 || n > MATMUL_INT4_KSPLIT_MAX_N)
+        return false;
+    if (n > CUDA_XGEMV_MAX_N_INT4)
+        return (r & 4) != 0;
+    return (r & (group ? 2 : 1)) != 0;
+}
+
+/* matmul_int4_ksplit(_group) on x (n, K) f32: its f16 activations (cuda__int4_mma_act, no
+ * partial sums) into the act scratch, then the one launch */
+static pd_status_t cuda__int4_ksplit_run(cuda_t *c, float *const *outs, const float *x,
+                                         const pd_weight_t *const *ws, int count, int n)
+{
+    uint16_t *xh;
+    float *mult, *part;
+    pd_status_t st = cuda__int4_mma_act(c, x, ws[0], n, 1, &xh, &mult, &part);
+    if (st != PD_OK)
+        return st;
+    return matmul_int4_ksplit_group(outs, xh, mult, ws, count, n, matmul_int4_ksplit_batch,
+                                    c->stream);
 }
 
 /* INT4 on the tensor cores: act scratch = xh (n, K) f16, mult (n) f32, partial sums. */
@@ -720,27 +716,20 @@ static pd_status_t cuda__matmul(cuda_t *c, float *out, const float *x, const pd_
     cuda__xgemv_plan(c, w, n, xp);
     if (xp[0] > 0 && w->fmt == PD_WFMT_INT4)
         return matmul_w4gemv(out, x, w, n, xp[0], xp[1], xp[2], xp[3], c->stream);
-    const bool w8wg = cuda__w8wg_route(c, w, n);
-    if (w8wg || xp[0] > 0) { /* FP8: per-token quantization first */
+    const bool w8wg = cuda__w8wg_route(c, w, n), ks = cuda__fp8_ksplit(w, n);
+    if (w8wg || xp[0] > 0 || ks) { /* FP8: per-token quantization first */
         uint8_t *xq;
         float *xs;
         if ((st = cuda__quant_fp8_act(c, x, n, K, &xq, &xs)) != PD_OK)
             return st;
         if (w8wg) /* the wgmma GEMM (option w8wg) */
             return cuda__matmul_w8wg(c, out, xq, xs, w, n);
-        return matmul_w8gemv(out, xq, xs, w, n, xp[0], xp[1], xp[2], xp[3], c->stream);
+        if (xp[0] > 0)
+            return matmul_w8gemv(out, xq, xs, w, n, xp[0], xp[1], xp[2], xp[3], c->stream);
+        return matmul_fp8_ksplit(out, xq, xs, w, n, matmul_fp8_ksplit_batch, c->stream);
     }
     if (n <= CUDA_WGEMV_MAX_N && K <= CUDA_WGEMV_MAX_K && cuda__int4_tiled(w) && c->cc_major >= 9)
         return cuda__matmul_wgemv(c, out, x, w, n);
-    if (cuda__fp8_ksplit(w, n)) { /* per-token quantization, then the K-split mma GEMV */
-        const size_t qb = ((size_t)n * (size_t)K + 255) / 256 * 256;
-        if ((st = cuda__grow(c, &c->act, qb + (size_t)n * 4)) != PD_OK)
-            return st;
-        float *xs = (float *)((uint8_t *)c->act.p + qb);
-        if ((st = matmul_quant_act_fp8(c->act.p, NULL, xs, x, n, K, c->stream)) != PD_OK)
-            return st;
-        return matmul_fp8_ksplit(out, c->act.p, xs, w, n, matmul_fp8_ksplit_batch, c->stream);
-    }
     if (w->fmt == PD_WFMT_FP8 && n <= CUDA_FP8_MMA_MAX_N && K % 64 == 0 &&
         (n >= 2 || N <= CUDA_FP8_GEMV_MIN_ROWS)) {
         int warps, splits;

@@ -805,6 +805,15 @@ static __global__ void __launch_bounds__(256, MINB)
  * parameter stays in parameter space (a reference to it would make a local copy) */
 #define MATMUL__PICK(i, a0, a1, a2) ((i) == 0 ? (a0) : (i) == 1 ? (a1) : (a2))
 
+/* The segment of block b of a grouped launch (segment i: blocks [rb[i - 1], rb[i]), rb[-1] = 0;
+ * rb0, rb1 the first two bounds) and, in *local, b's index inside it */
+static __device__ __forceinline__ int matmul__seg(int b, int rb0, int rb1, int *local)
+{
+    const int seg = b < rb0 ? 0 : b < rb1 ? 1 : 2;
+    *local = b - (seg == 0 ? 0 : seg == 1 ? rb0 : rb1);
+    return seg;
+}
+
 struct matmul__f8segs {
     float *out[MATMUL_GROUP_MAX]; /* S == 1 or cl: (n, N) each; else (one segment) partials */
     const uint8_t *wd[MATMUL_GROUP_MAX];
@@ -821,8 +830,8 @@ static __global__ void __launch_bounds__(256, 1)
     extern __shared__ __align__(16) uint8_t matmul__sm8[]; /* x [2][8 C][RSB8], then rings */
     kutil_pdl_wait();                                      /* PDL-launched (kutil.cuh) */
     kutil_pdl_trigger();
-    const int y = blockIdx.y, seg = y < sg.rb[0] ? 0 : y < sg.rb[1] ? 1 : 2;
-    const int yb = y - (seg == 0 ? 0 : seg == 1 ? sg.rb[0] : sg.rb[1]); /* block in segment */
+    int yb; /* block in segment */
+    const int seg = matmul__seg(blockIdx.y, sg.rb[0], sg.rb[1], &yb);
     float *out = MATMUL__PICK(seg, sg.out[0], sg.out[1], sg.out[2]);
     const uint8_t *wd = MATMUL__PICK(seg, sg.wd[0], sg.wd[1], sg.wd[2]);
     const float *ws = MATMUL__PICK(seg, sg.ws[0], sg.ws[1], sg.ws[2]);
@@ -1923,8 +1932,8 @@ static __global__ void __launch_bounds__(32 * MATMUL__KS_W, U == 4 ? 3 : 2)
 {
     constexpr int W = MATMUL__KS_W;
     __shared__ __align__(16) float red[W][32][4];
-    const int x = blockIdx.x, seg = x < sg.rb[0] ? 0 : x < sg.rb[1] ? 1 : 2;
-    const int xb = x - (seg == 0 ? 0 : seg == 1 ? sg.rb[0] : sg.rb[1]); /* block in segment */
+    int xb; /* block in segment */
+    const int seg = matmul__seg(blockIdx.x, sg.rb[0], sg.rb[1], &xb);
     float *out = MATMUL__PICK(seg, sg.out[0], sg.out[1], sg.out[2]);
     const uint8_t *wd = MATMUL__PICK(seg, sg.wd[0], sg.wd[1], sg.wd[2]);
     const float *ws = MATMUL__PICK(seg, sg.ws[0], sg.ws[1], sg.ws[2]);
@@ -2013,8 +2022,8 @@ static __global__ void __launch_bounds__(32 * MATMUL__KS_W, U == 2 ? 2 : 1)
 {
     constexpr int W = MATMUL__KS_W;
     __shared__ __align__(16) float red[W][32][8];
-    const int x = blockIdx.x, seg = x < sg.rb[0] ? 0 : x < sg.rb[1] ? 1 : 2;
-    const int xb = x - (seg == 0 ? 0 : seg == 1 ? sg.rb[0] : sg.rb[1]); /* block in segment */
+    int xb; /* block in segment */
+    const int seg = matmul__seg(blockIdx.x, sg.rb[0], sg.rb[1], &xb);
     float *out = MATMUL__PICK(seg, sg.out[0], sg.out[1], sg.out[2]);
     const uint8_t *wd = MATMUL__PICK(seg, sg.wd[0], sg.wd[1], sg.wd[2]);
     const uint16_t *wsc = MATMUL__PICK(seg, sg.wsc[0], sg.wsc[1], sg.wsc[2]);

@@ -4948,19 +4948,20 @@ static void cases_fp8_ksplit(void)
     for (int b = 4; b <= 8; b += 4) {
         matmul_fp8_ksplit_batch = b;
         const uint64_t s0 = b == 4 ? 261 : 281;
-        case_matmul_fp8(1, 200, 384, s0, b == 4 ? "ksplit u4" : "ksplit u8");
-        case_matmul_fp8(3, 1000, 1024, s0 + 1, b == 4 ? "ksplit u4" : "ksplit u8");
-        case_matmul_fp8(8, 37, 64, s0 + 2, b == 4 ? "ksplit u4" : "ksplit u8");
-        case_matmul_fp8(2, 100, 192, s0 + 3, b == 4 ? "ksplit u4" : "ksplit u8");
-        case_matmul_fp8(1, 9000, 1088, s0 + 4, b == 4 ? "ksplit u4" : "ksplit u8");
-        case_matmul_fp8(5, 300, 14400, s0 + 5, b == 4 ? "ksplit u4" : "ksplit u8");
-        case_matmul_fp8(7, 64, 4096, s0 + 6, b == 4 ? "ksplit u4" : "ksplit u8");
-        if (!small_only) {
-            case_matmul_fp8(1, 4096, 4096, s0 + 7, b == 4 ? "ksplit u4 8B q/o" : "ksplit u8 8B q/o");
-            case_matmul_fp8(1, 1024, 4096, s0 + 8, b == 4 ? "ksplit u4 8B k/v" : "ksplit u8 8B k/v");
-            case_matmul_fp8(1, 4096, 14336, s0 + 9, b == 4 ? "ksplit u4 8B down" : "ksplit u8 8B down");
-            case_matmul_fp8(1, 28672, 4096, s0 + 10, b == 4 ? "ksplit u4 8B gate_up" : "ksplit u8 8B gate_up");
-            case_matmul_fp8(4, 4096, 14336, s0 + 11, b == 4 ? "ksplit u4 8B down" : "ksplit u8 8B down");
+        const char *u = b == 4 ? "ksplit u4" : "ksplit u8";
+        case_matmul_fp8(1, 200, 384, s0, u);
+        case_matmul_fp8(3, 1000, 1024, s0 + 1, u);
+        case_matmul_fp8(8, 37, 64, s0 + 2, u);
+        case_matmul_fp8(2, 100, 192, s0 + 3, u);
+        case_matmul_fp8(1, 9000, 1088, s0 + 4, u);
+        case_matmul_fp8(5, 300, 14400, s0 + 5, u);
+        case_matmul_fp8(7, 64, 4096, s0 + 6, u);
+        if (!small_only) { /* the 8B shapes: q / o, k / v, down, gate_up, down at n 4 */
+            case_matmul_fp8(1, 4096, 4096, s0 + 7, u);
+            case_matmul_fp8(1, 1024, 4096, s0 + 8, u);
+            case_matmul_fp8(1, 4096, 14336, s0 + 9, u);
+            case_matmul_fp8(1, 28672, 4096, s0 + 10, u);
+            case_matmul_fp8(4, 4096, 14336, s0 + 11, u);
         }
     }
     /* q, k, v in one launch (S 0: the K-split group, load batch 4 / 8) against one by one */
@@ -4992,19 +4993,17 @@ static void cases_int4_ksplit(void)
     for (int b = 2; b <= 4; b += 2) {
         matmul_int4_ksplit_batch = b;
         const uint64_t s0 = b == 2 ? 311 : 331;
-        const char *op = b == 2 ? "ksplit u2 op" : "ksplit u4 op";
-        case_mma_gemm(i4, 5, 320, 128, 0, 0, s0, op);
-        case_mma_gemm(i4, 1, 96, 384, 0, 0, s0 + 1, op);
-        case_mma_gemm(i4, 3, 256, 1152, 0, 0, s0 + 2, op);
-        case_mma_gemm(i4, 8, 64, 2560, 0, 0, s0 + 3, op);
-        case_matmul_group(1, qkv, 3, 512, 0, none, s0 + 4, b == 2 ? "ksplit u2" : "ksplit u4");
-        case_matmul_group(4, odd, 3, 1152, 0, none, s0 + 5, b == 2 ? "ksplit u2" : "ksplit u4");
-        if (!small_only) {
-            case_mma_gemm(i4, 1, 4096, 14336, 0, 0, s0 + 6, b == 2 ? "ksplit u2 op 8B down"
-                                                                  : "ksplit u4 op 8B down");
-            case_mma_gemm(i4, 1, 28672, 4096, 0, 0, s0 + 7, b == 2 ? "ksplit u2 op 8B gate_up"
-                                                                  : "ksplit u4 op 8B gate_up");
-            case_matmul_group(1, q8b, 3, 4096, 0, none, s0 + 8, b == 2 ? "ksplit u2 8B" : "ksplit u4 8B");
+        const char *u = b == 2 ? "ksplit u2" : "ksplit u4";
+        case_mma_gemm(i4, 5, 320, 128, 0, 0, s0, u);
+        case_mma_gemm(i4, 1, 96, 384, 0, 0, s0 + 1, u);
+        case_mma_gemm(i4, 3, 256, 1152, 0, 0, s0 + 2, u);
+        case_mma_gemm(i4, 8, 64, 2560, 0, 0, s0 + 3, u);
+        case_matmul_group(1, qkv, 3, 512, 0, none, s0 + 4, u);
+        case_matmul_group(4, odd, 3, 1152, 0, none, s0 + 5, u);
+        if (!small_only) { /* the 8B shapes: down, gate_up, q / k / v */
+            case_mma_gemm(i4, 1, 4096, 14336, 0, 0, s0 + 6, u);
+            case_mma_gemm(i4, 1, 28672, 4096, 0, 0, s0 + 7, u);
+            case_matmul_group(1, q8b, 3, 4096, 0, none, s0 + 8, u);
         }
     }
     matmul_int4_ksplit_route = was;
