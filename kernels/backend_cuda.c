@@ -936,6 +936,9 @@ static pd_status_t cuda__matmul_fp8(cuda_t *c, float *out, const pd_act_fp8_t *x
 
     if (n <= 0)
         return PD_OK;
+    if (x->wg && cuda__int4_ksplit(w, n, false)) /* the K-split GEMV on the fused op's image */
+        return matmul_int4_ksplit_wg(&out, (const uint16_t *)x->q, x->scale, &w, 1, n,
+                                     matmul_int4_ksplit_batch, c->stream);
     if (x->wg) { /* act_quant said PD_ACT_F16WG: the wgmma INT4 GEMM on the fused op's image */
         if (!cuda__w4wg_route(c, w, n) || n > PD_ACT_WG_MAX_N) {
             pd_log_error("backend cuda: matmul_fp8 with an f16 image on a %s weight at n %d "
@@ -1044,9 +1047,14 @@ static pd_status_t cuda__matmul_group_fp8(cuda_t *c, float *const *outs, const p
                                           const pd_weight_t *const *ws, int count, int n)
 {
     pd_status_t st;
-    bool grouped = x->wg && count > 1 && count <= MATMUL_GROUP_MAX && n > 0;
-    for (int i = 0; grouped && i < count; i++)
+    bool grouped = x->wg && count > 1 && count <= MATMUL_GROUP_MAX && n > 0, ks = grouped;
+    for (int i = 0; grouped && i < count; i++) {
+        ks = ks && cuda__int4_ksplit(ws[i], n, true) && ws[i]->k == ws[0]->k;
         grouped = cuda__w4wg_route(c, ws[i], n) && ws[i]->k == ws[0]->k;
+    }
+    if (ks) /* the K-split GEMV's group on the image (route bit 1) */
+        return matmul_int4_ksplit_wg(outs, (const uint16_t *)x->q, x->scale, ws, count, n,
+                                     matmul_int4_ksplit_batch, c->stream);
     if (grouped)
         return cuda__matmul_w4wg(c, outs, NULL, x, ws, count, n);
     if ((st = cuda__matmul_fp8_group(c, outs, x, ws, count, n)) != PD_ERR_UNSUPPORTED)
@@ -1141,15 +1149,16 @@ static void cuda_silu_mul_fp8(pd_backend_t *be, float *out, const float *gu, int
 }
 
 /* backend.h act_quant: FP8 weights per row; tiled INT4 as the f16 image where matmul would run
- * the wgmma GEMM (the fused RMSNorm / SiLU·mul write it: one matmul_quant_act_f16wg launch less
- * per GEMM; PD_CUDA_WG_ACT=0 turns it off); INT4 in 1x128 blocks where matmul would run the W4A8
+ * the wgmma GEMM or the INT4 K-split GEMV (route bit 0 / 2; session 27) (the fused RMSNorm /
+ * SiLU·mul write it: one activation launch less per GEMM; PD_CUDA_WG_ACT=0 turns it off); INT4 in 1x128 blocks where matmul would run the W4A8
  * GEMM (cuda__int4_w4a8); the rest f32. */
 static pd_act_t cuda_act_quant(pd_backend_t *be, const pd_weight_t *w, int n)
 {
     cuda_t *c = cuda__get(be);
     if (w->fmt == PD_WFMT_FP8)
         return PD_ACT_FP8_ROW;
-    if (c->wg_act && n <= PD_ACT_WG_MAX_N && cuda__w4wg_route(c, w, n))
+    if (c->wg_act && n <= PD_ACT_WG_MAX_N &&
+        (cuda__w4wg_route(c, w, n) || cuda__int4_ksplit(w, n, false)))
         return PD_ACT_F16WG;
     return cuda__int4_w4a8(c, w, n) ? PD_ACT_FP8_BLK : PD_ACT_F32;
 }

@@ -138,6 +138,13 @@ pd_status_t matmul_int4_ksplit(float *out, const uint16_t *xh, const float *mult
 pd_status_t matmul_int4_ksplit_group(float *const *outs, const uint16_t *xh, const float *mult,
                                      const pd_weight_t *const *ws, int count, int n, int batch,
                                      cudaStream_t stream);
+/* matmul_int4_ksplit_group on the wgmma GEMM's f16 image instead of xh (xw: an image of n <=
+ * MATMUL_INT4_KSPLIT_MAX_N rows as matmul_quant_act_f16wg or the fused RMSNorm / SiLU·mul
+ * kernels write it, act_quant's PD_ACT_F16WG; mult its multipliers): the same f16 values, so
+ * each output bit for bit the xh form's on matmul_quant_act_f16 of the same rows (session 27). */
+pd_status_t matmul_int4_ksplit_wg(float *const *outs, const uint16_t *xw, const float *mult,
+                                  const pd_weight_t *const *ws, int count, int n, int batch,
+                                  cudaStream_t stream);
 /* Where the CUDA backend routes tiled INT4 matmuls of decode batches to it: bit 0 single weights
  * at n 1..4 (instead of the slice GEMV), bit 1 the attention block's q, k, v group at n 1..4 (one
  * launch), bit 2 n 5..8 (instead of the cluster GEMV / the INT4 mma kernel); 0 (default): nowhere

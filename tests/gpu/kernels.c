@@ -2388,7 +2388,10 @@ static void case_act_f16wg(int n, int d, int f, uint64_t seed)
                     dev_bytes_differ(m1.g, m2.g, (size_t)n * 4)),
            0.0);
 
-    if (matmul_w4wg_usable() && n >= 25) { /* the GEMMs on the images (n 25..256 run there) */
+    /* the GEMMs on the images: n 25..256 on the wgmma GEMM; n 1..8 on the INT4 K-split GEMV
+     * where its route is on (cases_int4_ksplit; session 27) */
+    if ((matmul_w4wg_usable() && n >= 25) ||
+        (matmul_int4_ksplit_route && n <= MATMUL_INT4_KSPLIT_MAX_N)) {
         pd_weight_t host[4], wc[4], wg[4];
         const int64_t Ns[4] = {256, 128, 128, 2 * (int64_t)f}; /* q, k, v, gate_up */
         for (int i = 0; i < 4; i++)
@@ -4980,8 +4983,8 @@ static void cases_fp8_ksplit(void)
  * batches: the backend op against the double dot product per element (case_mma_gemm_d's INT4
  * bound) with K of 1 group, 3 (fewer groups than warps), 9 and 20 (unequal groups per warp, a
  * partial last batch), n 1..8; the op matmul_group per element (case_matmul_group route 0);
- * the 8B shapes. Then the tiny-llama INT4 decode step with the route on against off. Fixed seeds
- * 311... */
+ * the 8B shapes; the same on the fused ops' f16 image (case_act_f16wg, bytes). Then the
+ * tiny-llama INT4 decode step with the route on against off. Fixed seeds 311... */
 static void case_decode_i4ksplit(int n, int steps);
 static void cases_int4_ksplit(void)
 {
@@ -5006,6 +5009,13 @@ static void cases_int4_ksplit(void)
             case_matmul_group(1, q8b, 3, 4096, 0, none, s0 + 8, u);
         }
     }
+    /* on the fused ops' f16 image (act_quant's PD_ACT_F16WG at n 1..8): byte equality with the
+     * f32 routes above (matmul_quant_act_f16 of the same rows) */
+    matmul_int4_ksplit_batch = 2;
+    case_act_f16wg(1, 512, 640, 351);
+    case_act_f16wg(5, 1152, 384, 352);
+    matmul_int4_ksplit_batch = 4;
+    case_act_f16wg(8, 384, 256, 353);
     matmul_int4_ksplit_route = was;
     matmul_int4_ksplit_batch = wb;
     case_decode_i4ksplit(1, 3);

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session 26's second round (prepared, not run: the budget ran out; for session 27's first call):
+# Session 26's second round (prepared, not run: the budget ran out; session 27 ran it with the INT4
+# K-split also reading the fused ops' f16 image, act_quant PD_ACT_F16WG at n 1..8):
 # the FP8 K-split GEMV as the default FP8 route at n 1..8 (PD_CUDA_FP8_KSPLIT=15 built in) on
 # whichever card comes, ideally an H200 (the status tables' card), and the INT4 K-split GEMV
 # (PD_CUDA_INT4_KSPLIT=MASK, off by default, never run yet): the gates; the K-split cases (FP8 and
@@ -26,6 +27,7 @@ export GPU_BENCH_DECODE_ONLY=int4 GPU_BENCH_DECODE_BATCHES="1 4"
 st i0 30 $G/bin/gpu_bench decode; tab i0
 PD_CUDA_INT4_KSPLIT=1 st i1 30 $G/bin/gpu_bench decode; tab i1
 PD_CUDA_INT4_KSPLIT=3 st i3 30 $G/bin/gpu_bench decode; tab i3
+PD_CUDA_INT4_KSPLIT=3 PD_CUDA_WG_ACT=0 st i3na 30 $G/bin/gpu_bench decode; tab i3na
 PD_CUDA_INT4_KSPLIT=3 PD_CUDA_INT4_KSPLIT_U=4 st i3u4 30 $G/bin/gpu_bench decode; tab i3u4
 st i0b 30 $G/bin/gpu_bench decode; tab i0b
 PD_CUDA_INT4_KSPLIT=7 st i7 30 $G/bin/gpu_bench decode; tab i7
