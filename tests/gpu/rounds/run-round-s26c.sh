@@ -30,7 +30,8 @@ PD_CUDA_INT4_KSPLIT=3 st i3 30 $G/bin/gpu_bench decode; tab i3
 PD_CUDA_INT4_KSPLIT=3 PD_CUDA_WG_ACT=0 st i3na 30 $G/bin/gpu_bench decode; tab i3na
 PD_CUDA_INT4_KSPLIT=3 PD_CUDA_INT4_KSPLIT_U=4 st i3u4 30 $G/bin/gpu_bench decode; tab i3u4
 st i0b 30 $G/bin/gpu_bench decode; tab i0b
-PD_CUDA_INT4_KSPLIT=7 st i7 30 $G/bin/gpu_bench decode; tab i7
+GPU_BENCH_DECODE_BATCHES=8 st i0_8 30 $G/bin/gpu_bench decode; tab i0_8
+PD_CUDA_INT4_KSPLIT=7 GPU_BENCH_DECODE_BATCHES=8 st i7_8 30 $G/bin/gpu_bench decode; tab i7_8
 unset GPU_BENCH_DECODE_ONLY
 export GPU_BENCH_DECODE_BATCHES="1 64"
 st decode 45 $G/bin/gpu_bench decode; tab decode
