@@ -457,15 +457,15 @@ static pd_status_t cuda__int4_mma_act(cuda_t *c, const float *x, const pd_weight
 }
 
 /* Tiled INT4 at decode sizes on the K-split GEMV (matmul_int4_ksplit): where
- * matmul_int4_ksplit_route's bits say so (matmul.h); group: the bit of the q, k, v group */
+ * matmul_int4_ksplit_route's bit for n says so (matmul.h: 1 n 1, 8 n 2..4, 4 n 5..8); group:
+ * the q, k, v group, which also needs bit 2 */
 static bool cuda__int4_ksplit(const pd_weight_t *w, int n, bool group)
 {
     const int r = matmul_int4_ksplit_route;
     if (r == 0 || !cuda__int4_tiled(w) || n < 1 || n > MATMUL_INT4_KSPLIT_MAX_N)
         return false;
-    if (n > CUDA_XGEMV_MAX_N_INT4)
-        return (r & 4) != 0;
-    return (r & (group ? 2 : 1)) != 0;
+    const int bit = n == 1 ? 1 : n <= CUDA_XGEMV_MAX_N_INT4 ? 8 : 4; /* n 1, 2..4, 5..8 */
+    return (r & bit) != 0 && (!group || (r & 2) != 0);
 }
 
 /* matmul_int4_ksplit(_group) on x (n, K) f32: its f16 activations (cuda__int4_mma_act, no
@@ -936,9 +936,6 @@ static pd_status_t cuda__matmul_fp8(cuda_t *c, float *out, const pd_act_fp8_t *x
 
     if (n <= 0)
         return PD_OK;
-    if (x->wg && cuda__int4_ksplit(w, n, false)) /* the K-split GEMV on the fused op's image */
-        return matmul_int4_ksplit_wg(&out, (const uint16_t *)x->q, x->scale, &w, 1, n,
-                                     matmul_int4_ksplit_batch, c->stream);
     if (x->wg) { /* act_quant said PD_ACT_F16WG: the wgmma INT4 GEMM on the fused op's image */
         if (!cuda__w4wg_route(c, w, n) || n > PD_ACT_WG_MAX_N) {
             pd_log_error("backend cuda: matmul_fp8 with an f16 image on a %s weight at n %d "
@@ -1047,14 +1044,9 @@ static pd_status_t cuda__matmul_group_fp8(cuda_t *c, float *const *outs, const p
                                           const pd_weight_t *const *ws, int count, int n)
 {
     pd_status_t st;
-    bool grouped = x->wg && count > 1 && count <= MATMUL_GROUP_MAX && n > 0, ks = grouped;
-    for (int i = 0; grouped && i < count; i++) {
-        ks = ks && cuda__int4_ksplit(ws[i], n, true) && ws[i]->k == ws[0]->k;
+    bool grouped = x->wg && count > 1 && count <= MATMUL_GROUP_MAX && n > 0;
+    for (int i = 0; grouped && i < count; i++)
         grouped = cuda__w4wg_route(c, ws[i], n) && ws[i]->k == ws[0]->k;
-    }
-    if (ks) /* the K-split GEMV's group on the image (route bit 1) */
-        return matmul_int4_ksplit_wg(outs, (const uint16_t *)x->q, x->scale, ws, count, n,
-                                     matmul_int4_ksplit_batch, c->stream);
     if (grouped)
         return cuda__matmul_w4wg(c, outs, NULL, x, ws, count, n);
     if ((st = cuda__matmul_fp8_group(c, outs, x, ws, count, n)) != PD_ERR_UNSUPPORTED)
@@ -1149,16 +1141,15 @@ static void cuda_silu_mul_fp8(pd_backend_t *be, float *out, const float *gu, int
 }
 
 /* backend.h act_quant: FP8 weights per row; tiled INT4 as the f16 image where matmul would run
- * the wgmma GEMM or the INT4 K-split GEMV (route bit 0 / 2; session 27) (the fused RMSNorm /
- * SiLU·mul write it: one activation launch less per GEMM; PD_CUDA_WG_ACT=0 turns it off); INT4 in 1x128 blocks where matmul would run the W4A8
+ * the wgmma GEMM (the fused RMSNorm / SiLU·mul write it: one matmul_quant_act_f16wg launch less
+ * per GEMM; PD_CUDA_WG_ACT=0 turns it off); INT4 in 1x128 blocks where matmul would run the W4A8
  * GEMM (cuda__int4_w4a8); the rest f32. */
 static pd_act_t cuda_act_quant(pd_backend_t *be, const pd_weight_t *w, int n)
 {
     cuda_t *c = cuda__get(be);
     if (w->fmt == PD_WFMT_FP8)
         return PD_ACT_FP8_ROW;
-    if (c->wg_act && n <= PD_ACT_WG_MAX_N &&
-        (cuda__w4wg_route(c, w, n) || cuda__int4_ksplit(w, n, false)))
+    if (c->wg_act && n <= PD_ACT_WG_MAX_N && cuda__w4wg_route(c, w, n))
         return PD_ACT_F16WG;
     return cuda__int4_w4a8(c, w, n) ? PD_ACT_FP8_BLK : PD_ACT_F32;
 }
@@ -2294,7 +2285,7 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
         matmul_fp8_ksplit_batch = atoi(env) == 8 ? 8 : 4;
     env = getenv("PD_CUDA_INT4_KSPLIT"); /* the INT4 K-split GEMV's routes (matmul.h) */
     if (env && *env)
-        matmul_int4_ksplit_route = atoi(env) & 7;
+        matmul_int4_ksplit_route = atoi(env) & 15;
     env = getenv("PD_CUDA_INT4_KSPLIT_U");
     if (env && *env)
         matmul_int4_ksplit_batch = atoi(env) == 4 ? 4 : 2;

@@ -1994,7 +1994,7 @@ static __global__ void __launch_bounds__(32 * MATMUL__KS_W, U == 4 ? 3 : 2)
     }
 }
 
-/* ==== INT4 K-split mma GEMV for n <= 8 (matmul_int4_ksplit, session 26, unmeasured) ====
+/* ==== INT4 K-split mma GEMV for n <= 8 (matmul_int4_ksplit, session 26; off by default) ====
  *
  * matmul_fp8_ksplit's arrangement for tiled INT4 weights (N % 32 == 0, K % 128 == 0): a block of
  * MATMUL__KS_W warps takes one 32-row block of the tiled layout, warp w the 128-column groups
@@ -2015,7 +2015,7 @@ struct matmul__i4segs {
     int rb[MATMUL_GROUP_MAX]; /* segment i: blocks [rb[i - 1], rb[i]) (rb[-1] = 0) */
 };
 
-template <int U, bool WG>
+template <int U>
 static __global__ void __launch_bounds__(32 * MATMUL__KS_W, U == 2 ? 2 : 1)
     matmul__int4_ksplit(const matmul__i4segs sg, const uint16_t *xh, const float *mult, int n,
                         int64_t K)
@@ -2047,26 +2047,16 @@ static __global__ void __launch_bounds__(32 * MATMUL__KS_W, U == 2 ? 2 : 1)
     kutil_pdl_wait(); /* PDL-launched (kutil.cuh): xh, mult and out belong to the kernels around */
     kutil_pdl_trigger();
     float acc[2][1][4] = {{{0.0f, 0.0f, 0.0f, 0.0f}}, {{0.0f, 0.0f, 0.0f, 0.0f}}};
-    /* WG: xh is the wgmma GEMM's image (n <= 8: all in its first 64-token tile), group gi at
-     * gi * MMA_WG_TILE_B; else matmul_quant_act_f16's rows, group gi at gi * 256 */
-    const size_t gstep = WG ? MMA_WG_TILE_B : 256;
-    const uint8_t *xg = (const uint8_t *)xh + (size_t)warp * gstep;
+    const uint8_t *xg = (const uint8_t *)xh + (size_t)warp * 256;
     const int pitch = (int)(K * 2);
-    const bool bv = gq < n;
     for (int i0 = 0; i0 < nbw; i0 += U) {
         if (i0 > 0)
             load(i0);
 #pragma unroll
         for (int u = 0; u < U; u++)
-            if (i0 + u < nbw) {
-                const uint8_t *xgu = xg + (size_t)(i0 + u) * (gstep * W);
-                if (WG)
-                    mma_int4_group_b<1>(acc, g[u], [&](int, int w) {
-                        return bv ? mma_wg_bfrag(xgu, gq, tq, w) : make_uint4(0u, 0u, 0u, 0u);
-                    });
-                else
-                    mma_int4_group<1>(acc, g[u], xgu, gq, tq, pitch, bv);
-            }
+            if (i0 + u < nbw)
+                mma_int4_group<1>(acc, g[u], xg + (size_t)(i0 + u) * (256 * W), gq, tq, pitch,
+                                  gq < n);
     }
     /* C fragments: acc[r][0][i] is (row 16 r + gq + 8 (i >= 2), token 2 tq + i % 2) */
     *(float4 *)&red[warp][lane][0] = make_float4(acc[0][0][0], acc[0][0][1], acc[0][0][2],
@@ -3120,11 +3110,9 @@ extern "C" pd_status_t matmul_fp8_ksplit(float *out, const uint8_t *xq, const fl
 int matmul_int4_ksplit_route = 0;
 int matmul_int4_ksplit_batch = 2;
 
-/* matmul_int4_ksplit_group (wg false) and matmul_int4_ksplit_wg (xh the wgmma image) */
-static pd_status_t matmul__int4_ksplit_run(float *const *outs, const uint16_t *xh,
-                                           const float *mult, const pd_weight_t *const *ws,
-                                           int count, int n, int batch, bool wg,
-                                           cudaStream_t stream)
+extern "C" pd_status_t matmul_int4_ksplit_group(float *const *outs, const uint16_t *xh,
+                                                const float *mult, const pd_weight_t *const *ws,
+                                                int count, int n, int batch, cudaStream_t stream)
 {
     KUTIL_REQUIRE(count >= 1 && count <= MATMUL_GROUP_MAX && n >= 1 &&
                       n <= MATMUL_INT4_KSPLIT_MAX_N && xh && mult && ((uintptr_t)xh & 15) == 0 &&
@@ -3148,26 +3136,13 @@ static pd_status_t matmul__int4_ksplit_run(float *const *outs, const uint16_t *x
         }
         sg.rb[i] = blocks; /* past count: empty segments */
     }
-    void (*k)(const matmul__i4segs, const uint16_t *, const float *, int, int64_t) =
-        batch == 2 ? (wg ? matmul__int4_ksplit<2, true> : matmul__int4_ksplit<2, false>)
-                   : (wg ? matmul__int4_ksplit<4, true> : matmul__int4_ksplit<4, false>);
-    kutil_launch_pdl(k, dim3((unsigned)blocks), dim3(32 * MATMUL__KS_W), 0, stream, sg, xh, mult,
-                     n, K);
+    if (batch == 2)
+        kutil_launch_pdl(matmul__int4_ksplit<2>, dim3((unsigned)blocks), dim3(32 * MATMUL__KS_W),
+                         0, stream, sg, xh, mult, n, K);
+    else
+        kutil_launch_pdl(matmul__int4_ksplit<4>, dim3((unsigned)blocks), dim3(32 * MATMUL__KS_W),
+                         0, stream, sg, xh, mult, n, K);
     return KUTIL_LAUNCHED("matmul_int4_ksplit");
-}
-
-extern "C" pd_status_t matmul_int4_ksplit_group(float *const *outs, const uint16_t *xh,
-                                                const float *mult, const pd_weight_t *const *ws,
-                                                int count, int n, int batch, cudaStream_t stream)
-{
-    return matmul__int4_ksplit_run(outs, xh, mult, ws, count, n, batch, false, stream);
-}
-
-extern "C" pd_status_t matmul_int4_ksplit_wg(float *const *outs, const uint16_t *xw,
-                                             const float *mult, const pd_weight_t *const *ws,
-                                             int count, int n, int batch, cudaStream_t stream)
-{
-    return matmul__int4_ksplit_run(outs, xw, mult, ws, count, n, batch, true, stream);
 }
 
 extern "C" pd_status_t matmul_int4_ksplit(float *out, const uint16_t *xh, const float *mult,

@@ -124,7 +124,7 @@ pd_status_t matmul_fp8_ksplit_group(float *const *outs, const uint8_t *xq, const
                                     const pd_weight_t *const *ws, int count, int n, int batch,
                                     cudaStream_t stream);
 
-/* INT4 K-split mma GEMV (session 26, built but not yet measured; kernels/matmul.cu "INT4 K-split
+/* INT4 K-split mma GEMV (session 26, measured in session 27; kernels/matmul.cu "INT4 K-split
  * mma GEMV"): out (n, w->n) f32 = x @ W^T for tiled INT4 weights (w->n % 32 == 0, w->k % 128 ==
  * 0) and n 1 .. MATMUL_INT4_KSPLIT_MAX_N, from matmul_quant_act_f16's xh / mult (xh 16-byte
  * aligned): matmul_fp8_ksplit's arrangement (8 warps per 32-row block split K, weights loaded
@@ -138,18 +138,13 @@ pd_status_t matmul_int4_ksplit(float *out, const uint16_t *xh, const float *mult
 pd_status_t matmul_int4_ksplit_group(float *const *outs, const uint16_t *xh, const float *mult,
                                      const pd_weight_t *const *ws, int count, int n, int batch,
                                      cudaStream_t stream);
-/* matmul_int4_ksplit_group on the wgmma GEMM's f16 image instead of xh (xw: an image of n <=
- * MATMUL_INT4_KSPLIT_MAX_N rows as matmul_quant_act_f16wg or the fused RMSNorm / SiLU·mul
- * kernels write it, act_quant's PD_ACT_F16WG; mult its multipliers): the same f16 values, so
- * each output bit for bit the xh form's on matmul_quant_act_f16 of the same rows (session 27). */
-pd_status_t matmul_int4_ksplit_wg(float *const *outs, const uint16_t *xw, const float *mult,
-                                  const pd_weight_t *const *ws, int count, int n, int batch,
-                                  cudaStream_t stream);
-/* Where the CUDA backend routes tiled INT4 matmuls of decode batches to it: bit 0 single weights
- * at n 1..4 (instead of the slice GEMV), bit 1 the attention block's q, k, v group at n 1..4 (one
- * launch), bit 2 n 5..8 (instead of the cluster GEMV / the INT4 mma kernel); 0 (default): nowhere
- * until measured. From PD_CUDA_INT4_KSPLIT=MASK at backend creation, read at each matmul;
- * matmul_int4_ksplit_batch from PD_CUDA_INT4_KSPLIT_U=2|4 (default 2). */
+/* Where the CUDA backend routes tiled INT4 matmuls of decode batches to it: bit 0 n 1 (instead
+ * of the slice GEMV), bit 3 n 2..4 (the slice GEMV), bit 2 n 5..8 (the cluster GEMV / the INT4
+ * mma kernel), bit 1 the attention block's q, k, v as one launch where the bit of their n is on;
+ * 0 (default): nowhere. Session 27 (one H100, s26c): at batch 1 slower than the slice GEMV (3.13
+ * against 2.76 ms), at batch 4 faster (3.45 against 3.70). From PD_CUDA_INT4_KSPLIT=MASK at
+ * backend creation, read at each matmul; matmul_int4_ksplit_batch from PD_CUDA_INT4_KSPLIT_U=2|4
+ * (default 2). */
 extern int matmul_int4_ksplit_route;
 extern int matmul_int4_ksplit_batch;
 void matmul_fp8_mma_plan(int n, int64_t N, int64_t K, int n_sm, int *warps_p, int *splits_p);

@@ -223,14 +223,13 @@ static __device__ __forceinline__ void mma_f16(float (&d)[4], uint32_t a0, uint3
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-/* One group for a warp: 2 m-tiles x C n-tiles x 8 k-steps of mma, the B fragments from
- * bload(c, w): the lane's 16 bytes of n-tile c for word w (mma steps 2 w, 2 w + 1: .x / .y the
- * first step's k 2 tq.. / 2 tq + 8.., .z / .w the second's), in matmul_quant_act_f16's order.
- * mma_int4_group below reads them from that layout; the INT4 K-split GEMV also from the wgmma
- * GEMM's image (mma_act_f16wg_row). */
-template <int C, typename BL>
-static __device__ __forceinline__ void mma_int4_group_b(float (&acc)[2][C][4], const mma_wgrp_t &g,
-                                                        BL bload)
+/* One group for a warp: 2 m-tiles x C n-tiles x 8 k-steps of mma. xg: the group's 256 bytes of
+ * token row 0 of the stage (the activations in matmul_quant_act_f16's order), rows pitch bytes
+ * apart; bv false: token gq of the tile does not exist (its B column is zero). */
+template <int C>
+static __device__ __forceinline__ void mma_int4_group(float (&acc)[2][C][4], const mma_wgrp_t &g,
+                                                      const uint8_t *xg, int gq, int tq, int pitch,
+                                                      bool bv = true)
 {
     uint32_t sc[2][2], zl[2][2], zh[2][2];
 #pragma unroll
@@ -259,7 +258,10 @@ static __device__ __forceinline__ void mma_int4_group_b(float (&acc)[2][C][4], c
             }
 #pragma unroll
         for (int c = 0; c < C; c++) {
-            const uint4 b = bload(c, w);
+            /* bv false: token gq of the tile does not exist (its B column is zero) */
+            const uint4 b =
+                bv ? *(const uint4 *)(xg + (size_t)(c * 8 + gq) * pitch + (w * 4 + tq) * 16)
+                   : make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll
             for (int r = 0; r < 2; r++) {
                 mma_f16(acc[r][c], a[r][0][0], a[r][1][0], a[r][0][1], a[r][1][1], b.x, b.y);
@@ -267,34 +269,6 @@ static __device__ __forceinline__ void mma_int4_group_b(float (&acc)[2][C][4], c
             }
         }
     }
-}
-
-/* mma_int4_group_b on activations in matmul_quant_act_f16's order. xg: the group's 256 bytes of
- * token row 0 of the stage, rows pitch bytes apart; bv false: token gq of the tile does not
- * exist (its B column is zero). */
-template <int C>
-static __device__ __forceinline__ void mma_int4_group(float (&acc)[2][C][4], const mma_wgrp_t &g,
-                                                      const uint8_t *xg, int gq, int tq, int pitch,
-                                                      bool bv = true)
-{
-    mma_int4_group_b<C>(acc, g, [&](int c, int w) {
-        return bv ? *(const uint4 *)(xg + (size_t)(c * 8 + gq) * pitch + (w * 4 + tq) * 16)
-                  : make_uint4(0u, 0u, 0u, 0u);
-    });
-}
-
-/* The lane's B fragments of word w (as mma_int4_group_b's bload) for token row r of a wgmma
- * image group (gimg: the group's MMA_WG_TILE_B bytes of the row's 64-token tile): word tq of
- * the 16-byte chunks 4 (w % 2) .. 4 (w % 2) + 3 of column block w / 2 (steps 2 w and 2 w + 1,
- * 32 bytes each), each at its swizzled place c ^ (r % 8) (mma_act_f16wg_row's layout). */
-static __device__ __forceinline__ uint4 mma_wg_bfrag(const uint8_t *gimg, int r, int tq, int w)
-{
-    const uint8_t *row = gimg + (w >> 1) * (MMA_WG_TILE_B / 2) + (r % 64) * 128 + tq * 4;
-    const int c0 = 4 * (w & 1), sw = r & 7;
-    return make_uint4(__ldg((const uint32_t *)(row + ((c0 ^ sw) * 16))),
-                      __ldg((const uint32_t *)(row + (((c0 + 1) ^ sw) * 16))),
-                      __ldg((const uint32_t *)(row + (((c0 + 2) ^ sw) * 16))),
-                      __ldg((const uint32_t *)(row + (((c0 + 3) ^ sw) * 16))));
 }
 
 static __device__ __forceinline__ void mma_cp_async16(void *smem, const void *gmem, int bytes)

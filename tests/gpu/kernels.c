@@ -2388,10 +2388,7 @@ static void case_act_f16wg(int n, int d, int f, uint64_t seed)
                     dev_bytes_differ(m1.g, m2.g, (size_t)n * 4)),
            0.0);
 
-    /* the GEMMs on the images: n 25..256 on the wgmma GEMM; n 1..8 on the INT4 K-split GEMV
-     * where its route is on (cases_int4_ksplit; session 27) */
-    if ((matmul_w4wg_usable() && n >= 25) ||
-        (matmul_int4_ksplit_route && n <= MATMUL_INT4_KSPLIT_MAX_N)) {
+    if (matmul_w4wg_usable() && n >= 25) { /* the GEMMs on the images (n 25..256 run there) */
         pd_weight_t host[4], wc[4], wg[4];
         const int64_t Ns[4] = {256, 128, 128, 2 * (int64_t)f}; /* q, k, v, gate_up */
         for (int i = 0; i < 4; i++)
@@ -4979,12 +4976,12 @@ static void cases_fp8_ksplit(void)
 }
 
 /* The INT4 K-split mma GEMV (matmul_int4_ksplit, session 26) through the backend's routes
- * (matmul_int4_ksplit_route 7: tiled INT4 at n 1..8, q, k, v as one launch), at both load
+ * (matmul_int4_ksplit_route 15: tiled INT4 at n 1..8, q, k, v as one launch), at both load
  * batches: the backend op against the double dot product per element (case_mma_gemm_d's INT4
  * bound) with K of 1 group, 3 (fewer groups than warps), 9 and 20 (unequal groups per warp, a
  * partial last batch), n 1..8; the op matmul_group per element (case_matmul_group route 0);
- * the 8B shapes; the same on the fused ops' f16 image (case_act_f16wg, bytes). Then the
- * tiny-llama INT4 decode step with the route on against off. Fixed seeds 311... */
+ * the 8B shapes. Then the tiny-llama INT4 decode step with the route on against off. Fixed seeds
+ * 311... */
 static void case_decode_i4ksplit(int n, int steps);
 static void cases_int4_ksplit(void)
 {
@@ -4992,7 +4989,7 @@ static void cases_int4_ksplit(void)
     const int was = matmul_int4_ksplit_route, wb = matmul_int4_ksplit_batch;
     const int64_t qkv[3] = {512, 128, 128}, odd[3] = {96, 256, 32}, q8b[3] = {4096, 1024, 1024};
     const int none[4] = {0, 0, 0, 0};
-    matmul_int4_ksplit_route = 7;
+    matmul_int4_ksplit_route = 15;
     for (int b = 2; b <= 4; b += 2) {
         matmul_int4_ksplit_batch = b;
         const uint64_t s0 = b == 2 ? 311 : 331;
@@ -5009,13 +5006,6 @@ static void cases_int4_ksplit(void)
             case_matmul_group(1, q8b, 3, 4096, 0, none, s0 + 8, u);
         }
     }
-    /* on the fused ops' f16 image (act_quant's PD_ACT_F16WG at n 1..8): byte equality with the
-     * f32 routes above (matmul_quant_act_f16 of the same rows) */
-    matmul_int4_ksplit_batch = 2;
-    case_act_f16wg(1, 512, 640, 351);
-    case_act_f16wg(5, 1152, 384, 352);
-    matmul_int4_ksplit_batch = 4;
-    case_act_f16wg(8, 384, 256, 353);
     matmul_int4_ksplit_route = was;
     matmul_int4_ksplit_batch = wb;
     case_decode_i4ksplit(1, 3);
@@ -5023,7 +5013,7 @@ static void cases_int4_ksplit(void)
 }
 
 /* The tiny-llama INT4 + FP8 KV decode step with the INT4 K-split GEMV on every route it takes
- * (matmul_int4_ksplit_route 7) against the default routes (the slice GEMV, its q, k, v group):
+ * (matmul_int4_ksplit_route 15) against the default routes (the slice GEMV, its q, k, v group):
  * err = max |on - off| / max |off| over every step's logits. The same f16 products summed in
  * another order (and the activations' f16 rounding of the whole row instead of per slice): gate
  * 1e-2 as case_decode_w4cl's; a layout bug gives O(1). */
@@ -5032,8 +5022,8 @@ static void case_decode_i4ksplit(int n, int steps)
     char shape[128];
     decode_rig_t rig;
     decode_rig_new(&rig, PD_WFMT_INT4, PD_KV_FP8, n, steps);
-    const double e = decode_rig_ab(&rig, NULL, NULL, NULL, &matmul_int4_ksplit_route, 0, 7);
-    snprintf(shape, sizeof shape, "tiny-llama int4 kv fp8 n %d steps %d int4_ksplit 7 / 0", n,
+    const double e = decode_rig_ab(&rig, NULL, NULL, NULL, &matmul_int4_ksplit_route, 0, 15);
+    snprintf(shape, sizeof shape, "tiny-llama int4 kv fp8 n %d steps %d int4_ksplit 15 / 0", n,
              steps);
     report("decode_i4ksplit", shape, e, 1e-2);
     decode_rig_free(&rig);
