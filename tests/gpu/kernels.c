@@ -2308,7 +2308,10 @@ static void case_mm_fused_no(void)
 
 static void cases_mm_fused(void)
 {
-    /* the fused GEMV is off by default (session 14: no faster): on for these cases */
+    /* the fused GEMV is off by default (session 14: no faster): on for these cases; the plain
+     * ops they compare with on the slice GEMV (PD_CUDA_INT4_KSPLIT would move them) */
+    const int was_ks = matmul_int4_ksplit_route;
+    matmul_int4_ksplit_route = 0;
     pair_ok(backend_set_options(gpu, "gemv_fuse=on"));
     case_mm_fused_no();
     case_mm_fused(1, 512, 768, 601);
@@ -2320,6 +2323,7 @@ static void cases_mm_fused(void)
         case_mm_fused(4, 4096, 14336, 612);
     }
     pair_ok(backend_set_options(gpu, "gemv_fuse=off"));
+    matmul_int4_ksplit_route = was_ks;
 }
 
 /* Session 12: the wgmma INT4 GEMM's f16 activation image made by the fused ops (act_quant's
@@ -4045,6 +4049,8 @@ static void case_decode_fuse(int n, int steps)
     decode_rig_new(&rig, PD_WFMT_INT4, PD_KV_FP8, n, steps);
     const size_t per = (size_t)n * rig.vocab * steps;
     float *lg[4] = {xmalloc(per * 4), xmalloc(per * 4), xmalloc(per * 4), xmalloc(per * 4)};
+    const int was_ks = matmul_int4_ksplit_route; /* plain: the slice GEMV, as the fused levels */
+    matmul_int4_ksplit_route = 0;
     bool ok = gpu->ops->matmul_fused_ok != NULL;
     static const char *const opt[4] = {"gemv_fuse=off", "gemv_fuse=1", "gemv_fuse=2",
                                        "gemv_fuse=3"};
@@ -4059,6 +4065,7 @@ static void case_decode_fuse(int n, int steps)
         ok = decode_rig_run(&rig, lg[r], r == 0) && ok;
     }
     pair_ok(backend_set_options(gpu, "gemv_fuse=off")); /* the default */
+    matmul_int4_ksplit_route = was_ks;
     snprintf(shape, sizeof shape, "tiny-llama int4 kv fp8 n %d steps %d fused 1, 2, 3 / plain", n,
              steps);
     report("decode_fuse", shape, ok ? decode_rig_diff(lg, 4, per) : INFINITY, 2e-3);
