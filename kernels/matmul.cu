@@ -2005,7 +2005,9 @@ static __global__ void __launch_bounds__(32 * MATMUL__KS_W, U == 4 ? 3 : 2)
  * does (the same products; the sum over K in another order). The warps' 32 x 8 tiles are added
  * in warp order through shared memory and multiplied by mult. Segments as matmul__fp8_ksplit's
  * (matmul_int4_ksplit_group: q, k, v in one launch). What the slice GEMV matmul_w4gemv does with
- * a persistent grid and its activations quantized in a prologue after the PDL wait. */
+ * a persistent grid and its activations quantized in a prologue after the PDL wait. POST
+ * (matmul_int4_ksplit_post, session 27): the group scale after the products
+ * (mma_int4_group_post: 4 mul.f16x2 per weight word fewer, 8 f32 FMAs per group more). */
 struct matmul__i4segs {
     float *out[MATMUL_GROUP_MAX];
     const uint8_t *wd[MATMUL_GROUP_MAX];
@@ -2015,7 +2017,7 @@ struct matmul__i4segs {
     int rb[MATMUL_GROUP_MAX]; /* segment i: blocks [rb[i - 1], rb[i]) (rb[-1] = 0) */
 };
 
-template <int U>
+template <int U, bool POST>
 static __global__ void __launch_bounds__(32 * MATMUL__KS_W, U == 2 ? 2 : 1)
     matmul__int4_ksplit(const matmul__i4segs sg, const uint16_t *xh, const float *mult, int n,
                         int64_t K)
@@ -2054,9 +2056,14 @@ static __global__ void __launch_bounds__(32 * MATMUL__KS_W, U == 2 ? 2 : 1)
             load(i0);
 #pragma unroll
         for (int u = 0; u < U; u++)
-            if (i0 + u < nbw)
-                mma_int4_group<1>(acc, g[u], xg + (size_t)(i0 + u) * (256 * W), gq, tq, pitch,
-                                  gq < n);
+            if (i0 + u < nbw) {
+                if (POST)
+                    mma_int4_group_post<1>(acc, g[u], xg + (size_t)(i0 + u) * (256 * W), gq, tq,
+                                           pitch, gq < n);
+                else
+                    mma_int4_group<1>(acc, g[u], xg + (size_t)(i0 + u) * (256 * W), gq, tq, pitch,
+                                      gq < n);
+            }
     }
     /* C fragments: acc[r][0][i] is (row 16 r + gq + 8 (i >= 2), token 2 tq + i % 2) */
     *(float4 *)&red[warp][lane][0] = make_float4(acc[0][0][0], acc[0][0][1], acc[0][0][2],
@@ -3109,6 +3116,7 @@ extern "C" pd_status_t matmul_fp8_ksplit(float *out, const uint8_t *xq, const fl
 
 int matmul_int4_ksplit_route = 0;
 int matmul_int4_ksplit_batch = 2;
+int matmul_int4_ksplit_post = 0;
 
 extern "C" pd_status_t matmul_int4_ksplit_group(float *const *outs, const uint16_t *xh,
                                                 const float *mult, const pd_weight_t *const *ws,
@@ -3136,12 +3144,12 @@ extern "C" pd_status_t matmul_int4_ksplit_group(float *const *outs, const uint16
         }
         sg.rb[i] = blocks; /* past count: empty segments */
     }
-    if (batch == 2)
-        kutil_launch_pdl(matmul__int4_ksplit<2>, dim3((unsigned)blocks), dim3(32 * MATMUL__KS_W),
-                         0, stream, sg, xh, mult, n, K);
-    else
-        kutil_launch_pdl(matmul__int4_ksplit<4>, dim3((unsigned)blocks), dim3(32 * MATMUL__KS_W),
-                         0, stream, sg, xh, mult, n, K);
+    const bool post = matmul_int4_ksplit_post != 0;
+    void (*k)(const matmul__i4segs, const uint16_t *, const float *, int, int64_t) =
+        batch == 2 ? (post ? matmul__int4_ksplit<2, true> : matmul__int4_ksplit<2, false>)
+                   : (post ? matmul__int4_ksplit<4, true> : matmul__int4_ksplit<4, false>);
+    kutil_launch_pdl(k, dim3((unsigned)blocks), dim3(32 * MATMUL__KS_W), 0, stream, sg, xh, mult,
+                     n, K);
     return KUTIL_LAUNCHED("matmul_int4_ksplit");
 }
 

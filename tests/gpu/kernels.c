@@ -4987,8 +4987,9 @@ static void cases_fp8_ksplit(void)
  * batches: the backend op against the double dot product per element (case_mma_gemm_d's INT4
  * bound) with K of 1 group, 3 (fewer groups than warps), 9 and 20 (unequal groups per warp, a
  * partial last batch), n 1..8; the op matmul_group per element (case_matmul_group route 0);
- * the 8B shapes. Then the tiny-llama INT4 decode step with the route on against off. Fixed seeds
- * 311... */
+ * the 8B shapes; load batch 2 again with the group scale after the products
+ * (matmul_int4_ksplit_post). Then the tiny-llama INT4 decode step with the route on against off
+ * (and at n 4 with post). Fixed seeds 311... */
 static void case_decode_i4ksplit(int n, int steps);
 static void cases_int4_ksplit(void)
 {
@@ -4997,10 +4998,11 @@ static void cases_int4_ksplit(void)
     const int64_t qkv[3] = {512, 128, 128}, odd[3] = {96, 256, 32}, q8b[3] = {4096, 1024, 1024};
     const int none[4] = {0, 0, 0, 0};
     matmul_int4_ksplit_route = 15;
-    for (int b = 2; b <= 4; b += 2) {
-        matmul_int4_ksplit_batch = b;
-        const uint64_t s0 = b == 2 ? 311 : 331;
-        const char *u = b == 2 ? "ksplit u2" : "ksplit u4";
+    for (int b = 2; b <= 6; b += 2) { /* 6: load batch 2 with the scale after the products */
+        matmul_int4_ksplit_batch = b == 4 ? 4 : 2;
+        matmul_int4_ksplit_post = b == 6;
+        const uint64_t s0 = b == 2 ? 311 : b == 4 ? 331 : 361;
+        const char *u = b == 2 ? "ksplit u2" : b == 4 ? "ksplit u4" : "ksplit u2 post";
         case_mma_gemm(i4, 5, 320, 128, 0, 0, s0, u);
         case_mma_gemm(i4, 1, 96, 384, 0, 0, s0 + 1, u);
         case_mma_gemm(i4, 3, 256, 1152, 0, 0, s0 + 2, u);
@@ -5017,6 +5019,9 @@ static void cases_int4_ksplit(void)
     matmul_int4_ksplit_batch = wb;
     case_decode_i4ksplit(1, 3);
     case_decode_i4ksplit(4, 2);
+    matmul_int4_ksplit_post = 1; /* the whole step with the scale after the products */
+    case_decode_i4ksplit(4, 2);
+    matmul_int4_ksplit_post = 0;
 }
 
 /* The tiny-llama INT4 + FP8 KV decode step with the INT4 K-split GEMV on every route it takes
@@ -5030,8 +5035,8 @@ static void case_decode_i4ksplit(int n, int steps)
     decode_rig_t rig;
     decode_rig_new(&rig, PD_WFMT_INT4, PD_KV_FP8, n, steps);
     const double e = decode_rig_ab(&rig, NULL, NULL, NULL, &matmul_int4_ksplit_route, 0, 15);
-    snprintf(shape, sizeof shape, "tiny-llama int4 kv fp8 n %d steps %d int4_ksplit 15 / 0", n,
-             steps);
+    snprintf(shape, sizeof shape, "tiny-llama int4 kv fp8 n %d steps %d int4_ksplit 15%s / 0", n,
+             steps, matmul_int4_ksplit_post ? " post" : "");
     report("decode_i4ksplit", shape, e, 1e-2);
     decode_rig_free(&rig);
 }

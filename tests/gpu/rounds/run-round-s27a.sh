@@ -5,7 +5,8 @@
 # slower than the slice GEMV at batch 1 and faster at batch 4; this round decides whether mask 14
 # (n 2..8 with the group) becomes the default: the gates with PD_CUDA_INT4_KSPLIT=14 exported
 # (they run pdctl, which reads it at backend creation), the K-split cases (route 15) and their
-# memcheck, the INT4 step at batches 2 / 4 / 8 with masks 0 / 14 / 10 / 6 alternating, the
+# memcheck, the INT4 step at batches 2 / 4 / 8 with masks 0 / 14 / 10 / 6 alternating and with
+# the group scale after the products (PD_CUDA_INT4_KSPLIT_POST=1, session 27, also at batch 1), the
 # default table against PyTorch (ideally on an H200: the status tables' card; the FP8 K-split
 # default of session 26 has not run on one yet), the prefill table on an H200, the harness.
 #   bash tests/gpu/prepare-round.sh tests/gpu/rounds/run-round-s27a.sh
@@ -27,8 +28,13 @@ PD_CUDA_INT4_KSPLIT=14 st i14 40 $G/bin/gpu_bench decode; tab i14
 PD_CUDA_INT4_KSPLIT=10 st i10 40 $G/bin/gpu_bench decode; tab i10
 PD_CUDA_INT4_KSPLIT=6 st i6 40 $G/bin/gpu_bench decode; tab i6
 st i0b 40 $G/bin/gpu_bench decode; tab i0b
+PD_CUDA_INT4_KSPLIT=14 PD_CUDA_INT4_KSPLIT_POST=1 st i14p 40 $G/bin/gpu_bench decode; tab i14p
 PD_CUDA_INT4_KSPLIT=14 PD_CUDA_INT4_KSPLIT_U=4 st i14u4 40 $G/bin/gpu_bench decode; tab i14u4
 PD_CUDA_INT4_KSPLIT=14 st i14b 40 $G/bin/gpu_bench decode; tab i14b
+export GPU_BENCH_DECODE_BATCHES=1
+st b0 30 $G/bin/gpu_bench decode; tab b0
+PD_CUDA_INT4_KSPLIT=15 PD_CUDA_INT4_KSPLIT_POST=1 st b15p 30 $G/bin/gpu_bench decode; tab b15p
+PD_CUDA_INT4_KSPLIT=15 st b15 30 $G/bin/gpu_bench decode; tab b15
 unset GPU_BENCH_DECODE_ONLY
 export GPU_BENCH_DECODE_BATCHES="1 64"
 st decode 45 $G/bin/gpu_bench decode; tab decode
