@@ -582,13 +582,7 @@ static __global__ void __launch_bounds__(256, 1)
     int wgs, sgs;
     mma_wgrp_ptrs(wrow, srow, zrow, &wgs, &sgs, wd, wsc, wz, row0, N, K, lane, tiled);
     float acc[2][C][4];
-#pragma unroll
-    for (int r = 0; r < 2; r++)
-#pragma unroll
-        for (int c = 0; c < C; c++)
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                acc[r][c][i] = 0.0f;
+    mma_acc_zero<C>(acc);
 
     /* stage a chunk of groups [gb + ch * GPC, +GPC) of the block's tokens */
     auto stage = [&](int ch) {
@@ -2007,7 +2001,7 @@ static __global__ void __launch_bounds__(32 * MATMUL__KS_W, U == 4 ? 3 : 2)
  * (matmul_int4_ksplit_group: q, k, v in one launch). What the slice GEMV matmul_w4gemv does with
  * a persistent grid and its activations quantized in a prologue after the PDL wait. POST
  * (matmul_int4_ksplit_post, session 27): the group scale after the products
- * (mma_int4_group_post: 4 mul.f16x2 per weight word fewer, 8 f32 FMAs per group more). */
+ * (mma_int4_group's POST: 4 mul.f16x2 per weight word fewer, 8 f32 FMAs per group more). */
 struct matmul__i4segs {
     float *out[MATMUL_GROUP_MAX];
     const uint8_t *wd[MATMUL_GROUP_MAX];
@@ -2057,12 +2051,8 @@ static __global__ void __launch_bounds__(32 * MATMUL__KS_W, U == 2 ? 2 : 1)
 #pragma unroll
         for (int u = 0; u < U; u++)
             if (i0 + u < nbw) {
-                if (POST)
-                    mma_int4_group_post<1>(acc, g[u], xg + (size_t)(i0 + u) * (256 * W), gq, tq,
-                                           pitch, gq < n);
-                else
-                    mma_int4_group<1>(acc, g[u], xg + (size_t)(i0 + u) * (256 * W), gq, tq, pitch,
-                                      gq < n);
+                mma_int4_group<1, POST>(acc, g[u], xg + (size_t)(i0 + u) * (256 * W), gq, tq,
+                                        pitch, gq < n);
             }
     }
     /* C fragments: acc[r][0][i] is (row 16 r + gq + 8 (i >= 2), token 2 tq + i % 2) */

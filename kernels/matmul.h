@@ -148,7 +148,7 @@ pd_status_t matmul_int4_ksplit_group(float *const *outs, const uint16_t *xh, con
 extern int matmul_int4_ksplit_route;
 extern int matmul_int4_ksplit_batch;
 /* 1: matmul_int4_ksplit applies each group's scale after its products in f32
- * (mma_int4_group_post) instead of folding it into the f16 weights (fewer instructions per
+ * (mma_int4_group's POST) instead of folding it into the f16 weights (fewer instructions per
  * weight; session 27, not yet measured). From PD_CUDA_INT4_KSPLIT_POST=1 at backend creation. */
 extern int matmul_int4_ksplit_post;
 void matmul_fp8_mma_plan(int n, int64_t N, int64_t K, int n_sm, int *warps_p, int *splits_p);

@@ -223,25 +223,45 @@ static __device__ __forceinline__ void mma_f16(float (&d)[4], uint32_t a0, uint3
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+/* the C fragments of 2 m-tiles x C n-tiles set to 0 */
+template <int C> static __device__ __forceinline__ void mma_acc_zero(float (&a)[2][C][4])
+{
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int c = 0; c < C; c++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                a[r][c][i] = 0.0f;
+}
+
 /* One group for a warp: 2 m-tiles x C n-tiles x 8 k-steps of mma. xg: the group's 256 bytes of
  * token row 0 of the stage (the activations in matmul_quant_act_f16's order), rows pitch bytes
- * apart; bv false: token gq of the tile does not exist (its B column is zero). */
-template <int C>
+ * apart; bv false: token gq of the tile does not exist (its B column is zero). POST (the INT4
+ * K-split GEMV's PD_CUDA_INT4_KSPLIT_POST, session 27): the group scale after the products
+ * instead of in A: A = q - z, exact in f16, without the 4 mul.f16x2 per word; the group's 8 k
+ * steps accumulate into fresh f32 tiles, added to acc times s * MMA_WSHIFT in f32 (the scale the
+ * f16 path folds into A, so the caller's multiplier is the same). Its products are exact where
+ * the f16 path rounds (q - z) s to f16 once: the two differ in the last bits. */
+template <int C, bool POST = false>
 static __device__ __forceinline__ void mma_int4_group(float (&acc)[2][C][4], const mma_wgrp_t &g,
                                                       const uint8_t *xg, int gq, int tq, int pitch,
                                                       bool bv = true)
 {
     uint32_t sc[2][2], zl[2][2], zh[2][2];
+    float sf[2][2];
 #pragma unroll
     for (int r = 0; r < 2; r++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            const uint32_t s16 = (uint32_t)__half_as_ushort(
-                __float2half_rn(kutil_bf16_to_f32((uint16_t)g.s[r][h]) * MMA_WSHIFT));
-            sc[r][h] = s16 * 0x10001u;
+            sf[r][h] = kutil_bf16_to_f32((uint16_t)g.s[r][h]) * MMA_WSHIFT;
+            sc[r][h] = (uint32_t)__half_as_ushort(__float2half_rn(sf[r][h])) * 0x10001u;
             zl[r][h] = mma_zl(g.z[r][h]);
             zh[r][h] = mma_zh(g.z[r][h]);
         }
+    float part[2][C][4]; /* POST: the group's own sums */
+    mma_acc_zero<C>(part);
+    float(&d)[2][C][4] = POST ? part : acc;
 #pragma unroll
     for (int w = 0; w < 4; w++) { /* word w of each row: mma steps 2w, 2w + 1 */
         uint32_t a[2][2][4];      /* [r][h][j]: H[4 w + j] = (q - z) * s' (one rounding) */
@@ -253,86 +273,31 @@ static __device__ __forceinline__ void mma_int4_group(float (&acc)[2][C][4], con
                 const uint32_t u = w == 0 ? q4.x : w == 1 ? q4.y : w == 2 ? q4.z : q4.w;
                 mma_nib_qz(a[r][h], u, zl[r][h], zh[r][h]);
 #pragma unroll
-                for (int j = 0; j < 4; j++)
+                for (int j = 0; j < 4 && !POST; j++)
                     a[r][h][j] = mma_hmul2(a[r][h][j], sc[r][h]);
             }
 #pragma unroll
         for (int c = 0; c < C; c++) {
-            /* bv false: token gq of the tile does not exist (its B column is zero) */
             const uint4 b =
                 bv ? *(const uint4 *)(xg + (size_t)(c * 8 + gq) * pitch + (w * 4 + tq) * 16)
                    : make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll
             for (int r = 0; r < 2; r++) {
-                mma_f16(acc[r][c], a[r][0][0], a[r][1][0], a[r][0][1], a[r][1][1], b.x, b.y);
-                mma_f16(acc[r][c], a[r][0][2], a[r][1][2], a[r][0][3], a[r][1][3], b.z, b.w);
+                mma_f16(d[r][c], a[r][0][0], a[r][1][0], a[r][0][1], a[r][1][1], b.x, b.y);
+                mma_f16(d[r][c], a[r][0][2], a[r][1][2], a[r][0][3], a[r][1][3], b.z, b.w);
             }
         }
     }
-}
-
-/* mma_int4_group with the group scale applied after the products (the INT4 K-split GEMV's
- * PD_CUDA_INT4_KSPLIT_POST, session 27): A = q - z, exact in f16 (mma_nib_qz), without the 4
- * mul.f16x2 per word; the group's 8 k steps accumulate into fresh f32 tiles, which are added to
- * acc times s * MMA_WSHIFT in f32 (the scale the f16 path folds into A, so the caller's
- * multiplier is the same). Each product is exact where the f16 path rounds (q - z) s to f16 once,
- * so the two differ in the last bits. */
-template <int C>
-static __device__ __forceinline__ void mma_int4_group_post(float (&acc)[2][C][4],
-                                                           const mma_wgrp_t &g, const uint8_t *xg,
-                                                           int gq, int tq, int pitch, bool bv)
-{
-    uint32_t zl[2][2], zh[2][2];
-    float sf[2][2];
-#pragma unroll
-    for (int r = 0; r < 2; r++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            sf[r][h] = kutil_bf16_to_f32((uint16_t)g.s[r][h]) * MMA_WSHIFT;
-            zl[r][h] = mma_zl(g.z[r][h]);
-            zh[r][h] = mma_zh(g.z[r][h]);
-        }
-    float part[2][C][4];
+    if (!POST)
+        return;
+    /* C fragment: [0], [1] row gq (h 0), [2], [3] row gq + 8 (h 1) of m tile r */
 #pragma unroll
     for (int r = 0; r < 2; r++)
 #pragma unroll
         for (int c = 0; c < C; c++)
 #pragma unroll
             for (int i = 0; i < 4; i++)
-                part[r][c][i] = 0.0f;
-#pragma unroll
-    for (int w = 0; w < 4; w++) { /* word w of each row: mma steps 2w, 2w + 1 */
-        uint32_t a[2][2][4];      /* [r][h][j]: H[4 w + j] = q - z (exact) */
-#pragma unroll
-        for (int r = 0; r < 2; r++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const uint4 q4 = g.q[r][h];
-                const uint32_t u = w == 0 ? q4.x : w == 1 ? q4.y : w == 2 ? q4.z : q4.w;
-                mma_nib_qz(a[r][h], u, zl[r][h], zh[r][h]);
-            }
-#pragma unroll
-        for (int c = 0; c < C; c++) {
-            const uint4 b =
-                bv ? *(const uint4 *)(xg + (size_t)(c * 8 + gq) * pitch + (w * 4 + tq) * 16)
-                   : make_uint4(0u, 0u, 0u, 0u);
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                mma_f16(part[r][c], a[r][0][0], a[r][1][0], a[r][0][1], a[r][1][1], b.x, b.y);
-                mma_f16(part[r][c], a[r][0][2], a[r][1][2], a[r][0][3], a[r][1][3], b.z, b.w);
-            }
-        }
-    }
-    /* C fragment: [0], [1] row gq (h 0), [2], [3] row gq + 8 (h 1) of m tile r */
-#pragma unroll
-    for (int r = 0; r < 2; r++)
-#pragma unroll
-        for (int c = 0; c < C; c++) {
-            acc[r][c][0] = fmaf(part[r][c][0], sf[r][0], acc[r][c][0]);
-            acc[r][c][1] = fmaf(part[r][c][1], sf[r][0], acc[r][c][1]);
-            acc[r][c][2] = fmaf(part[r][c][2], sf[r][1], acc[r][c][2]);
-            acc[r][c][3] = fmaf(part[r][c][3], sf[r][1], acc[r][c][3]);
-        }
+                acc[r][c][i] = fmaf(part[r][c][i], sf[r][i >> 1], acc[r][c][i]);
 }
 
 static __device__ __forceinline__ void mma_cp_async16(void *smem, const void *gmem, int bytes)
