@@ -683,13 +683,7 @@ static __global__ void __launch_bounds__(256, MINB)
     const uint8_t *ztile = wz + (size_t)blk * ng * 32;
 
     float acc[2][C][4];
-#pragma unroll
-    for (int r = 0; r < 2; r++)
-#pragma unroll
-        for (int c = 0; c < C; c++)
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                acc[r][c][i] = 0.0f;
+    mma_acc_zero<C>(acc);
 
     /* step j's commit group: weights of local group j (if any) and, when j starts a chunk,
      * that chunk's activations */
@@ -848,13 +842,7 @@ static __global__ void __launch_bounds__(256, 1)
             wrow[r][h] = wd + row * K + tq * 16;
         }
     float acc[2][C][4];
-#pragma unroll
-    for (int r = 0; r < 2; r++)
-#pragma unroll
-        for (int c = 0; c < C; c++)
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                acc[r][c][i] = 0.0f;
+    mma_acc_zero<C>(acc);
 
     auto issue = [&](int j) {
         if (j < nB) {

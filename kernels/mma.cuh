@@ -272,9 +272,10 @@ static __device__ __forceinline__ void mma_int4_group(float (&acc)[2][C][4], con
                 const uint4 q4 = g.q[r][h];
                 const uint32_t u = w == 0 ? q4.x : w == 1 ? q4.y : w == 2 ? q4.z : q4.w;
                 mma_nib_qz(a[r][h], u, zl[r][h], zh[r][h]);
+                if (!POST)
 #pragma unroll
-                for (int j = 0; j < 4 && !POST; j++)
-                    a[r][h][j] = mma_hmul2(a[r][h][j], sc[r][h]);
+                    for (int j = 0; j < 4; j++)
+                        a[r][h][j] = mma_hmul2(a[r][h][j], sc[r][h]);
             }
 #pragma unroll
         for (int c = 0; c < C; c++) {
