@@ -457,14 +457,14 @@ static pd_status_t cuda__int4_mma_act(cuda_t *c, const float *x, const pd_weight
 }
 
 /* Tiled INT4 at decode sizes on the K-split GEMV (matmul_int4_ksplit): where
- * matmul_int4_ksplit_route's bit for n says so (matmul.h: 1 n 1, 8 n 2..4, 4 n 5..8); group:
- * the q, k, v group, which also needs bit 2 */
+ * matmul_int4_ksplit_route's bit for n says so (matmul.h: 1 n 1..2, 8 n 3..4, 4 n 5..8); group:
+ * the q, k, v group, which also needs bit 1 */
 static bool cuda__int4_ksplit(const pd_weight_t *w, int n, bool group)
 {
     const int r = matmul_int4_ksplit_route;
     if (r == 0 || !cuda__int4_tiled(w) || n < 1 || n > MATMUL_INT4_KSPLIT_MAX_N)
         return false;
-    const int bit = n == 1 ? 1 : n <= CUDA_XGEMV_MAX_N_INT4 ? 8 : 4; /* n 1, 2..4, 5..8 */
+    const int bit = n <= 2 ? 1 : n <= CUDA_XGEMV_MAX_N_INT4 ? 8 : 4; /* n 1..2, 3..4, 5..8 */
     return (r & bit) != 0 && (!group || (r & 2) != 0);
 }
 
@@ -2291,7 +2291,7 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
         matmul_int4_ksplit_batch = atoi(env) == 4 ? 4 : 2;
     env = getenv("PD_CUDA_INT4_KSPLIT_POST"); /* the group scale after the products (matmul.h) */
     if (env && *env)
-        matmul_int4_ksplit_post = atoi(env) == 1;
+        matmul_int4_ksplit_post = atoi(env) != 0;
     env = getenv("PD_CUDA_FP8_GROUP");
     c->fp8_group = env && *env && cuda__onoff(env) == 1;
     c->env_set |= env && *env && cuda__onoff(env) >= 0 ? CUDA__ENV_F8GRP : 0;

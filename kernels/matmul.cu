@@ -3092,9 +3092,9 @@ extern "C" pd_status_t matmul_fp8_ksplit(float *out, const uint8_t *xq, const fl
     return matmul_fp8_ksplit_group(&out, xq, xs, &w, 1, n, batch, stream);
 }
 
-int matmul_int4_ksplit_route = 0;
+int matmul_int4_ksplit_route = 14;
 int matmul_int4_ksplit_batch = 2;
-int matmul_int4_ksplit_post = 0;
+int matmul_int4_ksplit_post = 1;
 
 extern "C" pd_status_t matmul_int4_ksplit_group(float *const *outs, const uint16_t *xh,
                                                 const float *mult, const pd_weight_t *const *ws,

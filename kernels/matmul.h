@@ -138,18 +138,20 @@ pd_status_t matmul_int4_ksplit(float *out, const uint16_t *xh, const float *mult
 pd_status_t matmul_int4_ksplit_group(float *const *outs, const uint16_t *xh, const float *mult,
                                      const pd_weight_t *const *ws, int count, int n, int batch,
                                      cudaStream_t stream);
-/* Where the CUDA backend routes tiled INT4 matmuls of decode batches to it: bit 0 n 1 (instead
- * of the slice GEMV), bit 3 n 2..4 (the slice GEMV), bit 2 n 5..8 (the cluster GEMV / the INT4
+/* Where the CUDA backend routes tiled INT4 matmuls of decode batches to it: bit 0 n 1..2 (instead
+ * of the slice GEMV), bit 3 n 3..4 (the slice GEMV), bit 2 n 5..8 (the cluster GEMV / the INT4
  * mma kernel), bit 1 the attention block's q, k, v as one launch where the bit of their n is on;
- * 0 (default): nowhere. Session 27 (one H100, s26c): at batch 1 slower than the slice GEMV (3.13
- * against 2.76 ms), at batch 4 faster (3.45 against 3.70). From PD_CUDA_INT4_KSPLIT=MASK at
- * backend creation, read at each matmul; matmul_int4_ksplit_batch from PD_CUDA_INT4_KSPLIT_U=2|4
- * (default 2). */
+ * default 14 (session 28: n 3..8 with the q, k, v group; one H100, call s28a, whole step with the
+ * scale after the products: batch 4 3.36 against 3.73 ms, batch 8 4.15 against 4.57; batch 2
+ * 3.23 against 3.14 and batch 1 3.06 against 2.76 stay on the slice GEMV). From
+ * PD_CUDA_INT4_KSPLIT=MASK at backend creation (0: nowhere), read at each matmul;
+ * matmul_int4_ksplit_batch from PD_CUDA_INT4_KSPLIT_U=2|4 (default 2; 4 was slower). */
 extern int matmul_int4_ksplit_route;
 extern int matmul_int4_ksplit_batch;
-/* 1: matmul_int4_ksplit applies each group's scale after its products in f32
- * (mma_int4_group's POST) instead of folding it into the f16 weights (fewer instructions per
- * weight; session 27, not yet measured). From PD_CUDA_INT4_KSPLIT_POST=1 at backend creation. */
+/* 1 (default since session 28): matmul_int4_ksplit applies each group's scale after its products
+ * in f32 (mma_int4_group's POST) instead of folding it into the f16 weights (fewer instructions
+ * per weight; s28a: 3-4% faster steps at batches 2..8). From PD_CUDA_INT4_KSPLIT_POST=0|1 at
+ * backend creation. */
 extern int matmul_int4_ksplit_post;
 void matmul_fp8_mma_plan(int n, int64_t N, int64_t K, int n_sm, int *warps_p, int *splits_p);
 pd_status_t matmul_fp8_mma(float *out, float *part, const uint8_t *xq, const float *xs,

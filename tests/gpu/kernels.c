@@ -4989,12 +4989,14 @@ static void cases_fp8_ksplit(void)
  * partial last batch), n 1..8; the op matmul_group per element (case_matmul_group route 0);
  * the 8B shapes; load batch 2 again with the group scale after the products
  * (matmul_int4_ksplit_post). Then the tiny-llama INT4 decode step with the route on against off
- * (and at n 4 with post). Fixed seeds 311... */
+ * at n 1, 3, 4 and 8, the scale folded (post 0) and after the products (post 1, the default since
+ * session 28). Fixed seeds 311... */
 static void case_decode_i4ksplit(int n, int steps);
 static void cases_int4_ksplit(void)
 {
     const pd_wfmt_t i4 = PD_WFMT_INT4;
     const int was = matmul_int4_ksplit_route, wb = matmul_int4_ksplit_batch;
+    const int wp = matmul_int4_ksplit_post;
     const int64_t qkv[3] = {512, 128, 128}, odd[3] = {96, 256, 32}, q8b[3] = {4096, 1024, 1024};
     const int none[4] = {0, 0, 0, 0};
     matmul_int4_ksplit_route = 15;
@@ -5017,15 +5019,18 @@ static void cases_int4_ksplit(void)
     }
     matmul_int4_ksplit_route = was;
     matmul_int4_ksplit_batch = wb;
-    case_decode_i4ksplit(1, 3);
-    case_decode_i4ksplit(4, 2);
-    matmul_int4_ksplit_post = 1; /* the whole step with the scale after the products */
-    case_decode_i4ksplit(4, 2);
-    matmul_int4_ksplit_post = 0;
+    for (int post = 0; post <= 1; post++) { /* the whole step, scale folded / after the products */
+        matmul_int4_ksplit_post = post;
+        case_decode_i4ksplit(1, 3);
+        case_decode_i4ksplit(3, 2);
+        case_decode_i4ksplit(4, 2);
+        case_decode_i4ksplit(8, 2);
+    }
+    matmul_int4_ksplit_post = wp;
 }
 
 /* The tiny-llama INT4 + FP8 KV decode step with the INT4 K-split GEMV on every route it takes
- * (matmul_int4_ksplit_route 15) against the default routes (the slice GEMV, its q, k, v group):
+ * (matmul_int4_ksplit_route 15) against route 0 (the slice GEMV, its q, k, v group everywhere):
  * err = max |on - off| / max |off| over every step's logits. The same f16 products summed in
  * another order (and the activations' f16 rounding of the whole row instead of per slice): gate
  * 1e-2 as case_decode_w4cl's; a layout bug gives O(1). */

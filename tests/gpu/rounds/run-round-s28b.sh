@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Session 28's second round: the new INT4 K-split defaults (route 14 with bit 0 now n 1..2, bit 3
+# n 3..4: the K-split GEMV at n 3..8 with the q, k, v group; the group scale after the products)
+# chosen from call s28a. Their K-split cases (decode steps at n 1 / 3 / 4 / 8, post 0 and 1), the
+# INT4 step at batches 1..8 and 64 with the defaults against PD_CUDA_INT4_KSPLIT=0 (alternating,
+# same call), the default table, then the whole harness on the defaults until the deadline.
+#   bash tests/gpu/prepare-round.sh tests/gpu/rounds/run-round-s28b.sh
+#   DEADLINE=300 bash .gpu-round/run-round-s28b.sh   (carry .gpu-round, .gpu-models/llama-moe.tar.xz)
+set -uo pipefail
+ROUND_DEADLINE=300
+. "$(dirname "$0")/round-lib.sh"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+PD_GPU_TEST_KSPLIT=1 PD_GPU_TEST_SMALL=1 st kks 60 $G/bin/test_gpu_kernels; cases kks
+grep -E "decode_i4ksplit" $L/kks.log
+export GPU_BENCH_DECODE_ONLY=int4 GPU_BENCH_DECODE_BATCHES="1 2 3 4 8"
+st d_def 40 $G/bin/gpu_bench decode; tab d_def
+PD_CUDA_INT4_KSPLIT=0 st d_off 40 $G/bin/gpu_bench decode; tab d_off
+st d_def2 40 $G/bin/gpu_bench decode; tab d_def2
+PD_CUDA_INT4_KSPLIT=0 st d_off2 40 $G/bin/gpu_bench decode; tab d_off2
+unset GPU_BENCH_DECODE_ONLY
+export GPU_BENCH_DECODE_BATCHES="1 64"
+st decode 45 $G/bin/gpu_bench decode; tab decode
+unset GPU_BENCH_DECODE_BATCHES
+st kernels 300 $G/bin/test_gpu_kernels; cases kernels; grep -c PASS $L/kernels.log
+round_end
