@@ -3,7 +3,7 @@
 # n 3..4: the K-split GEMV at n 3..8 with the q, k, v group; the group scale after the products)
 # chosen from call s28a. Their K-split cases (decode steps at n 1 / 3 / 4 / 8, post 0 and 1), the
 # INT4 step at batches 1..8 and 64 with the defaults against PD_CUDA_INT4_KSPLIT=0 (alternating,
-# same call), the default table, then the whole harness on the defaults until the deadline.
+# same call), the default table (on an H200 also PyTorch's step and the prefill table), then the whole harness on the defaults until the deadline.
 #   bash tests/gpu/prepare-round.sh tests/gpu/rounds/run-round-s28b.sh
 #   DEADLINE=300 bash .gpu-round/run-round-s28b.sh   (carry .gpu-round, .gpu-models/llama-moe.tar.xz)
 set -uo pipefail
@@ -21,5 +21,10 @@ unset GPU_BENCH_DECODE_ONLY
 export GPU_BENCH_DECODE_BATCHES="1 64"
 st decode 45 $G/bin/gpu_bench decode; tab decode
 unset GPU_BENCH_DECODE_BATCHES
+case "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" in *H200*)
+  st baseline 45 python3 $G/torch_decode_baseline.py; grep "decode_" $L/baseline.log | tail -12
+  st prefill 60 $G/bin/gpu_bench prefill; grep -E "^\||prefill|int4_gemm" $L/prefill.log | head -24
+  st baseline_prefill 60 python3 $G/torch_prefill_baseline.py; tail -12 $L/baseline_prefill.log ;;
+esac
 st kernels 300 $G/bin/test_gpu_kernels; cases kernels; grep -c PASS $L/kernels.log
 round_end
