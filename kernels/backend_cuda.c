@@ -2351,6 +2351,10 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
              cudaDeviceGetAttribute(&c->cc_major, cudaDevAttrComputeCapabilityMajor, device),
              "device attribute")) != PD_OK)
         goto err_destroy;
+    /* the INT4 K-split's 16-warp blocks for launches of at most one row block per SM (matmul.h) */
+    env = getenv("PD_CUDA_INT4_KSPLIT_WIDE");
+    if (env && *env)
+        matmul_int4_ksplit_wide = cuda__onoff(env) == 1 ? c->n_sm : 0;
     env = getenv("PD_CUDA_PDL");
     c->env_set |= env && *env ? CUDA__ENV_PDL : 0;
     cuda__set_pdl(c, env && *env ? cuda__onoff(env) != 0 : CUDA_PDL_DEFAULT);

@@ -1999,12 +1999,14 @@ struct matmul__i4segs {
     int rb[MATMUL_GROUP_MAX]; /* segment i: blocks [rb[i - 1], rb[i]) (rb[-1] = 0) */
 };
 
-template <int U, bool POST>
-static __global__ void __launch_bounds__(32 * MATMUL__KS_W, U == 2 ? 2 : 1)
+/* W: warps per block, MATMUL__KS_W (8, two blocks per SM at U 2), or 16 for launches of few row
+ * blocks (matmul_int4_ksplit_wide, session 28: down and o of the 8B shape have 128 row blocks,
+ * one 8-warp block per SM, too few loads in flight) */
+template <int U, bool POST, int W>
+static __global__ void __launch_bounds__(32 * W, W == MATMUL__KS_W && U == 2 ? 2 : 1)
     matmul__int4_ksplit(const matmul__i4segs sg, const uint16_t *xh, const float *mult, int n,
                         int64_t K)
 {
-    constexpr int W = MATMUL__KS_W;
     __shared__ __align__(16) float red[W][32][8];
     int xb; /* block in segment */
     const int seg = matmul__seg(blockIdx.x, sg.rb[0], sg.rb[1], &xb);
@@ -2049,6 +2051,8 @@ static __global__ void __launch_bounds__(32 * MATMUL__KS_W, U == 2 ? 2 : 1)
     *(float4 *)&red[warp][lane][4] = make_float4(acc[1][0][0], acc[1][0][1], acc[1][0][2],
                                                  acc[1][0][3]);
     __syncthreads();
+    if (threadIdx.x >= 256) /* the first 256 threads add one (lane, element) each */
+        return;
     const int l = threadIdx.x >> 3, e = threadIdx.x & 7, r = e >> 2, i = e & 3;
     float s = red[0][l][e];
 #pragma unroll
@@ -3095,6 +3099,7 @@ extern "C" pd_status_t matmul_fp8_ksplit(float *out, const uint8_t *xq, const fl
 int matmul_int4_ksplit_route = 14;
 int matmul_int4_ksplit_batch = 2;
 int matmul_int4_ksplit_post = 1;
+int matmul_int4_ksplit_wide = 0;
 
 extern "C" pd_status_t matmul_int4_ksplit_group(float *const *outs, const uint16_t *xh,
                                                 const float *mult, const pd_weight_t *const *ws,
@@ -3123,11 +3128,15 @@ extern "C" pd_status_t matmul_int4_ksplit_group(float *const *outs, const uint16
         sg.rb[i] = blocks; /* past count: empty segments */
     }
     const bool post = matmul_int4_ksplit_post != 0;
+    const bool wide = batch == 2 && blocks <= matmul_int4_ksplit_wide;
     void (*k)(const matmul__i4segs, const uint16_t *, const float *, int, int64_t) =
-        batch == 2 ? (post ? matmul__int4_ksplit<2, true> : matmul__int4_ksplit<2, false>)
-                   : (post ? matmul__int4_ksplit<4, true> : matmul__int4_ksplit<4, false>);
-    kutil_launch_pdl(k, dim3((unsigned)blocks), dim3(32 * MATMUL__KS_W), 0, stream, sg, xh, mult,
-                     n, K);
+        wide         ? (post ? matmul__int4_ksplit<2, true, 16> : matmul__int4_ksplit<2, false, 16>)
+        : batch == 2 ? (post ? matmul__int4_ksplit<2, true, MATMUL__KS_W>
+                             : matmul__int4_ksplit<2, false, MATMUL__KS_W>)
+                     : (post ? matmul__int4_ksplit<4, true, MATMUL__KS_W>
+                             : matmul__int4_ksplit<4, false, MATMUL__KS_W>);
+    kutil_launch_pdl(k, dim3((unsigned)blocks), dim3(wide ? 512 : 32 * MATMUL__KS_W), 0, stream, sg,
+                     xh, mult, n, K);
     return KUTIL_LAUNCHED("matmul_int4_ksplit");
 }
 

@@ -153,6 +153,11 @@ extern int matmul_int4_ksplit_batch;
  * per weight; s28a: 3-4% faster steps at batches 2..8). From PD_CUDA_INT4_KSPLIT_POST=0|1 at
  * backend creation. */
 extern int matmul_int4_ksplit_post;
+/* matmul_int4_ksplit launches of at most this many 32-row blocks (at load batch 2) run 16 warps
+ * per block instead of 8, so that shapes of few rows (the 8B shape's o and down: 128 blocks, one
+ * per SM) keep twice the loads in flight (session 28, not yet measured); 0 (default): never. The
+ * backend sets it to the device's SM count for PD_CUDA_INT4_KSPLIT_WIDE=1. */
+extern int matmul_int4_ksplit_wide;
 void matmul_fp8_mma_plan(int n, int64_t N, int64_t K, int n_sm, int *warps_p, int *splits_p);
 pd_status_t matmul_fp8_mma(float *out, float *part, const uint8_t *xq, const float *xs,
                            const pd_weight_t *w, int n, int warps, int splits, cudaStream_t stream);
