@@ -2292,6 +2292,9 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     env = getenv("PD_CUDA_INT4_KSPLIT_POST"); /* the group scale after the products (matmul.h) */
     if (env && *env)
         matmul_int4_ksplit_post = atoi(env) != 0;
+    env = getenv("PD_CUDA_INT4_KSPLIT_ROLL"); /* each slot reloaded after its products (matmul.h) */
+    if (env && *env)
+        matmul_int4_ksplit_roll = cuda__onoff(env) == 1;
     env = getenv("PD_CUDA_FP8_GROUP");
     c->fp8_group = env && *env && cuda__onoff(env) == 1;
     c->env_set |= env && *env && cuda__onoff(env) >= 0 ? CUDA__ENV_F8GRP : 0;

@@ -2001,8 +2001,11 @@ struct matmul__i4segs {
 
 /* W: warps per block, MATMUL__KS_W (8, two blocks per SM at U 2), or 16 for launches of few row
  * blocks (matmul_int4_ksplit_wide, session 28: down and o of the 8B shape have 128 row blocks,
- * one 8-warp block per SM, too few loads in flight) */
-template <int U, bool POST, int W>
+ * one 8-warp block per SM, too few loads in flight). ROLL (matmul_int4_ksplit_roll, session 28):
+ * each group's registers are loaded with the warp's group U further on as soon as its products
+ * are issued, instead of all U at the start of the next round trip, so that one group's loads
+ * are in flight while the other is computed (the same registers and the same sums). */
+template <int U, bool POST, int W, bool ROLL = false>
 static __global__ void __launch_bounds__(32 * W, W == MATMUL__KS_W && U == 2 ? 2 : 1)
     matmul__int4_ksplit(const matmul__i4segs sg, const uint16_t *xh, const float *mult, int n,
                         int64_t K)
@@ -2036,13 +2039,15 @@ static __global__ void __launch_bounds__(32 * W, W == MATMUL__KS_W && U == 2 ? 2
     const uint8_t *xg = (const uint8_t *)xh + (size_t)warp * 256;
     const int pitch = (int)(K * 2);
     for (int i0 = 0; i0 < nbw; i0 += U) {
-        if (i0 > 0)
+        if (!ROLL && i0 > 0)
             load(i0);
 #pragma unroll
         for (int u = 0; u < U; u++)
             if (i0 + u < nbw) {
                 mma_int4_group<1, POST>(acc, g[u], xg + (size_t)(i0 + u) * (256 * W), gq, tq,
                                         pitch, gq < n);
+                if (ROLL && i0 + u + U < nbw) /* the slot's next group, while the others compute */
+                    mma_wgrp_load(g[u], wrow, srow, zrow, warp + W * (i0 + u + U), wgs, sgs);
             }
     }
     /* C fragments: acc[r][0][i] is (row 16 r + gq + 8 (i >= 2), token 2 tq + i % 2) */
@@ -3100,6 +3105,7 @@ int matmul_int4_ksplit_route = 14;
 int matmul_int4_ksplit_batch = 2;
 int matmul_int4_ksplit_post = 1;
 int matmul_int4_ksplit_wide = 0;
+int matmul_int4_ksplit_roll = 0;
 
 extern "C" pd_status_t matmul_int4_ksplit_group(float *const *outs, const uint16_t *xh,
                                                 const float *mult, const pd_weight_t *const *ws,
@@ -3129,12 +3135,19 @@ extern "C" pd_status_t matmul_int4_ksplit_group(float *const *outs, const uint16
     }
     const bool post = matmul_int4_ksplit_post != 0;
     const bool wide = batch == 2 && blocks <= matmul_int4_ksplit_wide;
-    void (*k)(const matmul__i4segs, const uint16_t *, const float *, int, int64_t) =
-        wide         ? (post ? matmul__int4_ksplit<2, true, 16> : matmul__int4_ksplit<2, false, 16>)
-        : batch == 2 ? (post ? matmul__int4_ksplit<2, true, MATMUL__KS_W>
-                             : matmul__int4_ksplit<2, false, MATMUL__KS_W>)
-                     : (post ? matmul__int4_ksplit<4, true, MATMUL__KS_W>
-                             : matmul__int4_ksplit<4, false, MATMUL__KS_W>);
+    const bool roll = batch == 2 && matmul_int4_ksplit_roll != 0;
+    typedef void (*kernel_t)(const matmul__i4segs, const uint16_t *, const float *, int, int64_t);
+    /* [post][wide][roll] at load batch 2 */
+    static const kernel_t k2[2][2][2] = {
+        {{matmul__int4_ksplit<2, false, MATMUL__KS_W, false>,
+          matmul__int4_ksplit<2, false, MATMUL__KS_W, true>},
+         {matmul__int4_ksplit<2, false, 16, false>, matmul__int4_ksplit<2, false, 16, true>}},
+        {{matmul__int4_ksplit<2, true, MATMUL__KS_W, false>,
+          matmul__int4_ksplit<2, true, MATMUL__KS_W, true>},
+         {matmul__int4_ksplit<2, true, 16, false>, matmul__int4_ksplit<2, true, 16, true>}}};
+    const kernel_t k = batch == 2 ? k2[post][wide][roll]
+                       : post     ? matmul__int4_ksplit<4, true, MATMUL__KS_W>
+                                  : matmul__int4_ksplit<4, false, MATMUL__KS_W>;
     kutil_launch_pdl(k, dim3((unsigned)blocks), dim3(wide ? 512 : 32 * MATMUL__KS_W), 0, stream, sg,
                      xh, mult, n, K);
     return KUTIL_LAUNCHED("matmul_int4_ksplit");

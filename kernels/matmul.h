@@ -158,6 +158,11 @@ extern int matmul_int4_ksplit_post;
  * per SM) keep twice the loads in flight (session 28, not yet measured); 0 (default): never. The
  * backend sets it to the device's SM count for PD_CUDA_INT4_KSPLIT_WIDE=1. */
 extern int matmul_int4_ksplit_wide;
+/* 1: matmul_int4_ksplit (load batch 2) loads each group's registers with the warp's next group
+ * for that slot as soon as its products are issued (matmul.cu's ROLL; session 28, not yet
+ * measured); 0 (default): all U groups at the start of each round trip. From
+ * PD_CUDA_INT4_KSPLIT_ROLL=1 at backend creation. */
+extern int matmul_int4_ksplit_roll;
 void matmul_fp8_mma_plan(int n, int64_t N, int64_t K, int n_sm, int *warps_p, int *splits_p);
 pd_status_t matmul_fp8_mma(float *out, float *part, const uint8_t *xq, const float *xs,
                            const pd_weight_t *w, int n, int warps, int splits, cudaStream_t stream);

@@ -289,11 +289,9 @@ static __device__ __forceinline__ void mma_int4_group(float (&acc)[2][C][4], con
             }
         }
     }
-    if (!POST)
-        return;
-    /* C fragment: [0], [1] row gq (h 0), [2], [3] row gq + 8 (h 1) of m tile r */
+    /* POST: C fragment [0], [1] row gq (h 0), [2], [3] row gq + 8 (h 1) of m tile r */
 #pragma unroll
-    for (int r = 0; r < 2; r++)
+    for (int r = 0; r < 2 && POST; r++)
 #pragma unroll
         for (int c = 0; c < C; c++)
 #pragma unroll

@@ -1127,7 +1127,8 @@ static void bench_w8wg(void)
  * batches) against the FP8 op at decode sizes n 1..8 (run with PD_CUDA_FP8_KSPLIT=0 for the
  * routes before it: the FP8 mma kernel with its K splits and partial-sum launch, the f32 GEMV for
  * gate_up at n 1), and the INT4 K-split GEMV (matmul_int4_ksplit, batches 2 / 4, and 2 in 16-warp
- * blocks: matmul_int4_ksplit_wide forced) against the INT4 op (its default route: the slice GEMV
+ * blocks (matmul_int4_ksplit_wide forced) or with the rolled reloads (matmul_int4_ksplit_roll))
+ * against the INT4 op (its default route: the slice GEMV
  * at n <= 2, the K-split at n 3..8 since session 28), each with its per-token quantization, L2 flushed before every repeat (so the weights come from DRAM and the
  * PDL overlap of a step is absent). TB/s: the weight bytes over the ksplit time. */
 static void bench_ksplit(void)
@@ -1139,8 +1140,8 @@ static void bench_ksplit(void)
     printf("\n### FP8 K-split mma GEMV (matmul_fp8_ksplit) vs the FP8 op (us, L2 flushed before "
            "each repeat)\n\n");
     printf("| N x K | n | fp8 op | ksplit u4 | ksplit u8 | u4 TB/s | u4 / op | int4 op | int4 "
-           "ksplit u2 | u4 | u2 wide | u2 TB/s | u2 / op |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+           "ksplit u2 | u4 | u2 wide | u2 roll | u2 TB/s | u2 / op |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     const int64_t keep[2] = {i4_shapes[3][0], i4_shapes[3][1]};
     for (int s = 0; s < 5; s++) {
         if (s == 4) { /* k / v: 1024 x 4096 in the o slot */
@@ -1170,16 +1171,21 @@ static void bench_ksplit(void)
             const float i2 = time_op(run_i4, &a, 20);
             a.depth = 4;
             const float i4 = time_op(run_i4, &a, 20);
-            const int ww = matmul_int4_ksplit_wide; /* u2 in 16-warp blocks, forced */
+            /* u2 in 16-warp blocks (forced), then with the rolled reloads */
+            const int ww = matmul_int4_ksplit_wide, wr = matmul_int4_ksplit_roll;
             matmul_int4_ksplit_wide = 1 << 30;
             a.depth = 2;
             const float iw = time_op(run_i4, &a, 20);
+            matmul_int4_ksplit_wide = 0;
+            matmul_int4_ksplit_roll = 1;
+            const float ir = time_op(run_i4, &a, 20);
             matmul_int4_ksplit_wide = ww;
+            matmul_int4_ksplit_roll = wr;
             printf("| %lld x %lld | %d | %.1f | %.1f | %.1f | %.2f | %.2f | %.1f | %.1f | %.1f | "
-                   "%.1f | %.2f | %.2f |\n",
+                   "%.1f | %.1f | %.2f | %.2f |\n",
                    (long long)N, (long long)K, n, t_op * 1e3, t4 * 1e3, t8 * 1e3,
                    wb[1] / (t4 * 1e-3) / 1e12, t4 / t_op, i_op * 1e3, i2 * 1e3, i4 * 1e3,
-                   iw * 1e3, wb[0] / (i2 * 1e-3) / 1e12, i2 / i_op);
+                   iw * 1e3, ir * 1e3, wb[0] / (i2 * 1e-3) / 1e12, i2 / i_op);
             fflush(stdout);
             i4_free(&a);
         }

@@ -4988,10 +4988,11 @@ static void cases_fp8_ksplit(void)
  * bound) with K of 1 group, 3 (fewer groups than warps), 9 and 20 (unequal groups per warp, a
  * partial last batch), n 1..8; the op matmul_group per element (case_matmul_group route 0);
  * the 8B shapes; load batch 2 again with the group scale after the products
- * (matmul_int4_ksplit_post), and that once more in 16-warp blocks (matmul_int4_ksplit_wide).
- * Then the tiny-llama INT4 decode step with the route on against off at n 1, 3, 4 and 8, the
- * scale folded (post 0) and after the products (post 1, the default since session 28), and at n
- * 1 and 8 in 16-warp blocks. Fixed seeds 311... */
+ * (matmul_int4_ksplit_post), and that once more in 16-warp blocks (matmul_int4_ksplit_wide),
+ * with the rolled reloads (matmul_int4_ksplit_roll) and with both. Then the tiny-llama INT4 decode
+ * step with the route on against off at n 1, 3, 4 and 8, the scale folded (post 0) and after the
+ * products (post 1, the default since session 28), and at n 1 and 8 in 16-warp blocks and with
+ * the rolled reloads. Fixed seeds 311... */
 static void case_decode_i4ksplit(int n, int steps);
 static void cases_int4_ksplit(void)
 {
@@ -5000,18 +5001,27 @@ static void cases_int4_ksplit(void)
     const int wp = matmul_int4_ksplit_post;
     const int64_t qkv[3] = {512, 128, 128}, odd[3] = {96, 256, 32}, q8b[3] = {4096, 1024, 1024};
     const int none[4] = {0, 0, 0, 0};
-    const int ww = matmul_int4_ksplit_wide;
+    const int ww = matmul_int4_ksplit_wide, wr = matmul_int4_ksplit_roll;
+    /* the variants: load batch, post, 16-warp blocks (matmul_int4_ksplit_wide), rolled reloads
+     * (matmul_int4_ksplit_roll); their first seed and label */
+    static const struct {
+        int batch, post, wide, roll;
+        uint64_t s0;
+        const char *u;
+    } var[] = {{2, 0, 0, 0, 311, "ksplit u2"},
+               {4, 0, 0, 0, 331, "ksplit u4"},
+               {2, 1, 0, 0, 361, "ksplit u2 post"},
+               {2, 1, 1, 0, 381, "ksplit u2 post wide"},
+               {2, 1, 0, 1, 401, "ksplit u2 post roll"},
+               {2, 1, 1, 1, 421, "ksplit u2 post wide roll"}};
     matmul_int4_ksplit_route = 15;
-    for (int b = 2; b <= 8; b += 2) { /* 6: load batch 2 with the scale after the products; 8:
-                                         the same in 16-warp blocks (matmul_int4_ksplit_wide) */
-        matmul_int4_ksplit_batch = b == 4 ? 4 : 2;
-        matmul_int4_ksplit_post = b >= 6;
-        matmul_int4_ksplit_wide = b == 8 ? 1 << 30 : 0;
-        const uint64_t s0 = b == 2 ? 311 : b == 4 ? 331 : b == 6 ? 361 : 381;
-        const char *u = b == 2   ? "ksplit u2"
-                        : b == 4 ? "ksplit u4"
-                        : b == 6 ? "ksplit u2 post"
-                                 : "ksplit u2 post wide";
+    for (size_t v = 0; v < sizeof var / sizeof var[0]; v++) {
+        matmul_int4_ksplit_batch = var[v].batch;
+        matmul_int4_ksplit_post = var[v].post;
+        matmul_int4_ksplit_wide = var[v].wide ? 1 << 30 : 0;
+        matmul_int4_ksplit_roll = var[v].roll;
+        const uint64_t s0 = var[v].s0;
+        const char *u = var[v].u;
         case_mma_gemm(i4, 5, 320, 128, 0, 0, s0, u);
         case_mma_gemm(i4, 1, 96, 384, 0, 0, s0 + 1, u);
         case_mma_gemm(i4, 3, 256, 1152, 0, 0, s0 + 2, u);
@@ -5027,6 +5037,7 @@ static void cases_int4_ksplit(void)
     matmul_int4_ksplit_route = was;
     matmul_int4_ksplit_batch = wb;
     matmul_int4_ksplit_wide = 0;
+    matmul_int4_ksplit_roll = 0;
     for (int post = 0; post <= 1; post++) { /* the whole step, scale folded / after the products */
         matmul_int4_ksplit_post = post;
         case_decode_i4ksplit(1, 3);
@@ -5037,8 +5048,13 @@ static void cases_int4_ksplit(void)
     matmul_int4_ksplit_wide = 1 << 30; /* and every launch in 16-warp blocks */
     case_decode_i4ksplit(1, 3);
     case_decode_i4ksplit(8, 2);
+    matmul_int4_ksplit_wide = 0;
+    matmul_int4_ksplit_roll = 1; /* and with the rolled reloads */
+    case_decode_i4ksplit(1, 3);
+    case_decode_i4ksplit(8, 2);
     matmul_int4_ksplit_post = wp;
     matmul_int4_ksplit_wide = ww;
+    matmul_int4_ksplit_roll = wr;
 }
 
 /* The tiny-llama INT4 + FP8 KV decode step with the INT4 K-split GEMV on every route it takes
@@ -5052,9 +5068,9 @@ static void case_decode_i4ksplit(int n, int steps)
     decode_rig_t rig;
     decode_rig_new(&rig, PD_WFMT_INT4, PD_KV_FP8, n, steps);
     const double e = decode_rig_ab(&rig, NULL, NULL, NULL, &matmul_int4_ksplit_route, 0, 15);
-    snprintf(shape, sizeof shape, "tiny-llama int4 kv fp8 n %d steps %d int4_ksplit 15%s%s / 0",
+    snprintf(shape, sizeof shape, "tiny-llama int4 kv fp8 n %d steps %d int4_ksplit 15%s%s%s / 0",
              n, steps, matmul_int4_ksplit_post ? " post" : "",
-             matmul_int4_ksplit_wide ? " wide" : "");
+             matmul_int4_ksplit_wide ? " wide" : "", matmul_int4_ksplit_roll ? " roll" : "");
     report("decode_i4ksplit", shape, e, 1e-2);
     decode_rig_free(&rig);
 }
