@@ -150,7 +150,7 @@ extern int matmul_int4_ksplit_route;
 extern int matmul_int4_ksplit_batch;
 /* 1 (default since session 28): matmul_int4_ksplit applies each group's scale after its products
  * in f32 (mma_int4_group's POST) instead of folding it into the f16 weights (fewer instructions
- * per weight; s28a: 3-4% faster steps at batches 2..8). From PD_CUDA_INT4_KSPLIT_POST=0|1 at
+ * per weight; s28a: steps 2.6-4% faster at batches 2..8). From PD_CUDA_INT4_KSPLIT_POST=0|1 at
  * backend creation. */
 extern int matmul_int4_ksplit_post;
 /* matmul_int4_ksplit launches of at most this many 32-row blocks (at load batch 2) run 16 warps
