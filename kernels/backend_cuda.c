@@ -468,6 +468,9 @@ static bool cuda__int4_ksplit(const pd_weight_t *w, int n, bool group)
     return (r & bit) != 0 && (!group || (r & 2) != 0);
 }
 
+/* backend_cuda.h: act_quant asks the fused ops for the K-split GEMV's f16 rows */
+int backend_cuda_ks_act = 0;
+
 /* matmul_int4_ksplit(_group) on x (n, K) f32: its f16 activations (cuda__int4_mma_act, no
  * partial sums) into the act scratch, then the one launch */
 static pd_status_t cuda__int4_ksplit_run(cuda_t *c, float *const *outs, const float *x,
@@ -936,6 +939,16 @@ static pd_status_t cuda__matmul_fp8(cuda_t *c, float *out, const pd_act_fp8_t *x
 
     if (n <= 0)
         return PD_OK;
+    if (x->f16) { /* act_quant said PD_ACT_F16: the INT4 K-split GEMV on the fused op's rows */
+        if (!cuda__int4_ksplit(w, n, false) || ((uintptr_t)xq & 15) != 0) {
+            pd_log_error("backend cuda: matmul_fp8 with f16 activations on a %s weight at n %d "
+                         "(act_quant did not ask for them)",
+                         pd_wfmt_name(w->fmt), n);
+            return PD_ERR_INVALID;
+        }
+        return matmul_int4_ksplit(out, (const uint16_t *)xq, xs, w, n, matmul_int4_ksplit_batch,
+                                  c->stream);
+    }
     if (x->wg) { /* act_quant said PD_ACT_F16WG: the wgmma INT4 GEMM on the fused op's image */
         if (!cuda__w4wg_route(c, w, n) || n > PD_ACT_WG_MAX_N) {
             pd_log_error("backend cuda: matmul_fp8 with an f16 image on a %s weight at n %d "
@@ -1009,7 +1022,7 @@ static void cuda_matmul_fp8(pd_backend_t *be, float *out, const pd_act_fp8_t *x,
 static pd_status_t cuda__matmul_fp8_group(cuda_t *c, float *const *outs, const pd_act_fp8_t *x,
                                           const pd_weight_t *const *ws, int count, int n)
 {
-    if ((matmul_fp8_ksplit_route & 8) && !x->blk && !x->wg && count >= 2 &&
+    if ((matmul_fp8_ksplit_route & 8) && !x->blk && !x->wg && !x->f16 && count >= 2 &&
         count <= MATMUL_GROUP_MAX && ((uintptr_t)x->q & 15) == 0) { /* the K-split GEMV's group */
         bool all = true;
         for (int i = 0; i < count; i++)
@@ -1018,8 +1031,8 @@ static pd_status_t cuda__matmul_fp8_group(cuda_t *c, float *const *outs, const p
             return matmul_fp8_ksplit_group(outs, x->q, x->scale, ws, count, n,
                                            matmul_fp8_ksplit_batch, c->stream);
     }
-    if (!c->fp8_group || x->blk || x->wg || count < 2 || count > MATMUL_GROUP_MAX || n < 1 ||
-        n > CUDA_FP8_MMA_MAX_N || ((uintptr_t)x->q & 15) != 0)
+    if (!c->fp8_group || x->blk || x->wg || x->f16 || count < 2 || count > MATMUL_GROUP_MAX ||
+        n < 1 || n > CUDA_FP8_MMA_MAX_N || ((uintptr_t)x->q & 15) != 0)
         return PD_ERR_UNSUPPORTED;
     int64_t Nt = 0;
     for (int i = 0; i < count; i++) {
@@ -1038,12 +1051,19 @@ static pd_status_t cuda__matmul_fp8_group(cuda_t *c, float *const *outs, const p
 }
 
 /* backend.h matmul_group_fp8: an f16 image (PD_ACT_F16WG) for tiled INT4 weights of one K runs
- * as one grouped wgmma launch (as cuda__matmul_group); FP8 weights at the FP8 mma kernel's sizes
+ * as one grouped wgmma launch (as cuda__matmul_group), plain f16 rows (PD_ACT_F16) as one INT4
+ * K-split group launch where its route takes the group; FP8 weights at the FP8 mma kernel's sizes
  * as one grouped launch (fp8_group); anything else matmul_fp8 per weight. */
 static pd_status_t cuda__matmul_group_fp8(cuda_t *c, float *const *outs, const pd_act_fp8_t *x,
                                           const pd_weight_t *const *ws, int count, int n)
 {
     pd_status_t st;
+    bool ks = x->f16 && count > 1 && count <= MATMUL_GROUP_MAX && ((uintptr_t)x->q & 15) == 0;
+    for (int i = 0; ks && i < count; i++)
+        ks = cuda__int4_ksplit(ws[i], n, true) && ws[i]->k == ws[0]->k;
+    if (ks)
+        return matmul_int4_ksplit_group(outs, (const uint16_t *)x->q, x->scale, ws, count, n,
+                                        matmul_int4_ksplit_batch, c->stream);
     bool grouped = x->wg && count > 1 && count <= MATMUL_GROUP_MAX && n > 0;
     for (int i = 0; grouped && i < count; i++)
         grouped = cuda__w4wg_route(c, ws[i], n) && ws[i]->k == ws[0]->k;
@@ -1098,6 +1118,8 @@ static pd_status_t cuda__matmul_silu_fp8(cuda_t *c, const pd_act_fp8_t *q, float
         return st;
     if (q->wg)
         return elementwise_silu_mul_f16wg(NULL, gu, (uint16_t *)q->q, q->scale, n, f, c->stream);
+    if (q->f16)
+        return elementwise_silu_mul_f16(NULL, gu, (uint16_t *)q->q, q->scale, n, f, c->stream);
     return q->blk ? elementwise_silu_mul_fp8_blk(NULL, gu, NULL, q->q, q->scale, n, f, c->stream)
                   : elementwise_silu_mul_fp8(NULL, gu, q->q, q->scale, n, f, c->stream);
 }
@@ -1118,6 +1140,11 @@ static void cuda_add_rmsnorm(pd_backend_t *be, float *x, const float *y, float *
                                                     eps, c->stream));
         return;
     }
+    if (q && q->f16) {
+        cuda__note(c, elementwise_add_rmsnorm_f16(x, y, out, w, (uint16_t *)q->q, q->scale, n, d,
+                                                  eps, c->stream));
+        return;
+    }
     cuda__note(c, elementwise_add_rmsnorm(x, y, out, w, q ? q->q : NULL, q ? q->scale : NULL, n, d,
                                           eps, q && q->blk, c->stream));
 }
@@ -1135,20 +1162,29 @@ static void cuda_silu_mul_fp8(pd_backend_t *be, float *out, const float *gu, int
             c, elementwise_silu_mul_f16wg(out, gu, (uint16_t *)q->q, q->scale, n, f, c->stream));
         return;
     }
+    if (q->f16) {
+        cuda__note(c,
+                   elementwise_silu_mul_f16(out, gu, (uint16_t *)q->q, q->scale, n, f, c->stream));
+        return;
+    }
     cuda__note(c, q->blk
                       ? elementwise_silu_mul_fp8_blk(out, gu, NULL, q->q, q->scale, n, f, c->stream)
                       : elementwise_silu_mul_fp8(out, gu, q->q, q->scale, n, f, c->stream));
 }
 
-/* backend.h act_quant: FP8 weights per row; tiled INT4 as the f16 image where matmul would run
- * the wgmma GEMM (the fused RMSNorm / SiLU·mul write it: one matmul_quant_act_f16wg launch less
- * per GEMM; PD_CUDA_WG_ACT=0 turns it off); INT4 in 1x128 blocks where matmul would run the W4A8
+/* backend.h act_quant: FP8 weights per row; tiled INT4 as plain f16 rows where matmul would run
+ * the INT4 K-split GEMV and backend_cuda_ks_act is on (the fused RMSNorm / SiLU·mul write them:
+ * one matmul_quant_act_f16 launch less per GEMV); as the f16 image where matmul would run the
+ * wgmma GEMM (the fused RMSNorm / SiLU·mul write it: one matmul_quant_act_f16wg launch less per
+ * GEMM; PD_CUDA_WG_ACT=0 turns it off); INT4 in 1x128 blocks where matmul would run the W4A8
  * GEMM (cuda__int4_w4a8); the rest f32. */
 static pd_act_t cuda_act_quant(pd_backend_t *be, const pd_weight_t *w, int n)
 {
     cuda_t *c = cuda__get(be);
     if (w->fmt == PD_WFMT_FP8)
         return PD_ACT_FP8_ROW;
+    if (backend_cuda_ks_act && n <= PD_ACT_WG_MAX_N && cuda__int4_ksplit(w, n, false))
+        return PD_ACT_F16;
     if (c->wg_act && n <= PD_ACT_WG_MAX_N && cuda__w4wg_route(c, w, n))
         return PD_ACT_F16WG;
     return cuda__int4_w4a8(c, w, n) ? PD_ACT_FP8_BLK : PD_ACT_F32;
@@ -2292,6 +2328,9 @@ pd_status_t backend_cuda_create(int device, pd_backend_t **be_p)
     env = getenv("PD_CUDA_INT4_KSPLIT_POST"); /* the group scale after the products (matmul.h) */
     if (env && *env)
         matmul_int4_ksplit_post = atoi(env) != 0;
+    env = getenv("PD_CUDA_KS_ACT"); /* the K-split's f16 rows from the fused ops (backend_cuda.h) */
+    if (env && *env)
+        backend_cuda_ks_act = cuda__onoff(env) == 1;
     env = getenv("PD_CUDA_INT4_KSPLIT_ROLL"); /* each slot reloaded after its products (matmul.h) */
     if (env && *env)
         matmul_int4_ksplit_roll = cuda__onoff(env) == 1;

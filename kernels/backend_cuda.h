@@ -107,6 +107,13 @@
 
 #include "backend.h"
 
+/* 1: act_quant answers PD_ACT_F16 for tiled INT4 weights where matmul would run the INT4 K-split
+ * GEMV (matmul.h matmul_int4_ksplit_route), so that the fused add + RMSNorm and SiLU·mul write its
+ * f16 rows (elementwise_add_rmsnorm_f16 / elementwise_silu_mul_f16) instead of a
+ * matmul_quant_act_f16 launch before each GEMV (session 28, not yet measured); 0 (default): not.
+ * From PD_CUDA_KS_ACT=1 at backend creation. */
+extern int backend_cuda_ks_act;
+
 /* Option w8wg's default value: FP8 decode matmuls from this n (weights of at most
  * PD_CUDA_W8WG_ROWS rows, default 4096) run on matmul_w8wg. The harness and benchmarks that turn
  * the option off restore it with backend_set_options(be, "w8wg=" BACKEND_CUDA_W8WG_DEFAULT). */

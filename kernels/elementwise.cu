@@ -203,13 +203,15 @@ static __device__ __forceinline__ void elementwise__blk_store(uint8_t *q, float 
  * > 0 (the n rows, d % 128 == 0): q / qs in 1x128 blocks in matmul.h's blk layout instead, the
  * rows past n zeros (each warp's float4 groups of an IT > 0 row are one 128-column block: T and
  * d / 4 are multiples of 32). wg_n > 0: q / qs the wgmma GEMM's f16 image of out and its
- * multipliers instead (rows past wg_n zeros); stage (IT > 0 only): dynamic shared memory of d * 4
- * bytes keeps the normalized row for the image pass (session 22: it read x and w again from L2,
- * one more dependent trip). */
+ * multipliers instead (rows past wg_n zeros), or with plain the INT4 K-split GEMV's f16
+ * activations (matmul_quant_act_f16's bytes, n rows: grid n); stage (IT > 0 only): dynamic
+ * shared memory of d * 4 bytes keeps the normalized row for the image pass (session 22: it read
+ * x and w again from L2, one more dependent trip). */
 template <int IT>
 static __global__ void elementwise__add_rmsnorm(float *x, const float *y, float *out,
                                                 const uint16_t *w, uint8_t *q, float *qs, int d,
-                                                float eps, int blk_n, int wg_n, int stage)
+                                                float eps, int blk_n, int wg_n, int stage,
+                                                int plain)
 {
     __shared__ float red[32];
     extern __shared__ float4 elementwise__nrow[];
@@ -300,8 +302,12 @@ static __global__ void elementwise__add_rmsnorm(float *x, const float *y, float 
         auto val = [&](int64_t c) {
             return IT > 0 && stage ? nr[c] : (xi[c] * inv) * kutil_bf16_to_f32(w[c]);
         };
-        mma_act_f16wg_row((uint4 *)q, (int)row, d, ldexpf(1.0f, -e), false, val, threadIdx.x,
-                          blockDim.x);
+        if (plain)
+            mma_act_f16_row((uint4 *)q, (int)row, d, ldexpf(1.0f, -e), val, threadIdx.x,
+                            blockDim.x);
+        else
+            mma_act_f16wg_row((uint4 *)q, (int)row, d, ldexpf(1.0f, -e), false, val, threadIdx.x,
+                              blockDim.x);
         if (threadIdx.x == 0)
             qs[row] = ldexpf(1.0f, e) / MMA_WSHIFT;
         return;
@@ -420,15 +426,17 @@ static __global__ void elementwise__silu_mul_fp8(float *out, const TI *gu, uint8
         qs[row] = scale;
 }
 
-/* grid (ceil(n / 64) * 64), block T, dynamic shared memory f * 4 bytes (SMEM) or none: gu (n,
- * 2f) f32; out (n, f) f32 = silu(gu[:, :f]) * gu[:, f:] (the plain kernel's expression) or NULL;
- * xw / mult: the wgmma GEMM's f16 activation image of out and its multipliers, the bytes
- * matmul_quant_act_f16wg makes of out (rows past n zeros); f % 128 == 0. SMEM: the row's values
+/* grid (ceil(n / 64) * 64; plain: n), block T, dynamic shared memory f * 4 bytes (SMEM) or none:
+ * gu (n, 2f) f32; out (n, f) f32 = silu(gu[:, :f]) * gu[:, f:] (the plain kernel's expression)
+ * or NULL; xw / mult: the wgmma GEMM's f16 activation image of out and its multipliers, the bytes
+ * matmul_quant_act_f16wg makes of out (rows past n zeros), or with plain the INT4 K-split GEMV's
+ * f16 activations (matmul_quant_act_f16's bytes, n rows); f % 128 == 0. SMEM: the row's values
  * are kept in shared memory for the image pass; else computed again (rows longer than shared
  * memory holds). */
 template <bool SMEM>
 static __global__ void __launch_bounds__(1024)
-    elementwise__silu_mul_f16wg(float *out, const float *gu, uint4 *xw, float *mult, int n, int f)
+    elementwise__silu_mul_f16wg(float *out, const float *gu, uint4 *xw, float *mult, int n, int f,
+                                int plain)
 {
     extern __shared__ float4 elementwise__srow[];
     __shared__ float red[32];
@@ -482,7 +490,10 @@ static __global__ void __launch_bounds__(1024)
     }
     amax = kutil_block_max(amax, red); /* its barriers publish the shared row */
     const int e = mma_act_exp(amax);
-    mma_act_f16wg_row(xw, t, f, ldexpf(1.0f, -e), false, val, threadIdx.x, blockDim.x);
+    if (plain)
+        mma_act_f16_row(xw, t, f, ldexpf(1.0f, -e), val, threadIdx.x, blockDim.x);
+    else
+        mma_act_f16wg_row(xw, t, f, ldexpf(1.0f, -e), false, val, threadIdx.x, blockDim.x);
     if (threadIdx.x == 0)
         mult[t] = ldexpf(1.0f, e) / MMA_WSHIFT;
 }
@@ -682,24 +693,27 @@ extern "C" pd_status_t elementwise_add_rmsnorm(float *x, const float *y, float *
         it = 0, t = 256;
     /* the kernel of the row plan, launched PDL (kutil.cuh: it waits first) */
     void (*k)(float *, const float *, float *, const uint16_t *, uint8_t *, float *, int, float,
-              int, int, int) = it == 1   ? elementwise__add_rmsnorm<1>
+              int, int, int, int) = it == 1   ? elementwise__add_rmsnorm<1>
                                : it == 2 ? elementwise__add_rmsnorm<2>
                                : it == 4 ? elementwise__add_rmsnorm<4>
                                : it == 8 ? elementwise__add_rmsnorm<8>
                                          : elementwise__add_rmsnorm<0>;
     const int rows = blk ? MATMUL_ACT_BLK_ROWS(n) : n;
     kutil_launch_pdl(k, dim3(rows), dim3(t), 0, stream, x, y, out, w, q, qs, d, eps, blk ? n : 0, 0,
-                     0);
+                     0, 0);
     return KUTIL_LAUNCHED("add_rmsnorm");
 }
 
-extern "C" pd_status_t elementwise_add_rmsnorm_f16wg(float *x, const float *y, float *out,
-                                                     const uint16_t *w, uint16_t *xw, float *mult,
-                                                     int n, int d, float eps, cudaStream_t stream)
+/* elementwise_add_rmsnorm_f16wg (plain false: the image, grid n rounded up to 64) and
+ * elementwise_add_rmsnorm_f16 (plain true: grid n) */
+static pd_status_t elementwise__add_rmsnorm_f16(float *x, const float *y, float *out,
+                                                const uint16_t *w, uint16_t *xw, float *mult,
+                                                int n, int d, float eps, bool plain,
+                                                cudaStream_t stream)
 {
     KUTIL_REQUIRE(n >= 0 && d > 0 && d % 128 == 0 && xw && mult && out != x &&
                       ((uintptr_t)xw & 15) == 0,
-                  "add_rmsnorm_f16wg");
+                  plain ? "add_rmsnorm_f16" : "add_rmsnorm_f16wg");
     if (n == 0)
         return PD_OK;
     int t, it;
@@ -707,7 +721,7 @@ extern "C" pd_status_t elementwise_add_rmsnorm_f16wg(float *x, const float *y, f
     if (elementwise_force_generic)
         it = 0, t = 256;
     void (*k)(float *, const float *, float *, const uint16_t *, uint8_t *, float *, int, float,
-              int, int, int) = it == 1   ? elementwise__add_rmsnorm<1>
+              int, int, int, int) = it == 1   ? elementwise__add_rmsnorm<1>
                                : it == 2 ? elementwise__add_rmsnorm<2>
                                : it == 4 ? elementwise__add_rmsnorm<4>
                                : it == 8 ? elementwise__add_rmsnorm<8>
@@ -720,24 +734,42 @@ extern "C" pd_status_t elementwise_add_rmsnorm_f16wg(float *x, const float *y, f
         no_stage = e && !strcmp(e, "0");
     }
     const int stage = it > 0 && !no_stage && (size_t)d * 4 <= 46 * 1024;
-    kutil_launch_pdl(k, dim3((unsigned)((n + 63) / 64 * 64)), dim3(t), stage ? (size_t)d * 4 : 0,
-                     stream, x, y, out, w, (uint8_t *)xw, mult, d, eps, 0, n, stage);
-    return KUTIL_LAUNCHED("add_rmsnorm_f16wg");
+    kutil_launch_pdl(k, dim3((unsigned)(plain ? n : (n + 63) / 64 * 64)), dim3(t),
+                     stage ? (size_t)d * 4 : 0, stream, x, y, out, w, (uint8_t *)xw, mult, d, eps,
+                     0, n, stage, plain ? 1 : 0);
+    return KUTIL_LAUNCHED(plain ? "add_rmsnorm_f16" : "add_rmsnorm_f16wg");
+}
+
+extern "C" pd_status_t elementwise_add_rmsnorm_f16wg(float *x, const float *y, float *out,
+                                                     const uint16_t *w, uint16_t *xw, float *mult,
+                                                     int n, int d, float eps, cudaStream_t stream)
+{
+    return elementwise__add_rmsnorm_f16(x, y, out, w, xw, mult, n, d, eps, false, stream);
+}
+
+extern "C" pd_status_t elementwise_add_rmsnorm_f16(float *x, const float *y, float *out,
+                                                   const uint16_t *w, uint16_t *xh, float *mult,
+                                                   int n, int d, float eps, cudaStream_t stream)
+{
+    return elementwise__add_rmsnorm_f16(x, y, out, w, xh, mult, n, d, eps, true, stream);
 }
 
 extern "C" {
 int elementwise_silu_f16wg_smem = 1;
 }
 
-extern "C" pd_status_t elementwise_silu_mul_f16wg(float *out, const float *gu, uint16_t *xw,
-                                                  float *mult, int n, int f, cudaStream_t stream)
+/* elementwise_silu_mul_f16wg (plain false: the image, grid n rounded up to 64) and
+ * elementwise_silu_mul_f16 (plain true: grid n) */
+static pd_status_t elementwise__silu_mul_f16(float *out, const float *gu, uint16_t *xw,
+                                             float *mult, int n, int f, bool plain,
+                                             cudaStream_t stream)
 {
     KUTIL_REQUIRE(n >= 0 && f > 0 && f % 128 == 0 && xw && mult && ((uintptr_t)xw & 15) == 0,
-                  "silu_mul_f16wg");
+                  plain ? "silu_mul_f16" : "silu_mul_f16wg");
     if (n == 0)
         return PD_OK;
     const unsigned threads = f >= 8192 ? 1024u : 512u; /* as matmul_quant_act_f16wg */
-    const dim3 grid((unsigned)((n + 63) / 64 * 64));
+    const dim3 grid((unsigned)(plain ? n : (n + 63) / 64 * 64));
     const size_t smem = (size_t)f * 4;
     /* the row in shared memory where the current device's opt-in allows, beside the kernel's
      * 1 KB static reduction array (kutil_allow_smem_optin: the attribute is per device) */
@@ -751,11 +783,23 @@ extern "C" pd_status_t elementwise_silu_mul_f16wg(float *out, const float *gu, u
     }
     if (in_smem)
         kutil_launch_pdl(elementwise__silu_mul_f16wg<true>, grid, dim3(threads), smem, stream, out,
-                         gu, (uint4 *)xw, mult, n, f);
+                         gu, (uint4 *)xw, mult, n, f, plain ? 1 : 0);
     else
         kutil_launch_pdl(elementwise__silu_mul_f16wg<false>, grid, dim3(threads), 0, stream, out,
-                         gu, (uint4 *)xw, mult, n, f);
-    return KUTIL_LAUNCHED("silu_mul_f16wg");
+                         gu, (uint4 *)xw, mult, n, f, plain ? 1 : 0);
+    return KUTIL_LAUNCHED(plain ? "silu_mul_f16" : "silu_mul_f16wg");
+}
+
+extern "C" pd_status_t elementwise_silu_mul_f16wg(float *out, const float *gu, uint16_t *xw,
+                                                  float *mult, int n, int f, cudaStream_t stream)
+{
+    return elementwise__silu_mul_f16(out, gu, xw, mult, n, f, false, stream);
+}
+
+extern "C" pd_status_t elementwise_silu_mul_f16(float *out, const float *gu, uint16_t *xh,
+                                                float *mult, int n, int f, cudaStream_t stream)
+{
+    return elementwise__silu_mul_f16(out, gu, xh, mult, n, f, true, stream);
 }
 
 template <typename TI>

@@ -60,9 +60,18 @@ pd_status_t elementwise_add_rmsnorm_f16wg(float *x, const float *y, float *out, 
 pd_status_t elementwise_silu_mul_f16wg(float *out, const float *gu, uint16_t *xw, float *mult,
                                        int n, int f, cudaStream_t stream);
 
-/* 1 (default): elementwise_silu_mul_f16wg keeps the row in shared memory where it fits; 0: it
- * computes the values again for the image (the path of longer rows; a switch for the harness,
- * the same bytes either way) */
+/* The same two with, instead of the image, the INT4 K-split GEMV's f16 activations (matmul.h
+ * matmul_quant_act_f16's layout and bytes for out: xh n * d (or f) f16, mult (n) f32; act_quant's
+ * PD_ACT_F16, session 28): one matmul_quant_act_f16 launch less before each K-split GEMV. */
+pd_status_t elementwise_add_rmsnorm_f16(float *x, const float *y, float *out, const uint16_t *w,
+                                        uint16_t *xh, float *mult, int n, int d, float eps,
+                                        cudaStream_t stream);
+pd_status_t elementwise_silu_mul_f16(float *out, const float *gu, uint16_t *xh, float *mult, int n,
+                                     int f, cudaStream_t stream);
+
+/* 1 (default): elementwise_silu_mul_f16wg (and _f16) keeps the row in shared memory where it
+ * fits; 0: it computes the values again for the image (the path of longer rows; a switch for the
+ * harness, the same bytes either way) */
 extern int elementwise_silu_f16wg_smem;
 
 /* silu_mul_fp8 in 1x128 blocks (the W4A8 INT4 GEMM's activations): out (n, f) f32 =

@@ -82,16 +82,21 @@ typedef struct {
     /* instead the backend's f16 activation image (PD_ACT_F16WG, only where act_quant asked for
      * it): q holds PD_ACT_WG_ROWS(n) * k f16 in the backend's layout, scale (n) multipliers */
     bool wg;
+    /* instead the backend's plain f16 activations (PD_ACT_F16, only where act_quant asked for
+     * them): q holds n * k f16 in the backend's layout, scale (n) multipliers */
+    bool f16;
 } pd_act_fp8_t;
 
 /* What matmul makes of its f32 activations for a weight (act_quant): nothing (F32), or fp8 per
  * row (FP8_ROW: FP8 weights) or in 1x128 blocks (FP8_BLK), or an f16 image (F16WG: the CUDA
- * backend's wgmma INT4 GEMM of the decode batches), that the fused ops can make instead. */
+ * backend's wgmma INT4 GEMM of the decode batches), or plain f16 rows (F16: the CUDA backend's
+ * INT4 K-split GEMV of the small decode batches), that the fused ops can make instead. */
 typedef enum {
     PD_ACT_F32 = 0,
     PD_ACT_FP8_ROW,
     PD_ACT_FP8_BLK,
     PD_ACT_F16WG,
+    PD_ACT_F16,
 } pd_act_t;
 
 /* What matmul_fused makes its activations of (the op it folds into the matmul): x as it is
@@ -112,7 +117,8 @@ typedef enum {
 } pd_epi_t;
 
 /* act_quant answers PD_ACT_F16WG only for n <= PD_ACT_WG_MAX_N rows; its image then takes
- * PD_ACT_WG_ROWS(n) * k * 2 bytes of q (the rows rounded up to 64) */
+ * PD_ACT_WG_ROWS(n) * k * 2 bytes of q (the rows rounded up to 64); PD_ACT_F16 also only for n
+ * <= PD_ACT_WG_MAX_N (n * k * 2 bytes) */
 #define PD_ACT_WG_MAX_N 256
 #define PD_ACT_WG_ROWS(n) (((n) + 63) / 64 * 64)
 

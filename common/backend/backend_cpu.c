@@ -404,7 +404,7 @@ static void cpu_matmul(pd_backend_t *be, float *out, const float *x, const pd_we
 static void cpu__quant_rows(const pd_act_fp8_t *q, const float *x, int n, int64_t k)
 {
     /* this backend has no act_quant: nothing asks it for 1x128 blocks or an f16 image */
-    PD_ASSERT(!q->blk && !q->wg);
+    PD_ASSERT(!q->blk && !q->wg && !q->f16);
     for (int i = 0; i < n; i++)
         q->scale[i] = quant_fp8_vec(q->q + (size_t)i * k, x + (size_t)i * k, k);
 }
@@ -441,7 +441,7 @@ static void cpu_matmul_fp8(pd_backend_t *be, float *out, const pd_act_fp8_t *x,
                            const pd_weight_t *w, int n)
 {
     cpu_t *c = cpu__get(be);
-    PD_ASSERT(w->fmt == PD_WFMT_FP8 && !x->blk && !x->wg);
+    PD_ASSERT(w->fmt == PD_WFMT_FP8 && !x->blk && !x->wg && !x->f16);
     float *xq = cpu__scratch(c, (size_t)n * (size_t)w->k * sizeof *xq, "matmul_fp8");
     if (!xq)
         return;

@@ -314,7 +314,7 @@ static pd_act_t fwd__act(const model_ctx_t *c, const pd_weight_t *w, int n)
 /* The FP8 activations c->aq / c->as in format a (not PD_ACT_F32) */
 static pd_act_fp8_t fwd__aq(const model_ctx_t *c, pd_act_t a)
 {
-    pd_act_fp8_t q = {c->aq, c->as, a == PD_ACT_FP8_BLK, a == PD_ACT_F16WG};
+    pd_act_fp8_t q = {c->aq, c->as, a == PD_ACT_FP8_BLK, a == PD_ACT_F16WG, a == PD_ACT_F16};
     return q;
 }
 
@@ -421,7 +421,8 @@ static pd_status_t ctx__enqueue(model_ctx_t *c, void *arena, const kv_layout_t *
         } else {
             fwd__norm(c, res, L->attn_norm, n, qkv8);
         }
-        if (!fused && qkv8 && qkv8 != PD_ACT_F16WG && !L->q_norm && o->qkv_rope_write) {
+        if (!fused && qkv8 && qkv8 != PD_ACT_F16WG && qkv8 != PD_ACT_F16 && !L->q_norm &&
+            o->qkv_rope_write) {
             /* one op: q, k, v GEMMs + rope + KV */
             pd_act_fp8_t q = fwd__aq(c, qkv8);
             o->qkv_rope_write(be, c->q, c->k, c->v, &q, &L->q, &L->k, &L->v, c->d_pos, m->inv_freq,

@@ -546,7 +546,7 @@ static void run_ew(void *p)
         be->ops->kv_write(be, a->arena, a->l, 0, a->x, a->y, a->slots, a->n);
         break;
     case 5: { /* fused: residual add + rmsnorm + fp8 quantization (what the FP8 qkv GEMMs read) */
-        pd_act_fp8_t q = {a->xq, a->xs, false, false};
+        pd_act_fp8_t q = {a->xq, a->xs, false, false, false};
         be->ops->add_rmsnorm(be, a->x, a->y, NULL, a->w, a->n, 4096, 1e-5f, &q);
         break;
     }
@@ -559,7 +559,7 @@ static void run_ew(void *p)
                "quant");
         break;
     case 7: { /* fused: silu_mul + fp8 quantization (what the FP8 down GEMM reads) */
-        pd_act_fp8_t q = {a->xq, a->xs, false, false};
+        pd_act_fp8_t q = {a->xq, a->xs, false, false, false};
         be->ops->silu_mul_fp8(be, NULL, a->gu, a->n, 14336, &q);
         break;
     }

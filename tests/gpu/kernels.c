@@ -422,7 +422,7 @@ static void case_add_rmsnorm(int n, int d, bool add, bool with_out, bool quant, 
     pair_t px = pair_new((size_t)n * d * 4, x), py = pair_new((size_t)n * d * 4, y);
     pair_t pw = pair_new((size_t)d * 2, w), out = pair_new((size_t)n * d * 4, NULL);
     pair_t q = pair_new((size_t)n * d, NULL), qs = pair_new((size_t)n * 4, NULL);
-    pd_act_fp8_t qc = {q.c, qs.c, false, false}, qg = {q.g, qs.g, false, false};
+    pd_act_fp8_t qc = {q.c, qs.c, false, false, false}, qg = {q.g, qs.g, false, false, false};
     elementwise_force_generic = generic;
     cpu->ops->add_rmsnorm(cpu, px.c, add ? py.c : NULL, with_out ? out.c : NULL, pw.c, n, d, 1e-5f,
                           quant ? &qc : NULL);
@@ -478,7 +478,7 @@ static void case_silu_mul_fp8(int n, int f, bool with_out, bool generic, uint64_
     fill_f32(gu, (size_t)n * 2 * f, 6.0f);
     pair_t pg = pair_new((size_t)n * 2 * f * 4, gu), out = pair_new((size_t)n * f * 4, NULL);
     pair_t q = pair_new((size_t)n * f, NULL), qs = pair_new((size_t)n * 4, NULL);
-    pd_act_fp8_t qc = {q.c, qs.c, false, false}, qg = {q.g, qs.g, false, false};
+    pd_act_fp8_t qc = {q.c, qs.c, false, false, false}, qg = {q.g, qs.g, false, false, false};
     elementwise_force_generic = generic;
     cpu->ops->silu_mul_fp8(cpu, with_out ? out.c : NULL, pg.c, n, f, &qc);
     gpu->ops->silu_mul_fp8(gpu, with_out ? out.g : NULL, pg.g, n, f, &qg);
@@ -553,7 +553,7 @@ static void case_matmul_fp8(int n, int64_t N, int64_t K, uint64_t seed, const ch
     pair_t out = pair_new((size_t)n * N * 4, NULL), ref = pair_new((size_t)n * N * 4, NULL);
     /* GPU: quantize on the device into pq.g / ps.g (overwriting the host copy) */
     pair_ok(matmul_quant_act_fp8(pq.g, NULL, ps.g, px.g, n, K, backend_cuda_stream(gpu)));
-    pd_act_fp8_t ac = {pq.c, ps.c, false, false}, ag = {pq.g, ps.g, false, false};
+    pd_act_fp8_t ac = {pq.c, ps.c, false, false, false}, ag = {pq.g, ps.g, false, false, false};
     cpu->ops->matmul_fp8(cpu, out.c, &ac, &wc, n);
     gpu->ops->matmul_fp8(gpu, out.g, &ag, &wg, n);
     gpu->ops->matmul(gpu, ref.g, px.g, &wg, n);
@@ -640,9 +640,9 @@ static void case_matmul_silu_fp8(int n, int f, int64_t K, bool in_place, uint64_
     pair_t gu = pair_new((size_t)n * N * 4, NULL), gur = pair_new((size_t)n * N * 4, NULL);
     pair_t q = pair_new((size_t)n * f, NULL), qs = pair_new((size_t)n * 4, NULL);
     pair_t q2 = pair_new((size_t)n * f, NULL), qs2 = pair_new((size_t)n * 4, NULL);
-    pd_act_fp8_t xc = {pq.c, ps.c, false, false}, xg = {pq.g, ps.g, false, false};
-    pd_act_fp8_t oc = {q.c, qs.c, false, false}, og = {q.g, qs.g, false, false},
-                 oc2 = {q2.c, qs2.c, false, false};
+    pd_act_fp8_t xc = {pq.c, ps.c, false, false, false}, xg = {pq.g, ps.g, false, false, false};
+    pd_act_fp8_t oc = {q.c, qs.c, false, false, false}, og = {q.g, qs.g, false, false, false},
+                 oc2 = {q2.c, qs2.c, false, false, false};
     if (in_place)
         og = xg;
     /* CPU: the plain ops (the CPU op's reference; gur.c keeps the f32 product) */
@@ -861,7 +861,7 @@ static void case_add_rmsnorm_blk(int n, int d, bool generic, uint64_t seed)
     blk_alloc(n, d, &gq, &gs);
     blk_alloc(n, d, &q2, &s2);
     blk_alloc(n, d, &q3, &s3);
-    pd_act_fp8_t qg = {gq, gs, true, false}, qg3 = {q3, s3, true, false};
+    pd_act_fp8_t qg = {gq, gs, true, false, false}, qg3 = {q3, s3, true, false, false};
     elementwise_force_generic = generic;
     cpu->ops->add_rmsnorm(cpu, px.c, py.c, out.c, pw.c, n, d, 1e-5f, NULL);
     gpu->ops->add_rmsnorm(gpu, px.g, py.g, out.g, pw.g, n, d, 1e-5f, &qg);
@@ -924,7 +924,7 @@ static void case_silu_mul_blk(int n, int f, uint64_t seed)
     blk_alloc(n, f, &gq, &gs);
     blk_alloc(n, f, &q2, &s2);
     blk_alloc(n, f, &q3, &s3);
-    pd_act_fp8_t qg = {gq, gs, true, false}, qg3 = {q3, s3, true, false};
+    pd_act_fp8_t qg = {gq, gs, true, false, false}, qg3 = {q3, s3, true, false, false};
     cudaStream_t st = backend_cuda_stream(gpu);
     cpu->ops->silu_mul(cpu, out.c, pg.c, n, f);
     gpu->ops->silu_mul_fp8(gpu, out.g, pg.g, n, f, &qg);
@@ -1010,7 +1010,7 @@ static void case_matmul_fp8_blk(int n, int64_t N, int64_t K, uint64_t seed, cons
            (double)((a != PD_ACT_FP8_BLK) + (a200 != want200) + (a8 != PD_ACT_FP8_ROW)), 0.0);
     void *q, *sc;
     blk_alloc(n, K, &q, &sc);
-    pd_act_fp8_t xa = {q, sc, true, false};
+    pd_act_fp8_t xa = {q, sc, true, false, false};
     pair_ok(matmul_quant_act_fp8_blk(q, sc, px.g, n, K, backend_cuda_stream(gpu)));
     gpu->ops->matmul_fp8(gpu, o1.g, &xa, &wg, n);
     gpu->ops->matmul(gpu, o2.g, px.g, &wg, n);
@@ -1062,7 +1062,7 @@ static void case_matmul_silu_blk(int n, int f, int64_t K, uint64_t seed)
     void *q, *sc, *q2, *s2;
     blk_alloc(n, km, &q, &sc);
     blk_alloc(n, f, &q2, &s2);
-    pd_act_fp8_t xa = {q, sc, true, false};
+    pd_act_fp8_t xa = {q, sc, true, false, false};
     cudaStream_t st = backend_cuda_stream(gpu);
     snprintf(shape, sizeof shape, "INT4 blk n %d f %d K %lld in place seed %llu", n, f,
              (long long)K, (unsigned long long)seed);
@@ -1127,7 +1127,7 @@ static void case_silu_fp8_bf16(int n, int f, bool zero_row, bool fast, uint64_t 
     pair_t p16 = pair_new(ne * 2, g16), p32 = pair_new(ne * 4, g32);
     pair_t q = pair_new((size_t)n * f, NULL), qs = pair_new((size_t)n * 4, NULL);
     pair_t q1 = pair_new((size_t)n * f, NULL), qs1 = pair_new((size_t)n * 4, NULL);
-    pd_act_fp8_t qc = {q.c, qs.c, false, false};
+    pd_act_fp8_t qc = {q.c, qs.c, false, false, false};
     cpu->ops->silu_mul_fp8(cpu, NULL, p32.c, n, f, &qc);
     pair_ok(cpu->ops->sync(cpu));
     cudaStream_t st = backend_cuda_stream(gpu);
@@ -1361,7 +1361,7 @@ static void case_qkv_rope_op(pd_kvfmt_t fmt, int heads, int kvh, int hd, int n, 
     pair_ok(cpu->ops->memset(cpu, a.c, 0, a.bytes));
     pair_ok(gpu->ops->memset(gpu, a.g, 0, a.bytes));
     pair_ok(gpu->ops->sync(gpu));
-    pd_act_fp8_t xc = {pxq.c, pxs.c, false, false}, xg = {pxq.g, pxs.g, false, false};
+    pd_act_fp8_t xc = {pxq.c, pxs.c, false, false, false}, xg = {pxq.g, pxs.g, false, false, false};
     cpu->ops->qkv_rope_write(cpu, pq.c, pk.c, pv.c, &xc, &wc[0], &wc[1], &wc[2], pp.c, pi.c, n,
                              heads, a.c, &l, 1, ps.c);
     g2->ops->qkv_rope_write(g2, pq.g, pk.g, pv.g, &xg, &wg[0], &wg[1], &wg[2], pp.g, pi.g, n, heads,
@@ -2332,13 +2332,20 @@ static void cases_mm_fused(void)
  * add_rmsnorm's image and multipliers == matmul_quant_act_f16wg of its f32 output (and x the
  * same); silu_mul_fp8's == that of silu_mul's output; then, where the wgmma GEMM runs (sm_90a),
  * act_quant answers PD_ACT_F16WG for tiled INT4 weights at n, and matmul_fp8 / matmul_group_fp8
- * / matmul_silu_fp8 on the images give matmul / matmul_group / matmul + silu_mul's bytes. */
-static void case_act_f16wg(int n, int d, int f, uint64_t seed)
+ * / matmul_silu_fp8 on the images give matmul / matmul_group / matmul + silu_mul's bytes.
+ * plain (session 28, act_quant's PD_ACT_F16 with backend_cuda_ks_act on): the same checks for the
+ * INT4 K-split GEMV's plain f16 rows (n rows, matmul_quant_act_f16's bytes), its GEMVs at n 3..8
+ * (matmul_int4_ksplit_route's default). */
+static void case_act_f16wg(int n, int d, int f, uint64_t seed, bool plain)
 {
     char shape[64], what[160];
     const uint64_t saved = rng_state;
     rng_state = seed;
-    const size_t rows = (size_t)PD_ACT_WG_ROWS(n), imgb = rows * (size_t)(d > f ? d : f) * 2;
+    const char *op = plain ? "act f16" : "act f16wg";
+    const int was_ks = backend_cuda_ks_act;
+    backend_cuda_ks_act = plain;
+    const size_t rows = plain ? (size_t)n : (size_t)PD_ACT_WG_ROWS(n),
+                 imgb = rows * (size_t)(d > f ? d : f) * 2;
     float *x = xmalloc((size_t)n * d * 4), *y = xmalloc((size_t)n * d * 4);
     float *gu = xmalloc((size_t)n * 2 * f * 4);
     uint16_t *w = xmalloc((size_t)d * 2);
@@ -2360,12 +2367,13 @@ static void case_act_f16wg(int n, int d, int f, uint64_t seed)
     snprintf(shape, sizeof shape, "n %d d %d f %d seed %llu", n, d, f, (unsigned long long)seed);
 
     /* add_rmsnorm: unfused (f32 out, then the image of it) against the fused image */
-    pd_act_fp8_t a2 = {img2.g, m2.g, false, true};
+    pd_act_fp8_t a2 = {img2.g, m2.g, false, !plain, plain};
     gpu->ops->add_rmsnorm(gpu, x1.g, py.g, out.g, pw.g, n, d, 1e-5f, NULL);
-    pair_ok(matmul_quant_act_f16wg(img1.g, m1.g, out.g, n, d, st));
+    pair_ok(plain ? matmul_quant_act_f16(img1.g, m1.g, out.g, n, d, st)
+                  : matmul_quant_act_f16wg(img1.g, m1.g, out.g, n, d, st));
     gpu->ops->add_rmsnorm(gpu, x2.g, py.g, NULL, pw.g, n, d, 1e-5f, &a2);
     snprintf(what, sizeof what, "%s: norm image, mult, x == unfused (bytes)", shape);
-    report("act f16wg", what,
+    report(op, what,
            (double)(dev_bytes_differ(img1.g, img2.g, rows * (size_t)d * 2) +
                     dev_bytes_differ(m1.g, m2.g, (size_t)n * 4) +
                     dev_bytes_differ(x1.g, x2.g, (size_t)n * d * 4)),
@@ -2375,10 +2383,11 @@ static void case_act_f16wg(int n, int d, int f, uint64_t seed)
     pair_ok(gpu->ops->memset(gpu, img1.g, 0xff, imgb));
     pair_ok(gpu->ops->memset(gpu, img2.g, 0xff, imgb));
     gpu->ops->silu_mul(gpu, out.g, pgu.g, n, f);
-    pair_ok(matmul_quant_act_f16wg(img1.g, m1.g, out.g, n, f, st));
+    pair_ok(plain ? matmul_quant_act_f16(img1.g, m1.g, out.g, n, f, st)
+                  : matmul_quant_act_f16wg(img1.g, m1.g, out.g, n, f, st));
     gpu->ops->silu_mul_fp8(gpu, NULL, pgu.g, n, f, &a2);
     snprintf(what, sizeof what, "%s: silu image, mult == unfused (bytes)", shape);
-    report("act f16wg", what,
+    report(op, what,
            (double)(dev_bytes_differ(img1.g, img2.g, rows * (size_t)f * 2) +
                     dev_bytes_differ(m1.g, m2.g, (size_t)n * 4)),
            0.0);
@@ -2387,21 +2396,23 @@ static void case_act_f16wg(int n, int d, int f, uint64_t seed)
     gpu->ops->silu_mul_fp8(gpu, NULL, pgu.g, n, f, &a2);
     elementwise_silu_f16wg_smem = 1;
     snprintf(what, sizeof what, "%s: silu image (not staged) == unfused (bytes)", shape);
-    report("act f16wg", what,
+    report(op, what,
            (double)(dev_bytes_differ(img1.g, img2.g, rows * (size_t)f * 2) +
                     dev_bytes_differ(m1.g, m2.g, (size_t)n * 4)),
            0.0);
 
-    if (matmul_w4wg_usable() && n >= 25) { /* the GEMMs on the images (n 25..256 run there) */
+    const bool gemms = plain ? n >= 3 && n <= MATMUL_INT4_KSPLIT_MAX_N && matmul_int4_ksplit_route
+                             : matmul_w4wg_usable() && n >= 25; /* where the GEMMs run on them */
+    if (gemms) {
         pd_weight_t host[4], wc[4], wg[4];
         const int64_t Ns[4] = {256, 128, 128, 2 * (int64_t)f}; /* q, k, v, gate_up */
         for (int i = 0; i < 4; i++)
             weight_host_new(PD_WFMT_INT4, Ns[i], d, gpu, &host[i], &wc[i], &wg[i]);
         size_t asks = 0;
         for (int i = 0; i < 4; i++)
-            asks += gpu->ops->act_quant(gpu, &wg[i], n) == PD_ACT_F16WG;
+            asks += gpu->ops->act_quant(gpu, &wg[i], n) == (plain ? PD_ACT_F16 : PD_ACT_F16WG);
         snprintf(what, sizeof what, "%s: act_quant asks for the image (weights of 4)", shape);
-        report("act f16wg", what, (double)(4 - asks), 0.0);
+        report(op, what, (double)(4 - asks), 0.0);
         /* the image of x2's norm again (x1 / x2 hold the same x now: no y) */
         gpu->ops->add_rmsnorm(gpu, x1.g, NULL, out.g, pw.g, n, d, 1e-5f, NULL);
         gpu->ops->add_rmsnorm(gpu, x2.g, NULL, NULL, pw.g, n, d, 1e-5f, &a2);
@@ -2420,11 +2431,11 @@ static void case_act_f16wg(int n, int d, int f, uint64_t seed)
         for (int i = 0; i < 3; i++)
             nd += dev_bytes_differ(o1[i].g, o2[i].g, (size_t)n * Ns[i] * 4);
         snprintf(what, sizeof what, "%s: matmul_group_fp8 == matmul_group (bytes)", shape);
-        report("act f16wg", what, (double)nd, 0.0);
+        report(op, what, (double)nd, 0.0);
         gpu->ops->matmul(gpu, o1[0].g, out.g, &wg[0], n);
         gpu->ops->matmul_fp8(gpu, o2[0].g, &a2, &wg[0], n);
         snprintf(what, sizeof what, "%s: matmul_fp8 == matmul (bytes)", shape);
-        report("act f16wg", what, (double)dev_bytes_differ(o1[0].g, o2[0].g, (size_t)n * Ns[0] * 4),
+        report(op, what, (double)dev_bytes_differ(o1[0].g, o2[0].g, (size_t)n * Ns[0] * 4),
                0.0);
         /* matmul_silu_fp8 (gate_up + SiLU·mul, image in and out) against matmul + silu_mul +
          * the image of its output */
@@ -2432,10 +2443,11 @@ static void case_act_f16wg(int n, int d, int f, uint64_t seed)
                g2 = pair_new((size_t)n * 2 * f * 4, NULL);
         gpu->ops->matmul(gpu, g1.g, out.g, &wg[3], n);
         gpu->ops->silu_mul(gpu, out.g, g1.g, n, f);
-        pair_ok(matmul_quant_act_f16wg(img1.g, m1.g, out.g, n, f, st));
+        pair_ok(plain ? matmul_quant_act_f16(img1.g, m1.g, out.g, n, f, st)
+                      : matmul_quant_act_f16wg(img1.g, m1.g, out.g, n, f, st));
         gpu->ops->matmul_silu_fp8(gpu, &a2, g2.g, &a2, &wg[3], n);
         snprintf(what, sizeof what, "%s: matmul_silu_fp8 image == unfused (bytes)", shape);
-        report("act f16wg", what,
+        report(op, what,
                (double)(dev_bytes_differ(img1.g, img2.g, rows * (size_t)f * 2) +
                         dev_bytes_differ(m1.g, m2.g, (size_t)n * 4)),
                0.0);
@@ -2465,17 +2477,25 @@ static void case_act_f16wg(int n, int d, int f, uint64_t seed)
     free(y);
     free(gu);
     free(w);
+    backend_cuda_ks_act = was_ks;
     rng_state = saved;
 }
 
 static void cases_act_f16wg(void)
 {
-    case_act_f16wg(1, 512, 640, 601);   /* one row, 63 zero rows */
-    case_act_f16wg(25, 384, 256, 602);  /* the smallest wgmma batch */
-    case_act_f16wg(64, 1024, 768, 603); /* one full tile */
-    case_act_f16wg(100, 640, 512, 604); /* two tiles, the second partial */
+    case_act_f16wg(1, 512, 640, 601, false);   /* one row, 63 zero rows */
+    case_act_f16wg(25, 384, 256, 602, false);  /* the smallest wgmma batch */
+    case_act_f16wg(64, 1024, 768, 603, false); /* one full tile */
+    case_act_f16wg(100, 640, 512, 604, false); /* two tiles, the second partial */
     if (!small_only)
-        case_act_f16wg(64, 4096, 14336, 605); /* Llama-3-8B */
+        case_act_f16wg(64, 4096, 14336, 605, false); /* Llama-3-8B */
+    /* the K-split GEMV's plain rows (session 28): writers only at n 1, the GEMVs at n 3..8 */
+    case_act_f16wg(1, 512, 640, 611, true);
+    case_act_f16wg(3, 384, 256, 612, true);
+    case_act_f16wg(4, 1024, 768, 613, true);
+    case_act_f16wg(8, 640, 512, 614, true);
+    if (!small_only)
+        case_act_f16wg(4, 4096, 14336, 615, true); /* Llama-3-8B */
 }
 
 static void case_kv_write(pd_kvfmt_t fmt, int kvh, int hd, int n)
@@ -4994,6 +5014,7 @@ static void cases_fp8_ksplit(void)
  * products (post 1, the default since session 28), and at n 1 and 8 in 16-warp blocks and with
  * the rolled reloads. Fixed seeds 311... */
 static void case_decode_i4ksplit(int n, int steps);
+static void case_decode_ks_act(int n, int steps);
 static void cases_int4_ksplit(void)
 {
     const pd_wfmt_t i4 = PD_WFMT_INT4;
@@ -5055,6 +5076,23 @@ static void cases_int4_ksplit(void)
     matmul_int4_ksplit_post = wp;
     matmul_int4_ksplit_wide = ww;
     matmul_int4_ksplit_roll = wr;
+    case_decode_ks_act(4, 2); /* the fused ops' f16 rows (backend_cuda_ks_act) */
+    case_decode_ks_act(8, 2);
+}
+
+/* The tiny-llama INT4 + FP8 KV decode step with the K-split GEMV's f16 rows made by the fused
+ * add + RMSNorm and SiLU·mul (backend_cuda_ks_act 1, session 28) against their own
+ * matmul_quant_act_f16 launches (0), the default routes: the same bytes into the same GEMVs, so
+ * the logits are identical (gate 0). */
+static void case_decode_ks_act(int n, int steps)
+{
+    char shape[128];
+    decode_rig_t rig;
+    decode_rig_new(&rig, PD_WFMT_INT4, PD_KV_FP8, n, steps);
+    const double e = decode_rig_ab(&rig, NULL, NULL, NULL, &backend_cuda_ks_act, 0, 1);
+    snprintf(shape, sizeof shape, "tiny-llama int4 kv fp8 n %d steps %d ks_act 1 / 0", n, steps);
+    report("decode_ks_act", shape, e, 0.0);
+    decode_rig_free(&rig);
 }
 
 /* The tiny-llama INT4 + FP8 KV decode step with the INT4 K-split GEMV on every route it takes
@@ -5545,6 +5583,7 @@ int main(void)
     if (getenv("PD_GPU_TEST_KSPLIT") && atoi(getenv("PD_GPU_TEST_KSPLIT"))) {
         cases_fp8_ksplit(); /* the FP8 / INT4 K-split mma GEMVs alone (quick device rounds) */
         cases_int4_ksplit();
+        cases_act_f16wg(); /* among them the K-split's f16 rows from the fused ops */
         case_decode_ksplit(1, 3, 7);
         case_decode_ksplit(1, 3, 15);
         case_decode_ksplit(8, 2, 15);
