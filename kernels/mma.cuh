@@ -92,43 +92,51 @@ static __device__ __forceinline__ void mma_act_f16wg_row(uint4 *xw, int t, int64
     }
 }
 
-/* Row t of the plain f16 activations (matmul_quant_act_f16's layout and bytes, n rows, no
- * padding) from val(col), by the threads of a block (tid of nth); inv = 2^-e as there. The fused
- * RMSNorm and SiLU·mul kernels write it for the INT4 K-split GEMV (act_quant's PD_ACT_F16,
- * session 28); the column order is mma_act_f16_chunk's. */
-template <typename F>
-static __device__ __forceinline__ void mma_act_f16_row(uint4 *xh, int t, int64_t K, float inv,
-                                                       F val, int tid, int nth)
-{
-    for (int64_t d = tid; d < K / 8; d += nth) {
-        const int64_t G = d / 16;
-        const int p = (int)(d % 16), w = p / 4, tq = p % 4;
-        const int64_t c0 = G * 128 + tq * 32 + w * 8;
-        uint32_t o[4];
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-            o[j] = (uint32_t)__half_as_ushort(__float2half_rn(val(c0 + j) * inv)) |
-                   ((uint32_t)__half_as_ushort(__float2half_rn(val(c0 + 4 + j) * inv)) << 16);
-        xh[(size_t)t * (size_t)(K / 8) + d] = make_uint4(o[0], o[1], o[2], o[3]);
-    }
-}
-
 /* Destination chunk d (8 halves, 16 bytes) of the permuted f16 row: group G = d / 16, position
  * p = w * 4 + tq holds source chunk tq * 4 + w of the group, its halves in the order
- * k0 k4 k1 k5 k2 k6 k3 k7; inv = 2^-e. */
-static __device__ __forceinline__ uint4 mma_act_f16_chunk(const float *xi, int64_t d, float inv)
+ * k0 k4 k1 k5 k2 k6 k3 k7; inv = 2^-e. mma_act_f16_col: the chunk's first source column c0 (its
+ * halves are c0 + j and c0 + 4 + j, j = 0..3); mma_act_f16_pack: the chunk of those values. */
+static __device__ __forceinline__ int64_t mma_act_f16_col(int64_t d)
 {
-    const int64_t G = d / 16;
     const int p = (int)(d % 16), w = p / 4, tq = p % 4;
-    const float4 *src = (const float4 *)(xi + G * 128 + tq * 32 + w * 8);
-    const float4 a = __ldg(src), b = __ldg(src + 1);
-    const float lo[4] = {a.x, a.y, a.z, a.w}, hi[4] = {b.x, b.y, b.z, b.w};
+    return d / 16 * 128 + tq * 32 + w * 8;
+}
+static __device__ __forceinline__ uint4 mma_act_f16_pack(const float (&lo)[4], const float (&hi)[4],
+                                                         float inv)
+{
     uint32_t o[4];
 #pragma unroll
     for (int j = 0; j < 4; j++)
         o[j] = (uint32_t)__half_as_ushort(__float2half_rn(lo[j] * inv)) |
                ((uint32_t)__half_as_ushort(__float2half_rn(hi[j] * inv)) << 16);
     return make_uint4(o[0], o[1], o[2], o[3]);
+}
+static __device__ __forceinline__ uint4 mma_act_f16_chunk(const float *xi, int64_t d, float inv)
+{
+    const float4 *src = (const float4 *)(xi + mma_act_f16_col(d));
+    const float4 a = __ldg(src), b = __ldg(src + 1);
+    const float lo[4] = {a.x, a.y, a.z, a.w}, hi[4] = {b.x, b.y, b.z, b.w};
+    return mma_act_f16_pack(lo, hi, inv);
+}
+
+/* Row t of the plain f16 activations (matmul_quant_act_f16's layout and bytes, n rows, no
+ * padding) from val(col), by the threads of a block (tid of nth); inv = 2^-e as there. The fused
+ * RMSNorm and SiLU·mul kernels write it for the INT4 K-split GEMV (act_quant's PD_ACT_F16,
+ * session 28): mma_act_f16_chunk's columns and packing. */
+template <typename F>
+static __device__ __forceinline__ void mma_act_f16_row(uint4 *xh, int t, int64_t K, float inv,
+                                                       F val, int tid, int nth)
+{
+    for (int64_t d = tid; d < K / 8; d += nth) {
+        const int64_t c0 = mma_act_f16_col(d);
+        float lo[4], hi[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            lo[j] = val(c0 + j);
+            hi[j] = val(c0 + 4 + j);
+        }
+        xh[(size_t)t * (size_t)(K / 8) + d] = mma_act_f16_pack(lo, hi, inv);
+    }
 }
 
 /* One group (128 columns) of a lane's weights: rows (r = m-tile 0/1, h = +0/+8). */
